@@ -1,0 +1,131 @@
+"""Process groups (communicators) of a trace set: METADATA nodes, comm_group.json, or a given file."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from traces import pb
+from traces.errors import TraceError
+
+ALL_RANKS_NAMES = frozenset({"", "0"})  # ASTRA-sim: pg_name "" or "0" means every rank
+
+
+@dataclass(frozen=True)
+class ProcessGroups:
+    """pg_name -> member ranks (in group order). Names "" and "0" mean all ranks unless "0" is defined."""
+
+    num_ranks: int
+    groups: Mapping[str, tuple[int, ...]]
+    source: str = "default"
+
+    def members(self, name: str) -> tuple[int, ...] | None:
+        """Ranks of group `name`, or None when the name is unknown."""
+        if name in self.groups:
+            return self.groups[name]
+        if name in ALL_RANKS_NAMES:
+            return tuple(range(self.num_ranks))
+        return None
+
+
+def load_comm_groups(
+    path: str | os.PathLike[str], num_ranks: int | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Read ASTRA-sim's `{"<id>": [ranks...]}` communicator file (value "empty" = no groups)."""
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except OSError as exc:
+        raise TraceError(f"cannot read comm-groups file: {exc.strerror or exc}", path=p) from None
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"comm-groups file is not JSON: {exc}", path=p) from None
+    if raw == "empty":
+        return {}
+    if not isinstance(raw, dict):
+        raise TraceError('comm-groups file must be an object {"<id>": [ranks, ...]}', path=p)
+    out: dict[str, tuple[int, ...]] = {}
+    for key, ranks in raw.items():
+        if ranks == "empty":
+            continue
+        if not isinstance(ranks, list) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ranks
+        ):
+            raise TraceError(f"group {key!r}: ranks must be a list of integers", path=p)
+        if len(set(ranks)) != len(ranks):
+            raise TraceError(f"group {key!r}: a rank appears twice", path=p)
+        if num_ranks is not None and any(r < 0 or r >= num_ranks for r in ranks):
+            raise TraceError(f"group {key!r}: ranks outside 0..{num_ranks - 1}", path=p)
+        out[str(key)] = tuple(ranks)
+    return out
+
+
+def parse_metadata_node(
+    node: pb.Node, num_ranks: int, where: str | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Process groups of a PyTorch `## process_group:init ##` METADATA node (empty ranks = all ranks)."""
+    text = node.inputs.values.strip()
+    # The PyTorch converter stores Python's str() of a one-element list: ['[{"pg_name": ...}]'].
+    if text.startswith("['") and text.endswith("']"):
+        text = text[2:-2]
+    elif text.startswith('["') and text.endswith('"]'):
+        try:
+            text = json.loads(text)[0]
+        except (json.JSONDecodeError, IndexError, TypeError):
+            pass
+    if not text:
+        return {}
+    try:
+        entries = json.loads(text.replace('\\"', '"'))
+    except json.JSONDecodeError as exc:
+        raise TraceError(
+            f"process_group:init metadata is not JSON: {exc}", path=where, node_id=node.id
+        ) from None
+    out: dict[str, tuple[int, ...]] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict) or "pg_name" not in e:
+            continue
+        ranks = e.get("ranks") or list(range(num_ranks))
+        out[str(e["pg_name"])] = tuple(int(r) for r in ranks)
+    return out
+
+
+def groups_from_nodes(
+    nodes: Iterable[pb.Node], num_ranks: int, where: str | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Groups declared by METADATA nodes of one rank's trace."""
+    out: dict[str, tuple[int, ...]] = {}
+    for n in nodes:
+        if n.type == pb.METADATA_NODE and "process_group:init" in n.name:
+            out.update(parse_metadata_node(n, num_ranks, where))
+    return out
+
+
+def resolve_groups(
+    trace_files: Iterable[tuple[str, Iterable[pb.Node]]],
+    num_ranks: int,
+    *,
+    comm_groups: str | os.PathLike[str] | None = None,
+    directory: str | None = None,
+) -> ProcessGroups:
+    """Groups for a set: `comm_groups` file if given, else `comm_group.json` beside the set, plus METADATA nodes.
+
+    An explicit file wins over both; METADATA groups fill names the files do not define.
+    """
+    groups: dict[str, tuple[int, ...]] = {}
+    source = "default"
+    for path, nodes in trace_files:
+        for name, ranks in groups_from_nodes(nodes, num_ranks, path).items():
+            groups.setdefault(name, ranks)
+            source = "metadata"
+    file = comm_groups
+    if file is None and directory is not None:
+        candidate = os.path.join(directory, "comm_group.json")
+        if os.path.isfile(candidate):
+            file = candidate
+    if file is not None:
+        groups.update(load_comm_groups(file, num_ranks))
+        source = os.fspath(file)
+    return ProcessGroups(num_ranks=num_ranks, groups=groups, source=source)

@@ -1,0 +1,207 @@
+"""Reading and writing one Chakra `.et` stream: varint32-framed GlobalMetadata then Nodes, gzip-aware."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from traces import pb
+from traces.errors import TraceFormatError
+from traces.et_stream_pb2 import NodeBatch
+
+GZIP_MAGIC = b"\x1f\x8b"
+# protoio (gem5) frames every message with a varint32 length: at most 5 bytes.
+_MAX_VARINT32_BYTES = 5
+
+
+@dataclass(frozen=True)
+class EtFile:
+    """One decoded `.et` file: its metadata and nodes in file order, plus each node's byte offset."""
+
+    path: str
+    metadata: pb.GlobalMetadata
+    nodes: list[pb.Node]
+    offsets: list[int] = field(default_factory=list, repr=False)
+    gzipped: bool = False
+
+
+def read_bytes(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
+    """Read a file whole, inflating it when it starts with the gzip magic; returns (bytes, was_gzipped)."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=p) from None
+    if raw[:2] != GZIP_MAGIC:
+        return raw, False
+    try:
+        return gzip.decompress(raw), True
+    except (OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"corrupt gzip data: {exc}", path=p) from None
+
+
+def frame_offsets(buf: bytes, path: str = "<bytes>") -> list[tuple[int, int]]:
+    """Split a framed stream into (header_start, payload_end) spans, one per message, checking every length."""
+    spans: list[tuple[int, int]] = []
+    append = spans.append
+    pos = 0
+    n = len(buf)
+    while pos < n:
+        start = pos
+        b = buf[pos]
+        pos += 1
+        if b < 0x80:
+            length = b
+        else:
+            length = b & 0x7F
+            shift = 7
+            while True:
+                if pos >= n:
+                    raise TraceFormatError(
+                        "truncated length prefix at end of file",
+                        path=path,
+                        node_index=len(spans) - 1,
+                        offset=start,
+                    )
+                b = buf[pos]
+                pos += 1
+                length |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if pos - start >= _MAX_VARINT32_BYTES:
+                    raise TraceFormatError(
+                        "length prefix longer than a varint32 (garbage bytes?)",
+                        path=path,
+                        node_index=len(spans) - 1,
+                        offset=start,
+                    )
+            if length >= 1 << 32:
+                raise TraceFormatError(
+                    "length prefix exceeds 32 bits", path=path, node_index=len(spans) - 1, offset=start
+                )
+        end = pos + length
+        if end > n:
+            raise TraceFormatError(
+                f"message of {length} bytes runs past end of file ({n - pos} bytes left): truncated file?",
+                path=path,
+                node_index=len(spans) - 1,
+                offset=start,
+            )
+        append((start, end))
+        pos = end
+    return spans
+
+
+def decode_stream(buf: bytes, path: str = "<bytes>") -> tuple[pb.GlobalMetadata, list[pb.Node], list[int]]:
+    """Decode framed bytes into (metadata, nodes, node byte offsets); node_index -1 means the metadata."""
+    if not buf:
+        raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
+    spans = frame_offsets(buf, path)
+    meta_start, meta_end = spans[0]
+    meta = pb.GlobalMetadata()
+    try:
+        meta.ParseFromString(buf[meta_end - _payload_len(buf, meta_start, meta_end) : meta_end])
+    except DecodeError as exc:
+        raise TraceFormatError(
+            f"GlobalMetadata does not decode: {exc}", path=path, offset=meta_start
+        ) from None
+    node_spans = spans[1:]
+    # One C-level parse of every node: each framed record becomes field 1 of NodeBatch once tag 0x0a
+    # is put in front of its varint length. This is what makes reading ~10x faster than a per-node loop.
+    mv = memoryview(buf)
+    joined = b"\n" + b"\n".join([mv[s:e] for s, e in node_spans]) if node_spans else b""
+    batch = NodeBatch()
+    try:
+        batch.ParseFromString(joined)
+    except DecodeError:
+        _raise_first_bad_node(buf, node_spans, path)
+    nodes = list(batch.nodes)
+    if len(nodes) != len(node_spans):  # pragma: no cover - guarded by the framing above
+        _raise_first_bad_node(buf, node_spans, path)
+    return meta, nodes, [s for s, _ in node_spans]
+
+
+def _payload_len(buf: bytes, start: int, end: int) -> int:
+    pos = start
+    while buf[pos] & 0x80:
+        pos += 1
+    return end - pos - 1
+
+
+def _raise_first_bad_node(buf: bytes, spans: Sequence[tuple[int, int]], path: str) -> None:
+    for index, (s, e) in enumerate(spans):
+        payload = buf[e - _payload_len(buf, s, e) : e]
+        try:
+            pb.Node.FromString(payload)
+        except DecodeError as exc:
+            raise TraceFormatError(
+                f"node does not decode: {exc}", path=path, node_index=index, offset=s
+            ) from None
+    raise TraceFormatError("stream does not decode", path=path)
+
+
+def read_et(path: str | os.PathLike[str]) -> EtFile:
+    """Read one `.et` file (plain or gzip) into an EtFile."""
+    p = os.fspath(path)
+    buf, gz = read_bytes(p)
+    meta, nodes, offsets = decode_stream(buf, p)
+    return EtFile(path=p, metadata=meta, nodes=nodes, offsets=offsets, gzipped=gz)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
+
+
+def encode_stream(metadata: pb.GlobalMetadata, nodes: Iterable[pb.Node]) -> bytes:
+    """Frame metadata and nodes exactly as Chakra's protoio writers do."""
+    parts: list[bytes] = []
+    append = parts.append
+    small = _SMALL_VARINTS
+    for msg in (metadata, *nodes) if not isinstance(nodes, list) else [metadata, *nodes]:
+        data = msg.SerializeToString()
+        n = len(data)
+        append(small[n] if n < 16384 else _varint(n))
+        append(data)
+    return b"".join(parts)
+
+
+def write_et(
+    path: str | os.PathLike[str],
+    nodes: Iterable[pb.Node],
+    metadata: pb.GlobalMetadata | None = None,
+    *,
+    gzip_level: int = 6,
+) -> None:
+    """Write one `.et` file; gzip-compressed when the name ends in `.gz`, like Chakra's C++ writer."""
+    p = os.fspath(path)
+    if metadata is None:
+        metadata = pb.GlobalMetadata(version="1.0.0")
+    data = encode_stream(metadata, nodes)
+    if p.endswith(".gz"):
+        # mtime=0 keeps the output byte-identical across runs.
+        data = gzip.compress(data, compresslevel=gzip_level, mtime=0)
+    parent = os.path.dirname(p)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    with open(p, "wb") as fh:
+        fh.write(data)
+
+
+def count_messages(buf: bytes, path: str = "<bytes>") -> int:
+    """Number of framed messages (metadata included) without decoding any."""
+    return len(frame_offsets(buf, path))

@@ -1,0 +1,124 @@
+"""Trace sets: `<prefix>.<rank>.et` for ranks 0..N-1, discovered from a file, a prefix or a folder."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from traces import pb
+from traces.errors import TraceSetError
+from traces.stream import EtFile, read_et, write_et
+
+# <prefix>.<rank>.et, optionally gzip-compressed (.et.gz), as ASTRA-sim and Chakra's converters name them.
+_RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+
+
+@dataclass(frozen=True)
+class TraceSet:
+    """The per-rank files of one trace set; files are decoded lazily and cached."""
+
+    prefix: str
+    paths: tuple[str, ...]  # indexed by rank
+    _cache: dict[int, EtFile] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks in the set."""
+        return len(self.paths)
+
+    @property
+    def directory(self) -> str:
+        """Folder holding the files."""
+        return os.path.dirname(self.paths[0]) or "."
+
+    def load(self, rank: int) -> EtFile:
+        """Decode (once) and return one rank's file."""
+        if rank not in self._cache:
+            self._cache[rank] = read_et(self.paths[rank])
+        return self._cache[rank]
+
+    def __iter__(self) -> Iterator[EtFile]:
+        for r in range(self.num_ranks):
+            yield self.load(r)
+
+    def release(self, rank: int) -> None:
+        """Drop a decoded file from the cache (to bound memory on big sets)."""
+        self._cache.pop(rank, None)
+
+
+def _collect(directory: str, want_prefix: str | None) -> dict[str, dict[int, str]]:
+    found: dict[str, dict[int, str]] = {}
+    try:
+        names = sorted(os.listdir(directory or "."))
+    except OSError as exc:
+        raise TraceSetError(f"cannot list folder: {exc.strerror or exc}", path=directory) from None
+    for name in names:
+        m = _RANK_FILE.match(name)
+        if not m:
+            continue
+        prefix = os.path.join(directory, m["prefix"]) if directory else m["prefix"]
+        if want_prefix is not None and prefix != want_prefix:
+            continue
+        ranks = found.setdefault(prefix, {})
+        rank = int(m["rank"])
+        if rank in ranks:
+            raise TraceSetError(
+                f"rank {rank} present twice ({os.path.basename(ranks[rank])} and {name})", path=prefix
+            )
+        ranks[rank] = os.path.join(directory, name) if directory else name
+    return found
+
+
+def _as_set(prefix: str, ranks: Mapping[int, str]) -> TraceSet:
+    n = max(ranks) + 1
+    missing = [r for r in range(n) if r not in ranks]
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        raise TraceSetError(
+            f"trace set has gaps: ranks {shown} missing of 0..{n - 1}", path=f"{prefix}.<rank>.et"
+        )
+    return TraceSet(prefix=prefix, paths=tuple(ranks[r] for r in range(n)))
+
+
+def discover(path: str | os.PathLike[str]) -> TraceSet:
+    """Resolve PATH (a `.et` file, a `<prefix>` of `<prefix>.<rank>.et` files, or a folder) to a TraceSet.
+
+    A single file that is not named `<prefix>.<rank>.et` is a one-rank set.
+    """
+    p = os.fspath(path).rstrip("/") or "/"
+    if os.path.isdir(p):
+        found = _collect(p, None)
+        if not found:
+            raise TraceSetError("no <prefix>.<rank>.et files in folder", path=p)
+        if len(found) > 1:
+            names = ", ".join(sorted(os.path.basename(k) for k in found))
+            raise TraceSetError(f"folder holds several trace sets ({names}): pass a prefix", path=p)
+        ((prefix, ranks),) = found.items()
+        return _as_set(prefix, ranks)
+    if os.path.isfile(p):
+        return TraceSet(prefix=p, paths=(p,))
+    directory, base = os.path.split(p)
+    found = _collect(directory, p)
+    if not found:
+        raise TraceSetError("no such file, folder or trace-set prefix", path=p)
+    return _as_set(p, found[p])
+
+
+def write_trace_set(
+    prefix: str | os.PathLike[str],
+    per_rank: Sequence[Sequence[pb.Node]] | Mapping[int, Sequence[pb.Node]],
+    metadata: pb.GlobalMetadata | Sequence[pb.GlobalMetadata] | None = None,
+    *,
+    gz: bool = False,
+) -> list[str]:
+    """Write `<prefix>.<rank>.et` (or `.et.gz`) for every rank; returns the paths in rank order."""
+    items = per_rank.items() if isinstance(per_rank, Mapping) else enumerate(per_rank)
+    paths = []
+    for rank, nodes in sorted(items, key=lambda kv: kv[0]):
+        meta = metadata[rank] if isinstance(metadata, Sequence) else metadata
+        path = f"{os.fspath(prefix)}.{rank}.et" + (".gz" if gz else "")
+        write_et(path, nodes, meta)
+        paths.append(path)
+    return paths

@@ -1,0 +1,1 @@
+"""xsim's command line: parses arguments and wires the packages' public functions together."""

@@ -1,0 +1,5 @@
+"""`python -m xsim`."""
+
+from xsim.cli import main
+
+raise SystemExit(main())
