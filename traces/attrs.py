@@ -311,3 +311,6 @@ def make_node(
     if attrs:
         node.attr.extend(make_attr(k, v) for k, v in attrs.items())
     return node
+
+
+PP_BOUNDARY = "pp_boundary"  # int64 1 on stage-boundary P2P nodes the generator emits (the rewriter's anchor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from traces import pb
 from traces.errors import TraceError
 
 ALL_RANKS_NAMES = frozenset({"", "0"})  # ASTRA-sim: pg_name "" or "0" means every rank
+_LEADING_INT = re.compile(r"^\s*[+-]?\d+")
 
 
 @dataclass(frozen=True)
@@ -22,11 +24,22 @@ class ProcessGroups:
     source: str = "default"
 
     def members(self, name: str) -> tuple[int, ...] | None:
-        """Ranks of group `name`, or None when the name is unknown."""
+        """Ranks of group `name`, or None when the name is unknown.
+
+        Names are matched as ASTRA-sim does, through `std::stoi`: its leading integer, so "1.0" is group 1
+        (the ASTRA-sim artifacts' T2D example writes such names).
+        """
         if name in self.groups:
             return self.groups[name]
         if name in ALL_RANKS_NAMES:
             return tuple(range(self.num_ranks))
+        m = _LEADING_INT.match(name)
+        if m:
+            key = str(int(m.group(0)))
+            if key in self.groups:
+                return self.groups[key]
+            if key == "0":
+                return tuple(range(self.num_ranks))
         return None
 
 

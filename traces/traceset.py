@@ -9,10 +9,17 @@ from dataclasses import dataclass, field
 
 from traces import pb
 from traces.errors import TraceSetError
+from traces.jsonview import is_json_file, load_json
 from traces.stream import EtFile, read_et, write_et
 
 # <prefix>.<rank>.et, optionally gzip-compressed (.et.gz), as ASTRA-sim and Chakra's converters name them.
-_RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
+# Chakra feeder JSON and xsim's JSON view use the same naming with .json.
+_RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.(?:et|json)(?:\.gz)?$")
+
+
+def load_trace_file(path: str | os.PathLike[str]) -> EtFile:
+    """Read one rank's file whatever its encoding: framed protobuf (.et, gzip or not) or JSON."""
+    return load_json(path) if is_json_file(path) else read_et(path)
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,7 @@ class TraceSet:
     def load(self, rank: int) -> EtFile:
         """Decode (once) and return one rank's file."""
         if rank not in self._cache:
-            self._cache[rank] = read_et(self.paths[rank])
+            self._cache[rank] = load_trace_file(self.paths[rank])
         return self._cache[rank]
 
     def __iter__(self) -> Iterator[EtFile]:

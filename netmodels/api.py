@@ -1,0 +1,125 @@
+"""The interface between the replay engine and every network model: specs, completions, the protocol."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from netmodels.errors import AlgorithmError, NetworkModelError, RankError
+
+COLLECTIVE_KINDS: tuple[str, ...] = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "barrier",
+)
+ROOTED_KINDS: frozenset[str] = frozenset({"broadcast", "reduce", "gather", "scatter"})
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One collective over a process group; `size_bytes` follows Chakra's comm_size semantics."""
+
+    kind: str
+    size_bytes: int
+    ranks: tuple[int, ...]
+    algorithm: str | None = None
+    root: int | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished collective or P2P transfer: the handle start_* returned and its finish times (ns)."""
+
+    handle: int
+    finish_ns: int
+    per_rank_finish_ns: tuple[int, ...]
+
+
+@runtime_checkable
+class NetworkModel(Protocol):
+    """What the replay engine calls: start transfers at now_ns, ask for the next event, advance."""
+
+    name: str
+    num_ranks: int
+
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Start a collective whose members have all arrived at now_ns; returns its handle."""
+        ...
+
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """Start a point-to-point transfer of size_bytes from src to dst at now_ns; returns its handle."""
+        ...
+
+    def next_event_ns(self) -> int | None:
+        """Earliest time at which something inside the model happens, None when idle."""
+        ...
+
+    def advance(self, until_ns: int) -> list[Completion]:
+        """Process internal events with time <= until_ns; return completions in deterministic order."""
+        ...
+
+
+def ceil_ns(t: float) -> int:
+    """Round a float time in ns up to an integer ns, forgiving float noise below 1e-6 ns."""
+    return int(math.ceil(t - 1e-6))
+
+
+def validate_spec(spec: CollectiveSpec, num_ranks: int) -> tuple[int, ...]:
+    """Check a collective spec against a model's rank count; returns the group's ranks."""
+    if spec.kind not in COLLECTIVE_KINDS:
+        raise AlgorithmError(f"unknown collective kind {spec.kind!r} (known: {', '.join(COLLECTIVE_KINDS)})")
+    if not isinstance(spec.size_bytes, int) or spec.size_bytes < 0:
+        raise NetworkModelError(f"collective size must be a non-negative integer, got {spec.size_bytes!r}")
+    ranks = tuple(spec.ranks)
+    if not ranks:
+        raise RankError("collective has an empty process group")
+    validate_ranks(ranks, num_ranks)
+    if len(set(ranks)) != len(ranks):
+        raise RankError(f"process group repeats a rank: {list(ranks)}")
+    if spec.root is not None and spec.root not in ranks:
+        raise RankError(f"root rank {spec.root} is not in the process group {list(ranks)}")
+    return ranks
+
+
+def validate_ranks(ranks: Sequence[int], num_ranks: int) -> None:
+    """Raise RankError when any rank lies outside [0, num_ranks)."""
+    for r in ranks:
+        if not isinstance(r, int) or r < 0 or r >= num_ranks:
+            raise RankError(f"rank {r!r} is outside the topology (ranks 0..{num_ranks - 1})")
+
+
+def root_index(spec: CollectiveSpec) -> int:
+    """Index of the root within spec.ranks (ranks[0] when no root is given)."""
+    return 0 if spec.root is None else spec.ranks.index(spec.root)
+
+
+def simulate_collective(model: NetworkModel, spec: CollectiveSpec) -> Completion:
+    """Start one collective at t=0 on an idle model and run it to completion."""
+    handle = model.start_collective(0, spec)
+    while True:
+        t = model.next_event_ns()
+        if t is None:
+            raise NetworkModelError(f"model {model.name!r} went idle before collective {handle} completed")
+        for c in model.advance(t):
+            if c.handle == handle:
+                return c
+
+
+def simulate_p2p(model: NetworkModel, src: int, dst: int, size_bytes: int) -> Completion:
+    """Start one point-to-point transfer at t=0 on an idle model and run it to completion."""
+    handle = model.start_p2p(0, src, dst, size_bytes)
+    while True:
+        t = model.next_event_ns()
+        if t is None:
+            raise NetworkModelError(f"model {model.name!r} went idle before transfer {handle} completed")
+        for c in model.advance(t):
+            if c.handle == handle:
+                return c

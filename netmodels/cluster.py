@@ -1,0 +1,322 @@
+"""Build cluster topologies from a plain description (deployment.json's "cluster") or a compact spec string."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from netmodels.errors import NetworkModelError, TopologyError
+from netmodels.presets import canonical_gpu, interconnect
+from netmodels.topology import (
+    GPU,
+    Topology,
+    add_duplex,
+    fully_connected_topology,
+    multi_dim_topology,
+    ring_topology,
+    switch_topology,
+)
+from netmodels.units import parse_bandwidth, parse_time_ns
+
+FABRICS = ("switch", "fat_tree", "rail")
+
+
+def _bw(value: Any, what: str) -> float:
+    try:
+        return parse_bandwidth(value)
+    except NetworkModelError as exc:
+        raise TopologyError(f"{what}: {exc}") from None
+
+
+def _lat(value: Any, what: str) -> float:
+    try:
+        return parse_time_ns(value)
+    except NetworkModelError as exc:
+        raise TopologyError(f"{what}: {exc}") from None
+
+
+def build_cluster(desc: Mapping) -> Topology:
+    """Build a cluster Topology from a description with "preset", "nodes", "fabric" and optional "links"."""
+    if not isinstance(desc, Mapping):
+        raise TopologyError(f"cluster description must be a mapping, got {type(desc).__name__}")
+    if "clusters" in desc:
+        return _build_multi_cluster(desc)
+    g = nx.DiGraph()
+    placed: dict[int, tuple[str, str]] = {}
+    nics = _add_nodes(g, desc, "", placed)
+    _add_fabric(g, desc.get("fabric") or {"kind": "switch"}, nics, prefix="")
+    _apply_overrides(g, desc.get("links") or [])
+    return _finish(str(desc.get("name", "cluster")), g, placed)
+
+
+def _finish(name: str, g: nx.DiGraph, placed: dict[int, tuple[str, str]]) -> Topology:
+    n = len(placed)
+    if sorted(placed) != list(range(n)):
+        missing = sorted(set(range(max(placed) + 1)) - set(placed))
+        raise TopologyError(f"ranks must be 0..{n - 1} with none missing; missing {missing[:5]}")
+    return Topology(name, g, tuple(placed[r][0] for r in range(n)), tuple(placed[r][1] for r in range(n)))
+
+
+def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
+    preset = str(desc.get("preset", "table5"))
+    nodes = desc.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise TopologyError('cluster description needs a non-empty "nodes" list')
+    nics: list[tuple] = []  # (nic device, local index, bandwidth, latency)
+    next_rank = max(placed) + 1 if placed else 0
+    for i, node in enumerate(nodes):
+        if not isinstance(node, Mapping):
+            raise TopologyError(f"node #{i} must be a mapping")
+        name = prefix + str(node.get("name", f"node{i}"))
+        if "gpu" not in node:
+            raise TopologyError(f'node {name!r} has no "gpu" type')
+        hw = interconnect(preset, canonical_gpu(node["gpu"]))
+        ranks = node.get("ranks")
+        if ranks is None:
+            count = node.get("count")
+            if not isinstance(count, int) or count < 1:
+                raise TopologyError(f'node {name!r} needs "ranks" (list) or "count" (positive integer)')
+            ranks = list(range(next_rank, next_rank + count))
+        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
+            raise TopologyError(f'node {name!r}: "ranks" must be a non-empty list of non-negative integers')
+        next_rank = max(next_rank, max(ranks) + 1)
+        su_bw = _bw(node.get("scale_up_bandwidth", hw.scale_up_bandwidth), f"node {name} scale_up_bandwidth")
+        su_lat = _lat(node.get("scale_up_latency", hw.scale_up_latency_ns), f"node {name} scale_up_latency")
+        pcie_bw = _bw(node.get("pcie_bandwidth", hw.pcie_bandwidth), f"node {name} pcie_bandwidth")
+        pcie_lat = _lat(node.get("pcie_latency", hw.pcie_latency_ns), f"node {name} pcie_latency")
+        nic_bw = _bw(node.get("nic_bandwidth", hw.nic_bandwidth), f"node {name} nic_bandwidth")
+        nic_lat = _lat(node.get("nic_latency", hw.nic_latency_ns), f"node {name} nic_latency")
+        scale_up = node.get("scale_up", "nvlink")
+        nic_mode = node.get("nic", "per_gpu")
+        if scale_up not in ("nvlink", "pcie"):
+            raise TopologyError(f"node {name!r}: scale_up must be nvlink or pcie, got {scale_up!r}")
+        if nic_mode not in ("per_gpu", "per_node"):
+            raise TopologyError(f"node {name!r}: nic must be per_gpu or per_node, got {nic_mode!r}")
+        hub = f"{name}/nvswitch" if scale_up == "nvlink" else f"{name}/pcie"
+        if len(ranks) > 1:
+            g.add_node(hub, kind="switch")
+        if nic_mode == "per_node":
+            g.add_node(f"{name}/nic", kind="nic")
+            nics.append((f"{name}/nic", 0, nic_bw, nic_lat))
+        for j, r in enumerate(ranks):
+            if r in placed:
+                raise TopologyError(f"rank {r} is placed on both {placed[r][1]} and {name}")
+            dev = f"{name}/gpu{j}"
+            g.add_node(dev, kind=GPU, gpu=hw.gpu, host=name, local_index=j)
+            placed[r] = (dev, name)
+            if len(ranks) > 1:
+                # NVLink: one hop GPU->NVSwitch at the table's delay; PCIe: each crossing is half of the 2x delay.
+                lat = su_lat if scale_up == "nvlink" else pcie_lat / 2
+                bw = su_bw if scale_up == "nvlink" else pcie_bw
+                add_duplex(g, dev, hub, bw, lat, "scaleup")
+            if nic_mode == "per_gpu":
+                nic = f"{name}/nic{j}"
+                g.add_node(nic, kind="nic")
+                nics.append((nic, j, nic_bw, nic_lat))
+            else:
+                nic = f"{name}/nic"
+            add_duplex(g, dev, nic, pcie_bw, pcie_lat, "pcie")
+    return nics
+
+
+def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> list[str]:
+    if not isinstance(fabric, Mapping):
+        raise TopologyError('"fabric" must be a mapping such as {"kind": "switch"}')
+    kind = fabric.get("kind", "switch")
+    # The paper's tables give no switch-to-switch latency; 0 unless the description sets one.
+    link_lat = _lat(fabric.get("link_latency", 0), "fabric link_latency")
+    over = fabric.get("oversubscription", 1)
+    if not isinstance(over, int | float) or not over >= 1:
+        raise TopologyError(f"fabric oversubscription must be a number >= 1, got {over!r}")
+    max_nic = max(bw for _, _, bw, _ in nics)
+    link_bw = _bw(fabric.get("link_bandwidth", max_nic), "fabric link_bandwidth")
+    if kind == "switch":
+        sw = prefix + "switch"
+        g.add_node(sw, kind="switch")
+        for nic, _, bw, lat in nics:
+            add_duplex(g, nic, sw, bw, lat, "nic")
+        return [sw]
+    if kind == "rail":
+        spine = prefix + "spine"
+        g.add_node(spine, kind="switch")
+        rails: dict[int, float] = {}
+        for nic, j, bw, lat in nics:
+            rail = f"{prefix}rail{j}"
+            g.add_node(rail, kind="switch")
+            add_duplex(g, nic, rail, bw, lat, "nic")
+            rails[j] = rails.get(j, 0.0) + bw
+        # Cross-rail traffic climbs to one spine; its links carry a whole rail's NIC bandwidth / oversubscription.
+        for j, total in sorted(rails.items()):
+            add_duplex(g, f"{prefix}rail{j}", spine, total / over, link_lat, "fabric")
+        return [spine]
+    if kind == "fat_tree":
+        k = fabric.get("k")
+        if not isinstance(k, int) or k < 2 or k % 2:
+            raise TopologyError(f"fat_tree needs an even integer k >= 2, got {k!r}")
+        half = k // 2
+        if len(nics) > k**3 // 4:
+            raise TopologyError(f"fat_tree k={k} holds {k**3 // 4} NICs, the cluster has {len(nics)}")
+        pods = math.ceil(len(nics) / (half * half))
+        up_bw = link_bw / over
+        cores = [f"{prefix}core{c}" for c in range(half * half)]
+        for c in cores:
+            g.add_node(c, kind="switch")
+        for p in range(pods):
+            aggs = [f"{prefix}pod{p}/agg{a}" for a in range(half)]
+            for a, agg in enumerate(aggs):
+                g.add_node(agg, kind="switch")
+                for c in range(half):
+                    add_duplex(g, agg, cores[a * half + c], up_bw, link_lat, "fabric")
+            for e in range(half):
+                edge = f"{prefix}pod{p}/edge{e}"
+                g.add_node(edge, kind="switch")
+                for agg in aggs:
+                    add_duplex(g, edge, agg, up_bw, link_lat, "fabric")
+        for i, (nic, _, bw, lat) in enumerate(nics):
+            p, e = divmod(i // half, half)
+            add_duplex(g, nic, f"{prefix}pod{p}/edge{e}", bw, lat, "nic")
+        return cores
+    raise TopologyError(f"unknown fabric kind {kind!r} (known: {', '.join(FABRICS)})")
+
+
+def _apply_overrides(g: nx.DiGraph, links: list) -> None:
+    if not isinstance(links, list):
+        raise TopologyError('"links" must be a list of {"src", "dst", "bandwidth"?, "latency"?}')
+    for i, o in enumerate(links):
+        if not isinstance(o, Mapping) or "src" not in o or "dst" not in o:
+            raise TopologyError(f'link override #{i} needs "src" and "dst"')
+        pairs = [(o["src"], o["dst"])] if o.get("directed") else [(o["src"], o["dst"]), (o["dst"], o["src"])]
+        for u, v in pairs:
+            if not g.has_edge(u, v):
+                raise TopologyError(f"link override #{i}: no link {u} -> {v} in the cluster")
+            if "bandwidth" in o:
+                g[u][v]["bandwidth"] = _bw(o["bandwidth"], f"link override {u}->{v}")
+            if "latency" in o:
+                g[u][v]["latency_ns"] = _lat(o["latency"], f"link override {u}->{v}")
+
+
+def _build_multi_cluster(desc: Mapping) -> Topology:
+    clusters = desc["clusters"]
+    if not isinstance(clusters, list) or len(clusters) < 2:
+        raise TopologyError('"clusters" must list at least two cluster descriptions')
+    inter = desc.get("inter_cluster")
+    if not isinstance(inter, Mapping) or "bandwidth" not in inter or "latency" not in inter:
+        raise TopologyError('"inter_cluster" needs "bandwidth" and "latency" for the links between clusters')
+    bw = _bw(inter["bandwidth"], "inter_cluster bandwidth")
+    lat = _lat(inter["latency"], "inter_cluster latency")
+    g = nx.DiGraph()
+    g.add_node("wan", kind="switch")
+    placed: dict[int, tuple[str, str]] = {}
+    for c, sub in enumerate(clusters):
+        if not isinstance(sub, Mapping):
+            raise TopologyError(f"cluster #{c} must be a mapping")
+        prefix = f"{sub.get('name', f'c{c}')}/"
+        nics = _add_nodes(g, sub, prefix, placed)
+        for t in _add_fabric(g, sub.get("fabric") or {"kind": "switch"}, nics, prefix):
+            add_duplex(g, t, "wan", bw, lat, "inter_cluster")
+    _apply_overrides(g, desc.get("links") or [])
+    return _finish(str(desc.get("name", "clusters")), g, placed)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compact spec strings for the command line.
+
+SPEC_HELP = (
+    "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
+    "nodes:[K*]GPUxN,...[:preset=table5|table6][:fabric=switch|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
+    "cluster:FILE.json | astra:NETWORK.yml"
+)
+
+
+def topology_from_spec(spec: str) -> Topology:
+    """Build a Topology from a compact spec string (see SPEC_HELP and docs/netmodels.md)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise TopologyError(f"cannot parse topology {spec!r}; expected {SPEC_HELP}")
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind in ("ring", "switch", "fc", "fully_connected"):
+        parts = rest.split(":")
+        if len(parts) != 3:
+            raise TopologyError(f"{kind} topology needs N:BW:LAT, e.g. {kind}:8:50GBps:500ns; got {spec!r}")
+        try:
+            n = int(parts[0])
+        except ValueError:
+            raise TopologyError(f"{kind}: rank count must be an integer, got {parts[0]!r}") from None
+        bw = _bw(parts[1], f"{kind} bandwidth")
+        lat = _lat(parts[2], f"{kind} latency")
+        build = {"ring": ring_topology, "switch": switch_topology}.get(kind, fully_connected_topology)
+        return build(n, bw, lat)
+    if kind == "nodes":
+        return build_cluster(_nodes_desc(rest))
+    if kind == "cluster":
+        return build_cluster(load_cluster_json(rest))
+    if kind == "astra":
+        from netmodels.astra import load_network_yml
+
+        net = load_network_yml(rest)
+        return multi_dim_topology(
+            (d.topology_kind, d.npus, d.bytes_per_ns * 1e9, d.latency_ns) for d in net.dims
+        )
+    raise TopologyError(f"unknown topology kind {kind!r}; expected {SPEC_HELP}")
+
+
+def _nodes_desc(rest: str) -> dict:
+    items, *opts = rest.split(":")
+    desc: dict[str, Any] = {"preset": "table5", "nodes": [], "fabric": {"kind": "switch"}}
+    node_opts: dict[str, str] = {}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if not eq:
+            raise TopologyError(f"nodes option {opt!r} must be key=value")
+        if key == "preset":
+            desc["preset"] = value
+        elif key == "fabric":
+            desc["fabric"]["kind"] = value
+        elif key in ("k", "oversubscription"):
+            try:
+                desc["fabric"][key] = int(value) if key == "k" else float(value)
+            except ValueError:
+                raise TopologyError(f"nodes option {key} must be a number, got {value!r}") from None
+        elif key in ("scale_up", "nic"):
+            node_opts[key] = value
+        else:
+            raise TopologyError(
+                f"unknown nodes option {key!r} (preset, fabric, k, oversubscription, scale_up, nic)"
+            )
+    rank = 0
+    for item in items.split(","):
+        m = re.fullmatch(r"\s*(?:(\d+)\*)?([A-Za-z0-9-]+)x(\d+)\s*", item)
+        if not m:
+            raise TopologyError(f"cannot parse node group {item!r}; expected [K*]GPUxN such as 2*H100x4")
+        reps, gpu, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
+        if reps < 1 or count < 1:
+            raise TopologyError(f"node group {item!r} must have positive counts")
+        for _ in range(reps):
+            i = len(desc["nodes"])
+            desc["nodes"].append(
+                {"name": f"node{i}", "gpu": gpu, "ranks": list(range(rank, rank + count)), **node_opts}
+            )
+            rank += count
+    return desc
+
+
+def load_cluster_json(path: str | Path) -> dict:
+    """Read a cluster description from a JSON file (the file itself, or its "cluster" key)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise TopologyError(f"cannot read cluster file {p}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and "cluster" in data and "nodes" not in data:
+        data = data["cluster"]
+    if not isinstance(data, dict):
+        raise TopologyError(f"{p}: a cluster description must be a JSON object")
+    return data

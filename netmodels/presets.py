@@ -1,0 +1,81 @@
+"""Interconnect parameters per GPU type: the paper's Table 5 (real testbed) and Table 6 (simulation-only).
+
+Bandwidths are per link and per direction in bytes/s; delays in ns. The paper gives Gb/s (bits), so every
+value below is converted with / 8. "PCIe delay 2x287.5 ns" is a GPU->NIC traversal that crosses the PCIe
+switch twice; xsim puts the whole 2x value on the GPU<->NIC link (and half of it on each link of a PCIe
+scale-up switch, so GPU->switch->GPU also costs 2x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netmodels.errors import TopologyError
+
+GBIT = 1e9 / 8  # bytes/s in one Gb/s
+
+
+@dataclass(frozen=True)
+class InterconnectPreset:
+    """Scale-up, PCIe and NIC parameters of one GPU type (bytes/s, ns)."""
+
+    gpu: str
+    scale_up_bandwidth: float
+    scale_up_latency_ns: float
+    pcie_bandwidth: float
+    pcie_latency_ns: float  # the full GPU->NIC PCIe traversal (the paper's "2 x d")
+    nic_bandwidth: float
+    nic_latency_ns: float
+    source: str
+
+
+def _p(gpu, su_gbps, su_ns, pcie_gbps, pcie_half_ns, nic_gbps, nic_ns, source) -> InterconnectPreset:
+    return InterconnectPreset(
+        gpu, su_gbps * GBIT, su_ns, pcie_gbps * GBIT, 2 * pcie_half_ns, nic_gbps * GBIT, nic_ns, source
+    )
+
+
+_T5 = "xsim paper Table 5 (real-world cluster interconnect)"
+_T6 = "xsim paper Table 6 (simulation-only cluster)"
+# A100-80GB is not in the paper's tables; its NVLink (Gen3, 600 GB/s total) and PCIe Gen4 match the 40GB
+# part per the NVIDIA A100 datasheet, so it reuses the A100 40GB row.
+_A100_NOTE = "; A100-80GB reuses the A100 40GB row (same NVLink Gen3 / PCIe Gen4, NVIDIA A100 datasheet)"
+# H200/B200 are absent from Table 6: their scale-up and PCIe rows come from Table 5 and the NIC from
+# Table 6's ConnectX-7 row (400 Gb/s, 368 ns).
+_T6_NOTE = "; H200/B200 absent from Table 6: scale-up/PCIe from Table 5, NIC from Table 6's ConnectX-7 row"
+
+PRESETS: dict[str, dict[str, InterconnectPreset]] = {
+    "table5": {
+        "A100-40GB": _p("A100-40GB", 2400, 30.66, 256, 287.5, 10, 3000, _T5),
+        "A100-80GB": _p("A100-80GB", 2400, 30.66, 256, 287.5, 10, 3000, _T5 + _A100_NOTE),
+        "H100": _p("H100", 3600, 20.44, 512, 143.75, 10, 1500, _T5),
+        "H200": _p("H200", 3600, 20.44, 512, 143.75, 200, 368, _T5),
+        "B200": _p("B200", 7200, 10.22, 512, 143.75, 200, 368, _T5),
+    },
+    "table6": {
+        "A100-40GB": _p("A100-40GB", 2400, 30.66, 256, 287.5, 400, 368, _T6),
+        "A100-80GB": _p("A100-80GB", 2400, 30.66, 256, 287.5, 400, 368, _T6 + _A100_NOTE),
+        "H100": _p("H100", 3600, 20.44, 512, 143.75, 400, 368, _T6),
+        "H200": _p("H200", 3600, 20.44, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
+        "B200": _p("B200", 7200, 10.22, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
+    },
+}
+
+GPU_ALIASES: dict[str, str] = {"A100": "A100-40GB"}
+GPU_NAMES: tuple[str, ...] = ("A100-40GB", "A100-80GB", "H100", "H200", "B200")
+
+
+def canonical_gpu(name: str) -> str:
+    """The project's GPU name for name ("A100" is the paper's A100 40GB)."""
+    g = GPU_ALIASES.get(str(name), str(name))
+    if g not in GPU_NAMES:
+        raise TopologyError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}, alias A100)")
+    return g
+
+
+def interconnect(preset: str, gpu: str) -> InterconnectPreset:
+    """The interconnect parameters of gpu under the named preset ("table5" or "table6")."""
+    table = PRESETS.get(preset)
+    if table is None:
+        raise TopologyError(f"unknown interconnect preset {preset!r} (known: {', '.join(PRESETS)})")
+    return table[canonical_gpu(gpu)]

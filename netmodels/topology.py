@@ -1,0 +1,253 @@
+"""Topologies: a networkx graph of devices and directed links, the ranks placed on it, and its routing.
+
+Units: link bandwidth in bytes/s (graph attribute `bandwidth`), link latency in ns (`latency_ns`, float).
+Routing: shortest path by hop count that never transits another GPU; among equal-cost next hops one is
+picked by a CRC32 hash of (source, destination, current device): deterministic ECMP, stable across runs.
+"""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from netmodels.api import validate_ranks
+from netmodels.errors import RankError, TopologyError
+
+GPU = "gpu"
+# Routing cost per link: scale-up links (NVLink/PCIe inside a host) are cheaper than scale-out hops, so
+# intra-host traffic stays on the scale-up fabric even where a NIC would offer an equally short detour.
+SCALE_UP_KINDS = frozenset({"scaleup"})
+
+
+def link_cost(attrs: dict) -> int:
+    """Routing cost of a link: 1 on the scale-up fabric, 2 elsewhere."""
+    return 1 if attrs.get("kind") in SCALE_UP_KINDS else 2
+
+
+@dataclass(frozen=True)
+class Route:
+    """A routed path between two ranks: link indices, summed latency (ns), bottleneck bandwidth (B/ns)."""
+
+    links: tuple[int, ...]
+    latency_ns: float
+    bottleneck_bytes_per_ns: float
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Devices and directed links (networkx DiGraph) with ranks placed on GPU devices."""
+
+    name: str
+    graph: nx.DiGraph
+    rank_nodes: tuple[str, ...]
+    # Host (server) of each rank: ranks on one host share its scale-up domain (hierarchical collectives).
+    rank_hosts: tuple[str, ...] = ()
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_graph(self.graph, self.rank_nodes)
+        if not self.rank_hosts:
+            object.__setattr__(self, "rank_hosts", tuple(self.rank_nodes))
+        edges = list(self.graph.edges(data=True))
+        index = {(u, v): i for i, (u, v, _) in enumerate(edges)}
+        # Per-link arrays in bytes/ns and ns: the flow model works on these, never on the graph.
+        self._cache["links"] = [(u, v) for u, v, _ in edges]
+        self._cache["index"] = index
+        self._cache["bw"] = np.array([d["bandwidth"] / 1e9 for _, _, d in edges], dtype=np.float64)
+        self._cache["lat"] = np.array([float(d["latency_ns"]) for _, _, d in edges], dtype=np.float64)
+        cost = {(u, v): link_cost(d) for u, v, d in edges}
+        self._cache["adj"] = {
+            n: [(v, cost[(n, v)]) for v in sorted(self.graph.successors(n))] for n in self.graph
+        }
+        self._cache["radj"] = {
+            n: [(u, cost[(u, n)]) for u in sorted(self.graph.predecessors(n))] for n in self.graph
+        }
+        self._cache["dist"] = {}
+        self._cache["routes"] = {}
+
+    @property
+    def num_ranks(self) -> int:
+        """Number of ranks (GPUs) placed on this topology."""
+        return len(self.rank_nodes)
+
+    @property
+    def link_bandwidth(self) -> np.ndarray:
+        """Bandwidth of every link in bytes/ns, indexed like `links`."""
+        return self._cache["bw"]
+
+    @property
+    def link_latency(self) -> np.ndarray:
+        """Latency of every link in ns, indexed like `links`."""
+        return self._cache["lat"]
+
+    @property
+    def links(self) -> list[tuple[str, str]]:
+        """Directed links as (from device, to device), in index order."""
+        return self._cache["links"]
+
+    def _dist_to(self, dst: str) -> dict[str, int]:
+        cached = self._cache["dist"].get(dst)
+        if cached is not None:
+            return cached
+        kinds = self.graph.nodes
+        radj = self._cache["radj"]
+        dist = {dst: 0}
+        heap = [(0, dst)]
+        while heap:
+            d, v = heapq.heappop(heap)
+            if d > dist[v]:
+                continue
+            for u, c in radj[v]:
+                nd = d + c
+                if nd < dist.get(u, 1 << 62):
+                    dist[u] = nd
+                    # GPUs originate and sink traffic but never forward it.
+                    if kinds[u].get("kind") != GPU:
+                        heapq.heappush(heap, (nd, u))
+        self._cache["dist"][dst] = dist
+        return dist
+
+    def route(self, src: int, dst: int) -> Route:
+        """The deterministic route from rank src to rank dst (empty when src == dst)."""
+        key = (src, dst)
+        routes = self._cache["routes"]
+        if key in routes:
+            return routes[key]
+        validate_ranks((src, dst), self.num_ranks)
+        a, b = self.rank_nodes[src], self.rank_nodes[dst]
+        links: list[int] = []
+        if a != b:
+            dist = self._dist_to(b)
+            if a not in dist:
+                raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
+            adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
+            u = a
+            while u != b:
+                nxt = [
+                    v
+                    for v, c in adj[u]
+                    if dist.get(v, -1) == dist[u] - c and (v == b or kinds[v].get("kind") != GPU)
+                ]
+                v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
+                links.append(index[(u, v)])
+                u = v
+        idx = np.array(links, dtype=np.int64)
+        lat = float(self._cache["lat"][idx].sum()) if links else 0.0
+        bw = float(self._cache["bw"][idx].min()) if links else float("inf")
+        r = Route(tuple(links), lat, bw)
+        routes[key] = r
+        return r
+
+    def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
+        """Uncontended time (float ns) for nbytes from src to dst: path latency + bytes / bottleneck."""
+        r = self.route(src, dst)
+        return r.latency_ns + (nbytes / r.bottleneck_bytes_per_ns if r.links else 0.0)
+
+    def hosts_of(self, ranks: Sequence[int]) -> list[str]:
+        """Host name of each given rank."""
+        validate_ranks(ranks, self.num_ranks)
+        return [self.rank_hosts[r] for r in ranks]
+
+
+def check_graph(graph: nx.DiGraph, rank_nodes: Sequence[str]) -> None:
+    """Validate links (positive bandwidth, non-negative latency) and rank placement."""
+    if not rank_nodes:
+        raise TopologyError("topology has no ranks")
+    for u, v, d in graph.edges(data=True):
+        bw, lat = d.get("bandwidth"), d.get("latency_ns")
+        if not isinstance(bw, int | float) or not bw > 0 or bw != bw:
+            raise TopologyError(f"link {u}->{v}: bandwidth must be positive bytes/s, got {bw!r}")
+        if not isinstance(lat, int | float) or lat < 0 or lat != lat:
+            raise TopologyError(f"link {u}->{v}: latency must be a non-negative number of ns, got {lat!r}")
+    seen: set[str] = set()
+    for r, n in enumerate(rank_nodes):
+        if n not in graph:
+            raise TopologyError(f"rank {r} is placed on device {n!r}, which is not in the topology")
+        if n in seen:
+            raise RankError(f"two ranks are placed on device {n!r}")
+        seen.add(n)
+
+
+def add_duplex(g: nx.DiGraph, u: str, v: str, bandwidth: float, latency_ns: float, kind: str) -> None:
+    """Add the two directed links u->v and v->u with the same bandwidth (bytes/s) and latency (ns)."""
+    g.add_edge(u, v, bandwidth=float(bandwidth), latency_ns=float(latency_ns), kind=kind)
+    g.add_edge(v, u, bandwidth=float(bandwidth), latency_ns=float(latency_ns), kind=kind)
+
+
+def _npus(n: int, name: str) -> tuple[nx.DiGraph, list[str]]:
+    if not isinstance(n, int) or n < 1:
+        raise TopologyError(f"{name}: number of ranks must be a positive integer, got {n!r}")
+    g = nx.DiGraph()
+    nodes = [f"npu{i}" for i in range(n)]
+    for x in nodes:
+        g.add_node(x, kind="npu")  # logical NPUs forward traffic, unlike cluster GPUs
+    return g, nodes
+
+
+def ring_topology(n: int, bandwidth: float, latency_ns: float) -> Topology:
+    """Bidirectional ring of n ranks: 2n directed links of the given bandwidth (B/s) and latency (ns)."""
+    g, nodes = _npus(n, "ring")
+    for i in range(n if n > 2 else n - 1):
+        add_duplex(g, nodes[i], nodes[(i + 1) % n], bandwidth, latency_ns, "ring")
+    return Topology(f"ring:{n}", g, tuple(nodes))
+
+
+def switch_topology(n: int, bandwidth: float, latency_ns: float) -> Topology:
+    """n ranks on one switch: every rank has an up and a down link of the given bandwidth and latency."""
+    g, nodes = _npus(n, "switch")
+    g.add_node("switch", kind="switch")
+    for x in nodes:
+        add_duplex(g, x, "switch", bandwidth, latency_ns, "switch")
+    return Topology(f"switch:{n}", g, tuple(nodes))
+
+
+def fully_connected_topology(n: int, bandwidth: float, latency_ns: float) -> Topology:
+    """n ranks with a direct link between every ordered pair."""
+    g, nodes = _npus(n, "fully connected")
+    for i in range(n):
+        for j in range(i + 1, n):
+            add_duplex(g, nodes[i], nodes[j], bandwidth, latency_ns, "fc")
+    return Topology(f"fc:{n}", g, tuple(nodes))
+
+
+def multi_dim_topology(dims: Iterable[tuple[str, int, float, float]]) -> Topology:
+    """ASTRA-sim-style multi-dimensional topology: (kind, size, bandwidth B/s, latency ns) per dim, dim 0 fastest."""
+    dims = list(dims)
+    if not dims:
+        raise TopologyError("a multi-dimensional topology needs at least one dimension")
+    sizes = [d[1] for d in dims]
+    for kind, size, _, _ in dims:
+        if kind not in ("ring", "switch", "fc"):
+            raise TopologyError(f"unknown dimension kind {kind!r} (ring, switch, fc)")
+        if not isinstance(size, int) or size < 1:
+            raise TopologyError(f"dimension size must be a positive integer, got {size!r}")
+    n = int(np.prod(sizes))
+    g, nodes = _npus(n, "multi-dim")
+    strides = [int(np.prod(sizes[:d])) for d in range(len(sizes))]
+    for d, (kind, size, bw, lat) in enumerate(dims):
+        if size == 1:
+            continue
+        stride = strides[d]
+        for r in range(n):
+            if (r // stride) % size != 0:
+                continue
+            members = [nodes[r + k * stride] for k in range(size)]
+            if kind == "ring":
+                for k in range(size if size > 2 else 1):
+                    add_duplex(g, members[k], members[(k + 1) % size], bw, lat, f"dim{d}")
+            elif kind == "fc":
+                for i in range(size):
+                    for j in range(i + 1, size):
+                        add_duplex(g, members[i], members[j], bw, lat, f"dim{d}")
+            else:
+                sw = f"dim{d}_switch{r}"
+                g.add_node(sw, kind="switch")
+                for x in members:
+                    add_duplex(g, x, sw, bw, lat, f"dim{d}")
+    name = "x".join(f"{k}{s}" for k, s, _, _ in dims)
+    return Topology(name, g, tuple(nodes))

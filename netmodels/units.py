@@ -1,0 +1,85 @@
+"""Parse human-written sizes, bandwidths and times ("1MiB", "50GBps", "400Gbps", "500ns") into base units."""
+
+from __future__ import annotations
+
+import re
+
+from netmodels.errors import UnitError
+
+# Decimal (SI) and binary (IEC) prefixes, as the IEC 80000-13 standard names them.
+_SIZE_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+}
+
+# Bandwidth suffixes -> bytes per second. "GBps"/"GB/s" are bytes (1e9), "Gbps"/"Gb/s" bits (1e9 / 8).
+_BW_UNITS: dict[str, float] = {
+    "Bps": 1.0,
+    "KBps": 1e3,
+    "MBps": 1e6,
+    "GBps": 1e9,
+    "TBps": 1e12,
+    "bps": 1 / 8,
+    "Kbps": 1e3 / 8,
+    "Mbps": 1e6 / 8,
+    "Gbps": 1e9 / 8,
+    "Tbps": 1e12 / 8,
+    "GiBps": float(2**30),
+}
+
+_TIME_UNITS: dict[str, float] = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+_NUM = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
+
+
+def parse_size(text: str | int) -> int:
+    """Parse a byte count such as 1048576, "1MiB", "16MB" or "2GiB" into an integer number of bytes."""
+    if isinstance(text, int):
+        if text < 0:
+            raise UnitError(f"size must not be negative, got {text}")
+        return text
+    m = re.fullmatch(_NUM + r"\s*([A-Za-z]*)", str(text).strip())
+    if not m or m.group(2) not in _SIZE_UNITS:
+        raise UnitError(f"cannot parse size {text!r} (examples: 1048576, 64KiB, 1MiB, 16MB, 2GiB)")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    if value != int(value):
+        raise UnitError(f"size {text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_bandwidth(text: str | float) -> float:
+    """Parse a bandwidth such as "50GBps", "50GB/s", "400Gbps" or a bare number (bytes/s) into bytes/s."""
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        s = str(text).strip().replace("/s", "ps")
+        m = re.fullmatch(_NUM + r"\s*([A-Za-z]*)", s)
+        if not m or (m.group(2) and m.group(2) not in _BW_UNITS):
+            raise UnitError(f"cannot parse bandwidth {text!r} (examples: 50GBps, 50GB/s, 400Gbps, 1e9)")
+        value = float(m.group(1)) * (_BW_UNITS[m.group(2)] if m.group(2) else 1.0)
+    if not value > 0:
+        raise UnitError(f"bandwidth must be positive, got {text!r}")
+    return value
+
+
+def parse_time_ns(text: str | float) -> float:
+    """Parse a latency such as "500ns", "1.5us", "3us" or a bare number (ns) into nanoseconds (float)."""
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        m = re.fullmatch(_NUM + r"\s*([a-zµ]*)", str(text).strip())
+        if not m or (m.group(2) and m.group(2) not in _TIME_UNITS):
+            raise UnitError(f"cannot parse time {text!r} (examples: 500ns, 1.5us, 3ms, 0)")
+        value = float(m.group(1)) * (_TIME_UNITS[m.group(2)] if m.group(2) else 1.0)
+    if value < 0:
+        raise UnitError(f"latency must not be negative, got {text!r}")
+    return value

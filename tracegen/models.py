@@ -1,0 +1,149 @@
+"""Model architectures: presets with their published numbers, user models, and parameter counts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tracegen.errors import CatalogError
+
+ACTIVATIONS = ("swiglu", "gelu")
+NORMS = ("rmsnorm", "layernorm")
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """A decoder-only transformer, as Megatron-LM builds it (pre-norm, no dropout in the FLOPs)."""
+
+    name: str
+    layers: int
+    hidden: int
+    ffn_hidden: int
+    heads: int
+    kv_heads: int  # = heads without grouped-query attention
+    vocab: int
+    seq_len: int
+    activation: str = "swiglu"  # swiglu: gate+up (2 x ffn) then down; gelu: up then down
+    norm: str = "rmsnorm"  # rmsnorm: gain only; layernorm: gain and bias
+    linear_bias: bool = False  # GPT-style biases on every linear layer
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden // self.heads
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one normalization layer."""
+        return self.hidden * (2 if self.norm == "layernorm" else 1)
+
+    def attention_params(self) -> int:
+        """Weights (and biases) of QKV and output projections of one layer."""
+        qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim
+        w = self.hidden * qkv_out + self.heads * self.head_dim * self.hidden
+        return w + ((qkv_out + self.hidden) if self.linear_bias else 0)
+
+    def mlp_params(self) -> int:
+        """Weights (and biases) of the MLP of one layer."""
+        up = (2 if self.activation == "swiglu" else 1) * self.ffn_hidden
+        w = self.hidden * up + self.ffn_hidden * self.hidden
+        return w + ((up + self.hidden) if self.linear_bias else 0)
+
+    def layer_params(self) -> int:
+        """All parameters of one transformer layer (two norms included)."""
+        return self.attention_params() + self.mlp_params() + 2 * self.norm_params
+
+    def embedding_params(self) -> int:
+        """Input token embedding (learned position embeddings of GPT-3 are not modelled: 0.01% of it)."""
+        return self.vocab * self.hidden
+
+    def head_params(self) -> int:
+        """Final norm plus the output projection to the vocabulary (untied, as Llama 2 and Megatron PP)."""
+        return self.norm_params + self.hidden * self.vocab
+
+    def total_params(self) -> int:
+        """Every parameter of the model."""
+        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+
+
+# Each number below names its source. Sequence lengths are the models' context windows; the paper's
+# experiments use 2048 (appendix A), which specs set with `seq_len`.
+PRESETS: dict[str, ModelArch] = {
+    # Llama 2 (Touvron et al. 2023, arXiv:2307.09288, Table 1: 4k context, GQA only for 70B) and the
+    # released config.json of meta-llama/Llama-2-7b-hf: hidden_size 4096, intermediate_size 11008,
+    # num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 32, vocab_size 32000,
+    # max_position_embeddings 4096, hidden_act silu (SwiGLU), RMSNorm, no biases. 6,738,415,616 parameters.
+    "llama2-7b": ModelArch("llama2-7b", 32, 4096, 11008, 32, 32, 32000, 4096),
+    # meta-llama/Llama-2-13b-hf config.json: 40 layers, hidden 5120, intermediate 13824, 40 heads, 40 KV heads.
+    "llama2-13b": ModelArch("llama2-13b", 40, 5120, 13824, 40, 40, 32000, 4096),
+    # meta-llama/Llama-2-70b-hf config.json: 80 layers, hidden 8192, intermediate 28672, 64 heads, 8 KV
+    # heads (grouped-query attention, Llama 2 paper section 2.2).
+    "llama2-70b": ModelArch("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096),
+    # GPT-3 175B (Brown et al. 2020, arXiv:2005.14165, Table 2.1): 96 layers, d_model 12288, 96 heads of
+    # 128, n_ctx 2048, d_ff = 4 d_model (section 2.1, "as in GPT-2"); GELU, LayerNorm and biases as
+    # GPT-2; vocabulary 50257 (GPT-2 BPE, Radford et al. 2019).
+    "gpt3-175b": ModelArch(
+        "gpt3-175b", 96, 12288, 49152, 96, 96, 50257, 2048, "gelu", "layernorm", linear_bias=True
+    ),
+}
+ALIASES = {
+    "llama-2-7b": "llama2-7b",
+    "llama-2-13b": "llama2-13b",
+    "llama-2-70b": "llama2-70b",
+    "gpt-3-175b": "gpt3-175b",
+    "gpt3": "gpt3-175b",
+}
+MODEL_NAMES: tuple[str, ...] = tuple(PRESETS)
+
+
+def preset(name: str) -> ModelArch:
+    """The preset called `name` (case-insensitive; `Llama-2-7B` and `llama2-7b` are the same)."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PRESETS:
+        raise CatalogError(f"unknown model {name!r} (known: {', '.join(MODEL_NAMES)})")
+    return PRESETS[key]
+
+
+_INT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
+
+
+def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
+    """A user model: a mapping of architecture numbers, optionally `base: <preset>` to start from."""
+    known = {f.name for f in fields(ModelArch)} | {"base"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise CatalogError(f"model: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    base = preset(str(raw["base"])) if "base" in raw else None
+    values: dict[str, Any] = {} if base is None else {f.name: getattr(base, f.name) for f in fields(base)}
+    values.update({k: v for k, v in raw.items() if k != "base"})
+    values.setdefault("name", "custom")
+    if "kv_heads" not in values and "heads" in values:
+        values["kv_heads"] = values["heads"]
+    missing = [k for k in _INT_FIELDS if k not in values]
+    if missing:
+        raise CatalogError(f"model: missing {', '.join(missing)}")
+    return check_model(ModelArch(**values))
+
+
+def check_model(m: ModelArch) -> ModelArch:
+    """Reject architectures no transformer has (zero sizes, heads not dividing hidden, ...)."""
+    for k in _INT_FIELDS:
+        v = getattr(m, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise CatalogError(f"model {m.name!r}: {k} must be a positive integer, got {v!r}")
+    if m.hidden % m.heads:
+        raise CatalogError(f"model {m.name!r}: {m.heads} heads do not divide hidden {m.hidden}")
+    if m.heads % m.kv_heads:
+        raise CatalogError(f"model {m.name!r}: {m.kv_heads} KV heads do not divide {m.heads} heads")
+    if m.activation not in ACTIVATIONS:
+        raise CatalogError(f"model {m.name!r}: activation must be one of {', '.join(ACTIVATIONS)}")
+    if m.norm not in NORMS:
+        raise CatalogError(f"model {m.name!r}: norm must be one of {', '.join(NORMS)}")
+    return m
+
+
+def with_seq_len(m: ModelArch, seq_len: int) -> ModelArch:
+    """The same model trained at another sequence length."""
+    return replace(m, seq_len=seq_len)

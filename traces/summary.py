@@ -1,0 +1,92 @@
+"""What a trace set holds: ranks, nodes by type, collectives by type and bytes, P2P, process groups."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from traces import attrs as A
+from traces import pb
+from traces.errors import AttributeTypeError
+from traces.groups import ProcessGroups
+from traces.stream import EtFile
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """Counts over every rank of a set; `to_json()` is the `xsim trace info --json` object."""
+
+    prefix: str
+    ranks: int
+    nodes: int
+    nodes_per_rank: tuple[int, ...]
+    nodes_by_type: dict[str, int]
+    collectives: dict[str, dict[str, int]]  # comm type -> {"count", "bytes"}
+    p2p: dict[str, int]  # sends, recvs, send_bytes
+    compute_micros: int
+    process_groups: dict[str, list[int]]
+    groups_source: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able dict with stable keys."""
+        return {
+            "prefix": self.prefix,
+            "ranks": self.ranks,
+            "nodes": self.nodes,
+            "nodes_per_rank": list(self.nodes_per_rank),
+            "nodes_by_type": dict(self.nodes_by_type),
+            "collectives": {k: dict(v) for k, v in self.collectives.items()},
+            "p2p": dict(self.p2p),
+            "compute_micros": self.compute_micros,
+            "process_groups": {k: list(v) for k, v in self.process_groups.items()},
+            "process_groups_source": self.groups_source,
+            "metadata": self.metadata,
+        }
+
+
+def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> TraceSummary:
+    """Count nodes, collectives and P2P traffic over the files of a set."""
+    by_type: Counter[str] = Counter()
+    colls: dict[str, dict[str, int]] = {}
+    p2p = {"sends": 0, "recvs": 0, "send_bytes": 0}
+    compute = 0
+    for et in files:
+        for n in et.nodes:
+            by_type[pb.node_type_name(n.type)] += 1
+            try:
+                if n.type == pb.COMM_COLL_NODE:
+                    name = pb.comm_type_name(A.get_int(n, A.COMM_TYPE, pb.ALL_REDUCE))
+                    entry = colls.setdefault(name, {"count": 0, "bytes": 0})
+                    entry["count"] += 1
+                    entry["bytes"] += A.get_int(n, A.COMM_SIZE, 0)
+                elif n.type == pb.COMM_SEND_NODE:
+                    p2p["sends"] += 1
+                    p2p["send_bytes"] += A.get_int(n, A.COMM_SIZE, 0)
+                elif n.type == pb.COMM_RECV_NODE:
+                    p2p["recvs"] += 1
+                elif n.type == pb.COMP_NODE:
+                    compute += n.duration_micros
+            except AttributeTypeError:
+                continue  # reported by `xsim trace validate`; info only counts
+    meta: dict[str, Any] = {}
+    if files:
+        m = files[0].metadata
+        if m.version:
+            meta["version"] = m.version
+        meta.update({k: v for k, v in A.attr_dict(m).items() if isinstance(v, str | int | float | bool)})
+    return TraceSummary(
+        prefix=prefix,
+        ranks=len(files),
+        nodes=sum(len(et.nodes) for et in files),
+        nodes_per_rank=tuple(len(et.nodes) for et in files),
+        nodes_by_type=dict(sorted(by_type.items())),
+        collectives=dict(sorted(colls.items())),
+        p2p=p2p,
+        compute_micros=compute,
+        process_groups={k: list(v) for k, v in sorted(groups.groups.items())},
+        groups_source=groups.source,
+        metadata=meta,
+    )

@@ -1,0 +1,139 @@
+"""`xsim trace info|validate|to-json|from-json`: look at, check and convert Chakra trace sets."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from traces import checks
+from traces.groups import resolve_groups
+from traces.jsonview import dump_json, load_json
+from traces.stream import EtFile, write_et
+from traces.summary import summarize
+from traces.traceset import TraceSet, discover
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `trace` verb and its sub-commands."""
+    p = sub.add_parser("trace", help="inspect, validate and convert Chakra ET trace sets")
+    tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
+    path_help = "a .et/.json file, a <prefix> of <prefix>.<rank>.et files, or a folder holding one trace set"
+
+    info = tsub.add_parser("info", help="ranks, nodes by type, collectives, process groups")
+    info.add_argument("path", help=path_help)
+    info.add_argument(
+        "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
+    )
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(func=_info)
+
+    val = tsub.add_parser(
+        "validate",
+        help="check graphs and cross-rank consistency",
+        description="Exit status: 0 clean (warnings allowed); 1 cross-rank findings (unmatched P2P, "
+        "collective mismatches); 2 unreadable or invalid trace (bad bytes, cycle, dangling data dependency, "
+        "duplicate id, wrong-typed attribute, unknown enum, collective or P2P without its attributes).",
+    )
+    val.add_argument("path", help=path_help)
+    val.add_argument(
+        "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
+    )
+    val.add_argument("--json", action="store_true", help="print findings as a JSON list")
+    val.set_defaults(func=_validate)
+
+    tj = tsub.add_parser("to-json", help="write the lossless JSON view (one document per rank)")
+    tj.add_argument("path", help=path_help)
+    tj.add_argument("out", help="output .json file (one rank) or folder (<name>.<rank>.json per rank)")
+    tj.set_defaults(func=_to_json)
+
+    fj = tsub.add_parser("from-json", help="convert the JSON view or Chakra feeder JSON back to .et")
+    fj.add_argument("path", help="JSON file, or a folder/prefix of <prefix>.<rank>.json files")
+    fj.add_argument("out", help="output .et file (one rank) or prefix (<prefix>.<rank>.et per rank)")
+    fj.set_defaults(func=_from_json)
+
+
+def _load(path: str, comm_groups: str | None = None) -> tuple[TraceSet, list[EtFile]]:
+    ts = discover(path)
+    return ts, [ts.load(r) for r in range(ts.num_ranks)]
+
+
+def _groups(ts: TraceSet, files: list[EtFile], comm_groups: str | None):
+    return resolve_groups(
+        ((f.path, f.nodes) for f in files), ts.num_ranks, comm_groups=comm_groups, directory=ts.directory
+    )
+
+
+def _info(args: argparse.Namespace) -> int:
+    ts, files = _load(args.path)
+    s = summarize(ts.prefix, files, _groups(ts, files, args.comm_groups))
+    if args.json:
+        print(json.dumps(s.to_json(), indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{s.prefix}[/]: {s.ranks} rank(s), {s.nodes} nodes")
+    t = Table("node type", "count")
+    for k, v in s.nodes_by_type.items():
+        t.add_row(k, str(v))
+    con.print(t)
+    if s.collectives:
+        t = Table("collective", "count", "bytes")
+        for k, v in s.collectives.items():
+            t.add_row(k, str(v["count"]), f"{v['bytes']:,}")
+        con.print(t)
+    if s.p2p["sends"] or s.p2p["recvs"]:
+        con.print(f"P2P: {s.p2p['sends']} sends ({s.p2p['send_bytes']:,} B), {s.p2p['recvs']} recvs")
+    con.print(f"COMP time in trace: {s.compute_micros:,} us (sum over ranks)")
+    if s.process_groups:
+        shown = "; ".join(f"{k}: {v}" for k, v in list(s.process_groups.items())[:12])
+        con.print(
+            f"process groups ({s.groups_source}): {shown}{' ...' if len(s.process_groups) > 12 else ''}"
+        )
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    ts, files = _load(args.path)
+    findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=1))
+    else:
+        for f in findings:
+            print(f, file=sys.stderr if checks.has_invalid([f]) else sys.stdout)
+        if all(f.kind == checks.WARNING for f in findings):
+            warned = f" ({len(findings)} warning(s))" if findings else ""
+            print(
+                f"{ts.prefix}: {ts.num_ranks} rank(s), {sum(len(f.nodes) for f in files)} nodes: OK{warned}"
+            )
+    if checks.has_invalid(findings):
+        return 2
+    return 1 if any(f.kind == checks.MISMATCH for f in findings) else 0
+
+
+def _to_json(args: argparse.Namespace) -> int:
+    ts, files = _load(args.path)
+    if ts.num_ranks == 1 and args.out.endswith((".json", ".json.gz")):
+        dump_json(files[0], args.out)
+        return 0
+    base = os.path.basename(ts.prefix)
+    for rank, et in enumerate(files):
+        dump_json(et, os.path.join(args.out, f"{base}.{rank}.json"))
+    return 0
+
+
+def _from_json(args: argparse.Namespace) -> int:
+    if os.path.isfile(args.path):
+        files = [load_json(args.path)]
+    else:
+        ts = discover(args.path)
+        files = [load_json(p) for p in ts.paths]
+    if len(files) == 1 and args.out.endswith((".et", ".et.gz")):
+        write_et(args.out, files[0].nodes, files[0].metadata)
+        return 0
+    for rank, et in enumerate(files):
+        write_et(f"{args.out}.{rank}.et", et.nodes, et.metadata)
+    return 0
