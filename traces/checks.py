@@ -80,7 +80,8 @@ def find_cycle(nodes: Sequence[pb.Node], ctrl: bool = True) -> list[int] | None:
         cur = min(d for d in deps[cur] if indeg[d] > 0)
     cycle = order[pos[cur] :]
     cycle.reverse()  # dependency first, dependent after
-    return cycle
+    k = cycle.index(min(cycle))  # canonical rotation: the same cycle always reads the same
+    return cycle[k:] + cycle[:k]
 
 
 def check_file(et: EtFile, rank: int | None = None) -> list[Finding]:

@@ -35,7 +35,7 @@ class TraceError(XsimError):
         if self.rank is not None:
             where.append(f"rank {self.rank}")
         if self.node_index is not None:
-            where.append(f"node #{self.node_index}")
+            where.append("GlobalMetadata" if self.node_index < 0 else f"node #{self.node_index}")
         if self.node_id is not None:
             where.append(f"id {self.node_id}")
         if self.offset is not None:

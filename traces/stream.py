@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import gzip
 import os
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
 from traces import pb
@@ -101,6 +103,19 @@ def frame_offsets(buf: bytes, path: str = "<bytes>") -> list[tuple[int, int]]:
 
 def decode_stream(buf: bytes, path: str = "<bytes>") -> tuple[pb.GlobalMetadata, list[pb.Node], list[int]]:
     """Decode framed bytes into (metadata, nodes, node byte offsets); node_index -1 means the metadata."""
+    # Decoding allocates millions of acyclic objects (spans, message wrappers); with the collector on,
+    # each allocation burst triggers full collections that traverse every live object, tripling the
+    # read time when the caller already holds a large trace.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _decode_stream(buf, path)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _decode_stream(buf: bytes, path: str) -> tuple[pb.GlobalMetadata, list[pb.Node], list[int]]:
     if not buf:
         raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
     spans = frame_offsets(buf, path)
@@ -115,8 +130,7 @@ def decode_stream(buf: bytes, path: str = "<bytes>") -> tuple[pb.GlobalMetadata,
     node_spans = spans[1:]
     # One C-level parse of every node: each framed record becomes field 1 of NodeBatch once tag 0x0a
     # is put in front of its varint length. This is what makes reading ~10x faster than a per-node loop.
-    mv = memoryview(buf)
-    joined = b"\n" + b"\n".join([mv[s:e] for s, e in node_spans]) if node_spans else b""
+    joined = _tag_records(buf, node_spans)
     batch = NodeBatch()
     try:
         batch.ParseFromString(joined)
@@ -126,6 +140,16 @@ def decode_stream(buf: bytes, path: str = "<bytes>") -> tuple[pb.GlobalMetadata,
     if len(nodes) != len(node_spans):  # pragma: no cover - guarded by the framing above
         _raise_first_bad_node(buf, node_spans, path)
     return meta, nodes, [s for s, _ in node_spans]
+
+
+def _tag_records(buf: bytes, spans: Sequence[tuple[int, int]]) -> bytes:
+    """The node records with a 0x0a tag byte inserted before each, in one vectorized numpy pass."""
+    if not spans:
+        return b""
+    first = spans[0][0]
+    starts = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans)) - first
+    body = np.frombuffer(buf, dtype=np.uint8, offset=first)
+    return np.insert(body, starts, 0x0A).tobytes()
 
 
 def _payload_len(buf: bytes, start: int, end: int) -> int:

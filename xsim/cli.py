@@ -7,11 +7,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from netmodels.errors import NetworkModelError
 from traces.errors import XsimError
 
 # Each module defines `register(subparsers)` and sets `func(args) -> int` on its parsers. Adding a verb
 # means adding its module here; the modules stay independent of each other.
-COMMAND_MODULES: tuple[str, ...] = ("xsim.cmd_trace",)
+COMMAND_MODULES: tuple[str, ...] = ("xsim.cmd_trace", "xsim.cmd_gen", "xsim.cmd_net", "xsim.cmd_replay")
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     try:
         return int(args.func(args) or 0)
-    except XsimError as exc:
+    except (XsimError, NetworkModelError) as exc:
         # Our own errors already name the file, rank and node; one line, no traceback.
         print(f"xsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
