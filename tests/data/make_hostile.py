@@ -20,7 +20,9 @@ def base_nodes() -> list[pb.Node]:
     """Four valid nodes: compute -> all-reduce -> compute, plus an independent compute."""
     return [
         make_node(0, "embed", pb.COMP_NODE, duration_micros=10),
-        make_node(1, "ar", pb.COMM_COLL_NODE, data_deps=[0], attrs={"comm_type": pb.ALL_REDUCE, "comm_size": 4096}),
+        make_node(
+            1, "ar", pb.COMM_COLL_NODE, data_deps=[0], attrs={"comm_type": pb.ALL_REDUCE, "comm_size": 4096}
+        ),
         make_node(2, "head", pb.COMP_NODE, data_deps=[1], duration_micros=20),
         make_node(3, "side", pb.COMP_NODE, duration_micros=5),
     ]
@@ -63,7 +65,9 @@ def main() -> None:
     files["duplicate_id.0.et"] = stream(dup)
     wrong = base_nodes()
     del wrong[1].attr[:]
-    wrong[1].attr.extend([make_attr("comm_type", pb.ALL_REDUCE), make_attr("comm_size", "4096", "string_val")])
+    wrong[1].attr.extend(
+        [make_attr("comm_type", pb.ALL_REDUCE), make_attr("comm_size", "4096", "string_val")]
+    )
     files["wrong_type.0.et"] = stream(wrong)
     enum = base_nodes()
     enum[3].type = 42
