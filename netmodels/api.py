@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -76,9 +77,8 @@ def validate_spec(spec: CollectiveSpec, num_ranks: int) -> tuple[int, ...]:
     """Check a collective spec against a model's rank count; returns the group's ranks."""
     if spec.kind not in COLLECTIVE_KINDS:
         raise AlgorithmError(f"unknown collective kind {spec.kind!r} (known: {', '.join(COLLECTIVE_KINDS)})")
-    if not isinstance(spec.size_bytes, int) or spec.size_bytes < 0:
-        raise NetworkModelError(f"collective size must be a non-negative integer, got {spec.size_bytes!r}")
-    ranks = tuple(spec.ranks)
+    check_size(spec.size_bytes)
+    ranks = tuple(int(r) if is_int(r) else r for r in spec.ranks)
     if not ranks:
         raise RankError("collective has an empty process group")
     validate_ranks(ranks, num_ranks)
@@ -92,8 +92,19 @@ def validate_spec(spec: CollectiveSpec, num_ranks: int) -> tuple[int, ...]:
 def validate_ranks(ranks: Sequence[int], num_ranks: int) -> None:
     """Raise RankError when any rank lies outside [0, num_ranks)."""
     for r in ranks:
-        if not isinstance(r, int) or r < 0 or r >= num_ranks:
+        if not is_int(r) or r < 0 or r >= num_ranks:
             raise RankError(f"rank {r!r} is outside the topology (ranks 0..{num_ranks - 1})")
+
+
+def is_int(x: object) -> bool:
+    """True for Python and numpy integers (not bools)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def check_size(size_bytes: object) -> None:
+    """Raise NetworkModelError unless size_bytes is a non-negative integer."""
+    if not is_int(size_bytes) or size_bytes < 0:
+        raise NetworkModelError(f"transfer size must be a non-negative integer, got {size_bytes!r}")
 
 
 def root_index(spec: CollectiveSpec) -> int:

@@ -76,7 +76,6 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
         name = prefix + str(node.get("name", f"node{i}"))
         if "gpu" not in node:
             raise TopologyError(f'node {name!r} has no "gpu" type')
-        hw = interconnect(preset, canonical_gpu(node["gpu"]))
         ranks = node.get("ranks")
         if ranks is None:
             count = node.get("count")
@@ -86,12 +85,16 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
         if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
             raise TopologyError(f'node {name!r}: "ranks" must be a non-empty list of non-negative integers')
         next_rank = max(next_rank, max(ranks) + 1)
-        su_bw = _bw(node.get("scale_up_bandwidth", hw.scale_up_bandwidth), f"node {name} scale_up_bandwidth")
-        su_lat = _lat(node.get("scale_up_latency", hw.scale_up_latency_ns), f"node {name} scale_up_latency")
-        pcie_bw = _bw(node.get("pcie_bandwidth", hw.pcie_bandwidth), f"node {name} pcie_bandwidth")
-        pcie_lat = _lat(node.get("pcie_latency", hw.pcie_latency_ns), f"node {name} pcie_latency")
-        nic_bw = _bw(node.get("nic_bandwidth", hw.nic_bandwidth), f"node {name} nic_bandwidth")
-        nic_lat = _lat(node.get("nic_latency", hw.nic_latency_ns), f"node {name} nic_latency")
+        # "gpu" is one type for the whole node, or a list with one type per rank (mixed nodes such as the
+        # paper's 2xA100 + 4xH100 testbed servers).
+        gpus = node["gpu"] if isinstance(node["gpu"], list) else [node["gpu"]] * len(ranks)
+        if len(gpus) != len(ranks):
+            raise TopologyError(f'node {name!r}: "gpu" lists {len(gpus)} types for {len(ranks)} ranks')
+        hws = [interconnect(preset, canonical_gpu(g)) for g in gpus]
+
+        def param(key: str, attr: str, j: int, parse, what: str, hws=hws, node=node, name=name):
+            return parse(node.get(key, getattr(hws[j], attr)), f"node {name} {what}")
+
         scale_up = node.get("scale_up", "nvlink")
         nic_mode = node.get("nic", "per_gpu")
         if scale_up not in ("nvlink", "pcie"):
@@ -103,12 +106,19 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
             g.add_node(hub, kind="switch")
         if nic_mode == "per_node":
             g.add_node(f"{name}/nic", kind="nic")
-            nics.append((f"{name}/nic", 0, nic_bw, nic_lat))
+            nic_bw = param("nic_bandwidth", "nic_bandwidth", 0, _bw, "nic_bandwidth")
+            nics.append(
+                (f"{name}/nic", 0, nic_bw, param("nic_latency", "nic_latency_ns", 0, _lat, "nic_latency"))
+            )
         for j, r in enumerate(ranks):
+            su_bw = param("scale_up_bandwidth", "scale_up_bandwidth", j, _bw, "scale_up_bandwidth")
+            su_lat = param("scale_up_latency", "scale_up_latency_ns", j, _lat, "scale_up_latency")
+            pcie_bw = param("pcie_bandwidth", "pcie_bandwidth", j, _bw, "pcie_bandwidth")
+            pcie_lat = param("pcie_latency", "pcie_latency_ns", j, _lat, "pcie_latency")
             if r in placed:
                 raise TopologyError(f"rank {r} is placed on both {placed[r][1]} and {name}")
             dev = f"{name}/gpu{j}"
-            g.add_node(dev, kind=GPU, gpu=hw.gpu, host=name, local_index=j)
+            g.add_node(dev, kind=GPU, gpu=hws[j].gpu, host=name, local_index=j)
             placed[r] = (dev, name)
             if len(ranks) > 1:
                 # NVLink: one hop GPU->NVSwitch at the table's delay; PCIe: each crossing is half of the 2x delay.
@@ -118,7 +128,8 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
             if nic_mode == "per_gpu":
                 nic = f"{name}/nic{j}"
                 g.add_node(nic, kind="nic")
-                nics.append((nic, j, nic_bw, nic_lat))
+                nic_bw = param("nic_bandwidth", "nic_bandwidth", j, _bw, "nic_bandwidth")
+                nics.append((nic, j, nic_bw, param("nic_latency", "nic_latency_ns", j, _lat, "nic_latency")))
             else:
                 nic = f"{name}/nic"
             add_duplex(g, dev, nic, pcie_bw, pcie_lat, "pcie")
@@ -229,7 +240,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
 
 SPEC_HELP = (
     "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
-    "nodes:[K*]GPUxN,...[:preset=table5|table6][:fabric=switch|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
+    "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
     "cluster:FILE.json | astra:NETWORK.yml"
 )
 
@@ -291,18 +302,24 @@ def _nodes_desc(rest: str) -> dict:
             )
     rank = 0
     for item in items.split(","):
-        m = re.fullmatch(r"\s*(?:(\d+)\*)?([A-Za-z0-9-]+)x(\d+)\s*", item)
+        m = re.fullmatch(r"\s*(?:(\d+)\*)?([A-Za-z0-9-]+x\d+(?:\+[A-Za-z0-9-]+x\d+)*)\s*", item)
         if not m:
-            raise TopologyError(f"cannot parse node group {item!r}; expected [K*]GPUxN such as 2*H100x4")
-        reps, gpu, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
-        if reps < 1 or count < 1:
+            raise TopologyError(
+                f"cannot parse node group {item!r}; expected [K*]GPUxN[+GPUxM] such as 2*H100x4"
+            )
+        reps = int(m.group(1) or 1)
+        gpus: list[str] = []
+        for part in m.group(2).split("+"):
+            gpu, _, count = part.rpartition("x")
+            gpus.extend([gpu] * int(count))
+        if reps < 1 or not gpus:
             raise TopologyError(f"node group {item!r} must have positive counts")
         for _ in range(reps):
             i = len(desc["nodes"])
-            desc["nodes"].append(
-                {"name": f"node{i}", "gpu": gpu, "ranks": list(range(rank, rank + count)), **node_opts}
-            )
-            rank += count
+            ranks = list(range(rank, rank + len(gpus)))
+            gpu: str | list[str] = gpus[0] if len(set(gpus)) == 1 else list(gpus)
+            desc["nodes"].append({"name": f"node{i}", "gpu": gpu, "ranks": ranks, **node_opts})
+            rank += len(gpus)
     return desc
 
 

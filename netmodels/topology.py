@@ -90,26 +90,29 @@ class Topology:
         """Directed links as (from device, to device), in index order."""
         return self._cache["links"]
 
-    def _dist_to(self, dst: str) -> dict[str, int]:
-        cached = self._cache["dist"].get(dst)
-        if cached is not None:
-            return cached
+    def _dist_to(self, dst: str, src: str) -> dict[str, int]:
+        """Distances to dst, final at least for every device closer than src (a resumable Dijkstra)."""
+        state = self._cache["dist"].get(dst)
+        if state is None:
+            state = ({dst: 0}, [(0, dst)], set())
+            self._cache["dist"][dst] = state
+        dist, heap, settled = state
         kinds = self.graph.nodes
         radj = self._cache["radj"]
-        dist = {dst: 0}
-        heap = [(0, dst)]
-        while heap:
+        # Search outward from dst only until src is settled: neighbour routes (rings) stay cheap, and a
+        # later query for the same destination resumes where this one stopped.
+        while heap and src not in settled:
             d, v = heapq.heappop(heap)
-            if d > dist[v]:
+            if v in settled or d > dist[v]:
                 continue
+            settled.add(v)
+            if v != dst and kinds[v].get("kind") == GPU:
+                continue  # GPUs originate and sink traffic but never forward it
             for u, c in radj[v]:
                 nd = d + c
                 if nd < dist.get(u, 1 << 62):
                     dist[u] = nd
-                    # GPUs originate and sink traffic but never forward it.
-                    if kinds[u].get("kind") != GPU:
-                        heapq.heappush(heap, (nd, u))
-        self._cache["dist"][dst] = dist
+                    heapq.heappush(heap, (nd, u))
         return dist
 
     def route(self, src: int, dst: int) -> Route:
@@ -122,7 +125,7 @@ class Topology:
         a, b = self.rank_nodes[src], self.rank_nodes[dst]
         links: list[int] = []
         if a != b:
-            dist = self._dist_to(b)
+            dist = self._dist_to(b, a)
             if a not in dist:
                 raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
             adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes

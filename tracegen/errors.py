@@ -20,3 +20,7 @@ class CatalogError(XsimError):
 
 class ProfileError(XsimError):
     """A profiled op-time table that cannot be read (missing column, bad shape, negative time)."""
+
+
+class GeneratorError(XsimError):
+    """The generator cannot produce traces for a valid spec (e.g. a missing optional stage)."""

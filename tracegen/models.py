@@ -131,8 +131,8 @@ def check_model(m: ModelArch) -> ModelArch:
     """Reject architectures no transformer has (zero sizes, heads not dividing hidden, ...)."""
     for k in _INT_FIELDS:
         v = getattr(m, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise CatalogError(f"model {m.name!r}: {k} must be a positive integer, got {v!r}")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2**31:
+            raise CatalogError(f"model {m.name!r}: {k} must be a positive 32-bit integer, got {v!r}")
     if m.hidden % m.heads:
         raise CatalogError(f"model {m.name!r}: {m.heads} heads do not divide hidden {m.hidden}")
     if m.heads % m.kv_heads:

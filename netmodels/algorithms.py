@@ -1,0 +1,319 @@
+"""Collective algorithms as schedules: stages of transfers between group positions, run per channel.
+
+A schedule has one or more independent channels (trees of a double binary tree, rings of a multi-ring);
+each channel is a sequence of stages. Dependency rule, shared by every model: a position issues its sends
+of stage s once it has received everything addressed to it in stages < s (plus the reduction time of
+reducing stages). Positions are indices into the process group (0..p-1), not global ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from netmodels.errors import AlgorithmError
+
+ALGORITHMS: tuple[str, ...] = (
+    "ring",
+    "direct",
+    "halving_doubling",
+    "double_binary_tree",
+    "hierarchical",
+    "multi_ring",
+)
+# ASTRA-sim's spellings (system JSON) and common short names map onto ours.
+ALIASES: dict[str, str] = {
+    "halvingDoubling": "halving_doubling",
+    "hd": "halving_doubling",
+    "doubleBinaryTree": "double_binary_tree",
+    "dbt": "double_binary_tree",
+    "tree": "double_binary_tree",
+    "multiring": "multi_ring",
+}
+SUPPORTED: dict[str, frozenset[str]] = {
+    "ring": frozenset(
+        {
+            "all_reduce",
+            "reduce_scatter",
+            "all_gather",
+            "all_to_all",
+            "broadcast",
+            "reduce",
+            "gather",
+            "scatter",
+        }
+        | {"barrier"}
+    ),
+    "direct": frozenset(
+        {
+            "all_reduce",
+            "reduce_scatter",
+            "all_gather",
+            "all_to_all",
+            "broadcast",
+            "reduce",
+            "gather",
+            "scatter",
+        }
+        | {"barrier"}
+    ),
+    "halving_doubling": frozenset({"all_reduce", "reduce_scatter", "all_gather", "barrier"}),
+    "double_binary_tree": frozenset({"all_reduce"}),
+    "hierarchical": frozenset({"all_reduce"}),
+    "multi_ring": frozenset({"all_reduce", "reduce_scatter", "all_gather"}),
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Stage:
+    """Transfers src[i] -> dst[i] of nbytes[i] (group positions); `repeat` times in a row when > 1."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    reduce: bool = False
+    repeat: int = 1
+    # True when every position sends at most once and receives at most once (rings, xor partners).
+    perm: bool = False
+    # A pure local step (ASTRA-sim's per-phase memory-bus crossing): no transfers, every position waits.
+    local: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """A collective as channels of stages over p group positions."""
+
+    kind: str
+    algorithm: str
+    p: int
+    channels: tuple[tuple[Stage, ...], ...]
+
+
+def canonical_algorithm(name: str) -> tuple[str, int]:
+    """Our name of an algorithm and its parameter (rings for multi_ring:K, else 0)."""
+    base, _, arg = str(name).partition(":")
+    base = ALIASES.get(base, base)
+    if base not in ALGORITHMS:
+        raise AlgorithmError(f"unknown algorithm {name!r} (known: {', '.join(ALGORITHMS)})")
+    if base == "multi_ring":
+        try:
+            k = int(arg) if arg else 2
+        except ValueError:
+            raise AlgorithmError(f"multi_ring takes a ring count, e.g. multi_ring:4; got {name!r}") from None
+        if k < 1:
+            raise AlgorithmError(f"multi_ring needs at least one ring, got {k}")
+        return base, k
+    if arg:
+        raise AlgorithmError(f"algorithm {base} takes no parameter, got {name!r}")
+    return base, 0
+
+
+def _ring_stage(p: int, nbytes: float, reduce: bool, repeat: int, step: int = 1) -> Stage:
+    src = np.arange(p, dtype=np.int64)
+    return Stage(src, (src + step) % p, np.full(p, float(nbytes)), reduce, repeat, perm=True)
+
+
+def _pairs(p: int) -> tuple[np.ndarray, np.ndarray]:
+    i, j = np.meshgrid(np.arange(p, dtype=np.int64), np.arange(p, dtype=np.int64), indexing="ij")
+    mask = i != j
+    return i[mask], j[mask]
+
+
+def _star(p: int, root: int, nbytes: float, inward: bool, reduce: bool = False) -> Stage:
+    others = np.array([i for i in range(p) if i != root], dtype=np.int64)
+    rootv = np.full(len(others), root, dtype=np.int64)
+    src, dst = (others, rootv) if inward else (rootv, others)
+    return Stage(src, dst, np.full(len(others), float(nbytes)), reduce)
+
+
+def _chain(order: list[int], sizes: list[float], reduce: bool) -> list[Stage]:
+    return [
+        Stage(np.array([order[k]]), np.array([order[k + 1]]), np.array([float(sizes[k])]), reduce, perm=True)
+        for k in range(len(order) - 1)
+    ]
+
+
+def in_order_tree(n: int, root_max: bool) -> list[int]:
+    """Parent of each position in ASTRA-sim's binary tree (in-order ids; root n-1 or 0 with one child)."""
+    parent = [-1] * n
+
+    def build(lo: int, hi: int, up: int) -> None:
+        if lo > hi:
+            return
+        mid = (lo + hi) // 2
+        parent[mid] = up
+        build(lo, mid - 1, mid)
+        build(mid + 1, hi, mid)
+
+    if n == 1:
+        return parent
+    if root_max:
+        build(0, n - 2, n - 1)
+    else:
+        build(1, n - 1, 0)
+    return parent
+
+
+def tree_stages(parent: list[int], nbytes: float) -> list[Stage]:
+    """Reduce up a tree by subtree height, then broadcast down by depth; one full-size message per edge."""
+    n = len(parent)
+    children: list[list[int]] = [[] for _ in range(n)]
+    root = parent.index(-1)
+    for v, u in enumerate(parent):
+        if u >= 0:
+            children[u].append(v)
+    height = [0] * n
+    depth = [0] * n
+    order = [root]
+    for v in order:
+        for c in children[v]:
+            depth[c] = depth[v] + 1
+            order.append(c)
+    for v in reversed(order):
+        height[v] = max((height[c] + 1 for c in children[v]), default=0)
+    stages = []
+    for h in range(height[root]):
+        vs = [v for v in range(n) if height[v] == h and parent[v] >= 0]
+        stages.append(
+            Stage(
+                np.array(vs), np.array([parent[v] for v in vs]), np.full(len(vs), float(nbytes)), reduce=True
+            )
+        )
+    for d in range(max(depth)):
+        vs = [v for v in range(n) if depth[v] == d + 1]
+        stages.append(Stage(np.array([parent[v] for v in vs]), np.array(vs), np.full(len(vs), float(nbytes))))
+    return stages
+
+
+def _log2(p: int, algorithm: str) -> int:
+    k = p.bit_length() - 1
+    if 1 << k != p:
+        raise AlgorithmError(f"{algorithm} needs a power-of-two group size, got {p}")
+    return k
+
+
+def _hd(p: int, kind: str, size: float) -> list[Stage]:
+    k = _log2(p, "halving_doubling")
+    pos = np.arange(p, dtype=np.int64)
+    rs = [Stage(pos, pos ^ (1 << i), np.full(p, size / 2 ** (i + 1)), True, perm=True) for i in range(k)]
+    if kind == "reduce_scatter":
+        return rs
+    if kind == "all_reduce":
+        return rs + [
+            Stage(pos, pos ^ (1 << i), np.full(p, size / 2 ** (i + 1)), perm=True) for i in reversed(range(k))
+        ]
+    # all_gather: size is the per-rank input; the exchanged block doubles each step.
+    return [Stage(pos, pos ^ (1 << i), np.full(p, size * 2**i), perm=True) for i in range(k)]
+
+
+def _ring(p: int, kind: str, size: float, root: int, step: int = 1) -> list[Stage]:
+    if kind == "all_reduce":
+        return [_ring_stage(p, size / p, True, p - 1, step), _ring_stage(p, size / p, False, p - 1, step)]
+    if kind == "reduce_scatter":
+        return [_ring_stage(p, size / p, True, p - 1, step)]
+    if kind == "all_gather":
+        return [_ring_stage(p, size, False, p - 1, step)]
+    if kind == "all_to_all":
+        # Store-and-forward ring: in step s every rank forwards the (p - s) blocks still in transit.
+        return [_ring_stage(p, (p - s) * size / p, False, 1, step) for s in range(1, p)]
+    if kind == "barrier":
+        return [_ring_stage(p, 0.0, False, 2 * (p - 1), step)]
+    chain = [(root + k) % p for k in range(p)]
+    if kind == "broadcast":
+        return _chain(chain, [size] * (p - 1), False)
+    if kind == "scatter":
+        return _chain(chain, [(p - 1 - k) * size / p for k in range(p - 1)], False)
+    back = chain[::-1]
+    if kind == "reduce":
+        return _chain(back, [size] * (p - 1), True)
+    return _chain(back, [(k + 1) * size / p for k in range(p - 1)], False)  # gather
+
+
+def _direct(p: int, kind: str, size: float, root: int) -> list[Stage]:
+    if kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
+        src, dst = _pairs(p)
+        m = size if kind == "all_gather" else size / p
+        rs = Stage(src, dst, np.full(len(src), m), reduce=kind in ("all_reduce", "reduce_scatter"))
+        if kind == "all_reduce":
+            return [rs, Stage(src, dst, np.full(len(src), m))]
+        return [rs]
+    if kind == "broadcast":
+        return [_star(p, root, size, inward=False)]
+    if kind == "reduce":
+        return [_star(p, root, size, inward=True, reduce=True)]
+    if kind == "gather":
+        return [_star(p, root, size / p, inward=True)]
+    if kind == "scatter":
+        return [_star(p, root, size / p, inward=False)]
+    return [_star(p, root, 0.0, inward=True), _star(p, root, 0.0, inward=False)]  # barrier
+
+
+def _hierarchical(p: int, size: float, hosts: list[str] | None) -> list[Stage]:
+    if hosts is None:
+        raise AlgorithmError("hierarchical needs a topology that places ranks on hosts")
+    groups: dict[str, list[int]] = {}
+    for i, h in enumerate(hosts):
+        groups.setdefault(h, []).append(i)
+    members = list(groups.values())
+    local = len(members[0])
+    if any(len(m) != local for m in members):
+        raise AlgorithmError("hierarchical needs the same number of group ranks on every host")
+    nh = len(members)
+    intra_next = np.empty(p, dtype=np.int64)
+    inter_next = np.empty(p, dtype=np.int64)
+    for h, m in enumerate(members):
+        for j, v in enumerate(m):
+            intra_next[v] = m[(j + 1) % local]
+            inter_next[v] = members[(h + 1) % nh][j]
+    pos = np.arange(p, dtype=np.int64)
+    stages: list[Stage] = []
+    if local > 1:
+        stages.append(Stage(pos, intra_next, np.full(p, size / local), True, local - 1, perm=True))
+    if nh > 1:
+        m = size / local / nh
+        stages.append(Stage(pos, inter_next, np.full(p, m), True, nh - 1, perm=True))
+        stages.append(Stage(pos, inter_next, np.full(p, m), False, nh - 1, perm=True))
+    if local > 1:
+        stages.append(Stage(pos, intra_next, np.full(p, size / local), False, local - 1, perm=True))
+    return stages
+
+
+def build_schedule(
+    kind: str, algorithm: str, p: int, size_bytes: float, root: int = 0, hosts: list[str] | None = None
+) -> Schedule:
+    """The schedule of one collective of `kind` on p positions (Chakra comm_size semantics for size)."""
+    base, arg = canonical_algorithm(algorithm)
+    if kind not in SUPPORTED[base]:
+        raise AlgorithmError(
+            f"algorithm {base} does not implement {kind} (it does: {', '.join(sorted(SUPPORTED[base]))})"
+        )
+    size = float(size_bytes)
+    if p == 1:
+        return Schedule(kind, base, 1, ())
+    if base == "ring":
+        channels = (tuple(_ring(p, kind, size, root)),)
+    elif base == "direct":
+        channels = (tuple(_direct(p, kind, size, root)),)
+    elif base == "halving_doubling":
+        if kind == "barrier":
+            k = (p - 1).bit_length()
+            channels = (tuple(_ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
+        else:
+            channels = (tuple(_hd(p, kind, size)),)
+    elif base == "double_binary_tree":
+        channels = tuple(tuple(tree_stages(in_order_tree(p, rm), size / 2)) for rm in (True, False))
+    elif base == "hierarchical":
+        channels = (tuple(_hierarchical(p, size, hosts)),)
+    else:
+        # One ring per channel, each carrying 1/k of the data; odd rings run the other way round so both
+        # directions of every link carry traffic.
+        channels = tuple(
+            tuple(_ring(p, kind, size / arg, root, 1 if c % 2 == 0 else p - 1)) for c in range(arg)
+        )
+    return Schedule(kind, base, p, channels)
+
+
+def default_algorithm(kind: str) -> str:
+    """The generic models' default algorithm for a collective kind (ring, or direct for all-to-all)."""
+    return "direct" if kind in ("all_to_all", "gather", "scatter") else "ring"

@@ -1,0 +1,149 @@
+"""The `analytical` model: latency along the route plus bytes over its bottleneck bandwidth, no contention."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+
+import numpy as np
+
+from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from netmodels.api import (
+    CollectiveSpec,
+    Completion,
+    ceil_ns,
+    check_size,
+    is_int,
+    root_index,
+    validate_ranks,
+    validate_spec,
+)
+from netmodels.errors import NetworkModelError
+from netmodels.executor import run_chunked
+from netmodels.topology import Topology
+from netmodels.units import parse_bandwidth, parse_time_ns
+
+
+class ClosedFormModel:
+    """Shared bookkeeping of models that know a transfer's finish time the moment it starts."""
+
+    name = "closed-form"
+    num_ranks = 0
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[int, int, Completion]] = []
+        self._next_handle = 0
+        self._last_now = 0
+
+    def _check_now(self, now_ns: int) -> int:
+        if not is_int(now_ns) or now_ns < self._last_now:
+            raise NetworkModelError(
+                f"start times must be non-decreasing integers (got {now_ns} after {self._last_now})"
+            )
+        self._last_now = int(now_ns)
+        return self._last_now
+
+    def _register(self, per_rank: tuple[int, ...]) -> int:
+        handle = self._next_handle
+        self._next_handle += 1
+        finish = max(per_rank)
+        heapq.heappush(self._pending, (finish, handle, Completion(handle, finish, per_rank)))
+        return handle
+
+    def next_event_ns(self) -> int | None:
+        """Earliest pending completion time, None when idle."""
+        return self._pending[0][0] if self._pending else None
+
+    def advance(self, until_ns: int) -> list[Completion]:
+        """Return the completions with finish_ns <= until_ns, ordered by (finish_ns, handle)."""
+        out = []
+        while self._pending and self._pending[0][0] <= until_ns:
+            out.append(heapq.heappop(self._pending)[2])
+        return out
+
+
+def resolve_options(
+    chunks: int,
+    chunks_in_flight: int,
+    endpoint_delay_ns: float | str,
+    reduction_bandwidth: float | str | None,
+) -> tuple[int, int, float, float | None]:
+    """Validate the chunking and overhead options shared by the generic models."""
+    if not isinstance(chunks, int) or chunks < 1:
+        raise NetworkModelError(f"chunks must be a positive integer, got {chunks!r}")
+    if not isinstance(chunks_in_flight, int) or chunks_in_flight < 1:
+        raise NetworkModelError(f"chunks_in_flight must be a positive integer, got {chunks_in_flight!r}")
+    ed = parse_time_ns(endpoint_delay_ns)
+    # Reduction bandwidth in bytes/ns; None means reductions cost nothing.
+    red = None if reduction_bandwidth is None else parse_bandwidth(reduction_bandwidth) / 1e9
+    return chunks, chunks_in_flight, ed, red
+
+
+class AnalyticalModel(ClosedFormModel):
+    """No contention: each transfer costs route latency + bytes / bottleneck bandwidth (+ endpoint delay)."""
+
+    name = "analytical"
+
+    def __init__(
+        self,
+        topology: Topology,
+        chunks: int = 1,
+        chunks_in_flight: int = 1,
+        endpoint_delay_ns: float | str = 0.0,
+        reduction_bandwidth: float | str | None = None,
+        algorithms: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.topology = topology
+        self.num_ranks = topology.num_ranks
+        self.chunks, self.in_flight, self.endpoint_delay_ns, self.reduction_bpns = resolve_options(
+            chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth
+        )
+        self.algorithms = dict(algorithms or {})
+
+    def schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule]:
+        """Validate spec and build the schedule of one chunk."""
+        ranks = validate_spec(spec, self.num_ranks)
+        algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        hosts = self.topology.hosts_of(ranks)
+        sched = build_schedule(
+            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts
+        )
+        return ranks, sched
+
+    def _cost_fn(self, ranks: tuple[int, ...]):
+        topo = self.topology
+        cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+        def cost(stage: Stage) -> tuple[np.ndarray, np.ndarray]:
+            key = id(stage)
+            if key not in cache:
+                routes = [topo.route(ranks[a], ranks[b]) for a, b in zip(stage.src, stage.dst, strict=True)]
+                lat = np.array([r.latency_ns for r in routes])
+                bw = np.array([r.bottleneck_bytes_per_ns for r in routes])
+                dur = lat + stage.nbytes / bw + self.endpoint_delay_ns
+                red = (
+                    stage.nbytes / self.reduction_bpns
+                    if stage.reduce and self.reduction_bpns
+                    else np.zeros(len(stage.src))
+                )
+                cache[key] = (dur, red)
+            return cache[key]
+
+        return cost
+
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Compute the collective's per-rank finish times at start (closed form) and return its handle."""
+        now_ns = self._check_now(now_ns)
+        ranks, sched = self.schedule(spec)
+        t0 = np.zeros(len(ranks))
+        f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, self._cost_fn(ranks))
+        return self._register(tuple(now_ns + ceil_ns(x) for x in f))
+
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """Route latency + bytes / bottleneck bandwidth, at now_ns."""
+        now_ns = self._check_now(now_ns)
+        validate_ranks((src, dst), self.num_ranks)
+        check_size(size_bytes)
+        t = self.topology.transfer_ns(src, dst, size_bytes) + (self.endpoint_delay_ns if src != dst else 0.0)
+        return self._register((now_ns + ceil_ns(t),))

@@ -1,0 +1,430 @@
+"""ASTRA-sim-compatible analytical mode: reproduces ASTRA-sim's analytical backends to the nanosecond.
+
+Conventions (shared/reference/astrasim-analytical.md, sections 2 and 3): integer ns with truncation;
+network bandwidth in GB/s with GB = 2^30 bytes; latency per hop; hops: Ring min(d, n-d), FullyConnected 1,
+Switch 2; congestion-unaware T_msg = floor(h*alpha + m/B), congestion-aware (1-D) T_msg = h*floor(alpha + m/B);
+every step pays the endpoint delay and reducing steps 3*floor(m/L); chunks = preferred-dataset-splits run
+active-chunks-per-dimension at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from netmodels.algorithms import Schedule, Stage, _ring_stage, canonical_algorithm, in_order_tree, tree_stages
+from netmodels.analytical import ClosedFormModel
+from netmodels.api import CollectiveSpec, check_size, root_index, validate_ranks, validate_spec
+from netmodels.errors import AlgorithmError, AstraConfigError
+from netmodels.executor import run_chunked
+
+ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
+# Hops a message crosses inside one dimension (reference section 3.1); Ring depends on the distance.
+_HOPS = {"switch": 2, "fc": 1}
+_IMPL_KEYS = {
+    "all_reduce": "all-reduce-implementation",
+    "reduce_scatter": "reduce-scatter-implementation",
+    "all_gather": "all-gather-implementation",
+    "all_to_all": "all-to-all-implementation",
+}
+_ASTRA_ALGOS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling"}
+_ASTRA_ALGOS["doubleBinaryTree"] = "double_binary_tree"
+
+
+@dataclass(frozen=True)
+class AstraDim:
+    """One dimension of an ASTRA-sim network: topology kind, NPUs, GB/s (2^30 B) per link, ns per hop."""
+
+    topology_kind: str
+    npus: int
+    bandwidth_gbps: float
+    latency_ns: float
+
+    @property
+    def bytes_per_ns(self) -> float:
+        """Link bandwidth in bytes/ns (GB = 2^30 bytes, reference section 2)."""
+        return self.bandwidth_gbps * 2**30 / 1e9
+
+
+@dataclass(frozen=True)
+class AstraNetwork:
+    """An ASTRA-sim analytical network config (network.yml)."""
+
+    dims: tuple[AstraDim, ...]
+
+    @property
+    def num_npus(self) -> int:
+        """Total NPUs: the product of the per-dimension counts."""
+        return math.prod(d.npus for d in self.dims)
+
+
+@dataclass(frozen=True)
+class AstraSystem:
+    """The fields of an ASTRA-sim system JSON that shape collective timing."""
+
+    preferred_dataset_splits: int = 1
+    active_chunks_per_dimension: int = 1
+    endpoint_delay_ns: int = 10
+    local_mem_bw_gbps: float = 1e9
+    collective_optimization: str = "localBWAware"
+    scheduling_policy: str = "LIFO"
+    implementations: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def implementation(self, kind: str, dim: int) -> str:
+        """Our algorithm name for kind in dimension dim (ring when the JSON names none)."""
+        impls = dict(self.implementations).get(kind, ())
+        name = impls[min(dim, len(impls) - 1)] if impls else "ring"
+        return _ASTRA_ALGOS[name]
+
+
+# "clean" profile of the reference (section 2): splits 1, one active chunk, 1 ns endpoint delay and a
+# local-mem-bw so large that reductions round to 0 ns.
+CLEAN_SYSTEM = AstraSystem(1, 1, 1, 1e9, "localBWAware", "LIFO", ())
+
+
+def _read(path: str | Path, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise AstraConfigError(f"cannot read ASTRA-sim {what} {path}: {exc.strerror}") from None
+
+
+def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:
+    val = doc.get(key)
+    if not isinstance(val, list) or not val:
+        raise AstraConfigError(f"{path}: {key!r} must be a non-empty list")
+    if n is not None and len(val) != n:
+        raise AstraConfigError(f"{path}: {key!r} has {len(val)} entries, topology has {n}")
+    for v in val:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise AstraConfigError(f"{path}: {key!r} entry {v!r} is not a number")
+    return val
+
+
+def load_network_yml(path: str | Path) -> AstraNetwork:
+    """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
+    try:
+        doc = yaml.safe_load(_read(path, "network config"))
+    except yaml.YAMLError as exc:
+        raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, Mapping):
+        raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+    topo = doc.get("topology")
+    if not isinstance(topo, list) or not topo:
+        raise AstraConfigError(f"{path}: 'topology' must be a non-empty list such as [Ring]")
+    for t in topo:
+        if t not in ASTRA_TOPOLOGIES:
+            raise AstraConfigError(f"{path}: unknown topology {t!r} (known: {', '.join(ASTRA_TOPOLOGIES)})")
+    n = len(topo)
+    npus = _num_list(doc, "npus_count", path, n)
+    bw = _num_list(doc, "bandwidth", path, n)
+    lat = _num_list(doc, "latency", path, n)
+    dims = []
+    for t, c, b, a in zip(topo, npus, bw, lat, strict=True):
+        if not isinstance(c, int) or c < 1:
+            raise AstraConfigError(f"{path}: npus_count entries must be positive integers, got {c!r}")
+        if not b > 0:
+            raise AstraConfigError(f"{path}: bandwidth must be positive, got {b!r}")
+        if a < 0:
+            raise AstraConfigError(f"{path}: latency must not be negative, got {a!r}")
+        dims.append(AstraDim(ASTRA_TOPOLOGIES[t], c, float(b), float(a)))
+    return AstraNetwork(tuple(dims))
+
+
+def load_system_json(path: str | Path) -> AstraSystem:
+    """Read an ASTRA-sim system JSON: splits, active chunks, endpoint delay, local-mem-bw, implementations."""
+    try:
+        doc = json.loads(_read(path, "system config"))
+    except json.JSONDecodeError as exc:
+        raise AstraConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, Mapping):
+        raise AstraConfigError(f"{path}: expected a JSON object")
+    return system_from_dict(doc, str(path))
+
+
+def system_from_dict(doc: Mapping, where: str = "system config") -> AstraSystem:
+    """Build an AstraSystem from the parsed system JSON."""
+
+    def pos_int(key: str, default: int, minimum: int = 1) -> int:
+        v = doc.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise AstraConfigError(f"{where}: {key!r} must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    splits = pos_int("preferred-dataset-splits", 1)
+    active = pos_int("active-chunks-per-dimension", 1)
+    # Endpoint delay 0 trips ASTRA-sim's own event-queue assertion (reference section 2), so we refuse it too.
+    ed = pos_int("endpoint-delay", 10)
+    lmb = doc.get("local-mem-bw", 1e9)
+    if isinstance(lmb, bool) or not isinstance(lmb, int | float) or not lmb > 0:
+        raise AstraConfigError(f"{where}: 'local-mem-bw' must be a positive number (GB/s), got {lmb!r}")
+    if any(k.endswith("-implementation-custom") for k in doc):
+        raise AstraConfigError(f"{where}: custom (MSCCL) collective implementations are not supported")
+    impls = []
+    for kind, key in _IMPL_KEYS.items():
+        v = doc.get(key, ["ring"])
+        if not isinstance(v, list) or not v:
+            raise AstraConfigError(f"{where}: {key!r} must be a non-empty list of algorithm names")
+        for a in v:
+            if a not in _ASTRA_ALGOS:
+                raise AstraConfigError(f"{where}: {key!r} names {a!r}; supported: {', '.join(_ASTRA_ALGOS)}")
+        impls.append((kind, tuple(v)))
+    opt = doc.get("collective-optimization", "localBWAware")
+    if opt not in ("localBWAware", "baseline"):
+        raise AstraConfigError(
+            f"{where}: 'collective-optimization' must be localBWAware or baseline, got {opt!r}"
+        )
+    return AstraSystem(
+        splits, active, ed, float(lmb), opt, str(doc.get("scheduling-policy", "LIFO")), tuple(impls)
+    )
+
+
+class AstraModel(ClosedFormModel):
+    """ASTRA-sim's analytical backend (congestion-unaware or congestion-aware), in closed form per collective."""
+
+    def __init__(self, network: AstraNetwork, system: AstraSystem, congestion_aware: bool = False) -> None:
+        super().__init__()
+        if congestion_aware and len(network.dims) > 1:
+            raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
+        self.network = network
+        self.system = system
+        self.congestion_aware = bool(congestion_aware)
+        self.name = "astra-aware" if congestion_aware else "astra-unaware"
+        self.num_ranks = network.num_npus
+        sizes = [d.npus for d in network.dims]
+        self._strides = np.array([math.prod(sizes[:i]) for i in range(len(sizes))], dtype=np.int64)
+        self._sizes = np.array(sizes, dtype=np.int64)
+
+    # ----- message cost ------------------------------------------------------------------------------
+    def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """T_msg of each message (global ranks src -> dst, m bytes), integer ns (reference 3.1/3.2)."""
+        src = np.asarray(src, dtype=np.int64)
+        dst = np.asarray(dst, dtype=np.int64)
+        cs = (src[:, None] // self._strides) % self._sizes
+        cd = (dst[:, None] // self._strides) % self._sizes
+        differ = cs != cd
+        # A message is charged entirely to the lowest dimension in which src and dst differ.
+        dim = np.where(differ.any(axis=1), differ.argmax(axis=1), 0)
+        out = np.zeros(len(src), dtype=np.int64)
+        for d, spec in enumerate(self.network.dims):
+            sel = dim == d
+            if not sel.any():
+                continue
+            if spec.topology_kind == "ring":
+                dist = np.abs(cs[sel, d] - cd[sel, d])
+                hops = np.minimum(dist, spec.npus - dist)
+            else:
+                hops = np.full(int(sel.sum()), _HOPS[spec.topology_kind])
+            ser = m[sel] / spec.bytes_per_ns
+            if self.congestion_aware:
+                # Store-and-forward: every hop pays latency plus serialization, truncated per hop.
+                out[sel] = hops * np.floor(spec.latency_ns + ser).astype(np.int64)
+            else:
+                out[sel] = np.floor(hops * spec.latency_ns + ser).astype(np.int64)
+        same = ~differ.any(axis=1)
+        out[same] = 0
+        return out
+
+    def reduction_ns(self, m: np.ndarray) -> np.ndarray:
+        """3 * floor(m / L): read, read, write at local-mem-bw (GB/s of 1e9 bytes), reference 3.3 item 4."""
+        return 3 * np.floor(m / self.system.local_mem_bw_gbps).astype(np.int64)
+
+    # ----- collectives -------------------------------------------------------------------------------
+    def chunk_sizes(self, kind: str, size: int, p: int) -> list[int]:
+        """Sizes of the chunks (streams) a collective is split into (reference 3.3 item 1)."""
+        splits = self.system.preferred_dataset_splits
+        chunk = size // splits
+        if kind != "all_gather" and p > chunk:
+            chunk, size = p, splits * p
+        if chunk == 0:
+            return [0]
+        n = -(-size // chunk)
+        return [min(chunk, size - c * chunk) for c in range(n)]
+
+    def _algorithm(self, spec: CollectiveSpec, dim: int) -> str:
+        if spec.algorithm is not None:
+            return canonical_algorithm(spec.algorithm)[0]
+        if spec.kind not in _IMPL_KEYS:
+            raise AlgorithmError(
+                f"ASTRA-sim does not simulate {spec.kind} collectives (reference 3.4); use model=analytical or flow"
+            )
+        return self.system.implementation(spec.kind, dim)
+
+    def _group_dim(self, ranks: tuple[int, ...]) -> int:
+        r = np.array(ranks, dtype=np.int64)
+        coords = (r[:, None] // self._strides) % self._sizes
+        varying = np.flatnonzero((coords != coords[0]).any(axis=0))
+        return int(varying[0]) if len(varying) else 0
+
+    def _schedule(self, kind: str, algo: str, p: int, chunk: int, root: int) -> Schedule:
+        # Message sizes follow ASTRA-sim's integer division of the chunk (reference 3.3 items 5-8).
+        pos = np.arange(p, dtype=np.int64)
+        if algo == "ring":
+            if kind == "all_reduce":
+                st = [_ring_stage(p, chunk // p, True, p - 1), _ring_stage(p, chunk // p, False, p - 1)]
+            elif kind == "reduce_scatter":
+                st = [_ring_stage(p, chunk // p, True, p - 1)]
+            elif kind == "all_gather":
+                st = [_ring_stage(p, chunk, False, p - 1)]
+            elif kind == "all_to_all":
+                st = [_ring_stage(p, chunk // p, False, p * (p - 1) // 2)]
+            else:
+                raise AlgorithmError(f"ASTRA-sim's ring does not implement {kind}")
+        elif algo == "direct":
+            i, j = np.meshgrid(pos, pos, indexing="ij")
+            mask = i != j
+            src, dst = i[mask], j[mask]
+            m = np.full(len(src), float(chunk if kind == "all_gather" else chunk // p))
+            if kind == "all_reduce":
+                st = [Stage(src, dst, m, reduce=True), Stage(src, dst, m)]
+            else:
+                st = [Stage(src, dst, m, reduce=kind == "reduce_scatter")]
+        elif algo == "halving_doubling":
+            k = p.bit_length() - 1
+            if 1 << k != p:
+                raise AlgorithmError(f"halvingDoubling needs a power-of-two group, got {p}")
+            if kind not in ("all_reduce", "reduce_scatter", "all_gather"):
+                raise AlgorithmError(f"ASTRA-sim's halvingDoubling does not implement {kind}")
+            # Reductions on the first log2(p)-1 reduce-scatter steps (reference 3.3 item 7).
+            rs = [
+                Stage(pos, pos ^ (1 << s), np.full(p, float(chunk >> (s + 1))), s < k - 1, perm=True)
+                for s in range(k)
+            ]
+            ag = [
+                Stage(pos, pos ^ (1 << s), np.full(p, float(chunk >> (s + 1))), perm=True)
+                for s in reversed(range(k))
+            ]
+            if kind == "all_gather":
+                ag = [Stage(pos, pos ^ (1 << s), np.full(p, float(chunk << s)), perm=True) for s in range(k)]
+            st = {"all_reduce": rs + ag, "reduce_scatter": rs, "all_gather": ag}[kind]
+        elif algo == "double_binary_tree":
+            if kind != "all_reduce":
+                raise AlgorithmError("ASTRA-sim's doubleBinaryTree implements all_reduce only")
+            # The first stream takes the tree rooted at the highest id (DBMAX), the whole chunk per edge.
+            st = tree_stages(in_order_tree(p, root_max=True), float(chunk))
+        else:
+            raise AlgorithmError(f"ASTRA-sim has no {algo} implementation in this mode")
+        return Schedule(kind, algo, p, (tuple(st),))
+
+    def _phases(
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], chunk: int
+    ) -> list[tuple[list, Schedule]]:
+        """(groups, schedule) per phase: one phase for a 1-D group, one per dimension for a full multi-dim one."""
+        dims = self.network.dims
+        if len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks)):
+            algo = self._algorithm(spec, self._group_dim(ranks))
+            return [([ranks], self._schedule(spec.kind, algo, len(ranks), chunk, root_index(spec)))]
+        n = self.num_ranks
+        lines = []
+        for d, dim in enumerate(dims):
+            stride = int(self._strides[d])
+            base = [r for r in range(n) if (r // stride) % dim.npus == 0]
+            lines.append([tuple(b + k * stride for k in range(dim.npus)) for b in base])
+        k = len(dims)
+        phases: list[tuple[int, str, int]] = []
+        if spec.kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
+            # Reduce-scatter up dims 0..k-2 (data shrinks by each dim), all-reduce on the last, all-gather
+            # back down with each rank's block as the per-rank input (reference 3.3 item 2).
+            data = chunk
+            for d in range(k - 1):
+                phases.append((d, "reduce_scatter", data))
+                data //= dims[d].npus
+            phases.append((k - 1, "all_reduce", data))
+            for d in reversed(range(k - 1)):
+                phases.append((d, "all_gather", data))
+                data *= dims[d].npus
+        else:
+            phases = [(d, spec.kind, chunk) for d in range(k)]
+        return [
+            (lines[d], self._schedule(kind, self._algorithm(spec, d), dims[d].npus, size, 0))
+            for d, kind, size in phases
+        ]
+
+    def collective_ns(self, spec: CollectiveSpec) -> tuple[int, ...]:
+        """Per-rank duration (ns) of a collective started at 0 on an idle network, in spec.ranks order."""
+        ranks = validate_spec(spec, self.num_ranks)
+        p = len(ranks)
+        if p == 1:
+            return (0,)
+        total = np.zeros(p, dtype=np.int64)
+        sizes = self.chunk_sizes(spec.kind, spec.size_bytes, p)
+        active = self.system.active_chunks_per_dimension
+        if self.congestion_aware:
+            self._check_aware(spec, ranks, active)
+        ed = self.system.endpoint_delay_ns
+        pos_of = {r: i for i, r in enumerate(ranks)}
+        finishes: list[np.ndarray] = []
+        for c, chunk in enumerate(sizes):
+            begin = np.zeros(p, dtype=np.int64) if c < active else finishes[c - active]
+            t = begin.copy()
+            for groups, sched in self._phases(spec, ranks, chunk):
+                t = self._run_phase(groups, sched, t, pos_of, ed)
+            finishes.append(t)
+            total = np.maximum(total, t)
+        return tuple(int(x) for x in total)
+
+    def _run_phase(self, groups, sched: Schedule, t: np.ndarray, pos_of: dict, ed: int) -> np.ndarray:
+        t = t.copy()
+        for g in groups:
+            idx = np.array([pos_of[r] for r in g], dtype=np.int64)
+            gr = np.array(g, dtype=np.int64)
+            cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+            def cost(stage: Stage, gr=gr, cache=cache) -> tuple[np.ndarray, np.ndarray]:
+                key = id(stage)
+                if key not in cache:
+                    m = stage.nbytes
+                    dur = self.msg_ns(gr[stage.src], gr[stage.dst], m) + ed
+                    red = self.reduction_ns(m) if stage.reduce else np.zeros(len(m), dtype=np.int64)
+                    cache[key] = (dur, red)
+                return cache[key]
+
+            # Every phase starts with one memory-bus crossing (the "+1" of (steps+1) x ed).
+            start = t[idx] + ed
+            t[idx] = run_chunked(lambda _c: sched, 1, 1, start, cost, count_sends=False)
+        return t
+
+    def _check_aware(self, spec: CollectiveSpec, ranks: tuple[int, ...], active: int) -> None:
+        algo = self._algorithm(spec, 0)
+        kind = self.network.dims[0].topology_kind
+        contention_free = algo == "ring" or (algo == "halving_doubling" and kind in ("switch", "fc"))
+        if not contention_free or active > 1:
+            raise AlgorithmError(
+                f"congestion-aware ASTRA mode reproduces only contention-free patterns (ring; halvingDoubling on "
+                f"Switch/FullyConnected; one active chunk); {algo} with {active} active chunk(s) on {kind} "
+                "queues messages on shared links: use model=flow"
+            )
+
+    # ----- engine-facing interface -------------------------------------------------------------------
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Closed-form ASTRA-sim time of the collective, started at now_ns; returns its handle."""
+        now_ns = self._check_now(now_ns)
+        return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+
+    def p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """Send/recv time: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
+        validate_ranks((src, dst), self.num_ranks)
+        check_size(size_bytes)
+        return int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size_bytes)]))[0])
+
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """Start a send/recv pair at now_ns; returns its handle."""
+        now_ns = self._check_now(now_ns)
+        return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
+
+
+def astra_model(
+    network_yml_path: str | Path,
+    system_json_path: str | Path | None = None,
+    congestion_aware: bool | None = None,
+) -> AstraModel:
+    """ASTRA-sim-compatible model from a network YAML and a system JSON (default: congestion-unaware)."""
+    net = load_network_yml(network_yml_path)
+    sysc = load_system_json(system_json_path) if system_json_path is not None else CLEAN_SYSTEM
+    return AstraModel(net, sysc, bool(congestion_aware))

@@ -1,0 +1,370 @@
+"""The `flow` model: flow-level simulation with max-min fair sharing of every link (progressive filling).
+
+Each transfer is a flow over its route. All flows crossing a link share its bandwidth max-min fairly; rates
+are recomputed only when the set of flows changes. A flow occupies its links while its bytes drain and is
+delivered one route latency after its last byte leaves (latency is added per path, not per byte). Internal
+time is float ns; the engine-facing times are rounded up to integer ns.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from netmodels.analytical import resolve_options
+from netmodels.api import (
+    CollectiveSpec,
+    Completion,
+    ceil_ns,
+    check_size,
+    is_int,
+    root_index,
+    validate_ranks,
+    validate_spec,
+)
+from netmodels.errors import NetworkModelError
+from netmodels.topology import Topology
+
+# A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
+_DONE_NS = 1e-6
+
+
+def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Max-min fair rates by progressive filling; flow f crosses flow_links[flow_ptr[f]:flow_ptr[f+1]]."""
+    nf = len(flow_ptr) - 1
+    counts = np.diff(flow_ptr)
+    rates = np.full(nf, np.inf)
+    if nf == 0 or len(flow_links) == 0:
+        return rates
+    used, lc = np.unique(flow_links, return_inverse=True)
+    cap = capacity[used].astype(np.float64)
+    nl = len(used)
+    owner = np.repeat(np.arange(nf), counts)
+    # Work on the entries (flow, link) of unfrozen flows only; they shrink every round.
+    e_flow, e_link = owner, lc
+    while len(e_flow):
+        n_on = np.bincount(e_link, minlength=nl)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(n_on > 0, cap / np.maximum(n_on, 1), np.inf)
+        # A link whose fair share is the smallest among all links of all its flows is saturated at that
+        # share by progressive filling: shares only grow as other flows freeze (each freezes at most at
+        # the share of every link it crosses). Freeze all such links' flows in one round.
+        es = share[e_link]
+        fmin = np.full(nf, np.inf)
+        np.minimum.at(fmin, e_flow, es)
+        lmin = np.full(nl, np.inf)
+        np.minimum.at(lmin, e_link, fmin[e_flow])
+        bott = share <= lmin * (1 + 1e-12)
+        hit = np.zeros(nf, dtype=bool)
+        hit[e_flow[bott[e_link]]] = True
+        rates[hit] = fmin[hit]
+        frozen = hit[e_flow]
+        cap = np.maximum(cap - np.bincount(e_link[frozen], weights=rates[e_flow[frozen]], minlength=nl), 0.0)
+        e_flow, e_link = e_flow[~frozen], e_link[~frozen]
+    return rates
+
+
+@dataclass(eq=False)
+class _Transfer:
+    run: _Run | None
+    stage: int
+    src: int
+    dst: int
+    nbytes: float
+    links: np.ndarray
+    latency: float
+    handle: int = -1  # p2p transfers only
+
+
+@dataclass(eq=False)
+class _Run:
+    """One channel of one chunk of a collective: per-position progress through the flattened stages."""
+
+    coll: _Coll
+    channel: int
+    chunk: int
+    stages: list[Stage]
+    ptr: np.ndarray
+    issued: np.ndarray
+    need: np.ndarray
+    out: np.ndarray
+    red_paid: np.ndarray
+    finished: np.ndarray
+
+
+@dataclass(eq=False)
+class _Coll:
+    handle: int
+    ranks: tuple[int, ...]
+    schedule: Schedule
+    runs_left: np.ndarray
+    finish: np.ndarray
+    positions_left: int
+    runs: dict = field(default_factory=dict)
+
+
+class FlowModel:
+    """Flow-level network model with max-min fair link sharing; congestion-aware on any topology."""
+
+    name = "flow"
+
+    def __init__(
+        self,
+        topology: Topology,
+        chunks: int = 1,
+        chunks_in_flight: int = 1,
+        endpoint_delay_ns: float | str = 0.0,
+        reduction_bandwidth: float | str | None = None,
+        algorithms: Mapping[str, str] | None = None,
+    ) -> None:
+        self.topology = topology
+        self.num_ranks = topology.num_ranks
+        self.chunks, self.in_flight, self.endpoint_delay_ns, self.reduction_bpns = resolve_options(
+            chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth
+        )
+        self.algorithms = dict(algorithms or {})
+        self._cap = topology.link_bandwidth
+        self._t = 0.0
+        self._heap: list = []
+        self._seq = itertools.count()
+        self._handles = itertools.count()
+        self._last_now = 0
+        # Active flows: parallel lists/arrays, valid at time self._fl_t.
+        self._fl: list[_Transfer] = []
+        self._rem = np.zeros(0)
+        self._rate = np.zeros(0)
+        self._fl_t = 0.0
+        self._new: list[_Transfer] = []
+        self._done: list[tuple[int, int, Completion]] = []
+        self._stage_info: dict[int, tuple] = {}
+        self.rate_recomputations = 0
+        self._dirty = False
+
+    # ----- engine-facing interface -------------------------------------------------------------------
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Start a collective at now_ns; its transfers share links with everything else in flight."""
+        ranks = validate_spec(spec, self.num_ranks)
+        self._catch_up(now_ns)
+        algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        hosts = self.topology.hosts_of(ranks)
+        sched = build_schedule(
+            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts
+        )
+        handle = next(self._handles)
+        p = len(ranks)
+        nch = len(sched.channels)
+        coll = _Coll(handle, ranks, sched, np.full(p, nch * self.chunks), np.full(p, float(now_ns)), p)
+        if nch == 0:
+            self._complete(coll, float(now_ns))
+        else:
+            for ch in range(nch):
+                for c in range(min(self.in_flight, self.chunks)):
+                    self._start_run(coll, ch, c, range(p))
+        self._settle()
+        return handle
+
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """Start one flow from src to dst at now_ns."""
+        validate_ranks((src, dst), self.num_ranks)
+        check_size(size_bytes)
+        self._catch_up(now_ns)
+        handle = next(self._handles)
+        r = self.topology.route(src, dst)
+        tr = _Transfer(
+            None, 0, src, dst, float(size_bytes), np.array(r.links, dtype=np.int64), r.latency_ns, handle
+        )
+        self._launch(tr)
+        self._settle()
+        return handle
+
+    def next_event_ns(self) -> int | None:
+        """Earliest time (ns, rounded up) at which a flow finishes, a transfer lands or a collective ends."""
+        cands = [f for f, _, _ in self._done]
+        t = self._next_time()
+        if t is not None:
+            cands.append(ceil_ns(t))
+        return min(cands) if cands else None
+
+    def advance(self, until_ns: int) -> list[Completion]:
+        """Process internal events up to until_ns; completions ordered by (finish_ns, handle)."""
+        while True:
+            t = self._next_time()
+            if t is None or ceil_ns(t) > until_ns:
+                break
+            self._step(t)
+        ready = sorted(d for d in self._done if d[0] <= until_ns)
+        self._done = [d for d in self._done if d[0] > until_ns]
+        return [c for _, _, c in ready]
+
+    # ----- internals -----------------------------------------------------------------------------------
+    def _catch_up(self, now_ns: int) -> None:
+        if not is_int(now_ns) or now_ns < self._last_now:
+            raise NetworkModelError(
+                f"start times must be non-decreasing integers (got {now_ns} after {self._last_now})"
+            )
+        self._last_now = now_ns = int(now_ns)
+        while True:
+            t = self._next_time()
+            if t is None or t > now_ns:
+                break
+            self._step(t)
+        self._progress(float(now_ns))
+        self._t = float(now_ns)
+
+    def _next_time(self) -> float | None:
+        t = self._heap[0][0] if self._heap else None
+        if len(self._fl):
+            with np.errstate(divide="ignore"):
+                tf = self._fl_t + float(np.min(self._rem / self._rate))
+            t = tf if t is None else min(t, tf)
+        return t
+
+    def _progress(self, t: float) -> None:
+        if len(self._fl) and t > self._fl_t:
+            self._rem = self._rem - self._rate * (t - self._fl_t)
+        self._fl_t = t
+
+    def _step(self, t: float) -> None:
+        self._progress(t)
+        self._t = t
+        if len(self._fl):
+            done = self._rem <= self._rate * _DONE_NS
+            if done.any():
+                idx = np.flatnonzero(done)
+                finished = [self._fl[i] for i in idx]
+                keep = ~done
+                self._fl = [f for f, k in zip(self._fl, keep, strict=True) if k]
+                self._rem, self._rate = self._rem[keep], self._rate[keep]
+                for tr in finished:
+                    self._push(t + tr.latency, tr)
+                self._dirty = True
+        while self._heap and self._heap[0][0] <= t:
+            _, _, item = heapq.heappop(self._heap)
+            if isinstance(item, _Transfer):
+                self._deliver(item, t)
+            else:
+                run, i = item
+                self._advance_pos(run, i, t)
+        self._settle()
+
+    def _push(self, t: float, item: object) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), item))
+
+    def _launch(self, tr: _Transfer) -> None:
+        if tr.nbytes <= 0 or len(tr.links) == 0:
+            self._push(self._t + tr.latency, tr)
+        else:
+            self._new.append(tr)
+
+    def _settle(self) -> None:
+        """Admit new flows and recompute max-min rates once per change of the flow set."""
+        changed = bool(self._new) or self._dirty
+        self._dirty = False
+        if self._new:
+            self._fl = self._fl + self._new
+            self._rem = np.concatenate([self._rem, [tr.nbytes for tr in self._new]])
+            self._new = []
+        if changed and self._fl:
+            ptr = np.zeros(len(self._fl) + 1, dtype=np.int64)
+            np.cumsum([len(tr.links) for tr in self._fl], out=ptr[1:])
+            links = np.concatenate([tr.links for tr in self._fl])
+            self._rate = max_min_rates(ptr, links, self._cap)
+            self.rate_recomputations += 1
+        elif not self._fl:
+            self._rate = np.zeros(0)
+
+    def _stage_meta(self, stage: Stage, p: int) -> tuple:
+        key = id(stage)
+        meta = self._stage_info.get(key)
+        if meta is None:
+            order = np.argsort(stage.src, kind="stable")
+            ptr = np.searchsorted(stage.src[order], np.arange(p + 1))
+            recv = np.bincount(stage.dst, minlength=p)
+            red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p)
+            meta = (order, ptr, recv, red, stage)
+            self._stage_info[key] = meta
+        return meta
+
+    def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
+        run = coll.runs.get((ch, c))
+        p = len(coll.ranks)
+        if run is None:
+            stages = [s for s in coll.schedule.channels[ch] for _ in range(s.repeat)]
+            need = np.array([self._stage_meta(s, p)[2] for s in stages], dtype=np.int32).reshape(
+                len(stages), p
+            )
+            z = np.zeros(p, dtype=np.int64)
+            run = _Run(
+                coll, ch, c, stages, z.copy(), z.copy(), need, z.copy(), z - 1, np.zeros(p, dtype=bool)
+            )
+            coll.runs[(ch, c)] = run
+        for i in positions:
+            self._advance_pos(run, i, self._t)
+
+    def _advance_pos(self, run: _Run, i: int, t: float) -> None:
+        nst = len(run.stages)
+        p = len(run.coll.ranks)
+        while True:
+            s = int(run.ptr[i])
+            if s == nst:
+                if run.out[i] == 0 and not run.finished[i]:
+                    run.finished[i] = True
+                    self._pos_finished(run, i, t)
+                return
+            stage = run.stages[s]
+            order, sptr, recv, red, _ = self._stage_meta(stage, p)
+            if run.issued[i] == s:
+                run.issued[i] = s + 1
+                for k in order[sptr[i] : sptr[i + 1]]:
+                    self._send(run, s, stage, int(k))
+            if run.need[s, i] > 0:
+                return
+            if stage.reduce and recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
+                run.red_paid[i] = s
+                self._push(t + red[i] / self.reduction_bpns, (run, i))
+                return
+            run.ptr[i] = s + 1
+
+    def _send(self, run: _Run, s: int, stage: Stage, k: int) -> None:
+        ranks = run.coll.ranks
+        a, b = int(stage.src[k]), int(stage.dst[k])
+        r = self.topology.route(ranks[a], ranks[b])
+        run.out[a] += 1
+        lat = r.latency_ns + self.endpoint_delay_ns
+        tr = _Transfer(run, s, a, b, float(stage.nbytes[k]), np.array(r.links, dtype=np.int64), lat)
+        self._launch(tr)
+
+    def _deliver(self, tr: _Transfer, t: float) -> None:
+        run = tr.run
+        if run is None:
+            self._done.append((ceil_ns(t), tr.handle, Completion(tr.handle, ceil_ns(t), (ceil_ns(t),))))
+            return
+        run.need[tr.stage, tr.dst] -= 1
+        run.out[tr.src] -= 1
+        if run.ptr[tr.dst] == tr.stage and run.need[tr.stage, tr.dst] == 0:
+            self._advance_pos(run, tr.dst, t)
+        if run.ptr[tr.src] == len(run.stages) and run.out[tr.src] == 0:
+            self._advance_pos(run, tr.src, t)
+
+    def _pos_finished(self, run: _Run, i: int, t: float) -> None:
+        coll = run.coll
+        coll.finish[i] = max(coll.finish[i], t)
+        coll.runs_left[i] -= 1
+        nxt = run.chunk + self.in_flight
+        if nxt < self.chunks:
+            self._start_run(coll, run.channel, nxt, (i,))
+        if coll.runs_left[i] == 0:
+            coll.positions_left -= 1
+            if coll.positions_left == 0:
+                self._complete(coll, float(coll.finish.max()))
+                coll.runs.clear()
+
+    def _complete(self, coll: _Coll, t: float) -> None:
+        per = tuple(ceil_ns(x) for x in coll.finish)
+        fin = max(per) if per else ceil_ns(t)
+        self._done.append((fin, coll.handle, Completion(coll.handle, fin, per)))

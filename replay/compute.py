@@ -1,0 +1,243 @@
+"""Compute-time models: how long a COMP (or MEM) node takes on a rank, in integer nanoseconds.
+
+Contract (F): a compute model is any object with `name` and `duration_ns(rank, node) -> int`. The engine
+calls it once per compute node before the event loop, never inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from replay.errors import DeviceProfileError
+from traces import pb
+from traces.attrs import INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
+
+
+@runtime_checkable
+class ComputeModel(Protocol):
+    """Duration of a node on a rank, in integer ns."""
+
+    name: str
+
+    def duration_ns(self, rank: int, node: pb.Node) -> int:
+        """Time the node occupies its resource on `rank`, in ns."""
+        ...
+
+
+def replay_duration_ns(node: pb.Node) -> int:
+    """ASTRA-sim's replay rule: duration_micros x 1000 ns, and a zero duration becomes 1 ns."""
+    d = node.duration_micros
+    return d * 1000 if d else 1
+
+
+@dataclass(frozen=True)
+class DurationModel:
+    """Replay the recorded `duration_micros` (ASTRA-sim's default, `roofline-enabled` 0)."""
+
+    name: str = "duration"
+
+    def duration_ns(self, rank: int, node: pb.Node) -> int:
+        """duration_micros x 1000, 0 -> 1 ns."""
+        return replay_duration_ns(node)
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """What roofline needs to know about a device: peak FLOP/s and memory bandwidth in bytes/s."""
+
+    peak_flops: float
+    mem_bw: float
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        for field, v in (("peak_flops", self.peak_flops), ("mem_bw", self.mem_bw)):
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise DeviceProfileError(
+                    f"device profile {self.label or '?'}: {field} must be > 0, got {v!r}"
+                )
+
+
+def _roofline_attrs(node: pb.Node) -> tuple[bool, int | None, int | None]:
+    cpu, ops, size = False, None, None
+    for a in node.attr:
+        n = a.name
+        if n == IS_CPU_OP:
+            kind = a.WhichOneof("value")
+            cpu = bool(getattr(a, kind)) if kind == "bool_val" or kind in INT_KINDS else False
+        elif n == NUM_OPS or n == TENSOR_SIZE:
+            kind = a.WhichOneof("value")
+            if kind in INT_KINDS:
+                v = int(getattr(a, kind))
+            elif kind in ("double_val", "float_val"):
+                v = int(getattr(a, kind))
+            else:
+                continue
+            if n == NUM_OPS:
+                ops = v
+            else:
+                size = v
+    return cpu, ops, size
+
+
+def roofline_ns(num_ops: int, tensor_size: int, profile: DeviceProfile) -> int:
+    """ASTRA-sim's roofline: floor(1e9 x ops / min(peak, bw x ops/size)) ns; tensor_size 0 -> 0 (skipped).
+
+    The formula equals max(ops/peak, size/bw); with 0 ops (ASTRA-sim would divide by zero) xsim takes that
+    form's limit, the memory time size/bw.
+    """
+    if tensor_size <= 0:
+        return 0
+    if num_ops <= 0:
+        return int(math.floor(1e9 * tensor_size / profile.mem_bw))
+    perf = min(profile.peak_flops, profile.mem_bw * num_ops / tensor_size)
+    return int(math.floor(1e9 * num_ops / perf))
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """Roofline time from `num_ops`/`tensor_size` with a per-rank device profile.
+
+    As ASTRA-sim: CPU ops (`is_cpu_op`) replay their duration; a GPU node with `tensor_size` 0 is skipped
+    (0 ns). xsim's own choice where ASTRA-sim would throw: a node lacking `num_ops` or `tensor_size`, or on a
+    rank without a profile, replays its `duration_micros`.
+    """
+
+    profiles: Mapping[int, DeviceProfile]
+    default: DeviceProfile | None = None
+    name: str = "roofline"
+
+    def profile(self, rank: int) -> DeviceProfile | None:
+        """The device profile of `rank` (its own, else the default)."""
+        return self.profiles.get(rank, self.default)
+
+    def duration_ns(self, rank: int, node: pb.Node) -> int:
+        """Roofline time of a GPU compute node, else its replayed duration."""
+        if node.type != pb.COMP_NODE:
+            return replay_duration_ns(node)
+        cpu, ops, size = _roofline_attrs(node)
+        prof = self.profiles.get(rank, self.default)
+        if cpu or ops is None or size is None or prof is None:
+            return replay_duration_ns(node)
+        return roofline_ns(ops, size, prof)
+
+
+@dataclass(frozen=True)
+class SpeedScaled:
+    """Scale GPU compute of some ranks: factor 2.0 runs twice as fast (time / 2), 0.5 twice as slow.
+
+    CPU ops keep their time (the factor describes the GPU). A non-zero time never rounds down to 0.
+    """
+
+    base: ComputeModel
+    factors: Mapping[int, float]
+
+    @property
+    def name(self) -> str:
+        """Base model's name with the speed factors."""
+        shown = ",".join(f"{r}={f:g}" for r, f in sorted(self.factors.items()))
+        return f"{self.base.name}+speed({shown})"
+
+    def duration_ns(self, rank: int, node: pb.Node) -> int:
+        """Base duration divided by the rank's factor, rounded to the nearest ns."""
+        d = self.base.duration_ns(rank, node)
+        f = self.factors.get(rank)
+        if f is None or f == 1.0 or d == 0 or node.type != pb.COMP_NODE:
+            return d
+        if _roofline_attrs(node)[0]:
+            return d
+        return max(1, int(d / f + 0.5))
+
+
+def _check_factor(rank: int, factor: Any, where: str) -> float:
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not (factor > 0):
+        raise DeviceProfileError(f"{where}: speed factor of rank {rank} must be a number > 0, got {factor!r}")
+    if not math.isfinite(factor):
+        raise DeviceProfileError(f"{where}: speed factor of rank {rank} must be finite")
+    return float(factor)
+
+
+_RANKS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
+
+
+def parse_rank_spec(text: str, where: str) -> list[int]:
+    """Ranks of "3", "0-7" or "0-3,8" (ranges inclusive)."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        m = _RANKS.match(part)
+        if not m:
+            raise DeviceProfileError(f"{where}: bad rank spec {text!r} (examples: 3, 0-7, 0-3,8)")
+        lo = int(m[1])
+        hi = int(m[2]) if m[2] is not None else lo
+        if hi < lo:
+            raise DeviceProfileError(f"{where}: empty rank range {part.strip()!r}")
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+def parse_speed(items: Sequence[str]) -> dict[int, float]:
+    """`RANK=FACTOR` strings (RANK may be a range "0-3") into {rank: factor}."""
+    out: dict[int, float] = {}
+    for item in items:
+        ranks, sep, value = item.partition("=")
+        if not sep:
+            raise DeviceProfileError(f"--speed {item!r}: expected RANK=FACTOR, e.g. 3=0.5")
+        try:
+            f = float(value)
+        except ValueError:
+            raise DeviceProfileError(f"--speed {item!r}: factor {value!r} is not a number") from None
+        for r in parse_rank_spec(ranks, f"--speed {item!r}"):
+            out[r] = _check_factor(r, f, f"--speed {item!r}")
+    return out
+
+
+def _profile_from(obj: Any, where: str) -> DeviceProfile:
+    if not isinstance(obj, dict) or set(obj) - {"peak_flops", "mem_bw", "label"}:
+        raise DeviceProfileError(
+            f'{where}: a device is {{"peak_flops": FLOP/s, "mem_bw": bytes/s[, "label": name]}}, got {obj!r}'
+        )
+    try:
+        return DeviceProfile(float(obj["peak_flops"]), float(obj["mem_bw"]), str(obj.get("label", "")))
+    except KeyError as exc:
+        raise DeviceProfileError(f"{where}: missing {exc.args[0]!r}") from None
+    except (TypeError, ValueError):
+        raise DeviceProfileError(f"{where}: peak_flops and mem_bw must be numbers") from None
+
+
+@dataclass(frozen=True)
+class DeviceProfileFile:
+    """A parsed device-profile file: default device, per-rank devices, per-rank speed factors."""
+
+    default: DeviceProfile | None
+    ranks: Mapping[int, DeviceProfile]
+    speed: Mapping[int, float]
+
+
+def load_device_profile(path: str | os.PathLike[str]) -> DeviceProfileFile:
+    """Read a device-profile JSON file (format in docs/replay.md)."""
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except OSError as exc:
+        raise DeviceProfileError(f"{p}: cannot read device profile: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise DeviceProfileError(f"{p}: device profile is not JSON: {exc}") from None
+    if not isinstance(raw, dict) or set(raw) - {"default", "ranks", "speed"}:
+        raise DeviceProfileError(f'{p}: expected an object with keys "default", "ranks", "speed"')
+    default = _profile_from(raw["default"], f"{p}: default") if "default" in raw else None
+    ranks: dict[int, DeviceProfile] = {}
+    for key, val in (raw.get("ranks") or {}).items():
+        prof = _profile_from(val, f"{p}: ranks[{key!r}]")
+        for r in parse_rank_spec(key, f"{p}: ranks"):
+            ranks[r] = prof
+    speed: dict[int, float] = {}
+    for key, val in (raw.get("speed") or {}).items():
+        for r in parse_rank_spec(key, f"{p}: speed"):
+            speed[r] = _check_factor(r, val, p)
+    return DeviceProfileFile(default=default, ranks=ranks, speed=speed)

@@ -1,0 +1,510 @@
+"""The replay program: every node of a trace set flattened once into plain per-node lists for the engine.
+
+Nodes get a global index g, rank by rank and, within a rank, in ascending node id, so "issue ready nodes
+in ascending id" is "pop the smallest g" from a per-queue heap of ints. Protobuf attributes are read here
+once; the event loop never touches a protobuf message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from replay.compute import ComputeModel, DurationModel
+from replay.config import ReplayConfig
+from replay.errors import ReplayError, TraceGraphError
+from traces import pb
+from traces.attrs import (
+    CHUNK,
+    COMM_DST,
+    COMM_SIZE,
+    COMM_SRC,
+    COMM_TAG,
+    COMM_TYPE,
+    DEVICE_GROUP,
+    FLOAT_KINDS,
+    INT_KINDS,
+    IS_CPU_OP,
+    LAYER,
+    MICRO_BATCH,
+    PG_NAME,
+    PHASE,
+    RESHARD,
+    RING,
+    STAGE,
+    STREAM,
+)
+from traces.groups import ALL_RANKS_NAMES, ProcessGroups
+from traces.traceset import TraceSet
+
+# Node kinds as the engine sees them.
+K_COMP, K_CPU, K_COLL, K_SEND, K_RECV, K_MEM, K_ZERO, K_TCOMM = range(8)
+KIND_RESOURCE = ("compute", "cpu", "comm", "comm", "comm", "comm", "none", "comm")
+
+# Chakra CollectiveCommType -> netmodels CollectiveSpec.kind (contract E).
+COLLECTIVE_KIND: dict[int, str] = {
+    pb.ALL_REDUCE: "all_reduce",
+    pb.REDUCE: "reduce",
+    pb.ALL_GATHER: "all_gather",
+    pb.GATHER: "gather",
+    pb.SCATTER: "scatter",
+    pb.BROADCAST: "broadcast",
+    pb.ALL_TO_ALL: "all_to_all",
+    pb.REDUCE_SCATTER: "reduce_scatter",
+    pb.REDUCE_SCATTER_BLOCK: "reduce_scatter",
+    pb.BARRIER: "barrier",
+}
+
+# Annotation columns of the ops table: attribute name -> ("int" | "str").
+ANNOTATION_COLUMNS: dict[str, str] = {
+    LAYER: "int",
+    PHASE: "str",
+    MICRO_BATCH: "int",
+    STAGE: "int",
+    DEVICE_GROUP: "int",
+    RING: "int",
+    CHUNK: "int",
+    RESHARD: "str",
+}
+_SCANNED = frozenset(
+    {IS_CPU_OP, STREAM, COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group"}
+)
+_STOI = re.compile(r"^\s*([+-]?\d+)")
+
+
+@dataclass(frozen=True)
+class CollInfo:
+    """A collective node's matching data."""
+
+    comm_type: int
+    size: int
+    group: str  # canonical group key
+    members: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class P2PInfo:
+    """A send or recv node's matching data."""
+
+    src: int
+    dst: int
+    tag: int
+    size: int
+
+
+@dataclass
+class Program:
+    """Flattened trace set. Lists are indexed by global node index g unless named otherwise."""
+
+    num_ranks: int
+    rank_offset: list[int]  # rank r owns g in [rank_offset[r], rank_offset[r+1])
+    node_id: list[int]
+    name: list[str]
+    node_type: list[int]
+    kind: list[int]
+    dur: list[int]  # ns for timed kinds (compute, cpu, mem, duration-replayed comm); 0 otherwise
+    ndeps: list[int]
+    children: list[list[int]]
+    queue: list[int]  # queue index, -1 = takes no slot
+    queue_cap: list[int]
+    queue_label: list[str]
+    recorded_ns: list[int]  # duration_micros x 1000 (0 -> 1), for measured communication
+    nbytes: list[int]
+    comm_type: list[int]  # -1 when not a collective
+    pg_name: list[str | None]
+    coll: dict[int, CollInfo]
+    p2p: dict[int, P2PInfo]
+    annotations: dict[int, dict]  # g -> {annotation column: value}, only for nodes that carry any
+    groups: ProcessGroups
+    compute_name: str
+    ctrl_deps_ignored_ranks: int = 0  # ranks replayed on data deps alone (ctrl deps closed a cycle)
+    ignored_ctrl_deps: int = 0  # ctrl deps on absent ids or on the node itself (dropped)
+    paths: tuple[str, ...] = field(default=())
+
+    @property
+    def num_nodes(self) -> int:
+        """Total nodes over all ranks."""
+        return len(self.node_id)
+
+    def rank_of(self, g: int) -> int:
+        """Rank owning global index g."""
+        lo, hi = 0, self.num_ranks
+        offs = self.rank_offset
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if offs[mid] <= g:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def describe(self, g: int) -> str:
+        """`rank R node ID 'name'` for messages."""
+        return f"rank {self.rank_of(g)} node {self.node_id[g]} {self.name[g]!r}"
+
+
+def resolve_group(groups: ProcessGroups, name: str) -> tuple[str, tuple[int, ...]] | None:
+    """(canonical key, members) of a pg_name; ASTRA-sim reads the name with stoi, so "1.0" is group 1."""
+    if name in groups.groups:
+        return name, groups.groups[name]
+    if name in ALL_RANKS_NAMES:
+        return "", tuple(range(groups.num_ranks))
+    m = _STOI.match(name)
+    if m:
+        key = str(int(m[1]))
+        if key in groups.groups:
+            return key, groups.groups[key]
+        if key == "0":
+            return "", tuple(range(groups.num_ranks))
+    return None
+
+
+def _attr_scalar(a: pb.AttributeProto):
+    kind = a.WhichOneof("value")
+    if kind in INT_KINDS or kind == "bool_val" or kind == "string_val" or kind in FLOAT_KINDS:
+        return getattr(a, kind)
+    return None
+
+
+def _attach(children: list[list[int]], fwd: dict[int, list[int]], empty: list[int]) -> None:
+    """Attach edges whose parent comes after the child in id order."""
+    for pg_, kids in fwd.items():
+        ch = children[pg_]
+        children[pg_] = (ch if ch is not empty else []) + kids
+
+
+def _cycle_ids(base: int, ids: Sequence[int], children: list[list[int]], ndeps: list[int]) -> list[int]:
+    """Ids of nodes that can never become ready (on or behind a cycle), by Kahn's algorithm on one rank."""
+    indeg = ndeps[base : base + len(ids)]
+    stack = [i for i, c in enumerate(indeg) if c == 0]
+    seen = 0
+    while stack:
+        i = stack.pop()
+        seen += 1
+        for c in children[base + i]:
+            c -= base
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+    if seen == len(ids):
+        return []
+    return sorted(ids[i] for i, c in enumerate(indeg) if c > 0)
+
+
+def _data_only_edges(nodes, base: int, id_to_g: dict[int, int], children, ndeps, empty) -> None:
+    """Rebuild one rank's edges from data deps alone (they were checked when first built)."""
+    for i in range(len(nodes)):
+        children[base + i] = empty
+    fwd: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        g = base + i
+        deps = set(node.data_deps)
+        ndeps[g] = len(deps)
+        for dep in deps:
+            pg_ = id_to_g[dep]
+            if pg_ > g:
+                fwd.setdefault(pg_, []).append(g)
+            elif children[pg_] is empty:
+                children[pg_] = [g]
+            else:
+                children[pg_].append(g)
+    _attach(children, fwd, empty)
+
+
+def build_program(
+    trace_set: TraceSet,
+    groups: ProcessGroups,
+    compute: ComputeModel | None,
+    config: ReplayConfig,
+    *,
+    release: bool = True,
+) -> Program:
+    """Read every rank's nodes once and flatten them into a Program (validating the graph)."""
+    compute = compute or DurationModel()
+    fast_duration = type(compute) is DurationModel
+    n_ranks = trace_set.num_ranks
+    measured = config.comm_mode == "measured"
+    tcomm_types = config.duration_comm_types
+
+    rank_offset = [0]
+    node_id: list[int] = []
+    names: list[str] = []
+    ntypes: list[int] = []
+    kinds: list[int] = []
+    durs: list[int] = []
+    ndeps: list[int] = []
+    children: list[list[int]] = []
+    queue: list[int] = []
+    queue_cap: list[int] = []
+    queue_label: list[str] = []
+    recorded: list[int] = []
+    nbytes: list[int] = []
+    ctypes: list[int] = []
+    pgs: list[str | None] = []
+    coll: dict[int, CollInfo] = {}
+    p2p: dict[int, P2PInfo] = {}
+    ann: dict[int, dict] = {}
+    empty: list[int] = []
+    ignored_ctrl = 0
+    ctrl_ignored_ranks = 0
+
+    for rank in range(n_ranks):
+        ef = trace_set.load(rank)
+        path = ef.path
+        nodes = ef.nodes
+        ids = [n.id for n in nodes]
+        if any(a >= b for a, b in zip(ids, ids[1:], strict=False)):  # usually already ascending
+            nodes = sorted(nodes, key=lambda n: n.id)
+            ids = [n.id for n in nodes]
+        base = len(node_id)
+        id_to_g: dict[int, int] = {}
+        for i, nid in enumerate(ids):
+            if nid in id_to_g:
+                raise TraceGraphError(f"duplicate node id {nid}", path=path, rank=rank, node_id=nid)
+            id_to_g[nid] = base + i
+        q_cpu = len(queue_cap)
+        q_comp, q_comm = q_cpu + 1, q_cpu + 2
+        queue_cap.extend((config.cpu_slots, config.compute_streams, config.comm_channels))
+        queue_label.extend((f"rank {rank} cpu", f"rank {rank} compute", f"rank {rank} comm"))
+        stream_q: dict[int, int] = {}
+        fwd: dict[int, list[int]] = {}
+        forward = False
+        for i, node in enumerate(nodes):
+            g = base + i
+            nid = ids[i]
+            nt = node.type
+            node_id.append(nid)
+            names.append(node.name)
+            ntypes.append(nt)
+            # One pass over the attributes.
+            cpu = False
+            stream = None
+            a_ct = a_size = a_src = a_dst = a_tag = a_pg = None
+            vals = None
+            attrs = node.attr
+            # Slicing a upb repeated field is ~5x faster than iterating it (measured, scripts/bench_replay.py).
+            for a in attrs[:] if len(attrs) else ():
+                an = a.name
+                if an in _SCANNED:
+                    v = _attr_scalar(a)
+                    if an == IS_CPU_OP:
+                        cpu = bool(v) if not isinstance(v, str) else False
+                    elif an == STREAM:
+                        stream = v
+                    elif an == COMM_TYPE:
+                        a_ct = v
+                    elif an == COMM_SIZE:
+                        a_size = v
+                    elif an == COMM_SRC:
+                        a_src = v
+                    elif an == COMM_DST:
+                        a_dst = v
+                    elif an == COMM_TAG:
+                        a_tag = v
+                    elif an == PG_NAME or (an == "comm_group" and a_pg is None):
+                        a_pg = v if isinstance(v, str) else (None if v is None else str(int(v)))
+                elif an in ANNOTATION_COLUMNS:
+                    if vals is None:
+                        vals = {}
+                    vals.setdefault(an, _attr_scalar(a))
+            if vals is not None:
+                ann[g] = {
+                    k: (
+                        str(v) if ANNOTATION_COLUMNS[k] == "str" else (None if isinstance(v, str) else int(v))
+                    )
+                    for k, v in vals.items()
+                    if v is not None
+                }
+            rec = node.duration_micros * 1000 or 1  # replay_duration_ns, inlined
+            recorded.append(rec)
+            size = 0
+            ct = -1
+            pgn = None
+            where = {"path": path, "rank": rank, "node_id": nid}
+            # Kind, duration and slot.
+            if nt == pb.COMP_NODE:
+                kind = K_CPU if cpu else K_COMP
+                d = rec if fast_duration else compute.duration_ns(rank, node)
+                if not isinstance(d, int) or d < 0:
+                    raise ReplayError(
+                        f"compute model {compute.name!r} gave {d!r} ns for {node.name!r}: need int >= 0"
+                    )
+            elif cpu and nt in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+                # Old PyTorch converters label the host-side c10d:: call of a collective as a comm node with
+                # is_cpu_op; its GPU kernel is the real collective. ASTRA-sim throws here; xsim replays the
+                # host call on the CPU by its duration.
+                kind, d = K_CPU, rec
+            elif nt == pb.COMM_COLL_NODE:
+                if a_ct is None or isinstance(a_ct, str):
+                    raise TraceGraphError("collective without an integer comm_type", **where)
+                ct = int(a_ct)
+                if ct not in COLLECTIVE_KIND:
+                    raise TraceGraphError(f"unknown comm_type {ct}", **where)
+                size = _size(a_size, where)
+                pgn = a_pg if a_pg is not None else ""
+                if ct in tcomm_types:
+                    kind, d = K_TCOMM, rec
+                else:
+                    kind = K_COLL
+                    d = rec if measured else 0
+                    res = resolve_group(groups, pgn)
+                    if res is None:
+                        known = ", ".join(sorted(groups.groups)) or "none"
+                        raise TraceGraphError(
+                            f"pg_name {pgn!r} is not a known process group (known: {known}; "
+                            "pass --comm-groups FILE)",
+                            **where,
+                        )
+                    key, members = res
+                    if rank not in members:
+                        raise TraceGraphError(
+                            f"pg_name {pgn!r} = ranks {list(members)} does not contain this rank", **where
+                        )
+                    coll[g] = CollInfo(ct, size, key, members)
+            elif nt == pb.COMM_SEND_NODE or nt == pb.COMM_RECV_NODE:
+                send = nt == pb.COMM_SEND_NODE
+                size = _size(a_size, where)
+                src = rank if (send and a_src is None) else a_src
+                dst = rank if (not send and a_dst is None) else a_dst
+                if src is None or dst is None or a_tag is None:
+                    need = "comm_dst" if send else "comm_src"
+                    raise TraceGraphError(f"{'send' if send else 'recv'} needs {need} and comm_tag", **where)
+                src, dst, tag = (_int(v, k, where) for v, k in ((src, "src"), (dst, "dst"), (a_tag, "tag")))
+                if (send and src != rank) or (not send and dst != rank):
+                    raise TraceGraphError(
+                        f"{'send comm_src' if send else 'recv comm_dst'} is {src if send else dst}, not this rank",
+                        **where,
+                    )
+                for peer in (src, dst):
+                    if not 0 <= peer < n_ranks:
+                        raise TraceGraphError(f"peer rank {peer} outside 0..{n_ranks - 1}", **where)
+                p2p[g] = P2PInfo(src, dst, tag, size)
+                kind = K_SEND if send else K_RECV
+                d = rec if measured else 0
+                pgn = a_pg
+            elif nt == pb.MEM_LOAD_NODE or nt == pb.MEM_STORE_NODE:
+                kind = K_MEM
+                d = rec if fast_duration else compute.duration_ns(rank, node)
+            else:  # METADATA, INVALID and values outside the enum complete in 0 ns, as in ASTRA-sim
+                kind, d = K_ZERO, 0
+            kinds.append(kind)
+            durs.append(d)
+            nbytes.append(size)
+            ctypes.append(ct)
+            pgs.append(pgn)
+            # Queue.
+            if kind == K_RECV or kind == K_ZERO:
+                q = -1
+            elif config.honour_stream and stream is not None and kind != K_CPU:
+                q = stream_q.get(stream)
+                if q is None:
+                    q = stream_q[stream] = len(queue_cap)
+                    queue_cap.append(1)
+                    queue_label.append(f"rank {rank} stream {stream}")
+            elif kind == K_COMP:
+                q = q_comp
+            elif kind == K_CPU:
+                q = q_cpu
+            else:
+                q = q_comm
+            queue.append(q)
+            # Dependencies (data and ctrl, as FeederV3).
+            dd = node.data_deps[:]
+            cd = node.ctrl_deps[:] if len(node.ctrl_deps) else None
+            if cd:
+                deps = set(dd)
+                for dep in cd:
+                    # A ctrl dep names the calling op; old converters keep it when the caller was not
+                    # converted, or name the node itself. Such a dep can never finish: it is dropped and
+                    # counted (summary key ignored_ctrl_deps), not fatal. Data deps get no such leniency.
+                    if dep in id_to_g and dep != nid:
+                        deps.add(dep)
+                    elif dep not in deps:
+                        ignored_ctrl += 1
+            elif len(dd) > 1:
+                deps = set(dd)
+            else:
+                deps = dd
+            ndeps.append(len(deps))
+            children.append(empty)
+            for dep in deps:
+                pg_ = id_to_g.get(dep)
+                if pg_ is None:
+                    raise TraceGraphError(f"data dependency on node {dep}, which is not in the file", **where)
+                if dep >= nid:
+                    if dep == nid:
+                        raise TraceGraphError("node depends on itself", **where)
+                    forward = True
+                if pg_ > g:
+                    # Forward edge: the parent's entry does not exist yet; attach it after the rank.
+                    fwd.setdefault(pg_, []).append(g)
+                    continue
+                ch = children[pg_]
+                if ch is empty:
+                    children[pg_] = [g]
+                else:
+                    ch.append(g)
+        _attach(children, fwd, empty)
+        if forward:
+            cyc = _cycle_ids(base, ids, children, ndeps)
+            if cyc and config.ctrl_deps == "auto" and any(n.ctrl_deps for n in nodes):
+                # The ctrl deps close a cycle (old converters write caller<->kernel pairs): fall back, for
+                # this rank, to data deps alone, the legacy Chakra ETFeeder's rule. Counted in the summary.
+                _data_only_edges(nodes, base, id_to_g, children, ndeps, empty)
+                ctrl_ignored_ranks += 1
+                cyc = _cycle_ids(base, ids, children, ndeps)
+            if cyc:
+                shown = ", ".join(map(str, cyc[:10])) + (" ..." if len(cyc) > 10 else "")
+                raise TraceGraphError(
+                    f"dependency cycle: {len(cyc)} node(s) can never become ready (ids {shown})",
+                    path=path,
+                    rank=rank,
+                )
+        rank_offset.append(len(node_id))
+        if release:
+            trace_set.release(rank)
+
+    return Program(
+        num_ranks=n_ranks,
+        rank_offset=rank_offset,
+        node_id=node_id,
+        name=names,
+        node_type=ntypes,
+        kind=kinds,
+        dur=durs,
+        ndeps=ndeps,
+        children=children,
+        queue=queue,
+        queue_cap=queue_cap,
+        queue_label=queue_label,
+        recorded_ns=recorded,
+        nbytes=nbytes,
+        comm_type=ctypes,
+        pg_name=pgs,
+        coll=coll,
+        p2p=p2p,
+        annotations=ann,
+        groups=groups,
+        compute_name=compute.name,
+        ignored_ctrl_deps=ignored_ctrl,
+        ctrl_deps_ignored_ranks=ctrl_ignored_ranks,
+        paths=trace_set.paths,
+    )
+
+
+def _int(v, what: str, where: dict) -> int:
+    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+        raise TraceGraphError(f"comm_{what} {v!r} is not an integer", **where)
+    return int(v)
+
+
+def _size(v, where: dict) -> int:
+    if v is None:
+        raise TraceGraphError("communication node without comm_size", **where)
+    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+        raise TraceGraphError(f"comm_size {v!r} is not an integer number of bytes", **where)
+    v = int(v)
+    if v < 0:
+        raise TraceGraphError(f"comm_size {v} is negative", **where)
+    return v

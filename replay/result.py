@@ -1,0 +1,309 @@
+"""Replay results as polars DataFrames with fixed, documented schemas, and their on-disk form.
+
+Column meanings are in docs/replay.md; the schemas below are the public interface.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from replay.engine import EngineOutput
+from replay.metrics import rank_accounting, union_length
+from replay.program import ANNOTATION_COLUMNS, K_COLL, K_RECV, K_SEND, KIND_RESOURCE, Program
+from traces import pb
+from traces.groups import ProcessGroups
+
+OPS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "node_id": pl.UInt64,
+    "name": pl.String,
+    "type": pl.String,
+    "resource": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "duration_ns": pl.Int64,
+    "ready_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "bytes": pl.Int64,
+    "comm_type": pl.String,
+    "pg_name": pl.String,
+    "collective": pl.Int64,
+    "p2p": pl.Int64,
+    "peer": pl.Int32,
+    "layer": pl.Int64,
+    "phase": pl.String,
+    "micro_batch": pl.Int64,
+    "stage": pl.Int64,
+    "device_group": pl.Int64,
+    "ring": pl.Int64,
+    "chunk": pl.Int64,
+    "reshard": pl.String,
+}
+RANKS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32,
+    "finish_ns": pl.Int64,
+    "compute_ns": pl.Int64,
+    "cpu_ns": pl.Int64,
+    "comm_ns": pl.Int64,
+    "exposed_comm_ns": pl.Int64,
+    "idle_ns": pl.Int64,
+    "wait_ns": pl.Int64,
+    "bubble_ns": pl.Int64,
+    "ops": pl.Int64,
+    "comm_bytes": pl.Int64,
+}
+COLLECTIVES_SCHEMA: dict[str, pl.DataType] = {
+    "collective": pl.Int64,
+    "pg_name": pl.String,
+    "comm_type": pl.String,
+    "ranks": pl.Int32,
+    "bytes": pl.Int64,
+    "first_arrival_ns": pl.Int64,
+    "last_arrival_ns": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "duration_ns": pl.Int64,
+    "wait_sum_ns": pl.Int64,
+}
+# Summary keys that depend only on the inputs (written to summary.json / summary.csv).
+SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "iteration_time_ns": pl.Int64,
+    "num_ranks": pl.Int64,
+    "num_nodes": pl.Int64,
+    "num_collectives": pl.Int64,
+    "num_p2p": pl.Int64,
+    "bytes_moved": pl.Int64,
+    "compute_ns": pl.Int64,
+    "comm_ns": pl.Int64,
+    "exposed_comm_ns": pl.Int64,
+    "wait_ns_total": pl.Int64,
+    "wait_ns_max": pl.Int64,
+    "bubble_ns_total": pl.Int64,
+    "bubble_ns_max": pl.Int64,
+    "events": pl.Int64,
+    "ignored_ctrl_deps": pl.Int64,
+    "ctrl_deps_ignored_ranks": pl.Int64,
+    "network_model": pl.String,
+    "compute_model": pl.String,
+    "comm_mode": pl.String,
+}
+# Wall-clock keys: in the in-memory summary and perf.json only, never in the files that must be identical.
+PERF_SCHEMA: dict[str, pl.DataType] = {
+    "sim_wall_s": pl.Float64,
+    "engine_wall_s": pl.Float64,
+    "engine_cpu_s": pl.Float64,
+    "events_per_s": pl.Float64,
+}
+_RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
+
+
+@dataclass
+class ReplayResult:
+    """What a replay produced: ops, ranks, collectives and summary tables."""
+
+    ops: pl.DataFrame
+    ranks: pl.DataFrame
+    collectives: pl.DataFrame
+    summary: pl.DataFrame
+    per_rank_finish_ns: list[int]
+    paths: tuple[str, ...] = ()
+    groups: ProcessGroups | None = field(default=None, repr=False)
+
+    @property
+    def iteration_time_ns(self) -> int:
+        """Max finish time over ranks."""
+        return int(self.summary["iteration_time_ns"][0])
+
+    def summary_dict(self) -> dict:
+        """The deterministic summary as a dict, with `per_rank_finish_ns` (list indexed by rank)."""
+        row = self.summary.row(0, named=True)
+        out = {k: row[k] for k in SUMMARY_SCHEMA}
+        out["per_rank_finish_ns"] = list(self.per_rank_finish_ns)
+        return out
+
+    def perf_dict(self) -> dict:
+        """Simulator wall time and speed (differs run to run)."""
+        row = self.summary.row(0, named=True)
+        return {k: row[k] for k in PERF_SCHEMA}
+
+    def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
+        """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
+
+        Everything but perf.json is byte-identical for identical inputs.
+        """
+        d = os.fspath(out_dir)
+        os.makedirs(d, exist_ok=True)
+        written = []
+        for name, df in (("ops", self.ops), ("ranks", self.ranks), ("collectives", self.collectives)):
+            p = os.path.join(d, f"{name}.parquet")
+            df.write_parquet(p, compression="zstd", statistics=True)
+            c = os.path.join(d, f"{name}.csv")
+            df.write_csv(c)
+            written += [p, c]
+        s = self.summary_dict()
+        p = os.path.join(d, "summary.json")
+        with open(p, "w", encoding="utf-8") as fh:
+            json.dump(s, fh, indent=2)
+            fh.write("\n")
+        c = os.path.join(d, "summary.csv")
+        self.summary.select(list(SUMMARY_SCHEMA)).write_csv(c)
+        perf = os.path.join(d, "perf.json")
+        with open(perf, "w", encoding="utf-8") as fh:
+            json.dump(self.perf_dict(), fh, indent=2)
+            fh.write("\n")
+        return [*written, p, c, perf]
+
+
+def build_result(
+    prog: Program,
+    out: EngineOutput,
+    *,
+    network_name: str,
+    comm_mode: str,
+    sim_wall_s: float,
+) -> ReplayResult:
+    """Assemble the four tables from a finished run."""
+    n = prog.num_nodes
+    nr = prog.num_ranks
+    rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
+    start = np.asarray(out.start, dtype=np.int64)
+    end = np.asarray(out.end, dtype=np.int64)
+    wait = np.asarray(out.wait, dtype=np.int64)
+    kind = np.asarray(prog.kind, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
+    res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
+    res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
+
+    collective: list[int | None] = [None] * n
+    for g, cid in out.collective_of.items():
+        collective[g] = cid
+    p2p: list[int | None] = [None] * n
+    peer: list[int | None] = [None] * n
+    for i, (s, r) in enumerate(out.p2p_pairs):
+        p2p[s] = p2p[r] = i
+        peer[s] = prog.p2p[s].dst
+        peer[r] = prog.p2p[r].src
+    type_names = {v: pb.node_type_name(v) for v in set(prog.node_type)}
+    ct_names = {v: (pb.comm_type_name(v) if v >= 0 else None) for v in set(prog.comm_type)}
+    cols = {
+        "rank": rank,
+        "node_id": prog.node_id,
+        "name": prog.name,
+        "type": [type_names[v] for v in prog.node_type],
+        "resource": [res_names[k] for k in prog.kind],
+        "start_ns": start,
+        "end_ns": end,
+        "duration_ns": end - start,
+        "ready_ns": out.ready,
+        "wait_ns": wait,
+        "bytes": prog.nbytes,
+        "comm_type": [ct_names[v] for v in prog.comm_type],
+        "pg_name": prog.pg_name,
+        "collective": collective,
+        "p2p": p2p,
+        "peer": peer,
+    }
+    for k in ANNOTATION_COLUMNS:
+        col: list = [None] * n
+        for g, vals in prog.annotations.items():
+            v = vals.get(k)
+            if v is not None:
+                col[g] = v
+        cols[k] = col
+    ops = pl.DataFrame(cols, schema=OPS_SCHEMA)
+
+    acc = rank_accounting(rank, start, end, wait, res_code, nr)
+    # Union, not sum: recvs take no slot, so several can wait at once.
+    wait_r = union_length(rank, start, start + wait, nr)
+    ops_r = np.bincount(rank, minlength=nr).astype(np.int64)
+    comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
+    bytes_r = np.zeros(nr, dtype=np.int64)
+    np.add.at(bytes_r, rank[comm_mask], np.asarray(prog.nbytes, dtype=np.int64)[comm_mask])
+    ranks = pl.DataFrame(
+        {
+            "rank": np.arange(nr, dtype=np.int32),
+            "finish_ns": acc["finish_ns"],
+            "compute_ns": acc["compute_ns"],
+            "cpu_ns": acc["cpu_ns"],
+            "comm_ns": acc["comm_ns"],
+            "exposed_comm_ns": acc["exposed_comm_ns"],
+            "idle_ns": acc["idle_ns"],
+            "wait_ns": wait_r,
+            "bubble_ns": acc["bubble_ns"],
+            "ops": ops_r,
+            "comm_bytes": bytes_r,
+        },
+        schema=RANKS_SCHEMA,
+    )
+
+    recs = out.collectives
+    collectives = pl.DataFrame(
+        {
+            "collective": [r.id for r in recs],
+            "pg_name": [r.group for r in recs],
+            "comm_type": [pb.comm_type_name(r.comm_type) for r in recs],
+            "ranks": [len(r.members) for r in recs],
+            "bytes": [r.size for r in recs],
+            "first_arrival_ns": [r.first_arrival_ns for r in recs],
+            "last_arrival_ns": [r.last_arrival_ns for r in recs],
+            "start_ns": [r.last_arrival_ns for r in recs],
+            "end_ns": [r.end_ns for r in recs],
+            "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
+            "wait_sum_ns": [sum(out.wait[g] for g in r.nodes) for r in recs],
+        },
+        schema=COLLECTIVES_SCHEMA,
+    )
+
+    finish = [int(x) for x in acc["finish_ns"]]
+    bytes_moved = sum(r.size for r in recs) + sum(prog.p2p[s].size for s, _r in out.p2p_pairs)
+    engine_wall = out.wall_s
+    summary = {
+        "iteration_time_ns": max(finish) if finish else 0,
+        "num_ranks": nr,
+        "num_nodes": n,
+        "num_collectives": len(recs),
+        "num_p2p": len(out.p2p_pairs),
+        "bytes_moved": bytes_moved,
+        "compute_ns": int(acc["compute_ns"].sum()),
+        "comm_ns": int(acc["comm_ns"].sum()),
+        "exposed_comm_ns": int(acc["exposed_comm_ns"].sum()),
+        "wait_ns_total": int(wait_r.sum()),
+        "wait_ns_max": int(wait_r.max()) if nr else 0,
+        "bubble_ns_total": int(acc["bubble_ns"].sum()),
+        "bubble_ns_max": int(acc["bubble_ns"].max()) if nr else 0,
+        "events": out.events,
+        "ignored_ctrl_deps": prog.ignored_ctrl_deps,
+        "ctrl_deps_ignored_ranks": prog.ctrl_deps_ignored_ranks,
+        "network_model": network_name,
+        "compute_model": prog.compute_name,
+        "comm_mode": comm_mode,
+        "sim_wall_s": sim_wall_s,
+        "engine_wall_s": engine_wall,
+        "engine_cpu_s": out.cpu_s,
+        "events_per_s": out.events / engine_wall if engine_wall > 0 else 0.0,
+    }
+    summary_df = pl.DataFrame([summary], schema={**SUMMARY_SCHEMA, **PERF_SCHEMA})
+    return ReplayResult(
+        ops=ops,
+        ranks=ranks,
+        collectives=collectives,
+        summary=summary_df,
+        per_rank_finish_ns=finish,
+        paths=prog.paths,
+        groups=prog.groups,
+    )
+
+
+__all__ = [
+    "COLLECTIVES_SCHEMA",
+    "OPS_SCHEMA",
+    "PERF_SCHEMA",
+    "RANKS_SCHEMA",
+    "SUMMARY_SCHEMA",
+    "ReplayResult",
+    "build_result",
+]

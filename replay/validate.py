@@ -1,0 +1,289 @@
+"""Layer-wise validation: measured (Kineto) vs simulated time per layer, per op class and per step.
+
+Inputs: the Kineto traces of the real run (one per rank), the result directory of `xsim replay --out` on the
+imported trace set, and that trace set (its nodes carry the measured `duration_ns`, `layer`, `module`,
+`phase` and `profiler_step` written by the importer).
+
+- Step time: measured = `ProfilerStep#N` duration in the rank's Kineto trace; simulated = from the first
+  start to the last end of the rank's nodes that started inside step N.
+- Per group (layer, op class): measured = sum of the measured durations of the group's nodes (the time the
+  importer attributed to them from Kineto), simulated = sum of their simulated durations; summed over
+  ranks. error % = (simulated - measured) / measured x 100.
+
+Op classes: attention, mlp, norm, embedding, loss, optimizer, one per collective kind (all_reduce, ...),
+other; from the node's module path and phase (rules in `op_class`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from replay.errors import ReplayError
+from traces import pb
+from traces.attrs import attr_dict
+from traces.traceset import TraceSet, discover
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+SOURCE_FILE = "source.json"  # written by `xsim replay --out`: {"trace": <prefix it replayed>}
+_CLASS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("attention", ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj")),
+    ("mlp", ("mlp", "ffn", "feed_forward", "intermediate", "fc1", "fc2", "c_fc")),
+    ("norm", ("norm", "ln", "layernorm", "rmsnorm", "bn")),
+    ("embedding", ("embed", "wte", "wpe", "tok_emb", "pos_emb")),
+    ("loss", ("loss", "criterion")),
+)
+
+
+def op_class(module: str, phase: str, name: str, comm_type: str | None) -> str:
+    """Validation class of an op: a collective kind, optimizer, or the module family it belongs to."""
+    if comm_type:
+        return comm_type.lower()
+    if phase == "opt":
+        return "optimizer"
+    parts = [p for p in module.lower().replace("/", ".").split(".") if p]
+    for cls, keys in _CLASS_RULES:
+        if any(p == k or p.startswith(k) for p in parts for k in keys):
+            return cls
+    low = name.lower()
+    if "cross_entropy" in low or "nll_loss" in low:
+        return "loss"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Tables of one validation."""
+
+    layers: pl.DataFrame  # layer, measured_ns, simulated_ns, error_pct
+    classes: pl.DataFrame  # op_class, measured_ns, simulated_ns, error_pct
+    steps: pl.DataFrame  # rank (-1 = the whole job), step, measured_ns, simulated_ns, error_pct
+
+    def step_error_pct(self) -> float:
+        """Signed % error of the mean step time: the job's steps (rank -1) when several ranks ran."""
+        rows = self.steps.filter(pl.col("rank") == -1)
+        if rows.is_empty():
+            rows = self.steps
+        if rows.is_empty():
+            return float("nan")
+        m = float(rows["measured_ns"].sum())
+        s = float(rows["simulated_ns"].sum())
+        return (s - m) / m * 100.0 if m else float("nan")
+
+    def save(self, out_dir: str | os.PathLike[str], plot: bool = True) -> list[str]:
+        """Write layers.csv, classes.csv, steps.csv, validation.json and (with matplotlib) validation.png."""
+        out = os.fspath(out_dir)
+        os.makedirs(out, exist_ok=True)
+        paths = []
+        for name, df in (("layers", self.layers), ("classes", self.classes), ("steps", self.steps)):
+            p = os.path.join(out, f"{name}.csv")
+            df.write_csv(p)
+            paths.append(p)
+        p = os.path.join(out, "validation.json")
+        with open(p, "w", encoding="utf-8") as fh:
+            json.dump(
+                {
+                    "step_error_pct": round(self.step_error_pct(), 4),
+                    "layers": self.layers.to_dicts(),
+                    "classes": self.classes.to_dicts(),
+                    "steps": self.steps.to_dicts(),
+                },
+                fh,
+                indent=1,
+            )
+            fh.write("\n")
+        paths.append(p)
+        if plot:
+            png = plot_validation(self, os.path.join(out, "validation.png"))
+            if png:
+                paths.append(png)
+        return paths
+
+
+def _err(measured: int, simulated: int) -> float | None:
+    return round((simulated - measured) / measured * 100.0, 3) if measured else None
+
+
+def _table(key: str, rows: dict, key_type: pl.DataType) -> pl.DataFrame:
+    data = sorted(rows.items(), key=lambda kv: kv[0])
+    return pl.DataFrame(
+        {
+            key: [k for k, _ in data],
+            "measured_ns": [v[0] for _, v in data],
+            "simulated_ns": [v[1] for _, v in data],
+            "error_pct": [_err(v[0], v[1]) for _, v in data],
+        },
+        schema={key: key_type, "measured_ns": pl.Int64, "simulated_ns": pl.Int64, "error_pct": pl.Float64},
+    )
+
+
+def kineto_steps(path: str) -> tuple[int | None, dict[int, tuple[int, int]]]:
+    """(rank from distributedInfo or None, {N: (start ns, duration ns) of ProfilerStep#N}) of a Kineto trace."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = json.loads(raw)
+    except OSError as exc:
+        raise ReplayError(
+            f"{path}: cannot read Kineto trace: {getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    except (EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ReplayError(f"{path}: not a readable Kineto JSON trace (truncated or corrupt: {exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise ReplayError(f"{path}: not a Kineto trace (no traceEvents)")
+    steps: dict[int, tuple[int, int]] = {}
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and e.get("ph") == "X":
+            m = _STEP.match(str(e.get("name", "")))
+            if m and isinstance(e.get("dur"), int | float) and isinstance(e.get("ts"), int | float):
+                steps[int(m.group(1))] = (round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000))
+    rank = (doc.get("distributedInfo") or {}).get("rank")
+    return (rank if isinstance(rank, int) and not isinstance(rank, bool) else None), steps
+
+
+def trace_of(sim_dir: str) -> str:
+    """The trace set a result directory was replayed from (its source.json), or a clear error."""
+    p = os.path.join(sim_dir, SOURCE_FILE)
+    try:
+        with open(p, encoding="utf-8") as fh:
+            return str(json.load(fh)["trace"])
+    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+        raise ReplayError(
+            f"{sim_dir}: no {SOURCE_FILE} naming the replayed trace set; pass it with --trace PREFIX"
+        ) from None
+
+
+def validate(
+    real: Sequence[str],
+    sim_dir: str | os.PathLike[str],
+    trace: str | os.PathLike[str] | TraceSet | None = None,
+) -> Validation:
+    """Compare a replay result with the real run's Kineto traces, per layer, op class and step."""
+    sim = os.fspath(sim_dir)
+    ops_path = os.path.join(sim, "ops.parquet")
+    if not os.path.isfile(ops_path):
+        raise ReplayError(f"{sim}: no ops.parquet (pass the folder `xsim replay --out` wrote)")
+    ops = pl.read_parquet(ops_path, columns=["rank", "node_id", "start_ns", "end_ns", "duration_ns"])
+    ts = trace if isinstance(trace, TraceSet) else discover(trace if trace is not None else trace_of(sim))
+    if not real:
+        raise ReplayError("no Kineto trace given with --real")
+    steps_by_rank: dict[int, dict[int, tuple[int, int]]] = {}
+    for i, path in enumerate(real):
+        rank, steps = kineto_steps(path)
+        rank = i if rank is None or len(real) != ts.num_ranks else rank
+        if rank >= ts.num_ranks:
+            raise ReplayError(f"{path}: Kineto rank {rank} but the trace set has {ts.num_ranks} ranks")
+        steps_by_rank[rank] = steps
+    by_layer: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    step_rows = []
+    real_window: dict[int, list[int]] = {}  # step -> [min start, max end] over ranks (shared host clock)
+    sim_window: dict[int, list[int]] = {}
+    for rank in range(ts.num_ranks):
+        sim_rank = ops.filter(pl.col("rank") == rank)
+        times = {
+            int(n): (int(s), int(e), int(d))
+            for n, s, e, d in zip(
+                sim_rank["node_id"],
+                sim_rank["start_ns"],
+                sim_rank["end_ns"],
+                sim_rank["duration_ns"],
+                strict=True,
+            )
+        }
+        if not times:
+            raise ReplayError(f"{ops_path}: no ops of rank {rank}; was it replayed from {ts.prefix}?")
+        span: dict[int, list[int]] = {}
+        for node in ts.load(rank).nodes:
+            if node.type == pb.METADATA_NODE or node.id not in times:
+                continue
+            a = attr_dict(node)
+            if "duration_ns" not in a:
+                raise ReplayError(
+                    f"{ts.paths[rank]}: node {node.id} has no measured duration_ns (not an imported trace)"
+                )
+            start, end, dur = times[node.id]
+            measured = int(a["duration_ns"])
+            ctype = pb.comm_type_name(a["comm_type"]).lower() if node.type == pb.COMM_COLL_NODE else None
+            if node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+                ctype = "send" if node.type == pb.COMM_SEND_NODE else "recv"
+            cls = op_class(str(a.get("module", "")), str(a.get("phase", "")), node.name, ctype)
+            by_class[cls][0] += measured
+            by_class[cls][1] += dur
+            layer = int(a.get("layer", 0) or 0)
+            by_layer[layer][0] += measured
+            by_layer[layer][1] += dur
+            step = int(a.get("profiler_step", -1))
+            if step >= 0:
+                s = span.setdefault(step, [start, end])
+                s[0], s[1] = min(s[0], start), max(s[1], end)
+        for step, (t0, dur) in sorted(steps_by_rank.get(rank, {}).items()):
+            if step in span:
+                simulated = span[step][1] - span[step][0]
+                step_rows.append((rank, step, dur, simulated, _err(dur, simulated)))
+                for window, lo, hi in ((real_window, t0, t0 + dur), (sim_window, *span[step])):
+                    w = window.setdefault(step, [lo, hi])
+                    w[0], w[1] = min(w[0], lo), max(w[1], hi)
+    if ts.num_ranks > 1:
+        # The job's step: from the first rank entering it to the last one leaving it (rank -1).
+        for step in sorted(set(real_window) & set(sim_window)):
+            m = real_window[step][1] - real_window[step][0]
+            sv = sim_window[step][1] - sim_window[step][0]
+            step_rows.append((-1, step, m, sv, _err(m, sv)))
+    steps = pl.DataFrame(
+        step_rows,
+        schema={
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "measured_ns": pl.Int64,
+            "simulated_ns": pl.Int64,
+            "error_pct": pl.Float64,
+        },
+        orient="row",
+    )
+    return Validation(_table("layer", by_layer, pl.Int64), _table("op_class", by_class, pl.String), steps)
+
+
+def plot_validation(v: Validation, path: str) -> str | None:
+    """Figure-11-style grouped bars (measured vs simulated per layer and per op class); None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [max(1, len(v.layers)), 3]})
+    for ax, df, key, title in (
+        (axes[0], v.layers, "layer", "per layer (0 = not a layer)"),
+        (axes[1], v.classes, "op_class", "per op class"),
+    ):
+        labels = [str(x) for x in df[key]]
+        xs = range(len(labels))
+        ax.bar([x - 0.2 for x in xs], [m / 1e6 for m in df["measured_ns"]], 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], [s / 1e6 for s in df["simulated_ns"]], 0.4, label="simulated")
+        ax.set_xticks(
+            list(xs),
+            labels,
+            rotation=45 if key == "op_class" else 0,
+            ha="right" if key == "op_class" else "center",
+        )
+        ax.set_ylabel("time (ms, summed over ranks)")
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle(f"xsim validate: step-time error {v.step_error_pct():+.2f}%")
+    fig.tight_layout()
+    # Fixed metadata so the same tables give the same PNG bytes.
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return path

@@ -1,0 +1,125 @@
+"""`xsim net collective|p2p`: JSON output and one-line errors with exit status 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xsim.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(["net", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_collective_json(capsys):
+    rc, out, _ = run(
+        capsys,
+        "collective",
+        "--topology",
+        "ring:8:50GBps:500ns",
+        "--collective",
+        "all_reduce",
+        "--size",
+        "8000000",
+        "--algorithm",
+        "ring",
+        "--json",
+    )
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["finish_ns"] == 14 * 500 + 14 * 1_000_000 // 50
+    assert doc["per_rank_finish_ns"] == [doc["finish_ns"]] * 8
+
+
+def test_collective_astra_configs(capsys, tmp_path):
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
+    rc, out, _ = run(
+        capsys,
+        "collective",
+        "--astra-network",
+        str(net),
+        "--collective",
+        "all_reduce",
+        "--size",
+        "1MiB",
+        "--algorithm",
+        "halvingDoubling",
+        "--json",
+    )
+    assert rc == 0 and json.loads(out)["finish_ns"] == 40183
+    rc, out, _ = run(
+        capsys,
+        "p2p",
+        "--astra-network",
+        str(net),
+        "--src",
+        "0",
+        "--dst",
+        "3",
+        "--size",
+        "1MiB",
+        "--congestion-aware",
+        "--json",
+    )
+    assert rc == 0 and json.loads(out)["finish_ns"] == 40062
+
+
+def test_collective_text_output(capsys):
+    rc, out, _ = run(
+        capsys,
+        "collective",
+        "--topology",
+        "nodes:H100x2,A100x2",
+        "--collective",
+        "broadcast",
+        "--size",
+        "1MiB",
+        "--model",
+        "flow",
+        "--ranks",
+        "0-3",
+        "--root",
+        "2",
+    )
+    assert rc == 0 and "finish" in out and "rank     3" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--topology", "bogus:4", "--collective", "all_reduce", "--size", "1MiB"],
+        ["--topology", "ring:4:0GBps:1ns", "--collective", "all_reduce", "--size", "1MiB"],
+        ["--topology", "ring:4:-1GBps:1ns", "--collective", "all_reduce", "--size", "1MiB"],
+        [
+            "--topology",
+            "ring:4:1GBps:1ns",
+            "--collective",
+            "all_reduce",
+            "--size",
+            "1MiB",
+            "--algorithm",
+            "magic",
+        ],
+        ["--topology", "ring:4:1GBps:1ns", "--collective", "all_reduce", "--size", "1MiB", "--ranks", "0,4"],
+        ["--topology", "ring:4:1GBps:1ns", "--collective", "all_reduce", "--size", "lots"],
+        ["--collective", "all_reduce", "--size", "1MiB"],
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv):
+    rc, out, err = run(capsys, "collective", *argv)
+    assert rc == 2
+    assert err.startswith("xsim: error: ") and err.count("\n") == 1
+
+
+def test_malformed_astra_yaml_exits_2(capsys, tmp_path):
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [ Ring, Ring, Ring ]\nnpus_count: [ 2, 2, 2 ]\nbandwidth: [ tbd, tbd, tbd ]\n")
+    rc, _, err = run(
+        capsys, "collective", "--astra-network", str(net), "--collective", "all_reduce", "--size", "1MiB"
+    )
+    assert rc == 2 and "tbd" in err

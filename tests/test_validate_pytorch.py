@@ -1,0 +1,120 @@
+"""Layer-wise validation of replays of the bundled PyTorch runs against their Kineto traces."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from replay import ReplayConfig, ReplayError, simulate
+from replay.validate import op_class, validate
+from tests.conftest import REPO
+from tracegen.pytorch import import_pytorch
+from traces.traceset import discover
+from xsim.cli import main
+
+EX = REPO / "traces" / "examples" / "pytorch"
+
+
+def _run(tmp, name: str, world: int):
+    ets = [str(EX / f"{name}_et.{r}.json.gz") for r in range(world)]
+    kin = [str(EX / f"{name}_kineto.{r}.json.gz") for r in range(world)]
+    import_pytorch(ets, kin).write(tmp / name)
+    ts = discover(str(tmp / name))
+    simulate(ts, network=None, config=ReplayConfig(comm_mode="measured")).save(tmp / f"{name}_res")
+    return ts, kin
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("val")
+    return tmp, {w: _run(tmp, f"tinygpt_{w}rank", w) for w in (1, 2)}
+
+
+@pytest.mark.parametrize(
+    ("module", "phase", "name", "comm", "cls"),
+    [
+        ("layers.0.attn.qkv", "fwd", "aten::addmm", None, "attention"),
+        ("layers.1.mlp.fc2", "bwd", "AddmmBackward0", None, "mlp"),
+        ("layers.0.ln1", "fwd", "aten::native_layer_norm", None, "norm"),
+        ("norm", "fwd", "aten::layer_norm", None, "norm"),
+        ("embed", "bwd", "aten::embedding_dense_backward", None, "embedding"),
+        ("loss", "fwd", "aten::log_softmax", None, "loss"),
+        ("", "bwd", "aten::nll_loss_backward", None, "loss"),
+        ("", "opt", "aten::addcdiv_", None, "optimizer"),
+        ("", "sync", "gloo:all_reduce", "ALL_REDUCE", "all_reduce"),
+        ("head", "fwd", "aten::addmm", None, "other"),
+    ],
+)
+def test_op_class(module, phase, name, comm, cls) -> None:
+    assert op_class(module, phase, name, comm) == cls
+
+
+def test_step_times_of_bundled_runs(runs) -> None:
+    tmp, by_world = runs
+    errors = {}
+    for world, (ts, kin) in by_world.items():
+        v = validate(kin, tmp / f"tinygpt_{world}rank_res", ts)
+        errors[world] = v.step_error_pct()
+        # Two profiled steps per rank, plus the job's steps (rank -1) when several ranks ran.
+        assert len(v.steps) == (2 if world == 1 else 6)
+        assert abs(errors[world]) < 5.0
+    # Measured when the examples were recorded (docs/pytorch-import.md): single process +0.07%,
+    # 2-rank gloo DDP -3.60% (one duration per collective in measured mode; see the docs).
+    assert errors[1] == pytest.approx(0.070, abs=0.01)
+    assert errors[2] == pytest.approx(-3.598, abs=0.01)
+
+
+def test_classes_and_layers(runs) -> None:
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    v = validate(kin, tmp / "tinygpt_2rank_res", ts)
+    classes = dict(zip(v.classes["op_class"], v.classes["error_pct"], strict=True))
+    assert {"attention", "mlp", "norm", "embedding", "loss", "optimizer", "all_reduce", "barrier"} <= set(
+        classes
+    )
+    # Compute replays its measured time (whole-µs rounding only): below 0.2% per class.
+    for cls in ("attention", "mlp", "norm", "embedding", "loss", "optimizer"):
+        assert abs(classes[cls]) < 0.2, cls
+    # Layers 1 and 2 are the transformer blocks (layers.0 and layers.1); 0 holds the rest.
+    assert v.layers["layer"].to_list() == [0, 1, 2]
+    # Collectives replay the shortest member's duration: never more than measured in total.
+    assert classes["all_reduce"] < 0
+
+
+def test_cli_writes_tables_and_plot(runs, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    res = tmp / "cli_res"
+    assert main(["replay", ts.prefix, "--comm", "measured", "--no-progress", "--out", str(res)]) == 0
+    capsys.readouterr()
+    out = tmp / "cli_val"
+    # No --trace: the replay's source.json names the trace set.
+    assert main(["validate", "--real", *kin, "--sim", str(res), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "step-time error -3.60%" in text
+    for f in ("layers.csv", "classes.csv", "steps.csv", "validation.json", "validation.png"):
+        assert (out / f).stat().st_size > 0
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["step_error_pct"] == pytest.approx(-3.598, abs=0.01)
+    assert pl.read_csv(out / "steps.csv")["rank"].to_list() == [0, 0, 1, 1, -1, -1]
+    assert (out / "validation.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_inputs(runs, tmp_path, capsys) -> None:
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    with pytest.raises(ReplayError, match="no ops.parquet"):
+        validate(kin, tmp_path, ts)
+    (tmp_path / "ops.parquet").write_bytes((tmp / "tinygpt_2rank_res" / "ops.parquet").read_bytes())
+    with pytest.raises(ReplayError, match="source.json"):
+        validate(kin, tmp_path)
+    bad = tmp_path / "k.json"
+    bad.write_text('{"traceEvents": [')
+    assert (
+        main(["validate", "--real", str(bad), "--sim", str(tmp / "tinygpt_2rank_res"), "--trace", ts.prefix])
+        == 2
+    )
+    assert f"{bad}: not a readable Kineto JSON trace" in capsys.readouterr().err

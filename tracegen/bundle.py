@@ -1,0 +1,56 @@
+"""TraceBundle: the generated per-rank graphs and their process groups, before they go to disk."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from traces import pb
+from traces.traceset import write_trace_set
+
+METADATA_VERSION = "0.0.4"  # what ASTRA-sim's examples write (chakra-et.md section 4)
+
+
+@dataclass
+class TraceBundle:
+    """Per-rank node lists plus the process groups their collectives name."""
+
+    nodes: dict[int, list[pb.Node]]  # rank -> nodes
+    comm_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pg_name -> ranks
+    next_id: dict[int, int] = field(default_factory=dict)  # rank -> next free node id
+    _index: dict[tuple[int, ...], str] = field(default_factory=dict, repr=False, compare=False)
+
+    def new_group(self, ranks: Iterable[int]) -> str:
+        """The pg_name of the group holding exactly `ranks` (in this order), registering it if new.
+
+        Names are decimal strings from "1": "0" is never used, so it keeps ASTRA-sim's "all ranks" meaning.
+        """
+        members = tuple(ranks)
+        hit = self._index.get(members)
+        if hit is not None and self.comm_groups.get(hit) == members:
+            return hit
+        for name, existing in self.comm_groups.items():  # groups added to the dict directly
+            if existing == members:
+                self._index[members] = name
+                return name
+        name = str(len(self.comm_groups) + 1)
+        while name in self.comm_groups:
+            name = str(int(name) + 1)
+        self.comm_groups[name] = members
+        self._index[members] = name
+        return name
+
+    def write(self, out_dir: str | os.PathLike[str], name: str) -> list[str]:
+        """Write `<out>/<name>.<rank>.et` for every rank and `<out>/comm_group.json`; returns the .et paths."""
+        out = os.fspath(out_dir)
+        os.makedirs(out, exist_ok=True)
+        meta = pb.GlobalMetadata(version=METADATA_VERSION)
+        paths = write_trace_set(os.path.join(out, name), self.nodes, meta)
+        order = sorted(self.comm_groups, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k))
+        groups = {k: list(self.comm_groups[k]) for k in order}
+        with open(os.path.join(out, "comm_group.json"), "w", encoding="utf-8") as fh:
+            json.dump(groups, fh, indent=None, separators=(", ", ": "))
+            fh.write("\n")
+        return paths

@@ -1,0 +1,120 @@
+"""What a GPU computes: dense tensor-core peaks, memory, achieved-efficiency factors and prices.
+
+What connects GPUs (NVLink, PCIe, NICs: the paper's Tables 5 and 6) lives in netmodels, keyed by the
+same names. Peaks are datasheet dense BF16/FP16 tensor-core figures, never the paper's Table 2 column,
+which mixes non-tensor-core A100/H100 numbers with tensor-core H200/B200 ones (DESIGN.md, pitfalls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from tracegen.errors import CatalogError
+
+GIB = 1 << 30
+TERA = 1e12
+
+# Achieved-efficiency defaults. These are rules of thumb, not measurements: cuBLAS BF16 GEMMs of
+# transformer sizes (thousands on each side) commonly run at 60-80% of the dense peak, and streaming
+# kernels reach 80-90% of HBM bandwidth. They are kept apart from the peaks so a user can calibrate
+# them (spec key `gpus:`) or bypass them with a profiled op-time table (tracegen.profile).
+DEFAULT_GEMM_EFF = 0.70
+DEFAULT_MEM_EFF = 0.80
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Compute capability of one GPU model."""
+
+    name: str
+    peak_flops: float  # dense BF16/FP16 tensor-core FLOP/s
+    mem_bw: float  # bytes/s
+    memory_bytes: int
+    gemm_eff: float  # achieved fraction of peak_flops on GEMM-like ops
+    mem_eff: float  # achieved fraction of mem_bw on memory-bound ops
+    price_per_hour: float | None  # USD per GPU-hour, None when no public list price is recorded
+
+
+_CATALOG: dict[str, GpuSpec] = {
+    # NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf, the paper's ref [41]):
+    # BF16 tensor core 312 TFLOPS dense (624 with sparsity); A100 40GB SXM HBM2 1,555 GB/s.
+    # Price: AWS p4d.24xlarge (8x A100 40GB) on-demand us-east-1 list price $32.7726/h / 8.
+    "A100-40GB": GpuSpec(
+        "A100-40GB", 312 * TERA, 1555e9, 40 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 4.0966
+    ),
+    # Same datasheet: A100 80GB SXM HBM2e 2,039 GB/s. Price: AWS p4de.24xlarge $40.9657/h / 8.
+    "A100-80GB": GpuSpec(
+        "A100-80GB", 312 * TERA, 2039e9, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 5.1207
+    ),
+    # NVIDIA H100 Tensor Core GPU datasheet (paper ref [42]), H100 SXM: BF16 1,979 TFLOPS with sparsity,
+    # i.e. 989.4 dense; 80 GB HBM3 at 3.35 TB/s. Price: AWS p5.48xlarge $98.32/h / 8, the list price
+    # published 2023-2025 (AWS announced reductions in June 2025; override with `gpus:`).
+    "H100": GpuSpec("H100", 989.4 * TERA, 3.35e12, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 12.29),
+    # NVIDIA H200 datasheet (paper ref [13]): same Hopper tensor cores as H100 SXM (BF16 1,979 sparse,
+    # 989.4 dense), 141 GB HBM3e at 4.8 TB/s. No price recorded: pass one with `gpus:`.
+    "H200": GpuSpec("H200", 989.4 * TERA, 4.8e12, 141 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None),
+    # NVIDIA HGX B200 datasheet (paper ref [12]): FP16/BF16 tensor core 4.5 PFLOPS with sparsity per GPU,
+    # 2.25 dense; HBM3e 8 TB/s; 192 GB as the paper's Table 5 lists it (DGX B200 exposes 180 GB).
+    "B200": GpuSpec("B200", 2250 * TERA, 8.0e12, 192 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None),
+    # NVIDIA V100 datasheet, V100 SXM2 32GB: 125 TFLOPS FP16 tensor (no BF16), HBM2 900 GB/s.
+    # Price: AWS p3dn.24xlarge (8x V100 32GB) $31.212/h / 8.
+    "V100": GpuSpec("V100", 125 * TERA, 900e9, 32 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 3.9015),
+}
+ALIASES: dict[str, str] = {
+    "A100": "A100-40GB",
+    "A100-40G": "A100-40GB",
+    "A100-80G": "A100-80GB",
+    "H100-80GB": "H100",
+    "H100-SXM": "H100",
+    "H200-141GB": "H200",
+    "B200-192GB": "B200",
+    "V100-32GB": "V100",
+}
+GPU_NAMES: tuple[str, ...] = tuple(_CATALOG)
+
+
+def canonical_gpu_name(name: str) -> str:
+    """The catalog's spelling of `name` (case-insensitive, aliases resolved); raises for unknown GPUs."""
+    key = name.strip().upper()
+    for cand in (key, ALIASES.get(key, "")):
+        if cand in _CATALOG:
+            return cand
+    for alias, target in ALIASES.items():
+        if alias.upper() == key:
+            return target
+    raise CatalogError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}; alias A100 = A100-40GB)")
+
+
+def gpu(name: str) -> GpuSpec:
+    """The catalog entry of a GPU by name or alias."""
+    return _CATALOG[canonical_gpu_name(name)]
+
+
+_OVERRIDABLE = ("peak_flops", "mem_bw", "memory_bytes", "gemm_eff", "mem_eff", "price_per_hour")
+
+
+def with_overrides(spec: GpuSpec, overrides: Mapping[str, Any]) -> GpuSpec:
+    """A copy of `spec` with some numbers replaced (checked: positive, efficiencies in (0, 1])."""
+    unknown = sorted(set(overrides) - set(_OVERRIDABLE))
+    if unknown:
+        raise CatalogError(
+            f"GPU {spec.name}: unknown override(s) {', '.join(unknown)} (allowed: {', '.join(_OVERRIDABLE)})"
+        )
+    out = replace(spec, **dict(overrides))
+    check_gpu(out)
+    return out
+
+
+def check_gpu(spec: GpuSpec) -> None:
+    """Reject impossible numbers in a (possibly user-overridden) GPU entry."""
+    for f in fields(spec):
+        v = getattr(spec, f.name)
+        if f.name == "name" or (f.name == "price_per_hour" and v is None):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")
+    for f in ("gemm_eff", "mem_eff"):
+        if getattr(spec, f) > 1:
+            raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {getattr(spec, f)}")

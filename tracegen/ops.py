@@ -1,0 +1,271 @@
+"""The ops of one transformer layer, embedding, head and optimizer on one TP rank: FLOPs, bytes, shape, time.
+
+FLOP conventions (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
+Using Megatron-LM", section 5.1): a GEMM of [M,K]x[K,N] costs 2MKN; attention scores and the weighted sum
+cost 2*b*s^2*h each in forward, without a causal-mask discount; backward costs twice forward (input and
+weight gradients). Element-wise ops are memory-bound: their time is bytes over bandwidth, their FLOPs
+are small per-element counts given below (they change totals by well under 1%).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracegen.catalog import GpuSpec
+from tracegen.models import ModelArch
+from tracegen.profile import ProfileTable
+
+# FLOPs per element of the element-wise ops (forward; backward is twice). Approximate operation counts:
+# RMSNorm square, accumulate, scale, gain; LayerNorm adds mean, subtract, bias; SwiGLU = x*sigmoid(x)
+# (exp, add, divide, multiply) times the up projection; GELU tanh approximation ~8; residual add 1;
+# softmax cross-entropy ~5 per logit (max, subtract, exp, sum, log).
+ELEM_FLOPS = {"rmsnorm": 4, "layernorm": 7, "swiglu": 5, "gelu": 8, "add": 1, "xent": 5}
+# AdamW per parameter: moments (7), bias corrections (2), update with weight decay (6).
+ADAM_FLOPS_PER_PARAM = 15
+# Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
+# and second moment, read and written (Megatron's mixed-precision optimizer).
+ADAM_STATE_BYTES = 24
+
+
+@dataclass(frozen=True)
+class Shard:
+    """What one TP rank holds of each sharded dimension (uneven splits give ranks +-1 head)."""
+
+    tp: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+
+
+def split(total: int, parts: int, index: int) -> int:
+    """Size of part `index` when `total` is split into `parts` as evenly as possible (larger parts first)."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def shard_of(m: ModelArch, tp: int, local: int) -> Shard:
+    """The shard of TP rank `local` (0-based index within its device group)."""
+    return Shard(
+        tp, split(m.heads, tp, local), split(m.kv_heads, tp, local), split(m.ffn_hidden, tp, local),
+        split(m.vocab, tp, local),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Op:
+    """One compute node's work."""
+
+    op: str  # generator op name ("qkv_proj", ...): the profile table's key
+    phase: str  # "fwd" | "bwd" | "opt"
+    flops: int
+    bytes: int
+    shape: tuple[int, ...]
+    gemm: bool  # tensor-core op (time = max(compute, memory)) vs element-wise (memory only)
+
+
+@dataclass(frozen=True)
+class Comm:
+    """A TP-group collective between compute ops: kind in all_reduce / all_gather / reduce_scatter."""
+
+    op: str
+    kind: str
+    size: int  # bytes, ASTRA-sim convention: AllGather = per-rank input, others = full buffer
+
+
+Step = Op | Comm
+
+
+def _gemm(op: str, phase: str, mm: int, k: int, n: int, b: int) -> Op:
+    flops, byt = 2 * mm * k * n, b * (mm * k + k * n + mm * n)
+    mult = 2 if phase == "bwd" else 1  # backward = input gradient + weight gradient GEMMs
+    return Op(op, phase, mult * flops, mult * byt, (mm, k, n), True)
+
+
+def _elem(op: str, phase: str, elems: int, flops_per: int, reads: int, writes: int, b: int) -> Op:
+    mult = 2 if phase == "bwd" else 1
+    return Op(op, phase, mult * flops_per * elems, (reads + writes) * elems * b, (elems,), False)
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Shapes shared by every op of one device group for one micro-batch."""
+
+    m: ModelArch
+    sh: Shard
+    mb: int  # sequences per micro-batch
+    s: int  # sequence length
+    b: int  # dtype bytes
+    sp: bool  # sequence parallel
+
+    @property
+    def tokens(self) -> int:
+        return self.mb * self.s
+
+    @property
+    def norm_tokens(self) -> int:
+        """Tokens each rank normalizes: all of them, or its 1/tp sequence slice under sequence parallelism."""
+        if self.sp and self.sh.tp > 1:
+            return -(-self.tokens // self.sh.tp)
+        return self.tokens
+
+
+def _tp_in(c: Ctx, op: str, fwd: bool) -> list[Step]:
+    """Megatron's `f` before a column-parallel GEMM: identity fwd / AllReduce bwd; with SP AllGather / ReduceScatter."""
+    if c.sh.tp == 1:
+        return []
+    full = c.tokens * c.m.hidden * c.b
+    if c.sp:
+        return (
+            [Comm(op, "all_gather", c.norm_tokens * c.m.hidden * c.b)]
+            if fwd
+            else [Comm(op, "reduce_scatter", full)]
+        )
+    return [] if fwd else [Comm(op, "all_reduce", full)]
+
+
+def _tp_out(c: Ctx, op: str, fwd: bool) -> list[Step]:
+    """Megatron's `g` after a row-parallel GEMM: AllReduce fwd / identity bwd; with SP ReduceScatter / AllGather."""
+    if c.sh.tp == 1:
+        return []
+    full = c.tokens * c.m.hidden * c.b
+    if c.sp:
+        return (
+            [Comm(op, "reduce_scatter", full)]
+            if fwd
+            else [Comm(op, "all_gather", c.norm_tokens * c.m.hidden * c.b)]
+        )
+    return [Comm(op, "all_reduce", full)] if fwd else []
+
+
+def layer_steps(c: Ctx, phase: str) -> list[Step]:
+    """Ops and TP collectives of one transformer layer in execution order."""
+    m, sh, b, t = c.m, c.sh, c.b, c.tokens
+    d = m.head_dim
+    nt = c.norm_tokens
+    norm = ELEM_FLOPS[m.norm]
+    q_kv = (sh.heads + 2 * sh.kv_heads) * d
+    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    act_f = ELEM_FLOPS[m.activation]
+    # attention core (scores, softmax, weighted sum) as one fused op, FlashAttention-style
+    attn_flops = 4 * c.mb * sh.heads * c.s * c.s * d
+    attn_bytes = b * c.mb * c.s * d * (2 * sh.heads + 2 * sh.kv_heads)
+    attn_shape = (c.mb, sh.heads, sh.kv_heads, c.s, d)
+    act_rw = (2, 1) if m.activation == "swiglu" else (1, 1)
+    if phase == "fwd":
+        return [
+            _elem("attn_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            *_tp_in(c, "attn_tp_in", True),
+            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b),
+            Op("attn_core", "fwd", attn_flops, attn_bytes, attn_shape, True),
+            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b),
+            *_tp_out(c, "attn_tp_out", True),
+            _elem("attn_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+            _elem("mlp_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            *_tp_in(c, "mlp_tp_in", True),
+            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b),
+            _elem("mlp_act", "fwd", t * sh.ffn, act_f, *act_rw, b),
+            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b),
+            *_tp_out(c, "mlp_tp_out", True),
+            _elem("mlp_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        ]
+    act_bwd_rw = (3, 2) if m.activation == "swiglu" else (2, 1)
+    return [
+        *_tp_out(c, "mlp_tp_out", False),
+        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b),
+        _elem("mlp_act", "bwd", t * sh.ffn, act_f, *act_bwd_rw, b),
+        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b),
+        *_tp_in(c, "mlp_tp_in", False),
+        _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
+        _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        *_tp_out(c, "attn_tp_out", False),
+        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b),
+        Op("attn_core", "bwd", 2 * attn_flops, 2 * attn_bytes, attn_shape, True),
+        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b),
+        *_tp_in(c, "attn_tp_in", False),
+        _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
+        _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+    ]
+
+
+def embedding_steps(c: Ctx, phase: str) -> list[Step]:
+    """Vocab-parallel input embedding (first stage): lookup, then the partial rows summed over TP."""
+    t, h, b = c.tokens, c.m.hidden, c.b
+    if phase == "fwd":
+        return [
+            Op("embedding", "fwd", 0, 2 * t * h * b, (t, h), False),
+            *_tp_out(c, "embedding_tp_out", True),
+        ]
+    # scatter-add of the token gradients into the table rows
+    return [
+        *_tp_out(c, "embedding_tp_out", False),
+        Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
+    ]
+
+
+def head_steps(c: Ctx, phase: str) -> list[Step]:
+    """Final norm, vocab-parallel output projection and softmax cross-entropy (last stage)."""
+    m, sh, b, t = c.m, c.sh, c.b, c.tokens
+    logits = t * sh.vocab
+    norm = ELEM_FLOPS[m.norm]
+    # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
+    # emitted as one AllReduce of their total size.
+    xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
+    if phase == "fwd":
+        return [
+            _elem("final_norm", "fwd", c.norm_tokens * m.hidden, norm, 1, 1, b),
+            *_tp_in(c, "head_tp_in", True),
+            _gemm("lm_head", "fwd", t, m.hidden, sh.vocab, b),
+            *xent_ar,
+            Op("loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + 4), (t, sh.vocab), False),
+        ]
+    return [
+        Op("loss", "bwd", 2 * logits, logits * (4 + b), (t, sh.vocab), False),
+        _gemm("lm_head", "bwd", t, m.hidden, sh.vocab, b),
+        *_tp_in(c, "head_tp_in", False),
+        _elem("final_norm", "bwd", c.norm_tokens * m.hidden, norm, 2, 1, b),
+    ]
+
+
+def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -> int:
+    """Parameters one TP rank holds for `layers` layers (+ embedding / head shards on the end stages)."""
+    d = m.head_dim
+    qkv = (sh.heads + 2 * sh.kv_heads) * d
+    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    attn = m.hidden * qkv + sh.heads * d * m.hidden + ((qkv + m.hidden) if m.linear_bias else 0)
+    mlp = m.hidden * up + sh.ffn * m.hidden + ((up + m.hidden) if m.linear_bias else 0)
+    per_layer = attn + mlp + 2 * m.norm_params  # norms are replicated across TP ranks
+    total = layers * per_layer
+    if first:
+        total += sh.vocab * m.hidden
+    if last:
+        total += m.norm_params + sh.vocab * m.hidden
+    return total
+
+
+def optimizer_op(params: int, b: int) -> Op:
+    """AdamW step over a rank's parameters."""
+    return Op(
+        "optimizer",
+        "opt",
+        ADAM_FLOPS_PER_PARAM * params,
+        params * (2 * b + ADAM_STATE_BYTES),
+        (params,),
+        False,
+    )
+
+
+def duration_micros(op: Op, gpu: GpuSpec, profile: ProfileTable | None = None) -> int:
+    """Whole microseconds of `op` on `gpu`: the profiled time if the table has the shape, else the roofline.
+
+    Roofline: GEMM-like ops take max(FLOPs / (peak * gemm_eff), bytes / (bw * mem_eff)); element-wise ops
+    bytes / (bw * mem_eff). Rounded to the nearest microsecond, at least 1 for an op that does any work.
+    """
+    measured = profile.lookup(gpu.name, op.op, op.phase, op.shape) if profile else None
+    if measured is not None:
+        seconds = measured * 1e-6
+    else:
+        mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
+        seconds = max(op.flops / (gpu.peak_flops * gpu.gemm_eff), mem) if op.gemm else mem
+    if seconds <= 0:
+        return 0
+    return max(1, int(seconds * 1e6 + 0.5))

@@ -1,0 +1,503 @@
+"""One rank's Chakra graph from a linked host trace + Kineto trace.
+
+Vertices are the matched host ops (CPU program order per Kineto thread), the GPU kernels/memcpys they
+launch, and the gloo work of CPU collectives. Times come from Kineto, in integer nanoseconds.
+
+Durations. A CPU op's node lasts from its start to the start of the next op on the same thread (its
+exclusive time plus the host overhead before the next op), minus the time the thread was visibly
+blocked: inside CUDA synchronization calls, while another CPU thread ran on its behalf (the autograd
+thread during `backward()`), or after it finished while waiting for a collective's result. Each such wait
+becomes a dependency instead (sync edge, fork/join edge, collective edge), so replaying the graph with
+the measured durations reproduces the thread's timeline, and a faster device or network shortens it.
+
+Dependencies (all point from an earlier start to a later one, so the graph is acyclic by construction):
+program order per CPU thread; CPU op -> GPU op it launched (Kineto `correlation`); GPU stream order;
+GPU op -> CPU op after a synchronize call that waited for it; CPU fork/join across threads; c10d op ->
+its gloo work -> first op of the launching thread that starts after the work ended.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracegen.pytorch.comms import (
+    SEND,
+    CommKind,
+    comm_kind,
+    is_nccl_kernel,
+    nccl_kernel_coll,
+    p2p_peer_tag,
+    payload_bytes,
+)
+from tracegen.pytorch.hostet import HostTrace
+from tracegen.pytorch.kineto import SYNC_CALLS, KEvent, KinetoTrace
+from tracegen.pytorch.labels import Label, label_ops
+from tracegen.pytorch.link import Link
+from traces import attrs as A
+from traces import pb
+
+# Attribute names the importer writes besides the standard ones (documented in docs/pytorch-import.md).
+MODULE = "module"  # string: nn.Module path or scope the op ran in
+SOURCE_OP = "source_op"  # string: host op that launched a GPU kernel / collective
+DURATION_NS = "duration_ns"  # int64: exact measured duration (duration_micros is rounded to whole µs)
+PROFILER_STEP = "profiler_step"  # int64: N of the ProfilerStep#N window the op started in (-1: none)
+TID = "tid"  # int64: Kineto thread (CPU ops) ; STREAM for GPU ops
+RF_ID = "rf_id"
+MEASURED_START_NS = "measured_start_ns"  # int64: Kineto start relative to the earliest rank's first op
+START_OFFSET = "xsim::start_offset"  # a rank's late start relative to the earliest rank (host time)
+START_ID, FIRST_ID = 1, 2
+
+
+@dataclass
+class Vertex:
+    """A node under construction."""
+
+    key: tuple[int, int, int]  # (start ns, kind order, sequence) -> the node id order
+    name: str
+    ts: int
+    dur: int
+    kind: str  # "cpu" | "gpu" | "comm"
+    host_id: int | None = None
+    thread: Any = None
+    stream: Any = None
+    deps: set[int] = field(default_factory=set)  # indices into the vertex list
+    comm: CommKind | None = None
+    comm_bytes: int = 0
+    source_op: str = ""
+    peer: int | None = None
+    tag: int = 0
+    id: int = -1
+
+
+@dataclass
+class RankGraph:
+    """The imported graph of one rank plus what the import measured."""
+
+    rank: int
+    vertices: list[Vertex]
+    labels: dict[int, Label]
+    steps: dict[int, tuple[int, int]]  # ProfilerStep N -> (start ns, end ns)
+    link: Link
+    gpu_run: bool
+    dropped_gpu_ops: int
+    dropped_edges: int
+    warnings: list[str]
+    p2p: list[int] = field(default_factory=list)  # vertex indices of send/recv ops
+
+
+def _containing(starts: list[int], t: int) -> int | None:
+    """Index of the chain interval [starts[i], starts[i+1]) holding time t."""
+    i = bisect.bisect_right(starts, t) - 1
+    return i if i >= 0 else None
+
+
+def _union_len(intervals: list[tuple[int, int]]) -> int:
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(intervals):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def _comm_of_host(host: HostTrace, hid: int) -> tuple[CommKind, int, str, int] | None:
+    """(kind, payload bytes, op name, host id) of the nearest communication op among hid and ancestors."""
+    seen = 0
+    while hid in host.ops and seen < 64:
+        op = host.ops[hid]
+        kind = comm_kind(op.name)
+        if kind is not None:
+            size = payload_bytes(kind, op.inputs)
+            if not size and op.parent in host.ops:
+                parent = host.ops[op.parent]
+                pk = comm_kind(parent.name)
+                if pk is not None:
+                    size = payload_bytes(pk, parent.inputs)
+            return kind, size, op.name, hid
+        if op.parent == hid:
+            break
+        hid = op.parent
+        seen += 1
+    return None
+
+
+def _p2p_of_ancestors(host: HostTrace, hid: int) -> tuple[int | None, int]:
+    """Peer and tag of the c10d send/recv op at or above hid (nccl:send sits below c10d::send)."""
+    for _ in range(64):
+        op = host.ops.get(hid)
+        if op is None:
+            break
+        kind = comm_kind(op.name)
+        if kind is not None and kind.peer_input is not None:
+            return p2p_peer_tag(kind, op.inputs)
+        if op.parent == hid:
+            break
+        hid = op.parent
+    return None, 0
+
+
+def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> RankGraph:
+    """Vertices, timings and dependencies of one rank."""
+    labels = label_ops(host)
+    warnings: list[str] = []
+    verts: list[Vertex] = []
+    seq = 0
+
+    # CPU chains, one per Kineto thread, in start order (parents before their children).
+    depth: dict[int, int] = {}
+
+    def _depth(hid: int) -> int:
+        d, cur = 0, hid
+        while cur in host.ops and host.ops[cur].parent != cur and d < 256:
+            if cur in depth:
+                return depth[cur] + d
+            cur = host.ops[cur].parent
+            d += 1
+        return d
+
+    for hid in link.matches:
+        depth[hid] = _depth(hid)
+    matched = sorted(link.matches.items(), key=lambda kv: (kv[1].ts, -kv[1].dur, depth[kv[0]], kv[0]))
+    chains: dict[Any, list[int]] = defaultdict(list)
+    for hid, ev in matched:
+        v = Vertex(
+            key=(ev.ts, 0, seq),
+            name=host.ops[hid].name,
+            ts=ev.ts,
+            dur=ev.dur,
+            kind="cpu",
+            host_id=hid,
+            thread=(ev.pid, ev.tid),
+        )
+        seq += 1
+        chains[v.thread].append(len(verts))
+        verts.append(v)
+    starts = {t: [verts[i].ts for i in idx] for t, idx in chains.items()}
+    thread_end = {t: max(verts[i].ts + verts[i].dur for i in idx) for t, idx in chains.items()}
+
+    def _item_at(thread: Any, t: int) -> int | None:
+        if thread not in starts:
+            return None
+        k = _containing(starts[thread], t)
+        if k is None or t > thread_end[thread]:
+            return None
+        return k
+
+    # Per chain interval: wall time and blocked time.
+    blocked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # vertex -> blocked intervals in its gap
+    sync_wait: dict[int, int] = defaultdict(int)
+    walls: dict[int, int] = {}
+    busy_end: dict[int, int] = {}
+    for t, idx in chains.items():
+        for k, vi in enumerate(idx):
+            v = verts[vi]
+            nxt = verts[idx[k + 1]].ts if k + 1 < len(idx) else thread_end[t]
+            walls[vi] = max(0, nxt - v.ts)
+            busy_end[vi] = v.ts + min(v.dur, walls[vi])
+            if k + 1 < len(idx):
+                verts[idx[k + 1]].deps.add(vi)
+
+    # Fork/join with other CPU threads: a thread idle while another one ran is blocked on it.
+    threads = list(chains)
+    if len(threads) > 1:
+        for t in threads:
+            idx = chains[t]
+            for k in range(len(idx) - 1):
+                vi, mi = idx[k], idx[k + 1]
+                g0, g1 = busy_end[vi], verts[mi].ts
+                if g1 <= g0:
+                    continue
+                for u in threads:
+                    if u == t:
+                        continue
+                    su = starts[u]
+                    lo = bisect.bisect_left(su, verts[vi].ts)
+                    hi = bisect.bisect_left(su, g1)
+                    if lo >= hi:
+                        continue
+                    inside = chains[u][lo:hi]
+                    # The other thread's ops cover their own gaps too (their durations run start to
+                    # next start), so the burst is covered up to its last op's end.
+                    ends = [verts[j].ts + walls[j] for j in inside[:-1]] + [busy_end[inside[-1]]]
+                    cover = [(max(g0, verts[j].ts), min(g1, e)) for j, e in zip(inside, ends, strict=True)]
+                    cover = [(s, e) for s, e in cover if e > s]
+                    if not cover:
+                        continue
+                    blocked[vi].extend(cover)
+                    # The other thread starts where this one handed over: after this op if it began in
+                    # the gap, else after the op before it (it began while this op was still busy).
+                    first = inside[0]
+                    if verts[first].ts >= g0:
+                        verts[first].deps.add(vi)
+                    elif k > 0:
+                        verts[first].deps.add(idx[k - 1])
+                    last = max(inside, key=lambda j: verts[j].ts + verts[j].dur)
+                    if verts[last].ts + verts[last].dur <= g1:
+                        verts[mi].deps.add(last)
+
+    # GPU ops: attach via correlation to the runtime call and the CPU op running it.
+    rt_by_corr: dict[int, KEvent] = {}
+    for r in kineto.runtime:
+        c = r.args.get("correlation")
+        if isinstance(c, int):
+            rt_by_corr.setdefault(c, r)
+    gpu_run = bool(kineto.gpu_ops)
+    dropped_gpu = 0
+    last_on_stream: dict[Any, int] = {}
+    gpu_by_corr: list[tuple[int, Any, int]] = []  # (correlation, stream, vertex)
+    for g in sorted(kineto.gpu_ops, key=lambda e: (e.ts, e.index)):
+        c = g.args.get("correlation")
+        r = rt_by_corr.get(c) if isinstance(c, int) else None
+        launcher = None
+        if r is not None:
+            k = _item_at((r.pid, r.tid), r.ts)
+            if k is not None:
+                launcher = chains[(r.pid, r.tid)][k]
+        if launcher is None:
+            dropped_gpu += 1
+            continue
+        stream = (g.args.get("device", g.pid), g.args.get("stream", g.tid))
+        v = Vertex(
+            key=(g.ts, 1, seq),
+            name=g.name,
+            ts=g.ts,
+            dur=g.dur,
+            kind="gpu",
+            stream=stream,
+            host_id=verts[launcher].host_id,
+            source_op=verts[launcher].name,
+        )
+        seq += 1
+        v.deps.add(launcher)
+        if stream in last_on_stream:
+            v.deps.add(last_on_stream[stream])
+        vi = len(verts)
+        verts.append(v)
+        last_on_stream[stream] = vi
+        gpu_by_corr.append((c, stream, vi))
+        if is_nccl_kernel(g.name):
+            info = _comm_of_host(host, verts[launcher].host_id)
+            coll = nccl_kernel_coll(g.name)
+            if info is not None:
+                kind, size, src, chid = info
+                v.comm, v.comm_bytes, v.source_op = kind, size, src
+                if kind.p2p is not None:
+                    v.peer, v.tag = _p2p_of_ancestors(host, chid)
+            elif coll is not None:
+                v.comm = CommKind(coll, None, 0)
+            else:
+                warnings.append(f"NCCL kernel {g.name[:40]!r} has no collective host op; kept as compute")
+            v.kind = "comm" if v.comm is not None else "gpu"
+
+    # Synchronization calls: the CPU op after the call depends on the GPU work launched before it.
+    gpu_by_corr.sort()
+    corrs = [c for c, _, _ in gpu_by_corr]
+    for r in kineto.runtime:
+        if r.name not in SYNC_CALLS:
+            continue
+        thread = (r.pid, r.tid)
+        k = _item_at(thread, r.ts)
+        if k is None:
+            continue
+        vi = chains[thread][k]
+        sync_wait[vi] += r.dur
+        if k + 1 >= len(chains[thread]):
+            continue
+        mi = chains[thread][k + 1]
+        c = r.args.get("correlation", 0)
+        upto = bisect.bisect_left(corrs, c) if isinstance(c, int) else 0
+        awaited: dict[Any, int] = {}
+        for _, stream, gi in gpu_by_corr[:upto]:
+            awaited[stream] = gi
+        for gi in awaited.values():
+            if verts[gi].ts < verts[mi].ts:
+                verts[mi].deps.add(gi)
+
+    # Host-side communication ops (c10d::*, record_param_comms children) and their gloo work.
+    comm_hosts: dict[int, int] = {}  # host id -> cpu vertex
+    for vi, v in enumerate(verts):
+        if v.kind == "cpu" and v.name.startswith("c10d::") and comm_kind(v.name) is not None:
+            comm_hosts[v.host_id] = vi
+    queues: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for _hid, vi in sorted(comm_hosts.items(), key=lambda kv: (host.ops[kv[0]].rf_id, kv[0])):
+        kind = comm_kind(verts[vi].name)
+        queues[(kind.coll, kind.p2p)].append(vi)
+    work = sorted(kineto.comm_threads, key=lambda e: (e.args.get("Record function id", 0), e.ts))
+    used: set[int] = set()
+    for w in work:
+        kind = comm_kind(w.name)
+        if kind is None:
+            continue
+        q = queues.get((kind.coll, kind.p2p))
+        # Work that started before the next unmatched c10d op of its kind was issued belongs to an op
+        # outside the host trace's window.
+        if not q or w.ts < verts[q[0]].ts:
+            continue
+        vi = q.pop(0)
+        used.add(vi)
+        hv = verts[vi]
+        host_op = host.ops[hv.host_id]
+        hkind = comm_kind(hv.name)
+        cv = Vertex(
+            key=(w.ts, 2, seq),
+            name=w.name,
+            ts=w.ts,
+            dur=w.dur,
+            kind="comm",
+            thread=w.tid,
+            host_id=hv.host_id,
+            comm=hkind,
+            comm_bytes=payload_bytes(hkind, host_op.inputs),
+            source_op=hv.name,
+        )
+        seq += 1
+        cv.deps.add(vi)
+        if hkind.p2p is not None:
+            cv.peer, cv.tag = p2p_peer_tag(hkind, host_op.inputs)
+        verts.append(cv)
+        _await(verts, len(verts) - 1, hv.thread, chains, starts, busy_end, blocked)
+    if gpu_run is False:
+        missing = [vi for vi in comm_hosts.values() if vi not in used]
+        if missing:
+            warnings.append(f"{len(missing)} c10d ops have no gloo work in Kineto; kept as CPU ops only")
+
+    # Final CPU durations: wall time minus visible waits.
+    for vi, wall in walls.items():
+        wait = sync_wait.get(vi, 0) + _union_len(blocked.get(vi, []))
+        verts[vi].dur = max(0, wall - min(wall, wait))
+
+    # Ids in time order; drop any edge that would point backwards (keeps the graph acyclic).
+    order = sorted(range(len(verts)), key=lambda i: verts[i].key)
+    # Id 1 is reserved for the rank's start-offset node (written by to_nodes in multi-rank imports).
+    for new_id, vi in enumerate(order, start=FIRST_ID):
+        verts[vi].id = new_id
+    dropped_edges = 0
+    for v in verts:
+        keep = {d for d in v.deps if verts[d].id < v.id}
+        dropped_edges += len(v.deps) - len(keep)
+        v.deps = keep
+    steps = {n: (e.ts, e.end) for n, e in kineto.steps.items()}
+    p2p = [i for i, v in enumerate(verts) if v.comm is not None and v.comm.p2p is not None]
+    return RankGraph(rank, verts, labels, steps, link, gpu_run, dropped_gpu, dropped_edges, warnings, p2p)
+
+
+def _await(
+    verts: list[Vertex],
+    ci: int,
+    thread: Any,
+    chains: dict[Any, list[int]],
+    starts: dict[Any, list[int]],
+    busy_end: dict[int, int],
+    blocked: dict[int, list[tuple[int, int]]],
+) -> None:
+    """The launching thread's first op starting after collective `ci` ends depends on it."""
+    if thread not in chains:
+        return
+    end = verts[ci].ts + verts[ci].dur
+    k = bisect.bisect_left(starts[thread], end)
+    if k >= len(chains[thread]):
+        return
+    mi = chains[thread][k]
+    verts[mi].deps.add(ci)
+    if k > 0:
+        prev = chains[thread][k - 1]
+        if end > busy_end[prev]:
+            blocked[prev].append((busy_end[prev], end))
+
+
+def first_start_ns(g: RankGraph) -> int:
+    """Kineto start of the rank's earliest vertex."""
+    return min((v.ts for v in g.vertices), default=0)
+
+
+def to_nodes(
+    g: RankGraph,
+    host: HostTrace,
+    pg_name: str,
+    group_ranks: tuple[int, ...] | None = None,
+    origin_ns: int | None = None,
+) -> list[pb.Node]:
+    """Chakra nodes of a rank graph (ids in time order); P2P peers are mapped to global ranks.
+
+    With `origin_ns` (multi-rank imports: the earliest first op over all ranks), a START_OFFSET node of
+    duration first_start - origin precedes every node without dependencies, so ranks start as skewed as
+    they really were and the waits that skew caused in collectives are replayed.
+    """
+    nodes = []
+    start = first_start_ns(g)
+    if origin_ns is not None:
+        off = max(0, start - origin_ns)
+        nodes.append(
+            A.make_node(
+                START_ID,
+                START_OFFSET,
+                pb.COMP_NODE,
+                duration_micros=round(off / 1000),
+                attrs={A.IS_CPU_OP: g.gpu_run, DURATION_NS: off, PROFILER_STEP: -1, A.LAYER: 0, A.PHASE: ""},
+            )
+        )
+    base = start if origin_ns is None else origin_ns
+    for v in sorted(g.vertices, key=lambda v: v.id):
+        lab = g.labels.get(v.host_id) if v.host_id is not None else None
+        attrs: dict[str, Any] = {}
+        if v.comm is not None:
+            if v.comm.p2p is not None:
+                peer = v.peer
+                if peer is not None and group_ranks is not None and 0 <= peer < len(group_ranks):
+                    peer = group_ranks[peer]
+                ntype = pb.COMM_SEND_NODE if v.comm.p2p == SEND else pb.COMM_RECV_NODE
+                attrs[A.COMM_SRC] = g.rank if v.comm.p2p == SEND else (peer if peer is not None else -1)
+                attrs[A.COMM_DST] = (peer if peer is not None else -1) if v.comm.p2p == SEND else g.rank
+                attrs[A.COMM_TAG] = int(v.tag)
+            else:
+                ntype = pb.COMM_COLL_NODE
+                attrs[A.COMM_TYPE] = int(v.comm.coll)
+            attrs[A.COMM_SIZE] = int(v.comm_bytes)
+            attrs[A.PG_NAME] = pg_name
+            attrs[A.IS_CPU_OP] = False
+        else:
+            ntype = pb.COMP_NODE
+            # In a CPU-only run the host ops are the device work; in a GPU run they launch it.
+            attrs[A.IS_CPU_OP] = v.kind == "cpu" and g.gpu_run
+        attrs[A.LAYER] = lab.layer if lab else 0
+        attrs[A.PHASE] = (
+            ("sync" if v.comm is not None and lab and lab.phase in ("bwd", "") else lab.phase) if lab else ""
+        )
+        attrs[MODULE] = lab.module if lab else ""
+        if v.source_op:
+            attrs[SOURCE_OP] = v.source_op
+        attrs[DURATION_NS] = int(v.dur)
+        attrs[MEASURED_START_NS] = int(v.ts - base)
+        attrs[PROFILER_STEP] = _step_of(g.steps, v.ts)
+        if v.kind == "cpu":
+            attrs[TID] = int(v.thread[1]) if isinstance(v.thread[1], int) else 0
+        if v.stream is not None and isinstance(v.stream[1], int):
+            attrs[A.STREAM] = int(v.stream[1])
+        if v.host_id is not None and v.kind == "cpu":
+            attrs[RF_ID] = int(host.ops[v.host_id].rf_id)
+        node = A.make_node(
+            v.id,
+            v.name,
+            ntype,
+            data_deps=sorted(g.vertices[d].id for d in v.deps)
+            or ([START_ID] if origin_ns is not None else []),
+            duration_micros=round(v.dur / 1000),
+            attrs=attrs,
+        )
+        nodes.append(node)
+    return nodes
+
+
+def _step_of(steps: dict[int, tuple[int, int]], ts: int) -> int:
+    for n, (s, e) in steps.items():
+        if s <= ts < e:
+            return n
+    return -1

@@ -1,0 +1,39 @@
+"""Pipeline schedules: the order in which one stage runs forward and backward passes of micro-batches."""
+
+from __future__ import annotations
+
+FWD, BWD = "F", "B"
+
+
+def gpipe(num_micro_batches: int) -> list[tuple[str, int]]:
+    """GPipe (Huang et al. 2019): every forward, then every backward, both in micro-batch order.
+
+    Backward order follows torch.distributed.pipelining.ScheduleGPipe (micro-batch 0 first).
+    """
+    return [(FWD, m) for m in range(num_micro_batches)] + [(BWD, m) for m in range(num_micro_batches)]
+
+
+def one_f_one_b(num_micro_batches: int, num_stages: int, stage: int) -> list[tuple[str, int]]:
+    """1F1B / PipeDream-Flush (Narayanan et al. 2021), as Megatron-LM's non-interleaved schedule.
+
+    Stage k warms up with min(P-k-1, M) forwards, then alternates one forward and one backward, and
+    cools down with the remaining backwards.
+    """
+    m_total = num_micro_batches
+    warmup = min(num_stages - stage - 1, m_total)
+    order = [(FWD, m) for m in range(warmup)]
+    next_f, next_b = warmup, 0
+    for _ in range(m_total - warmup):
+        order.append((FWD, next_f))
+        next_f += 1
+        order.append((BWD, next_b))
+        next_b += 1
+    order.extend((BWD, m) for m in range(next_b, m_total))
+    return order
+
+
+def stage_order(schedule: str, num_micro_batches: int, num_stages: int, stage: int) -> list[tuple[str, int]]:
+    """The pass order of one stage under `schedule` ("gpipe" or "1f1b")."""
+    if schedule == "1f1b":
+        return one_f_one_b(num_micro_batches, num_stages, stage)
+    return gpipe(num_micro_batches)

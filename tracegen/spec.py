@@ -1,0 +1,504 @@
+"""Deployment specs: YAML/TOML/JSON (or a mapping) -> a validated `deployment_pb2.Deployment`.
+
+Every problem raises SpecError with one line naming the file and the offending device group or key.
+`spec_to_mapping` writes the resolved form back (deployment.json); `load_spec` reads it unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from tracegen import catalog
+from tracegen import deployment_pb2 as dpb
+from tracegen.errors import CatalogError, ProfileError, SpecError
+from tracegen.models import ModelArch, model_from_mapping, preset
+from tracegen.profile import COLUMNS, make_row, read_profile_csv
+
+Deployment = dpb.Deployment
+DeviceGroup = dpb.DeviceGroup
+
+SCHEDULES = ("gpipe", "1f1b")
+RESHARDS = ("xsim", "hetauto", "alpacomm", "naive")
+DTYPE_BYTES = (1, 2, 4)
+# PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
+DEFAULT_BUCKET_BYTES = 25 * (1 << 20)
+NODE_SIZE = 8  # GPUs per derived node: the usual HGX/DGX baseboard
+CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table 5)
+
+TOP_KEYS = (
+    "name",
+    "model",
+    "seq_len",
+    "micro_batches",
+    "schedule",
+    "reshard",
+    "dtype_bytes",
+    "cluster",
+    "cluster_derived",
+    "sequence_parallel",
+    "allow_uneven_tp",
+    "dp_bucket_bytes",
+    "gpus",
+    "profile",
+    "device_groups",
+)
+DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
+INT32_MAX = 2**31 - 1  # the proto's int32 fields
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a spec file by extension (.yaml/.yml, .toml, .json) into a mapping."""
+    p = os.fspath(path)
+    ext = os.path.splitext(p)[1].lower()
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
+    try:
+        if ext in (".yaml", ".yml"):
+            raw = yaml.safe_load(data)
+        elif ext == ".toml":
+            raw = tomllib.loads(data.decode("utf-8"))
+        elif ext == ".json":
+            raw = json.loads(data)
+        else:
+            raise SpecError(
+                f"unknown spec format {ext or '(none)'!r}: use .yaml, .yml, .toml or .json", path=p
+            )
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"not valid {ext[1:].upper()}: {first}", path=p) from None
+    if not isinstance(raw, dict):
+        raise SpecError("a spec must be a mapping of keys (model, device_groups, ...)", path=p)
+    return raw
+
+
+def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> dpb.Deployment:
+    """Load and validate a deployment from a spec file path or an already-parsed mapping."""
+    if isinstance(source, Mapping):
+        return _SpecBuilder(source, None, os.getcwd()).build()
+    p = os.fspath(source)
+    raw = read_spec_file(p)
+    stem = os.path.basename(p).split(".")[0]
+    return _SpecBuilder(raw, p, os.path.dirname(os.path.abspath(p)), default_name=stem).build()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class _SpecBuilder:
+    """Turns one raw mapping into a Deployment, raising at the first problem."""
+
+    def __init__(
+        self, raw: Mapping[str, Any], path: str | None, base_dir: str, default_name: str = "xsim"
+    ) -> None:
+        self.raw = raw
+        self.path = path
+        self.base_dir = base_dir
+        self.default_name = default_name
+
+    def fail(self, message: str) -> SpecError:
+        return SpecError(message, path=self.path)
+
+    def int_key(
+        self,
+        raw: Mapping[str, Any],
+        key: str,
+        where: str,
+        default: Any = None,
+        minimum: int = 1,
+        maximum: int = INT32_MAX,
+    ) -> int:
+        v = raw.get(key, default)
+        if v is None:
+            raise self.fail(f"{where}missing {key}")
+        if not _is_int(v):
+            raise self.fail(f"{where}{key} must be an integer, got {v!r}")
+        if v < minimum:
+            raise self.fail(f"{where}{key} must be >= {minimum}, got {v}")
+        if v > maximum:
+            raise self.fail(f"{where}{key} must be <= {maximum}, got {v}")
+        return v
+
+    def bool_key(self, key: str) -> bool:
+        v = self.raw.get(key, False)
+        if not isinstance(v, bool):
+            raise self.fail(f"{key} must be true or false, got {v!r}")
+        return v
+
+    def choice(self, key: str, options: Sequence[str], default: str) -> str:
+        v = self.raw.get(key, default)
+        if not isinstance(v, str) or v.lower() not in options:
+            raise self.fail(f"{key} must be one of {', '.join(options)}, got {v!r}")
+        return v.lower()
+
+    def build(self) -> dpb.Deployment:
+        raw = self.raw
+        unknown = sorted(set(raw) - set(TOP_KEYS))
+        if unknown:
+            raise self.fail(f"unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(TOP_KEYS)})")
+        dep = dpb.Deployment()
+        dep.name = self.name()
+        model = self.model()
+        _fill_model(dep.model, model)
+        dep.seq_len = self.int_key(raw, "seq_len", "", default=model.seq_len)
+        dep.micro_batches = self.int_key(raw, "micro_batches", "", default=1)
+        dep.schedule = self.choice("schedule", SCHEDULES, "gpipe")
+        dep.reshard = self.choice("reshard", RESHARDS, "xsim")
+        dep.dtype_bytes = self.int_key(raw, "dtype_bytes", "", default=2)
+        if dep.dtype_bytes not in DTYPE_BYTES:
+            raise self.fail(f"dtype_bytes must be 1, 2 or 4, got {dep.dtype_bytes}")
+        dep.sequence_parallel = self.bool_key("sequence_parallel")
+        dep.allow_uneven_tp = self.bool_key("allow_uneven_tp")
+        dep.dp_bucket_bytes = self.int_key(
+            raw, "dp_bucket_bytes", "", default=DEFAULT_BUCKET_BYTES, maximum=2**62
+        )
+        self.gpus(dep)
+        self.profile(dep)
+        self.device_groups(dep, model)
+        self.cluster(dep)
+        return dep
+
+    def name(self) -> str:
+        name = self.raw.get("name", self.default_name)
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise self.fail(f"name must be a file-name-safe word (letters, digits, . _ -), got {name!r}")
+        return name
+
+    def model(self) -> ModelArch:
+        m = self.raw.get("model")
+        try:
+            if isinstance(m, str):
+                return preset(m)
+            if isinstance(m, Mapping):
+                return model_from_mapping(m)
+        except (CatalogError, TypeError) as exc:
+            raise self.fail(str(exc)) from None
+        raise self.fail("model must be a preset name (e.g. llama2-7b) or a mapping of architecture numbers")
+
+    def gpus(self, dep: dpb.Deployment) -> None:
+        gpus = self.raw.get("gpus", {}) or {}
+        if not isinstance(gpus, Mapping):
+            raise self.fail("gpus must map a GPU name to overrides, e.g. {H100: {gemm_eff: 0.6}}")
+        for name in sorted(gpus, key=str):
+            over = gpus[name]
+            try:
+                spec = catalog.gpu(str(name))
+                if not isinstance(over, Mapping):
+                    raise CatalogError(f"GPU {name}: overrides must be a mapping")
+                catalog.with_overrides(spec, over)
+            except CatalogError as exc:
+                raise self.fail(f"gpus: {exc}") from None
+            entry = dep.gpus.add(name=spec.name)
+            for k, v in sorted(over.items()):
+                try:
+                    setattr(entry, k, v)
+                except (TypeError, ValueError):
+                    raise self.fail(f"gpus: GPU {spec.name}: {k} must be a number, got {v!r}") from None
+
+    def profile(self, dep: dpb.Deployment) -> None:
+        prof = self.raw.get("profile")
+        if prof is None:
+            return
+        sources = [prof] if isinstance(prof, str) else prof
+        if not isinstance(sources, list):
+            raise self.fail("profile must be a CSV path, a list of paths, or a list of rows")
+        try:
+            for i, item in enumerate(sources):
+                if isinstance(item, str):
+                    rows = read_profile_csv(os.path.join(self.base_dir, item))
+                elif isinstance(item, Mapping):
+                    rows = [make_row(item, f"profile[{i}]")]
+                else:
+                    raise ProfileError(f"profile[{i}]: a row must be a mapping of {', '.join(COLUMNS)}")
+                for r in rows:
+                    dep.profile.add(gpu=r.gpu, op=r.op, phase=r.phase, shape=r.shape, micros=r.micros)
+        except ProfileError as exc:
+            raise self.fail(str(exc)) from None
+
+    def device_groups(self, dep: dpb.Deployment, model: ModelArch) -> None:
+        groups = self.raw.get("device_groups")
+        if not isinstance(groups, list) or not groups:
+            raise self.fail("device_groups must be a non-empty list")
+        owner: dict[int, int] = {}
+        for i, g in enumerate(groups):
+            if not isinstance(g, Mapping):
+                raise self.fail(f"device_groups[{i}] must be a mapping")
+            dg = self.device_group(g, i, model, dep.allow_uneven_tp)
+            if any(d.id == dg.id for d in dep.device_groups):
+                raise self.fail(f"device group {dg.id}: id used twice")
+            for r in dg.ranks:
+                if r in owner:
+                    other = owner[r]
+                    where = "twice in device group" if other == dg.id else f"in device groups {other} and"
+                    raise self.fail(f"rank {r} is {where} {dg.id} (each rank belongs to one device group)")
+                owner[r] = dg.id
+            dep.device_groups.append(dg)
+        n = max(owner) + 1
+        missing: list[int] = []
+        r = 0
+        while (
+            r < n and len(owner) < n and len(missing) < 11
+        ):  # at most len(owner) + 11 steps, however large n is
+            if r not in owner:
+                missing.append(r)
+            r += 1
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise self.fail(f"rank(s) {shown} in no device group (ranks must be exactly 0..{n - 1})")
+        self.check_replicas(dep, model)
+
+    def device_group(self, g: Mapping[str, Any], i: int, model: ModelArch, uneven: bool) -> dpb.DeviceGroup:
+        known = (*DG_KEYS, "layer_start", "layer_end")
+        unknown = sorted(set(g) - set(known))
+        where0 = f"device_groups[{i}]: "
+        if unknown:
+            raise self.fail(
+                f"{where0}unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(DG_KEYS)})"
+            )
+        gid = self.int_key(g, "id", where0, default=i, minimum=0)
+        where = f"device group {gid}: "
+        try:
+            gpu_name = catalog.canonical_gpu_name(str(g.get("gpu", "")))
+        except CatalogError as exc:
+            raise self.fail(f"{where}{exc}") from None
+        ranks = parse_ranks(g.get("ranks"))
+        if ranks is None:
+            raise self.fail(f"{where}ranks must be a non-empty list of ranks >= 0 (or a range 'a-b')")
+        tp = self.int_key(g, "tp", where, default=len(ranks))
+        if tp != len(ranks):
+            raise self.fail(f"{where}tp {tp} but {len(ranks)} ranks (a device group is one TP group)")
+        if not uneven and (model.heads % tp or model.kv_heads % tp):
+            what = f"{model.heads} attention heads" + (
+                f" / {model.kv_heads} KV heads" if model.kv_heads != model.heads else ""
+            )
+            raise self.fail(
+                f"{where}tp {tp} does not divide the {what} of {model.name} "
+                "(set allow_uneven_tp: true to split heads unevenly)"
+            )
+        if uneven and tp > model.kv_heads:
+            raise self.fail(f"{where}tp {tp} exceeds the {model.kv_heads} KV heads of {model.name}")
+        if "layers" in g:
+            lr = g["layers"]
+            if not (isinstance(lr, list | tuple) and len(lr) == 2 and all(_is_int(x) for x in lr)):
+                raise self.fail(f"{where}layers must be [first, last] (1-based, inclusive), got {lr!r}")
+            start, end = lr
+        else:
+            start, end = g.get("layer_start", 1), g.get("layer_end", model.layers)
+            if not (_is_int(start) and _is_int(end)):
+                raise self.fail(f"{where}layer_start/layer_end must be integers")
+        if not 1 <= start <= end <= model.layers:
+            raise self.fail(f"{where}layers [{start}, {end}] outside 1..{model.layers} or reversed")
+        mb = g.get("micro_batch", 1)
+        if not _is_int(mb) or not 0 < mb <= INT32_MAX:
+            raise self.fail(f"{where}micro_batch must be a positive integer, got {mb!r}")
+        stage = self.int_key(g, "pp_stage", where, default=0, minimum=0)
+        replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
+        return dpb.DeviceGroup(
+            id=gid,
+            gpu=gpu_name,
+            ranks=ranks,
+            tp=tp,
+            layer_start=start,
+            layer_end=end,
+            micro_batch=mb,
+            pp_stage=stage,
+            dp_replica=replica,
+        )
+
+    def check_replicas(self, dep: dpb.Deployment, model: ModelArch) -> None:
+        for replica, stages in replicas(dep).items():
+            seen: dict[int, int] = {}
+            for dg in stages:
+                if dg.pp_stage in seen:
+                    raise self.fail(
+                        f"replica {replica}: device groups {seen[dg.pp_stage]} and {dg.id} are both stage {dg.pp_stage}"
+                    )
+                seen[dg.pp_stage] = dg.id
+            expect_layer = 1
+            for k, dg in enumerate(stages):
+                if dg.pp_stage != k:
+                    raise self.fail(
+                        f"replica {replica}: stage {k} is missing (stages must be 0..{len(stages) - 1})"
+                    )
+                if dg.layer_start != expect_layer:
+                    raise self.fail(
+                        f"replica {replica}: stage {k} (device group {dg.id}) starts at layer {dg.layer_start}, "
+                        f"expected {expect_layer} (stages must cover layers 1..{model.layers} once, in order)"
+                    )
+                if dg.micro_batch != stages[0].micro_batch:
+                    raise self.fail(
+                        f"replica {replica}: device group {dg.id} has micro_batch {dg.micro_batch} but stage 0 "
+                        f"has {stages[0].micro_batch} (one pipeline passes one micro-batch size)"
+                    )
+                expect_layer = dg.layer_end + 1
+            if expect_layer != model.layers + 1:
+                raise self.fail(
+                    f"replica {replica}: stages end at layer {expect_layer - 1}, model has {model.layers} layers"
+                )
+
+    def cluster(self, dep: dpb.Deployment) -> None:
+        c = self.raw.get("cluster")
+        if c is None:
+            dep.cluster_json = json.dumps(derive_cluster(dep), sort_keys=True)
+            dep.cluster_derived = True
+            return
+        if isinstance(c, str):
+            c = self.cluster_from_string(c)
+        if not isinstance(c, Mapping):
+            raise self.fail("cluster must be a mapping ({preset: ..., nodes: [...]}) or a topology file path")
+        dep.cluster_json = json.dumps(c, sort_keys=True)
+        dep.cluster_derived = self.bool_key("cluster_derived")
+
+    def cluster_from_string(self, text: str) -> dict[str, Any]:
+        """A cluster JSON file (relative to the spec; the file itself or its "cluster" key) is inlined; any
+        other string is kept as a netmodels topology spec (`{"topology": "nodes:2*H100x4"}`)."""
+        if not text.lower().endswith(".json"):
+            return {"topology": text}
+        path = os.path.normpath(os.path.join(self.base_dir, text))
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise self.fail(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise self.fail(f"cluster file {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+        if isinstance(data, dict) and "cluster" in data and "nodes" not in data:
+            data = data["cluster"]
+        if not isinstance(data, dict):
+            raise self.fail(f"cluster file {path} must hold a JSON object")
+        return data
+
+
+def parse_ranks(v: Any) -> list[int] | None:
+    """A rank list, or `"a-b"` for the inclusive range; None when malformed."""
+    if isinstance(v, str):
+        m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", v)
+        if not m or int(m[1]) > int(m[2]) or int(m[2]) > INT32_MAX:
+            return None
+        return list(range(int(m[1]), int(m[2]) + 1))
+    if isinstance(v, list) and v and all(_is_int(r) and 0 <= r <= INT32_MAX for r in v):
+        return list(v)
+    return None
+
+
+def replicas(dep: dpb.Deployment) -> dict[int, list[dpb.DeviceGroup]]:
+    """Device groups per DP replica, each list sorted by pipeline stage."""
+    out: dict[int, list[dpb.DeviceGroup]] = {}
+    for dg in dep.device_groups:
+        out.setdefault(dg.dp_replica, []).append(dg)
+    return {r: sorted(v, key=lambda d: d.pp_stage) for r, v in sorted(out.items())}
+
+
+def num_ranks(dep: dpb.Deployment) -> int:
+    """Total ranks of the deployment."""
+    return sum(len(dg.ranks) for dg in dep.device_groups)
+
+
+def derive_cluster(dep: dpb.Deployment) -> dict[str, Any]:
+    """Consecutive ranks of one GPU type packed into nodes of up to 8, every NIC on one switch (Table 5)."""
+    gpu_of = {r: dg.gpu for dg in dep.device_groups for r in dg.ranks}
+    nodes: list[dict[str, Any]] = []
+    for r in range(len(gpu_of)):
+        last = nodes[-1] if nodes else None
+        if last is None or last["gpu"] != gpu_of[r] or len(last["ranks"]) == NODE_SIZE:
+            last = {"name": f"node{len(nodes)}", "gpu": gpu_of[r], "ranks": []}
+            nodes.append(last)
+        last["ranks"].append(r)
+    return {"preset": CLUSTER_PRESET, "nodes": nodes, "fabric": {"kind": "switch"}}
+
+
+def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
+    msg.name, msg.layers, msg.hidden, msg.ffn_hidden = m.name, m.layers, m.hidden, m.ffn_hidden
+    msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
+    msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
+
+
+def model_arch(dep: dpb.Deployment) -> ModelArch:
+    """The deployment's model as a ModelArch at its trained sequence length."""
+    m = dep.model
+    return ModelArch(
+        m.name, m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.vocab, dep.seq_len or m.seq_len,
+        m.activation, m.norm, m.linear_bias,
+    )  # fmt: skip
+
+
+def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
+    """Catalog entries of the GPUs used, with the spec's overrides applied."""
+    over = {g.name: {f.name: v for f, v in g.ListFields() if f.name != "name"} for g in dep.gpus}
+    names = sorted({dg.gpu for dg in dep.device_groups} | set(over))
+    return {n: catalog.with_overrides(catalog.gpu(n), over.get(n, {})) for n in names}
+
+
+def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
+    """The resolved spec as plain data in spec keys (what deployment.json holds; load_spec reads it)."""
+    m = dep.model
+    model = {
+        "name": m.name, "layers": m.layers, "hidden": m.hidden, "ffn_hidden": m.ffn_hidden,
+        "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
+        "activation": m.activation, "norm": m.norm, "linear_bias": m.linear_bias,
+    }  # fmt: skip
+    out: dict[str, Any] = {
+        "name": dep.name,
+        "model": model,
+        "seq_len": dep.seq_len,
+        "micro_batches": dep.micro_batches,
+        "schedule": dep.schedule,
+        "reshard": dep.reshard,
+        "dtype_bytes": dep.dtype_bytes,
+        "sequence_parallel": dep.sequence_parallel,
+        "allow_uneven_tp": dep.allow_uneven_tp,
+        "dp_bucket_bytes": dep.dp_bucket_bytes,
+        "cluster": json.loads(dep.cluster_json),
+        "cluster_derived": dep.cluster_derived,
+    }
+    if dep.gpus:
+        out["gpus"] = {g.name: {f.name: v for f, v in g.ListFields() if f.name != "name"} for g in dep.gpus}
+    if dep.profile:
+        out["profile"] = [
+            {
+                "gpu": p.gpu,
+                "op": p.op,
+                "phase": p.phase,
+                "shape": "x".join(map(str, p.shape)),
+                "micros": p.micros,
+            }
+            for p in dep.profile
+        ]
+    out["device_groups"] = [
+        {
+            "id": dg.id,
+            "gpu": dg.gpu,
+            "ranks": list(dg.ranks),
+            "tp": dg.tp,
+            "layers": [dg.layer_start, dg.layer_end],
+            "micro_batch": dg.micro_batch,
+            "pp_stage": dg.pp_stage,
+            "dp_replica": dg.dp_replica,
+        }  # fmt: skip
+        for dg in dep.device_groups
+    ]
+    return out
+
+
+def save_deployment(dep: dpb.Deployment, path: str | os.PathLike[str]) -> None:
+    """Write the resolved spec as JSON (`cluster_derived: true` says the cluster was derived, not given)."""
+    with open(os.fspath(path), "w", encoding="utf-8") as fh:
+        json.dump(spec_to_mapping(dep), fh, indent=2)
+        fh.write("\n")
+
+
+def lcm_tp(groups: Sequence[dpb.DeviceGroup]) -> int:
+    """Least common multiple of the groups' TP degrees."""
+    return math.lcm(*(dg.tp for dg in groups))

@@ -1,0 +1,71 @@
+"""`xsim import pytorch --et ET... --kineto KINETO... --out PREFIX`: real PyTorch profiles -> Chakra trace set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `import` verb and its `pytorch` sub-command."""
+    p = sub.add_parser("import", help="import real profiles as a Chakra trace set")
+    isub = p.add_subparsers(dest="import_command", metavar="SOURCE", required=True)
+    pt = isub.add_parser(
+        "pytorch",
+        help="PyTorch execution trace + Kineto trace, one pair per rank",
+        description="Join each rank's host execution trace (ExecutionTraceObserver JSON, schemas 1.0.1-1.1.1) "
+        "with its Kineto trace (torch.profiler), and write <PREFIX>.<rank>.et plus comm_group.json. Ranks "
+        "come from Kineto distributedInfo, else from the order of the files. Exit 2 on unusable input.",
+    )
+    pt.add_argument("--et", nargs="+", required=True, metavar="ET.json[.gz]", help="host execution traces")
+    pt.add_argument(
+        "--kineto",
+        nargs="+",
+        default=[],
+        metavar="KINETO.json[.gz]",
+        help="Kineto traces, in the same order (required: host traces alone carry no durations)",
+    )
+    pt.add_argument("--out", required=True, metavar="PREFIX", help="output prefix: PREFIX.<rank>.et")
+    pt.add_argument("--json", action="store_true", help="print the per-rank statistics as JSON")
+    pt.set_defaults(func=_pytorch)
+
+
+def _pytorch(args: argparse.Namespace) -> int:
+    from tracegen.pytorch import import_pytorch
+
+    result = import_pytorch(args.et, args.kineto)
+    paths = result.write(args.out)
+    if args.json:
+        rows = [
+            {
+                "rank": r.rank,
+                "et": r.et_path,
+                "kineto": r.kineto_path,
+                "schema": r.schema,
+                "method": r.method,
+                "matched": r.matched,
+                "eligible": r.eligible,
+                "match_rate": round(r.match_rate, 6),
+                "nodes": r.nodes,
+                "gpu_ops": r.gpu_ops,
+                "warnings": list(r.warnings),
+            }
+            for r in result.ranks
+        ]
+        json.dump({"ranks": rows, "files": paths}, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{'rank':>4} {'schema':<20} {'join':<12} {'matched':>15} {'rate':>8} {'nodes':>7} {'gpu ops':>8}")
+    for r in result.ranks:
+        print(
+            f"{r.rank:>4} {r.schema:<20} {r.method:<12} {f'{r.matched}/{r.eligible}':>15} "
+            f"{r.match_rate:>8.2%} {r.nodes:>7} {r.gpu_ops:>8}"
+        )
+        for w in r.warnings:
+            print(f"     warning: {w}")
+    print(
+        f"wrote {len(paths)} files: {args.out}.<rank>.et"
+        + (" + comm_group.json" if len(paths) > len(result.ranks) else "")
+    )
+    return 0

@@ -1,0 +1,32 @@
+"""`xsim plan SPEC [--json]`: DP groups, multi-rings, chunks and barrier groups of a deployment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tracegen.plan import build_plan, format_plan, plan_to_json
+from tracegen.spec import load_spec
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `plan` verb."""
+    p = subparsers.add_parser(
+        "plan",
+        help="show the heterogeneity-aware plan (DP groups, rings, chunks, barrier groups) of a spec",
+        description="Run the planner (sweep-line DP groups, LCM multi-rings and chunking, barrier groups, "
+        "pipeline boundaries) on a deployment spec and print it.",
+    )
+    p.add_argument("spec", help="deployment spec (.yaml, .yml, .toml or .json)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (keys in docs/planner.md)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan and print."""
+    plan = build_plan(load_spec(args.spec))
+    if args.json:
+        print(json.dumps(plan_to_json(plan), indent=2))
+    else:
+        print(format_plan(plan))
+    return 0

@@ -1,0 +1,76 @@
+"""`xsim validate --real KINETO... --sim RESULTDIR [--out DIR]`: layer-wise measured vs simulated time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `validate` verb."""
+    p = sub.add_parser(
+        "validate",
+        help="compare a replay of an imported run with the real run, per layer, op class and step",
+        description="Measured (Kineto) vs simulated time per layer and op class, and the step-time error "
+        "(steps from ProfilerStep#N). RESULTDIR is what `xsim replay --out` wrote for a trace set that "
+        "`xsim import pytorch` produced.",
+    )
+    p.add_argument(
+        "--real", nargs="+", required=True, metavar="KINETO.json[.gz]", help="Kineto traces, one per rank"
+    )
+    p.add_argument("--sim", required=True, metavar="RESULTDIR", help="folder written by `xsim replay --out`")
+    p.add_argument(
+        "--trace", metavar="PREFIX", help="the replayed trace set (default: RESULTDIR/source.json)"
+    )
+    p.add_argument(
+        "--out", metavar="DIR", help="write layers/classes/steps CSV, validation.json and validation.png"
+    )
+    p.add_argument("--json", action="store_true", help="print validation.json to stdout")
+    p.set_defaults(func=run)
+
+
+def _row(name: str, m: int, s: int, e: float | None) -> str:
+    err = "n/a" if e is None or (isinstance(e, float) and math.isnan(e)) else f"{e:+.2f}%"
+    return f"  {name:<14} {m / 1e6:>12.3f} {s / 1e6:>12.3f} {err:>9}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the comparison, print the tables and write the files."""
+    from replay.validate import validate
+
+    v = validate(args.real, args.sim, args.trace)
+    if args.out:
+        v.save(args.out)
+    if args.json:
+        json.dump(
+            {
+                "step_error_pct": v.step_error_pct(),
+                "layers": v.layers.to_dicts(),
+                "classes": v.classes.to_dicts(),
+                "steps": v.steps.to_dicts(),
+            },
+            sys.stdout,
+        )
+        sys.stdout.write("\n")
+        return 0
+    head = f"  {'':<14} {'measured ms':>12} {'simulated ms':>12} {'error':>9}"
+    print("per layer (0 = outside the layers):")
+    print(head)
+    for r in v.layers.iter_rows(named=True):
+        print(_row(f"layer {r['layer']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
+    print("per op class:")
+    print(head)
+    for r in v.classes.iter_rows(named=True):
+        print(_row(r["op_class"], r["measured_ns"], r["simulated_ns"], r["error_pct"]))
+    print("steps (rank -1 = the whole job):")
+    print(head)
+    for r in v.steps.iter_rows(named=True):
+        print(_row(f"r{r['rank']} step {r['step']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
+    print(f"step-time error {v.step_error_pct():+.2f}%")
+    if args.out:
+        print(
+            f"wrote {args.out}/layers.csv, classes.csv, steps.csv, validation.json (+ validation.png with matplotlib)"
+        )
+    return 0
