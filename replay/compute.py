@@ -10,7 +10,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -196,7 +196,13 @@ def parse_speed(items: Sequence[str]) -> dict[int, float]:
     return out
 
 
-def _profile_from(obj: Any, where: str) -> DeviceProfile:
+def _profile_from(
+    obj: Any, where: str, resolve: Callable[[str], DeviceProfile] | None = None
+) -> DeviceProfile:
+    if isinstance(obj, str):
+        if resolve is None:
+            raise DeviceProfileError(f"{where}: GPU name {obj!r} given but no GPU catalog to resolve it")
+        return resolve(obj)
     if not isinstance(obj, dict) or set(obj) - {"peak_flops", "mem_bw", "label"}:
         raise DeviceProfileError(
             f'{where}: a device is {{"peak_flops": FLOP/s, "mem_bw": bytes/s[, "label": name]}}, got {obj!r}'
@@ -218,8 +224,10 @@ class DeviceProfileFile:
     speed: Mapping[int, float]
 
 
-def load_device_profile(path: str | os.PathLike[str]) -> DeviceProfileFile:
-    """Read a device-profile JSON file (format in docs/replay.md)."""
+def load_device_profile(
+    path: str | os.PathLike[str], resolve: Callable[[str], DeviceProfile] | None = None
+) -> DeviceProfileFile:
+    """Read a device-profile JSON file (format in docs/replay.md); `resolve` maps GPU names to devices."""
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as fh:
@@ -230,10 +238,10 @@ def load_device_profile(path: str | os.PathLike[str]) -> DeviceProfileFile:
         raise DeviceProfileError(f"{p}: device profile is not JSON: {exc}") from None
     if not isinstance(raw, dict) or set(raw) - {"default", "ranks", "speed"}:
         raise DeviceProfileError(f'{p}: expected an object with keys "default", "ranks", "speed"')
-    default = _profile_from(raw["default"], f"{p}: default") if "default" in raw else None
+    default = _profile_from(raw["default"], f"{p}: default", resolve) if "default" in raw else None
     ranks: dict[int, DeviceProfile] = {}
     for key, val in (raw.get("ranks") or {}).items():
-        prof = _profile_from(val, f"{p}: ranks[{key!r}]")
+        prof = _profile_from(val, f"{p}: ranks[{key!r}]", resolve)
         for r in parse_rank_spec(key, f"{p}: ranks"):
             ranks[r] = prof
     speed: dict[int, float] = {}

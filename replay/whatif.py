@@ -17,7 +17,8 @@ Classifier (op or kernel name, case-insensitive; the first rule that matches win
            (`autograd::engine::evaluate_function: ...`), and shape/alias ops that move no data (view,
            reshape, as_strided, t, transpose, permute, expand, slice, select, squeeze, unsqueeze, narrow,
            split, chunk, unbind, detach, alias, empty*, set_, lift_fresh, resolve_*, size, stride,
-           contiguous-without-copy, _unsafe_view, result_type, item/_local_scalar_dense)
+           _unsafe_view, result_type, item/_local_scalar_dense), and xsim's own `xsim::*` nodes
+           (the importer's per-rank start offsets)
   gemm     matrix products and convolutions: mm, bmm, addmm, addbmm, baddbmm, matmul, linear, einsum,
            conv*/convolution*, scaled_dot_product*/flash/attention kernels, their Backward0 nodes, and
            kernels named *gemm*, *cutlass*, *xmma*, sm80_/sm90_ tensor-core kernels, cudnn conv kernels

@@ -146,37 +146,39 @@ def test_gpu_pair_durations_and_dependencies(tmp_path: Path, schema: str) -> Non
     kin = _write(tmp_path, "k.json", {"traceEvents": GPU_EVENTS})
     res = import_pytorch([et], [kin])
     assert res.ranks[0].method == "rf_id" and res.ranks[0].match_rate == 1.0
-    nodes = {n.name: n for n in res.nodes[0] if n.type != pb.METADATA_NODE}
-    # Ids follow start times (1 is reserved for multi-rank start offsets): forward 2, mm 3, kernel 4,
-    # relu 5, add 6.
-    assert [
-        nodes[k].id for k in ("## forward ##", "aten::mm", "sgemm_128x64_nn", "aten::relu", "aten::add")
-    ] == [2, 3, 4, 5, 6]
-    # Durations: start to next start on the thread, minus synchronize time:
-    # forward 10-0 = 10; mm 60-10 = 50; relu (136-60) - 70 in cudaDeviceSynchronize = 6;
-    # add runs to the thread's last end 140: 4; kernel 100 as measured.
-    got = {k: A.get_int(n, DURATION_NS) for k, n in nodes.items()}
-    assert got == {
-        "## forward ##": 10_000,
-        "aten::mm": 50_000,
-        "sgemm_128x64_nn": 100_000,
-        "aten::relu": 6_000,
-        "aten::add": 4_000,
-    }
-    # Program order, the launch edge mm -> kernel, and the sync edge kernel -> the op after relu.
-    assert list(nodes["aten::mm"].data_deps) == [2]
-    assert list(nodes["sgemm_128x64_nn"].data_deps) == [3]
-    assert list(nodes["aten::relu"].data_deps) == [3]
-    assert sorted(nodes["aten::add"].data_deps) == [4, 5]
-    assert A.is_cpu_op(nodes["aten::mm"]) and not A.is_cpu_op(nodes["sgemm_128x64_nn"])
-    assert A.get_int(nodes["sgemm_128x64_nn"], A.STREAM) == 7
-    # Replay: forward 0-10, mm 10-60, kernel 60-160 (launched when mm ends), relu 60-66, add waits for the
-    # kernel: 160-164 -> 164 µs (the real run took 140: the kernel really started inside mm, at 30).
+    nodes = {n.id: n for n in res.nodes[0] if n.type != pb.METADATA_NODE}
+    # CPU ops are cut where a launch or synchronize call returns (mm at 25, relu at 132) so that edges
+    # attach where they happened. Ids follow start times (1 is reserved for multi-rank start offsets):
+    # forward 2, mm 3, mm after the launch 4, kernel 5, relu 6, relu after the sync 7, add 8.
+    names = [
+        "## forward ##",
+        "aten::mm",
+        "aten::mm",
+        "sgemm_128x64_nn",
+        "aten::relu",
+        "aten::relu",
+        "aten::add",
+    ]
+    assert [nodes[i].name for i in range(2, 9)] == names
+    # Durations run from a start to the next start on the thread, minus synchronize time: forward
+    # 10-0 = 10; mm 25-10 = 15 and 60-25 = 35; relu (132-60) - 70 in cudaDeviceSynchronize = 2, then
+    # 136-132 = 4; add to the thread's last end 140: 4; the kernel its measured 100.
+    got = [A.get_int(nodes[i], DURATION_NS) for i in range(2, 9)]
+    assert got == [10_000, 15_000, 35_000, 100_000, 2_000, 4_000, 4_000]
+    # Program order, the launch edge (first part of mm -> kernel) and the sync edge (kernel -> the part
+    # of relu after the synchronize call).
+    deps = {i: sorted(nodes[i].data_deps) for i in range(3, 9)}
+    assert deps == {3: [2], 4: [3], 5: [3], 6: [4], 7: [5, 6], 8: [7]}
+    assert A.is_cpu_op(nodes[3]) and not A.is_cpu_op(nodes[5])
+    assert A.get_int(nodes[5], A.STREAM) == 7
+    # Replay: forward 0-10, mm 10-25, kernel 25-125 while mm goes on 25-60, relu 60-62, relu waits for the
+    # kernel 125-129, add 129-133 -> 133 µs. The real run took 140: the kernel started 5 µs after its
+    # launch returned and the synchronize call returned 2 µs after it ended (launch and wake-up latency).
     res.write(tmp_path / "out" / "g")
     r = simulate(
         discover(str(tmp_path / "out" / "g")), network=None, config=ReplayConfig(comm_mode="measured")
     )
-    assert r.summary_dict()["iteration_time_ns"] == 164_000
+    assert r.summary_dict()["iteration_time_ns"] == 133_000
 
 
 def test_schema_layouts_give_identical_graphs(tmp_path: Path) -> None:

@@ -177,3 +177,26 @@ def test_astra_system_roofline(tmp_path, capsys) -> None:
     )
     assert rc == 0
     assert json.loads(out)["per_rank_finish_ns"] == [20_000_000 + 10_000_000 + 3_000]
+
+
+def test_device_profile_by_gpu_name(tmp_path, capsys) -> None:
+    # Devices may be catalog GPU names (contract A): the CLI resolves them to achieved rates
+    # (peak_flops x gemm_eff, mem_bw x mem_eff). 1e12 FLOP over 1e12 B is memory-bound on every GPU.
+    from tracegen.catalog import gpu
+
+    node = make_node(1, "copy", pb.COMP_NODE, attrs={"num_ops": 10**12, "tensor_size": 10**12})
+    ts = write_set(tmp_path, [[node], [node]])
+    (tmp_path / "p.json").write_text(json.dumps({"ranks": {"0": "H100", "1": "A100-40GB"}}))
+    rc, out, _ = _run(
+        capsys, ts.prefix, "--comm", "measured", "--device-profile", tmp_path / "p.json", "--json"
+    )
+    assert rc == 0
+    want = []
+    for name in ("H100", "A100-40GB"):
+        g = gpu(name)
+        perf = min(g.peak_flops * g.gemm_eff, g.mem_bw * g.mem_eff * 1.0)
+        want.append(math.floor(1e9 * 10**12 / perf))
+    assert json.loads(out)["per_rank_finish_ns"] == want
+    (tmp_path / "bad.json").write_text(json.dumps({"default": "Z100"}))
+    rc, _, err = _run(capsys, ts.prefix, "--comm", "measured", "--device-profile", tmp_path / "bad.json")
+    assert rc == 2 and "unknown GPU 'Z100'" in err

@@ -79,9 +79,11 @@ def rewrite_bundle(
 class _Rank:
     """One rank's graph with the indexes the rewriter needs (attribute and graph indexes built lazily)."""
 
-    def __init__(self, rank: int, nodes: list[pb.Node], pos: dict[int, int]) -> None:
+    def __init__(
+        self, rank: int, nodes: list[pb.Node], pos: dict[int, int], tags: list[tuple[str, int, int | None]]
+    ) -> None:
         self.rank, self.nodes, self.pos = rank, nodes, pos
-        self._tags: list[tuple[str, int, int | None]] | None = None
+        self._tags = tags
         self._children: dict[int, list[int]] | None = None
         self._topo: dict[int, int] | None = None
 
@@ -90,9 +92,7 @@ class _Rank:
         return [*n.data_deps, *n.ctrl_deps]
 
     def tags(self, i: int) -> tuple[str, int, int | None]:
-        """(phase, layer, micro_batch) of the node at position i, read once per node."""
-        if self._tags is None:
-            self._tags = [_read_tags(n) for n in self.nodes]
+        """(phase, layer, micro_batch) of the node at position i (read once, when the rewriter starts)."""
         return self._tags[i]
 
     def children(self, nid: int) -> list[int]:
@@ -162,15 +162,18 @@ class _Rewriter:
         self.ranks: dict[int, _Rank] = {}
         for r, nodes in sorted(bundle.nodes.items()):
             pos: dict[int, int] = {}
+            tags = []
             for i, n in enumerate(nodes):
                 if n.id in pos:
                     raise RewriteError(f"rank {r}: node id {n.id} appears twice")
-                if _has_attr(n, RESHARD):
+                phase, layer, mb, rewritten = _read_tags(n)
+                if rewritten:
                     raise RewriteError(
                         f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
                     )
                 pos[n.id] = i
-            self.ranks[r] = _Rank(r, nodes, pos)
+                tags.append((phase, layer, mb))
+            self.ranks[r] = _Rank(r, nodes, pos, tags)
         known = {r for g in plan.device_groups for r in g.ranks}
         if set(self.ranks) != known:
             raise RewriteError(
@@ -550,12 +553,14 @@ class _Rewriter:
             self.bundle.next_id[r] = self.next_id[r]
 
 
-def _read_tags(n: pb.Node) -> tuple[str, int, int | None]:
-    """(phase, layer, micro_batch) in one pass over the node's attributes (the rewriter's hot loop)."""
-    phase, layer, mb = "", 0, None
+def _read_tags(n: pb.Node) -> tuple[str, int, int | None, bool]:
+    """(phase, layer, micro_batch, has `reshard`) in one pass over the attributes (the rewriter's hot loop)."""
+    phase, layer, mb, reshard = "", 0, None, False
     for a in n.attr:
         name = a.name
-        if name == PHASE or name == LAYER or name == MICRO_BATCH:
+        if name == RESHARD:
+            reshard = True
+        elif name == PHASE or name == LAYER or name == MICRO_BATCH:
             kind = a.WhichOneof("value")
             value = getattr(a, kind) if kind is not None else None
             if name == PHASE and isinstance(value, str):
@@ -564,7 +569,7 @@ def _read_tags(n: pb.Node) -> tuple[str, int, int | None]:
                 layer = int(value)
             elif name == MICRO_BATCH and isinstance(value, int):
                 mb = int(value)
-    return phase, layer, mb
+    return phase, layer, mb, reshard
 
 
 def _has_attr(n: pb.Node, name: str) -> bool:

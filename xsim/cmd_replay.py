@@ -134,6 +134,19 @@ def build_network(args: argparse.Namespace, ts: TraceSet, deployment):
     )
 
 
+def catalog_device(name: str) -> DeviceProfile:
+    """Roofline device of a catalog GPU: achieved rates (datasheet peak x the catalog's efficiency), as the
+    generator times ops."""
+    from tracegen.catalog import gpu
+    from tracegen.errors import CatalogError
+
+    try:
+        spec = gpu(name)
+    except (CatalogError, KeyError) as exc:
+        raise ReplayError(f"GPU {name!r}: {exc}") from None
+    return DeviceProfile(spec.peak_flops * spec.gemm_eff, spec.mem_bw * spec.mem_eff, spec.name)
+
+
 def build_compute(args: argparse.Namespace, ts: TraceSet, deployment) -> ComputeModel:
     """The compute model: duration replay, roofline (ASTRA-sim system, deployment GPUs, device profile), speed."""
     model: ComputeModel = DurationModel()
@@ -147,18 +160,14 @@ def build_compute(args: argparse.Namespace, ts: TraceSet, deployment) -> Compute
             )
             model = RooflineModel(profiles={}, default=prof)
     if deployment is not None and len(deployment.device_groups):
-        from tracegen.catalog import gpu
-
         profiles: dict[int, DeviceProfile] = {}
         for dg in deployment.device_groups:
-            spec = gpu(dg.gpu)
-            # Achieved rates (datasheet peak x the catalog's efficiency), as the generator times ops.
-            prof = DeviceProfile(spec.peak_flops * spec.gemm_eff, spec.mem_bw * spec.mem_eff, spec.name)
+            prof = catalog_device(dg.gpu)
             for r in dg.ranks:
                 profiles[int(r)] = prof
         model = RooflineModel(profiles=profiles)
     if args.device_profile:
-        f = load_device_profile(args.device_profile)
+        f = load_device_profile(args.device_profile, catalog_device)
         model = RooflineModel(profiles=dict(f.ranks), default=f.default)
         speed.update(f.speed)
     if getattr(args, "as_gpu", None) or getattr(args, "from_gpu", None):

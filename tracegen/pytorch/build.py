@@ -10,10 +10,14 @@ thread during `backward()`), or after it finished while waiting for a collective
 becomes a dependency instead (sync edge, fork/join edge, collective edge), so replaying the graph with
 the measured durations reproduces the thread's timeline, and a faster device or network shortens it.
 
+CPU ops are cut where a kernel launch or a synchronize call returns (continuation vertices, same op), so
+a kernel waits only for the part of its launcher before the launch, and only the part after a
+synchronize call waits for the GPU.
+
 Dependencies (all point from an earlier start to a later one, so the graph is acyclic by construction):
-program order per CPU thread; CPU op -> GPU op it launched (Kineto `correlation`); GPU stream order;
-GPU op -> CPU op after a synchronize call that waited for it; CPU fork/join across threads; c10d op ->
-its gloo work -> first op of the launching thread that starts after the work ended.
+program order per CPU thread; CPU op part -> GPU op it launched (Kineto `correlation`); GPU stream
+order; GPU op -> CPU op part after a synchronize call that waited for it; CPU fork/join across threads;
+c10d op -> its gloo work -> first op of the launching thread that starts after the work ended.
 """
 
 from __future__ import annotations
@@ -144,6 +148,49 @@ def _p2p_of_ancestors(host: HostTrace, hid: int) -> tuple[int | None, int]:
     return None, 0
 
 
+def _split_at_calls(verts: list[Vertex], chains: dict[Any, list[int]], kineto: KinetoTrace, seq: int) -> int:
+    """Split CPU ops where a kernel launch or a synchronize call returns; returns the next sequence number.
+
+    The part of an op before a launch returns is what the kernel waits for, and the part after a
+    synchronize call returns is what waits for the GPU: a continuation vertex (same op, same labels)
+    starts at each such point, so launch and sync edges attach where they happened inside the op.
+    """
+    gpu_corr = {e.args.get("correlation") for e in kineto.gpu_ops}
+    cuts: dict[Any, list[int]] = defaultdict(list)
+    for r in kineto.runtime:
+        if r.name in SYNC_CALLS or r.args.get("correlation") in gpu_corr:
+            cuts[(r.pid, r.tid)].append(r.ts + r.dur)
+    for thread, idx in chains.items():
+        times = sorted(set(cuts.get(thread, ())))
+        if not times:
+            continue
+        out: list[int] = []
+        starts = [verts[i].ts for i in idx]
+        for k, vi in enumerate(idx):
+            v = verts[vi]
+            nxt = starts[k + 1] if k + 1 < len(idx) else v.ts + v.dur
+            lo, hi = bisect.bisect_right(times, v.ts), bisect.bisect_left(times, nxt)
+            out.append(vi)
+            end = v.ts + v.dur
+            for t in times[lo:hi]:
+                part = Vertex(
+                    key=(t, 0, seq),
+                    name=v.name,
+                    ts=t,
+                    dur=max(0, end - t),
+                    kind="cpu",
+                    host_id=v.host_id,
+                    thread=thread,
+                )
+                seq += 1
+                prev = verts[out[-1]]
+                prev.dur = t - prev.ts  # the earlier part runs up to the cut
+                out.append(len(verts))
+                verts.append(part)
+        chains[thread] = out
+    return seq
+
+
 def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> RankGraph:
     """Vertices, timings and dependencies of one rank."""
     labels = label_ops(host)
@@ -180,8 +227,9 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
         seq += 1
         chains[v.thread].append(len(verts))
         verts.append(v)
-    starts = {t: [verts[i].ts for i in idx] for t, idx in chains.items()}
     thread_end = {t: max(verts[i].ts + verts[i].dur for i in idx) for t, idx in chains.items()}
+    seq = _split_at_calls(verts, chains, kineto, seq)
+    starts = {t: [verts[i].ts for i in idx] for t, idx in chains.items()}
 
     def _item_at(thread: Any, t: int) -> int | None:
         if thread not in starts:
