@@ -157,6 +157,8 @@ def system_from_dict(doc: Mapping, where: str = "system config") -> AstraSystem:
             raise AstraConfigError(f"{where}: {key!r} must be an integer >= {minimum}, got {v!r}")
         return v
 
+    # Keys the JSON omits take ASTRA-sim's Sys defaults (one split, one active chunk, communication_delay 10);
+    # a missing local-mem-bw makes reductions free, as in the reference's "clean" profile.
     splits = pos_int("preferred-dataset-splits", 1)
     active = pos_int("active-chunks-per-dimension", 1)
     # Endpoint delay 0 trips ASTRA-sim's own event-queue assertion (reference section 2), so we refuse it too.

@@ -145,6 +145,7 @@ def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) 
     over = fabric.get("oversubscription", 1)
     if not isinstance(over, int | float) or not over >= 1:
         raise TopologyError(f"fabric oversubscription must be a number >= 1, got {over!r}")
+    # Switch-to-switch links default to the fastest NIC's speed: a non-blocking fabric unless oversubscribed.
     max_nic = max(bw for _, _, bw, _ in nics)
     link_bw = _bw(fabric.get("link_bandwidth", max_nic), "fabric link_bandwidth")
     if kind == "switch":

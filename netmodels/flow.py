@@ -208,6 +208,12 @@ class FlowModel:
                 f"start times must be non-decreasing integers (got {now_ns} after {self._last_now})"
             )
         self._last_now = now_ns = int(now_ns)
+        if self._dirty and now_ns == self._fl_t:
+            # More starts at the instant flows were just added: no time passes, so no rates are needed;
+            # only instantaneous deliveries (zero-byte or link-free transfers) may be due.
+            while self._heap and self._heap[0][0] <= now_ns:
+                self._step(float(now_ns))
+            return
         while True:
             t = self._next_time()
             if t is None or t > now_ns:
@@ -217,6 +223,7 @@ class FlowModel:
         self._t = float(now_ns)
 
     def _next_time(self) -> float | None:
+        self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
         if len(self._fl):
             with np.errstate(divide="ignore"):
@@ -226,6 +233,7 @@ class FlowModel:
 
     def _progress(self, t: float) -> None:
         if len(self._fl) and t > self._fl_t:
+            self._ensure_rates()
             self._rem = self._rem - self._rate * (t - self._fl_t)
         self._fl_t = t
 
@@ -262,21 +270,25 @@ class FlowModel:
             self._new.append(tr)
 
     def _settle(self) -> None:
-        """Admit new flows and recompute max-min rates once per change of the flow set."""
-        changed = bool(self._new) or self._dirty
-        self._dirty = False
+        """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new:
             self._fl = self._fl + self._new
             self._rem = np.concatenate([self._rem, [tr.nbytes for tr in self._new]])
+            self._rate = np.concatenate([self._rate, np.zeros(len(self._new))])
             self._new = []
-        if changed and self._fl:
+            self._dirty = True
+
+    def _ensure_rates(self) -> None:
+        """Recompute max-min rates if the set of flows changed since the last computation."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        if self._fl:
             ptr = np.zeros(len(self._fl) + 1, dtype=np.int64)
             np.cumsum([len(tr.links) for tr in self._fl], out=ptr[1:])
             links = np.concatenate([tr.links for tr in self._fl])
             self._rate = max_min_rates(ptr, links, self._cap)
             self.rate_recomputations += 1
-        elif not self._fl:
-            self._rate = np.zeros(0)
 
     def _stage_meta(self, stage: Stage, p: int) -> tuple:
         key = id(stage)

@@ -33,6 +33,7 @@ from traces.attrs import attr_dict
 from traces.traceset import TraceSet, discover
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+TAIL_PREFIX = "xsim::comm_tail:"  # the importer's per-rank late completion of a collective
 SOURCE_FILE = "source.json"  # written by `xsim replay --out`: {"trace": <prefix it replayed>}
 _CLASS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention", ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj")),
@@ -213,10 +214,17 @@ def validate(
                     f"{ts.paths[rank]}: node {node.id} has no measured duration_ns (not an imported trace)"
                 )
             start, end, dur = times[node.id]
-            measured = int(a["duration_ns"])
-            ctype = pb.comm_type_name(a["comm_type"]).lower() if node.type == pb.COMM_COLL_NODE else None
-            if node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+            measured = int(a.get("kineto_dur_ns", a["duration_ns"]))
+            if node.name.startswith(TAIL_PREFIX):
+                # A rank's late completion of a collective: part of the collective's measured time
+                # already, so it adds only simulated time to that collective's class.
+                measured, ctype = 0, node.name[len(TAIL_PREFIX) :]
+            elif node.type == pb.COMM_COLL_NODE:
+                ctype = pb.comm_type_name(a["comm_type"]).lower()
+            elif node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
                 ctype = "send" if node.type == pb.COMM_SEND_NODE else "recv"
+            else:
+                ctype = None
             cls = op_class(str(a.get("module", "")), str(a.get("phase", "")), node.name, ctype)
             by_class[cls][0] += measured
             by_class[cls][1] += dur

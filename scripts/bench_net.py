@@ -107,7 +107,6 @@ def bench_flow(num_flows: int, events: int) -> None:
     print(f"  max_min_rates over {num_flows} flows: {per * 1e3:.1f} ms per recomputation")
     model = FlowModel(topo)
     for a, b, s in zip(src, dst, sizes, strict=True):
-        model._last_now = 0
         model.start_p2p(0, int(a), int(b), int(s))
     before = model.rate_recomputations
     t0 = time.perf_counter()

@@ -6,6 +6,7 @@ replay them (`xsim replay`, analytical network, roofline compute) and print one 
 
     .venv/bin/python scripts/reshard_study.py [--presets table6,table5] [--models analytical,flow]
         [--micro-batches 4] [--out FILE]
+    .venv/bin/python scripts/reshard_study.py --bench     # rewrite speed on a 56-rank heterogeneous spec
 """
 
 from __future__ import annotations
@@ -111,6 +112,34 @@ def run_one(spec: dict[str, Any], strategy: str, work: str, model: str) -> dict[
     }
 
 
+def bench(mb: int = 8) -> None:
+    """Time generate and rewrite_bundle on 4 replicas x 2 stages (TP 8/8 and 8/4, cuts 16|16 and 20|12)."""
+    from tracegen.rewrite import rewrite_bundle
+
+    dgs, rank = [], 0
+    for rep in range(4):
+        cut = 16 + (rep % 2) * 4
+        for st, (a, b, tp, gpu) in enumerate(
+            [(1, cut, 8, "H100"), (cut + 1, 32, 4 if rep % 2 else 8, "A100")]
+        ):
+            dgs.append({"id": len(dgs), "gpu": gpu, "ranks": list(range(rank, rank + tp)), "layers": [a, b],
+                        "pp_stage": st, "dp_replica": rep})  # fmt: skip
+            rank += tp
+    dep = load_spec(
+        {"name": "bench", "model": MODEL, "seq_len": 2048, "micro_batches": mb, "device_groups": dgs}
+    )
+    t0 = time.perf_counter()
+    bundle = generate(dep, rewrite=False)
+    t1 = time.perf_counter()
+    n0 = sum(len(v) for v in bundle.nodes.values())
+    rewrite_bundle(bundle, dep, "xsim")
+    t2 = time.perf_counter()
+    n1 = sum(len(v) for v in bundle.nodes.values())
+    print(
+        f"{len(bundle.nodes)} ranks, {n0:,} -> {n1:,} nodes: generate {t1 - t0:.2f} s, rewrite {t2 - t1:.2f} s"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the study and print (or write) the Markdown table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -120,7 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         "--models", default="analytical", help="network models, comma-separated (analytical, flow)"
     )
     ap.add_argument("--out", help="write the table here as well")
+    ap.add_argument("--bench", action="store_true", help="only time generate + rewrite on a 56-rank spec")
     args = ap.parse_args(argv)
+    if args.bench:
+        bench()
+        return 0
     mb = args.micro_batches
     configs = [figure1(mb), pair(6, 4, mb), pair(8, 1, mb), pair(4, 4, mb)]
     lines = [

@@ -108,3 +108,76 @@ def test_host_only_traces_are_rejected_with_the_reason(tmp_path, capsys, name: s
     rc, err = _cli(capsys, "--et", str(et), "--out", str(tmp_path / "x"))
     # The trace itself parses (its schema is supported); it is refused because it has no durations.
     assert rc == 2 and str(et) in err and "carry no op durations" in err and "schema 1." in err
+
+
+def _pair() -> tuple[dict, dict]:
+    from tests.test_import_synthetic import GPU_EVENTS, GPU_OPS, _host
+
+    return _host("1.1.1", GPU_OPS), {"traceEvents": json.loads(json.dumps(GPU_EVENTS))}
+
+
+def _mut_et(f):
+    def run(et, k):
+        f(et)
+
+    return run
+
+
+def _mut_k(f):
+    def run(et, k):
+        f(k)
+
+    return run
+
+
+MUTATIONS = {
+    "nodes not a list": _mut_et(lambda et: et.update(nodes={"a": 1})),
+    "node not an object": _mut_et(lambda et: et["nodes"].append("x")),
+    "id not a number": _mut_et(lambda et: et["nodes"][0].update(id="x")),
+    "duplicate id": _mut_et(lambda et: et["nodes"].append(dict(et["nodes"][0]))),
+    "inputs a list": _mut_et(lambda et: et["nodes"][0].update(inputs=[1, 2])),
+    "attrs an object": _mut_et(lambda et: et["nodes"][0].update(attrs={"rf_id": 3})),
+    "rf_id a word": _mut_et(lambda et: et["nodes"][0]["attrs"][0].update(value="x")),
+    "missing parent": _mut_et(lambda et: et["nodes"][0].update(ctrl_deps=999)),
+    "parent cycle": _mut_et(
+        lambda et: [n.update(ctrl_deps=6 if n["id"] == 3 else n["ctrl_deps"]) for n in et["nodes"]]
+    ),
+    "name a number": _mut_et(lambda et: et["nodes"][0].update(name=5)),
+    "events an object": _mut_k(lambda k: k.update(traceEvents={"a": 1})),
+    "event a string": _mut_k(lambda k: k["traceEvents"].append("x")),
+    "args a list": _mut_k(lambda k: k["traceEvents"][1].update(args=[1])),
+    "ts a word": _mut_k(lambda k: k["traceEvents"][1].update(ts="abc")),
+    "no ts": _mut_k(lambda k: k["traceEvents"][1].pop("ts")),
+    "distributedInfo a list": _mut_k(lambda k: k.update(distributedInfo=[1])),
+    "pg_config an object": _mut_k(lambda k: k.update(distributedInfo={"rank": 0, "pg_config": {"a": 1}})),
+    "pg ranks words": _mut_k(
+        lambda k: k.update(distributedInfo={"pg_config": [{"pg_name": "0", "ranks": ["a"]}]})
+    ),
+    "correlation a word": _mut_k(
+        lambda k: [
+            e["args"].update(correlation="x") for e in k["traceEvents"] if "correlation" in e.get("args", {})
+        ]
+    ),
+    "rf id a word": _mut_k(lambda k: k["traceEvents"][1]["args"].update({"Record function id": "x"})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTATIONS))
+def test_hostile_inputs_never_traceback(tmp_path, capsys, name: str) -> None:
+    et, k = _pair()
+    MUTATIONS[name](et, k)
+    (tmp_path / "et.json").write_text(json.dumps(et))
+    (tmp_path / "k.json").write_text(json.dumps(k))
+    rc, err = _cli(
+        capsys,
+        "--et",
+        str(tmp_path / "et.json"),
+        "--kineto",
+        str(tmp_path / "k.json"),
+        "--out",
+        str(tmp_path / "o" / "x"),
+    )
+    # Either a usable import or one clear line naming one of the two files.
+    assert rc in (0, 2)
+    if rc == 2:
+        assert err.count("\n") == 1 and (str(tmp_path / "et.json") in err or str(tmp_path / "k.json") in err)

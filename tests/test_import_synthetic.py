@@ -320,3 +320,65 @@ def test_gzipped_inputs(tmp_path: Path) -> None:
     kin = tmp_path / "k.json.gz"
     kin.write_bytes(gzip.compress(json.dumps({"traceEvents": GPU_EVENTS}).encode()))
     assert import_pytorch([str(et)], [str(kin)]).ranks[0].matched == 4
+
+
+def _gloo_rank(tmp: Path, rank: int, t0: float, work: tuple[float, float], mul: float) -> tuple[str, str]:
+    ops = [
+        (
+            3,
+            "c10d::allreduce_",
+            2,
+            1,
+            [[_tensor(1, 1000)], "<Object>", "<Object>", -1],
+            ["GenericList[Tensor(float)]", "Object", "Object", "Int"],
+        ),
+        (4, "aten::mul", 2, 3, [], []),
+    ]
+    events = [
+        _cpu("c10d::allreduce_", t0, 5, 1),
+        _cpu("aten::mul", mul, 5, 3),
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "gloo:all_reduce",
+            "pid": PID,
+            "tid": 9,
+            "ts": work[0],
+            "dur": work[1],
+            "args": {"Record function id": 2},
+        },
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": PID,
+            "tid": 9,
+            "args": {"name": "thread 9 (pt_gloo_runloop)"},
+        },
+    ]
+    doc = {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2, "backend": "gloo"}}
+    return (_write(tmp, f"et{rank}.json", _host("1.1.1", ops)), _write(tmp, f"k{rank}.json", doc))
+
+
+def test_unequal_collective_completion_gets_tails(tmp_path: Path) -> None:
+    # Rank 0 issues at 10 and its gloo work runs [16,66); rank 1 issues at 30, work [36,56): rank 1 was the
+    # last to start (36) and the first to finish (56). Counted from the last start, the work lasts
+    # 66-36 = 30 on rank 0 and 56-36 = 20 on rank 1, so the replayed collective (shortest member) ends
+    # when rank 1 really finished, and rank 0 gets a tail of 66-56 = 10.
+    (e0, k0) = _gloo_rank(tmp_path, 0, 10, (16, 50), 70)
+    (e1, k1) = _gloo_rank(tmp_path, 1, 30, (36, 20), 60)
+    res = import_pytorch([e0, e1], [k0, k1])
+    colls = [next(n for n in res.nodes[r] if n.type == pb.COMM_COLL_NODE) for r in (0, 1)]
+    assert [A.get_int(n, DURATION_NS) for n in colls] == [30_000, 20_000]
+    assert [A.get_int(n, "kineto_dur_ns") for n in colls] == [50_000, 20_000]
+    tails = [[n for n in res.nodes[r] if n.name == "xsim::comm_tail:all_reduce"] for r in (0, 1)]
+    assert len(tails[0]) == 1 and tails[1] == []
+    tail = tails[0][0]
+    assert A.get_int(tail, DURATION_NS) == 10_000 and list(tail.data_deps) == [colls[0].id]
+    mul0 = next(n for n in res.nodes[0] if n.name == "aten::mul")
+    assert list(mul0.data_deps) == [tail.id]
+    # Replay (origin = rank 0's first op at 10): rank 0's c10d op 0-9 (60 of wall minus 51 waiting);
+    # rank 1 starts 20 late, c10d 20-29; the all-reduce runs 29-49 (shortest member, 20); rank 0's tail
+    # 49-59 and mul 59-64; rank 1's mul 49-54 -> 64 µs.
+    res.write(tmp_path / "o" / "g")
+    r = simulate(discover(str(tmp_path / "o" / "g")), network=None, config=ReplayConfig(comm_mode="measured"))
+    assert r.summary_dict()["iteration_time_ns"] == 64_000

@@ -257,3 +257,28 @@ def test_max_min_matches_textbook_progressive_filling_on_random_instances():
         cap = rng.uniform(1, 10, nl)
         got = max_min_rates(*csr(flows), cap)
         assert np.allclose(got, reference_progressive_filling(flows, cap), rtol=1e-9)
+
+
+def test_concurrent_collective_and_p2p_contend_in_flow_only():
+    topo = ring_topology(4, 1e9, 0)
+    spec = CollectiveSpec("all_gather", 1_000_000, (0, 1, 2, 3))
+    for cls, slower in ((AnalyticalModel, False), (FlowModel, True)):
+        alone = simulate_collective(cls(topo), spec).finish_ns
+        model = build_model(cls.name, topo)
+        assert model.num_ranks == 4
+        hc = model.start_collective(0, spec)
+        hp = model.start_p2p(0, 0, 1, 3_000_000)  # same direction as the ring's 0 -> 1 link
+        got = {}
+        while model.next_event_ns() is not None:
+            for c in model.advance(model.next_event_ns()):
+                got[c.handle] = c.finish_ns
+        assert (got[hc] > alone) is slower
+        assert got[hp] >= 3_000_000
+
+
+def test_same_time_completions_are_ordered_by_handle():
+    model = FlowModel(switch_topology(4, 1e9, 0))
+    handles = [model.start_p2p(0, s, d, 1000) for s, d in ((2, 3), (0, 1))]
+    done = model.advance(10_000)
+    assert [c.handle for c in done] == handles
+    assert {c.finish_ns for c in done} == {1000}

@@ -45,6 +45,7 @@ def deployments(draw):
 def test_every_byte_reduced_exactly_once(dep):
     groups, layer_bytes = dep
     plan = plan_groups(groups, layer_bytes)
+    checked: set[int] = set()
     for layer, d in layer_bytes.items():
         covering = [g for g in groups if g.layer_start <= layer <= g.layer_end]
         owners = [g for g in plan.dp_groups if g.layers[0] <= layer <= g.layers[1]]
@@ -63,11 +64,17 @@ def test_every_byte_reduced_exactly_once(dep):
                 covered[x] += 1
         assert covered == [1] * d
         # Each byte's chunk c is reduced on ring c, which holds exactly one rank of every covering group:
-        # the rank whose chunk list contains c.
+        # the rank whose chunk list contains c (checked once per DP group).
+        if dp.id in checked:
+            continue
+        checked.add(dp.id)
+        served = {r: set(dp.rings_of(r)) for r in dp.ranks}
+        # Independently: the rank at index k of a TP-t group serves chunks k, k + t, k + 2t, ... (appendix B).
+        assert all(served[r] == set(range(g.ranks.index(r), L, g.tp)) for g in covering for r in g.ranks)
         for c, ring in enumerate(dp.rings):
             assert len(ring) == len(covering)
             for g, r in zip(covering, ring, strict=True):
-                assert r in g.ranks and [x for x in g.ranks if c in dp.rings_of(x)] == [r]
+                assert r in g.ranks and [x for x in g.ranks if c in served[x]] == [r]
 
 
 @settings(max_examples=150, deadline=None)

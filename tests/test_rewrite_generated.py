@@ -134,3 +134,15 @@ def test_rewrite_cli_round_trip(tmp_path, capsys):
     assert {r: encode_stream(pb.GlobalMetadata(), ns) for r, ns in mem.nodes.items()} == {
         r: encode_stream(pb.GlobalMetadata(), ns) for r, ns in bundle.nodes.items()
     }
+
+
+def test_plan_cli_text(tmp_path, capsys):
+    spec = tmp_path / "fig1.json"
+    spec.write_text(json.dumps(FIG1))
+    assert _cli(cmd_plan, ["plan", str(spec)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "3 DP synchronization group(s); heterogeneous: True"
+    assert lines[1] == "DP group 0: layers [1, 15]  device groups [0, 2]  TP [3, 2]  ranks [0, 1, 2, 3, 4]"
+    assert "  ring 2: [2, 3]" in lines
+    # Boundary tensor: seq 256 x micro-batch 1 x hidden 4096 x 2 bytes = 2,097,152 bytes.
+    assert "replica 0 stage 0 -> 1: TP 3 -> 2  tensor 2.097 MB  (reshard)" in lines

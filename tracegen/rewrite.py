@@ -28,9 +28,16 @@ from tracegen.reshard import STRATEGY_NAMES, Message, reshard_plan
 from traces import pb
 from traces.attrs import (
     CHUNK,
+    COMM_DST,
+    COMM_SIZE,
+    COMM_SRC,
+    COMM_TAG,
+    COMM_TYPE,
     DEVICE_GROUP,
+    IS_CPU_OP,
     LAYER,
     MICRO_BATCH,
+    PG_NAME,
     PHASE,
     PP_BOUNDARY,
     RESHARD,
@@ -244,10 +251,10 @@ class _Rewriter:
             pb.COMM_COLL_NODE,
             data_deps=deps,
             attrs={
-                "is_cpu_op": False,
-                "comm_type": ctype,
-                "comm_size": size,
-                "pg_name": pg,
+                IS_CPU_OP: False,
+                COMM_TYPE: ctype,
+                COMM_SIZE: size,
+                PG_NAME: pg,
                 **self._attrs(r, **attrs),
             },
         )
@@ -500,11 +507,11 @@ class _Rewriter:
             kind,
             data_deps=deps,
             attrs={
-                "is_cpu_op": False,
-                "comm_src": m.src,
-                "comm_dst": m.dst,
-                "comm_tag": tag,
-                "comm_size": m.nbytes,
+                IS_CPU_OP: False,
+                COMM_SRC: m.src,
+                COMM_DST: m.dst,
+                COMM_TAG: tag,
+                COMM_SIZE: m.nbytes,
                 PP_BOUNDARY: 1,
                 **self._attrs(
                     r, **{LAYER: layer, PHASE: direction, MICRO_BATCH: mb, RING: m.ring, CHUNK: m.chunk}

@@ -12,7 +12,17 @@ from traces.errors import XsimError
 
 # Each module defines `register(subparsers)` and sets `func(args) -> int` on its parsers. Adding a verb
 # means adding its module here; the modules stay independent of each other.
-COMMAND_MODULES: tuple[str, ...] = ("xsim.cmd_trace", "xsim.cmd_demo", "xsim.cmd_gen", "xsim.cmd_net", "xsim.cmd_replay", "xsim.cmd_plan", "xsim.cmd_rewrite", "xsim.cmd_import", "xsim.cmd_validate")
+COMMAND_MODULES: tuple[str, ...] = (
+    "xsim.cmd_trace",
+    "xsim.cmd_demo",
+    "xsim.cmd_gen",
+    "xsim.cmd_net",
+    "xsim.cmd_replay",
+    "xsim.cmd_plan",
+    "xsim.cmd_rewrite",
+    "xsim.cmd_import",
+    "xsim.cmd_validate",
+)
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracegen.pytorch.build import RankGraph, build_rank, first_start_ns, to_nodes
+from tracegen.pytorch.build import RankGraph, add_comm_tails, build_rank, first_start_ns, to_nodes
 from tracegen.pytorch.errors import PyTorchImportError
 from tracegen.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
 from tracegen.pytorch.kineto import KinetoTrace, load_kineto
@@ -78,18 +78,23 @@ class ImportResult:
         return paths
 
 
+def _ranks(entry: dict, world: int, path: str) -> tuple[int, ...]:
+    ranks = entry.get("ranks") or list(range(world))
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        raise PyTorchImportError(f"process group {entry.get('pg_name')!r}: ranks must be integers", path=path)
+    return tuple(ranks)
+
+
 def _groups(
     hosts: Sequence[HostTrace], kinetos: Sequence[KinetoTrace], world: int
 ) -> dict[str, tuple[int, ...]]:
     out: dict[str, tuple[int, ...]] = {}
     for k in kinetos:
         for c in k.pg_config:
-            ranks = c.get("ranks") or list(range(world))
-            out.setdefault(str(c.get("pg_name")), tuple(int(r) for r in ranks))
+            out.setdefault(str(c.get("pg_name")), _ranks(c, world, k.path))
     for h in hosts:
         for e in h.process_groups:
-            ranks = e.get("ranks") or list(range(world))
-            out.setdefault(str(e["pg_name"]), tuple(int(r) for r in ranks))
+            out.setdefault(str(e["pg_name"]), _ranks(e, world, h.path))
     return out
 
 
@@ -169,6 +174,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
         g = build_rank(r, h, k, lk)
         graphs[r] = (g, h, warnings + g.warnings)
     _match_p2p(graphs, groups.get(default_pg))
+    tails = add_comm_tails([graphs[r][0] for r in sorted(graphs)])
     nodes: dict[int, list[pb.Node]] = {}
     infos = []
     pg_meta = _pg_metadata_node(groups, world)
@@ -197,6 +203,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
     meta = pb.GlobalMetadata(version="0.0.4")
     A.set_attr(meta, "schema", hosts[0].schema)
     A.set_attr(meta, "producer", "xsim import pytorch")
+    A.set_attr(meta, "comm_tails", tails)
     A.set_attr(meta, "pytorch_device", "cuda" if any(g.gpu_run for g, _, _ in graphs.values()) else "cpu")
     return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
 

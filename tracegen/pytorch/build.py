@@ -53,6 +53,10 @@ RF_ID = "rf_id"
 MEASURED_START_NS = "measured_start_ns"  # int64: Kineto start relative to the earliest rank's first op
 START_OFFSET = "xsim::start_offset"  # a rank's late start relative to the earliest rank (host time)
 START_ID, FIRST_ID = 1, 2
+KINETO_DUR_NS = (
+    "kineto_dur_ns"  # int64: a collective's Kineto duration when duration_ns counts from the last arrival
+)
+TAIL_PREFIX = "xsim::comm_tail:"  # a rank finishing a collective later than the replay's common end
 
 
 @dataclass
@@ -74,6 +78,7 @@ class Vertex:
     peer: int | None = None
     tag: int = 0
     id: int = -1
+    measured: int | None = None  # Kineto duration when `dur` was changed for the replay (collectives)
 
 
 @dataclass
@@ -96,6 +101,10 @@ def _containing(starts: list[int], t: int) -> int | None:
     """Index of the chain interval [starts[i], starts[i+1]) holding time t."""
     i = bisect.bisect_right(starts, t) - 1
     return i if i >= 0 else None
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _union_len(intervals: list[tuple[int, int]]) -> int:
@@ -346,7 +355,7 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
             v.kind = "comm" if v.comm is not None else "gpu"
 
     # Synchronization calls: the CPU op after the call depends on the GPU work launched before it.
-    gpu_by_corr.sort()
+    gpu_by_corr.sort(key=lambda x: (x[0], x[2]))
     corrs = [c for c, _, _ in gpu_by_corr]
     for r in kineto.runtime:
         if r.name not in SYNC_CALLS:
@@ -378,7 +387,7 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
     for _hid, vi in sorted(comm_hosts.items(), key=lambda kv: (host.ops[kv[0]].rf_id, kv[0])):
         kind = comm_kind(verts[vi].name)
         queues[(kind.coll, kind.p2p)].append(vi)
-    work = sorted(kineto.comm_threads, key=lambda e: (e.args.get("Record function id", 0), e.ts))
+    work = sorted(kineto.comm_threads, key=lambda e: (_int(e.args.get("Record function id")), e.ts, e.index))
     used: set[int] = set()
     for w in work:
         kind = comm_kind(w.name)
@@ -422,19 +431,90 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
         wait = sync_wait.get(vi, 0) + _union_len(blocked.get(vi, []))
         verts[vi].dur = max(0, wall - min(wall, wait))
 
-    # Ids in time order; drop any edge that would point backwards (keeps the graph acyclic).
-    order = sorted(range(len(verts)), key=lambda i: verts[i].key)
-    # Id 1 is reserved for the rank's start-offset node (written by to_nodes in multi-rank imports).
-    for new_id, vi in enumerate(order, start=FIRST_ID):
-        verts[vi].id = new_id
-    dropped_edges = 0
-    for v in verts:
-        keep = {d for d in v.deps if verts[d].id < v.id}
-        dropped_edges += len(v.deps) - len(keep)
-        v.deps = keep
+    dropped_edges = number(verts)
     steps = {n: (e.ts, e.end) for n, e in kineto.steps.items()}
     p2p = [i for i, v in enumerate(verts) if v.comm is not None and v.comm.p2p is not None]
     return RankGraph(rank, verts, labels, steps, link, gpu_run, dropped_gpu, dropped_edges, warnings, p2p)
+
+
+def number(verts: list[Vertex]) -> int:
+    """Ids in start-time order from FIRST_ID; drops (and counts) edges that would point backwards.
+
+    Id 1 is reserved for the rank's start-offset node (written by to_nodes in multi-rank imports).
+    Every edge then points from a lower id to a higher one, so the graph is acyclic.
+    """
+    order = sorted(range(len(verts)), key=lambda i: verts[i].key)
+    for new_id, vi in enumerate(order, start=FIRST_ID):
+        verts[vi].id = new_id
+    dropped = 0
+    for v in verts:
+        keep = {d for d in v.deps if verts[d].id < v.id}
+        dropped += len(v.deps) - len(keep)
+        v.deps = keep
+    return dropped
+
+
+def add_comm_tails(graphs: list[RankGraph]) -> int:
+    """Replay the ranks' unequal completion of each CPU (gloo) collective; returns the tails added.
+
+    Measured replay starts a collective when its last member issues it and gives it one duration, the
+    shortest member's. gloo work often completes later on some ranks (its runloop thread waits for a core),
+    so each member's duration is counted from the last member's start (the Kineto duration stays in
+    `kineto_dur_ns`), which makes the replayed collective end when the first rank really finished, and a
+    rank that finished later gets a `xsim::comm_tail:<kind>` node of (its real end - that end) between the
+    collective and what waited for it. Applies to CPU-only runs: the tail is a CPU-slot node.
+    """
+    if len(graphs) < 2 or any(g.gpu_run for g in graphs):
+        return 0
+    per_rank: list[dict[tuple[Any, Any], list[int]]] = []
+    for g in graphs:
+        kinds: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+        for vi in sorted(range(len(g.vertices)), key=lambda i: g.vertices[i].id):
+            v = g.vertices[vi]
+            if v.kind == "comm" and v.comm is not None and v.comm.p2p is None:
+                kinds[(v.comm.coll, v.comm.p2p)].append(vi)
+        per_rank.append(kinds)
+    added = 0
+    for key in sorted(set().union(*per_rank), key=str):
+        lists = [k.get(key, []) for k in per_rank]
+        if len({len(x) for x in lists}) != 1:
+            continue  # not every rank ran the same collectives: no instance matching
+        for inst in zip(*lists, strict=True):
+            vs = [g.vertices[vi] for g, vi in zip(graphs, inst, strict=True)]
+            last_start = max(v.ts for v in vs)
+            ends = [v.ts + v.dur for v in vs]
+            if min(ends) < last_start:
+                continue  # a rank finished before the last one began: not one collective
+            # Each member's duration counts from the last arrival, so the engine's shortest duration
+            # ends the collective when the first rank really finished; later ranks get a tail.
+            common_end = min(ends)
+            for v, end in zip(vs, ends, strict=True):
+                v.measured = v.dur
+                v.dur = end - last_start
+            for g, vi, v in zip(graphs, inst, vs, strict=True):
+                tail = v.ts + v.measured - common_end
+                if tail <= 0:
+                    continue
+                name = f"{TAIL_PREFIX}{pb.comm_type_name(v.comm.coll).lower()}"
+                t = Vertex(
+                    key=(common_end, 3, len(g.vertices)),
+                    name=name,
+                    ts=common_end,
+                    dur=tail,
+                    kind="tail",
+                    host_id=v.host_id,
+                    deps={vi},
+                )
+                ti = len(g.vertices)
+                for u in g.vertices:
+                    if vi in u.deps:
+                        u.deps.discard(vi)
+                        u.deps.add(ti)
+                g.vertices.append(t)
+                added += 1
+    for g in graphs:
+        number(g.vertices)
+    return added
 
 
 def _await(
@@ -514,7 +594,8 @@ def to_nodes(
         else:
             ntype = pb.COMP_NODE
             # In a CPU-only run the host ops are the device work; in a GPU run they launch it.
-            attrs[A.IS_CPU_OP] = v.kind == "cpu" and g.gpu_run
+            # Tails are rank-local completion of communication: on the CPU slot, never blocking compute.
+            attrs[A.IS_CPU_OP] = (v.kind == "cpu" and g.gpu_run) or v.kind == "tail"
         attrs[A.LAYER] = lab.layer if lab else 0
         attrs[A.PHASE] = (
             ("sync" if v.comm is not None and lab and lab.phase in ("bwd", "") else lab.phase) if lab else ""
@@ -523,6 +604,8 @@ def to_nodes(
         if v.source_op:
             attrs[SOURCE_OP] = v.source_op
         attrs[DURATION_NS] = int(v.dur)
+        if v.measured is not None:
+            attrs[KINETO_DUR_NS] = int(v.measured)
         attrs[MEASURED_START_NS] = int(v.ts - base)
         attrs[PROFILER_STEP] = _step_of(g.steps, v.ts)
         if v.kind == "cpu":

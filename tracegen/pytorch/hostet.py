@@ -82,8 +82,8 @@ def _parse_node(node: Any, path: str) -> HostOp:
     try:
         if "attrs" in node:  # schema >= 1.0.2
             a = _attrs(node)
-            ins = node.get("inputs") or {}
-            values, types = ins.get("values", []), ins.get("types", [])
+            ins = node.get("inputs") if isinstance(node.get("inputs"), dict) else {}
+            values, types = ins.get("values") or [], ins.get("types") or []
             parent = node.get("ctrl_deps", node["id"])
             return HostOp(
                 id=int(node["id"]),
@@ -105,7 +105,7 @@ def _parse_node(node: Any, path: str) -> HostOp:
             inputs=tuple(node.get("inputs") or ()),
             input_types=tuple(str(t) for t in node.get("input_types") or ()),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, AttributeError) as exc:
         raise PyTorchImportError(f"host node id {node.get('id')!r}: bad field ({exc})", path=path) from None
 
 

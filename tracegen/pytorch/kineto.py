@@ -71,6 +71,10 @@ def _ns(us: Any) -> int:
     return round(float(us) * 1000)
 
 
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
 def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
     """Read a Kineto trace and sort its events into CPU ops, runtime calls, GPU ops and gloo work."""
     p = os.fspath(path)
@@ -84,7 +88,8 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
     thread_names: dict[tuple[Any, Any], str] = {}
     for e in doc["traceEvents"]:
         if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
-            name = str((e.get("args") or {}).get("name", ""))
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            name = str(args.get("name", ""))
             key = (e.get("pid"), e.get("tid"))
             # A thread is renamed when the gloo runloop starts; keep the more specific name.
             if "gloo" in name or key not in thread_names:
@@ -103,7 +108,7 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
                 _ns(e.get("dur", 0)),
                 e.get("pid"),
                 e.get("tid"),
-                e.get("args") or {},
+                e.get("args") if isinstance(e.get("args"), dict) else {},
             )
         except (KeyError, TypeError, ValueError):
             raise PyTorchImportError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
@@ -119,8 +124,8 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
             rt.append(ev)
         elif ev.cat in GPU_CATS:
             gpu.append(ev)
-    info = doc.get("distributedInfo") or {}
-    devices = doc.get("deviceProperties") or []
+    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+    devices = doc.get("deviceProperties") if isinstance(doc.get("deviceProperties"), list) else []
     return KinetoTrace(
         path=p,
         cpu_ops=cpu,
@@ -130,6 +135,6 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
         steps=steps,
         rank=int(info["rank"]) if isinstance(info.get("rank"), int) else None,
         world_size=int(info["world_size"]) if isinstance(info.get("world_size"), int) else None,
-        pg_config=[c for c in info.get("pg_config") or [] if isinstance(c, dict)],
+        pg_config=[c for c in _as_list(info.get("pg_config")) if isinstance(c, dict)],
         device_name=str(devices[0].get("name")) if devices and isinstance(devices[0], dict) else None,
     )

@@ -103,7 +103,7 @@ def _by_order(host: HostTrace, ids: Sequence[int], events: Sequence[KEvent]) -> 
     for e in events:
         k_threads[(e.pid, e.tid)].append(e)
     for evs in k_threads.values():
-        evs.sort(key=lambda e: (e.ts, -e.dur, e.args.get("External id", 0)))
+        evs.sort(key=lambda e: (e.ts, -e.dur, e.index))
     scored = []
     for htid, hids in host_threads.items():
         a = [host.ops[i].name for i in hids]
