@@ -375,7 +375,9 @@ def test_unequal_collective_completion_gets_tails(tmp_path: Path) -> None:
     tail = tails[0][0]
     assert A.get_int(tail, DURATION_NS) == 10_000 and list(tail.data_deps) == [colls[0].id]
     mul0 = next(n for n in res.nodes[0] if n.name == "aten::mul")
-    assert list(mul0.data_deps) == [tail.id]
+    c10d0 = next(n for n in res.nodes[0] if n.name == "c10d::allreduce_")
+    # mul follows the c10d op in program order and waits for the tail instead of the collective.
+    assert sorted(mul0.data_deps) == [c10d0.id, tail.id]
     # Replay (origin = rank 0's first op at 10): rank 0's c10d op 0-9 (60 of wall minus 51 waiting);
     # rank 1 starts 20 late, c10d 20-29; the all-reduce runs 29-49 (shortest member, 20); rank 0's tail
     # 49-59 and mul 59-64; rank 1's mul 49-54 -> 64 µs.
