@@ -109,7 +109,8 @@ def canonical_algorithm(name: str) -> tuple[str, int]:
     return base, 0
 
 
-def _ring_stage(p: int, nbytes: float, reduce: bool, repeat: int, step: int = 1) -> Stage:
+def ring_stage(p: int, nbytes: float, reduce: bool, repeat: int, step: int = 1) -> Stage:
+    """`repeat` ring steps: every position i sends nbytes to (i + step) mod p."""
     src = np.arange(p, dtype=np.int64)
     return Stage(src, (src + step) % p, np.full(p, float(nbytes)), reduce, repeat, perm=True)
 
@@ -209,16 +210,16 @@ def _hd(p: int, kind: str, size: float) -> list[Stage]:
 
 def _ring(p: int, kind: str, size: float, root: int, step: int = 1) -> list[Stage]:
     if kind == "all_reduce":
-        return [_ring_stage(p, size / p, True, p - 1, step), _ring_stage(p, size / p, False, p - 1, step)]
+        return [ring_stage(p, size / p, True, p - 1, step), ring_stage(p, size / p, False, p - 1, step)]
     if kind == "reduce_scatter":
-        return [_ring_stage(p, size / p, True, p - 1, step)]
+        return [ring_stage(p, size / p, True, p - 1, step)]
     if kind == "all_gather":
-        return [_ring_stage(p, size, False, p - 1, step)]
+        return [ring_stage(p, size, False, p - 1, step)]
     if kind == "all_to_all":
         # Store-and-forward ring: in step s every rank forwards the (p - s) blocks still in transit.
-        return [_ring_stage(p, (p - s) * size / p, False, 1, step) for s in range(1, p)]
+        return [ring_stage(p, (p - s) * size / p, False, 1, step) for s in range(1, p)]
     if kind == "barrier":
-        return [_ring_stage(p, 0.0, False, 2 * (p - 1), step)]
+        return [ring_stage(p, 0.0, False, 2 * (p - 1), step)]
     chain = [(root + k) % p for k in range(p)]
     if kind == "broadcast":
         return _chain(chain, [size] * (p - 1), False)
@@ -298,7 +299,7 @@ def build_schedule(
     elif base == "halving_doubling":
         if kind == "barrier":
             k = (p - 1).bit_length()
-            channels = (tuple(_ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
+            channels = (tuple(ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
         else:
             channels = (tuple(_hd(p, kind, size)),)
     elif base == "double_binary_tree":

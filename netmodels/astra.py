@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from netmodels.algorithms import Schedule, Stage, _ring_stage, canonical_algorithm, in_order_tree, tree_stages
+from netmodels.algorithms import Schedule, Stage, canonical_algorithm, in_order_tree, ring_stage, tree_stages
 from netmodels.analytical import ClosedFormModel
 from netmodels.api import CollectiveSpec, check_size, root_index, validate_ranks, validate_spec
 from netmodels.errors import AlgorithmError, AstraConfigError
@@ -33,8 +33,13 @@ _IMPL_KEYS = {
     "all_gather": "all-gather-implementation",
     "all_to_all": "all-to-all-implementation",
 }
-_ASTRA_ALGOS = {"ring": "ring", "direct": "direct", "halvingDoubling": "halving_doubling"}
-_ASTRA_ALGOS["doubleBinaryTree"] = "double_binary_tree"
+# System-JSON implementation names -> ours.
+_ASTRA_ALGOS = {
+    "ring": "ring",
+    "direct": "direct",
+    "halvingDoubling": "halving_doubling",
+    "doubleBinaryTree": "double_binary_tree",
+}
 
 
 @dataclass(frozen=True)
@@ -264,18 +269,18 @@ class AstraModel(ClosedFormModel):
         varying = np.flatnonzero((coords != coords[0]).any(axis=0))
         return int(varying[0]) if len(varying) else 0
 
-    def _schedule(self, kind: str, algo: str, p: int, chunk: int, root: int) -> Schedule:
+    def _schedule(self, kind: str, algo: str, p: int, chunk: int, root: int, stream: int = 0) -> Schedule:
         # Message sizes follow ASTRA-sim's integer division of the chunk (reference 3.3 items 5-8).
         pos = np.arange(p, dtype=np.int64)
         if algo == "ring":
             if kind == "all_reduce":
-                st = [_ring_stage(p, chunk // p, True, p - 1), _ring_stage(p, chunk // p, False, p - 1)]
+                st = [ring_stage(p, chunk // p, True, p - 1), ring_stage(p, chunk // p, False, p - 1)]
             elif kind == "reduce_scatter":
-                st = [_ring_stage(p, chunk // p, True, p - 1)]
+                st = [ring_stage(p, chunk // p, True, p - 1)]
             elif kind == "all_gather":
-                st = [_ring_stage(p, chunk, False, p - 1)]
+                st = [ring_stage(p, chunk, False, p - 1)]
             elif kind == "all_to_all":
-                st = [_ring_stage(p, chunk // p, False, p * (p - 1) // 2)]
+                st = [ring_stage(p, chunk // p, False, p * (p - 1) // 2)]
             else:
                 raise AlgorithmError(f"ASTRA-sim's ring does not implement {kind}")
         elif algo == "direct":
@@ -308,20 +313,21 @@ class AstraModel(ClosedFormModel):
         elif algo == "double_binary_tree":
             if kind != "all_reduce":
                 raise AlgorithmError("ASTRA-sim's doubleBinaryTree implements all_reduce only")
-            # The first stream takes the tree rooted at the highest id (DBMAX), the whole chunk per edge.
-            st = tree_stages(in_order_tree(p, root_max=True), float(chunk))
+            # Streams alternate between the tree rooted at the highest id (DBMAX, first) and the one rooted at
+            # 0 (DBMIN), as DoubleBinaryTreeTopology::get_topology hands them out; whole chunk per edge.
+            st = tree_stages(in_order_tree(p, root_max=stream % 2 == 0), float(chunk))
         else:
             raise AlgorithmError(f"ASTRA-sim has no {algo} implementation in this mode")
         return Schedule(kind, algo, p, (tuple(st),))
 
     def _phases(
-        self, spec: CollectiveSpec, ranks: tuple[int, ...], chunk: int
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], chunk: int, stream: int = 0
     ) -> list[tuple[list, Schedule]]:
         """(groups, schedule) per phase: one phase for a 1-D group, one per dimension for a full multi-dim one."""
         dims = self.network.dims
         if len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks)):
             algo = self._algorithm(spec, self._group_dim(ranks))
-            return [([ranks], self._schedule(spec.kind, algo, len(ranks), chunk, root_index(spec)))]
+            return [([ranks], self._schedule(spec.kind, algo, len(ranks), chunk, root_index(spec), stream))]
         n = self.num_ranks
         lines = []
         for d, dim in enumerate(dims):
@@ -365,7 +371,7 @@ class AstraModel(ClosedFormModel):
         for c, chunk in enumerate(sizes):
             begin = np.zeros(p, dtype=np.int64) if c < active else finishes[c - active]
             t = begin.copy()
-            for groups, sched in self._phases(spec, ranks, chunk):
+            for groups, sched in self._phases(spec, ranks, chunk, c):
                 t = self._run_phase(groups, sched, t, pos_of, ed)
             finishes.append(t)
             total = np.maximum(total, t)

@@ -24,7 +24,7 @@ from netmodels.topology import (
 )
 from netmodels.units import parse_bandwidth, parse_time_ns
 
-FABRICS = ("switch", "fat_tree", "rail")
+FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
 
 
 def _bw(value: Any, what: str) -> float:
@@ -74,6 +74,8 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
         if not isinstance(node, Mapping):
             raise TopologyError(f"node #{i} must be a mapping")
         name = prefix + str(node.get("name", f"node{i}"))
+        if g.has_node(f"{name}/gpu0"):
+            raise TopologyError(f"node name {name!r} is used twice")
         if "gpu" not in node:
             raise TopologyError(f'node {name!r} has no "gpu" type')
         ranks = node.get("ranks")
@@ -167,6 +169,25 @@ def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) 
         for j, total in sorted(rails.items()):
             add_duplex(g, f"{prefix}rail{j}", spine, total / over, link_lat, "fabric")
         return [spine]
+    if kind == "leaf_spine":
+        # The shape has no natural default: both numbers must be given.
+        per_leaf, spines = fabric.get("nics_per_leaf"), fabric.get("spines")
+        for key, v in (("nics_per_leaf", per_leaf), ("spines", spines)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise TopologyError(f"leaf_spine {key} must be a positive integer, got {v!r}")
+        spine_names = [f"{prefix}spine{j}" for j in range(spines)]
+        for sp in spine_names:
+            g.add_node(sp, kind="switch")
+        # A leaf's uplinks together carry its NICs' bandwidth divided by the oversubscription ratio.
+        up_bw = per_leaf * link_bw / spines / over
+        for i, (nic, _, bw, lat) in enumerate(nics):
+            leaf = f"{prefix}leaf{i // per_leaf}"
+            if leaf not in g:
+                g.add_node(leaf, kind="switch")
+                for sp in spine_names:
+                    add_duplex(g, leaf, sp, up_bw, link_lat, "fabric")
+            add_duplex(g, nic, leaf, bw, lat, "nic")
+        return spine_names
     if kind == "fat_tree":
         k = fabric.get("k")
         if not isinstance(k, int) or k < 2 or k % 2:
@@ -229,6 +250,8 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
         if not isinstance(sub, Mapping):
             raise TopologyError(f"cluster #{c} must be a mapping")
         prefix = f"{sub.get('name', f'c{c}')}/"
+        if any(str(x).startswith(prefix) for x in g.nodes):
+            raise TopologyError(f"cluster name {prefix[:-1]!r} is used twice")
         nics = _add_nodes(g, sub, prefix, placed)
         for t in _add_fabric(g, sub.get("fabric") or {"kind": "switch"}, nics, prefix):
             add_duplex(g, t, "wan", bw, lat, "inter_cluster")
@@ -241,7 +264,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
 
 SPEC_HELP = (
     "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
-    "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
+    "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|leaf_spine|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
     "cluster:FILE.json | astra:NETWORK.yml"
 )
 
@@ -290,16 +313,17 @@ def _nodes_desc(rest: str) -> dict:
             desc["preset"] = value
         elif key == "fabric":
             desc["fabric"]["kind"] = value
-        elif key in ("k", "oversubscription"):
+        elif key in ("k", "oversubscription", "nics_per_leaf", "spines"):
             try:
-                desc["fabric"][key] = int(value) if key == "k" else float(value)
+                desc["fabric"][key] = float(value) if key == "oversubscription" else int(value)
             except ValueError:
                 raise TopologyError(f"nodes option {key} must be a number, got {value!r}") from None
         elif key in ("scale_up", "nic"):
             node_opts[key] = value
         else:
             raise TopologyError(
-                f"unknown nodes option {key!r} (preset, fabric, k, oversubscription, scale_up, nic)"
+                f"unknown nodes option {key!r} "
+                "(preset, fabric, k, oversubscription, nics_per_leaf, spines, scale_up, nic)"
             )
     rank = 0
     for item in items.split(","):

@@ -106,6 +106,8 @@ class _Coll:
     finish: np.ndarray
     positions_left: int
     runs: dict = field(default_factory=dict)
+    # Per-stage send order and receive counts, keyed by id(stage); lives and dies with the collective.
+    meta: dict = field(default_factory=dict)
 
 
 class FlowModel:
@@ -137,11 +139,13 @@ class FlowModel:
         # Active flows: parallel lists/arrays, valid at time self._fl_t.
         self._fl: list[_Transfer] = []
         self._rem = np.zeros(0)
+        # The active flows' routes as CSR (link count per flow, links concatenated), kept in step with _fl.
+        self._cnt = np.zeros(0, dtype=np.int64)
+        self._flat = np.zeros(0, dtype=np.int64)
         self._rate = np.zeros(0)
         self._fl_t = 0.0
         self._new: list[_Transfer] = []
         self._done: list[tuple[int, int, Completion]] = []
-        self._stage_info: dict[int, tuple] = {}
         self.rate_recomputations = 0
         self._dirty = False
 
@@ -248,6 +252,8 @@ class FlowModel:
                 keep = ~done
                 self._fl = [f for f, k in zip(self._fl, keep, strict=True) if k]
                 self._rem, self._rate = self._rem[keep], self._rate[keep]
+                self._flat = self._flat[np.repeat(keep, self._cnt)]
+                self._cnt = self._cnt[keep]
                 for tr in finished:
                     self._push(t + tr.latency, tr)
                 self._dirty = True
@@ -272,7 +278,9 @@ class FlowModel:
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new:
-            self._fl = self._fl + self._new
+            self._fl.extend(self._new)
+            self._cnt = np.concatenate([self._cnt, [len(tr.links) for tr in self._new]]).astype(np.int64)
+            self._flat = np.concatenate([self._flat, *[tr.links for tr in self._new]])
             self._rem = np.concatenate([self._rem, [tr.nbytes for tr in self._new]])
             self._rate = np.concatenate([self._rate, np.zeros(len(self._new))])
             self._new = []
@@ -285,21 +293,21 @@ class FlowModel:
         self._dirty = False
         if self._fl:
             ptr = np.zeros(len(self._fl) + 1, dtype=np.int64)
-            np.cumsum([len(tr.links) for tr in self._fl], out=ptr[1:])
-            links = np.concatenate([tr.links for tr in self._fl])
-            self._rate = max_min_rates(ptr, links, self._cap)
+            np.cumsum(self._cnt, out=ptr[1:])
+            self._rate = max_min_rates(ptr, self._flat, self._cap)
             self.rate_recomputations += 1
 
-    def _stage_meta(self, stage: Stage, p: int) -> tuple:
+    def _stage_meta(self, coll: _Coll, stage: Stage) -> tuple:
         key = id(stage)
-        meta = self._stage_info.get(key)
+        meta = coll.meta.get(key)
         if meta is None:
+            p = len(coll.ranks)
             order = np.argsort(stage.src, kind="stable")
             ptr = np.searchsorted(stage.src[order], np.arange(p + 1))
             recv = np.bincount(stage.dst, minlength=p)
             red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p)
             meta = (order, ptr, recv, red, stage)
-            self._stage_info[key] = meta
+            coll.meta[key] = meta
         return meta
 
     def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
@@ -307,7 +315,7 @@ class FlowModel:
         p = len(coll.ranks)
         if run is None:
             stages = [s for s in coll.schedule.channels[ch] for _ in range(s.repeat)]
-            need = np.array([self._stage_meta(s, p)[2] for s in stages], dtype=np.int32).reshape(
+            need = np.array([self._stage_meta(coll, s)[2] for s in stages], dtype=np.int32).reshape(
                 len(stages), p
             )
             z = np.zeros(p, dtype=np.int64)
@@ -320,7 +328,6 @@ class FlowModel:
 
     def _advance_pos(self, run: _Run, i: int, t: float) -> None:
         nst = len(run.stages)
-        p = len(run.coll.ranks)
         while True:
             s = int(run.ptr[i])
             if s == nst:
@@ -329,7 +336,7 @@ class FlowModel:
                     self._pos_finished(run, i, t)
                 return
             stage = run.stages[s]
-            order, sptr, recv, red, _ = self._stage_meta(stage, p)
+            order, sptr, recv, red, _ = self._stage_meta(run.coll, stage)
             if run.issued[i] == s:
                 run.issued[i] = s + 1
                 for k in order[sptr[i] : sptr[i + 1]]:
@@ -375,6 +382,7 @@ class FlowModel:
             if coll.positions_left == 0:
                 self._complete(coll, float(coll.finish.max()))
                 coll.runs.clear()
+                coll.meta.clear()
 
     def _complete(self, coll: _Coll, t: float) -> None:
         per = tuple(ceil_ns(x) for x in coll.finish)

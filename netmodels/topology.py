@@ -69,6 +69,19 @@ class Topology:
         }
         self._cache["dist"] = {}
         self._cache["routes"] = {}
+        names = list(self.graph.nodes)
+        nid = {x: i for i, x in enumerate(names)}
+        self._cache["nid"] = nid
+        # Cluster graphs (with non-forwarding GPUs) are shallow but wide: they are searched level by level
+        # with numpy; logical topologies (rings can be thousands of hops deep) by a resumable Dijkstra.
+        self._cache["levels"] = any(k == GPU for _, k in self.graph.nodes(data="kind"))
+        if self._cache["levels"]:
+            order = sorted(((nid[v], nid[u], cost[(u, v)]) for u, v, _ in edges))
+            rdst = np.array([o[0] for o in order], dtype=np.int64)
+            self._cache["rptr"] = np.searchsorted(rdst, np.arange(len(names) + 1))
+            self._cache["rsrc"] = np.array([o[1] for o in order], dtype=np.int64)
+            self._cache["rcost"] = np.array([o[2] for o in order], dtype=np.int64)
+            self._cache["fwd"] = np.array([self.graph.nodes[x].get("kind") != GPU for x in names])
 
     @property
     def num_ranks(self) -> int:
@@ -115,6 +128,55 @@ class Topology:
                     heapq.heappush(heap, (nd, u))
         return dist
 
+    def _levels_to(self, dst: str, src: str | None) -> np.ndarray:
+        """Distances (by node index) to dst, final for every node closer than src (all when src is None)."""
+        c = self._cache
+        nid, rptr, rsrc, rcost, fwd = c["nid"], c["rptr"], c["rsrc"], c["rcost"], c["fwd"]
+        big = np.iinfo(np.int64).max
+        dist = np.full(len(nid), big, dtype=np.int64)
+        t, s = nid[dst], (nid[src] if src is not None else None)
+        dist[t] = 0
+        buckets: dict[int, list[np.ndarray]] = {0: [np.array([t])]}
+        d = 0
+        while buckets:
+            parts = buckets.pop(d, None)
+            if parts is not None:
+                fr = np.unique(np.concatenate(parts))
+                # Only devices settled at this level forward; GPUs other than the destination never do.
+                fr = fr[(dist[fr] == d) & (fwd[fr] | (fr == t))]
+                counts = rptr[fr + 1] - rptr[fr]
+                total = int(counts.sum())
+                if total:
+                    offsets = np.repeat(rptr[fr] - np.cumsum(counts) + counts, counts)
+                    e = offsets + np.arange(total)
+                    u, nd = rsrc[e], d + rcost[e]
+                    better = nd < dist[u]
+                    u, nd = u[better], nd[better]
+                    np.minimum.at(dist, u, nd)
+                    for val in np.unique(nd):
+                        buckets.setdefault(int(val), []).append(u[nd == val])
+            if s is not None and dist[s] <= d + 1:
+                break
+            d += 1
+        return dist
+
+    def _levels_cached(self, dst: str, src: str) -> np.ndarray:
+        """Level-search distances to dst: early exit on a destination's first query, then a full, cached search."""
+        c = self._cache
+        full = c.setdefault("full", {})
+        if dst in full:
+            return full[dst]
+        seen = c.setdefault("seen", set())
+        if dst not in seen:
+            seen.add(dst)
+            return self._levels_to(dst, src)
+        arr = self._levels_to(dst, None)
+        # Keep at most ~64 MiB of full distance arrays; the oldest destination goes first.
+        if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
+            full.pop(next(iter(full)))
+        full[dst] = arr
+        return arr
+
     def route(self, src: int, dst: int) -> Route:
         """The deterministic route from rank src to rank dst (empty when src == dst)."""
         key = (src, dst)
@@ -125,16 +187,28 @@ class Topology:
         a, b = self.rank_nodes[src], self.rank_nodes[dst]
         links: list[int] = []
         if a != b:
-            dist = self._dist_to(b, a)
-            if a not in dist:
+            if self._cache["levels"]:
+                arr, nid = self._levels_cached(b, a), self._cache["nid"]
+                unreached = int(np.iinfo(np.int64).max)
+
+                def dist_of(v: str) -> int:
+                    x = int(arr[nid[v]])
+                    return -1 if x == unreached else x
+
+            else:
+                dmap = self._dist_to(b, a)
+
+                def dist_of(v: str) -> int:
+                    return dmap.get(v, -1)
+
+            if dist_of(a) < 0:
                 raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
             adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
             u = a
             while u != b:
+                du = dist_of(u)
                 nxt = [
-                    v
-                    for v, c in adj[u]
-                    if dist.get(v, -1) == dist[u] - c and (v == b or kinds[v].get("kind") != GPU)
+                    v for v, c in adj[u] if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
                 ]
                 v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
                 links.append(index[(u, v)])

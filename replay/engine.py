@@ -256,9 +256,13 @@ def run_engine(
     stalls = 0
     stall_t = -1
     last_t = 0
+    # Zero-time nodes ready at t = 0 (METADATA, ...) finish, and release their children, before anything
+    # issues at t = 0: all finishes at one ns are applied before any rank issues, so ready nodes go in
+    # ascending id (chakra-et.md 3.2). Later instants get this from the drain loop below.
+    hold_issue = bool(heap)
     while True:
         # Issue on every queue that gained a ready node or lost a busy one.
-        if dirty:
+        if dirty and not hold_issue:
             for q in dirty:
                 qdirty[q] = False
                 h = qheap[q]
@@ -279,6 +283,7 @@ def run_engine(
                         heappush(heap, ((t + dur[g]) << shift) | g)
                 busy[q] = b
             dirty.clear()
+        hold_issue = False
         if net_state[0]:
             net_state[1] = network.next_event_ns() if network is not None else None
             net_state[0] = False

@@ -1,9 +1,10 @@
 """Record a small transformer training step on CPU with PyTorch: execution trace + Kineto + un-profiled times.
 
 Usage:
-    .venv/bin/python scripts/record_pytorch.py --out traces/examples/pytorch [--ranks 1 2]
+    .venv/bin/python scripts/record_pytorch.py --out traces/examples/pytorch [--ranks 1 2] [--pipeline]
 
-For each configuration (1 process; 2-rank gloo DDP over 127.0.0.1) it writes, per rank r:
+For each configuration (1 process; 2-rank gloo DDP over 127.0.0.1; with --pipeline a 2-stage pipeline whose
+stages exchange activations and gradients by gloo send/recv) it writes, per rank r:
     <name>_et.<r>.json.gz       PyTorch ExecutionTraceObserver host trace (schema 1.1.x)
     <name>_kineto.<r>.json.gz   torch.profiler (Kineto) trace of the same steps, with ProfilerStep#N
     <name>_times.json           un-profiled wall-clock step times of every rank (seconds)
@@ -96,6 +97,30 @@ class TinyGpt(nn.Module):
         return self.head(self.norm(x))
 
 
+class PipelineStage(nn.Module):
+    """One half of TinyGpt for 2-stage pipeline parallelism; module names match the full model's."""
+
+    def __init__(self, stage: int) -> None:
+        super().__init__()
+        half = LAYERS // 2
+        first, last = (0, half) if stage == 0 else (half, LAYERS)
+        if stage == 0:
+            self.embed = nn.Embedding(VOCAB, HIDDEN)
+        # A ModuleDict keyed by the global index keeps the names `layers.<i>` of the full model.
+        self.layers = nn.ModuleDict({str(i): Block() for i in range(first, last)})
+        if stage == 1:
+            self.norm = nn.LayerNorm(HIDDEN)
+            self.head = nn.Linear(HIDDEN, VOCAB)
+        self.stage = stage
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stage == 0:
+            x = self.embed(x)
+        for layer in self.layers.values():
+            x = layer(x)
+        return self.head(self.norm(x)) if self.stage == 1 else x
+
+
 def _label_modules(model: nn.Module) -> None:
     """Wrap every named submodule's forward in a record_function scope `nn.Module: <qualified name>`.
 
@@ -103,7 +128,7 @@ def _label_modules(model: nn.Module) -> None:
     to label ops with their module and layer.
     """
     for name, module in model.named_modules():
-        if not name or isinstance(module, nn.ModuleList):
+        if not name or isinstance(module, nn.ModuleList | nn.ModuleDict):
             continue
         scope = f"nn.Module: {name}"
 
@@ -137,27 +162,55 @@ def _step(model: nn.Module, opt: torch.optim.Optimizer, step: int, rank: int) ->
         opt.step()
 
 
-def _run(rank: int, world: int, port: int, out: str, name: str) -> None:
+def _pp_step(model: nn.Module, opt: torch.optim.Optimizer, step: int, rank: int) -> None:
+    """One GPipe step with one micro-batch: activations 0 -> 1 (tag 1), their gradient 1 -> 0 (tag 2)."""
+    inputs, targets = _batch(step, 0)
+    opt.zero_grad(set_to_none=True)
+    if rank == 0:
+        with record_function("## forward ##"):
+            h = model(inputs)
+        dist.send(h.detach(), dst=1, tag=1)
+        grad = torch.empty_like(h)
+        dist.recv(grad, src=1, tag=2)
+        with record_function("## backward ##"):
+            h.backward(grad)
+    else:
+        h = torch.empty(BATCH, SEQ, HIDDEN)
+        dist.recv(h, src=0, tag=1)
+        h.requires_grad_(True)
+        with record_function("## forward ##"):
+            logits = model(h)
+        with record_function("## loss ##"):
+            loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), targets.reshape(-1))
+        with record_function("## backward ##"):
+            loss.backward()
+        dist.send(h.grad, dst=0, tag=2)
+    with record_function("## optimizer ##"):
+        opt.step()
+
+
+def _run(rank: int, world: int, port: int, out: str, name: str, pipeline: bool = False) -> None:
     torch.manual_seed(0)
     torch.set_num_threads(1)  # one intra-op thread per process: the recording machine has 2 cores
     if world > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    model: nn.Module = TinyGpt()
+    model: nn.Module = PipelineStage(rank) if pipeline else TinyGpt()
     _label_modules(model)
-    if world > 1:
+    step_fn = _pp_step if pipeline else _step
+    if world > 1 and not pipeline:
         # Small buckets so the step holds several gradient all-reduces, as a real DDP run does.
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.25)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
 
     # Un-profiled step times first (what the replay of the profiled run is ultimately compared with).
     for s in range(WARMUP_STEPS):
-        _step(model, opt, s, rank)
+        step_fn(model, opt, s, rank)
     times = []
     for s in range(TIMED_STEPS):
         if world > 1:
             dist.barrier()
         t0 = time.perf_counter()
-        _step(model, opt, s, rank)
+        step_fn(model, opt, s, rank)
         times.append(time.perf_counter() - t0)
 
     tmp = tempfile.mkdtemp(prefix="xsim_rec_")
@@ -174,7 +227,7 @@ def _run(rank: int, world: int, port: int, out: str, name: str) -> None:
         for s in range(1 + PROFILED_STEPS):
             if world > 1:
                 dist.barrier()
-            _step(model, opt, 100 + s, rank)
+            step_fn(model, opt, 100 + s, rank)
             prof.step()
     et.unregister_callback()
     for src, kind in ((et_path, "et"), (kineto_path, "kineto")):
@@ -196,15 +249,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def record(out: Path, world: int) -> str:
-    """Record one configuration; returns its bundle name."""
-    name = f"tinygpt_{world}rank"
+def record(out: Path, world: int, pipeline: bool = False) -> str:
+    """Record one configuration (data parallel, or a 2-stage pipeline); returns its bundle name."""
+    name = "tinygpt_pp2" if pipeline else f"tinygpt_{world}rank"
+    world = 2 if pipeline else world
     out.mkdir(parents=True, exist_ok=True)
     if world == 1:
         _run(0, 1, 0, str(out), name)
     else:
-        mp.spawn(_run, args=(world, _free_port(), str(out), name), nprocs=world, join=True)
-    merged = {"model": "TinyGpt", "world_size": world, "ranks": []}
+        mp.spawn(_run, args=(world, _free_port(), str(out), name, pipeline), nprocs=world, join=True)
+    merged = {
+        "model": "TinyGpt",
+        "world_size": world,
+        "parallelism": "pp2" if pipeline else "dp",
+        "ranks": [],
+    }
     for r in range(world):
         part = out / f"{name}_times.{r}.json"
         data = json.loads(part.read_text())
@@ -232,11 +291,14 @@ def main() -> None:
     """Parse arguments and record every requested configuration."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("traces/examples/pytorch"))
-    ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[1, 2], help="data-parallel runs to record")
+    ap.add_argument("--pipeline", action="store_true", help="also record the 2-stage pipeline (P2P) run")
     args = ap.parse_args()
     for world in args.ranks:
         name = record(args.out, world)
         print(f"recorded {name} -> {args.out}")
+    if args.pipeline:
+        print(f"recorded {record(args.out, 2, pipeline=True)} -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,13 @@ KIND_NAME = {
 # Stand-in network (any closed form does; these are chosen so that times are often whole microseconds and
 # therefore collide, which exercises the same-instant rules): a collective lasts BASE[kind] +
 # 250 ns per member + size // 4 ns; a transfer 500 ns + size // 8 ns.
-COLL_BASE_NS = {"all_reduce": 2000, "all_gather": 1500, "reduce_scatter": 1500, "all_to_all": 3000, "broadcast": 1000}
+COLL_BASE_NS = {
+    "all_reduce": 2000,
+    "all_gather": 1500,
+    "reduce_scatter": 1500,
+    "all_to_all": 3000,
+    "broadcast": 1000,
+}
 
 
 def collective_ns(kind: str, size_bytes: int, num_members: int) -> int:
@@ -74,6 +80,7 @@ class RefNode:
     end: int | None = None  # known as soon as it is determined (may lie in the future)
     wait: int = 0
     arrival: int | None = None  # sends: when the data arrives at the receiver
+    peer_node: tuple[int, int] | None = None  # send/recv: (rank, id) of the node it was matched with
 
     def finished_by(self, t: int) -> bool:
         """True when the node's end is known and not after t."""
@@ -89,12 +96,26 @@ class RefDeadlock(Exception):
         super().__init__(f"deadlock at t={time_ns} ns on ranks {sorted(stuck)}")
 
 
+@dataclass(frozen=True)
+class RefCollective:
+    """One collective instance: group key, kind, bytes, members' first and last issue, end."""
+
+    group: str
+    kind: str
+    size: int
+    members: tuple[int, ...]
+    first_arrival: int
+    last_arrival: int
+    end: int
+
+
 @dataclass
 class RefResult:
-    """Per-node times keyed by (rank, node id) and per-rank finish times."""
+    """Per-node times keyed by (rank, node id), per-rank finish times and the collective instances."""
 
     nodes: dict[tuple[int, int], RefNode]
     finish: list[int] = field(default_factory=list)
+    collectives: list[RefCollective] = field(default_factory=list)
 
 
 def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num_ranks: int) -> RefNode:
@@ -118,18 +139,32 @@ def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num
         )
     if node.type == pb.COMM_SEND_NODE:
         return RefNode(
-            **base, slot="comm", op="send", src=rank, dst=comm_dst(node), tag=comm_tag(node), size=comm_size(node)
+            **base,
+            slot="comm",
+            op="send",
+            src=rank,
+            dst=comm_dst(node),
+            tag=comm_tag(node),
+            size=comm_size(node),
         )
     if node.type == pb.COMM_RECV_NODE:
         return RefNode(
-            **base, slot=None, op="recv", src=comm_src(node), dst=rank, tag=comm_tag(node), size=comm_size(node)
+            **base,
+            slot=None,
+            op="recv",
+            src=comm_src(node),
+            dst=rank,
+            tag=comm_tag(node),
+            size=comm_size(node),
         )
     if node.type == pb.METADATA_NODE:
         return RefNode(**base, slot=None, op="zero")
     raise ValueError(f"reference simulator does not model node type {node.type}")
 
 
-def reference_replay(per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str, tuple[int, ...]]) -> RefResult:
+def reference_replay(
+    per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str, tuple[int, ...]]
+) -> RefResult:
     """Simulate the trace set; raises RefDeadlock when nodes remain that can never run."""
     num_ranks = len(per_rank)
     nodes = {(r, n.id): _to_ref(r, n, groups, num_ranks) for r, ns in enumerate(per_rank) for n in ns}
@@ -139,9 +174,12 @@ def reference_replay(per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str,
     sends: dict[tuple[int, int, int], list[RefNode]] = {}  # unmatched sends per (src, dst, tag), FIFO
     recvs: dict[tuple[int, int, int], list[RefNode]] = {}  # unmatched posted recvs per key, FIFO
 
+    done_colls: list[RefCollective] = []
+
     def pair(s: RefNode, r: RefNode) -> None:
         r.end = max(r.start, s.arrival)
         r.wait = max(0, s.start - r.start)
+        s.peer_node, r.peer_node = (r.rank, r.id), (s.rank, s.id)
 
     def settle(t: int) -> None:
         """Mark readiness at t and run the zero-time cascade (metadata, recv posting) to a fixpoint."""
@@ -200,11 +238,15 @@ def reference_replay(per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str,
                         # The last member arrived: everybody ends together after the closed-form time.
                         kinds = {(m.kind, m.size) for m in inst.values()}
                         if len(kinds) != 1:
-                            raise ValueError(f"collective #{k} of group {n.group!r}: members disagree {kinds}")
+                            raise ValueError(
+                                f"collective #{k} of group {n.group!r}: members disagree {kinds}"
+                            )
                         d = collective_ns(n.kind, n.size, len(n.members))
                         for m in inst.values():
                             m.end = t + d
                             m.wait = t - m.start
+                        first = min(m.start for m in inst.values())
+                        done_colls.append(RefCollective(n.group, n.kind, n.size, n.members, first, t, t + d))
         return any_issued
 
     t = 0
@@ -226,4 +268,4 @@ def reference_replay(per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str,
     if left:
         raise RefDeadlock(t, left)
     finish = [max((n.end for n in rank_nodes), default=0) for rank_nodes in by_rank]
-    return RefResult(nodes, finish)
+    return RefResult(nodes, finish, done_colls)

@@ -12,7 +12,7 @@ from tests.conftest import REPO
 from tracegen.pytorch import import_pytorch
 from tracegen.pytorch.build import MODULE
 from traces import attrs as A
-from traces import pb
+from traces import checks, pb
 from traces.groups import resolve_groups
 from traces.traceset import discover
 from xsim.cli import main
@@ -21,8 +21,8 @@ EX = REPO / "traces" / "examples" / "pytorch"
 
 
 def test_bundle_sizes_stay_small() -> None:
-    for world in (1, 2):
-        files = list(EX.glob(f"tinygpt_{world}rank_*"))
+    for name in ("tinygpt_1rank", "tinygpt_2rank", "tinygpt_pp2"):
+        files = list(EX.glob(f"{name}_*"))
         assert files and sum(f.stat().st_size for f in files) < 600_000
 
 
@@ -52,6 +52,35 @@ def test_two_rank_import_cli(tmp_path, capsys) -> None:
     ] * 2
     assert {A.pg_name(n) for n in colls} == {"0"}
     assert all(A.get_str(n, A.PHASE) == "sync" for n in colls if A.comm_type(n) == pb.ALL_REDUCE)
+
+
+def test_pipeline_run_has_matched_p2p(tmp_path) -> None:
+    ets = [str(EX / f"tinygpt_pp2_et.{r}.json.gz") for r in range(2)]
+    kin = [str(EX / f"tinygpt_pp2_kineto.{r}.json.gz") for r in range(2)]
+    res = import_pytorch(ets, kin)
+    p2p = [
+        [
+            (n.type, A.comm_src(n), A.comm_dst(n), A.comm_tag(n), A.comm_size(n))
+            for n in res.nodes[r]
+            if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
+        ]
+        for r in (0, 1)
+    ]
+    # Per step: stage 0 sends its activations (batch 8 x 32 tokens x hidden 64 float32 = 65536 bytes, tag 1)
+    # and receives their gradient (tag 2); stage 1 mirrors it.
+    act, grad = (0, 1, 1, 65536), (1, 0, 2, 65536)
+    assert p2p[0] == [(pb.COMM_SEND_NODE, *act), (pb.COMM_RECV_NODE, *grad)] * 2
+    assert p2p[1] == [(pb.COMM_RECV_NODE, *act), (pb.COMM_SEND_NODE, *grad)] * 2
+    # Stage 0 holds embed + layer 1, stage 1 layer 2 + norm + head (nn.Module names of the full model).
+    layers = [{A.get_int(n, A.LAYER, 0) for n in res.nodes[r]} - {0} for r in (0, 1)]
+    assert layers == [{1}, {2}]
+    res.write(tmp_path / "pp")
+    ts = discover(str(tmp_path / "pp"))
+    files = [ts.load(r) for r in range(2)]
+    findings = checks.check_all(
+        files, resolve_groups(((f.path, f.nodes) for f in files), 2, directory=ts.directory)
+    )
+    assert findings == []
 
 
 def test_labels_of_single_process_run(tmp_path) -> None:

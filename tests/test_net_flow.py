@@ -282,3 +282,53 @@ def test_same_time_completions_are_ordered_by_handle():
     done = model.advance(10_000)
     assert [c.handle for c in done] == handles
     assert {c.finish_ns for c in done} == {1000}
+
+
+def test_numpy_integers_are_accepted_and_results_are_python_ints():
+    for cls in (AnalyticalModel, FlowModel):
+        model = cls(ring_topology(4, 1e9, 0))
+        h = model.start_collective(
+            np.int64(5), CollectiveSpec("all_reduce", np.int64(4000), tuple(np.arange(4)))
+        )
+        (c,) = model.advance(10**9)
+        assert c.handle == h and type(c.finish_ns) is int and c.finish_ns == 5 + 6000
+        assert all(type(x) is int for x in c.per_rank_finish_ns)
+
+
+def test_reduction_bandwidth_and_endpoint_delay_in_both_models():
+    topo = ring_topology(4, 1e9, 100)
+    spec = CollectiveSpec("reduce_scatter", 4_000_000, (0, 1, 2, 3))
+    # 3 steps of (100 ns + 1e6 B at 1 B/ns + 10 ns endpoint delay), each followed by a 1e6 B reduction at
+    # 4 GB/s (250000 ns).
+    expect = 3 * (100 + 1_000_000 + 10 + 250_000)
+    for cls in (AnalyticalModel, FlowModel):
+        model = cls(topo, endpoint_delay_ns="10ns", reduction_bandwidth="4GBps")
+        assert simulate_collective(model, spec).finish_ns == expect
+
+
+def test_random_collectives_flow_never_beats_analytical_and_is_deterministic():
+    rng = np.random.default_rng(11)
+    topo = topology_from_spec(
+        "nodes:2*H100x4,A100x2+H100x2:preset=table6:fabric=leaf_spine:nics_per_leaf=4:spines=2"
+    )
+    kinds = [
+        "all_reduce",
+        "reduce_scatter",
+        "all_gather",
+        "all_to_all",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+    ]
+    for _ in range(25):
+        p = int(rng.integers(2, 9))
+        ranks = tuple(int(r) for r in rng.choice(12, size=p, replace=False))
+        kind = kinds[int(rng.integers(len(kinds)))]
+        algo = ["ring", "direct"][int(rng.integers(2))]
+        spec = CollectiveSpec(kind, int(rng.integers(1, 1 << 22)), ranks, algo, root=ranks[-1])
+        a = simulate_collective(AnalyticalModel(topo), spec)
+        f1 = simulate_collective(FlowModel(topo), spec)
+        f2 = simulate_collective(FlowModel(topo), spec)
+        assert f1 == f2
+        assert all(x >= y for x, y in zip(f1.per_rank_finish_ns, a.per_rank_finish_ns, strict=True)), spec

@@ -173,6 +173,7 @@ def test_table5_two_nodes_nic_bound():
         ("nodes:V100x4", "unknown GPU"),
         ("nodes:H100x4:fabric=torus", "unknown fabric"),
         ("nodes:H100x4:fabric=fat_tree:k=3", "even integer"),
+        ("nodes:H100x4:fabric=leaf_spine:spines=2", "nics_per_leaf"),
         ("nodes:H100*4", "cannot parse node group"),
         ("nodes:H100x4:preset=table9", "unknown interconnect preset"),
         ("cluster:/nonexistent/file.json", "cannot read"),
@@ -195,6 +196,15 @@ def test_bad_cluster_descriptions():
         build_cluster({**DESC, "links": [{"src": "node0/gpu0", "dst": "node0/nvswitch", "bandwidth": 0}]})
     with pytest.raises(TopologyError, match="nodes"):
         build_cluster({"preset": "table5"})
+    with pytest.raises(TopologyError, match="used twice"):
+        build_cluster(
+            {
+                "nodes": [
+                    {"name": "a", "gpu": "H100", "ranks": [0]},
+                    {"name": "a", "gpu": "H100", "ranks": [1]},
+                ]
+            }
+        )
 
 
 def test_cluster_file_and_deployment_json(tmp_path):
@@ -204,3 +214,41 @@ def test_cluster_file_and_deployment_json(tmp_path):
     f.write_text("{not json")
     with pytest.raises(TopologyError, match="not valid JSON"):
         topology_from_spec(f"cluster:{f}")
+
+
+def test_astra_yaml_as_logical_topology(tmp_path):
+    net = tmp_path / "net.yml"
+    net.write_text(
+        "topology: [ Switch, Ring ]\nnpus_count: [ 4, 2 ]\nbandwidth: [ 400, 50 ]\nlatency: [ 936.25, 1000 ]\n"
+    )
+    topo = topology_from_spec(f"astra:{net}")
+    assert topo.num_ranks == 8
+    r = topo.route(0, 3)  # dim 0: through that dimension's switch
+    assert len(r.links) == 2 and r.latency_ns == pytest.approx(2 * 936.25)
+    assert r.bottleneck_bytes_per_ns == pytest.approx(400 * 2**30 / 1e9)
+    r = topo.route(1, 5)  # dim 1: ring of two
+    assert len(r.links) == 1 and r.bottleneck_bytes_per_ns == pytest.approx(50 * 2**30 / 1e9)
+    c = simulate_collective(FlowModel(topo), CollectiveSpec("all_reduce", 1 << 20, tuple(range(8))))
+    assert c.finish_ns > 0
+
+
+def test_leaf_spine_with_oversubscription():
+    topo = topology_from_spec("nodes:4*H200x8:fabric=leaf_spine:nics_per_leaf=16:spines=4:oversubscription=8")
+    same_leaf = [topo.links[i] for i in topo.route(0, 9).links]
+    assert [b for _, b in same_leaf][:2] == ["node0/nic0", "leaf0"] and all(
+        "spine" not in b for _, b in same_leaf
+    )
+    r = topo.route(0, 20)
+    assert any(b.startswith("spine") for _, b in (topo.links[i] for i in r.links))
+    # 16 NICs x 200 Gb/s (Table 5 H200) / 4 spines / 8 = 100 Gb/s per uplink = 12.5 bytes/ns.
+    assert r.bottleneck_bytes_per_ns == pytest.approx(12.5)
+
+
+def test_level_search_and_dijkstra_agree_on_routes():
+    # Cluster graphs are routed by a numpy level search, logical ones by Dijkstra; both must pick the same
+    # shortest paths and the same ECMP branch.
+    spec = "nodes:16*H100x8:fabric=fat_tree:k=8:oversubscription=2"
+    fast, slow = topology_from_spec(spec), topology_from_spec(spec)
+    slow._cache["levels"] = False
+    pairs = [(a, b) for a in range(0, 128, 7) for b in range(3, 128, 11)]
+    assert all(fast.route(a, b) == slow.route(a, b) for a, b in pairs)

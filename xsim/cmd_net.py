@@ -8,6 +8,7 @@ import json
 from netmodels import (
     COLLECTIVE_KINDS,
     CollectiveSpec,
+    NetworkModel,
     NetworkModelError,
     astra_model,
     build_model,
@@ -78,7 +79,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _model(args: argparse.Namespace):
+def _model(args: argparse.Namespace) -> NetworkModel:
     name = args.model or ("astra" if args.astra_network else "analytical")
     if name == "astra":
         if not args.astra_network:

@@ -19,7 +19,7 @@ from tracegen.pytorch.build import RankGraph, add_comm_tails, build_rank, first_
 from tracegen.pytorch.errors import PyTorchImportError
 from tracegen.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
 from tracegen.pytorch.kineto import KinetoTrace, load_kineto
-from tracegen.pytorch.link import link
+from tracegen.pytorch.link import Link, link
 from traces import attrs as A
 from traces import pb
 from traces.traceset import write_trace_set
@@ -208,7 +208,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
     return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
 
 
-def _window_warning(k: KinetoTrace, lk) -> list[str]:
+def _window_warning(k: KinetoTrace, lk: Link) -> list[str]:
     """Warn when the matched ops are spread over many more Kineto ops than matched (several iterations)."""
     if not lk.matches:
         return []
@@ -256,6 +256,7 @@ def _match_p2p(
                 sends[(r, peer, v.tag)].append((v.comm_bytes, v.id))
             else:
                 recvs[(peer, r, v.tag)].append((v.comm_bytes, v.id))
+    by_id = {r: {v.id: v for v in g.vertices} for r, (g, _, _) in graphs.items()}
     for key in sorted(set(sends) | set(recvs)):
         s, rv = sends.get(key, []), recvs.get(key, [])
         src, dst, tag = key
@@ -268,6 +269,12 @@ def _match_p2p(
                 rank=dst,
             )
         for (sb, sid), (rb, rid) in zip(s, rv, strict=True):
+            sv, rvx = by_id[src][sid], by_id[dst][rid]
+            if sv.issue_ts is not None:
+                # gloo: the data left when c10d::send was called and was in when the recv's work ended;
+                # measured replay times the transfer by the send's duration from that issue.
+                sv.measured = sv.dur
+                sv.dur = max(0, rvx.ts + rvx.dur - sv.issue_ts)
             if sb != rb:
                 raise PyTorchImportError(
                     f"send node {sid} of rank {src} carries {sb} bytes but the matching recv node {rid} of"

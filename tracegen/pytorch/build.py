@@ -10,14 +10,16 @@ thread during `backward()`), or after it finished while waiting for a collective
 becomes a dependency instead (sync edge, fork/join edge, collective edge), so replaying the graph with
 the measured durations reproduces the thread's timeline, and a faster device or network shortens it.
 
-CPU ops are cut where a kernel launch or a synchronize call returns (continuation vertices, same op), so
-a kernel waits only for the part of its launcher before the launch, and only the part after a
-synchronize call waits for the GPU.
+CPU ops are cut where a kernel launch or a synchronize call returns, and where the work of a blocking
+gloo collective began (continuation vertices, same op), so a kernel waits only for the part of its
+launcher before the launch, and only the part after a synchronize call or blocking call waits.
 
-Dependencies (all point from an earlier start to a later one, so the graph is acyclic by construction):
-program order per CPU thread; CPU op part -> GPU op it launched (Kineto `correlation`); GPU stream
-order; GPU op -> CPU op part after a synchronize call that waited for it; CPU fork/join across threads;
-c10d op -> its gloo work -> first op of the launching thread that starts after the work ended.
+Dependencies (all from a lower id to a higher one; ids follow the time a node could start, so the graph
+is acyclic by construction): program order per CPU thread; CPU op part -> GPU op it launched (Kineto
+`correlation`); GPU stream order; GPU op -> CPU op part after a synchronize call that waited for it; CPU
+fork/join across threads; c10d op -> its gloo work -> first op of the launching thread that starts after
+the work ended (gloo sends are issued when c10d::send is called). Cross-rank adjustments (collective
+tails, send durations) are made by `add_comm_tails` and `tracegen.pytorch.import_pytorch`.
 """
 
 from __future__ import annotations
@@ -53,9 +55,8 @@ RF_ID = "rf_id"
 MEASURED_START_NS = "measured_start_ns"  # int64: Kineto start relative to the earliest rank's first op
 START_OFFSET = "xsim::start_offset"  # a rank's late start relative to the earliest rank (host time)
 START_ID, FIRST_ID = 1, 2
-KINETO_DUR_NS = (
-    "kineto_dur_ns"  # int64: a collective's Kineto duration when duration_ns counts from the last arrival
-)
+# int64: a collective's or send's Kineto duration where duration_ns was adjusted for the replay
+KINETO_DUR_NS = "kineto_dur_ns"
 TAIL_PREFIX = "xsim::comm_tail:"  # a rank finishing a collective later than the replay's common end
 
 
@@ -67,7 +68,7 @@ class Vertex:
     name: str
     ts: int
     dur: int
-    kind: str  # "cpu" | "gpu" | "comm"
+    kind: str  # "cpu" | "gpu" | "comm" | "tail"
     host_id: int | None = None
     thread: Any = None
     stream: Any = None
@@ -79,6 +80,7 @@ class Vertex:
     tag: int = 0
     id: int = -1
     measured: int | None = None  # Kineto duration when `dur` was changed for the replay (collectives)
+    issue_ts: int | None = None  # gloo P2P: when the c10d op that sent/received the data began
 
 
 @dataclass
@@ -157,7 +159,13 @@ def _p2p_of_ancestors(host: HostTrace, hid: int) -> tuple[int | None, int]:
     return None, 0
 
 
-def _split_at_calls(verts: list[Vertex], chains: dict[Any, list[int]], kineto: KinetoTrace, seq: int) -> int:
+def _split_at_calls(
+    verts: list[Vertex],
+    chains: dict[Any, list[int]],
+    kineto: KinetoTrace,
+    seq: int,
+    extra: dict[Any, list[int]],
+) -> int:
     """Split CPU ops where a kernel launch or a synchronize call returns; returns the next sequence number.
 
     The part of an op before a launch returns is what the kernel waits for, and the part after a
@@ -165,7 +173,7 @@ def _split_at_calls(verts: list[Vertex], chains: dict[Any, list[int]], kineto: K
     starts at each such point, so launch and sync edges attach where they happened inside the op.
     """
     gpu_corr = {e.args.get("correlation") for e in kineto.gpu_ops}
-    cuts: dict[Any, list[int]] = defaultdict(list)
+    cuts: dict[Any, list[int]] = defaultdict(list, {t: list(v) for t, v in extra.items()})
     for r in kineto.runtime:
         if r.name in SYNC_CALLS or r.args.get("correlation") in gpu_corr:
             cuts[(r.pid, r.tid)].append(r.ts + r.dur)
@@ -198,6 +206,39 @@ def _split_at_calls(verts: list[Vertex], chains: dict[Any, list[int]], kineto: K
                 verts.append(part)
         chains[thread] = out
     return seq
+
+
+def gpu_run_of(kineto: KinetoTrace) -> bool:
+    """True when the Kineto trace holds GPU activity."""
+    return bool(kineto.gpu_ops)
+
+
+def _match_gloo(
+    verts: list[Vertex], host: HostTrace, kineto: KinetoTrace
+) -> tuple[list[tuple[int, KEvent]], int]:
+    """Pair each c10d op with its gloo work (k-th op of a kind with k-th work); also count unmatched ops."""
+    comm_hosts = [
+        vi
+        for vi, v in enumerate(verts)
+        if v.kind == "cpu" and v.name.startswith("c10d::") and comm_kind(v.name)
+    ]
+    queues: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for vi in sorted(comm_hosts, key=lambda i: (host.ops[verts[i].host_id].rf_id, verts[i].host_id)):
+        kind = comm_kind(verts[vi].name)
+        queues[(kind.coll, kind.p2p)].append(vi)
+    work = sorted(kineto.comm_threads, key=lambda e: (_int(e.args.get("Record function id")), e.ts, e.index))
+    pairs = []
+    for w in work:
+        kind = comm_kind(w.name)
+        if kind is None:
+            continue
+        q = queues.get((kind.coll, kind.p2p))
+        # Work that started before the next unmatched c10d op of its kind was issued belongs to an op
+        # outside the host trace's window.
+        if not q or w.ts < verts[q[0]].ts:
+            continue
+        pairs.append((q.pop(0), w))
+    return pairs, sum(len(q) for q in queues.values())
 
 
 def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> RankGraph:
@@ -237,7 +278,24 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
         chains[v.thread].append(len(verts))
         verts.append(v)
     thread_end = {t: max(verts[i].ts + verts[i].dur for i in idx) for t, idx in chains.items()}
-    seq = _split_at_calls(verts, chains, kineto, seq)
+    gloo_pairs, unmatched = _match_gloo(verts, host, kineto)
+    if not gpu_run_of(kineto) and unmatched:
+        warnings.append(f"{unmatched} c10d ops have no gloo work in Kineto; kept as CPU ops only")
+    # gloo P2P work events do not time the transfer (the calling thread writes the data), so only
+    # collectives are cut where their work began.
+    blocking = {
+        vi
+        for vi, w in gloo_pairs
+        # Blocking: the work began and ended inside the call (an async op returns before its work ends).
+        if verts[vi].ts < w.ts
+        and w.ts + w.dur <= verts[vi].ts + verts[vi].dur
+        and comm_kind(verts[vi].name).p2p is None
+    }
+    extra_cuts: dict[Any, list[int]] = defaultdict(list)
+    for vi, w in gloo_pairs:
+        if vi in blocking:
+            extra_cuts[verts[vi].thread].append(w.ts)
+    seq = _split_at_calls(verts, chains, kineto, seq, extra_cuts)
     starts = {t: [verts[i].ts for i in idx] for t, idx in chains.items()}
 
     def _item_at(thread: Any, t: int) -> int | None:
@@ -378,28 +436,9 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
             if verts[gi].ts < verts[mi].ts:
                 verts[mi].deps.add(gi)
 
-    # Host-side communication ops (c10d::*, record_param_comms children) and their gloo work.
-    comm_hosts: dict[int, int] = {}  # host id -> cpu vertex
-    for vi, v in enumerate(verts):
-        if v.kind == "cpu" and v.name.startswith("c10d::") and comm_kind(v.name) is not None:
-            comm_hosts[v.host_id] = vi
-    queues: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-    for _hid, vi in sorted(comm_hosts.items(), key=lambda kv: (host.ops[kv[0]].rf_id, kv[0])):
-        kind = comm_kind(verts[vi].name)
-        queues[(kind.coll, kind.p2p)].append(vi)
-    work = sorted(kineto.comm_threads, key=lambda e: (_int(e.args.get("Record function id")), e.ts, e.index))
-    used: set[int] = set()
-    for w in work:
-        kind = comm_kind(w.name)
-        if kind is None:
-            continue
-        q = queues.get((kind.coll, kind.p2p))
-        # Work that started before the next unmatched c10d op of its kind was issued belongs to an op
-        # outside the host trace's window.
-        if not q or w.ts < verts[q[0]].ts:
-            continue
-        vi = q.pop(0)
-        used.add(vi)
+    # gloo work: vertices, and the thread's wait for it.
+    pos = {vi: (t, k) for t, idx in chains.items() for k, vi in enumerate(idx)}
+    for vi, w in gloo_pairs:
         hv = verts[vi]
         host_op = host.ops[hv.host_id]
         hkind = comm_kind(hv.name)
@@ -416,15 +455,30 @@ def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> R
             source_op=hv.name,
         )
         seq += 1
-        cv.deps.add(vi)
         if hkind.p2p is not None:
             cv.peer, cv.tag = p2p_peer_tag(hkind, host_op.inputs)
+        ci = len(verts)
         verts.append(cv)
-        _await(verts, len(verts) - 1, hv.thread, chains, starts, busy_end, blocked)
-    if gpu_run is False:
-        missing = [vi for vi in comm_hosts.values() if vi not in used]
-        if missing:
-            warnings.append(f"{len(missing)} c10d ops have no gloo work in Kineto; kept as CPU ops only")
+        k = bisect.bisect_left(starts[hv.thread], w.ts)
+        idx = chains[hv.thread]
+        if vi in blocking and 0 < k < len(idx) and verts[idx[k]].ts == w.ts:
+            # A blocking call (barrier, ...): the work starts inside the c10d op, which was cut there;
+            # the part before issues it, the part after waits for it and then returns.
+            cv.deps.add(idx[k - 1])
+            rem = idx[k]
+            # Ordered where it could go on: after the work (and a late rank's tail), before the next op.
+            verts[rem].key = (min(w.ts + w.dur, verts[rem].ts + walls[rem]), 4, verts[rem].key[2])
+            verts[rem].deps.add(ci)
+            blocked[rem].append((w.ts, min(w.ts + w.dur, verts[rem].ts + walls[rem])))
+        elif hkind.p2p is not None and vi in pos and pos[vi][1] > 0:
+            # P2P: the data leaves when the c10d op is called (its gloo work only completes it), so the
+            # transfer is issued after the op before it; import_pytorch sets its duration from the peer.
+            cv.deps.add(chains[hv.thread][pos[vi][1] - 1])
+            cv.issue_ts = hv.ts
+            _await(verts, ci, hv.thread, chains, starts, busy_end, blocked)
+        else:
+            cv.deps.add(vi)
+            _await(verts, ci, hv.thread, chains, starts, busy_end, blocked)
 
     # Final CPU durations: wall time minus visible waits.
     for vi, wall in walls.items():
