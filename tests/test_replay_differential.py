@@ -73,7 +73,15 @@ class Case:
 
 
 def materialize(case: Case, drop: tuple[int, int] | None = None) -> list[list[pb.Node]]:
-    """The per-rank pb.Node lists, optionally without one node (and without the deps on it)."""
+    """The per-rank pb.Node lists, optionally without one node, whose dependents inherit its deps (so every
+    other ordering the construction relies on, e.g. collective -> send -> collective, survives)."""
+
+    def bypass(r: int, deps: tuple[int, ...]) -> list[int]:
+        if drop is None or drop[0] != r or drop[1] not in deps:
+            return list(deps)
+        gone = case.programs[r][drop[1]]
+        return sorted({d for d in deps if d != drop[1]} | set(gone.data) | set(gone.ctrl))
+
     out = []
     for r, prog in enumerate(case.programs):
         ids = case.ids[r]
@@ -82,8 +90,8 @@ def materialize(case: Case, drop: tuple[int, int] | None = None) -> list[list[pb
             if drop == (r, i):
                 continue
             s = prog[i]
-            keep = [d for d in s.data if drop != (r, d)]
-            keep_c = [d for d in s.ctrl if drop != (r, d)]
+            keep = bypass(r, s.data)
+            keep_c = bypass(r, s.ctrl)
             nodes.append(
                 make_node(
                     ids[i],
