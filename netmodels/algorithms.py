@@ -31,33 +31,23 @@ ALIASES: dict[str, str] = {
     "tree": "double_binary_tree",
     "multiring": "multi_ring",
 }
+# Every kind runs as a ring or as direct transfers; the others are specialised algorithms.
+_ALL_KINDS: frozenset[str] = frozenset(
+    {
+        "all_reduce",
+        "reduce_scatter",
+        "all_gather",
+        "all_to_all",
+        "broadcast",
+        "reduce",
+        "gather",
+        "scatter",
+        "barrier",
+    }
+)
 SUPPORTED: dict[str, frozenset[str]] = {
-    "ring": frozenset(
-        {
-            "all_reduce",
-            "reduce_scatter",
-            "all_gather",
-            "all_to_all",
-            "broadcast",
-            "reduce",
-            "gather",
-            "scatter",
-        }
-        | {"barrier"}
-    ),
-    "direct": frozenset(
-        {
-            "all_reduce",
-            "reduce_scatter",
-            "all_gather",
-            "all_to_all",
-            "broadcast",
-            "reduce",
-            "gather",
-            "scatter",
-        }
-        | {"barrier"}
-    ),
+    "ring": _ALL_KINDS,
+    "direct": _ALL_KINDS,
     "halving_doubling": frozenset({"all_reduce", "reduce_scatter", "all_gather", "barrier"}),
     "double_binary_tree": frozenset({"all_reduce"}),
     "hierarchical": frozenset({"all_reduce"}),

@@ -259,7 +259,7 @@ def run_engine(
     # Zero-time nodes ready at t = 0 (METADATA, ...) finish, and release their children, before anything
     # issues at t = 0: all finishes at one ns are applied before any rank issues, so ready nodes go in
     # ascending id (chakra-et.md 3.2). Later instants get this from the drain loop below.
-    hold_issue = False
+    hold_issue = bool(heap)
     while True:
         # Issue on every queue that gained a ready node or lost a busy one.
         if dirty and not hold_issue:

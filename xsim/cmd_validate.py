@@ -64,10 +64,11 @@ def run(args: argparse.Namespace) -> int:
     print(head)
     for r in v.classes.iter_rows(named=True):
         print(_row(r["op_class"], r["measured_ns"], r["simulated_ns"], r["error_pct"]))
-    print("steps (rank -1 = the whole job):")
+    print('steps ("job" = first rank in to last rank out):')
     print(head)
     for r in v.steps.iter_rows(named=True):
-        print(_row(f"r{r['rank']} step {r['step']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
+        who = "job" if r["rank"] == -1 else f"r{r['rank']}"
+        print(_row(f"{who} step {r['step']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
     print(f"step-time error {v.step_error_pct():+.2f}%")
     if args.out:
         print(
