@@ -29,7 +29,9 @@ def load_groups(
     if isinstance(groups, Mapping):
         return ProcessGroups(n, {str(k): tuple(v) for k, v in groups.items()}, "given")
     files = ((trace_set.paths[r], trace_set.load(r).nodes) for r in range(n))
-    return resolve_groups(files, n, comm_groups=groups, directory=trace_set.directory)
+    return resolve_groups(
+        files, n, comm_groups=groups, directory=trace_set.directory, prefix=trace_set.prefix
+    )
 
 
 def simulate(

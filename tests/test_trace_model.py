@@ -271,3 +271,24 @@ def test_generated_protobuf_modules_match_protoc(tmp_path: Path) -> None:
         assert rc == 0
         name = proto.replace(".proto", "_pb2.py")
         assert (tmp_path / name).read_text() == (repo / name).read_text(), f"{name} is stale: regenerate it"
+
+
+def test_stg_style_set_groups_from_prefix_json(tmp_path: Path) -> None:
+    # STG writes workload.<rank>.et plus workload.json {"<id>": [ranks]}, the group as the legacy int32
+    # `comm_group` attribute and is_cpu_op as int32_val (chakra-et.md 3.1).
+    per_rank = []
+    for r in range(4):
+        n = A.make_node(0, "ar", pb.COMM_COLL_NODE, attrs={"comm_type": pb.ALL_REDUCE, "comm_size": 64})
+        n.attr.append(A.make_attr("comm_group", 1 if r < 2 else 2, "int32_val"))
+        n.attr.append(A.make_attr("is_cpu_op", 0, "int32_val"))
+        per_rank.append([n])
+    write_trace_set(tmp_path / "workload", per_rank)
+    (tmp_path / "workload.json").write_text('{"1": [0, 1], "2": [2, 3]}')
+    ts = discover(tmp_path)
+    files = list(ts)
+    groups = resolve_groups(((f.path, f.nodes) for f in files), 4, directory=ts.directory, prefix=ts.prefix)
+    assert groups.groups == {"1": (0, 1), "2": (2, 3)}
+    assert check_all(files, groups) == []
+    # Without the groups file "1" and "2" are unknown names: every rank is flagged.
+    bare = resolve_groups(((f.path, f.nodes) for f in files), 4)
+    assert {f.code for f in check_all(files, bare)} == {"unknown-group"}

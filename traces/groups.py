@@ -122,10 +122,12 @@ def resolve_groups(
     *,
     comm_groups: str | os.PathLike[str] | None = None,
     directory: str | None = None,
+    prefix: str | None = None,
 ) -> ProcessGroups:
-    """Groups for a set: `comm_groups` file if given, else `comm_group.json` beside the set, plus METADATA nodes.
+    """Groups for a set: `comm_groups` file if given, else a groups file beside the set, plus METADATA nodes.
 
-    An explicit file wins over both; METADATA groups fill names the files do not define.
+    Beside the set means `comm_group.json` (ASTRA-sim examples, `xsim gen`) or `<prefix>.json` (STG writes
+    its communicator groups so). An explicit file wins; METADATA groups fill names the files do not define.
     """
     groups: dict[str, tuple[int, ...]] = {}
     source = "default"
@@ -138,7 +140,21 @@ def resolve_groups(
         candidate = os.path.join(directory, "comm_group.json")
         if os.path.isfile(candidate):
             file = candidate
+    if file is None and prefix is not None and _looks_like_groups(prefix + ".json"):
+        file = prefix + ".json"
     if file is not None:
         groups.update(load_comm_groups(file, num_ranks))
         source = os.fspath(file)
     return ProcessGroups(num_ranks=num_ranks, groups=groups, source=source)
+
+
+def _looks_like_groups(path: str) -> bool:
+    """True for a `{"<id>": [ranks]}` file (STG's `<prefix>.json`), False for anything else or unreadable."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and all(
+        isinstance(v, list) and all(isinstance(r, int) for r in v) for v in raw.values()
+    )

@@ -61,7 +61,11 @@ def _load(path: str, comm_groups: str | None = None) -> tuple[TraceSet, list[EtF
 
 def _groups(ts: TraceSet, files: list[EtFile], comm_groups: str | None):
     return resolve_groups(
-        ((f.path, f.nodes) for f in files), ts.num_ranks, comm_groups=comm_groups, directory=ts.directory
+        ((f.path, f.nodes) for f in files),
+        ts.num_ranks,
+        comm_groups=comm_groups,
+        directory=ts.directory,
+        prefix=ts.prefix,
     )
 
 
