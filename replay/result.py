@@ -217,8 +217,20 @@ def build_result(
     ops = pl.DataFrame(cols, schema=OPS_SCHEMA)
 
     acc = rank_accounting(rank, start, end, wait, res_code, nr)
-    # Union, not sum: recvs take no slot, so several can wait at once.
-    wait_r = union_length(rank, start, start + wait, nr)
+    # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
+    # idle time"): the union of its ops' waiting intervals (recvs take no slot, so several can wait at once)
+    # minus the time GPU compute or a CPU op runs meanwhile. A recv posted long before it is needed is
+    # still waiting in the `ops` table, but costs the rank nothing while it computes.
+    work = (res_code == 0) | (res_code == 1)
+    waits = wait > 0
+    work_r = union_length(rank[work], start[work], end[work], nr)
+    both_r = union_length(
+        np.concatenate([rank[work], rank[waits]]),
+        np.concatenate([start[work], start[waits]]),
+        np.concatenate([end[work], (start + wait)[waits]]),
+        nr,
+    )
+    wait_r = both_r - work_r
     ops_r = np.bincount(rank, minlength=nr).astype(np.int64)
     comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
     bytes_r = np.zeros(nr, dtype=np.int64)

@@ -271,3 +271,15 @@ def test_stalled_network_model_is_an_error_not_a_hang(tmp_path) -> None:
 
     with pytest.raises(ReplayError, match="network model 'fake' makes no progress at t=5 ns"):
         simulate(write_set(tmp_path, [[coll(1, 8)], [coll(1, 8)]]), network=Stuck(2))
+
+
+def test_rank_waiting_excludes_time_spent_computing(tmp_path) -> None:
+    # Rank 1 posts a recv at 0 and meanwhile computes 4 us (an independent node); rank 0 sends after 10 us.
+    # The recv waits 10 us in the ops table, but the rank idles only 10 - 4 = 6 us for its peer:
+    # that is its straggler waiting (the paper's GPU idle time).
+    r0 = [comp(1, 10), send(2, dst=1, tag=7, size=1000, deps=[1])]
+    r1 = [recv(1, src=0, tag=7, size=1000), comp(2, 4), comp(3, 5, deps=[1, 2])]
+    res = simulate(write_set(tmp_path, [r0, r1]), network=FakeNet(2))
+    assert res.ops.filter(rank=1, node_id=1)["wait_ns"].item() == 10_000
+    assert res.ranks["wait_ns"].to_list() == [0, 6_000]
+    assert res.summary_dict()["wait_ns_total"] == 6_000
