@@ -95,9 +95,11 @@ CLEAN_SYSTEM = AstraSystem(1, 1, 1, 1e9, "localBWAware", "LIFO", ())
 
 def _read(path: str | Path, what: str) -> str:
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise AstraConfigError(f"cannot read ASTRA-sim {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise AstraConfigError(f"{path}: ASTRA-sim {what} is not UTF-8 text (a binary file?)") from None
 
 
 def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:
@@ -112,6 +114,12 @@ def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:
     return val
 
 
+NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
+# Per-rank finish times are Python tuples built per collective: 2^20 NPUs is ~10x the largest GPU
+# clusters built (~1e5 GPUs); more is a typo in npus_count that would otherwise exhaust memory.
+MAX_NPUS = 1 << 20
+
+
 def load_network_yml(path: str | Path) -> AstraNetwork:
     """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
     try:
@@ -120,6 +128,13 @@ def load_network_yml(path: str | Path) -> AstraNetwork:
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, Mapping):
         raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+    # ASTRA-sim's analytical backend reads these four keys and nothing else: another key is a typo
+    # (`bandwith: [...]`) that would leave the intended value unused.
+    unknown = sorted(str(k) for k in doc if k not in NETWORK_KEYS)
+    if unknown:
+        raise AstraConfigError(
+            f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(NETWORK_KEYS)})"
+        )
     topo = doc.get("topology")
     if not isinstance(topo, list) or not topo:
         raise AstraConfigError(f"{path}: 'topology' must be a non-empty list such as [Ring]")
@@ -139,7 +154,12 @@ def load_network_yml(path: str | Path) -> AstraNetwork:
         if a < 0:
             raise AstraConfigError(f"{path}: latency must not be negative, got {a!r}")
         dims.append(AstraDim(ASTRA_TOPOLOGIES[t], c, float(b), float(a)))
-    return AstraNetwork(tuple(dims))
+    net = AstraNetwork(tuple(dims))
+    if net.num_npus > MAX_NPUS:
+        raise AstraConfigError(
+            f"{path}: npus_count makes {net.num_npus:,} NPUs, over the {MAX_NPUS:,} xsim models"
+        )
+    return net
 
 
 def load_system_json(path: str | Path) -> AstraSystem:

@@ -15,6 +15,7 @@ from netmodels.errors import NetworkModelError, TopologyError
 from netmodels.presets import canonical_gpu, interconnect
 from netmodels.topology import (
     GPU,
+    MAX_LINKS,
     Topology,
     add_duplex,
     fully_connected_topology,
@@ -25,6 +26,27 @@ from netmodels.topology import (
 from netmodels.units import parse_bandwidth, parse_time_ns
 
 FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
+# The keys each part of a cluster description may hold (docs/netmodels.md); anything else is a typo that
+# would otherwise fall back to a default silently.
+CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links")
+MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links")
+NODE_KEYS = (
+    "name", "gpu", "ranks", "count", "scale_up", "nic", "scale_up_bandwidth", "scale_up_latency",
+    "pcie_bandwidth", "pcie_latency", "nic_bandwidth", "nic_latency",
+)  # fmt: skip
+FABRIC_KEYS = ("kind", "link_latency", "oversubscription", "link_bandwidth", "nics_per_leaf", "spines", "k")
+LINK_KEYS = ("src", "dst", "bandwidth", "latency", "directed")
+
+
+# A cluster GPU has at least 6 directed links (to its NVSwitch/PCIe switch, to its NIC, NIC to fabric);
+# netmodels.topology.MAX_LINKS bounds the graph.
+MAX_CLUSTER_RANKS = MAX_LINKS // 6
+
+
+def _known_keys(obj: Mapping, allowed: tuple[str, ...], where: str) -> None:
+    unknown = sorted(str(k) for k in obj if k not in allowed)
+    if unknown:
+        raise TopologyError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(allowed)})")
 
 
 def _bw(value: Any, what: str) -> float:
@@ -45,8 +67,13 @@ def build_cluster(desc: Mapping) -> Topology:
     """Build a cluster Topology from a description with "preset", "nodes", "fabric" and optional "links"."""
     if not isinstance(desc, Mapping):
         raise TopologyError(f"cluster description must be a mapping, got {type(desc).__name__}")
+    if set(desc) == {"topology"}:
+        # A deployment spec's `cluster: "<topology spec>"` (tracegen keeps it as {"topology": ...}).
+        return topology_from_spec(desc["topology"])
     if "clusters" in desc:
+        _known_keys(desc, MULTI_CLUSTER_KEYS, "cluster description")
         return _build_multi_cluster(desc)
+    _known_keys(desc, CLUSTER_KEYS, "cluster description")
     g = nx.DiGraph()
     placed: dict[int, tuple[str, str]] = {}
     nics = _add_nodes(g, desc, "", placed)
@@ -74,6 +101,7 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
         if not isinstance(node, Mapping):
             raise TopologyError(f"node #{i} must be a mapping")
         name = prefix + str(node.get("name", f"node{i}"))
+        _known_keys(node, NODE_KEYS, f"node {name!r}")
         if g.has_node(f"{name}/gpu0"):
             raise TopologyError(f"node name {name!r} is used twice")
         if "gpu" not in node:
@@ -83,6 +111,10 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
             count = node.get("count")
             if not isinstance(count, int) or count < 1:
                 raise TopologyError(f'node {name!r} needs "ranks" (list) or "count" (positive integer)')
+            if next_rank + count > MAX_CLUSTER_RANKS:
+                raise TopologyError(
+                    f'node {name!r}: "count" {count:,} is over the {MAX_CLUSTER_RANKS:,} GPUs xsim builds'
+                )
             ranks = list(range(next_rank, next_rank + count))
         if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
             raise TopologyError(f'node {name!r}: "ranks" must be a non-empty list of non-negative integers')
@@ -141,6 +173,7 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
 def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> list[str]:
     if not isinstance(fabric, Mapping):
         raise TopologyError('"fabric" must be a mapping such as {"kind": "switch"}')
+    _known_keys(fabric, FABRIC_KEYS, "fabric")
     kind = fabric.get("kind", "switch")
     # The paper's tables give no switch-to-switch latency; 0 unless the description sets one.
     link_lat = _lat(fabric.get("link_latency", 0), "fabric link_latency")
@@ -224,6 +257,7 @@ def _apply_overrides(g: nx.DiGraph, links: list) -> None:
     for i, o in enumerate(links):
         if not isinstance(o, Mapping) or "src" not in o or "dst" not in o:
             raise TopologyError(f'link override #{i} needs "src" and "dst"')
+        _known_keys(o, LINK_KEYS, f"link override #{i}")
         pairs = [(o["src"], o["dst"])] if o.get("directed") else [(o["src"], o["dst"]), (o["dst"], o["src"])]
         for u, v in pairs:
             if not g.has_edge(u, v):
@@ -241,6 +275,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
     inter = desc.get("inter_cluster")
     if not isinstance(inter, Mapping) or "bandwidth" not in inter or "latency" not in inter:
         raise TopologyError('"inter_cluster" needs "bandwidth" and "latency" for the links between clusters')
+    _known_keys(inter, ("bandwidth", "latency"), "inter_cluster")
     bw = _bw(inter["bandwidth"], "inter_cluster bandwidth")
     lat = _lat(inter["latency"], "inter_cluster latency")
     g = nx.DiGraph()
@@ -249,6 +284,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
     for c, sub in enumerate(clusters):
         if not isinstance(sub, Mapping):
             raise TopologyError(f"cluster #{c} must be a mapping")
+        _known_keys(sub, CLUSTER_KEYS, f"cluster #{c}")
         prefix = f"{sub.get('name', f'c{c}')}/"
         if any(str(x).startswith(prefix) for x in g.nodes):
             raise TopologyError(f"cluster name {prefix[:-1]!r} is used twice")
@@ -333,9 +369,11 @@ def _nodes_desc(rest: str) -> dict:
                 f"cannot parse node group {item!r}; expected [K*]GPUxN[+GPUxM] such as 2*H100x4"
             )
         reps = int(m.group(1) or 1)
+        parts = [part.rpartition("x") for part in m.group(2).split("+")]
+        if rank + reps * sum(int(count) for _, _, count in parts) > MAX_CLUSTER_RANKS:
+            raise TopologyError(f"node group {item!r}: over the {MAX_CLUSTER_RANKS:,} GPUs xsim builds")
         gpus: list[str] = []
-        for part in m.group(2).split("+"):
-            gpu, _, count = part.rpartition("x")
+        for gpu, _, count in parts:
             gpus.extend([gpu] * int(count))
         if reps < 1 or not gpus:
             raise TopologyError(f"node group {item!r} must have positive counts")
@@ -352,9 +390,11 @@ def load_cluster_json(path: str | Path) -> dict:
     """Read a cluster description from a JSON file (the file itself, or its "cluster" key)."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise TopologyError(f"cannot read cluster file {p}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{p}: cluster file is not UTF-8 JSON (a binary file?)") from None
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if isinstance(data, dict) and "cluster" in data and "nodes" not in data:

@@ -83,18 +83,22 @@ class _Transfer:
 
 @dataclass(eq=False)
 class _Run:
-    """One channel of one chunk of a collective: per-position progress through the flattened stages."""
+    """One channel of one chunk of a collective: per-position progress through the flattened stages.
+
+    Plain lists, not numpy arrays: they are read and written one element at a time per transfer, where
+    numpy scalar indexing cost ~3x more (docs/performance.md).
+    """
 
     coll: _Coll
     channel: int
     chunk: int
     stages: list[Stage]
-    ptr: np.ndarray
-    issued: np.ndarray
-    need: np.ndarray
-    out: np.ndarray
-    red_paid: np.ndarray
-    finished: np.ndarray
+    ptr: list[int]
+    issued: list[int]
+    need: list[list[int]]  # [stage][position]: receives still awaited
+    out: list[int]
+    red_paid: list[int]
+    finished: list[bool]
 
 
 @dataclass(eq=False)
@@ -148,6 +152,9 @@ class FlowModel:
         self._done: list[tuple[int, int, Completion]] = []
         self.rate_recomputations = 0
         self._dirty = False
+        # (src rank, dst rank) -> (route links as an int64 array, route latency); Topology caches the route,
+        # this caches its array form, built once per pair instead of once per transfer.
+        self._paths: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
@@ -306,7 +313,11 @@ class FlowModel:
             ptr = np.searchsorted(stage.src[order], np.arange(p + 1))
             recv = np.bincount(stage.dst, minlength=p)
             red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p)
-            meta = (order, ptr, recv, red, stage)
+            # Lists for the per-transfer reads (same values: tolist() gives the exact Python int/float).
+            meta = (
+                order.tolist(), ptr.tolist(), recv.tolist(), red, stage,
+                stage.src.tolist(), stage.dst.tolist(), stage.nbytes.astype(np.float64).tolist(),
+            )  # fmt: skip
             coll.meta[key] = meta
         return meta
 
@@ -315,57 +326,56 @@ class FlowModel:
         p = len(coll.ranks)
         if run is None:
             stages = [s for s in coll.schedule.channels[ch] for _ in range(s.repeat)]
-            need = np.array([self._stage_meta(coll, s)[2] for s in stages], dtype=np.int32).reshape(
-                len(stages), p
-            )
-            z = np.zeros(p, dtype=np.int64)
-            run = _Run(
-                coll, ch, c, stages, z.copy(), z.copy(), need, z.copy(), z - 1, np.zeros(p, dtype=bool)
-            )
+            need = [list(self._stage_meta(coll, s)[2]) for s in stages]
+            run = _Run(coll, ch, c, stages, [0] * p, [0] * p, need, [0] * p, [-1] * p, [False] * p)
             coll.runs[(ch, c)] = run
         for i in positions:
             self._advance_pos(run, i, self._t)
 
     def _advance_pos(self, run: _Run, i: int, t: float) -> None:
         nst = len(run.stages)
+        ptr, issued, need = run.ptr, run.issued, run.need
         while True:
-            s = int(run.ptr[i])
+            s = ptr[i]
             if s == nst:
                 if run.out[i] == 0 and not run.finished[i]:
                     run.finished[i] = True
                     self._pos_finished(run, i, t)
                 return
             stage = run.stages[s]
-            order, sptr, recv, red, _ = self._stage_meta(run.coll, stage)
-            if run.issued[i] == s:
-                run.issued[i] = s + 1
+            order, sptr, recv, red, _, src, dst, nbytes = self._stage_meta(run.coll, stage)
+            if issued[i] == s:
+                issued[i] = s + 1
                 for k in order[sptr[i] : sptr[i + 1]]:
-                    self._send(run, s, stage, int(k))
-            if run.need[s, i] > 0:
+                    self._send(run, s, src[k], dst[k], nbytes[k])
+            if need[s][i] > 0:
                 return
             if stage.reduce and recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
                 run.red_paid[i] = s
                 self._push(t + red[i] / self.reduction_bpns, (run, i))
                 return
-            run.ptr[i] = s + 1
+            ptr[i] = s + 1
 
-    def _send(self, run: _Run, s: int, stage: Stage, k: int) -> None:
+    def _send(self, run: _Run, s: int, a: int, b: int, nbytes: float) -> None:
         ranks = run.coll.ranks
-        a, b = int(stage.src[k]), int(stage.dst[k])
-        r = self.topology.route(ranks[a], ranks[b])
+        pair = (ranks[a], ranks[b])
+        path = self._paths.get(pair)
+        if path is None:
+            r = self.topology.route(*pair)
+            path = self._paths[pair] = (np.array(r.links, dtype=np.int64), r.latency_ns)
         run.out[a] += 1
-        lat = r.latency_ns + self.endpoint_delay_ns
-        tr = _Transfer(run, s, a, b, float(stage.nbytes[k]), np.array(r.links, dtype=np.int64), lat)
-        self._launch(tr)
+        lat = path[1] + self.endpoint_delay_ns
+        self._launch(_Transfer(run, s, a, b, nbytes, path[0], lat))
 
     def _deliver(self, tr: _Transfer, t: float) -> None:
         run = tr.run
         if run is None:
             self._done.append((ceil_ns(t), tr.handle, Completion(tr.handle, ceil_ns(t), (ceil_ns(t),))))
             return
-        run.need[tr.stage, tr.dst] -= 1
+        need = run.need[tr.stage]
+        need[tr.dst] -= 1
         run.out[tr.src] -= 1
-        if run.ptr[tr.dst] == tr.stage and run.need[tr.stage, tr.dst] == 0:
+        if run.ptr[tr.dst] == tr.stage and need[tr.dst] == 0:
             self._advance_pos(run, tr.dst, t)
         if run.ptr[tr.src] == len(run.stages) and run.out[tr.src] == 0:
             self._advance_pos(run, tr.src, t)

@@ -8,6 +8,7 @@ picked by a CRC32 hash of (source, destination, current device): deterministic E
 from __future__ import annotations
 
 import heapq
+import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ GPU = "gpu"
 # Routing cost per link: scale-up links (NVLink/PCIe inside a host) are cheaper than scale-out hops, so
 # intra-host traffic stays on the scale-up fabric even where a NIC would offer an equally short detour.
 SCALE_UP_KINDS = frozenset({"scaleup"})
+# Devices with more links than this pick route next hops with numpy (Topology._wide_next_hops); below it a
+# Python loop over the few neighbours is cheaper than numpy's per-call overhead.
+_WIDE = 32
 
 
 def link_cost(attrs: dict) -> int:
@@ -207,9 +211,14 @@ class Topology:
             u = a
             while u != b:
                 du = dist_of(u)
-                nxt = [
-                    v for v, c in adj[u] if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
-                ]
+                if self._cache["levels"] and len(adj[u]) > _WIDE:
+                    nxt = self._wide_next_hops(u, b, du, arr)
+                else:
+                    nxt = [
+                        v
+                        for v, c in adj[u]
+                        if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
+                    ]
                 v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
                 links.append(index[(u, v)])
                 u = v
@@ -219,6 +228,25 @@ class Topology:
         r = Route(tuple(links), lat, bw)
         routes[key] = r
         return r
+
+    def _wide_next_hops(self, u: str, b: str, du: int, arr: np.ndarray) -> list[str]:
+        """route()'s candidate next hops from a wide device (a switch) in one numpy pass, same order.
+
+        The per-neighbour Python test made every new route through a switch with N ports cost O(N), so
+        routing all ring neighbours of N ranks cost O(N^2) (8% of a 2048-rank replay, docs/performance.md).
+        """
+        wide = self._cache.setdefault("wide", {})
+        nb = wide.get(u)
+        if nb is None:
+            nid = self._cache["nid"]
+            pairs = self._cache["adj"][u]
+            ids = np.array([nid[v] for v, _ in pairs], dtype=np.int64)
+            nb = wide[u] = (ids, np.array([c for _, c in pairs], dtype=np.int64), [v for v, _ in pairs])
+        ids, costs, names = nb
+        d = arr[ids]
+        d = np.where(d == np.iinfo(np.int64).max, -1, d)  # dist_of: unreached -> -1
+        ok = (d == du - costs) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
+        return [names[j] for j in np.flatnonzero(ok).tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended time (float ns) for nbytes from src to dst: path latency + bytes / bottleneck."""
@@ -256,9 +284,19 @@ def add_duplex(g: nx.DiGraph, u: str, v: str, bandwidth: float, latency_ns: floa
     g.add_edge(v, u, bandwidth=float(bandwidth), latency_ns=float(latency_ns), kind=kind)
 
 
-def _npus(n: int, name: str) -> tuple[nx.DiGraph, list[str]]:
+# networkx costs ~770 B and ~13 us per directed link (measured: fully_connected_topology(300), 89,700
+# links, 1.16 s, tracemalloc peak 69 MB). 2^22 links is ~3.2 GB and ~1 min; a larger logical topology is
+# almost surely a typo (switch:99999999999:...) and would look like a hang, so it is refused.
+MAX_LINKS = 1 << 22
+
+
+def _npus(n: int, name: str, links_per_rank: int = 2) -> tuple[nx.DiGraph, list[str]]:
     if not isinstance(n, int) or n < 1:
         raise TopologyError(f"{name}: number of ranks must be a positive integer, got {n!r}")
+    if n * links_per_rank > MAX_LINKS:
+        raise TopologyError(
+            f"{name}: {n:,} ranks make {n * links_per_rank:,} links, over the {MAX_LINKS:,} xsim builds"
+        )
     g = nx.DiGraph()
     nodes = [f"npu{i}" for i in range(n)]
     for x in nodes:
@@ -285,7 +323,7 @@ def switch_topology(n: int, bandwidth: float, latency_ns: float) -> Topology:
 
 def fully_connected_topology(n: int, bandwidth: float, latency_ns: float) -> Topology:
     """n ranks with a direct link between every ordered pair."""
-    g, nodes = _npus(n, "fully connected")
+    g, nodes = _npus(n, "fully connected", n - 1 if isinstance(n, int) else 0)
     for i in range(n):
         for j in range(i + 1, n):
             add_duplex(g, nodes[i], nodes[j], bandwidth, latency_ns, "fc")
@@ -303,8 +341,9 @@ def multi_dim_topology(dims: Iterable[tuple[str, int, float, float]]) -> Topolog
             raise TopologyError(f"unknown dimension kind {kind!r} (ring, switch, fc)")
         if not isinstance(size, int) or size < 1:
             raise TopologyError(f"dimension size must be a positive integer, got {size!r}")
-    n = int(np.prod(sizes))
-    g, nodes = _npus(n, "multi-dim")
+    n = math.prod(sizes)  # not np.prod: int64 would wrap on absurd sizes
+    per_rank = sum(size - 1 if kind == "fc" else 2 for kind, size, _, _ in dims)
+    g, nodes = _npus(n, "multi-dim", per_rank)
     strides = [int(np.prod(sizes[:d])) for d in range(len(sizes))]
     for d, (kind, size, bw, lat) in enumerate(dims):
         if size == 1:

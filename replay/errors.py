@@ -43,10 +43,9 @@ class ReplayDeadlock(ReplayError):
         self.remaining = remaining
         self.stuck = stuck
         shown = stuck[: self.MAX_LISTED]
-        lines = [
-            f"deadlock at t={time_ns} ns: {remaining} node(s) on {len(stuck)} rank(s) can never run",
-            *("  " + s.render() for s in shown),
-        ]
+        # One line (the CLI prints one `xsim: error:` line per failure): the stuck ranks follow the count.
+        parts = [s.render() for s in shown]
         if len(stuck) > len(shown):
-            lines.append(f"  ... and {len(stuck) - len(shown)} more rank(s)")
-        super().__init__("\n".join(lines))
+            parts.append(f"... and {len(stuck) - len(shown)} more rank(s)")
+        head = f"deadlock at t={time_ns} ns: {remaining} node(s) on {len(stuck)} rank(s) can never run"
+        super().__init__(f"{head}: {'; '.join(parts)}" if parts else head)

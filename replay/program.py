@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from replay.compute import ComputeModel, DurationModel
+from replay.compute import ComputeModel, DurationModel, RooflineModel
 from replay.config import ReplayConfig
 from replay.errors import ReplayError, TraceGraphError
 from traces import pb
@@ -28,12 +28,14 @@ from traces.attrs import (
     IS_CPU_OP,
     LAYER,
     MICRO_BATCH,
+    NUM_OPS,
     PG_NAME,
     PHASE,
     RESHARD,
     RING,
     STAGE,
     STREAM,
+    TENSOR_SIZE,
 )
 from traces.groups import ALL_RANKS_NAMES, ProcessGroups
 from traces.traceset import TraceSet
@@ -70,6 +72,10 @@ ANNOTATION_COLUMNS: dict[str, str] = {
 _SCANNED = frozenset(
     {IS_CPU_OP, STREAM, COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group"}
 )
+# Read for RooflineModel.comp_duration_ns (the roofline model's inputs, read in the same pass).
+_ROOFLINE = frozenset({NUM_OPS, TENSOR_SIZE})
+# Oneof kinds whose value _attr_scalar returns (anything else: None).
+_SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 _STOI = re.compile(r"^\s*([+-]?\d+)")
 
 
@@ -162,9 +168,7 @@ def resolve_group(groups: ProcessGroups, name: str) -> tuple[str, tuple[int, ...
 
 def _attr_scalar(a: pb.AttributeProto):
     kind = a.WhichOneof("value")
-    if kind in INT_KINDS or kind == "bool_val" or kind == "string_val" or kind in FLOAT_KINDS:
-        return getattr(a, kind)
-    return None
+    return getattr(a, kind) if kind in _SCALAR_KINDS else None
 
 
 def _attach(children: list[list[int]], fwd: dict[int, list[int]], empty: list[int]) -> None:
@@ -223,6 +227,8 @@ def build_program(
     """Read every rank's nodes once and flatten them into a Program (validating the graph)."""
     compute = compute or DurationModel()
     fast_duration = type(compute) is DurationModel
+    # Roofline from the attributes this pass reads anyway (no second scan per node, same numbers).
+    fast_roofline = type(compute) is RooflineModel
     n_ranks = trace_set.num_ranks
     measured = config.comm_mode == "measured"
     tcomm_types = config.duration_comm_types
@@ -278,18 +284,22 @@ def build_program(
             names.append(node.name)
             ntypes.append(nt)
             # One pass over the attributes.
-            cpu = False
-            stream = None
+            cpu = r_cpu = r_slow = False
+            stream = r_ops = r_size = None
             a_ct = a_size = a_src = a_dst = a_tag = a_pg = None
             vals = None
             attrs = node.attr
             # Slicing a upb repeated field is ~5x faster than iterating it (measured, scripts/bench_replay.py).
+            # _attr_scalar is inlined below (a call per attribute was ~10% of building, docs/performance.md).
             for a in attrs[:] if len(attrs) else ():
                 an = a.name
                 if an in _SCANNED:
-                    v = _attr_scalar(a)
+                    kind = a.WhichOneof("value")
+                    v = getattr(a, kind) if kind in _SCALAR_KINDS else None
                     if an == IS_CPU_OP:
                         cpu = bool(v) if not isinstance(v, str) else False
+                        # RooflineModel's own reading (_roofline_attrs): bool and integer kinds only.
+                        r_cpu = bool(v) if kind == "bool_val" or kind in INT_KINDS else False
                     elif an == STREAM:
                         stream = v
                     elif an == COMM_TYPE:
@@ -307,7 +317,18 @@ def build_program(
                 elif an in ANNOTATION_COLUMNS:
                     if vals is None:
                         vals = {}
-                    vals.setdefault(an, _attr_scalar(a))
+                    if an not in vals:  # the first occurrence wins, even when it holds no scalar
+                        kind = a.WhichOneof("value")
+                        vals[an] = getattr(a, kind) if kind in _SCALAR_KINDS else None
+                elif an in _ROOFLINE and fast_roofline:
+                    kind = a.WhichOneof("value")
+                    if kind in INT_KINDS:
+                        if an == NUM_OPS:
+                            r_ops = getattr(a, kind)
+                        else:
+                            r_size = getattr(a, kind)
+                    elif kind in FLOAT_KINDS:
+                        r_slow = True  # int(float) may raise: let duration_ns do it, at the same point
             if vals is not None:
                 ann[g] = {
                     k: (
@@ -325,7 +346,12 @@ def build_program(
             # Kind, duration and slot.
             if nt == pb.COMP_NODE:
                 kind = K_CPU if cpu else K_COMP
-                d = rec if fast_duration else compute.duration_ns(rank, node)
+                if fast_duration:
+                    d = rec
+                elif fast_roofline and not r_slow:
+                    d = compute.comp_duration_ns(rank, r_cpu, r_ops, r_size, rec)
+                else:
+                    d = compute.duration_ns(rank, node)
                 if not isinstance(d, int) or d < 0:
                     raise ReplayError(
                         f"compute model {compute.name!r} gave {d!r} ns for {node.name!r}: need int >= 0"

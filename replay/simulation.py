@@ -12,7 +12,7 @@ from replay.compute import ComputeModel
 from replay.config import ReplayConfig
 from replay.engine import run_engine
 from replay.errors import ReplayError
-from replay.program import build_program
+from replay.program import K_COLL, K_RECV, K_SEND, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
 from traces.groups import ProcessGroups, resolve_groups
@@ -58,15 +58,46 @@ def simulate(
     try:
         pgs = load_groups(ts, groups)
         prog = build_program(ts, pgs, compute, config)
+        if prog.num_nodes == 0:
+            # An iteration time of 0 would look like a result; an empty set is almost always a wrong path.
+            raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
+        if config.comm_mode == "measured":
+            _check_measured(prog, ts)
         if callable(progress):
             out = run_engine(prog, network, config, progress)
         else:
             with progress_bar(enabled=bool(progress)) as cb:
                 out = run_engine(prog, network, config, cb)
         name = network.name if network is not None else "none"
+        _check_int64(prog, out, ts)
         return build_result(
             prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
         )
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+INT64_MAX = 2**63 - 1  # the result tables hold nanoseconds as int64
+
+
+def _check_int64(prog, out, ts: TraceSet) -> None:
+    """Refuse times past int64 ns (~292 years): a corrupt duration_micros, not a result to tabulate."""
+    if not out.end or max(out.end) <= INT64_MAX:
+        return
+    g = max(range(len(out.end)), key=out.end.__getitem__)
+    raise ReplayError(
+        f"{ts.paths[prog.rank_of(g)]}, {prog.describe(g)}: simulated end time {out.end[g]} ns overflows "
+        "int64 nanoseconds (corrupt duration_micros?)"
+    )
+
+
+def _check_measured(prog, ts: TraceSet) -> None:
+    """Measured communication needs recorded durations: with none at all (a generated trace), every
+    collective would take 1 ns and the run would "succeed" with a meaningless iteration time."""
+    comm = [g for g, k in enumerate(prog.kind) if k in (K_COLL, K_SEND, K_RECV)]
+    if comm and all(prog.recorded_ns[g] <= 1 for g in comm):
+        raise ReplayError(
+            f"{ts.prefix}: comm mode 'measured', but none of its {len(comm)} communication nodes records a "
+            f"duration (duration_micros is 0, e.g. {prog.describe(comm[0])}): time them on a network model"
+        )

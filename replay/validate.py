@@ -81,7 +81,12 @@ class Validation:
 
     def save(self, out_dir: str | os.PathLike[str], plot: bool = True) -> list[str]:
         """Write layers.csv, classes.csv, steps.csv, validation.json and (with matplotlib) validation.png."""
-        out = os.fspath(out_dir)
+        try:
+            return self._write(os.fspath(out_dir), plot)
+        except OSError as exc:
+            raise ReplayError(f"{os.fspath(out_dir)}: cannot write: {exc.strerror or exc}") from None
+
+    def _write(self, out: str, plot: bool) -> list[str]:
         os.makedirs(out, exist_ok=True)
         paths = []
         for name, df in (("layers", self.layers), ("classes", self.classes), ("steps", self.steps)):
@@ -158,7 +163,7 @@ def trace_of(sim_dir: str) -> str:
     try:
         with open(p, encoding="utf-8") as fh:
             return str(json.load(fh)["trace"])
-    except (OSError, KeyError, TypeError, json.JSONDecodeError):
+    except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
         raise ReplayError(
             f"{sim_dir}: no {SOURCE_FILE} naming the replayed trace set; pass it with --trace PREFIX"
         ) from None
@@ -174,7 +179,11 @@ def validate(
     ops_path = os.path.join(sim, "ops.parquet")
     if not os.path.isfile(ops_path):
         raise ReplayError(f"{sim}: no ops.parquet (pass the folder `xsim replay --out` wrote)")
-    ops = pl.read_parquet(ops_path, columns=["rank", "node_id", "start_ns", "end_ns", "duration_ns"])
+    try:
+        ops = pl.read_parquet(ops_path, columns=["rank", "node_id", "start_ns", "end_ns", "duration_ns"])
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReplayError(f"{ops_path}: not a replay ops table ({first})") from None
     ts = trace if isinstance(trace, TraceSet) else discover(trace if trace is not None else trace_of(sim))
     if not real:
         raise ReplayError("no Kineto trace given with --real")
@@ -185,6 +194,12 @@ def validate(
         if rank >= ts.num_ranks:
             raise ReplayError(f"{path}: Kineto rank {rank} but the trace set has {ts.num_ranks} ranks")
         steps_by_rank[rank] = steps
+    if not any(steps_by_rank.values()):
+        # Without steps the headline step-time error would print as nan on a run that "succeeded".
+        raise ReplayError(
+            f"{real[0]}: no ProfilerStep#N events in the Kineto trace(s); profile with torch.profiler and "
+            "call prof.step() each iteration"
+        )
     by_layer: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     step_rows = []

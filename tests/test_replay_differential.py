@@ -295,7 +295,8 @@ def test_dropped_send_deadlocks_with_named_ranks(case: Case, data):
     assert msg.startswith(f"deadlock at t={ref.time_ns} ns:")
     for s in err.stuck:
         assert s.node_id in ref.stuck[s.rank]
-        assert f"  rank {s.rank}: node {s.node_id} " in msg
+        assert f"rank {s.rank}: node {s.node_id} " in msg
+    assert "\n" not in msg  # one line: the CLI prints one `xsim: error:` line
 
 
 # Hand-computed cases where an engine and a naive reading of the rules could plausibly disagree. Each
@@ -479,9 +480,9 @@ def test_collectives_of_two_groups_grabbing_the_comm_slots_deadlock():
     with pytest.raises(ReplayDeadlock) as exc:
         run_engine(per_rank, g)
     assert str(exc.value) == (
-        "deadlock at t=1000 ns: 4 node(s) on 2 rank(s) can never run\n"
-        "  rank 0: node 2 'coll2' waits for collective #0 of group '1' (ALL_REDUCE, 0 B): rank(s) [1] never "
-        "issued it\n"
-        "  rank 1: node 9 'coll9' waits for collective #0 of group '2' (ALL_GATHER, 0 B): rank(s) [0] never "
+        "deadlock at t=1000 ns: 4 node(s) on 2 rank(s) can never run: "
+        "rank 0: node 2 'coll2' waits for collective #0 of group '1' (ALL_REDUCE, 0 B): rank(s) [1] never "
+        "issued it; "
+        "rank 1: node 9 'coll9' waits for collective #0 of group '2' (ALL_GATHER, 0 B): rank(s) [0] never "
         "issued it"
     )

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tracegen.errors import GeneratorError
 from traces import pb
 from traces.traceset import write_trace_set
 
@@ -45,12 +46,15 @@ class TraceBundle:
     def write(self, out_dir: str | os.PathLike[str], name: str) -> list[str]:
         """Write `<out>/<name>.<rank>.et` for every rank and `<out>/comm_group.json`; returns the .et paths."""
         out = os.fspath(out_dir)
-        os.makedirs(out, exist_ok=True)
         meta = pb.GlobalMetadata(version=METADATA_VERSION)
-        paths = write_trace_set(os.path.join(out, name), self.nodes, meta)
         order = sorted(self.comm_groups, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k))
         groups = {k: list(self.comm_groups[k]) for k in order}
-        with open(os.path.join(out, "comm_group.json"), "w", encoding="utf-8") as fh:
-            json.dump(groups, fh, indent=None, separators=(", ", ": "))
-            fh.write("\n")
+        try:
+            os.makedirs(out, exist_ok=True)
+            paths = write_trace_set(os.path.join(out, name), self.nodes, meta)
+            with open(os.path.join(out, "comm_group.json"), "w", encoding="utf-8") as fh:
+                json.dump(groups, fh, indent=None, separators=(", ", ": "))
+                fh.write("\n")
+        except OSError as exc:
+            raise GeneratorError(f"{out}: cannot write traces: {exc.strerror or exc}") from None
         return paths

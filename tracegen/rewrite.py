@@ -634,7 +634,10 @@ def rewrite_trace_set(
     bundle, name = read_bundle(path)
     before = sum(len(v) for v in bundle.nodes.values())
     n_groups = len(bundle.comm_groups)
-    rewrite_bundle(bundle, deployment, strategy, barriers=barriers)
+    try:
+        rewrite_bundle(bundle, deployment, strategy, barriers=barriers)
+    except RewriteError as exc:
+        raise RewriteError(f"{path}: {exc}") from None  # which trace set the rank/node belongs to
     bundle.write(out_dir, name)
     after = sum(len(v) for v in bundle.nodes.values())
     inserted = sum(1 for v in bundle.nodes.values() for n in v if _has_attr(n, RESHARD))

@@ -52,7 +52,45 @@ TOP_KEYS = (
 )
 DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
 INT32_MAX = 2**31 - 1  # the proto's int32 fields
+# A (rank, layer, micro-batch) step yields at least a forward and a backward compute node, and generation
+# runs ~37k nodes/s (scripts/bench_gen.py: 203,712 nodes in 5.3-5.9 s, docs/tracegen.md). Past this many
+# steps (>= 100M nodes, hours and tens of GB) a spec is almost surely a typo (micro_batches: 2000000000),
+# so it is refused up front instead of looking like a hang.
+MAX_LAYER_STEPS = 50_000_000
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class _DuplicateKey(ValueError):
+    """A key given twice in one mapping of a JSON spec."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        self.flatten_mapping(node)
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                dup = key in seen
+            except TypeError:
+                continue  # an unhashable key: the base constructor reports it
+            if dup:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(f"key {k!r} given twice")
+        out[k] = v
+    return out
 
 
 def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -66,16 +104,17 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
     try:
         if ext in (".yaml", ".yml"):
-            raw = yaml.safe_load(data)
+            raw = yaml.load(data, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
         elif ext == ".toml":
             raw = tomllib.loads(data.decode("utf-8"))
         elif ext == ".json":
-            raw = json.loads(data)
+            raw = json.loads(data, object_pairs_hook=_unique_pairs)
         else:
             raise SpecError(
                 f"unknown spec format {ext or '(none)'!r}: use .yaml, .yml, .toml or .json", path=p
             )
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as exc:
+        # ValueError: json.JSONDecodeError, UnicodeDecodeError and _DuplicateKey.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"not valid {ext[1:].upper()}: {first}", path=p) from None
     if not isinstance(raw, dict):
@@ -167,6 +206,14 @@ class _SpecBuilder:
         self.gpus(dep)
         self.profile(dep)
         self.device_groups(dep, model)
+        steps = dep.micro_batches * sum(
+            len(dg.ranks) * (dg.layer_end - dg.layer_start + 1) for dg in dep.device_groups
+        )
+        if steps > MAX_LAYER_STEPS:
+            raise self.fail(
+                f"{steps:,} (rank, layer, micro-batch) steps, over the {MAX_LAYER_STEPS:,} xsim generates "
+                "(each is >= 2 trace nodes): lower micro_batches or the layers per device group"
+            )
         self.cluster(dep)
         return dep
 
@@ -374,6 +421,8 @@ class _SpecBuilder:
             raise self.fail(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
         except json.JSONDecodeError as exc:
             raise self.fail(f"cluster file {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
+        except UnicodeDecodeError:
+            raise self.fail(f"cluster file {path} is not UTF-8 JSON (a binary file?)") from None
         if isinstance(data, dict) and "cluster" in data and "nodes" not in data:
             data = data["cluster"]
         if not isinstance(data, dict):

@@ -111,7 +111,13 @@ class _Generator:
         key = (name, type(value), value)  # type too: True == 1 but they are different attribute kinds
         a = self._attr_cache.get(key)
         if a is None:
-            a = self._attr_cache[key] = A.make_attr(name, value)
+            try:
+                a = self._attr_cache[key] = A.make_attr(name, value)
+            except ValueError:  # protobuf: the value does not fit the attribute's 64-bit field
+                raise GeneratorError(
+                    f"attribute {name} = {value} does not fit a 64-bit trace attribute: the model is too "
+                    "large (hidden, ffn_hidden, seq_len x micro_batch)"
+                ) from None
         return a
 
     def duration(self, gpu: str, op: Op) -> int:

@@ -53,7 +53,7 @@ def load_comm_groups(
             raw = json.load(fh)
     except OSError as exc:
         raise TraceError(f"cannot read comm-groups file: {exc.strerror or exc}", path=p) from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TraceError(f"comm-groups file is not JSON: {exc}", path=p) from None
     if raw == "empty":
         return {}

@@ -53,16 +53,25 @@ def from_json_dict(doc: Any, path: str = "<json>") -> EtFile:
     try:
         json_format.ParseDict(doc.get("metadata") or {}, meta)
     except json_format.ParseError as exc:
-        raise TraceFormatError(f"metadata: {exc}", path=path) from None
+        raise TraceFormatError(f"metadata: {_first_line(exc)}", path=path) from None
+    if not isinstance(doc["nodes"], list):
+        raise TraceFormatError("'nodes' must be a list of node objects", path=path)
     nodes = []
     for index, nd in enumerate(doc["nodes"]):
+        if not isinstance(nd, dict):
+            raise TraceFormatError(f"a node must be an object, got {nd!r:.40}", path=path, node_index=index)
         node = pb.Node()
         try:
             json_format.ParseDict(nd, node)
         except json_format.ParseError as exc:
-            raise TraceFormatError(str(exc), path=path, node_index=index) from None
+            raise TraceFormatError(_first_line(exc), path=path, node_index=index) from None
         nodes.append(node)
     return EtFile(path=path, metadata=meta, nodes=nodes)
+
+
+def _first_line(exc: Exception) -> str:
+    """protobuf's ParseError appends a second line listing the available fields; errors are one line."""
+    return str(exc).strip().splitlines()[0]
 
 
 # Chakra's WrapperNode JSON keys -> (Node field or attribute, attribute oneof); chakra-et.md section 2.3.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
+from netmodels.cluster import build_cluster
+from netmodels.errors import NetworkModelError
 from tracegen.errors import GeneratorError, SpecError
-from tracegen.spec import NAME_RE, load_spec, save_deployment
+from tracegen.spec import NAME_RE, load_spec, num_ranks, save_deployment
 from tracegen.workload import generate
 
 
@@ -30,14 +33,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_cluster(dep, spec_path: str) -> None:
+    """Build a spec's explicit cluster now, so a typo in it fails here, naming the spec, not at replay."""
+    if dep.cluster_derived:
+        return  # derived from the device groups; V100-only sets have no preset and are replayed with --topology
+    try:
+        topo = build_cluster(json.loads(dep.cluster_json))
+    except NetworkModelError as exc:
+        raise SpecError(f"cluster: {exc}", path=spec_path) from None
+    if topo.num_ranks < num_ranks(dep):
+        raise SpecError(
+            f"cluster: {topo.num_ranks} ranks, but the device groups have {num_ranks(dep)}", path=spec_path
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Load, validate, generate and write; errors surface as one line through the CLI."""
     dep = load_spec(args.spec)
+    check_cluster(dep, args.spec)
     if args.name:
         if not NAME_RE.match(args.name):
             raise SpecError(f"--name {args.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = args.name
-    bundle = generate(dep, rewrite=not args.no_rewrite)
+    try:
+        bundle = generate(dep, rewrite=not args.no_rewrite)
+    except GeneratorError as exc:
+        raise GeneratorError(f"{args.spec}: {exc}") from None
     try:
         paths = bundle.write(args.out, dep.name)
         save_deployment(dep, os.path.join(args.out, "deployment.json"))

@@ -105,11 +105,19 @@ def _astra_system(path: str) -> dict:
             doc = json.load(fh)
     except OSError as exc:
         raise ReplayError(f"{path}: cannot read ASTRA-sim system config: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ReplayError(f"{path}: ASTRA-sim system config is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ReplayError(f"{path}: ASTRA-sim system config must be a JSON object")
     return doc
+
+
+def _astra_number(doc: dict, key: str, path: str) -> float:
+    """A numeric key of an ASTRA-sim system config (absent = 0), or a clear error naming file and key."""
+    v = doc.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ReplayError(f"{path}: ASTRA-sim system config {key!r} must be a number, got {v!r}")
+    return float(v)
 
 
 def build_network(args: argparse.Namespace, ts: TraceSet, deployment):
@@ -153,10 +161,12 @@ def build_compute(args: argparse.Namespace, ts: TraceSet, deployment) -> Compute
     speed: dict[int, float] = {}
     if args.astra_system:
         doc = _astra_system(args.astra_system)
-        if int(doc.get("roofline-enabled", 0)):
+        if _astra_number(doc, "roofline-enabled", args.astra_system):
             # ASTRA-sim units: peak-perf in TFLOPS (1e12), local-mem-bw in GB/s (1e9 bytes).
             prof = DeviceProfile(
-                float(doc.get("peak-perf", 0)) * 1e12, float(doc.get("local-mem-bw", 0)) * 1e9, "astra-sim"
+                _astra_number(doc, "peak-perf", args.astra_system) * 1e12,
+                _astra_number(doc, "local-mem-bw", args.astra_system) * 1e9,
+                "astra-sim",
             )
             model = RooflineModel(profiles={}, default=prof)
     if deployment is not None and len(deployment.device_groups):
@@ -168,6 +178,12 @@ def build_compute(args: argparse.Namespace, ts: TraceSet, deployment) -> Compute
         model = RooflineModel(profiles=profiles)
     if args.device_profile:
         f = load_device_profile(args.device_profile, catalog_device)
+        outside = sorted(r for r in f.ranks if r >= ts.num_ranks)
+        if outside:
+            raise ReplayError(
+                f"{args.device_profile}: device for rank {outside[0]}, but the trace set has ranks "
+                f"0..{ts.num_ranks - 1}"
+            )
         model = RooflineModel(profiles=dict(f.ranks), default=f.default)
         speed.update(f.speed)
     if getattr(args, "as_gpu", None) or getattr(args, "from_gpu", None):
@@ -239,6 +255,27 @@ def _print_summary(result, path: str) -> None:
             )
 
 
+def _write_outputs(args: argparse.Namespace, result, ts: TraceSet) -> None:
+    """Write --out, --timeline and --annotate; an unwritable path is one error naming it."""
+    target = ""
+    try:
+        if args.out:
+            target = args.out
+            result.save(args.out)
+            # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
+            with open(os.path.join(args.out, "source.json"), "w", encoding="utf-8") as fh:
+                json.dump({"trace": os.path.abspath(ts.prefix)}, fh)
+                fh.write("\n")
+        if args.timeline:
+            target = args.timeline
+            write_timeline(result, args.timeline)
+        if args.annotate:
+            target = args.annotate
+            write_annotated(result, args.annotate)
+    except OSError as exc:
+        raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the models, replay, print the summary and write the requested files."""
     ts = discover(args.path)
@@ -264,16 +301,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
-    if args.out:
-        result.save(args.out)
-        # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
-        with open(os.path.join(args.out, "source.json"), "w", encoding="utf-8") as fh:
-            json.dump({"trace": os.path.abspath(ts.prefix)}, fh)
-            fh.write("\n")
-    if args.timeline:
-        write_timeline(result, args.timeline)
-    if args.annotate:
-        write_annotated(result, args.annotate)
+    _write_outputs(args, result, ts)
     if args.json:
         obj = result.summary_dict()
         obj["perf"] = result.perf_dict()

@@ -8,6 +8,7 @@ import os
 import sys
 
 from traces import checks
+from traces.errors import XsimError
 from traces.groups import resolve_groups
 from traces.jsonview import dump_json, load_json
 from traces.stream import EtFile, write_et
@@ -120,13 +121,20 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _to_json(args: argparse.Namespace) -> int:
     ts, files = _load(args.path)
-    if ts.num_ranks == 1 and args.out.endswith((".json", ".json.gz")):
-        dump_json(files[0], args.out)
-        return 0
+    try:
+        _write_json(ts, files, args.out)
+    except OSError as exc:
+        raise XsimError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
+    return 0
+
+
+def _write_json(ts: TraceSet, files: list[EtFile], out: str) -> None:
+    if ts.num_ranks == 1 and out.endswith((".json", ".json.gz")):
+        dump_json(files[0], out)
+        return
     base = os.path.basename(ts.prefix)
     for rank, et in enumerate(files):
-        dump_json(et, os.path.join(args.out, f"{base}.{rank}.json"))
-    return 0
+        dump_json(et, os.path.join(out, f"{base}.{rank}.json"))
 
 
 def _from_json(args: argparse.Namespace) -> int:
@@ -135,9 +143,12 @@ def _from_json(args: argparse.Namespace) -> int:
     else:
         ts = discover(args.path)
         files = [load_json(p) for p in ts.paths]
-    if len(files) == 1 and args.out.endswith((".et", ".et.gz")):
-        write_et(args.out, files[0].nodes, files[0].metadata)
-        return 0
-    for rank, et in enumerate(files):
-        write_et(f"{args.out}.{rank}.et", et.nodes, et.metadata)
+    try:
+        if len(files) == 1 and args.out.endswith((".et", ".et.gz")):
+            write_et(args.out, files[0].nodes, files[0].metadata)
+            return 0
+        for rank, et in enumerate(files):
+            write_et(f"{args.out}.{rank}.et", et.nodes, et.metadata)
+    except OSError as exc:
+        raise XsimError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

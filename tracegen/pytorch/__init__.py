@@ -66,15 +66,20 @@ class ImportResult:
         """Write `<prefix>.<rank>.et` for every rank and comm_group.json beside them."""
         prefix = os.fspath(prefix)
         folder = os.path.dirname(prefix) or "."
-        os.makedirs(folder, exist_ok=True)
-        paths = write_trace_set(prefix, self.nodes, self.metadata)
         numeric = {k: list(v) for k, v in self.comm_groups.items() if k.isdigit()}
-        if numeric:
-            path = os.path.join(folder, "comm_group.json")
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(numeric, fh, sort_keys=True)
-                fh.write("\n")
-            paths.append(path)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            paths = write_trace_set(prefix, self.nodes, self.metadata)
+            if numeric:
+                path = os.path.join(folder, "comm_group.json")
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump(numeric, fh, sort_keys=True)
+                    fh.write("\n")
+                paths.append(path)
+        except OSError as exc:
+            raise PyTorchImportError(
+                f"cannot write the trace set: {exc.strerror or exc}", path=prefix
+            ) from None
         return paths
 
 

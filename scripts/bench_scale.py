@@ -1,0 +1,185 @@
+"""Benchmark xsim at scale: Llama-2 7B on H100, TP 8 x PP 4 x DP growing, generate -> write -> read -> replay.
+
+Usage: .venv/bin/python scripts/bench_scale.py [--ranks 128 512 1024 2048] [--micro-batches 4]
+           [--models analytical flow] [--root DIR] [--profile FILE.html] [--summary-dir DIR]
+
+Each size runs in its own child process so that peak RSS (getrusage ru_maxrss, monotonic per process) is
+that size's alone. The replay uses what `xsim replay DIR` uses for a folder holding deployment.json: the
+CLI's own `build_network` / `build_compute` (derived cluster, roofline devices from the GPU catalog).
+Prints one Markdown row per (size, network model); the numbers in docs/performance.md come from here.
+`--profile` runs pyinstrument around the replays of the (single) given size and writes an HTML report
+plus a text one beside it. `--summary-dir` writes each replay's summary.json (to compare runs byte for byte).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TP, PP = 8, 4  # Llama-2 7B: 32 layers -> 8 per stage (model card: 32 layers)
+LAYERS = 32
+
+
+def spec(num_ranks: int, micro_batches: int) -> dict:
+    """`num_ranks / 32` replicas x 4 stages of 8 layers x TP 8 on H100, one 2048-token sequence each."""
+    if num_ranks % (TP * PP):
+        raise SystemExit(f"--ranks {num_ranks}: must be a multiple of {TP * PP} (TP {TP} x PP {PP})")
+    groups = []
+    per = LAYERS // PP
+    for r in range(num_ranks // (TP * PP)):
+        for k in range(PP):
+            first = TP * PP * r + TP * k
+            groups.append(
+                {
+                    "id": PP * r + k, "gpu": "H100", "ranks": f"{first}-{first + TP - 1}", "tp": TP,
+                    "layers": [per * k + 1, per * k + per], "micro_batch": 1, "pp_stage": k, "dp_replica": r,
+                }
+            )  # fmt: skip
+    return {
+        "name": f"llama2_7b_{num_ranks}",
+        "model": "llama2-7b",
+        "seq_len": 2048,
+        "micro_batches": micro_batches,
+        "schedule": "1f1b",
+        "device_groups": groups,
+    }
+
+
+def rss_mib() -> float:
+    """Peak resident set size of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one_size(args: argparse.Namespace, n: int) -> list[dict]:
+    """Generate, write, read and replay one size in this process; one dict per network model."""
+    from tracegen import generate, load_spec
+    from tracegen.spec import save_deployment
+    from traces.traceset import discover
+    from xsim.cli import build_parser
+    from xsim.cmd_replay import _deployment, build_compute, build_network
+    from replay import ReplayConfig, simulate
+
+    out = Path(args.root) / f"r{n}"
+    dep = load_spec(spec(n, args.micro_batches))
+    t = time.perf_counter()
+    bundle = generate(dep)
+    t_gen = time.perf_counter() - t
+    nodes = sum(len(v) for v in bundle.nodes.values())
+    t = time.perf_counter()
+    bundle.write(out, dep.name)
+    save_deployment(dep, out / "deployment.json")
+    t_write = time.perf_counter() - t
+    rss_gen = rss_mib()
+    del bundle
+    gc.collect()
+
+    t = time.perf_counter()
+    ts = discover(out)
+    read_nodes = sum(len(ts.load(r).nodes) for r in range(ts.num_ranks))
+    t_read = time.perf_counter() - t
+    assert read_nodes == nodes, (read_nodes, nodes)
+    gc.collect()
+
+    profiler = None
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.005)
+    rows = []
+    parser = build_parser()
+    for model in args.models:
+        cli = parser.parse_args(["replay", str(out), "--model", model, "--no-progress"])
+        ts = discover(cli.path)
+        deployment = _deployment(ts)
+        t = time.perf_counter()
+        if profiler:
+            profiler.start()
+        network = build_network(cli, ts, deployment)
+        compute = build_compute(cli, ts, deployment)
+        res = simulate(ts, network=network, compute=compute, config=ReplayConfig())
+        if profiler:
+            profiler.stop()
+        t_replay = time.perf_counter() - t
+        s, perf = res.summary_dict(), res.perf_dict()
+        if args.summary_dir:
+            d = Path(args.summary_dir) / f"r{n}_{model}"
+            d.mkdir(parents=True, exist_ok=True)
+            with open(d / "summary.json", "w", encoding="utf-8") as fh:
+                json.dump(s, fh, indent=2)
+                fh.write("\n")
+        rows.append(
+            {
+                "ranks": n, "model": model, "nodes": nodes, "gen_s": t_gen, "write_s": t_write,
+                "read_s": t_read, "replay_s": t_replay, "engine_s": perf["engine_wall_s"],
+                "events": s["events"], "events_per_s": s["events"] / t_replay,
+                "rss_gen_mib": rss_gen, "rss_mib": rss_mib(), "iteration_ns": s["iteration_time_ns"],
+                "collectives": s["num_collectives"], "p2p": s["num_p2p"],
+            }
+        )  # fmt: skip
+        del res, network, compute
+        gc.collect()
+    if profiler:
+        html = Path(args.profile)
+        html.write_text(profiler.output_html())
+        html.with_suffix(".txt").write_text(profiler.output_text(unicode=False, show_all=False))
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="+", default=[128, 512, 1024, 2048])
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--models", nargs="+", choices=("analytical", "flow"), default=["analytical", "flow"])
+    ap.add_argument("--root", default=None, help="where traces are written (default: a temp folder)")
+    ap.add_argument("--keep", action="store_true", help="keep the generated traces")
+    ap.add_argument("--profile", metavar="FILE.html", help="pyinstrument report of the replays (one size)")
+    ap.add_argument("--summary-dir", metavar="DIR", help="write each replay's summary.json here")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(one_size(args, args.ranks[0])))
+        return
+    root = Path(args.root or tempfile.mkdtemp(prefix="bench_scale_"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(
+        "| ranks | model | nodes | gen s | write s | read s | replay s | engine s | events | events/s "
+        "| peak RSS gen / total MiB | iteration ns |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.ranks:
+        cmd = [sys.executable, __file__, "--child", "--ranks", str(n), "--root", str(root)]
+        cmd += ["--micro-batches", str(args.micro_batches), "--models", *args.models]
+        for flag, val in (("--profile", args.profile), ("--summary-dir", args.summary_dir)):
+            if val:
+                cmd += [flag, val]
+        if args.keep:
+            cmd.append("--keep")
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            print(f"| {n} | failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]} |")
+            continue
+        for r in json.loads(proc.stdout.strip().splitlines()[-1]):
+            print(
+                f"| {r['ranks']} | {r['model']} | {r['nodes']:,} | {r['gen_s']:.1f} | {r['write_s']:.1f} | "
+                f"{r['read_s']:.1f} | {r['replay_s']:.1f} | {r['engine_s']:.1f} | {r['events']:,} | "
+                f"{r['events_per_s']:,.0f} | {r['rss_gen_mib']:,.0f} / {r['rss_mib']:,.0f} | "
+                f"{r['iteration_ns']:,} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
