@@ -63,12 +63,12 @@ def rss_mib() -> float:
 
 def one_size(args: argparse.Namespace, n: int) -> list[dict]:
     """Generate, write, read and replay one size in this process; one dict per network model."""
+    from replay import ReplayConfig, simulate
     from tracegen import generate, load_spec
     from tracegen.spec import save_deployment
     from traces.traceset import discover
     from xsim.cli import build_parser
     from xsim.cmd_replay import _deployment, build_compute, build_network
-    from replay import ReplayConfig, simulate
 
     out = Path(args.root) / f"r{n}"
     dep = load_spec(spec(n, args.micro_batches))
