@@ -41,3 +41,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     )
     timeline = json.loads((tmp_path / "result" / "timeline.json").read_text())
     assert timeline["traceEvents"]
+    # TCO of the iteration: 5 H100 at $12.29/h and 5 A100-40GB at $4.0966/h rented for the whole
+    # iteration; 196,608 tokens (4 x 8 + 4 x 16 sequences of 2048).
+    cost = json.loads((tmp_path / "result" / "cost.json").read_text())
+    hours = summary["iteration_time_ns"] / 3.6e12
+    assert cost["tokens_per_iteration"] == 196_608
+    assert abs(cost["cost_usd_per_iteration"] - (5 * 12.29 + 5 * 4.0966) * hours) < 1e-6
+    assert abs(cost["tokens_per_s"] - 196_608 / (summary["iteration_time_ns"] / 1e9)) < 1e-2

@@ -302,11 +302,45 @@ def run(args: argparse.Namespace) -> int:
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     _write_outputs(args, result, ts)
+    cost = _cost(deployment, result.summary_dict()["iteration_time_ns"])
+    if cost is not None and args.out:
+        try:
+            with open(os.path.join(args.out, "cost.json"), "w", encoding="utf-8") as fh:
+                json.dump(cost, fh, indent=1)
+                fh.write("\n")
+        except OSError as exc:
+            raise ReplayError(f"{args.out}: cannot write cost.json: {exc.strerror or exc}") from None
     if args.json:
         obj = result.summary_dict()
+        if cost is not None:
+            obj["cost"] = cost
         obj["perf"] = result.perf_dict()
         json.dump(obj, sys.stdout)
         sys.stdout.write("\n")
     else:
         _print_summary(result, args.path)
+        if cost is not None:
+            _print_cost(cost)
     return 0
+
+
+def _cost(deployment, iteration_ns: int) -> dict | None:
+    """TCO of one iteration when the traces come with a deployment (GPU types and prices), else None."""
+    if deployment is None or not len(deployment.device_groups):
+        return None
+    from tracegen.cost import iteration_cost
+
+    return iteration_cost(deployment, iteration_ns).to_json()
+
+
+def _print_cost(cost: dict) -> None:
+    usd = cost["cost_usd_per_iteration"]
+    price = (
+        f"${usd:,.4f} per iteration, ${cost['cost_usd_per_million_tokens']:,.4f} per million tokens"
+        if usd is not None
+        else f"no price for {', '.join(cost['unpriced_gpus'])} (set gpus: {{NAME: {{price_per_hour: ...}}}})"
+    )
+    print(
+        f"throughput         {cost['tokens_per_iteration']:,} tokens per iteration, "
+        f"{cost['tokens_per_s']:,.0f} tokens/s; {cost['gpu_hours_per_iteration']:.4f} GPU-hours: {price}"
+    )
