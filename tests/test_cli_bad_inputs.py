@@ -280,6 +280,12 @@ def test_rewrite_error_names_the_trace_set(w: Path) -> None:
     _bad(w, "rewrite", "ok", "--spec", "tiny.yaml", "--out", "o", expect=("ok:", "ranks 0..1", "0..2"))
 
 
+def test_rewrite_with_another_spec_than_generated(w: Path, raw_set: Path) -> None:
+    # 4 micro-batches against traces generated with 2: the inserted collectives would be sized for another run.
+    (w / "mb4.yaml").write_text(TINY_SPEC.replace("micro_batches: 2", "micro_batches: 4"))
+    _bad(w, "rewrite", str(raw_set), "--spec", "mb4.yaml", "--out", "o", expect=("micro_batches", "4 vs 2"))
+
+
 def test_import_unwritable_out(w: Path) -> None:
     et, kin = PT / "tinygpt_1rank_et.0.json.gz", PT / "tinygpt_1rank_kineto.0.json.gz"
     _bad(

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xsim.cmd_rewrite",
     "xsim.cmd_import",
     "xsim.cmd_validate",
+    "xsim.cmd_sweep",
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2

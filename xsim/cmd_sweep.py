@@ -1,0 +1,103 @@
+"""`xsim sweep SPEC...`: generate and replay several deployment plans and compare time, throughput and cost.
+
+Each spec goes through exactly what `xsim gen` and `xsim replay --json` do (same defaults, same cluster
+derivation), so a sweep row equals the replay of that spec on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+from contextlib import redirect_stdout
+
+from replay import ReplayError
+from xsim import cli
+
+SORT_KEYS = {
+    "time": lambda r: (r["iteration_time_ns"], r["spec"]),
+    "throughput": lambda r: (-(r["tokens_per_s"] or 0.0), r["spec"]),
+    "cost": lambda r: (
+        r["cost_usd_per_million_tokens"] is None,
+        r["cost_usd_per_million_tokens"] or 0.0,
+        r["spec"],
+    ),
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `sweep` verb."""
+    p = sub.add_parser(
+        "sweep",
+        help="generate and replay several deployment specs; compare iteration time, tokens/s and cost",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument("specs", nargs="+", metavar="SPEC", help="deployment specs (.yaml, .toml, .json)")
+    p.add_argument("--out", default="out/sweep", help="folder for each spec's traces and results")
+    p.add_argument("--model", choices=("analytical", "flow"), default="analytical", help="network model")
+    p.add_argument("--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table")
+    p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    p.set_defaults(func=run)
+
+
+def _quiet(argv: list[str], what: str) -> str:
+    """Run one xsim command capturing its stdout; its own one-line error stays on stderr."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = cli.main(argv)
+    if rc:
+        raise ReplayError(f"sweep: {what} failed (see the error above)")
+    return buf.getvalue()
+
+
+def _row(spec: str, args: argparse.Namespace) -> dict:
+    name = os.path.splitext(os.path.basename(spec))[0]
+    traces = os.path.join(args.out, name, "traces")
+    result = os.path.join(args.out, name, "result")
+    _quiet(["gen", spec, "--out", traces, "--name", name], f"{spec}: xsim gen")
+    replay_argv = ["replay", traces, "--model", args.model, "--out", result, "--json", "--no-progress"]
+    s = json.loads(_quiet(replay_argv, f"{spec}: xsim replay"))
+    cost = s.get("cost") or {}
+    with open(os.path.join(traces, "deployment.json"), encoding="utf-8") as fh:
+        dep = json.load(fh)
+    gpus: dict[str, int] = {}
+    for dg in dep["device_groups"]:
+        gpus[dg["gpu"]] = gpus.get(dg["gpu"], 0) + len(dg["ranks"])
+    return {
+        "spec": spec,
+        "ranks": s["num_ranks"],
+        "gpus": "+".join(f"{n}x{g}" for g, n in sorted(gpus.items())),
+        "iteration_time_ns": s["iteration_time_ns"],
+        "tokens_per_s": cost.get("tokens_per_s"),
+        "cost_usd_per_iteration": cost.get("cost_usd_per_iteration"),
+        "cost_usd_per_million_tokens": cost.get("cost_usd_per_million_tokens"),
+        "wait_ns_max": s["wait_ns_max"],
+        "bubble_ns_max": s["bubble_ns_max"],
+        "exposed_comm_ns": s["exposed_comm_ns"],
+        "result": result,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Generate and replay every spec, then print the comparison."""
+    rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+
+    def money(v: float | None) -> str:
+        return "-" if v is None else f"{v:,.4f}"
+
+    print(
+        f"{'spec':<28} {'GPUs':<22} {'iteration s':>12} {'tokens/s':>10} {'$/iter':>9} {'$/Mtok':>9} {'max wait s':>11}"
+    )
+    for r in rows:
+        tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
+        print(
+            f"{os.path.basename(r['spec']):<28} {r['gpus']:<22} {r['iteration_time_ns'] / 1e9:>12.4f} {tps:>10} "
+            f"{money(r['cost_usd_per_iteration']):>9} {money(r['cost_usd_per_million_tokens']):>9} "
+            f"{r['wait_ns_max'] / 1e9:>11.4f}"
+        )
+    print(f"results under {args.out}/<spec>/result; sorted by {args.sort}")
+    return 0
