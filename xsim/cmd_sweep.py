@@ -12,7 +12,6 @@ import json
 import os
 from contextlib import redirect_stdout
 
-from replay import ReplayError
 from xsim import cli
 
 SORT_KEYS = {
@@ -41,13 +40,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _quiet(argv: list[str], what: str) -> str:
+class _StepFailed(Exception):
+    """A gen or replay step failed; it has already printed its own one-line error naming the spec."""
+
+
+def _quiet(argv: list[str]) -> str:
     """Run one xsim command capturing its stdout; its own one-line error stays on stderr."""
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = cli.main(argv)
     if rc:
-        raise ReplayError(f"sweep: {what} failed (see the error above)")
+        raise _StepFailed
     return buf.getvalue()
 
 
@@ -55,9 +58,9 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
     name = os.path.splitext(os.path.basename(spec))[0]
     traces = os.path.join(args.out, name, "traces")
     result = os.path.join(args.out, name, "result")
-    _quiet(["gen", spec, "--out", traces, "--name", name], f"{spec}: xsim gen")
+    _quiet(["gen", spec, "--out", traces, "--name", name])
     replay_argv = ["replay", traces, "--model", args.model, "--out", result, "--json", "--no-progress"]
-    s = json.loads(_quiet(replay_argv, f"{spec}: xsim replay"))
+    s = json.loads(_quiet(replay_argv))
     cost = s.get("cost") or {}
     with open(os.path.join(traces, "deployment.json"), encoding="utf-8") as fh:
         dep = json.load(fh)
@@ -81,7 +84,10 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
-    rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
+    try:
+        rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
+    except _StepFailed:
+        return 2
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
