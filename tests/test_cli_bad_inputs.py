@@ -259,6 +259,15 @@ def test_time_past_int64_names_the_node(w: Path) -> None:
     _bad(w, "replay", "huge", *RING2, expect=("huge/t.0.et", "rank 0 node 1 'k1'", "overflows"))
 
 
+def test_replay_derived_cluster_without_preset_names_deployment(w: Path) -> None:
+    # V100 has no interconnect preset: the derived cluster cannot be built; say which file and the way out.
+    (w / "v100.yaml").write_text(
+        TINY_SPEC.replace("gpu: H100,", "gpu: V100,").replace("gpu: A100-40GB,", "gpu: V100,")
+    )
+    assert xsim_main(["gen", str(w / "v100.yaml"), "--out", str(w / "v100")]) == 0
+    _bad(w, "replay", "v100", "--no-progress", expect=("v100/deployment.json", "'V100'", "--topology"))
+
+
 def test_trace_to_json_unwritable(w: Path) -> None:
     _bad(w, "trace", "to-json", "ok", "/proc/xsim-no/x.json", expect=("/proc/xsim-no/x.json", "cannot write"))
 
@@ -284,6 +293,14 @@ def test_rewrite_with_another_spec_than_generated(w: Path, raw_set: Path) -> Non
     # 4 micro-batches against traces generated with 2: the inserted collectives would be sized for another run.
     (w / "mb4.yaml").write_text(TINY_SPEC.replace("micro_batches: 2", "micro_batches: 4"))
     _bad(w, "rewrite", str(raw_set), "--spec", "mb4.yaml", "--out", "o", expect=("micro_batches", "4 vs 2"))
+
+
+def test_sweep_specs_sharing_a_name(w: Path) -> None:
+    # a/s.yaml and b/s.yaml both wrote OUT/s: the first row pointed at the second spec's result.
+    for sub in ("a", "b"):
+        (w / sub).mkdir(exist_ok=True)
+        (w / sub / "s.yaml").write_text(TINY_SPEC)
+    _bad(w, "sweep", "a/s.yaml", "b/s.yaml", "--out", "o", expect=("b/s.yaml", "'s'", "a/s.yaml"))
 
 
 def test_import_unwritable_out(w: Path) -> None:

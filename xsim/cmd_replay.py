@@ -133,7 +133,11 @@ def build_network(args: argparse.Namespace, ts: TraceSet, deployment):
     if args.topology:
         return build_model(args.model, topology_from_spec(args.topology))
     if deployment is not None and deployment.cluster_json:
-        return build_model(args.model, build_cluster(json.loads(deployment.cluster_json)))
+        try:
+            return build_model(args.model, build_cluster(json.loads(deployment.cluster_json)))
+        except NetworkModelError as exc:
+            where = os.path.join(ts.directory, DEPLOYMENT_FILE)
+            raise ReplayError(f"{where}: cluster: {exc} (or pass --topology SPEC)") from None
     if args.comm == "measured":
         return None
     raise ReplayError(

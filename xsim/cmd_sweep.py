@@ -12,6 +12,8 @@ import json
 import os
 from contextlib import redirect_stdout
 
+from tracegen.spec import NAME_RE
+from traces.errors import XsimError
 from xsim import cli
 
 SORT_KEYS = {
@@ -54,8 +56,12 @@ def _quiet(argv: list[str]) -> str:
     return buf.getvalue()
 
 
+def _name(spec: str) -> str:
+    return os.path.splitext(os.path.basename(spec))[0]
+
+
 def _row(spec: str, args: argparse.Namespace) -> dict:
-    name = os.path.splitext(os.path.basename(spec))[0]
+    name = _name(spec)
     traces = os.path.join(args.out, name, "traces")
     result = os.path.join(args.out, name, "result")
     _quiet(["gen", spec, "--out", traces, "--name", name])
@@ -84,6 +90,19 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
+    seen: dict[str, str] = {}
+    for spec in args.specs:
+        if not NAME_RE.match(_name(spec)):
+            raise XsimError(
+                f"{spec}: {_name(spec)!r} cannot name its traces (letters, digits, . _ -): rename it"
+            )
+        if _name(spec) in seen:
+            # One output folder per name: the later spec would overwrite the earlier one's traces and result.
+            raise XsimError(
+                f"{spec}: same name {_name(spec)!r} as {seen[_name(spec)]}; both would write "
+                f"{os.path.join(args.out, _name(spec))} (rename one)"
+            )
+        seen[_name(spec)] = spec
     try:
         rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
     except _StepFailed:
