@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from netmodels.api import COLLECTIVE_KINDS
 from netmodels.errors import AlgorithmError
 
 ALGORITHMS: tuple[str, ...] = (
@@ -32,19 +33,7 @@ ALIASES: dict[str, str] = {
     "multiring": "multi_ring",
 }
 # Every kind runs as a ring or as direct transfers; the others are specialised algorithms.
-_ALL_KINDS: frozenset[str] = frozenset(
-    {
-        "all_reduce",
-        "reduce_scatter",
-        "all_gather",
-        "all_to_all",
-        "broadcast",
-        "reduce",
-        "gather",
-        "scatter",
-        "barrier",
-    }
-)
+_ALL_KINDS: frozenset[str] = frozenset(COLLECTIVE_KINDS)
 SUPPORTED: dict[str, frozenset[str]] = {
     "ring": _ALL_KINDS,
     "direct": _ALL_KINDS,
