@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
+from typing import Protocol
 
 from netmodels.api import CollectiveSpec, NetworkModel
 from netmodels.errors import NetworkModelError
@@ -21,6 +22,15 @@ from replay.config import ReplayConfig
 from replay.errors import ReplayDeadlock, ReplayError, StuckNode
 from replay.program import COLLECTIVE_KIND, K_COLL, K_SEND, K_ZERO, Program
 from traces import pb
+
+
+class FoldNetCheck(Protocol):
+    """Proves, once per distinct transfer, that the network times it the same on every replica."""
+
+    def collective(self, spec: CollectiveSpec, where: str) -> None: ...
+
+    def p2p(self, src: int, dst: int, size: int, where: str) -> None: ...
+
 
 _STALL_LIMIT = 10_000  # polls at one instant without a completion before the model is declared stalled
 
@@ -38,6 +48,7 @@ class CollectiveRecord:
     first_arrival_ns: int
     last_arrival_ns: int
     end_ns: int = -1
+    positions: tuple[int, ...] | None = None  # folded replay: each node's index in `members`
 
 
 @dataclass
@@ -57,11 +68,12 @@ class EngineOutput:
 
 
 class _Inst:
-    __slots__ = ("key", "members", "arrivals", "first", "record")
+    __slots__ = ("key", "members", "sim", "arrivals", "first", "record")
 
-    def __init__(self, key: str, members: tuple[int, ...]) -> None:
+    def __init__(self, key: str, members: tuple[int, ...], sim: tuple[int, ...]) -> None:
         self.key = key
         self.members = members
+        self.sim = sim  # the members this run simulates (all of them unless folded)
         self.arrivals: dict[int, tuple[int, int]] = {}  # rank -> (g, time)
         self.first = -1
         self.record: CollectiveRecord | None = None
@@ -72,8 +84,14 @@ def run_engine(
     network: NetworkModel | None,
     config: ReplayConfig,
     progress: Callable[[int, int], None] | None = None,
+    fold_check: FoldNetCheck | None = None,
 ) -> EngineOutput:
-    """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run."""
+    """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run.
+
+    A folded program (prog.rank_ids set) simulates only representative ranks: a collective completes when
+    its simulated members have issued it (the folded ones issue at the same instants, by symmetry), the
+    network still gets every member, and `fold_check` proves each distinct transfer symmetric first.
+    """
     t_wall = time.perf_counter()
     t_cpu = time.process_time()
     n = prog.num_nodes
@@ -86,6 +104,8 @@ def run_engine(
     p2p_info = prog.p2p
     recorded = prog.recorded_ns
     measured = config.comm_mode == "measured"
+    simulated = frozenset(prog.rank_ids) if prog.rank_ids else None
+    sim_of: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}  # key -> (sim members, positions)
     remaining = list(prog.ndeps)
     nq = len(cap)
     busy = [0] * nq
@@ -130,14 +150,20 @@ def run_engine(
         issued[ck] = k + 1
         lst = instances.setdefault(key, [])
         if k == len(lst):
-            lst.append(_Inst(key, info.members))
+            if simulated is None:
+                lst.append(_Inst(key, info.members, info.members))
+            else:
+                if key not in sim_of:
+                    pos = tuple(i for i, r in enumerate(info.members) if r in simulated)
+                    sim_of[key] = (tuple(info.members[i] for i in pos), pos)
+                lst.append(_Inst(key, info.members, sim_of[key][0]))
         inst = lst[k]
         if not inst.arrivals:
             inst.first = t
         inst.arrivals[rank] = (g, t)
-        if len(inst.arrivals) < len(inst.members):
+        if len(inst.arrivals) < len(inst.sim):
             return
-        nodes = tuple(inst.arrivals[r][0] for r in inst.members)
+        nodes = tuple(inst.arrivals[r][0] for r in inst.sim)
         g0 = nodes[0]
         c0 = coll_info[g0]
         size = c0.size
@@ -164,6 +190,7 @@ def run_engine(
             size=size,
             first_arrival_ns=inst.first,
             last_arrival_ns=t,
+            positions=None if simulated is None else sim_of[key][1],
         )
         records.append(rec)
         inst.record = rec
@@ -174,11 +201,13 @@ def run_engine(
             d = min(recorded[gm] for gm in nodes)
             for gm in nodes:
                 heappush(heap, ((t + d) << shift) | gm)
-        elif len(nodes) == 1:
+        elif len(inst.members) == 1:
             heappush(heap, (t << shift) | nodes[0])  # a one-rank group moves no data
         else:
             net = need_network("a collective", g0)
             spec = CollectiveSpec(kind=COLLECTIVE_KIND[c0.comm_type], size_bytes=size, ranks=inst.members)
+            if fold_check is not None:
+                fold_check.collective(spec, prog.describe(g0))
             try:
                 h = net.start_collective(t, spec)
             except NetworkModelError as exc:
@@ -201,6 +230,8 @@ def run_engine(
             heappush(heap, ((t + recorded[g]) << shift) | g)
         else:
             net = need_network("a send", g)
+            if fold_check is not None:
+                fold_check.p2p(info.src, info.dst, info.size, prog.describe(g))
             try:
                 h = net.start_p2p(t, info.src, info.dst, info.size)
             except NetworkModelError as exc:
@@ -321,9 +352,10 @@ def run_engine(
                     raise ReplayError(f"network model {network.name!r} completed unknown handle {c.handle!r}")
                 if isinstance(obj, CollectiveRecord):
                     prf = c.per_rank_finish_ns
-                    use = len(prf) == len(obj.nodes)
+                    use = len(prf) == len(obj.members)
+                    pos = obj.positions
                     for i, gm in enumerate(obj.nodes):
-                        f = prf[i] if use else c.finish_ns
+                        f = (prf[i] if pos is None else prf[pos[i]]) if use else c.finish_ns
                         heappush(heap, ((f if f > t else t) << shift) | gm)
                 else:
                     heappush(heap, (t << shift) | obj)
@@ -375,6 +407,8 @@ def run_engine(
         progress(n, n)
     for rec in records:
         rec.end_ns = max(end[g] for g in rec.nodes)
+    if simulated is None:
+        canonical_order(records, collective_of, pairs, start)
     return EngineOutput(
         start=start,
         end=end,
@@ -387,6 +421,25 @@ def run_engine(
         wall_s=time.perf_counter() - t_wall,
         cpu_s=time.process_time() - t_cpu,
     )
+
+
+def canonical_order(
+    records: list[CollectiveRecord],
+    collective_of: dict[int, int],
+    pairs: list[tuple[int, int]],
+    start: list[int],
+) -> None:
+    """Number collectives by (last arrival, first member's node) and P2P pairs by (match time, send node).
+
+    The loop appends them in time order already; only ties at one instant depend on the order events were
+    processed, which a folded replay cannot reproduce, so both replays number them by this rule instead.
+    """
+    records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
+    for i, rec in enumerate(records):
+        rec.id = i
+        for g in rec.nodes:
+            collective_of[g] = i
+    pairs.sort(key=lambda p: (max(start[p[0]], start[p[1]]), p[0]))
 
 
 def _deadlock(prog, t, left, start, end, ready, remaining, instances, pend_recv, handles) -> ReplayDeadlock:
@@ -413,7 +466,7 @@ def _deadlock(prog, t, left, start, end, ready, remaining, instances, pend_recv,
                 continue
             if g in inst_of:
                 k, inst = inst_of[g]
-                missing = [r for r in inst.members if r not in inst.arrivals]
+                missing = [r for r in inst.sim if r not in inst.arrivals]
                 info = prog.coll[g]
                 reason = (
                     f"collective #{k} of group {inst.key or '(all ranks)'!r} "
@@ -449,5 +502,5 @@ def _deadlock(prog, t, left, start, end, ready, remaining, instances, pend_recv,
                     break
         if chosen is None:
             chosen, reason = unfinished[0], "an unknown condition"
-        stuck.append(StuckNode(rank, prog.node_id[chosen], prog.name[chosen], reason))
+        stuck.append(StuckNode(prog.rank_of(chosen), prog.node_id[chosen], prog.name[chosen], reason))
     return ReplayDeadlock(t, left, stuck)

@@ -127,6 +127,7 @@ class Program:
     ctrl_deps_ignored_ranks: int = 0  # ranks replayed on data deps alone (ctrl deps closed a cycle)
     ignored_ctrl_deps: int = 0  # ctrl deps on absent ids or on the node itself (dropped)
     paths: tuple[str, ...] = field(default=())
+    rank_ids: tuple[int, ...] = field(default=())  # a folded program's slot -> rank; () = slot is the rank
 
     @property
     def num_nodes(self) -> int:
@@ -143,7 +144,7 @@ class Program:
                 lo = mid
             else:
                 hi = mid
-        return lo
+        return self.rank_ids[lo] if self.rank_ids else lo
 
     def describe(self, g: int) -> str:
         """`rank R node ID 'name'` for messages."""
@@ -223,8 +224,9 @@ def build_program(
     config: ReplayConfig,
     *,
     release: bool = True,
+    ranks: Sequence[int] | None = None,
 ) -> Program:
-    """Read every rank's nodes once and flatten them into a Program (validating the graph)."""
+    """Read every rank's nodes (or only `ranks`, for a folded replay) once and flatten them into a Program."""
     compute = compute or DurationModel()
     fast_duration = type(compute) is DurationModel
     # Roofline from the attributes this pass reads anyway (no second scan per node, same numbers).
@@ -255,7 +257,8 @@ def build_program(
     ignored_ctrl = 0
     ctrl_ignored_ranks = 0
 
-    for rank in range(n_ranks):
+    rank_list = range(n_ranks) if ranks is None else ranks
+    for rank in rank_list:
         ef = trace_set.load(rank)
         path = ef.path
         nodes = ef.nodes
@@ -492,7 +495,7 @@ def build_program(
             trace_set.release(rank)
 
     return Program(
-        num_ranks=n_ranks,
+        num_ranks=len(rank_list),
         rank_offset=rank_offset,
         node_id=node_id,
         name=names,
@@ -516,6 +519,7 @@ def build_program(
         ignored_ctrl_deps=ignored_ctrl,
         ctrl_deps_ignored_ranks=ctrl_ignored_ranks,
         paths=trace_set.paths,
+        rank_ids=() if ranks is None else tuple(ranks),
     )
 
 

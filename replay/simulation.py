@@ -5,13 +5,14 @@ from __future__ import annotations
 import gc
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from netmodels.api import NetworkModel
 from replay.compute import ComputeModel
 from replay.config import ReplayConfig
 from replay.engine import run_engine
 from replay.errors import ReplayError
+from replay.fold import Fold, NetCheck, check_models, expand, resolve_fold, verify
 from replay.program import K_COLL, K_RECV, K_SEND, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
@@ -42,8 +43,14 @@ def simulate(
     groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None = None,
     config: ReplayConfig | None = None,
     progress: bool | Callable[[int, int], None] = False,
+    fold: bool | str | Fold | Sequence[Sequence[int]] | None = None,
 ) -> ReplayResult:
-    """Replay every node of the set; returns the ops / ranks / collectives / summary tables."""
+    """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
+
+    fold: opt-in symmetric-replica folding (replay/fold.py, docs/replay.md): True or "auto" (DP replicas
+    of the deployment.json beside the traces, else every rank alike), a Fold, or a list of replicas. Only
+    one replica is simulated; the tables equal an unfolded replay's. Refused (ReplayError) unless proven.
+    """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
     config = config or ReplayConfig()
@@ -53,23 +60,37 @@ def simulate(
         )
     # The program holds millions of small lists and ints and no reference cycles: the cyclic GC would
     # rescan them over and over (measured: 5.9 s -> 3.3 s to build 1M nodes), so it is paused here.
+    plan = resolve_fold(fold, ts) if fold not in (None, False) else None
+    if plan is not None and plan.factor == 1:
+        plan = None  # one replica: nothing to fold
+    if plan is not None:
+        check_models(plan, network, compute, config)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         pgs = load_groups(ts, groups)
-        prog = build_program(ts, pgs, compute, config)
+        if plan is None:
+            prog = build_program(ts, pgs, compute, config)
+        else:
+            prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0])
+            labels = verify(plan, ts, pgs, prog)
         if prog.num_nodes == 0:
             # An iteration time of 0 would look like a result; an empty set is almost always a wrong path.
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
         if config.comm_mode == "measured":
             _check_measured(prog, ts)
+        check = None
+        if plan is not None and network is not None and config.comm_mode != "measured":
+            check = NetCheck(plan, pgs, network)
         if callable(progress):
-            out = run_engine(prog, network, config, progress)
+            out = run_engine(prog, network, config, progress, check)
         else:
             with progress_bar(enabled=bool(progress)) as cb:
-                out = run_engine(prog, network, config, cb)
+                out = run_engine(prog, network, config, cb, check)
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
+        if plan is not None:
+            prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
         return build_result(
             prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
         )

@@ -1,7 +1,7 @@
 """Benchmark xsim at scale: Llama-2 7B on H100, TP 8 x PP 4 x DP growing, generate -> write -> read -> replay.
 
 Usage: .venv/bin/python scripts/bench_scale.py [--ranks 128 512 1024 2048] [--micro-batches 4]
-           [--models analytical flow] [--root DIR] [--profile FILE.html] [--summary-dir DIR]
+           [--models analytical flow] [--root DIR] [--profile FILE.html] [--summary-dir DIR] [--fold]
 
 Each size runs in its own child process so that peak RSS (getrusage ru_maxrss, monotonic per process) is
 that size's alone. The replay uses what `xsim replay DIR` uses for a folder holding deployment.json: the
@@ -9,6 +9,8 @@ CLI's own `build_network` / `build_compute` (derived cluster, roofline devices f
 Prints one Markdown row per (size, network model); the numbers in docs/performance.md come from here.
 `--profile` runs pyinstrument around the replays of the (single) given size and writes an HTML report
 plus a text one beside it. `--summary-dir` writes each replay's summary.json (to compare runs byte for byte).
+`--fold` also replays each model with symmetric-replica folding (`simulate(fold=True)`, one DP replica
+simulated; model shown as `<model>+fold`) and checks its summary, ranks and ops tables equal the unfolded ones.
 """
 
 from __future__ import annotations
@@ -98,7 +100,9 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
         profiler = Profiler(interval=0.005)
     rows = []
     parser = build_parser()
-    for model in args.models:
+    runs = [(m, False) for m in args.models] + ([(m, True) for m in args.models] if args.fold else [])
+    plain: dict[str, object] = {}
+    for model, fold in runs:
         cli = parser.parse_args(["replay", str(out), "--model", model, "--no-progress"])
         ts = discover(cli.path)
         deployment = _deployment(ts)
@@ -107,20 +111,30 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
             profiler.start()
         network = build_network(cli, ts, deployment)
         compute = build_compute(cli, ts, deployment)
-        res = simulate(ts, network=network, compute=compute, config=ReplayConfig())
+        res = simulate(ts, network=network, compute=compute, config=ReplayConfig(), fold=fold or None)
         if profiler:
             profiler.stop()
         t_replay = time.perf_counter() - t
         s, perf = res.summary_dict(), res.perf_dict()
+        if fold:
+            from polars.testing import assert_frame_equal
+
+            ref = plain[model]
+            assert ref.summary_dict() == s, "folded summary differs"
+            assert_frame_equal(ref.ranks, res.ranks)
+            assert_frame_equal(ref.ops, res.ops)
+        elif args.fold:
+            plain[model] = res
+        model_name = f"{model}+fold" if fold else model
         if args.summary_dir:
-            d = Path(args.summary_dir) / f"r{n}_{model}"
+            d = Path(args.summary_dir) / f"r{n}_{model_name}"
             d.mkdir(parents=True, exist_ok=True)
             with open(d / "summary.json", "w", encoding="utf-8") as fh:
                 json.dump(s, fh, indent=2)
                 fh.write("\n")
         rows.append(
             {
-                "ranks": n, "model": model, "nodes": nodes, "gen_s": t_gen, "write_s": t_write,
+                "ranks": n, "model": model_name, "nodes": nodes, "gen_s": t_gen, "write_s": t_write,
                 "read_s": t_read, "replay_s": t_replay, "engine_s": perf["engine_wall_s"],
                 "events": s["events"], "events_per_s": s["events"] / t_replay,
                 "rss_gen_mib": rss_gen, "rss_mib": rss_mib(), "iteration_ns": s["iteration_time_ns"],
@@ -147,6 +161,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the generated traces")
     ap.add_argument("--profile", metavar="FILE.html", help="pyinstrument report of the replays (one size)")
     ap.add_argument("--summary-dir", metavar="DIR", help="write each replay's summary.json here")
+    ap.add_argument("--fold", action="store_true", help="also replay with symmetric-replica folding")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -167,6 +182,8 @@ def main() -> None:
                 cmd += [flag, val]
         if args.keep:
             cmd.append("--keep")
+        if args.fold:
+            cmd.append("--fold")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             print(f"| {n} | failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]} |")

@@ -59,6 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks...]} (ASTRA-sim format)'
     )
+    p.add_argument(
+        "--fold",
+        action="store_true",
+        help="simulate one of identical replicas (deployment.json DP replicas, else every rank alike) and "
+        "copy its times to the others; proven first, refused unless contention-free (docs/replay.md)",
+    )
     cmp = p.add_argument_group("compute")
     cmp.add_argument(
         "--device-profile", metavar="FILE.json", help="roofline devices per rank (format: docs/replay.md)"
@@ -302,6 +308,7 @@ def run(args: argparse.Namespace) -> int:
             groups=args.comm_groups,
             config=config,
             progress=not args.no_progress,
+            fold=getattr(args, "fold", False),
         )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None

@@ -1,0 +1,690 @@
+"""Symmetric-replica folding: replay one replica of identical ones and copy its timeline to the others.
+
+A fold partitions the ranks into m replicas of equal length; replica 0 is simulated, and the i-th rank of
+replica k mirrors the i-th rank of replica 0 under the renaming pi_k that swaps the two replicas rank by
+rank. It is used only when it is proven:
+
+* traces: every rank's nodes equal its representative's (ids, types, durations, deps, every attribute),
+  except labels (node name, annotation columns) and rank references renamed by pi_k: a P2P peer is
+  pi_k(the representative's peer), and a collective's process group is either the same group, closed
+  under every pi_k (a data-parallel group holding position i of every replica), or a group inside replica
+  k whose member list is pi_k(the representative's, member by member);
+* compute: the compute model gives a folded rank the representative's device (and speed factor);
+* network: the model is contention-free (analytical, ASTRA-sim congestion-unaware), so a transfer's time
+  depends on its own endpoints alone; each distinct collective or P2P of the folded replay is also timed,
+  once, on a private copy of the model for every replica's renamed version, and must give the same
+  per-rank times (which also covers the positions of folded members inside a shared group).
+
+By induction over the event loop, every folded rank then runs each node at its representative's instants,
+so the result tables are the representative's rows under the folded ranks' own numbers and labels.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from netmodels.analytical import AnalyticalModel
+from netmodels.api import CollectiveSpec, NetworkModel
+from netmodels.astra import AstraModel
+from netmodels.errors import NetworkModelError
+from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
+from replay.config import ReplayConfig
+from replay.engine import CollectiveRecord, EngineOutput, canonical_order
+from replay.errors import ReplayError
+from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
+from traces import pb
+from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
+from traces.groups import ProcessGroups
+from traces.traceset import TraceSet
+
+DEPLOYMENT_FILE = "deployment.json"  # written by `xsim gen` beside the traces
+_SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
+# Attributes that may differ between a rank and its representative (checked separately where they matter).
+_LABELS = frozenset(ANNOTATION_COLUMNS) | {COMM_SRC, COMM_DST, PG_NAME, "comm_group"}
+_FAR = 2**62  # drains a private model copy's pending completions
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Replicas of equal length partitioning the ranks; replica 0 is simulated, the others mirror it."""
+
+    replicas: tuple[tuple[int, ...], ...]
+    source: str
+    device_groups: Mapping[int, int] = field(default_factory=dict)  # rank -> deployment device group id
+
+    @property
+    def factor(self) -> int:
+        """How many replicas one simulated replica stands for."""
+        return len(self.replicas)
+
+
+def make_fold(
+    replicas: Sequence[Sequence[int]],
+    num_ranks: int,
+    source: str,
+    device_groups: Mapping[int, int] | None = None,
+) -> Fold:
+    """Check that `replicas` are equal-length lists partitioning 0..num_ranks-1."""
+    reps = tuple(tuple(int(r) for r in rep) for rep in replicas)
+    if not reps or any(len(r) != len(reps[0]) for r in reps):
+        sizes = sorted({len(r) for r in reps})
+        raise ReplayError(f"fold ({source}): replicas must have the same number of ranks, got sizes {sizes}")
+    ranks = sorted(r for rep in reps for r in rep)
+    if ranks != list(range(num_ranks)):
+        raise ReplayError(
+            f"fold ({source}): replicas must hold every rank 0..{num_ranks - 1} exactly once "
+            f"({len(ranks)} entries, {len(set(ranks))} distinct)"
+        )
+    return Fold(reps, source, dict(device_groups or {}))
+
+
+def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
+    """Candidate fold of a deployment: DP replicas whose device groups match stage by stage."""
+    by_rep: dict[int, list[Mapping]] = {}
+    try:
+        for dg in doc["device_groups"]:
+            by_rep.setdefault(int(dg.get("dp_replica", 0)), []).append(dg)
+        reps = [sorted(v, key=lambda d: int(d.get("pp_stage", 0))) for _k, v in sorted(by_rep.items())]
+        keys = ("gpu", "tp", "layers", "micro_batch", "pp_stage")
+        first = reps[0]
+        for k, rep in enumerate(reps[1:], 1):
+            if len(rep) != len(first):
+                raise ReplayError(
+                    f"{where}: cannot fold: replica {k} has {len(rep)} device groups, replica 0 has {len(first)}"
+                )
+            for a, b in zip(first, rep, strict=True):
+                diff = [key for key in keys if a.get(key) != b.get(key)]
+                if diff or len(a["ranks"]) != len(b["ranks"]):
+                    what = (
+                        ", ".join(f"{key} {b.get(key)!r} vs {a.get(key)!r}" for key in diff) or "rank count"
+                    )
+                    raise ReplayError(
+                        f"{where}: cannot fold: heterogeneous replicas: device group {b.get('id')} of replica "
+                        f"{k} differs from device group {a.get('id')} of replica 0 ({what})"
+                    )
+        replicas = [[int(r) for dg in rep for r in dg["ranks"]] for rep in reps]
+        dgs = {int(r): int(dg["id"]) for rep in reps for dg in rep for r in dg["ranks"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
+    return make_fold(replicas, num_ranks, where, dgs)
+
+
+def resolve_fold(fold, trace_set: TraceSet) -> Fold:
+    """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
+    n = trace_set.num_ranks
+    if isinstance(fold, Fold):
+        return make_fold(fold.replicas, n, fold.source, fold.device_groups)
+    if fold is True or fold == "auto":
+        path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    doc = json.load(fh)
+            except (OSError, ValueError) as exc:
+                raise ReplayError(f"{path}: cannot read for folding: {exc}") from None
+            return fold_from_deployment(doc, path, n)
+        return make_fold([[r] for r in range(n)], n, "every rank alike")
+    if isinstance(fold, Sequence) and not isinstance(fold, str):
+        return make_fold(fold, n, "given replicas")
+    raise ReplayError(f"fold must be True, 'auto', a Fold or a list of replicas, got {fold!r}")
+
+
+def _compute_key(compute: ComputeModel | None, rank: int):
+    if compute is None or type(compute) is DurationModel:
+        return ()
+    if type(compute) is RooflineModel:
+        return (compute.profile(rank),)
+    if type(compute) is SpeedScaled:
+        inner = _compute_key(compute.base, rank)
+        return None if inner is None else (compute.factors.get(rank), inner)
+    return None
+
+
+def check_models(
+    fold: Fold, network: NetworkModel | None, compute: ComputeModel | None, config: ReplayConfig
+) -> None:
+    """Refuse a network model with contention or a compute model that treats replicas differently."""
+    if config.comm_mode != "measured" and network is not None:
+        ok = type(network) is AnalyticalModel or (
+            type(network) is AstraModel and not network.congestion_aware
+        )
+        if not ok:
+            raise ReplayError(
+                f"cannot fold on network model {network.name!r}: folding needs a contention-free model "
+                "(analytical, ASTRA-sim congestion-unaware, or --comm measured); with contention the other "
+                "replicas' concurrent traffic, which a folded replay leaves out, would change the times"
+            )
+    for k, rep in enumerate(fold.replicas[1:], 1):
+        for x, r in zip(rep, fold.replicas[0], strict=True):
+            kx, kr = _compute_key(compute, x), _compute_key(compute, r)
+            if kx is None:
+                raise ReplayError(
+                    f"cannot fold with compute model {compute.name!r}: it cannot be shown to time ranks alike"
+                )
+            if kx != kr:
+                raise ReplayError(
+                    f"cannot fold: compute model {compute.name!r} gives rank {x} (replica {k}) a different "
+                    f"device or speed than its representative rank {r}"
+                )
+
+
+class _Ctx:
+    """Fold bookkeeping shared by verification, the network check and expansion."""
+
+    def __init__(self, fold: Fold, groups: ProcessGroups) -> None:
+        self.fold = fold
+        self.groups = groups
+        self.where: dict[int, tuple[int, int]] = {
+            r: (k, i) for k, rep in enumerate(fold.replicas) for i, r in enumerate(rep)
+        }
+        self._cls: dict[str, str] = {}
+
+    def perm(self, k: int, rank: int) -> int:
+        """pi_k: swap replica k with replica 0, rank by rank."""
+        kk, i = self.where[rank]
+        reps = self.fold.replicas
+        if kk == 0:
+            return reps[k][i]
+        if kk == k:
+            return reps[0][i]
+        return rank
+
+    def group_class(self, key: str, members: tuple[int, ...]) -> str:
+        """'inside' (all members in replica 0), 'shared' (closed under every pi_k) or 'uneven'."""
+        c = self._cls.get(key)
+        if c is None:
+            ks = {self.where[r][0] for r in members}
+            if ks == {0}:
+                c = "inside"
+            else:
+                s = set(members)
+                reps = self.fold.replicas
+                closed = all(rep[self.where[r][1]] in s for r in members for rep in reps)
+                c = "shared" if closed else "uneven"
+            self._cls[key] = c
+        return c
+
+
+@dataclass
+class RankLabels:
+    """What a folded rank's ops rows take from its own trace instead of its representative's."""
+
+    names: dict[int, str] = field(default_factory=dict)  # local node index -> name
+    annotations: dict[int, dict] = field(default_factory=dict)
+    device_group: tuple[int, int] | None = None  # (representative's, own) device group id
+    dg_nodes: list[int] = field(default_factory=list)  # nodes whose only difference is that id
+    pg_names: dict[int, str | None] = field(default_factory=dict)
+    keys: dict[int, str] = field(default_factory=dict)  # collective nodes: canonical group key
+    id_delta: int = 0  # own node ids = representative's + id_delta (ASTRA-sim microbenchmarks number so)
+
+
+def _sorted_nodes(nodes):
+    ids = [n.id for n in nodes]
+    if any(a >= b for a, b in zip(ids, ids[1:], strict=False)):
+        return sorted(nodes, key=lambda n: n.id)
+    return list(nodes)
+
+
+def _annotations(node: pb.Node) -> dict:
+    """The ops-table annotation values of a node, read by build_program's rules."""
+    vals: dict = {}
+    for a in node.attr:
+        if a.name in ANNOTATION_COLUMNS and a.name not in vals:
+            kind = a.WhichOneof("value")
+            vals[a.name] = getattr(a, kind) if kind in _SCALAR_KINDS else None
+    return {
+        k: (str(v) if ANNOTATION_COLUMNS[k] == "str" else (None if isinstance(v, str) else int(v)))
+        for k, v in vals.items()
+        if v is not None
+    }
+
+
+def _comm_attrs(node: pb.Node) -> tuple[object, object, object]:
+    """(comm_src, comm_dst, process group) as build_program reads them."""
+    src = dst = pg = None
+    for a in node.attr:
+        an = a.name
+        if an in (COMM_SRC, COMM_DST, PG_NAME, "comm_group"):
+            kind = a.WhichOneof("value")
+            v = getattr(a, kind) if kind in _SCALAR_KINDS else None
+            if an == COMM_SRC:
+                src = v
+            elif an == COMM_DST:
+                dst = v
+            elif an == PG_NAME or pg is None:
+                pg = v if isinstance(v, str) else (None if v is None else str(int(v)))
+    return src, dst, pg
+
+
+def _dg_pattern(value: int) -> bytes:
+    """The bytes of a node's `device_group` attribute as written by the generator (int64)."""
+    return pb.Node(attr=[make_attr(DEVICE_GROUP, value, "int64_val")]).SerializeToString()
+
+
+def verify(fold: Fold, trace_set: TraceSet, groups: ProcessGroups, prog: Program) -> list[RankLabels | None]:
+    """Prove every folded rank mirrors its representative (see the module docstring); labels per rank."""
+    ctx = _Ctx(fold, groups)
+    reps = fold.replicas[0]
+    labels: list[RankLabels | None] = [None] * trace_set.num_ranks
+    rep_nodes = [_sorted_nodes(trace_set.load(r).nodes) for r in reps]
+    rep_ser = [[n.SerializeToString() for n in nodes] for nodes in rep_nodes]
+    # Nodes whose group or peers must be checked rank by rank, per representative.
+    comm_js: list[list[int]] = []
+    inside: list[dict[int, CollInfo]] = []  # per representative: its collectives on groups inside replica 0
+    # Non-P2P nodes whose group needs no more than an equal name: shared groups, or no group matching.
+    safe: list[set[int]] = []
+    for i in range(len(reps)):
+        lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
+        comm_js.append([g - lo for g in range(lo, hi) if prog.pg_name[g] is not None or g in prog.p2p])
+        safe.append(
+            {
+                j
+                for j in comm_js[-1]
+                if lo + j not in prog.p2p
+                and (
+                    prog.kind[lo + j] != K_COLL
+                    or ctx.group_class(prog.coll[lo + j].group, prog.coll[lo + j].members) == "shared"
+                )
+            }
+        )
+        inside.append(
+            {
+                g - lo: c
+                for g in range(lo, hi)
+                if (c := prog.coll.get(g)) is not None and ctx.group_class(c.group, c.members) == "inside"
+            }
+        )
+    # A group's name from its members (None when two names share a member list: then no byte shortcut).
+    by_members: dict[tuple[int, ...], str | None] = {}
+    for key, members in groups.groups.items():
+        by_members[members] = None if members in by_members else key
+    for k, rep in enumerate(fold.replicas[1:], 1):
+        for i, x in enumerate(rep):
+            r = reps[i]
+            lab = RankLabels()
+            labels[x] = lab
+            try:
+                xn = _sorted_nodes(trace_set.load(x).nodes)
+                path = trace_set.paths[x]
+                subs = _pg_subs(ctx, k, inside[i], prog, by_members, prog.rank_offset[i])
+                args = (comm_js[i], safe[i], subs, lab, path)
+                _verify_rank(ctx, k, x, r, xn, rep_nodes[i], rep_ser[i], prog, i, *args)
+            finally:
+                trace_set.release(x)
+    for r in reps:
+        trace_set.release(r)
+    return labels
+
+
+def _refuse(path: str, x: int, r: int, what: str) -> ReplayError:
+    return ReplayError(f"{path}: cannot fold rank {x} onto rank {r}: {what}")
+
+
+def _pg_attr(name: str) -> bytes:
+    return pb.Node(attr=[make_attr(PG_NAME, name, "string_val")]).SerializeToString()
+
+
+def _pg_subs(ctx, k, inside: dict[int, CollInfo], prog: Program, by_members, lo: int) -> dict[int, tuple]:
+    """Per collective on a group inside replica 0: (own pg_name bytes, representative's, own name, key),
+    the group being replica k's copy pi_k(members); used to compare such nodes by bytes."""
+    out: dict[int, tuple] = {}
+    cache: dict[tuple[str, str], tuple | None] = {}
+    for j, c in inside.items():
+        s_r = prog.pg_name[lo + j]
+        ck = (s_r, c.group)
+        if ck not in cache:
+            key = by_members.get(tuple(ctx.perm(k, m) for m in c.members))
+            cache[ck] = None if key is None or s_r != c.group else (_pg_attr(key), _pg_attr(s_r), key, key)
+        if cache[ck] is not None:
+            out[j] = cache[ck]
+    return out
+
+
+def _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, comm_js, safe, subs, lab, path) -> None:
+    if len(xn) != len(rn):
+        raise _refuse(path, x, r, f"{len(xn)} nodes vs {len(rn)}")
+    lo = prog.rank_offset[i]
+    dgs = ctx.fold.device_groups
+    pat_x = pat_r = None
+    if x in dgs and r in dgs and dgs[x] != dgs[r]:
+        lab.device_group = (dgs[r], dgs[x])
+        pat_x, pat_r = _dg_pattern(dgs[x]), _dg_pattern(dgs[r])
+    ann = prog.annotations
+    delta = lab.id_delta = xn[0].id - rn[0].id if xn else 0
+    done: set[int] = set()  # communication nodes whose group the byte comparison already proved
+    for j, (a, rb) in enumerate(zip(xn, rser, strict=True)):
+        fb = a.SerializeToString()
+        if fb == rb:
+            if j in safe:
+                done.add(j)  # the same group name, and that group is shared
+            continue
+        # The generator labels every node with its device group, and a TP collective names replica k's
+        # copy of the group: equal once those attributes are swapped (exactly one occurrence each side, the
+        # representative's annotation being that device group; the group being pi_k of the other's).
+        fb2 = fb
+        dg_hit = (
+            pat_x is not None
+            and fb.count(pat_x) == 1
+            and rb.count(pat_r) == 1
+            and ann.get(lo + j, {}).get(DEVICE_GROUP) == lab.device_group[0]
+        )
+        if dg_hit:
+            fb2 = fb2.replace(pat_x, pat_r)
+        sub = subs.get(j)
+        pg_hit = sub is not None and fb2.count(sub[0]) == 1 and rb.count(sub[1]) == 1
+        if pg_hit:
+            fb2 = fb2.replace(sub[0], sub[1])
+        if (dg_hit or pg_hit) and fb2 == rb:
+            if dg_hit:
+                lab.dg_nodes.append(j)
+            if pg_hit:
+                lab.pg_names[j] = sub[2]
+                lab.keys[j] = sub[3]
+            if pg_hit or j in safe:
+                done.add(j)
+            continue
+        b = rn[j]
+        ca, cb = pb.Node(), pb.Node()
+        ca.CopyFrom(a)
+        cb.CopyFrom(b)
+        for c in (ca, cb):
+            c.ClearField("name")
+            c.ClearField("attr")
+        if delta:  # ids (and the deps naming them) shifted by one constant: the same graph
+            ca.id -= delta
+            ca.data_deps[:] = [d - delta for d in ca.data_deps]
+            ca.ctrl_deps[:] = [d - delta for d in ca.ctrl_deps]
+        if ca != cb:
+            raise _refuse(path, x, r, f"node {a.id} {a.name!r} differs beyond labels and rank numbers")
+        aa, ba = a.attr[:], b.attr[:]
+        if len(aa) != len(ba):
+            raise _refuse(path, x, r, f"node {a.id} {a.name!r} has {len(aa)} attributes vs {len(ba)}")
+        for p, q in zip(aa, ba, strict=True):
+            if p != q and (p.name != q.name or p.name not in _LABELS):
+                raise _refuse(path, x, r, f"node {a.id} {a.name!r}: attribute {p.name!r} differs")
+        if a.name != b.name:
+            lab.names[j] = a.name
+        lab.annotations[j] = _annotations(a)
+    for j in comm_js:
+        if j not in done:
+            _verify_comm(ctx, k, x, r, xn[j], lo + j, j, prog, lab, path)
+
+
+def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
+    src, dst, pgv = _comm_attrs(a)
+    kind = prog.kind[g]
+    where = f"node {a.id} {a.name!r}"
+    if g in prog.p2p:
+        info = prog.p2p[g]
+        send = a.type == pb.COMM_SEND_NODE
+        src = x if (send and src is None) else src
+        dst = x if (not send and dst is None) else dst
+        for v, want, what in ((src, info.src, "comm_src"), (dst, info.dst, "comm_dst")):
+            if ctx.where[want][0] != 0:
+                raise _refuse(
+                    path, x, r, f"{where}: rank {r} exchanges P2P with rank {want} of another replica"
+                )
+            if isinstance(v, str) or v is None or int(v) != ctx.perm(k, want):
+                raise _refuse(path, x, r, f"{where}: {what} {v!r}, expected {ctx.perm(k, want)}")
+        if pgv != prog.pg_name[g]:
+            lab.pg_names[j] = pgv
+        return
+    pgn = pgv if pgv is not None else ""
+    if pgn != prog.pg_name[g]:
+        lab.pg_names[j] = pgn
+    if kind != K_COLL:
+        return  # timed by its own duration (or a host-side call): no group matching
+    info = prog.coll[g]
+    res = resolve_group(ctx.groups, pgn)
+    if res is None:
+        raise _refuse(path, x, r, f"{where}: pg_name {pgn!r} is not a known process group")
+    key, members = res
+    cls = ctx.group_class(info.group, info.members)
+    if cls == "shared":
+        if key != info.group:
+            raise _refuse(path, x, r, f"{where}: group {key!r}, representative's {info.group!r}")
+    elif cls == "inside":
+        renamed = tuple(ctx.perm(k, m) for m in members)
+        if any(ctx.where[m][0] != k for m in members) or renamed != info.members:
+            raise _refuse(
+                path,
+                x,
+                r,
+                f"{where}: group {key!r} = {list(members)} is not replica {k}'s copy of "
+                f"{info.group!r} = {list(info.members)}",
+            )
+        lab.keys[j] = key
+    else:
+        raise _refuse(
+            path, x, r, f"{where}: group {info.group!r} = {list(info.members)} spans the replicas unevenly"
+        )
+
+
+class NetCheck:
+    """Times each distinct transfer once per replica on a private copy of the (contention-free) model."""
+
+    def __init__(self, fold: Fold, groups: ProcessGroups, network: NetworkModel) -> None:
+        self.ctx = _Ctx(fold, groups)
+        self.model = copy.deepcopy(network)
+        self.done: set = set()
+
+    def _times(self, start) -> tuple[int, ...]:
+        try:
+            h = start()
+            comps = self.model.advance(_FAR)
+        except NetworkModelError as exc:
+            raise ReplayError(f"fold check: network model: {exc}") from None
+        c = next(c for c in comps if c.handle == h)
+        return tuple(c.per_rank_finish_ns) or (c.finish_ns,)
+
+    def collective(self, spec: CollectiveSpec, where: str) -> None:
+        """Same per-rank times for every replica's version of `spec` (and inside a shared group)."""
+        if spec in self.done:
+            return
+        ctx, m = self.ctx, self.model
+        base = self._times(lambda: m.start_collective(0, spec))
+        pos = {rk: p for p, rk in enumerate(spec.ranks)}
+        reps = ctx.fold.replicas
+        for rk, p in pos.items():
+            kk, i = ctx.where[rk]
+            if kk and base[p] != base[pos[reps[0][i]]]:
+                raise ReplayError(
+                    f"{where}: cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
+                    f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
+                    f"over {list(spec.ranks)}"
+                )
+        if all(ctx.where[rk][0] == 0 for rk in spec.ranks):
+            for k in range(1, ctx.fold.factor):
+                ren = replace(
+                    spec,
+                    ranks=tuple(ctx.perm(k, rk) for rk in spec.ranks),
+                    root=None if spec.root is None else ctx.perm(k, spec.root),
+                )
+                got = self._times(lambda ren=ren: m.start_collective(0, ren))
+                if got != base:
+                    raise ReplayError(
+                        f"{where}: cannot fold: network model {m.name!r} times {spec.kind} over "
+                        f"{list(ren.ranks)} (replica {k}) differently from {list(spec.ranks)}: "
+                        f"{max(got)} vs {max(base)} ns"
+                    )
+        self.done.add(spec)
+
+    def p2p(self, src: int, dst: int, size: int, where: str) -> None:
+        """Same time for every replica's version of a send."""
+        key = (src, dst, size)
+        if key in self.done:
+            return
+        ctx, m = self.ctx, self.model
+        base = self._times(lambda: m.start_p2p(0, src, dst, size))
+        for k in range(1, ctx.fold.factor):
+            s, d = ctx.perm(k, src), ctx.perm(k, dst)
+            got = self._times(lambda s=s, d=d: m.start_p2p(0, s, d, size))
+            if got != base:
+                raise ReplayError(
+                    f"{where}: cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
+                    f"(replica {k}) as {got[0]} ns but {src}->{dst} as {base[0]} ns"
+                )
+        self.done.add(key)
+
+
+def expand(
+    fold: Fold,
+    groups: ProcessGroups,
+    prog: Program,
+    out: EngineOutput,
+    labels: list[RankLabels | None],
+    paths,
+) -> tuple[Program, EngineOutput]:
+    """The unfolded program and run: every rank's rows, its own labels, its representative's times."""
+    ctx = _Ctx(fold, groups)
+    reps = fold.replicas[0]
+    n_ranks = len(labels)
+    off = prog.rank_offset
+    slot = [ctx.where[x][1] for x in range(n_ranks)]
+    full_off = [0]
+    for x in range(n_ranks):
+        full_off.append(full_off[-1] + off[slot[x] + 1] - off[slot[x]])
+    idx = np.concatenate([np.arange(off[slot[x]], off[slot[x] + 1], dtype=np.int64) for x in range(n_ranks)])
+
+    def take(lst):
+        return np.asarray(lst, dtype=np.int64)[idx].tolist()
+
+    start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
+    node_id = take(prog.node_id)
+    names = [prog.name[g] for g in idx.tolist()]
+    pg_names = [prog.pg_name[g] for g in idx.tolist()]
+    ann: dict[int, dict] = {}
+    p2p: dict[int, P2PInfo] = {}
+    for x in range(n_ranks):
+        k, i = ctx.where[x]
+        lo, base = off[i], full_off[x]
+        for g in range(lo, off[i + 1]):
+            a = prog.annotations.get(g)
+            if a is not None:
+                ann[base + g - lo] = a
+            info = prog.p2p.get(g)
+            if info is not None:
+                p2p[base + g - lo] = (
+                    info
+                    if k == 0
+                    else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
+                )
+        lab = labels[x]
+        if lab is None:
+            continue
+        if lab.id_delta:
+            for j in range(off[i + 1] - lo):
+                node_id[base + j] += lab.id_delta
+        for j, v in lab.names.items():
+            names[base + j] = v
+        for j, v in lab.pg_names.items():
+            pg_names[base + j] = v
+        if lab.device_group is not None:
+            own = lab.device_group[1]
+            for j in lab.dg_nodes:
+                a = dict(ann[base + j])
+                a[DEVICE_GROUP] = own
+                ann[base + j] = a
+        for j, v in lab.annotations.items():
+            ann[base + j] = v
+
+    def full_g(rank: int, g: int) -> int:
+        """Rank `rank`'s copy of node g of the folded program."""
+        i = ctx.where[rank][1]
+        return full_off[rank] + g - off[i]
+
+    records: list[CollectiveRecord] = []
+    for rec in out.collectives:
+        sim = [rec.members[p] for p in rec.positions] if rec.positions is not None else list(rec.members)
+        if len(sim) == len(rec.members):  # inside replica 0: one copy per replica
+            for k in range(fold.factor):
+                members = tuple(ctx.perm(k, m) for m in rec.members) if k else rec.members
+                nodes = tuple(full_g(m, g) for m, g in zip(members, rec.nodes, strict=True))
+                key = rec.group
+                if k:
+                    lab = labels[members[0]]
+                    key = lab.keys.get(rec.nodes[0] - off[ctx.where[rec.members[0]][1]], key)
+                records.append(_copy(rec, key, members, nodes, end))
+        else:  # a shared group: the folded members' nodes are their representatives' copies
+            node_of = dict(zip(sim, rec.nodes, strict=True))
+            nodes = tuple(full_g(m, node_of[reps[ctx.where[m][1]]]) for m in rec.members)
+            records.append(_copy(rec, rec.group, rec.members, nodes, end))
+    collective_of: dict[int, int] = {}
+    pairs = []
+    for s, r in out.p2p_pairs:
+        rs, rr = prog.rank_of(s), prog.rank_of(r)
+        for k in range(fold.factor):
+            pairs.append((full_g(ctx.perm(k, rs), s), full_g(ctx.perm(k, rr), r)))
+    canonical_order(records, collective_of, pairs, start)
+    m = fold.factor
+    full = Program(
+        num_ranks=n_ranks,
+        rank_offset=full_off,
+        node_id=node_id,
+        name=names,
+        node_type=take(prog.node_type),
+        kind=take(prog.kind),
+        dur=[],
+        ndeps=[],
+        children=[],
+        queue=[],
+        queue_cap=[],
+        queue_label=[],
+        recorded_ns=[],
+        nbytes=take(prog.nbytes),
+        comm_type=take(prog.comm_type),
+        pg_name=pg_names,
+        coll={},
+        p2p=p2p,
+        annotations=ann,
+        groups=prog.groups,
+        compute_name=prog.compute_name,
+        ctrl_deps_ignored_ranks=prog.ctrl_deps_ignored_ranks * m,
+        ignored_ctrl_deps=prog.ignored_ctrl_deps * m,
+        paths=tuple(paths),
+    )
+    full_out = EngineOutput(
+        start=start,
+        end=end,
+        ready=ready,
+        wait=wait,
+        collectives=records,
+        collective_of=collective_of,
+        p2p_pairs=pairs,
+        events=len(start),
+        wall_s=out.wall_s,
+        cpu_s=out.cpu_s,
+    )
+    return full, full_out
+
+
+def _copy(rec: CollectiveRecord, key: str, members, nodes, end: list[int]) -> CollectiveRecord:
+    return CollectiveRecord(
+        id=-1,
+        group=key,
+        comm_type=rec.comm_type,
+        members=members,
+        nodes=nodes,
+        size=rec.size,
+        first_arrival_ns=rec.first_arrival_ns,
+        last_arrival_ns=rec.last_arrival_ns,
+        end_ns=max(end[g] for g in nodes),
+    )
+
+
+__all__ = [
+    "Fold",
+    "NetCheck",
+    "check_models",
+    "expand",
+    "fold_from_deployment",
+    "make_fold",
+    "resolve_fold",
+    "verify",
+]

@@ -1,0 +1,252 @@
+"""Symmetric-replica folding (`simulate(fold=...)`, `xsim replay --fold`): equal to the unfolded replay, or refused.
+
+The acceptance rule is exact equality: a folded replay's summary, ranks, ops and collectives tables equal
+the unfolded replay's, so the unfolded replay of the same inputs is the independent reference. Each
+equality test also checks that folding happened (the engine ran 1/m of the nodes, through `progress`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from replay import ReplayConfig, ReplayError, simulate
+from replay.fold import fold_from_deployment, resolve_fold
+from tracegen import generate, load_spec
+from tracegen.spec import save_deployment
+from traces import pb
+from traces.attrs import COMM_DST, COMM_SIZE, PG_NAME, get_int, get_str, set_attr
+from traces.stream import write_et
+from traces.traceset import discover
+from xsim.cli import build_parser
+from xsim.cmd_replay import _deployment, build_compute, build_network
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+ET = SHARED / "peer_traces" / "chakra_et"
+CFG = SHARED / "peer_configs" / "astra-sim"
+
+
+def _spec(name: str, schedule: str, dp: int = 4, tp: int = 2, pp: int = 2) -> dict:
+    """Llama-2 7B (32 layers, model card), TP x PP x DP homogeneous H100, short sequences (fast)."""
+    groups = []
+    per = 32 // pp
+    for r in range(dp):
+        for k in range(pp):
+            first = tp * pp * r + tp * k
+            groups.append(
+                {"id": pp * r + k, "gpu": "H100", "ranks": list(range(first, first + tp)), "tp": tp,
+                 "layers": [per * k + 1, per * k + per], "micro_batch": 1, "pp_stage": k, "dp_replica": r}
+            )  # fmt: skip
+    return {"name": name, "model": "llama2-7b", "seq_len": 128, "micro_batches": 2, "schedule": schedule,
+            "device_groups": groups}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gen_sets(tmp_path_factory) -> dict[str, Path]:
+    """Two homogeneous generated sets (1F1B and GPipe), TP 2 x PP 2 x DP 4 = 16 ranks."""
+    root = tmp_path_factory.mktemp("fold")
+    out = {}
+    for sched in ("1f1b", "gpipe"):
+        dep = load_spec(_spec(f"fold_{sched}", sched))
+        d = root / sched
+        generate(dep).write(d, dep.name)
+        save_deployment(dep, d / "deployment.json")
+        out[sched] = d
+    return out
+
+
+def _replay(path, *cli_args: str, fold=None, groups=None):
+    """Replay as `xsim replay PATH ARGS` does; returns (result, nodes the engine ran)."""
+    args = build_parser().parse_args(["replay", str(path), "--no-progress", *cli_args])
+    ts = discover(args.path)
+    dep = _deployment(ts)
+    seen = []
+    res = simulate(
+        ts,
+        network=build_network(args, ts, dep),
+        compute=build_compute(args, ts, dep),
+        groups=groups if groups is not None else args.comm_groups,
+        config=ReplayConfig(comm_mode=args.comm),
+        fold=fold,
+        progress=lambda done, n: seen.append(n),
+    )
+    return res, seen[-1]
+
+
+def _assert_same(a, b, tmp_path: Path) -> None:
+    assert a.summary_dict() == b.summary_dict()
+    assert_frame_equal(a.ranks, b.ranks)
+    assert_frame_equal(a.ops, b.ops)
+    assert_frame_equal(a.collectives, b.collectives)
+    a.save(tmp_path / "a")
+    b.save(tmp_path / "b")
+    for name in ("summary.json", "summary.csv", "ops.csv", "ranks.csv", "collectives.csv"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("sched", ["1f1b", "gpipe"])
+def test_generated_fold_equals_unfolded(gen_sets, sched: str, tmp_path: Path) -> None:
+    a, n_a = _replay(gen_sets[sched])
+    b, n_b = _replay(gen_sets[sched], fold=True)
+    # DP 4: the engine ran one replica's nodes (a quarter), the tables hold all 16 ranks.
+    assert n_a == a.summary_dict()["num_nodes"] and n_b * 4 == n_a
+    assert a.ops["rank"].n_unique() == 16 and a.summary_dict()["num_p2p"] > 0
+    _assert_same(a, b, tmp_path)
+
+
+def test_deployment_candidate(gen_sets) -> None:
+    fold = resolve_fold(True, discover(gen_sets["1f1b"]))
+    # Replica r holds device groups 2r (stage 0, ranks 4r, 4r+1) and 2r+1 (stage 1, ranks 4r+2, 4r+3).
+    assert fold.replicas == tuple(tuple(range(4 * r, 4 * r + 4)) for r in range(4))
+
+
+def test_measured_mode_fold(gen_sets, tmp_path: Path) -> None:
+    # The generator records no comm durations; give every comm node 5 us (all ranks alike), then time
+    # communication by duration_micros, with no network model at all.
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    (d / "deployment.json").unlink()  # no cluster: --comm measured needs no network
+    ts = discover(d)
+    for r in range(ts.num_ranks):
+        ef = ts.load(r)
+        nodes = list(ef.nodes)
+        for nd in nodes:
+            if nd.type in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+                nd.duration_micros = 5
+        write_et(ef.path, nodes, ef.metadata)
+    a, _ = _replay(d, "--comm", "measured")
+    b, n = _replay(d, "--comm", "measured", fold=[list(range(4 * q, 4 * q + 4)) for q in range(4)])
+    assert n * 4 == a.summary_dict()["num_nodes"] and a.summary_dict()["network_model"] == "none"
+    _assert_same(a, b, tmp_path)
+
+
+def test_cli_fold_json(gen_sets, capsys) -> None:
+    from xsim.cli import main
+
+    assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json", "--fold"]) == 0
+    folded = json.loads(capsys.readouterr().out)
+    plain.pop("perf"), folded.pop("perf")
+    assert plain == folded
+
+
+needs_astra = pytest.mark.skipif(not ET.is_dir() or not CFG.is_dir(), reason="../shared peer traces absent")
+
+
+@needs_astra
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
+def test_astra_microbenchmarks_fold(kind: str, tmp_path: Path) -> None:
+    # Every rank alike (node ids are offset by the rank there: a constant shift, same graph).
+    args = (
+        "--astra-network",
+        str(CFG / "network/repo_examples_Ring_8npus.yml"),
+        "--astra-system",
+        str(CFG / "system/repo_examples_Ring_4chunks.json"),
+    )
+    path = ET / f"astra-sim_microbenchmarks/{kind}/8npus_1MB"
+    a, _ = _replay(path, *args)
+    b, n = _replay(path, *args, fold=True)
+    assert n == 1
+    _assert_same(a, b, tmp_path)
+
+
+@needs_astra
+def test_astra_t2d_explicit_replicas(tmp_path: Path) -> None:
+    # 16 NPUs, groups "0".."3" = [4q..4q+3] and the cross groups [q, q+4, q+8, q+12]: ranks 4q..4q+3 as
+    # replica q is a valid fold (the first groups stay inside a replica, the cross groups are shared).
+    t = ET / "astra-sim-artifacts_T2D-analytical"
+    args = ("--astra-network", str(t / "inputs/network.yml"), "--astra-system", str(t / "inputs/sys.json"))
+    groups = str(t / "inputs/comm_group.json")
+    a, _ = _replay(t / "trace", *args, groups=groups)
+    reps = [list(range(4 * q, 4 * q + 4)) for q in range(4)]
+    b, n = _replay(t / "trace", *args, groups=groups, fold=reps)
+    assert n * 4 == a.summary_dict()["num_nodes"]
+    _assert_same(a, b, tmp_path)
+    # The automatic candidate (every rank alike) does not hold there: refused, naming the group.
+    with pytest.raises(ReplayError, match="spans the replicas unevenly"):
+        _replay(t / "trace", *args, groups=groups, fold=True)
+
+
+def test_refuses_flow_model(gen_sets) -> None:
+    with pytest.raises(ReplayError, match="cannot fold on network model 'flow'.*contention-free"):
+        _replay(gen_sets["1f1b"], "--model", "flow", fold=True)
+
+
+def test_refuses_heterogeneous_deployment(tmp_path: Path) -> None:
+    # Figure 1: replica 0 is cut TP 3 / TP 2, replica 1 TP 2 / TP 3 (the paper's example).
+    dep = load_spec(REPO / "examples" / "figure1.yaml")
+    save_deployment(dep, tmp_path / "deployment.json")
+    doc = json.loads((tmp_path / "deployment.json").read_text())
+    with pytest.raises(
+        ReplayError, match=r"heterogeneous replicas: device group 2 of replica 1 .*\(tp 2 vs 3"
+    ):
+        fold_from_deployment(doc, "deployment.json", 10)
+
+
+def test_refuses_differing_replica(gen_sets, tmp_path: Path) -> None:
+    # Rank 6 (replica 1, stage 1) gets one collective's size doubled: not a copy of rank 2 any more.
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    ts = discover(d)
+    ef = ts.load(6)
+    nodes = list(ef.nodes)
+    target = next(n for n in nodes if get_int(n, COMM_SIZE, 0) > 0)
+    set_attr(target, COMM_SIZE, 2 * get_int(target, COMM_SIZE, 0))
+    write_et(ef.path, nodes, ef.metadata)
+    with pytest.raises(
+        ReplayError, match=rf"fold_1f1b\.6\.et: cannot fold rank 6 onto rank 2: node {target.id} "
+    ):
+        _replay(d, fold=True)
+
+
+def test_refuses_wrong_group_or_peer(gen_sets, tmp_path: Path) -> None:
+    # comm_group.json: "1" = [0, 1] is replica 0's stage-0 TP group, "3" = [4, 5] replica 1's. Rank 4's
+    # TP collectives name "3"; renamed to "1" they name a group of replica 0 (rank 4 is not even in it).
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    groups = json.loads((d / "comm_group.json").read_text())
+    assert groups["1"] == [0, 1] and groups["3"] == [4, 5]
+    ts = discover(d)
+    ef = ts.load(4)
+    nodes = list(ef.nodes)
+    target = next(n for n in nodes if get_str(n, PG_NAME, "") == "3")
+    set_attr(target, PG_NAME, "1")
+    write_et(ef.path, nodes, ef.metadata)
+    with pytest.raises(
+        ReplayError, match=rf"rank 4 onto rank 0: node {target.id} .*group '1' = \[0, 1\] is not"
+    ):
+        _replay(d, fold=True)
+    # Rank 4's first send goes to rank 2 (replica 0) instead of rank 6: not a copy of rank 0's send to 2.
+    shutil.rmtree(d)
+    shutil.copytree(gen_sets["1f1b"], d)
+    ts = discover(d)
+    ef = ts.load(4)
+    nodes = list(ef.nodes)
+    send = next(n for n in nodes if n.type == pb.COMM_SEND_NODE)
+    assert get_int(send, COMM_DST, -1) == 6
+    set_attr(send, COMM_DST, 2)
+    write_et(ef.path, nodes, ef.metadata)
+    with pytest.raises(ReplayError, match=rf"rank 4 onto rank 0: node {send.id} .*comm_dst 2, expected 6"):
+        _replay(d, fold=True)
+
+
+def test_refuses_asymmetric_compute_and_network(gen_sets) -> None:
+    with pytest.raises(ReplayError, match="gives rank 5 .* than its representative rank 1"):
+        _replay(gen_sets["1f1b"], "--speed", "5=2", fold=True)
+    # 6 + 10 GPUs per node: replica 1 (ranks 4-7) straddles the nodes, so its stage-boundary sends cross
+    # the inter-node link while replica 0's stay inside node 0.
+    with pytest.raises(ReplayError, match=r"cannot fold: network model 'analytical' times .* send 4->6"):
+        _replay(gen_sets["1f1b"], "--topology", "nodes:H100x6,H100x10", fold=True)
+
+
+def test_refuses_bad_replicas(gen_sets) -> None:
+    with pytest.raises(ReplayError, match="same number of ranks"):
+        _replay(gen_sets["1f1b"], fold=[[0, 1, 2], list(range(3, 16))])
+    with pytest.raises(ReplayError, match="every rank 0..15 exactly once"):
+        _replay(gen_sets["1f1b"], fold=[[0, 1], [1, 2]])
