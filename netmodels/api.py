@@ -112,25 +112,22 @@ def root_index(spec: CollectiveSpec) -> int:
     return 0 if spec.root is None else spec.ranks.index(spec.root)
 
 
-def simulate_collective(model: NetworkModel, spec: CollectiveSpec) -> Completion:
-    """Start one collective at t=0 on an idle model and run it to completion."""
-    handle = model.start_collective(0, spec)
+def _run_until(model: NetworkModel, handle: int, what: str) -> Completion:
+    """Advance an otherwise idle model until `handle` completes."""
     while True:
         t = model.next_event_ns()
         if t is None:
-            raise NetworkModelError(f"model {model.name!r} went idle before collective {handle} completed")
+            raise NetworkModelError(f"model {model.name!r} went idle before {what} {handle} completed")
         for c in model.advance(t):
             if c.handle == handle:
                 return c
+
+
+def simulate_collective(model: NetworkModel, spec: CollectiveSpec) -> Completion:
+    """Start one collective at t=0 on an idle model and run it to completion."""
+    return _run_until(model, model.start_collective(0, spec), "collective")
 
 
 def simulate_p2p(model: NetworkModel, src: int, dst: int, size_bytes: int) -> Completion:
     """Start one point-to-point transfer at t=0 on an idle model and run it to completion."""
-    handle = model.start_p2p(0, src, dst, size_bytes)
-    while True:
-        t = model.next_event_ns()
-        if t is None:
-            raise NetworkModelError(f"model {model.name!r} went idle before transfer {handle} completed")
-        for c in model.advance(t):
-            if c.handle == handle:
-                return c
+    return _run_until(model, model.start_p2p(0, src, dst, size_bytes), "transfer")
