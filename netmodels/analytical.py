@@ -115,7 +115,7 @@ class AnalyticalModel(ClosedFormModel):
 
     def _cost_fn(self, ranks: tuple[int, ...]):
         topo = self.topology
-        cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
         def cost(stage: Stage) -> tuple[np.ndarray, np.ndarray]:
             key = id(stage)
@@ -129,10 +129,14 @@ class AnalyticalModel(ClosedFormModel):
                     if stage.reduce and self.reduction_bpns
                     else np.zeros(len(stage.src))
                 )
-                cache[key] = (dur, red)
-            return cache[key]
+                cache[key] = (dur, red, stage.nbytes / bw)
+            return cache[key][:2]
 
-        return cost
+        def occupancy(stage: Stage) -> np.ndarray:
+            cost(stage)
+            return cache[id(stage)][2]
+
+        return cost, occupancy
 
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Compute the collective's per-rank finish times at start (closed form) and return its handle."""
@@ -148,7 +152,10 @@ class AnalyticalModel(ClosedFormModel):
         if offsets is None:
             ranks, sched = self.schedule(spec)
             t0 = np.zeros(len(ranks))
-            f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, self._cost_fn(ranks))
+            cost, occupancy = self._cost_fn(ranks)
+            # A sender's link carries its steps one after another (issue 10 bug 2: without this a ring
+            # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
+            f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets

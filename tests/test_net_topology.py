@@ -140,10 +140,13 @@ def test_table5_heterogeneous_all_reduce_slow_links_set_the_time():
     expect_homo = 6 * (2 * h_lat + m / h_bw)
     assert simulate_collective(AnalyticalModel(homo), spec).finish_ns == pytest.approx(expect_homo, abs=1)
     assert simulate_collective(FlowModel(homo), spec).finish_ns == pytest.approx(expect_homo, abs=1)
-    # Analytical (no contention): the ring's critical path is the heaviest 6 consecutive edges.
-    edges = [2 * h_lat + m / h_bw, h_lat + a_lat + m / a_bw, 2 * a_lat + m / a_bw, a_lat + h_lat + m / a_bw]
-    worst = max(sum(edges[(i + k) % 4] for k in range(6)) for i in range(4))
-    assert simulate_collective(AnalyticalModel(mixed), spec).finish_ns == pytest.approx(worst, abs=1)
+    # Analytical: a sender's link carries its 6 ring steps one after another (issue 10 bug 2). Position 1
+    # (fed by the faster H100 link, never starved) sends steps 0-3 back to back; the data of its step 3
+    # then crosses positions 2 and 3 in steps 4 and 5: six slow transfers plus the three slow hops' latency.
+    # (Before the fix this was the heaviest 6 consecutive edges, which let the H100 hop run at its own speed.)
+    slow_hops = (h_lat + a_lat) + 2 * a_lat + (a_lat + h_lat)
+    expect_mixed = 6 * m / a_bw + slow_hops
+    assert simulate_collective(AnalyticalModel(mixed), spec).finish_ns == pytest.approx(expect_mixed, abs=1)
     # Flow: the A100 links carry every ring step, so 6 messages serialize on 2400 Gb/s at least.
     flow = simulate_collective(FlowModel(mixed), spec).finish_ns
     assert flow >= 6 * m / a_bw
