@@ -35,32 +35,48 @@ class GpuSpec:
     gemm_eff: float  # achieved fraction of peak_flops on GEMM-like ops
     mem_eff: float  # achieved fraction of mem_bw on memory-bound ops
     price_per_hour: float | None  # USD per GPU-hour, None when no public list price is recorded
+    fp8_flops: float | None = None  # dense FP8 tensor-core FLOP/s; None: no FP8 tensor cores
+    sms: int = 0  # streaming multiprocessors (wave quantization of the calibrated GEMM model)
+    overridden: frozenset[str] = frozenset()  # fields a spec's `gpus:` replaced (tracegen.gemm reads it)
 
 
 _CATALOG: dict[str, GpuSpec] = {
     # NVIDIA A100 datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf, the paper's ref [41]):
     # BF16 tensor core 312 TFLOPS dense (624 with sparsity); A100 40GB SXM HBM2 1,555 GB/s.
     # Price: AWS p4d.24xlarge (8x A100 40GB) on-demand us-east-1 list price $32.7726/h / 8.
+    # SMs: NVIDIA A100 Tensor Core GPU Architecture whitepaper, 108 SMs on the A100 product. No FP8 (Ampere).
     "A100-40GB": GpuSpec(
-        "A100-40GB", 312 * TERA, 1555e9, 40 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 4.0966
+        "A100-40GB", 312 * TERA, 1555e9, 40 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 4.0966, None, 108
     ),
     # Same datasheet: A100 80GB SXM HBM2e 2,039 GB/s. Price: AWS p4de.24xlarge $40.9657/h / 8.
     "A100-80GB": GpuSpec(
-        "A100-80GB", 312 * TERA, 2039e9, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 5.1207
+        "A100-80GB", 312 * TERA, 2039e9, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 5.1207, None, 108
     ),
     # NVIDIA H100 Tensor Core GPU datasheet (paper ref [42]), H100 SXM: BF16 1,979 TFLOPS with sparsity,
     # i.e. 989.4 dense; 80 GB HBM3 at 3.35 TB/s. Price: AWS p5.48xlarge $98.32/h / 8, the list price
     # published 2023-2025 (AWS announced reductions in June 2025; override with `gpus:`).
-    "H100": GpuSpec("H100", 989.4 * TERA, 3.35e12, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 12.29),
+    # FP8 tensor core 3,958 TFLOPS with sparsity, i.e. 1,979 dense (same datasheet). 132 SMs on H100 SXM5
+    # (NVIDIA H100 Tensor Core GPU Architecture whitepaper).
+    "H100": GpuSpec(
+        "H100", 989.4 * TERA, 3.35e12, 80 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 12.29, 1979 * TERA, 132
+    ),
     # NVIDIA H200 datasheet (paper ref [13]): same Hopper tensor cores as H100 SXM (BF16 1,979 sparse,
     # 989.4 dense), 141 GB HBM3e at 4.8 TB/s. No price recorded: pass one with `gpus:`.
-    "H200": GpuSpec("H200", 989.4 * TERA, 4.8e12, 141 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None),
+    # FP8 3,958 TFLOPS sparse = 1,979 dense (H200 datasheet); the H100 SXM5 die, 132 SMs.
+    "H200": GpuSpec(
+        "H200", 989.4 * TERA, 4.8e12, 141 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None, 1979 * TERA, 132
+    ),
     # NVIDIA HGX B200 datasheet (paper ref [12]): FP16/BF16 tensor core 4.5 PFLOPS with sparsity per GPU,
     # 2.25 dense; HBM3e 8 TB/s; 192 GB as the paper's Table 5 lists it (DGX B200 exposes 180 GB).
-    "B200": GpuSpec("B200", 2250 * TERA, 8.0e12, 192 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None),
+    # FP8 9 PFLOPS sparse = 4.5 dense per GPU (HGX B200 datasheet); 148 SMs (NVIDIA Blackwell
+    # architecture technical brief: two dies, 148 SMs enabled on B200).
+    "B200": GpuSpec(
+        "B200", 2250 * TERA, 8.0e12, 192 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, None, 4500 * TERA, 148
+    ),
     # NVIDIA V100 datasheet, V100 SXM2 32GB: 125 TFLOPS FP16 tensor (no BF16), HBM2 900 GB/s.
     # Price: AWS p3dn.24xlarge (8x V100 32GB) $31.212/h / 8.
-    "V100": GpuSpec("V100", 125 * TERA, 900e9, 32 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 3.9015),
+    # 80 SMs (NVIDIA Tesla V100 GPU Architecture whitepaper); no FP8 (Volta).
+    "V100": GpuSpec("V100", 125 * TERA, 900e9, 32 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 3.9015, None, 80),
 }
 ALIASES: dict[str, str] = {
     "A100": "A100-40GB",
@@ -102,16 +118,35 @@ def with_overrides(spec: GpuSpec, overrides: Mapping[str, Any]) -> GpuSpec:
         raise CatalogError(
             f"GPU {spec.name}: unknown override(s) {', '.join(unknown)} (allowed: {', '.join(_OVERRIDABLE)})"
         )
-    out = replace(spec, **dict(overrides))
+    out = replace(spec, **dict(overrides), overridden=spec.overridden | frozenset(overrides))
     check_gpu(out)
     return out
+
+
+def tensor_peak(spec: GpuSpec, precision: str) -> float:
+    """Dense tensor-core FLOP/s of GEMMs in `precision` ("bf16", "fp16" or "fp8"); raises without FP8 units."""
+    if precision != "fp8":
+        return spec.peak_flops
+    if spec.fp8_flops is None:
+        with_fp8 = ", ".join(n for n, g in _CATALOG.items() if g.fp8_flops is not None)
+        raise CatalogError(
+            f"GPU {spec.name} has no FP8 tensor cores (precision fp8 needs one of: {with_fp8})"
+        )
+    # A `gpus:` override of peak_flops scales the FP8 peak with it (same tensor cores, other clocks).
+    return (
+        spec.fp8_flops * spec.peak_flops / _CATALOG[spec.name].peak_flops
+        if spec.name in _CATALOG
+        else spec.fp8_flops
+    )
 
 
 def check_gpu(spec: GpuSpec) -> None:
     """Reject impossible numbers in a (possibly user-overridden) GPU entry."""
     for f in fields(spec):
         v = getattr(spec, f.name)
-        if f.name == "name" or (f.name == "price_per_hour" and v is None):
+        if f.name in ("name", "overridden", "sms") or (
+            f.name in ("price_per_hour", "fp8_flops") and v is None
+        ):
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
             raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")

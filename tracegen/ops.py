@@ -11,15 +11,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegen.catalog import GpuSpec
+from tracegen.catalog import GpuSpec, tensor_peak
+from tracegen.gemm import LAUNCH_FLOOR_S, gemm_seconds
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
+
+# The ops of the attention core that selective recompute repeats (Korthikanti et al. 2022): the fused
+# FlashAttention op, or the four ops of unfused attention (`attention: unfused`). Agreed across branches.
+ATTN_CORE_OPS: frozenset[str] = frozenset(
+    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context"}
+)
+# Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
+# layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).
+LINEAR_OPS: frozenset[str] = frozenset({"qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"})
+# Ops whose shape key is a GEMM: (M, K, N) for one GEMM, (BATCH, M, K, N) for the batched attention GEMMs.
+GEMM_OPS: frozenset[str] = LINEAR_OPS | {"lm_head", "attn_scores", "attn_context"}
+PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTIONS = ("flash", "unfused")
+COMPUTE_MODELS = ("roofline", "calibrated")
 
 # FLOPs per element of the element-wise ops (forward; backward is twice). Approximate operation counts:
 # RMSNorm square, accumulate, scale, gain; LayerNorm adds mean, subtract, bias; SwiGLU = x*sigmoid(x)
 # (exp, add, divide, multiply) times the up projection; GELU tanh approximation ~8; residual add 1;
 # softmax cross-entropy ~5 per logit (max, subtract, exp, sum, log).
-ELEM_FLOPS = {"rmsnorm": 4, "layernorm": 7, "swiglu": 5, "gelu": 8, "add": 1, "xent": 5}
+# softmax ~5 per score (max, subtract, exp, sum, divide); dropout 2 (compare a random number, scale).
+ELEM_FLOPS = {
+    "rmsnorm": 4,
+    "layernorm": 7,
+    "swiglu": 5,
+    "gelu": 8,
+    "add": 1,
+    "xent": 5,
+    "softmax": 5,
+    "dropout": 2,
+}
 # AdamW per parameter: moments (7), bias corrections (2), update with weight decay (6).
 ADAM_FLOPS_PER_PARAM = 15
 # Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
@@ -61,6 +86,8 @@ class Op:
     bytes: int
     shape: tuple[int, ...]
     gemm: bool  # tensor-core op (time = max(compute, memory)) vs element-wise (memory only)
+    precision: str = "bf16"  # tensor-core rate of the op ("fp8": Transformer Engine linear layers)
+    kernels: int = 1  # kernel launches (backward GEMMs launch two: input and weight gradient)
 
 
 @dataclass(frozen=True)
@@ -75,10 +102,14 @@ class Comm:
 Step = Op | Comm
 
 
-def _gemm(op: str, phase: str, mm: int, k: int, n: int, b: int) -> Op:
-    flops, byt = 2 * mm * k * n, b * (mm * k + k * n + mm * n)
+def _gemm(op: str, phase: str, mm: int, k: int, n: int, b: int, fp8: bool = False) -> Op:
+    # FP8 (Transformer Engine's convention, "Using FP8 with Transformer Engine", TE docs): the GEMM's two
+    # operands are cast to FP8 (1 byte: E4M3 activations/weights, E5M2 gradients); its output, the master
+    # weights, weight gradients, optimizer state and everything between GEMMs stay in `dtype_bytes`.
+    ab = 1 if fp8 else b
+    flops, byt = 2 * mm * k * n, ab * (mm * k + k * n) + b * mm * n
     mult = 2 if phase == "bwd" else 1  # backward = input gradient + weight gradient GEMMs
-    return Op(op, phase, mult * flops, mult * byt, (mm, k, n), True)
+    return Op(op, phase, mult * flops, mult * byt, (mm, k, n), True, "fp8" if fp8 else "bf16", mult)
 
 
 def _elem(op: str, phase: str, elems: int, flops_per: int, reads: int, writes: int, b: int) -> Op:
@@ -96,6 +127,10 @@ class Ctx:
     s: int  # sequence length
     b: int  # dtype bytes
     sp: bool  # sequence parallel
+    precision: str = "bf16"  # "bf16" | "fp16" | "fp8" (FP8 linear GEMMs)
+    attention: str = (
+        "flash"  # "flash" (one fused attn_core op) | "unfused" (scores, softmax, dropout, context)
+    )
 
     @property
     def tokens(self) -> int:
@@ -137,6 +172,39 @@ def _tp_out(c: Ctx, op: str, fwd: bool) -> list[Step]:
     return [Comm(op, "all_reduce", full)] if fwd else []
 
 
+def attention_steps(c: Ctx, phase: str) -> list[Op]:
+    """The attention core of one layer: FlashAttention's fused op, or unfused attention's four ops.
+
+    Unfused (Megatron's non-flash path) materializes the b x heads x s x s scores: a batched GEMM Q K^T,
+    a memory-bound scale-mask-softmax and dropout over b*heads*s^2 elements, and a batched GEMM of the
+    probabilities with V; FLOPs as the fused op (2*b*s^2*h each GEMM). Backward: each GEMM twice, softmax
+    reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
+    """
+    m, sh, b, s, mb = c.m, c.sh, c.b, c.s, c.mb
+    d = m.head_dim
+    attn_flops = 4 * mb * sh.heads * s * s * d
+    if c.attention != "unfused":
+        attn_bytes = b * mb * s * d * (2 * sh.heads + 2 * sh.kv_heads)
+        shape = (mb, sh.heads, sh.kv_heads, s, d)
+        if phase == "fwd":
+            return [Op("attn_core", "fwd", attn_flops, attn_bytes, shape, True)]
+        return [Op("attn_core", "bwd", 2 * attn_flops, 2 * attn_bytes, shape, True)]
+    bh, scores = mb * sh.heads, mb * sh.heads * s * s
+    q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
+    mult = 2 if phase == "bwd" else 1
+    gemm_flops = mult * attn_flops // 2
+    ops = [
+        Op("attn_scores", phase, gemm_flops, mult * b * (q + kv + scores), (bh, s, d, s), True, kernels=mult),
+        Op(
+            "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, (3 if mult == 2 else 2) * b * scores,
+            (scores,), False,
+        ),
+        Op("attn_dropout", phase, mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1), (scores,), False),
+        Op("attn_context", phase, gemm_flops, mult * b * (scores + kv + q), (bh, s, s, d), True, kernels=mult),
+    ]  # fmt: skip
+    return ops if phase == "fwd" else ops[::-1]
+
+
 def layer_steps(c: Ctx, phase: str) -> list[Step]:
     """Ops and TP collectives of one transformer layer in execution order."""
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
@@ -146,41 +214,38 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
     act_f = ELEM_FLOPS[m.activation]
-    # attention core (scores, softmax, weighted sum) as one fused op, FlashAttention-style
-    attn_flops = 4 * c.mb * sh.heads * c.s * c.s * d
-    attn_bytes = b * c.mb * c.s * d * (2 * sh.heads + 2 * sh.kv_heads)
-    attn_shape = (c.mb, sh.heads, sh.kv_heads, c.s, d)
+    fp8 = c.precision == "fp8"
     act_rw = (2, 1) if m.activation == "swiglu" else (1, 1)
     if phase == "fwd":
         return [
             _elem("attn_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
             *_tp_in(c, "attn_tp_in", True),
-            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b),
-            Op("attn_core", "fwd", attn_flops, attn_bytes, attn_shape, True),
-            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b),
+            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
+            *attention_steps(c, "fwd"),
+            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
             *_tp_out(c, "attn_tp_out", True),
             _elem("attn_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
             _elem("mlp_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
             *_tp_in(c, "mlp_tp_in", True),
-            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b),
+            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
             _elem("mlp_act", "fwd", t * sh.ffn, act_f, *act_rw, b),
-            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b),
+            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
             *_tp_out(c, "mlp_tp_out", True),
             _elem("mlp_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         ]
     act_bwd_rw = (3, 2) if m.activation == "swiglu" else (2, 1)
     return [
         *_tp_out(c, "mlp_tp_out", False),
-        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b),
+        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
         _elem("mlp_act", "bwd", t * sh.ffn, act_f, *act_bwd_rw, b),
-        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b),
+        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
         *_tp_in(c, "mlp_tp_in", False),
         _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_tp_out(c, "attn_tp_out", False),
-        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b),
-        Op("attn_core", "bwd", 2 * attn_flops, 2 * attn_bytes, attn_shape, True),
-        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b),
+        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
+        *attention_steps(c, "bwd"),
+        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
         *_tp_in(c, "attn_tp_in", False),
         _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
         _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
@@ -254,18 +319,36 @@ def optimizer_op(params: int, b: int) -> Op:
     )
 
 
-def duration_micros(op: Op, gpu: GpuSpec, profile: ProfileTable | None = None) -> int:
-    """Whole microseconds of `op` on `gpu`: the profiled time if the table has the shape, else the roofline.
+def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline") -> float:
+    """Seconds of `op` on `gpu` under a compute model ("roofline" or "calibrated"), without a profile.
 
-    Roofline: GEMM-like ops take max(FLOPs / (peak * gemm_eff), bytes / (bw * mem_eff)); element-wise ops
-    bytes / (bw * mem_eff). Rounded to the nearest microsecond, at least 1 for an op that does any work.
+    roofline: GEMM-like ops max(FLOPs / (tensor peak of the op's precision * gemm_eff), bytes / (bw *
+    mem_eff)), element-wise ops bytes / (bw * mem_eff). calibrated (tracegen.gemm): GEMMs by tile and wave
+    quantization of their shape at the GPU's measured large-GEMM plateau; fused attention at gemm_eff;
+    every op at least one launch floor per kernel.
+    """
+    mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
+    if model == "calibrated":
+        if op.gemm and op.op in GEMM_OPS:
+            batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
+            return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels)
+        floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
+        compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
+        return max(compute, mem, floor)
+    if op.gemm:
+        return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
+    return mem
+
+
+def duration_micros(
+    op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline"
+) -> int:
+    """Whole microseconds of `op` on `gpu`: the profiled time if the table has the shape, else `op_seconds`.
+
+    Rounded to the nearest microsecond, at least 1 for an op that does any work.
     """
     measured = profile.lookup(gpu.name, op.op, op.phase, op.shape) if profile else None
-    if measured is not None:
-        seconds = measured * 1e-6
-    else:
-        mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
-        seconds = max(op.flops / (gpu.peak_flops * gpu.gemm_eff), mem) if op.gemm else mem
+    seconds = measured * 1e-6 if measured is not None else op_seconds(op, gpu, model)
     if seconds <= 0:
         return 0
     return max(1, int(seconds * 1e6 + 0.5))

@@ -20,6 +20,7 @@ from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, preset
+from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
 
 Deployment = dpb.Deployment
@@ -46,6 +47,9 @@ TOP_KEYS = (
     "sequence_parallel",
     "allow_uneven_tp",
     "dp_bucket_bytes",
+    "precision",
+    "attention",
+    "compute_model",
     "gpus",
     "profile",
     "device_groups",
@@ -203,9 +207,19 @@ class _SpecBuilder:
         dep.dp_bucket_bytes = self.int_key(
             raw, "dp_bucket_bytes", "", default=DEFAULT_BUCKET_BYTES, maximum=2**62
         )
+        dep.precision = self.choice("precision", PRECISIONS, "bf16")
+        dep.attention = self.choice("attention", ATTENTIONS, "flash")
+        dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "roofline")
         self.gpus(dep)
         self.profile(dep)
         self.device_groups(dep, model)
+        if dep.precision == "fp8":
+            for dg in dep.device_groups:
+                if catalog.gpu(dg.gpu).fp8_flops is None:
+                    try:
+                        catalog.tensor_peak(catalog.gpu(dg.gpu), "fp8")
+                    except CatalogError as exc:
+                        raise self.fail(f"device group {dg.id}: {exc}") from None
         steps = dep.micro_batches * sum(
             len(dg.ranks) * (dg.layer_end - dg.layer_start + 1) for dg in dep.device_groups
         )
@@ -509,6 +523,9 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "sequence_parallel": dep.sequence_parallel,
         "allow_uneven_tp": dep.allow_uneven_tp,
         "dp_bucket_bytes": dep.dp_bucket_bytes,
+        "precision": dep.precision or "bf16",
+        "attention": dep.attention or "flash",
+        "compute_model": dep.compute_model or "roofline",
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

@@ -124,7 +124,9 @@ class _Generator:
         key = (gpu, op)
         d = self._dur_cache.get(key)
         if d is None:
-            d = self._dur_cache[key] = duration_micros(op, self.gpus[gpu], self.profile)
+            d = self._dur_cache[key] = duration_micros(
+                op, self.gpus[gpu], self.profile, self.dep.compute_model or "roofline"
+            )
         return d
 
     def run(self) -> TraceBundle:
@@ -221,6 +223,8 @@ class _RankProgram:
             dep.seq_len,
             dep.dtype_bytes,
             dep.sequence_parallel,
+            dep.precision or "bf16",
+            dep.attention or "flash",
         )
         self.nodes: list[pb.Node] = []
         self.frontier: int | None = None  # last node of the compute/TP chain

@@ -1,0 +1,149 @@
+"""The calibrated compute model: GEMM efficiency from the shape (tile and wave quantization), per GPU and dtype.
+
+Physical model (NVIDIA "Matrix Multiplication Background User's Guide", sections on tile and wave
+quantization): cuBLAS splits C = A x B ([M,K] x [K,N], `batch` times) into CTA tiles of mt x nt outputs;
+each tile is one thread block on one SM; the tiles run in waves of (SM count) blocks, and a partial last
+tile or a partial last wave costs as much as a full one. The time of a GEMM is therefore
+
+    waves x (time of one tile),   waves = ceil(batch * ceil(M/mt) * ceil(N/nt) / SMs),
+    tile time = 2 * mt * nt * K / (per-SM peak * plateau * reuse(mt, nt))
+
+taking the candidate tile (the guide's cuBLAS sizes) that minimizes it, as cuBLAS' heuristics aim to.
+`plateau` is the fraction of the dense peak that a large, perfectly quantized GEMM reaches, taken from
+public microbenchmarks (PLATEAUS). `reuse` charges smaller tiles for their lower operand reuse: a tile
+loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
+mt * nt / (mt + nt); the largest tiles (256 x 128) are taken as just compute-bound at the plateau and a
+smaller tile as bound by the same operand bandwidth (an assumption of this model, stated in
+docs/tracegen.md). The GEMM also cannot beat reading and writing its operands at the achieved memory
+bandwidth (roofline), nor one kernel launch per kernel (LAUNCH_FLOOR_S).
+
+Calibration data: tracegen/data/gemm_calibration.csv (public GEMM microbenchmarks only). Validation data
+(end-to-end Megatron-LM / MLPerf / NeMo runs and per-layer times) is kept apart: nothing here is fitted to
+it (docs/validation.md, helper `valid`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+
+from tracegen.catalog import GpuSpec, tensor_peak
+from tracegen.errors import CatalogError
+
+# CTA tile sizes (mt, nt) of cuBLAS tensor-core GEMMs listed by NVIDIA's Matrix Multiplication Background
+# User's Guide ("cuBLAS ... 256x128, 128x256, 128x128, 64x128, 128x64, 64x64").
+TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
+_BEST_REUSE = 256 * 128 / (256 + 128)
+
+# Per-kernel launch floor: a short kernel launched back to back on one stream costs 3.8 us per kernel
+# (NVIDIA Technical Blog, A. Gray, "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel, launch-bound at
+# 3.8 us each without CUDA graphs), so no kernel of an eagerly launched training step takes less.
+LAUNCH_FLOOR_S = 3.8e-6
+
+# Achieved fraction of the dense tensor peak on a large, well-quantized GEMM ("Maximum Achievable Matmul
+# FLOPS", measured with mamf-finder.py by S. Bekman, github.com/stas00/ml-engineering):
+#   compute/accelerator/README.md MAMF table: A100 SXM BF16 267.9 of 312 TFLOPS at 6912x16384x2048
+#   (CUDA 12.1; exactly 32 full waves of 256x128 tiles on 108 SMs, so the point is the plateau itself);
+#   H100 SXM BF16 792.1 at 6144x17920x2816 (CUDA 12.1).
+#   compute/accelerator/nvidia "When Is It Worth Upgrading GPUs?": H100/H200 SXM BF16 794.5 of 989,
+#   B200 SXM BF16 1745.0 of 2250, H200 SXM FP8 1453.4 of 1979, B200 SXM FP8 3432.5 of 4500 (best shape of
+#   the sweep, so taken as fully quantized).
+# The H100 BF16 plateau divides its point by the model's own quantization of that shape (26 waves for
+# 25.45 of work: 0.979), see tests/test_gen_gemm.py. FP16 runs at the BF16 rate on these tensor cores.
+PLATEAUS: dict[tuple[str, str], float] = {
+    ("A100-40GB", "bf16"): 267.9 / 312,
+    ("A100-80GB", "bf16"): 267.9 / 312,
+    ("H100", "bf16"): 792.1 / 989.4 / (3360 / 132 / 26),
+    ("H200", "bf16"): 794.5 / 989.4,
+    ("B200", "bf16"): 1745.0 / 2250,
+    ("H100", "fp8"): 1453.4 / 1979,  # same silicon and clocks as the H200 measurement
+    ("H200", "fp8"): 1453.4 / 1979,
+    ("B200", "fp8"): 3432.5 / 4500,
+}
+
+DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_calibration.csv")
+
+
+@dataclass(frozen=True)
+class GemmTiming:
+    """How the shape model timed one GEMM: seconds, chosen tile, waves and the achieved efficiency."""
+
+    seconds: float
+    tile: tuple[int, int]
+    waves: int
+    efficiency: float  # achieved FLOP/s over the dense peak of the dtype
+
+
+def plateau(gpu: GpuSpec, precision: str) -> float:
+    """Large-GEMM efficiency of `gpu` in `precision`: a `gpus:` gemm_eff override, else the measured plateau."""
+    if "gemm_eff" in gpu.overridden:
+        return gpu.gemm_eff
+    key = (gpu.name, "bf16" if precision == "fp16" else precision)
+    # GPUs without a public GEMM sweep (V100) keep the catalog's rule-of-thumb gemm_eff.
+    return PLATEAUS.get(key, gpu.gemm_eff)
+
+
+def wave_count(tiles: int, sms: int) -> int:
+    """Waves needed to run `tiles` thread blocks on `sms` SMs, one block per SM at a time."""
+    return -(-tiles // sms)
+
+
+def gemm_compute(m: int, k: int, n: int, gpu: GpuSpec, precision: str = "bf16", batch: int = 1) -> GemmTiming:
+    """Tensor-core time of `batch` GEMMs [m,k] x [k,n] on `gpu` (tile and wave quantized, no memory bound)."""
+    if min(m, k, n, batch) <= 0:
+        raise CatalogError(f"GEMM shape {batch}x{m}x{k}x{n} must be positive")
+    if gpu.sms <= 0:
+        raise CatalogError(f"GPU {gpu.name}: no SM count recorded, the calibrated GEMM model needs one")
+    peak = tensor_peak(gpu, precision)
+    per_sm = peak * plateau(gpu, precision) / gpu.sms
+    best: GemmTiming | None = None
+    for mt, nt in TILES:
+        reuse = min(1.0, mt * nt / (mt + nt) / _BEST_REUSE)
+        waves = wave_count(batch * math.ceil(m / mt) * math.ceil(n / nt), gpu.sms)
+        seconds = waves * 2.0 * mt * nt * k / (per_sm * reuse)
+        if best is None or seconds < best.seconds:
+            best = GemmTiming(seconds, (mt, nt), waves, 2.0 * batch * m * n * k / seconds / peak)
+    assert best is not None
+    return best
+
+
+def gemm_seconds(
+    m: int,
+    k: int,
+    n: int,
+    nbytes: int,
+    gpu: GpuSpec,
+    precision: str = "bf16",
+    batch: int = 1,
+    kernels: int = 1,
+) -> float:
+    """Calibrated time of a GEMM op: max(quantized compute, bytes at achieved bandwidth, launch floor)."""
+    compute = kernels * gemm_compute(m, k, n, gpu, precision, batch).seconds
+    return max(compute, nbytes / (gpu.mem_bw * gpu.mem_eff), kernels * LAUNCH_FLOOR_S)
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One public GEMM measurement: GPU, dtype, shape and achieved TFLOP/s, with its source."""
+
+    gpu: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    tflops: float
+    source: str
+
+
+def calibration_points(path: str = DATA_FILE) -> list[CalibrationPoint]:
+    """The calibration data set (tracegen/data/gemm_calibration.csv)."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if not r["gpu"].startswith("#")]
+    return [
+        CalibrationPoint(
+            r["gpu"], r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]), r["source"]
+        )
+        for r in rows
+    ]
