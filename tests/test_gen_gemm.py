@@ -1,0 +1,159 @@
+"""Calibrated compute model, FP8 precision and unfused attention (issue 10 items 4, 5, 7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracegen import catalog, load_spec
+from tracegen.errors import SpecError
+from tracegen.gemm import (
+    LAUNCH_FLOOR_S,
+    PLATEAUS,
+    calibration_points,
+    gemm_compute,
+    gemm_seconds,
+    plateau,
+)
+from tracegen.models import preset
+from tracegen.ops import ATTN_CORE_OPS, Ctx, Op, duration_micros, layer_steps, op_seconds, shard_of
+from tracegen.profile import ProfileRow, build_table
+from tracegen.workload import generate
+
+A100, H100 = catalog.gpu("A100"), catalog.gpu("H100")
+
+
+# -- tile and wave quantization, worked by hand ------------------------------------------------------------
+def test_full_waves_reach_the_plateau():
+    # 6912 x 16384 outputs in 256x128 tiles: 27 x 128 = 3,456 tiles = exactly 32 waves on 108 SMs.
+    t = gemm_compute(6912, 2048, 16384, A100)
+    assert (t.tile, t.waves) == ((256, 128), 32)
+    assert t.efficiency == pytest.approx(267.9 / 312)
+
+
+def test_wave_quantization_h100_4096_cube():
+    # 4096^2 outputs: 16 x 32 = 512 tiles of 256x128 on 132 SMs -> 4 waves for 3.88 of work; 128x128 tiles
+    # would need 1,024 tiles = 8 waves at 0.75 reuse (more time), so efficiency = plateau * 512 / (4 * 132).
+    t = gemm_compute(4096, 4096, 4096, H100)
+    assert (t.tile, t.waves) == ((256, 128), 4)
+    assert t.efficiency == pytest.approx(plateau(H100, "bf16") * 512 / 528)
+    # Time = 4 waves x one 256x128x4096 tile at the per-SM plateau rate.
+    per_sm = 989.4e12 * plateau(H100, "bf16") / 132
+    assert t.seconds == pytest.approx(4 * 2 * 256 * 128 * 4096 / per_sm)
+
+
+def test_tile_quantization_one_extra_row():
+    # M = 4097 on A100: 256x128 tiles give 17 x 32 = 544 tiles (6 waves); 128x256 give 33 x 16 = 528 tiles
+    # (5 waves), so cuBLAS-like choice is 128x256 and efficiency = plateau * 4097*4096 / (5*108*128*256).
+    t = gemm_compute(4097, 4096, 4096, A100)
+    assert (t.tile, t.waves) == ((128, 256), 5)
+    assert t.efficiency == pytest.approx(267.9 / 312 * 4097 * 4096 / (5 * 108 * 128 * 256))
+
+
+def test_small_gemm_hits_the_launch_floor_and_memory_bound():
+    assert gemm_seconds(64, 64, 64, 3 * 64 * 64 * 2, H100) == LAUNCH_FLOOR_S
+    # A skinny GEMM (M=8) reading a 8192x8192 BF16 weight is memory-bound at achieved bandwidth.
+    nbytes = 2 * (8 * 8192 + 8192 * 8192 + 8 * 8192)
+    assert gemm_seconds(8, 8192, 8192, nbytes, H100) == pytest.approx(nbytes / (3.35e12 * 0.80))
+
+
+def test_calibration_points_reproduced_within_one_percent():
+    points = calibration_points()
+    assert len(points) >= 2 and all(p.source for p in points)
+    for p in points:
+        got = gemm_compute(p.m, p.k, p.n, catalog.gpu(p.gpu), p.dtype).efficiency
+        peak = catalog.tensor_peak(catalog.gpu(p.gpu), p.dtype)
+        assert got * peak / 1e12 == pytest.approx(p.tflops, rel=0.01), p
+
+
+def test_gemm_eff_override_replaces_the_plateau():
+    over = catalog.with_overrides(H100, {"gemm_eff": 0.5})
+    assert plateau(over, "bf16") == 0.5 and plateau(over, "fp8") == 0.5
+    assert plateau(H100, "fp8") == pytest.approx(1453.4 / 1979)
+    assert plateau(catalog.gpu("V100"), "bf16") == catalog.DEFAULT_GEMM_EFF  # no public sweep recorded
+    assert set(PLATEAUS) >= {("A100-40GB", "bf16"), ("H100", "bf16"), ("B200", "fp8")}
+
+
+# -- FP8 ------------------------------------------------------------------------------------------------------
+def _ops(precision: str = "bf16", attention: str = "flash", phase: str = "fwd") -> dict[str, Op]:
+    m = preset("llama2-7b")
+    c = Ctx(m, shard_of(m, 1, 0), 1, 2048, 2, False, precision, attention)
+    return {s.op: s for s in layer_steps(c, phase) if isinstance(s, Op)}
+
+
+@pytest.mark.parametrize("model", ["roofline", "calibrated"])
+def test_fp8_gemm_time_is_bf16_time_times_peak_ratio(model):
+    bf, f8 = _ops("bf16")["mlp_up_gate"], _ops("fp8")["mlp_up_gate"]
+    assert (bf.precision, f8.precision, f8.flops) == ("bf16", "fp8", bf.flops)
+    # TE keeps both GEMM operands in FP8 (1 byte), the output in BF16: [2048x4096]x[4096x22016].
+    assert f8.bytes == (2048 * 4096 + 4096 * 22016) + 2 * 2048 * 22016
+    gpu = catalog.with_overrides(H100, {"gemm_eff": 0.7})  # equal efficiency in both precisions
+    ratio = op_seconds(f8, gpu, model) / op_seconds(bf, gpu, model)
+    assert ratio == pytest.approx(989.4 / 1979)
+    # H200 and B200 have FP8 peaks too (datasheets: 1,979 and 4,500 dense TFLOP/s).
+    assert catalog.tensor_peak(catalog.gpu("B200"), "fp8") == 4500e12
+
+
+def test_fp8_on_a_gpu_without_fp8_is_one_error_naming_it():
+    spec = {"model": "llama2-7b", "precision": "fp8", "device_groups": [{"gpu": "A100", "ranks": [0]}]}
+    with pytest.raises(SpecError, match=r"device group 0: GPU A100-40GB has no FP8 tensor cores"):
+        load_spec(spec)
+    with pytest.raises(SpecError, match="precision must be one of"):
+        load_spec({**spec, "precision": "fp4"})
+
+
+def test_fp8_spec_generates_and_round_trips(tmp_path):
+    spec = {
+        "model": "llama2-7b",
+        "precision": "fp8",
+        "compute_model": "calibrated",
+        "attention": "unfused",
+        "device_groups": [{"gpu": "H100", "ranks": [0]}],
+    }
+    dep = load_spec(spec)
+    assert (dep.precision, dep.attention, dep.compute_model) == ("fp8", "unfused", "calibrated")
+    from tracegen.spec import spec_to_mapping
+
+    again = load_spec(spec_to_mapping(dep))
+    assert again == dep
+
+
+# -- unfused attention ----------------------------------------------------------------------------------------
+def test_unfused_attention_ops_and_bytes_by_hand():
+    fwd, bwd = _ops(attention="unfused"), _ops(attention="unfused", phase="bwd")
+    names = [n for n in fwd if n.startswith("attn_") and n in ATTN_CORE_OPS]
+    assert names == ["attn_scores", "attn_softmax", "attn_dropout", "attn_context"]
+    assert "attn_core" not in fwd and "attn_core" in _ops()
+    b, a, s, d = 2, 32, 2048, 128  # BF16, Llama-2 7B heads, sequence, head dim; one sequence
+    flash = _ops()["attn_core"]
+    assert fwd["attn_scores"].flops + fwd["attn_context"].flops == flash.flops == 4 * a * s * s * d
+    scores = a * s * s
+    assert fwd["attn_softmax"].bytes == 2 * b * scores  # read scores, write probabilities
+    assert fwd["attn_dropout"].bytes == scores * (2 * b + 1)  # read, write, 1-byte mask
+    assert bwd["attn_softmax"].bytes == 3 * b * scores
+    assert fwd["attn_scores"].shape == (a, s, d, s) and fwd["attn_context"].shape == (a, s, s, d)
+    # Memory-bound softmax: 536,870,912 B / (3.35 TB/s * 0.80) = 200.3 us on H100.
+    assert duration_micros(fwd["attn_softmax"], H100) == 200
+    # Backward runs the four ops in reverse order.
+    order = [n for n in bwd if n in ATTN_CORE_OPS]
+    assert order == ["attn_context", "attn_dropout", "attn_softmax", "attn_scores"]
+
+
+def test_unfused_attention_nodes_in_generated_traces():
+    spec = {"model": "llama2-7b", "attention": "unfused", "device_groups": [{"gpu": "H100", "ranks": [0]}]}
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    fwd = [n.name for n in nodes if n.name.startswith("L1.attn_") and n.name.endswith(".fwd.mb0")]
+    core = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context")
+    assert fwd == ["L1.attn_norm.fwd.mb0", *(f"L1.{op}.fwd.mb0" for op in core), "L1.attn_out_proj.fwd.mb0",
+                   "L1.attn_residual.fwd.mb0"]  # fmt: skip
+    assert not [n for n in nodes if "attn_core" in n.name]
+
+
+# -- the calibrated model keeps profiles and overrides -------------------------------------------------------
+def test_profile_rows_still_win_in_the_calibrated_model():
+    op = _ops()["qkv_proj"]
+    table = build_table([ProfileRow("H100", "qkv_proj", "fwd", op.shape, 250.0)])
+    assert duration_micros(op, H100, table, "calibrated") == 250
+    # Without a row: 2048x12288 outputs in 256x128 tiles = 8 x 96 = 768 tiles, 6 waves on 132 SMs.
+    t = gemm_compute(2048, 4096, 12288, H100)
+    assert (t.tile, t.waves) == ((256, 128), 6)
+    assert duration_micros(op, H100, None, "calibrated") == round(t.seconds * 1e6)
