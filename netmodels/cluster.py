@@ -12,7 +12,7 @@ from typing import Any
 import networkx as nx
 
 from netmodels.errors import NetworkModelError, TopologyError
-from netmodels.presets import canonical_gpu, interconnect
+from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
     GPU,
     MAX_LINKS,
@@ -70,6 +70,13 @@ def build_cluster(desc: Mapping) -> Topology:
     if set(desc) == {"topology"}:
         # A deployment spec's `cluster: "<topology spec>"` (tracegen keeps it as {"topology": ...}).
         return topology_from_spec(desc["topology"])
+    if "system" in desc:
+        # A deployment spec's `cluster: dgx-a100`, kept as {"system": ..., "gpus": [one type per rank]}.
+        _known_keys(desc, ("system", "gpus"), "cluster description")
+        gpus = desc.get("gpus")
+        if not isinstance(gpus, list) or not gpus:
+            raise TopologyError('a "system" cluster needs "gpus": one GPU type per rank')
+        return build_cluster(system_cluster(str(desc["system"]), len(gpus), gpus))
     if "clusters" in desc:
         _known_keys(desc, MULTI_CLUSTER_KEYS, "cluster description")
         return _build_multi_cluster(desc)
@@ -301,7 +308,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
 SPEC_HELP = (
     "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
     "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|leaf_spine|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
-    "cluster:FILE.json | astra:NETWORK.yml"
+    "dgx-a100:NODES | dgx-h100:NODES | cluster:FILE.json | astra:NETWORK.yml"
 )
 
 
@@ -325,6 +332,14 @@ def topology_from_spec(spec: str) -> Topology:
         return build(n, bw, lat)
     if kind == "nodes":
         return build_cluster(_nodes_desc(rest))
+    if kind in SYSTEM_PRESETS:
+        try:
+            nodes = int(rest)
+        except ValueError:
+            raise TopologyError(f"{kind} needs a node count, e.g. {kind}:4; got {spec!r}") from None
+        if nodes < 1 or nodes * system_preset(kind).gpus_per_node > MAX_CLUSTER_RANKS:
+            raise TopologyError(f"{kind}: node count must be 1..{MAX_CLUSTER_RANKS // 8:,}, got {nodes}")
+        return build_cluster(system_cluster(kind, nodes * system_preset(kind).gpus_per_node))
     if kind == "cluster":
         return build_cluster(load_cluster_json(rest))
     if kind == "astra":
@@ -402,3 +417,40 @@ def load_cluster_json(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise TopologyError(f"{p}: a cluster description must be a JSON object")
     return data
+
+
+def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> dict:
+    """A cluster description of `num_ranks` GPUs on DGX-class nodes (netmodels.presets.SYSTEM_PRESETS).
+
+    Ranks fill nodes of 8 in order (the last node may be partial); `gpus` gives each rank's GPU type
+    (default: the system's first), each of which the system must hold. Links carry the NCCL-effective
+    bandwidths: NVLink and NIC line rates times their measured efficiencies.
+    """
+    p = system_preset(name)
+    if not isinstance(num_ranks, int) or num_ranks < 1:
+        raise TopologyError(f"{p.name}: rank count must be a positive integer, got {num_ranks!r}")
+    gpus = list(gpus) if gpus is not None else [p.gpus[0]] * num_ranks
+    if len(gpus) != num_ranks:
+        raise TopologyError(f"{p.name}: {len(gpus)} GPU types for {num_ranks} ranks")
+    for r, g in enumerate(gpus):
+        if canonical_gpu(g) not in p.gpus:
+            raise TopologyError(f"{p.name} holds {' or '.join(p.gpus)} GPUs; rank {r} has {g}")
+    row = interconnect("table5", p.interconnect_row)
+    nodes = []
+    for i, start in enumerate(range(0, num_ranks, p.gpus_per_node)):
+        ranks = list(range(start, min(start + p.gpus_per_node, num_ranks)))
+        types = [canonical_gpu(gpus[r]) for r in ranks]
+        nodes.append(
+            {
+                "name": f"node{i}",
+                "gpu": types[0] if len(set(types)) == 1 else types,
+                "ranks": ranks,
+                "scale_up_bandwidth": p.nvlink_effective,
+                "scale_up_latency": row.scale_up_latency_ns,
+                "pcie_bandwidth": row.pcie_bandwidth,
+                "pcie_latency": row.pcie_latency_ns,
+                "nic_bandwidth": p.nic_effective,
+                "nic_latency": p.nic_latency_ns,
+            }
+        )
+    return {"name": p.name, "preset": "table5", "nodes": nodes, "fabric": {"kind": "switch"}}

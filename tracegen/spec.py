@@ -33,6 +33,9 @@ DTYPE_BYTES = (1, 2, 4)
 DEFAULT_BUCKET_BYTES = 25 * (1 << 20)
 NODE_SIZE = 8  # GPUs per derived node: the usual HGX/DGX baseboard
 CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table 5)
+# `cluster:` names of whole-system presets: netmodels.presets.SYSTEM_PRESETS (a test keeps them equal;
+# tracegen does not import netmodels).
+CLUSTER_SYSTEMS = ("dgx-a100", "dgx-h100")
 
 TOP_KEYS = (
     "name",
@@ -415,7 +418,12 @@ class _SpecBuilder:
             dep.cluster_json = json.dumps(derive_cluster(dep), sort_keys=True)
             dep.cluster_derived = True
             return
-        if isinstance(c, str):
+        if isinstance(c, str) and c.strip().lower() in CLUSTER_SYSTEMS:
+            # `cluster: dgx-a100`: DGX nodes of 8 for this deployment's ranks, each rank's GPU type listed;
+            # netmodels.cluster.build_cluster expands {"system": ...} (and checks the GPU types).
+            gpu_of = {r: dg.gpu for dg in dep.device_groups for r in dg.ranks}
+            c = {"system": c.strip().lower(), "gpus": [gpu_of[r] for r in range(len(gpu_of))]}
+        elif isinstance(c, str):
             c = self.cluster_from_string(c)
         if not isinstance(c, Mapping):
             raise self.fail("cluster must be a mapping ({preset: ..., nodes: [...]}) or a topology file path")

@@ -1,0 +1,75 @@
+"""DGX system presets (`cluster: dgx-a100`, `--topology dgx-h100:N`) at NCCL's measured bus bandwidths."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
+from netmodels.api import CollectiveSpec, simulate_collective
+from netmodels.errors import TopologyError
+from netmodels.presets import SYSTEM_PRESETS
+from tracegen import load_spec
+from tracegen.spec import CLUSTER_SYSTEMS
+
+GB = 1e9
+SIZE = 1 << 30
+
+
+def _busbw(topo, n: int, algorithm: str, model=AnalyticalModel) -> float:
+    spec = CollectiveSpec("all_reduce", SIZE, tuple(range(n)), algorithm=algorithm)
+    t = simulate_collective(model(topo), spec).finish_ns * 1e-9
+    return 2 * (n - 1) / n * SIZE / t  # nccl-tests' AllReduce bus bandwidth
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+@pytest.mark.parametrize(
+    ("system", "nccl_busbw"),
+    [("dgx-a100", 230 * GB), ("dgx-h100", 370 * GB)],  # nccl-tests#149 (A100), nccl-tests#212 (H100, ring)
+)
+def test_one_dgx_node_ring_allreduce_reaches_nccl_busbw(system, nccl_busbw, model):
+    assert _busbw(topology_from_spec(f"{system}:1"), 8, "ring", model) == pytest.approx(nccl_busbw, rel=0.002)
+
+
+def test_dgx_line_rates_and_efficiencies():
+    a, h = SYSTEM_PRESETS["dgx-a100"], SYSTEM_PRESETS["dgx-h100"]
+    assert (a.nvlink_bandwidth, h.nvlink_bandwidth) == (300 * GB, 450 * GB)  # per direction
+    assert (a.nic_bandwidth, h.nic_bandwidth) == (200e9 / 8, 400e9 / 8)  # ConnectX-6 / ConnectX-7
+    assert a.nic_effective == pytest.approx(24 * GB) and h.nic_effective == pytest.approx(47 * GB)
+    assert CLUSTER_SYSTEMS == tuple(SYSTEM_PRESETS)
+
+
+def test_four_dgx_a100_nodes_hierarchical_closed_form():
+    # Intra-node ReduceScatter and AllGather (7 steps of S/8 on NVLink at 230 GB/s each) around an
+    # inter-node ring AllReduce of S/8 over 4 nodes, one per NIC at 24 GB/s: 2*3 steps of S/32.
+    topo = topology_from_spec("dgx-a100:4")
+    spec = CollectiveSpec("all_reduce", SIZE, tuple(range(32)), algorithm="hierarchical")
+    expect = (2 * 7 * SIZE / 8 / (230 * GB) + 2 * 3 * SIZE / 32 / (24 * GB)) * 1e9
+    for model in (AnalyticalModel, FlowModel):
+        assert simulate_collective(model(topo), spec).finish_ns == pytest.approx(expect, rel=0.002)
+
+
+def test_spec_cluster_preset_derives_the_node_count():
+    spec = {
+        "model": "llama2-7b",
+        "cluster": "dgx-a100",
+        "device_groups": [{"gpu": "A100-80GB", "ranks": "0-19", "tp": 20, "layers": [1, 32]}],
+        "allow_uneven_tp": True,
+    }
+    dep = load_spec(spec)
+    desc = json.loads(dep.cluster_json)
+    assert desc["system"] == "dgx-a100" and len(desc["gpus"]) == 20
+    topo = build_cluster(desc)
+    assert topo.num_ranks == 20 and len(set(topo.rank_hosts)) == 3  # 8 + 8 + 4
+    # Ranks 0 and 8 sit on different nodes: the route's bottleneck is the NIC at NCCL's 24 GB/s.
+    assert topo.route(0, 8).bottleneck_bytes_per_ns == pytest.approx(24.0)
+    assert topo.route(0, 7).bottleneck_bytes_per_ns == pytest.approx(230.0)
+
+
+def test_system_presets_reject_foreign_gpus_and_bad_counts():
+    with pytest.raises(TopologyError, match="dgx-h100 holds H100 or H200 GPUs; rank 0 has A100"):
+        build_cluster({"system": "dgx-h100", "gpus": ["A100"]})
+    for bad in ("dgx-h100:0", "dgx-h100:x", "dgx-a100:"):
+        with pytest.raises(TopologyError):
+            topology_from_spec(bad)
