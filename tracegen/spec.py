@@ -212,17 +212,16 @@ class _SpecBuilder:
         )
         dep.precision = self.choice("precision", PRECISIONS, "bf16")
         dep.attention = self.choice("attention", ATTENTIONS, "flash")
-        dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "roofline")
+        dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         self.gpus(dep)
         self.profile(dep)
         self.device_groups(dep, model)
         if dep.precision == "fp8":
             for dg in dep.device_groups:
-                if catalog.gpu(dg.gpu).fp8_flops is None:
-                    try:
-                        catalog.tensor_peak(catalog.gpu(dg.gpu), "fp8")
-                    except CatalogError as exc:
-                        raise self.fail(f"device group {dg.id}: {exc}") from None
+                try:
+                    catalog.tensor_peak(catalog.gpu(dg.gpu), "fp8")
+                except CatalogError as exc:
+                    raise self.fail(f"device group {dg.id}: {exc}") from None
         steps = dep.micro_batches * sum(
             len(dg.ranks) * (dg.layer_end - dg.layer_start + 1) for dg in dep.device_groups
         )
