@@ -157,3 +157,15 @@ def test_profile_rows_still_win_in_the_calibrated_model():
     t = gemm_compute(2048, 4096, 12288, H100)
     assert (t.tile, t.waves) == ((256, 128), 6)
     assert duration_micros(op, H100, None, "calibrated") == round(t.seconds * 1e6)
+
+
+def test_fp8_peak_and_sm_count_overrides():
+    # peak_flops override scales the catalog FP8 peak (same tensor cores, other clocks) ...
+    slow = catalog.with_overrides(H100, {"peak_flops": 989.4e12 / 2})
+    assert catalog.tensor_peak(slow, "fp8") == pytest.approx(1979e12 / 2)
+    # ... unless fp8_flops is given; sms changes the waves: 512 tiles on 114 SMs = 5 waves (4.49 of work).
+    over = catalog.with_overrides(H100, {"peak_flops": 989.4e12 / 2, "fp8_flops": 1.5e15, "sms": 114})
+    assert catalog.tensor_peak(over, "fp8") == 1.5e15
+    assert gemm_compute(4096, 4096, 4096, over).waves == 5
+    with pytest.raises(catalog.CatalogError, match="sms"):
+        catalog.with_overrides(H100, {"sms": 1.5})

@@ -108,7 +108,9 @@ def gpu(name: str) -> GpuSpec:
     return _CATALOG[canonical_gpu_name(name)]
 
 
-_OVERRIDABLE = ("peak_flops", "mem_bw", "memory_bytes", "gemm_eff", "mem_eff", "price_per_hour")
+_OVERRIDABLE = (
+    "peak_flops", "mem_bw", "memory_bytes", "gemm_eff", "mem_eff", "price_per_hour", "fp8_flops", "sms",
+)  # fmt: skip
 
 
 def with_overrides(spec: GpuSpec, overrides: Mapping[str, Any]) -> GpuSpec:
@@ -132,24 +134,23 @@ def tensor_peak(spec: GpuSpec, precision: str) -> float:
         raise CatalogError(
             f"GPU {spec.name} has no FP8 tensor cores (precision fp8 needs one of: {with_fp8})"
         )
-    # A `gpus:` override of peak_flops scales the FP8 peak with it (same tensor cores, other clocks).
-    return (
-        spec.fp8_flops * spec.peak_flops / _CATALOG[spec.name].peak_flops
-        if spec.name in _CATALOG
-        else spec.fp8_flops
-    )
+    # A `gpus:` override of peak_flops scales the catalog FP8 peak with it (same tensor cores, other clocks)
+    # unless fp8_flops is overridden too.
+    if "fp8_flops" in spec.overridden or spec.name not in _CATALOG:
+        return spec.fp8_flops
+    return spec.fp8_flops * spec.peak_flops / _CATALOG[spec.name].peak_flops
 
 
 def check_gpu(spec: GpuSpec) -> None:
     """Reject impossible numbers in a (possibly user-overridden) GPU entry."""
     for f in fields(spec):
         v = getattr(spec, f.name)
-        if f.name in ("name", "overridden", "sms") or (
-            f.name in ("price_per_hour", "fp8_flops") and v is None
-        ):
+        if f.name in ("name", "overridden") or (f.name in ("price_per_hour", "fp8_flops") and v is None):
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
             raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")
+    if not isinstance(spec.sms, int):
+        raise CatalogError(f"GPU {spec.name}: sms must be a whole number of SMs, got {spec.sms!r}")
     for f in ("gemm_eff", "mem_eff"):
         if getattr(spec, f) > 1:
             raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {getattr(spec, f)}")
