@@ -24,7 +24,7 @@ def run_schedule(
 ) -> np.ndarray:
     """Finish time of every position, given each position's start time; no link is shared by two flows.
 
-    With `occupancy` (stage -> seconds each transfer keeps its sender busy: bytes over the route's
+    With `occupancy` (stage -> ns each transfer keeps its sender busy: bytes over the route's
     bottleneck), a position's sends of one stage start only once its previous sends' bytes have left: a
     ring neighbour's link carries the collective's steps one after another, so a ring whose slowest hop is
     a NIC is bound by that NIC for all 2(p-1) steps, as in the flow model (issue 10, bug 2). Without it
