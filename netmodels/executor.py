@@ -63,7 +63,9 @@ def run_schedule(
             for _ in range(stage.repeat):
                 begin = ready[stage.src] if occ is None else np.maximum(ready[stage.src], sent[stage.src])
                 arrive = begin + dur
-                if occ is not None:
+                if occ is not None and stage.perm:  # each position sends once: plain indexing
+                    sent[stage.src] = np.maximum(sent[stage.src], begin + occ)
+                elif occ is not None:
                     np.maximum.at(sent, stage.src, begin + occ)
                 new = ready.copy()
                 if stage.perm:
