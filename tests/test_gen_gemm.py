@@ -169,3 +169,20 @@ def test_fp8_peak_and_sm_count_overrides():
     assert gemm_compute(4096, 4096, 4096, over).waves == 5
     with pytest.raises(catalog.CatalogError, match="sms"):
         catalog.with_overrides(H100, {"sms": 1.5})
+
+
+def test_batched_attention_gemm_waves_and_fused_attention_rate():
+    # 32 batched QK^T GEMMs (micro-batch 4 x 8 local heads) of 2048x128x2048 on A100: 8 x 16 = 128 tiles of
+    # 256x128 each, 4,096 in all = 38 waves on 108 SMs (37.93 of work).
+    t = gemm_compute(2048, 128, 2048, A100, batch=32)
+    assert (t.tile, t.waves) == ((256, 128), 38)
+    assert t.efficiency == pytest.approx(267.9 / 312 * 4096 / (38 * 108))
+    # Fused attention keeps FLOPs / (peak x gemm_eff) in the calibrated model (no FlashAttention shape model).
+    core = _ops()["attn_core"]
+    assert op_seconds(core, H100, "calibrated") == pytest.approx(core.flops / (989.4e12 * 0.70))
+    # Any op with work takes at least one launch floor per kernel: a 1-element op, and a backward GEMM (2).
+    tiny = Op("attn_norm", "fwd", 4, 4, (1,), False)
+    assert op_seconds(tiny, H100, "calibrated") == LAUNCH_FLOOR_S
+    assert op_seconds(tiny, H100, "roofline") == pytest.approx(4 / (3.35e12 * 0.8))
+    small_bwd = Op("qkv_proj", "bwd", 2 * 2 * 64**3, 2 * 3 * 2 * 64**2, (64, 64, 64), True, kernels=2)
+    assert op_seconds(small_bwd, H100, "calibrated") == 2 * LAUNCH_FLOOR_S
