@@ -433,6 +433,14 @@ class _SpecBuilder:
         self.check_replicas(dep, model)
         if dep.virtual_stages > 1:
             self.check_interleaving(dep)
+        reps = list(replicas(dep).values())
+        if dep.distributed_optimizer and len(reps) > 1:
+            layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
+            if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
+                raise self.fail(
+                    "distributed_optimizer needs replicas that cut the layers into the same stages and TP "
+                    "(heterogeneous replicas are synchronized by the rewriter's all-reduce rings)"
+                )
 
     def expand_parallel(
         self, blocks: list[dict[str, int | str]], model: ModelArch, uneven: bool
