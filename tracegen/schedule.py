@@ -32,7 +32,9 @@ def one_f_one_b(num_micro_batches: int, num_stages: int, stage: int) -> list[tup
     return order
 
 
-def interleaved(num_micro_batches: int, num_stages: int, stage: int, chunks: int) -> list[tuple[str, int, int]]:
+def interleaved(
+    num_micro_batches: int, num_stages: int, stage: int, chunks: int
+) -> list[tuple[str, int, int]]:
     """Interleaved 1F1B (Narayanan et al. 2021 section 2.2) as (kind, model chunk, micro-batch) triples.
 
     Megatron-LM's forward_backward_pipelining_with_interleaving: the M*V passes of a stage are taken in
