@@ -323,9 +323,12 @@ def test_parallel_expands_in_megatron_rank_order():
     assert [(dg.layer_start, dg.layer_end) for dg in sorted(dep.device_groups, key=lambda d: d.pp_stage)][
         ::2
     ] == [(1, 2), (3, 4), (5, 6), (7, 8)]
+    # The generated process groups: the TP pairs and the DP groups of the docstring, nothing else.
     b = generate(dep)
-    groups = set(b.comm_groups.values()) if isinstance(b.comm_groups, dict) else set()
-    assert {(0, 2), (1, 3)} <= {tuple(g) for g in groups}
+    want = {(2 * i, 2 * i + 1) for i in range(8)} | {
+        (4 * s + t, 4 * s + 2 + t) for s in range(4) for t in range(2)
+    }
+    assert set(b.comm_groups.values()) == want
 
 
 def test_parallel_tp2_pp2_dp2_with_virtual_stages_round_trips():
@@ -341,6 +344,12 @@ def test_parallel_tp2_pp2_dp2_with_virtual_stages_round_trips():
     ]
     assert (dep.micro_batches, dep.virtual_stages, dep.schedule) == (2, 2, "1f1b")
     assert load_spec(spec_to_mapping(dep)) == dep
+    # Megatron's alternative order (--use-tp-pp-dp-mapping): rank = t + 2*(s + 2*d)
+    spec["parallel"]["order"] = "tp-pp-dp"
+    dep = load_spec(spec)
+    assert [(list(dg.ranks), dg.pp_stage, dg.dp_replica) for dg in dep.device_groups] == [
+        ([0, 1], 0, 0), ([4, 5], 0, 1), ([2, 3], 1, 0), ([6, 7], 1, 1)
+    ]  # fmt: skip
 
 
 def test_parallel_mixes_with_hand_written_groups():
@@ -397,6 +406,10 @@ BAD = [
         "rank 1 of device group 2 is already in the parallel: block",
     ),
     ({"parallel": {"gpu": "H100", "pp": 2, "dpp": 2}, "device_groups": None}, "parallel: unknown key(s) dpp"),
+    (
+        {"parallel": {"gpu": "H100", "pp": 2, "order": "pp-tp-dp"}, "device_groups": None},
+        "order must be one of",
+    ),
 ]
 
 

@@ -56,7 +56,10 @@ TOP_KEYS = (
     "device_groups",
 )
 DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
-PARALLEL_KEYS = ("gpu", "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages")
+PARALLEL_KEYS = ("gpu", "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "order")
+# Megatron-LM's rank orders (initialize_model_parallel `order`, fastest first): "tp-dp-pp" is its
+# default, "tp-pp-dp" what --use-tp-pp-dp-mapping selects.
+RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
 RECOMPUTE = ("none", "selective", "full")
 INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # A (rank, layer, micro-batch) step yields at least a forward and a backward compute node, and generation
@@ -271,7 +274,10 @@ class _SpecBuilder:
                 gpu_name = catalog.canonical_gpu_name(str(b.get("gpu", "")))
             except CatalogError as exc:
                 raise self.fail(f"{where}{exc}") from None
-            blk: dict[str, int | str] = {"gpu": gpu_name, "where": where}
+            order = b.get("order", RANK_ORDERS[0])
+            if order not in RANK_ORDERS:
+                raise self.fail(f"{where}order must be one of {', '.join(RANK_ORDERS)}, got {order!r}")
+            blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
             for k in ("tp", "pp", "dp", "micro_batch"):
                 blk[k] = self.int_key(b, k, where, default=1)
             if "virtual_stages" in b:
@@ -288,33 +294,23 @@ class _SpecBuilder:
             out.append(blk)
         return out
 
+    def agreed(self, key: str, blocks: list[dict[str, int | str]], block_key: str, what: str) -> int:
+        """One value of `key` given at the top level and/or by `parallel:` blocks: all must agree."""
+        sources = [(key, self.int_key(self.raw, key, ""))] if key in self.raw else []
+        sources += [(f"{b['where']}{what}", int(b[block_key])) for b in blocks if block_key in b]
+        for src, val in sources[1:]:
+            if val != sources[0][1]:
+                raise self.fail(
+                    f"{src} gives {key} {val} but {sources[0][0]} gives {sources[0][1]} (one value per spec)"
+                )
+        return sources[0][1] if sources else 1
+
     def virtual_stages(self, blocks: list[dict[str, int | str]]) -> int:
-        v = self.int_key(self.raw, "virtual_stages", "", default=1)
-        for b in blocks:
-            if "virtual_stages" in b:
-                if "virtual_stages" in self.raw and b["virtual_stages"] != v:
-                    raise self.fail(
-                        f"{b['where']}virtual_stages {b['virtual_stages']} but the spec says virtual_stages {v}"
-                    )
-                if blocks[0] is not b and b["virtual_stages"] != blocks[0].get("virtual_stages", 1):
-                    raise self.fail(f"{b['where']}virtual_stages differs from the first parallel block's")
-                v = int(b["virtual_stages"])
-        return v
+        return self.agreed("virtual_stages", blocks, "virtual_stages", "virtual_stages")
 
     def micro_batches(self, blocks: list[dict[str, int | str]]) -> int:
-        given = "micro_batches" in self.raw
-        m = self.int_key(self.raw, "micro_batches", "", default=1)
-        src = "micro_batches"
-        for b in blocks:
-            if "micro_batches" not in b:
-                continue
-            if (given or src != "micro_batches") and b["micro_batches"] != m:
-                raise self.fail(
-                    f"{b['where']}global_batch gives {b['micro_batches']} micro-batches per pipeline but "
-                    f"{src} gives {m}"
-                )
-            m, src, given = int(b["micro_batches"]), f"{b['where']}global_batch", True
-        return m
+        """Micro-batches per pipeline: `micro_batches`, or global_batch / (micro_batch * dp) of `parallel:`."""
+        return self.agreed("micro_batches", blocks, "micro_batches", "global_batch")
 
     def name(self) -> str:
         name = self.raw.get("name", self.default_name)
@@ -447,8 +443,9 @@ class _SpecBuilder:
     ) -> list[dpb.DeviceGroup]:
         """Device groups of the `parallel:` blocks, in Megatron's rank order (tp fastest, then dp, then pp).
 
-        Megatron-LM's initialize_model_parallel (order "tp-dp-pp"): rank = t + TP*(d + DP*s) for TP index t,
-        replica d and stage s. Blocks of a list follow each other in ranks and replica numbers.
+        Megatron-LM's initialize_model_parallel (default order "tp-dp-pp"): rank = t + TP*(d + DP*s) for TP
+        index t, replica d and stage s; order "tp-pp-dp": t + TP*(s + PP*d). Blocks of a list follow each
+        other in ranks and replica numbers.
         """
         out: list[dpb.DeviceGroup] = []
         first_rank = first_replica = 0
@@ -461,7 +458,7 @@ class _SpecBuilder:
             self.check_tp(model, tp, uneven, str(b["where"]))
             for s in range(pp):
                 for d in range(dp):
-                    base = first_rank + tp * (d + dp * s)
+                    base = first_rank + tp * ((d + dp * s) if b["order"] == "tp-dp-pp" else (s + pp * d))
                     out.append(
                         dpb.DeviceGroup(
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
