@@ -435,3 +435,41 @@ def test_cli_bad_interleaving_exits_2_with_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "micro_batches 3 is not a multiple" in r.stderr
     assert str(f) in r.stderr
+
+
+FEATURES = {
+    "model": TINY,
+    "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "global_batch": 4, "virtual_stages": 2},
+    "recompute": "full",
+    "distributed_optimizer": True,
+    "sequence_parallel": True,
+    "dp_bucket_bytes": 100_000,
+}
+
+
+def test_feature_traces_pass_the_validator_and_copies_equal_rebuilds(tmp_path):
+    from tests.test_gen_workload import _validate
+    from tracegen.workload import _Generator
+
+    dep = load_spec(FEATURES)
+    bundle = generate(dep)
+    rebuilt = _Generator(dep, clone=False).run()
+    for rank, nodes in bundle.nodes.items():
+        assert [n.SerializeToString() for n in nodes] == [n.SerializeToString() for n in rebuilt.nodes[rank]]
+    _, findings = _validate(bundle, tmp_path, "f")
+    assert [str(f) for f in findings] == []
+
+
+def test_a_1024_gpu_plan_is_a_few_lines():
+    # GPT-3 175B as Narayanan et al. 2021 Table 1 ran it: 1,024 A100s, TP 8, PP 16 (so DP 8), batch 1536
+    dep = load_spec(
+        {
+            "model": "gpt3-175b",
+            "parallel": {"gpu": "A100-80GB", "tp": 8, "pp": 16, "dp": 8, "global_batch": 1536},
+        }
+    )
+    assert len(dep.device_groups) == 16 * 8 and dep.micro_batches == 1536 // 8
+    assert sorted(r for dg in dep.device_groups for r in dg.ranks) == list(range(1024))
+    assert {(dg.layer_start, dg.layer_end) for dg in dep.device_groups} == {
+        (6 * k + 1, 6 * k + 6) for k in range(16)
+    }
