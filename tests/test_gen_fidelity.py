@@ -163,6 +163,24 @@ def test_interleaving_replays_and_shrinks_the_bubble(tmp_path, capsys):
     assert times[2] / times[1] == pytest.approx(0.9, abs=0.03)
 
 
+def test_interleaved_chunks_given_by_hand():
+    # Uneven chunks, virtual stage order (s0 c0) (s1 c0) (s0 c1) (s1 c1) = [1] [2-3] [4] [5-6].
+    spec = pp2(model={**TINY, "layers": 6}, micro_batches=2)
+    spec["device_groups"][0]["layers"] = [[1, 1], [4, 4]]
+    spec["device_groups"][1]["layers"] = [[2, 3], [5, 6]]
+    dep = load_spec(spec)
+    assert load_spec(spec_to_mapping(dep)) == dep
+    b = generate(dep)
+    layers = {
+        r: sorted({A.get_int(n, A.LAYER) for n in ns if A.get_str(n, A.PHASE) == "fwd"})
+        for r, ns in b.nodes.items()
+    }
+    assert layers == {0: [0, 1, 4], 1: [0, 2, 3, 5, 6]}  # 0: embedding on rank 0, head on rank 1
+    # per micro-batch: rank 0 = (1 + 10 + 10) fwd + (10 + 10 + 1) bwd; rank 1 = (20 + 20 + 3) * 2
+    comp = {r: sum(n.type == pb.COMP_NODE for n in ns) for r, ns in b.nodes.items()}
+    assert comp == {0: 2 * 42 + 1, 1: 2 * 86 + 1}
+
+
 def layer_chain(nodes, layer, mb):
     """Names (op.phase) of the compute/TP chain nodes of one layer and micro-batch, in order."""
     return [
@@ -372,6 +390,16 @@ BAD = [
     ({"schedule": "gpipe"}, "virtual_stages 2 needs schedule: 1f1b"),
     ({"model": {**TINY, "layers": 6}}, "6 layers do not split into 2 stages x 2 virtual stages"),
     ({"recompute": "partial"}, "recompute must be one of none, selective, full"),
+    (
+        {
+            "device_groups": [
+                {"gpu": "H100", "ranks": [0], "layers": [[1, 2], [3, 3]], "pp_stage": 0},
+                {"gpu": "H100", "ranks": [1], "layers": [[4, 4], [5, 6]], "pp_stage": 1},
+            ],
+            "model": {**TINY, "layers": 6},
+        },
+        "stage 1 chunk 0 (device group 1) starts at layer 4, expected 3",
+    ),  # fmt: skip
     ({"recompute": "selective", "recompute_layers": 2}, "recompute_layers applies to recompute: full only"),
     (
         {

@@ -373,7 +373,7 @@ class _SpecBuilder:
         self, dep: dpb.Deployment, model: ModelArch, blocks: list[dict[str, int | str]]
     ) -> None:
         groups = self.raw.get("device_groups")
-        if groups is None and blocks:
+        if blocks and (groups is None or groups == []):
             groups = []
         elif not isinstance(groups, list) or not groups:
             raise self.fail("device_groups must be a non-empty list (or give parallel:)")
