@@ -228,6 +228,15 @@ def test_full_recompute_repeats_the_whole_layer_forward_with_tp_collectives():
         assert chain[24] == "mlp_down.bwd"
     rec = [n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "recompute"]
     assert Counter(n.type for n in rec) == {pb.COMP_NODE: 2 * 10, pb.COMM_COLL_NODE: 2 * 2}
+    # ... costing exactly the forward again (same FLOPs, bytes, durations and collective sizes)
+    fwd_nodes = [n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "fwd" and A.get_int(n, A.LAYER) > 0]
+    fwd_nodes = [n for n in fwd_nodes if n.type in (pb.COMP_NODE, pb.COMM_COLL_NODE)]
+
+    def cost(n):
+        return (n.name.replace(".fwd.", ".").replace(".recompute.", "."), n.duration_micros,
+                A.get_int(n, A.NUM_OPS, 0), A.get_int(n, A.COMM_SIZE, 0))  # fmt: skip
+
+    assert sorted(map(cost, rec)) == sorted(map(cost, fwd_nodes))
     # The recomputation sits between layer 2's received gradient and layer 2's backward: the chain runs
     # L2 recompute, L2 backward, L1 recompute, L1 backward.
     names = [
