@@ -50,6 +50,13 @@ ADAM_FLOPS_PER_PARAM = 15
 # Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
 # and second moment, read and written (Megatron's mixed-precision optimizer).
 ADAM_STATE_BYTES = 24
+# The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
+# QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
+# names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
+ATTN_CORE_OPS: frozenset[str] = frozenset(
+    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context"}
+)
+RECOMPUTE_MODES = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -252,6 +259,23 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
     ]
 
 
+def attn_core_recompute(c: Ctx) -> list[Op]:
+    """Selective recompute: the layer's forward attention-core ops (ATTN_CORE_OPS), in forward order."""
+    return [s for s in layer_steps(c, "fwd") if isinstance(s, Op) and s.op in ATTN_CORE_OPS]
+
+
+def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]:
+    """`bwd` with the recomputed attention core inserted right before its first attention-core backward op.
+
+    Megatron checkpoints the core attention alone, so autograd re-runs its forward when the backward pass
+    reaches it: after the output projection's backward, before the attention core's backward.
+    """
+    for i, s in enumerate(bwd):
+        if isinstance(s, Op) and s.op in ATTN_CORE_OPS:
+            return [*bwd[:i], *recompute, *bwd[i:]]
+    return list(bwd)
+
+
 def embedding_steps(c: Ctx, phase: str) -> list[Step]:
     """Vocab-parallel input embedding (first stage): lookup, then the partial rows summed over TP."""
     t, h, b = c.tokens, c.m.hidden, c.b
@@ -307,13 +331,18 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
     return total
 
 
-def optimizer_op(params: int, b: int) -> Op:
-    """AdamW step over a rank's parameters."""
+def optimizer_op(params: int, b: int, grad_bytes: int | None = None) -> Op:
+    """AdamW step over `params` parameters: reads the gradient, writes the weight, reads/writes FP32 state.
+
+    `grad_bytes` is the gradient's width (default `b`; 4 under the distributed optimizer, whose gradient
+    buffer is FP32 for BF16 training).
+    """
+    g = b if grad_bytes is None else grad_bytes
     return Op(
         "optimizer",
         "opt",
         ADAM_FLOPS_PER_PARAM * params,
-        params * (2 * b + ADAM_STATE_BYTES),
+        params * (g + b + ADAM_STATE_BYTES),
         (params,),
         False,
     )

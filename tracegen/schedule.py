@@ -32,8 +32,39 @@ def one_f_one_b(num_micro_batches: int, num_stages: int, stage: int) -> list[tup
     return order
 
 
+def interleaved(
+    num_micro_batches: int, num_stages: int, stage: int, chunks: int
+) -> list[tuple[str, int, int]]:
+    """Interleaved 1F1B (Narayanan et al. 2021 section 2.2) as (kind, model chunk, micro-batch) triples.
+
+    Megatron-LM's forward_backward_pipelining_with_interleaving: the M*V passes of a stage are taken in
+    groups of P micro-batches per model chunk (forward k runs chunk (k mod PV) // P, backward k the mirror
+    chunk V-1-that), micro-batch (k // PV)*P + k mod P of that chunk; stage k warms up with
+    min((P-k-1)*2 + (V-1)*P, M*V) forwards, then alternates one forward and one backward, then cools down.
+    M must be a multiple of P (the caller checks), as Megatron requires.
+    """
+    p, v = num_stages, chunks
+    total = num_micro_batches * v
+
+    def chunk_of(k: int, forward: bool) -> int:
+        c = (k % (p * v)) // p
+        return c if forward else v - 1 - c
+
+    def mb_of(k: int) -> int:
+        return (k // (p * v)) * p + k % p
+
+    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    order = [(FWD, chunk_of(k, True), mb_of(k)) for k in range(warmup)]
+    for k in range(total - warmup):
+        f = k + warmup
+        order.append((FWD, chunk_of(f, True), mb_of(f)))
+        order.append((BWD, chunk_of(k, False), mb_of(k)))
+    order.extend((BWD, chunk_of(k, False), mb_of(k)) for k in range(total - warmup, total))
+    return order
+
+
 def stage_order(schedule: str, num_micro_batches: int, num_stages: int, stage: int) -> list[tuple[str, int]]:
-    """The pass order of one stage under `schedule` ("gpipe" or "1f1b")."""
+    """The pass order of one stage under `schedule` ("gpipe" or "1f1b"), one model chunk."""
     if schedule == "1f1b":
         return one_f_one_b(num_micro_batches, num_stages, stage)
     return gpipe(num_micro_batches)

@@ -55,15 +55,28 @@ TOP_KEYS = (
     "compute_model",
     "gpus",
     "profile",
+    "recompute",
+    "recompute_layers",
+    "virtual_stages",
+    "distributed_optimizer",
+    "parallel",
     "device_groups",
 )
 DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
+PARALLEL_KEYS = ("gpu", "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "order")
+# Megatron-LM's rank orders (initialize_model_parallel `order`, fastest first): "tp-dp-pp" is its
+# default, "tp-pp-dp" what --use-tp-pp-dp-mapping selects.
+RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+RECOMPUTE = ("none", "selective", "full")
 INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # A (rank, layer, micro-batch) step yields at least a forward and a backward compute node, and generation
 # runs ~37k nodes/s (scripts/bench_gen.py: 203,712 nodes in 5.3-5.9 s, docs/tracegen.md). Past this many
 # steps (>= 100M nodes, hours and tens of GB) a spec is almost surely a typo (micro_batches: 2000000000),
 # so it is refused up front instead of looking like a hang.
 MAX_LAYER_STEPS = 50_000_000
+# `parallel:` blocks larger than this are refused before expansion (each rank is a device-group entry and
+# a trace file; 1M ranks would already take hours to generate).
+MAX_PARALLEL_RANKS = 1 << 20
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -199,7 +212,6 @@ class _SpecBuilder:
         model = self.model()
         _fill_model(dep.model, model)
         dep.seq_len = self.int_key(raw, "seq_len", "", default=model.seq_len)
-        dep.micro_batches = self.int_key(raw, "micro_batches", "", default=1)
         dep.schedule = self.choice("schedule", SCHEDULES, "gpipe")
         dep.reshard = self.choice("reshard", RESHARDS, "xsim")
         dep.dtype_bytes = self.int_key(raw, "dtype_bytes", "", default=2)
@@ -215,7 +227,19 @@ class _SpecBuilder:
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         self.gpus(dep)
         self.profile(dep)
-        self.device_groups(dep, model)
+        self.recompute(dep)
+        dep.distributed_optimizer = self.bool_key("distributed_optimizer")
+        blocks = self.parallel_blocks()
+        dep.virtual_stages = self.virtual_stages(blocks)
+        dep.micro_batches = self.micro_batches(blocks)
+        if dep.virtual_stages > 1:
+            given = self.raw.get("schedule", "1f1b")
+            if not isinstance(given, str) or given.lower() != "1f1b":
+                raise self.fail(
+                    f"virtual_stages {dep.virtual_stages} needs schedule: 1f1b (interleaved 1F1B), got {given!r}"
+                )
+            dep.schedule = "1f1b"
+        self.device_groups(dep, model, blocks)
         if dep.precision == "fp8":
             for dg in dep.device_groups:
                 try:
@@ -223,7 +247,7 @@ class _SpecBuilder:
                 except CatalogError as exc:
                     raise self.fail(f"device group {dg.id}: {exc}") from None
         steps = dep.micro_batches * sum(
-            len(dg.ranks) * (dg.layer_end - dg.layer_start + 1) for dg in dep.device_groups
+            len(dg.ranks) * sum(e - s + 1 for s, e in chunk_ranges(dg)) for dg in dep.device_groups
         )
         if steps > MAX_LAYER_STEPS:
             raise self.fail(
@@ -232,6 +256,77 @@ class _SpecBuilder:
             )
         self.cluster(dep)
         return dep
+
+    def recompute(self, dep: dpb.Deployment) -> None:
+        dep.recompute = self.choice("recompute", RECOMPUTE, "none")
+        if "recompute_layers" in self.raw:
+            if dep.recompute != "full":
+                raise self.fail(
+                    f"recompute_layers applies to recompute: full only (recompute is {dep.recompute!r})"
+                )
+            dep.recompute_layers = self.int_key(self.raw, "recompute_layers", "")
+        elif dep.recompute == "full":
+            dep.recompute_layers = 1  # Megatron's uniform method with one layer per recompute unit
+
+    def parallel_blocks(self) -> list[dict[str, int | str]]:
+        """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
+        raw = self.raw.get("parallel")
+        if raw is None:
+            return []
+        items = [raw] if isinstance(raw, Mapping) else raw
+        if not isinstance(items, list) or not items or not all(isinstance(b, Mapping) for b in items):
+            raise self.fail(
+                "parallel must be a mapping {gpu, tp, pp, dp, micro_batch, global_batch} or a list"
+            )
+        out = []
+        for i, b in enumerate(items):
+            where = "parallel: " if isinstance(raw, Mapping) else f"parallel[{i}]: "
+            unknown = sorted(set(b) - set(PARALLEL_KEYS))
+            if unknown:
+                raise self.fail(
+                    f"{where}unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(PARALLEL_KEYS)})"
+                )
+            try:
+                gpu_name = catalog.canonical_gpu_name(str(b.get("gpu", "")))
+            except CatalogError as exc:
+                raise self.fail(f"{where}{exc}") from None
+            order = b.get("order", RANK_ORDERS[0])
+            if order not in RANK_ORDERS:
+                raise self.fail(f"{where}order must be one of {', '.join(RANK_ORDERS)}, got {order!r}")
+            blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
+            for k in ("tp", "pp", "dp", "micro_batch"):
+                blk[k] = self.int_key(b, k, where, default=1)
+            if "virtual_stages" in b:
+                blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
+            if "global_batch" in b:
+                gb = self.int_key(b, "global_batch", where)
+                per = int(blk["micro_batch"]) * int(blk["dp"])
+                if gb % per:
+                    raise self.fail(
+                        f"{where}global_batch {gb} is not a multiple of micro_batch {blk['micro_batch']} x "
+                        f"dp {blk['dp']} (micro-batches per pipeline = global_batch / (micro_batch * dp))"
+                    )
+                blk["micro_batches"] = gb // per
+            out.append(blk)
+        return out
+
+    def agreed(self, key: str, blocks: list[dict[str, int | str]], block_key: str, what: str) -> int:
+        """One value of `key` given at the top level and/or by `parallel:` blocks: all must agree."""
+        sources = [(key, self.int_key(self.raw, key, ""))] if key in self.raw else []
+        sources += [(f"{b['where']}{what}", int(b[block_key])) for b in blocks if block_key in b]
+        for src, val in sources[1:]:
+            if val != sources[0][1]:
+                raise self.fail(
+                    f"{src} gives {key} {val} but {sources[0][0]} gives {sources[0][1]} (one value per spec)"
+                )
+        return sources[0][1] if sources else 1
+
+    def virtual_stages(self, blocks: list[dict[str, int | str]]) -> int:
+        return self.agreed("virtual_stages", blocks, "virtual_stages", "virtual_stages")
+
+    def micro_batches(self, blocks: list[dict[str, int | str]]) -> int:
+        """Micro-batches per pipeline: `micro_batches`, or global_batch / (micro_batch * dp) of `parallel:`."""
+        return self.agreed("micro_batches", blocks, "micro_batches", "global_batch")
 
     def name(self) -> str:
         name = self.raw.get("name", self.default_name)
@@ -290,20 +385,46 @@ class _SpecBuilder:
         except ProfileError as exc:
             raise self.fail(str(exc)) from None
 
-    def device_groups(self, dep: dpb.Deployment, model: ModelArch) -> None:
+    def device_groups(
+        self, dep: dpb.Deployment, model: ModelArch, blocks: list[dict[str, int | str]]
+    ) -> None:
         groups = self.raw.get("device_groups")
-        if not isinstance(groups, list) or not groups:
-            raise self.fail("device_groups must be a non-empty list")
+        if blocks and (groups is None or groups == []):
+            groups = []
+        elif not isinstance(groups, list) or not groups:
+            raise self.fail("device_groups must be a non-empty list (or give parallel:)")
         owner: dict[int, int] = {}
+        auto: set[int] = set()  # groups whose layers are cut by Megatron's rule (no `layers` given)
+        expanded = self.expand_parallel(blocks, model, dep.allow_uneven_tp)
+        from_parallel = {d.id for d in expanded}
+        parallel_replicas = {d.dp_replica for d in expanded}
         for i, g in enumerate(groups):
             if not isinstance(g, Mapping):
                 raise self.fail(f"device_groups[{i}] must be a mapping")
-            dg = self.device_group(g, i, model, dep.allow_uneven_tp)
+        hand = [
+            self.device_group(g, i, model, dep.allow_uneven_tp, len(expanded), dep.virtual_stages)
+            for i, g in enumerate(groups)
+        ]
+        for i, dg in enumerate(hand):
+            if "layers" not in groups[i] and "layer_start" not in groups[i] and "layer_end" not in groups[i]:
+                auto.add(dg.id)
+            if dg.dp_replica in parallel_replicas:
+                raise self.fail(
+                    f"device group {dg.id}: dp_replica {dg.dp_replica} is a replica of the parallel: block "
+                    f"(it uses replicas 0..{max(parallel_replicas)}): number hand-written replicas after it"
+                )
+        auto |= from_parallel
+        for dg in [*expanded, *hand]:
             if any(d.id == dg.id for d in dep.device_groups):
                 raise self.fail(f"device group {dg.id}: id used twice")
             for r in dg.ranks:
                 if r in owner:
                     other = owner[r]
+                    if other in from_parallel:
+                        raise self.fail(
+                            f"rank {r} of device group {dg.id} is already in the parallel: block (its device "
+                            f"group {other}); the block uses ranks 0..{_last(expanded)}"
+                        )
                     where = "twice in device group" if other == dg.id else f"in device groups {other} and"
                     raise self.fail(f"rank {r} is {where} {dg.id} (each rank belongs to one device group)")
                 owner[r] = dg.id
@@ -320,9 +441,124 @@ class _SpecBuilder:
         if missing:
             shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
             raise self.fail(f"rank(s) {shown} in no device group (ranks must be exactly 0..{n - 1})")
+        self.assign_layers(dep, model, auto)
         self.check_replicas(dep, model)
+        if dep.virtual_stages > 1:
+            self.check_interleaving(dep)
+        reps = list(replicas(dep).values())
+        if dep.distributed_optimizer and len(reps) > 1:
+            layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
+            if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
+                raise self.fail(
+                    "distributed_optimizer needs replicas that cut the layers into the same stages and TP "
+                    "(heterogeneous replicas are synchronized by the rewriter's all-reduce rings)"
+                )
 
-    def device_group(self, g: Mapping[str, Any], i: int, model: ModelArch, uneven: bool) -> dpb.DeviceGroup:
+    def expand_parallel(
+        self, blocks: list[dict[str, int | str]], model: ModelArch, uneven: bool
+    ) -> list[dpb.DeviceGroup]:
+        """Device groups of the `parallel:` blocks, in Megatron's rank order (tp fastest, then dp, then pp).
+
+        Megatron-LM's initialize_model_parallel (default order "tp-dp-pp"): rank = t + TP*(d + DP*s) for TP
+        index t, replica d and stage s; order "tp-pp-dp": t + TP*(s + PP*d). Blocks of a list follow each
+        other in ranks and replica numbers.
+        """
+        out: list[dpb.DeviceGroup] = []
+        first_rank = first_replica = 0
+        for b in blocks:
+            tp, pp, dp = int(b["tp"]), int(b["pp"]), int(b["dp"])
+            if tp * pp * dp > MAX_PARALLEL_RANKS:
+                raise self.fail(
+                    f"{b['where']}tp x pp x dp = {tp * pp * dp:,} ranks, over {MAX_PARALLEL_RANKS:,}"
+                )
+            self.check_tp(model, tp, uneven, str(b["where"]))
+            for s in range(pp):
+                for d in range(dp):
+                    base = first_rank + tp * ((d + dp * s) if b["order"] == "tp-dp-pp" else (s + pp * d))
+                    out.append(
+                        dpb.DeviceGroup(
+                            id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
+                            layer_start=1, layer_end=model.layers, micro_batch=int(b["micro_batch"]),
+                            pp_stage=s, dp_replica=first_replica + d,
+                        )
+                    )  # fmt: skip
+            first_rank += tp * pp * dp
+            first_replica += dp
+        return out
+
+    def assign_layers(self, dep: dpb.Deployment, model: ModelArch, auto: set[int]) -> None:
+        """Megatron's layer assignment for replicas whose groups omit `layers`: L layers in P*V equal
+        chunks, chunk j on stage j mod P (model chunk j // P there)."""
+        v = dep.virtual_stages
+        for replica, stages in replicas(dep).items():
+            if not all(dg.id in auto for dg in stages):
+                if v > 1 and any(dg.id in auto for dg in stages):
+                    bad = next(dg.id for dg in stages if dg.id in auto)
+                    raise self.fail(
+                        f"replica {replica}: device group {bad} omits layers but others of its replica give "
+                        "them (give all or none)"
+                    )
+                continue
+            if len(stages) == 1 and v == 1:
+                continue  # one stage: all layers, as before
+            p = len(stages)
+            if model.layers % (p * v):
+                raise self.fail(
+                    f"replica {replica}: {model.layers} layers do not split into {p} stages x {v} virtual "
+                    f"stages = {p * v} equal chunks (Megatron requires it): give layers per device group"
+                )
+            size = model.layers // (p * v)
+            for dg in stages:
+                k = dg.pp_stage
+                ranges = [(1 + (c * p + k) * size, (c * p + k + 1) * size) for c in range(v)]
+                _set_chunks(dg, ranges, v)
+
+    def check_interleaving(self, dep: dpb.Deployment) -> None:
+        """Interleaved 1F1B: P >= 2, M a multiple of P, one TP degree and identical replicas."""
+        v = dep.virtual_stages
+        reps = replicas(dep)
+        layout = None
+        for replica, stages in reps.items():
+            p = len(stages)
+            if p < 2:
+                raise self.fail(
+                    f"replica {replica}: virtual_stages {v} needs at least 2 pipeline stages, it has {p}"
+                )
+            if dep.micro_batches % p:
+                raise self.fail(
+                    f"replica {replica}: micro_batches {dep.micro_batches} is not a multiple of its {p} "
+                    "pipeline stages (Megatron's interleaved schedule requires it)"
+                )
+            tps = {dg.tp for dg in stages}
+            if len(tps) > 1:
+                raise self.fail(
+                    f"replica {replica}: virtual_stages with stages of different TP ({sorted(tps)}) is not "
+                    "supported (interleaving plus resharding between stages); use virtual_stages: 1"
+                )
+            this = [(chunk_ranges(dg), dg.tp) for dg in stages]
+            if layout is not None and this != layout:
+                raise self.fail(
+                    f"replica {replica}: virtual_stages needs every replica to cut the layers into the same "
+                    "stages and TP (heterogeneous replicas need the rewriter, which does not interleave)"
+                )
+            layout = this
+
+    def check_tp(self, model: ModelArch, tp: int, uneven: bool, where: str) -> None:
+        """TP must divide the (KV) heads unless uneven TP is allowed, and never exceed the KV heads."""
+        if not uneven and (model.heads % tp or model.kv_heads % tp):
+            what = f"{model.heads} attention heads" + (
+                f" / {model.kv_heads} KV heads" if model.kv_heads != model.heads else ""
+            )
+            raise self.fail(
+                f"{where}tp {tp} does not divide the {what} of {model.name} "
+                "(set allow_uneven_tp: true to split heads unevenly)"
+            )
+        if uneven and tp > model.kv_heads:
+            raise self.fail(f"{where}tp {tp} exceeds the {model.kv_heads} KV heads of {model.name}")
+
+    def device_group(
+        self, g: Mapping[str, Any], i: int, model: ModelArch, uneven: bool, id_base: int, v: int
+    ) -> dpb.DeviceGroup:
         known = (*DG_KEYS, "layer_start", "layer_end")
         unknown = sorted(set(g) - set(known))
         where0 = f"device_groups[{i}]: "
@@ -330,7 +566,7 @@ class _SpecBuilder:
             raise self.fail(
                 f"{where0}unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(DG_KEYS)})"
             )
-        gid = self.int_key(g, "id", where0, default=i, minimum=0)
+        gid = self.int_key(g, "id", where0, default=id_base + i, minimum=0)
         where = f"device group {gid}: "
         try:
             gpu_name = catalog.canonical_gpu_name(str(g.get("gpu", "")))
@@ -342,33 +578,46 @@ class _SpecBuilder:
         tp = self.int_key(g, "tp", where, default=len(ranks))
         if tp != len(ranks):
             raise self.fail(f"{where}tp {tp} but {len(ranks)} ranks (a device group is one TP group)")
-        if not uneven and (model.heads % tp or model.kv_heads % tp):
-            what = f"{model.heads} attention heads" + (
-                f" / {model.kv_heads} KV heads" if model.kv_heads != model.heads else ""
-            )
-            raise self.fail(
-                f"{where}tp {tp} does not divide the {what} of {model.name} "
-                "(set allow_uneven_tp: true to split heads unevenly)"
-            )
-        if uneven and tp > model.kv_heads:
-            raise self.fail(f"{where}tp {tp} exceeds the {model.kv_heads} KV heads of {model.name}")
+        self.check_tp(model, tp, uneven, where)
+        ranges: list[tuple[int, int]] | None = None
         if "layers" in g:
             lr = g["layers"]
-            if not (isinstance(lr, list | tuple) and len(lr) == 2 and all(_is_int(x) for x in lr)):
-                raise self.fail(f"{where}layers must be [first, last] (1-based, inclusive), got {lr!r}")
-            start, end = lr
+            if isinstance(lr, list | tuple) and lr and all(isinstance(x, list | tuple) for x in lr):
+                ranges = []
+                for x in lr:
+                    if not (len(x) == 2 and all(_is_int(y) for y in x)):
+                        raise self.fail(f"{where}layers must be [first, last] ranges, got {x!r} in {lr!r}")
+                    ranges.append((x[0], x[1]))
+                if len(ranges) != v:
+                    raise self.fail(
+                        f"{where}{len(ranges)} layer ranges but virtual_stages is {v} (one range per model chunk)"
+                    )
+                start, end = ranges[0]
+            elif isinstance(lr, list | tuple) and len(lr) == 2 and all(_is_int(x) for x in lr):
+                start, end = lr
+            else:
+                raise self.fail(
+                    f"{where}layers must be [first, last] (1-based, inclusive) or a list of such ranges, "
+                    f"got {lr!r}"
+                )
+            if ranges is None and v > 1:
+                raise self.fail(
+                    f"{where}virtual_stages is {v}: layers must list {v} ranges [[first, last], ...], one per "
+                    "model chunk (or be omitted: Megatron's equal split)"
+                )
         else:
             start, end = g.get("layer_start", 1), g.get("layer_end", model.layers)
             if not (_is_int(start) and _is_int(end)):
                 raise self.fail(f"{where}layer_start/layer_end must be integers")
-        if not 1 <= start <= end <= model.layers:
-            raise self.fail(f"{where}layers [{start}, {end}] outside 1..{model.layers} or reversed")
+        for s0, e0 in ranges or [(start, end)]:
+            if not 1 <= s0 <= e0 <= model.layers:
+                raise self.fail(f"{where}layers [{s0}, {e0}] outside 1..{model.layers} or reversed")
         mb = g.get("micro_batch", 1)
         if not _is_int(mb) or not 0 < mb <= INT32_MAX:
             raise self.fail(f"{where}micro_batch must be a positive integer, got {mb!r}")
         stage = self.int_key(g, "pp_stage", where, default=0, minimum=0)
         replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
-        return dpb.DeviceGroup(
+        dg = dpb.DeviceGroup(
             id=gid,
             gpu=gpu_name,
             ranks=ranks,
@@ -379,6 +628,9 @@ class _SpecBuilder:
             pp_stage=stage,
             dp_replica=replica,
         )
+        if ranges is not None:
+            _set_chunks(dg, ranges, v)
+        return dg
 
     def check_replicas(self, dep: dpb.Deployment, model: ModelArch) -> None:
         for replica, stages in replicas(dep).items():
@@ -395,17 +647,23 @@ class _SpecBuilder:
                     raise self.fail(
                         f"replica {replica}: stage {k} is missing (stages must be 0..{len(stages) - 1})"
                     )
-                if dg.layer_start != expect_layer:
-                    raise self.fail(
-                        f"replica {replica}: stage {k} (device group {dg.id}) starts at layer {dg.layer_start}, "
-                        f"expected {expect_layer} (stages must cover layers 1..{model.layers} once, in order)"
-                    )
                 if dg.micro_batch != stages[0].micro_batch:
                     raise self.fail(
                         f"replica {replica}: device group {dg.id} has micro_batch {dg.micro_batch} but stage 0 "
                         f"has {stages[0].micro_batch} (one pipeline passes one micro-batch size)"
                     )
-                expect_layer = dg.layer_end + 1
+            # Virtual stage j = c*P + k is model chunk c of stage k (Megatron); with one chunk, stage k.
+            chunks = {dg.pp_stage: chunk_ranges(dg) for dg in stages}
+            for c in range(max(len(r) for r in chunks.values())):
+                for k, dg in enumerate(stages):
+                    start, end = chunks[k][c]
+                    what = f"stage {k}" + (f" chunk {c}" if len(chunks[k]) > 1 else "")
+                    if start != expect_layer:
+                        raise self.fail(
+                            f"replica {replica}: {what} (device group {dg.id}) starts at layer {start}, "
+                            f"expected {expect_layer} (stages must cover layers 1..{model.layers} once, in order)"
+                        )
+                    expect_layer = end + 1
             if expect_layer != model.layers + 1:
                 raise self.fail(
                     f"replica {replica}: stages end at layer {expect_layer - 1}, model has {model.layers} layers"
@@ -461,6 +719,25 @@ def parse_ranks(v: Any) -> list[int] | None:
     if isinstance(v, list) and v and all(_is_int(r) and 0 <= r <= INT32_MAX for r in v):
         return list(v)
     return None
+
+
+def chunk_ranges(dg: dpb.DeviceGroup) -> list[tuple[int, int]]:
+    """The (first, last) layers of each model chunk of a device group (one chunk without interleaving)."""
+    if dg.chunks:
+        return [(c.start, c.end) for c in dg.chunks]
+    return [(dg.layer_start, dg.layer_end)]
+
+
+def _set_chunks(dg: dpb.DeviceGroup, ranges: list[tuple[int, int]], v: int) -> None:
+    del dg.chunks[:]
+    dg.layer_start, dg.layer_end = ranges[0][0], ranges[-1][1]
+    if v > 1:
+        for s, e in ranges:
+            dg.chunks.add(start=s, end=e)
+
+
+def _last(groups: Sequence[dpb.DeviceGroup]) -> int:
+    return max(r for dg in groups for r in dg.ranks)
 
 
 def replicas(dep: dpb.Deployment) -> dict[int, list[dpb.DeviceGroup]]:
@@ -533,6 +810,10 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "precision": dep.precision or "bf16",
         "attention": dep.attention or "flash",
         "compute_model": dep.compute_model or "roofline",
+        "recompute": dep.recompute or "none",
+        **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
+        "virtual_stages": dep.virtual_stages or 1,
+        "distributed_optimizer": dep.distributed_optimizer,
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }
@@ -555,7 +836,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             "gpu": dg.gpu,
             "ranks": list(dg.ranks),
             "tp": dg.tp,
-            "layers": [dg.layer_start, dg.layer_end],
+            "layers": [list(r) for r in chunk_ranges(dg)] if dg.chunks else [dg.layer_start, dg.layer_end],
             "micro_batch": dg.micro_batch,
             "pp_stage": dg.pp_stage,
             "dp_replica": dg.dp_replica,

@@ -8,6 +8,7 @@ posted receives and data-parallel AllReduces hang off that chain and overlap wit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from tracegen.ops import (
     Ctx,
     Op,
     Step,
+    attn_core_recompute,
     duration_micros,
     embedding_steps,
     head_steps,
@@ -28,16 +30,25 @@ from tracegen.ops import (
     optimizer_op,
     rank_params,
     shard_of,
+    with_selective_recompute,
 )
 from tracegen.profile import ProfileTable, build_table, make_row
-from tracegen.schedule import BWD, stage_order
-from tracegen.spec import gpu_specs, model_arch, replicas
+from tracegen.schedule import BWD, interleaved, stage_order
+from tracegen.spec import chunk_ranges, gpu_specs, model_arch, replicas
 from traces import attrs as A
 from traces import pb
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
+RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, DP gradient sync)
-ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction
+ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
+# Megatron's distributed optimizer keeps the gradient buffer in FP32 for BF16 training
+# (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in
+# fp32", accumulate_allreduce_grads_in_fp32), and reduce-scatters that buffer.
+DIST_OPT_GRAD_BYTES = 4
+# It pads every bucket to a multiple of lcm(DP, 128) elements so each DP rank's shard is equal and
+# 256-byte aligned (megatron/core/distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed).
+DIST_OPT_PAD_ELEMENTS = 128
 
 
 def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle:
@@ -54,8 +65,17 @@ def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle
                 "the graph rewriter (tracegen.rewrite) is not installed: generate without rewrite"
             ) from None
 
-        bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim")
+        if deployment.virtual_stages <= 1:
+            # Interleaved plans are homogeneous with one TP degree (the spec checks it): the rewriter would
+            # insert nothing, and its planner reads one contiguous layer range per stage.
+            bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim")
     return bundle
+
+
+def dist_opt_bucket(params: int, dp: int) -> int:
+    """Elements of one distributed-optimizer bucket after Megatron's padding to a multiple of lcm(DP, 128)."""
+    q = math.lcm(dp, DIST_OPT_PAD_ELEMENTS)
+    return -(-params // q) * q
 
 
 def is_homogeneous(deployment: dpb.Deployment) -> bool:
@@ -78,6 +98,20 @@ def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> list[int]:
 
 
 @dataclass(frozen=True)
+class _Chunk:
+    """One model chunk of a stage: virtual stage c*P + k of the pipeline (Megatron's interleaving)."""
+
+    index: int  # model chunk c on its stage
+    start: int  # first layer, 1-based
+    end: int  # last layer
+    prev: dpb.DeviceGroup | None  # the group running the previous virtual stage
+    next: dpb.DeviceGroup | None
+    prev_chunk: int  # model chunk index of the previous virtual stage on `prev`
+    first: bool  # virtual stage 0 (embedding)
+    last: bool  # last virtual stage (head and loss)
+
+
+@dataclass(frozen=True)
 class _Stage:
     """One device group seen as a pipeline stage of its replica."""
 
@@ -86,6 +120,23 @@ class _Stage:
     count: int
     prev: dpb.DeviceGroup | None
     next: dpb.DeviceGroup | None
+    chunks: tuple[_Chunk, ...]
+
+
+def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
+    """Stage k of a replica with its model chunks and their neighbours (virtual stage j = c*P + k)."""
+    p = len(stages)
+    ranges = [chunk_ranges(dg) for dg in stages]
+    v = len(ranges[k])
+    chunks = []
+    for c, (start, end) in enumerate(ranges[k]):
+        j = c * p + k
+        prev = stages[(j - 1) % p] if j > 0 else None
+        nxt = stages[(j + 1) % p] if j < p * v - 1 else None
+        chunks.append(_Chunk(c, start, end, prev, nxt, (j - 1) // p, j == 0, j == p * v - 1))
+    return _Stage(
+        stages[k], k, p, stages[k - 1] if k else None, stages[k + 1] if k + 1 < p else None, tuple(chunks)
+    )
 
 
 class _Generator:
@@ -106,6 +157,7 @@ class _Generator:
         self.bundle = TraceBundle(nodes={})
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
+        self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
 
     def attr(self, name: str, value: Any) -> pb.AttributeProto:
         key = (name, type(value), value)  # type too: True == 1 but they are different attribute kinds
@@ -139,17 +191,12 @@ class _Generator:
                 for j in range(stages[0][k].tp):
                     members = [rep[k].ranks[j] for rep in stages]
                     name = self.bundle.new_group(members)
+                    self.dp_members[name] = members
                     for r in members:
                         dp_groups[r] = name
         for stages in reps.values():
             for k, dg in enumerate(stages):
-                st = _Stage(
-                    dg,
-                    k,
-                    len(stages),
-                    stages[k - 1] if k else None,
-                    stages[k + 1] if k + 1 < len(stages) else None,
-                )
+                st = _stage(stages, k)
                 template: _RankProgram | None = None
                 for local, rank in enumerate(dg.ranks):
                     if template is not None and self._same_shape(st, 0, local):
@@ -171,7 +218,11 @@ class _Generator:
         """Whether TP ranks a and b of a stage get the same graph up to peers and group names."""
 
         def shape(local: int) -> tuple:
-            sends = [len(peer_locals(st.dg.tp, o.tp, local, True)) if o else 0 for o in (st.prev, st.next)]
+            sends = [
+                len(peer_locals(st.dg.tp, o.tp, local, True)) if o else 0
+                for ch in st.chunks
+                for o in (ch.prev, ch.next)
+            ]
             return (shard_of(self.model, st.dg.tp, local), *sends)
 
         return shape(a) == shape(b)
@@ -229,12 +280,18 @@ class _RankProgram:
         self.nodes: list[pb.Node] = []
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
-        self.first = st.index == 0
-        self.last = st.index == st.count - 1
+        self.first = st.chunks[0].first
+        self.last = st.chunks[-1].last
         self.layer_fwd = {p: layer_steps(self.ctx, p) for p in ("fwd", "bwd")}
+        self.recompute = dep.recompute or "none"
+        if self.recompute == "selective":
+            self.layer_fwd["bwd"] = with_selective_recompute(
+                self.layer_fwd["bwd"], attn_core_recompute(self.ctx)
+            )
         self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
-        self.last_fwd: dict[int, int] = {}
+        self.num_layers = sum(ch.end - ch.start + 1 for ch in st.chunks)
+        self.last_fwd: dict[tuple[int, int], int] = {}
         self.p2p_log: list[
             tuple[int, bool, dpb.DeviceGroup, int]
         ] = []  # (node, send?, peer group, k-th peer)
@@ -255,16 +312,22 @@ class _RankProgram:
         )
         return nid
 
-    def step(self, s: Step, pred: int | None, layer: int, mb: int, label: str) -> int:
-        """Emit one chained op or TP collective depending on `pred`; it becomes the chain's frontier."""
+    def step(self, s: Step, pred: int | None, layer: int, mb: int, label: str, phase: str = "") -> int:
+        """Emit one chained op or TP collective depending on `pred`; it becomes the chain's frontier.
+
+        `phase` overrides the step's own phase tag (recomputed forward ops keep their forward cost).
+        """
         g = self.gen
         data = [] if pred is None else [pred]
         ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
-        tags = self._tags(layer, s.phase if isinstance(s, Op) else self._phase, mb)
+        if isinstance(s, Op) and s.phase == "fwd" and self._phase == "bwd":
+            phase = RECOMPUTE  # a forward op inside a backward pass is a recomputation (selective recompute)
+        tag = phase or (s.phase if isinstance(s, Op) else self._phase)
+        tags = self._tags(layer, tag, mb)
         if isinstance(s, Op):
             extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes)]
             nid = self._add(
-                f"{label}{s.op}.{s.phase}.mb{mb}",
+                f"{label}{s.op}.{tag}.mb{mb}",
                 pb.COMP_NODE,
                 data,
                 ctrl,
@@ -277,20 +340,26 @@ class _RankProgram:
                 g.attr(A.COMM_SIZE, s.size),
                 g.attr(A.PG_NAME, self.tp_pg),
             ]
-            nid = self._add(
-                f"{label}{s.op}.{self._phase}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra
-            )
+            nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra)
         self.frontier = nid
         return nid
 
-    def steps(self, steps: list[Step], pred: int | None, layer: int, mb: int) -> int | None:
+    def steps(self, steps: list[Step], pred: int | None, layer: int, mb: int, phase: str = "") -> int | None:
         label = f"L{layer}." if layer else ""
         for s in steps:
-            pred = self.step(s, pred, layer, mb, label)
+            pred = self.step(s, pred, layer, mb, label, phase)
         return pred
 
     def p2p(
-        self, send: bool, peer: int, size: int, layer: int, mb: int, direction: int, data: Sequence[int]
+        self,
+        send: bool,
+        peer: int,
+        size: int,
+        layer: int,
+        mb: int,
+        direction: int,
+        data: Sequence[int],
+        boundary: int = 0,
     ) -> int:
         g = self.gen
         phase = "fwd" if direction == ACT_TAG else "bwd"
@@ -299,7 +368,7 @@ class _RankProgram:
         extra = [
             g.attr(A.COMM_SRC, src),
             g.attr(A.COMM_DST, dst),
-            g.attr(A.COMM_TAG, 2 * mb + direction),
+            g.attr(A.COMM_TAG, 2 * (boundary * self.gen.dep.micro_batches + mb) + direction),
             g.attr(A.COMM_SIZE, size),
             g.attr(A.PP_BOUNDARY, 1),
         ]
@@ -313,84 +382,107 @@ class _RankProgram:
         tokens = -(-c.tokens // src_tp) if c.sp and src_tp > 1 else c.tokens
         return tokens * c.m.hidden * c.b
 
-    def recv_from(self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int) -> int | None:
-        """Post the receive of this rank's slice from stage `other` (None when the mapping sends it nothing)."""
+    def recv_from(
+        self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int, boundary: int = 0
+    ) -> int | None:
+        """Post the receive of this rank's slice from stage `other` (None when the mapping sends it nothing).
+
+        `boundary` is the model chunk of the forward sender across this boundary (0 without interleaving).
+        """
         ids = []
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
-            ids.append(self.p2p(False, other.ranks[s], self._p2p_size(other.tp), layer, mb, direction, []))
+            size = self._p2p_size(other.tp)
+            ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
             self.p2p_log.append((ids[-1], False, other, k))
         return ids[0] if ids else None
 
-    def send_to(self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int, after: int) -> None:
+    def send_to(
+        self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int, after: int, boundary: int = 0
+    ) -> None:
         size = self._p2p_size(self.st.dg.tp)
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
-            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, [after])
+            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, [after], boundary)
             self.p2p_log.append((nid, True, other, k))
 
     # -- passes ---------------------------------------------------------------------------------------
-    def forward(self, mb: int) -> None:
-        dg = self.st.dg
+    def forward(self, ch: _Chunk, mb: int) -> None:
         self._phase = "fwd"
         pred = None
-        if self.st.prev is not None:
-            pred = self.recv_from(self.st.prev, dg.layer_start, mb, ACT_TAG)
-        if self.emb is not None:
+        if ch.prev is not None:
+            pred = self.recv_from(ch.prev, ch.start, mb, ACT_TAG, ch.prev_chunk)
+        if ch.first and self.emb is not None:
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
-        for layer in range(dg.layer_start, dg.layer_end + 1):
+        for layer in range(ch.start, ch.end + 1):
             pred = self.steps(self.layer_fwd["fwd"], pred, layer, mb)
-        if self.head is not None:
+        if ch.last and self.head is not None:
             pred = self.steps(self.head["fwd"], pred, 0, mb)
         assert pred is not None
-        self.last_fwd[mb] = pred
-        if self.st.next is not None:
-            self.send_to(self.st.next, dg.layer_end, mb, ACT_TAG, pred)
+        self.last_fwd[(ch.index, mb)] = pred
+        if ch.next is not None:
+            self.send_to(ch.next, ch.end, mb, ACT_TAG, pred, ch.index)
 
-    def backward(self, mb: int, sync: bool) -> None:
-        dg = self.st.dg
+    def recompute_units(self, ch: _Chunk) -> dict[int, range]:
+        """Full recompute, Megatron's uniform method: the chunk's layers in units of K from its first layer
+        (the last unit shorter when K does not divide them); a unit's forward is recomputed, as a whole,
+        right before the backward of its last layer. Keyed by that last layer."""
+        k = max(1, self.gen.dep.recompute_layers)
+        return {
+            min(u + k - 1, ch.end): range(u, min(u + k - 1, ch.end) + 1)
+            for u in range(ch.start, ch.end + 1, k)
+        }
+
+    def backward(self, ch: _Chunk, mb: int, sync: bool) -> None:
         self._phase = "bwd"
-        pred: int | None = self.last_fwd[mb]
-        if self.st.next is not None:
-            pred = self.recv_from(self.st.next, dg.layer_end, mb, GRAD_TAG)
+        pred: int | None = self.last_fwd[(ch.index, mb)]
+        if ch.next is not None:
+            pred = self.recv_from(ch.next, ch.end, mb, GRAD_TAG, ch.index)
         m, sh = self.gen.model, self.ctx.sh
-        if self.head is not None:
+        if ch.last and self.head is not None:
             pred = self.steps(self.head["bwd"], pred, 0, mb)
             if sync:
                 self.bucket_add(m.norm_params + sh.vocab * m.hidden, 0)
         layer_grad = rank_params(m, sh, 1, False, False)
-        for layer in range(dg.layer_end, dg.layer_start - 1, -1):
+        units = self.recompute_units(ch) if self.recompute == "full" else {}
+        for layer in range(ch.end, ch.start - 1, -1):
+            for again in units.get(layer, ()):
+                pred = self.steps(self.layer_fwd["fwd"], pred, again, mb, RECOMPUTE)
             pred = self.steps(self.layer_fwd["bwd"], pred, layer, mb)
             if sync:
                 self.bucket_add(layer_grad, layer)
-        if self.emb is not None:
+        if ch.first and self.emb is not None:
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
             if sync:
                 self.bucket_add(sh.vocab * m.hidden, 0)
         if sync:
             self.bucket_flush(0)
-        if self.st.prev is not None and pred is not None:
-            self.send_to(self.st.prev, dg.layer_start, mb, GRAD_TAG, pred)
+        if ch.prev is not None and pred is not None:
+            self.send_to(ch.prev, ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
     def bucket_add(self, params: int, layer: int) -> None:
         """Gradients of `params` became ready at the frontier; close the bucket once it is full."""
-        self.pending += params * self.ctx.b
-        if self.pending >= self.gen.dep.dp_bucket_bytes:
+        self.pending += params
+        if self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
             self.bucket_flush(layer)
 
     def bucket_flush(self, layer: int) -> None:
+        """Close the open bucket: an AllReduce of its gradients, or (distributed optimizer) a ReduceScatter
+        of the padded FP32 bucket whose parameters are all-gathered after the optimizer step."""
         if self.pending <= 0 or self.dp_pg is None:
             self.pending = 0
             return
         g = self.gen
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
-        extra = [
-            g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
-            g.attr(A.COMM_SIZE, self.pending),
-            g.attr(A.PG_NAME, self.dp_pg),
-        ]
+        if self.dist_opt:
+            padded = dist_opt_bucket(self.pending, self.dp)
+            self.buckets.append(padded)
+            kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
+        else:
+            kind, size, what = pb.ALL_REDUCE, self.pending * self.grad_bytes, "dp_grad_allreduce"
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
         assert self.frontier is not None
         nid = self._add(
-            f"dp_grad_allreduce.bucket{len(self.sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl, 0,
+            f"{what}.bucket{len(self.sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl, 0,
             self._tags(layer, "sync", NO_MICRO_BATCH) + extra,
         )  # fmt: skip
         self.sync_ids.append(nid)
@@ -400,13 +492,26 @@ class _RankProgram:
         dep = self.gen.dep
         self.pending = 0
         self.sync_ids: list[int] = []
-        order = stage_order(dep.schedule, dep.micro_batches, self.st.count, self.st.index)
-        last_b = max(mb for kind, mb in order if kind == BWD)
-        for kind, mb in order:
+        self.dist_opt = dep.distributed_optimizer
+        self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
+        self.grad_bytes = DIST_OPT_GRAD_BYTES if self.dist_opt else self.ctx.b
+        self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket
+        v = len(self.st.chunks)
+        if v > 1:
+            order = interleaved(dep.micro_batches, self.st.count, self.st.index, v)
+        else:
+            order = [
+                (kind, 0, mb)
+                for kind, mb in stage_order(dep.schedule, dep.micro_batches, self.st.count, self.st.index)
+            ]
+        # Gradients of a model chunk are complete after its last backward: its buckets are synced there.
+        last_b = {c: mb for kind, c, mb in order if kind == BWD}
+        for kind, c, mb in order:
+            ch = self.st.chunks[c]
             if kind == BWD:
-                self.backward(mb, sync=self.dp_pg is not None and mb == last_b)
+                self.backward(ch, mb, sync=self.dp_pg is not None and mb == last_b[c])
             else:
-                self.forward(mb)
+                self.forward(ch, mb)
         self.finish()
         return self.nodes
 
@@ -417,7 +522,7 @@ class _RankProgram:
             deps.append(self.sync_ids[-1])
         if self.ctx.sp and dg.tp > 1:
             # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
-            norm_grads = (2 * (dg.layer_end - dg.layer_start + 1) + (1 if self.last else 0)) * m.norm_params
+            norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
                 g.attr(A.COMM_SIZE, norm_grads * self.ctx.b),
@@ -433,10 +538,15 @@ class _RankProgram:
                     self._tags(0, "sync", NO_MICRO_BATCH) + extra,
                 )
             )
-        params = rank_params(m, self.ctx.sh, dg.layer_end - dg.layer_start + 1, self.first, self.last)
-        op = optimizer_op(params, self.ctx.b)
+        params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
+        if self.dist_opt:
+            # Each DP rank updates its 1/DP shard of every (padded) bucket; with DP 1 that is everything.
+            shard = sum(b // self.dp for b in self.buckets) if self.buckets else params
+            op = optimizer_op(shard, self.ctx.b, DIST_OPT_GRAD_BYTES)
+        else:
+            op = optimizer_op(params, self.ctx.b)
         extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes)]
-        self._add(
+        opt = self._add(
             "optimizer.opt",
             pb.COMP_NODE,
             deps,
@@ -444,3 +554,18 @@ class _RankProgram:
             g.duration(self.gpu, op),
             self._tags(0, "opt", NO_MICRO_BATCH) + extra,
         )
+        prev: list[int] = []
+        for i, padded in enumerate(self.buckets):
+            # Updated parameters go back to every DP rank: AllGather of the shard (per-rank input, the
+            # ASTRA-sim convention) in the parameters' dtype, bucket by bucket on the DP stream.
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+                g.attr(A.COMM_SIZE, padded // self.dp * self.ctx.b),
+                g.attr(A.PG_NAME, self.dp_pg or ""),
+            ]
+            nid = self._add(
+                f"dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [opt], prev, 0,
+                self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+            )  # fmt: skip
+            self.sync_ids.append(nid)
+            prev = [nid]

@@ -75,7 +75,7 @@ STANDARD_KINDS: dict[str, str] = {
 # xsim's own annotations: ordinary attributes with documented names (docs/trace-format.md), so a file
 # xsim writes is still a plain Chakra trace.
 LAYER = "layer"  # int64, 1-based model layer; 0 = not a layer op (embedding, loss, optimizer)
-PHASE = "phase"  # string: "fwd" | "bwd" | "opt" (| "sync" for gradient synchronization)
+PHASE = "phase"  # string: "fwd" | "bwd" | "recompute" | "opt" (| "sync" for gradient synchronization)
 MICRO_BATCH = "micro_batch"  # int64
 STAGE = "stage"  # int64 pipeline stage
 DEVICE_GROUP = "device_group"  # int64
