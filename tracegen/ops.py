@@ -16,11 +16,6 @@ from tracegen.gemm import LAUNCH_FLOOR_S, gemm_seconds
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
 
-# The ops of the attention core that selective recompute repeats (Korthikanti et al. 2022): the fused
-# FlashAttention op, or the four ops of unfused attention (`attention: unfused`). Agreed across branches.
-ATTN_CORE_OPS: frozenset[str] = frozenset(
-    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context"}
-)
 # Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
 # layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).
 LINEAR_OPS: frozenset[str] = frozenset({"qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"})
