@@ -1,36 +1,55 @@
-"""The Chakra execution-trace format: schema, framed .et streams, trace sets, attributes and checks."""
+"""The Chakra execution-trace format: schema, framed .et streams, trace sets, attributes and checks.
 
-from traces import pb
-from traces.attrs import attr_dict, get_bool, get_float, get_int, get_str, make_attr, make_node, set_attr
-from traces.errors import AttributeTypeError, TraceError, TraceFormatError, TraceSetError, XsimError
-from traces.groups import ProcessGroups, load_comm_groups, resolve_groups
-from traces.stream import EtFile, decode_stream, encode_stream, read_et, write_et
-from traces.traceset import TraceSet, discover, write_trace_set
+The names below are imported on first use (PEP 562), so `import traces.errors` does not load protobuf.
+"""
 
-__all__ = [
-    "AttributeTypeError",
-    "EtFile",
-    "ProcessGroups",
-    "TraceError",
-    "TraceFormatError",
-    "TraceSet",
-    "TraceSetError",
-    "XsimError",
-    "attr_dict",
-    "decode_stream",
-    "discover",
-    "encode_stream",
-    "get_bool",
-    "get_float",
-    "get_int",
-    "get_str",
-    "load_comm_groups",
-    "make_attr",
-    "make_node",
-    "pb",
-    "read_et",
-    "resolve_groups",
-    "set_attr",
-    "write_et",
-    "write_trace_set",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "pb": "traces.pb",
+    "attr_dict": "traces.attrs",
+    "get_bool": "traces.attrs",
+    "get_float": "traces.attrs",
+    "get_int": "traces.attrs",
+    "get_str": "traces.attrs",
+    "make_attr": "traces.attrs",
+    "make_node": "traces.attrs",
+    "set_attr": "traces.attrs",
+    "AttributeTypeError": "traces.errors",
+    "TraceError": "traces.errors",
+    "TraceFormatError": "traces.errors",
+    "TraceSetError": "traces.errors",
+    "XsimError": "traces.errors",
+    "ProcessGroups": "traces.groups",
+    "load_comm_groups": "traces.groups",
+    "resolve_groups": "traces.groups",
+    "EtFile": "traces.stream",
+    "decode_stream": "traces.stream",
+    "encode_stream": "traces.stream",
+    "read_et": "traces.stream",
+    "write_et": "traces.stream",
+    "TraceSet": "traces.traceset",
+    "discover": "traces.traceset",
+    "write_trace_set": "traces.traceset",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'traces' has no attribute {name!r}")
+    if name == "pb":
+        value = importlib.import_module(module)
+    else:
+        value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
