@@ -72,9 +72,18 @@ REGISTRY: dict[str, ModelInfo] = {
 UNKNOWN = Capabilities(contention_free=False, foldable=False, multi_dim=False)
 
 
+# A command-line shorthand: "astra" is the ASTRA-sim model, congestion-aware when asked for.
+ASTRA_FAMILY = "astra"
+
+
 def model_names(built_from: str | None = None) -> tuple[str, ...]:
     """Registered model names, optionally only those built from "topology" or "astra"."""
     return tuple(n for n, m in REGISTRY.items() if built_from in (None, m.built_from))
+
+
+def model_choices() -> tuple[str, ...]:
+    """What `--model` accepts: every registered name and the "astra" shorthand."""
+    return (*model_names(), ASTRA_FAMILY)
 
 
 def model_info(name: str) -> ModelInfo:

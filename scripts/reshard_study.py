@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Any
 
-from tracegen.reshard import STRATEGY_NAMES
+from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.spec import derive_cluster, load_spec, save_deployment
 from tracegen.workload import generate
 from traces import pb
@@ -114,7 +114,7 @@ def run_one(spec: dict[str, Any], strategy: str, work: str, model: str) -> dict[
 
 def bench(mb: int = 8) -> None:
     """Time generate and rewrite_bundle on 4 replicas x 2 stages (TP 8/8 and 8/4, cuts 16|16 and 20|12)."""
-    from tracegen.rewrite import rewrite_bundle
+    from tracegen.planner.rewrite import rewrite_bundle
 
     dgs, rank = [], 0
     for rep in range(4):

@@ -20,13 +20,14 @@ from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, preset
+from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
-RESHARDS = ("xsim", "hetauto", "alpacomm", "naive")
+RESHARDS = STRATEGY_NAMES  # one list of reshard strategies: their registry
 DTYPE_BYTES = (1, 2, 4)
 # PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
 DEFAULT_BUCKET_BYTES = 25 * (1 << 20)

@@ -129,7 +129,9 @@ def astra_roofline(path: str) -> ComputeModel | None:
         return None
     # ASTRA-sim units: peak-perf in TFLOPS (1e12), local-mem-bw in GB/s (1e9 bytes).
     prof = DeviceProfile(
-        _astra_number(doc, "peak-perf", path) * 1e12, _astra_number(doc, "local-mem-bw", path) * 1e9, "astra-sim"
+        _astra_number(doc, "peak-perf", path) * 1e12,
+        _astra_number(doc, "local-mem-bw", path) * 1e9,
+        "astra-sim",
     )
     return RooflineModel(profiles={}, default=prof)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from netmodels.errors import NetworkModelError
-from netmodels.models import build_astra_model, build_model, model_info, model_names
+from netmodels.models import ASTRA_FAMILY, build_astra_model, build_model, model_info, model_names
 from replay.errors import ReplayError
 from traces.io import DEPLOYMENT_FILE
 from xsim.api.options import NetworkOptions
@@ -18,7 +18,9 @@ def resolve_model(options: NetworkOptions) -> str:
         raise ReplayError("--astra-system needs --astra-network")
     if astra and options.topology:
         raise ReplayError("--topology and --astra-network both give the network: pass one of them")
-    if options.model is None:
+    if options.model in (None, ASTRA_FAMILY):
+        if options.model == ASTRA_FAMILY and not astra:
+            raise ReplayError(f"--model {ASTRA_FAMILY} needs --astra-network NETWORK.yml")
         if astra:
             return "astra-aware" if options.congestion_aware else "astra-unaware"
         if options.congestion_aware:

@@ -19,7 +19,7 @@ is acyclic by construction): program order per CPU thread; CPU op part -> GPU op
 `correlation`); GPU stream order; GPU op -> CPU op part after a synchronize call that waited for it; CPU
 fork/join across threads; c10d op -> its gloo work -> first op of the launching thread that starts after
 the work ended (gloo sends are issued when c10d::send is called). Cross-rank adjustments (collective
-tails, send durations) are made by `add_comm_tails` and `tracegen.pytorch.import_pytorch`.
+tails, send durations) are made by `add_comm_tails` and `tracegen.importers.pytorch.import_pytorch`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracegen.pytorch.comms import (
+from tracegen.importers.pytorch.comms import (
     SEND,
     CommKind,
     comm_kind,
@@ -38,12 +38,12 @@ from tracegen.pytorch.comms import (
     p2p_peer_tag,
     payload_bytes,
 )
-from tracegen.pytorch.hostet import HostTrace
-from tracegen.pytorch.kineto import SYNC_CALLS, KEvent, KinetoTrace
-from tracegen.pytorch.labels import Label, label_ops
-from tracegen.pytorch.link import Link
+from tracegen.importers.pytorch.hostet import HostTrace
+from tracegen.importers.pytorch.labels import Label, label_ops
+from tracegen.importers.pytorch.link import Link
 from traces import attrs as A
 from traces import pb
+from traces.kineto import SYNC_CALLS, KEvent, KinetoTrace
 
 # Attribute names the importer writes besides the standard ones (documented in docs/pytorch-import.md).
 MODULE = "module"  # string: nn.Module path or scope the op ran in

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.plan.errors import PlanError
+from tracegen.planner.errors import PlanError
 
 
 @dataclass(frozen=True)

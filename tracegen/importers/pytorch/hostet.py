@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.pytorch.errors import PyTorchImportError
-from tracegen.pytorch.jsonio import load_json
+from tracegen.importers.pytorch.errors import PyTorchImportError
+from traces.io import read_json
 
 # Base versions of the ExecutionTraceObserver schema this importer reads. 1.0.1 (PyTorch <= 2.0) stores
 # `parent`, flat `inputs`/`input_types` and per-node rf_id/tid fields; 1.0.2 and later store `ctrl_deps`,
@@ -125,7 +125,7 @@ def _pg_entries(op: HostOp, path: str) -> list[dict[str, Any]]:
 def load_host_trace(path: str | os.PathLike[str]) -> HostTrace:
     """Read and validate one host execution trace."""
     p = os.fspath(path)
-    doc = load_json(p)
+    doc = read_json(p)
     if not isinstance(doc, dict):
         raise PyTorchImportError("not a PyTorch host execution trace (top level is not an object)", path=p)
     if "traceEvents" in doc:

@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.plan.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
-from tracegen.plan.chunking import chunk_bytes
-from tracegen.plan.device_groups import DeviceGroupView, view_device_groups
-from tracegen.plan.errors import PlanError
-from tracegen.plan.gradients import layer_grad_bytes, model_arch
-from tracegen.plan.rings import build_rings, lcm_of
-from tracegen.plan.sweep import Segment, sync_segments
+from tracegen.planner.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
+from tracegen.planner.chunking import chunk_bytes
+from tracegen.planner.device_groups import DeviceGroupView, view_device_groups
+from tracegen.planner.errors import PlanError
+from tracegen.planner.gradients import layer_grad_bytes, model_arch
+from tracegen.planner.rings import build_rings, lcm_of
+from tracegen.planner.sweep import Segment, sync_segments
 
 
 @dataclass(frozen=True)

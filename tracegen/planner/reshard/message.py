@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegen.plan.errors import PlanError
+from tracegen.planner.errors import PlanError
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracegen.pytorch.build import RankGraph, add_comm_tails, build_rank, first_start_ns, to_nodes
-from tracegen.pytorch.errors import PyTorchImportError
-from tracegen.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
-from tracegen.pytorch.kineto import KinetoTrace, load_kineto
-from tracegen.pytorch.link import Link, link
+from tracegen.importers.pytorch.build import RankGraph, add_comm_tails, build_rank, first_start_ns, to_nodes
+from tracegen.importers.pytorch.errors import PyTorchImportError
+from tracegen.importers.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
+from tracegen.importers.pytorch.link import Link, link
 from traces import attrs as A
 from traces import pb
+from traces.kineto import KinetoTrace, load_kineto
 from traces.traceset import write_trace_set
 
 __all__ = ["ImportResult", "RankImport", "PyTorchImportError", "import_pytorch", "MIN_MATCH_RATE"]

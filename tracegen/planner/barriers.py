@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tracegen.plan.device_groups import DeviceGroupView
-from tracegen.plan.errors import PlanError
+from tracegen.planner.device_groups import DeviceGroupView
+from tracegen.planner.errors import PlanError
 
 if TYPE_CHECKING:
-    from tracegen.plan.plan import DpGroup
+    from tracegen.planner.plan import DpGroup
 
 
 def replica_stages(groups: Sequence[DeviceGroupView]) -> dict[int, list[DeviceGroupView]]:

@@ -7,8 +7,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracegen.pytorch.errors import PyTorchImportError
-from tracegen.pytorch.jsonio import load_json
+from traces.errors import XsimError
+from traces.io import read_json
 
 CPU_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
@@ -25,6 +25,15 @@ SYNC_CALLS = frozenset(
     }
 )
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class KinetoError(XsimError):
+    """A Kineto trace that cannot be used; the message names the file."""
+
+    def __init__(self, reason: str, *, path: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+        self.path = path
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,13 +87,11 @@ def _as_list(v: Any) -> list[Any]:
 def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
     """Read a Kineto trace and sort its events into CPU ops, runtime calls, GPU ops and gloo work."""
     p = os.fspath(path)
-    doc = load_json(p)
+    doc = read_json(p)
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         if isinstance(doc, dict) and "nodes" in doc:
-            raise PyTorchImportError(
-                "this is a host execution trace; pass it with --et, not --kineto", path=p
-            )
-        raise PyTorchImportError("not a Kineto trace (no 'traceEvents' list)", path=p)
+            raise KinetoError("this is a host execution trace; pass it with --et, not --kineto", path=p)
+        raise KinetoError("not a Kineto trace (no 'traceEvents' list)", path=p)
     thread_names: dict[tuple[Any, Any], str] = {}
     for e in doc["traceEvents"]:
         if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
@@ -111,7 +118,7 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
                 e.get("args") if isinstance(e.get("args"), dict) else {},
             )
         except (KeyError, TypeError, ValueError):
-            raise PyTorchImportError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
+            raise KinetoError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
         if ev.cat in CPU_CATS:
             m = STEP_RE.match(ev.name)
             if m:

@@ -11,7 +11,7 @@ Inserted structure, per rank:
   the point where Megatron's model-parallel gradient-norm all-reduce holds every stage of a replica; stage
   order inside an iteration is already enforced by the activation and gradient P2P transfers;
 - stage-boundary resharding: the generator's naive P2P nodes (attr pp_boundary) between stages of different
-  TP are replaced by the strategy's messages (tracegen.reshard), multi-step ones chained by dependencies.
+  TP are replaced by the strategy's messages (tracegen.planner.reshard), multi-step ones chained by dependencies.
 Every dependency the rewriter adds is a data dependency: ASTRA-sim's legacy feeder ignores ctrl_deps.
 """
 
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.plan import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
-from tracegen.reshard import STRATEGY_NAMES, Message, reshard_plan
+from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
+from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
 from traces import pb
 from traces.attrs import (
     CHUNK,
