@@ -47,11 +47,11 @@ def device_of(spec) -> DeviceProfile:
 
 
 def profiled_op(node: pb.Node) -> tuple[str, str] | None:
-    """(op, phase) of a generated COMP node, from its name `[L<layer>.]<op>.<phase>.mb<k>`; else None."""
+    """(op, phase) of a generated COMP node, from its name `[L<layer>.]<op>.<phase>[.mb<k>]`; else None."""
     parts = node.name.split(".")
-    if len(parts) < 3 or not parts[-1].startswith("mb"):
-        return None
-    return parts[-3], parts[-2]
+    if parts[-1].startswith("mb") and parts[-1][2:].isdigit():
+        parts.pop()
+    return (parts[-2], parts[-1]) if len(parts) >= 2 else None
 
 
 @dataclass(frozen=True)
