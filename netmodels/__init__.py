@@ -1,56 +1,28 @@
 """Network models for xsim: cluster topologies, collectives as transfers, analytical and flow-level models.
 
-Depends only on numpy, networkx, pyyaml and the standard library. See docs/netmodels.md.
-The names below are imported on first use (PEP 562), so `import netmodels.errors` or the model registry
-(`netmodels.models`) costs no numpy/networkx import: the command line starts fast.
+Depends only on numpy, networkx, pyyaml and the standard library. See docs/netmodels.md. The names below
+are imported on first use (PEP 562), so `netmodels.errors` or the model registry (`netmodels.models`)
+loads neither numpy nor networkx: the command line starts fast.
 """
 
-from __future__ import annotations
-
 import importlib
-from typing import Any
 
-_EXPORTS: dict[str, str] = {
-    "AnalyticalModel": "netmodels.analytical",
-    "COLLECTIVE_KINDS": "netmodels.api",
-    "CollectiveSpec": "netmodels.api",
-    "Completion": "netmodels.api",
-    "NetworkModel": "netmodels.api",
-    "simulate_collective": "netmodels.api",
-    "simulate_p2p": "netmodels.api",
-    "AstraModel": "netmodels.astra",
-    "astra_model": "netmodels.astra",
-    "load_network_yml": "netmodels.astra",
-    "load_system_json": "netmodels.astra",
-    "build_cluster": "netmodels.cluster",
-    "topology_from_spec": "netmodels.cluster",
-    "AlgorithmError": "netmodels.errors",
-    "AstraConfigError": "netmodels.errors",
-    "NetworkModelError": "netmodels.errors",
-    "RankError": "netmodels.errors",
-    "TopologyError": "netmodels.errors",
-    "UnitError": "netmodels.errors",
-    "FlowModel": "netmodels.flow",
-    "max_min_rates": "netmodels.flow",
-    "Capabilities": "netmodels.models",
-    "build_astra_model": "netmodels.models",
-    "build_model": "netmodels.models",
-    "capabilities_of": "netmodels.models",
-    "model_names": "netmodels.models",
-    "Topology": "netmodels.topology",
+_FROM = {
+    "analytical": "AnalyticalModel",
+    "api": "COLLECTIVE_KINDS CollectiveSpec Completion NetworkModel simulate_collective simulate_p2p",
+    "astra": "AstraModel astra_model load_network_yml load_system_json",
+    "cluster": "build_cluster topology_from_spec",
+    "errors": "AlgorithmError AstraConfigError NetworkModelError RankError TopologyError UnitError",
+    "flow": "FlowModel max_min_rates",
+    "models": "Capabilities build_astra_model build_model capabilities_of model_names",
+    "topology": "Topology",
 }
+_WHERE = {name: module for module, names in _FROM.items() for name in names.split()}
+__all__ = sorted(_WHERE)
 
-__all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
+def __getattr__(name: str):
+    if name not in _WHERE:
         raise AttributeError(f"module 'netmodels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
+    globals()[name] = value = getattr(importlib.import_module(f"netmodels.{_WHERE[name]}"), name)
     return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
