@@ -18,8 +18,8 @@ Every dependency the rewriter adds is a data dependency: ASTRA-sim's legacy feed
 from __future__ import annotations
 
 import os
-from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ from traces.attrs import (
     pg_name,
 )
 from traces.errors import XsimError
+from traces.graph import DepGraph, GraphEdit, unique
 from traces.io import DEPLOYMENT_FILE
 
 SYNC = "sync"
@@ -61,13 +62,43 @@ class RewriteError(XsimError):
     """A bundle the rewriter cannot rewrite consistently (missing anchors, already rewritten, ...)."""
 
 
+# Called after each pass with its name and the edited node lists of the ranks it changed (copies).
+PassCheck = Callable[[str, dict[int, list[pb.Node]]], None]
+
+
+def passes(
+    plan: Plan, strategy: str, *, barriers: bool = True
+) -> list[tuple[str, Callable[[_Rewriter], None]]]:
+    """The named passes a rewrite runs, in order: each reads the original graphs and queues its edits.
+
+    - `reshard_boundaries`: the naive P2P nodes of TP-changing stage boundaries become the strategy's
+      messages (all but `naive`);
+    - `gradient_sync`: the heterogeneous gradient synchronization, with the DP and pipeline barrier groups
+      when `barriers` (they sit between its anchors and its rings, so they are part of this pass).
+    """
+    out: list[tuple[str, Callable[[_Rewriter], None]]] = []
+    if strategy != "naive":
+        out.append(("reshard_boundaries", _Rewriter.reshard_boundaries))
+    if plan.heterogeneous:
+        sync_barriers = barriers and strategy != "naive"
+        out.append(("gradient_sync", lambda rw: rw.gradient_sync(barriers=sync_barriers)))
+    return out
+
+
 def rewrite_bundle(
-    bundle: Any, deployment: Any, strategy: str, *, plan: Plan | None = None, barriers: bool = True
+    bundle: Any,
+    deployment: Any,
+    strategy: str,
+    *,
+    plan: Plan | None = None,
+    barriers: bool = True,
+    check: PassCheck | None = None,
 ) -> Any:
     """Insert gradient sync, barriers and resharding into `bundle` (in place) and return it.
 
     A no-op for homogeneous deployments (the generator already synchronizes them) whose adjacent stages
     share a TP degree. `naive` inserts one uniform AllReduce per DP group, no barrier and no resharding.
+    `check`, when given, sees the graphs after each pass (tests run the trace checks there).
     """
     if strategy not in STRATEGY_NAMES:
         raise RewriteError(f"unknown reshard strategy {strategy!r} (known: {', '.join(STRATEGY_NAMES)})")
@@ -76,24 +107,24 @@ def rewrite_bundle(
     except PlanError as exc:
         raise RewriteError(f"cannot plan the deployment: {exc}") from None
     rw = _Rewriter(bundle, plan, strategy, bool(getattr(deployment, "sequence_parallel", False)))
-    if strategy != "naive":
-        rw.reshard_boundaries()
-    if plan.heterogeneous:
-        rw.gradient_sync(barriers=barriers and strategy != "naive")
+    for name, run in passes(plan, strategy, barriers=barriers):
+        run(rw)
+        if check is not None:
+            check(name, rw.edited(copy=True))
     rw.commit()
     return bundle
 
 
 class _Rank:
-    """One rank's graph with the indexes the rewriter needs (attribute and graph indexes built lazily)."""
+    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags."""
 
     def __init__(
         self, rank: int, nodes: list[pb.Node], pos: dict[int, int], tags: list[tuple[str, int, int | None]]
     ) -> None:
         self.rank, self.nodes, self.pos = rank, nodes, pos
         self._tags = tags
-        self._children: dict[int, list[int]] | None = None
-        self._topo: dict[int, int] | None = None
+        self.graph = DepGraph(nodes)
+        self.edit = GraphEdit(nodes)
 
     def deps(self, nid: int) -> list[int]:
         n = self.nodes[self.pos[nid]]
@@ -105,62 +136,15 @@ class _Rank:
 
     def children(self, nid: int) -> list[int]:
         """Nodes depending on `nid`."""
-        if self._children is None:
-            ch: dict[int, list[int]] = defaultdict(list)
-            for n in self.nodes:
-                for d in (*n.data_deps, *n.ctrl_deps):
-                    ch[d].append(n.id)
-            self._children = ch
-        return self._children.get(nid, [])
-
-    def topo(self) -> dict[int, int]:
-        """A topological index of every node (Kahn; nodes on a cycle are left out)."""
-        if self._topo is None:
-            indeg = {n.id: 0 for n in self.nodes}
-            for n in self.nodes:
-                indeg[n.id] = len({d for d in (*n.data_deps, *n.ctrl_deps) if d in self.pos})
-            ready = deque(i for i, k in indeg.items() if k == 0)
-            order: dict[int, int] = {}
-            while ready:
-                x = ready.popleft()
-                order[x] = len(order)
-                for c in set(self.children(x)):
-                    indeg[c] -= 1
-                    if indeg[c] == 0:
-                        ready.append(c)
-            self._topo = order
-        return self._topo
+        return [self.nodes[c].id for c in self.graph.children(self.pos[nid])]
 
     def frontier(self, ids: Sequence[int]) -> list[int]:
-        """The nodes of `ids` no other node of `ids` depends on (the last ones to finish).
-
-        A path between two nodes of `ids` only visits nodes topologically between them, so the backward
-        search stops below the lowest topological index of `ids`.
-        """
-        if not ids:
-            return []
-        topo = self.topo()
-        floor = min(topo.get(i, 0) for i in ids)
-        seen: set[int] = set()
-        stack = [d for s in ids for d in self.deps(s)]
-        while stack:
-            x = stack.pop()
-            if x in seen or topo.get(x, -1) < floor:
-                continue
-            seen.add(x)
-            stack.extend(self.deps(x))
-        return [i for i in ids if i not in seen]
+        """The nodes of `ids` no other node of `ids` depends on (the last ones to finish)."""
+        return [self.nodes[i].id for i in self.graph.frontier([self.pos[i] for i in ids])]
 
     def descendants(self, start: Sequence[int]) -> set[int]:
         """`start` and every node depending on it, transitively."""
-        seen: set[int] = set(start)
-        stack = list(start)
-        while stack:
-            for c in self.children(stack.pop()):
-                if c not in seen:
-                    seen.add(c)
-                    stack.append(c)
-        return seen
+        return {self.nodes[i].id for i in self.graph.descendants(self.pos[i] for i in start)}
 
 
 class _Rewriter:
@@ -193,9 +177,6 @@ class _Rewriter:
         self.next_tag = 1 + max(
             (comm_tag(n, 0) for g in self.ranks.values() for n in g.nodes if n.type in P2P_TYPES), default=0
         )
-        self.new: dict[int, list[tuple[float, pb.Node]]] = defaultdict(list)
-        self.extra_deps: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
-        self.removed: dict[int, dict[int, list[int]]] = defaultdict(dict)  # rank -> removed id -> replacement
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -208,13 +189,16 @@ class _Rewriter:
         g = self.plan.group_of_rank(r)
         return {STAGE: g.pp_stage, DEVICE_GROUP: g.id, RESHARD: self.strategy, **extra}
 
-    def _add(self, r: int, node: pb.Node, pos: float) -> int:
-        self.new[r].append((pos, node))
-        return node.id
+    def _add(self, r: int, node: pb.Node, where: tuple[str, int]) -> int:
+        """Queue `node` on rank r's graph: ("after" | "before", position of an original node)."""
+        edit = self.ranks[r].edit
+        side, position = where
+        return edit.insert_after(node, position) if side == "after" else edit.insert_before(node, position)
 
-    def _after(self, r: int, deps: Iterable[int]) -> float:
+    def _after(self, r: int, deps: Iterable[int]) -> tuple[str, int]:
+        """Right after the last original node among `deps` (at the end when there is none)."""
         g = self.ranks[r]
-        return max((g.pos[d] for d in deps if d in g.pos), default=len(g.nodes)) + 0.5
+        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.nodes))
 
     def _same_pg_collectives(self, r: int, pg: str) -> list[int]:
         """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
@@ -245,7 +229,7 @@ class _Rewriter:
         on that group (only safe for nodes nothing existing depends on but the optimizer)."""
         pg = self.bundle.new_group(ranks)
         if after_existing:
-            deps = _unique([*deps, *self._same_pg_collectives(r, pg)])
+            deps = unique([*deps, *self._same_pg_collectives(r, pg)])
         node = make_node(
             self._id(r),
             name,
@@ -276,12 +260,13 @@ class _Rewriter:
             ]
             # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
             # rank's communication slot must not starve a send its peers need to finish their backward.
-            removed = self.removed.get(r, {})
             sends = [
                 n.id
                 for n in g.nodes
-                if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1 and n.id not in removed
-            ] + [n.id for _, n in self.new.get(r, []) if n.type == pb.COMM_SEND_NODE]
+                if n.type == pb.COMM_SEND_NODE
+                and get_int(n, PP_BOUNDARY, 0) == 1
+                and not g.edit.replaced(n.id)
+            ] + [n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE]
             # Sync starts once the rank's whole local backward is done (the DP barrier group of section
             # 4.5), not right after the covered layers: with one communication op in flight per rank
             # (ASTRA-sim's rule), a sync collective issued mid-backward holds the slot while a TP peer that
@@ -300,13 +285,13 @@ class _Rewriter:
                         f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
                         "missing?): cannot anchor the gradient synchronization"
                     )
-                anchor = _unique([*done, *sends, *previous])
+                anchor = unique([*done, *sends, *previous])
                 previous = self._sync_group(r, dp, anchor, barriers)
                 synced.extend(previous)
             dg = self.plan.group_of_rank(r)
             final = synced
             if barriers and len(replica_stages[dg.dp_replica]) > 1:
-                anchor = synced or _unique([*done, *sends])
+                anchor = synced or unique([*done, *sends])
                 pbg = pbg_of[r]
                 final = [
                     self._collective(
@@ -316,7 +301,7 @@ class _Rewriter:
                 ]  # fmt: skip
             for i, n in enumerate(g.nodes):
                 if g.tags(i)[0] == "opt":
-                    self.extra_deps[r][n.id].extend(final)
+                    g.edit.add_deps(n.id, final)
 
     def _sync_group(self, r: int, dp: DpGroup, anchor: list[int], barrier: bool) -> list[int]:
         lo, hi = dp.layers
@@ -417,16 +402,14 @@ class _Rewriter:
 
         base: dict[int, list[int]] = {}
         for r in (*senders, *receivers):
-            deps = _unique(d for n in old_on[r] for d in (*n.data_deps, *n.ctrl_deps))
+            deps = unique(d for n in old_on[r] for d in (*n.data_deps, *n.ctrl_deps))
             if not old_on[r] and r in senders:
                 deps = self._producer(r, direction, mb)
             base[r] = deps
         pos = {
-            r: (
-                min(self.ranks[r].pos[n.id] for n in old_on[r]) - 0.5
-                if old_on[r]
-                else self._after(r, base[r])
-            )
+            r: ("before", min(self.ranks[r].pos[n.id] for n in old_on[r]))
+            if old_on[r]
+            else self._after(r, base[r])
             for r in base
         }
         recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
@@ -441,7 +424,7 @@ class _Rewriter:
                     m.src,
                     True,
                     tag,
-                    _unique([*base[m.src], *earlier]),
+                    unique([*base[m.src], *earlier]),
                     pos[m.src],
                     template[m.src],
                     direction,
@@ -463,7 +446,7 @@ class _Rewriter:
             else:
                 rep = [i for _, i in recvs[r]]
             for n in nodes:
-                self.removed[r][n.id] = rep or _unique([*n.data_deps, *n.ctrl_deps])
+                self.ranks[r].edit.replace_all_uses(n.id, rep or unique([*n.data_deps, *n.ctrl_deps]))
 
     def _gather(
         self, r: int, b: PipelineBoundary, direction: str, mb: int, recvs: list[int], old: list[pb.Node],
@@ -475,8 +458,8 @@ class _Rewriter:
         rank's chain, so it takes the same place among the TP group's collectives on every member."""
         old_ids = {n.id for n in old}
         g = self.ranks[r]
-        consumers = _unique(c for o in old_ids for c in g.children(o) if c not in old_ids)
-        chain = _unique(d for c in consumers for d in g.deps(c) if d not in old_ids)
+        consumers = unique(c for o in old_ids for c in g.children(o) if c not in old_ids)
+        chain = unique(d for c in consumers for d in g.deps(c) if d not in old_ids)
         receivers = b.dst_ranks if direction == "fwd" else b.src_ranks
         layer = get_int(template, LAYER, 0) if template is not None else 0
         return self._collective(
@@ -496,7 +479,7 @@ class _Rewriter:
         return g.frontier(ids)
 
     def _p2p(
-        self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: float,
+        self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: tuple[str, int],
         template: pb.Node | None, direction: str, mb: int,
     ) -> int:  # fmt: skip
         layer = get_int(template, LAYER, 0) if template is not None else 0
@@ -522,42 +505,14 @@ class _Rewriter:
         return self._add(r, node, pos)
 
     # ---- commit ----------------------------------------------------------------------------------------
+    def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:
+        """The node lists of the ranks with queued edits, edited (on copies with `copy`)."""
+        return {r: g.edit.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
+
     def commit(self) -> None:
-        """Apply removals, dependency redirections and insertions to the bundle."""
-        for r, g in self.ranks.items():
-            removed = self.removed.get(r, {})
-            extra = self.extra_deps.get(r, {})
-            new = self.new.get(r, [])
-            if not (removed or extra or new):
-                continue
-
-            def resolve(ids: Iterable[int], _removed: dict[int, list[int]] = removed) -> list[int]:
-                out: list[int] = []
-                for i in ids:
-                    out.extend(resolve(_removed[i]) if i in _removed else [i])
-                return _unique(out)
-
-            items: list[tuple[float, int, pb.Node]] = []
-            for i, n in enumerate(g.nodes):
-                if n.id in removed:
-                    continue
-                add = extra.get(n.id, [])
-                if add or any(d in removed for d in (*n.data_deps, *n.ctrl_deps)):
-                    data = resolve([*n.data_deps, *add])
-                    ctrl = [d for d in resolve(n.ctrl_deps) if d not in data]
-                    del n.data_deps[:]
-                    n.data_deps.extend(data)
-                    del n.ctrl_deps[:]
-                    n.ctrl_deps.extend(ctrl)
-                items.append((float(i), 0, n))
-            for k, (p, n) in enumerate(new):
-                if any(d in removed for d in n.data_deps):
-                    data = resolve(n.data_deps)
-                    del n.data_deps[:]
-                    n.data_deps.extend(data)
-                items.append((p, k + 1, n))
-            items.sort(key=lambda t: (t[0], t[1]))
-            self.bundle.nodes[r] = [n for _, _, n in items]
+        """Apply every queued removal, dependency redirection and insertion to the bundle."""
+        for r, nodes in self.edited().items():
+            self.bundle.nodes[r] = nodes
             self.bundle.next_id[r] = self.next_id[r]
 
 
@@ -582,16 +537,6 @@ def _read_tags(n: pb.Node) -> tuple[str, int, int | None, bool]:
 
 def _has_attr(n: pb.Node, name: str) -> bool:
     return any(a.name == name for a in n.attr)
-
-
-def _unique(ids: Iterable[int]) -> list[int]:
-    seen: set[int] = set()
-    out = []
-    for i in ids:
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-    return out
 
 
 def _span(ranks: Iterable[int]) -> str:
