@@ -12,7 +12,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "tracegen.planner.chunking": ["ChunkShare", "chunk_bytes", "chunk_extent", "chunk_shares"],
         "tracegen.planner.device_groups": ["DeviceGroupView", "view_device_groups"],
         "tracegen.planner.errors": ["PlanError"],
-        "tracegen.planner.gradients": ["layer_grad_bytes", "model_arch"],
+        "tracegen.planner.gradients": ["layer_grad_bytes"],
         "tracegen.planner.plan": ["DpGroup", "PipelineBoundary", "Plan", "RouteEntry", "build_plan"]
         + ["plan_groups"],
         "tracegen.planner.render": ["format_plan", "plan_to_json"],

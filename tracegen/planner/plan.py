@@ -6,11 +6,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracegen.models import model_from_message
 from tracegen.planner.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
 from tracegen.planner.chunking import chunk_bytes
 from tracegen.planner.device_groups import DeviceGroupView, view_device_groups
 from tracegen.planner.errors import PlanError
-from tracegen.planner.gradients import layer_grad_bytes, model_arch
+from tracegen.planner.gradients import layer_grad_bytes
 from tracegen.planner.rings import build_rings, lcm_of
 from tracegen.planner.sweep import Segment, sync_segments
 
@@ -182,7 +183,7 @@ def _boundaries(groups: Sequence[DeviceGroupView], activation_bytes: int) -> tup
 
 def build_plan(deployment: Any) -> Plan:
     """Plan a Deployment message (contract B): DP groups, rings, chunks, barrier groups, stage boundaries."""
-    arch = model_arch(deployment.model)
+    arch = model_from_message(deployment.model)
     dtype = int(getattr(deployment, "dtype_bytes", 0) or 2)
     seq = int(getattr(deployment, "seq_len", 0) or arch.seq_len)
     groups = view_device_groups(deployment.device_groups, arch.layers)
