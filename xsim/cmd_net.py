@@ -6,8 +6,7 @@ import argparse
 import json
 
 from netmodels.api import COLLECTIVE_KINDS
-from netmodels.models import model_choices
-from xsim.verbs import add_verb, lazy_help
+from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -63,24 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--topology", action=lazy_help("topology spec: {}", "netmodels.cluster", "SPEC_HELP"), help=""
-    )
+    add_network_arguments(p)
     p.add_argument(
         "--size", required=True, help="bytes, e.g. 1048576, 1MiB, 16MB (Chakra comm_size semantics)"
-    )
-    p.add_argument(
-        "--model",
-        choices=model_choices(),
-        help="network model (default: analytical, or astra-unaware with --astra-network); to run "
-        "analytical/flow on an ASTRA-sim network, pass --topology astra:NETWORK.yml",
-    )
-    p.add_argument("--astra-network", metavar="YML", help="ASTRA-sim network config (network.yml)")
-    p.add_argument(
-        "--astra-system", metavar="JSON", help="ASTRA-sim system config (sys.json); default: clean profile"
-    )
-    p.add_argument(
-        "--congestion-aware", action="store_true", help="ASTRA-sim mode: the congestion-aware backend"
     )
     p.add_argument("--chunks", type=int, default=1, help="analytical/flow: chunks per collective (default 1)")
     p.add_argument(
@@ -91,20 +75,11 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def _model(args: argparse.Namespace):
     from netmodels.errors import NetworkModelError
-    from xsim.api import NetworkOptions, build_network
+    from xsim.api import build_network
 
     if not (args.topology or args.astra_network):
         raise NetworkModelError("give --topology SPEC (or --astra-network NETWORK.yml)")
-    options = NetworkOptions(
-        model=args.model,
-        topology=args.topology,
-        astra_network=args.astra_network,
-        astra_system=args.astra_system,
-        congestion_aware=args.congestion_aware,
-        chunks=args.chunks,
-        chunks_in_flight=args.chunks_in_flight,
-    )
-    return build_network(options)
+    return build_network(network_options(args, chunks=args.chunks, chunks_in_flight=args.chunks_in_flight))
 
 
 def _ranks(text: str | None, n: int) -> tuple[int, ...]:

@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from netmodels.models import model_choices
-from xsim.verbs import add_verb
+from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,23 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "path", help="trace set: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file"
     )
     net = p.add_argument_group("network (one of; a deployment.json beside the traces gives the cluster)")
-    net.add_argument(
-        "--model",
-        choices=model_choices(),
-        help="network model (default: analytical, or astra-unaware with --astra-network)",
-    )
-    net.add_argument(
-        "--topology", metavar="SPEC", help="topology spec, e.g. ring:8:50GBps:500ns (see xsim net)"
-    )
-    net.add_argument("--astra-network", metavar="NET.yml", help="ASTRA-sim network config (compatible mode)")
-    net.add_argument(
-        "--astra-system", metavar="SYS.json", help="ASTRA-sim system config (with --astra-network)"
-    )
-    net.add_argument(
-        "--congestion-aware",
-        action="store_true",
-        help="ASTRA-sim congestion_aware backend (1-D only; = --model astra-aware)",
-    )
+    add_network_arguments(net)
     net.add_argument(
         "--comm",
         choices=("network", "measured"),
@@ -140,17 +123,10 @@ def _print_summary(result, path: str) -> None:
 
 def options(args: argparse.Namespace):
     """The API's replay options from the parsed command line."""
-    from xsim.api import ComputeOptions, NetworkOptions, ReplayOptions
+    from xsim.api import ComputeOptions, ReplayOptions
 
     return ReplayOptions(
-        network=NetworkOptions(
-            model=args.model,
-            topology=args.topology,
-            astra_network=args.astra_network,
-            astra_system=args.astra_system,
-            congestion_aware=args.congestion_aware,
-            comm=args.comm,
-        ),
+        network=network_options(args, comm=args.comm),
         compute=ComputeOptions(
             astra_system=args.astra_system,
             device_profile=args.device_profile,

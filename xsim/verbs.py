@@ -52,3 +52,46 @@ def lazy_help(template: str, module: str, attr: str) -> type[argparse.Action]:
             pass
 
     return LazyHelpStore
+
+
+def add_network_arguments(group) -> None:
+    """The network flags every verb that builds a network model shares, with one meaning everywhere."""
+    from netmodels.models import model_choices
+
+    group.add_argument(
+        "--model",
+        choices=model_choices(),
+        help="network model (default: analytical, or astra-unaware with --astra-network); to run "
+        "analytical/flow on an ASTRA-sim network, pass --topology astra:NETWORK.yml",
+    )
+    group.add_argument(
+        "--topology",
+        metavar="SPEC",
+        action=lazy_help("topology spec: {}", "netmodels.cluster", "SPEC_HELP"),
+        help="",
+    )
+    group.add_argument(
+        "--astra-network", metavar="NET.yml", help="ASTRA-sim network config (compatible mode)"
+    )
+    group.add_argument(
+        "--astra-system", metavar="SYS.json", help="ASTRA-sim system config (with --astra-network)"
+    )
+    group.add_argument(
+        "--congestion-aware",
+        action="store_true",
+        help="ASTRA-sim's congestion-aware backend (1-D only; = --model astra-aware)",
+    )
+
+
+def network_options(args: argparse.Namespace, **extra):
+    """The API's NetworkOptions from the flags `add_network_arguments` added (plus verb-specific ones)."""
+    from xsim.api import NetworkOptions
+
+    return NetworkOptions(
+        model=args.model,
+        topology=args.topology,
+        astra_network=args.astra_network,
+        astra_system=args.astra_system,
+        congestion_aware=args.congestion_aware,
+        **extra,
+    )

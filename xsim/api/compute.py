@@ -7,7 +7,6 @@ it lives here, in the API layer.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from replay.compute import (
 )
 from replay.errors import ReplayError
 from traces import pb
+from traces.io import JsonFileError, read_json
 from xsim.api.options import ComputeOptions
 
 
@@ -103,12 +103,9 @@ def deployment_compute(deployment) -> ComputeModel:
 
 def _astra_system(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise ReplayError(f"{path}: cannot read ASTRA-sim system config: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReplayError(f"{path}: ASTRA-sim system config is not JSON: {exc}") from None
+        doc = read_json(path)
+    except JsonFileError as exc:
+        raise ReplayError(f"{path}: ASTRA-sim system config: {exc.reason}") from None
     if not isinstance(doc, dict):
         raise ReplayError(f"{path}: ASTRA-sim system config must be a JSON object")
     return doc
