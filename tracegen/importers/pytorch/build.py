@@ -244,251 +244,305 @@ def _match_gloo(
 def build_rank(rank: int, host: HostTrace, kineto: KinetoTrace, link: Link) -> RankGraph:
     """Vertices, timings and dependencies of one rank."""
     labels = label_ops(host)
-    warnings: list[str] = []
-    verts: list[Vertex] = []
-    seq = 0
-
-    # CPU chains, one per Kineto thread, in start order (parents before their children).
-    depth: dict[int, int] = {}
-
-    def _depth(hid: int) -> int:
-        d, cur = 0, hid
-        while cur in host.ops and host.ops[cur].parent != cur and d < 256:
-            if cur in depth:
-                return depth[cur] + d
-            cur = host.ops[cur].parent
-            d += 1
-        return d
-
-    for hid in link.matches:
-        depth[hid] = _depth(hid)
-    matched = sorted(link.matches.items(), key=lambda kv: (kv[1].ts, -kv[1].dur, depth[kv[0]], kv[0]))
-    chains: dict[Any, list[int]] = defaultdict(list)
-    for hid, ev in matched:
-        v = Vertex(
-            key=(ev.ts, 0, seq),
-            name=host.ops[hid].name,
-            ts=ev.ts,
-            dur=ev.dur,
-            kind="cpu",
-            host_id=hid,
-            thread=(ev.pid, ev.tid),
-        )
-        seq += 1
-        chains[v.thread].append(len(verts))
-        verts.append(v)
-    thread_end = {t: max(verts[i].ts + verts[i].dur for i in idx) for t, idx in chains.items()}
-    gloo_pairs, unmatched = _match_gloo(verts, host, kineto)
-    if not gpu_run_of(kineto) and unmatched:
-        warnings.append(f"{unmatched} c10d ops have no gloo work in Kineto; kept as CPU ops only")
-    # gloo P2P work events do not time the transfer (the calling thread writes the data), so only
-    # collectives are cut where their work began.
-    blocking = {
-        vi
-        for vi, w in gloo_pairs
-        # Blocking: the work began and ended inside the call (an async op returns before its work ends).
-        if verts[vi].ts < w.ts
-        and w.ts + w.dur <= verts[vi].ts + verts[vi].dur
-        and comm_kind(verts[vi].name).p2p is None
-    }
-    extra_cuts: dict[Any, list[int]] = defaultdict(list)
-    for vi, w in gloo_pairs:
-        if vi in blocking:
-            extra_cuts[verts[vi].thread].append(w.ts)
-    seq = _split_at_calls(verts, chains, kineto, seq, extra_cuts)
-    starts = {t: [verts[i].ts for i in idx] for t, idx in chains.items()}
-
-    def _item_at(thread: Any, t: int) -> int | None:
-        if thread not in starts:
-            return None
-        k = _containing(starts[thread], t)
-        if k is None or t > thread_end[thread]:
-            return None
-        return k
-
-    # Per chain interval: wall time and blocked time.
-    blocked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # vertex -> blocked intervals in its gap
-    sync_wait: dict[int, int] = defaultdict(int)
-    walls: dict[int, int] = {}
-    busy_end: dict[int, int] = {}
-    for t, idx in chains.items():
-        for k, vi in enumerate(idx):
-            v = verts[vi]
-            nxt = verts[idx[k + 1]].ts if k + 1 < len(idx) else thread_end[t]
-            walls[vi] = max(0, nxt - v.ts)
-            busy_end[vi] = v.ts + min(v.dur, walls[vi])
-            if k + 1 < len(idx):
-                verts[idx[k + 1]].deps.add(vi)
-
-    # Fork/join with other CPU threads: a thread idle while another one ran is blocked on it.
-    threads = list(chains)
-    if len(threads) > 1:
-        for t in threads:
-            idx = chains[t]
-            for k in range(len(idx) - 1):
-                vi, mi = idx[k], idx[k + 1]
-                g0, g1 = busy_end[vi], verts[mi].ts
-                if g1 <= g0:
-                    continue
-                for u in threads:
-                    if u == t:
-                        continue
-                    su = starts[u]
-                    lo = bisect.bisect_left(su, verts[vi].ts)
-                    hi = bisect.bisect_left(su, g1)
-                    if lo >= hi:
-                        continue
-                    inside = chains[u][lo:hi]
-                    # The other thread's ops cover their own gaps too (their durations run start to
-                    # next start), so the burst is covered up to its last op's end.
-                    ends = [verts[j].ts + walls[j] for j in inside[:-1]] + [busy_end[inside[-1]]]
-                    cover = [(max(g0, verts[j].ts), min(g1, e)) for j, e in zip(inside, ends, strict=True)]
-                    cover = [(s, e) for s, e in cover if e > s]
-                    if not cover:
-                        continue
-                    blocked[vi].extend(cover)
-                    # The other thread starts where this one handed over: after this op if it began in
-                    # the gap, else after the op before it (it began while this op was still busy).
-                    first = inside[0]
-                    if verts[first].ts >= g0:
-                        verts[first].deps.add(vi)
-                    elif k > 0:
-                        verts[first].deps.add(idx[k - 1])
-                    last = max(inside, key=lambda j: verts[j].ts + verts[j].dur)
-                    if verts[last].ts + verts[last].dur <= g1:
-                        verts[mi].deps.add(last)
-
-    # GPU ops: attach via correlation to the runtime call and the CPU op running it.
-    rt_by_corr: dict[int, KEvent] = {}
-    for r in kineto.runtime:
-        c = r.args.get("correlation")
-        if isinstance(c, int):
-            rt_by_corr.setdefault(c, r)
-    gpu_run = bool(kineto.gpu_ops)
-    dropped_gpu = 0
-    last_on_stream: dict[Any, int] = {}
-    gpu_by_corr: list[tuple[int, Any, int]] = []  # (correlation, stream, vertex)
-    for g in sorted(kineto.gpu_ops, key=lambda e: (e.ts, e.index)):
-        c = g.args.get("correlation")
-        r = rt_by_corr.get(c) if isinstance(c, int) else None
-        launcher = None
-        if r is not None:
-            k = _item_at((r.pid, r.tid), r.ts)
-            if k is not None:
-                launcher = chains[(r.pid, r.tid)][k]
-        if launcher is None:
-            dropped_gpu += 1
-            continue
-        stream = (g.args.get("device", g.pid), g.args.get("stream", g.tid))
-        v = Vertex(
-            key=(g.ts, 1, seq),
-            name=g.name,
-            ts=g.ts,
-            dur=g.dur,
-            kind="gpu",
-            stream=stream,
-            host_id=verts[launcher].host_id,
-            source_op=verts[launcher].name,
-        )
-        seq += 1
-        v.deps.add(launcher)
-        if stream in last_on_stream:
-            v.deps.add(last_on_stream[stream])
-        vi = len(verts)
-        verts.append(v)
-        last_on_stream[stream] = vi
-        gpu_by_corr.append((c, stream, vi))
-        if is_nccl_kernel(g.name):
-            info = _comm_of_host(host, verts[launcher].host_id)
-            coll = nccl_kernel_coll(g.name)
-            if info is not None:
-                kind, size, src, chid = info
-                v.comm, v.comm_bytes, v.source_op = kind, size, src
-                if kind.p2p is not None:
-                    v.peer, v.tag = _p2p_of_ancestors(host, chid)
-            elif coll is not None:
-                v.comm = CommKind(coll, None, 0)
-            else:
-                warnings.append(f"NCCL kernel {g.name[:40]!r} has no collective host op; kept as compute")
-            v.kind = "comm" if v.comm is not None else "gpu"
-
-    # Synchronization calls: the CPU op after the call depends on the GPU work launched before it.
-    gpu_by_corr.sort(key=lambda x: (x[0], x[2]))
-    corrs = [c for c, _, _ in gpu_by_corr]
-    for r in kineto.runtime:
-        if r.name not in SYNC_CALLS:
-            continue
-        thread = (r.pid, r.tid)
-        k = _item_at(thread, r.ts)
-        if k is None:
-            continue
-        vi = chains[thread][k]
-        sync_wait[vi] += r.dur
-        if k + 1 >= len(chains[thread]):
-            continue
-        mi = chains[thread][k + 1]
-        c = r.args.get("correlation", 0)
-        upto = bisect.bisect_left(corrs, c) if isinstance(c, int) else 0
-        awaited: dict[Any, int] = {}
-        for _, stream, gi in gpu_by_corr[:upto]:
-            awaited[stream] = gi
-        for gi in awaited.values():
-            if verts[gi].ts < verts[mi].ts:
-                verts[mi].deps.add(gi)
-
-    # gloo work: vertices, and the thread's wait for it.
-    pos = {vi: (t, k) for t, idx in chains.items() for k, vi in enumerate(idx)}
-    for vi, w in gloo_pairs:
-        hv = verts[vi]
-        host_op = host.ops[hv.host_id]
-        hkind = comm_kind(hv.name)
-        cv = Vertex(
-            key=(w.ts, 2, seq),
-            name=w.name,
-            ts=w.ts,
-            dur=w.dur,
-            kind="comm",
-            thread=w.tid,
-            host_id=hv.host_id,
-            comm=hkind,
-            comm_bytes=payload_bytes(hkind, host_op.inputs),
-            source_op=hv.name,
-        )
-        seq += 1
-        if hkind.p2p is not None:
-            cv.peer, cv.tag = p2p_peer_tag(hkind, host_op.inputs)
-        ci = len(verts)
-        verts.append(cv)
-        k = bisect.bisect_left(starts[hv.thread], w.ts)
-        idx = chains[hv.thread]
-        if vi in blocking and 0 < k < len(idx) and verts[idx[k]].ts == w.ts:
-            # A blocking call (barrier, ...): the work starts inside the c10d op, which was cut there;
-            # the part before issues it, the part after waits for it and then returns.
-            cv.deps.add(idx[k - 1])
-            rem = idx[k]
-            # Ordered where it could go on: after the work (and a late rank's tail), before the next op.
-            verts[rem].key = (min(w.ts + w.dur, verts[rem].ts + walls[rem]), 4, verts[rem].key[2])
-            verts[rem].deps.add(ci)
-            blocked[rem].append((w.ts, min(w.ts + w.dur, verts[rem].ts + walls[rem])))
-        elif hkind.p2p is not None and vi in pos and pos[vi][1] > 0:
-            # P2P: the data leaves when the c10d op is called (its gloo work only completes it), so the
-            # transfer is issued after the op before it; import_pytorch sets its duration from the peer.
-            cv.deps.add(chains[hv.thread][pos[vi][1] - 1])
-            cv.issue_ts = hv.ts
-            _await(verts, ci, hv.thread, chains, starts, busy_end, blocked)
-        else:
-            cv.deps.add(vi)
-            _await(verts, ci, hv.thread, chains, starts, busy_end, blocked)
-
-    # Final CPU durations: wall time minus visible waits.
-    for vi, wall in walls.items():
-        wait = sync_wait.get(vi, 0) + _union_len(blocked.get(vi, []))
-        verts[vi].dur = max(0, wall - min(wall, wait))
-
+    b = _RankBuilder(host, kineto)
+    b.cpu_chains(link)
+    gloo_pairs, blocking = b.cut_at_calls()
+    b.chain_walls()
+    b.fork_join()
+    b.gpu_ops()
+    b.sync_calls()
+    b.gloo_work(gloo_pairs, blocking)
+    b.final_durations()
+    verts = b.verts
     dropped_edges = number(verts)
     steps = {n: (e.ts, e.end) for n, e in kineto.steps.items()}
     p2p = [i for i, v in enumerate(verts) if v.comm is not None and v.comm.p2p is not None]
-    return RankGraph(rank, verts, labels, steps, link, gpu_run, dropped_gpu, dropped_edges, warnings, p2p)
+    return RankGraph(
+        rank, verts, labels, steps, link, bool(kineto.gpu_ops), b.dropped_gpu, dropped_edges, b.warnings, p2p
+    )
+
+
+class _RankBuilder:
+    """One rank's vertices under construction; `build_rank` runs its phases in order."""
+
+    def __init__(self, host: HostTrace, kineto: KinetoTrace) -> None:
+        self.host, self.kineto = host, kineto
+        self.warnings: list[str] = []
+        self.verts: list[Vertex] = []
+        self.seq = 0  # tie-break of vertex keys, in creation order
+        self.chains: dict[Any, list[int]] = defaultdict(list)  # CPU thread -> its vertices in order
+        self.thread_end: dict[Any, int] = {}
+        self.starts: dict[Any, list[int]] = {}  # CPU thread -> start times of its chain
+        self.blocked: dict[int, list[tuple[int, int]]] = defaultdict(list)  # vertex -> blocked intervals
+        self.sync_wait: dict[int, int] = defaultdict(int)
+        self.walls: dict[int, int] = {}  # CPU vertex -> start to next start on its thread
+        self.busy_end: dict[int, int] = {}
+        self.dropped_gpu = 0
+        self.gpu_by_corr: list[tuple[int, Any, int]] = []  # (correlation, stream, vertex)
+
+    def _next_seq(self) -> int:
+        self.seq += 1
+        return self.seq - 1
+
+    def cpu_chains(self, link: Link) -> None:
+        """CPU chains, one per Kineto thread, in start order (parents before their children)."""
+        host = self.host
+        depth: dict[int, int] = {}
+
+        def _depth(hid: int) -> int:
+            d, cur = 0, hid
+            while cur in host.ops and host.ops[cur].parent != cur and d < 256:
+                if cur in depth:
+                    return depth[cur] + d
+                cur = host.ops[cur].parent
+                d += 1
+            return d
+
+        for hid in link.matches:
+            depth[hid] = _depth(hid)
+        matched = sorted(link.matches.items(), key=lambda kv: (kv[1].ts, -kv[1].dur, depth[kv[0]], kv[0]))
+        for hid, ev in matched:
+            v = Vertex(
+                key=(ev.ts, 0, self._next_seq()),
+                name=host.ops[hid].name,
+                ts=ev.ts,
+                dur=ev.dur,
+                kind="cpu",
+                host_id=hid,
+                thread=(ev.pid, ev.tid),
+            )
+            self.chains[v.thread].append(len(self.verts))
+            self.verts.append(v)
+        verts = self.verts
+        self.thread_end = {t: max(verts[i].ts + verts[i].dur for i in idx) for t, idx in self.chains.items()}
+
+    def cut_at_calls(self) -> tuple[list[tuple[int, KEvent]], set[int]]:
+        """Pair c10d ops with their gloo work and cut CPU ops at launches, syncs and blocking work starts;
+        returns the pairs and the blocking calls among them."""
+        verts = self.verts
+        gloo_pairs, unmatched = _match_gloo(verts, self.host, self.kineto)
+        if not gpu_run_of(self.kineto) and unmatched:
+            self.warnings.append(f"{unmatched} c10d ops have no gloo work in Kineto; kept as CPU ops only")
+        # gloo P2P work events do not time the transfer (the calling thread writes the data), so only
+        # collectives are cut where their work began.
+        blocking = {
+            vi
+            for vi, w in gloo_pairs
+            # Blocking: the work began and ended inside the call (an async op returns before its work ends).
+            if verts[vi].ts < w.ts
+            and w.ts + w.dur <= verts[vi].ts + verts[vi].dur
+            and comm_kind(verts[vi].name).p2p is None
+        }
+        extra_cuts: dict[Any, list[int]] = defaultdict(list)
+        for vi, w in gloo_pairs:
+            if vi in blocking:
+                extra_cuts[verts[vi].thread].append(w.ts)
+        self.seq = _split_at_calls(verts, self.chains, self.kineto, self.seq, extra_cuts)
+        self.starts = {t: [verts[i].ts for i in idx] for t, idx in self.chains.items()}
+        return gloo_pairs, blocking
+
+    def item_at(self, thread: Any, t: int) -> int | None:
+        """Position in `thread`'s chain of the op running at time t, or None."""
+        if thread not in self.starts:
+            return None
+        k = _containing(self.starts[thread], t)
+        if k is None or t > self.thread_end[thread]:
+            return None
+        return k
+
+    def chain_walls(self) -> None:
+        """Per chain interval: wall time and busy end; program order edges."""
+        verts = self.verts
+        for t, idx in self.chains.items():
+            for k, vi in enumerate(idx):
+                v = verts[vi]
+                nxt = verts[idx[k + 1]].ts if k + 1 < len(idx) else self.thread_end[t]
+                self.walls[vi] = max(0, nxt - v.ts)
+                self.busy_end[vi] = v.ts + min(v.dur, self.walls[vi])
+                if k + 1 < len(idx):
+                    verts[idx[k + 1]].deps.add(vi)
+
+    def fork_join(self) -> None:
+        """Fork/join with other CPU threads: a thread idle while another one ran is blocked on it."""
+        threads = list(self.chains)
+        if len(threads) <= 1:
+            return
+        for t in threads:
+            idx = self.chains[t]
+            for k in range(len(idx) - 1):
+                for u in threads:
+                    if u != t:
+                        self._join(idx, k, u)
+
+    def _join(self, idx: list[int], k: int, u: Any) -> None:
+        """Gap after op k of a chain `idx` against thread u's ops that ran inside it."""
+        verts, walls, busy_end = self.verts, self.walls, self.busy_end
+        vi, mi = idx[k], idx[k + 1]
+        g0, g1 = busy_end[vi], verts[mi].ts
+        if g1 <= g0:
+            return
+        su = self.starts[u]
+        lo = bisect.bisect_left(su, verts[vi].ts)
+        hi = bisect.bisect_left(su, g1)
+        if lo >= hi:
+            return
+        inside = self.chains[u][lo:hi]
+        # The other thread's ops cover their own gaps too (their durations run start to
+        # next start), so the burst is covered up to its last op's end.
+        ends = [verts[j].ts + walls[j] for j in inside[:-1]] + [busy_end[inside[-1]]]
+        cover = [(max(g0, verts[j].ts), min(g1, e)) for j, e in zip(inside, ends, strict=True)]
+        cover = [(s, e) for s, e in cover if e > s]
+        if not cover:
+            return
+        self.blocked[vi].extend(cover)
+        # The other thread starts where this one handed over: after this op if it began in
+        # the gap, else after the op before it (it began while this op was still busy).
+        first = inside[0]
+        if verts[first].ts >= g0:
+            verts[first].deps.add(vi)
+        elif k > 0:
+            verts[first].deps.add(idx[k - 1])
+        last = max(inside, key=lambda j: verts[j].ts + verts[j].dur)
+        if verts[last].ts + verts[last].dur <= g1:
+            verts[mi].deps.add(last)
+
+    def gpu_ops(self) -> None:
+        """GPU ops: attach via correlation to the runtime call and the CPU op running it."""
+        verts = self.verts
+        rt_by_corr: dict[int, KEvent] = {}
+        for r in self.kineto.runtime:
+            c = r.args.get("correlation")
+            if isinstance(c, int):
+                rt_by_corr.setdefault(c, r)
+        last_on_stream: dict[Any, int] = {}
+        for g in sorted(self.kineto.gpu_ops, key=lambda e: (e.ts, e.index)):
+            c = g.args.get("correlation")
+            r = rt_by_corr.get(c) if isinstance(c, int) else None
+            launcher = None
+            if r is not None:
+                k = self.item_at((r.pid, r.tid), r.ts)
+                if k is not None:
+                    launcher = self.chains[(r.pid, r.tid)][k]
+            if launcher is None:
+                self.dropped_gpu += 1
+                continue
+            stream = (g.args.get("device", g.pid), g.args.get("stream", g.tid))
+            v = Vertex(
+                key=(g.ts, 1, self._next_seq()),
+                name=g.name,
+                ts=g.ts,
+                dur=g.dur,
+                kind="gpu",
+                stream=stream,
+                host_id=verts[launcher].host_id,
+                source_op=verts[launcher].name,
+            )
+            v.deps.add(launcher)
+            if stream in last_on_stream:
+                v.deps.add(last_on_stream[stream])
+            vi = len(verts)
+            verts.append(v)
+            last_on_stream[stream] = vi
+            self.gpu_by_corr.append((c, stream, vi))
+            if is_nccl_kernel(g.name):
+                self._nccl(v, g.name, verts[launcher].host_id)
+
+    def _nccl(self, v: Vertex, kernel: str, host_id: int | None) -> None:
+        """An NCCL kernel's collective (or P2P) from its host op, else from the kernel name."""
+        info = _comm_of_host(self.host, host_id)
+        coll = nccl_kernel_coll(kernel)
+        if info is not None:
+            kind, size, src, chid = info
+            v.comm, v.comm_bytes, v.source_op = kind, size, src
+            if kind.p2p is not None:
+                v.peer, v.tag = _p2p_of_ancestors(self.host, chid)
+        elif coll is not None:
+            v.comm = CommKind(coll, None, 0)
+        else:
+            self.warnings.append(f"NCCL kernel {kernel[:40]!r} has no collective host op; kept as compute")
+        v.kind = "comm" if v.comm is not None else "gpu"
+
+    def sync_calls(self) -> None:
+        """Synchronization calls: the CPU op after the call depends on the GPU work launched before it."""
+        verts, chains = self.verts, self.chains
+        self.gpu_by_corr.sort(key=lambda x: (x[0], x[2]))
+        corrs = [c for c, _, _ in self.gpu_by_corr]
+        for r in self.kineto.runtime:
+            if r.name not in SYNC_CALLS:
+                continue
+            thread = (r.pid, r.tid)
+            k = self.item_at(thread, r.ts)
+            if k is None:
+                continue
+            vi = chains[thread][k]
+            self.sync_wait[vi] += r.dur
+            if k + 1 >= len(chains[thread]):
+                continue
+            mi = chains[thread][k + 1]
+            c = r.args.get("correlation", 0)
+            upto = bisect.bisect_left(corrs, c) if isinstance(c, int) else 0
+            awaited: dict[Any, int] = {}
+            for _, stream, gi in self.gpu_by_corr[:upto]:
+                awaited[stream] = gi
+            for gi in awaited.values():
+                if verts[gi].ts < verts[mi].ts:
+                    verts[mi].deps.add(gi)
+
+    def gloo_work(self, gloo_pairs: list[tuple[int, KEvent]], blocking: set[int]) -> None:
+        """gloo work: vertices, and the thread's wait for it."""
+        verts, chains = self.verts, self.chains
+        pos = {vi: (t, k) for t, idx in chains.items() for k, vi in enumerate(idx)}
+        for vi, w in gloo_pairs:
+            hv = verts[vi]
+            host_op = self.host.ops[hv.host_id]
+            hkind = comm_kind(hv.name)
+            cv = Vertex(
+                key=(w.ts, 2, self._next_seq()),
+                name=w.name,
+                ts=w.ts,
+                dur=w.dur,
+                kind="comm",
+                thread=w.tid,
+                host_id=hv.host_id,
+                comm=hkind,
+                comm_bytes=payload_bytes(hkind, host_op.inputs),
+                source_op=hv.name,
+            )
+            if hkind.p2p is not None:
+                cv.peer, cv.tag = p2p_peer_tag(hkind, host_op.inputs)
+            ci = len(verts)
+            verts.append(cv)
+            k = bisect.bisect_left(self.starts[hv.thread], w.ts)
+            idx = chains[hv.thread]
+            if vi in blocking and 0 < k < len(idx) and verts[idx[k]].ts == w.ts:
+                self._blocking_work(ci, w, idx, k)
+            elif hkind.p2p is not None and vi in pos and pos[vi][1] > 0:
+                # P2P: the data leaves when the c10d op is called (its gloo work only completes it), so the
+                # transfer is issued after the op before it; import_pytorch sets its duration from the peer.
+                cv.deps.add(chains[hv.thread][pos[vi][1] - 1])
+                cv.issue_ts = hv.ts
+                _await(verts, ci, hv.thread, chains, self.starts, self.busy_end, self.blocked)
+            else:
+                cv.deps.add(vi)
+                _await(verts, ci, hv.thread, chains, self.starts, self.busy_end, self.blocked)
+
+    def _blocking_work(self, ci: int, w: KEvent, idx: list[int], k: int) -> None:
+        """A blocking call (barrier, ...): the work starts inside the c10d op, which was cut there; the
+        part before issues it, the part after waits for it and then returns."""
+        verts = self.verts
+        verts[ci].deps.add(idx[k - 1])
+        rem = idx[k]
+        # Ordered where it could go on: after the work (and a late rank's tail), before the next op.
+        end = min(w.ts + w.dur, verts[rem].ts + self.walls[rem])
+        verts[rem].key = (end, 4, verts[rem].key[2])
+        verts[rem].deps.add(ci)
+        self.blocked[rem].append((w.ts, end))
+
+    def final_durations(self) -> None:
+        """Final CPU durations: wall time minus visible waits."""
+        for vi, wall in self.walls.items():
+            wait = self.sync_wait.get(vi, 0) + _union_len(self.blocked.get(vi, []))
+            self.verts[vi].dur = max(0, wall - min(wall, wait))
 
 
 def number(verts: list[Vertex]) -> int:
