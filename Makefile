@@ -1,15 +1,17 @@
-# Two entry points for a fresh machine (see README): `make demo` and `make test`.
+# Entry points for a fresh machine (see README): `make demo` and `make test`; `make torch` is opt-in.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The CPU build of PyTorch (the plain `torch` wheel pulls several GB of CUDA libraries). Only
+# scripts/record_pytorch.py needs it, to record new PyTorch profiles; xsim itself never imports torch.
+TORCH := torch==2.13.0+cpu
 
-.PHONY: demo test venv clean
+.PHONY: demo test venv torch record-profiles clean
 
 $(BIN)/xsim: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
-	$(BIN)/pip install -q torch==2.13.0
 	touch $(BIN)/xsim
 
 venv: $(BIN)/xsim
@@ -21,6 +23,14 @@ test: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# Opt-in: the CPU wheel of torch, for recording new profiles (and the one test that records, which skips
+# without torch).
+torch: venv
+	$(BIN)/pip install -q '$(TORCH)'
+
+record-profiles: torch
+	$(BIN)/python scripts/record_pytorch.py --out traces/examples/pytorch --ranks 1 2 --pipeline
 
 clean:
 	rm -rf $(VENV) build *.egg-info

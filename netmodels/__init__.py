@@ -1,53 +1,28 @@
 """Network models for xsim: cluster topologies, collectives as transfers, analytical and flow-level models.
 
-Depends only on numpy, networkx, pyyaml and the standard library. See docs/netmodels.md.
+Depends only on numpy, networkx, pyyaml and the standard library. See docs/netmodels.md. The names below
+are imported on first use (PEP 562), so `netmodels.errors` or the model registry (`netmodels.models`)
+loads neither numpy nor networkx: the command line starts fast.
 """
 
-from netmodels.analytical import AnalyticalModel
-from netmodels.api import (
-    COLLECTIVE_KINDS,
-    CollectiveSpec,
-    Completion,
-    NetworkModel,
-    simulate_collective,
-    simulate_p2p,
-)
-from netmodels.astra import AstraModel, astra_model, load_network_yml, load_system_json
-from netmodels.cluster import build_cluster, topology_from_spec
-from netmodels.errors import (
-    AlgorithmError,
-    AstraConfigError,
-    NetworkModelError,
-    RankError,
-    TopologyError,
-    UnitError,
-)
-from netmodels.flow import FlowModel, max_min_rates
-from netmodels.models import build_model
-from netmodels.topology import Topology
+import importlib
 
-__all__ = [
-    "COLLECTIVE_KINDS",
-    "AlgorithmError",
-    "AnalyticalModel",
-    "AstraConfigError",
-    "AstraModel",
-    "CollectiveSpec",
-    "Completion",
-    "FlowModel",
-    "NetworkModel",
-    "NetworkModelError",
-    "RankError",
-    "Topology",
-    "TopologyError",
-    "UnitError",
-    "astra_model",
-    "build_cluster",
-    "build_model",
-    "load_network_yml",
-    "load_system_json",
-    "max_min_rates",
-    "simulate_collective",
-    "simulate_p2p",
-    "topology_from_spec",
-]
+_FROM = {
+    "analytical": "AnalyticalModel",
+    "api": "COLLECTIVE_KINDS CollectiveSpec Completion NetworkModel simulate_collective simulate_p2p",
+    "astra": "AstraModel astra_model load_network_yml load_system_json",
+    "cluster": "build_cluster topology_from_spec",
+    "errors": "AlgorithmError AstraConfigError NetworkModelError RankError TopologyError UnitError",
+    "flow": "FlowModel max_min_rates",
+    "models": "Capabilities build_astra_model build_model capabilities_of model_names",
+    "topology": "Topology",
+}
+_WHERE = {name: module for module, names in _FROM.items() for name in names.split()}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'netmodels' has no attribute {name!r}")
+    globals()[name] = value = getattr(importlib.import_module(f"netmodels.{_WHERE[name]}"), name)
+    return value

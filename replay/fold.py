@@ -29,10 +29,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from netmodels.analytical import AnalyticalModel
 from netmodels.api import CollectiveSpec, NetworkModel
-from netmodels.astra import AstraModel
 from netmodels.errors import NetworkModelError
+from netmodels.models import capabilities_of
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput, canonical_order
@@ -41,9 +40,9 @@ from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Progra
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
 from traces.groups import ProcessGroups
+from traces.io import DEPLOYMENT_FILE
 from traces.traceset import TraceSet
 
-DEPLOYMENT_FILE = "deployment.json"  # written by `xsim gen` beside the traces
 _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).
 _LABELS = frozenset(ANNOTATION_COLUMNS) | {COMM_SRC, COMM_DST, PG_NAME, "comm_group"}
@@ -151,10 +150,7 @@ def check_models(
 ) -> None:
     """Refuse a network model with contention or a compute model that treats replicas differently."""
     if config.comm_mode != "measured" and network is not None:
-        ok = type(network) is AnalyticalModel or (
-            type(network) is AstraModel and not network.congestion_aware
-        )
-        if not ok:
+        if not capabilities_of(network).foldable:
             raise ReplayError(
                 f"cannot fold on network model {network.name!r}: folding needs a contention-free model "
                 "(analytical, ASTRA-sim congestion-unaware, or --comm measured); with contention the other "

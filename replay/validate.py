@@ -16,11 +16,8 @@ other; from the node's module path and phase (rules in `op_class`).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import re
-import zlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,9 +27,10 @@ import polars as pl
 from replay.errors import ReplayError
 from traces import pb
 from traces.attrs import attr_dict
+from traces.io import JsonFileError
+from traces.kineto import KinetoError, load_kineto
 from traces.traceset import TraceSet, discover
 
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 TAIL_PREFIX = "xsim::comm_tail:"  # the importer's per-rank late completion of a collective
 SOURCE_FILE = "source.json"  # written by `xsim replay --out`: {"trace": <prefix it replayed>}
 _CLASS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -134,27 +132,10 @@ def _table(key: str, rows: dict, key_type: pl.DataType) -> pl.DataFrame:
 def kineto_steps(path: str) -> tuple[int | None, dict[int, tuple[int, int]]]:
     """(rank from distributedInfo or None, {N: (start ns, duration ns) of ProfilerStep#N}) of a Kineto trace."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw)
-    except OSError as exc:
-        raise ReplayError(
-            f"{path}: cannot read Kineto trace: {getattr(exc, 'strerror', None) or exc}"
-        ) from None
-    except (EOFError, zlib.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReplayError(f"{path}: not a readable Kineto JSON trace (truncated or corrupt: {exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        raise ReplayError(f"{path}: not a Kineto trace (no traceEvents)")
-    steps: dict[int, tuple[int, int]] = {}
-    for e in doc["traceEvents"]:
-        if isinstance(e, dict) and e.get("ph") == "X":
-            m = _STEP.match(str(e.get("name", "")))
-            if m and isinstance(e.get("dur"), int | float) and isinstance(e.get("ts"), int | float):
-                steps[int(m.group(1))] = (round(float(e["ts"]) * 1000), round(float(e["dur"]) * 1000))
-    rank = (doc.get("distributedInfo") or {}).get("rank")
-    return (rank if isinstance(rank, int) and not isinstance(rank, bool) else None), steps
+        k = load_kineto(path)
+    except (JsonFileError, KinetoError) as exc:
+        raise ReplayError(f"{path}: not a readable Kineto JSON trace ({exc.reason})") from None
+    return k.rank, {n: (e.ts, e.dur) for n, e in sorted(k.steps.items())}
 
 
 def trace_of(sim_dir: str) -> str:

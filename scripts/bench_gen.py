@@ -74,7 +74,7 @@ def main() -> None:
         t_gen, bundle = best(lambda d=dep: generate(d, rewrite=False), args.repeat)
         t_rw = float("nan")
         try:
-            from tracegen.rewrite import rewrite_bundle
+            from tracegen.planner.rewrite import rewrite_bundle
 
             t_rw, bundle = best(lambda d=dep: rewrite_bundle(generate(d, rewrite=False), d, d.reshard), 1)
             t_rw -= t_gen  # the lambda regenerates: subtract the generate time measured above

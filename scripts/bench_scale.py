@@ -5,7 +5,7 @@ Usage: .venv/bin/python scripts/bench_scale.py [--ranks 128 512 1024 2048] [--mi
 
 Each size runs in its own child process so that peak RSS (getrusage ru_maxrss, monotonic per process) is
 that size's alone. The replay uses what `xsim replay DIR` uses for a folder holding deployment.json: the
-CLI's own `build_network` / `build_compute` (derived cluster, roofline devices from the GPU catalog).
+API's `xsim.api.build_network` / `build_compute` (what the CLI uses) (derived cluster, roofline devices from the GPU catalog).
 Prints one Markdown row per (size, network model); the numbers in docs/performance.md come from here.
 `--profile` runs pyinstrument around the replays of the (single) given size and writes an HTML report
 plus a text one beside it. `--summary-dir` writes each replay's summary.json (to compare runs byte for byte).
@@ -68,9 +68,9 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
     from replay import ReplayConfig, simulate
     from tracegen import generate, load_spec
     from tracegen.spec import save_deployment
+    from traces.io import DEPLOYMENT_FILE
     from traces.traceset import discover
-    from xsim.cli import build_parser
-    from xsim.cmd_replay import _deployment, build_compute, build_network
+    from xsim import api
 
     out = Path(args.root) / f"r{n}"
     dep = load_spec(spec(n, args.micro_batches))
@@ -80,7 +80,7 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
     nodes = sum(len(v) for v in bundle.nodes.values())
     t = time.perf_counter()
     bundle.write(out, dep.name)
-    save_deployment(dep, out / "deployment.json")
+    save_deployment(dep, out / DEPLOYMENT_FILE)
     t_write = time.perf_counter() - t
     rss_gen = rss_mib()
     del bundle
@@ -99,18 +99,17 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
 
         profiler = Profiler(interval=0.005)
     rows = []
-    parser = build_parser()
     runs = [(m, False) for m in args.models] + ([(m, True) for m in args.models] if args.fold else [])
     plain: dict[str, object] = {}
     for model, fold in runs:
-        cli = parser.parse_args(["replay", str(out), "--model", model, "--no-progress"])
-        ts = discover(cli.path)
-        deployment = _deployment(ts)
+        opts = api.ReplayOptions(network=api.NetworkOptions(model=model))
+        ts = discover(out)
+        deployment = api.load_deployment(ts)
         t = time.perf_counter()
         if profiler:
             profiler.start()
-        network = build_network(cli, ts, deployment)
-        compute = build_compute(cli, ts, deployment)
+        network = api.build_network(opts.network, deployment)
+        compute = api.build_compute(opts.compute, deployment, ts.num_ranks)
         res = simulate(ts, network=network, compute=compute, config=ReplayConfig(), fold=fold or None)
         if profiler:
             profiler.stop()

@@ -9,7 +9,7 @@ stages exchange activations and gradients by gloo send/recv) it writes, per rank
     <name>_kineto.<r>.json.gz   torch.profiler (Kineto) trace of the same steps, with ProfilerStep#N
     <name>_times.json           un-profiled wall-clock step times of every rank (seconds)
 
-torch is optional for xsim: install the CPU wheel with `.venv/bin/pip install torch==2.13.0`.
+torch is optional for xsim: `make torch` installs the CPU wheel (torch==2.13.0+cpu).
 The model is deliberately tiny (2 layers, hidden 64) so the gzipped bundle stays well under 1 MB.
 """
 

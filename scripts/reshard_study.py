@@ -19,12 +19,13 @@ import tempfile
 import time
 from typing import Any
 
-from tracegen.reshard import STRATEGY_NAMES
+from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.spec import derive_cluster, load_spec, save_deployment
 from tracegen.workload import generate
 from traces import pb
 from traces.attrs import PP_BOUNDARY, comm_size, get_int
-from xsim import cmd_replay
+from traces.io import DEPLOYMENT_FILE
+from xsim import api
 
 MODEL = "llama2-7b"  # the paper's Figure 12 model family (section 5 runs Llama 2 7B)
 
@@ -80,16 +81,9 @@ def boundary_traffic(bundle: Any) -> tuple[int, int]:
 
 
 def replay(folder: str, out: str, model: str) -> dict[str, Any]:
-    """`xsim replay FOLDER --model M --out OUT` through the command's own module; returns summary.json."""
-    parser = argparse.ArgumentParser()
-    cmd_replay.register(parser.add_subparsers())
-    args = parser.parse_args(["replay", folder, "--model", model, "--out", out, "--no-progress"])
-    with open(os.devnull, "w") as null:
-        stdout, sys.stdout = sys.stdout, null
-        try:
-            args.func(args)
-        finally:
-            sys.stdout = stdout
+    """`xsim replay FOLDER --model M --out OUT` through the API the command uses; returns summary.json."""
+    run = api.simulate(folder, api.ReplayOptions(network=api.NetworkOptions(model=model)))
+    api.write_outputs(run, api.OutputOptions(out=out))
     with open(os.path.join(out, "summary.json"), encoding="utf-8") as fh:
         return json.load(fh)
 
@@ -100,7 +94,7 @@ def run_one(spec: dict[str, Any], strategy: str, work: str, model: str) -> dict[
     bundle = generate(dep)
     folder = os.path.join(work, f"{dep.name}-{strategy}")
     bundle.write(folder, dep.name)
-    save_deployment(dep, os.path.join(folder, "deployment.json"))
+    save_deployment(dep, os.path.join(folder, DEPLOYMENT_FILE))
     nbytes, msgs = boundary_traffic(bundle)
     s = replay(folder, folder + "-out", model)
     return {
@@ -114,7 +108,7 @@ def run_one(spec: dict[str, Any], strategy: str, work: str, model: str) -> dict[
 
 def bench(mb: int = 8) -> None:
     """Time generate and rewrite_bundle on 4 replicas x 2 stages (TP 8/8 and 8/4, cuts 16|16 and 20|12)."""
-    from tracegen.rewrite import rewrite_bundle
+    from tracegen.planner.rewrite import rewrite_bundle
 
     dgs, rank = [], 0
     for rep in range(4):

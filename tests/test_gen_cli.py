@@ -45,7 +45,7 @@ def test_gen_writes_traces_groups_and_resolved_spec(tmp_path, capsys):
 
 
 def test_gen_rewrites_by_default(tmp_path):
-    pytest.importorskip("tracegen.rewrite")
+    pytest.importorskip("tracegen.planner.rewrite")
     spec = REPO / "examples" / "figure1.yaml"
     assert main(["gen", str(spec), "--out", str(tmp_path / "a")]) == 0
     assert main(["gen", str(spec), "--out", str(tmp_path / "b"), "--no-rewrite", "--name", "plain"]) == 0

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import REPO, need_shared
-from tracegen.pytorch import PyTorchImportError, import_pytorch
+from tracegen.importers.pytorch import PyTorchImportError, import_pytorch
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"

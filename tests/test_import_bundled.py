@@ -9,8 +9,8 @@ from collections import Counter
 import pytest
 
 from tests.conftest import REPO
-from tracegen.pytorch import import_pytorch
-from tracegen.pytorch.build import MODULE
+from tracegen.importers.pytorch import import_pytorch
+from tracegen.importers.pytorch.build import MODULE
 from traces import attrs as A
 from traces import checks, pb
 from traces.groups import resolve_groups

@@ -9,7 +9,7 @@ import pytest
 from replay import ReplayConfig, simulate
 from replay.validate import validate
 from tests.conftest import need_shared
-from tracegen.pytorch import import_pytorch
+from tracegen.importers.pytorch import import_pytorch
 from traces import attrs as A
 from traces import checks, pb
 from traces.groups import resolve_groups

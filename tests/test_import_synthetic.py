@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from replay import ReplayConfig, simulate
-from tracegen.pytorch import PyTorchImportError, import_pytorch
-from tracegen.pytorch.build import DURATION_NS, MODULE
+from tracegen.importers.pytorch import PyTorchImportError, import_pytorch
+from tracegen.importers.pytorch.build import DURATION_NS, MODULE
 from traces import attrs as A
 from traces import pb
 from traces.traceset import discover

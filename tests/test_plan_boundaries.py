@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from tracegen.models import preset
-from tracegen.plan import PlanError, build_plan, layer_grad_bytes, plan_groups, view_device_groups
+from tracegen.planner import PlanError, build_plan, layer_grad_bytes, plan_groups, view_device_groups
 from tracegen.spec import load_spec
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tracegen.plan import (
+from tracegen.planner import (
     PlanError,
     boundary_points,
     build_rings,

@@ -22,8 +22,9 @@ from traces import pb
 from traces.attrs import COMM_DST, COMM_SIZE, PG_NAME, get_int, get_str, set_attr
 from traces.stream import write_et
 from traces.traceset import discover
+from xsim import api
 from xsim.cli import build_parser
-from xsim.cmd_replay import _deployment, build_compute, build_network
+from xsim.cmd_replay import options
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -63,13 +64,14 @@ def gen_sets(tmp_path_factory) -> dict[str, Path]:
 def _replay(path, *cli_args: str, fold=None, groups=None):
     """Replay as `xsim replay PATH ARGS` does; returns (result, nodes the engine ran)."""
     args = build_parser().parse_args(["replay", str(path), "--no-progress", *cli_args])
+    opts = options(args)
     ts = discover(args.path)
-    dep = _deployment(ts)
+    dep = api.load_deployment(ts)
     seen = []
     res = simulate(
         ts,
-        network=build_network(args, ts, dep),
-        compute=build_compute(args, ts, dep),
+        network=api.build_network(opts.network, dep),
+        compute=api.build_compute(opts.compute, dep, ts.num_ranks),
         groups=groups if groups is not None else args.comm_groups,
         config=ReplayConfig(comm_mode=args.comm),
         fold=fold,

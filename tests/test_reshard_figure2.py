@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tracegen.plan import PlanError
-from tracegen.reshard import (
+from tracegen.planner import PlanError
+from tracegen.planner.reshard import (
     STRATEGY_NAMES,
     cutpoint_union,
     reshard_plan,

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tracegen.plan import build_plan
-from tracegen.rewrite import read_bundle, rewrite_bundle
+from tracegen.planner import build_plan
+from tracegen.planner.rewrite import read_bundle, rewrite_bundle
 from tracegen.spec import load_spec
 from tracegen.workload import generate
 from traces import pb

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from tracegen.bundle import TraceBundle
-from tracegen.plan import plan_groups, view_device_groups
-from tracegen.rewrite import RewriteError, rewrite_bundle
+from tracegen.planner import plan_groups, view_device_groups
+from tracegen.planner.rewrite import RewriteError, rewrite_bundle
 from traces import pb
 from traces.attrs import (
     CHUNK,

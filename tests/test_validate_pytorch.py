@@ -10,7 +10,7 @@ import pytest
 from replay import ReplayConfig, ReplayError, simulate
 from replay.validate import op_class, validate
 from tests.conftest import REPO
-from tracegen.pytorch import import_pytorch
+from tracegen.importers.pytorch import import_pytorch
 from traces.traceset import discover
 from xsim.cli import main
 

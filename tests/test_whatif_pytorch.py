@@ -14,7 +14,7 @@ from replay import ReplayConfig, simulate
 from replay.whatif import WhatIfModel, class_factors, classify, whatif_model
 from tests.conftest import REPO
 from tracegen.catalog import gpu
-from tracegen.pytorch import import_pytorch
+from tracegen.importers.pytorch import import_pytorch
 from traces import attrs as A
 from traces import pb
 from traces.traceset import discover

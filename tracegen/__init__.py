@@ -1,7 +1,12 @@
-"""The planning layer: model presets, GPU catalog, deployment specs and the per-rank workload generator."""
+"""The planning layer: model presets, GPU catalog, deployment specs and the per-rank workload generator.
 
-from tracegen.bundle import TraceBundle
-from tracegen.spec import load_spec
-from tracegen.workload import generate
+The names below are imported on first use (traces/lazy.py): importing a sub-module (e.g. the reshard
+strategy names for the command line's choices) does not load the generator.
+"""
 
-__all__ = ["TraceBundle", "generate", "load_spec"]
+from traces.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {"tracegen.bundle": ["TraceBundle"], "tracegen.spec": ["load_spec"], "tracegen.workload": ["generate"]},
+)

@@ -127,6 +127,35 @@ def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
     return check_model(ModelArch(**values))
 
 
+def model_from_message(model: Any) -> ModelArch:
+    """A ModelArch from a deployment's ModelSpec message (or a ModelArch itself).
+
+    Objects without a `linear_bias` field take the preset's value when they name one, else no biases.
+    """
+    if isinstance(model, ModelArch):
+        return model
+    bias = getattr(model, "linear_bias", None)
+    if bias is None:
+        try:
+            bias = preset(str(model.name)).linear_bias
+        except CatalogError:
+            bias = False
+    heads = int(model.heads)
+    return ModelArch(
+        name=str(model.name) or "custom",
+        layers=int(model.layers),
+        hidden=int(model.hidden),
+        ffn_hidden=int(model.ffn_hidden),
+        heads=heads,
+        kv_heads=int(getattr(model, "kv_heads", 0) or heads),
+        vocab=int(model.vocab),
+        seq_len=int(getattr(model, "seq_len", 0) or 1),
+        activation=str(getattr(model, "activation", "") or "swiglu"),
+        norm=str(getattr(model, "norm", "") or "rmsnorm"),
+        linear_bias=bool(bias),
+    )
+
+
 def check_model(m: ModelArch) -> ModelArch:
     """Reject architectures no transformer has (zero sizes, heads not dividing hidden, ...)."""
     for k in _INT_FIELDS:

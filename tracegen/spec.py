@@ -7,11 +7,11 @@ Every problem raises SpecError with one line naming the file and the offending d
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -19,15 +19,16 @@ import yaml
 from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
 from tracegen.errors import CatalogError, ProfileError, SpecError
-from tracegen.models import ModelArch, model_from_mapping, preset
+from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
+from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
-RESHARDS = ("xsim", "hetauto", "alpacomm", "naive")
+RESHARDS = STRATEGY_NAMES  # one list of reshard strategies: their registry
 DTYPE_BYTES = (1, 2, 4)
 # PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
 DEFAULT_BUCKET_BYTES = 25 * (1 << 20)
@@ -774,11 +775,7 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
 
 def model_arch(dep: dpb.Deployment) -> ModelArch:
     """The deployment's model as a ModelArch at its trained sequence length."""
-    m = dep.model
-    return ModelArch(
-        m.name, m.layers, m.hidden, m.ffn_hidden, m.heads, m.kv_heads, m.vocab, dep.seq_len or m.seq_len,
-        m.activation, m.norm, m.linear_bias,
-    )  # fmt: skip
+    return replace(model_from_message(dep.model), seq_len=dep.seq_len or dep.model.seq_len)
 
 
 def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
@@ -851,8 +848,3 @@ def save_deployment(dep: dpb.Deployment, path: str | os.PathLike[str]) -> None:
     with open(os.fspath(path), "w", encoding="utf-8") as fh:
         json.dump(spec_to_mapping(dep), fh, indent=2)
         fh.write("\n")
-
-
-def lcm_tp(groups: Sequence[dpb.DeviceGroup]) -> int:
-    """Least common multiple of the groups' TP degrees."""
-    return math.lcm(*(dg.tp for dg in groups))

@@ -55,14 +55,14 @@ def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle
     """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted."""
     bundle = _Generator(deployment).run()
     if rewrite:
-        # Imported here: the rewriter (tracegen.rewrite) builds on this module, not the other way round.
+        # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
         try:
-            from tracegen.rewrite import rewrite_bundle
+            from tracegen.planner.rewrite import rewrite_bundle
         except ModuleNotFoundError as exc:
-            if exc.name != "tracegen.rewrite":
+            if exc.name != "tracegen.planner.rewrite":
                 raise
             raise GeneratorError(
-                "the graph rewriter (tracegen.rewrite) is not installed: generate without rewrite"
+                "the graph rewriter (tracegen.planner.rewrite) is not installed: generate without rewrite"
             ) from None
 
         if deployment.virtual_stages <= 1:

@@ -23,6 +23,8 @@ INT_KINDS = frozenset(
     }
 )
 FLOAT_KINDS = frozenset({"double_val", "float_val"})
+# Kinds holding one plain value (not a list or bytes): what attribute scanners read with getattr.
+SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 LIST_KINDS = frozenset(
     {
         "double_list",

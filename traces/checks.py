@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict, deque
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from traces import attrs as A
 from traces import pb
 from traces.errors import AttributeTypeError
+from traces.graph import DepGraph
 from traces.groups import ProcessGroups
 from traces.stream import EtFile
 
@@ -50,38 +51,7 @@ class Finding:
 
 def find_cycle(nodes: Sequence[pb.Node], ctrl: bool = True) -> list[int] | None:
     """Node ids of one dependency cycle (in dependency order), or None if acyclic; ctrl=False: data deps only."""
-    ids = {n.id for n in nodes}
-    deps = {n.id: [d for d in (*n.data_deps, *(n.ctrl_deps if ctrl else ())) if d in ids] for n in nodes}
-    indeg = {i: 0 for i in ids}
-    children: dict[int, list[int]] = defaultdict(list)
-    for i, ds in deps.items():
-        for d in set(ds):
-            indeg[i] += 1
-            children[d].append(i)
-    queue = deque(i for i, k in indeg.items() if k == 0)
-    seen = 0
-    while queue:
-        i = queue.popleft()
-        seen += 1
-        for c in children[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                queue.append(c)
-    if seen == len(ids):
-        return None
-    # Every node left has a remaining dependency inside the leftover set, so walking deps must revisit one.
-    start = min(i for i, k in indeg.items() if k > 0)
-    order: list[int] = []
-    pos: dict[int, int] = {}
-    cur = start
-    while cur not in pos:
-        pos[cur] = len(order)
-        order.append(cur)
-        cur = min(d for d in deps[cur] if indeg[d] > 0)
-    cycle = order[pos[cur] :]
-    cycle.reverse()  # dependency first, dependent after
-    k = cycle.index(min(cycle))  # canonical rotation: the same cycle always reads the same
-    return cycle[k:] + cycle[:k]
+    return DepGraph(nodes, ctrl=ctrl).cycle()
 
 
 def check_file(et: EtFile, rank: int | None = None) -> list[Finding]:
@@ -167,28 +137,7 @@ def _check_attrs(n: pb.Node, index: int, path: str, rank: int | None) -> list[Fi
 
 def issue_order(nodes: Sequence[pb.Node]) -> list[int]:
     """Indices of nodes in the order a one-at-a-time replayer issues them: topological, smallest id first."""
-    import heapq
-
-    index_of = {n.id: i for i, n in enumerate(nodes)}
-    indeg = [0] * len(nodes)
-    children: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for d in set((*n.data_deps, *n.ctrl_deps)):
-            j = index_of.get(d)
-            if j is not None:
-                indeg[i] += 1
-                children[j].append(i)
-    heap = [(nodes[i].id, i) for i in range(len(nodes)) if indeg[i] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, i = heapq.heappop(heap)
-        order.append(i)
-        for c in children[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                heapq.heappush(heap, (nodes[c].id, c))
-    return order
+    return DepGraph(nodes).topological_order()
 
 
 def check_set(files: Sequence[EtFile], groups: ProcessGroups) -> list[Finding]:

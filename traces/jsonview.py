@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from traces import attrs as A
 from traces import pb
 from traces.errors import TraceFormatError
+from traces.io import JsonFileError, read_json
 from traces.stream import GZIP_MAGIC, EtFile
 
 FORMAT = "xsim-chakra-json/1"
@@ -118,15 +119,9 @@ def load_json(path: str | os.PathLike[str]) -> EtFile:
     """Read a JSON trace file (plain or gzip): our JSON view or Chakra's feeder format."""
     p = os.fspath(path)
     try:
-        with open(p, "rb") as fh:
-            raw = fh.read()
-        if raw[:2] == GZIP_MAGIC:
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw)
-    except OSError as exc:
-        raise TraceFormatError(f"cannot read file: {exc.strerror or exc}", path=p) from None
-    except (EOFError, ValueError) as exc:
-        raise TraceFormatError(f"not valid JSON: {exc}", path=p) from None
+        doc = read_json(p)
+    except JsonFileError as exc:
+        raise TraceFormatError(exc.reason, path=p) from None
     return from_json_dict(doc, p)
 
 

@@ -1,4 +1,8 @@
-"""Entry point of the `xsim` command: one sub-command module per verb, registered below."""
+"""Entry point of the `xsim` command: one sub-command module per verb, registered below.
+
+Start-up stays light: the verb modules import only argparse and the network-model registry at module level;
+everything heavy (polars, networkx, numpy, protobuf, rich) is imported by the verb that runs.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from netmodels.errors import NetworkModelError
-from traces.errors import XsimError
+from xsim.verbs import HelpFormatter
 
 # Each module defines `register(subparsers)` and sets `func(args) -> int` on its parsers. Adding a verb
 # means adding its module here; the modules stay independent of each other.
@@ -28,12 +31,44 @@ COMMAND_MODULES: tuple[str, ...] = (
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
 
+def version() -> str:
+    """The installed distribution's version, else the source tree's (pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("xsim")
+    except PackageNotFoundError:
+        import re
+        from pathlib import Path
+
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+        m = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
+        return m.group(1) if m else "unknown"
+
+
+class _Version(argparse.Action):
+    """--version, reading the version only when asked (importlib.metadata is slow to import)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs) -> None:
+        super().__init__(option_strings, dest=dest, nargs=0, help="print xsim's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(f"xsim {version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the full argument parser with every registered verb."""
     parser = argparse.ArgumentParser(
         prog="xsim",
         description="Replay Chakra execution traces of distributed training on (heterogeneous) hardware.",
+        epilog="examples:\n  xsim demo\n  xsim gen examples/figure1.yaml --out out/fig1\n"
+        "  xsim replay out/fig1 --model flow --out out/fig1-result\n"
+        "  xsim COMMAND --help",
+        formatter_class=HelpFormatter,
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -43,10 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `xsim` command line; returns the process exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # An unknown option belongs to the verb: print the verb's usage, not the top-level one.
+        getattr(args, "verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_BAD_INPUT
+    from netmodels.errors import NetworkModelError
+    from traces.errors import XsimError
+
     try:
         return int(args.func(args) or 0)
     except (XsimError, NetworkModelError) as exc:

@@ -11,25 +11,36 @@ import argparse
 import os
 from pathlib import Path
 
-from xsim import cli
+from netmodels.models import model_names
+from xsim.verbs import add_verb
 
 REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `demo` verb."""
-    p = sub.add_parser(
+    p = add_verb(
+        sub,
         "demo",
         help="generate, rewrite and replay the paper's Figure 1 deployment (bundled example)",
-        description=__doc__.splitlines()[2] if __doc__ else None,
+        description=" ".join(__doc__.split("\n\n")[1].split()) if __doc__ else None,
+        examples=("xsim demo", "xsim demo --model analytical --out out/demo-analytical"),
     )
-    p.add_argument("--spec", default=str(REPO_EXAMPLES / "figure1.yaml"), help="deployment spec to run")
+    p.add_argument(
+        "--spec",
+        default=str(REPO_EXAMPLES / "figure1.yaml"),
+        help="deployment spec to run (default: the bundled examples/figure1.yaml)",
+    )
     p.add_argument("--out", default="out/demo", help="folder for the demo's outputs (default: out/demo)")
-    p.add_argument("--model", choices=("analytical", "flow"), default="flow", help="network model")
+    p.add_argument(
+        "--model", choices=model_names("topology"), default="flow", help="network model (default: flow)"
+    )
     p.set_defaults(func=_demo)
 
 
 def _step(title: str, argv: list[str]) -> int:
+    from xsim import cli
+
     print(f"\n== {title}\n$ xsim {' '.join(argv)}", flush=True)
     return cli.main(argv)
 

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 
-from netmodels.cluster import build_cluster
-from netmodels.errors import NetworkModelError
-from tracegen.errors import GeneratorError, SpecError
-from tracegen.spec import NAME_RE, load_spec, num_ranks, save_deployment
-from tracegen.workload import generate
+from xsim.verbs import add_verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `gen` verb."""
-    p = subparsers.add_parser(
+    p = add_verb(
+        subparsers,
         "gen",
         help="generate per-rank Chakra traces from a deployment spec",
         description="Generate one Chakra trace per rank (DIR/<name>.<rank>.et), comm_group.json and the "
         "resolved spec deployment.json from a YAML/TOML/JSON deployment spec.",
+        examples=(
+            "xsim gen examples/figure1.yaml --out out/fig1",
+            "xsim gen examples/table4_c01.yaml --out out/c01 --name c01 --no-rewrite",
+        ),
     )
     p.add_argument("spec", help="deployment spec (.yaml, .yml, .toml or .json)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
@@ -33,41 +31,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_cluster(dep, spec_path: str) -> None:
-    """Build a spec's explicit cluster now, so a typo in it fails here, naming the spec, not at replay."""
-    if dep.cluster_derived:
-        return  # derived from the device groups; V100-only sets have no preset and are replayed with --topology
-    try:
-        topo = build_cluster(json.loads(dep.cluster_json))
-    except NetworkModelError as exc:
-        raise SpecError(f"cluster: {exc}", path=spec_path) from None
-    if topo.num_ranks < num_ranks(dep):
-        raise SpecError(
-            f"cluster: {topo.num_ranks} ranks, but the device groups have {num_ranks(dep)}", path=spec_path
-        )
-
-
 def run(args: argparse.Namespace) -> int:
-    """Load, validate, generate and write; errors surface as one line through the CLI."""
-    dep = load_spec(args.spec)
-    check_cluster(dep, args.spec)
-    if args.name:
-        if not NAME_RE.match(args.name):
-            raise SpecError(f"--name {args.name!r} is not a file-name-safe word (letters, digits, . _ -)")
-        dep.name = args.name
-    try:
-        bundle = generate(dep, rewrite=not args.no_rewrite)
-    except GeneratorError as exc:
-        raise GeneratorError(f"{args.spec}: {exc}") from None
-    try:
-        paths = bundle.write(args.out, dep.name)
-        save_deployment(dep, os.path.join(args.out, "deployment.json"))
-    except OSError as exc:
-        raise GeneratorError(f"{args.out}: cannot write traces: {exc.strerror or exc}") from None
-    total = sum(len(v) for v in bundle.nodes.values())
+    """Generate and write; errors surface as one line through the CLI."""
+    from traces.io import DEPLOYMENT_FILE
+    from xsim import api
+
+    gen = api.generate(
+        args.spec, api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite)
+    )
     print(
-        f"wrote {len(paths)} ranks, {total} nodes to {args.out}: {dep.name}.<rank>.et, comm_group.json, "
-        "deployment.json",
-        file=sys.stdout,
+        f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "
+        f"comm_group.json, {DEPLOYMENT_FILE}"
     )
     return 0

@@ -6,25 +6,43 @@ import argparse
 import json
 import sys
 
+from xsim.verbs import add_verb
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `import` verb and its `pytorch` sub-command."""
-    p = sub.add_parser("import", help="import real profiles as a Chakra trace set")
+    p = add_verb(
+        sub,
+        "import",
+        help="import real profiles as a Chakra trace set",
+        examples=(
+            "xsim import pytorch --et et.0.json.gz et.1.json.gz --kineto k.0.json.gz k.1.json.gz --out out/run",
+        ),
+    )
     isub = p.add_subparsers(dest="import_command", metavar="SOURCE", required=True)
-    pt = isub.add_parser(
+    pt = add_verb(
+        isub,
         "pytorch",
         help="PyTorch execution trace + Kineto trace, one pair per rank",
         description="Join each rank's host execution trace (ExecutionTraceObserver JSON, schemas 1.0.1-1.1.1) "
         "with its Kineto trace (torch.profiler), and write <PREFIX>.<rank>.et plus comm_group.json. Ranks "
         "come from Kineto distributedInfo, else from the order of the files. Exit 2 on unusable input.",
+        examples=(
+            "d=traces/examples/pytorch",
+            "xsim import pytorch --et $d/tinygpt_1rank_et.0.json.gz --kineto $d/tinygpt_1rank_kineto.0.json.gz "
+            "--out out/tiny/run",
+        ),
     )
+    # --kineto is required, but checked by the importer: it then says why, naming the host trace's schema.
+    pt.usage = "xsim import pytorch [-h] --et ET.json[.gz] [...] --kineto KINETO.json[.gz] [...] --out PREFIX [--json]"
     pt.add_argument("--et", nargs="+", required=True, metavar="ET.json[.gz]", help="host execution traces")
     pt.add_argument(
         "--kineto",
         nargs="+",
         default=[],
         metavar="KINETO.json[.gz]",
-        help="Kineto traces, in the same order (required: host traces alone carry no durations)",
+        help="required: Kineto traces, in the same order (host traces alone carry no durations; without "
+        "them the import names the host trace it cannot time)",
     )
     pt.add_argument("--out", required=True, metavar="PREFIX", help="output prefix: PREFIX.<rank>.et")
     pt.add_argument("--json", action="store_true", help="print the per-rank statistics as JSON")
@@ -32,10 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _pytorch(args: argparse.Namespace) -> int:
-    from tracegen.pytorch import import_pytorch
+    from xsim import api
 
-    result = import_pytorch(args.et, args.kineto)
-    paths = result.write(args.out)
+    result, paths = api.import_pytorch(args.et, args.kineto, args.out)
     if args.json:
         rows = [
             {

@@ -5,33 +5,34 @@ from __future__ import annotations
 import argparse
 import json
 
-from netmodels import (
-    COLLECTIVE_KINDS,
-    CollectiveSpec,
-    NetworkModel,
-    NetworkModelError,
-    astra_model,
-    build_model,
-    simulate_collective,
-    simulate_p2p,
-    topology_from_spec,
-)
-from netmodels.astra import load_network_yml
-from netmodels.cluster import SPEC_HELP
-from netmodels.topology import multi_dim_topology
-from netmodels.units import parse_size
+from netmodels.api import COLLECTIVE_KINDS
+from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `net` verb and its sub-commands."""
-    p = sub.add_parser("net", help="look at a network model alone: time one collective or transfer")
+    p = add_verb(
+        sub,
+        "net",
+        help="look at a network model alone: time one collective or transfer",
+        examples=(
+            "xsim net collective --topology switch:8:50GBps:500ns --collective all_reduce --size 1MiB",
+            "xsim net p2p --topology nodes:H100x8+A100x8 --src 0 --dst 8 --size 16MiB --model flow",
+        ),
+    )
     nsub = p.add_subparsers(dest="net_command", metavar="SUBCOMMAND", required=True)
 
-    c = nsub.add_parser(
+    c = add_verb(
+        nsub,
         "collective",
         help="per-rank finish times of one collective",
-        description="Exit status: 0 success; 2 bad input (unknown topology/algorithm, bad size, rank out of range, "
-        "malformed ASTRA-sim config).",
+        description="Per-rank finish times of one collective. Exit status: 0 success; 2 bad input (unknown "
+        "topology/algorithm, bad size, rank out of range, malformed ASTRA-sim config).",
+        examples=(
+            "xsim net collective --topology ring:8:50GBps:500ns --collective all_reduce --size 1MiB --json",
+            "xsim net collective --astra-network network.yml --astra-system sys.json --collective all_gather "
+            "--size 64MB",
+        ),
     )
     _common(c)
     c.add_argument("--collective", required=True, choices=COLLECTIVE_KINDS, help="collective kind")
@@ -48,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     c.set_defaults(func=_collective)
 
-    t = nsub.add_parser("p2p", help="finish time of one point-to-point transfer")
+    t = add_verb(
+        nsub,
+        "p2p",
+        help="finish time of one point-to-point transfer",
+        examples=("xsim net p2p --topology switch:2:50GBps:1us --src 0 --dst 1 --size 1GiB",),
+    )
     _common(t)
     t.add_argument("--src", type=int, required=True, help="source rank")
     t.add_argument("--dst", type=int, required=True, help="destination rank")
@@ -56,21 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--topology", help=f"topology spec: {SPEC_HELP}")
+    add_network_arguments(p)
     p.add_argument(
         "--size", required=True, help="bytes, e.g. 1048576, 1MiB, 16MB (Chakra comm_size semantics)"
-    )
-    p.add_argument(
-        "--model",
-        choices=("analytical", "flow", "astra"),
-        help="network model (default: analytical, or astra when --astra-network is given)",
-    )
-    p.add_argument("--astra-network", metavar="YML", help="ASTRA-sim network config (network.yml)")
-    p.add_argument(
-        "--astra-system", metavar="JSON", help="ASTRA-sim system config (sys.json); default: clean profile"
-    )
-    p.add_argument(
-        "--congestion-aware", action="store_true", help="ASTRA-sim mode: the congestion-aware backend"
     )
     p.add_argument("--chunks", type=int, default=1, help="analytical/flow: chunks per collective (default 1)")
     p.add_argument(
@@ -79,25 +73,18 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def _model(args: argparse.Namespace) -> NetworkModel:
-    name = args.model or ("astra" if args.astra_network else "analytical")
-    if name == "astra":
-        if not args.astra_network:
-            raise NetworkModelError("--model astra needs --astra-network NETWORK.yml")
-        return astra_model(args.astra_network, args.astra_system, args.congestion_aware)
-    if args.topology:
-        topo = topology_from_spec(args.topology)
-    elif args.astra_network:
-        net = load_network_yml(args.astra_network)
-        topo = multi_dim_topology(
-            (d.topology_kind, d.npus, d.bytes_per_ns * 1e9, d.latency_ns) for d in net.dims
-        )
-    else:
+def _model(args: argparse.Namespace):
+    from netmodels.errors import NetworkModelError
+    from xsim.api import build_network
+
+    if not (args.topology or args.astra_network):
         raise NetworkModelError("give --topology SPEC (or --astra-network NETWORK.yml)")
-    return build_model(name, topo, chunks=args.chunks, chunks_in_flight=args.chunks_in_flight)
+    return build_network(network_options(args, chunks=args.chunks, chunks_in_flight=args.chunks_in_flight))
 
 
 def _ranks(text: str | None, n: int) -> tuple[int, ...]:
+    from netmodels.errors import NetworkModelError
+
     if not text:
         return tuple(range(n))
     out: list[int] = []
@@ -111,6 +98,9 @@ def _ranks(text: str | None, n: int) -> tuple[int, ...]:
 
 
 def _collective(args: argparse.Namespace) -> int:
+    from netmodels.api import CollectiveSpec, simulate_collective
+    from netmodels.units import parse_size
+
     model = _model(args)
     spec = CollectiveSpec(
         args.collective, parse_size(args.size), _ranks(args.ranks, model.num_ranks), args.algorithm, args.root
@@ -139,6 +129,9 @@ def _collective(args: argparse.Namespace) -> int:
 
 
 def _p2p(args: argparse.Namespace) -> int:
+    from netmodels.api import simulate_p2p
+    from netmodels.units import parse_size
+
     model = _model(args)
     c = simulate_p2p(model, args.src, args.dst, parse_size(args.size))
     if args.json:

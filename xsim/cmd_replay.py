@@ -4,57 +4,36 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from netmodels.errors import NetworkModelError
-from replay import (
-    ComputeModel,
-    DeviceProfile,
-    DurationModel,
-    ReplayConfig,
-    ReplayError,
-    RooflineModel,
-    SpeedScaled,
-    load_device_profile,
-    parse_speed,
-    simulate,
-)
-from replay.export import write_annotated, write_timeline
-from traces import pb
-from traces.traceset import TraceSet, discover
-
-DEPLOYMENT_FILE = "deployment.json"  # written by `xsim gen` beside the traces
+from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `replay` verb."""
-    p = subparsers.add_parser(
+    p = add_verb(
+        subparsers,
         "replay",
         help="replay a Chakra trace set on a network and compute model",
         description="Replay every node of a trace set (dependency-driven, ASTRA-sim scheduling rules) and "
         "report iteration time, per-rank accounting, straggler waiting and pipeline bubbles.",
+        examples=(
+            "xsim replay out/fig1                      # a folder from `xsim gen`: its deployment.json",
+            "xsim replay out/fig1 --model flow --out out/r --timeline out/r/timeline.json",
+            "xsim replay TRACE --topology switch:8:50GBps:500ns --json",
+            "xsim replay TRACE --astra-network network.yml --astra-system sys.json",
+        ),
     )
     p.add_argument(
         "path", help="trace set: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file"
     )
     net = p.add_argument_group("network (one of; a deployment.json beside the traces gives the cluster)")
-    net.add_argument("--model", choices=("analytical", "flow"), default="analytical", help="network model")
-    net.add_argument(
-        "--topology", metavar="SPEC", help="topology spec, e.g. ring:8:50GBps:500ns (see xsim net)"
-    )
-    net.add_argument("--astra-network", metavar="NET.yml", help="ASTRA-sim network config (compatible mode)")
-    net.add_argument(
-        "--astra-system", metavar="SYS.json", help="ASTRA-sim system config (with --astra-network)"
-    )
-    net.add_argument(
-        "--congestion-aware", action="store_true", help="ASTRA-sim congestion_aware backend (1-D only)"
-    )
+    add_network_arguments(net)
     net.add_argument(
         "--comm",
         choices=("network", "measured"),
         default="network",
-        help="time communication on the network model, or by the recorded duration_micros",
+        help="time communication on the network model, or by the recorded duration_micros (default: network)",
     )
     p.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks...]} (ASTRA-sim format)'
@@ -80,8 +59,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cmp.add_argument("--as-gpu", metavar="NAME", help="what-if: replay measured compute as if on this GPU")
     cmp.add_argument("--from-gpu", metavar="NAME", help="what-if: the GPU the trace was measured on")
     res = p.add_argument_group("resources")
-    res.add_argument("--compute-streams", type=int, default=1, help="GPU compute ops in flight per rank")
-    res.add_argument("--comm-channels", type=int, default=1, help="GPU communication ops in flight per rank")
+    res.add_argument(
+        "--compute-streams", type=int, default=1, help="GPU compute ops in flight per rank (default: 1)"
+    )
+    res.add_argument(
+        "--comm-channels", type=int, default=1, help="GPU communication ops in flight per rank (default: 1)"
+    )
     res.add_argument("--honour-stream", action="store_true", help="one in-order queue per `stream` attribute")
     out = p.add_argument_group("output")
     out.add_argument(
@@ -94,133 +77,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     out.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     p.set_defaults(func=run)
-
-
-def _deployment(ts: TraceSet):
-    path = os.path.join(ts.directory, DEPLOYMENT_FILE)
-    if not os.path.isfile(path):
-        return None
-    from tracegen.spec import load_spec
-
-    return load_spec(path)
-
-
-def _astra_system(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except OSError as exc:
-        raise ReplayError(f"{path}: cannot read ASTRA-sim system config: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReplayError(f"{path}: ASTRA-sim system config is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ReplayError(f"{path}: ASTRA-sim system config must be a JSON object")
-    return doc
-
-
-def _astra_number(doc: dict, key: str, path: str) -> float:
-    """A numeric key of an ASTRA-sim system config (absent = 0), or a clear error naming file and key."""
-    v = doc.get(key, 0)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ReplayError(f"{path}: ASTRA-sim system config {key!r} must be a number, got {v!r}")
-    return float(v)
-
-
-def build_network(args: argparse.Namespace, ts: TraceSet, deployment):
-    """The network model the options (or the deployment beside the traces) describe; None in measured mode."""
-    from netmodels.astra import astra_model
-    from netmodels.cluster import build_cluster, topology_from_spec
-    from netmodels.models import build_model
-
-    if args.astra_system and not args.astra_network:
-        raise ReplayError("--astra-system needs --astra-network")
-    if args.astra_network:
-        return astra_model(args.astra_network, args.astra_system, args.congestion_aware or None)
-    if args.topology:
-        return build_model(args.model, topology_from_spec(args.topology))
-    if deployment is not None and deployment.cluster_json:
-        try:
-            return build_model(args.model, build_cluster(json.loads(deployment.cluster_json)))
-        except NetworkModelError as exc:
-            where = os.path.join(ts.directory, DEPLOYMENT_FILE)
-            raise ReplayError(f"{where}: cluster: {exc} (or pass --topology SPEC)") from None
-    if args.comm == "measured":
-        return None
-    raise ReplayError(
-        "no network: pass --topology SPEC (e.g. switch:8:50GBps:500ns), --astra-network NET.yml, "
-        f"--comm measured, or replay a folder holding {DEPLOYMENT_FILE}"
-    )
-
-
-def catalog_device(name: str) -> DeviceProfile:
-    """Roofline device of a catalog GPU: achieved rates (datasheet peak x the catalog's efficiency), as the
-    generator times ops."""
-    from tracegen.catalog import gpu
-    from tracegen.errors import CatalogError
-
-    try:
-        spec = gpu(name)
-    except (CatalogError, KeyError) as exc:
-        raise ReplayError(f"GPU {name!r}: {exc}") from None
-    return DeviceProfile(spec.peak_flops * spec.gemm_eff, spec.mem_bw * spec.mem_eff, spec.name)
-
-
-def build_compute(args: argparse.Namespace, ts: TraceSet, deployment) -> ComputeModel:
-    """The compute model: duration replay, roofline (ASTRA-sim system, deployment GPUs, device profile), speed."""
-    model: ComputeModel = DurationModel()
-    speed: dict[int, float] = {}
-    if args.astra_system:
-        doc = _astra_system(args.astra_system)
-        if _astra_number(doc, "roofline-enabled", args.astra_system):
-            # ASTRA-sim units: peak-perf in TFLOPS (1e12), local-mem-bw in GB/s (1e9 bytes).
-            prof = DeviceProfile(
-                _astra_number(doc, "peak-perf", args.astra_system) * 1e12,
-                _astra_number(doc, "local-mem-bw", args.astra_system) * 1e9,
-                "astra-sim",
-            )
-            model = RooflineModel(profiles={}, default=prof)
-    if deployment is not None and len(deployment.device_groups):
-        profiles: dict[int, DeviceProfile] = {}
-        for dg in deployment.device_groups:
-            prof = catalog_device(dg.gpu)
-            for r in dg.ranks:
-                profiles[int(r)] = prof
-        model = RooflineModel(profiles=profiles)
-    if args.device_profile:
-        f = load_device_profile(args.device_profile, catalog_device)
-        outside = sorted(r for r in f.ranks if r >= ts.num_ranks)
-        if outside:
-            raise ReplayError(
-                f"{args.device_profile}: device for rank {outside[0]}, but the trace set has ranks "
-                f"0..{ts.num_ranks - 1}"
-            )
-        model = RooflineModel(profiles=dict(f.ranks), default=f.default)
-        speed.update(f.speed)
-    if getattr(args, "as_gpu", None) or getattr(args, "from_gpu", None):
-        model = _whatif(args, model)
-    speed.update(parse_speed(args.speed))
-    bad = [r for r in speed if r >= ts.num_ranks]
-    if bad:
-        raise ReplayError(
-            f"speed factor for rank {bad[0]}, but the trace set has ranks 0..{ts.num_ranks - 1}"
-        )
-    if speed:
-        model = SpeedScaled(model, speed)
-    return model
-
-
-def _whatif(args: argparse.Namespace, base: ComputeModel) -> ComputeModel:
-    """Measured compute rescaled by op class from --from-gpu to --as-gpu (catalog numbers)."""
-    from replay.whatif import whatif_model
-    from tracegen.catalog import gpu
-    from tracegen.errors import CatalogError
-
-    if not (args.as_gpu and args.from_gpu):
-        raise ReplayError("--as-gpu and --from-gpu go together (the target GPU and the measured one)")
-    try:
-        return whatif_model(gpu(args.from_gpu), gpu(args.as_gpu), base=base)
-    except CatalogError as exc:
-        raise ReplayError(f"what-if: {exc}") from None
 
 
 def _fmt_ns(ns: int) -> str:
@@ -265,83 +121,42 @@ def _print_summary(result, path: str) -> None:
             )
 
 
-def _write_outputs(args: argparse.Namespace, result, ts: TraceSet) -> None:
-    """Write --out, --timeline and --annotate; an unwritable path is one error naming it."""
-    target = ""
-    try:
-        if args.out:
-            target = args.out
-            result.save(args.out)
-            # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
-            with open(os.path.join(args.out, "source.json"), "w", encoding="utf-8") as fh:
-                json.dump({"trace": os.path.abspath(ts.prefix)}, fh)
-                fh.write("\n")
-        if args.timeline:
-            target = args.timeline
-            write_timeline(result, args.timeline)
-        if args.annotate:
-            target = args.annotate
-            write_annotated(result, args.annotate)
-    except OSError as exc:
-        raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
+def options(args: argparse.Namespace):
+    """The API's replay options from the parsed command line."""
+    from xsim.api import ComputeOptions, ReplayOptions
 
-
-def run(args: argparse.Namespace) -> int:
-    """Build the models, replay, print the summary and write the requested files."""
-    ts = discover(args.path)
-    deployment = _deployment(ts)
-    config = ReplayConfig(
+    return ReplayOptions(
+        network=network_options(args, comm=args.comm),
+        compute=ComputeOptions(
+            astra_system=args.astra_system,
+            device_profile=args.device_profile,
+            speed=tuple(args.speed),
+            as_gpu=args.as_gpu,
+            from_gpu=args.from_gpu,
+        ),
+        comm_groups=args.comm_groups,
         compute_streams=args.compute_streams,
         comm_channels=args.comm_channels,
         honour_stream=args.honour_stream,
-        comm_mode=args.comm,
-        # ASTRA-sim replays BROADCAST by its duration instead of simulating it (reference 3.2).
-        duration_comm_types=frozenset({pb.BROADCAST}) if args.astra_network else frozenset(),
+        fold=args.fold,
+        progress=not args.no_progress,
     )
-    try:
-        network = build_network(args, ts, deployment)
-        compute = build_compute(args, ts, deployment)
-        result = simulate(
-            ts,
-            network=network,
-            compute=compute,
-            groups=args.comm_groups,
-            config=config,
-            progress=not args.no_progress,
-            fold=getattr(args, "fold", False),
-        )
-    except NetworkModelError as exc:
-        raise ReplayError(f"network model: {exc}") from None
-    _write_outputs(args, result, ts)
-    cost = _cost(deployment, result.summary_dict()["iteration_time_ns"])
-    if cost is not None and args.out:
-        try:
-            with open(os.path.join(args.out, "cost.json"), "w", encoding="utf-8") as fh:
-                json.dump(cost, fh, indent=1)
-                fh.write("\n")
-        except OSError as exc:
-            raise ReplayError(f"{args.out}: cannot write cost.json: {exc.strerror or exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay, write the requested files and print the summary."""
+    from xsim import api
+
+    run = api.simulate(args.path, options(args))
+    api.write_outputs(run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate))
     if args.json:
-        obj = result.summary_dict()
-        if cost is not None:
-            obj["cost"] = cost
-        obj["perf"] = result.perf_dict()
-        json.dump(obj, sys.stdout)
+        json.dump(run.summary(), sys.stdout)
         sys.stdout.write("\n")
     else:
-        _print_summary(result, args.path)
-        if cost is not None:
-            _print_cost(cost)
+        _print_summary(run.result, args.path)
+        if run.cost is not None:
+            _print_cost(run.cost)
     return 0
-
-
-def _cost(deployment, iteration_ns: int) -> dict | None:
-    """TCO of one iteration when the traces come with a deployment (GPU types and prices), else None."""
-    if deployment is None or not len(deployment.device_groups):
-        return None
-    from tracegen.cost import iteration_cost
-
-    return iteration_cost(deployment, iteration_ns).to_json()
 
 
 def _print_cost(cost: dict) -> None:

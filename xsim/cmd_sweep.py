@@ -7,14 +7,11 @@ derivation), so a sweep row equals the replay of that spec on its own.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-from contextlib import redirect_stdout
 
-from tracegen.spec import NAME_RE
-from traces.errors import XsimError
-from xsim import cli
+from netmodels.models import model_names
+from xsim.verbs import add_verb
 
 SORT_KEYS = {
     "time": lambda r: (r["iteration_time_ns"], r["spec"]),
@@ -29,31 +26,28 @@ SORT_KEYS = {
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `sweep` verb."""
-    p = sub.add_parser(
+    p = add_verb(
+        sub,
         "sweep",
         help="generate and replay several deployment specs; compare iteration time, tokens/s and cost",
         description=__doc__.splitlines()[0] if __doc__ else None,
+        examples=("xsim sweep examples/table4_c0*.yaml --sort cost",),
     )
     p.add_argument("specs", nargs="+", metavar="SPEC", help="deployment specs (.yaml, .toml, .json)")
-    p.add_argument("--out", default="out/sweep", help="folder for each spec's traces and results")
-    p.add_argument("--model", choices=("analytical", "flow"), default="analytical", help="network model")
-    p.add_argument("--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table")
+    p.add_argument(
+        "--out", default="out/sweep", help="folder for each spec's traces and results (default: out/sweep)"
+    )
+    p.add_argument(
+        "--model",
+        choices=model_names("topology"),
+        default="analytical",
+        help="network model (default: analytical)",
+    )
+    p.add_argument(
+        "--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table (default: time)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
     p.set_defaults(func=run)
-
-
-class _StepFailed(Exception):
-    """A gen or replay step failed; it has already printed its own one-line error naming the spec."""
-
-
-def _quiet(argv: list[str]) -> str:
-    """Run one xsim command capturing its stdout; its own one-line error stays on stderr."""
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = cli.main(argv)
-    if rc:
-        raise _StepFailed
-    return buf.getvalue()
 
 
 def _name(spec: str) -> str:
@@ -64,15 +58,17 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
     name = _name(spec)
     traces = os.path.join(args.out, name, "traces")
     result = os.path.join(args.out, name, "result")
-    _quiet(["gen", spec, "--out", traces, "--name", name])
-    replay_argv = ["replay", traces, "--model", args.model, "--out", result, "--json", "--no-progress"]
-    s = json.loads(_quiet(replay_argv))
+    from xsim import api
+
+    # Exactly what `xsim gen` and `xsim replay --json` do, through the same API calls.
+    api.generate(spec, api.GenerateOptions(out=traces, name=name))
+    run = api.simulate(traces, api.ReplayOptions(network=api.NetworkOptions(model=args.model)))
+    api.write_outputs(run, api.OutputOptions(out=result))
+    s = run.summary()
     cost = s.get("cost") or {}
-    with open(os.path.join(traces, "deployment.json"), encoding="utf-8") as fh:
-        dep = json.load(fh)
     gpus: dict[str, int] = {}
-    for dg in dep["device_groups"]:
-        gpus[dg["gpu"]] = gpus.get(dg["gpu"], 0) + len(dg["ranks"])
+    for dg in run.deployment.device_groups:
+        gpus[dg.gpu] = gpus.get(dg.gpu, 0) + len(dg.ranks)
     return {
         "spec": spec,
         "ranks": s["num_ranks"],
@@ -90,6 +86,9 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
+    from tracegen.spec import NAME_RE
+    from traces.errors import XsimError
+
     seen: dict[str, str] = {}
     for spec in args.specs:
         if not NAME_RE.match(_name(spec)):
@@ -103,10 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{os.path.join(args.out, _name(spec))} (rename one)"
             )
         seen[_name(spec)] = spec
-    try:
-        rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
-    except _StepFailed:
-        return 2
+    rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0

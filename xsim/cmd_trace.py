@@ -7,22 +7,30 @@ import json
 import os
 import sys
 
-from traces import checks
-from traces.errors import XsimError
-from traces.groups import resolve_groups
-from traces.jsonview import dump_json, load_json
-from traces.stream import EtFile, write_et
-from traces.summary import summarize
-from traces.traceset import TraceSet, discover
+from xsim.verbs import add_verb
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `trace` verb and its sub-commands."""
-    p = sub.add_parser("trace", help="inspect, validate and convert Chakra ET trace sets")
+    p = add_verb(
+        sub,
+        "trace",
+        help="inspect, validate and convert Chakra ET trace sets",
+        examples=(
+            "xsim trace info traces/examples/tiny_pipeline",
+            "xsim trace validate out/fig1",
+            "xsim trace to-json out/fig1 out/fig1-json",
+        ),
+    )
     tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
     path_help = "a .et/.json file, a <prefix> of <prefix>.<rank>.et files, or a folder holding one trace set"
 
-    info = tsub.add_parser("info", help="ranks, nodes by type, collectives, process groups")
+    info = add_verb(
+        tsub,
+        "info",
+        help="ranks, nodes by type, collectives, process groups",
+        examples=("xsim trace info out/fig1 --json",),
+    )
     info.add_argument("path", help=path_help)
     info.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
@@ -30,12 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_info)
 
-    val = tsub.add_parser(
+    val = add_verb(
+        tsub,
         "validate",
         help="check graphs and cross-rank consistency",
         description="Exit status: 0 clean (warnings allowed); 1 cross-rank findings (unmatched P2P, "
         "collective mismatches); 2 unreadable or invalid trace (bad bytes, cycle, dangling data dependency, "
         "duplicate id, wrong-typed attribute, unknown enum, collective or P2P without its attributes).",
+        examples=("xsim trace validate out/fig1 --json",),
     )
     val.add_argument("path", help=path_help)
     val.add_argument(
@@ -44,23 +54,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     val.add_argument("--json", action="store_true", help="print findings as a JSON list")
     val.set_defaults(func=_validate)
 
-    tj = tsub.add_parser("to-json", help="write the lossless JSON view (one document per rank)")
+    tj = add_verb(
+        tsub,
+        "to-json",
+        help="write the lossless JSON view (one document per rank)",
+        examples=("xsim trace to-json out/fig1/figure1.0.et rank0.json",),
+    )
     tj.add_argument("path", help=path_help)
     tj.add_argument("out", help="output .json file (one rank) or folder (<name>.<rank>.json per rank)")
     tj.set_defaults(func=_to_json)
 
-    fj = tsub.add_parser("from-json", help="convert the JSON view or Chakra feeder JSON back to .et")
+    fj = add_verb(
+        tsub,
+        "from-json",
+        help="convert the JSON view or Chakra feeder JSON back to .et",
+        examples=("xsim trace from-json rank0.json rank0.et",),
+    )
     fj.add_argument("path", help="JSON file, or a folder/prefix of <prefix>.<rank>.json files")
     fj.add_argument("out", help="output .et file (one rank) or prefix (<prefix>.<rank>.et per rank)")
     fj.set_defaults(func=_from_json)
 
 
-def _load(path: str, comm_groups: str | None = None) -> tuple[TraceSet, list[EtFile]]:
+def _load(path: str, comm_groups: str | None = None):
+    from traces.traceset import discover
+
     ts = discover(path)
     return ts, [ts.load(r) for r in range(ts.num_ranks)]
 
 
-def _groups(ts: TraceSet, files: list[EtFile], comm_groups: str | None):
+def _groups(ts, files, comm_groups: str | None):
+    from traces.groups import resolve_groups
+
     return resolve_groups(
         ((f.path, f.nodes) for f in files),
         ts.num_ranks,
@@ -71,6 +95,8 @@ def _groups(ts: TraceSet, files: list[EtFile], comm_groups: str | None):
 
 
 def _info(args: argparse.Namespace) -> int:
+    from traces.summary import summarize
+
     ts, files = _load(args.path)
     s = summarize(ts.prefix, files, _groups(ts, files, args.comm_groups))
     if args.json:
@@ -102,6 +128,8 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from traces import checks
+
     ts, files = _load(args.path)
     findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
     if args.json:
@@ -120,6 +148,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _to_json(args: argparse.Namespace) -> int:
+    from traces.errors import XsimError
+
     ts, files = _load(args.path)
     try:
         _write_json(ts, files, args.out)
@@ -128,7 +158,9 @@ def _to_json(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_json(ts: TraceSet, files: list[EtFile], out: str) -> None:
+def _write_json(ts, files, out: str) -> None:
+    from traces.jsonview import dump_json
+
     if ts.num_ranks == 1 and out.endswith((".json", ".json.gz")):
         dump_json(files[0], out)
         return
@@ -138,6 +170,11 @@ def _write_json(ts: TraceSet, files: list[EtFile], out: str) -> None:
 
 
 def _from_json(args: argparse.Namespace) -> int:
+    from traces.errors import XsimError
+    from traces.jsonview import load_json
+    from traces.stream import write_et
+    from traces.traceset import discover
+
     if os.path.isfile(args.path):
         files = [load_json(args.path)]
     else:

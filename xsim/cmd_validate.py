@@ -7,15 +7,25 @@ import json
 import math
 import sys
 
+from xsim.verbs import add_verb
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `validate` verb."""
-    p = sub.add_parser(
+    p = add_verb(
+        sub,
         "validate",
         help="compare a replay of an imported run with the real run, per layer, op class and step",
         description="Measured (Kineto) vs simulated time per layer and op class, and the step-time error "
         "(steps from ProfilerStep#N). RESULTDIR is what `xsim replay --out` wrote for a trace set that "
         "`xsim import pytorch` produced.",
+        examples=(
+            "d=traces/examples/pytorch",
+            "xsim import pytorch --et $d/tinygpt_1rank_et.0.json.gz --kineto $d/tinygpt_1rank_kineto.0.json.gz "
+            "--out out/tiny/run",
+            "xsim replay out/tiny/run --comm measured --out out/tiny/sim",
+            "xsim validate --real $d/tinygpt_1rank_kineto.0.json.gz --sim out/tiny/sim --out out/tiny/validation",
+        ),
     )
     p.add_argument(
         "--real", nargs="+", required=True, metavar="KINETO.json[.gz]", help="Kineto traces, one per rank"

@@ -1,0 +1,18 @@
+"""Gradient bytes per model layer, from the architecture's parameter counts (tracegen.models)."""
+
+from __future__ import annotations
+
+from tracegen.models import ModelArch
+
+
+def layer_grad_bytes(arch: ModelArch, dtype_bytes: int) -> dict[int, int]:
+    """Gradient bytes of each layer 1..N (full, unsharded), embedding folded into layer 1, head into N.
+
+    The token embedding lives on the stage holding layer 1 and the output head (final norm + projection)
+    on the stage holding layer N, so the DP groups covering those layers are the ones that must reduce them.
+    """
+    per_layer = arch.layer_params() * dtype_bytes
+    out = dict.fromkeys(range(1, arch.layers + 1), per_layer)
+    out[1] += arch.embedding_params() * dtype_bytes
+    out[arch.layers] += arch.head_params() * dtype_bytes
+    return out

@@ -1,0 +1,623 @@
+"""Graph rewriting (contract D): heterogeneous gradient synchronization, barriers and stage-boundary resharding.
+
+Inserted structure, per rank:
+- gradient sync: for each DP group holding the rank, one ALL_REDUCE per ring it sits in, on that ring's own
+  process group, of the ring's chunk bytes (d/L); groups in backward order (highest layers first), after the
+  rank's local backward and its stage-boundary sends; the optimizer depends on them all;
+- DP barrier group: a BARRIER collective on the DP group's ranks before its rings (a Chakra dependency names
+  a node of the same rank's file, so "wait until every member has finished its backward" can only be a
+  collective); it also puts the straggler wait on one node per DP group;
+- pipeline barrier group: a BARRIER on the replica's ranks after its gradient sync and before the optimizer,
+  the point where Megatron's model-parallel gradient-norm all-reduce holds every stage of a replica; stage
+  order inside an iteration is already enforced by the activation and gradient P2P transfers;
+- stage-boundary resharding: the generator's naive P2P nodes (attr pp_boundary) between stages of different
+  TP are replaced by the strategy's messages (tracegen.planner.reshard), multi-step ones chained by dependencies.
+Every dependency the rewriter adds is a data dependency: ASTRA-sim's legacy feeder ignores ctrl_deps.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
+from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
+from traces import pb
+from traces.attrs import (
+    CHUNK,
+    COMM_DST,
+    COMM_SIZE,
+    COMM_SRC,
+    COMM_TAG,
+    COMM_TYPE,
+    DEVICE_GROUP,
+    IS_CPU_OP,
+    LAYER,
+    MICRO_BATCH,
+    PG_NAME,
+    PHASE,
+    PP_BOUNDARY,
+    RESHARD,
+    RING,
+    STAGE,
+    comm_dst,
+    comm_src,
+    comm_tag,
+    get_int,
+    make_node,
+    pg_name,
+)
+from traces.errors import XsimError
+from traces.graph import DepGraph, GraphEdit, unique
+from traces.io import DEPLOYMENT_FILE
+
+SYNC = "sync"
+P2P_TYPES = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
+
+
+class RewriteError(XsimError):
+    """A bundle the rewriter cannot rewrite consistently (missing anchors, already rewritten, ...)."""
+
+
+# Called after each pass with its name and the edited node lists of the ranks it changed (copies).
+PassCheck = Callable[[str, dict[int, list[pb.Node]]], None]
+
+
+def passes(
+    plan: Plan, strategy: str, *, barriers: bool = True
+) -> list[tuple[str, Callable[[_Rewriter], None]]]:
+    """The named passes a rewrite runs, in order: each reads the original graphs and queues its edits.
+
+    - `reshard_boundaries`: the naive P2P nodes of TP-changing stage boundaries become the strategy's
+      messages (all but `naive`);
+    - `gradient_sync`: the heterogeneous gradient synchronization, with the DP and pipeline barrier groups
+      when `barriers` (they sit between its anchors and its rings, so they are part of this pass).
+    """
+    out: list[tuple[str, Callable[[_Rewriter], None]]] = []
+    if strategy != "naive":
+        out.append(("reshard_boundaries", _Rewriter.reshard_boundaries))
+    if plan.heterogeneous:
+        sync_barriers = barriers and strategy != "naive"
+        out.append(("gradient_sync", lambda rw: rw.gradient_sync(barriers=sync_barriers)))
+    return out
+
+
+def rewrite_bundle(
+    bundle: Any,
+    deployment: Any,
+    strategy: str,
+    *,
+    plan: Plan | None = None,
+    barriers: bool = True,
+    check: PassCheck | None = None,
+) -> Any:
+    """Insert gradient sync, barriers and resharding into `bundle` (in place) and return it.
+
+    A no-op for homogeneous deployments (the generator already synchronizes them) whose adjacent stages
+    share a TP degree. `naive` inserts one uniform AllReduce per DP group, no barrier and no resharding.
+    `check`, when given, sees the graphs after each pass (tests run the trace checks there).
+    """
+    if strategy not in STRATEGY_NAMES:
+        raise RewriteError(f"unknown reshard strategy {strategy!r} (known: {', '.join(STRATEGY_NAMES)})")
+    try:
+        plan = plan or build_plan(deployment)
+    except PlanError as exc:
+        raise RewriteError(f"cannot plan the deployment: {exc}") from None
+    rw = _Rewriter(bundle, plan, strategy, bool(getattr(deployment, "sequence_parallel", False)))
+    for name, run in passes(plan, strategy, barriers=barriers):
+        run(rw)
+        if check is not None:
+            check(name, rw.edited(copy=True))
+    rw.commit()
+    return bundle
+
+
+class _Rank:
+    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags."""
+
+    def __init__(
+        self, rank: int, nodes: list[pb.Node], pos: dict[int, int], tags: list[tuple[str, int, int | None]]
+    ) -> None:
+        self.rank, self.nodes, self.pos = rank, nodes, pos
+        self._tags = tags
+        self.graph = DepGraph(nodes)
+        self.edit = GraphEdit(nodes)
+
+    def deps(self, nid: int) -> list[int]:
+        n = self.nodes[self.pos[nid]]
+        return [*n.data_deps, *n.ctrl_deps]
+
+    def tags(self, i: int) -> tuple[str, int, int | None]:
+        """(phase, layer, micro_batch) of the node at position i (read once, when the rewriter starts)."""
+        return self._tags[i]
+
+    def children(self, nid: int) -> list[int]:
+        """Nodes depending on `nid`."""
+        return [self.nodes[c].id for c in self.graph.children(self.pos[nid])]
+
+    def frontier(self, ids: Sequence[int]) -> list[int]:
+        """The nodes of `ids` no other node of `ids` depends on (the last ones to finish)."""
+        return [self.nodes[i].id for i in self.graph.frontier([self.pos[i] for i in ids])]
+
+    def descendants(self, start: Sequence[int]) -> set[int]:
+        """`start` and every node depending on it, transitively."""
+        return {self.nodes[i].id for i in self.graph.descendants(self.pos[i] for i in start)}
+
+
+class _Rewriter:
+    def __init__(self, bundle: Any, plan: Plan, strategy: str, sequence_parallel: bool = False) -> None:
+        self.bundle, self.plan, self.strategy = bundle, plan, strategy
+        self.sequence_parallel = sequence_parallel
+        self.ranks: dict[int, _Rank] = {}
+        for r, nodes in sorted(bundle.nodes.items()):
+            pos: dict[int, int] = {}
+            tags = []
+            for i, n in enumerate(nodes):
+                if n.id in pos:
+                    raise RewriteError(f"rank {r}: node id {n.id} appears twice")
+                phase, layer, mb, rewritten = _read_tags(n)
+                if rewritten:
+                    raise RewriteError(
+                        f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
+                    )
+                pos[n.id] = i
+                tags.append((phase, layer, mb))
+            self.ranks[r] = _Rank(r, nodes, pos, tags)
+        known = {r for g in plan.device_groups for r in g.ranks}
+        if set(self.ranks) != known:
+            raise RewriteError(
+                f"bundle has ranks {_span(self.ranks)} but the deployment has ranks {_span(known)}"
+            )
+        self.next_id = {
+            r: max([bundle.next_id.get(r, 0), *(n.id + 1 for n in g.nodes)]) for r, g in self.ranks.items()
+        }
+        self.next_tag = 1 + max(
+            (comm_tag(n, 0) for g in self.ranks.values() for n in g.nodes if n.type in P2P_TYPES), default=0
+        )
+        self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def _id(self, r: int) -> int:
+        nid = self.next_id[r]
+        self.next_id[r] = nid + 1
+        return nid
+
+    def _attrs(self, r: int, **extra: Any) -> dict[str, Any]:
+        g = self.plan.group_of_rank(r)
+        return {STAGE: g.pp_stage, DEVICE_GROUP: g.id, RESHARD: self.strategy, **extra}
+
+    def _add(self, r: int, node: pb.Node, where: tuple[str, int]) -> int:
+        """Queue `node` on rank r's graph: ("after" | "before", position of an original node)."""
+        edit = self.ranks[r].edit
+        side, position = where
+        return edit.insert_after(node, position) if side == "after" else edit.insert_before(node, position)
+
+    def _after(self, r: int, deps: Iterable[int]) -> tuple[str, int]:
+        """Right after the last original node among `deps` (at the end when there is none)."""
+        g = self.ranks[r]
+        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.nodes))
+
+    def _same_pg_collectives(self, r: int, pg: str) -> list[int]:
+        """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
+        if r not in self.coll_by_pg:
+            g = self.ranks[r]
+            opt = [n.id for i, n in enumerate(g.nodes) if g.tags(i)[0] == "opt"]
+            after_opt = g.descendants(opt)
+            by_pg: dict[str, list[int]] = defaultdict(list)
+            for n in g.nodes:
+                if n.type == pb.COMM_COLL_NODE and n.id not in after_opt:
+                    by_pg[pg_name(n)].append(n.id)
+            self.coll_by_pg[r] = by_pg
+        return self.coll_by_pg[r].get(pg, [])
+
+    def _collective(
+        self,
+        r: int,
+        name: str,
+        ctype: int,
+        size: int,
+        ranks: Sequence[int],
+        deps: list[int],
+        *,
+        after_existing: bool = True,
+        **attrs: Any,
+    ) -> int:
+        """A collective on the group of `ranks`; with `after_existing`, after the rank's existing collectives
+        on that group (only safe for nodes nothing existing depends on but the optimizer)."""
+        pg = self.bundle.new_group(ranks)
+        if after_existing:
+            deps = unique([*deps, *self._same_pg_collectives(r, pg)])
+        node = make_node(
+            self._id(r),
+            name,
+            pb.COMM_COLL_NODE,
+            data_deps=deps,
+            attrs={
+                IS_CPU_OP: False,
+                COMM_TYPE: ctype,
+                COMM_SIZE: size,
+                PG_NAME: pg,
+                **self._attrs(r, **attrs),
+            },
+        )
+        return self._add(r, node, self._after(r, deps))
+
+    # ---- gradient synchronization ---------------------------------------------------------------------
+    def gradient_sync(self, *, barriers: bool) -> None:
+        """Per rank: DP barrier + one AllReduce per ring of each DP group, PBG barrier, optimizer deps."""
+        replica_stages = defaultdict(set)
+        for g in self.plan.device_groups:
+            replica_stages[g.dp_replica].add(g.pp_stage)
+        pbg_of = {r: pbg for pbg in self.plan.pipeline_barrier_groups for r in pbg}
+        for r, g in self.ranks.items():
+            bwd = [
+                (n, g.tags(i)[1])
+                for i, n in enumerate(g.nodes)
+                if g.tags(i)[0] == "bwd" and n.type not in P2P_TYPES
+            ]
+            # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
+            # rank's communication slot must not starve a send its peers need to finish their backward.
+            sends = [
+                n.id
+                for n in g.nodes
+                if n.type == pb.COMM_SEND_NODE
+                and get_int(n, PP_BOUNDARY, 0) == 1
+                and not g.edit.replaced(n.id)
+            ] + [n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE]
+            # Sync starts once the rank's whole local backward is done (the DP barrier group of section
+            # 4.5), not right after the covered layers: with one communication op in flight per rank
+            # (ASTRA-sim's rule), a sync collective issued mid-backward holds the slot while a TP peer that
+            # got there later waits on a TP collective of the next layer from this rank: a deadlock.
+            done = g.frontier([n.id for n, _ in bwd])
+            synced: list[int] = []
+            previous: list[int] = []
+            # Groups in backward order (highest layers first), each after the previous one's rings: every
+            # rank issues the sync collectives in one global order, so they cannot wait on each other in a cycle.
+            for dp in sorted(self.plan.dp_groups, key=lambda d: -d.layers[0]):
+                if r not in dp.ranks:
+                    continue
+                lo, hi = dp.layers
+                if not any(lo <= layer <= hi for _, layer in bwd):
+                    raise RewriteError(
+                        f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
+                        "missing?): cannot anchor the gradient synchronization"
+                    )
+                anchor = unique([*done, *sends, *previous])
+                previous = self._sync_group(r, dp, anchor, barriers)
+                synced.extend(previous)
+            dg = self.plan.group_of_rank(r)
+            final = synced
+            if barriers and len(replica_stages[dg.dp_replica]) > 1:
+                anchor = synced or unique([*done, *sends])
+                pbg = pbg_of[r]
+                final = [
+                    self._collective(
+                        r, f"pipeline_barrier[replica {dg.dp_replica}]", pb.BARRIER, 0, pbg, anchor,
+                        **{LAYER: 0, PHASE: SYNC, MICRO_BATCH: -1, RING: -1, CHUNK: -1},
+                    )
+                ]  # fmt: skip
+            for i, n in enumerate(g.nodes):
+                if g.tags(i)[0] == "opt":
+                    g.edit.add_deps(n.id, final)
+
+    def _sync_group(self, r: int, dp: DpGroup, anchor: list[int], barrier: bool) -> list[int]:
+        lo, hi = dp.layers
+        common = {LAYER: 0, PHASE: SYNC, MICRO_BATCH: -1}
+        deps = anchor
+        if barrier:
+            deps = [
+                self._collective(
+                    r,
+                    f"dp_barrier[{lo}-{hi}]",
+                    pb.BARRIER,
+                    0,
+                    dp.ranks,
+                    anchor,
+                    **common,
+                    **{RING: -1, CHUNK: -1},
+                )
+            ]
+        if self.strategy == "naive":
+            # A homogeneous simulator's single DP ring over every member, one buffer size for all: the
+            # largest local shard, d / min(t_i) (every byte any member holds goes round the ring).
+            size = -(-dp.grad_bytes // min(dp.tps))
+            return [
+                self._collective(
+                    r,
+                    f"grad_sync[{lo}-{hi}]",
+                    pb.ALL_REDUCE,
+                    size,
+                    dp.ranks,
+                    deps,
+                    **common,
+                    **{RING: 0, CHUNK: -1},
+                )
+            ]
+        return [
+            self._collective(
+                r, f"grad_sync[{lo}-{hi}]/ring{c}", pb.ALL_REDUCE, dp.chunk_bytes, dp.rings[c], deps,
+                **common, **{RING: c, CHUNK: c},
+            )
+            for c in dp.rings_of(r)
+        ]  # fmt: skip
+
+    # ---- stage-boundary resharding --------------------------------------------------------------------
+    def reshard_boundaries(self) -> None:
+        """Replace the naive P2P nodes of every TP-changing boundary by the strategy's messages."""
+        by_pair = {}
+        for i, b in enumerate(self.plan.boundaries):
+            by_pair[(b.src_group, b.dst_group)] = (i, "fwd")
+            by_pair[(b.dst_group, b.src_group)] = (i, "bwd")
+        keyed: dict[tuple[int, str, int], list[tuple[int, pb.Node]]] = defaultdict(list)
+        for r, g in self.ranks.items():
+            for n in g.nodes:
+                if n.type not in P2P_TYPES or get_int(n, PP_BOUNDARY, 0) != 1:
+                    continue
+                src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
+                try:
+                    pair = (self.plan.group_of_rank(src).id, self.plan.group_of_rank(dst).id)
+                except PlanError as exc:
+                    raise RewriteError(f"rank {r}: node {n.id} ({n.name}): {exc}") from None
+                if pair not in by_pair:
+                    raise RewriteError(
+                        f"rank {r}: node {n.id} ({n.name}) is a pp_boundary transfer {src} -> {dst} between "
+                        f"device groups {pair[0]} and {pair[1]}, which are not adjacent stages of one replica"
+                    )
+                bi, direction = by_pair[pair]
+                if not self.plan.boundaries[bi].reshard:
+                    continue
+                mb = get_int(n, MICRO_BATCH, None)
+                if mb is None:
+                    raise RewriteError(
+                        f"rank {r}: node {n.id} ({n.name}): pp_boundary node without {MICRO_BATCH!r}"
+                    )
+                keyed[(bi, direction, mb)].append((r, n))
+        for key in sorted(keyed):
+            bi, direction, mb = key
+            self._reshard_one(self.plan.boundaries[bi], direction, mb, keyed[key])
+
+    def _reshard_one(
+        self, b: PipelineBoundary, direction: str, mb: int, old: list[tuple[int, pb.Node]]
+    ) -> None:
+        senders, receivers = (b.src_ranks, b.dst_ranks) if direction == "fwd" else (b.dst_ranks, b.src_ranks)
+        where = f"replica {b.replica} stages {b.src_stage}->{b.dst_stage} {direction} micro-batch {mb}"
+        old_on: dict[int, list[pb.Node]] = defaultdict(list)
+        for r, n in old:
+            want = pb.COMM_SEND_NODE if r in senders else pb.COMM_RECV_NODE
+            if n.type != want or r not in (*senders, *receivers):
+                raise RewriteError(
+                    f"rank {r}: node {n.id} ({n.name}): unexpected {pb.node_type_name(n.type)} in {where}"
+                )
+            old_on[r].append(n)
+        template: dict[int, pb.Node | None] = {}
+        for side in (senders, receivers):
+            first = next((old_on[x][0] for x in side if old_on[x]), None)
+            for r in side:
+                template[r] = old_on[r][0] if old_on[r] else first
+        plan = reshard_plan(self.strategy, senders, receivers, b.tensor_bytes)
+        msgs = [m for m in plan.messages if m.nbytes > 0]
+
+        base: dict[int, list[int]] = {}
+        for r in (*senders, *receivers):
+            deps = unique(d for n in old_on[r] for d in (*n.data_deps, *n.ctrl_deps))
+            if not old_on[r] and r in senders:
+                deps = self._producer(r, direction, mb)
+            base[r] = deps
+        pos = {
+            r: ("before", min(self.ranks[r].pos[n.id] for n in old_on[r]))
+            if old_on[r]
+            else self._after(r, base[r])
+            for r in base
+        }
+        recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
+        sends: dict[int, list[int]] = defaultdict(list)
+        for m in sorted(msgs, key=lambda m: (m.step, m.ring, m.chunk, m.src, m.dst)):
+            tag = self.next_tag
+            self.next_tag += 1
+            earlier = [i for s, i in recvs[m.src] if s < m.step]
+            sends[m.src].append(
+                self._p2p(
+                    m,
+                    m.src,
+                    True,
+                    tag,
+                    unique([*base[m.src], *earlier]),
+                    pos[m.src],
+                    template[m.src],
+                    direction,
+                    mb,
+                )
+            )
+            recvs[m.dst].append((m.step, self._p2p(m, m.dst, False, tag, base[m.dst], pos[m.dst], template[m.dst], direction, mb)))  # fmt: skip
+        gathered = {}
+        if not self.sequence_parallel and len(receivers) > 1:
+            for r in receivers:
+                gathered[r] = self._gather(
+                    r, b, direction, mb, [i for _, i in recvs[r]], old_on[r], template[r]
+                )
+        for r, nodes in old_on.items():
+            if r in senders:
+                rep = sends[r]
+            elif r in gathered:
+                rep = [gathered[r]]
+            else:
+                rep = [i for _, i in recvs[r]]
+            for n in nodes:
+                self.ranks[r].edit.replace_all_uses(n.id, rep or unique([*n.data_deps, *n.ctrl_deps]))
+
+    def _gather(
+        self, r: int, b: PipelineBoundary, direction: str, mb: int, recvs: list[int], old: list[pb.Node],
+        template: pb.Node | None,
+    ) -> int:  # fmt: skip
+        """Without sequence parallelism every TP rank computes on the full activation (the generator sends
+        it whole to each rank), so after receiving its 1/t shard a rank all-gathers it over its TP group,
+        as Megatron's scatter-gather P2P does. The gather also waits for the consumer's predecessor in the
+        rank's chain, so it takes the same place among the TP group's collectives on every member."""
+        old_ids = {n.id for n in old}
+        g = self.ranks[r]
+        consumers = unique(c for o in old_ids for c in g.children(o) if c not in old_ids)
+        chain = unique(d for c in consumers for d in g.deps(c) if d not in old_ids)
+        receivers = b.dst_ranks if direction == "fwd" else b.src_ranks
+        layer = get_int(template, LAYER, 0) if template is not None else 0
+        return self._collective(
+            r, f"pp_{direction}_mb{mb}/{self.strategy}/allgather", pb.ALL_GATHER,
+            b.tensor_bytes // len(receivers), receivers, [*recvs, *chain], after_existing=False,
+            **{LAYER: layer, PHASE: direction, MICRO_BATCH: mb, RING: -1, CHUNK: -1},
+        )  # fmt: skip
+
+    def _producer(self, r: int, direction: str, mb: int) -> list[int]:
+        """Last nodes of this rank's `direction` pass of micro-batch `mb` (for a rank that sent nothing)."""
+        g = self.ranks[r]
+        ids = [
+            n.id
+            for i, n in enumerate(g.nodes)
+            if n.type not in P2P_TYPES and g.tags(i)[0] == direction and g.tags(i)[2] == mb
+        ]
+        return g.frontier(ids)
+
+    def _p2p(
+        self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: tuple[str, int],
+        template: pb.Node | None, direction: str, mb: int,
+    ) -> int:  # fmt: skip
+        layer = get_int(template, LAYER, 0) if template is not None else 0
+        kind = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
+        verb = f"send_to{m.dst}" if send else f"recv_from{m.src}"
+        node = make_node(
+            self._id(r),
+            f"pp_{direction}_mb{mb}/{self.strategy}/step{m.step}/{verb}/c{m.chunk}",
+            kind,
+            data_deps=deps,
+            attrs={
+                IS_CPU_OP: False,
+                COMM_SRC: m.src,
+                COMM_DST: m.dst,
+                COMM_TAG: tag,
+                COMM_SIZE: m.nbytes,
+                PP_BOUNDARY: 1,
+                **self._attrs(
+                    r, **{LAYER: layer, PHASE: direction, MICRO_BATCH: mb, RING: m.ring, CHUNK: m.chunk}
+                ),
+            },
+        )
+        return self._add(r, node, pos)
+
+    # ---- commit ----------------------------------------------------------------------------------------
+    def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:
+        """The node lists of the ranks with queued edits, edited (on copies with `copy`)."""
+        return {r: g.edit.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
+
+    def commit(self) -> None:
+        """Apply every queued removal, dependency redirection and insertion to the bundle."""
+        for r, nodes in self.edited().items():
+            self.bundle.nodes[r] = nodes
+            self.bundle.next_id[r] = self.next_id[r]
+
+
+def _read_tags(n: pb.Node) -> tuple[str, int, int | None, bool]:
+    """(phase, layer, micro_batch, has `reshard`) in one pass over the attributes (the rewriter's hot loop)."""
+    phase, layer, mb, reshard = "", 0, None, False
+    for a in n.attr:
+        name = a.name
+        if name == RESHARD:
+            reshard = True
+        elif name == PHASE or name == LAYER or name == MICRO_BATCH:
+            kind = a.WhichOneof("value")
+            value = getattr(a, kind) if kind is not None else None
+            if name == PHASE and isinstance(value, str):
+                phase = value
+            elif name == LAYER and isinstance(value, int):
+                layer = int(value)
+            elif name == MICRO_BATCH and isinstance(value, int):
+                mb = int(value)
+    return phase, layer, mb, reshard
+
+
+def _has_attr(n: pb.Node, name: str) -> bool:
+    return any(a.name == name for a in n.attr)
+
+
+def _span(ranks: Iterable[int]) -> str:
+    rs = sorted(ranks)
+    return f"{rs[0]}..{rs[-1]} ({len(rs)})" if rs else "none"
+
+
+# ---- trace sets on disk ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RewriteSummary:
+    """What `rewrite_trace_set` wrote and inserted."""
+
+    out_dir: str
+    name: str
+    ranks: int
+    nodes_before: int
+    nodes_after: int
+    inserted: int  # nodes carrying the `reshard` attribute
+    groups_added: int
+
+
+def read_bundle(path: str) -> tuple[Any, str]:
+    """A trace set (folder, `<prefix>` or one file) as a TraceBundle with its process groups, and its prefix."""
+    from tracegen.bundle import TraceBundle
+    from traces.groups import resolve_groups
+    from traces.traceset import discover
+
+    ts = discover(path)
+    files = [ts.load(r) for r in range(ts.num_ranks)]
+    groups = resolve_groups(((f.path, f.nodes) for f in files), ts.num_ranks, directory=ts.directory)
+    nodes = {r: list(f.nodes) for r, f in enumerate(files)}
+    next_id = {r: 1 + max((n.id for n in ns), default=-1) for r, ns in nodes.items()}
+    bundle = TraceBundle(nodes=nodes, comm_groups=dict(groups.groups), next_id=next_id)
+    return bundle, os.path.basename(ts.prefix)
+
+
+# Spec keys that shape the generated graph and its sizes; cluster, GPUs, profile and reshard do not.
+GENERATION_KEYS = (
+    "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel", "allow_uneven_tp",
+    "dp_bucket_bytes", "device_groups",
+)  # fmt: skip
+
+
+def _check_generated_from(path: str, deployment: Any) -> None:
+    """A spec other than the one `xsim gen` wrote beside the traces would size the inserted collectives
+    for another model or micro-batch count, silently; refuse it, naming the first differing key."""
+    from tracegen.spec import load_spec, spec_to_mapping
+    from traces.traceset import discover
+
+    beside = os.path.join(discover(path).directory, DEPLOYMENT_FILE)
+    if not os.path.isfile(beside):
+        return  # not generated by xsim gen: the rewriter's own checks (tags, ranks) apply
+    want, have = spec_to_mapping(load_spec(beside)), spec_to_mapping(deployment)
+    for key in GENERATION_KEYS:
+        if want[key] != have[key]:
+            raise RewriteError(
+                f"{path}: the spec's {key} differs from {beside}, which generated these traces "
+                f"({_short(have[key])} vs {_short(want[key])})"
+            )
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def rewrite_trace_set(
+    path: str, deployment: Any, strategy: str, out_dir: str, *, barriers: bool = True
+) -> RewriteSummary:
+    """Read a trace set, rewrite it for `deployment` under `strategy`, write `<out>/<prefix>.<rank>.et`."""
+    bundle, name = read_bundle(path)
+    _check_generated_from(path, deployment)
+    before = sum(len(v) for v in bundle.nodes.values())
+    n_groups = len(bundle.comm_groups)
+    try:
+        rewrite_bundle(bundle, deployment, strategy, barriers=barriers)
+    except RewriteError as exc:
+        raise RewriteError(f"{path}: {exc}") from None  # which trace set the rank/node belongs to
+    bundle.write(out_dir, name)
+    after = sum(len(v) for v in bundle.nodes.values())
+    inserted = sum(1 for v in bundle.nodes.values() for n in v if _has_attr(n, RESHARD))
+    return RewriteSummary(
+        out_dir, name, len(bundle.nodes), before, after, inserted, len(bundle.comm_groups) - n_groups
+    )

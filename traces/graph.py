@@ -1,0 +1,195 @@
+"""One rank's dependency graph, and edits on it: the one topological sort of the trace layer.
+
+`DepGraph` reads a node list (positions 0..n-1; a dependency names a node id of the same list) and answers
+children, topological order, descendants, the frontier of a set and one cycle. `GraphEdit` queues
+insertions, added dependencies and replacements on a node list and applies them at once, in the spirit
+of torch.fx's graph passes: a pass reads the original graph, records its edits, and `apply` writes the
+new node list (inserted nodes stand where the pass put them relative to the original nodes).
+
+Duplicate ids (reported by traces.checks) resolve to the last node with that id.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+
+from traces import pb
+
+
+class DepGraph:
+    """The dependencies of one node list, by position; ctrl=False keeps data dependencies only."""
+
+    def __init__(self, nodes: Sequence[pb.Node], *, ctrl: bool = True) -> None:
+        self.nodes = nodes
+        self.index: dict[int, int] = {n.id: i for i, n in enumerate(nodes)}
+        index = self.index
+        self.deps: list[list[int]] = []
+        for n in nodes:
+            ids = (*n.data_deps, *n.ctrl_deps) if ctrl else n.data_deps
+            self.deps.append(list(dict.fromkeys(index[d] for d in ids if d in index)))
+        self._children: list[list[int]] | None = None
+
+    def children(self, i: int) -> list[int]:
+        """Positions of the nodes depending on the node at position i."""
+        if self._children is None:
+            ch: list[list[int]] = [[] for _ in self.nodes]
+            for j, ds in enumerate(self.deps):
+                for d in ds:
+                    ch[d].append(j)
+            self._children = ch
+        return self._children[i]
+
+    def topological_order(self) -> list[int]:
+        """Positions in the order a one-at-a-time replayer issues them: ready nodes smallest id first.
+
+        Nodes on a cycle (or depending on one) are left out.
+        """
+        indeg = [len(ds) for ds in self.deps]
+        heap = [(self.nodes[i].id, i) for i, k in enumerate(indeg) if k == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            _, i = heapq.heappop(heap)
+            order.append(i)
+            for c in self.children(i):
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(heap, (self.nodes[c].id, c))
+        return order
+
+    def cycle(self) -> list[int] | None:
+        """Node ids of one dependency cycle (dependency first, smallest id first), or None if acyclic."""
+        order = self.topological_order()
+        if len(order) == len(self.nodes):
+            return None
+        done = set(order)
+        left = {i for i in range(len(self.nodes)) if i not in done}
+        # Every node left has a dependency left (else Kahn would have taken it): walking deps must revisit.
+        ident = self.nodes
+        cur = min(left, key=lambda i: ident[i].id)
+        walk: list[int] = []
+        seen: dict[int, int] = {}
+        while cur not in seen:
+            seen[cur] = len(walk)
+            walk.append(cur)
+            cur = min((d for d in self.deps[cur] if d in left), key=lambda i: ident[i].id)
+        ids = [ident[i].id for i in reversed(walk[seen[cur] :])]
+        k = ids.index(min(ids))  # canonical rotation: the same cycle always reads the same
+        return ids[k:] + ids[:k]
+
+    def descendants(self, start: Iterable[int]) -> set[int]:
+        """`start` (positions) and every position depending on them, transitively."""
+        seen = set(start)
+        stack = list(seen)
+        while stack:
+            for c in self.children(stack.pop()):
+                if c not in seen:
+                    seen.add(c)
+                    stack.append(c)
+        return seen
+
+    def frontier(self, positions: Sequence[int]) -> list[int]:
+        """The positions of `positions` that no other one depends on, transitively (the last to finish)."""
+        if not positions:
+            return []
+        rank = {i: k for k, i in enumerate(self.topological_order())}
+        # A path between two nodes of the set only visits nodes topologically between them: stop below.
+        floor = min(rank.get(i, 0) for i in positions)
+        seen: set[int] = set()
+        stack = [d for s in positions for d in self.deps[s]]
+        while stack:
+            x = stack.pop()
+            if x in seen or rank.get(x, -1) < floor:
+                continue
+            seen.add(x)
+            stack.extend(self.deps[x])
+        return [i for i in positions if i not in seen]
+
+
+class GraphEdit:
+    """Edits on one node list, applied at once by `apply` (positions refer to the original list)."""
+
+    def __init__(self, nodes: list[pb.Node]) -> None:
+        self.nodes = nodes
+        self._new: list[tuple[float, pb.Node]] = []
+        self._extra: dict[int, list[int]] = {}
+        self._replaced: dict[int, list[int]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._new or self._extra or self._replaced)
+
+    @property
+    def inserted(self) -> list[pb.Node]:
+        """The nodes inserted so far, in insertion order."""
+        return [n for _, n in self._new]
+
+    def replaced(self, nid: int) -> bool:
+        """True when the node with id `nid` is removed (its uses replaced)."""
+        return nid in self._replaced
+
+    def insert_after(self, node: pb.Node, position: int) -> int:
+        """Insert `node` right after the original node at `position` (-1: before all); returns its id."""
+        self._new.append((position + 0.5, node))
+        return node.id
+
+    def insert_before(self, node: pb.Node, position: int) -> int:
+        """Insert `node` right before the original node at `position`; returns its id."""
+        self._new.append((position - 0.5, node))
+        return node.id
+
+    def add_deps(self, nid: int, deps: Iterable[int]) -> None:
+        """Make the original node `nid` also depend (data) on `deps`."""
+        self._extra.setdefault(nid, []).extend(deps)
+
+    def replace_all_uses(self, nid: int, replacement: Sequence[int]) -> None:
+        """Remove the original node `nid`; whatever depended on it depends on `replacement` instead."""
+        self._replaced[nid] = list(replacement)
+
+    def _resolve(self, ids: Iterable[int]) -> list[int]:
+        out: list[int] = []
+        for i in ids:
+            out.extend(self._resolve(self._replaced[i]) if i in self._replaced else [i])
+        return list(dict.fromkeys(out))
+
+    def apply(self, *, copy: bool = False) -> list[pb.Node]:
+        """The edited node list: originals in order (redirected), inserted nodes where they were put.
+
+        With `copy` the nodes are copies and the original list stays as it was (a preview, e.g. to check
+        the graph after one pass while further passes still queue edits on the original).
+        """
+        items: list[tuple[float, int, pb.Node]] = []
+        for i, n in enumerate(self.nodes):
+            if n.id in self._replaced:
+                continue
+            n = _copy(n) if copy else n
+            add = self._extra.get(n.id, [])
+            if add or any(d in self._replaced for d in (*n.data_deps, *n.ctrl_deps)):
+                data = self._resolve([*n.data_deps, *add])
+                ctrl = [d for d in self._resolve(n.ctrl_deps) if d not in data]
+                _set(n.data_deps, data)
+                _set(n.ctrl_deps, ctrl)
+            items.append((float(i), 0, n))
+        for k, (p, n) in enumerate(self._new):
+            n = _copy(n) if copy else n
+            if any(d in self._replaced for d in n.data_deps):
+                _set(n.data_deps, self._resolve(n.data_deps))
+            items.append((p, k + 1, n))
+        items.sort(key=lambda t: (t[0], t[1]))
+        return [n for _, _, n in items]
+
+
+def _copy(n: pb.Node) -> pb.Node:
+    out = pb.Node()
+    out.CopyFrom(n)
+    return out
+
+
+def _set(field, values: list[int]) -> None:
+    del field[:]
+    field.extend(values)
+
+
+def unique(ids: Iterable[int]) -> list[int]:
+    """`ids` without repeats, first occurrence kept."""
+    return list(dict.fromkeys(ids))

@@ -1,0 +1,54 @@
+"""Small shared readers: one maybe-gzipped JSON file with a one-line error, and the deployment file name."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from typing import Any
+
+from traces.errors import XsimError
+
+# The resolved deployment spec that `xsim gen` (and `xsim rewrite`) write beside the traces; replay reads
+# it for the cluster, the GPUs and the DP replicas.
+DEPLOYMENT_FILE = "deployment.json"
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class JsonFileError(XsimError):
+    """A JSON file that cannot be read or parsed; `reason` is the message without the path."""
+
+    def __init__(self, reason: str, *, path: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+        self.path = path
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """A file's bytes, inflated when it starts with the gzip magic; errors name the file."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise JsonFileError(f"cannot read: {exc.strerror or exc}", path=p) from None
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as exc:
+            raise JsonFileError(f"gzip stream is truncated or corrupt ({exc})", path=p) from None
+    return raw
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Parse a `.json` or `.json.gz` file; unreadable, truncated or invalid input raises JsonFileError."""
+    p = os.fspath(path)
+    raw = read_bytes(p)
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise JsonFileError("not a UTF-8 JSON file", path=p) from None
+    except json.JSONDecodeError as exc:
+        what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "invalid JSON"
+        raise JsonFileError(f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}", path=p) from None

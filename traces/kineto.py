@@ -1,0 +1,147 @@
+"""The Kineto (torch.profiler chrome-trace) side: CPU ops, launches, GPU ops, gloo work, steps."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from traces.errors import XsimError
+from traces.io import read_json
+
+CPU_CATS = frozenset({"cpu_op", "user_annotation"})
+GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+# Runtime calls that block the calling CPU thread until earlier GPU work is done (CUDA runtime API docs:
+# cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize; plain cudaMemcpy is synchronous).
+SYNC_CALLS = frozenset(
+    {
+        "cudaDeviceSynchronize",
+        "cudaStreamSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "hipDeviceSynchronize",
+    }
+)
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+class KinetoError(XsimError):
+    """A Kineto trace that cannot be used; the message names the file."""
+
+    def __init__(self, reason: str, *, path: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+        self.path = path
+
+
+@dataclass(frozen=True, slots=True)
+class KEvent:
+    """One complete ('X') Kineto event, times in integer nanoseconds."""
+
+    index: int
+    name: str
+    cat: str
+    ts: int
+    dur: int
+    pid: Any
+    tid: Any
+    args: dict[str, Any]
+
+    @property
+    def end(self) -> int:
+        """End time in ns."""
+        return self.ts + self.dur
+
+
+@dataclass
+class KinetoTrace:
+    """A parsed Kineto trace split by role."""
+
+    path: str
+    cpu_ops: list[KEvent]
+    runtime: list[KEvent]
+    gpu_ops: list[KEvent]
+    comm_threads: list[KEvent]  # gloo work on pt_gloo_runloop threads (durations of CPU collectives)
+    steps: dict[int, KEvent]  # ProfilerStep#N
+    rank: int | None
+    world_size: int | None
+    pg_config: list[dict[str, Any]] = field(default_factory=list)
+    device_name: str | None = None
+
+    @property
+    def has_record_function_id(self) -> bool:
+        """True when CPU ops carry args['Record function id'] (recent PyTorch)."""
+        return any("Record function id" in e.args for e in self.cpu_ops)
+
+
+def _ns(us: Any) -> int:
+    return round(float(us) * 1000)
+
+
+def _as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
+    """Read a Kineto trace and sort its events into CPU ops, runtime calls, GPU ops and gloo work."""
+    p = os.fspath(path)
+    doc = read_json(p)
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        if isinstance(doc, dict) and "nodes" in doc:
+            raise KinetoError("this is a host execution trace; pass it with --et, not --kineto", path=p)
+        raise KinetoError("not a Kineto trace (no 'traceEvents' list)", path=p)
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for e in doc["traceEvents"]:
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            name = str(args.get("name", ""))
+            key = (e.get("pid"), e.get("tid"))
+            # A thread is renamed when the gloo runloop starts; keep the more specific name.
+            if "gloo" in name or key not in thread_names:
+                thread_names[key] = name
+    cpu, rt, gpu, comm = [], [], [], []
+    steps: dict[int, KEvent] = {}
+    for i, e in enumerate(doc["traceEvents"]):
+        if not isinstance(e, dict) or e.get("ph") != "X":
+            continue
+        try:
+            ev = KEvent(
+                i,
+                str(e["name"]),
+                str(e.get("cat", "")),
+                _ns(e["ts"]),
+                _ns(e.get("dur", 0)),
+                e.get("pid"),
+                e.get("tid"),
+                e.get("args") if isinstance(e.get("args"), dict) else {},
+            )
+        except (KeyError, TypeError, ValueError):
+            raise KinetoError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
+        if ev.cat in CPU_CATS:
+            m = STEP_RE.match(ev.name)
+            if m:
+                steps[int(m.group(1))] = ev
+            if ev.name.startswith("gloo:") or "gloo" in thread_names.get((ev.pid, ev.tid), ""):
+                comm.append(ev)
+            else:
+                cpu.append(ev)
+        elif ev.cat in RUNTIME_CATS:
+            rt.append(ev)
+        elif ev.cat in GPU_CATS:
+            gpu.append(ev)
+    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
+    devices = doc.get("deviceProperties") if isinstance(doc.get("deviceProperties"), list) else []
+    return KinetoTrace(
+        path=p,
+        cpu_ops=cpu,
+        runtime=rt,
+        gpu_ops=gpu,
+        comm_threads=comm,
+        steps=steps,
+        rank=int(info["rank"]) if isinstance(info.get("rank"), int) else None,
+        world_size=int(info["world_size"]) if isinstance(info.get("world_size"), int) else None,
+        pg_config=[c for c in _as_list(info.get("pg_config")) if isinstance(c, dict)],
+        device_name=str(devices[0].get("name")) if devices and isinstance(devices[0], dict) else None,
+    )

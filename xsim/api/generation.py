@@ -1,0 +1,125 @@
+"""Make trace sets: generate from a deployment spec, plan, rewrite a generated set, import PyTorch runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from traces.io import DEPLOYMENT_FILE
+
+SpecSource = str | os.PathLike[str] | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """What `generate` writes and how."""
+
+    out: str  # output folder (created if missing)
+    name: str | None = None  # file prefix (default: the spec's name)
+    rewrite: bool = True  # the planner's rewrite: heterogeneous gradient sync and pipeline resharding
+
+
+@dataclass(frozen=True)
+class Generated:
+    """A generated trace set on disk."""
+
+    deployment: Any  # the resolved tracegen Deployment (also written as deployment.json)
+    paths: tuple[str, ...]  # per-rank .et files (comm_group.json and deployment.json beside them)
+    nodes: int  # nodes over all ranks
+
+
+def load_spec(spec: SpecSource):
+    """A deployment spec (.yaml/.toml/.json path or a mapping) as a checked tracegen Deployment."""
+    from tracegen.spec import load_spec as load
+
+    return load(spec)
+
+
+def check_cluster(dep, spec_path: str) -> None:
+    """Build a spec's explicit cluster now, so a typo in it fails here, naming the spec, not at replay."""
+    from netmodels.cluster import build_cluster
+    from netmodels.errors import NetworkModelError
+    from tracegen.errors import SpecError
+    from tracegen.spec import num_ranks
+
+    if dep.cluster_derived:
+        return  # derived from the device groups; V100-only sets have no preset and are replayed with --topology
+    try:
+        topo = build_cluster(json.loads(dep.cluster_json))
+    except NetworkModelError as exc:
+        raise SpecError(f"cluster: {exc}", path=spec_path) from None
+    if topo.num_ranks < num_ranks(dep):
+        raise SpecError(
+            f"cluster: {topo.num_ranks} ranks, but the device groups have {num_ranks(dep)}", path=spec_path
+        )
+
+
+def generate(spec: SpecSource, options: GenerateOptions) -> Generated:
+    """Per-rank Chakra traces, comm_group.json and deployment.json of a spec, written to options.out."""
+    from tracegen.errors import GeneratorError, SpecError
+    from tracegen.spec import NAME_RE, save_deployment
+    from tracegen.workload import generate as make
+
+    where = spec if isinstance(spec, str | os.PathLike) else "spec"
+    dep = load_spec(spec)
+    check_cluster(dep, os.fspath(where))
+    if options.name:
+        if not NAME_RE.match(options.name):
+            raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
+        dep.name = options.name
+    try:
+        bundle = make(dep, rewrite=options.rewrite)
+    except GeneratorError as exc:
+        raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
+    try:
+        paths = bundle.write(options.out, dep.name)
+        save_deployment(dep, os.path.join(options.out, DEPLOYMENT_FILE))
+    except OSError as exc:
+        raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
+    return Generated(dep, tuple(paths), sum(len(v) for v in bundle.nodes.values()))
+
+
+def plan(spec: SpecSource):
+    """The heterogeneity-aware plan of a spec (DP groups, rings, chunks, barrier groups, boundaries)."""
+    from tracegen.planner import build_plan
+
+    return build_plan(load_spec(spec))
+
+
+def rewrite(
+    traces: str,
+    out: str,
+    *,
+    spec: SpecSource | None = None,
+    reshard: str | None = None,
+    barriers: bool = True,
+):
+    """Rewrite a set generated without the rewrite; writes it with deployment.json; returns the summary."""
+    from tracegen.planner.rewrite import rewrite_trace_set
+    from tracegen.spec import save_deployment
+    from traces.errors import XsimError
+
+    if spec is None:
+        folder = traces if os.path.isdir(traces) else os.path.dirname(traces) or "."
+        spec = os.path.join(folder, DEPLOYMENT_FILE)
+        if not os.path.isfile(spec):
+            raise XsimError(f"{traces}: no {DEPLOYMENT_FILE} beside the traces: pass --spec")
+    dep = load_spec(spec)
+    dep.reshard = reshard or dep.reshard or "xsim"
+    summary = rewrite_trace_set(traces, dep, dep.reshard, out, barriers=barriers)
+    save_deployment(dep, os.path.join(out, DEPLOYMENT_FILE))
+    return dep, summary
+
+
+def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = None):
+    """Join each rank's PyTorch execution trace with its Kineto trace; write PREFIX.<rank>.et when `out`.
+
+    Returns (ImportResult, written paths).
+    """
+    from tracegen.importers.pytorch import import_pytorch as join
+
+    result = join(list(et), list(kineto))
+    return result, (result.write(out) if out is not None else [])

@@ -1,0 +1,74 @@
+"""Build the network model a replay runs on: from options, ASTRA-sim files or a deployment's cluster."""
+
+from __future__ import annotations
+
+import json
+
+from netmodels.errors import NetworkModelError
+from netmodels.models import ASTRA_FAMILY, build_astra_model, build_model, model_info, model_names
+from replay.errors import ReplayError
+from traces.io import DEPLOYMENT_FILE
+from xsim.api.options import NetworkOptions
+
+
+def resolve_model(options: NetworkOptions) -> str:
+    """The registry name the options select, or one error line for contradictory options."""
+    astra = bool(options.astra_network)
+    if options.astra_system and not astra:
+        raise ReplayError("--astra-system needs --astra-network")
+    if astra and options.topology:
+        raise ReplayError("--topology and --astra-network both give the network: pass one of them")
+    if options.model in (None, ASTRA_FAMILY):
+        if options.model == ASTRA_FAMILY and not astra:
+            raise ReplayError(f"--model {ASTRA_FAMILY} needs --astra-network NETWORK.yml")
+        if astra:
+            return "astra-aware" if options.congestion_aware else "astra-unaware"
+        if options.congestion_aware:
+            raise ReplayError("--congestion-aware is an ASTRA-sim mode option: it needs --astra-network")
+        return "analytical"
+    info = model_info(options.model)
+    if info.built_from == "astra":
+        if not astra:
+            raise ReplayError(f"--model {info.name} needs --astra-network NETWORK.yml")
+        if options.congestion_aware and info.name != "astra-aware":
+            raise ReplayError(f"--model {info.name} contradicts --congestion-aware (that is astra-aware)")
+        return info.name
+    if astra:
+        raise ReplayError(
+            f"--model {info.name} contradicts --astra-network (ASTRA-sim mode): drop --model, or pick one "
+            f"of {', '.join(model_names('astra'))}"
+        )
+    if options.congestion_aware:
+        raise ReplayError(f"--congestion-aware is an ASTRA-sim mode option, not one of --model {info.name}")
+    return info.name
+
+
+def build_network(options: NetworkOptions, deployment=None, *, where: str = DEPLOYMENT_FILE):
+    """The network model the options (or the deployment's cluster) describe; None in measured mode.
+
+    `deployment` is the tracegen Deployment found beside the traces (or None); `where` names its file in
+    errors.
+    """
+    name = resolve_model(options)
+    if model_info(name).built_from == "astra":
+        return build_astra_model(name, options.astra_network, options.astra_system)
+    extra = {"chunks": options.chunks, "chunks_in_flight": options.chunks_in_flight}
+    if (options.chunks, options.chunks_in_flight) == (1, 1):
+        extra = {}
+    if options.topology:
+        from netmodels.cluster import topology_from_spec
+
+        return build_model(name, topology_from_spec(options.topology), **extra)
+    if deployment is not None and deployment.cluster_json:
+        from netmodels.cluster import build_cluster
+
+        try:
+            return build_model(name, build_cluster(json.loads(deployment.cluster_json)), **extra)
+        except NetworkModelError as exc:
+            raise ReplayError(f"{where}: cluster: {exc} (or pass --topology SPEC)") from None
+    if options.comm == "measured":
+        return None
+    raise ReplayError(
+        "no network: pass --topology SPEC (e.g. switch:8:50GBps:500ns), --astra-network NET.yml, "
+        f"--comm measured, or replay a folder holding {DEPLOYMENT_FILE}"
+    )

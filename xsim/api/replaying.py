@@ -1,0 +1,141 @@
+"""Replay a trace set end to end: find it, read its deployment, build the models, simulate, write files."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from netmodels.errors import NetworkModelError
+from replay import ReplayConfig, ReplayError, ReplayResult
+from replay import simulate as replay_simulate
+from traces import pb
+from traces.io import DEPLOYMENT_FILE
+from traces.traceset import TraceSet, discover
+from xsim.api.compute import build_compute
+from xsim.api.network import build_network, resolve_model
+from xsim.api.options import OutputOptions, ReplayOptions
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What `simulate` returns: the trace set, its deployment (or None), the result and the iteration cost."""
+
+    trace_set: TraceSet
+    deployment: object | None  # tracegen Deployment read from deployment.json beside the traces
+    result: ReplayResult
+    cost: dict | None  # tracegen.cost.IterationCost as JSON, when the traces come with a deployment
+
+    def summary(self) -> dict:
+        """The summary dict (`xsim replay --json`): summary, cost when known, and perf."""
+        obj = self.result.summary_dict()
+        if self.cost is not None:
+            obj["cost"] = self.cost
+        obj["perf"] = self.result.perf_dict()
+        return obj
+
+
+def load_trace_set(path: str | os.PathLike[str]) -> TraceSet:
+    """The trace set at `path`: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file."""
+    return discover(os.fspath(path))
+
+
+def load_deployment(trace_set: TraceSet):
+    """The deployment (tracegen Deployment) written beside the traces by `xsim gen`, or None."""
+    path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
+    if not os.path.isfile(path):
+        return None
+    from tracegen.spec import load_spec
+
+    return load_spec(path)
+
+
+def replay_config(options: ReplayOptions) -> ReplayConfig:
+    """The engine's resources and rules for these options."""
+    astra = resolve_model(options.network).startswith("astra")
+    return ReplayConfig(
+        compute_streams=options.compute_streams,
+        comm_channels=options.comm_channels,
+        honour_stream=options.honour_stream,
+        comm_mode=options.network.comm,
+        # ASTRA-sim replays BROADCAST by its duration instead of simulating it (reference 3.2).
+        duration_comm_types=frozenset({pb.BROADCAST}) if astra else frozenset(),
+    )
+
+
+def iteration_cost(deployment, iteration_ns: int) -> dict | None:
+    """TCO of one iteration when the traces come with a deployment (GPU types and prices), else None."""
+    if deployment is None or not len(deployment.device_groups):
+        return None
+    from tracegen.cost import iteration_cost as cost_of
+
+    return cost_of(deployment, iteration_ns).to_json()
+
+
+def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOptions | None = None) -> Replay:
+    """Build the network and compute models for `options` and replay the trace set."""
+    options = options or ReplayOptions()
+    ts = trace_set if isinstance(trace_set, TraceSet) else load_trace_set(trace_set)
+    deployment = load_deployment(ts)
+    config = replay_config(options)
+    try:
+        network = build_network(
+            options.network, deployment, where=os.path.join(ts.directory, DEPLOYMENT_FILE)
+        )
+        compute = build_compute(options.compute, deployment, ts.num_ranks)
+        result = replay_simulate(
+            ts,
+            network=network,
+            compute=compute,
+            groups=options.comm_groups,
+            config=config,
+            progress=options.progress,
+            fold=options.fold,
+        )
+    except NetworkModelError as exc:
+        raise ReplayError(f"network model: {exc}") from None
+    return Replay(
+        ts, deployment, result, iteration_cost(deployment, result.summary_dict()["iteration_time_ns"])
+    )
+
+
+def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
+    """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths."""
+    from replay.export import write_annotated, write_timeline
+
+    written: list[str] = []
+    target = ""
+    try:
+        if outputs.out:
+            target = outputs.out
+            written += replay.result.save(outputs.out)
+            # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
+            written.append(
+                _write_json(
+                    os.path.join(outputs.out, "source.json"),
+                    {"trace": os.path.abspath(replay.trace_set.prefix)},
+                )
+            )
+        if outputs.timeline:
+            target = outputs.timeline
+            write_timeline(replay.result, outputs.timeline)
+            written.append(outputs.timeline)
+        if outputs.annotate:
+            target = outputs.annotate
+            write_annotated(replay.result, outputs.annotate)
+            written.append(outputs.annotate)
+    except OSError as exc:
+        raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
+    if replay.cost is not None and outputs.out:
+        try:
+            written.append(_write_json(os.path.join(outputs.out, "cost.json"), replay.cost, indent=1))
+        except OSError as exc:
+            raise ReplayError(f"{outputs.out}: cannot write cost.json: {exc.strerror or exc}") from None
+    return written
+
+
+def _write_json(path: str, obj: object, indent: int | None = None) -> str:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(obj, fh, indent=indent)
+        fh.write("\n")
+    return path

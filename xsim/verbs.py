@@ -1,0 +1,97 @@
+"""What every verb's parser shares: examples in an epilog, defaults shown, errors in the verb's own usage."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps the description as usual, but prints the examples epilog line by line, as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
+def add_verb(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    *,
+    help: str,
+    description: str | None = None,
+    examples: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """A sub-command parser whose --help ends with runnable examples; its errors print its own usage."""
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+    p = subparsers.add_parser(
+        name,
+        help=help,
+        description=description or help,
+        epilog=epilog,
+        formatter_class=HelpFormatter,
+    )
+    p.set_defaults(verb_parser=p)
+    return p
+
+
+def lazy_help(template: str, module: str, attr: str) -> type[argparse.Action]:
+    """A store action whose help is `template` formatted with `module.attr`, imported only when --help
+    is printed (e.g. the topology grammar, which lives beside networkx)."""
+
+    class LazyHelpStore(argparse._StoreAction):
+        @property
+        def help(self) -> str:
+            import importlib
+
+            return template.format(getattr(importlib.import_module(module), attr))
+
+        @help.setter
+        def help(self, value: str | None) -> None:
+            pass
+
+    return LazyHelpStore
+
+
+def add_network_arguments(group) -> None:
+    """The network flags every verb that builds a network model shares, with one meaning everywhere."""
+    from netmodels.models import model_choices
+
+    group.add_argument(
+        "--model",
+        choices=model_choices(),
+        help="network model (default: analytical, or astra-unaware with --astra-network); to run "
+        "analytical/flow on an ASTRA-sim network, pass --topology astra:NETWORK.yml",
+    )
+    group.add_argument(
+        "--topology",
+        metavar="SPEC",
+        action=lazy_help("topology spec: {}", "netmodels.cluster", "SPEC_HELP"),
+        help="",
+    )
+    group.add_argument(
+        "--astra-network", metavar="NET.yml", help="ASTRA-sim network config (compatible mode)"
+    )
+    group.add_argument(
+        "--astra-system", metavar="SYS.json", help="ASTRA-sim system config (with --astra-network)"
+    )
+    group.add_argument(
+        "--congestion-aware",
+        action="store_true",
+        help="ASTRA-sim's congestion-aware backend (1-D only; = --model astra-aware)",
+    )
+
+
+def network_options(args: argparse.Namespace, **extra):
+    """The API's NetworkOptions from the flags `add_network_arguments` added (plus verb-specific ones)."""
+    from xsim.api import NetworkOptions
+
+    return NetworkOptions(
+        model=args.model,
+        topology=args.topology,
+        astra_network=args.astra_network,
+        astra_system=args.astra_system,
+        congestion_aware=args.congestion_aware,
+        **extra,
+    )
