@@ -9,6 +9,7 @@ active-chunks-per-dimension at a time.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Mapping
@@ -20,7 +21,16 @@ import yaml
 
 from netmodels.algorithms import Schedule, Stage, canonical_algorithm, in_order_tree, ring_stage, tree_stages
 from netmodels.analytical import ClosedFormModel
-from netmodels.api import CollectiveSpec, check_size, root_index, validate_ranks, validate_spec
+from netmodels.api import CollectiveSpec, Completion, check_size, root_index, validate_ranks, validate_spec
+from netmodels.astra_events import (
+    FAST_BUS_NS,
+    AstraWorld,
+    AwareNet,
+    CollectiveRun,
+    PacketAlgo,
+    TreeAlgo,
+    UnawareNet,
+)
 from netmodels.errors import AlgorithmError, AstraConfigError
 from netmodels.executor import run_chunked
 
@@ -227,6 +237,9 @@ class AstraModel(ClosedFormModel):
         sizes = [d.npus for d in network.dims]
         self._strides = np.array([math.prod(sizes[:i]) for i in range(len(sizes))], dtype=np.int64)
         self._sizes = np.array(sizes, dtype=np.int64)
+        self._msg_cache: dict[tuple[int, int, int], int] = {}
+        self._dbt_streams = 0
+        self._world: AstraWorld | None = None
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -274,13 +287,18 @@ class AstraModel(ClosedFormModel):
         n = -(-size // chunk)
         return [min(chunk, size - c * chunk) for c in range(n)]
 
-    def _algorithm(self, spec: CollectiveSpec, dim: int) -> str:
+    def _algorithm(self, spec: CollectiveSpec, dim: int, subgroup: bool = False) -> str:
         if spec.algorithm is not None:
             return canonical_algorithm(spec.algorithm)[0]
         if spec.kind not in _IMPL_KEYS:
             raise AlgorithmError(
                 f"ASTRA-sim does not simulate {spec.kind} collectives (reference 3.4); use model=analytical or flow"
             )
+        impls = dict(self.system.implementations).get(spec.kind, ())
+        if subgroup and len(impls) > 1:
+            # CommunicatorGroup::get_collective_plan: a group smaller than the system runs on a 1-D Local ring;
+            # a per-dimension implementation list is replaced by Ring there.
+            return "ring"
         return self.system.implementation(spec.kind, dim)
 
     def _group_dim(self, ranks: tuple[int, ...]) -> int:
@@ -346,7 +364,7 @@ class AstraModel(ClosedFormModel):
         """(groups, schedule) per phase: one phase for a 1-D group, one per dimension for a full multi-dim one."""
         dims = self.network.dims
         if len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks)):
-            algo = self._algorithm(spec, self._group_dim(ranks))
+            algo = self._algorithm(spec, self._group_dim(ranks), len(ranks) < self.num_ranks)
             return [([ranks], self._schedule(spec.kind, algo, len(ranks), chunk, root_index(spec), stream))]
         n = self.num_ranks
         lines = []
@@ -380,22 +398,98 @@ class AstraModel(ClosedFormModel):
         p = len(ranks)
         if p == 1:
             return (0,)
+        chunks = self._event_chunks(spec, ranks)
+        if chunks is not None:
+            world = AstraWorld(lambda loop: UnawareNet(loop, self._msg1), *self._world_args())
+            out: list[tuple[int, ...]] = []
+            CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
+            world.loop.run_until(None)
+            return out[0]
         total = np.zeros(p, dtype=np.int64)
         sizes = self.chunk_sizes(spec.kind, spec.size_bytes, p)
         active = self.system.active_chunks_per_dimension
-        if self.congestion_aware:
-            self._check_aware(spec, ranks, active)
-        ed = self.system.endpoint_delay_ns
+        # MemBus.cc: Ring and HalvingDoubling on a communicator group smaller than the system send with
+        # Transmition::Fast, which costs a hard-coded 10 ns instead of the endpoint-delay.
+        bus = FAST_BUS_NS if p < self.num_ranks else self.system.endpoint_delay_ns
         pos_of = {r: i for i, r in enumerate(ranks)}
         finishes: list[np.ndarray] = []
         for c, chunk in enumerate(sizes):
             begin = np.zeros(p, dtype=np.int64) if c < active else finishes[c - active]
             t = begin.copy()
             for groups, sched in self._phases(spec, ranks, chunk, c):
-                t = self._run_phase(groups, sched, t, pos_of, ed)
+                t = self._run_phase(groups, sched, t, pos_of, bus)
             finishes.append(t)
             total = np.maximum(total, t)
         return tuple(int(x) for x in total)
+
+    def _msg1(self, src: int, dst: int, size: int) -> int:
+        key = (src, dst, size)
+        t = self._msg_cache.get(key)
+        if t is None:
+            t = int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size)]))[0])
+            self._msg_cache[key] = t
+        return t
+
+    def _world_args(self) -> tuple:
+        sysc = self.system
+        return (
+            sysc.endpoint_delay_ns,
+            sysc.local_mem_bw_gbps,
+            sysc.active_chunks_per_dimension,
+            sysc.scheduling_policy != "FIFO",
+        )
+
+    def _event_chunks(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> list[list] | None:
+        """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)."""
+        dims = self.network.dims
+        p = len(ranks)
+        subgroup = p < self.num_ranks
+        if len(dims) > 1 and not subgroup and tuple(ranks) == tuple(range(self.num_ranks)):
+            if self.congestion_aware:
+                raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
+            return None
+        algo = self._algorithm(spec, self._group_dim(ranks), subgroup)
+        pow2 = p & (p - 1) == 0
+        if not self.congestion_aware and (algo == "ring" or (algo == "double_binary_tree" and not pow2)):
+            return None
+        kind = spec.kind
+        if algo == "halving_doubling" and (
+            not pow2 or kind not in ("all_reduce", "reduce_scatter", "all_gather")
+        ):
+            self._schedule(kind, algo, p, p, 0)  # raises the closed form's error
+        if algo == "double_binary_tree":
+            if kind != "all_reduce":
+                raise AlgorithmError("ASTRA-sim's doubleBinaryTree implements all_reduce only")
+            if not pow2:
+                raise AlgorithmError(f"congestion-aware doubleBinaryTree needs a power-of-two group, got {p}")
+        if algo == "ring" and kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim's ring does not implement {kind}")
+        if algo == "direct" and kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim's direct does not implement {kind}")
+        if algo not in ("ring", "direct", "halving_doubling", "double_binary_tree"):
+            raise AlgorithmError(f"ASTRA-sim has no {algo} implementation in this mode")
+        chunks = []
+        for chunk in self.chunk_sizes(kind, spec.size_bytes, p):
+            if algo == "double_binary_tree":
+                # DoubleBinaryTreeTopology::get_topology: every new stream takes the other tree (the counter
+                # lives on the rank's topology object, so it carries over from one collective to the next).
+                parent = in_order_tree(p, root_max=self._dbt_streams % 2 == 0)
+                self._dbt_streams += 1
+                children: list[list[int]] = [[] for _ in range(p)]
+                for v, u in enumerate(parent):
+                    if u >= 0:
+                        children[u].append(v)
+
+                def make(ctx, stream, members, idx, parent=parent, children=children, chunk=chunk):
+                    return TreeAlgo(ctx, stream, members, idx, parent[idx], children[idx], chunk)
+
+            else:
+
+                def make(ctx, stream, members, idx, chunk=chunk, algo=algo):
+                    return PacketAlgo(ctx, stream, members, idx, subgroup, kind, algo, chunk)
+
+            chunks.append([(0, make)])
+        return chunks
 
     def _run_phase(self, groups, sched: Schedule, t: np.ndarray, pos_of: dict, ed: int) -> np.ndarray:
         t = t.copy()
@@ -418,25 +512,49 @@ class AstraModel(ClosedFormModel):
             t[idx] = run_chunked(lambda _c: sched, 1, 1, start, cost, count_sends=False)
         return t
 
-    def _check_aware(self, spec: CollectiveSpec, ranks: tuple[int, ...], active: int) -> None:
-        algo = self._algorithm(spec, 0)
-        kind = self.network.dims[0].topology_kind
-        contention_free = algo == "ring" or (algo == "halving_doubling" and kind in ("switch", "fc"))
-        if not contention_free or active > 1:
-            raise AlgorithmError(
-                f"congestion-aware ASTRA mode reproduces only contention-free patterns (ring; halvingDoubling on "
-                f"Switch/FullyConnected; one active chunk); {algo} with {active} active chunk(s) on {kind} "
-                "queues messages on shared links: use model=flow"
-            )
-
     # ----- engine-facing interface -------------------------------------------------------------------
+    def _aware_world(self) -> AstraWorld:
+        if self._world is None:
+            d = self.network.dims[0]
+            self._world = AstraWorld(
+                lambda loop: AwareNet(loop, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns),
+                *self._world_args(),
+            )
+        return self._world
+
+    def _sync(self, now_ns: int) -> AstraWorld:
+        world = self._aware_world()
+        if world.loop.now < now_ns:
+            world.loop.run_until(now_ns - 1)
+            world.loop.now = now_ns
+        return world
+
+    def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
+        finish = max(per_rank)
+        heapq.heappush(self._pending, (finish, handle, Completion(handle, finish, per_rank)))
+
+    def _new_handle(self) -> int:
+        handle = self._next_handle
+        self._next_handle += 1
+        return handle
+
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
-        """Closed-form ASTRA-sim time of the collective, started at now_ns; returns its handle."""
+        """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""
         now_ns = self._check_now(now_ns)
-        return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+        if not self.congestion_aware:
+            return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+        ranks = validate_spec(spec, self.num_ranks)
+        if len(ranks) == 1:
+            return self._register((now_ns,))
+        chunks = self._event_chunks(spec, ranks)
+        world = self._sync(now_ns)
+        handle = self._new_handle()
+        run = CollectiveRun(world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)))
+        run.start()
+        return handle
 
     def p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
-        """Send/recv time: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
+        """Send/recv time on an idle network: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
         validate_ranks((src, dst), self.num_ranks)
         check_size(size_bytes)
         return int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size_bytes)]))[0])
@@ -444,7 +562,29 @@ class AstraModel(ClosedFormModel):
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Start a send/recv pair at now_ns; returns its handle."""
         now_ns = self._check_now(now_ns)
-        return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
+        if not self.congestion_aware or src == dst:
+            return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
+        validate_ranks((src, dst), self.num_ranks)
+        check_size(size_bytes)
+        world = self._sync(now_ns)
+        handle = self._new_handle()
+        world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
+        return handle
+
+    def next_event_ns(self) -> int | None:
+        """Earliest pending completion or internal event (aware mode runs an event loop)."""
+        t = self._pending[0][0] if self._pending else None
+        if self._world is not None:
+            w = self._world.loop.next_time()
+            if w is not None and (t is None or w < t):
+                t = w
+        return t
+
+    def advance(self, until_ns: int) -> list[Completion]:
+        """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""
+        if self._world is not None:
+            self._world.loop.run_until(until_ns)
+        return super().advance(until_ns)
 
 
 def astra_model(
