@@ -240,6 +240,7 @@ class AstraModel(ClosedFormModel):
         self._msg_cache: dict[tuple[int, int, int], int] = {}
         self._dbt_streams = 0
         self._world: AstraWorld | None = None
+        self._tentative: tuple | None = None
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -395,16 +396,54 @@ class AstraModel(ClosedFormModel):
     def collective_ns(self, spec: CollectiveSpec) -> tuple[int, ...]:
         """Per-rank duration (ns) of a collective started at 0 on an idle network, in spec.ranks order."""
         ranks = validate_spec(spec, self.num_ranks)
-        p = len(ranks)
-        if p == 1:
+        if len(ranks) == 1:
             return (0,)
         chunks = self._event_chunks(spec, ranks)
-        if chunks is not None:
-            world = AstraWorld(lambda loop: UnawareNet(loop, self._msg1), *self._world_args())
-            out: list[tuple[int, ...]] = []
-            CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
-            world.loop.run_until(None)
-            return out[0]
+        if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
+            return self._closed_ns(spec, ranks)
+        if self.congestion_aware:
+            d = self.network.dims[0]
+
+            def net(loop):
+                return AwareNet(loop, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns)
+
+        else:
+
+            def net(loop):
+                return UnawareNet(loop, self._msg1)
+
+        world = AstraWorld(net, *self._world_args())
+        out: list[tuple[int, ...]] = []
+        CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
+        world.loop.run_until(None)
+        return out[0]
+
+    def _contention_free(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> bool:
+        """Aware mode: a ring, one active chunk, equal hop counts and no directed link shared by two ring edges:
+        then every rank moves in lockstep, no message ever queues and the closed form is exact."""
+        if len(self.network.dims) > 1 or self.system.active_chunks_per_dimension != 1:
+            return False
+        p = len(ranks)
+        if self._algorithm(spec, 0, p < self.num_ranks) != "ring":
+            return False
+        d = self.network.dims[0]
+        router = AwareNet(None, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns)
+        links: set[tuple[int, int]] = set()
+        hops = None
+        for i in range(p):
+            path = router.route(ranks[i], ranks[(i + 1) % p])
+            if hops is None:
+                hops = len(path)
+            if len(path) != hops:
+                return False
+            for e in zip(path, path[1:], strict=False):
+                if e in links:
+                    return False
+                links.add(e)
+        return True
+
+    def _closed_ns(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        p = len(ranks)
         total = np.zeros(p, dtype=np.int64)
         sizes = self.chunk_sizes(spec.kind, spec.size_bytes, p)
         active = self.system.active_chunks_per_dimension
@@ -538,6 +577,31 @@ class AstraModel(ClosedFormModel):
         self._next_handle += 1
         return handle
 
+    def _materialize(self, now_ns: int) -> None:
+        """Replay the closed-form transfer in flight on the event loop once other traffic joins it."""
+        tent, self._tentative = self._tentative, None
+        if tent is None or now_ns >= tent[1]:
+            return
+        t0, _, handle, inject = tent
+        # It was alone on an idle network since t0, so running it from t0 on the loop is exact.
+        self._pending = [e for e in self._pending if e[1] != handle]
+        heapq.heapify(self._pending)
+        world = self._aware_world()
+        world.loop.now = t0
+        inject(world, handle)
+
+    def _aware_start(self, now_ns: int, closed: tuple[int, ...] | None, inject) -> int:
+        self._materialize(now_ns)
+        world = self._sync(now_ns)
+        if closed is not None and world.loop.next_time() is None:
+            # Alone on an idle network, a contention-free pattern has its closed form; kept tentative.
+            handle = self._register(closed)
+            self._tentative = (now_ns, max(closed), handle, inject)
+            return handle
+        handle = self._new_handle()
+        inject(world, handle)
+        return handle
+
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""
         now_ns = self._check_now(now_ns)
@@ -547,11 +611,16 @@ class AstraModel(ClosedFormModel):
         if len(ranks) == 1:
             return self._register((now_ns,))
         chunks = self._event_chunks(spec, ranks)
-        world = self._sync(now_ns)
-        handle = self._new_handle()
-        run = CollectiveRun(world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)))
-        run.start()
-        return handle
+        closed = None
+        if self._contention_free(spec, ranks):
+            closed = tuple(now_ns + d for d in self._closed_ns(spec, ranks))
+
+        def inject(world: AstraWorld, handle: int) -> None:
+            CollectiveRun(
+                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish))
+            ).start()
+
+        return self._aware_start(now_ns, closed, inject)
 
     def p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
         """Send/recv time on an idle network: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
@@ -564,12 +633,12 @@ class AstraModel(ClosedFormModel):
         now_ns = self._check_now(now_ns)
         if not self.congestion_aware or src == dst:
             return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
-        validate_ranks((src, dst), self.num_ranks)
-        check_size(size_bytes)
-        world = self._sync(now_ns)
-        handle = self._new_handle()
-        world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
-        return handle
+        closed = (now_ns + self.p2p_ns(src, dst, size_bytes),)
+
+        def inject(world: AstraWorld, handle: int) -> None:
+            world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
+
+        return self._aware_start(now_ns, closed, inject)
 
     def next_event_ns(self) -> int | None:
         """Earliest pending completion or internal event (aware mode runs an event loop)."""

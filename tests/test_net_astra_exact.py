@@ -227,3 +227,73 @@ def test_aware_ring_route_and_fifo_across_collective_and_p2p():
     r0 = (s + d + 10) + d + 10
     r1 = 2 * s + d + 10
     assert done[coll].per_rank_finish_ns == (r0, r1)
+
+
+# ----- the closed forms are the event machine's own results where they apply --------------------------
+
+
+def _events_only(monkeypatch):
+    monkeypatch.setattr(AstraModel, "_contention_free", lambda self, spec, ranks: False)
+
+
+@pytest.mark.parametrize("topo", ["ring", "switch", "fc"])
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
+@pytest.mark.parametrize("ranks", [tuple(range(8)), (0, 2, 4, 6), (1, 2)])
+def test_aware_ring_closed_form_equals_event_run(monkeypatch, topo, kind, ranks):
+    from netmodels.astra import AstraSystem
+
+    system = AstraSystem(4, 1, 10, 1600.0, "localBWAware", "LIFO", ())
+    spec = CollectiveSpec(kind, MIB + 12345, ranks)
+
+    def model():
+        return AstraModel(AstraNetwork((AstraDim(topo, 8, 50, 500),)), system, congestion_aware=True)
+
+    closed = simulate_collective(model(), spec)
+    _events_only(monkeypatch)
+    assert simulate_collective(model(), spec) == closed
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
+@pytest.mark.parametrize("n,ranks", [(8, tuple(range(8))), (8, (0, 3, 5)), (16, tuple(range(16)))])
+def test_unaware_ring_closed_form_equals_packet_machine(kind, n, ranks):
+    # The ring closed form reproduced ASTRA-sim's 182 ring runs (reference 3.3 item 5); the packet machine
+    # that runs halvingDoubling and direct must give the same numbers for ring.
+    from netmodels.astra import AstraSystem
+    from netmodels.astra_events import AstraWorld, CollectiveRun, PacketAlgo, UnawareNet
+
+    system = AstraSystem(4, 2, 10, 1600.0, "localBWAware", "LIFO", ())
+    model = AstraModel(AstraNetwork((AstraDim("ring", n, 50, 500),)), system)
+    spec = CollectiveSpec(kind, 3 * MIB + 7, ranks)
+    closed = model.collective_ns(spec)
+    sub = len(ranks) < n
+    chunks = [
+        [(0, lambda ctx, st, mem, idx, c=c: PacketAlgo(ctx, st, mem, idx, sub, kind, "ring", c))]
+        for c in model.chunk_sizes(kind, spec.size_bytes, len(ranks))
+    ]
+    world = AstraWorld(lambda loop: UnawareNet(loop, model._msg1), 10, 1600.0, 2, True)
+    out = []
+    CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
+    world.loop.run_until(None)
+    assert out[0] == closed
+
+
+def test_aware_tentative_closed_form_is_replayed_when_traffic_joins(monkeypatch):
+    # A ring AllReduce alone takes its closed form; a send started while it runs shares its links. Both must
+    # finish exactly as when everything runs on the event loop from the start.
+    def run():
+        model = AstraModel(AstraNetwork((AstraDim("ring", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
+        model.start_collective(0, ar(4, 4 * MIB))
+        model.advance(30_000)
+        model.start_p2p(30_000, 0, 1, MIB)
+        model.start_p2p(30_000, 2, 1, MIB)
+        return _drain(model)
+
+    fast = run()
+    _events_only(monkeypatch)
+    slow = run()
+    assert fast == slow
+    alone = simulate_collective(
+        AstraModel(AstraNetwork((AstraDim("ring", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True),
+        ar(4, 4 * MIB),
+    )
+    assert fast[-1].finish_ns > alone.finish_ns  # the sends delayed the collective
