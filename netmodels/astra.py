@@ -124,6 +124,8 @@ def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:
     return val
 
 
+# Distinct collectives whose event-level result is remembered per model (a few MB at most).
+_MEMO_MAX = 4096
 NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 # Per-rank finish times are Python tuples built per collective: 2^20 NPUs is ~10x the largest GPU
 # clusters built (~1e5 GPUs); more is a typo in npus_count that would otherwise exhaust memory.
@@ -241,6 +243,7 @@ class AstraModel(ClosedFormModel):
         self._dbt_streams = 0
         self._world: AstraWorld | None = None
         self._tentative: tuple | None = None
+        self._memo: dict[tuple, tuple[int, ...]] = {}
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -373,34 +376,55 @@ class AstraModel(ClosedFormModel):
             stride = int(self._strides[d])
             base = [r for r in range(n) if (r // stride) % dim.npus == 0]
             lines.append([tuple(b + k * stride for k in range(dim.npus)) for b in base])
-        k = len(dims)
-        phases: list[tuple[int, str, int]] = []
-        if spec.kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
-            # Reduce-scatter up dims 0..k-2 (data shrinks by each dim), all-reduce on the last, all-gather
-            # back down with each rank's block as the per-rank input (reference 3.3 item 2).
-            data = chunk
-            for d in range(k - 1):
-                phases.append((d, "reduce_scatter", data))
-                data //= dims[d].npus
-            phases.append((k - 1, "all_reduce", data))
-            for d in reversed(range(k - 1)):
-                phases.append((d, "all_gather", data))
-                data *= dims[d].npus
-        else:
-            phases = [(d, spec.kind, chunk) for d in range(k)]
+        phases = self._dim_phases(spec.kind, chunk)
         return [
             (lines[d], self._schedule(kind, self._algorithm(spec, d), dims[d].npus, size, 0))
             for d, kind, size in phases
         ]
+
+    def _dim_phases(self, kind: str, chunk: int) -> list[tuple[int, str, int]]:
+        """(dim, kind, data size) of each phase of a whole-system multi-dim collective (Sys::generate_collective).
+
+        AllReduce with localBWAware: RS up the dims (data shrinks by each dim), AR on the last, AG back down
+        with each rank's block as the per-rank input (reference 3.3 item 2). Otherwise one phase of the
+        collective per dim, each taking the previous phase's output size (RS divides, AG multiplies); AllGather
+        walks the dims in reverse. Dimensions of one NPU have no phase.
+        """
+        dims = self.network.dims
+        live = [d for d in range(len(dims)) if dims[d].npus > 1]
+        phases: list[tuple[int, str, int]] = []
+        data = chunk
+        if kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
+            for d in live[:-1]:
+                phases.append((d, "reduce_scatter", data))
+                data //= dims[d].npus
+            phases.append((live[-1], "all_reduce", data))
+            for d in reversed(live[:-1]):
+                phases.append((d, "all_gather", data))
+                data *= dims[d].npus
+            return phases
+        for d in reversed(live) if kind == "all_gather" else live:
+            phases.append((d, kind, data))
+            if kind == "reduce_scatter":
+                data //= dims[d].npus
+            elif kind == "all_gather":
+                data *= dims[d].npus
+        return phases
 
     def collective_ns(self, spec: CollectiveSpec) -> tuple[int, ...]:
         """Per-rank duration (ns) of a collective started at 0 on an idle network, in spec.ranks order."""
         ranks = validate_spec(spec, self.num_ranks)
         if len(ranks) == 1:
             return (0,)
+        # The event run of a collective on an idle network depends only on these (and, for doubleBinaryTree,
+        # on which tree the rank's next stream takes); traces repeat the same collectives many times.
+        key = (spec.kind, spec.size_bytes, ranks, spec.algorithm, self._dbt_streams % 2)
         chunks = self._event_chunks(spec, ranks)
         if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
             return self._closed_ns(spec, ranks)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
         if self.congestion_aware:
             d = self.network.dims[0]
 
@@ -416,6 +440,8 @@ class AstraModel(ClosedFormModel):
         out: list[tuple[int, ...]] = []
         CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
         world.loop.run_until(None)
+        if len(self._memo) < _MEMO_MAX:
+            self._memo[key] = out[0]
         return out[0]
 
     def _contention_free(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> bool:
@@ -478,6 +504,49 @@ class AstraModel(ClosedFormModel):
             sysc.scheduling_policy != "FIFO",
         )
 
+    def _multidim_chunks(self, spec: CollectiveSpec) -> list[list] | None:
+        """Streams of a whole-system multi-dim collective: one phase per dimension, a queue per dimension.
+
+        Sys::generate_collective: AllReduce with localBWAware = RS up the dims, AR on the last, AG back down;
+        otherwise one phase of the collective per dim (AllGather walks the dims in reverse), each phase taking
+        the previous phase's output size. A chunk moves to the next dim's queue when its phase exits on that
+        rank, so chunks pipeline across dimensions. With one chunk the phases run back to back and the closed
+        form is exact (None); so it is when a dim uses doubleBinaryTree, which ASTRA-sim builds only in 1-D.
+        """
+        dims = self.network.dims
+        kind = spec.kind
+        sizes = self.chunk_sizes(kind, spec.size_bytes, self.num_ranks)
+        algos = [self._algorithm(spec, d) for d in range(len(dims))]
+        if len(sizes) == 1 or "double_binary_tree" in algos:
+            return None
+        live = [d for d in range(len(dims)) if dims[d].npus > 1]
+        for d in live:
+            if algos[d] == "halving_doubling" and dims[d].npus & (dims[d].npus - 1):
+                raise AlgorithmError(f"halvingDoubling needs a power-of-two group, got {dims[d].npus}")
+            if algos[d] not in ("ring", "direct", "halving_doubling"):
+                raise AlgorithmError(f"ASTRA-sim has no {algos[d]} implementation in this mode")
+        if kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim does not simulate {kind} collectives")
+        strides = [int(x) for x in self._strides]
+
+        def line(rank: int, d: int) -> tuple[tuple[int, ...], int]:
+            stride, npus = strides[d], dims[d].npus
+            base = rank - ((rank // stride) % npus) * stride
+            return tuple(base + k * stride for k in range(npus)), (rank // stride) % npus
+
+        def phase(d: int, pkind: str, data: int):
+            def make(ctx, stream, members, idx, d=d, pkind=pkind, data=data):
+                mem, pos = line(members[idx], d)
+                return PacketAlgo(ctx, stream, mem, pos, False, pkind, algos[d], data)
+
+            return (d, make)
+
+        chunks = []
+        for chunk in sizes:
+            phases = [phase(d, pkind, data) for d, pkind, data in self._dim_phases(kind, chunk)]
+            chunks.append(phases)
+        return chunks
+
     def _event_chunks(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> list[list] | None:
         """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)."""
         dims = self.network.dims
@@ -486,7 +555,7 @@ class AstraModel(ClosedFormModel):
         if len(dims) > 1 and not subgroup and tuple(ranks) == tuple(range(self.num_ranks)):
             if self.congestion_aware:
                 raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
-            return None
+            return self._multidim_chunks(spec)
         algo = self._algorithm(spec, self._group_dim(ranks), subgroup)
         pow2 = p & (p - 1) == 0
         if not self.congestion_aware and (algo == "ring" or (algo == "double_binary_tree" and not pow2)):

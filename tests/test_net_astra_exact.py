@@ -297,3 +297,43 @@ def test_aware_tentative_closed_form_is_replayed_when_traffic_joins(monkeypatch)
         ar(4, 4 * MIB),
     )
     assert fast[-1].finish_ns > alone.finish_ns  # the sends delayed the collective
+
+
+# ----- multi-dimensional collectives: phases per dimension, chunks pipelined across dimension queues -----
+
+
+def test_multi_dim_two_chunks_pipeline_across_dimension_queues():
+    # [Ring 4, Ring 4], 50 GB/s, 1000 ns, ed 1, 2 splits, 1 active chunk, 1 MiB AllReduce (chunk 512 KiB).
+    # Chunk A: RS dim 0 (R = 3 t(128 KiB) + 4), AR dim 1 (6 t(32 KiB) + 7, shorter than R), AG dim 0 (G = R).
+    # B starts its RS on dim 0 when A leaves for dim 1; A's AG waits for B's RS (one chunk per queue); B's AG
+    # waits for A's AG: 2R + 2G instead of 2(R + AR + G) back to back.
+    net = AstraNetwork((AstraDim("ring", 4, 50, 1000), AstraDim("ring", 4, 50, 1000)))
+    from netmodels.astra import AstraSystem
+
+    model = AstraModel(net, AstraSystem(2, 1, 1, 1e9, "localBWAware", "LIFO", ()))
+    r = 3 * math.floor(1000 + 131072 / B50) + 4
+    assert 6 * math.floor(1000 + 32768 / B50) + 7 < r
+    c = simulate_collective(model, ar(16, MIB))
+    assert c.per_rank_finish_ns == (2 * r + 2 * r,) * 16 == (41308,) * 16
+
+
+@pytest.mark.parametrize("opt", ["localBWAware", "baseline"])
+def test_multi_dim_reduce_scatter_and_all_gather_sizes_and_order(opt):
+    # [Ring 4 (1000 ns), Ring 2 (3000 ns)], clean, 1 MiB. RS: dim 0 on S (3 steps of S/4), then dim 1 on
+    # the S/4 it produced (1 step of S/8). AG walks the dims backwards: dim 1 on S (1 step of S), then dim 0
+    # on 2S (3 steps of 2S). Each phase pays steps + 1 bus crossings of 1 ns.
+    from netmodels.astra import AstraSystem
+
+    net = AstraNetwork((AstraDim("ring", 4, 50, 1000), AstraDim("ring", 2, 50, 3000)))
+    model = AstraModel(net, AstraSystem(1, 1, 1, 1e9, opt, "LIFO", ()))
+
+    def t0(m):
+        return math.floor(1000 + m / B50)
+
+    def t1(m):
+        return math.floor(3000 + m / B50)
+
+    rs = simulate_collective(model, CollectiveSpec("reduce_scatter", MIB, tuple(range(8))))
+    assert rs.finish_ns == (3 * t0(MIB // 4) + 4) + (t1(MIB // 8) + 2)
+    ag = simulate_collective(model, CollectiveSpec("all_gather", MIB, tuple(range(8))))
+    assert ag.finish_ns == (t1(MIB) + 2) + (3 * t0(2 * MIB) + 4)
