@@ -510,14 +510,14 @@ class AstraModel(ClosedFormModel):
         Sys::generate_collective: AllReduce with localBWAware = RS up the dims, AR on the last, AG back down;
         otherwise one phase of the collective per dim (AllGather walks the dims in reverse), each phase taking
         the previous phase's output size. A chunk moves to the next dim's queue when its phase exits on that
-        rank, so chunks pipeline across dimensions. With one chunk the phases run back to back and the closed
-        form is exact (None); so it is when a dim uses doubleBinaryTree, which ASTRA-sim builds only in 1-D.
+        rank, so chunks pipeline across dimensions. One chunk of rings runs its phases back to back: the closed
+        form is exact (None). A dim with doubleBinaryTree (ASTRA-sim builds it only in 1-D) takes it too.
         """
         dims = self.network.dims
         kind = spec.kind
         sizes = self.chunk_sizes(kind, spec.size_bytes, self.num_ranks)
         algos = [self._algorithm(spec, d) for d in range(len(dims))]
-        if len(sizes) == 1 or "double_binary_tree" in algos:
+        if (len(sizes) == 1 and set(algos) == {"ring"}) or "double_binary_tree" in algos:
             return None
         live = [d for d in range(len(dims)) if dims[d].npus > 1]
         for d in live:

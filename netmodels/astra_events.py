@@ -193,12 +193,41 @@ class Matcher:
             entry[0] = cb
 
 
+class SysEvents:
+    """Sys::try_register_event: a rank's events of one tick form one list, run together by a single loop
+    event (scheduled when the tick's first event is registered); events added to a tick whose list is running
+    join it."""
+
+    def __init__(self, loop: EventLoop) -> None:
+        self.loop = loop
+        self._lists: dict[tuple[int, int], list] = {}
+
+    def at(self, rank: int, delay: int, fn: Callable, *args) -> None:
+        """Run fn(*args) on rank's system layer delay ns from now."""
+        key = (rank, self.loop.now + delay)
+        lst = self._lists.get(key)
+        if lst is None:
+            lst = self._lists[key] = []
+            self.loop.at(key[1], self._run, key)
+        lst.append((fn, args))
+
+    def _run(self, key: tuple[int, int]) -> None:
+        lst = self._lists[key]
+        i = 0
+        while i < len(lst):
+            fn, args = lst[i]
+            fn(*args)
+            i += 1
+        del self._lists[key]
+
+
 @dataclass(frozen=True)
 class Ctx:
     """What an algorithm instance needs from its rank: bus delays, reduction cost, messaging."""
 
     loop: EventLoop
     matcher: Matcher
+    sys: SysEvents
     ed: int
     mem_gbps: float
 
@@ -235,15 +264,14 @@ class _Algo:
 
     def bundle(self, size: int, processed: bool) -> None:
         """A packet bundle: memory-bus delay, then (if processed) the reduction, then a General event."""
-        loop = self.ctx.loop
+        rank = self.members[self.idx]
         if processed:
-            loop.at(loop.now + self.bus, self._processed, size)
+            self.ctx.sys.at(rank, self.bus, self._processed, size)
         else:
-            loop.at(loop.now + self.bus, self.general)
+            self.ctx.sys.at(rank, self.bus, self.general)
 
     def _processed(self, size: int) -> None:
-        loop = self.ctx.loop
-        loop.at(loop.now + self.ctx.red_ns(size), self.general)
+        self.ctx.sys.at(self.members[self.idx], self.ctx.red_ns(size), self.general)
 
     def send(self, pos: int, size: int) -> None:
         self.ctx.matcher.send(self.stream.tag, self.members[self.idx], self.members[pos], size)
@@ -540,7 +568,7 @@ class AstraWorld:
         self.loop = EventLoop()
         self.net = net_factory(self.loop)
         self.matcher = Matcher(self.loop, self.net)
-        self.ctx = Ctx(self.loop, self.matcher, ed, mem_gbps)
+        self.ctx = Ctx(self.loop, self.matcher, SysEvents(self.loop), ed, mem_gbps)
         self.active = active
         self.lifo = lifo
         self._queues: dict[int, RankQueues] = {}
