@@ -240,7 +240,8 @@ class AstraModel(ClosedFormModel):
         self._strides = np.array([math.prod(sizes[:i]) for i in range(len(sizes))], dtype=np.int64)
         self._sizes = np.array(sizes, dtype=np.int64)
         self._msg_cache: dict[tuple[int, int, int], int] = {}
-        self._dbt_streams = 0
+        # Streams handed out so far by each dimension's DoubleBinaryTreeTopology (it alternates its two trees).
+        self._dbt_streams: dict[int, int] = {}
         self._world: AstraWorld | None = None
         self._tentative: tuple | None = None
         self._memo: dict[tuple, tuple[int, ...]] = {}
@@ -382,29 +383,35 @@ class AstraModel(ClosedFormModel):
             for d, kind, size in phases
         ]
 
-    def _dim_phases(self, kind: str, chunk: int) -> list[tuple[int, str, int]]:
+    def _dim_phases(
+        self, kind: str, chunk: int, algos: list[str] | None = None
+    ) -> list[tuple[int, str, int]]:
         """(dim, kind, data size) of each phase of a whole-system multi-dim collective (Sys::generate_collective).
 
         AllReduce with localBWAware: RS up the dims (data shrinks by each dim), AR on the last, AG back down
         with each rank's block as the per-rank input (reference 3.3 item 2). Otherwise one phase of the
         collective per dim, each taking the previous phase's output size (RS divides, AG multiplies); AllGather
-        walks the dims in reverse. Dimensions of one NPU have no phase.
+        walks the dims in reverse. Dimensions of one NPU have no phase. A doubleBinaryTree dimension runs an
+        AllReduce whatever the phase, so its output is its input (CollectivePhase's final_data_size).
         """
         dims = self.network.dims
+        keep = {d for d, a in enumerate(algos or ()) if a == "double_binary_tree"}
         live = [d for d in range(len(dims)) if dims[d].npus > 1]
         phases: list[tuple[int, str, int]] = []
         data = chunk
         if kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
             for d in live[:-1]:
                 phases.append((d, "reduce_scatter", data))
-                data //= dims[d].npus
+                data = data if d in keep else data // dims[d].npus
             phases.append((live[-1], "all_reduce", data))
             for d in reversed(live[:-1]):
                 phases.append((d, "all_gather", data))
-                data *= dims[d].npus
+                data = data if d in keep else data * dims[d].npus
             return phases
         for d in reversed(live) if kind == "all_gather" else live:
             phases.append((d, kind, data))
+            if d in keep:
+                continue
             if kind == "reduce_scatter":
                 data //= dims[d].npus
             elif kind == "all_gather":
@@ -418,7 +425,13 @@ class AstraModel(ClosedFormModel):
             return (0,)
         # The event run of a collective on an idle network depends only on these (and, for doubleBinaryTree,
         # on which tree the rank's next stream takes); traces repeat the same collectives many times.
-        key = (spec.kind, spec.size_bytes, ranks, spec.algorithm, self._dbt_streams % 2)
+        key = (
+            spec.kind,
+            spec.size_bytes,
+            ranks,
+            spec.algorithm,
+            tuple(sorted((d, v % 2) for d, v in self._dbt_streams.items())),
+        )
         chunks = self._event_chunks(spec, ranks)
         if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
             return self._closed_ns(spec, ranks)
@@ -511,19 +524,20 @@ class AstraModel(ClosedFormModel):
         otherwise one phase of the collective per dim (AllGather walks the dims in reverse), each phase taking
         the previous phase's output size. A chunk moves to the next dim's queue when its phase exits on that
         rank, so chunks pipeline across dimensions. One chunk of rings runs its phases back to back: the closed
-        form is exact (None). A dim with doubleBinaryTree (ASTRA-sim builds it only in 1-D) takes it too.
+        form is exact (None).
         """
         dims = self.network.dims
         kind = spec.kind
         sizes = self.chunk_sizes(kind, spec.size_bytes, self.num_ranks)
         algos = [self._algorithm(spec, d) for d in range(len(dims))]
-        if (len(sizes) == 1 and set(algos) == {"ring"}) or "double_binary_tree" in algos:
+        if len(sizes) == 1 and set(algos) == {"ring"}:
             return None
         live = [d for d in range(len(dims)) if dims[d].npus > 1]
         for d in live:
-            if algos[d] == "halving_doubling" and dims[d].npus & (dims[d].npus - 1):
-                raise AlgorithmError(f"halvingDoubling needs a power-of-two group, got {dims[d].npus}")
-            if algos[d] not in ("ring", "direct", "halving_doubling"):
+            pow2 = dims[d].npus & (dims[d].npus - 1) == 0
+            if algos[d] in ("halving_doubling", "double_binary_tree") and not pow2:
+                raise AlgorithmError(f"{algos[d]} needs a power-of-two dimension, got {dims[d].npus}")
+            if algos[d] not in ("ring", "direct", "halving_doubling", "double_binary_tree"):
                 raise AlgorithmError(f"ASTRA-sim has no {algos[d]} implementation in this mode")
         if kind not in _IMPL_KEYS:
             raise AlgorithmError(f"ASTRA-sim does not simulate {kind} collectives")
@@ -535,6 +549,17 @@ class AstraModel(ClosedFormModel):
             return tuple(base + k * stride for k in range(npus)), (rank // stride) % npus
 
         def phase(d: int, pkind: str, data: int):
+            if algos[d] == "double_binary_tree":
+                # GeneralComplexTopology gives each dimension its own DoubleBinaryTreeTopology over the
+                # rank's line; the tree algorithm runs an AllReduce whatever the phase.
+                parent, children = self._next_tree(d, dims[d].npus)
+
+                def make_tree(ctx, stream, members, idx, d=d, data=data, parent=parent, children=children):
+                    mem, pos = line(members[idx], d)
+                    return TreeAlgo(ctx, stream, mem, pos, parent[pos], children[pos], data)
+
+                return (d, make_tree)
+
             def make(ctx, stream, members, idx, d=d, pkind=pkind, data=data):
                 mem, pos = line(members[idx], d)
                 return PacketAlgo(ctx, stream, mem, pos, False, pkind, algos[d], data)
@@ -543,9 +568,24 @@ class AstraModel(ClosedFormModel):
 
         chunks = []
         for chunk in sizes:
-            phases = [phase(d, pkind, data) for d, pkind, data in self._dim_phases(kind, chunk)]
+            phases = [phase(d, pkind, data) for d, pkind, data in self._dim_phases(kind, chunk, algos)]
             chunks.append(phases)
         return chunks
+
+    def _next_tree(self, dim: int, p: int) -> tuple[list[int], list[list[int]]]:
+        """Parent and children of each position in the tree the dimension's next stream takes.
+
+        DoubleBinaryTreeTopology::get_topology alternates DBMAX (root p-1) and DBMIN (root 0) per stream; the
+        counter lives on the rank's topology object, so it carries over from one collective to the next.
+        """
+        k = self._dbt_streams.get(dim, 0)
+        self._dbt_streams[dim] = k + 1
+        parent = in_order_tree(p, root_max=k % 2 == 0)
+        children: list[list[int]] = [[] for _ in range(p)]
+        for v, u in enumerate(parent):
+            if u >= 0:
+                children[u].append(v)
+        return parent, children
 
     def _event_chunks(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> list[list] | None:
         """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)."""
@@ -581,12 +621,7 @@ class AstraModel(ClosedFormModel):
             if algo == "double_binary_tree":
                 # DoubleBinaryTreeTopology::get_topology: every new stream takes the other tree (the counter
                 # lives on the rank's topology object, so it carries over from one collective to the next).
-                parent = in_order_tree(p, root_max=self._dbt_streams % 2 == 0)
-                self._dbt_streams += 1
-                children: list[list[int]] = [[] for _ in range(p)]
-                for v, u in enumerate(parent):
-                    if u >= 0:
-                        children[u].append(v)
+                parent, children = self._next_tree(0, p)
 
                 def make(ctx, stream, members, idx, parent=parent, children=children, chunk=chunk):
                     return TreeAlgo(ctx, stream, members, idx, parent[idx], children[idx], chunk)

@@ -337,3 +337,19 @@ def test_multi_dim_reduce_scatter_and_all_gather_sizes_and_order(opt):
     assert rs.finish_ns == (3 * t0(MIB // 4) + 4) + (t1(MIB // 8) + 2)
     ag = simulate_collective(model, CollectiveSpec("all_gather", MIB, tuple(range(8))))
     assert ag.finish_ns == (t1(MIB) + 2) + (3 * t0(2 * MIB) + 4)
+
+
+def test_multi_dim_double_binary_tree_on_the_last_dimension():
+    # [Ring 2 (1000 ns), Switch 4 (500 ns)], 50 GB/s, clean, 1 MiB AllReduce, implementations [ring, DBT]:
+    # RS on dim 0 (1 step of 512 KiB), a tree AllReduce of the 512 KiB over the rank's dim-1 line (the DBMAX
+    # tree of 4: root 3 -> 1 -> {0, 2}), AG on dim 0 (1 step of 512 KiB). Every message costs
+    # t = floor(1000 + 512 KiB / B). Tree finishes by position: root 2t + 3, middle 3t + 4, leaves 4t + 5.
+    from netmodels.astra import AstraSystem
+
+    impl = (("all_reduce", ("ring", "doubleBinaryTree")),)
+    net = AstraNetwork((AstraDim("ring", 2, 50, 1000), AstraDim("switch", 4, 50, 500)))
+    model = AstraModel(net, AstraSystem(1, 1, 1, 1e9, "localBWAware", "LIFO", impl))
+    t = math.floor(1000 + (MIB // 2) / B50)
+    tree = {3: 2 * t + 3, 1: 3 * t + 4, 0: 4 * t + 5, 2: 4 * t + 5}
+    c = simulate_collective(model, ar(8, MIB))
+    assert c.per_rank_finish_ns == tuple(2 * (t + 2) + tree[r // 2] for r in range(8))
