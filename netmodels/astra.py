@@ -31,7 +31,7 @@ from netmodels.astra_events import (
     TreeAlgo,
     UnawareNet,
 )
-from netmodels.errors import AlgorithmError, AstraConfigError
+from netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from netmodels.executor import run_chunked
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
@@ -500,6 +500,72 @@ class AstraModel(ClosedFormModel):
             total = np.maximum(total, t)
         return tuple(int(x) for x in total)
 
+    def staggered_ns(self, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-rank finish (ns) of a collective whose members issue it at issue_ns (spec.ranks order), idle
+        congestion-unaware network. ASTRA-sim has no barrier across members: each rank starts its streams
+        when it reaches the node, sends at once and waits only for the messages it needs."""
+        ranks = validate_spec(spec, self.num_ranks)
+        base = min(issue_ns)
+        offsets = tuple(int(t) - base for t in issue_ns)
+        if len(ranks) == 1 or not any(offsets):
+            return tuple(base + d for d in self.collective_ns(spec))
+        dims = self.network.dims
+        one_dim = len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks))
+        if one_dim and self._algorithm(spec, self._group_dim(ranks), len(ranks) < self.num_ranks) == "ring":
+            return tuple(base + int(x) for x in self._ring_staggered(spec, ranks, np.array(offsets)))
+        chunks = self._event_chunks(spec, ranks, force=True)
+        if (
+            chunks is None
+        ):  # doubleBinaryTree on a group that is not 2^k: the closed form, from the last issue
+            return tuple(max(issue_ns) + d for d in self.collective_ns(spec))
+        world = AstraWorld(lambda loop: UnawareNet(loop, self._msg1), *self._world_args())
+        out: list[tuple[int, ...]] = []
+        CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start(offsets)
+        world.loop.run_until(None)
+        return tuple(base + t for t in out[0])
+
+    def _ring_staggered(self, spec: CollectiveSpec, ranks: tuple[int, ...], start: np.ndarray) -> np.ndarray:
+        """The ring packet machine with per-rank start times, as a recurrence over steps (numpy per step).
+
+        A rank sends packet k+1 one bus crossing (plus the reduction, on reducing inserts) after it receives
+        message k, and it receives message k at max(arrival, its own k-th send) because it posts that receive
+        when it sends; the stream exits one crossing after the last receive (Ring.cc). Chunks start on a rank
+        in priority order when a slot of its queue frees (one queue, active-chunks-per-dimension slots).
+        """
+        p = len(ranks)
+        sub = p < self.num_ranks
+        kind = spec.kind
+        bus = FAST_BUS_NS if sub else self.system.endpoint_delay_ns
+        gr = np.array(ranks, dtype=np.int64)
+        nxt = np.roll(gr, -1)
+        pred = np.roll(np.arange(p), 1)
+        steps = {"all_reduce": 2 * (p - 1), "all_to_all": p * (p - 1) // 2}.get(kind, p - 1)
+        sizes = self.chunk_sizes(kind, spec.size_bytes, p)
+        active = self.system.active_chunks_per_dimension
+        n = len(sizes)
+        # Streams start as created while slots are free; the rest wait in priority order (LIFO: newest first).
+        order = list(range(n))
+        if self.system.scheduling_policy != "FIFO":
+            order = order[:active] + order[active:][::-1]
+        slots = np.tile(start[:, None], (1, min(active, len(order)))).astype(np.int64)
+        finish = start.copy()
+        for c in order:
+            chunk = sizes[c]
+            m = chunk if kind == "all_gather" else chunk // p
+            t_msg = self.msg_ns(gr, nxt, np.full(p, float(m)))[pred]  # message into each position
+            red = int(self.reduction_ns(np.array([float(m)]))[0])
+            j = slots.argmin(axis=1)
+            s0 = slots[np.arange(p), j]
+            g = s0 + bus
+            for k in range(1, steps + 1):
+                # Inserts 2..p reduce for ReduceScatter and the first half of AllReduce (Ring::insert_packet).
+                reducing = kind == "reduce_scatter" or (kind == "all_reduce" and k <= p - 1)
+                r = np.maximum(g[pred] + t_msg, g)
+                g = r + bus + (red if reducing else 0)
+            slots[np.arange(p), j] = g
+            finish = np.maximum(finish, g)
+        return finish
+
     def _msg1(self, src: int, dst: int, size: int) -> int:
         key = (src, dst, size)
         t = self._msg_cache.get(key)
@@ -517,7 +583,7 @@ class AstraModel(ClosedFormModel):
             sysc.scheduling_policy != "FIFO",
         )
 
-    def _multidim_chunks(self, spec: CollectiveSpec) -> list[list] | None:
+    def _multidim_chunks(self, spec: CollectiveSpec, force: bool = False) -> list[list] | None:
         """Streams of a whole-system multi-dim collective: one phase per dimension, a queue per dimension.
 
         Sys::generate_collective: AllReduce with localBWAware = RS up the dims, AR on the last, AG back down;
@@ -530,7 +596,7 @@ class AstraModel(ClosedFormModel):
         kind = spec.kind
         sizes = self.chunk_sizes(kind, spec.size_bytes, self.num_ranks)
         algos = [self._algorithm(spec, d) for d in range(len(dims))]
-        if len(sizes) == 1 and set(algos) == {"ring"}:
+        if len(sizes) == 1 and set(algos) == {"ring"} and not force:
             return None
         live = [d for d in range(len(dims)) if dims[d].npus > 1]
         for d in live:
@@ -587,18 +653,23 @@ class AstraModel(ClosedFormModel):
                 children[u].append(v)
         return parent, children
 
-    def _event_chunks(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> list[list] | None:
-        """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)."""
+    def _event_chunks(
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], force: bool = False
+    ) -> list[list] | None:
+        """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)
+        unless force (then None only where ASTRA-sim has no machine: a doubleBinaryTree that is not 2^k)."""
         dims = self.network.dims
         p = len(ranks)
         subgroup = p < self.num_ranks
         if len(dims) > 1 and not subgroup and tuple(ranks) == tuple(range(self.num_ranks)):
             if self.congestion_aware:
                 raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
-            return self._multidim_chunks(spec)
+            return self._multidim_chunks(spec, force)
         algo = self._algorithm(spec, self._group_dim(ranks), subgroup)
         pow2 = p & (p - 1) == 0
-        if not self.congestion_aware and (algo == "ring" or (algo == "double_binary_tree" and not pow2)):
+        if not self.congestion_aware and algo == "double_binary_tree" and not pow2:
+            return None
+        if not self.congestion_aware and algo == "ring" and not force:
             return None
         kind = spec.kind
         if algo == "halving_doubling" and (
@@ -705,6 +776,19 @@ class AstraModel(ClosedFormModel):
         handle = self._new_handle()
         inject(world, handle)
         return handle
+
+    def start_collective_issued(self, now_ns: int, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> int:
+        """Start a collective whose last member issues it at now_ns; issue_ns: each member's issue time.
+
+        ASTRA-sim has no barrier across members (the replay engine calls this in ASTRA-sim mode). The aware
+        mode's shared event loop cannot go back before now: it starts every member at the last issue.
+        """
+        if self.congestion_aware or all(t == now_ns for t in issue_ns):
+            return self.start_collective(now_ns, spec)
+        now_ns = self._check_now(now_ns)
+        if len(issue_ns) != len(spec.ranks) or max(issue_ns) > now_ns:
+            raise NetworkModelError("issue times must be one per member and none after the start")
+        return self._register(tuple(max(now_ns, t) for t in self.staggered_ns(spec, issue_ns)))
 
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""

@@ -521,16 +521,25 @@ class CollectiveRun:
         self.remaining = len(members)
         self.done = done
 
-    def start(self) -> None:
-        """Create every rank's streams in chunk order (their priorities decide the start order)."""
+    def start(self, issue_at: tuple[int, ...] | None = None) -> None:
+        """Create every rank's streams in chunk order (their priorities decide the start order), now or, per
+        member, at the loop time issue_at[i] when that rank issues the collective (ASTRA-sim starts each rank's
+        part when the rank reaches the node: no barrier across members)."""
+        loop = self.world.loop
+        for i, r in enumerate(self.members):
+            if issue_at is None or issue_at[i] <= loop.now:
+                self._issue(r)
+            else:
+                loop.at(issue_at[i], self._issue, r)
+
+    def _issue(self, r: int) -> None:
         w = self.world
-        for r in self.members:
-            for c, phases in enumerate(self.chunks):
-                s = Stream(self, r, list(phases), w.next_priority(r), (self.handle, c))
-                w.queues_of(r).add(s.phases[0][0], s, w.lifo)
         if not self.chunks:
-            for i in range(len(self.members)):
-                self._rank_done(i)
+            self._rank_done(self.pos[r])
+            return
+        for c, phases in enumerate(self.chunks):
+            s = Stream(self, r, list(phases), w.next_priority(r), (self.handle, c))
+            w.queues_of(r).add(s.phases[0][0], s, w.lifo)
 
     def start_phase(self, stream: Stream) -> None:
         q, make = stream.phases[0]

@@ -353,3 +353,77 @@ def test_multi_dim_double_binary_tree_on_the_last_dimension():
     tree = {3: 2 * t + 3, 1: 3 * t + 4, 0: 4 * t + 5, 2: 4 * t + 5}
     c = simulate_collective(model, ar(8, MIB))
     assert c.per_rank_finish_ns == tuple(2 * (t + 2) + tree[r // 2] for r in range(8))
+
+
+# ----- members reaching a collective at different times: no barrier in ASTRA-sim ------------------------
+
+
+def _late_rank0_expected(late: int, t: int) -> tuple[int, ...]:
+    # Ring-4 AllReduce, one chunk, ed 1: a rank sends message k+1 one crossing after it has message k, and it
+    # has message k at max(arrival, its own k-th send) (it posts the receive when it sends). Rank 0 issues at
+    # `late`, ranks 1-3 at 0; the messages of ranks 1-3 wait for rank 0's, so the steps go (worked out step by
+    # step from g1 = issue + 1, r_k = max(g_k[pred] + t, g_k), g_{k+1} = r_k + 1, finish = g_7):
+    return (late + 4 * t + 7, late + 5 * t + 7, late + 6 * t + 7, late + 3 * t + 7)
+
+
+def test_late_member_staggered_start_by_hand():
+    model = AstraModel(AstraNetwork((AstraDim("ring", 4, 50, 500),)), CLEAN_SYSTEM)
+    t = math.floor(500 + (MIB // 4) / B50)
+    late = 100_000
+    assert model.staggered_ns(ar(4, MIB), (late, 0, 0, 0)) == _late_rank0_expected(late, t)
+    # Issued together, every rank ends at the closed form 6t + 7 after the start; the last finish of the
+    # staggered run is the same one, counted from the last issue.
+    assert simulate_collective(model, ar(4, MIB)).finish_ns == 6 * t + 7 == max(_late_rank0_expected(0, t))
+
+
+@pytest.mark.parametrize("algo", ["ring", "halvingDoubling", "direct"])
+def test_staggered_issue_last_finish_is_the_synchronized_one_from_the_last_issue(algo):
+    # For these algorithms every rank's last step needs data that left the late rank after it issued.
+    model = AstraModel(AstraNetwork((AstraDim("switch", 8, 50, 500),)), CLEAN_SYSTEM)
+    spec = ar(8, MIB, algo)
+    out = model.staggered_ns(spec, (0, 0, 0, 50_000, 0, 0, 0, 0))
+    assert max(out) == 50_000 + max(model.collective_ns(spec)) and min(out) > 50_000
+
+
+def _dbt_late3(t: int, late: int) -> int:
+    # DBMAX tree of 8 (root 7 -> 3 -> {1, 5} -> leaves), Switch (every message t), ed 1. Rank 3 issues at
+    # `late`, the others at 0: leaves and ranks 1, 5 have sent up long before; at `late` rank 3 finds both
+    # messages, sends to 7 one crossing later; 7 answers one crossing after it arrives; then down: 3, {1, 5}
+    # one crossing after each arrival, leaves end one crossing after theirs: late + 4t + 5, not late + 6t + 7.
+    return late + 4 * t + 5
+
+
+def test_staggered_issue_double_binary_tree_by_hand():
+    model = AstraModel(AstraNetwork((AstraDim("switch", 8, 50, 500),)), CLEAN_SYSTEM)
+    t = math.floor(1000 + MIB / B50)
+    out = model.staggered_ns(ar(8, MIB, "doubleBinaryTree"), (0, 0, 0, 50_000, 0, 0, 0, 0))
+    assert max(out) == _dbt_late3(t, 50_000)
+
+
+def test_staggered_issue_in_a_replay(tmp_path):
+    # The replay engine hands each member's issue time to the model: rank 3 computes 50 us first.
+    import json
+
+    from netmodels.astra import astra_model
+    from replay import simulate
+    from tests.test_replay_support import coll, comp, write_set
+
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
+    sysj = tmp_path / "sys.json"
+    sysj.write_text(
+        json.dumps(
+            {
+                "endpoint-delay": 1,
+                "preferred-dataset-splits": 1,
+                "active-chunks-per-dimension": 1,
+                "local-mem-bw": 1e9,
+                "all-reduce-implementation": ["doubleBinaryTree"],
+            }
+        )
+    )
+    per_rank = [[coll(2, MIB)]] * 3 + [[comp(1, 50), coll(2, MIB, deps=[1])]] + [[coll(2, MIB)]] * 4
+    res = simulate(write_set(tmp_path, per_rank), network=astra_model(net, sysj))
+    t = math.floor(1000 + MIB / B50)
+    # The engine releases every member at the collective's last finish.
+    assert res.per_rank_finish_ns == [_dbt_late3(t, 50_000)] * 8
