@@ -752,6 +752,20 @@ class AstraModel(ClosedFormModel):
         self._next_handle += 1
         return handle
 
+    def _register(self, per_rank: tuple[int, ...]) -> int:
+        """Queue a closed-form result for delivery when its *first* member finishes.
+
+        ASTRA-sim releases each rank when its own part of a collective ends (a tree's root long before its
+        leaves); the engine schedules every member's end from per_rank_finish_ns, so the completion comes
+        back as soon as one member is done (finish_ns stays the last member's finish). In congestion-aware
+        mode a closed form may still be replayed on the event loop until its last finish: it is delivered then.
+        """
+        handle = self._next_handle
+        self._next_handle += 1
+        due = max(per_rank) if self.congestion_aware else min(per_rank)
+        heapq.heappush(self._pending, (due, handle, Completion(handle, max(per_rank), per_rank)))
+        return handle
+
     def _materialize(self, now_ns: int) -> None:
         """Replay the closed-form transfer in flight on the event loop once other traffic joins it."""
         tent, self._tentative = self._tentative, None

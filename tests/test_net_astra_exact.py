@@ -425,5 +425,8 @@ def test_staggered_issue_in_a_replay(tmp_path):
     per_rank = [[coll(2, MIB)]] * 3 + [[comp(1, 50), coll(2, MIB, deps=[1])]] + [[coll(2, MIB)]] * 4
     res = simulate(write_set(tmp_path, per_rank), network=astra_model(net, sysj))
     t = math.floor(1000 + MIB / B50)
-    # The engine releases every member at the collective's last finish.
-    assert res.per_rank_finish_ns == [_dbt_late3(t, 50_000)] * 8
+    # Every member continues when its own part ends: root 7 after sending down, then 3, then {1, 5}, then
+    # the leaves (the steps of _dbt_late3).
+    late = 50_000
+    by_role = {7: late + t + 2, 3: late + 2 * t + 3, 1: late + 3 * t + 4, 5: late + 3 * t + 4}
+    assert res.per_rank_finish_ns == [by_role.get(r, _dbt_late3(t, late)) for r in range(8)]
