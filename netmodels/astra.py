@@ -4,7 +4,8 @@ Conventions (shared/reference/astrasim-analytical.md, sections 2 and 3): integer
 network bandwidth in GB/s with GB = 2^30 bytes; latency per hop; hops: Ring min(d, n-d), FullyConnected 1,
 Switch 2; congestion-unaware T_msg = floor(h*alpha + m/B), congestion-aware (1-D) T_msg = h*floor(alpha + m/B);
 every step pays the endpoint delay and reducing steps 3*floor(m/L); chunks = preferred-dataset-splits run
-active-chunks-per-dimension at a time.
+active-chunks-per-dimension at a time. Rings (and one-chunk multi-dim rings) have closed forms here; every
+other case runs on the event-level replica in netmodels/astra_events.py (docs/netmodels.md lists the rules).
 """
 
 from __future__ import annotations
