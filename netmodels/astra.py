@@ -241,6 +241,7 @@ class AstraModel(ClosedFormModel):
         self._strides = np.array([math.prod(sizes[:i]) for i in range(len(sizes))], dtype=np.int64)
         self._sizes = np.array(sizes, dtype=np.int64)
         self._msg_cache: dict[tuple[int, int, int], int] = {}
+        self._stride_list = [int(x) for x in self._strides]
         # Streams handed out so far by each dimension's DoubleBinaryTreeTopology (it alternates its two trees).
         self._dbt_streams: dict[int, int] = {}
         self._world: AstraWorld | None = None
@@ -568,10 +569,26 @@ class AstraModel(ClosedFormModel):
         return finish
 
     def _msg1(self, src: int, dst: int, size: int) -> int:
+        """T_msg of one message (the scalar form of msg_ns, for the event machine)."""
         key = (src, dst, size)
         t = self._msg_cache.get(key)
         if t is None:
-            t = int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size)]))[0])
+            t = 0
+            for stride, spec in zip(self._stride_list, self.network.dims, strict=True):
+                a, b = (src // stride) % spec.npus, (dst // stride) % spec.npus
+                if a == b:
+                    continue
+                # Charged to the lowest dimension in which src and dst differ (reference 3.1).
+                if spec.topology_kind == "ring":
+                    hops = min(abs(a - b), spec.npus - abs(a - b))
+                else:
+                    hops = _HOPS[spec.topology_kind]
+                ser = size / spec.bytes_per_ns
+                if self.congestion_aware:
+                    t = hops * math.floor(spec.latency_ns + ser)
+                else:
+                    t = math.floor(hops * spec.latency_ns + ser)
+                break
             self._msg_cache[key] = t
         return t
 

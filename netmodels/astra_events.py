@@ -372,21 +372,24 @@ class PacketAlgo(_Algo):
         if self.algo == "direct" and self.kind == "all_reduce" and self.streams_left <= self.p - 1:
             if self.got < self.p - 1:
                 return
+            # AllToAll.cc tries parallel_reduce sends; each needs a packet and a free bundle token.
             for _ in range(self.parallel):
-                self._ready()
+                if not self._ready():
+                    break
         else:
             self._ready()
         if self.streams_left == 0 and self.free == self.parallel:
             self.exit()
 
-    def _ready(self) -> None:
+    def _ready(self) -> bool:
         if not self.packets or self.streams_left == 0 or self.free == 0:
-            return
+            return False
         size, dst, src = self.packets.popleft()
         self.send(dst, size)
         self.recv(src, size)
         self.streams_left -= 1
         self.free -= 1
+        return True
 
     def received(self) -> None:
         self.got += 1
