@@ -4,11 +4,13 @@ Conventions (shared/reference/astrasim-analytical.md, sections 2 and 3): integer
 network bandwidth in GB/s with GB = 2^30 bytes; latency per hop; hops: Ring min(d, n-d), FullyConnected 1,
 Switch 2; congestion-unaware T_msg = floor(h*alpha + m/B), congestion-aware (1-D) T_msg = h*floor(alpha + m/B);
 every step pays the endpoint delay and reducing steps 3*floor(m/L); chunks = preferred-dataset-splits run
-active-chunks-per-dimension at a time.
+active-chunks-per-dimension at a time. Rings (and one-chunk multi-dim rings) have closed forms here; every
+other case runs on the event-level replica in netmodels/astra_events.py (docs/netmodels.md lists the rules).
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Mapping
@@ -20,8 +22,17 @@ import yaml
 
 from netmodels.algorithms import Schedule, Stage, canonical_algorithm, in_order_tree, ring_stage, tree_stages
 from netmodels.analytical import ClosedFormModel
-from netmodels.api import CollectiveSpec, check_size, root_index, validate_ranks, validate_spec
-from netmodels.errors import AlgorithmError, AstraConfigError
+from netmodels.api import CollectiveSpec, Completion, check_size, root_index, validate_ranks, validate_spec
+from netmodels.astra_events import (
+    FAST_BUS_NS,
+    AstraWorld,
+    AwareNet,
+    CollectiveRun,
+    PacketAlgo,
+    TreeAlgo,
+    UnawareNet,
+)
+from netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from netmodels.executor import run_chunked
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
@@ -114,6 +125,8 @@ def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:
     return val
 
 
+# Distinct collectives whose event-level result is remembered per model (a few MB at most).
+_MEMO_MAX = 4096
 NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 # Per-rank finish times are Python tuples built per collective: 2^20 NPUs is ~10x the largest GPU
 # clusters built (~1e5 GPUs); more is a typo in npus_count that would otherwise exhaust memory.
@@ -227,6 +240,13 @@ class AstraModel(ClosedFormModel):
         sizes = [d.npus for d in network.dims]
         self._strides = np.array([math.prod(sizes[:i]) for i in range(len(sizes))], dtype=np.int64)
         self._sizes = np.array(sizes, dtype=np.int64)
+        self._msg_cache: dict[tuple[int, int, int], int] = {}
+        self._stride_list = [int(x) for x in self._strides]
+        # Streams handed out so far by each dimension's DoubleBinaryTreeTopology (it alternates its two trees).
+        self._dbt_streams: dict[int, int] = {}
+        self._world: AstraWorld | None = None
+        self._tentative: tuple | None = None
+        self._memo: dict[tuple, tuple[int, ...]] = {}
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -274,13 +294,18 @@ class AstraModel(ClosedFormModel):
         n = -(-size // chunk)
         return [min(chunk, size - c * chunk) for c in range(n)]
 
-    def _algorithm(self, spec: CollectiveSpec, dim: int) -> str:
+    def _algorithm(self, spec: CollectiveSpec, dim: int, subgroup: bool = False) -> str:
         if spec.algorithm is not None:
             return canonical_algorithm(spec.algorithm)[0]
         if spec.kind not in _IMPL_KEYS:
             raise AlgorithmError(
                 f"ASTRA-sim does not simulate {spec.kind} collectives (reference 3.4); use model=analytical or flow"
             )
+        impls = dict(self.system.implementations).get(spec.kind, ())
+        if subgroup and len(impls) > 1:
+            # CommunicatorGroup::get_collective_plan: a group smaller than the system runs on a 1-D Local ring;
+            # a per-dimension implementation list is replaced by Ring there.
+            return "ring"
         return self.system.implementation(spec.kind, dim)
 
     def _group_dim(self, ranks: tuple[int, ...]) -> int:
@@ -346,7 +371,7 @@ class AstraModel(ClosedFormModel):
         """(groups, schedule) per phase: one phase for a 1-D group, one per dimension for a full multi-dim one."""
         dims = self.network.dims
         if len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks)):
-            algo = self._algorithm(spec, self._group_dim(ranks))
+            algo = self._algorithm(spec, self._group_dim(ranks), len(ranks) < self.num_ranks)
             return [([ranks], self._schedule(spec.kind, algo, len(ranks), chunk, root_index(spec), stream))]
         n = self.num_ranks
         lines = []
@@ -354,48 +379,349 @@ class AstraModel(ClosedFormModel):
             stride = int(self._strides[d])
             base = [r for r in range(n) if (r // stride) % dim.npus == 0]
             lines.append([tuple(b + k * stride for k in range(dim.npus)) for b in base])
-        k = len(dims)
-        phases: list[tuple[int, str, int]] = []
-        if spec.kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
-            # Reduce-scatter up dims 0..k-2 (data shrinks by each dim), all-reduce on the last, all-gather
-            # back down with each rank's block as the per-rank input (reference 3.3 item 2).
-            data = chunk
-            for d in range(k - 1):
-                phases.append((d, "reduce_scatter", data))
-                data //= dims[d].npus
-            phases.append((k - 1, "all_reduce", data))
-            for d in reversed(range(k - 1)):
-                phases.append((d, "all_gather", data))
-                data *= dims[d].npus
-        else:
-            phases = [(d, spec.kind, chunk) for d in range(k)]
+        phases = self._dim_phases(spec.kind, chunk)
         return [
             (lines[d], self._schedule(kind, self._algorithm(spec, d), dims[d].npus, size, 0))
             for d, kind, size in phases
         ]
 
+    def _dim_phases(
+        self, kind: str, chunk: int, algos: list[str] | None = None
+    ) -> list[tuple[int, str, int]]:
+        """(dim, kind, data size) of each phase of a whole-system multi-dim collective (Sys::generate_collective).
+
+        AllReduce with localBWAware: RS up the dims (data shrinks by each dim), AR on the last, AG back down
+        with each rank's block as the per-rank input (reference 3.3 item 2). Otherwise one phase of the
+        collective per dim, each taking the previous phase's output size (RS divides, AG multiplies); AllGather
+        walks the dims in reverse. Dimensions of one NPU have no phase. A doubleBinaryTree dimension runs an
+        AllReduce whatever the phase, so its output is its input (CollectivePhase's final_data_size).
+        """
+        dims = self.network.dims
+        keep = {d for d, a in enumerate(algos or ()) if a == "double_binary_tree"}
+        live = [d for d in range(len(dims)) if dims[d].npus > 1]
+        phases: list[tuple[int, str, int]] = []
+        data = chunk
+        if kind == "all_reduce" and self.system.collective_optimization == "localBWAware":
+            for d in live[:-1]:
+                phases.append((d, "reduce_scatter", data))
+                data = data if d in keep else data // dims[d].npus
+            phases.append((live[-1], "all_reduce", data))
+            for d in reversed(live[:-1]):
+                phases.append((d, "all_gather", data))
+                data = data if d in keep else data * dims[d].npus
+            return phases
+        for d in reversed(live) if kind == "all_gather" else live:
+            phases.append((d, kind, data))
+            if d in keep:
+                continue
+            if kind == "reduce_scatter":
+                data //= dims[d].npus
+            elif kind == "all_gather":
+                data *= dims[d].npus
+        return phases
+
     def collective_ns(self, spec: CollectiveSpec) -> tuple[int, ...]:
         """Per-rank duration (ns) of a collective started at 0 on an idle network, in spec.ranks order."""
         ranks = validate_spec(spec, self.num_ranks)
-        p = len(ranks)
-        if p == 1:
+        if len(ranks) == 1:
             return (0,)
+        # The event run of a collective on an idle network depends only on these (and, for doubleBinaryTree,
+        # on which tree the rank's next stream takes); traces repeat the same collectives many times.
+        key = (
+            spec.kind,
+            spec.size_bytes,
+            ranks,
+            spec.algorithm,
+            tuple(sorted((d, v % 2) for d, v in self._dbt_streams.items())),
+        )
+        chunks = self._event_chunks(spec, ranks)
+        if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
+            return self._closed_ns(spec, ranks)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        if self.congestion_aware:
+            d = self.network.dims[0]
+
+            def net(loop):
+                return AwareNet(loop, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns)
+
+        else:
+
+            def net(loop):
+                return UnawareNet(loop, self._msg1)
+
+        world = AstraWorld(net, *self._world_args())
+        out: list[tuple[int, ...]] = []
+        CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start()
+        world.loop.run_until(None)
+        if len(self._memo) < _MEMO_MAX:
+            self._memo[key] = out[0]
+        return out[0]
+
+    def _contention_free(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> bool:
+        """Aware mode: a ring, one active chunk, equal hop counts and no directed link shared by two ring edges:
+        then every rank moves in lockstep, no message ever queues and the closed form is exact."""
+        if len(self.network.dims) > 1 or self.system.active_chunks_per_dimension != 1:
+            return False
+        p = len(ranks)
+        if self._algorithm(spec, 0, p < self.num_ranks) != "ring":
+            return False
+        d = self.network.dims[0]
+        router = AwareNet(None, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns)
+        links: set[tuple[int, int]] = set()
+        hops = None
+        for i in range(p):
+            path = router.route(ranks[i], ranks[(i + 1) % p])
+            if hops is None:
+                hops = len(path)
+            if len(path) != hops:
+                return False
+            for e in zip(path, path[1:], strict=False):
+                if e in links:
+                    return False
+                links.add(e)
+        return True
+
+    def _closed_ns(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> tuple[int, ...]:
+        p = len(ranks)
         total = np.zeros(p, dtype=np.int64)
         sizes = self.chunk_sizes(spec.kind, spec.size_bytes, p)
         active = self.system.active_chunks_per_dimension
-        if self.congestion_aware:
-            self._check_aware(spec, ranks, active)
-        ed = self.system.endpoint_delay_ns
+        # MemBus.cc: Ring and HalvingDoubling on a communicator group smaller than the system send with
+        # Transmition::Fast, which costs a hard-coded 10 ns instead of the endpoint-delay.
+        bus = FAST_BUS_NS if p < self.num_ranks else self.system.endpoint_delay_ns
         pos_of = {r: i for i, r in enumerate(ranks)}
         finishes: list[np.ndarray] = []
         for c, chunk in enumerate(sizes):
             begin = np.zeros(p, dtype=np.int64) if c < active else finishes[c - active]
             t = begin.copy()
             for groups, sched in self._phases(spec, ranks, chunk, c):
-                t = self._run_phase(groups, sched, t, pos_of, ed)
+                t = self._run_phase(groups, sched, t, pos_of, bus)
             finishes.append(t)
             total = np.maximum(total, t)
         return tuple(int(x) for x in total)
+
+    def staggered_ns(self, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> tuple[int, ...]:
+        """Per-rank finish (ns) of a collective whose members issue it at issue_ns (spec.ranks order), idle
+        congestion-unaware network. ASTRA-sim has no barrier across members: each rank starts its streams
+        when it reaches the node, sends at once and waits only for the messages it needs."""
+        ranks = validate_spec(spec, self.num_ranks)
+        base = min(issue_ns)
+        offsets = tuple(int(t) - base for t in issue_ns)
+        if len(ranks) == 1 or not any(offsets):
+            return tuple(base + d for d in self.collective_ns(spec))
+        dims = self.network.dims
+        one_dim = len(dims) == 1 or tuple(ranks) != tuple(range(self.num_ranks))
+        if one_dim and self._algorithm(spec, self._group_dim(ranks), len(ranks) < self.num_ranks) == "ring":
+            return tuple(base + int(x) for x in self._ring_staggered(spec, ranks, np.array(offsets)))
+        chunks = self._event_chunks(spec, ranks, force=True)
+        if (
+            chunks is None
+        ):  # doubleBinaryTree on a group that is not 2^k: the closed form, from the last issue
+            return tuple(max(issue_ns) + d for d in self.collective_ns(spec))
+        world = AstraWorld(lambda loop: UnawareNet(loop, self._msg1), *self._world_args())
+        out: list[tuple[int, ...]] = []
+        CollectiveRun(world, 0, ranks, chunks, lambda run: out.append(tuple(run.finish))).start(offsets)
+        world.loop.run_until(None)
+        return tuple(base + t for t in out[0])
+
+    def _ring_staggered(self, spec: CollectiveSpec, ranks: tuple[int, ...], start: np.ndarray) -> np.ndarray:
+        """The ring packet machine with per-rank start times, as a recurrence over steps (numpy per step).
+
+        A rank sends packet k+1 one bus crossing (plus the reduction, on reducing inserts) after it receives
+        message k, and it receives message k at max(arrival, its own k-th send) because it posts that receive
+        when it sends; the stream exits one crossing after the last receive (Ring.cc). Chunks start on a rank
+        in priority order when a slot of its queue frees (one queue, active-chunks-per-dimension slots).
+        """
+        p = len(ranks)
+        sub = p < self.num_ranks
+        kind = spec.kind
+        bus = FAST_BUS_NS if sub else self.system.endpoint_delay_ns
+        gr = np.array(ranks, dtype=np.int64)
+        nxt = np.roll(gr, -1)
+        pred = np.roll(np.arange(p), 1)
+        steps = {"all_reduce": 2 * (p - 1), "all_to_all": p * (p - 1) // 2}.get(kind, p - 1)
+        sizes = self.chunk_sizes(kind, spec.size_bytes, p)
+        active = self.system.active_chunks_per_dimension
+        n = len(sizes)
+        # Streams start as created while slots are free; the rest wait in priority order (LIFO: newest first).
+        order = list(range(n))
+        if self.system.scheduling_policy != "FIFO":
+            order = order[:active] + order[active:][::-1]
+        slots = np.tile(start[:, None], (1, min(active, len(order)))).astype(np.int64)
+        finish = start.copy()
+        for c in order:
+            chunk = sizes[c]
+            m = chunk if kind == "all_gather" else chunk // p
+            t_msg = self.msg_ns(gr, nxt, np.full(p, float(m)))[pred]  # message into each position
+            red = int(self.reduction_ns(np.array([float(m)]))[0])
+            j = slots.argmin(axis=1)
+            s0 = slots[np.arange(p), j]
+            g = s0 + bus
+            for k in range(1, steps + 1):
+                # Inserts 2..p reduce for ReduceScatter and the first half of AllReduce (Ring::insert_packet).
+                reducing = kind == "reduce_scatter" or (kind == "all_reduce" and k <= p - 1)
+                r = np.maximum(g[pred] + t_msg, g)
+                g = r + bus + (red if reducing else 0)
+            slots[np.arange(p), j] = g
+            finish = np.maximum(finish, g)
+        return finish
+
+    def _msg1(self, src: int, dst: int, size: int) -> int:
+        """T_msg of one message (the scalar form of msg_ns, for the event machine)."""
+        key = (src, dst, size)
+        t = self._msg_cache.get(key)
+        if t is None:
+            t = 0
+            for stride, spec in zip(self._stride_list, self.network.dims, strict=True):
+                a, b = (src // stride) % spec.npus, (dst // stride) % spec.npus
+                if a == b:
+                    continue
+                # Charged to the lowest dimension in which src and dst differ (reference 3.1).
+                if spec.topology_kind == "ring":
+                    hops = min(abs(a - b), spec.npus - abs(a - b))
+                else:
+                    hops = _HOPS[spec.topology_kind]
+                ser = size / spec.bytes_per_ns
+                if self.congestion_aware:
+                    t = hops * math.floor(spec.latency_ns + ser)
+                else:
+                    t = math.floor(hops * spec.latency_ns + ser)
+                break
+            self._msg_cache[key] = t
+        return t
+
+    def _world_args(self) -> tuple:
+        sysc = self.system
+        return (
+            sysc.endpoint_delay_ns,
+            sysc.local_mem_bw_gbps,
+            sysc.active_chunks_per_dimension,
+            sysc.scheduling_policy != "FIFO",
+        )
+
+    def _multidim_chunks(self, spec: CollectiveSpec, force: bool = False) -> list[list] | None:
+        """Streams of a whole-system multi-dim collective: one phase per dimension, a queue per dimension.
+
+        Sys::generate_collective: AllReduce with localBWAware = RS up the dims, AR on the last, AG back down;
+        otherwise one phase of the collective per dim (AllGather walks the dims in reverse), each phase taking
+        the previous phase's output size. A chunk moves to the next dim's queue when its phase exits on that
+        rank, so chunks pipeline across dimensions. One chunk of rings runs its phases back to back: the closed
+        form is exact (None).
+        """
+        dims = self.network.dims
+        kind = spec.kind
+        sizes = self.chunk_sizes(kind, spec.size_bytes, self.num_ranks)
+        algos = [self._algorithm(spec, d) for d in range(len(dims))]
+        if len(sizes) == 1 and set(algos) == {"ring"} and not force:
+            return None
+        live = [d for d in range(len(dims)) if dims[d].npus > 1]
+        for d in live:
+            pow2 = dims[d].npus & (dims[d].npus - 1) == 0
+            if algos[d] in ("halving_doubling", "double_binary_tree") and not pow2:
+                raise AlgorithmError(f"{algos[d]} needs a power-of-two dimension, got {dims[d].npus}")
+            if algos[d] not in ("ring", "direct", "halving_doubling", "double_binary_tree"):
+                raise AlgorithmError(f"ASTRA-sim has no {algos[d]} implementation in this mode")
+        if kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim does not simulate {kind} collectives")
+        strides = [int(x) for x in self._strides]
+
+        def line(rank: int, d: int) -> tuple[tuple[int, ...], int]:
+            stride, npus = strides[d], dims[d].npus
+            base = rank - ((rank // stride) % npus) * stride
+            return tuple(base + k * stride for k in range(npus)), (rank // stride) % npus
+
+        def phase(d: int, pkind: str, data: int):
+            if algos[d] == "double_binary_tree":
+                # GeneralComplexTopology gives each dimension its own DoubleBinaryTreeTopology over the
+                # rank's line; the tree algorithm runs an AllReduce whatever the phase.
+                parent, children = self._next_tree(d, dims[d].npus)
+
+                def make_tree(ctx, stream, members, idx, d=d, data=data, parent=parent, children=children):
+                    mem, pos = line(members[idx], d)
+                    return TreeAlgo(ctx, stream, mem, pos, parent[pos], children[pos], data)
+
+                return (d, make_tree)
+
+            def make(ctx, stream, members, idx, d=d, pkind=pkind, data=data):
+                mem, pos = line(members[idx], d)
+                return PacketAlgo(ctx, stream, mem, pos, False, pkind, algos[d], data)
+
+            return (d, make)
+
+        chunks = []
+        for chunk in sizes:
+            phases = [phase(d, pkind, data) for d, pkind, data in self._dim_phases(kind, chunk, algos)]
+            chunks.append(phases)
+        return chunks
+
+    def _next_tree(self, dim: int, p: int) -> tuple[list[int], list[list[int]]]:
+        """Parent and children of each position in the tree the dimension's next stream takes.
+
+        DoubleBinaryTreeTopology::get_topology alternates DBMAX (root p-1) and DBMIN (root 0) per stream; the
+        counter lives on the rank's topology object, so it carries over from one collective to the next.
+        """
+        k = self._dbt_streams.get(dim, 0)
+        self._dbt_streams[dim] = k + 1
+        parent = in_order_tree(p, root_max=k % 2 == 0)
+        children: list[list[int]] = [[] for _ in range(p)]
+        for v, u in enumerate(parent):
+            if u >= 0:
+                children[u].append(v)
+        return parent, children
+
+    def _event_chunks(
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], force: bool = False
+    ) -> list[list] | None:
+        """Phases per chunk for the event-level core; None where the closed form is exact (rings, multi-dim)
+        unless force (then None only where ASTRA-sim has no machine: a doubleBinaryTree that is not 2^k)."""
+        dims = self.network.dims
+        p = len(ranks)
+        subgroup = p < self.num_ranks
+        if len(dims) > 1 and not subgroup and tuple(ranks) == tuple(range(self.num_ranks)):
+            if self.congestion_aware:
+                raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
+            return self._multidim_chunks(spec, force)
+        algo = self._algorithm(spec, self._group_dim(ranks), subgroup)
+        pow2 = p & (p - 1) == 0
+        if not self.congestion_aware and algo == "double_binary_tree" and not pow2:
+            return None
+        if not self.congestion_aware and algo == "ring" and not force:
+            return None
+        kind = spec.kind
+        if algo == "halving_doubling" and (
+            not pow2 or kind not in ("all_reduce", "reduce_scatter", "all_gather")
+        ):
+            self._schedule(kind, algo, p, p, 0)  # raises the closed form's error
+        if algo == "double_binary_tree":
+            if kind != "all_reduce":
+                raise AlgorithmError("ASTRA-sim's doubleBinaryTree implements all_reduce only")
+            if not pow2:
+                raise AlgorithmError(f"congestion-aware doubleBinaryTree needs a power-of-two group, got {p}")
+        if algo == "ring" and kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim's ring does not implement {kind}")
+        if algo == "direct" and kind not in _IMPL_KEYS:
+            raise AlgorithmError(f"ASTRA-sim's direct does not implement {kind}")
+        if algo not in ("ring", "direct", "halving_doubling", "double_binary_tree"):
+            raise AlgorithmError(f"ASTRA-sim has no {algo} implementation in this mode")
+        chunks = []
+        for chunk in self.chunk_sizes(kind, spec.size_bytes, p):
+            if algo == "double_binary_tree":
+                # DoubleBinaryTreeTopology::get_topology: every new stream takes the other tree (the counter
+                # lives on the rank's topology object, so it carries over from one collective to the next).
+                parent, children = self._next_tree(0, p)
+
+                def make(ctx, stream, members, idx, parent=parent, children=children, chunk=chunk):
+                    return TreeAlgo(ctx, stream, members, idx, parent[idx], children[idx], chunk)
+
+            else:
+
+                def make(ctx, stream, members, idx, chunk=chunk, algo=algo):
+                    return PacketAlgo(ctx, stream, members, idx, subgroup, kind, algo, chunk)
+
+            chunks.append([(0, make)])
+        return chunks
 
     def _run_phase(self, groups, sched: Schedule, t: np.ndarray, pos_of: dict, ed: int) -> np.ndarray:
         t = t.copy()
@@ -418,25 +744,106 @@ class AstraModel(ClosedFormModel):
             t[idx] = run_chunked(lambda _c: sched, 1, 1, start, cost, count_sends=False)
         return t
 
-    def _check_aware(self, spec: CollectiveSpec, ranks: tuple[int, ...], active: int) -> None:
-        algo = self._algorithm(spec, 0)
-        kind = self.network.dims[0].topology_kind
-        contention_free = algo == "ring" or (algo == "halving_doubling" and kind in ("switch", "fc"))
-        if not contention_free or active > 1:
-            raise AlgorithmError(
-                f"congestion-aware ASTRA mode reproduces only contention-free patterns (ring; halvingDoubling on "
-                f"Switch/FullyConnected; one active chunk); {algo} with {active} active chunk(s) on {kind} "
-                "queues messages on shared links: use model=flow"
-            )
-
     # ----- engine-facing interface -------------------------------------------------------------------
-    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
-        """Closed-form ASTRA-sim time of the collective, started at now_ns; returns its handle."""
+    def _aware_world(self) -> AstraWorld:
+        if self._world is None:
+            d = self.network.dims[0]
+            self._world = AstraWorld(
+                lambda loop: AwareNet(loop, d.topology_kind, d.npus, d.bytes_per_ns, d.latency_ns),
+                *self._world_args(),
+            )
+        return self._world
+
+    def _sync(self, now_ns: int) -> AstraWorld:
+        world = self._aware_world()
+        if world.loop.now < now_ns:
+            world.loop.run_until(now_ns - 1)
+            world.loop.now = now_ns
+        return world
+
+    def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
+        finish = max(per_rank)
+        heapq.heappush(self._pending, (finish, handle, Completion(handle, finish, per_rank)))
+
+    def _new_handle(self) -> int:
+        handle = self._next_handle
+        self._next_handle += 1
+        return handle
+
+    def _register(self, per_rank: tuple[int, ...]) -> int:
+        """Queue a closed-form result for delivery when its *first* member finishes.
+
+        ASTRA-sim releases each rank when its own part of a collective ends (a tree's root long before its
+        leaves); the engine schedules every member's end from per_rank_finish_ns, so the completion comes
+        back as soon as one member is done (finish_ns stays the last member's finish). In congestion-aware
+        mode a closed form may still be replayed on the event loop until its last finish: it is delivered then.
+        """
+        handle = self._next_handle
+        self._next_handle += 1
+        due = max(per_rank) if self.congestion_aware else min(per_rank)
+        heapq.heappush(self._pending, (due, handle, Completion(handle, max(per_rank), per_rank)))
+        return handle
+
+    def _materialize(self, now_ns: int) -> None:
+        """Replay the closed-form transfer in flight on the event loop once other traffic joins it."""
+        tent, self._tentative = self._tentative, None
+        if tent is None or now_ns >= tent[1]:
+            return
+        t0, _, handle, inject = tent
+        # It was alone on an idle network since t0, so running it from t0 on the loop is exact.
+        self._pending = [e for e in self._pending if e[1] != handle]
+        heapq.heapify(self._pending)
+        world = self._aware_world()
+        world.loop.now = t0
+        inject(world, handle)
+
+    def _aware_start(self, now_ns: int, closed: tuple[int, ...] | None, inject) -> int:
+        self._materialize(now_ns)
+        world = self._sync(now_ns)
+        if closed is not None and world.loop.next_time() is None:
+            # Alone on an idle network, a contention-free pattern has its closed form; kept tentative.
+            handle = self._register(closed)
+            self._tentative = (now_ns, max(closed), handle, inject)
+            return handle
+        handle = self._new_handle()
+        inject(world, handle)
+        return handle
+
+    def start_collective_issued(self, now_ns: int, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> int:
+        """Start a collective whose last member issues it at now_ns; issue_ns: each member's issue time.
+
+        ASTRA-sim has no barrier across members (the replay engine calls this in ASTRA-sim mode). The aware
+        mode's shared event loop cannot go back before now: it starts every member at the last issue.
+        """
+        if self.congestion_aware or all(t == now_ns for t in issue_ns):
+            return self.start_collective(now_ns, spec)
         now_ns = self._check_now(now_ns)
-        return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+        if len(issue_ns) != len(spec.ranks) or max(issue_ns) > now_ns:
+            raise NetworkModelError("issue times must be one per member and none after the start")
+        return self._register(tuple(max(now_ns, t) for t in self.staggered_ns(spec, issue_ns)))
+
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""
+        now_ns = self._check_now(now_ns)
+        if not self.congestion_aware:
+            return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+        ranks = validate_spec(spec, self.num_ranks)
+        if len(ranks) == 1:
+            return self._register((now_ns,))
+        chunks = self._event_chunks(spec, ranks)
+        closed = None
+        if self._contention_free(spec, ranks):
+            closed = tuple(now_ns + d for d in self._closed_ns(spec, ranks))
+
+        def inject(world: AstraWorld, handle: int) -> None:
+            CollectiveRun(
+                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish))
+            ).start()
+
+        return self._aware_start(now_ns, closed, inject)
 
     def p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
-        """Send/recv time: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
+        """Send/recv time on an idle network: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
         validate_ranks((src, dst), self.num_ranks)
         check_size(size_bytes)
         return int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size_bytes)]))[0])
@@ -444,7 +851,29 @@ class AstraModel(ClosedFormModel):
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Start a send/recv pair at now_ns; returns its handle."""
         now_ns = self._check_now(now_ns)
-        return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
+        if not self.congestion_aware or src == dst:
+            return self._register((now_ns + self.p2p_ns(src, dst, size_bytes),))
+        closed = (now_ns + self.p2p_ns(src, dst, size_bytes),)
+
+        def inject(world: AstraWorld, handle: int) -> None:
+            world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
+
+        return self._aware_start(now_ns, closed, inject)
+
+    def next_event_ns(self) -> int | None:
+        """Earliest pending completion or internal event (aware mode runs an event loop)."""
+        t = self._pending[0][0] if self._pending else None
+        if self._world is not None:
+            w = self._world.loop.next_time()
+            if w is not None and (t is None or w < t):
+                t = w
+        return t
+
+    def advance(self, until_ns: int) -> list[Completion]:
+        """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""
+        if self._world is not None:
+            self._world.loop.run_until(until_ns)
+        return super().advance(until_ns)
 
 
 def astra_model(

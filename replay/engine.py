@@ -209,7 +209,12 @@ def run_engine(
             if fold_check is not None:
                 fold_check.collective(spec, prog.describe(g0))
             try:
-                h = net.start_collective(t, spec)
+                # ASTRA-sim mode: each member starts its part when it issues the node (no barrier).
+                staggered = getattr(net, "start_collective_issued", None)
+                if staggered is not None and len(inst.sim) == len(inst.members):
+                    h = staggered(t, spec, tuple(inst.arrivals[r][1] for r in inst.members))
+                else:
+                    h = net.start_collective(t, spec)
             except NetworkModelError as exc:
                 raise net_error(exc, g0) from None
             handles[h] = rec

@@ -1,0 +1,600 @@
+"""Event-level replica of ASTRA-sim's system layer and analytical networks (the ASTRA-sim mode's exact core).
+
+Rules read in ASTRA-sim's source (astra-sim master 518bd51, astra-network-analytical 599a047); see
+docs/netmodels.md "ASTRA-sim compatibility" for the list and shared/reference/astrasim-analytical.md:
+
+* Streams (system/Sys.cc `generate_collective`, `insert_stream`, `SchedulerUnit`): a collective becomes one
+  stream per chunk; each rank runs at most `active-chunks-per-dimension` streams of a queue at once and starts
+  the next one the moment one exits *on that rank* (per-rank pipelining). Streams not yet started are kept in
+  priority order: LIFO gives the order 0, n-1, n-2, ..., 1 (FIFO 0, 1, 2, ...).
+* Memory bus (system/MemBus.cc): every packet bundle waits `endpoint-delay` ns, or a hard-coded 10 ns when the
+  algorithm sends with `Transmition::Fast` (Ring, HalvingDoubling and direct on a `RingTopology::Local`, i.e.
+  every communicator group smaller than the whole system: CommunicatorGroup.cc `get_collective_plan`).
+* Reduction (system/PacketBundle.cc `call`): a bundle that needs processing waits 3 x floor(size / local-mem-bw)
+  more, where size is the bundle's size: the algorithm's current message size when the bundle is released.
+* Ring, HalvingDoubling and direct (astraccl/.../Ring.cc, HalvingDoubling.cc, AllToAll.cc): one packet state
+  machine (packets inserted on start and on every receive, a send per freed bundle, exit when all sends are
+  done and every bundle came back); DoubleBinaryTree (DoubleBinaryTreeAllReduce.cc): leaf/intermediate/root
+  state machines whose streams alternate between the trees rooted at the highest and the lowest id.
+* Message matching (network_frontend/analytical/common): a message completes a receive with the same
+  (tag, src, dst, size, sequence number); an early arrival waits for its receive.
+* Networks: congestion-unaware: each message takes T_msg at once; congestion-aware (astra-network-analytical
+  congestion_aware/Link.cpp, Chunk.cpp): links are FIFO servers, a message holds a link for floor(m / B) and
+  reaches the next device floor(latency + m / B) after it started on that link (store-and-forward per hop).
+
+Time is integer ns; same-time events run in the order they were scheduled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
+FAST_BUS_NS = 10
+
+
+class EventLoop:
+    """Integer-time event queue; ties run in scheduling order."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._heap: list[tuple[int, int, Callable, tuple]] = []
+        self._seq = 0
+
+    def at(self, t: int, fn: Callable, *args) -> None:
+        """Run fn(*args) at time t (>= now)."""
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, fn, args))
+
+    def next_time(self) -> int | None:
+        """Time of the earliest pending event."""
+        return self._heap[0][0] if self._heap else None
+
+    def run_until(self, until: int | None) -> None:
+        """Process every event with time <= until (all when None)."""
+        heap = self._heap
+        while heap and (until is None or heap[0][0] <= until):
+            t, _, fn, args = heapq.heappop(heap)
+            self.now = t
+            fn(*args)
+        if until is not None and until > self.now:
+            self.now = until
+
+
+class UnawareNet:
+    """Congestion-unaware network: a message arrives T_msg after it is sent."""
+
+    def __init__(self, loop: EventLoop, msg_ns: Callable[[int, int, int], int]) -> None:
+        self.loop = loop
+        self.msg_ns = msg_ns
+
+    def send(self, src: int, dst: int, size: int, cb: Callable, *args) -> None:
+        """Deliver a message of size bytes from src to dst; cb(*args) on arrival."""
+        self.loop.at(self.loop.now + self.msg_ns(src, dst, size), cb, *args)
+
+
+class _Link:
+    __slots__ = ("busy", "pending", "bpns", "lat")
+
+    def __init__(self, bpns: float, lat: float) -> None:
+        self.busy = False
+        self.pending: deque = deque()
+        self.bpns = bpns
+        self.lat = lat
+
+
+class AwareNet:
+    """Congestion-aware 1-D network: explicit directed links, FIFO, store-and-forward of whole messages."""
+
+    def __init__(self, loop: EventLoop, kind: str, n: int, bytes_per_ns: float, latency_ns: float) -> None:
+        self.loop = loop
+        self.kind = kind
+        self.n = n
+        self.bpns = bytes_per_ns
+        self.lat = latency_ns
+        self.links: dict[tuple[int, int], _Link] = {}
+
+    def route(self, src: int, dst: int) -> list[int]:
+        """Devices a message crosses: Ring shortest direction (clockwise on a tie), Switch via device n."""
+        if self.kind == "switch":
+            return [src, self.n, dst]
+        if self.kind == "fc":
+            return [src, dst]
+        cw = (dst - src) % self.n
+        step = -1 if self.n - cw < cw else 1
+        path = [src]
+        cur = src
+        while cur != dst:
+            cur = (cur + step) % self.n
+            path.append(cur)
+        return path
+
+    def _link(self, u: int, v: int) -> _Link:
+        link = self.links.get((u, v))
+        if link is None:
+            link = self.links[(u, v)] = _Link(self.bpns, self.lat)
+        return link
+
+    def send(self, src: int, dst: int, size: int, cb: Callable, *args) -> None:
+        """Inject a message at src; cb(*args) when its last hop delivers it."""
+        self._hop(self.route(src, dst), 0, size, cb, args)
+
+    def _hop(self, path: list[int], i: int, size: int, cb: Callable, args: tuple) -> None:
+        link = self._link(path[i], path[i + 1])
+        item = (path, i, size, cb, args)
+        if link.busy:
+            link.pending.append(item)
+        else:
+            self._transmit(link, item)
+
+    def _transmit(self, link: _Link, item: tuple) -> None:
+        path, i, size, cb, args = item
+        link.busy = True
+        now = self.loop.now
+        self.loop.at(now + math.floor(link.lat + size / link.bpns), self._arrive, path, i + 1, size, cb, args)
+        self.loop.at(now + math.floor(size / link.bpns), self._free, link)
+
+    def _free(self, link: _Link) -> None:
+        link.busy = False
+        if link.pending:
+            self._transmit(link, link.pending.popleft())
+
+    def _arrive(self, path: list[int], i: int, size: int, cb: Callable, args: tuple) -> None:
+        if i == len(path) - 1:
+            cb(*args)
+        else:
+            self._hop(path, i, size, cb, args)
+
+
+class Matcher:
+    """Pairs sends and receives by (tag, src, dst, size, sequence number), as ASTRA-sim's CallbackTracker."""
+
+    def __init__(self, loop: EventLoop, net) -> None:
+        self.loop = loop
+        self.net = net
+        self._send_seq: dict[tuple, int] = {}
+        self._recv_seq: dict[tuple, int] = {}
+        self._entries: dict[tuple, list] = {}  # key -> [recv callback or None, arrived]
+
+    def send(self, tag, src: int, dst: int, size: int) -> None:
+        """Start a message; it completes the matching receive when it arrives."""
+        base = (tag, src, dst, size)
+        seq = self._send_seq.get(base, 0)
+        self._send_seq[base] = seq + 1
+        key = base + (seq,)
+        self._entries.setdefault(key, [None, False])
+        self.net.send(src, dst, size, self._arrived, key)
+
+    def _arrived(self, key: tuple) -> None:
+        entry = self._entries[key]
+        if entry[0] is not None:
+            del self._entries[key]
+            entry[0]()
+        else:
+            entry[1] = True
+
+    def recv(self, tag, src: int, dst: int, size: int, cb: Callable) -> None:
+        """Post a receive; cb() when the matching message has arrived (at once, queued, if it already has)."""
+        base = (tag, src, dst, size)
+        seq = self._recv_seq.get(base, 0)
+        self._recv_seq[base] = seq + 1
+        key = base + (seq,)
+        entry = self._entries.get(key)
+        if entry is None:
+            self._entries[key] = [cb, False]
+        elif entry[1]:
+            del self._entries[key]
+            self.loop.at(self.loop.now, cb)
+        else:
+            entry[0] = cb
+
+
+class SysEvents:
+    """Sys::try_register_event: a rank's events of one tick form one list, run together by a single loop
+    event (scheduled when the tick's first event is registered); events added to a tick whose list is running
+    join it."""
+
+    def __init__(self, loop: EventLoop) -> None:
+        self.loop = loop
+        self._lists: dict[tuple[int, int], list] = {}
+
+    def at(self, rank: int, delay: int, fn: Callable, *args) -> None:
+        """Run fn(*args) on rank's system layer delay ns from now."""
+        key = (rank, self.loop.now + delay)
+        lst = self._lists.get(key)
+        if lst is None:
+            lst = self._lists[key] = []
+            self.loop.at(key[1], self._run, key)
+        lst.append((fn, args))
+
+    def _run(self, key: tuple[int, int]) -> None:
+        lst = self._lists[key]
+        i = 0
+        while i < len(lst):
+            fn, args = lst[i]
+            fn(*args)
+            i += 1
+        del self._lists[key]
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What an algorithm instance needs from its rank: bus delays, reduction cost, messaging."""
+
+    loop: EventLoop
+    matcher: Matcher
+    sys: SysEvents
+    ed: int
+    mem_gbps: float
+
+    def red_ns(self, size: int) -> int:
+        """PacketBundle processing: three passes of size bytes at local-mem-bw (GB/s of 1e9 bytes)."""
+        return 3 * math.floor(size / self.mem_gbps)
+
+
+class Stream:
+    """One chunk of one collective on one rank: a sequence of phases (algorithm factories)."""
+
+    __slots__ = ("run", "rank", "phases", "priority", "started", "alg", "tag")
+
+    def __init__(self, run: CollectiveRun, rank: int, phases: list, priority: int, tag) -> None:
+        self.run = run
+        self.rank = rank
+        self.phases = phases
+        self.priority = priority
+        self.started = False
+        self.alg = None
+        self.tag = tag
+
+
+class _Algo:
+    """Shared plumbing: bundles through the memory bus, messages through the matcher."""
+
+    def __init__(self, ctx: Ctx, stream: Stream, members: tuple[int, ...], idx: int, fast: bool) -> None:
+        self.ctx = ctx
+        self.stream = stream
+        self.members = members
+        self.idx = idx
+        self.p = len(members)
+        self.bus = FAST_BUS_NS if fast else ctx.ed
+
+    def bundle(self, size: int, processed: bool) -> None:
+        """A packet bundle: memory-bus delay, then (if processed) the reduction, then a General event."""
+        rank = self.members[self.idx]
+        if processed:
+            self.ctx.sys.at(rank, self.bus, self._processed, size)
+        else:
+            self.ctx.sys.at(rank, self.bus, self.general)
+
+    def _processed(self, size: int) -> None:
+        self.ctx.sys.at(self.members[self.idx], self.ctx.red_ns(size), self.general)
+
+    def send(self, pos: int, size: int) -> None:
+        self.ctx.matcher.send(self.stream.tag, self.members[self.idx], self.members[pos], size)
+
+    def recv(self, pos: int, size: int) -> None:
+        self.ctx.matcher.recv(self.stream.tag, self.members[pos], self.members[self.idx], size, self.received)
+
+    def exit(self) -> None:
+        self.stream.run.phase_done(self.stream)
+
+
+class PacketAlgo(_Algo):
+    """Ring, HalvingDoubling and direct (AllToAll): ASTRA-sim's packet/bundle state machine."""
+
+    def __init__(self, ctx, stream, members, idx, fast, kind: str, algo: str, data: int, window: int = -1):
+        super().__init__(ctx, stream, members, idx, fast)
+        p = self.p
+        self.kind = kind
+        self.algo = algo
+        self.packets: deque = deque()
+        self.free = 0
+        self.got = 0
+        self.zero = 0
+        self.nonzero = 0
+        self.toggle = False
+        self.parallel = 1
+        if algo == "halving_doubling":
+            k = int(math.log2(p))
+            self.streams_left = 2 * k if kind == "all_reduce" else k
+            self.nonzero_count = k - 1
+            if kind == "all_gather":
+                self.msg, self.offset, self.mult = data, p // 2, 0.5
+            else:
+                self.msg, self.offset, self.mult = data // 2, 1, 2.0
+            self.recv_pos = self.send_pos = self._hd_partner()
+            return
+        self.streams_left = {"all_reduce": 2 * (p - 1), "all_to_all": p * (p - 1) // 2}.get(kind, p - 1)
+        self.msg = data if kind == "all_gather" else data // p
+        self.send_pos = (idx + 1) % p
+        self.recv_pos = (idx - 1) % p
+        self.nonzero_count = p - 1
+        if algo == "direct":
+            self.parallel = p - 1 if window == -1 else min(window, p - 1)
+            if kind == "all_to_all":
+                self.streams_left = p - 1
+            # AllToAll.cc get_non_zero_latency_packets: p-1 packets per window on a Local ring, one otherwise.
+            self.nonzero_count = (p - 1) * self.parallel if fast else self.parallel
+
+    def _hd_partner(self) -> int:
+        off = self.offset
+        if off == 0:
+            return self.idx
+        step = off if (self.idx // off) % 2 == 0 else -off
+        return (self.idx + step) % self.p
+
+    def start(self) -> None:
+        for _ in range(self.parallel):
+            self.insert()
+
+    def insert(self) -> None:
+        if self.zero == 0 and self.nonzero == 0:
+            self.zero = self.parallel
+            self.nonzero = self.nonzero_count
+            self.toggle = not self.toggle
+        if self.zero > 0:
+            processed = False
+            self.zero -= 1
+        elif self.nonzero > 0:
+            processed = self.kind == "reduce_scatter" or (self.kind == "all_reduce" and self.toggle)
+            self.nonzero -= 1
+        else:
+            raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        self.packets.append((self.msg, self.send_pos, self.recv_pos))
+        # The bundle carries the current message size (the packet just inserted), then the machine advances.
+        self.bundle(self.msg, processed)
+        self._advance()
+
+    def _advance(self) -> None:
+        if self.algo == "halving_doubling":
+            self.offset = int(self.offset * self.mult)
+            self.msg = int(self.msg / self.mult)
+            if self.offset == self.p and self.kind == "all_reduce":
+                self.mult = 0.5
+                self.offset = int(self.offset * self.mult)
+                self.msg = int(self.msg / self.mult)
+            self.recv_pos = self.send_pos = self._hd_partner()
+        elif self.algo == "direct":
+            p, i = self.p, self.idx
+            self.send_pos = (self.send_pos + 1) % p
+            if self.send_pos == i:
+                self.send_pos = (self.send_pos + 1) % p
+            self.recv_pos = (self.recv_pos - 1) % p
+            if self.recv_pos == i:
+                self.recv_pos = (self.recv_pos - 1) % p
+
+    def general(self) -> None:
+        self.free += 1
+        if self.algo == "direct" and self.kind == "all_reduce" and self.streams_left <= self.p - 1:
+            if self.got < self.p - 1:
+                return
+            # AllToAll.cc tries parallel_reduce sends; each needs a packet and a free bundle token.
+            for _ in range(self.parallel):
+                if not self._ready():
+                    break
+        else:
+            self._ready()
+        if self.streams_left == 0 and self.free == self.parallel:
+            self.exit()
+
+    def _ready(self) -> bool:
+        if not self.packets or self.streams_left == 0 or self.free == 0:
+            return False
+        size, dst, src = self.packets.popleft()
+        self.send(dst, size)
+        self.recv(src, size)
+        self.streams_left -= 1
+        self.free -= 1
+        return True
+
+    def received(self) -> None:
+        self.got += 1
+        self.insert()
+
+
+class TreeAlgo(_Algo):
+    """DoubleBinaryTree AllReduce: whole chunk up the tree with reductions, then down."""
+
+    def __init__(self, ctx, stream, members, idx, parent: int, children: list[int], data: int):
+        super().__init__(ctx, stream, members, idx, False)
+        self.parent = parent
+        self.children = children
+        self.data = data
+        self.state = "begin"
+        self.reductions = 0
+        if parent < 0:
+            self.role = "root"
+        elif not children:
+            self.role = "leaf"
+        else:
+            self.role = "mid"
+
+    def start(self) -> None:
+        self._on("init")
+
+    def general(self) -> None:
+        self._on("general")
+
+    def received(self) -> None:
+        self._on("recv")
+
+    def _on(self, ev: str) -> None:
+        st, d = self.state, self.data
+        if self.role == "leaf":
+            if st == "begin":
+                self.bundle(d, False)
+                self.state = "to_parent"
+            elif st == "to_parent":
+                self.send(self.parent, d)
+                self.recv(self.parent, d)
+                self.state = "wait_parent"
+            elif st == "wait_parent":
+                self.bundle(d, False)
+                self.state = "end"
+            elif st == "end":
+                self.exit()
+            return
+        if self.role == "root":
+            if st == "begin":
+                self.state = "wait_one"
+                self.recv(self.children[0], d)
+            elif st == "wait_one" and ev == "recv":
+                self.bundle(d, True)
+                self.state = "to_children"
+            elif st == "to_children":
+                self.send(self.children[0], d)
+                self.exit()
+            return
+        # Intermediate node: the condition order of DoubleBinaryTreeAllReduce::run matters.
+        if st == "begin":
+            self.state = "wait_two"
+            for c in self.children:
+                self.recv(c, d)
+        elif st == "wait_two" and ev == "recv":
+            self.bundle(d, True)
+            self.state = "wait_one"
+        elif st == "wait_one" and ev == "recv":
+            self.bundle(d, True)
+            self.state = "to_parent"
+        elif self.reductions < 1 and ev == "general":
+            self.reductions += 1
+        elif st == "to_parent":
+            self.state = "wait_parent"
+            self.send(self.parent, d)
+            self.recv(self.parent, d)
+        elif st == "wait_parent" and ev == "recv":
+            self.bundle(d, True)
+            self.state = "to_children"
+        elif st == "to_children":
+            for c in self.children:
+                self.send(c, d)
+            self.exit()
+
+
+class RankQueues:
+    """A rank's stream queues (one per dimension): running slots and the waiting order."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+        self.queues: dict[int, list[Stream]] = {}
+        self.running: dict[int, int] = {}
+
+    def add(self, q: int, stream: Stream, lifo: bool, fill: bool = True) -> None:
+        """Insert as Sys::insert_stream does (started streams first, then by priority), then fill slots."""
+        lst = self.queues.setdefault(q, [])
+        pos = 0
+        while pos < len(lst) and (lst[pos].started or lst[pos].priority >= stream.priority):
+            pos += 1
+        lst.insert(pos, stream)
+        if fill:
+            self.fill(q)
+
+    def fill(self, q: int) -> None:
+        lst = self.queues.get(q, [])
+        running = self.running.get(q, 0)
+        for s in lst:
+            if running >= self.threshold:
+                break
+            if not s.started:
+                s.started = True
+                running += 1
+                self.running[q] = running
+                s.run.start_phase(s)
+
+    def remove(self, q: int, stream: Stream) -> None:
+        self.queues[q].remove(stream)
+        self.running[q] -= 1
+
+
+class CollectiveRun:
+    """One collective on the event loop: its streams on every member rank and their per-rank finish times."""
+
+    def __init__(self, world: AstraWorld, handle: int, members: tuple[int, ...], chunks: list[list], done):
+        self.world = world
+        self.handle = handle
+        self.members = members
+        self.pos = {r: i for i, r in enumerate(members)}
+        self.chunks = chunks  # per chunk: list of phases (queue id, factory(ctx, stream, members, idx))
+        self.left = [len(chunks)] * len(members)
+        self.finish = [0] * len(members)
+        self.remaining = len(members)
+        self.done = done
+
+    def start(self, issue_at: tuple[int, ...] | None = None) -> None:
+        """Create every rank's streams in chunk order (their priorities decide the start order), now or, per
+        member, at the loop time issue_at[i] when that rank issues the collective (ASTRA-sim starts each rank's
+        part when the rank reaches the node: no barrier across members)."""
+        loop = self.world.loop
+        for i, r in enumerate(self.members):
+            if issue_at is None or issue_at[i] <= loop.now:
+                self._issue(r)
+            else:
+                loop.at(issue_at[i], self._issue, r)
+
+    def _issue(self, r: int) -> None:
+        w = self.world
+        if not self.chunks:
+            self._rank_done(self.pos[r])
+            return
+        for c, phases in enumerate(self.chunks):
+            s = Stream(self, r, list(phases), w.next_priority(r), (self.handle, c))
+            w.queues_of(r).add(s.phases[0][0], s, w.lifo)
+
+    def start_phase(self, stream: Stream) -> None:
+        q, make = stream.phases[0]
+        stream.alg = make(self.world.ctx, stream, self.members, self.pos[stream.rank])
+        stream.alg.start()
+
+    def phase_done(self, stream: Stream) -> None:
+        rq = self.world.queues_of(stream.rank)
+        q = stream.phases.pop(0)[0]
+        rq.remove(q, stream)
+        if stream.phases:
+            stream.started = False
+            nq = stream.phases[0][0]
+            rq.add(nq, stream, self.world.lifo, fill=False)
+            rq.fill(q)
+            rq.fill(nq)
+            return
+        rq.fill(q)
+        i = self.pos[stream.rank]
+        self.left[i] -= 1
+        if self.left[i] == 0:
+            self._rank_done(i)
+
+    def _rank_done(self, i: int) -> None:
+        self.finish[i] = self.world.loop.now
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.done(self)
+
+
+class AstraWorld:
+    """The event loop, network, matcher and per-rank queues shared by every collective in flight."""
+
+    def __init__(self, net_factory, ed: int, mem_gbps: float, active: int, lifo: bool) -> None:
+        self.loop = EventLoop()
+        self.net = net_factory(self.loop)
+        self.matcher = Matcher(self.loop, self.net)
+        self.ctx = Ctx(self.loop, self.matcher, SysEvents(self.loop), ed, mem_gbps)
+        self.active = active
+        self.lifo = lifo
+        self._queues: dict[int, RankQueues] = {}
+        self._priority: dict[int, int] = {}
+
+    def queues_of(self, rank: int) -> RankQueues:
+        """The stream queues of a rank."""
+        rq = self._queues.get(rank)
+        if rq is None:
+            rq = self._queues[rank] = RankQueues(self.active)
+        return rq
+
+    def next_priority(self, rank: int) -> int:
+        """Sys::get_priority: LIFO counts up, FIFO counts down."""
+        v = self._priority.get(rank, 0)
+        self._priority[rank] = v + 1 if self.lifo else v - 1
+        return v
