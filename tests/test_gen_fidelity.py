@@ -328,7 +328,7 @@ def test_parallel_expands_in_megatron_rank_order():
     dep = load_spec(
         {
             "model": {**TINY, "layers": 8},
-            "parallel": {"gpu": "A100", "tp": 2, "pp": 4, "dp": 2, "global_batch": 16},
+            "parallel": {"gpu": "A100", "tp": 2, "pp": 4, "dp": 2, "global_batch": 16, "order": "tp-dp-pp"},
         }
     )
     assert dep.micro_batches == 16 // (1 * 2)
@@ -362,21 +362,21 @@ def test_parallel_tp2_pp2_dp2_with_virtual_stages_round_trips():
     spec = {"model": TINY, "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "micro_batch": 2,
                                         "global_batch": 8, "virtual_stages": 2}}  # fmt: skip
     dep = load_spec(spec)
-    # rank = t + 2*(d + 2*s): stage 0 holds ranks 0-3 (replicas 0, 1), stage 1 ranks 4-7
+    # default order tp-pp-dp (Megatron's --use-tp-pp-dp-mapping): rank = t + 2*(s + 2*d)
+    assert [(list(dg.ranks), dg.pp_stage, dg.dp_replica) for dg in dep.device_groups] == [
+        ([0, 1], 0, 0), ([4, 5], 0, 1), ([2, 3], 1, 0), ([6, 7], 1, 1)
+    ]  # fmt: skip
+    assert (dep.micro_batches, dep.virtual_stages, dep.schedule) == (2, 2, "1f1b")
+    assert load_spec(spec_to_mapping(dep)) == dep
+    # Megatron's initialize_model_parallel default order: rank = t + 2*(d + 2*s): stage 0 holds ranks 0-3
+    spec["parallel"]["order"] = "tp-dp-pp"
+    dep = load_spec(spec)
     assert [(list(dg.ranks), dg.pp_stage, dg.dp_replica) for dg in dep.device_groups] == [
         ([0, 1], 0, 0),
         ([2, 3], 0, 1),
         ([4, 5], 1, 0),
         ([6, 7], 1, 1),
     ]
-    assert (dep.micro_batches, dep.virtual_stages, dep.schedule) == (2, 2, "1f1b")
-    assert load_spec(spec_to_mapping(dep)) == dep
-    # Megatron's alternative order (--use-tp-pp-dp-mapping): rank = t + 2*(s + 2*d)
-    spec["parallel"]["order"] = "tp-pp-dp"
-    dep = load_spec(spec)
-    assert [(list(dg.ranks), dg.pp_stage, dg.dp_replica) for dg in dep.device_groups] == [
-        ([0, 1], 0, 0), ([4, 5], 0, 1), ([2, 3], 1, 0), ([6, 7], 1, 1)
-    ]  # fmt: skip
 
 
 def test_parallel_mixes_with_hand_written_groups():

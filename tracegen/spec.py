@@ -65,9 +65,10 @@ TOP_KEYS = (
 )
 DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
 PARALLEL_KEYS = ("gpu", "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "order")
-# Megatron-LM's rank orders (initialize_model_parallel `order`, fastest first): "tp-dp-pp" is its
-# default, "tp-pp-dp" what --use-tp-pp-dp-mapping selects.
-RANK_ORDERS = ("tp-dp-pp", "tp-pp-dp")
+# Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
+# order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
+# "tp-dp-pp" is initialize_model_parallel's own default `order` (pipeline stages furthest apart).
+RANK_ORDERS = ("tp-pp-dp", "tp-dp-pp")
 RECOMPUTE = ("none", "selective", "full")
 INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # A (rank, layer, micro-batch) step yields at least a forward and a backward compute node, and generation
@@ -458,10 +459,11 @@ class _SpecBuilder:
     def expand_parallel(
         self, blocks: list[dict[str, int | str]], model: ModelArch, uneven: bool
     ) -> list[dpb.DeviceGroup]:
-        """Device groups of the `parallel:` blocks, in Megatron's rank order (tp fastest, then dp, then pp).
+        """Device groups of the `parallel:` blocks, in Megatron's rank order (default: tp, then pp, then dp).
 
-        Megatron-LM's initialize_model_parallel (default order "tp-dp-pp"): rank = t + TP*(d + DP*s) for TP
-        index t, replica d and stage s; order "tp-pp-dp": t + TP*(s + PP*d). Blocks of a list follow each
+        Order "tp-pp-dp" (default; Megatron-LM's --use-tp-pp-dp-mapping): rank = t + TP*(s + PP*d) for TP
+        index t, replica d and stage s; order "tp-dp-pp" (initialize_model_parallel's default): rank =
+        t + TP*(d + DP*s). Blocks of a list follow each
         other in ranks and replica numbers.
         """
         out: list[dpb.DeviceGroup] = []
