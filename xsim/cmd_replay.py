@@ -20,7 +20,7 @@ from replay import (
     parse_speed,
     simulate,
 )
-from replay.export import write_annotated, write_timeline
+from replay.export import save_run, write_annotated, write_timeline
 from traces import pb
 from traces.traceset import TraceSet, discover
 
@@ -265,17 +265,17 @@ def _print_summary(result, path: str) -> None:
             )
 
 
-def _write_outputs(args: argparse.Namespace, result, ts: TraceSet) -> None:
+def _write_outputs(args: argparse.Namespace, result, ts: TraceSet, cost: dict | None) -> None:
     """Write --out, --timeline and --annotate; an unwritable path is one error naming it."""
     target = ""
     try:
         if args.out:
             target = args.out
-            result.save(args.out)
-            # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
-            with open(os.path.join(args.out, "source.json"), "w", encoding="utf-8") as fh:
-                json.dump({"trace": os.path.abspath(ts.prefix)}, fh)
-                fh.write("\n")
+            # Which trace set this is a replay of (read by `xsim validate --sim DIR`), and the cost.
+            extras = {"source.json": json.dumps({"trace": os.path.abspath(ts.prefix)}) + "\n"}
+            if cost is not None:
+                extras["cost.json"] = json.dumps(cost, indent=1) + "\n"
+            save_run(result, args.out, extras)
         if args.timeline:
             target = args.timeline
             write_timeline(result, args.timeline)
@@ -312,15 +312,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
-    _write_outputs(args, result, ts)
     cost = _cost(deployment, result.summary_dict()["iteration_time_ns"])
-    if cost is not None and args.out:
-        try:
-            with open(os.path.join(args.out, "cost.json"), "w", encoding="utf-8") as fh:
-                json.dump(cost, fh, indent=1)
-                fh.write("\n")
-        except OSError as exc:
-            raise ReplayError(f"{args.out}: cannot write cost.json: {exc.strerror or exc}") from None
+    _write_outputs(args, result, ts, cost)
     if args.json:
         obj = result.summary_dict()
         if cost is not None:
