@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from xsim import cli
-
-REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="generate, rewrite and replay the paper's Figure 1 deployment (bundled example)",
         description=__doc__.splitlines()[2] if __doc__ else None,
     )
-    p.add_argument("--spec", default=str(REPO_EXAMPLES / "figure1.yaml"), help="deployment spec to run")
+    p.add_argument("--spec", help="deployment spec to run (default: the bundled figure1.yaml)")
     p.add_argument("--out", default="out/demo", help="folder for the demo's outputs (default: out/demo)")
     p.add_argument("--model", choices=("analytical", "flow"), default="flow", help="network model")
     p.set_defaults(func=_demo)
@@ -35,6 +32,10 @@ def _step(title: str, argv: list[str]) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.spec is None:
+        from tracegen.bundled import example_spec
+
+        args.spec = example_spec("figure1.yaml")
     traces = os.path.join(args.out, "traces")
     result = os.path.join(args.out, "result")
     steps = [

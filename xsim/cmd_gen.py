@@ -9,9 +9,11 @@ import sys
 
 from netmodels.cluster import build_cluster
 from netmodels.errors import NetworkModelError
+from replay.progress import status
 from tracegen.errors import GeneratorError, SpecError
 from tracegen.spec import NAME_RE, load_spec, num_ranks, save_deployment
 from tracegen.workload import generate
+from traces.outputs import prepare_set_folder
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--no-rewrite",
         action="store_true",
         help="skip the planner's rewrite (heterogeneous gradient sync and pipeline resharding)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the trace files of another set in DIR (default: refuse to mix two sets)",
     )
     p.set_defaults(func=run)
 
@@ -55,12 +62,16 @@ def run(args: argparse.Namespace) -> int:
         if not NAME_RE.match(args.name):
             raise SpecError(f"--name {args.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = args.name
+    # Before any work: a folder holding another set is refused (or, with --force, cleared), never mixed.
+    prepare_set_folder(args.out, dep.name, num_ranks(dep), args.force)
     try:
-        bundle = generate(dep, rewrite=not args.no_rewrite)
+        with status("generating traces"):
+            bundle = generate(dep, rewrite=not args.no_rewrite)
     except GeneratorError as exc:
         raise GeneratorError(f"{args.spec}: {exc}") from None
     try:
-        paths = bundle.write(args.out, dep.name)
+        with status("writing traces"):
+            paths = bundle.write(args.out, dep.name)
         save_deployment(dep, os.path.join(args.out, "deployment.json"))
     except OSError as exc:
         raise GeneratorError(f"{args.out}: cannot write traces: {exc.strerror or exc}") from None

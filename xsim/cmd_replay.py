@@ -21,6 +21,8 @@ from replay import (
     simulate,
 )
 from replay.export import save_run, write_annotated, write_timeline
+from replay.export.breakdown import is_pipelined
+from replay.progress import replay_progress
 from traces import pb
 from traces.traceset import TraceSet, discover
 
@@ -249,9 +251,15 @@ def _print_summary(result, path: str) -> None:
         f"bytes moved        {_fmt_bytes(s['bytes_moved'])} in {s['num_collectives']:,} collectives "
         f"and {s['num_p2p']:,} P2P transfers"
     )
-    print(f"straggler waiting  total {_fmt_ns(s['wait_ns_total'])}, max per rank {_fmt_ns(s['wait_ns_max'])}")
+    n = s["num_ranks"]
     print(
-        f"pipeline bubble    total {_fmt_ns(s['bubble_ns_total'])}, max per rank {_fmt_ns(s['bubble_ns_max'])}"
+        f"straggler waiting  {_fmt_ns(s['wait_ns_total'])} summed over {n} ranks, "
+        f"max per rank {_fmt_ns(s['wait_ns_max'])}"
+    )
+    # Idle time inside a rank's compute span is a pipeline bubble only when there is a pipeline.
+    label = "pipeline bubble   " if is_pipelined(result.ops, s["num_p2p"]) else "idle in compute   "
+    print(
+        f"{label} {_fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {_fmt_ns(s['bubble_ns_max'])}"
     )
     top = result.ranks.sort(["wait_ns", "rank"], descending=[True, False]).head(5)
     if top["wait_ns"].max() and top["wait_ns"].max() > 0:
@@ -301,15 +309,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         network = build_network(args, ts, deployment)
         compute = build_compute(args, ts, deployment)
-        result = simulate(
-            ts,
-            network=network,
-            compute=compute,
-            groups=args.comm_groups,
-            config=config,
-            progress=not args.no_progress,
-            fold=getattr(args, "fold", False),
-        )
+        with replay_progress(not args.no_progress) as progress:
+            result = simulate(
+                ts,
+                network=network,
+                compute=compute,
+                groups=args.comm_groups,
+                config=config,
+                progress=progress,
+                fold=getattr(args, "fold", False),
+            )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     cost = _cost(deployment, result.summary_dict()["iteration_time_ns"])

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from replay.progress import status, track
 from traces import checks
 from traces.errors import XsimError
 from traces.groups import resolve_groups
@@ -57,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _load(path: str, comm_groups: str | None = None) -> tuple[TraceSet, list[EtFile]]:
     ts = discover(path)
-    return ts, [ts.load(r) for r in range(ts.num_ranks)]
+    n = ts.num_ranks
+    return ts, list(track((ts.load(r) for r in range(n)), "reading traces", n))
 
 
 def _groups(ts: TraceSet, files: list[EtFile], comm_groups: str | None):
@@ -103,7 +105,8 @@ def _info(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     ts, files = _load(args.path)
-    findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
+    with status("checking graphs and cross-rank matches"):
+        findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=1))
     else:

@@ -117,3 +117,9 @@ def op_time_by(ops: pl.DataFrame, key: str) -> pl.DataFrame:
         + [pl.col("wait_ns").sum().alias("wait_ns"), pl.len().alias("ops")]
     )
     return out.sort(key)
+
+
+def is_pipelined(ops: pl.DataFrame, num_p2p: int) -> bool:
+    """True when the run has pipeline stages (several `stage` values) or P2P transfers between ranks."""
+    stages = ops["stage"].drop_nulls().n_unique() if "stage" in ops.columns else 0
+    return stages > 1 or num_p2p > 0

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.export.breakdown import CATEGORIES, collective_exposure, op_time_by, rank_breakdown
+from replay.export.breakdown import CATEGORIES, collective_exposure, is_pipelined, op_time_by, rank_breakdown
 from traces.outputs import atomic_write_text
 
 MAX_BARS = 128  # ranks drawn in the stacked-bar chart; larger runs show an evenly spaced sample
@@ -135,15 +135,14 @@ def _table(df: pl.DataFrame, fmt: dict | None = None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _is_pipelined(run: RunTables) -> bool:
-    stages = run.ops["stage"].drop_nulls().n_unique() if "stage" in run.ops.columns else 0
-    return stages > 1 or int(run.summary.get("num_p2p", 0)) > 0
-
-
 def _summary_html(run: RunTables, br: pl.DataFrame) -> str:
     s = run.summary
     n = int(s["num_ranks"])
-    bubble = "pipeline bubble" if _is_pipelined(run) else "idle gaps in the compute span (no pipeline)"
+    bubble = (
+        "pipeline bubble"
+        if is_pipelined(run.ops, int(run.summary.get("num_p2p", 0)))
+        else "idle gaps in the compute span (no pipeline)"
+    )
     rows = [
         ("iteration time", _fmt_ns(s["iteration_time_ns"])),
         ("ranks / nodes", f"{n:,} / {int(s['num_nodes']):,}"),
