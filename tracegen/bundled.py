@@ -1,12 +1,12 @@
 """The bundled example specs (the repository's examples/ folder), found in a checkout or an installed xsim.
 
-An installed xsim carries examples/ as the data package `xsim_examples` (setup.py maps the folder), read
-through importlib.resources; a source checkout run without installing reads the folder itself.
+An installed xsim carries examples/ as the data package `xsim_examples` (setup.py maps the folder), found
+through importlib (find_spec); a source checkout run without installing reads the folder itself.
 """
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 import os
 from pathlib import Path
 
@@ -17,12 +17,12 @@ _CHECKOUT = Path(__file__).resolve().parents[1] / "examples"
 
 def examples_dir() -> str:
     """Folder holding the bundled example specs."""
-    try:
-        root = importlib.resources.files("xsim_examples")
-        if root.joinpath("figure1.yaml").is_file():
-            return os.fspath(root)  # a regular install: a real folder in site-packages
-    except ModuleNotFoundError:
-        pass
+    # importlib finds the installed data package (a plain folder without __init__.py, so a namespace
+    # package: its search locations are real folders in site-packages).
+    spec = importlib.util.find_spec("xsim_examples")
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        if os.path.isfile(os.path.join(loc, "figure1.yaml")):
+            return os.fspath(loc)
     return os.fspath(_CHECKOUT)
 
 
