@@ -7,6 +7,9 @@ package list lives here; everything else is in pyproject.toml.
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["traces*", "tracegen*", "replay*", "netmodels*", "xsim*"]), "xsim_examples"],
+    packages=[
+        *find_packages(include=["traces*", "tracegen*", "replay*", "netmodels*", "xsim*"]),
+        "xsim_examples",
+    ],
     package_dir={"xsim_examples": "examples"},
 )
