@@ -21,6 +21,7 @@ from tracegen import deployment_pb2 as dpb
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, preset
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
+from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
@@ -543,9 +544,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
 
 def save_deployment(dep: dpb.Deployment, path: str | os.PathLike[str]) -> None:
     """Write the resolved spec as JSON (`cluster_derived: true` says the cluster was derived, not given)."""
-    with open(os.fspath(path), "w", encoding="utf-8") as fh:
-        json.dump(spec_to_mapping(dep), fh, indent=2)
-        fh.write("\n")
+    atomic_write_text(path, json.dumps(spec_to_mapping(dep), indent=2) + "\n")
 
 
 def lcm_tp(groups: Sequence[dpb.DeviceGroup]) -> int:

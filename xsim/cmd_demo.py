@@ -67,5 +67,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(
         f"\ntables: {result}/{{ops,ranks,collectives}}.parquet, summary.json; timeline: {result}/timeline.json"
     )
-    print("open the timeline at https://ui.perfetto.dev or chrome://tracing")
+    print("open the timeline in Perfetto (ui.perfetto.dev), chrome://tracing or speedscope")
+    print(f"one HTML page with plots: xsim report {result} --out {os.path.join(result, 'report.html')}")
     return 0
