@@ -89,6 +89,8 @@ def test_report_is_self_contained(tmp_path, capsys) -> None:
     res = _result_dir(tmp_path)
     page = tmp_path / "report.html"
     assert main(["report", str(res), "--out", str(page)]) == 0
+    assert main(["report", str(res), "--out", str(tmp_path / "again.html")]) == 0
+    assert page.read_bytes() == (tmp_path / "again.html").read_bytes()  # deterministic
     text = page.read_text()
     for section in (
         "Summary",

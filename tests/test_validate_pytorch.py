@@ -212,3 +212,17 @@ def test_validate_cli_names_missing_matplotlib(runs, tmp_path, capsys, monkeypat
         "steps.csv",
         "validation.json",
     ]
+
+
+def test_report_of_an_imported_run_shows_the_validation(runs, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    val = tmp_path / "val"
+    validate(kin, tmp / "tinygpt_2rank_res", ts).save(val)
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp / "tinygpt_2rank_res"), "--validation", str(val), "--out", str(page)]) == 0
+    text = page.read_text()
+    # The figure (5th SVG: ranks, layers, phases, Gantt, validation) and its per-class table.
+    assert "<h2>Validation against the real run</h2>" in text and text.count("<svg") == 5
+    assert "<td>all_reduce</td>" in text and "Step-time error +0.01%" in text
