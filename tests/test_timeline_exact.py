@@ -115,3 +115,22 @@ def test_speedscope_renders_one_level_per_lane(tmp_path) -> None:
     # row of frames lies at y 143..162. A staircase (ops nested under their predecessor) fills rows below.
     assert colored[143:163].max() > 50
     assert colored[170:880].max() == 0
+
+
+def test_comm_rate_counter_by_hand() -> None:
+    from replay.export.timeline import _counters
+
+    # Rank 0: 1,000 B active over [0, 100) ns = 10 GB/s; 3,000 B over [50, 150) after 0 wait = 30 GB/s;
+    # a recv that waits 40 ns then moves 600 B over [140, 200) = 10 GB/s.
+    ops = pl.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "resource": ["comm"] * 3,
+            "start_ns": [0, 50, 100],
+            "end_ns": [100, 150, 200],
+            "wait_ns": [0, 0, 40],
+            "bytes": [1000, 3000, 600],
+        }
+    )
+    got = [(e["ts"], e["args"]["GB/s"]) for e in _counters(ops)]
+    assert got == [(0.0, 10.0), (0.05, 40.0), (0.1, 30.0), (0.14, 40.0), (0.15, 10.0), (0.2, 0.0)]
