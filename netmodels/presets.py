@@ -61,14 +61,35 @@ PRESETS: dict[str, dict[str, InterconnectPreset]] = {
     },
 }
 
-GPU_ALIASES: dict[str, str] = {"A100": "A100-40GB"}
+# The same names and aliases as the compute catalog (tracegen.catalog; tests/test_stumbles.py checks the two
+# agree), matched case-insensitively, so one GPU name works for compute and interconnect alike.
+GPU_ALIASES: dict[str, str] = {
+    "A100": "A100-40GB",
+    "A100-40G": "A100-40GB",
+    "A100-80G": "A100-80GB",
+    "H100-80GB": "H100",
+    "H100-SXM": "H100",
+    "H200-141GB": "H200",
+    "B200-192GB": "B200",
+    "V100-32GB": "V100",
+}
 GPU_NAMES: tuple[str, ...] = ("A100-40GB", "A100-80GB", "H100", "H200", "B200")
+# In the compute catalog, but neither of the paper's Tables 5 and 6 gives their interconnect.
+NO_INTERCONNECT: tuple[str, ...] = ("V100",)
 
 
 def canonical_gpu(name: str) -> str:
-    """The project's GPU name for name ("A100" is the paper's A100 40GB)."""
-    g = GPU_ALIASES.get(str(name), str(name))
-    if g not in GPU_NAMES:
+    """The project's GPU name for name ("A100" is the paper's A100 40GB), as the compute catalog spells it."""
+    key = str(name).strip().upper()
+    upper = {g.upper(): g for g in (*GPU_NAMES, *NO_INTERCONNECT)}
+    aliases = {a.upper(): t for a, t in GPU_ALIASES.items()}
+    g = upper.get(key) or aliases.get(key)
+    if g in NO_INTERCONNECT:
+        raise TopologyError(
+            f"GPU {name!r} is in the compute catalog, but the paper's Tables 5 and 6 give no interconnect for "
+            "it: describe its network with --topology switch:N:BW:LAT (or a cluster's links)"
+        )
+    if g is None:
         raise TopologyError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}, alias A100)")
     return g
 

@@ -57,15 +57,23 @@ def parse_size(text: str | int) -> int:
 
 
 def parse_bandwidth(text: str | float) -> float:
-    """Parse a bandwidth such as "50GBps", "50GB/s", "400Gbps" or a bare number (bytes/s) into bytes/s."""
+    """Parse a bandwidth text with its unit ("50GBps", "50GB/s", "400Gbps") or a number (bytes/s) into bytes/s.
+
+    Text without a unit is refused: "ring:2:50:0ns" meant 50 GB/s or 50 Gb/s, never 50 bytes/s (issue 13:
+    it replayed a 1 GB transfer as 231 days). A number (from code or JSON) is bytes/s.
+    """
     if isinstance(text, int | float):
         value = float(text)
     else:
         s = str(text).strip().replace("/s", "ps")
         m = re.fullmatch(_NUM + r"\s*([A-Za-z]*)", s)
         if not m or (m.group(2) and m.group(2) not in _BW_UNITS):
-            raise UnitError(f"cannot parse bandwidth {text!r} (examples: 50GBps, 50GB/s, 400Gbps, 1e9)")
-        value = float(m.group(1)) * (_BW_UNITS[m.group(2)] if m.group(2) else 1.0)
+            raise UnitError(f"cannot parse bandwidth {text!r} (examples: 50GBps, 50GB/s, 400Gbps)")
+        if not m.group(2):
+            raise UnitError(
+                f"bandwidth {text!r} has no unit: write {m.group(1)}GBps (bytes/s) or {m.group(1)}Gbps (bits/s)"
+            )
+        value = float(m.group(1)) * _BW_UNITS[m.group(2)]
     if not value > 0:
         raise UnitError(f"bandwidth must be positive, got {text!r}")
     return value

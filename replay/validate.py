@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,9 +30,11 @@ from traces import pb
 from traces.attrs import attr_dict
 from traces.io import JsonFileError
 from traces.kineto import KinetoError, load_kineto
+from traces.outputs import install_files, staging_dir
 from traces.traceset import TraceSet, discover
 
 TAIL_PREFIX = "xsim::comm_tail:"  # the importer's per-rank late completion of a collective
+VALIDATION_FILES = frozenset({"layers.csv", "classes.csv", "steps.csv", "validation.json", "validation.png"})
 SOURCE_FILE = "source.json"  # written by `xsim replay --out`: {"trace": <prefix it replayed>}
 _CLASS_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("attention", ("attn", "attention", "q_proj", "k_proj", "v_proj", "o_proj")),
@@ -85,31 +88,28 @@ class Validation:
             raise ReplayError(f"{os.fspath(out_dir)}: cannot write: {exc.strerror or exc}") from None
 
     def _write(self, out: str, plot: bool) -> list[str]:
-        os.makedirs(out, exist_ok=True)
-        paths = []
-        for name, df in (("layers", self.layers), ("classes", self.classes), ("steps", self.steps)):
-            p = os.path.join(out, f"{name}.csv")
-            df.write_csv(p)
-            paths.append(p)
-        p = os.path.join(out, "validation.json")
-        with open(p, "w", encoding="utf-8") as fh:
-            json.dump(
-                {
-                    "step_error_pct": round(self.step_error_pct(), 4),
-                    "layers": self.layers.to_dicts(),
-                    "classes": self.classes.to_dicts(),
-                    "steps": self.steps.to_dicts(),
-                },
-                fh,
-                indent=1,
-            )
-            fh.write("\n")
-        paths.append(p)
-        if plot:
-            png = plot_validation(self, os.path.join(out, "validation.png"))
-            if png:
-                paths.append(png)
-        return paths
+        # Staged, then renamed into place; a validation.png of an earlier run goes when none is drawn now.
+        stage = staging_dir(out)
+        try:
+            for name, df in (("layers", self.layers), ("classes", self.classes), ("steps", self.steps)):
+                df.write_csv(os.path.join(stage, f"{name}.csv"))
+            with open(os.path.join(stage, "validation.json"), "w", encoding="utf-8") as fh:
+                json.dump(
+                    {
+                        "step_error_pct": round(self.step_error_pct(), 4),
+                        "layers": self.layers.to_dicts(),
+                        "classes": self.classes.to_dicts(),
+                        "steps": self.steps.to_dicts(),
+                    },
+                    fh,
+                    indent=1,
+                )
+                fh.write("\n")
+            if plot:
+                plot_validation(self, os.path.join(stage, "validation.png"))
+            return install_files(stage, out, VALIDATION_FILES)
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _err(measured: int, simulated: int) -> float | None:
@@ -258,35 +258,121 @@ def validate(
     return Validation(_table("layer", by_layer, pl.Int64), _table("op_class", by_class, pl.String), steps)
 
 
-def plot_validation(v: Validation, path: str) -> str | None:
-    """Figure-11-style grouped bars (measured vs simulated per layer and per op class); None without matplotlib."""
-    try:
-        import matplotlib
+LOG_SPAN = 30.0  # a panel's bars use a log axis when its largest value exceeds its smallest this many times
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+
+def _pct(err: float) -> str:
+    """Signed error to one decimal; a rounded zero is "0.0%" (no "-0.0%")."""
+    return "0.0%" if round(err, 1) == 0 else f"{err:+.1f}%"
+
+
+def _ms(ns: int) -> float:
+    return ns / 1e6
+
+
+def _bars(
+    ax, labels: list[str], measured: list[int], simulated: list[int], errors: list, title: str, xlabel: str
+):
+    """Measured and simulated bars side by side, each simulated bar labelled with its signed error."""
+    xs = list(range(len(labels)))
+    m = [_ms(v) for v in measured]
+    s = [_ms(v) for v in simulated]
+    ax.bar([x - 0.2 for x in xs], m, 0.4, label="measured", color="#4c72b0")
+    bars = ax.bar([x + 0.2 for x in xs], s, 0.4, label="simulated", color="#dd8452")
+    positive = [v for v in m + s if v > 0]
+    if positive and max(positive) / min(positive) > LOG_SPAN:
+        ax.set_yscale("log")
+    for bar, err in zip(bars, errors, strict=True):
+        if err is None:
+            continue
+        ax.annotate(
+            _pct(err),
+            (bar.get_x() + bar.get_width() / 2, max(bar.get_height(), 1e-9)),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            color="#b22222" if abs(err) >= 10 else "#333333",
+        )
+    ax.set_xticks(
+        xs, labels, rotation=45 if len(labels) > 6 else 0, ha="right" if len(labels) > 6 else "center"
+    )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("time (ms, summed over ranks)")
+    ax.set_title(title, fontsize=10)
+    ax.margins(y=0.15)
+
+
+def validation_figure(v: Validation):
+    """The Figure-11-style figure: per layer, per op class, and the time outside the layers apart.
+
+    Layer 0 ("not a layer": embedding, loss, optimizer, communication outside any layer) often dwarfs the
+    real layers, so it gets its own panel; a panel whose values span more than LOG_SPAN x is drawn on a log
+    axis. Every simulated bar carries its signed error; the title names the step error and the op class
+    with the largest error, so a small step error cannot hide a large class error.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    layers = v.layers.filter(pl.col("layer") > 0)
+    outside = v.layers.filter(pl.col("layer") <= 0)
+    fig, axes = plt.subplots(
+        1,
+        3,
+        figsize=(14, 4.6),
+        gridspec_kw={"width_ratios": [max(2, len(layers)), 1.2, max(3, len(v.classes))]},
+    )
+    _bars(
+        axes[0],
+        [str(x) for x in layers["layer"]],
+        layers["measured_ns"].to_list(),
+        layers["simulated_ns"].to_list(),
+        layers["error_pct"].to_list(),
+        "per layer",
+        "layer",
+    )
+    _bars(
+        axes[1],
+        ["outside layers"] if outside.height else [],
+        [int(outside["measured_ns"].sum())] if outside.height else [],
+        [int(outside["simulated_ns"].sum())] if outside.height else [],
+        [_err(int(outside["measured_ns"].sum()), int(outside["simulated_ns"].sum()))]
+        if outside.height
+        else [],
+        "non-layer time (layer 0)",
+        "",
+    )
+    _bars(
+        axes[2],
+        [str(x) for x in v.classes["op_class"]],
+        v.classes["measured_ns"].to_list(),
+        v.classes["simulated_ns"].to_list(),
+        v.classes["error_pct"].to_list(),
+        "per op class",
+        "op class",
+    )
+    axes[2].legend(fontsize=8, loc="upper right")
+    worst = v.classes.drop_nulls("error_pct").sort(pl.col("error_pct").abs(), descending=True).head(1)
+    extra = ""
+    if worst.height:
+        extra = f"; largest op-class error {worst['op_class'][0]} {worst['error_pct'][0]:+.1f}%"
+    fig.suptitle(f"xsim validate: measured vs simulated. Step-time error {v.step_error_pct():+.2f}%{extra}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_validation(v: Validation, path: str) -> str | None:
+    """Write validation_figure as a PNG; None (nothing written) without matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
     except ImportError:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), gridspec_kw={"width_ratios": [max(1, len(v.layers)), 3]})
-    for ax, df, key, title in (
-        (axes[0], v.layers, "layer", "per layer (0 = not a layer)"),
-        (axes[1], v.classes, "op_class", "per op class"),
-    ):
-        labels = [str(x) for x in df[key]]
-        xs = range(len(labels))
-        ax.bar([x - 0.2 for x in xs], [m / 1e6 for m in df["measured_ns"]], 0.4, label="measured")
-        ax.bar([x + 0.2 for x in xs], [s / 1e6 for s in df["simulated_ns"]], 0.4, label="simulated")
-        ax.set_xticks(
-            list(xs),
-            labels,
-            rotation=45 if key == "op_class" else 0,
-            ha="right" if key == "op_class" else "center",
-        )
-        ax.set_ylabel("time (ms, summed over ranks)")
-        ax.set_title(title)
-        ax.legend()
-    fig.suptitle(f"xsim validate: step-time error {v.step_error_pct():+.2f}%")
-    fig.tight_layout()
+    import matplotlib.pyplot as plt
+
+    fig = validation_figure(v)
     # Fixed metadata so the same tables give the same PNG bytes.
     fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)

@@ -45,8 +45,11 @@ def test_presets_follow_tables_5_and_6():
     assert interconnect("table5", "B200").scale_up_bandwidth == 7200e9 / 8
     assert interconnect("table6", "A100-40GB").nic_bandwidth == 400e9 / 8
     assert interconnect("table6", "H100").nic_latency_ns == 368
-    with pytest.raises(TopologyError, match="unknown GPU"):
+    # V100 is a catalog GPU without an interconnect row (issue 13 item 7): said so, not "unknown GPU".
+    with pytest.raises(TopologyError, match="give no interconnect for it"):
         interconnect("table5", "V100")
+    with pytest.raises(TopologyError, match="unknown GPU"):
+        interconnect("table5", "X999")
     with pytest.raises(TopologyError, match="unknown interconnect preset"):
         interconnect("table7", "H100")
 
@@ -173,7 +176,8 @@ def test_table5_two_nodes_nic_bound():
         ("ring:x:5GBps:1ns", "integer"),
         ("ring:4:5GBps", "N:BW:LAT"),
         ("switch:0:5GBps:1ns", "positive integer"),
-        ("nodes:V100x4", "unknown GPU"),
+        ("nodes:V100x4", "give no interconnect for it"),  # issue 13 item 7: a known GPU without a row
+        ("nodes:X999x4", "unknown GPU"),
         ("nodes:H100x4:fabric=torus", "unknown fabric"),
         ("nodes:H100x4:fabric=fat_tree:k=3", "even integer"),
         ("nodes:H100x4:fabric=leaf_spine:spines=2", "nics_per_leaf"),

@@ -123,3 +123,106 @@ def test_bad_inputs(runs, tmp_path, capsys) -> None:
         == 2
     )
     assert f"{bad}: not a readable Kineto JSON trace" in capsys.readouterr().err
+
+
+def _hand_validation():
+    from replay.validate import Validation
+
+    ms = 1_000_000
+    layers = pl.DataFrame(
+        {
+            "layer": [0, 1, 2],
+            "measured_ns": [277 * ms, 40 * ms, 42 * ms],
+            "simulated_ns": [254 * ms, 44 * ms, 42 * ms],
+        }
+    ).with_columns(
+        error_pct=((pl.col("simulated_ns") - pl.col("measured_ns")) / pl.col("measured_ns") * 100).round(3)
+    )
+    classes = pl.DataFrame(
+        {
+            "op_class": ["all_reduce", "mlp", "norm"],
+            "measured_ns": [87 * ms, 25 * ms, ms // 20],
+            "simulated_ns": [int(87 * ms * 0.754), 25 * ms, ms // 20],
+        }
+    ).with_columns(
+        error_pct=((pl.col("simulated_ns") - pl.col("measured_ns")) / pl.col("measured_ns") * 100).round(3)
+    )
+    steps = pl.DataFrame(
+        {
+            "rank": [-1],
+            "step": [1],
+            "measured_ns": [1000 * ms],
+            "simulated_ns": [1000 * ms + 100_000],
+            "error_pct": [0.01],
+        },
+        schema={
+            "rank": pl.Int32,
+            "step": pl.Int64,
+            "measured_ns": pl.Int64,
+            "simulated_ns": pl.Int64,
+            "error_pct": pl.Float64,
+        },
+    )
+    return Validation(layers, classes, steps)
+
+
+def test_validation_figure_is_figure_11_like() -> None:
+    # Issue 13 item 11: layer 0 apart, x labels, error labels, log axis for a wide span, worst class named.
+    pytest.importorskip("matplotlib")
+    from replay.validate import validation_figure
+
+    fig = validation_figure(_hand_validation())
+    per_layer, outside, per_class = fig.axes
+    assert [t.get_text() for t in per_layer.get_xticklabels()] == ["1", "2"]  # layer 0 is not among them
+    assert per_layer.get_xlabel() == "layer" and per_class.get_xlabel() == "op class"
+    # Layer errors by hand: 44/40 - 1 = +10.0 %, 42/42 - 1 = 0; outside: 254/277 - 1 = -8.3 %.
+    assert [t.get_text() for t in per_layer.texts] == ["+10.0%", "0.0%"]
+    assert [t.get_text() for t in outside.texts] == ["-8.3%"]
+    assert [t.get_text() for t in per_class.texts] == ["-24.6%", "0.0%", "0.0%"]
+    # Per layer spans 40..44 ms: linear; per class spans 0.05..87 ms (1740x): log.
+    assert per_layer.get_yscale() == "linear" and per_class.get_yscale() == "log"
+    title = fig._suptitle.get_text()
+    assert "+0.01%" in title and "all_reduce -24.6%" in title
+
+
+def test_validate_cli_names_missing_matplotlib(runs, tmp_path, capsys, monkeypatch) -> None:
+    # Issue 13 item 10: no "(+ validation.png ...)" promise when matplotlib is absent; a stale PNG goes.
+    import builtins
+
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    out = tmp_path / "val"
+    out.mkdir()
+    (out / "validation.png").write_bytes(b"stale")
+    real_import = builtins.__import__
+
+    def no_mpl(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_mpl)
+    argv = ["validate", "--real", *kin, "--sim", str(tmp / "tinygpt_2rank_res"), "--trace", ts.prefix]
+    assert main([*argv, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "with matplotlib" not in text and "matplotlib is not installed" in text
+    assert sorted(p.name for p in out.iterdir()) == [
+        "classes.csv",
+        "layers.csv",
+        "steps.csv",
+        "validation.json",
+    ]
+
+
+def test_report_of_an_imported_run_shows_the_validation(runs, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    tmp, by_world = runs
+    ts, kin = by_world[2]
+    val = tmp_path / "val"
+    validate(kin, tmp / "tinygpt_2rank_res", ts).save(val)
+    page = tmp_path / "report.html"
+    assert main(["report", str(tmp / "tinygpt_2rank_res"), "--validation", str(val), "--out", str(page)]) == 0
+    text = page.read_text()
+    # The figure (5th SVG: ranks, layers, phases, Gantt, validation) and its per-class table.
+    assert "<h2>Validation against the real run</h2>" in text and text.count("<svg") == 5
+    assert "<td>all_reduce</td>" in text and "Step-time error +0.01%" in text

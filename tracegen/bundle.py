@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from tracegen.errors import GeneratorError
 from traces import pb
+from traces.outputs import atomic_write_text
 from traces.traceset import write_trace_set
 
 METADATA_VERSION = "0.0.4"  # what ASTRA-sim's examples write (chakra-et.md section 4)
@@ -52,9 +53,8 @@ class TraceBundle:
         try:
             os.makedirs(out, exist_ok=True)
             paths = write_trace_set(os.path.join(out, name), self.nodes, meta)
-            with open(os.path.join(out, "comm_group.json"), "w", encoding="utf-8") as fh:
-                json.dump(groups, fh, indent=None, separators=(", ", ": "))
-                fh.write("\n")
+            text = json.dumps(groups, indent=None, separators=(", ", ": ")) + "\n"
+            atomic_write_text(os.path.join(out, "comm_group.json"), text)
         except OSError as exc:
             raise GeneratorError(f"{out}: cannot write traces: {exc.strerror or exc}") from None
         return paths

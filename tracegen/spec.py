@@ -23,6 +23,7 @@ from tracegen.models import ModelArch, model_from_mapping, model_from_message, p
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
+from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
@@ -847,6 +848,4 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
 
 def save_deployment(dep: dpb.Deployment, path: str | os.PathLike[str]) -> None:
     """Write the resolved spec as JSON (`cluster_derived: true` says the cluster was derived, not given)."""
-    with open(os.fspath(path), "w", encoding="utf-8") as fh:
-        json.dump(spec_to_mapping(dep), fh, indent=2)
-        fh.write("\n")
+    atomic_write_text(path, json.dumps(spec_to_mapping(dep), indent=2) + "\n")

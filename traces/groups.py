@@ -22,6 +22,9 @@ class ProcessGroups:
     num_ranks: int
     groups: Mapping[str, tuple[int, ...]]
     source: str = "default"
+    # Groups of the set's comm_group.json left out because they name ranks beyond this one file (a single
+    # `<prefix>.<rank>.et` opened alone): a collective on one of them is an error naming the whole set.
+    outside: tuple[str, ...] = ()
 
     def members(self, name: str) -> tuple[int, ...] | None:
         """Ranks of group `name`, or None when the name is unknown.
@@ -142,10 +145,18 @@ def resolve_groups(
             file = candidate
     if file is None and prefix is not None and _looks_like_groups(prefix + ".json"):
         file = prefix + ".json"
-    if file is not None:
+    outside: tuple[str, ...] = ()
+    if file is not None and comm_groups is None and num_ranks == 1:
+        # One file of a set opened alone (`xsim trace info out/fig1/figure1.0.et`): the set's groups name
+        # the other ranks too. Keep the groups this rank alone forms; remember the others.
+        every = load_comm_groups(file, None)
+        outside = tuple(sorted(k for k, v in every.items() if any(r != 0 for r in v)))
+        groups.update({k: v for k, v in every.items() if k not in outside})
+        source = os.fspath(file)
+    elif file is not None:
         groups.update(load_comm_groups(file, num_ranks))
         source = os.fspath(file)
-    return ProcessGroups(num_ranks=num_ranks, groups=groups, source=source)
+    return ProcessGroups(num_ranks=num_ranks, groups=groups, source=source, outside=outside)
 
 
 def _looks_like_groups(path: str) -> bool:

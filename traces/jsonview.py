@@ -13,6 +13,7 @@ from traces import attrs as A
 from traces import pb
 from traces.errors import TraceFormatError
 from traces.io import JsonFileError, read_json
+from traces.outputs import atomic_write_bytes
 from traces.stream import GZIP_MAGIC, EtFile
 
 FORMAT = "xsim-chakra-json/1"
@@ -35,9 +36,7 @@ def dump_json(et: EtFile, path: str | os.PathLike[str]) -> None:
     data = text.encode("utf-8")
     if p.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
-    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
-    with open(p, "wb") as fh:
-        fh.write(data)
+    atomic_write_bytes(p, data)  # temporary name, renamed into place
 
 
 def from_json_dict(doc: Any, path: str = "<json>") -> EtFile:

@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from traces import pb
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
+from traces.outputs import atomic_write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
 # protoio (gem5) frames every message with a varint32 length: at most 5 bytes.
@@ -219,11 +220,8 @@ def write_et(
     if p.endswith(".gz"):
         # mtime=0 keeps the output byte-identical across runs.
         data = gzip.compress(data, compresslevel=gzip_level, mtime=0)
-    parent = os.path.dirname(p)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    with open(p, "wb") as fh:
-        fh.write(data)
+    # Temporary name, then renamed into place: never half a file, never through a symbolic link.
+    atomic_write_bytes(p, data)
 
 
 def count_messages(buf: bytes, path: str = "<bytes>") -> int:

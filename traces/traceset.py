@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from traces import pb
 from traces.errors import TraceSetError
+from traces.filekind import non_trace_kind
 from traces.jsonview import is_json_file, load_json
 from traces.stream import EtFile, read_et, write_et
 
@@ -105,6 +106,9 @@ def discover(path: str | os.PathLike[str]) -> TraceSet:
         ((prefix, ranks),) = found.items()
         return _as_set(prefix, ranks)
     if os.path.isfile(p):
+        kind = non_trace_kind(p)
+        if kind is not None:
+            raise TraceSetError(f"not a Chakra trace: {kind}", path=p)
         return TraceSet(prefix=p, paths=(p,))
     directory, base = os.path.split(p)
     found = _collect(directory, p)

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "xsim.cmd_import",
     "xsim.cmd_validate",
     "xsim.cmd_sweep",
+    "xsim.cmd_report",
 )
 
 EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 from netmodels.models import model_names
 from xsim.verbs import add_verb
-
-REPO_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,11 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=" ".join(__doc__.split("\n\n")[1].split()) if __doc__ else None,
         examples=("xsim demo", "xsim demo --model analytical --out out/demo-analytical"),
     )
-    p.add_argument(
-        "--spec",
-        default=str(REPO_EXAMPLES / "figure1.yaml"),
-        help="deployment spec to run (default: the bundled examples/figure1.yaml)",
-    )
+    p.add_argument("--spec", help="deployment spec to run (default: the bundled figure1.yaml)")
     p.add_argument("--out", default="out/demo", help="folder for the demo's outputs (default: out/demo)")
     p.add_argument(
         "--model", choices=model_names("topology"), default="flow", help="network model (default: flow)"
@@ -46,6 +39,10 @@ def _step(title: str, argv: list[str]) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.spec is None:
+        from tracegen.bundled import example_spec
+
+        args.spec = example_spec("figure1.yaml")
     traces = os.path.join(args.out, "traces")
     result = os.path.join(args.out, "result")
     steps = [
@@ -77,5 +74,6 @@ def _demo(args: argparse.Namespace) -> int:
     print(
         f"\ntables: {result}/{{ops,ranks,collectives}}.parquet, summary.json; timeline: {result}/timeline.json"
     )
-    print("open the timeline at https://ui.perfetto.dev or chrome://tracing")
+    print("open the timeline in Perfetto (ui.perfetto.dev), chrome://tracing or speedscope")
+    print(f"one HTML page with plots: xsim report {result} --out {os.path.join(result, 'report.html')}")
     return 0

@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="skip the planner's rewrite (heterogeneous gradient sync and pipeline resharding)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace the trace files of another set in DIR (default: refuse to mix two sets)",
+    )
     p.set_defaults(func=run)
 
 
@@ -37,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     from xsim import api
 
     gen = api.generate(
-        args.spec, api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite)
+        args.spec,
+        api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite, force=args.force),
     )
     print(
         f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "

@@ -94,6 +94,8 @@ def _fmt_bytes(b: int) -> str:
 
 
 def _print_summary(result, path: str) -> None:
+    from replay.export.breakdown import is_pipelined
+
     s = result.summary_dict()
     perf = result.perf_dict()
     print(
@@ -105,9 +107,15 @@ def _print_summary(result, path: str) -> None:
         f"bytes moved        {_fmt_bytes(s['bytes_moved'])} in {s['num_collectives']:,} collectives "
         f"and {s['num_p2p']:,} P2P transfers"
     )
-    print(f"straggler waiting  total {_fmt_ns(s['wait_ns_total'])}, max per rank {_fmt_ns(s['wait_ns_max'])}")
+    n = s["num_ranks"]
     print(
-        f"pipeline bubble    total {_fmt_ns(s['bubble_ns_total'])}, max per rank {_fmt_ns(s['bubble_ns_max'])}"
+        f"straggler waiting  {_fmt_ns(s['wait_ns_total'])} summed over {n} ranks, "
+        f"max per rank {_fmt_ns(s['wait_ns_max'])}"
+    )
+    # Idle time inside a rank's compute span is a pipeline bubble only when there is a pipeline.
+    label = "pipeline bubble   " if is_pipelined(result.ops, s["num_p2p"]) else "idle in compute   "
+    print(
+        f"{label} {_fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {_fmt_ns(s['bubble_ns_max'])}"
     )
     top = result.ranks.sort(["wait_ns", "rank"], descending=[True, False]).head(5)
     if top["wait_ns"].max() and top["wait_ns"].max() > 0:

@@ -76,10 +76,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: str, comm_groups: str | None = None):
+    from replay.progress import track
     from traces.traceset import discover
 
     ts = discover(path)
-    return ts, [ts.load(r) for r in range(ts.num_ranks)]
+    n = ts.num_ranks
+    return ts, list(track((ts.load(r) for r in range(n)), "reading traces", n))
 
 
 def _groups(ts, files, comm_groups: str | None):
@@ -128,10 +130,12 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from replay.progress import status
     from traces import checks
 
     ts, files = _load(args.path)
-    findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
+    with status("checking graphs and cross-rank matches"):
+        findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=1))
     else:

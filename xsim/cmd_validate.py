@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 from xsim.verbs import add_verb
@@ -51,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from replay.validate import validate
 
     v = validate(args.real, args.sim, args.trace)
-    if args.out:
-        v.save(args.out)
+    written = v.save(args.out) if args.out else []
     if args.json:
         json.dump(
             {
@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         print(_row(f"{who} step {r['step']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
     print(f"step-time error {v.step_error_pct():+.2f}%")
     if args.out:
-        print(
-            f"wrote {args.out}/layers.csv, classes.csv, steps.csv, validation.json (+ validation.png with matplotlib)"
-        )
+        names = ", ".join(os.path.basename(p) for p in written)
+        print(f"wrote {args.out}: {names}")
+        if not any(p.endswith(".png") for p in written):
+            print("no validation.png: matplotlib is not installed (pip install 'xsim[plot]')")
     return 0

@@ -1,6 +1,7 @@
-"""Exports of a replay: Chrome-trace/Perfetto timeline and the annotated trace set."""
+"""Exports of a replay: result folder, Chrome-trace timeline, annotated trace set, HTML report."""
 
 from replay.export.annotate import write_annotated
+from replay.export.outputs import save_run
 from replay.export.timeline import timeline_events, write_timeline
 
-__all__ = ["timeline_events", "write_annotated", "write_timeline"]
+__all__ = ["save_run", "timeline_events", "write_annotated", "write_timeline"]

@@ -13,6 +13,7 @@ import os
 from replay.errors import ReplayError
 from replay.result import ReplayResult
 from traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, make_attr
+from traces.outputs import atomic_write_text, check_target
 from traces.stream import read_et, write_et
 
 
@@ -26,10 +27,12 @@ def write_annotated(result: ReplayResult, out_dir: str | os.PathLike[str]) -> li
     times = result.ops.select("rank", "node_id", "start_ns", "end_ns", "wait_ns").partition_by(
         "rank", as_dict=True, include_key=False
     )
-    for rank, src in enumerate(result.paths):
-        dst = os.path.join(d, os.path.basename(src))
-        if os.path.abspath(dst) == os.path.abspath(src):
-            raise ReplayError(f"annotated trace set would overwrite its input {src}")
+    # Every target checked before any is written: a symbolic link (a folder of links to the inputs) or
+    # an input file itself is refused, and write_et renames each file into place.
+    targets = [os.path.join(d, os.path.basename(src)) for src in result.paths]
+    for dst in [*targets, os.path.join(d, "comm_group.json")]:
+        check_target(dst, result.paths)
+    for rank, (src, dst) in enumerate(zip(result.paths, targets, strict=True)):
         ef = read_et(src)
         part = times.get((rank,))
         table = {} if part is None else {row[0]: row[1:] for row in part.iter_rows()}
@@ -43,9 +46,8 @@ def write_annotated(result: ReplayResult, out_dir: str | os.PathLike[str]) -> li
         written.append(dst)
     if result.groups is not None and result.groups.groups:
         p = os.path.join(d, "comm_group.json")
-        with open(p, "w", encoding="utf-8") as fh:
-            json.dump({k: list(v) for k, v in sorted(result.groups.groups.items())}, fh, indent=2)
-            fh.write("\n")
+        groups = {k: list(v) for k, v in sorted(result.groups.groups.items())}
+        atomic_write_text(p, json.dumps(groups, indent=2) + "\n", result.paths)
         written.append(p)
     return written
 

@@ -20,6 +20,7 @@ class GenerateOptions:
     out: str  # output folder (created if missing)
     name: str | None = None  # file prefix (default: the spec's name)
     rewrite: bool = True  # the planner's rewrite: heterogeneous gradient sync and pipeline resharding
+    force: bool = False  # replace another set's trace files in `out` (default: refuse to mix two sets)
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,11 @@ def check_cluster(dep, spec_path: str) -> None:
 
 def generate(spec: SpecSource, options: GenerateOptions) -> Generated:
     """Per-rank Chakra traces, comm_group.json and deployment.json of a spec, written to options.out."""
+    from replay.progress import status
     from tracegen.errors import GeneratorError, SpecError
-    from tracegen.spec import NAME_RE, save_deployment
+    from tracegen.spec import NAME_RE, num_ranks, save_deployment
     from tracegen.workload import generate as make
+    from traces.outputs import prepare_set_folder
 
     where = spec if isinstance(spec, str | os.PathLike) else "spec"
     dep = load_spec(spec)
@@ -70,12 +73,16 @@ def generate(spec: SpecSource, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
+    # Before any work: a folder holding another set is refused (or, with force, cleared), never mixed.
+    prepare_set_folder(options.out, dep.name, num_ranks(dep), options.force)
     try:
-        bundle = make(dep, rewrite=options.rewrite)
+        with status("generating traces"):
+            bundle = make(dep, rewrite=options.rewrite)
     except GeneratorError as exc:
         raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
     try:
-        paths = bundle.write(options.out, dep.name)
+        with status("writing traces"):
+            paths = bundle.write(options.out, dep.name)
         save_deployment(dep, os.path.join(options.out, DEPLOYMENT_FILE))
     except OSError as exc:
         raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None

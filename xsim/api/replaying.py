@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from netmodels.errors import NetworkModelError
 from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
+from replay.progress import replay_progress
 from traces import pb
 from traces.io import DEPLOYMENT_FILE
 from traces.traceset import TraceSet, discover
@@ -83,15 +84,16 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             options.network, deployment, where=os.path.join(ts.directory, DEPLOYMENT_FILE)
         )
         compute = build_compute(options.compute, deployment, ts.num_ranks)
-        result = replay_simulate(
-            ts,
-            network=network,
-            compute=compute,
-            groups=options.comm_groups,
-            config=config,
-            progress=options.progress,
-            fold=options.fold,
-        )
+        with replay_progress(options.progress) as progress:
+            result = replay_simulate(
+                ts,
+                network=network,
+                compute=compute,
+                groups=options.comm_groups,
+                config=config,
+                progress=progress,
+                fold=options.fold,
+            )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     return Replay(
@@ -100,42 +102,30 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
 
 
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
-    """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths."""
-    from replay.export import write_annotated, write_timeline
+    """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths.
+
+    The tables go through a staging folder (replay.export.save_run): a target that is a symbolic link or
+    an input is refused, and an earlier run's stale outputs are removed, so the folder holds only this run.
+    """
+    from replay.export import save_run, write_annotated, write_timeline
 
     written: list[str] = []
     target = ""
     try:
         if outputs.out:
             target = outputs.out
-            written += replay.result.save(outputs.out)
-            # Which trace set this is a replay of (read by `xsim validate --sim DIR`).
-            written.append(
-                _write_json(
-                    os.path.join(outputs.out, "source.json"),
-                    {"trace": os.path.abspath(replay.trace_set.prefix)},
-                )
-            )
+            # Which trace set this is a replay of (read by `xsim validate --sim DIR`), and the cost.
+            extras = {"source.json": json.dumps({"trace": os.path.abspath(replay.trace_set.prefix)}) + "\n"}
+            if replay.cost is not None:
+                extras["cost.json"] = json.dumps(replay.cost, indent=1) + "\n"
+            written += save_run(replay.result, outputs.out, extras)
         if outputs.timeline:
             target = outputs.timeline
-            write_timeline(replay.result, outputs.timeline)
-            written.append(outputs.timeline)
+            written.append(write_timeline(replay.result, outputs.timeline))
         if outputs.annotate:
             target = outputs.annotate
             write_annotated(replay.result, outputs.annotate)
             written.append(outputs.annotate)
     except OSError as exc:
         raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
-    if replay.cost is not None and outputs.out:
-        try:
-            written.append(_write_json(os.path.join(outputs.out, "cost.json"), replay.cost, indent=1))
-        except OSError as exc:
-            raise ReplayError(f"{outputs.out}: cannot write cost.json: {exc.strerror or exc}") from None
     return written
-
-
-def _write_json(path: str, obj: object, indent: int | None = None) -> str:
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, indent=indent)
-        fh.write("\n")
-    return path

@@ -22,6 +22,7 @@ from tracegen.importers.pytorch.link import Link, link
 from traces import attrs as A
 from traces import pb
 from traces.kineto import KinetoTrace, load_kineto
+from traces.outputs import atomic_write_text
 from traces.traceset import write_trace_set
 
 __all__ = ["ImportResult", "RankImport", "PyTorchImportError", "import_pytorch", "MIN_MATCH_RATE"]
@@ -72,9 +73,7 @@ class ImportResult:
             paths = write_trace_set(prefix, self.nodes, self.metadata)
             if numeric:
                 path = os.path.join(folder, "comm_group.json")
-                with open(path, "w", encoding="utf-8") as fh:
-                    json.dump(numeric, fh, sort_keys=True)
-                    fh.write("\n")
+                atomic_write_text(path, json.dumps(numeric, sort_keys=True) + "\n")
                 paths.append(path)
         except OSError as exc:
             raise PyTorchImportError(

@@ -1,0 +1,148 @@
+"""`xsim report`: exclusive per-rank time shares and collective exposure (hand-computed), the HTML page
+(self-contained, loads in headless Chromium without console errors)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from replay import simulate
+from replay.export.breakdown import collective_exposure, op_time_by, rank_breakdown
+from tests import browser
+from tests.test_replay_support import FakeNet, coll, comp, recv, send, write_set
+from xsim.cli import main
+
+
+def _ops() -> pl.DataFrame:
+    # rank, resource, start, end, wait, collective, layer, phase
+    rows = [
+        (0, "compute", 0, 10, 0, None, 1, "fwd"),
+        (0, "comm", 5, 20, 3, 1, 1, "bwd"),  # active [8, 20)
+        (0, "comm", 20, 25, 5, None, None, "fwd"),  # a recv that waits [20, 25): pipeline bubble
+        (0, "compute", 25, 30, 0, None, 2, "fwd"),
+        (0, "cpu", 30, 32, 0, None, None, "opt"),
+        (1, "comm", 2, 20, 15, 1, 1, "bwd"),  # waits [2, 17) for rank 0, active [17, 20)
+        (1, "compute", 0, 2, 0, None, 1, "fwd"),
+        (1, "compute", 22, 24, 0, None, 2, "fwd"),
+    ]
+    df = pl.DataFrame(
+        rows,
+        schema={
+            "rank": pl.Int32,
+            "resource": pl.String,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+            "wait_ns": pl.Int64,
+            "collective": pl.Int64,
+            "layer": pl.Int64,
+            "phase": pl.String,
+        },
+        orient="row",
+    )
+    return df.with_columns(duration_ns=pl.col("end_ns") - pl.col("start_ns"))
+
+
+def test_rank_breakdown_by_hand() -> None:
+    br = rank_breakdown(_ops(), 2)
+    cols = ["compute_ns", "cpu_ns", "exposed_comm_ns", "wait_ns", "bubble_ns", "idle_ns", "finish_ns"]
+    # rank 0: compute [0,10)+[25,30)=15, cpu 2, comm [10,20)=10 (hidden under compute until 10), the
+    # collective's wait [5,8) is under compute: 0, the recv's wait [20,25) inside the compute span: bubble 5.
+    assert br.row(0, named=True) | {} == dict(zip(["rank", *cols], [0, 15, 2, 10, 0, 5, 0, 32], strict=True))
+    # rank 1: compute 2+2, comm [17,20)=3, straggler wait [2,17)=15, gap [20,22) inside the span: bubble 2.
+    assert br.row(1, named=True) == dict(zip(["rank", *cols], [1, 4, 0, 3, 15, 2, 0, 24], strict=True))
+    assert (br.select(cols[:-1]).sum_horizontal() == br["finish_ns"]).all()
+
+
+def test_collective_exposure_and_layers_by_hand() -> None:
+    exp = collective_exposure(_ops())
+    assert exp.rows() == [(1, 10 + 3)]
+    by_layer = op_time_by(_ops(), "layer")
+    # Communication counts its active time: rank 0's [8,20) = 12, rank 1's [17,20) = 3.
+    assert by_layer.select("layer", "compute_ns", "comm_ns", "wait_ns").rows() == [
+        (1, 12, 15, 18),
+        (2, 7, 0, 0),
+    ]
+
+
+def _result_dir(tmp_path: Path) -> Path:
+    r0 = [
+        comp(1, 10, layer=1, phase="fwd"),
+        send(2, dst=1, tag=1, size=4096, deps=[1]),
+        coll(3, 1 << 20, deps=[2]),
+    ]
+    r1 = [
+        recv(1, src=0, tag=1, size=4096),
+        comp(2, 20, deps=[1], layer=2, phase="fwd"),
+        coll(3, 1 << 20, deps=[2]),
+    ]
+    res = simulate(write_set(tmp_path, [r0, r1]), network=FakeNet(2))
+    out = tmp_path / "res"
+    res.save(out)
+    return out
+
+
+def test_report_is_self_contained(tmp_path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    res = _result_dir(tmp_path)
+    page = tmp_path / "report.html"
+    assert main(["report", str(res), "--out", str(page)]) == 0
+    assert main(["report", str(res), "--out", str(tmp_path / "again.html")]) == 0
+    assert page.read_bytes() == (tmp_path / "again.html").read_bytes()  # deterministic
+    text = page.read_text()
+    for section in (
+        "Summary",
+        "Per-rank time",
+        "Per layer",
+        "Per phase",
+        "Top collectives",
+        "Timeline of ranks",
+    ):
+        assert f"<h2>{section}" in text
+    # Nothing to fetch at view time: no scripts, stylesheets, images or frames by URL.
+    for needle in ("<script", "<link", "<img", "<iframe", "src=", 'href="http', "@import"):
+        assert needle not in text
+    assert re.findall(r"url\((?!#)", text) == []  # only in-page references (SVG clip paths)
+    # A 2-rank run with a P2P transfer is pipelined: the bubble is named so.
+    assert (
+        "<th>pipeline bubble, worst rank</th>" in text and text.count("<svg") == 4
+    )  # ranks, layers, phases, Gantt
+
+
+def test_report_without_pipeline_says_no_pipeline(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    res = simulate(
+        write_set(tmp_path, [[comp(1, 5), coll(2, 1024, deps=[1])], [comp(1, 9), coll(2, 1024, deps=[1])]]),
+        network=FakeNet(2),
+    )
+    res.save(tmp_path / "res")
+    assert main(["report", str(tmp_path / "res"), "--out", str(tmp_path / "r.html")]) == 0
+    text = (tmp_path / "r.html").read_text()
+    assert "<th>pipeline bubble, worst rank</th>" not in text
+    assert "<th>idle gaps in the compute span (no pipeline), worst rank</th>" in text
+
+
+def test_report_bad_folder_is_one_line(tmp_path, capsys) -> None:
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no ops.parquet" in err[0]
+
+
+@pytest.mark.skipif(browser.missing() is not None, reason=str(browser.missing()))
+def test_report_loads_in_chromium_without_console_errors(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "report.html"
+    assert main(["report", str(_result_dir(tmp_path)), "--out", str(page)]) == 0
+    png = tmp_path / "report.png"
+    r = browser.run_chromium(page.as_uri(), png, size="1200,1600")
+    assert r.returncode == 0 and browser.console_errors(r.stderr) == []
+    px = browser.png_pixels(png)
+    # Something was drawn: the stacked bars' compute blue (#4c72b0) is on the page.
+    blue = (
+        (abs(px[:, :, 0] - 0x4C / 255) < 0.02)
+        & (abs(px[:, :, 1] - 0x72 / 255) < 0.02)
+        & (abs(px[:, :, 2] - 0xB0 / 255) < 0.02)
+    )
+    assert blue.sum() > 500
