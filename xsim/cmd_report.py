@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import argparse
 
+from xsim.verbs import add_verb
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `report` verb."""
-    p = sub.add_parser(
+    p = add_verb(
+        sub,
         "report",
         help="write one self-contained HTML page about a replay result folder",
         description="Summary, per-rank time shares, per-layer and per-phase op time, top collectives by "
         "exposed time, a Gantt of a few ranks and, for an imported run, the validation figure; plots are "
         "inline SVG (matplotlib), so the page needs no network.",
-        epilog="example: xsim replay out/fig1 --out out/res && xsim report out/res --out out/res/report.html",
+        examples=(
+            "xsim replay out/fig1 --out out/res && xsim report out/res --out out/res/report.html",
+            "xsim report out/ddp/val --out out/ddp/report.html  # an imported run with its validation",
+        ),
     )
     p.add_argument("result", metavar="RESULTDIR", help="folder written by `xsim replay --out`")
     p.add_argument("--out", required=True, metavar="FILE.html", help="the page to write")

@@ -108,7 +108,7 @@ def _info(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     con = Console()
-    con.print(f"[bold]{s.prefix}[/]: {s.ranks} rank(s), {s.nodes} nodes")
+    con.print(f"[bold]{s.prefix}[/]: {s.ranks} rank(s), {s.nodes} nodes", soft_wrap=True)
     t = Table("node type", "count")
     for k, v in s.nodes_by_type.items():
         t.add_row(k, str(v))
