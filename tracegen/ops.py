@@ -364,15 +364,28 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline") -> float:
     return mem
 
 
+def op_time_seconds(
+    op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline"
+) -> float:
+    """Seconds of `op` on `gpu`: the profiled time if the table has the shape, else `op_seconds`."""
+    measured = profile.lookup(gpu.name, op.op, op.phase, op.shape) if profile else None
+    return measured * 1e-6 if measured is not None else op_seconds(op, gpu, model)
+
+
 def duration_micros(
     op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline"
 ) -> int:
-    """Whole microseconds of `op` on `gpu`: the profiled time if the table has the shape, else `op_seconds`.
-
-    Rounded to the nearest microsecond, at least 1 for an op that does any work.
-    """
-    measured = profile.lookup(gpu.name, op.op, op.phase, op.shape) if profile else None
-    seconds = measured * 1e-6 if measured is not None else op_seconds(op, gpu, model)
+    """Whole microseconds of `op` on `gpu` (Chakra's duration_micros): `op_time_seconds` rounded to the
+    nearest microsecond, at least 1 for an op that does any work."""
+    seconds = op_time_seconds(op, gpu, profile, model)
     if seconds <= 0:
         return 0
     return max(1, int(seconds * 1e6 + 0.5))
+
+
+def duration_ns(op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline") -> int:
+    """Nanoseconds of `op` on `gpu` (the exact value the replay uses): rounded, at least 1 for real work."""
+    seconds = op_time_seconds(op, gpu, profile, model)
+    if seconds <= 0:
+        return 0
+    return max(1, int(seconds * 1e9 + 0.5))

@@ -24,6 +24,7 @@ from tracegen.ops import (
     Step,
     attn_core_recompute,
     duration_micros,
+    duration_ns,
     embedding_steps,
     head_steps,
     layer_steps,
@@ -172,12 +173,16 @@ class _Generator:
                 ) from None
         return a
 
-    def duration(self, gpu: str, op: Op) -> int:
+    def duration(self, gpu: str, op: Op) -> tuple[int, pb.AttributeProto]:
+        """(duration_micros, the exact `duration_ns` attribute) of `op` on `gpu`, cached."""
         key = (gpu, op)
         d = self._dur_cache.get(key)
         if d is None:
-            d = self._dur_cache[key] = duration_micros(
-                op, self.gpus[gpu], self.profile, self.dep.compute_model or "roofline"
+            spec, model = self.gpus[gpu], self.dep.compute_model or "roofline"
+            ns = duration_ns(op, spec, self.profile, model)
+            d = self._dur_cache[key] = (
+                duration_micros(op, spec, self.profile, model),
+                self.attr(A.DURATION_NS, ns),
             )
         return d
 
@@ -325,15 +330,9 @@ class _RankProgram:
         tag = phase or (s.phase if isinstance(s, Op) else self._phase)
         tags = self._tags(layer, tag, mb)
         if isinstance(s, Op):
-            extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes)]
-            nid = self._add(
-                f"{label}{s.op}.{tag}.mb{mb}",
-                pb.COMP_NODE,
-                data,
-                ctrl,
-                g.duration(self.gpu, s),
-                tags + extra,
-            )
+            micros, exact = g.duration(self.gpu, s)
+            extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
+            nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMP_NODE, data, ctrl, micros, tags + extra)
         else:
             extra = [
                 g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
@@ -545,14 +544,10 @@ class _RankProgram:
             op = optimizer_op(shard, self.ctx.b, DIST_OPT_GRAD_BYTES)
         else:
             op = optimizer_op(params, self.ctx.b)
-        extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes)]
+        micros, exact = g.duration(self.gpu, op)
+        extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes), exact]
         opt = self._add(
-            "optimizer.opt",
-            pb.COMP_NODE,
-            deps,
-            [],
-            g.duration(self.gpu, op),
-            self._tags(0, "opt", NO_MICRO_BATCH) + extra,
+            "optimizer.opt", pb.COMP_NODE, deps, [], micros, self._tags(0, "opt", NO_MICRO_BATCH) + extra
         )
         prev: list[int] = []
         for i, padded in enumerate(self.buckets):

@@ -84,6 +84,9 @@ DEVICE_GROUP = "device_group"  # int64
 RING = "ring"  # int64, multi-ring index of an inserted sync collective
 CHUNK = "chunk"  # int64, LCM chunk index
 RESHARD = "reshard"  # string: strategy that inserted the node (xsim | hetauto | alpacomm | naive)
+# int64: the generator's op time in ns; duration_micros holds it rounded to whole µs (Chakra's field), and a
+# replay of the recorded durations prefers this exact value (replay.compute.DurationModel).
+DURATION_NS = "duration_ns"
 SIM_START_NS = "xsim_start_ns"  # int64, written by `xsim replay --annotate`
 SIM_END_NS = "xsim_end_ns"
 SIM_WAIT_NS = "xsim_wait_ns"
