@@ -109,7 +109,7 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
         if profiler:
             profiler.start()
         network = api.build_network(opts.network, deployment)
-        compute = api.build_compute(opts.compute, deployment, ts.num_ranks)
+        compute = api.build_compute(opts.compute, ts.num_ranks)
         res = simulate(ts, network=network, compute=compute, config=ReplayConfig(), fold=fold or None)
         if profiler:
             profiler.stop()

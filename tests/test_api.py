@@ -21,6 +21,7 @@ ONE_RANK = """
 name: one
 model: {name: tiny, layers: 1, hidden: 1024, ffn_hidden: 4096, heads: 8, vocab: 1024, seq_len: 1024}
 micro_batches: 1
+compute_model: roofline
 device_groups:
   - {gpu: H100, ranks: [0], tp: 1, micro_batch: 1}
 """
@@ -57,22 +58,6 @@ def test_profile_rows_reach_the_replay(tmp_path: Path) -> None:
     # Only that op changed, and it sits on the single chain: the iteration moves by exactly the difference.
     assert prof_t - base_t == 5_000_000 - base["L1.qkv_proj.fwd.mb0"]["duration_ns"]
     assert prof["L1.qkv_proj.bwd.mb0"]["duration_ns"] == base["L1.qkv_proj.bwd.mb0"]["duration_ns"]
-
-
-@pytest.mark.parametrize(
-    ("name", "key"),
-    [
-        ("L1.qkv_proj.fwd.mb0", ("qkv_proj", "fwd")),
-        ("embedding.bwd.mb12", ("embedding", "bwd")),
-        ("optimizer.opt", ("optimizer", "opt")),
-        ("ar", None),
-    ],
-)
-def test_profiled_op_reads_generated_names(name: str, key) -> None:
-    from traces import pb
-    from xsim.api.compute import profiled_op
-
-    assert profiled_op(pb.Node(name=name)) == key
 
 
 def test_registry_lists_each_model_once_with_capabilities() -> None:

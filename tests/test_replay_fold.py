@@ -71,7 +71,7 @@ def _replay(path, *cli_args: str, fold=None, groups=None):
     res = simulate(
         ts,
         network=api.build_network(opts.network, dep),
-        compute=api.build_compute(opts.compute, dep, ts.num_ranks),
+        compute=api.build_compute(opts.compute, ts.num_ranks),
         groups=groups if groups is not None else args.comm_groups,
         config=ReplayConfig(comm_mode=args.comm),
         fold=fold,

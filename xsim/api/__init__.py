@@ -8,7 +8,7 @@
 Every function takes frozen dataclasses (or paths), never parsed command-line arguments.
 """
 
-from xsim.api.compute import ProfiledOps, build_compute, catalog_device, deployment_compute
+from xsim.api.compute import build_compute, catalog_device
 from xsim.api.generation import (
     Generated,
     GenerateOptions,
@@ -37,14 +37,12 @@ __all__ = [
     "Generated",
     "NetworkOptions",
     "OutputOptions",
-    "ProfiledOps",
     "Replay",
     "ReplayOptions",
     "build_compute",
     "build_network",
     "catalog_device",
     "check_cluster",
-    "deployment_compute",
     "generate",
     "import_pytorch",
     "iteration_cost",

@@ -83,7 +83,7 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
         network = build_network(
             options.network, deployment, where=os.path.join(ts.directory, DEPLOYMENT_FILE)
         )
-        compute = build_compute(options.compute, deployment, ts.num_ranks)
+        compute = build_compute(options.compute, ts.num_ranks)
         with replay_progress(options.progress) as progress:
             result = replay_simulate(
                 ts,
