@@ -7,21 +7,32 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
 from netmodels.api import NetworkModel
 from replay.compute import ComputeModel
 from replay.config import ReplayConfig
 from replay.engine import run_engine
 from replay.errors import ReplayError
 from replay.fold import Fold, NetCheck, check_models, expand, resolve_fold, verify
-from replay.program import K_COLL, K_RECV, K_SEND, build_program
+from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
+from traces import pb
+from traces.columnar import RankColumns, Unsupported, decode_columns
 from traces.groups import ProcessGroups, resolve_groups
+from traces.jsonview import is_json_file
+from traces.stream import read_bytes
 from traces.traceset import TraceSet, discover
 
 
+_BATCH_BYTES = 32 << 20  # files decoded together as columns (numpy calls amortized over ~200k nodes)
+
+
 def load_groups(
-    trace_set: TraceSet, groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None
+    trace_set: TraceSet,
+    groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None,
+    columns: Sequence[tuple[RankColumns, int] | None] | None = None,
 ) -> ProcessGroups:
     """Process groups: given ones, a comm-groups file, or those the set declares (METADATA, comm_group.json)."""
     n = trace_set.num_ranks
@@ -29,10 +40,62 @@ def load_groups(
         return groups
     if isinstance(groups, Mapping):
         return ProcessGroups(n, {str(k): tuple(v) for k, v in groups.items()}, "given")
-    files = ((trace_set.paths[r], trace_set.load(r).nodes) for r in range(n))
+
+    def nodes(r: int):
+        col = columns[r] if columns is not None else None
+        if col is None:
+            return trace_set.load(r).nodes
+        return metadata_nodes(*col)
+
+    files = ((trace_set.paths[r], nodes(r)) for r in range(n))
     return resolve_groups(
         files, n, comm_groups=groups, directory=trace_set.directory, prefix=trace_set.prefix
     )
+
+
+def metadata_nodes(cols: RankColumns, f: int) -> list[pb.Node]:
+    """The METADATA nodes of file f that may declare process groups, decoded whole (few per file)."""
+    lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+    out = []
+    for i in (np.nonzero(cols.node_type[lo:hi] == pb.METADATA_NODE)[0] + lo).tolist():
+        if "process_group:init" in cols.names[i]:
+            out.append(pb.Node.FromString(cols.buf[int(cols.payload_start[i]) : int(cols.payload_end[i])]))
+    return out
+
+
+def read_columns(trace_set: TraceSet) -> list[tuple[RankColumns, int] | None]:
+    """Every rank's file read once and decoded as columns, in batches; None for a file left to protobuf."""
+    out: list[tuple[RankColumns, int] | None] = [None] * trace_set.num_ranks
+    batch: list[tuple[int, bytes]] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        if not batch:
+            return
+        try:
+            cols = decode_columns([b for _r, b in batch], [trace_set.paths[r] for r, _b in batch], WANT_ATTRS)
+            for f, (r, _b) in enumerate(batch):
+                out[r] = (cols, f)
+        except Unsupported:
+            for r, buf in batch:  # find the files that need protobuf; the others keep their columns
+                try:
+                    out[r] = (decode_columns([buf], [trace_set.paths[r]], WANT_ATTRS), 0)
+                except Unsupported:
+                    out[r] = None
+        batch.clear()
+        size = 0
+
+    for r, path in enumerate(trace_set.paths):
+        if is_json_file(path):
+            continue
+        buf, _gz = read_bytes(path)
+        batch.append((r, buf))
+        size += len(buf)
+        if size >= _BATCH_BYTES:
+            flush()
+    flush()
+    return out
 
 
 def simulate(
@@ -68,10 +131,13 @@ def simulate(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        pgs = load_groups(ts, groups)
         if plan is None:
-            prog = build_program(ts, pgs, compute, config)
+            cols = read_columns(ts)
+            pgs = load_groups(ts, groups, cols)
+            prog = build_program(ts, pgs, compute, config, columns=cols)
+            del cols
         else:
+            pgs = load_groups(ts, groups)
             prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0])
             labels = verify(plan, ts, pgs, prog)
         if prog.num_nodes == 0:

@@ -1,0 +1,241 @@
+"""The program builder's columnar path: one rank from decoded columns (traces/columnar.py) with numpy.
+
+It computes exactly what `program._slow_rank` computes node by node, for the traces it can prove ordinary:
+ids ascending and unique, every dependency on an earlier node of the file, no `stream` queues, a duration
+or roofline compute model. Anything else returns False before touching the builder, and the rank is built
+node by node (where every error message lives). Communication nodes (a few percent) go through the same
+`_Builder.comm` as the node-by-node path, in node order, so their checks and errors are shared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.errors import ReplayError
+from replay.program import (
+    ANNOTATION_COLUMNS,
+    K_COMP,
+    K_CPU,
+    K_MEM,
+    K_RECV,
+    K_ZERO,
+    _Builder,
+)
+from traces import pb
+from traces.attrs import COMM_DST, COMM_SIZE, COMM_SRC, COMM_TAG, COMM_TYPE, IS_CPU_OP, NUM_OPS, PG_NAME, STREAM
+from traces.attrs import TENSOR_SIZE
+from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+
+_INT_FIELDS = (F_INT32, F_INT64, F_UINT32, F_UINT64)
+_COMM_TYPES = (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
+
+
+class _Attrs:
+    """One rank's slice of the attribute columns."""
+
+    def __init__(self, cols: RankColumns, lo: int, hi: int) -> None:
+        self.cols = cols
+        self.lo, self.hi = lo, hi
+        self.n = hi - lo
+
+    def kind(self, name: str) -> np.ndarray:
+        c = self.cols.attrs.get(name)
+        return np.full(self.n, -1, dtype=np.int64) if c is None else c.kind[self.lo : self.hi]
+
+    def value(self, name: str) -> np.ndarray:
+        c = self.cols.attrs.get(name)
+        return np.zeros(self.n, dtype=np.int64) if c is None else c.value[self.lo : self.hi]
+
+    def py(self, name: str, i: int):
+        """The attribute's value at local node i as protobuf gives it (None when absent or empty)."""
+        c = self.cols.attrs.get(name)
+        if c is None:
+            return None
+        k = int(c.kind[self.lo + i])
+        if k <= 0:
+            return None
+        v = int(c.value[self.lo + i])
+        if k == F_STRING:
+            return c.strings[v]
+        if k == F_BOOL:
+            return bool(v)
+        return v
+
+
+def _pg(v):
+    return v if isinstance(v, str) else (None if v is None else str(int(v)))
+
+
+def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
+    """Append rank `rank` (file f of `cols`) to the builder; False (builder untouched) when it cannot."""
+    if not (b.fast_duration or b.fast_roofline):
+        return False
+    lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+    n = hi - lo
+    path = cols.paths[f]
+    ids = cols.node_id[lo:hi]
+    if n > 1 and not (ids[1:] > ids[:-1]).all():
+        return False
+    at = _Attrs(cols, lo, hi)
+    if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
+        return False
+    if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():
+        return False
+    nt = cols.node_type[lo:hi]
+
+    # Dependencies: data deps must name earlier nodes of the file; ctrl deps on absent ids or on the node
+    # itself are dropped and counted; anything else (forward edges, cycles, errors) goes node by node.
+    own = np.arange(n)
+    d0, d1 = int(cols.data_ptr[lo]), int(cols.data_ptr[hi])
+    dd = cols.data_idx[d0:d1]
+    d_owner = np.repeat(own, np.diff(cols.data_ptr[lo : hi + 1]))
+    c0, c1 = int(cols.ctrl_ptr[lo]), int(cols.ctrl_ptr[hi])
+    cd = cols.ctrl_idx[c0:c1]
+    c_owner = np.repeat(own, np.diff(cols.ctrl_ptr[lo : hi + 1]))
+    d_pos = np.searchsorted(ids, dd)
+    if n == 0 and len(dd):
+        return False
+    if len(dd) and not ((d_pos < n) & (ids[np.minimum(d_pos, n - 1)] == dd)).all():
+        return False
+    if (dd >= ids[d_owner]).any():
+        return False
+    c_pos = np.searchsorted(ids, cd)
+    c_found = (c_pos < n) & (ids[np.minimum(c_pos, max(n - 1, 0))] == cd) if n else np.zeros(0, bool)
+    c_valid = c_found & (cd != ids[c_owner]) if len(cd) else c_found
+    if (c_valid & (cd > ids[c_owner] if len(cd) else c_valid)).any():
+        return False
+    child = np.concatenate([d_owner, c_owner[c_valid]])
+    parent = np.concatenate([d_pos, c_pos[c_valid]])
+    key = np.unique(child * max(n, 1) + parent)
+    child, parent = key // max(n, 1), key % max(n, 1)
+    ndeps = np.bincount(child, minlength=n).astype(np.int64)
+    order = np.lexsort((child, parent))
+    counts = np.bincount(parent, minlength=n).astype(np.int64)
+    cidx = child[order] + b.n
+
+    # Kinds and durations.
+    k_cpu = at.kind(IS_CPU_OP)
+    cpu = (k_cpu > 0) & (k_cpu != F_STRING) & (at.value(IS_CPU_OP) != 0)
+    rec = cols.duration_micros[lo:hi] * 1000
+    rec[rec == 0] = 1
+    comp = nt == pb.COMP_NODE
+    is_comm = np.isin(nt, _COMM_TYPES)
+    mem = (nt == pb.MEM_LOAD_NODE) | (nt == pb.MEM_STORE_NODE)
+    kind = np.full(n, K_ZERO, dtype=np.int8)
+    kind[comp] = np.where(cpu[comp], K_CPU, K_COMP)
+    kind[is_comm & cpu] = K_CPU
+    kind[mem] = K_MEM
+    dur = np.zeros(n, dtype=np.int64)
+    timed = (is_comm & cpu) | mem | comp
+    dur[timed] = rec[timed]
+    if b.fast_roofline and comp.any():
+        _roofline(b, rank, at, comp, cpu, rec, dur, cols.names, lo)
+
+    # Communication nodes, in node order, through the shared checks.
+    q_cpu, q_comp, q_comm = b.rank_queues(rank)
+    nbytes = np.zeros(n, dtype=np.int64)
+    ctype = np.full(n, -1, dtype=np.int64)
+    pgs: list[str | None] = [None] * n
+    base = b.n
+    for i in np.nonzero(is_comm & ~cpu)[0].tolist():
+        where = {"path": path, "rank": rank, "node_id": int(ids[i])}
+        pgv = at.py(PG_NAME, i) if at.kind(PG_NAME)[i] >= 0 else at.py("comm_group", i)
+        k, d, size, ct, pgn = b.comm(
+            int(nt[i]),
+            rank,
+            base + i,
+            int(rec[i]),
+            where,
+            at.py(COMM_TYPE, i),
+            at.py(COMM_SIZE, i),
+            at.py(COMM_SRC, i),
+            at.py(COMM_DST, i),
+            at.py(COMM_TAG, i),
+            _pg(pgv),
+        )
+        kind[i], dur[i], nbytes[i], ctype[i], pgs[i] = k, d, size, ct, pgn
+    queue = np.full(n, q_comm, dtype=np.int64)
+    queue[kind == K_COMP] = q_comp
+    queue[kind == K_CPU] = q_cpu
+    queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
+    b.add_rank(
+        {
+            "node_id": ids,
+            "node_type": nt,
+            "kind": kind,
+            "dur": dur,
+            "ndeps": ndeps,
+            "queue": queue,
+            "recorded": rec,
+            "nbytes": nbytes,
+            "ctype": ctype,
+        },
+        cols.names[lo:hi],
+        pgs,
+        counts,
+        cidx,
+    )
+    b.ignored_ctrl += int((~c_valid).sum())
+    _annotations(b, at)
+    return True
+
+
+def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names, lo) -> None:
+    """RooflineModel.comp_duration_ns once per distinct (cpu, num_ops, tensor_size, recorded) of the rank."""
+    idx = np.nonzero(comp)[0]
+    k_ops, k_size = at.kind(NUM_OPS)[idx], at.kind(TENSOR_SIZE)[idx]
+    has_ops, has_size = np.isin(k_ops, _INT_FIELDS), np.isin(k_size, _INT_FIELDS)
+    rows = np.stack(
+        [
+            cpu[idx].astype(np.int64),
+            has_ops.astype(np.int64),
+            np.where(has_ops, at.value(NUM_OPS)[idx], 0),
+            has_size.astype(np.int64),
+            np.where(has_size, at.value(TENSOR_SIZE)[idx], 0),
+            rec[idx],
+        ],
+        axis=1,
+    )
+    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+    inv = inv.reshape(-1)
+    out = np.empty(len(uniq), dtype=np.int64)
+    compute = b.compute
+    for u, (c, ho, ops, hs, size, r) in enumerate(uniq.tolist()):
+        d = compute.comp_duration_ns(rank, bool(c), ops if ho else None, size if hs else None, r)
+        if not isinstance(d, int) or d < 0:
+            first = int(idx[np.nonzero(inv == u)[0][0]])
+            raise ReplayError(
+                f"compute model {compute.name!r} gave {d!r} ns for {names[lo + first]!r}: need int >= 0"
+            )
+        out[u] = d
+    dur[idx] = out[inv]
+
+
+def _annotations(b: _Builder, at: _Attrs) -> None:
+    """The rank's annotation columns, read by the node-by-node path's rules (first value, str() / int())."""
+    n = at.n
+    for name, typ in ANNOTATION_COLUMNS.items():
+        k = at.kind(name)
+        v = at.value(name)
+        if typ == "int":
+            ok = np.isin(k, (*_INT_FIELDS, F_BOOL))
+            b.ann_chunks[name].append((np.where(ok, v, 0), ok))
+            continue
+        table = b.ann_strings[name]
+        codes = np.full(n, -1, dtype=np.int32)
+        m = k == F_STRING
+        if m.any():
+            strings = at.cols.attrs[name].strings
+            lut = np.asarray([table.setdefault(s, len(table)) for s in strings], dtype=np.int32)
+            codes[m] = lut[v[m]]
+        m = np.isin(k, _INT_FIELDS)
+        if m.any():
+            u, inv = np.unique(v[m], return_inverse=True)
+            lut = np.asarray([table.setdefault(str(x), len(table)) for x in u.tolist()], dtype=np.int32)
+            codes[m] = lut[inv.reshape(-1)]
+        m = k == F_BOOL
+        if m.any():
+            u, inv = np.unique(v[m], return_inverse=True)
+            lut = np.asarray([table.setdefault(str(bool(x)), len(table)) for x in u.tolist()], dtype=np.int32)
+            codes[m] = lut[inv.reshape(-1)]
+        b.ann_chunks[name].append((codes,))
