@@ -46,6 +46,19 @@ class _Attrs:
         c = self.cols.attrs.get(name)
         return np.zeros(self.n, dtype=np.int64) if c is None else c.value[self.lo : self.hi]
 
+    def py_many(self, name: str, idx: np.ndarray) -> list:
+        """`py` at every local index of idx."""
+        c = self.cols.attrs.get(name)
+        if c is None:
+            return [None] * len(idx)
+        ks = c.kind[self.lo + idx].tolist()
+        vs = c.value[self.lo + idx].tolist()
+        st = c.strings
+        return [
+            None if k <= 0 else (st[v] if k == F_STRING else (bool(v) if k == F_BOOL else v))
+            for k, v in zip(ks, vs, strict=True)
+        ]
+
     def py(self, name: str, i: int):
         """The attribute's value at local node i as protobuf gives it (None when absent or empty)."""
         c = self.cols.attrs.get(name)
@@ -137,23 +150,30 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     ctype = np.full(n, -1, dtype=np.int64)
     pgs: list[str | None] = [None] * n
     base = b.n
-    for i in np.nonzero(is_comm & ~cpu)[0].tolist():
-        where = {"path": path, "rank": rank, "node_id": int(ids[i])}
-        pgv = at.py(PG_NAME, i) if at.kind(PG_NAME)[i] >= 0 else at.py("comm_group", i)
-        k, d, size, ct, pgn = b.comm(
-            int(nt[i]),
-            rank,
-            base + i,
-            int(rec[i]),
-            where,
-            at.py(COMM_TYPE, i),
-            at.py(COMM_SIZE, i),
-            at.py(COMM_SRC, i),
-            at.py(COMM_DST, i),
-            at.py(COMM_TAG, i),
-            _pg(pgv),
-        )
-        kind[i], dur[i], nbytes[i], ctype[i], pgs[i] = k, d, size, ct, pgn
+    ci = np.nonzero(is_comm & ~cpu)[0]
+    if len(ci):
+        vals = [at.py_many(a, ci) for a in (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG)]
+        has_pg = (at.kind(PG_NAME)[ci] >= 0).tolist()
+        pg, cg = at.py_many(PG_NAME, ci), at.py_many("comm_group", ci)
+        ids_l, nt_l, rec_l = ids[ci].tolist(), nt[ci].tolist(), rec[ci].tolist()
+        res = []
+        for j, i in enumerate(ci.tolist()):
+            where = {"path": path, "rank": rank, "node_id": ids_l[j]}
+            res.append(
+                b.comm(
+                    nt_l[j],
+                    rank,
+                    base + i,
+                    rec_l[j],
+                    where,
+                    *(v[j] for v in vals),
+                    _pg(pg[j] if has_pg[j] else cg[j]),
+                )
+            )
+        k_, d_, s_, c_, p_ = zip(*res, strict=True)
+        kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
+        for j, i in enumerate(ci.tolist()):
+            pgs[i] = p_[j]
     queue = np.full(n, q_comm, dtype=np.int64)
     queue[kind == K_COMP] = q_comp
     queue[kind == K_CPU] = q_cpu
@@ -181,34 +201,31 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
 
 
 def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names, lo) -> None:
-    """RooflineModel.comp_duration_ns once per distinct (cpu, num_ops, tensor_size, recorded) of the rank."""
+    """RooflineModel.comp_duration_ns once per distinct (device, cpu, num_ops, tensor_size, recorded)."""
     idx = np.nonzero(comp)[0]
     k_ops, k_size = at.kind(NUM_OPS)[idx], at.kind(TENSOR_SIZE)[idx]
     has_ops, has_size = np.isin(k_ops, _INT_FIELDS), np.isin(k_size, _INT_FIELDS)
-    rows = np.stack(
-        [
-            cpu[idx].astype(np.int64),
-            has_ops.astype(np.int64),
-            np.where(has_ops, at.value(NUM_OPS)[idx], 0),
-            has_size.astype(np.int64),
-            np.where(has_size, at.value(TENSOR_SIZE)[idx], 0),
-            rec[idx],
-        ],
-        axis=1,
-    )
-    uniq, inv = np.unique(rows, axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
-    out = np.empty(len(uniq), dtype=np.int64)
+    ops = np.where(has_ops, at.value(NUM_OPS)[idx], -1).tolist()
+    size = np.where(has_size, at.value(TENSOR_SIZE)[idx], -1).tolist()
+    c_ = cpu[idx].tolist()
+    r_ = rec[idx].tolist()
+    ho, hs = has_ops.tolist(), has_size.tolist()
     compute = b.compute
-    for u, (c, ho, ops, hs, size, r) in enumerate(uniq.tolist()):
-        d = compute.comp_duration_ns(rank, bool(c), ops if ho else None, size if hs else None, r)
-        if not isinstance(d, int) or d < 0:
-            first = int(idx[np.nonzero(inv == u)[0][0]])
-            raise ReplayError(
-                f"compute model {compute.name!r} gave {d!r} ns for {names[lo + first]!r}: need int >= 0"
-            )
-        out[u] = d
-    dur[idx] = out[inv]
+    prof = compute.profile(rank)
+    cache = b.roofline_cache
+    out = []
+    for j in range(len(idx)):
+        key = (prof, c_[j], ops[j] if ho[j] else None, size[j] if hs[j] else None, r_[j])
+        d = cache.get(key)
+        if d is None:
+            d = compute.comp_duration_ns(rank, *key[1:])
+            if not isinstance(d, int) or d < 0:
+                raise ReplayError(
+                    f"compute model {compute.name!r} gave {d!r} ns for {names[lo + int(idx[j])]!r}: need int >= 0"
+                )
+            cache[key] = d
+        out.append(d)
+    dur[idx] = out
 
 
 def _annotations(b: _Builder, at: _Attrs) -> None:

@@ -257,6 +257,7 @@ class _Builder:
         self.ann_strings: dict[str, dict[str, int]] = {k: {} for k in ANNOTATION_COLUMNS if ANNOTATION_COLUMNS[k] == "str"}
         self.ignored_ctrl = 0
         self.ctrl_ignored_ranks = 0
+        self.roofline_cache: dict[tuple, int] = {}  # RooflineModel times by (device, cpu, ops, size, rec)
 
     def rank_queues(self, rank: int) -> tuple[int, int, int]:
         """The rank's cpu, compute and comm queue indices."""
