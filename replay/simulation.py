@@ -6,6 +6,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,7 +15,6 @@ from replay.compute import ComputeModel
 from replay.config import ReplayConfig
 from replay.engine import run_engine
 from replay.errors import ReplayError
-from replay.fold import Fold, NetCheck, check_models, expand, resolve_fold, verify
 from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
@@ -24,6 +24,9 @@ from traces.groups import ProcessGroups, resolve_groups
 from traces.jsonview import is_json_file
 from traces.stream import read_bytes
 from traces.traceset import TraceSet, discover
+
+if TYPE_CHECKING:
+    from replay.fold import Fold
 
 
 _BATCH_BYTES = 32 << 20  # files decoded together as columns (numpy calls amortized over ~200k nodes)
@@ -106,7 +109,7 @@ def simulate(
     groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None = None,
     config: ReplayConfig | None = None,
     progress: bool | Callable[[int, int], None] = False,
-    fold: bool | str | Fold | Sequence[Sequence[int]] | None = None,
+    fold: bool | str | Fold | Sequence[Sequence[int]] | None = None,  # noqa: F821
 ) -> ReplayResult:
     """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
 
@@ -123,7 +126,12 @@ def simulate(
         )
     # The program holds millions of small lists and ints and no reference cycles: the cyclic GC would
     # rescan them over and over (measured: 5.9 s -> 3.3 s to build 1M nodes), so it is paused here.
-    plan = resolve_fold(fold, ts) if fold not in (None, False) else None
+    plan = None
+    if fold not in (None, False):
+        # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
+        from replay.fold import NetCheck, check_models, expand, resolve_fold, verify
+
+        plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
         plan = None  # one replica: nothing to fold
     if plan is not None:
