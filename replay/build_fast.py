@@ -22,8 +22,18 @@ from replay.program import (
     _Builder,
 )
 from traces import pb
-from traces.attrs import COMM_DST, COMM_SIZE, COMM_SRC, COMM_TAG, COMM_TYPE, IS_CPU_OP, NUM_OPS, PG_NAME, STREAM
-from traces.attrs import TENSOR_SIZE
+from traces.attrs import (
+    COMM_DST,
+    COMM_SIZE,
+    COMM_SRC,
+    COMM_TAG,
+    COMM_TYPE,
+    IS_CPU_OP,
+    NUM_OPS,
+    PG_NAME,
+    STREAM,
+    TENSOR_SIZE,
+)
 from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 
 _INT_FIELDS = (F_INT32, F_INT64, F_UINT32, F_UINT64)
@@ -170,7 +180,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
                     _pg(pg[j] if has_pg[j] else cg[j]),
                 )
             )
-        k_, d_, s_, c_, p_ = zip(*res, strict=True)
+        k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
         kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
         for j, i in enumerate(ci.tolist()):
             pgs[i] = p_[j]
@@ -178,6 +188,10 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     queue[kind == K_COMP] = q_comp
     queue[kind == K_CPU] = q_cpu
     queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
+    if len(ci) and b.group_streams:
+        queue[ci] = [
+            -1 if st is None else b.comm_queue(rank, k, st, q_comm) for k, st in zip(k_, st_, strict=True)
+        ]
     b.add_rank(
         {
             "node_id": ids,

@@ -39,8 +39,8 @@ from traces.attrs import (
     STREAM,
     TENSOR_SIZE,
 )
-from traces.groups import ALL_RANKS_NAMES, ProcessGroups
 from traces.columnar import RankColumns
+from traces.groups import ALL_RANKS_NAMES, ProcessGroups
 from traces.traceset import TraceSet
 
 # Node kinds as the engine sees them.
@@ -242,7 +242,8 @@ class _Builder:
         self.n = 0
         self.rank_offset = [0]
         self.chunks: dict[str, list[np.ndarray]] = {
-            k: [] for k in ("node_id", "node_type", "kind", "dur", "ndeps", "queue", "recorded", "nbytes", "ctype")
+            k: []
+            for k in ("node_id", "node_type", "kind", "dur", "ndeps", "queue", "recorded", "nbytes", "ctype")
         }
         self.child_counts: list[np.ndarray] = []
         self.child_idx: list[np.ndarray] = []
@@ -254,9 +255,13 @@ class _Builder:
         self.p2p: dict[int, P2PInfo] = {}
         self.ann: dict[int, dict] = {}
         self.ann_chunks: dict[str, list[tuple]] = {k: [] for k in ANNOTATION_COLUMNS}
-        self.ann_strings: dict[str, dict[str, int]] = {k: {} for k in ANNOTATION_COLUMNS if ANNOTATION_COLUMNS[k] == "str"}
+        self.ann_strings: dict[str, dict[str, int]] = {
+            k: {} for k in ANNOTATION_COLUMNS if ANNOTATION_COLUMNS[k] == "str"
+        }
         self.ignored_ctrl = 0
         self.ctrl_ignored_ranks = 0
+        self.group_streams = config.comm_streams == "group"
+        self.rank_streams: dict[str, int] = {}
         self.roofline_cache: dict[tuple, int] = {}  # RooflineModel times by (device, cpu, ops, size, rec)
 
     def rank_queues(self, rank: int) -> tuple[int, int, int]:
@@ -265,10 +270,25 @@ class _Builder:
         c = self.config
         self.queue_cap.extend((c.cpu_slots, c.compute_streams, c.comm_channels))
         self.queue_label.extend((f"rank {rank} cpu", f"rank {rank} compute", f"rank {rank} comm"))
+        self.rank_streams = {}
         return q_cpu, q_cpu + 1, q_cpu + 2
 
-    def comm(self, nt, rank, g, rec, where, a_ct, a_size, a_src, a_dst, a_tag, a_pg) -> tuple[int, int, int, int, str | None]:
-        """(kind, duration, bytes, comm_type, pg_name) of a GPU comm node; records its matching data."""
+    def comm_queue(self, rank: int, kind: int, stream: str | None, q_comm: int) -> int:
+        """The queue of a GPU comm node: its stream's (config.comm_streams "group") or the shared slot."""
+        if not self.group_streams or stream is None:
+            return q_comm
+        q = self.rank_streams.get(stream)
+        if q is None:
+            q = self.rank_streams[stream] = len(self.queue_cap)
+            self.queue_cap.append(1)  # a stream runs its ops one after another
+            self.queue_label.append(f"rank {rank} {stream} stream")
+        return q
+
+    def comm(self, nt, rank, g, rec, where, a_ct, a_size, a_src, a_dst, a_tag, a_pg) -> tuple:
+        """(kind, duration, bytes, comm_type, pg_name, stream) of a GPU comm node; records its matching data.
+
+        stream: the process group's stream for a collective, the pipeline stream for a send, None for a recv.
+        """
         groups, n_ranks, measured = self.groups, self.n_ranks, self.measured
         if nt == pb.COMM_COLL_NODE:
             if a_ct is None or isinstance(a_ct, str):
@@ -279,7 +299,7 @@ class _Builder:
             size = _size(a_size, where)
             pgn = a_pg if a_pg is not None else ""
             if ct in self.tcomm_types:
-                return K_TCOMM, rec, size, ct, pgn
+                return K_TCOMM, rec, size, ct, pgn, f"group {pgn!r}"
             res = resolve_group(groups, pgn)
             if res is None:
                 known = ", ".join(sorted(groups.groups)) or "none"
@@ -293,7 +313,7 @@ class _Builder:
                     f"pg_name {pgn!r} = ranks {list(members)} does not contain this rank", **where
                 )
             self.coll[g] = CollInfo(ct, size, key, members)
-            return K_COLL, rec if measured else 0, size, ct, pgn
+            return K_COLL, rec if measured else 0, size, ct, pgn, f"group {key!r}"
         send = nt == pb.COMM_SEND_NODE
         size = _size(a_size, where)
         src = rank if (send and a_src is None) else a_src
@@ -304,13 +324,14 @@ class _Builder:
         src, dst, tag = (_int(v, k, where) for v, k in ((src, "src"), (dst, "dst"), (a_tag, "tag")))
         if (send and src != rank) or (not send and dst != rank):
             raise TraceGraphError(
-                f"{'send comm_src' if send else 'recv comm_dst'} is {src if send else dst}, not this rank", **where
+                f"{'send comm_src' if send else 'recv comm_dst'} is {src if send else dst}, not this rank",
+                **where,
             )
         for peer in (src, dst):
             if not 0 <= peer < n_ranks:
                 raise TraceGraphError(f"peer rank {peer} outside 0..{n_ranks - 1}", **where)
         self.p2p[g] = P2PInfo(src, dst, tag, size)
-        return (K_SEND if send else K_RECV), rec if measured else 0, size, -1, a_pg
+        return (K_SEND if send else K_RECV), rec if measured else 0, size, -1, a_pg, "p2p" if send else None
 
     def add_rank(self, cols: dict[str, np.ndarray], names: list[str], pgs: list, counts, cidx) -> None:
         """Append one rank's columns (children as per-node counts and flat global indices)."""
@@ -513,7 +534,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
         recorded.append(rec)
         size = 0
         ct = -1
-        pgn = None
+        pgn = comm_stream = None
         where = {"path": path, "rank": rank, "node_id": nid}
         # Kind, duration and slot.
         if nt == pb.COMP_NODE:
@@ -534,7 +555,9 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
             # host call on the CPU by its duration.
             kind, d = K_CPU, rec
         elif nt in (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
-            kind, d, size, ct, pgn = b.comm(nt, rank, g, rec, where, a_ct, a_size, a_src, a_dst, a_tag, a_pg)
+            kind, d, size, ct, pgn, comm_stream = b.comm(
+                nt, rank, g, rec, where, a_ct, a_size, a_src, a_dst, a_tag, a_pg
+            )
         elif nt == pb.MEM_LOAD_NODE or nt == pb.MEM_STORE_NODE:
             kind = K_MEM
             d = rec if fast_duration else compute.duration_ns(rank, node)
@@ -559,7 +582,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
         elif kind == K_CPU:
             q = q_cpu
         else:
-            q = q_comm
+            q = b.comm_queue(rank, kind, comm_stream, q_comm)
         queue.append(q)
         # Dependencies (data and ctrl, as FeederV3).
         dd = node.data_deps[:]

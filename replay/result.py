@@ -221,7 +221,9 @@ def build_result(
 
     collective = np.full(n, -1, dtype=np.int64)
     if out.collective_of:
-        collective[np.fromiter(out.collective_of.keys(), np.int64)] = np.fromiter(out.collective_of.values(), np.int64)
+        collective[np.fromiter(out.collective_of.keys(), np.int64)] = np.fromiter(
+            out.collective_of.values(), np.int64
+        )
     p2p = np.full(n, -1, dtype=np.int64)
     peer = np.full(n, -1, dtype=np.int64)
     if out.p2p_pairs:

@@ -153,7 +153,9 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
     total = int(body_len.sum())
     if total == 0:
         return ptr, np.zeros(0, dtype=np.int64)
-    byte_idx = np.repeat(spans_s - np.concatenate(([0], np.cumsum(body_len)[:-1])), body_len) + np.arange(total)
+    byte_idx = np.repeat(spans_s - np.concatenate(([0], np.cumsum(body_len)[:-1])), body_len) + np.arange(
+        total
+    )
     bytes_ = b[byte_idx]
     ends = bytes_ < 0x80
     last = np.cumsum(body_len) - 1
