@@ -50,7 +50,7 @@ class _Attrs:
 
     def kind(self, name: str) -> np.ndarray:
         c = self.cols.attrs.get(name)
-        return np.full(self.n, -1, dtype=np.int64) if c is None else c.kind[self.lo : self.hi]
+        return np.full(self.n, -1, dtype=np.int8) if c is None else c.kind[self.lo : self.hi]
 
     def value(self, name: str) -> np.ndarray:
         c = self.cols.attrs.get(name)

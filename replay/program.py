@@ -8,7 +8,7 @@ once; the event loop never touches a protobuf message.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -152,6 +152,22 @@ class Program:
             else:
                 hi = mid
         return self.rank_ids[lo] if self.rank_ids else lo
+
+    def memory_bytes(self) -> int:
+        """Approximate bytes the program holds per-node (arrays, list slots, name strings; not the dicts
+        of communication nodes), to check memory stays linear in nodes (docs/performance.md)."""
+        import sys
+
+        total = 0
+        for v in vars(self).values():
+            if isinstance(v, np.ndarray):
+                total += v.nbytes
+            elif isinstance(v, list) and len(v) == self.num_nodes:
+                total += 8 * len(v)
+        total += sum(sys.getsizeof(x) for x in self.name)  # an upper bound: shared strings count per node
+        for cols in self.ann_cols.values():
+            total += sum(c.nbytes for c in cols if isinstance(c, np.ndarray))
+        return total
 
     def children(self, g: int) -> Sequence[int]:
         """Nodes that depend on g."""
@@ -419,11 +435,11 @@ def build_program(
     *,
     release: bool = True,
     ranks: Sequence[int] | None = None,
-    columns: Sequence[tuple[RankColumns, int] | None] | None = None,
+    columns: Callable[[int], tuple[RankColumns, int] | None] | None = None,
 ) -> Program:
     """Flatten every rank's nodes (or only `ranks`, for a folded replay) into a Program.
 
-    `columns` (per rank: decoded columns and the file's index in them, or None) takes the columnar path
+    `columns` (rank -> decoded columns and the file's index in them, or None) takes the columnar path
     (replay/build_fast.py) for every rank it can; the others are decoded with protobuf and built node by
     node here, with the same results.
     """
@@ -433,7 +449,7 @@ def build_program(
     b = _Builder(groups, compute, config, trace_set.num_ranks)
     rank_list = range(trace_set.num_ranks) if ranks is None else ranks
     for rank in rank_list:
-        col = columns[rank] if columns is not None else None
+        col = columns(rank) if columns is not None else None
         if col is not None and fast_rank(b, rank, col[0], col[1]):
             continue
         _slow_rank(b, trace_set, rank)

@@ -29,28 +29,30 @@ if TYPE_CHECKING:
     from replay.fold import Fold
 
 
-_BATCH_BYTES = 32 << 20  # files decoded together as columns (numpy calls amortized over ~200k nodes)
+_BATCH_BYTES = (
+    8 << 20
+)  # files decoded together as columns: numpy calls amortized over ~50k nodes, bounded memory
 
 
 def load_groups(
     trace_set: TraceSet,
     groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None,
-    columns: Sequence[tuple[RankColumns, int] | None] | None = None,
+    scan: bool = False,
 ) -> ProcessGroups:
-    """Process groups: given ones, a comm-groups file, or those the set declares (METADATA, comm_group.json)."""
+    """Process groups: given ones, a comm-groups file, or those the set declares (METADATA, comm_group.json).
+
+    scan: find METADATA groups from the files' bytes (metadata_groups_files) instead of decoding and
+    caching every file.
+    """
     n = trace_set.num_ranks
     if isinstance(groups, ProcessGroups):
         return groups
     if isinstance(groups, Mapping):
         return ProcessGroups(n, {str(k): tuple(v) for k, v in groups.items()}, "given")
-
-    def nodes(r: int):
-        col = columns[r] if columns is not None else None
-        if col is None:
-            return trace_set.load(r).nodes
-        return metadata_nodes(*col)
-
-    files = ((trace_set.paths[r], nodes(r)) for r in range(n))
+    if scan:
+        files = metadata_groups_files(trace_set)
+    else:
+        files = ((trace_set.paths[r], trace_set.load(r).nodes) for r in range(n))
     return resolve_groups(
         files, n, comm_groups=groups, directory=trace_set.directory, prefix=trace_set.prefix
     )
@@ -66,39 +68,72 @@ def metadata_nodes(cols: RankColumns, f: int) -> list[pb.Node]:
     return out
 
 
-def read_columns(trace_set: TraceSet) -> list[tuple[RankColumns, int] | None]:
-    """Every rank's file read once and decoded as columns, in batches; None for a file left to protobuf."""
-    out: list[tuple[RankColumns, int] | None] = [None] * trace_set.num_ranks
-    batch: list[tuple[int, bytes]] = []
-    size = 0
+_GROUPS_MARK = b"process_group:init"  # in the name of every METADATA node that declares groups
 
-    def flush() -> None:
-        nonlocal size
-        if not batch:
+
+class ColumnReader:
+    """Ranks' files decoded as columns in batches of ~32 MB, in rank order, one batch held at a time.
+
+    `get(rank)` gives (columns, file index) or None for a file left to protobuf (JSON, or a form the
+    columnar decoder does not take). Visiting ranks in ascending order reads every file once.
+    """
+
+    def __init__(self, trace_set: TraceSet) -> None:
+        self.ts = trace_set
+        self.batch: dict[int, tuple[RankColumns, int] | None] = {}
+        self.next_rank = 0
+
+    def get(self, rank: int) -> tuple[RankColumns, int] | None:
+        """The columns of `rank`'s file (decoding the batch that starts there when needed)."""
+        if rank not in self.batch:
+            self._load(rank)
+        return self.batch[rank]
+
+    def _load(self, first: int) -> None:
+        ts = self.ts
+        self.batch = {}
+        files: list[tuple[int, bytes]] = []
+        size = 0
+        r = first
+        while r < ts.num_ranks and size < _BATCH_BYTES:
+            path = ts.paths[r]
+            if is_json_file(path):
+                self.batch[r] = None
+            else:
+                buf, _gz = read_bytes(path)
+                files.append((r, buf))
+                size += len(buf)
+            r += 1
+        if not files:
             return
         try:
-            cols = decode_columns([b for _r, b in batch], [trace_set.paths[r] for r, _b in batch], WANT_ATTRS)
-            for f, (r, _b) in enumerate(batch):
-                out[r] = (cols, f)
+            cols = decode_columns([b for _r, b in files], [ts.paths[r] for r, _b in files], WANT_ATTRS)
+            for f, (r, _b) in enumerate(files):
+                self.batch[r] = (cols, f)
         except Unsupported:
-            for r, buf in batch:  # find the files that need protobuf; the others keep their columns
+            for r, buf in files:  # find the files that need protobuf; the others keep their columns
                 try:
-                    out[r] = (decode_columns([buf], [trace_set.paths[r]], WANT_ATTRS), 0)
+                    self.batch[r] = (decode_columns([buf], [ts.paths[r]], WANT_ATTRS), 0)
                 except Unsupported:
-                    out[r] = None
-        batch.clear()
-        size = 0
+                    self.batch[r] = None
 
+
+def metadata_groups_files(trace_set: TraceSet):
+    """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
+    hold no `process_group:init` cannot declare any and is not decoded here."""
     for r, path in enumerate(trace_set.paths):
         if is_json_file(path):
+            yield path, trace_set.load(r).nodes
             continue
         buf, _gz = read_bytes(path)
-        batch.append((r, buf))
-        size += len(buf)
-        if size >= _BATCH_BYTES:
-            flush()
-    flush()
-    return out
+        if _GROUPS_MARK not in buf:
+            yield path, []
+            continue
+        try:
+            cols = decode_columns([buf], [path], WANT_ATTRS)
+            yield path, metadata_nodes(cols, 0)
+        except Unsupported:
+            yield path, trace_set.load(r).nodes
 
 
 def simulate(
@@ -140,10 +175,8 @@ def simulate(
     gc.disable()
     try:
         if plan is None:
-            cols = read_columns(ts)
-            pgs = load_groups(ts, groups, cols)
-            prog = build_program(ts, pgs, compute, config, columns=cols)
-            del cols
+            pgs = load_groups(ts, groups, scan=True)
+            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
             pgs = load_groups(ts, groups)
             prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0])

@@ -46,7 +46,7 @@ class Unsupported(Exception):
 class AttrColumn:
     """One attribute name over a file's nodes: -1 kind where absent, else its value field number."""
 
-    kind: np.ndarray  # int8-like: value field number, 0 = present without a value, -1 = absent
+    kind: np.ndarray  # int8: value field number, 0 = present without a value, -1 = absent
     value: np.ndarray  # int64: integer / bool value (string: index into `strings`)
     strings: tuple[str, ...]
 
@@ -376,7 +376,7 @@ def _decode_attrs(buf, b, n, at_own, at_s, at_e, want) -> dict[str, AttrColumn]:
         if mk.any():
             scodes, strings = _intern(buf, b, vs[sel][mk], ve[sel][mk])
             val[mk] = scodes
-        kind = np.full(n, -1, dtype=np.int64)
+        kind = np.full(n, -1, dtype=np.int8)
         value = np.zeros(n, dtype=np.int64)
         kind[owners] = k
         value[owners] = val
