@@ -136,3 +136,35 @@ def test_tcomm_and_cpu_comm_keep_rules(tmp_path) -> None:
     cfg = ReplayConfig(duration_comm_types=frozenset({pb.BROADCAST}))
     ends = _ends(simulate(ts, network=_fake({100: 1000}), groups=GROUPS, config=cfg))
     assert (ends[(0, 1)], ends[(0, 2)], ends[(0, 3)]) == (2000, 4000, 1000)
+
+
+@pytest.mark.parametrize("second", ["collective", "send"])
+def test_flow_model_streams_share_links(tmp_path, second) -> None:
+    # ring:2 at 50 GB/s (50 bytes/ns) and 500 ns: a 1 MB all-gather over ranks {0, 1} alone takes
+    # 500 + 1e6 / 50 = 20500 ns. A second 1 MB transfer on another stream (group 2's all-gather, or a
+    # send on the pipeline stream) crosses the same links at the same time: max-min fairness halves both
+    # rates, so both end at 500 + 2e6 / 50 = 40500 ns; the contention-free analytical model keeps 20500.
+    from netmodels.cluster import topology_from_spec
+    from netmodels.models import build_model
+
+    size = 1_000_000
+    if second == "collective":
+        per = [
+            [coll(1, size, ctype=pb.ALL_GATHER, pg="1"), coll(2, size, ctype=pb.ALL_GATHER, pg="2")]
+            for _ in range(2)
+        ]
+    else:
+        per = [
+            [send(1, dst=1, tag=1, size=size), coll(2, size, ctype=pb.ALL_GATHER, pg="1")],
+            [recv(1, src=0, tag=1, size=size), coll(2, size, ctype=pb.ALL_GATHER, pg="1")],
+        ]
+    ts = write_set(tmp_path, per)
+    one = write_set(tmp_path / "one", [[coll(1, size, ctype=pb.ALL_GATHER, pg="1")] for _ in range(2)])
+
+    def run(model: str, trace_set) -> list[int]:
+        net = build_model(model, topology_from_spec("ring:2:50GBps:500ns"))
+        return simulate(trace_set, network=net, groups=GROUPS).per_rank_finish_ns
+
+    assert run("flow", one) == [20500, 20500]
+    assert run("flow", ts) == [40500, 40500]
+    assert run("analytical", ts) == [20500, 20500]
