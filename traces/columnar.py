@@ -4,7 +4,7 @@ The protobuf wire format is walked with numpy, all nodes of a file at once, one 
 reads the next tag of every node still holding bytes. It covers what Chakra producers write (the Node
 fields of et_def.proto, packed dependency lists, attributes with an integer, bool or string value). Anything
 else (an unknown field, a repeated scalar, unpacked deps, a float or list value on an attribute the replay
-reads, bytes that are not UTF-8) raises `Unsupported`, and the caller decodes that file with protobuf
+reads, bytes that protobuf's own parser rejects, which is checked first) raises `Unsupported`, and the caller decodes that file with protobuf
 instead, so errors and edge cases keep their one implementation (traces/stream.py).
 """
 
@@ -14,7 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from google.protobuf.message import DecodeError
+
 from traces.errors import TraceFormatError
+from traces.et_stream_pb2 import NodeBatch
 from traces.stream import frame_offsets
 
 # AttributeProto value field numbers this decoder turns into values (et_def.proto).
@@ -173,6 +176,31 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
     return ptr, vals.astype(np.int64)[order]
 
 
+def _validate(b: np.ndarray, hs: np.ndarray, end: np.ndarray) -> None:
+    """Let protobuf's C parser accept the nodes first (UTF-8, nested messages this decoder skips): bytes it
+    rejects go to the protobuf path, which reports them (TraceFormatError) exactly as before."""
+    if len(hs) == 0:
+        return
+    # Each framed record as field 1 of NodeBatch (tag 0x0a before its varint length), as decode_stream does.
+    body_len = end - hs
+    total = int(body_len.sum())
+    joined = np.empty(total + len(hs), dtype=np.uint8)
+    starts = np.concatenate(([0], np.cumsum(body_len + 1)[:-1]))
+    joined[starts] = 0x0A
+    joined[_ramp(starts + 1, body_len)] = b[_ramp(hs, body_len)]
+    try:
+        NodeBatch().ParseFromString(joined.tobytes())
+    except DecodeError:
+        raise Unsupported("protobuf rejects the bytes") from None
+
+
+def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ranges [s, s + l) for each (s, l)."""
+    total = int(lens.sum())
+    offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return offs + np.arange(total)
+
+
 def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) -> RankColumns:
     """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped."""
     hs_l, end_l, counts = [], [], []
@@ -193,6 +221,7 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
     hs = np.concatenate(hs_l) if hs_l else np.zeros(0, dtype=np.int64)
     end = np.concatenate(end_l) if end_l else np.zeros(0, dtype=np.int64)
     _, cur = _varints(b, hs)  # skip each frame's length prefix
+    _validate(b, hs, end)
     payload_start = cur.copy()
 
     nid = np.zeros(n, dtype=np.uint64)
