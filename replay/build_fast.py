@@ -48,26 +48,29 @@ _IS_INT_OR_BOOL[F_BOOL + 1] = True
 class _Attrs:
     """One rank's slice of the attribute columns."""
 
-    def __init__(self, cols: RankColumns, lo: int, hi: int) -> None:
+    def __init__(self, cols: RankColumns, sel) -> None:
         self.cols = cols
-        self.lo, self.hi = lo, hi
-        self.n = hi - lo
+        self.sel = sel  # the rank's nodes in ascending id: a slice, or indices when the file is not sorted
+        self.n = (sel.stop - sel.start) if isinstance(sel, slice) else len(sel)
 
     def kind(self, name: str) -> np.ndarray:
         c = self.cols.attrs.get(name)
-        return np.full(self.n, -1, dtype=np.int8) if c is None else c.kind[self.lo : self.hi]
+        return np.full(self.n, -1, dtype=np.int8) if c is None else c.kind[self.sel]
 
     def value(self, name: str) -> np.ndarray:
         c = self.cols.attrs.get(name)
-        return np.zeros(self.n, dtype=np.int64) if c is None else c.value[self.lo : self.hi]
+        return np.zeros(self.n, dtype=np.int64) if c is None else c.value[self.sel]
+
+    def _at(self, idx):
+        return (self.sel.start + idx) if isinstance(self.sel, slice) else self.sel[idx]
 
     def py_many(self, name: str, idx: np.ndarray) -> list:
         """`py` at every local index of idx."""
         c = self.cols.attrs.get(name)
         if c is None:
             return [None] * len(idx)
-        ks = c.kind[self.lo + idx].tolist()
-        vs = c.value[self.lo + idx].tolist()
+        ks = c.kind[self._at(idx)].tolist()
+        vs = c.value[self._at(idx)].tolist()
         st = c.strings
         return [
             None if k <= 0 else (st[v] if k == F_STRING else (bool(v) if k == F_BOOL else v))
@@ -79,10 +82,10 @@ class _Attrs:
         c = self.cols.attrs.get(name)
         if c is None:
             return None
-        k = int(c.kind[self.lo + i])
+        k = int(c.kind[self._at(i)])
         if k <= 0:
             return None
-        v = int(c.value[self.lo + i])
+        v = int(c.value[self._at(i)])
         if k == F_STRING:
             return c.strings[v]
         if k == F_BOOL:
@@ -101,50 +104,69 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
     n = hi - lo
     path = cols.paths[f]
-    ids = cols.node_id[lo:hi]
-    if n > 1 and not (ids[1:] > ids[:-1]).all():
-        return False
-    at = _Attrs(cols, lo, hi)
+    raw_ids = cols.node_id[lo:hi]
+    own = np.arange(n)
+    if n > 1 and not (raw_ids[1:] > raw_ids[:-1]).all():
+        perm = np.argsort(raw_ids, kind="stable")  # the node-by-node path sorts by id too
+        sel = perm + lo
+        ids = raw_ids[perm]
+        if not (ids[1:] > ids[:-1]).all():
+            return False  # duplicate ids: an error, reported node by node
+        pos_of = np.empty(n, dtype=np.int64)
+        pos_of[perm] = own
+        names = [cols.names[i] for i in sel.tolist()]
+    else:
+        sel = slice(lo, hi)
+        ids = raw_ids
+        pos_of = own
+        names = cols.names[lo:hi]
+    at = _Attrs(cols, sel)
     if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
         return False
     if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():
         return False
-    nt = cols.node_type[lo:hi]
+    nt = cols.node_type[sel]
 
-    # Dependencies: data deps must name earlier nodes of the file; ctrl deps on absent ids or on the node
-    # itself are dropped and counted; anything else (forward edges, cycles, errors) goes node by node.
-    own = np.arange(n)
+    # Dependencies: data deps must name nodes of the file (not the node itself); ctrl deps on absent ids or
+    # on the node itself are dropped and counted. A file with edges to later ids is checked for cycles
+    # here; one with a cycle (or any error) is built node by node, where the messages and the ctrl-deps
+    # fallback live.
     d0, d1 = int(cols.data_ptr[lo]), int(cols.data_ptr[hi])
     dd = cols.data_idx[d0:d1]
-    d_owner = np.repeat(own, np.diff(cols.data_ptr[lo : hi + 1]))
+    d_owner = pos_of[np.repeat(own, np.diff(cols.data_ptr[lo : hi + 1]))]
     c0, c1 = int(cols.ctrl_ptr[lo]), int(cols.ctrl_ptr[hi])
     cd = cols.ctrl_idx[c0:c1]
-    c_owner = np.repeat(own, np.diff(cols.ctrl_ptr[lo : hi + 1]))
-    d_pos = np.searchsorted(ids, dd)
-    if n == 0 and len(dd):
-        return False
-    if len(dd) and not ((d_pos < n) & (ids[np.minimum(d_pos, n - 1)] == dd)).all():
-        return False
-    if (dd >= ids[d_owner]).any():
-        return False
-    c_pos = np.searchsorted(ids, cd)
-    c_found = (c_pos < n) & (ids[np.minimum(c_pos, max(n - 1, 0))] == cd) if n else np.zeros(0, bool)
-    c_valid = c_found & (cd != ids[c_owner]) if len(cd) else c_found
-    if (c_valid & (cd > ids[c_owner] if len(cd) else c_valid)).any():
-        return False
-    child = np.concatenate([d_owner, c_owner[c_valid]])
-    parent = np.concatenate([d_pos, c_pos[c_valid]])
+    c_owner = pos_of[np.repeat(own, np.diff(cols.ctrl_ptr[lo : hi + 1]))]
+    if n == 0:
+        if len(dd) or len(cd):
+            return False
+        c_valid = np.zeros(0, dtype=bool)
+        child = parent = np.zeros(0, dtype=np.int64)
+    else:
+        d_pos = np.searchsorted(ids, dd)
+        if len(dd) and not ((d_pos < n) & (ids[np.minimum(d_pos, n - 1)] == dd)).all():
+            return False
+        if (dd == ids[d_owner]).any():
+            return False
+        c_pos = np.searchsorted(ids, cd)
+        c_found = (c_pos < n) & (ids[np.minimum(c_pos, n - 1)] == cd)
+        c_valid = c_found & (cd != ids[c_owner])
+        child = np.concatenate([d_owner, c_owner[c_valid]])
+        parent = np.concatenate([d_pos, c_pos[c_valid]])
     key = np.unique(child * max(n, 1) + parent)
     child, parent = key // max(n, 1), key % max(n, 1)
     ndeps = np.bincount(child, minlength=n).astype(np.int64)
-    order = np.lexsort((child, parent))
+    # Each parent's children: later nodes first, then earlier ones, each ascending (the node-by-node order).
+    order = np.lexsort((child, child < parent, parent))
     counts = np.bincount(parent, minlength=n).astype(np.int64)
+    if (parent > child).any() and _has_cycle(n, ndeps, counts, child[order]):
+        return False
     cidx = child[order] + b.n
 
     # Kinds and durations.
     k_cpu = at.kind(IS_CPU_OP)
     cpu = (k_cpu > 0) & (k_cpu != F_STRING) & (at.value(IS_CPU_OP) != 0)
-    rec = cols.duration_micros[lo:hi] * 1000
+    rec = cols.duration_micros[sel] * 1000
     rec[rec == 0] = 1
     comp = nt == pb.COMP_NODE
     is_comm = np.isin(nt, _COMM_TYPES)
@@ -157,7 +179,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     timed = (is_comm & cpu) | mem | comp
     dur[timed] = rec[timed]
     if b.fast_roofline and comp.any():
-        _roofline(b, rank, at, comp, cpu, rec, dur, cols.names, lo)
+        _roofline(b, rank, at, comp, cpu, rec, dur, names)
 
     # Communication nodes, in node order, through the shared checks.
     q_cpu, q_comp, q_comm = b.rank_queues(rank)
@@ -209,7 +231,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
             "nbytes": nbytes,
             "ctype": ctype,
         },
-        cols.names[lo:hi],
+        names,
         pgs,
         counts,
         cidx,
@@ -219,7 +241,24 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     return True
 
 
-def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names, lo) -> None:
+def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:
+    """Kahn's algorithm on one rank's CSR edges: True when some node can never become ready."""
+    indeg = ndeps.tolist()
+    ptr = np.concatenate(([0], np.cumsum(counts))).tolist()
+    kl = kids.tolist()
+    stack = [i for i, c in enumerate(indeg) if c == 0]
+    seen = 0
+    while stack:
+        i = stack.pop()
+        seen += 1
+        for c in kl[ptr[i] : ptr[i + 1]]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+    return seen != n
+
+
+def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names) -> None:
     """RooflineModel.comp_duration_ns once per distinct (device, cpu, num_ops, tensor_size, recorded)."""
     idx = np.nonzero(comp)[0]
     k_ops, k_size = at.kind(NUM_OPS)[idx], at.kind(TENSOR_SIZE)[idx]
@@ -247,7 +286,7 @@ def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names, lo) -> 
             d = compute.comp_duration_ns(rank, *key[1:])
             if not isinstance(d, int) or d < 0:
                 raise ReplayError(
-                    f"compute model {compute.name!r} gave {d!r} ns for {names[lo + int(idx[j])]!r}: need int >= 0"
+                    f"compute model {compute.name!r} gave {d!r} ns for {names[int(idx[j])]!r}: need int >= 0"
                 )
             cache[key] = d
         out.append(d)
