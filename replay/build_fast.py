@@ -1,8 +1,9 @@
 """The program builder's columnar path: one rank from decoded columns (traces/columnar.py) with numpy.
 
 It computes exactly what `program._slow_rank` computes node by node, for the traces it can prove ordinary:
-ids ascending and unique, every dependency on an earlier node of the file, no `stream` queues, a duration
-or roofline compute model. Anything else returns False before touching the builder, and the rank is built
+unique ids (sorted here when the file is not), every data dependency on another node of the file, no
+dependency cycle, no `stream` queues, a duration or roofline compute model (tests/test_replay_columnar.py
+compares the two paths field by field). Anything else returns False before touching the builder, and the rank is built
 node by node (where every error message lives). Communication nodes (a few percent) go through the same
 `_Builder.comm` as the node-by-node path, in node order, so their checks and errors are shared.
 """
