@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from replay.errors import ReplayError
 
 COMM_MODES = ("network", "measured")
+COMM_STREAMS = ("auto", "group", "shared")
 CTRL_DEPS = ("auto", "union")
 
 
@@ -26,6 +27,12 @@ class ReplayConfig:
       not: there it follows data deps only, as the legacy Chakra ETFeeder always does.
     - duration_comm_types: CollectiveCommType values replayed by each node's own duration with no
       cross-rank matching (ASTRA-sim does this for BROADCAST).
+    - comm_streams "group": communication runs on streams, as NCCL runs each communicator on its own
+      CUDA stream: per rank, one in-order stream per process group for its collectives and one for the
+      pipeline P2P sends, so they overlap each other and compute where the graph allows (comm_channels
+      then sizes only the shared slot that MEM nodes use). "shared": ASTRA-sim's rule, every GPU
+      communication op of a rank takes one of its comm_channels slots. "auto" (default): "shared" on an
+      ASTRA-sim network model (the compatible mode), else "group".
     """
 
     compute_streams: int = 1
@@ -35,6 +42,7 @@ class ReplayConfig:
     comm_mode: str = "network"
     duration_comm_types: frozenset[int] = frozenset()
     ctrl_deps: str = "auto"
+    comm_streams: str = "auto"
 
     def __post_init__(self) -> None:
         for field in ("compute_streams", "comm_channels", "cpu_slots"):
@@ -43,5 +51,15 @@ class ReplayConfig:
                 raise ReplayError(f"replay config: {field} must be an integer >= 1, got {v!r}")
         if self.comm_mode not in COMM_MODES:
             raise ReplayError(f"replay config: comm_mode must be one of {', '.join(COMM_MODES)}")
+        if self.comm_streams not in COMM_STREAMS:
+            raise ReplayError(f"replay config: comm_streams must be one of {', '.join(COMM_STREAMS)}")
         if self.ctrl_deps not in CTRL_DEPS:
             raise ReplayError(f"replay config: ctrl_deps must be one of {', '.join(CTRL_DEPS)}")
+
+
+def resolve_streams(config: ReplayConfig, network_name: str | None) -> ReplayConfig:
+    """The config with comm_streams "auto" made concrete for this network model."""
+    if config.comm_streams != "auto":
+        return config
+    astra = network_name is not None and network_name.startswith("astra")
+    return replace(config, comm_streams="shared" if astra else "group")

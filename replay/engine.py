@@ -95,18 +95,20 @@ def run_engine(
     t_wall = time.perf_counter()
     t_cpu = time.process_time()
     n = prog.num_nodes
-    kind = prog.kind
-    dur = prog.dur
-    children = prog.children
-    queue = prog.queue
+    # The loop reads plain lists (a numpy scalar read costs several list reads).
+    kind = _as_list(prog.kind)
+    dur = _as_list(prog.dur)
+    cptr = _as_list(prog.child_ptr)
+    cidx = _as_list(prog.child_idx)
+    queue = _as_list(prog.queue)
     cap = prog.queue_cap
     coll_info = prog.coll
     p2p_info = prog.p2p
-    recorded = prog.recorded_ns
+    recorded = _as_list(prog.recorded_ns)
     measured = config.comm_mode == "measured"
     simulated = frozenset(prog.rank_ids) if prog.rank_ids else None
     sim_of: dict[str, tuple[tuple[int, ...], tuple[int, ...] | None]] = {}  # key -> (sim members, positions)
-    remaining = list(prog.ndeps)
+    remaining = _as_list(prog.ndeps)
     nq = len(cap)
     busy = [0] * nq
     qheap: list[list[int]] = [[] for _ in range(nq)]
@@ -379,7 +381,7 @@ def run_engine(
                 r = pair_of.get(g)
                 if r is not None:
                     heappush(heap, (t << shift) | r)
-            for c in children[g]:
+            for c in cidx[cptr[g] : cptr[g + 1]]:
                 rem = remaining[c] - 1
                 remaining[c] = rem
                 if rem == 0:
@@ -426,6 +428,11 @@ def run_engine(
         wall_s=time.perf_counter() - t_wall,
         cpu_s=time.process_time() - t_cpu,
     )
+
+
+def _as_list(a) -> list:
+    """A fresh list of Python ints from a list or a numpy array."""
+    return a.tolist() if hasattr(a, "tolist") else list(a)
 
 
 def canonical_order(
@@ -497,15 +504,15 @@ def _deadlock(prog, t, left, start, end, ready, remaining, instances, pend_recv,
         if chosen is None:
             parents: dict[int, int] = {}
             for p in unfinished:
-                for c in prog.children[p]:
+                for c in prog.children(p):
                     parents.setdefault(c, p)
             for g in unfinished:
                 if remaining[g] > 0 and g in parents:
                     p = parents[g]
                     chosen = g
-                    reason = f"dependency on node {prog.node_id[p]} {prog.name[p]!r} (unfinished)"
+                    reason = f"dependency on node {int(prog.node_id[p])} {prog.name[p]!r} (unfinished)"
                     break
         if chosen is None:
             chosen, reason = unfinished[0], "an unknown condition"
-        stuck.append(StuckNode(prog.rank_of(chosen), prog.node_id[chosen], prog.name[chosen], reason))
+        stuck.append(StuckNode(prog.rank_of(chosen), int(prog.node_id[chosen]), prog.name[chosen], reason))
     return ReplayDeadlock(t, left, stuck)

@@ -164,6 +164,47 @@ class ReplayResult:
         return [*written, p, c, perf]
 
 
+def _nullable(values: np.ndarray, valid: np.ndarray, dtype: pl.DataType) -> pl.Series:
+    """A column from numpy values, null where not valid."""
+    col = pl.Series(values, dtype=dtype) if dtype != pl.Int32 else pl.Series(values.astype(np.int32))
+    bad = np.nonzero(~valid)[0]
+    return col.scatter(bad, None) if len(bad) else col
+
+
+def _labels(codes: np.ndarray, label) -> pl.Series:
+    """A string column from integer codes: label(code) once per distinct code."""
+    if len(codes) == 0:
+        return pl.Series([], dtype=pl.String)
+    uniq, inv = np.unique(codes, return_inverse=True)
+    table = np.asarray([label(int(u)) for u in uniq.tolist()], dtype=object)
+    return pl.Series(table[inv.reshape(-1)].tolist(), dtype=pl.String)
+
+
+def _annotation_column(prog: Program, k: str, typ: str, n: int) -> pl.Series:
+    """One annotation column from the program's columns, with node-by-node ranks' values laid over."""
+    col = prog.ann_cols.get(k)
+    if typ == "int":
+        vals, ok = col if col is not None else (np.zeros(n, np.int64), np.zeros(n, bool))
+        if prog.annotations:
+            vals, ok = vals.copy(), ok.copy()
+            for g, a in prog.annotations.items():
+                v = a.get(k)
+                if v is not None:
+                    vals[g] = v
+                    ok[g] = True
+        return _nullable(vals, ok, pl.Int64)
+    if col is not None:
+        codes, table = col
+        obj = np.asarray([*table, None], dtype=object)[codes]  # code -1 = the trailing None
+    else:
+        obj = np.full(n, None, dtype=object)
+    for g, a in prog.annotations.items():
+        v = a.get(k)
+        if v is not None:
+            obj[g] = v
+    return pl.Series(obj.tolist(), dtype=pl.String)
+
+
 def build_result(
     prog: Program,
     out: EngineOutput,
@@ -183,43 +224,43 @@ def build_result(
     res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
     res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
 
-    collective: list[int | None] = [None] * n
-    for g, cid in out.collective_of.items():
-        collective[g] = cid
-    p2p: list[int | None] = [None] * n
-    peer: list[int | None] = [None] * n
-    for i, (s, r) in enumerate(out.p2p_pairs):
-        p2p[s] = p2p[r] = i
-        peer[s] = prog.p2p[s].dst
-        peer[r] = prog.p2p[r].src
-    type_names = {v: pb.node_type_name(v) for v in set(prog.node_type)}
-    ct_names = {v: (pb.comm_type_name(v) if v >= 0 else None) for v in set(prog.comm_type)}
+    collective = np.full(n, -1, dtype=np.int64)
+    if out.collective_of:
+        collective[np.fromiter(out.collective_of.keys(), np.int64)] = np.fromiter(
+            out.collective_of.values(), np.int64
+        )
+    p2p = np.full(n, -1, dtype=np.int64)
+    peer = np.full(n, -1, dtype=np.int64)
+    if out.p2p_pairs:
+        pr = np.asarray(out.p2p_pairs, dtype=np.int64)
+        ids = np.arange(len(pr), dtype=np.int64)
+        p2p[pr[:, 0]] = ids
+        p2p[pr[:, 1]] = ids
+        peer[pr[:, 0]] = [prog.p2p[s].dst for s in pr[:, 0].tolist()]
+        peer[pr[:, 1]] = [prog.p2p[r].src for r in pr[:, 1].tolist()]
+    node_type = np.asarray(prog.node_type, dtype=np.int64)
+    comm_type = np.asarray(prog.comm_type, dtype=np.int64)
     cols = {
-        "rank": rank,
-        "node_id": prog.node_id,
-        "name": prog.name,
-        "type": [type_names[v] for v in prog.node_type],
-        "resource": [res_names[k] for k in prog.kind],
+        "rank": pl.Series(rank, dtype=pl.Int32),
+        "node_id": pl.Series(np.asarray(prog.node_id, dtype=np.int64).astype(np.uint64), dtype=pl.UInt64),
+        "name": pl.Series(prog.name, dtype=pl.String),
+        "type": _labels(node_type, pb.node_type_name),
+        "resource": _labels(kind.astype(np.int64), lambda k: res_names[k]),
         "start_ns": start,
         "end_ns": end,
         "duration_ns": end - start,
-        "ready_ns": out.ready,
+        "ready_ns": np.asarray(out.ready, dtype=np.int64),
         "wait_ns": wait,
-        "bytes": prog.nbytes,
-        "comm_type": [ct_names[v] for v in prog.comm_type],
-        "pg_name": prog.pg_name,
-        "collective": collective,
-        "p2p": p2p,
-        "peer": peer,
+        "bytes": np.asarray(prog.nbytes, dtype=np.int64),
+        "comm_type": _labels(comm_type, lambda v: pb.comm_type_name(v) if v >= 0 else None),
+        "pg_name": pl.Series(prog.pg_name, dtype=pl.String),
+        "collective": _nullable(collective, collective >= 0, pl.Int64),
+        "p2p": _nullable(p2p, p2p >= 0, pl.Int64),
+        "peer": _nullable(peer, peer >= 0, pl.Int32),
     }
-    for k in ANNOTATION_COLUMNS:
-        col: list = [None] * n
-        for g, vals in prog.annotations.items():
-            v = vals.get(k)
-            if v is not None:
-                col[g] = v
-        cols[k] = col
-    ops = pl.DataFrame(cols, schema=OPS_SCHEMA)
+    for k, typ in ANNOTATION_COLUMNS.items():
+        cols[k] = _annotation_column(prog, k, typ, n)
+    ops = pl.DataFrame({k: pl.Series(k, v, dtype=OPS_SCHEMA[k]) for k, v in cols.items()}, schema=OPS_SCHEMA)
 
     acc = rank_accounting(rank, start, end, wait, res_code, nr)
     # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU

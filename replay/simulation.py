@@ -6,33 +6,134 @@ import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from netmodels.api import NetworkModel
 from replay.compute import ComputeModel
-from replay.config import ReplayConfig
+from replay.config import ReplayConfig, resolve_streams
 from replay.engine import run_engine
 from replay.errors import ReplayError
-from replay.fold import Fold, NetCheck, check_models, expand, resolve_fold, verify
-from replay.program import K_COLL, K_RECV, K_SEND, build_program
+from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
+from traces import pb
+from traces.columnar import RankColumns, Unsupported, decode_columns
 from traces.groups import ProcessGroups, resolve_groups
+from traces.jsonview import is_json_file
+from traces.stream import read_bytes
 from traces.traceset import TraceSet, discover
+
+if TYPE_CHECKING:
+    from replay.fold import Fold
+
+
+_BATCH_BYTES = (
+    8 << 20
+)  # files decoded together as columns: numpy calls amortized over ~50k nodes, bounded memory
 
 
 def load_groups(
-    trace_set: TraceSet, groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None
+    trace_set: TraceSet,
+    groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None,
+    scan: bool = False,
 ) -> ProcessGroups:
-    """Process groups: given ones, a comm-groups file, or those the set declares (METADATA, comm_group.json)."""
+    """Process groups: given ones, a comm-groups file, or those the set declares (METADATA, comm_group.json).
+
+    scan: find METADATA groups from the files' bytes (metadata_groups_files) instead of decoding and
+    caching every file.
+    """
     n = trace_set.num_ranks
     if isinstance(groups, ProcessGroups):
         return groups
     if isinstance(groups, Mapping):
         return ProcessGroups(n, {str(k): tuple(v) for k, v in groups.items()}, "given")
-    files = ((trace_set.paths[r], trace_set.load(r).nodes) for r in range(n))
+    if scan:
+        files = metadata_groups_files(trace_set)
+    else:
+        files = ((trace_set.paths[r], trace_set.load(r).nodes) for r in range(n))
     return resolve_groups(
         files, n, comm_groups=groups, directory=trace_set.directory, prefix=trace_set.prefix
     )
+
+
+def metadata_nodes(cols: RankColumns, f: int) -> list[pb.Node]:
+    """The METADATA nodes of file f that may declare process groups, decoded whole (few per file)."""
+    lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+    out = []
+    for i in (np.nonzero(cols.node_type[lo:hi] == pb.METADATA_NODE)[0] + lo).tolist():
+        if "process_group:init" in cols.names[i]:
+            out.append(pb.Node.FromString(cols.buf[int(cols.payload_start[i]) : int(cols.payload_end[i])]))
+    return out
+
+
+_GROUPS_MARK = b"process_group:init"  # in the name of every METADATA node that declares groups
+
+
+class ColumnReader:
+    """Ranks' files decoded as columns in batches of ~32 MB, in rank order, one batch held at a time.
+
+    `get(rank)` gives (columns, file index) or None for a file left to protobuf (JSON, or a form the
+    columnar decoder does not take). Visiting ranks in ascending order reads every file once.
+    """
+
+    def __init__(self, trace_set: TraceSet) -> None:
+        self.ts = trace_set
+        self.batch: dict[int, tuple[RankColumns, int] | None] = {}
+        self.next_rank = 0
+
+    def get(self, rank: int) -> tuple[RankColumns, int] | None:
+        """The columns of `rank`'s file (decoding the batch that starts there when needed)."""
+        if rank not in self.batch:
+            self._load(rank)
+        return self.batch[rank]
+
+    def _load(self, first: int) -> None:
+        ts = self.ts
+        self.batch = {}
+        files: list[tuple[int, bytes]] = []
+        size = 0
+        r = first
+        while r < ts.num_ranks and size < _BATCH_BYTES:
+            path = ts.paths[r]
+            if is_json_file(path):
+                self.batch[r] = None
+            else:
+                buf, _gz = read_bytes(path)
+                files.append((r, buf))
+                size += len(buf)
+            r += 1
+        if not files:
+            return
+        try:
+            cols = decode_columns([b for _r, b in files], [ts.paths[r] for r, _b in files], WANT_ATTRS)
+            for f, (r, _b) in enumerate(files):
+                self.batch[r] = (cols, f)
+        except Unsupported:
+            for r, buf in files:  # find the files that need protobuf; the others keep their columns
+                try:
+                    self.batch[r] = (decode_columns([buf], [ts.paths[r]], WANT_ATTRS), 0)
+                except Unsupported:
+                    self.batch[r] = None
+
+
+def metadata_groups_files(trace_set: TraceSet):
+    """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
+    hold no `process_group:init` cannot declare any and is not decoded here."""
+    for r, path in enumerate(trace_set.paths):
+        if is_json_file(path):
+            yield path, trace_set.load(r).nodes
+            continue
+        buf, _gz = read_bytes(path)
+        if _GROUPS_MARK not in buf:
+            yield path, []
+            continue
+        try:
+            cols = decode_columns([buf], [path], WANT_ATTRS)
+            yield path, metadata_nodes(cols, 0)
+        except Unsupported:
+            yield path, trace_set.load(r).nodes
 
 
 def simulate(
@@ -43,7 +144,7 @@ def simulate(
     groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None = None,
     config: ReplayConfig | None = None,
     progress: bool | Callable[[int, int], None] = False,
-    fold: bool | str | Fold | Sequence[Sequence[int]] | None = None,
+    fold: bool | str | Fold | Sequence[Sequence[int]] | None = None,  # noqa: F821
 ) -> ReplayResult:
     """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
 
@@ -53,14 +154,19 @@ def simulate(
     """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
-    config = config or ReplayConfig()
+    config = resolve_streams(config or ReplayConfig(), network.name if network is not None else None)
     if network is not None and network.num_ranks < ts.num_ranks:
         raise ReplayError(
             f"network model {network.name!r} has {network.num_ranks} ranks but the trace set has {ts.num_ranks}"
         )
     # The program holds millions of small lists and ints and no reference cycles: the cyclic GC would
     # rescan them over and over (measured: 5.9 s -> 3.3 s to build 1M nodes), so it is paused here.
-    plan = resolve_fold(fold, ts) if fold not in (None, False) else None
+    plan = None
+    if fold not in (None, False):
+        # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
+        from replay.fold import NetCheck, check_models, expand, resolve_fold, verify
+
+        plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
         plan = None  # one replica: nothing to fold
     if plan is not None:
@@ -68,10 +174,11 @@ def simulate(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        pgs = load_groups(ts, groups)
         if plan is None:
-            prog = build_program(ts, pgs, compute, config)
+            pgs = load_groups(ts, groups, scan=True)
+            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
+            pgs = load_groups(ts, groups)
             prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0])
             labels = verify(plan, ts, pgs, prog)
         if prog.num_nodes == 0:

@@ -11,6 +11,8 @@ Prints one Markdown row per (size, network model); the numbers in docs/performan
 plus a text one beside it. `--summary-dir` writes each replay's summary.json (to compare runs byte for byte).
 `--fold` also replays each model with symmetric-replica folding (`simulate(fold=True)`, one DP replica
 simulated; model shown as `<model>+fold`) and checks its summary, ranks and ops tables equal the unfolded ones.
+`--comm-streams shared` replays with the one-slot communication rule of the runs before 2026-11-30 (their
+summaries are byte-identical); the default is the replay's own default (communication streams).
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
             profiler.start()
         network = api.build_network(opts.network, deployment)
         compute = api.build_compute(opts.compute, ts.num_ranks)
-        res = simulate(ts, network=network, compute=compute, config=ReplayConfig(), fold=fold or None)
+        config = ReplayConfig(comm_streams=args.comm_streams)
+        res = simulate(ts, network=network, compute=compute, config=config, fold=fold or None)
         if profiler:
             profiler.stop()
         t_replay = time.perf_counter() - t
@@ -161,6 +164,12 @@ def main() -> None:
     ap.add_argument("--profile", metavar="FILE.html", help="pyinstrument report of the replays (one size)")
     ap.add_argument("--summary-dir", metavar="DIR", help="write each replay's summary.json here")
     ap.add_argument("--fold", action="store_true", help="also replay with symmetric-replica folding")
+    ap.add_argument(
+        "--comm-streams",
+        choices=("auto", "group", "shared"),
+        default="auto",
+        help="communication streams (docs/replay.md); 'shared' reproduces the rule of runs before 2026-11-30",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -183,6 +192,7 @@ def main() -> None:
             cmd.append("--keep")
         if args.fold:
             cmd.append("--fold")
+        cmd += ["--comm-streams", args.comm_streams]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             print(f"| {n} | failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]} |")

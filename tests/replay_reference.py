@@ -14,6 +14,9 @@ only the rules as the reference documents state them:
 - chakra-et.md 3.1: send/recv are matched on (src, dst, tag); a send starts its transfer when issued and
   finishes when the data arrives, a recv finishes at max(its posting, the arrival). pg_name "" or "0" =
   all ranks.
+- Communication streams (docs/replay.md, "Communication streams"; xsim's default outside ASTRA-sim mode):
+  with `streams=True`, the single communication slot becomes one slot per process group (its collectives)
+  plus one for sends, per rank, as NCCL runs each communicator on its own stream.
 - Same-instant rule (docs/replay.md, "Tie-breaking"): everything that finishes at one ns, including the
   zero-time cascade it releases (METADATA, recvs whose data is already there), is applied before any rank
   issues at that ns, so two nodes ready at one ns always issue smaller id first.
@@ -118,7 +121,9 @@ class RefResult:
     collectives: list[RefCollective] = field(default_factory=list)
 
 
-def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num_ranks: int) -> RefNode:
+def _to_ref(
+    rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num_ranks: int, streams: bool
+) -> RefNode:
     deps = frozenset(node.data_deps) | frozenset(node.ctrl_deps)
     base = {"rank": rank, "id": node.id, "name": node.name, "deps": deps}
     if node.type == pb.COMP_NODE:
@@ -130,7 +135,7 @@ def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num
         members = tuple(range(num_ranks)) if key == "" else tuple(groups[key])
         return RefNode(
             **base,
-            slot="comm",
+            slot=f"comm group {key}" if streams else "comm",
             op="coll",
             group=key,
             members=members,
@@ -140,7 +145,7 @@ def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num
     if node.type == pb.COMM_SEND_NODE:
         return RefNode(
             **base,
-            slot="comm",
+            slot="comm p2p" if streams else "comm",
             op="send",
             src=rank,
             dst=comm_dst(node),
@@ -163,11 +168,13 @@ def _to_ref(rank: int, node: pb.Node, groups: Mapping[str, tuple[int, ...]], num
 
 
 def reference_replay(
-    per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str, tuple[int, ...]]
+    per_rank: Sequence[Sequence[pb.Node]], groups: Mapping[str, tuple[int, ...]], streams: bool = False
 ) -> RefResult:
     """Simulate the trace set; raises RefDeadlock when nodes remain that can never run."""
     num_ranks = len(per_rank)
-    nodes = {(r, n.id): _to_ref(r, n, groups, num_ranks) for r, ns in enumerate(per_rank) for n in ns}
+    nodes = {
+        (r, n.id): _to_ref(r, n, groups, num_ranks, streams) for r, ns in enumerate(per_rank) for n in ns
+    }
     by_rank = [sorted((nodes[(r, n.id)] for n in ns), key=lambda x: x.id) for r, ns in enumerate(per_rank)]
     coll_count: dict[tuple[str, int], int] = {}  # (group, rank) -> collectives issued so far
     instances: dict[str, list[dict[int, RefNode]]] = {}  # group -> instance k -> {rank: node}
@@ -208,7 +215,11 @@ def reference_replay(
         """Issue, per rank and slot, the smallest-id ready node when the slot is free; True if any issued."""
         any_issued = False
         for rank_nodes in by_rank:
-            for slot in ("compute", "cpu", "comm"):
+            for slot in (
+                "compute",
+                "cpu",
+                *sorted({n.slot for n in rank_nodes if n.slot not in (None, "compute", "cpu")}),
+            ):
                 if any(n.slot == slot and n.start is not None and not n.finished_by(t) for n in rank_nodes):
                     continue  # the slot is busy
                 ready = [n for n in rank_nodes if n.slot == slot and n.ready is not None and n.start is None]

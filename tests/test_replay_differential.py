@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replay import simulate
+from replay import ReplayConfig, simulate
 from replay.errors import ReplayDeadlock
 from tests.replay_reference import KIND_NAME, RefDeadlock, collective_ns, p2p_ns, reference_replay
 from tests.test_replay_support import FakeNet
@@ -216,18 +216,21 @@ def no_hang(seconds: int = 20):
         signal.signal(signal.SIGALRM, old)
 
 
-def run_engine(per_rank: list[list[pb.Node]], groups: dict[str, tuple[int, ...]]):
+def run_engine(per_rank: list[list[pb.Node]], groups: dict[str, tuple[int, ...]], streams: bool = False):
     """replay.simulate on the set written to a temporary folder, with the closed-form network."""
+    config = ReplayConfig(comm_streams="group" if streams else "shared")
     with tempfile.TemporaryDirectory() as d:
         write_trace_set(Path(d) / "t", per_rank)
         with no_hang():
-            return simulate(discover(Path(d) / "t"), network=closed_form_net(len(per_rank)), groups=groups)
+            return simulate(
+                discover(Path(d) / "t"), network=closed_form_net(len(per_rank)), groups=groups, config=config
+            )
 
 
-def assert_same(per_rank: list[list[pb.Node]], groups: dict[str, tuple[int, ...]]):
+def assert_same(per_rank: list[list[pb.Node]], groups: dict[str, tuple[int, ...]], streams: bool = False):
     """Engine and reference give identical ready/start/end/wait per node and finish per rank."""
-    ref = reference_replay(per_rank, groups)
-    res = run_engine(per_rank, groups)
+    ref = reference_replay(per_rank, groups, streams)
+    res = run_engine(per_rank, groups, streams)
     got = {
         (row["rank"], row["node_id"]): (row["ready_ns"], row["start_ns"], row["end_ns"], row["wait_ns"])
         for row in res.ops.iter_rows(named=True)
@@ -272,6 +275,13 @@ def assert_same(per_rank: list[list[pb.Node]], groups: dict[str, tuple[int, ...]
 def test_random_trace_sets_match_reference(case: Case):
     """Per-node times and per-rank finish agree with the reference on random deadlock-free sets."""
     assert_same(materialize(case), case.groups)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(with_p2p=True))
+def test_random_trace_sets_match_reference_with_streams(case: Case):
+    """The same with communication streams (one per process group and one for sends, per rank)."""
+    assert_same(materialize(case), case.groups, streams=True)
 
 
 @settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

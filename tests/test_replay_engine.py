@@ -194,11 +194,17 @@ def test_measured_comm(tmp_path) -> None:
         if extra and r == 0:
             extra[0].duration_micros = 4
         per.append([n, *extra])
-    res = simulate(write_set(tmp_path, per), network=None, config=ReplayConfig(comm_mode="measured"))
+    ts = write_set(tmp_path, per)
+    cfg = ReplayConfig(comm_mode="measured", comm_streams="shared")
+    res = simulate(ts, network=None, config=cfg)
     ends = {(r["rank"], r["node_id"]): r["end_ns"] for r in res.ops.iter_rows(named=True)}
     assert ends[(0, 1)] == ends[(1, 1)] == ends[(2, 1)] == 3000
-    # The send waits for the comm slot held by the collective (ASTRA-sim: one comm op at a time).
+    # Shared slot: the send waits for the comm slot held by the collective (ASTRA-sim: one comm op at a time).
     assert ends[(0, 2)] == 3000 + 4000 and ends[(1, 2)] == 7000
+    # Default (streams): the send runs on the pipeline stream beside the collective's group stream.
+    res = simulate(ts, network=None, config=ReplayConfig(comm_mode="measured"))
+    ends = {(r["rank"], r["node_id"]): r["end_ns"] for r in res.ops.iter_rows(named=True)}
+    assert ends[(0, 1)] == 3000 and ends[(0, 2)] == 4000 and ends[(1, 2)] == 4000
 
 
 def test_needs_network_for_collectives(tmp_path) -> None:

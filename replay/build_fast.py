@@ -1,0 +1,325 @@
+"""The program builder's columnar path: one rank from decoded columns (traces/columnar.py) with numpy.
+
+It computes exactly what `program._slow_rank` computes node by node, for the traces it can prove ordinary:
+unique ids (sorted here when the file is not), every data dependency on another node of the file, no
+dependency cycle, no `stream` queues, a duration or roofline compute model (tests/test_replay_columnar.py
+compares the two paths field by field). Anything else returns False before touching the builder, and the rank is built
+node by node (where every error message lives). Communication nodes (a few percent) go through the same
+`_Builder.comm` as the node-by-node path, in node order, so their checks and errors are shared.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from replay.errors import ReplayError
+from replay.program import (
+    ANNOTATION_COLUMNS,
+    K_COMP,
+    K_CPU,
+    K_MEM,
+    K_RECV,
+    K_ZERO,
+    _Builder,
+)
+from traces import pb
+from traces.attrs import (
+    COMM_DST,
+    COMM_SIZE,
+    COMM_SRC,
+    COMM_TAG,
+    COMM_TYPE,
+    IS_CPU_OP,
+    NUM_OPS,
+    PG_NAME,
+    STREAM,
+    TENSOR_SIZE,
+)
+from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+
+_INT_FIELDS = (F_INT32, F_INT64, F_UINT32, F_UINT64)
+_COMM_TYPES = (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
+# Lookup by attribute kind + 1 (kind -1 = absent): integer value fields, and those plus bool.
+_IS_INT = np.zeros(65, dtype=bool)
+_IS_INT[[f + 1 for f in _INT_FIELDS]] = True
+_IS_INT_OR_BOOL = _IS_INT.copy()
+_IS_INT_OR_BOOL[F_BOOL + 1] = True
+
+
+class _Attrs:
+    """One rank's slice of the attribute columns."""
+
+    def __init__(self, cols: RankColumns, sel) -> None:
+        self.cols = cols
+        self.sel = sel  # the rank's nodes in ascending id: a slice, or indices when the file is not sorted
+        self.n = (sel.stop - sel.start) if isinstance(sel, slice) else len(sel)
+
+    def kind(self, name: str) -> np.ndarray:
+        c = self.cols.attrs.get(name)
+        return np.full(self.n, -1, dtype=np.int8) if c is None else c.kind[self.sel]
+
+    def value(self, name: str) -> np.ndarray:
+        c = self.cols.attrs.get(name)
+        return np.zeros(self.n, dtype=np.int64) if c is None else c.value[self.sel]
+
+    def _at(self, idx):
+        return (self.sel.start + idx) if isinstance(self.sel, slice) else self.sel[idx]
+
+    def py_many(self, name: str, idx: np.ndarray) -> list:
+        """`py` at every local index of idx."""
+        c = self.cols.attrs.get(name)
+        if c is None:
+            return [None] * len(idx)
+        ks = c.kind[self._at(idx)].tolist()
+        vs = c.value[self._at(idx)].tolist()
+        st = c.strings
+        return [
+            None if k <= 0 else (st[v] if k == F_STRING else (bool(v) if k == F_BOOL else v))
+            for k, v in zip(ks, vs, strict=True)
+        ]
+
+    def py(self, name: str, i: int):
+        """The attribute's value at local node i as protobuf gives it (None when absent or empty)."""
+        c = self.cols.attrs.get(name)
+        if c is None:
+            return None
+        k = int(c.kind[self._at(i)])
+        if k <= 0:
+            return None
+        v = int(c.value[self._at(i)])
+        if k == F_STRING:
+            return c.strings[v]
+        if k == F_BOOL:
+            return bool(v)
+        return v
+
+
+def _pg(v):
+    return v if isinstance(v, str) else (None if v is None else str(int(v)))
+
+
+def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
+    """Append rank `rank` (file f of `cols`) to the builder; False (builder untouched) when it cannot."""
+    if not (b.fast_duration or b.fast_roofline):
+        return False
+    lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+    n = hi - lo
+    path = cols.paths[f]
+    raw_ids = cols.node_id[lo:hi]
+    own = np.arange(n)
+    if n > 1 and not (raw_ids[1:] > raw_ids[:-1]).all():
+        perm = np.argsort(raw_ids, kind="stable")  # the node-by-node path sorts by id too
+        sel = perm + lo
+        ids = raw_ids[perm]
+        if not (ids[1:] > ids[:-1]).all():
+            return False  # duplicate ids: an error, reported node by node
+        pos_of = np.empty(n, dtype=np.int64)
+        pos_of[perm] = own
+        names = [cols.names[i] for i in sel.tolist()]
+    else:
+        sel = slice(lo, hi)
+        ids = raw_ids
+        pos_of = own
+        names = cols.names[lo:hi]
+    at = _Attrs(cols, sel)
+    if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
+        return False
+    if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():
+        return False
+    nt = cols.node_type[sel]
+
+    # Dependencies: data deps must name nodes of the file (not the node itself); ctrl deps on absent ids or
+    # on the node itself are dropped and counted. A file with edges to later ids is checked for cycles
+    # here; one with a cycle (or any error) is built node by node, where the messages and the ctrl-deps
+    # fallback live.
+    d0, d1 = int(cols.data_ptr[lo]), int(cols.data_ptr[hi])
+    dd = cols.data_idx[d0:d1]
+    d_owner = pos_of[np.repeat(own, np.diff(cols.data_ptr[lo : hi + 1]))]
+    c0, c1 = int(cols.ctrl_ptr[lo]), int(cols.ctrl_ptr[hi])
+    cd = cols.ctrl_idx[c0:c1]
+    c_owner = pos_of[np.repeat(own, np.diff(cols.ctrl_ptr[lo : hi + 1]))]
+    if n == 0:
+        if len(dd) or len(cd):
+            return False
+        c_valid = np.zeros(0, dtype=bool)
+        child = parent = np.zeros(0, dtype=np.int64)
+    else:
+        d_pos = np.searchsorted(ids, dd)
+        if len(dd) and not ((d_pos < n) & (ids[np.minimum(d_pos, n - 1)] == dd)).all():
+            return False
+        if (dd == ids[d_owner]).any():
+            return False
+        c_pos = np.searchsorted(ids, cd)
+        c_found = (c_pos < n) & (ids[np.minimum(c_pos, n - 1)] == cd)
+        c_valid = c_found & (cd != ids[c_owner])
+        child = np.concatenate([d_owner, c_owner[c_valid]])
+        parent = np.concatenate([d_pos, c_pos[c_valid]])
+    key = np.unique(child * max(n, 1) + parent)
+    child, parent = key // max(n, 1), key % max(n, 1)
+    ndeps = np.bincount(child, minlength=n).astype(np.int64)
+    # Each parent's children: later nodes first, then earlier ones, each ascending (the node-by-node order).
+    order = np.lexsort((child, child < parent, parent))
+    counts = np.bincount(parent, minlength=n).astype(np.int64)
+    if (parent > child).any() and _has_cycle(n, ndeps, counts, child[order]):
+        return False
+    cidx = child[order] + b.n
+
+    # Kinds and durations.
+    k_cpu = at.kind(IS_CPU_OP)
+    cpu = (k_cpu > 0) & (k_cpu != F_STRING) & (at.value(IS_CPU_OP) != 0)
+    rec = cols.duration_micros[sel] * 1000
+    rec[rec == 0] = 1
+    comp = nt == pb.COMP_NODE
+    is_comm = np.isin(nt, _COMM_TYPES)
+    mem = (nt == pb.MEM_LOAD_NODE) | (nt == pb.MEM_STORE_NODE)
+    kind = np.full(n, K_ZERO, dtype=np.int8)
+    kind[comp] = np.where(cpu[comp], K_CPU, K_COMP)
+    kind[is_comm & cpu] = K_CPU
+    kind[mem] = K_MEM
+    dur = np.zeros(n, dtype=np.int64)
+    timed = (is_comm & cpu) | mem | comp
+    dur[timed] = rec[timed]
+    if b.fast_roofline and comp.any():
+        _roofline(b, rank, at, comp, cpu, rec, dur, names)
+
+    # Communication nodes, in node order, through the shared checks.
+    q_cpu, q_comp, q_comm = b.rank_queues(rank)
+    nbytes = np.zeros(n, dtype=np.int64)
+    ctype = np.full(n, -1, dtype=np.int64)
+    pgs: list[str | None] = [None] * n
+    base = b.n
+    ci = np.nonzero(is_comm & ~cpu)[0]
+    if len(ci):
+        vals = [at.py_many(a, ci) for a in (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG)]
+        has_pg = (at.kind(PG_NAME)[ci] >= 0).tolist()
+        pg, cg = at.py_many(PG_NAME, ci), at.py_many("comm_group", ci)
+        ids_l, nt_l, rec_l = ids[ci].tolist(), nt[ci].tolist(), rec[ci].tolist()
+        res = []
+        for j, i in enumerate(ci.tolist()):
+            where = {"path": path, "rank": rank, "node_id": ids_l[j]}
+            res.append(
+                b.comm(
+                    nt_l[j],
+                    rank,
+                    base + i,
+                    rec_l[j],
+                    where,
+                    *(v[j] for v in vals),
+                    _pg(pg[j] if has_pg[j] else cg[j]),
+                )
+            )
+        k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
+        kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
+        for j, i in enumerate(ci.tolist()):
+            pgs[i] = p_[j]
+    queue = np.full(n, q_comm, dtype=np.int64)
+    queue[kind == K_COMP] = q_comp
+    queue[kind == K_CPU] = q_cpu
+    queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
+    if len(ci) and b.group_streams:
+        queue[ci] = [
+            -1 if st is None else b.comm_queue(rank, k, st, q_comm) for k, st in zip(k_, st_, strict=True)
+        ]
+    b.add_rank(
+        {
+            "node_id": ids,
+            "node_type": nt,
+            "kind": kind,
+            "dur": dur,
+            "ndeps": ndeps,
+            "queue": queue,
+            "recorded": rec,
+            "nbytes": nbytes,
+            "ctype": ctype,
+        },
+        names,
+        pgs,
+        counts,
+        cidx,
+    )
+    b.ignored_ctrl += int((~c_valid).sum())
+    _annotations(b, at)
+    return True
+
+
+def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:
+    """Kahn's algorithm on one rank's CSR edges: True when some node can never become ready."""
+    indeg = ndeps.tolist()
+    ptr = np.concatenate(([0], np.cumsum(counts))).tolist()
+    kl = kids.tolist()
+    stack = [i for i, c in enumerate(indeg) if c == 0]
+    seen = 0
+    while stack:
+        i = stack.pop()
+        seen += 1
+        for c in kl[ptr[i] : ptr[i + 1]]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+    return seen != n
+
+
+def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names) -> None:
+    """RooflineModel.comp_duration_ns once per distinct (device, cpu, num_ops, tensor_size, recorded)."""
+    idx = np.nonzero(comp)[0]
+    k_ops, k_size = at.kind(NUM_OPS)[idx], at.kind(TENSOR_SIZE)[idx]
+    has_ops, has_size = _IS_INT[k_ops + 1], _IS_INT[k_size + 1]
+    ops_a = np.where(has_ops, at.value(NUM_OPS)[idx], -1)
+    size_a = np.where(has_size, at.value(TENSOR_SIZE)[idx], -1)
+    compute = b.compute
+    prof = compute.profile(rank)
+    # Ranks of one stage (TP peers, DP replicas) run the same ops on the same device: one lookup per rank.
+    rank_key = (prof, ops_a.tobytes(), size_a.tobytes(), cpu[idx].tobytes(), rec[idx].tobytes())
+    hit = b.roofline_cache.get(rank_key)
+    if hit is not None:
+        dur[idx] = hit
+        return
+    ops, size = ops_a.tolist(), size_a.tolist()
+    c_ = cpu[idx].tolist()
+    r_ = rec[idx].tolist()
+    ho, hs = has_ops.tolist(), has_size.tolist()
+    cache = b.roofline_cache
+    out = []
+    for j in range(len(idx)):
+        key = (prof, c_[j], ops[j] if ho[j] else None, size[j] if hs[j] else None, r_[j])
+        d = cache.get(key)
+        if d is None:
+            d = compute.comp_duration_ns(rank, *key[1:])
+            if not isinstance(d, int) or d < 0:
+                raise ReplayError(
+                    f"compute model {compute.name!r} gave {d!r} ns for {names[int(idx[j])]!r}: need int >= 0"
+                )
+            cache[key] = d
+        out.append(d)
+    dur[idx] = out
+    b.roofline_cache[rank_key] = dur[idx]
+
+
+def _annotations(b: _Builder, at: _Attrs) -> None:
+    """The rank's annotation columns, read by the node-by-node path's rules (first value, str() / int())."""
+    n = at.n
+    for name, typ in ANNOTATION_COLUMNS.items():
+        k = at.kind(name)
+        v = at.value(name)
+        if typ == "int":
+            ok = _IS_INT_OR_BOOL[k + 1]
+            b.ann_chunks[name].append((np.where(ok, v, 0), ok))
+            continue
+        table = b.ann_strings[name]
+        codes = np.full(n, -1, dtype=np.int32)
+        m = k == F_STRING
+        if m.any():
+            strings = at.cols.attrs[name].strings
+            lut = np.asarray([table.setdefault(s, len(table)) for s in strings], dtype=np.int32)
+            codes[m] = lut[v[m]]
+        m = _IS_INT[k + 1]
+        if m.any():
+            u, inv = np.unique(v[m], return_inverse=True)
+            lut = np.asarray([table.setdefault(str(x), len(table)) for x in u.tolist()], dtype=np.int32)
+            codes[m] = lut[inv.reshape(-1)]
+        m = k == F_BOOL
+        if m.any():
+            u, inv = np.unique(v[m], return_inverse=True)
+            lut = np.asarray([table.setdefault(str(bool(x)), len(table)) for x in u.tolist()], dtype=np.int32)
+            codes[m] = lut[inv.reshape(-1)]
+        b.ann_chunks[name].append((codes,))

@@ -1,0 +1,90 @@
+"""Replay speed in ASTRA-sim-compatible mode: a generated 64-rank Llama-2 7B trace on ASTRA-sim configs.
+
+Usage: .venv/bin/python scripts/bench_astra.py [--ranks 64] [--repeat 3] [--root DIR]
+
+The set: Llama-2 7B, TP 8 x PP 4 x DP (ranks / 32) on H100, 1F1B, 4 micro-batches (scripts/bench_scale.py's
+spec), generated with `tracegen.generate` and written as `xsim gen` does. The network: a 2-D switch
+network derived from ASTRA-sim's `inputs/hgx_h100_32gpu.yml` (8 NPUs per node at 400 GB/s, 936.25 ns;
+the second dimension widened to ranks / 8 nodes at 50 GB/s, 1000 ns) with its system file
+`inputs/hgx_h100_32gpu.json` (ring, 4 splits, roofline at 700 TFLOP/s), read from ../shared/peer_configs.
+The replay is `xsim replay DIR --astra-network NET.yml --astra-system SYS.json`, in process, timed end to
+end (read + build + run + tables). Prints nodes per second per run; ASTRA-sim's own analytical backend
+measured ~11k nodes/s on this machine class (issue 11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+CFG = REPO.parent / "shared" / "peer_configs" / "astra-sim"
+
+
+def write_network(path: Path, nodes: int) -> None:
+    """hgx_h100_32gpu.yml with `nodes` nodes in its second dimension (switch, as the issue's 2-D network)."""
+    path.write_text(
+        "topology: [ Switch, Switch ]\n"
+        f"npus_count: [ 8, {nodes} ]\n"
+        "bandwidth: [ 400, 50 ]\n"
+        "latency: [ 936.25, 1000 ]\n"
+    )
+
+
+def main() -> None:
+    """Generate once, replay `--repeat` times, print one line per replay."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--root", default=None)
+    args = ap.parse_args()
+    system = CFG / "system" / "repo_inputs_hgx_h100_32gpu.json"
+    if not system.is_file():
+        raise SystemExit(f"{system}: ASTRA-sim configs not found (../shared/peer_configs)")
+    from bench_scale import spec  # noqa: E402  (scripts/ sibling)
+
+    from replay import ReplayConfig, simulate
+    from tracegen import generate, load_spec
+    from tracegen.spec import save_deployment
+    from traces import pb
+    from traces.traceset import discover
+    from xsim.cli import build_parser
+    from xsim.cmd_replay import _deployment, build_compute, build_network
+
+    root = Path(args.root or tempfile.mkdtemp(prefix="bench_astra_"))
+    out = root / f"r{args.ranks}"
+    dep = load_spec(spec(args.ranks, 4))
+    bundle = generate(dep)
+    bundle.write(out, dep.name)
+    save_deployment(dep, out / "deployment.json")
+    net = root / "network.yml"
+    write_network(net, args.ranks // 8)
+    cli = build_parser().parse_args(
+        ["replay", str(out), "--astra-network", str(net), "--astra-system", str(system), "--no-progress"]
+    )
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        c = time.process_time()
+        ts = discover(cli.path)
+        deployment = _deployment(ts)
+        network = build_network(cli, ts, deployment)
+        compute = build_compute(cli, ts, deployment)
+        config = ReplayConfig(duration_comm_types=frozenset({pb.BROADCAST}))
+        res = simulate(ts, network=network, compute=compute, config=config)
+        wall = time.perf_counter() - t
+        cpu = time.process_time() - c
+        s = res.summary_dict()
+        print(
+            f"ranks {args.ranks} nodes {s['num_nodes']:,} collectives {s['num_collectives']:,} "
+            f"wall {wall:.2f} s cpu {cpu:.2f} s: {s['num_nodes'] / wall:,.0f} nodes/s wall, "
+            f"{s['num_nodes'] / cpu:,.0f} nodes/s cpu; iteration {s['iteration_time_ns']:,} ns",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
