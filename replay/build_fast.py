@@ -29,6 +29,7 @@ from traces.attrs import (
     COMM_SRC,
     COMM_TAG,
     COMM_TYPE,
+    DURATION_NS,
     IS_CPU_OP,
     NUM_OPS,
     PG_NAME,
@@ -167,7 +168,10 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     # Kinds and durations.
     k_cpu = at.kind(IS_CPU_OP)
     cpu = (k_cpu > 0) & (k_cpu != F_STRING) & (at.value(IS_CPU_OP) != 0)
-    rec = cols.duration_micros[sel] * 1000
+    # The recorded duration: xsim's exact duration_ns (an integer kind) when present, else duration_micros.
+    k_dur = at.kind(DURATION_NS)
+    has_dur = (k_dur > 0) & (k_dur != F_STRING) & (k_dur != F_BOOL) & (at.value(DURATION_NS) >= 0)
+    rec = np.where(has_dur, at.value(DURATION_NS), cols.duration_micros[sel] * 1000)
     rec[rec == 0] = 1
     comp = nt == pb.COMP_NODE
     is_comm = np.isin(nt, _COMM_TYPES)

@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from replay.errors import DeviceProfileError
 from traces import pb
-from traces.attrs import INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
+from traces.attrs import DURATION_NS, INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
 
 
 @runtime_checkable
@@ -31,7 +31,14 @@ class ComputeModel(Protocol):
 
 
 def replay_duration_ns(node: pb.Node) -> int:
-    """ASTRA-sim's replay rule: duration_micros x 1000 ns, and a zero duration becomes 1 ns."""
+    """ASTRA-sim's replay rule: duration_micros x 1000 ns, a zero duration becoming 1 ns; xsim's exact
+    `duration_ns` attribute (an integer kind, written by the generator) takes its place when present."""
+    for a in node.attr:
+        if a.name == DURATION_NS:
+            kind = a.WhichOneof("value")
+            if kind in INT_KINDS and getattr(a, kind) >= 0:
+                return getattr(a, kind) or 1
+            break
     d = node.duration_micros
     return d * 1000 if d else 1
 

@@ -25,6 +25,7 @@ from traces.attrs import (
     COMM_TAG,
     COMM_TYPE,
     DEVICE_GROUP,
+    DURATION_NS,
     FLOAT_KINDS,
     INT_KINDS,
     IS_CPU_OP,
@@ -73,7 +74,18 @@ ANNOTATION_COLUMNS: dict[str, str] = {
     RESHARD: "str",
 }
 _SCANNED = frozenset(
-    {IS_CPU_OP, STREAM, COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group"}
+    {
+        IS_CPU_OP,
+        STREAM,
+        COMM_TYPE,
+        COMM_SIZE,
+        COMM_SRC,
+        COMM_DST,
+        COMM_TAG,
+        PG_NAME,
+        "comm_group",
+        DURATION_NS,
+    }
 )
 # Read for RooflineModel.comp_duration_ns (the roofline model's inputs, read in the same pass).
 _ROOFLINE = frozenset({NUM_OPS, TENSOR_SIZE})
@@ -497,7 +509,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
         names.append(node.name)
         # One pass over the attributes.
         cpu = r_cpu = r_slow = False
-        stream = r_ops = r_size = None
+        stream = r_ops = r_size = r_dur = None
         a_ct = a_size = a_src = a_dst = a_tag = a_pg = None
         vals = None
         attrs = node.attr
@@ -525,6 +537,8 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                     a_tag = v
                 elif an == PG_NAME or (an == "comm_group" and a_pg is None):
                     a_pg = v if isinstance(v, str) else (None if v is None else str(int(v)))
+                elif an == DURATION_NS and r_dur is None and kind in INT_KINDS:
+                    r_dur = v
             elif an in ANNOTATION_COLUMNS:
                 if vals is None:
                     vals = {}
@@ -546,7 +560,8 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                 for k, v in vals.items()
                 if v is not None
             }
-        rec = node.duration_micros * 1000 or 1  # replay_duration_ns, inlined
+        # replay_duration_ns, inlined: xsim's exact duration_ns when present, else duration_micros.
+        rec = (r_dur if r_dur is not None and r_dur >= 0 else node.duration_micros * 1000) or 1
         recorded.append(rec)
         size = 0
         ct = -1
