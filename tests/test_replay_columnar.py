@@ -81,18 +81,21 @@ def fast_compute_default():
     return DurationModel()
 
 
-def test_generated_figure1_with_roofline(tmp_path: Path) -> None:
-    from xsim.cli import build_parser
-    from xsim.cmd_replay import _deployment, build_compute
+def test_generated_figure1_with_roofline_and_recorded_durations(tmp_path: Path) -> None:
+    from replay.compute import DurationModel, RooflineModel
+    from xsim.api import catalog_device
 
     dep = load_spec(str(ROOT / "examples" / "figure1.yaml"))
     generate(dep).write(tmp_path / "f1", dep.name)
     save_deployment(dep, tmp_path / "f1" / "deployment.json")
     ts = discover(str(tmp_path / "f1"))
-    cli = build_parser().parse_args(["replay", str(tmp_path / "f1"), "--model", "analytical"])
-    compute = build_compute(cli, ts, _deployment(ts))
-    for streams in ("group", "shared"):
-        assert _compare(ts, compute, ReplayConfig(comm_streams=streams)) == 10  # every rank columnar
+    # The catalog roofline of each rank's GPU, and the generator's recorded exact durations (the default).
+    roofline = RooflineModel(
+        profiles={r: catalog_device(dg.gpu) for dg in dep.device_groups for r in dg.ranks}
+    )
+    for compute in (roofline, DurationModel()):
+        for streams in ("group", "shared"):
+            assert _compare(ts, compute, ReplayConfig(comm_streams=streams)) == 10  # every rank columnar
 
 
 def test_tiny_pipeline() -> None:
