@@ -47,6 +47,25 @@ def check_cluster(dep, spec_path: str) -> None:
         )
 
 
+def _memory(dep, out: str) -> None:
+    """memory.json beside the traces (the replay summary reads it); a plan that does not fit is one warning line.
+
+    A warning, not an error, so the paper's own configurations (most of which hold full Adam state per
+    GPU) still generate; `xsim plan` and `xsim sweep` refuse such plans (docs/decide.md).
+    """
+    from tracegen.memory import OutOfMemory, check_fits, deployment_memory, write_memory
+
+    mem = deployment_memory(dep)
+    try:
+        write_memory(mem, out)
+    except OSError as exc:
+        raise GeneratorError(f"{out}: cannot write memory.json: {exc.strerror or exc}") from None
+    try:
+        check_fits(mem, dep.name)
+    except OutOfMemory as exc:
+        print(f"xsim: warning: {exc}".replace("--allow-oom to go on", "generated anyway"), file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Load, validate, generate and write; errors surface as one line through the CLI."""
     dep = load_spec(args.spec)
@@ -64,10 +83,11 @@ def run(args: argparse.Namespace) -> int:
         save_deployment(dep, os.path.join(args.out, "deployment.json"))
     except OSError as exc:
         raise GeneratorError(f"{args.out}: cannot write traces: {exc.strerror or exc}") from None
+    _memory(dep, args.out)
     total = sum(len(v) for v in bundle.nodes.values())
     print(
         f"wrote {len(paths)} ranks, {total} nodes to {args.out}: {dep.name}.<rank>.et, comm_group.json, "
-        "deployment.json",
+        "deployment.json, memory.json",
         file=sys.stdout,
     )
     return 0

@@ -321,10 +321,13 @@ def run(args: argparse.Namespace) -> int:
                 fh.write("\n")
         except OSError as exc:
             raise ReplayError(f"{args.out}: cannot write cost.json: {exc.strerror or exc}") from None
+    memory = _peak_memory(ts)
     if args.json:
         obj = result.summary_dict()
         if cost is not None:
             obj["cost"] = cost
+        if memory is not None:
+            obj["memory"] = memory
         obj["perf"] = result.perf_dict()
         json.dump(obj, sys.stdout)
         sys.stdout.write("\n")
@@ -332,7 +335,25 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(result, args.path)
         if cost is not None:
             _print_cost(cost)
+        if memory is not None:
+            _print_memory(memory)
     return 0
+
+
+def _peak_memory(ts: TraceSet) -> dict | None:
+    """Peak memory per rank from the memory.json `xsim gen` wrote beside the traces (tracegen/memory.py)."""
+    from tracegen.memory import MEMORY_FILE, peak_summary
+
+    path = os.path.join(ts.directory, MEMORY_FILE)
+    return peak_summary(path) if os.path.isfile(path) else None
+
+
+def _print_memory(mem: dict) -> None:
+    per = ", ".join(f"{r}: {b / 2**30:.1f}" for r, b in enumerate(mem["per_rank_peak_bytes"]))
+    fits = "fits" if mem["fits"] else "DOES NOT FIT (memory.json)"
+    print(
+        f"peak memory        {mem['peak_bytes'] / 2**30:.2f} GiB on rank {mem['peak_rank']}, {fits}; GiB per rank {per}"
+    )
 
 
 def _cost(deployment, iteration_ns: int) -> dict | None:
