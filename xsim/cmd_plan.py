@@ -9,7 +9,7 @@ import argparse
 import json
 
 from tracegen.errors import SpecError
-from tracegen.memory import OutOfMemory, check_fits, deployment_memory, format_memory, memory_json
+from tracegen.memory import check_fits, deployment_memory, format_memory, memory_json
 from tracegen.plan import build_plan, format_plan, plan_to_json
 from tracegen.spec import load_spec
 
@@ -43,19 +43,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Plan and print (or search)."""
     if args.search:
-        from xsim.cmd_search import run_search
+        from xsim.explore.search import format_search, search
 
-        return run_search(args)
+        if not args.search_model or not args.global_batch:
+            raise SpecError("plan --search needs --model M and --global-batch B")
+        res = search(
+            args.search, args.search_model, args.global_batch, seq=args.seq, top=args.top, out=args.out,
+            workers=args.workers, scheduler=args.scheduler, progress=not args.json,
+        )  # fmt: skip
+        print(format_search(res))
+        return 0
     if not args.spec:
         raise SpecError("plan: give a SPEC, or --search CLUSTER --model M --global-batch B")
     dep = load_spec(args.spec)
     plan = build_plan(dep)
     mem = deployment_memory(dep)
     if not args.allow_oom:
-        try:
-            check_fits(mem, args.spec)
-        except OutOfMemory:
-            raise
+        check_fits(mem, args.spec)
     if args.json:
         print(json.dumps({**plan_to_json(plan), "memory": memory_json(mem)}, indent=2))
     else:
