@@ -413,7 +413,7 @@ def _client(scheduler: str | None, workers: int):
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port: never clash with a dashboard already on 8787
         memory_limit=0,
         silence_logs=logging.ERROR,
     )
