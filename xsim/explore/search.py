@@ -193,7 +193,8 @@ def proportional_cuts(layers: int, speeds: Sequence[float]) -> list[int]:
         counts[order[i % len(order)]] += 1
         i += 1
     while sum(counts) > layers:
-        j = max(range(len(counts)), key=lambda k: (counts[k] - raw[k], k))
+        # Take from the stage furthest above its share that can spare a layer (never below one).
+        j = max((k for k in range(len(counts)) if counts[k] > 1), key=lambda k: (counts[k] - raw[k], k))
         counts[j] -= 1
     return counts
 
