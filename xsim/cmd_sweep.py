@@ -10,14 +10,11 @@ derivation), so a sweep row equals the replay of that spec on its own.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-from contextlib import redirect_stdout
 
 from tracegen.spec import NAME_RE
 from traces.errors import XsimError
-from xsim import cli
 
 SORT_KEYS = {
     "time": lambda r: (r["iteration_time_ns"], r["spec"]),
@@ -57,41 +54,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-class _StepFailed(Exception):
-    """A gen or replay step failed; it has already printed its own one-line error naming the spec."""
-
-
-def _quiet(argv: list[str]) -> str:
-    """Run one xsim command capturing its stdout; its own one-line error stays on stderr."""
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = cli.main(argv)
-    if rc:
-        raise _StepFailed
-    return buf.getvalue()
-
-
 def _name(spec: str) -> str:
     return os.path.splitext(os.path.basename(spec))[0]
 
 
 def _row(spec: str, args: argparse.Namespace) -> dict:
+    """Generate and replay one spec file through the library (xsim/explore/pipeline.py), as gen + replay do."""
+    from netmodels.errors import NetworkModelError
+    from tracegen.spec import load_spec
+    from xsim.cmd_gen import check_cluster
+    from xsim.explore.pipeline import gen_and_replay
+    from xsim.explore.sweep import gpu_mix
+
     name = _name(spec)
-    traces = os.path.join(args.out, name, "traces")
-    result = os.path.join(args.out, name, "result")
-    _quiet(["gen", spec, "--out", traces, "--name", name])
-    replay_argv = ["replay", traces, "--model", args.model, "--out", result, "--json", "--no-progress"]
-    s = json.loads(_quiet(replay_argv))
-    cost = s.get("cost") or {}
-    with open(os.path.join(traces, "deployment.json"), encoding="utf-8") as fh:
-        dep = json.load(fh)
-    gpus: dict[str, int] = {}
-    for dg in dep["device_groups"]:
-        gpus[dg["gpu"]] = gpus.get(dg["gpu"], 0) + len(dg["ranks"])
+    dep = load_spec(spec)
+    check_cluster(dep, spec)
+    dep.name = name
+    try:
+        rep = gen_and_replay(dep, os.path.join(args.out, name), args.model)
+    except OSError as exc:
+        raise XsimError(f"{spec}: cannot write under {args.out}: {exc.strerror or exc}") from None
+    except (XsimError, NetworkModelError) as exc:
+        raise XsimError(f"{spec}: {exc}") from None
+    s, cost = rep.summary, rep.cost
     return {
         "spec": spec,
         "ranks": s["num_ranks"],
-        "gpus": "+".join(f"{n}x{g}" for g, n in sorted(gpus.items())),
+        "gpus": gpu_mix(dep),
         "iteration_time_ns": s["iteration_time_ns"],
         "tokens_per_s": cost.get("tokens_per_s"),
         "cost_usd_per_iteration": cost.get("cost_usd_per_iteration"),
@@ -99,7 +88,9 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
         "wait_ns_max": s["wait_ns_max"],
         "bubble_ns_max": s["bubble_ns_max"],
         "exposed_comm_ns": s["exposed_comm_ns"],
-        "result": result,
+        "peak_memory_bytes": max(m.total for m in rep.memory),
+        "fits": all(m.headroom >= 0 for m in rep.memory),
+        "result": os.path.join(args.out, name, "result"),
     }
 
 
@@ -174,10 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{os.path.join(args.out, _name(spec))} (rename one)"
             )
         seen[_name(spec)] = spec
-    try:
-        rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
-    except _StepFailed:
-        return 2
+    rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
