@@ -182,6 +182,16 @@ class _Speed:
         return self.cache[key]
 
 
+_SPEEDS: dict[ModelArch, _Speed] = {}
+
+
+def _speed(m: ModelArch) -> _Speed:
+    """One op-time cache per model (estimates of all candidates share it)."""
+    if m not in _SPEEDS:
+        _SPEEDS[m] = _Speed(m, m.seq_len)
+    return _SPEEDS[m]
+
+
 def proportional_cuts(layers: int, speeds: Sequence[float]) -> list[int]:
     """Layers per stage in proportion to speed (largest remainder), each stage at least one layer."""
     total = sum(speeds)
@@ -210,7 +220,7 @@ def _layout(counts: Sequence[int]) -> list[tuple[int, int]]:
 def enumerate_candidates(pools: Sequence[Pool], m: ModelArch, global_batch: int) -> list[Candidate]:
     """Every plan shape of both families (before memory and estimate pruning)."""
     offsets = [sum(p.count for p in pools[:i]) for i in range(len(pools))]
-    speed = _Speed(m, m.seq_len)
+    speed = _speed(m)
     out: list[Candidate] = []
 
     def tps(n: int) -> list[int]:
@@ -325,7 +335,7 @@ def _reshards(stages: Sequence[Stage]) -> list[str]:
 
 def estimate_ns(c: Candidate, pools: Sequence[Pool], m: ModelArch) -> int:
     """The analytical iteration time of a candidate (module docstring), in ns."""
-    speed = _Speed(m, m.seq_len)
+    speed = _speed(m)
     by_rep: dict[int, list[Stage]] = {}
     for s in c.stages:
         by_rep.setdefault(s.replica, []).append(s)
@@ -540,7 +550,8 @@ def _explain(ok: Sequence[Verified]) -> tuple[tuple[dict[str, Any], ...], tuple[
 
     win = ok[0]
     ranks = pl.read_parquet(os.path.join(win.row["dir"], "result", "ranks.parquet")).sort("rank")
-    mem = json.load(open(os.path.join(win.row["dir"], "traces", "memory.json"), encoding="utf-8"))["ranks"]
+    with open(os.path.join(win.row["dir"], "traces", "memory.json"), encoding="utf-8") as fh:
+        mem = json.load(fh)["ranks"]
     rows = []
     for r, mm in zip(ranks.iter_rows(named=True), mem, strict=True):
         rows.append(
