@@ -59,7 +59,7 @@ def test_sweep_file_on_local_cluster_rerun_and_failures(tmp_path: Path) -> None:
     assert "12 plans: 0 run, 12 already in" in again.stdout
 
 
-def test_killed_worker_every_plan_still_gets_its_row(tmp_path: Path) -> None:
+def test_killed_worker_on_an_existing_scheduler_every_plan_still_gets_its_row(tmp_path: Path) -> None:
     f = tmp_path / "tiny.yaml"
     f.write_text(TINY_SWEEP.replace("tp: [[2, 2], [1, 2], [3, 1]]", "tp: [[2, 2], [1, 2], [1, 1]]"))
     out = str(tmp_path / "sw")
@@ -73,7 +73,13 @@ def test_killed_worker_every_plan_still_gets_its_row(tmp_path: Path) -> None:
         killed.append(pids[0])
         os.kill(pids[0], signal.SIGKILL)  # the worker process dies mid-sweep; the nanny restarts it
 
-    run = sw.run_sweep(tasks, out, workers=2, on_row=kill_one)
+    # An existing cluster, as `--scheduler ADDRESS` uses one.
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=":0"
+    ) as cluster:
+        run = sw.run_sweep(tasks, out, scheduler=cluster.scheduler_address, on_row=kill_one)
     assert killed and run.ran == 12
     rows = sw.rows_for(tasks, out)
     assert sorted(rows["key"].to_list()) == sorted(t.key for t in tasks)

@@ -456,8 +456,8 @@ def search(
     except XsimError as exc:
         raise SearchError(f"--model: {exc}") from None
     m = with_seq_len(base, seq or base.seq_len)
-    if global_batch < 1 or top < 1:
-        raise SearchError("--global-batch and --top must be >= 1")
+    if global_batch < 1 or top < 1 or (seq is not None and seq < 1):
+        raise SearchError("--global-batch, --seq and --top must be >= 1")
     cands = enumerate_candidates(pools, m, global_batch)
     if not cands:
         raise SearchError(f"no plan of {cluster} divides a global batch of {global_batch} sequences")

@@ -405,7 +405,12 @@ def _client(scheduler: str | None, workers: int):
     from distributed import Client, LocalCluster
 
     if scheduler:
-        return Client(scheduler, timeout="30s"), None
+        try:
+            return Client(scheduler, timeout="30s"), None
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise SweepError(
+                f"--scheduler {scheduler}: cannot reach a Dask scheduler: {_one_line(exc)}"
+            ) from None
     # Processes, one thread each: the replay is pure Python (the GIL), so threads would not run in parallel.
     # Loopback only, no dashboard, no memory limit (a loaded machine must not get plans killed for RSS).
     cluster = LocalCluster(
