@@ -481,7 +481,15 @@ def search(
         key=lambda c: (c.estimate_ns, c.describe()),
     )
     t_est = time.perf_counter()
-    best = scored[:top]
+    # Verify K different layouts: reshard variants of one layout share its estimate (the strategies differ
+    # only at TP-changing boundaries), so only the first of them is replayed.
+    best, layouts = [], set()
+    for c in scored:
+        if c.stages not in layouts:
+            layouts.add(c.stages)
+            best.append(c)
+        if len(best) == top:
+            break
     os.makedirs(out, exist_ok=True)
     tasks = []
     for i, c in enumerate(best):
@@ -581,7 +589,7 @@ def _explain(ok: Sequence[Verified]) -> tuple[tuple[dict[str, Any], ...], tuple[
         other = ok[1].row
         why.append(
             f"runner-up: max bubble {other['bubble_ns_max'] / 1e9:.3f} s vs {win.row['bubble_ns_max'] / 1e9:.3f} s, "
-            f"exposed communication {other['exposed_comm_ns'] / 1e9:.3f} s vs {win.row['exposed_comm_ns'] / 1e9:.3f} s, "
+            f"exposed communication of all ranks {other['exposed_comm_ns'] / 1e9:.3f} s vs {win.row['exposed_comm_ns'] / 1e9:.3f} s, "
             f"max wait {other['wait_ns_max'] / 1e9:.3f} s vs {win.row['wait_ns_max'] / 1e9:.3f} s"
         )
     return tuple(rows), tuple(why)
