@@ -101,3 +101,21 @@ def test_expand_axes() -> None:
     assert {g["gpu"] for g in spec["device_groups"]} == {"H100"}
     with pytest.raises(sw.SpecError, match="2 stages, replica 0 has 2|must rise"):
         sw.apply_axes(base, {"cuts": [40]})
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("base: {model: llama2-7b}\naxes: {tp: 3}\n", "axis 'tp' must be a non-empty list"),
+        ("base: nothere.yaml\naxes: {tp: [1]}\n", "nothere.yaml"),
+        ("base: {model: llama2-7b}\naxes: {tp: [1]}\nextra: 1\n", "unknown key(s) extra"),
+    ],
+)
+def test_bad_sweep_file_is_one_line(tmp_path: Path, capsys, text: str, expect: str) -> None:
+    from xsim.cli import main
+
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expect in err[0] and str(tmp_path) in err[0]
