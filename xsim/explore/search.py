@@ -10,7 +10,7 @@ each pool packed into its own nodes as a derived cluster):
 Every candidate runs 1F1B (same bubble as GPipe, p - k micro-batches in flight instead of m) with micro-batch
 sizes 1, 2, 4 and each reshard strategy where adjacent stages differ in TP.
 
-Speed of a stage = the generator's own op times (tracegen.ops: profiled table or roofline) of one layer's
+Speed of a stage = the generator's own op times (tracegen.ops, the catalog's roofline) of one layer's
 forward and backward on that GPU and TP degree, plus its TP collectives at the pool's scale-up bandwidth.
 The estimate: (m + p - 1) x the slowest stage's micro-batch time, + stage-boundary transfers, + the data-
 parallel gradient AllReduce (ring, 2(R-1)/R of the bytes at the slowest link), + the optimizer step.
