@@ -146,3 +146,24 @@ def test_gen_writes_memory_json_and_replay_reports_peak_per_rank(tmp_path):
     assert rep.returncode == 0, rep.stderr
     got = json.loads(rep.stdout)["memory"]
     assert got["per_rank_peak_bytes"] == [r.total for r in mem] and got["fits"] is True
+
+
+def _one_stage(**opts) -> int:
+    spec = dict(TINY, micro_batches=2, schedule="gpipe")
+    spec["device_groups"] = [{"gpu": "H100", "ranks": [0], "layers": [1, 4]}]
+    o = dataclasses.replace(MemoryOptions(), micro_batches=2, **opts)
+    return deployment_memory(load_spec(spec), o)[0].activations
+
+
+def test_recompute_variants_on_a_stage():
+    # Tiny model, one stage (embedding and head on it), TP 1, 4 layers, GPipe with 2 micro-batches in flight.
+    # Per layer, by hand: 10sbh 327,680 + 8sbh 262,144 + SwiGLU 6sbf 528,384 (+ log-sum-exp 4as 4,096).
+    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + fp32 logits 4sv 512,000.
+    ends = 65_536 + 131_072 + 512_000
+    assert _one_stage() == 4 * 2 * 1_122_304 + ends
+    assert _one_stage(recompute="selective") == 4 * 2 * 1_118_208 + ends
+    # Full, uniform method, units of K = 2: 2 unit inputs (2sbh = 65,536) per micro-batch, plus one unit's
+    # 2 layers rematerialized during its backward.
+    assert _one_stage(recompute="full", recompute_layers=2) == 2 * 2 * 65_536 + 2 * 1_122_304 + ends
+    # K = 1 (Megatron's default): every layer's input kept, one layer rematerialized at a time.
+    assert _one_stage(recompute="full") == 4 * 2 * 65_536 + 1_122_304 + ends

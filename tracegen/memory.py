@@ -65,7 +65,7 @@ class MemoryOptions:
     virtual_stages: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"  # "none" | "selective" | "full"
-    recompute_layers: int = 0  # with "full": layers per stage recomputed (block method); 0 = all
+    recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
     distributed_optimizer: bool = False
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     workspace_bytes: int = WORKSPACE_BYTES
@@ -176,7 +176,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         virtual_stages=max(1, int(getattr(dep, "virtual_stages", 1) or 1)),
         sequence_parallel=dep.sequence_parallel,
         recompute=str(getattr(dep, "recompute", "none") or "none"),
-        recompute_layers=int(getattr(dep, "recompute_layers", 0) or 0),
+        recompute_layers=int(getattr(dep, "recompute_layers", 1) or 1),
         distributed_optimizer=bool(getattr(dep, "distributed_optimizer", False)),
         attention=str(getattr(dep, "attention", "flash") or "flash"),
     )
@@ -193,24 +193,26 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
     # Data-parallel degree of each layer: the device groups (replicas) that hold it.
     dp_of = [0] * (m.layers + 1)
     for dg in dep.device_groups:
-        for layer in range(dg.layer_start, dg.layer_end + 1):
-            dp_of[layer] += 1
+        for a, b in _chunks(dg):
+            for layer in range(a, b + 1):
+                dp_of[layer] += 1
     out: list[RankMemory] = []
     for stages in replicas(dep).values():
         p = len(stages)
         for dg in stages:
             k, t, b = dg.pp_stage, dg.tp, dg.micro_batch
-            n = dg.layer_end - dg.layer_start + 1
+            chunks = _chunks(dg)
+            n = sum(b - a + 1 for a, b in chunks)
             first, last = k == 0, k == p - 1
             sp = o.sequence_parallel and t > 1
             flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages)
-            act = _stage_activations(m, o, s, b, t, sp, n, flight)
+            act = _stage_activations(m, o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight)
             div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
             if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
                 act += Fraction(s * b * m.hidden, div) * flight
             if last:  # output norm and projection inputs, fp32 logits (vocab-parallel; section 4.3)
                 act += Fraction(4 * s * b * m.hidden, div) + Fraction(LOGIT_BYTES * s * b * m.vocab, t)
-            dp = min(dp_of[dg.layer_start : dg.layer_end + 1])
+            dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
             gpu = specs[dg.gpu]
             for local, r in enumerate(dg.ranks):
                 params = rank_params(m, shard_of(m, t, local), n, first, last)
@@ -238,18 +240,37 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
     return sorted(out, key=lambda x: x.rank)
 
 
+def _chunks(dg: dpb.DeviceGroup) -> list[tuple[int, int]]:
+    """The layer ranges a device group holds: its model chunks (interleaved), else [layer_start, layer_end]."""
+    # DeviceGroup.chunks arrives with helper gen's branch (interleaved 1F1B); getattr keeps this working
+    # before the merge. Lead: plain attribute access once deployment.proto has it.
+    chunks = [(int(c.start), int(c.end)) for c in getattr(dg, "chunks", ())]
+    return chunks or [(dg.layer_start, dg.layer_end)]
+
+
 def _stage_activations(
-    m: ModelArch, o: MemoryOptions, s: int, b: int, t: int, sp: bool, n: int, flight: Fraction
+    m: ModelArch,
+    o: MemoryOptions,
+    s: int,
+    b: int,
+    t: int,
+    sp: bool,
+    chunk_layers: list[int],
+    flight: Fraction,
 ) -> Fraction:
+    """Activations a stage holds: per micro-batch in flight, for its chunks' layers."""
     flash = o.attention == "flash"
+    n = sum(chunk_layers)
     full = layer_activation_bytes(m, s, b, t, sp, "none", flash)
     if o.recompute == "selective":
         return layer_activation_bytes(m, s, b, t, sp, "selective", flash) * n * flight
     if o.recompute == "full":
-        k = n if o.recompute_layers <= 0 else min(o.recompute_layers, n)
-        stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * k + full * (n - k)
-        # The backward pass of a recomputed layer rematerializes that one layer's activations.
-        return stored * flight + full
+        # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
+        # and the backward of a unit rematerializes its K layers once at a time.
+        k = max(1, o.recompute_layers)
+        units = sum(-(-c // k) for c in chunk_layers)
+        stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * units
+        return stored * flight + full * min(k, max(chunk_layers))
     return full * n * flight
 
 
