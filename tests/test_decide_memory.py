@@ -23,7 +23,7 @@ from tracegen.models import preset, with_seq_len
 from tracegen.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
-DP8 = REPO / "examples" / "llama2_7b_dp8_a100_80gb.yaml"
+DP8 = REPO / "examples" / "decide" / "llama2_7b_dp8_a100_80gb.yaml"
 
 # GPT-3 175B as Korthikanti et al. train it (section 5, Table 3): s 2048, b 1, h 12288, a 96, t 8.
 S, B, H, A, T = 2048, 1, 12288, 96, 8
