@@ -47,13 +47,9 @@ def main() -> None:
         raise SystemExit(f"{system}: ASTRA-sim configs not found (../shared/peer_configs)")
     from bench_scale import spec  # noqa: E402  (scripts/ sibling)
 
-    from replay import ReplayConfig, simulate
     from tracegen import generate, load_spec
     from tracegen.spec import save_deployment
-    from traces import pb
-    from traces.traceset import discover
-    from xsim.cli import build_parser
-    from xsim.cmd_replay import _deployment, build_compute, build_network
+    from xsim import api
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_astra_"))
     out = root / f"r{args.ranks}"
@@ -63,18 +59,14 @@ def main() -> None:
     save_deployment(dep, out / "deployment.json")
     net = root / "network.yml"
     write_network(net, args.ranks // 8)
-    cli = build_parser().parse_args(
-        ["replay", str(out), "--astra-network", str(net), "--astra-system", str(system), "--no-progress"]
+    options = api.ReplayOptions(
+        network=api.NetworkOptions(astra_network=str(net), astra_system=str(system)),
+        compute=api.ComputeOptions(astra_system=str(system)),
     )
     for _ in range(args.repeat):
         t = time.perf_counter()
         c = time.process_time()
-        ts = discover(cli.path)
-        deployment = _deployment(ts)
-        network = build_network(cli, ts, deployment)
-        compute = build_compute(cli, ts, deployment)
-        config = ReplayConfig(duration_comm_types=frozenset({pb.BROADCAST}))
-        res = simulate(ts, network=network, compute=compute, config=config)
+        res = api.simulate(str(out), options).result  # read, build, run and tables, as `xsim replay`
         wall = time.perf_counter() - t
         cpu = time.process_time() - c
         s = res.summary_dict()

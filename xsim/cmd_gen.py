@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from xsim.verbs import add_verb
 
@@ -14,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "gen",
         help="generate per-rank Chakra traces from a deployment spec",
         description="Generate one Chakra trace per rank (DIR/<name>.<rank>.et), comm_group.json and the "
-        "resolved spec deployment.json from a YAML/TOML/JSON deployment spec.",
+        "resolved spec deployment.json (and memory.json, memory per rank) from a YAML/TOML/JSON deployment spec.",
         examples=(
             "xsim gen examples/figure1.yaml --out out/fig1",
             "xsim gen examples/table4_c01.yaml --out out/c01 --name c01 --no-rewrite",
@@ -45,8 +46,20 @@ def run(args: argparse.Namespace) -> int:
         args.spec,
         api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite, force=args.force),
     )
+    _warn_oom(gen)
     print(
         f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "
-        f"comm_group.json, {DEPLOYMENT_FILE}"
+        f"comm_group.json, {DEPLOYMENT_FILE}, memory.json"
     )
     return 0
+
+
+def _warn_oom(gen) -> None:
+    """A plan that does not fit is one warning line, not an error, so the paper's own configurations (most
+    hold full Adam state per GPU) still generate; `xsim plan` and `xsim sweep` refuse them (docs/decide.md)."""
+    from tracegen.memory import OutOfMemory, check_fits
+
+    try:
+        check_fits(list(gen.memory), gen.deployment.name)
+    except OutOfMemory as exc:
+        print(f"xsim: warning: {exc}".replace("--allow-oom to go on", "generated anyway"), file=sys.stderr)

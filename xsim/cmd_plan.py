@@ -1,4 +1,7 @@
-"""`xsim plan SPEC [--json]`: DP groups, multi-rings, chunks and barrier groups of a deployment."""
+"""`xsim plan SPEC [--json]`: DP groups, multi-rings, chunks, barrier groups and memory of a deployment.
+
+`xsim plan --search CLUSTER --model M --global-batch B`: propose plans for a cluster (xsim/explore/search.py).
+"""
 
 from __future__ import annotations
 
@@ -13,24 +16,62 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = add_verb(
         subparsers,
         "plan",
-        help="show the heterogeneity-aware plan (DP groups, rings, chunks, barrier groups) of a spec",
+        help="show the heterogeneity-aware plan (DP groups, rings, chunks, barrier groups, memory) of a spec, "
+        "or search plans for a cluster",
         description="Run the planner (sweep-line DP groups, LCM multi-rings and chunking, barrier groups, "
-        "pipeline boundaries) on a deployment spec and print it.",
-        examples=("xsim plan examples/figure1.yaml", "xsim plan examples/figure1.yaml --json"),
+        "pipeline boundaries) on a deployment spec and print it with each rank's memory; a plan that does "
+        "not fit in GPU memory is refused (--allow-oom to go on). With --search, propose plans for a cluster "
+        "instead (docs/decide.md).",
+        examples=(
+            "xsim plan examples/figure1.yaml --allow-oom",
+            "xsim plan examples/figure1.yaml --json --allow-oom",
+            "xsim plan --search 4xH100+4xA100-40GB --model llama2-7b --global-batch 16 --seq 2048 --top 3",
+        ),
     )
-    p.add_argument("spec", help="deployment spec (.yaml, .yml, .toml or .json)")
+    p.add_argument("spec", nargs="?", help="deployment spec (.yaml, .yml, .toml or .json)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (keys in docs/planner.md)")
+    p.add_argument("--allow-oom", action="store_true", help="go on when a rank does not fit in GPU memory")
+    s = p.add_argument_group("search (docs/decide.md)")
+    s.add_argument("--search", metavar="CLUSTER", help="GPU mix to plan for, e.g. 4xH100+4xA100-40GB")
+    s.add_argument("--model", dest="search_model", metavar="M", help="model preset (llama2-7b, ...)")
+    s.add_argument("--global-batch", type=int, metavar="B", help="sequences per iteration")
+    s.add_argument("--seq", type=int, metavar="S", help="sequence length (default: the model's context)")
+    s.add_argument("--top", type=int, default=3, metavar="K", help="plans verified by full replay (3)")
+    s.add_argument("--out", default="out/search", metavar="DIR", help="spec files and replays (out/search)")
+    s.add_argument("--workers", type=int, default=2, help="Dask workers of the embedded cluster (2)")
+    s.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler instead")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Plan and print."""
-    from tracegen.planner import format_plan, plan_to_json
+    """Plan and print (or search)."""
+    from tracegen.errors import SpecError
+    from tracegen.memory import check_fits, deployment_memory, format_memory, memory_json
+    from tracegen.planner import build_plan, format_plan, plan_to_json
     from xsim import api
 
-    plan = api.plan(args.spec)
+    if args.search:
+        from xsim.explore.search import format_search, search
+
+        if not args.search_model or not args.global_batch:
+            raise SpecError("plan --search needs --model M and --global-batch B")
+        res = search(
+            args.search, args.search_model, args.global_batch, seq=args.seq, top=args.top, out=args.out,
+            workers=args.workers, scheduler=args.scheduler, progress=not args.json,
+        )  # fmt: skip
+        print(format_search(res))
+        return 0
+    if not args.spec:
+        raise SpecError("plan: give a SPEC, or --search CLUSTER --model M --global-batch B")
+    dep = api.load_spec(args.spec)
+    plan = build_plan(dep)
+    mem = deployment_memory(dep)
+    if not args.allow_oom:
+        check_fits(mem, args.spec)
     if args.json:
-        print(json.dumps(plan_to_json(plan), indent=2))
+        print(json.dumps({**plan_to_json(plan), "memory": memory_json(mem)}, indent=2))
     else:
         print(format_plan(plan))
+        print("memory per rank (tracegen/memory.py):")
+        print(format_memory(mem))
     return 0

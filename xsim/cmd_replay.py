@@ -164,7 +164,17 @@ def run(args: argparse.Namespace) -> int:
         _print_summary(run.result, args.path)
         if run.cost is not None:
             _print_cost(run.cost)
+        if run.memory is not None:
+            _print_memory(run.memory)
     return 0
+
+
+def _print_memory(mem: dict) -> None:
+    per = ", ".join(f"{r}: {b / 2**30:.1f}" for r, b in enumerate(mem["per_rank_peak_bytes"]))
+    fits = "fits" if mem["fits"] else "DOES NOT FIT (memory.json)"
+    print(
+        f"peak memory        {mem['peak_bytes'] / 2**30:.2f} GiB on rank {mem['peak_rank']}, {fits}; GiB per rank {per}"
+    )
 
 
 def _print_cost(cost: dict) -> None:

@@ -1,4 +1,7 @@
-"""`xsim sweep SPEC...`: generate and replay several deployment plans and compare time, throughput and cost.
+"""`xsim sweep SWEEP.yaml | SPEC...`: generate and replay deployment plans; compare time, throughput and cost.
+
+A sweep file (a base spec and axes, docs/decide.md) runs on Dask (xsim/explore/sweep.py): an embedded
+LocalCluster by default, `--scheduler ADDRESS` for an existing one; rows go to a Parquet dataset under --out.
 
 Each spec goes through exactly what `xsim gen` and `xsim replay --json` do (same defaults, same cluster
 derivation), so a sweep row equals the replay of that spec on its own.
@@ -11,6 +14,8 @@ import json
 import os
 
 from netmodels.models import model_names
+from tracegen.spec import NAME_RE
+from traces.errors import XsimError
 from xsim.verbs import add_verb
 
 SORT_KEYS = {
@@ -33,7 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=__doc__.splitlines()[0] if __doc__ else None,
         examples=("xsim sweep examples/table4_c0*.yaml --sort cost",),
     )
-    p.add_argument("specs", nargs="+", metavar="SPEC", help="deployment specs (.yaml, .toml, .json)")
+    p.add_argument(
+        "specs",
+        nargs="+",
+        metavar="SPEC",
+        help="one sweep file (base + axes), or deployment specs (.yaml, .toml, .json)",
+    )
     p.add_argument(
         "--out", default="out/sweep", help="folder for each spec's traces and results (default: out/sweep)"
     )
@@ -47,6 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table (default: time)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    d = p.add_argument_group("sweep files (docs/decide.md)")
+    d.add_argument("--workers", type=int, default=2, help="workers of the embedded Dask LocalCluster (2)")
+    d.add_argument("--scheduler", metavar="ADDRESS", help="use this Dask scheduler (tcp://host:8786) instead")
+    d.add_argument("--allow-oom", action="store_true", help="replay plans that do not fit in GPU memory")
+    d.add_argument("--retry-failed", action="store_true", help="run again plans whose row holds an error")
+    d.add_argument("--plot", metavar="FILE.png", help="Pareto plot (default: <out>/pareto.png)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
@@ -55,24 +72,28 @@ def _name(spec: str) -> str:
 
 
 def _row(spec: str, args: argparse.Namespace) -> dict:
-    name = _name(spec)
-    traces = os.path.join(args.out, name, "traces")
-    result = os.path.join(args.out, name, "result")
-    from xsim import api
+    """Generate and replay one spec file through the library (xsim/explore/pipeline.py), as gen + replay do."""
+    from netmodels.errors import NetworkModelError
+    from tracegen.spec import load_spec
+    from xsim.api import check_cluster
+    from xsim.explore.pipeline import gen_and_replay
+    from xsim.explore.sweep import gpu_mix
 
-    # Exactly what `xsim gen` and `xsim replay --json` do, through the same API calls.
-    api.generate(spec, api.GenerateOptions(out=traces, name=name))
-    run = api.simulate(traces, api.ReplayOptions(network=api.NetworkOptions(model=args.model)))
-    api.write_outputs(run, api.OutputOptions(out=result))
-    s = run.summary()
-    cost = s.get("cost") or {}
-    gpus: dict[str, int] = {}
-    for dg in run.deployment.device_groups:
-        gpus[dg.gpu] = gpus.get(dg.gpu, 0) + len(dg.ranks)
+    name = _name(spec)
+    dep = load_spec(spec)
+    check_cluster(dep, spec)
+    dep.name = name
+    try:
+        rep = gen_and_replay(dep, os.path.join(args.out, name), args.model)
+    except OSError as exc:
+        raise XsimError(f"{spec}: cannot write under {args.out}: {exc.strerror or exc}") from None
+    except (XsimError, NetworkModelError) as exc:
+        raise XsimError(f"{spec}: {exc}") from None
+    s, cost = rep.summary, rep.cost
     return {
         "spec": spec,
         "ranks": s["num_ranks"],
-        "gpus": "+".join(f"{n}x{g}" for g, n in sorted(gpus.items())),
+        "gpus": gpu_mix(dep),
         "iteration_time_ns": s["iteration_time_ns"],
         "tokens_per_s": cost.get("tokens_per_s"),
         "cost_usd_per_iteration": cost.get("cost_usd_per_iteration"),
@@ -80,15 +101,70 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
         "wait_ns_max": s["wait_ns_max"],
         "bubble_ns_max": s["bubble_ns_max"],
         "exposed_comm_ns": s["exposed_comm_ns"],
-        "result": result,
+        "peak_memory_bytes": max(m.total for m in rep.memory),
+        "fits": all(m.headroom >= 0 for m in rep.memory),
+        "result": os.path.join(args.out, name, "result"),
     }
+
+
+def _is_sweep_file(specs: list[str]) -> bool:
+    if len(specs) != 1 or not os.path.isfile(specs[0]):
+        return False
+    from tracegen.spec import read_spec_file
+
+    return "axes" in read_spec_file(specs[0])
+
+
+def run_file(args: argparse.Namespace) -> int:
+    """Expand a sweep file, run its plans on Dask, print the sorted rows and the Pareto front."""
+    from xsim.explore import sweep as sw
+
+    if args.workers < 1:
+        raise XsimError(f"--workers must be >= 1, got {args.workers}")
+    plan = sw.load_sweep(args.specs[0])
+    tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom)
+    done = sw.run_sweep(
+        tasks,
+        args.out,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        retry_failed=args.retry_failed,
+        progress=not args.no_progress and not args.json,
+    )
+    rows = sw.sort_rows(sw.rows_for(tasks, args.out), args.sort)
+    front = set(sw.pareto_keys(rows))
+    plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
+    if args.json:
+        print(json.dumps(rows.drop("spec").to_dicts(), indent=1))
+        return 0
+    print(
+        f"{'plan':<17} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
+        f"{'peak GiB':>8}  axes"
+    )
+    for r in rows.iter_rows(named=True):
+        it = "-" if r["iteration_time_ns"] is None else f"{r['iteration_time_ns'] / 1e9:.4f}"
+        tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
+        usd = "-" if r["cost_usd_per_million_tokens"] is None else f"{r['cost_usd_per_million_tokens']:.4f}"
+        peak = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.1f}"
+        star = "*" if r["key"] in front else " "
+        print(
+            f"{r['key']}{star} {r['status']:<6} {r['gpus'] or '-':<20} {it:>11} {tps:>9} {usd:>8} {peak:>8}  "
+            f"{r['label']}"
+        )
+        if r["status"] != "ok":
+            print(f"{'':<18}{r['error']}")
+    print(
+        f"{done.planned} plans: {done.ran} run, {done.skipped} already in {args.out}/rows, {done.failed} failed; "
+        f"{done.wall_s:.1f} s; sorted by {args.sort}; * = Pareto front (time vs $/Mtok)"
+        + (f"; plot {plot}" if plot else "")
+    )
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
-    from tracegen.spec import NAME_RE
-    from traces.errors import XsimError
-
+    if _is_sweep_file(args.specs):
+        return run_file(args)
     seen: dict[str, str] = {}
     for spec in args.specs:
         if not NAME_RE.match(_name(spec)):

@@ -28,8 +28,9 @@ class Generated:
     """A generated trace set on disk."""
 
     deployment: Any  # the resolved tracegen Deployment (also written as deployment.json)
-    paths: tuple[str, ...]  # per-rank .et files (comm_group.json and deployment.json beside them)
+    paths: tuple[str, ...]  # per-rank .et files (comm_group.json, deployment.json, memory.json beside them)
     nodes: int  # nodes over all ranks
+    memory: tuple = ()  # tracegen.memory.RankMemory per rank (also written as memory.json)
 
 
 def load_spec(spec: SpecSource):
@@ -58,16 +59,23 @@ def check_cluster(dep, spec_path: str) -> None:
         )
 
 
-def generate(spec: SpecSource, options: GenerateOptions) -> Generated:
-    """Per-rank Chakra traces, comm_group.json and deployment.json of a spec, written to options.out."""
+def generate(spec, options: GenerateOptions) -> Generated:
+    """Per-rank Chakra traces, comm_group.json, deployment.json and memory.json of a spec (a SpecSource or
+    an already resolved tracegen Deployment), written to options.out."""
     from replay.progress import status
+    from tracegen.deployment_pb2 import Deployment
     from tracegen.errors import GeneratorError, SpecError
+    from tracegen.memory import deployment_memory, write_memory
     from tracegen.spec import NAME_RE, num_ranks, save_deployment
     from tracegen.workload import generate as make
     from traces.outputs import prepare_set_folder
 
     where = spec if isinstance(spec, str | os.PathLike) else "spec"
-    dep = load_spec(spec)
+    if isinstance(spec, Deployment):
+        dep = Deployment()
+        dep.CopyFrom(spec)  # the caller's message stays as it was (options.name may rename the copy)
+    else:
+        dep = load_spec(spec)
     check_cluster(dep, os.fspath(where))
     if options.name:
         if not NAME_RE.match(options.name):
@@ -84,9 +92,12 @@ def generate(spec: SpecSource, options: GenerateOptions) -> Generated:
         with status("writing traces"):
             paths = bundle.write(options.out, dep.name)
         save_deployment(dep, os.path.join(options.out, DEPLOYMENT_FILE))
+        # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
+        mem = deployment_memory(dep)
+        write_memory(mem, options.out)
     except OSError as exc:
         raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
-    return Generated(dep, tuple(paths), sum(len(v) for v in bundle.nodes.values()))
+    return Generated(dep, tuple(paths), sum(len(v) for v in bundle.nodes.values()), tuple(mem))
 
 
 def plan(spec: SpecSource):

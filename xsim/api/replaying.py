@@ -26,12 +26,15 @@ class Replay:
     deployment: object | None  # tracegen Deployment read from deployment.json beside the traces
     result: ReplayResult
     cost: dict | None  # tracegen.cost.IterationCost as JSON, when the traces come with a deployment
+    memory: dict | None = None  # peak memory per rank from memory.json beside the traces (`xsim gen`)
 
     def summary(self) -> dict:
-        """The summary dict (`xsim replay --json`): summary, cost when known, and perf."""
+        """The summary dict (`xsim replay --json`): summary, cost and memory when known, and perf."""
         obj = self.result.summary_dict()
         if self.cost is not None:
             obj["cost"] = self.cost
+        if self.memory is not None:
+            obj["memory"] = self.memory
         obj["perf"] = self.result.perf_dict()
         return obj
 
@@ -97,8 +100,20 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     return Replay(
-        ts, deployment, result, iteration_cost(deployment, result.summary_dict()["iteration_time_ns"])
+        ts,
+        deployment,
+        result,
+        iteration_cost(deployment, result.summary_dict()["iteration_time_ns"]),
+        peak_memory(ts),
     )
+
+
+def peak_memory(trace_set: TraceSet) -> dict | None:
+    """Peak memory per rank from the memory.json `xsim gen` wrote beside the traces (tracegen/memory.py)."""
+    from tracegen.memory import MEMORY_FILE, peak_summary
+
+    path = os.path.join(trace_set.directory, MEMORY_FILE)
+    return peak_summary(path) if os.path.isfile(path) else None
 
 
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:

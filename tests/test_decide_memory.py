@@ -1,0 +1,169 @@
+"""Memory per rank: Korthikanti et al. 2022's activation formulas, ZeRO's 16 bytes per parameter, refusal."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from tracegen.memory import (
+    MemoryOptions,
+    deployment_memory,
+    in_flight,
+    korthikanti_layer_bytes,
+    layer_activation_bytes,
+    optimizer_bytes,
+)
+from tracegen.models import preset, with_seq_len
+from tracegen.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[1]
+DP8 = REPO / "examples" / "decide" / "llama2_7b_dp8_a100_80gb.yaml"
+
+# GPT-3 175B as Korthikanti et al. train it (section 5, Table 3): s 2048, b 1, h 12288, a 96, t 8.
+S, B, H, A, T = 2048, 1, 12288, 96, 8
+SBH = S * B * H  # 25,165,824; 5as/h = 5*96*2048/12288 = 80
+
+
+@pytest.mark.parametrize(
+    ("t", "sp", "recompute", "expected"),
+    [
+        (1, False, "none", SBH * 114),  # sbh(34 + 5as/h), no parallelism
+        (T, False, "none", SBH * 23),  # sbh(10 + 24/t + 5as/(ht)) = sbh(10 + 3 + 10)
+        (T, True, "none", SBH * 114 // 8),  # sbh/t (34 + 5as/h)
+        (T, False, "selective", SBH * 13),  # sbh(10 + 24/t)
+        (T, True, "selective", SBH * 34 // 8),  # 34 sbh/t
+        (T, False, "full", 2 * SBH),  # 2sbh
+        (T, True, "full", 2 * SBH // 8),  # 2sbh/t
+    ],
+)
+def test_korthikanti_table2(t, sp, recompute, expected):
+    got = korthikanti_layer_bytes(S, B, H, A, t, sp, recompute)
+    assert got == expected
+    # The per-component accounting gives exactly the paper's numbers on a GPT layer (4h GELU MLP, MHA).
+    gpt3 = with_seq_len(preset("gpt3-175b"), S)
+    assert layer_activation_bytes(gpt3, S, B, t, sp, recompute, flash=False) == expected
+
+
+def test_flash_attention_keeps_only_log_sum_exp():
+    gpt3 = with_seq_len(preset("gpt3-175b"), S)
+    flash = layer_activation_bytes(gpt3, S, B, T, False, "none", flash=True)
+    # Selective recomputation's bytes (no a*s*s tensors) plus one fp32 per (head, query) of this rank.
+    assert flash == SBH * 13 + Fraction(4 * A * S * B, T)
+
+
+def test_pipeline_in_flight_micro_batches():
+    assert [in_flight("1f1b", 8, 4, k) for k in range(4)] == [4, 3, 2, 1]  # p - k
+    assert in_flight("1f1b", 2, 4, 0) == 2  # never more than m
+    assert in_flight("gpipe", 8, 4, 3) == 8  # GPipe holds every micro-batch
+    # Interleaved (v = 2, p = 4): the first stage holds L(1 + (p-1)/(pv)) layers' worth = 1.375 L, i.e.
+    # 5.5 micro-batches of its L/p layers (Korthikanti section 4.2.3).
+    assert in_flight("1f1b", 8, 4, 0, virtual=2) * Fraction(1, 4) == 1 + Fraction(3, 8)
+
+
+def test_zero_sixteen_bytes_per_parameter():
+    # ZeRO section 3.1 / Figure 1: a 7.5B model needs 16 x 7.5B = 120 GB; with P_os over Nd = 64,
+    # 4 x 7.5B + 12 x 7.5B / 64 = 31.4 GB.
+    psi = 7_500_000_000
+    assert 2 * psi + 2 * psi + optimizer_bytes(psi, 64, False) == 120_000_000_000
+    assert 4 * psi + optimizer_bytes(psi, 64, True) == 31_406_250_000
+    # Every rank of the Llama-2 7B DP plan holds 16 bytes per parameter of all 6,738,415,616.
+    rank0 = deployment_memory(load_spec(DP8))[0]
+    assert rank0.params == 6_738_415_616
+    assert rank0.weights + rank0.gradients + rank0.optimizer == 16 * 6_738_415_616
+
+
+def test_llama7b_dp8_refused_then_fits_with_distributed_optimizer(tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "xsim", "plan", str(DP8)], capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    (line,) = res.stderr.strip().splitlines()
+    assert "rank 0 (A100-80GB" in line and "but has 80.0 GiB" in line and "--allow-oom" in line
+    assert "optimizer 75.3" in line  # 12 x 6.74e9 B = 75.3 GiB of Adam state alone
+    # The same plan with the distributed optimizer over DP 8: 12/8 bytes per parameter of state; fits.
+    dep = load_spec(DP8)
+    opts = dataclasses.replace(MemoryOptions(), distributed_optimizer=True, micro_batches=1)
+    mem = deployment_memory(dep, opts)
+    assert all(r.optimizer == -(-12 * 6_738_415_616 // 8) for r in mem)
+    assert all(r.headroom > 0 for r in mem)
+    ok = subprocess.run(
+        [sys.executable, "-m", "xsim", "plan", str(DP8), "--allow-oom", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout)["memory"]["fits"] is False
+
+
+TINY = {
+    "name": "tiny",
+    "model": {
+        "name": "tiny",
+        "layers": 4,
+        "hidden": 256,
+        "ffn_hidden": 688,
+        "heads": 8,
+        "vocab": 1000,
+        "seq_len": 128,
+    },
+    "seq_len": 128,
+    "micro_batches": 4,
+    "schedule": "1f1b",
+    "device_groups": [
+        {"gpu": "H100", "ranks": [0, 1], "layers": [1, 2], "pp_stage": 0},
+        {"gpu": "A100", "ranks": [2], "layers": [3, 4], "pp_stage": 1},
+    ],
+}
+
+
+def test_gen_writes_memory_json_and_replay_reports_peak_per_rank(tmp_path):
+    spec = tmp_path / "tiny.json"
+    spec.write_text(json.dumps(TINY))
+    out = tmp_path / "t"
+    gen = subprocess.run(
+        [sys.executable, "-m", "xsim", "gen", str(spec), "--out", str(out)], capture_output=True, text=True
+    )
+    assert gen.returncode == 0, gen.stderr
+    doc = json.loads((out / "memory.json").read_text())
+    mem = deployment_memory(load_spec(spec))
+    assert [r["total"] for r in doc["ranks"]] == [r.total for r in mem]
+    # By hand (s 128, b 1, h 256, f 688, a 8, TP 2, FlashAttention, SwiGLU): replicated 10sbh = 327,680;
+    # split: Q, K, V, out-proj input 8sbh = 262,144, SwiGLU 6sbf = 528,384, log-sum-exp 4as = 4,096, halved:
+    # 397,312; one layer 724,992. Stage 0 of 2 under 1F1B holds 2 micro-batches of its 2 layers, plus the
+    # embedding dropout mask sbh = 32,768 per micro-batch in flight: 4 x 724,992 + 2 x 32,768 = 2,965,504.
+    assert mem[0].activations == 2_965_504
+    rep = subprocess.run(
+        [sys.executable, "-m", "xsim", "replay", str(out), "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+    )
+    assert rep.returncode == 0, rep.stderr
+    got = json.loads(rep.stdout)["memory"]
+    assert got["per_rank_peak_bytes"] == [r.total for r in mem] and got["fits"] is True
+
+
+def _one_stage(**opts) -> int:
+    spec = dict(TINY, micro_batches=2, schedule="gpipe")
+    spec["device_groups"] = [{"gpu": "H100", "ranks": [0], "layers": [1, 4]}]
+    o = dataclasses.replace(MemoryOptions(), micro_batches=2, **opts)
+    return deployment_memory(load_spec(spec), o)[0].activations
+
+
+def test_recompute_variants_on_a_stage():
+    # Tiny model, one stage (embedding and head on it), TP 1, 4 layers, GPipe with 2 micro-batches in flight.
+    # Per layer, by hand: 10sbh 327,680 + 8sbh 262,144 + SwiGLU 6sbf 528,384 (+ log-sum-exp 4as 4,096).
+    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + fp32 logits 4sv 512,000.
+    ends = 65_536 + 131_072 + 512_000
+    assert _one_stage() == 4 * 2 * 1_122_304 + ends
+    assert _one_stage(recompute="selective") == 4 * 2 * 1_118_208 + ends
+    # Full, uniform method, units of K = 2: 2 unit inputs (2sbh = 65,536) per micro-batch, plus one unit's
+    # 2 layers rematerialized during its backward.
+    assert _one_stage(recompute="full", recompute_layers=2) == 2 * 2 * 65_536 + 2 * 1_122_304 + ends
+    # K = 1 (Megatron's default): every layer's input kept, one layer rematerialized at a time.
+    assert _one_stage(recompute="full") == 4 * 2 * 65_536 + 1_122_304 + ends

@@ -1,0 +1,341 @@
+"""GPU memory per rank of a deployment: weights, gradients, optimizer state, activations and an allowance.
+
+Sources:
+- Mixed-precision Adam: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+  Parameter Models", section 3.1: 2 (fp16/bf16 weights) + 2 (gradients) + 12 (fp32 master weights, momentum,
+  variance) = 16 bytes per parameter. The distributed optimizer (Megatron's, ZeRO stage 1) shards the 12
+  bytes over the data-parallel ranks holding the same parameters.
+- Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+  (arXiv:2205.05198), section 4: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism; with tensor
+  parallelism t, s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism too, s*b*h/t*(34 + 5*a*s/h);
+  selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP); full
+  recomputation keeps only the layer input, 2*s*b*h (2*s*b*h/t with SP). Section 4.2.3: pipeline stage k
+  (0-based) of p under 1F1B holds up to p - k micro-batches; GPipe holds all m; Megatron's interleaved
+  schedule (v virtual stages) holds (p - k - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers, which is
+  L*(1 + (p - 1)/(p*v)) layers on the first stage. Section 4.3: input-embedding dropout mask s*b*h*p/t on
+  the first stage, 4*s*b*h/t*(1 + v/h) for the output norm, projection and cross-entropy on the last.
+
+`layer_activation_bytes` is the paper's per-component accounting for any ModelArch (GQA shrinks K and V; a
+SwiGLU MLP stores its gate, up and product tensors); for a GPT layer (4h GELU MLP, kv_heads = heads) it is
+exactly `korthikanti_layer_bytes`. FlashAttention (the generator's fused `attn_core`) never stores the
+a*s*s score, softmax and dropout tensors; it keeps one fp32 log-sum-exp per (sequence, head, query).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from tracegen import deployment_pb2 as dpb
+from tracegen.catalog import GIB
+from tracegen.errors import XsimError
+from tracegen.models import ModelArch
+from tracegen.ops import rank_params, shard_of
+from tracegen.spec import gpu_specs, model_arch, replicas
+
+RECOMPUTE = ("none", "selective", "full")
+# ZeRO section 3.1: mixed-precision Adam keeps an fp32 copy of the weights plus fp32 momentum and variance.
+ADAM_STATE_BYTES_PER_PARAM = 12
+# FlashAttention (Dao et al. 2022, Algorithm 2) saves the softmax log-sum-exp in fp32 for the backward pass.
+LSE_BYTES = 4
+# Logits are upcast to fp32 for the cross-entropy (Korthikanti section 4.3 counts 4*s*b*v/t bytes).
+LOGIT_BYTES = 4
+# Allowance for what is not a tensor of the model: the CUDA context, cuBLAS workspaces and NCCL buffers
+# (together about 1 GiB per process on A100/H100 with PyTorch; NVIDIA NCCL docs put the default buffers at
+# NCCL_BUFFSIZE = 4 MiB per channel and peer) and the caching allocator's fragmentation (PyTorch memory
+# notes; 5-10% of the peak in Megatron runs). Assumptions, not measurements: both are parameters.
+WORKSPACE_BYTES = 1 * GIB
+FRAGMENTATION = 0.10
+
+
+class OutOfMemory(XsimError):
+    """A rank of a deployment needs more GPU memory than its GPU has."""
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """Training settings that decide the memory of a rank (explicit, so callers need no Deployment)."""
+
+    dtype_bytes: int = 2  # weights, gradients and activations (BF16)
+    schedule: str = "gpipe"  # "gpipe" | "1f1b" (virtual_stages > 1 means Megatron's interleaved 1F1B)
+    micro_batches: int = 1
+    virtual_stages: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"  # "none" | "selective" | "full"
+    recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
+    distributed_optimizer: bool = False
+    attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
+    workspace_bytes: int = WORKSPACE_BYTES
+    fragmentation: float = FRAGMENTATION
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    """Bytes one rank needs at its peak, by kind, against its GPU's capacity."""
+
+    rank: int
+    device_group: int
+    gpu: str
+    stage: int
+    layers: int
+    params: int
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    allowance: int
+    capacity: int
+
+    @property
+    def total(self) -> int:
+        """Peak bytes: everything above together."""
+        return self.weights + self.gradients + self.optimizer + self.activations + self.allowance
+
+    @property
+    def headroom(self) -> int:
+        """Capacity left at the peak (negative: does not fit)."""
+        return self.capacity - self.total
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON-able dict (memory.json rows)."""
+        d = asdict(self)
+        d["total"], d["headroom"] = self.total, self.headroom
+        return d
+
+
+def korthikanti_layer_bytes(
+    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none"
+) -> Fraction:
+    """Korthikanti et al. 2022's activation bytes of one GPT layer (section 4, Table 2), exactly."""
+    sbh = Fraction(s * b * h)
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    attn = 0 if recompute == "selective" else Fraction(5 * a * s, h)
+    if sp:
+        return sbh / t * (34 + attn)
+    return sbh * (10 + Fraction(24, t) + attn / t)
+
+
+def layer_activation_bytes(
+    m: ModelArch, s: int, b: int, t: int = 1, sp: bool = False, recompute: str = "none", flash: bool = False
+) -> Fraction:
+    """Activation bytes one TP rank stores for one layer of `m` (Korthikanti's accounting, any MLP and GQA)."""
+    h, a, f = m.hidden, m.heads, m.ffn_hidden
+    sbh = Fraction(s * b * h)
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    kv = Fraction(m.kv_heads, a)
+    # Not split by TP (unless SP): the two norm inputs (4sbh), the QKV input (2sbh), the MLP input (2sbh)
+    # and the two dropout masks after attention and MLP (sbh each).
+    replicated = 10 * sbh
+    # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
+    # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
+    mlp = (6 if m.activation == "swiglu" else 4) * s * b * f
+    sharded = 2 * sbh + 4 * sbh * kv + 2 * sbh + mlp
+    if recompute != "selective":
+        if flash:
+            sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)
+        else:
+            sharded += (
+                5 * a * s * s * b
+            )  # scores/softmax output 2as^2b, dropout mask as^2b, its output 2as^2b
+    if sp:
+        return (replicated + sharded) / t
+    return replicated + sharded / t
+
+
+def in_flight(schedule: str, micro_batches: int, stages: int, stage: int, virtual: int = 1) -> Fraction:
+    """Micro-batches (of the stage's whole layer range) whose activations stage `stage` holds at its peak."""
+    if virtual > 1:
+        # Megatron interleaved 1F1B: warm-up (p - k - 1)*2 + (v - 1)*p chunks, +1 in steady state, each
+        # chunk holding 1/v of the stage's layers.
+        chunks = min((stages - stage - 1) * 2 + (virtual - 1) * stages + 1, micro_batches * virtual)
+        return Fraction(chunks, virtual)
+    if schedule == "1f1b":
+        return Fraction(min(stages - stage, micro_batches))
+    return Fraction(micro_batches)
+
+
+def optimizer_bytes(params: int, dp: int, distributed: bool) -> int:
+    """fp32 master weights and two moments (ZeRO's 12 B/param), sharded over `dp` with the distributed optimizer."""
+    total = ADAM_STATE_BYTES_PER_PARAM * params
+    return -(-total // dp) if distributed else total
+
+
+def _options_of(dep: dpb.Deployment) -> MemoryOptions:
+    return MemoryOptions(
+        dtype_bytes=dep.dtype_bytes or 2,
+        schedule=dep.schedule or "gpipe",
+        micro_batches=dep.micro_batches or 1,
+        virtual_stages=max(1, dep.virtual_stages),
+        sequence_parallel=dep.sequence_parallel,
+        recompute=dep.recompute or "none",
+        recompute_layers=dep.recompute_layers or 1,
+        distributed_optimizer=dep.distributed_optimizer,
+        attention=dep.attention or "flash",
+    )
+
+
+def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None) -> list[RankMemory]:
+    """Peak memory of every rank of `dep`, ascending by rank."""
+    o = options or _options_of(dep)
+    if o.recompute not in RECOMPUTE:
+        raise XsimError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {o.recompute!r}")
+    m = model_arch(dep)
+    s = m.seq_len
+    specs = gpu_specs(dep)
+    # Data-parallel degree of each layer: the device groups (replicas) that hold it.
+    dp_of = [0] * (m.layers + 1)
+    for dg in dep.device_groups:
+        for a, b in _chunks(dg):
+            for layer in range(a, b + 1):
+                dp_of[layer] += 1
+    out: list[RankMemory] = []
+    for stages in replicas(dep).values():
+        p = len(stages)
+        for dg in stages:
+            k, t, b = dg.pp_stage, dg.tp, dg.micro_batch
+            chunks = _chunks(dg)
+            n = sum(b - a + 1 for a, b in chunks)
+            first, last = k == 0, k == p - 1
+            sp = o.sequence_parallel and t > 1
+            flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages)
+            act = _stage_activations(m, o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight)
+            div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
+            if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
+                act += Fraction(s * b * m.hidden, div) * flight
+            if last:  # output norm and projection inputs, fp32 logits (vocab-parallel; section 4.3)
+                act += Fraction(4 * s * b * m.hidden, div) + Fraction(LOGIT_BYTES * s * b * m.vocab, t)
+            dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
+            gpu = specs[dg.gpu]
+            for local, r in enumerate(dg.ranks):
+                params = rank_params(m, shard_of(m, t, local), n, first, last)
+                weights = grads = params * o.dtype_bytes
+                opt = optimizer_bytes(params, dp, o.distributed_optimizer)
+                activations = int(-(-act // 1))
+                base = weights + grads + opt + activations
+                allowance = o.workspace_bytes + int(o.fragmentation * base)
+                out.append(
+                    RankMemory(
+                        int(r),
+                        dg.id,
+                        dg.gpu,
+                        k,
+                        n,
+                        params,
+                        weights,
+                        grads,
+                        opt,
+                        activations,
+                        allowance,
+                        int(gpu.memory_bytes),
+                    )  # fmt: skip
+                )
+    return sorted(out, key=lambda x: x.rank)
+
+
+def _chunks(dg: dpb.DeviceGroup) -> list[tuple[int, int]]:
+    """The layer ranges a device group holds: its model chunks (interleaved), else [layer_start, layer_end]."""
+    chunks = [(int(c.start), int(c.end)) for c in dg.chunks]
+    return chunks or [(dg.layer_start, dg.layer_end)]
+
+
+def _stage_activations(
+    m: ModelArch,
+    o: MemoryOptions,
+    s: int,
+    b: int,
+    t: int,
+    sp: bool,
+    chunk_layers: list[int],
+    flight: Fraction,
+) -> Fraction:
+    """Activations a stage holds: per micro-batch in flight, for its chunks' layers."""
+    flash = o.attention == "flash"
+    n = sum(chunk_layers)
+    full = layer_activation_bytes(m, s, b, t, sp, "none", flash)
+    if o.recompute == "selective":
+        return layer_activation_bytes(m, s, b, t, sp, "selective", flash) * n * flight
+    if o.recompute == "full":
+        # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
+        # and the backward of a unit rematerializes its K layers once at a time.
+        k = max(1, o.recompute_layers)
+        units = sum(-(-c // k) for c in chunk_layers)
+        stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * units
+        return stored * flight + full * min(k, max(chunk_layers))
+    return full * n * flight
+
+
+def check_fits(mem: list[RankMemory], where: str) -> None:
+    """Raise OutOfMemory naming the first rank that does not fit (the one with the least headroom)."""
+    bad = [r for r in mem if r.headroom < 0]
+    if not bad:
+        return
+    r = min(bad, key=lambda x: (x.headroom, x.rank))
+    raise OutOfMemory(
+        f"{where}: rank {r.rank} ({r.gpu}, device group {r.device_group}, stage {r.stage}) needs "
+        f"{r.total / GIB:.1f} GiB (weights {r.weights / GIB:.1f}, gradients {r.gradients / GIB:.1f}, "
+        f"optimizer {r.optimizer / GIB:.1f}, activations {r.activations / GIB:.1f}, workspace "
+        f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({len(bad)} rank(s) over; "
+        "--allow-oom to go on)"
+    )
+
+
+MEMORY_FILE = "memory.json"
+
+
+def memory_json(mem: list[RankMemory]) -> dict[str, Any]:
+    """What memory.json holds: every rank's breakdown and the peak."""
+    peak = max(mem, key=lambda x: (x.total, -x.rank))
+    return {
+        "peak_bytes": peak.total,
+        "peak_rank": peak.rank,
+        "min_headroom_bytes": min(r.headroom for r in mem),
+        "fits": all(r.headroom >= 0 for r in mem),
+        "ranks": [r.to_json() for r in mem],
+    }
+
+
+def write_memory(mem: list[RankMemory], directory: str | os.PathLike[str]) -> str:
+    """Write memory.json into `directory`; returns its path."""
+    path = os.path.join(os.fspath(directory), MEMORY_FILE)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(memory_json(mem), fh, indent=1)
+        fh.write("\n")
+    return path
+
+
+def format_memory(mem: list[RankMemory]) -> str:
+    """A per-rank table in GiB."""
+    lines = [
+        f"{'rank':>5} {'GPU':<10} {'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} "
+        f"{'activ':>8} {'work':>6} {'total':>8} {'of':>7}  GiB"
+    ]
+    for r in mem:
+        g = [x / GIB for x in (r.weights, r.gradients, r.optimizer, r.activations, r.allowance, r.total)]
+        flag = "" if r.headroom >= 0 else "  OOM"
+        lines.append(
+            f"{r.rank:>5} {r.gpu:<10} {r.stage:>5} {r.layers:>6} {g[0]:>8.2f} {g[1]:>8.2f} {g[2]:>8.2f} "
+            f"{g[3]:>8.2f} {g[4]:>6.2f} {g[5]:>8.2f} {r.capacity / GIB:>7.1f}{flag}"
+        )
+    return "\n".join(lines)
+
+
+def peak_summary(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The replay summary's `memory`: peak bytes per rank from a memory.json (None when unreadable)."""
+    try:
+        with open(os.fspath(path), encoding="utf-8") as fh:
+            doc = json.load(fh)
+        ranks = sorted(doc["ranks"], key=lambda r: r["rank"])
+        return {
+            "peak_bytes": int(doc["peak_bytes"]),
+            "peak_rank": int(doc["peak_rank"]),
+            "fits": bool(doc["fits"]),
+            "per_rank_peak_bytes": [int(r["total"]) for r in ranks],
+            "per_rank_capacity_bytes": [int(r["capacity"]) for r in ranks],
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a damaged memory.json must not stop a replay; the summary just omits it
