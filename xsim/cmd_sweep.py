@@ -14,7 +14,6 @@ import json
 import os
 
 from netmodels.models import model_names
-from tracegen.spec import NAME_RE
 from traces.errors import XsimError
 from xsim.verbs import add_verb
 
@@ -163,6 +162,8 @@ def run_file(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
+    from tracegen.spec import NAME_RE
+
     if _is_sweep_file(args.specs):
         return run_file(args)
     seen: dict[str, str] = {}
