@@ -407,6 +407,10 @@ def spec_for(
         spec["precision"] = PRECISION_SPEC[run.precision]
     if "attention" in feats:
         spec["attention"] = run.attention
+    if "compute_model" in feats:
+        # The shape-aware GEMM model calibrated on microbenchmarks (tracegen's default stays the flat
+        # roofline for backward compatibility).
+        spec["compute_model"] = "calibrated"
     spec["cluster"] = run.cluster if _has_cluster_preset(run.cluster) else _explicit_dgx_cluster(run)
     return spec
 
@@ -424,6 +428,8 @@ def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str
         gaps.append("precision")
     if "attention" not in feats:
         gaps.append(f"attention {run.attention}")
+    if "compute_model" not in feats:
+        gaps.append("calibrated compute model")
     if not _has_cluster_preset(run.cluster):
         gaps.append(f"cluster {run.cluster} (explicit nodes used)")
     return gaps
@@ -432,12 +438,9 @@ def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str
 def _has_cluster_preset(name: str) -> bool:
     """Whether netmodels knows the cluster preset `name` (dgx-a100 / dgx-h100 arrive with issue 10)."""
     from netmodels import presets
+    from tracegen import spec
 
-    for attr in ("CLUSTER_PRESETS", "CLUSTERS"):
-        table = getattr(presets, attr, None)
-        if isinstance(table, Mapping) and name in table:
-            return True
-    return False
+    return name in getattr(spec, "CLUSTER_SYSTEMS", ()) and name in getattr(presets, "SYSTEM_PRESETS", {})
 
 
 def _device_groups(run: Run) -> list[dict[str, Any]]:

@@ -147,6 +147,7 @@ def test_spec_with_agreed_keys():
     }  # fmt: skip
     assert spec["recompute"] == "selective" and spec["sequence_parallel"] is True
     assert spec["precision"] == "bf16" and spec["attention"] == "unfused" and spec["schedule"] == "1f1b"
+    assert spec["compute_model"] == "calibrated"
     assert "device_groups" not in spec and "micro_batches" not in spec
     assert vp.legacy_gaps(run, AGREED) in ([], ["cluster dgx-a100 (explicit nodes used)"])
     assert vp.PRECISION_SPEC["mixed16"] == "bf16"
