@@ -27,6 +27,7 @@ AGREED = TODAY | {
     "recompute",
     "virtual_stages",
     "precision",
+    "compute_model",
     "attention",
     "distributed_optimizer",
 }
