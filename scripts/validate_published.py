@@ -472,10 +472,12 @@ class Replay:
     replayed_ranks: int  # ranks simulated (one replica when folded)
     wall_s: float
     ops: Any = None  # polars DataFrame of the replayed ops when asked for
+    phases_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # generate, write, replay (wall seconds)
 
 
-def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False) -> Replay:
-    """Generate a spec's traces and replay them on the analytical network model, folding DP replicas."""
+def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True) -> Replay:
+    """Generate a spec's traces and replay them on the analytical network model (folding DP replicas
+    when `fold`)."""
     from netmodels.cluster import build_cluster
     from netmodels.models import build_model
     from replay import DurationModel, ReplayError, simulate
@@ -488,22 +490,24 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False) -> Replay:
     # Homogeneous deployments: the generator emits the DP gradient sync itself and the planner's rewrite
     # adds nothing (docs/tracegen.md), so it is skipped.
     bundle = generate(dep, rewrite=False)
+    t_gen = time.perf_counter()
     nodes = sum(len(v) for v in bundle.nodes.values())
     nodes_ranks = len(bundle.nodes)
     replicas: dict[int, list[tuple[int, list[int]]]] = {}
     for dg in dep.device_groups:
         replicas.setdefault(dg.dp_replica, []).append((dg.pp_stage, list(dg.ranks)))
-    fold = [[r for _s, ranks in sorted(stages) for r in ranks] for _d, stages in sorted(replicas.items())]
+    reps = [[r for _s, ranks in sorted(stages) for r in ranks] for _d, stages in sorted(replicas.items())]
     with tempfile.TemporaryDirectory(prefix="xsim-valid-") as tmp:
         bundle.write(tmp, dep.name)
         save_deployment(dep, os.path.join(tmp, "deployment.json"))
         del bundle
+        t_write = time.perf_counter()
         network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
         # The generator's own op times (duration_micros), which carry the spec's compute model.
         ts = discover(tmp)
-        folded = len(fold) > 1
+        folded = fold and len(reps) > 1
         try:
-            result = simulate(ts, network=network, compute=DurationModel(), fold=fold if folded else None)
+            result = simulate(ts, network=network, compute=DurationModel(), fold=reps if folded else None)
         except ReplayError as exc:
             if "cannot fold" not in str(exc):
                 raise
@@ -513,12 +517,14 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False) -> Replay:
             network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
             result = simulate(ts, network=network, compute=DurationModel())
     summary = result.summary_dict()
+    t_end = time.perf_counter()
     return Replay(
         iteration_ns=int(summary["iteration_time_ns"]),
         nodes=nodes,
-        replayed_ranks=len(fold[0]) if folded else nodes_ranks,
-        wall_s=time.perf_counter() - t0,
+        replayed_ranks=len(reps[0]) if folded else nodes_ranks,
+        wall_s=t_end - t0,
         ops=result.ops if keep_ops else None,
+        phases_s=(t_gen - t0, t_write - t_gen, t_end - t_write),
     )
 
 
@@ -561,7 +567,7 @@ class Prediction:
         return 100.0 * (self.seconds - meas) / meas
 
 
-def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
+def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES, fold: bool = True) -> Prediction:
     """Replay a run (or two smaller micro-batch counts and extrapolate); honours the node budget."""
     gaps = tuple(legacy_gaps(run))
     points = extrapolation_points(run, max_nodes)
@@ -569,16 +575,16 @@ def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
     if points is None:
         if estimate_nodes(run, m) > max_nodes:
             return Prediction(run, None, f"not replayed (~{estimate_nodes(run, m):,} nodes)", 0, 0.0, gaps)
-        rep = replay_spec(spec_for(run))
-        fold = f", 1 of {run.dp} DP replicas" if rep.replayed_ranks < run.gpus else ""
-        return Prediction(run, rep.iteration_ns / 1e9, f"replayed{fold}", rep.nodes, rep.wall_s, gaps)
+        rep = replay_spec(spec_for(run), fold=fold)
+        folded = f", 1 of {run.dp} DP replicas" if rep.replayed_ranks < run.gpus else ""
+        return Prediction(run, rep.iteration_ns / 1e9, f"replayed{folded}", rep.nodes, rep.wall_s, gaps)
     m1, m2 = points
     if estimate_nodes(run, m2) > max_nodes:
         return Prediction(
             run, None, f"not replayed (~{estimate_nodes(run, m2):,} nodes at m={m2})", 0, 0.0, gaps
         )
-    r1 = replay_spec(spec_for(run, micro_batches=m1))
-    r2 = replay_spec(spec_for(run, micro_batches=m2))
+    r1 = replay_spec(spec_for(run, micro_batches=m1), fold=fold)
+    r2 = replay_spec(spec_for(run, micro_batches=m2), fold=fold)
     seconds = extrapolate(m, (m1, r1.iteration_ns), (m2, r2.iteration_ns)) / 1e9
     return Prediction(
         run, seconds, f"m={m1},{m2} extrapolated to {m}", r1.nodes + r2.nodes, r1.wall_s + r2.wall_s, gaps
@@ -713,6 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--only", nargs="+", metavar="ID", help="replay only these run ids")
     ap.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, help="generated nodes per replay")
+    ap.add_argument(
+        "--no-fold", action="store_true", help="replay every DP replica (default: fold identical replicas)"
+    )
     ap.add_argument("--no-layers", action="store_true", help="skip the per-layer benchmark")
     ap.add_argument("--no-runs", action="store_true", help="only the per-layer benchmark")
     ap.add_argument("--out", metavar="FILE.md", help="also write the tables to this Markdown file")
@@ -734,7 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_runs:
         preds = []
         for run in runs:
-            p = predict(run, args.max_nodes)
+            p = predict(run, args.max_nodes, fold=not args.no_fold)
             print(
                 f"{run.id}: {p.method}, measured {measured_seconds(run):.3f} s, predicted "
                 f"{'-' if p.seconds is None else f'{p.seconds:.3f} s'} ({_pct(p.error_pct)}), "
