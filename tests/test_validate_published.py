@@ -205,6 +205,16 @@ def test_micro_batch_extrapolation_equals_the_full_replay():
     assert vp.extrapolation_points(run, max_nodes=10**9) is None
 
 
+def test_micro_batch_extrapolation_is_exact_for_interleaved_1f1b_too():
+    """Interleaved 1F1B (v = 2, pp = 4) with selective recompute and sequence parallelism: replays at m = 4
+    and 8 extrapolate to the replay at 16. Needs the virtual_stages key (issue 10)."""
+    if "parallel" not in vp.spec_features():
+        pytest.skip("this checkout's spec has no parallel:/virtual_stages (issue 10 features)")
+    run = tiny_run(layers=16, virtual_stages=2, recompute="selective", sequence_parallel=True)
+    t = {m: vp.replay_spec(vp.spec_for(run, micro_batches=m)).iteration_ns for m in (4, 8, 16)}
+    assert vp.extrapolate(16, (4, t[4]), (8, t[8])) == pytest.approx(t[16], rel=1e-6)
+
+
 def test_prediction_over_budget_is_reported_not_guessed():
     p = vp.predict(tiny_run(), max_nodes=10)
     assert p.seconds is None and p.error_pct is None and p.method.startswith("not replayed")
