@@ -54,10 +54,12 @@ RUN_KEYS = (
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
-# A rough count of trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the
-# node budget (never in a result): ~10 forward + ~10 backward compute ops, their TP collectives, and the
-# recomputed forward under full recomputation (docs/tracegen.md, "The generated graphs").
-NODES_PER_LAYER_STEP = {"none": 26, "selective": 30, "full": 38}
+# Trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the node budget (never
+# in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, 48 layers, one micro-batch),
+# 30 / 34 / 45 without / selective / full recompute, +4 with sequence parallelism (AllGather /
+# ReduceScatter pairs), rounded up.
+NODES_PER_LAYER_STEP = {"none": 31, "selective": 35, "full": 46}
+SP_EXTRA_NODES = 4
 DEFAULT_MAX_NODES = 4_000_000  # generated nodes per replay: ~2 minutes of generation on the 2-core dev box
 
 
@@ -530,7 +532,8 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool =
 
 def estimate_nodes(run: Run, micro_batches: int) -> int:
     """Rough count of generated nodes (budget decision only)."""
-    return run.gpus * micro_batches * (run.layers // run.pp) * NODES_PER_LAYER_STEP[run.recompute]
+    per = NODES_PER_LAYER_STEP[run.recompute] + (SP_EXTRA_NODES if run.sequence_parallel else 0)
+    return run.gpus * micro_batches * (run.layers // run.pp) * per
 
 
 def extrapolation_points(run: Run, max_nodes: int) -> tuple[int, int] | None:
