@@ -510,11 +510,12 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool =
         folded = fold and len(reps) > 1
         try:
             result = simulate(ts, network=network, compute=DurationModel(), fold=reps if folded else None)
-        except ReplayError as exc:
-            if "cannot fold" not in str(exc):
+        except ReplayError:
+            if not folded:
                 raise
-            # Folding is proven, never assumed: when a collective times differently for another replica
-            # (a DP ring crossing nodes unevenly), the whole set is replayed.
+            # Folding is proven, never assumed: when the proof fails (a collective timing differently for
+            # another replica, e.g. a DP ring crossing nodes unevenly), the whole set is replayed; an
+            # error that is not about folding comes back from that replay.
             folded = False
             network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
             result = simulate(ts, network=network, compute=DurationModel())
@@ -539,7 +540,7 @@ def estimate_nodes(run: Run, micro_batches: int) -> int:
 def extrapolation_points(run: Run, max_nodes: int) -> tuple[int, int] | None:
     """Micro-batch counts (m1, m2) to replay instead of m when m does not fit the budget; None if m fits.
 
-    m1 = k * pp (1F1B in steady state; Megatron's interleaving needs multiples of pp), m2 = 2 m1.
+    m1 = pp (1F1B past its warm-up; Megatron's interleaving needs multiples of pp), m2 = 2 m1.
     """
     m = run.micro_batches
     if estimate_nodes(run, m) <= max_nodes:
@@ -741,6 +742,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"validate_published: error: unknown run id(s) {', '.join(unknown)}", file=sys.stderr)
             return 2
         runs = tuple(r for r in runs if r.id in set(args.only))
+    from traces.errors import XsimError
+
+    try:
+        return _run_all(args, data, runs)
+    except XsimError as exc:  # a spec or replay problem: one line, as xsim's CLI reports it
+        print(f"validate_published: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
+def _run_all(args: argparse.Namespace, data: Dataset, runs: Sequence[Run]) -> int:
+    """Predict every run, then print and write the tables."""
     t0, c0 = time.perf_counter(), time.process_time()
     doc = []
     if not args.no_runs:

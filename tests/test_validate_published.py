@@ -266,3 +266,12 @@ def test_22b_layer_times_within_10_percent_of_korthikanti_table_4(data):
     for r in results:
         assert r.forward_ms == pytest.approx(r.row.forward_ms, rel=0.10), r.row.experiment
         assert r.backward_ms == pytest.approx(r.row.backward_ms, rel=0.10), r.row.experiment
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert vp.main(["--only", "no-such-run"]) == 2
+    assert capsys.readouterr().err.strip() == "validate_published: error: unknown run id(s) no-such-run"
+    missing = tmp_path / "none.yaml"
+    assert vp.main(["--data", str(missing)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("validate_published: error: ") and "none.yaml" in err and "\n" not in err
