@@ -76,6 +76,17 @@ def test_gpu_counts_equal_the_published_ones(data):
         assert r.gpus == int(m.group(1)), r.id
 
 
+def test_sc21_scripts_node_counts_agree_with_table_1(data):
+    """The authors' run_table_1.sh launches NNODES DGX nodes of 8 GPUs: 8 x NNODES = Table 1's GPU count."""
+    seen = 0
+    for r in data.runs:
+        m = re.search(r"NNODES=(\d+)", r.config_where)
+        if m:
+            assert 8 * int(m.group(1)) == r.gpus, r.id
+            seen += 1
+    assert seen == 10
+
+
 def test_korthikanti_iteration_times_reproduce_the_papers_mfu_column(data):
     """Table 5's MFU column (41.5, 51.4, 56.0, 56.3%) follows from its Present Work times by the paper's
     eq. (7): model FLOPs = 72 B L s h^2 (1 + s/(6h) + v/(12 h L)), peak 312 TFLOP/s: pins our reading of
