@@ -1,0 +1,288 @@
+"""scripts/validate_published.py: the validation dataset's integrity, the TFLOP/s -> time conversion, the
+spec it writes, and its generate + replay harness on small runs (docs/validation.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location(
+    "validate_published", REPO / "scripts" / "validate_published.py"
+)
+vp = importlib.util.module_from_spec(_SPEC)
+sys.modules["validate_published"] = vp  # dataclasses resolve their module by name
+_SPEC.loader.exec_module(vp)
+
+TODAY = frozenset({"name", "model", "seq_len", "micro_batches", "schedule", "sequence_parallel", "cluster"})
+AGREED = TODAY | {
+    "parallel",
+    "recompute",
+    "virtual_stages",
+    "precision",
+    "compute_model",
+    "attention",
+    "distributed_optimizer",
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return vp.load_dataset()
+
+
+def tiny_run(**kw) -> vp.Run:
+    """A small Megatron-style GPT layout (not a published run) for harness tests."""
+    base = dict(
+        id="tiny", source="s", where="w", config_source="", config_where="", layers=8, hidden=1024, heads=16,
+        seq_len=1024, vocab=8192, gpu="A100-80GB", cluster="dgx-a100", attention="unfused", tp=2, pp=4,
+        dp=2, micro_batch=2, global_batch=64, virtual_stages=1, recompute="full", sequence_parallel=False,
+        precision="bf16", measured_kind="iteration_s", measured_value=1.0,
+    )  # fmt: skip
+    base.update(kw)
+    return vp.Run(**base)
+
+
+# ---------------------------------------------------------------- dataset integrity
+
+
+def test_dataset_has_at_least_ten_sourced_runs_with_full_configuration(data):
+    assert len(data.runs) >= 10
+    assert len({r.id for r in data.runs}) == len(data.runs)
+    for r in data.runs:
+        assert r.source in data.sources and data.sources[r.source].cite
+        assert re.search(r"Table \d|Section \d", r.where), r.id  # names the table (or section) and row
+        assert r.tp * r.pp * r.dp == r.gpus and r.micro_batches >= 1
+        assert r.recompute in vp.RECOMPUTE and r.precision in vp.PRECISION_SPEC
+        assert r.measured_value > 0
+        if r.measured_kind == "tflops_per_gpu":
+            # Table 1 prints no micro-batch size or interleaving: those come from the authors' scripts.
+            assert r.config_source and "MBS=" in r.config_where, r.id
+    assert data.excluded and all(reason for _what, reason in data.excluded)
+
+
+def test_gpu_counts_equal_the_published_ones(data):
+    """tp x pp x dp of every run equals the GPU count printed in its source row."""
+    for r in data.runs:
+        m = re.search(r"(\d+) GPUs", r.where)
+        assert m, f"{r.id}: its source row names no GPU count"
+        assert r.gpus == int(m.group(1)), r.id
+
+
+def test_sc21_scripts_node_counts_agree_with_table_1(data):
+    """The authors' run_table_1.sh launches NNODES DGX nodes of 8 GPUs: 8 x NNODES = Table 1's GPU count."""
+    seen = 0
+    for r in data.runs:
+        m = re.search(r"NNODES=(\d+)", r.config_where)
+        if m:
+            assert 8 * int(m.group(1)) == r.gpus, r.id
+            seen += 1
+    assert seen == 10
+
+
+def test_korthikanti_iteration_times_reproduce_the_papers_mfu_column(data):
+    """Table 5's MFU column (41.5, 51.4, 56.0, 56.3%) follows from its Present Work times by the paper's
+    eq. (7): model FLOPs = 72 B L s h^2 (1 + s/(6h) + v/(12 h L)), peak 312 TFLOP/s: pins our reading of
+    the times and of Table 3's configurations."""
+    mfu = {"22b": 41.5, "175b": 51.4, "530b": 56.0, "1t": 56.3}
+    seen = 0
+    for r in data.runs:
+        m = re.fullmatch(r"korthikanti22-t5-(\w+)-present", r.id)
+        if not m:
+            continue
+        b, lay, s, h, v = r.global_batch, r.layers, r.seq_len, r.hidden, r.vocab
+        flops = 72 * b * lay * s * h * h * (1 + s / (6 * h) + v / (12 * h * lay))
+        got = 100 * flops / (r.measured_value * r.gpus * 312e12)
+        # Times are printed to 0.01 s and MFU to 0.1 point: allow exactly that rounding.
+        tol = got * 0.005 / r.measured_value + 0.05
+        assert abs(got - mfu[m.group(1)]) <= tol, (r.id, got)
+        seen += 1
+    assert seen == 4
+
+
+def test_bad_dataset_is_one_line_naming_file_and_run(tmp_path):
+    text = (REPO / "scripts" / "data" / "published_runs.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        text.replace(
+            "parallel: {tp: 2, pp: 1, dp: 32, micro_batch: 16,", "parallel: {tp: 2, pp: 1, dp: 32,", 1
+        )
+    )
+    with pytest.raises(vp.ValidationDataError) as ei:
+        vp.load_dataset(bad)
+    msg = str(ei.value)
+    assert "\n" not in msg and "bad.yaml" in msg and "narayanan21-t1-3.6b" in msg and "micro_batch" in msg
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def test_throughput_to_time_conversion_hand_computed():
+    """Narayanan 2021 Table 1 row 1 (1.7B, 32 GPUs, batch 512, 137 TFLOP/s/GPU), by hand:
+    96*512*2048*24*2304^2 = 1.282470e16; bracket 1 + 2048/13824 + 51200/(16*24*2304) = 1.206019;
+    F = 1.546683e16 FLOPs; F / (32 * 137e12) = 3.5280 s."""
+    f = vp.megatron_iteration_flops(512, 2048, 24, 2304, 51200)
+    assert f == pytest.approx(1.546683e16, rel=1e-6)
+    run = tiny_run(
+        layers=24, hidden=2304, heads=24, seq_len=2048, vocab=51200, tp=1, pp=1, dp=32, micro_batch=16,
+        global_batch=512, measured_kind="tflops_per_gpu", measured_value=137.0,
+    )  # fmt: skip
+    assert vp.measured_seconds(run) == pytest.approx(3.5280, abs=5e-4)
+
+
+def test_conversion_agrees_with_the_papers_training_time_estimate():
+    """Narayanan 2021 eq. (4): training time ~ 8TP/(nX); for GPT-3 (P = 175e9, T = 300e9 tokens, n = 1024,
+    X = 140 TFLOP/s) the paper gives 34 days. Our per-iteration time x iterations (T / (B s)) must agree
+    to the precision of eq. (4)'s approximations (a few percent)."""
+    b, s = 1536, 2048
+    per_iter = vp.megatron_iteration_flops(b, s, 96, 12288, 51200) / (1024 * 140e12)
+    days = per_iter * 300e9 / (b * s) / 86400
+    assert days == pytest.approx(34, rel=0.03)
+
+
+# ---------------------------------------------------------------- spec
+
+
+def test_spec_with_agreed_keys():
+    run = tiny_run(virtual_stages=2, sequence_parallel=True, recompute="selective")
+    spec = vp.spec_for(run, micro_batches=8, features=AGREED)
+    assert spec["parallel"] == {
+        "gpu": "A100-80GB", "tp": 2, "pp": 4, "dp": 2, "micro_batch": 2, "global_batch": 32,
+        "virtual_stages": 2,
+    }  # fmt: skip
+    assert spec["recompute"] == "selective" and spec["sequence_parallel"] is True
+    assert spec["precision"] == "bf16" and spec["attention"] == "unfused" and spec["schedule"] == "1f1b"
+    assert spec["compute_model"] == "calibrated"
+    assert "device_groups" not in spec and "micro_batches" not in spec
+    assert vp.legacy_gaps(run, AGREED) in ([], ["cluster dgx-a100 (explicit nodes used)"])
+    assert vp.PRECISION_SPEC["mixed16"] == "bf16"
+
+
+def test_spec_with_todays_keys_uses_megatron_rank_order():
+    run = tiny_run(tp=2, pp=2, dp=2, layers=8)
+    spec = vp.spec_for(run, features=TODAY)
+    assert spec["micro_batches"] == 16 and "recompute" not in spec
+    got = [(g["ranks"], g["layers"], g["pp_stage"], g["dp_replica"]) for g in spec["device_groups"]]
+    # rank = t + TP * (d + DP * s): tp fastest, then dp, then pp
+    assert got == [
+        ([0, 1], [1, 4], 0, 0),
+        ([2, 3], [1, 4], 0, 1),
+        ([4, 5], [5, 8], 1, 0),
+        ([6, 7], [5, 8], 1, 1),
+    ]
+    assert "recompute full" in vp.legacy_gaps(run, TODAY)
+    cluster = spec["cluster"]
+    if isinstance(cluster, dict):  # explicit DGX-like nodes: 8 GPUs each, 200 Gb/s NIC per GPU
+        assert [n["ranks"] for n in cluster["nodes"]] == [list(range(8))]
+        assert cluster["nodes"][0]["nic_bandwidth"] == "200Gbps"
+
+
+# ---------------------------------------------------------------- harness
+
+
+def test_harness_replays_one_dp_replica_and_equals_the_unfolded_replay(tmp_path):
+    from netmodels.cluster import build_cluster
+    from netmodels.models import build_model
+    from replay import DurationModel, simulate
+    from tracegen import generate, load_spec
+
+    run = tiny_run()
+    spec = vp.spec_for(run, micro_batches=4)
+    rep = vp.replay_spec(spec)
+    assert rep.replayed_ranks == run.tp * run.pp  # one of the two DP replicas simulated
+    dep = load_spec(spec)
+    generate(dep, rewrite=False).write(tmp_path, dep.name)
+    import json
+
+    net = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
+    full = simulate(str(tmp_path), network=net, compute=DurationModel())
+    assert rep.iteration_ns == full.summary_dict()["iteration_time_ns"] > 0
+
+
+def test_micro_batch_extrapolation_equals_the_full_replay():
+    """1F1B past warm-up adds one bottleneck-stage period per micro-batch: replays at m = 4 and 8 (pp = 4)
+    extrapolate to m = 16 exactly as the replay at 16 gives it."""
+    run = tiny_run()
+    t = {m: vp.replay_spec(vp.spec_for(run, micro_batches=m)).iteration_ns for m in (4, 8, 16)}
+    assert vp.extrapolate(16, (4, t[4]), (8, t[8])) == pytest.approx(t[16], rel=1e-6)
+    assert vp.extrapolation_points(replace(run, global_batch=4 * 1024), max_nodes=10_000) == (4, 8)
+    assert vp.extrapolation_points(run, max_nodes=10**9) is None
+
+
+def test_micro_batch_extrapolation_is_exact_for_interleaved_1f1b_too():
+    """Interleaved 1F1B (v = 2, pp = 4) with selective recompute and sequence parallelism: replays at m = 4
+    and 8 extrapolate to the replay at 16. Needs the virtual_stages key (issue 10)."""
+    if "parallel" not in vp.spec_features():
+        pytest.skip("this checkout's spec has no parallel:/virtual_stages (issue 10 features)")
+    run = tiny_run(layers=16, virtual_stages=2, recompute="selective", sequence_parallel=True)
+    t = {m: vp.replay_spec(vp.spec_for(run, micro_batches=m)).iteration_ns for m in (4, 8, 16)}
+    assert vp.extrapolate(16, (4, t[4]), (8, t[8])) == pytest.approx(t[16], rel=1e-6)
+
+
+def test_prediction_over_budget_is_reported_not_guessed():
+    p = vp.predict(tiny_run(), max_nodes=10)
+    assert p.seconds is None and p.error_pct is None and p.method.startswith("not replayed")
+
+
+def test_layer_window_spans_first_start_to_last_end():
+    ops = pl.DataFrame(
+        {
+            "rank": [0, 0, 0, 0, 1],
+            "layer": [3, 3, 3, 4, 3],
+            "phase": ["fwd", "fwd", "bwd", "fwd", "fwd"],
+            "start_ns": [1_000_000, 2_500_000, 9_000_000, 4_000_000, 0],
+            "end_ns": [2_000_000, 3_500_000, 12_000_000, 5_000_000, 99_000_000],
+        }
+    )
+    assert vp.layer_window_ms(ops, 0, 3, ("fwd",)) == 2.5
+    assert vp.layer_window_ms(ops, 0, 3, ("bwd", "recompute")) == 3.0
+    with pytest.raises(ValueError):
+        vp.layer_window_ms(ops, 0, 5, ("fwd",))
+
+
+def test_table_is_deterministic_and_median_is_right():
+    runs = [tiny_run(id=f"r{i}", measured_value=10.0) for i in range(4)]
+    preds = [
+        vp.Prediction(runs[0], 10.2, "replayed", 1, 0.1),
+        vp.Prediction(runs[1], 9.6, "replayed", 1, 0.2),
+        vp.Prediction(runs[2], 11.0, "replayed", 1, 0.3),
+        vp.Prediction(runs[3], None, "not replayed (~9 nodes)", 0, 0.0),
+    ]
+    text = vp.runs_table(preds)
+    assert text == vp.runs_table(preds)
+    assert "| r1 | s, w |" in text and "| -4.0% |" in text and "| +10.0% |" in text
+    # |errors| 2, 4, 10 -> median 4; all 3 within +-10% (a 10.0% error counts as within)
+    assert text.rstrip().endswith(
+        "Replayed 3 of 4 runs: median |error| 4.0%, max |error| 10.0%, 3 of 3 within +-10%."
+    )
+    assert math.isclose(preds[1].error_pct, -4.0)
+
+
+def test_22b_layer_times_within_10_percent_of_korthikanti_table_4(data):
+    """Issue 10's per-layer target: forward and backward of one 22B layer (TP 8, micro-batch 4, s 2048) in
+    the five experiments of Korthikanti et al. Table 4, each within 10% of the measured ms. Needs the
+    recompute / attention / calibrated-compute keys (issue 10); a checkout without them skips."""
+    missing = {"recompute", "attention", "compute_model"} - vp.spec_features()
+    if missing:
+        pytest.skip(f"this checkout's spec lacks {sorted(missing)} (issue 10 features)")
+    results = vp.layer_results(data.layers)
+    assert len(results) == 5
+    for r in results:
+        assert r.forward_ms == pytest.approx(r.row.forward_ms, rel=0.10), r.row.experiment
+        assert r.backward_ms == pytest.approx(r.row.backward_ms, rel=0.10), r.row.experiment
+
+
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
+    assert vp.main(["--only", "no-such-run"]) == 2
+    assert capsys.readouterr().err.strip() == "validate_published: error: unknown run id(s) no-such-run"
+    missing = tmp_path / "none.yaml"
+    assert vp.main(["--data", str(missing)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("validate_published: error: ") and "none.yaml" in err and "\n" not in err
