@@ -70,7 +70,7 @@ def test_installed_package_finds_its_examples(tmp_path) -> None:
     elsewhere.mkdir()
     code = (
         "from tracegen.bundled import example_spec; from xsim.cli import main; p = example_spec('figure1.yaml');"
-        "print(p); raise SystemExit(main(['plan', p]))"
+        "print(p); raise SystemExit(main(['plan', p, '--allow-oom']))"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
     r = subprocess.run(

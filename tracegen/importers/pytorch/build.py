@@ -48,7 +48,7 @@ from traces.kineto import SYNC_CALLS, KEvent, KinetoTrace
 # Attribute names the importer writes besides the standard ones (documented in docs/pytorch-import.md).
 MODULE = "module"  # string: nn.Module path or scope the op ran in
 SOURCE_OP = "source_op"  # string: host op that launched a GPU kernel / collective
-DURATION_NS = "duration_ns"  # int64: exact measured duration (duration_micros is rounded to whole µs)
+DURATION_NS = A.DURATION_NS  # int64: exact measured duration (duration_micros is rounded to whole µs)
 PROFILER_STEP = "profiler_step"  # int64: N of the ProfilerStep#N window the op started in (-1: none)
 TID = "tid"  # int64: Kineto thread (CPU ops) ; STREAM for GPU ops
 RF_ID = "rf_id"
