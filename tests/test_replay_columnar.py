@@ -112,7 +112,7 @@ def test_astra_sim_traces(name: str) -> None:
 
 
 def test_pytorch_import(tmp_path: Path) -> None:
-    from tracegen.pytorch import import_pytorch
+    from tracegen.importers.pytorch import import_pytorch
 
     ex = ROOT / "traces" / "examples" / "pytorch"
     ets = [str(ex / f"tinygpt_pp2_et.{r}.json.gz") for r in range(2)]
