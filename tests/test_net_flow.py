@@ -247,6 +247,28 @@ def test_max_min_matches_textbook_progressive_filling_on_random_instances():
         assert np.allclose(got, reference_progressive_filling(flows, cap), rtol=1e-9)
 
 
+def test_small_max_min_path_gives_the_numpy_paths_numbers_bit_for_bit():
+    # max_min_rates takes a plain-Python path up to _SMALL_ENTRIES (flow, link) entries; replay outputs
+    # stay byte-identical only if it returns exactly the vectorized path's floats (same operations in the
+    # same order), so compare the bytes, on shared links, repeated capacities and flows without links.
+    from netmodels.flow import _max_min_numpy, _max_min_small
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        nl = int(rng.integers(1, 12))
+        flows = [
+            [int(x) for x in rng.choice(nl, size=int(rng.integers(0, min(nl, 5) + 1)), replace=False)]
+            for _ in range(int(rng.integers(1, 12)))
+        ]
+        if not any(flows):
+            continue
+        cap = rng.choice([rng.uniform(0.1, 500), 25.0, 50.0, 300.0, 12.5], nl)
+        ptr, links = csr(flows + [[]])
+        small = _max_min_small(ptr.tolist(), links.tolist(), cap)
+        assert small.tobytes() == _max_min_numpy(ptr, links, cap).tobytes()
+        assert np.isinf(small[-1])
+
+
 def test_concurrent_collective_and_p2p_contend_in_flow_only():
     topo = ring_topology(4, 1e9, 0)
     spec = CollectiveSpec("all_gather", 1_000_000, (0, 1, 2, 3))
