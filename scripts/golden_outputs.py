@@ -48,7 +48,7 @@ def cases(inputs: Path) -> list[tuple[str, list[str]]]:
     out: list[tuple[str, list[str]]] = []
     for spec in ("figure1", "table4_c01", "table4_c13"):
         out.append((f"{spec}_analytical", [str(inputs / spec), "--model", "analytical"]))
-    for spec in ("figure1", "table4_c01"):
+    for spec in ("figure1", "table4_c01", "table4_c13"):
         out.append((f"{spec}_flow", [str(inputs / spec), "--model", "flow"]))
     out.append(("table4_c01_fold", [str(inputs / "table4_c01"), "--model", "analytical", "--fold"]))
     out.append(("figure1_chan2", [str(inputs / "figure1"), "--model", "analytical", "--comm-channels", "2"]))

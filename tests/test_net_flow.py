@@ -247,6 +247,28 @@ def test_max_min_matches_textbook_progressive_filling_on_random_instances():
         assert np.allclose(got, reference_progressive_filling(flows, cap), rtol=1e-9)
 
 
+def test_small_max_min_path_gives_the_numpy_paths_numbers_bit_for_bit():
+    # max_min_rates takes a plain-Python path up to _SMALL_ENTRIES (flow, link) entries; replay outputs
+    # stay byte-identical only if it returns exactly the vectorized path's floats (same operations in the
+    # same order), so compare the bytes, on shared links, repeated capacities and flows without links.
+    from netmodels.flow import _max_min_numpy, _max_min_small
+
+    rng = np.random.default_rng(11)
+    for _ in range(500):
+        nl = int(rng.integers(1, 12))
+        flows = [
+            [int(x) for x in rng.choice(nl, size=int(rng.integers(0, min(nl, 5) + 1)), replace=False)]
+            for _ in range(int(rng.integers(1, 12)))
+        ]
+        if not any(flows):
+            continue
+        cap = rng.choice([rng.uniform(0.1, 500), 25.0, 50.0, 300.0, 12.5], nl)
+        ptr, links = csr(flows + [[]])
+        small = _max_min_small(ptr.tolist(), links.tolist(), cap)
+        assert small.tobytes() == _max_min_numpy(ptr, links, cap).tobytes()
+        assert np.isinf(small[-1])
+
+
 def test_concurrent_collective_and_p2p_contend_in_flow_only():
     topo = ring_topology(4, 1e9, 0)
     spec = CollectiveSpec("all_gather", 1_000_000, (0, 1, 2, 3))
@@ -311,3 +333,42 @@ def test_random_collectives_flow_never_beats_analytical_and_is_deterministic():
         f2 = simulate_collective(FlowModel(topo), spec)
         assert f1 == f2
         assert all(x >= y for x, y in zip(f1.per_rank_finish_ns, a.per_rank_finish_ns, strict=True)), spec
+
+
+def _run_guarded(starts) -> list:
+    """Start (now, src, dst, bytes) p2p flows on a 2-host 300 GB/s ring and run to the end; finish times.
+
+    Under a 20 s alarm: a float time that stops advancing must fail the test, not hang it.
+    """
+    import signal
+
+    def boom(*_):
+        raise TimeoutError("flow model stopped advancing")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        model = FlowModel(ring_topology(2, 300e9, 0))
+        for now, src, dst, size in starts:
+            model.start_p2p(now, src, dst, size)
+        out = []
+        while (n := model.next_event_ns()) is not None:
+            out += model.advance(n)
+        return [c.finish_ns for c in out]
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_flow_finishing_at_tens_of_seconds_terminates_with_exact_times():
+    # At ~2e10 ns a float's spacing (~3.8e-6 ns) exceeds the 1e-6 ns done threshold, so a flow at
+    # 300 B/ns kept ~1e-3 B after its finish time and the model stepped to the same time forever (Table 4
+    # C13 under --model flow never finished). Hand-computed: 860,954,510 B / 300 B/ns = 2,869,848.37 ns
+    # after 19,733,815,619 -> 19,736,685,468 (rounded up); the second flow starts after the first is done:
+    # 245,631,565 / 300 = 818,771.88 ns after 19,743,733,528 -> 19,744,552,300.
+    got = _run_guarded([(19_733_815_619, 0, 1, 860_954_510), (19_743_733_528, 0, 1, 245_631_565)])
+    assert got == [19_736_685_468, 19_744_552_300]
+    # Two flows sharing the link at 2e10 ns: 150 B/ns each until the smaller one's 3,000,000,001 B are
+    # done (20,000,000.007 ns), then the other's 3,000,000,006 B left at 300 B/ns (10,000,000.02 ns).
+    got = _run_guarded([(20_000_000_000, 0, 1, 3_000_000_001), (20_000_000_000, 0, 1, 6_000_000_007)])
+    assert got == [20_020_000_001, 20_030_000_001]
