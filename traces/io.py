@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import zlib
 from typing import Any
 
 from traces.errors import XsimError
+from traces.limits import InputLimitError, inflate, json_depth_error
 
 # The resolved deployment spec that `xsim gen` (and `xsim rewrite`) write beside the traces; replay reads
 # it for the cluster, the GPUs and the DP replicas.
@@ -35,7 +35,9 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
         raise JsonFileError(f"cannot read: {exc.strerror or exc}", path=p) from None
     if raw[:2] == GZIP_MAGIC:
         try:
-            raw = gzip.decompress(raw)
+            raw = inflate(raw, p)
+        except InputLimitError:
+            raise
         except (EOFError, OSError, zlib.error) as exc:
             raise JsonFileError(f"gzip stream is truncated or corrupt ({exc})", path=p) from None
     return raw
@@ -46,9 +48,17 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     p = os.fspath(path)
     raw = read_bytes(p)
     try:
-        return json.loads(raw)
+        doc = json.loads(raw)
+    except RecursionError:
+        raise JsonFileError(
+            "nesting too deep to parse (XSIM_MAX_JSON_DEPTH bounds JSON nesting)", path=p
+        ) from None
     except UnicodeDecodeError:
         raise JsonFileError("not a UTF-8 JSON file", path=p) from None
     except json.JSONDecodeError as exc:
         what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "invalid JSON"
         raise JsonFileError(f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}", path=p) from None
+    deep = json_depth_error(doc, p)
+    if deep is not None:
+        raise JsonFileError(deep.removeprefix(f"{p}: "), path=p)
+    return doc

@@ -1,0 +1,173 @@
+"""Issue 16 limits: hostile sizes fail fast with exit 2 and one stderr line, under memory and time bounds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import resource
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from traces import pb
+from traces.stream import write_et
+
+ROOT = Path(__file__).resolve().parents[1]
+GIB = 1 << 30
+
+
+def _bound(mem_bytes: int):
+    def pre() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
+
+    return pre
+
+
+def _run(cwd: Path, *argv: str, mem: int = 3 * GIB, timeout: float = 60, env: dict | None = None):
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "xsim", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_bound(mem),
+        env=full_env,
+    )
+    return proc
+
+
+def _one_line_exit2(proc, *expect: str) -> str:
+    err = proc.stderr
+    assert proc.returncode == 2, (proc.returncode, err[-2000:])
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err[-2000:]
+    assert "Traceback" not in err
+    for word in expect:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def _comp(i: int) -> pb.Node:
+    n = pb.Node(id=i, name=f"c{i}", type=pb.COMP_NODE, duration_micros=10)
+    return n
+
+
+@pytest.fixture()
+def small_set(tmp_path: Path) -> Path:
+    for r in range(2):
+        write_et(tmp_path / f"t.{r}.et", [_comp(1), _comp(2)])
+    return tmp_path
+
+
+@pytest.mark.parametrize("verb", ["info", "validate"])
+def test_stray_huge_rank_file_is_named(small_set: Path, verb: str) -> None:
+    # 2 files plus a stray rank 10^12: ranks must be 0..N-1 of N files; the stray file is named at once.
+    write_et(small_set / "t.1000000000000.et", [_comp(1)])
+    proc = _run(small_set, "trace", verb, "t", mem=2 * GIB, timeout=30)
+    _one_line_exit2(proc, "t.1000000000000.et", "rank 1000000000000", "0..2")
+
+
+def test_stray_huge_rank_file_replay(small_set: Path) -> None:
+    write_et(small_set / "t.1000000000000.et", [_comp(1)])
+    proc = _run(small_set, "replay", "t", mem=2 * GIB, timeout=30)
+    _one_line_exit2(proc, "t.1000000000000.et")
+
+
+def test_stray_huge_rank_in_folder(small_set: Path) -> None:
+    write_et(small_set / "t.99999999999999999999.et", [_comp(1)])
+    proc = _run(small_set, "trace", "info", ".", mem=2 * GIB, timeout=30)
+    _one_line_exit2(proc, "t.99999999999999999999.et")
+
+
+def test_zero_byte_et_is_bounded(tmp_path: Path) -> None:
+    # 16 MiB of zero bytes: one empty GlobalMetadata then 16,777,215 empty node frames, past XSIM_MAX_NODES.
+    (tmp_path / "z.0.et").write_bytes(b"\x00" * (16 << 20))
+    proc = _run(tmp_path, "trace", "info", "z.0.et", mem=3 * GIB, timeout=60)
+    _one_line_exit2(proc, "z.0.et", "XSIM_MAX_NODES")
+
+
+def test_zero_byte_et_node_limit_env(tmp_path: Path) -> None:
+    # The limit is exact: 3 empty node frames pass under XSIM_MAX_NODES=3 and fail under 2.
+    (tmp_path / "z.0.et").write_bytes(b"\x00" * 4)
+    ok = _run(tmp_path, "trace", "info", "z.0.et", env={"XSIM_MAX_NODES": "3"})
+    assert "XSIM_MAX_NODES" not in ok.stderr
+    bad = _run(tmp_path, "trace", "info", "z.0.et", env={"XSIM_MAX_NODES": "2"})
+    _one_line_exit2(bad, "more than 2 nodes", "XSIM_MAX_NODES")
+
+
+def _gzip_zeros(path: Path, size: int) -> None:
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"\x00" * (1 << 20)
+    with open(path, "wb") as fh:
+        for _ in range(size >> 20):
+            fh.write(comp.compress(block))
+        fh.write(comp.flush())
+
+
+def test_gzip_bomb_et_past_inflate_limit(tmp_path: Path) -> None:
+    # ~1 MB of gzip inflating to 1 GiB; with the limit at 256 MiB it stops inflating there.
+    _gzip_zeros(tmp_path / "b.0.et.gz", GIB)
+    assert (tmp_path / "b.0.et.gz").stat().st_size < 2 << 20
+    proc = _run(
+        tmp_path,
+        "trace",
+        "info",
+        "b.0.et.gz",
+        mem=2 * GIB,
+        timeout=60,
+        env={"XSIM_MAX_INFLATE_BYTES": str(256 << 20)},
+    )
+    _one_line_exit2(proc, "b.0.et.gz", f"inflates past {256 << 20} bytes", "XSIM_MAX_INFLATE_BYTES")
+
+
+def test_gzip_bomb_kineto_json(tmp_path: Path) -> None:
+    # A gzipped Kineto-looking JSON of 512 MiB of spaces inside a string, read by `xsim import`.
+    path = tmp_path / "k.json.gz"
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path, "wb") as fh:
+        fh.write(comp.compress(b'{"traceEvents": [], "x": "'))
+        block = b" " * (1 << 20)
+        for _ in range(512):
+            fh.write(comp.compress(block))
+        fh.write(comp.compress(b'"}'))
+        fh.write(comp.flush())
+    from traces.io import read_json
+    from traces.limits import InputLimitError
+
+    os.environ["XSIM_MAX_INFLATE_BYTES"] = str(64 << 20)
+    try:
+        with pytest.raises(InputLimitError, match="inflates past 67108864 bytes"):
+            read_json(path)
+    finally:
+        del os.environ["XSIM_MAX_INFLATE_BYTES"]
+
+
+def test_inflate_matches_gzip_and_concatenated_members(tmp_path: Path) -> None:
+    from traces.limits import inflate
+
+    a, b = b"hello " * 1000, b"world" * 7
+    both = gzip.compress(a, mtime=0) + gzip.compress(b, mtime=0)
+    assert inflate(both, "x") == a + b
+    with pytest.raises(EOFError):
+        inflate(gzip.compress(a, mtime=0)[:-12], "x")
+
+
+def test_deep_json_is_one_line(tmp_path: Path) -> None:
+    # 100,000 nested arrays: json's recursion limit, and a 100-deep one past the default depth of 64.
+    from traces.io import JsonFileError, read_json
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(JsonFileError, match="nesting too deep"):
+        read_json(deep)
+    mid = tmp_path / "mid.json"
+    mid.write_text(json.dumps({"a": [[[0]]]}))
+    assert read_json(mid) == {"a": [[[0]]]}
+    mid.write_text("[" * 100 + "]" * 100)
+    with pytest.raises(JsonFileError, match="deeper than 64 levels"):
+        read_json(mid)
