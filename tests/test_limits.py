@@ -171,3 +171,65 @@ def test_deep_json_is_one_line(tmp_path: Path) -> None:
     mid.write_text("[" * 100 + "]" * 100)
     with pytest.raises(JsonFileError, match="deeper than 64 levels"):
         read_json(mid)
+
+
+_DG = "device_groups:\n  - {id: 0, gpu: H100, ranks: [0], tp: 1, layers: [1, 32], micro_batch: 2, pp_stage: 0, dp_replica: 0}\n"
+_BASE = "model: llama2-7b\nseq_len: 2048\nmicro_batches: 4\n"
+
+
+def _billion_laughs() -> str:
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, 10):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+SPEC_CASES = {
+    # 9^10 = 3.5e9 "lol"s by reference: refused at the first alias, before composing.
+    "laughs.yaml": (_BASE + "name: bl\ngpus: {H100: *j}\n" + _DG, _billion_laughs(), "YAML aliases (*a)"),
+    "deep.yaml": ("name: d\nmodel: " + "[" * 5000 + "]" * 5000 + "\n", "", "deeper than 64 levels"),
+    "deep.json": ('{"name": "d", "model": ' + "[" * 100_000 + "]" * 100_000 + "}", "", "nesting too deep"),
+    "mid.json": ('{"name": "d", "model": ' + "[" * 70 + "]" * 70 + "}", "", "deeper than 64 levels"),
+    "ranks.yaml": (
+        _BASE + "name: rr\n" + _DG.replace("ranks: [0]", "ranks: '0-99999999'"),
+        "",
+        "at most 1,048,576 ranks",
+    ),
+    "flops.json": (
+        json.dumps(
+            {
+                "name": "pf",
+                "model": "llama2-7b",
+                "gpus": {"H100": {"peak_flops": 1e-300}},
+                "device_groups": [{"id": 0, "gpu": "H100", "ranks": [0], "layers": [1, 32]}],
+            }
+        ),
+        "",
+        "peak_flops 1e-300 is below 1e+09",
+    ),
+    "price.yaml": (_BASE + "name: pi\ngpus: {H100: {price_per_hour: .inf}}\n" + _DG, "", "finite positive"),
+    "newline.yaml": (_BASE + 'name: "abc\\n"\n' + _DG, "", "name must be a file-name-safe word"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SPEC_CASES))
+def test_hostile_spec_is_one_line(tmp_path: Path, case: str) -> None:
+    body, prelude, expect = SPEC_CASES[case]
+    (tmp_path / case).write_text(prelude + body)
+    proc = _run(tmp_path, "gen", case, "--out", "out", mem=2 * GIB, timeout=30)
+    _one_line_exit2(proc, case, expect)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_name_regex_refuses_trailing_newline() -> None:
+    from tracegen.spec import NAME_RE
+
+    assert NAME_RE.match("abc") and not NAME_RE.match("abc\n")
+
+
+def test_yaml_spec_without_aliases_still_loads(tmp_path: Path) -> None:
+    from tracegen.spec import read_spec_file
+
+    (tmp_path / "s.yaml").write_text(_BASE + "name: ok\n" + _DG)
+    assert read_spec_file(tmp_path / "s.yaml")["device_groups"][0]["layers"] == [1, 32]

@@ -23,6 +23,7 @@ from tracegen.models import ModelArch, model_from_mapping, model_from_message, p
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
+from traces.limits import json_depth_error, max_json_depth
 from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
@@ -80,7 +81,8 @@ MAX_LAYER_STEPS = 50_000_000
 # `parallel:` blocks larger than this are refused before expansion (each rank is a device-group entry and
 # a trace file; 1M ranks would already take hours to generate).
 MAX_PARALLEL_RANKS = 1 << 20
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# \Z, not $: `$` also matches before a trailing newline, which let a name "abc\n" through into file names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class _DuplicateKey(ValueError):
@@ -88,7 +90,32 @@ class _DuplicateKey(ValueError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last)."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last).
+
+    It also refuses aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the
+    "billion laughs") and nesting deeper than traces.limits.max_json_depth(), before building anything.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{event.anchor}) are not accepted in a spec", event.start_mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > max_json_depth():
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nesting deeper than {max_json_depth()} levels (XSIM_MAX_JSON_DEPTH raises the limit)",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         self.flatten_mapping(node)
@@ -132,10 +159,17 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = tomllib.loads(data.decode("utf-8"))
         elif ext == ".json":
             raw = json.loads(data, object_pairs_hook=_unique_pairs)
+            deep = json_depth_error(raw, p)
+            if deep is not None:
+                raise SpecError(deep.removeprefix(f"{p}: "), path=p)
         else:
             raise SpecError(
                 f"unknown spec format {ext or '(none)'!r}: use .yaml, .yml, .toml or .json", path=p
             )
+    except RecursionError:
+        raise SpecError(
+            f"not valid {ext[1:].upper()}: nesting too deep (XSIM_MAX_JSON_DEPTH bounds spec nesting)", path=p
+        ) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as exc:
         # ValueError: json.JSONDecodeError, UnicodeDecodeError and _DuplicateKey.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -578,7 +612,10 @@ class _SpecBuilder:
             raise self.fail(f"{where}{exc}") from None
         ranks = parse_ranks(g.get("ranks"))
         if ranks is None:
-            raise self.fail(f"{where}ranks must be a non-empty list of ranks >= 0 (or a range 'a-b')")
+            raise self.fail(
+                f"{where}ranks must be a non-empty list of ranks >= 0 (or a range 'a-b' of at most "
+                f"{MAX_PARALLEL_RANKS:,} ranks)"
+            )
         tp = self.int_key(g, "tp", where, default=len(ranks))
         if tp != len(ranks):
             raise self.fail(f"{where}tp {tp} but {len(ranks)} ranks (a device group is one TP group)")
@@ -719,6 +756,8 @@ def parse_ranks(v: Any) -> list[int] | None:
         m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", v)
         if not m or int(m[1]) > int(m[2]) or int(m[2]) > INT32_MAX:
             return None
+        if int(m[2]) - int(m[1]) >= MAX_PARALLEL_RANKS:
+            return None  # bounded before the list is built: '0-99999999' is a typo, not 10^8 ranks
         return list(range(int(m[1]), int(m[2]) + 1))
     if isinstance(v, list) and v and all(_is_int(r) and 0 <= r <= INT32_MAX for r in v):
         return list(v)
