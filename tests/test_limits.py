@@ -208,7 +208,11 @@ SPEC_CASES = {
         "",
         "peak_flops 1e-300 is below 1e+09",
     ),
-    "price.yaml": (_BASE + "name: pi\ngpus: {H100: {price_per_hour: .inf}}\n" + _DG, "", "finite positive"),
+    "price.yaml": (
+        _BASE + "name: pi\ngpus: {H100: {price_per_hour: .inf}}\n" + _DG,
+        "",
+        "must be a finite number",
+    ),
     "newline.yaml": (_BASE + 'name: "abc\\n"\n' + _DG, "", "name must be a file-name-safe word"),
 }
 

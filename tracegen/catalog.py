@@ -154,8 +154,10 @@ def check_gpu(spec: GpuSpec) -> None:
         v = getattr(spec, f.name)
         if f.name in ("name", "overridden") or (f.name in ("price_per_hour", "fp8_flops") and v is None):
             continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or not (0 < v < math.inf):
-            raise CatalogError(f"GPU {spec.name}: {f.name} must be a finite positive number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+            raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")
+        if v == math.inf:
+            raise CatalogError(f"GPU {spec.name}: {f.name} must be a finite number, got {v!r}")
         if f.name in _MIN_RATE and v < _MIN_RATE[f.name]:
             raise CatalogError(
                 f"GPU {spec.name}: {f.name} {v!r} is below {_MIN_RATE[f.name]:g} per second (a unit slip?)"
