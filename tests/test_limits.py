@@ -237,3 +237,77 @@ def test_yaml_spec_without_aliases_still_loads(tmp_path: Path) -> None:
 
     (tmp_path / "s.yaml").write_text(_BASE + "name: ok\n" + _DG)
     assert read_spec_file(tmp_path / "s.yaml")["device_groups"][0]["layers"] == [1, 32]
+
+
+SHARED_SET = (
+    ROOT.parent / "shared" / "peer_traces" / "chakra_et" / "astra-sim_custom_ring_allreduce_8npus_1MB"
+)
+RING8 = "topology: [ Ring ]\nnpus_count: [ 8 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n"
+SYSTEM = {
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "all-reduce-implementation": ["ring"],
+    "local-mem-bw": 1600,
+}
+
+
+@pytest.mark.skipif(not SHARED_SET.is_dir(), reason="../shared peer traces absent")
+@pytest.mark.parametrize(
+    "case",
+    ["splits", "latency_nan", "bandwidth_zero", "endpoint_delay", "local_mem_bw", "nested"],
+)
+def test_hostile_astra_config_cli(tmp_path: Path, case: str) -> None:
+    net, system = RING8, dict(SYSTEM)
+    expect = {
+        "splits": "'preferred-dataset-splits' must be at most 4,096",
+        "latency_nan": "latency must be 0 to 1e+12 ns, got nan",
+        "bandwidth_zero": "bandwidth must be 0.001 to 1e+09 GB/s, got 1e-300",
+        "endpoint_delay": "'endpoint-delay' must be at most 1,000,000,000,000",
+        "local_mem_bw": "'local-mem-bw' must be a finite number >= 0.001",
+        "nested": "'latency' entry [[500.0]] is not a number",
+    }[case]
+    if case == "splits":
+        system["preferred-dataset-splits"] = 1_000_000_000  # once: a hang, one event per chunk
+    elif case == "latency_nan":
+        net = net.replace("[ 500.0 ]", "[ .nan ]")
+    elif case == "bandwidth_zero":
+        net = net.replace("[ 50.0 ]", "[ 1.0e-300 ]")
+    elif case == "endpoint_delay":
+        system["endpoint-delay"] = 10**20
+    elif case == "local_mem_bw":
+        system["local-mem-bw"] = 1e-300  # once: reductions of 0 ns and a 10 ns iteration
+    elif case == "nested":
+        net = net.replace("[ 500.0 ]", "[ [[500.0]] ]")
+    (tmp_path / "net.yml").write_text(net)
+    (tmp_path / "sys.json").write_text(json.dumps(system))
+    argv = ("replay", str(SHARED_SET), "--astra-network", "net.yml", "--astra-system", "sys.json")
+    proc = _run(tmp_path, *argv, mem=3 * GIB, timeout=60)
+    _one_line_exit2(proc, expect)
+
+
+def test_astra_loader_bounds(tmp_path: Path) -> None:
+    from netmodels.astra import AstraConfigError, load_network_yml, system_from_dict
+
+    ok = system_from_dict({**SYSTEM, "preferred-dataset-splits": 4096, "endpoint-delay": 10**12})
+    assert (ok.preferred_dataset_splits, ok.endpoint_delay_ns) == (4096, 10**12)
+    for bad in ({"local-mem-bw": float("inf")}, {"active-chunks-per-dimension": 4097}):
+        with pytest.raises(AstraConfigError):
+            system_from_dict({**SYSTEM, **bad})
+    for net in (RING8.replace("[ 500.0 ]", "[ .inf ]"), RING8.replace("[ Ring ]", "[ [Ring] ]")):
+        (tmp_path / "n.yml").write_text(net)
+        with pytest.raises(AstraConfigError):
+            load_network_yml(tmp_path / "n.yml")
+    (tmp_path / "n.yml").write_text(RING8.replace("[ 50.0 ]", "[ 0.001 ]"))
+    assert load_network_yml(tmp_path / "n.yml").dims[0].bandwidth_gbps == 0.001
+
+
+def test_astra_roofline_rates_finite(tmp_path: Path) -> None:
+    from replay.errors import ReplayError
+    from xsim.api.compute import astra_roofline
+
+    path = tmp_path / "sys.json"
+    for bad, msg in (("NaN", "must be a finite number"), ("1e-300", "must be >= 0.001 GB/s")):
+        path.write_text('{"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": %s}' % bad)
+        with pytest.raises(ReplayError, match=msg):
+            astra_roofline(str(path))
