@@ -311,3 +311,36 @@ def test_astra_roofline_rates_finite(tmp_path: Path) -> None:
         path.write_text('{"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": %s}' % bad)
         with pytest.raises(ReplayError, match=msg):
             astra_roofline(str(path))
+
+
+def _dup_set(tmp_path: Path, both: bool) -> None:
+    from traces.attrs import make_attr, make_node
+
+    for r in range(2):
+        ar = make_node(2, "ar", pb.COMM_COLL_NODE, data_deps=[1], attrs={"comm_type": pb.ALL_REDUCE})
+        ar.attr.append(make_attr("comm_size", 1 << 20))
+        if r == 0 or both:
+            ar.attr.append(make_attr("comm_size", 1 << 30))  # a second comm_size: 1 GiB after 1 MiB
+        write_et(tmp_path / f"d.{r}.et", [_comp(1), ar])
+
+
+@pytest.mark.parametrize(
+    "verb", [("trace", "info"), ("trace", "validate"), ("replay", "--topology", "switch:2:50GBps:500ns")]
+)
+def test_duplicate_comm_size_is_one_error_everywhere(tmp_path: Path, verb: tuple[str, ...]) -> None:
+    # info and validate once read the first comm_size (1 MiB), replay the last (1 GiB), all exit 0.
+    _dup_set(tmp_path, both=False)
+    proc = _run(tmp_path, *verb, "d", timeout=60)
+    line = _one_line_exit2(proc, "attribute 'comm_size' given twice on one node", "id 2")
+    assert "d.0.et" in line
+
+
+def test_single_comm_size_still_replays(tmp_path: Path) -> None:
+    from traces import attrs as A
+
+    node = pb.Node(id=3)
+    node.attr.append(A.make_attr("comm_size", 5))
+    assert A.get_int(node, "comm_size") == 5
+    node.attr.append(A.make_attr("comm_size", 6))
+    with pytest.raises(Exception, match="given twice"):
+        A.get_int(node, "comm_size")
