@@ -344,3 +344,38 @@ def test_single_comm_size_still_replays(tmp_path: Path) -> None:
     node.attr.append(A.make_attr("comm_size", 6))
     with pytest.raises(Exception, match="given twice"):
         A.get_int(node, "comm_size")
+
+
+def test_json_text_limit_and_dev_zero(tmp_path: Path, monkeypatch) -> None:
+    from traces.io import read_json
+    from traces.limits import InputLimitError
+
+    monkeypatch.setenv("XSIM_MAX_JSON_BYTES", "100")
+    (tmp_path / "a.json").write_text('{"x": "' + "y" * 91 + '"}')  # exactly 100 bytes: read
+    assert read_json(tmp_path / "a.json") == {"x": "y" * 91}
+    (tmp_path / "b.json").write_text('{"x": "' + "y" * 92 + '"}')  # 101 bytes: refused unread
+    with pytest.raises(InputLimitError, match="larger than 100 bytes .XSIM_MAX_JSON_BYTES"):
+        read_json(tmp_path / "b.json")
+    (tmp_path / "c.json.gz").write_bytes(gzip.compress(('{"x": "' + "y" * 92 + '"}').encode()))
+    with pytest.raises(InputLimitError, match="inflates past 100 bytes .XSIM_MAX_JSON_BYTES"):
+        read_json(tmp_path / "c.json.gz")
+    if os.path.exists("/dev/zero"):
+        with pytest.raises(InputLimitError, match="larger than 100 bytes"):
+            read_json("/dev/zero")
+
+
+def test_kineto_bomb_cli_default_limits(tmp_path: Path) -> None:
+    # ~2 MB of gzip inflating to 2 GiB of JSON, with the default limits, under a 2 GiB address-space bound:
+    # refused at the 1 GiB JSON limit (it once ran out of memory at 2.4 GB).
+    path = tmp_path / "k.json.gz"
+    comp = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path, "wb") as fh:
+        fh.write(comp.compress(b'{"traceEvents": [{"ph": "X", "name": "'))
+        block = b"a" * (1 << 20)
+        for _ in range(2048):
+            fh.write(comp.compress(block))
+        fh.write(comp.compress(b'"}]}'))
+        fh.write(comp.flush())
+    argv = ("import", "pytorch", "--et", "k.json.gz", "--kineto", "k.json.gz", "--out", "out/run")
+    proc = _run(tmp_path, *argv, mem=2 * GIB + GIB // 2, timeout=120)
+    _one_line_exit2(proc, "k.json.gz", "XSIM_MAX_JSON_BYTES")

@@ -12,6 +12,7 @@ from traces.errors import XsimError
 # (docs/validation.md: 36M nodes over 3072 ranks) hold well under 1M nodes. Raise them with the env vars.
 DEFAULT_MAX_INFLATE_BYTES = 4 << 30  # 4 GiB of decompressed bytes per file
 DEFAULT_MAX_NODES = 1 << 23  # framed messages per `.et` file
+DEFAULT_MAX_JSON_BYTES = 1 << 30  # 1 GiB of JSON text per file (parsed, it takes several times that)
 DEFAULT_MAX_JSON_DEPTH = 64  # nesting of JSON arrays/objects (Kineto, comm groups, specs use < 10)
 
 _INFLATE_CHUNK = 16 << 20  # decompress in 16 MiB steps so the limit is checked before allocating more
@@ -45,18 +46,24 @@ def max_nodes() -> int:
     return limit("XSIM_MAX_NODES", DEFAULT_MAX_NODES)
 
 
+def max_json_bytes() -> int:
+    """Most bytes of JSON text one file may hold, after inflating (XSIM_MAX_JSON_BYTES)."""
+    return limit("XSIM_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES)
+
+
 def max_json_depth() -> int:
     """Deepest nesting of arrays/objects a JSON or YAML input may have (XSIM_MAX_JSON_DEPTH)."""
     return limit("XSIM_MAX_JSON_DEPTH", DEFAULT_MAX_JSON_DEPTH)
 
 
-def inflate(raw: bytes, path: str) -> bytes:
-    """Decompress a gzip file's bytes in bounded steps; more than max_inflate_bytes() is InputLimitError.
+def inflate(raw: bytes, path: str, cap: int | None = None, env: str = "XSIM_MAX_INFLATE_BYTES") -> bytes:
+    """Decompress a gzip file's bytes in bounded steps; more than CAP (default max_inflate_bytes(), raised
+    by the env var ENV) is InputLimitError.
 
     Corrupt or truncated data raises zlib.error or EOFError (the callers turn those into their own errors).
     Concatenated gzip members (what `cat a.gz b.gz` makes) are inflated one after another, as gzip does.
     """
-    cap = max_inflate_bytes()
+    cap = max_inflate_bytes() if cap is None else cap
     out: list[bytes] = []
     total = 0
     data = raw
@@ -66,9 +73,7 @@ def inflate(raw: bytes, path: str) -> bytes:
         while True:
             total += len(chunk)
             if total > cap:
-                raise InputLimitError(
-                    f"{path}: gzip data inflates past {cap} bytes (XSIM_MAX_INFLATE_BYTES raises the limit)"
-                )
+                raise InputLimitError(f"{path}: gzip data inflates past {cap} bytes ({env} raises the limit)")
             out.append(chunk)
             if d.eof or (not d.unconsumed_tail and len(chunk) < _INFLATE_CHUNK):
                 break
