@@ -260,7 +260,7 @@ SYSTEM = {
 def test_hostile_astra_config_cli(tmp_path: Path, case: str) -> None:
     net, system = RING8, dict(SYSTEM)
     expect = {
-        "splits": "'preferred-dataset-splits' must be at most 4,096",
+        "splits": "'preferred-dataset-splits' must be at most 1,024",
         "latency_nan": "latency must be 0 to 1e+12 ns, got nan",
         "bandwidth_zero": "bandwidth must be 0.001 to 1e+09 GB/s, got 1e-300",
         "endpoint_delay": "'endpoint-delay' must be at most 1,000,000,000,000",
@@ -289,9 +289,9 @@ def test_hostile_astra_config_cli(tmp_path: Path, case: str) -> None:
 def test_astra_loader_bounds(tmp_path: Path) -> None:
     from netmodels.astra import AstraConfigError, load_network_yml, system_from_dict
 
-    ok = system_from_dict({**SYSTEM, "preferred-dataset-splits": 4096, "endpoint-delay": 10**12})
-    assert (ok.preferred_dataset_splits, ok.endpoint_delay_ns) == (4096, 10**12)
-    for bad in ({"local-mem-bw": float("inf")}, {"active-chunks-per-dimension": 4097}):
+    ok = system_from_dict({**SYSTEM, "preferred-dataset-splits": 1024, "endpoint-delay": 10**12})
+    assert (ok.preferred_dataset_splits, ok.endpoint_delay_ns) == (1024, 10**12)
+    for bad in ({"local-mem-bw": float("inf")}, {"active-chunks-per-dimension": 1025}):
         with pytest.raises(AstraConfigError):
             system_from_dict({**SYSTEM, **bad})
     for net in (RING8.replace("[ 500.0 ]", "[ .inf ]"), RING8.replace("[ Ring ]", "[ [Ring] ]")):
