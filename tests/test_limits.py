@@ -308,7 +308,7 @@ def test_astra_roofline_rates_finite(tmp_path: Path) -> None:
 
     path = tmp_path / "sys.json"
     for bad, msg in (("NaN", "must be a finite number"), ("1e-300", "must be >= 0.001 GB/s")):
-        path.write_text('{"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": %s}' % bad)
+        path.write_text('{"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": ' + bad + "}")
         with pytest.raises(ReplayError, match=msg):
             astra_roofline(str(path))
 
