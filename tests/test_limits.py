@@ -379,3 +379,15 @@ def test_kineto_bomb_cli_default_limits(tmp_path: Path) -> None:
     argv = ("import", "pytorch", "--et", "k.json.gz", "--kineto", "k.json.gz", "--out", "out/run")
     proc = _run(tmp_path, *argv, mem=2 * GIB + GIB // 2, timeout=120)
     _one_line_exit2(proc, "k.json.gz", "XSIM_MAX_JSON_BYTES")
+
+
+def test_one_rank_with_a_million_layers_is_refused_before_building(tmp_path: Path) -> None:
+    # 10^6 layers x 1 micro-batch on one rank: >= 10M nodes in one file, past XSIM_MAX_NODES (2^23); it once
+    # passed the set-wide step guard and grew past 19.8 GB. Under a 2 GiB bound it fails at once.
+    spec = (
+        "name: big\nmodel: {base: llama2-7b, layers: 1000000}\nseq_len: 2048\nmicro_batches: 1\n"
+        + _DG.replace("[1, 32]", "[1, 1000000]").replace("micro_batch: 2", "micro_batch: 1")
+    )
+    (tmp_path / "big.yaml").write_text(spec)
+    proc = _run(tmp_path, "gen", "big.yaml", "--out", "out", mem=2 * GIB, timeout=60)
+    _one_line_exit2(proc, "big.yaml", "1,000,000 (layer, micro-batch) steps", "XSIM_MAX_NODES")

@@ -23,7 +23,7 @@ from tracegen.models import ModelArch, model_from_mapping, model_from_message, p
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
-from traces.limits import json_depth_error, max_json_depth
+from traces.limits import json_depth_error, max_json_depth, max_nodes
 from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
@@ -78,6 +78,10 @@ INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # steps (>= 100M nodes, hours and tens of GB) a spec is almost surely a typo (micro_batches: 2000000000),
 # so it is refused up front instead of looking like a hang.
 MAX_LAYER_STEPS = 50_000_000
+# Nodes of one (layer, micro-batch) step, a lower estimate: llama2-7b on one rank, 32 layers x 4
+# micro-batches at tp 1 (examples/table4_c01.yaml cut to its rank 0), is 2,593 nodes (20.3 per step, measured
+# with `xsim gen`); half of that, so a set that fits the file limit is never refused.
+MIN_NODES_PER_STEP = 10
 # `parallel:` blocks larger than this are refused before expansion (each rank is a device-group entry and
 # a trace file; 1M ranks would already take hours to generate).
 MAX_PARALLEL_RANKS = 1 << 20
@@ -290,6 +294,18 @@ class _SpecBuilder:
             raise self.fail(
                 f"{steps:,} (rank, layer, micro-batch) steps, over the {MAX_LAYER_STEPS:,} xsim generates "
                 "(each is >= 2 trace nodes): lower micro_batches or the layers per device group"
+            )
+        # Per rank: one file must stay readable (traces.limits.max_nodes), and its nodes are held in memory
+        # while generating; checked before any node is built (issue 16: one rank with 10^6 layers grew past
+        # 19.8 GB although the set-wide step count above was small).
+        per_rank = dep.micro_batches * max(
+            sum(e - s + 1 for s, e in chunk_ranges(dg)) for dg in dep.device_groups
+        )
+        if per_rank * MIN_NODES_PER_STEP > max_nodes():
+            raise self.fail(
+                f"one rank would hold {per_rank:,} (layer, micro-batch) steps, at least "
+                f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
+                "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
         self.cluster(dep)
         return dep
