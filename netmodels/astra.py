@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,10 +134,31 @@ NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 MAX_NPUS = 1 << 20
 
 
+# Ranges of ASTRA-sim config numbers (issue 16): outside them a value is a unit slip or garbage, and it
+# would otherwise hang (one event per chunk: splits 1e9 is 1e9 chunks per collective) or give silently
+# wrong times (NaN latency, bandwidth ~ 0). The bounds sit far outside every real config: the reference's
+# configs (../shared/peer_configs/astra-sim) use splits 1-4, one or two active chunks, GB/s bandwidths
+# and latencies of hundreds of ns.
+MIN_GBPS = 1e-3  # bandwidth and local-mem-bw in GB/s: 1 MB/s, below any interconnect or memory
+MAX_GBPS = 1e9  # 1 EB/s
+MAX_LATENCY_NS = 1e12  # 1,000 s per hop
+MAX_ENDPOINT_DELAY_NS = 10**12  # 1,000 s
+# preferred-dataset-splits and active-chunks-per-dimension: 1,024 chunks, 256x the reference configs; the
+# event machine's time grows linearly with the chunks, so this also bounds one collective's cost.
+MAX_SPLITS = 1 << 10
+
+
+def _in_range(v: object, lo: float, hi: float) -> bool:
+    """True for a real number (not a bool, not NaN) in [lo, hi]."""
+    return not isinstance(v, bool) and isinstance(v, int | float) and lo <= v <= hi
+
+
 def load_network_yml(path: str | Path) -> AstraNetwork:
     """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
     try:
         doc = yaml.safe_load(_read(path, "network config"))
+    except RecursionError:
+        raise AstraConfigError(f"{path}: not valid YAML (nesting too deep)") from None
     except yaml.YAMLError as exc:
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, Mapping):
@@ -152,7 +174,7 @@ def load_network_yml(path: str | Path) -> AstraNetwork:
     if not isinstance(topo, list) or not topo:
         raise AstraConfigError(f"{path}: 'topology' must be a non-empty list such as [Ring]")
     for t in topo:
-        if t not in ASTRA_TOPOLOGIES:
+        if not isinstance(t, str) or t not in ASTRA_TOPOLOGIES:
             raise AstraConfigError(f"{path}: unknown topology {t!r} (known: {', '.join(ASTRA_TOPOLOGIES)})")
     n = len(topo)
     npus = _num_list(doc, "npus_count", path, n)
@@ -164,8 +186,12 @@ def load_network_yml(path: str | Path) -> AstraNetwork:
             raise AstraConfigError(f"{path}: npus_count entries must be positive integers, got {c!r}")
         if not b > 0:
             raise AstraConfigError(f"{path}: bandwidth must be positive, got {b!r}")
+        if not _in_range(b, MIN_GBPS, MAX_GBPS):
+            raise AstraConfigError(f"{path}: bandwidth must be {MIN_GBPS:g} to {MAX_GBPS:g} GB/s, got {b!r}")
         if a < 0:
             raise AstraConfigError(f"{path}: latency must not be negative, got {a!r}")
+        if not _in_range(a, 0, MAX_LATENCY_NS):
+            raise AstraConfigError(f"{path}: latency must be 0 to {MAX_LATENCY_NS:g} ns, got {a!r}")
         dims.append(AstraDim(ASTRA_TOPOLOGIES[t], c, float(b), float(a)))
     net = AstraNetwork(tuple(dims))
     if net.num_npus > MAX_NPUS:
@@ -179,6 +205,8 @@ def load_system_json(path: str | Path) -> AstraSystem:
     """Read an ASTRA-sim system JSON: splits, active chunks, endpoint delay, local-mem-bw, implementations."""
     try:
         doc = json.loads(_read(path, "system config"))
+    except RecursionError:
+        raise AstraConfigError(f"{path}: not valid JSON (nesting too deep)") from None
     except json.JSONDecodeError as exc:
         raise AstraConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, Mapping):
@@ -189,21 +217,27 @@ def load_system_json(path: str | Path) -> AstraSystem:
 def system_from_dict(doc: Mapping, where: str = "system config") -> AstraSystem:
     """Build an AstraSystem from the parsed system JSON."""
 
-    def pos_int(key: str, default: int, minimum: int = 1) -> int:
+    def pos_int(key: str, default: int, maximum: int, minimum: int = 1) -> int:
         v = doc.get(key, default)
         if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
             raise AstraConfigError(f"{where}: {key!r} must be an integer >= {minimum}, got {v!r}")
+        if v > maximum:
+            raise AstraConfigError(f"{where}: {key!r} must be at most {maximum:,}, got {v!r}")
         return v
 
     # Keys the JSON omits take ASTRA-sim's Sys defaults (one split, one active chunk, communication_delay 10);
     # a missing local-mem-bw makes reductions free, as in the reference's "clean" profile.
-    splits = pos_int("preferred-dataset-splits", 1)
-    active = pos_int("active-chunks-per-dimension", 1)
+    splits = pos_int("preferred-dataset-splits", 1, MAX_SPLITS)
+    active = pos_int("active-chunks-per-dimension", 1, MAX_SPLITS)
     # Endpoint delay 0 trips ASTRA-sim's own event-queue assertion (reference section 2), so we refuse it too.
-    ed = pos_int("endpoint-delay", 10)
+    ed = pos_int("endpoint-delay", 10, MAX_ENDPOINT_DELAY_NS)
     lmb = doc.get("local-mem-bw", 1e9)
     if isinstance(lmb, bool) or not isinstance(lmb, int | float) or not lmb > 0:
         raise AstraConfigError(f"{where}: 'local-mem-bw' must be a positive number (GB/s), got {lmb!r}")
+    if not _in_range(lmb, MIN_GBPS, sys.float_info.max):
+        raise AstraConfigError(
+            f"{where}: 'local-mem-bw' must be a finite number >= {MIN_GBPS:g} (GB/s), got {lmb!r}"
+        )
     if any(k.endswith("-implementation-custom") for k in doc):
         raise AstraConfigError(f"{where}: custom (MSCCL) collective implementations are not supported")
     impls = []
@@ -212,11 +246,11 @@ def system_from_dict(doc: Mapping, where: str = "system config") -> AstraSystem:
         if not isinstance(v, list) or not v:
             raise AstraConfigError(f"{where}: {key!r} must be a non-empty list of algorithm names")
         for a in v:
-            if a not in _ASTRA_ALGOS:
+            if not isinstance(a, str) or a not in _ASTRA_ALGOS:
                 raise AstraConfigError(f"{where}: {key!r} names {a!r}; supported: {', '.join(_ASTRA_ALGOS)}")
         impls.append((kind, tuple(v)))
     opt = doc.get("collective-optimization", "localBWAware")
-    if opt not in ("localBWAware", "baseline"):
+    if not isinstance(opt, str) or opt not in ("localBWAware", "baseline"):
         raise AstraConfigError(
             f"{where}: 'collective-optimization' must be localBWAware or baseline, got {opt!r}"
         )

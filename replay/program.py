@@ -39,6 +39,7 @@ from traces.attrs import (
     STAGE,
     STREAM,
     TENSOR_SIZE,
+    duplicate_attr_error,
 )
 from traces.columnar import RankColumns
 from traces.groups import ALL_RANKS_NAMES, ProcessGroups
@@ -87,6 +88,7 @@ _SCANNED = frozenset(
         DURATION_NS,
     }
 )
+_SCAN_BIT = {name: 1 << i for i, name in enumerate(sorted(_SCANNED))}
 # Read for RooflineModel.comp_duration_ns (the roofline model's inputs, read in the same pass).
 _ROOFLINE = frozenset({NUM_OPS, TENSOR_SIZE})
 # Oneof kinds whose value _attr_scalar returns (anything else: None).
@@ -514,9 +516,14 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
         vals = None
         attrs = node.attr
         # Slicing a upb repeated field is ~5x faster than iterating it (measured, scripts/bench_replay.py).
+        seen = 0  # bits of _SCAN_BIT: a scanned name given twice is an error, as in traces.attrs readers
         for a in attrs[:] if len(attrs) else ():
             an = a.name
             if an in _SCANNED:
+                bit = _SCAN_BIT[an]
+                if seen & bit:
+                    raise duplicate_attr_error(an, path=path, rank=rank, node_id=nid)
+                seen |= bit
                 kind = a.WhichOneof("value")
                 v = getattr(a, kind) if kind in _SCALAR_KINDS else None
                 if an == IS_CPU_OP:

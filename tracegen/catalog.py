@@ -7,6 +7,7 @@ which mixes non-tensor-core A100/H100 numbers with tensor-core H200/B200 ones (D
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -141,6 +142,12 @@ def tensor_peak(spec: GpuSpec, precision: str) -> float:
     return spec.fp8_flops * spec.peak_flops / _CATALOG[spec.name].peak_flops
 
 
+# Lowest rates accepted in a GPU entry: 1 GFLOP/s and 1 GB/s, over a hundred times below every entry of
+# this catalog (all datasheet peaks >= 1e11/s), so a smaller number is a unit slip (issue 16: peak_flops
+# 1e-300); such rates would also push op durations past int64 nanoseconds.
+_MIN_RATE = {"peak_flops": 1e9, "fp8_flops": 1e9, "mem_bw": 1e9}
+
+
 def check_gpu(spec: GpuSpec) -> None:
     """Reject impossible numbers in a (possibly user-overridden) GPU entry."""
     for f in fields(spec):
@@ -149,6 +156,12 @@ def check_gpu(spec: GpuSpec) -> None:
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
             raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")
+        if v == math.inf:
+            raise CatalogError(f"GPU {spec.name}: {f.name} must be a finite number, got {v!r}")
+        if f.name in _MIN_RATE and v < _MIN_RATE[f.name]:
+            raise CatalogError(
+                f"GPU {spec.name}: {f.name} {v!r} is below {_MIN_RATE[f.name]:g} per second (a unit slip?)"
+            )
     if not isinstance(spec.sms, int):
         raise CatalogError(f"GPU {spec.name}: sms must be a whole number of SMs, got {spec.sms!r}")
     for f in ("gemm_eff", "mem_eff"):

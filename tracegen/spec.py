@@ -23,6 +23,7 @@ from tracegen.models import ModelArch, model_from_mapping, model_from_message, p
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
+from traces.limits import json_depth_error, max_json_depth, max_nodes
 from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
@@ -77,10 +78,15 @@ INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # steps (>= 100M nodes, hours and tens of GB) a spec is almost surely a typo (micro_batches: 2000000000),
 # so it is refused up front instead of looking like a hang.
 MAX_LAYER_STEPS = 50_000_000
+# Nodes of one (layer, micro-batch) step, a lower estimate: llama2-7b on one rank, 32 layers x 4
+# micro-batches at tp 1 (examples/table4_c01.yaml cut to its rank 0), is 2,593 nodes (20.3 per step, measured
+# with `xsim gen`); half of that, so a set that fits the file limit is never refused.
+MIN_NODES_PER_STEP = 10
 # `parallel:` blocks larger than this are refused before expansion (each rank is a device-group entry and
 # a trace file; 1M ranks would already take hours to generate).
 MAX_PARALLEL_RANKS = 1 << 20
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# \Z, not $: `$` also matches before a trailing newline, which let a name "abc\n" through into file names.
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class _DuplicateKey(ValueError):
@@ -88,7 +94,32 @@ class _DuplicateKey(ValueError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last)."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last).
+
+    It also refuses aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the
+    "billion laughs") and nesting deeper than traces.limits.max_json_depth(), before building anything.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases (*{event.anchor}) are not accepted in a spec", event.start_mark
+            )
+        self._depth += 1
+        try:
+            if self._depth > max_json_depth():
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nesting deeper than {max_json_depth()} levels (XSIM_MAX_JSON_DEPTH raises the limit)",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         self.flatten_mapping(node)
@@ -132,10 +163,17 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             raw = tomllib.loads(data.decode("utf-8"))
         elif ext == ".json":
             raw = json.loads(data, object_pairs_hook=_unique_pairs)
+            deep = json_depth_error(raw, p)
+            if deep is not None:
+                raise SpecError(deep.removeprefix(f"{p}: "), path=p)
         else:
             raise SpecError(
                 f"unknown spec format {ext or '(none)'!r}: use .yaml, .yml, .toml or .json", path=p
             )
+    except RecursionError:
+        raise SpecError(
+            f"not valid {ext[1:].upper()}: nesting too deep (XSIM_MAX_JSON_DEPTH bounds spec nesting)", path=p
+        ) from None
     except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as exc:
         # ValueError: json.JSONDecodeError, UnicodeDecodeError and _DuplicateKey.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -256,6 +294,18 @@ class _SpecBuilder:
             raise self.fail(
                 f"{steps:,} (rank, layer, micro-batch) steps, over the {MAX_LAYER_STEPS:,} xsim generates "
                 "(each is >= 2 trace nodes): lower micro_batches or the layers per device group"
+            )
+        # Per rank: one file must stay readable (traces.limits.max_nodes), and its nodes are held in memory
+        # while generating; checked before any node is built (issue 16: one rank with 10^6 layers grew past
+        # 19.8 GB although the set-wide step count above was small).
+        per_rank = dep.micro_batches * max(
+            sum(e - s + 1 for s, e in chunk_ranges(dg)) for dg in dep.device_groups
+        )
+        if per_rank * MIN_NODES_PER_STEP > max_nodes():
+            raise self.fail(
+                f"one rank would hold {per_rank:,} (layer, micro-batch) steps, at least "
+                f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
+                "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
         self.cluster(dep)
         return dep
@@ -578,7 +628,10 @@ class _SpecBuilder:
             raise self.fail(f"{where}{exc}") from None
         ranks = parse_ranks(g.get("ranks"))
         if ranks is None:
-            raise self.fail(f"{where}ranks must be a non-empty list of ranks >= 0 (or a range 'a-b')")
+            raise self.fail(
+                f"{where}ranks must be a non-empty list of ranks >= 0 (or a range 'a-b' of at most "
+                f"{MAX_PARALLEL_RANKS:,} ranks)"
+            )
         tp = self.int_key(g, "tp", where, default=len(ranks))
         if tp != len(ranks):
             raise self.fail(f"{where}tp {tp} but {len(ranks)} ranks (a device group is one TP group)")
@@ -719,6 +772,8 @@ def parse_ranks(v: Any) -> list[int] | None:
         m = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", v)
         if not m or int(m[1]) > int(m[2]) or int(m[2]) > INT32_MAX:
             return None
+        if int(m[2]) - int(m[1]) >= MAX_PARALLEL_RANKS:
+            return None  # bounded before the list is built: '0-99999999' is a typo, not 10^8 ranks
         return list(range(int(m[1]), int(m[2]) + 1))
     if isinstance(v, list) and v and all(_is_int(r) and 0 <= r <= INT32_MAX for r in v):
         return list(v)

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from traces import pb
-from traces.errors import AttributeTypeError
+from traces.errors import AttributeTypeError, DuplicateAttributeError
 
 INT_KINDS = frozenset(
     {
@@ -103,6 +103,33 @@ def find_attr(attrs: Iterable[pb.AttributeProto], name: str) -> pb.AttributeProt
     return None
 
 
+def duplicate_attr_error(
+    name: str, *, path: str | None = None, rank: int | None = None, node_id: int | None = None
+) -> DuplicateAttributeError:
+    """The one error for an attribute name given twice on one node (info, validate and replay all raise it).
+
+    Readers disagreed on which copy counts (issue 16: two `comm_size` on a node, 1 MiB for info and
+    validate, 1 GiB for replay), so a name the tools interpret may appear once per node.
+    """
+    return DuplicateAttributeError(
+        f"attribute {name!r} given twice on one node (which one counts is ambiguous: keep one)",
+        path=path,
+        rank=rank,
+        node_id=node_id,
+    )
+
+
+def _one_attr(node: Any, name: str, where: str | None) -> pb.AttributeProto | None:
+    """The attribute called `name`, or None; a second one is duplicate_attr_error."""
+    found = None
+    for a in node.attr:
+        if a.name == name:
+            if found is not None:
+                raise duplicate_attr_error(name, path=where, node_id=getattr(node, "id", None))
+            found = a
+    return found
+
+
 def attr_value(attr: pb.AttributeProto) -> Any:
     """Python value of an attribute's oneof (a list for *_list kinds, None when unset)."""
     kind = attr.WhichOneof("value")
@@ -132,7 +159,7 @@ def _type_error(node: Any, name: str, kind: str | None, wanted: str, where: str 
 
 def get_int(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | None = None) -> int:
     """Integer attribute from any integer oneof (or bool); strings and floats are rejected."""
-    a = find_attr(node.attr, name)
+    a = _one_attr(node, name, where)
     if a is None:
         if default is _MISSING:
             raise AttributeTypeError(f"missing attribute {name!r}", path=where, node_id=node.id)
@@ -145,7 +172,7 @@ def get_int(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | N
 
 def get_float(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | None = None) -> float:
     """Number attribute from any integer or floating oneof."""
-    a = find_attr(node.attr, name)
+    a = _one_attr(node, name, where)
     if a is None:
         if default is _MISSING:
             raise AttributeTypeError(f"missing attribute {name!r}", path=where, node_id=node.id)
@@ -158,7 +185,7 @@ def get_float(node: pb.Node, name: str, default: Any = _MISSING, *, where: str |
 
 def get_bool(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | None = None) -> bool:
     """Boolean attribute from bool_val or any integer oneof (STG writes is_cpu_op as int32_val)."""
-    a = find_attr(node.attr, name)
+    a = _one_attr(node, name, where)
     if a is None:
         if default is _MISSING:
             raise AttributeTypeError(f"missing attribute {name!r}", path=where, node_id=node.id)
@@ -171,7 +198,7 @@ def get_bool(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | 
 
 def get_str(node: pb.Node, name: str, default: Any = _MISSING, *, where: str | None = None) -> str:
     """String attribute; integers are accepted and rendered in decimal (legacy numeric group ids)."""
-    a = find_attr(node.attr, name)
+    a = _one_attr(node, name, where)
     if a is None:
         if default is _MISSING:
             raise AttributeTypeError(f"missing attribute {name!r}", path=where, node_id=node.id)
@@ -188,7 +215,7 @@ def get_bool_list(
     node: pb.Node, name: str, default: Any = _MISSING, *, where: str | None = None
 ) -> list[bool]:
     """A bool_list attribute (ASTRA-sim insists on this kind for involved_dim)."""
-    a = find_attr(node.attr, name)
+    a = _one_attr(node, name, where)
     if a is None:
         if default is _MISSING:
             raise AttributeTypeError(f"missing attribute {name!r}", path=where, node_id=node.id)

@@ -53,3 +53,7 @@ class AttributeTypeError(TraceError):
 
 class TraceSetError(TraceError):
     """A set of per-rank files is incomplete or inconsistent (gaps in ranks, no files)."""
+
+
+class DuplicateAttributeError(AttributeTypeError):
+    """An attribute name the tools interpret appears twice on one node (which copy counts is ambiguous)."""

@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 from traces import pb
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
+from traces.limits import InputLimitError, inflate, max_nodes
 from traces.outputs import atomic_write_bytes
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -44,7 +45,9 @@ def read_bytes(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
     if raw[:2] != GZIP_MAGIC:
         return raw, False
     try:
-        return gzip.decompress(raw), True
+        return inflate(raw, p), True
+    except InputLimitError:
+        raise
     except (OSError, EOFError, zlib.error) as exc:
         raise TraceFormatError(f"corrupt gzip data: {exc}", path=p) from None
 
@@ -55,8 +58,16 @@ def frame_offsets(buf: bytes, path: str = "<bytes>") -> list[tuple[int, int]]:
     append = spans.append
     pos = 0
     n = len(buf)
+    cap = max_nodes() + 1  # the GlobalMetadata frame plus the nodes
     while pos < n:
         start = pos
+        if len(spans) >= cap:
+            raise TraceFormatError(
+                f"more than {cap - 1} nodes in one file (XSIM_MAX_NODES raises the limit)",
+                path=path,
+                node_index=len(spans) - 1,
+                offset=start,
+            )
         b = buf[pos]
         pos += 1
         if b < 0x80:

@@ -9,7 +9,7 @@ from typing import Any
 
 from traces import attrs as A
 from traces import pb
-from traces.errors import AttributeTypeError
+from traces.errors import AttributeTypeError, DuplicateAttributeError
 from traces.groups import ProcessGroups
 from traces.stream import EtFile
 
@@ -69,6 +69,9 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
                     p2p["recvs"] += 1
                 elif n.type == pb.COMP_NODE:
                     compute += n.duration_micros
+            except DuplicateAttributeError as exc:
+                # Not a value info may skip: replay refuses the node, so info must not count one copy.
+                raise DuplicateAttributeError(exc.message, path=et.path, node_id=n.id) from None
             except AttributeTypeError:
                 continue  # reported by `xsim trace validate`; info only counts
     meta: dict[str, Any] = {}

@@ -13,6 +13,9 @@ from traces.filekind import non_trace_kind
 from traces.jsonview import is_json_file, load_json
 from traces.stream import EtFile, read_et, write_et
 
+# How far past the file count a rank may go and still be reported as gaps (listing them is cheap) rather
+# than as a stray file.
+_MAX_LISTED_GAP = 1024
 # <prefix>.<rank>.et, optionally gzip-compressed (.et.gz), as ASTRA-sim and Chakra's converters name them.
 # Chakra feeder JSON and xsim's JSON view use the same naming with .json.
 _RANK_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.(?:et|json)(?:\.gz)?$")
@@ -80,7 +83,20 @@ def _collect(directory: str, want_prefix: str | None) -> dict[str, dict[int, str
 
 
 def _as_set(prefix: str, ranks: Mapping[int, str]) -> TraceSet:
-    n = max(ranks) + 1
+    # Rank numbers come from file names and are not trusted: N files must be ranks 0..N-1. A highest rank
+    # far past N is named as a stray file before anything ranges over it (a `<prefix>.1000000000000.et`
+    # beside a set once meant a loop to 10^12); a few missing ranks are listed as gaps.
+    count = len(ranks)
+    top = max(ranks)
+    if top >= count + _MAX_LISTED_GAP:
+        stray = sorted(r for r in ranks if r >= count)
+        more = f" and {len(stray) - 1} more" if len(stray) > 1 else ""
+        raise TraceSetError(
+            f"{os.path.basename(ranks[top])}{more}: rank {top} out of range: the {count} files of a set "
+            f"must be ranks 0..{count - 1} (a stray file beside the set?)",
+            path=f"{prefix}.<rank>.et",
+        )
+    n = top + 1
     missing = [r for r in range(n) if r not in ranks]
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")

@@ -8,6 +8,7 @@ it lives here, in the API layer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from replay.compute import (
@@ -57,9 +58,21 @@ def _astra_system(path: str) -> dict:
 def _astra_number(doc: dict, key: str, path: str) -> float:
     """A numeric key of an ASTRA-sim system config (absent = 0), or a clear error naming file and key."""
     v = doc.get(key, 0)
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ReplayError(f"{path}: ASTRA-sim system config {key!r} must be a number, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise ReplayError(f"{path}: ASTRA-sim system config {key!r} must be a finite number, got {v!r}")
     return float(v)
+
+
+def _astra_rate(doc: dict, key: str, path: str, unit: str) -> float:
+    """A rate key of the roofline (TFLOPS or GB/s), at least MIN_GBPS of its unit."""
+    from netmodels.astra import MIN_GBPS
+
+    v = _astra_number(doc, key, path)
+    if v < MIN_GBPS:
+        raise ReplayError(
+            f"{path}: ASTRA-sim system config {key!r} must be >= {MIN_GBPS:g} {unit}, got {v!r}"
+        )
+    return v
 
 
 def astra_roofline(path: str) -> ComputeModel | None:
@@ -69,8 +82,8 @@ def astra_roofline(path: str) -> ComputeModel | None:
         return None
     # ASTRA-sim units: peak-perf in TFLOPS (1e12), local-mem-bw in GB/s (1e9 bytes).
     prof = DeviceProfile(
-        _astra_number(doc, "peak-perf", path) * 1e12,
-        _astra_number(doc, "local-mem-bw", path) * 1e9,
+        _astra_rate(doc, "peak-perf", path, "TFLOPS") * 1e12,
+        _astra_rate(doc, "local-mem-bw", path, "GB/s") * 1e9,
         "astra-sim",
     )
     return RooflineModel(profiles={}, default=prof)

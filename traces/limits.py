@@ -1,0 +1,105 @@
+"""Input size limits checked before work (inflated bytes, frames per file, JSON depth), raisable by env var."""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+from traces.errors import XsimError
+
+# Defaults: far above any trace we know of, far below what exhausts a workstation's memory. A decoded node
+# costs ~0.3-0.5 KB in memory, so 2^23 nodes per file is a few GB; the largest per-rank files we have
+# (docs/validation.md: 36M nodes over 3072 ranks) hold well under 1M nodes. Raise them with the env vars.
+DEFAULT_MAX_INFLATE_BYTES = 4 << 30  # 4 GiB of decompressed bytes per file
+DEFAULT_MAX_NODES = 1 << 23  # framed messages per `.et` file
+DEFAULT_MAX_JSON_BYTES = 1 << 30  # 1 GiB of JSON text per file (parsed, it takes several times that)
+DEFAULT_MAX_JSON_DEPTH = 64  # nesting of JSON arrays/objects (Kineto, comm groups, specs use < 10)
+
+_INFLATE_CHUNK = 16 << 20  # decompress in 16 MiB steps so the limit is checked before allocating more
+
+
+class InputLimitError(XsimError):
+    """An input exceeds a documented size limit; the message names the limit's env var."""
+
+
+def limit(name: str, default: int) -> int:
+    """The limit in env var NAME (a positive integer), else DEFAULT; a bad value is one clear error."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InputLimitError(f"{name}={raw!r}: not an integer") from None
+    if value <= 0:
+        raise InputLimitError(f"{name}={raw!r}: must be positive")
+    return value
+
+
+def max_inflate_bytes() -> int:
+    """Most bytes one gzip file may inflate to (XSIM_MAX_INFLATE_BYTES)."""
+    return limit("XSIM_MAX_INFLATE_BYTES", DEFAULT_MAX_INFLATE_BYTES)
+
+
+def max_nodes() -> int:
+    """Most framed messages one `.et` file may hold (XSIM_MAX_NODES)."""
+    return limit("XSIM_MAX_NODES", DEFAULT_MAX_NODES)
+
+
+def max_json_bytes() -> int:
+    """Most bytes of JSON text one file may hold, after inflating (XSIM_MAX_JSON_BYTES)."""
+    return limit("XSIM_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES)
+
+
+def max_json_depth() -> int:
+    """Deepest nesting of arrays/objects a JSON or YAML input may have (XSIM_MAX_JSON_DEPTH)."""
+    return limit("XSIM_MAX_JSON_DEPTH", DEFAULT_MAX_JSON_DEPTH)
+
+
+def inflate(raw: bytes, path: str, cap: int | None = None, env: str = "XSIM_MAX_INFLATE_BYTES") -> bytes:
+    """Decompress a gzip file's bytes in bounded steps; more than CAP (default max_inflate_bytes(), raised
+    by the env var ENV) is InputLimitError.
+
+    Corrupt or truncated data raises zlib.error or EOFError (the callers turn those into their own errors).
+    Concatenated gzip members (what `cat a.gz b.gz` makes) are inflated one after another, as gzip does.
+    """
+    cap = max_inflate_bytes() if cap is None else cap
+    out: list[bytes] = []
+    total = 0
+    data = raw
+    while data:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk = d.decompress(data, _INFLATE_CHUNK)
+        while True:
+            total += len(chunk)
+            if total > cap:
+                raise InputLimitError(f"{path}: gzip data inflates past {cap} bytes ({env} raises the limit)")
+            out.append(chunk)
+            if d.eof or (not d.unconsumed_tail and len(chunk) < _INFLATE_CHUNK):
+                break
+            chunk = d.decompress(d.unconsumed_tail, _INFLATE_CHUNK)
+        if not d.eof:
+            raise EOFError("compressed file ended before the end-of-stream marker was reached")
+        data = d.unused_data
+        # gzip tolerates zero padding after the last member.
+        if data and not data.lstrip(b"\x00"):
+            break
+    return b"".join(out)
+
+
+def json_depth_error(doc: object, path: str) -> str | None:
+    """A message when DOC (parsed JSON/YAML data) nests deeper than max_json_depth(), else None."""
+    cap = max_json_depth()
+    stack: list[tuple[object, int]] = [(doc, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = list(node.values())
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        if depth > cap:
+            return f"{path}: nesting deeper than {cap} levels (XSIM_MAX_JSON_DEPTH raises the limit)"
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return None
