@@ -11,7 +11,7 @@ from replay import ReplayConfig, simulate
 from replay.export import write_annotated, write_timeline
 from replay.export.timeline import lane_spans
 from replay.result import COLLECTIVES_SCHEMA, OPS_SCHEMA, RANKS_SCHEMA, SUMMARY_SCHEMA
-from tests.test_replay_support import SHARED, FakeNet, coll, comp, recv, send, write_set
+from tests.test_replay_support import SHARED, FakeNet, two_rank_pipeline
 from traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, get_int
 from traces.checks import check_all
 from traces.traceset import discover
@@ -19,23 +19,8 @@ from traces.traceset import discover
 REAL = SHARED / "peer_traces" / "chakra_et" / "chakra_feeder_test_real_trace"
 
 
-def _pipeline(tmp_path):
-    # Two ranks: rank 0 computes and sends an activation to rank 1; both then join an AllReduce.
-    r0 = [
-        comp(1, 10, layer=1, phase="fwd"),
-        send(2, dst=1, tag=1, size=4096, deps=[1]),
-        coll(3, 1 << 20, deps=[2]),
-    ]
-    r1 = [
-        recv(1, src=0, tag=1, size=4096),
-        comp(2, 20, deps=[1], layer=2, phase="fwd"),
-        coll(3, 1 << 20, deps=[2]),
-    ]
-    return write_set(tmp_path, [r0, r1])
-
-
 def test_schemas_are_the_documented_ones(tmp_path) -> None:
-    res = simulate(_pipeline(tmp_path), network=FakeNet(2))
+    res = simulate(two_rank_pipeline(tmp_path), network=FakeNet(2))
     assert dict(res.ops.schema) == OPS_SCHEMA
     assert dict(res.ranks.schema) == RANKS_SCHEMA
     assert dict(res.collectives.schema) == COLLECTIVES_SCHEMA
@@ -46,7 +31,7 @@ def test_schemas_are_the_documented_ones(tmp_path) -> None:
 
 
 def test_save_is_byte_identical(tmp_path) -> None:
-    ts = _pipeline(tmp_path)
+    ts = two_rank_pipeline(tmp_path)
     a, b = tmp_path / "a", tmp_path / "b"
     simulate(ts, network=FakeNet(2)).save(a)
     simulate(ts, network=FakeNet(2)).save(b)
@@ -74,12 +59,16 @@ def test_save_is_byte_identical(tmp_path) -> None:
 
 def test_progress_callback(tmp_path) -> None:
     seen = []
-    simulate(_pipeline(tmp_path), network=FakeNet(2), progress=lambda done, total: seen.append((done, total)))
+    simulate(
+        two_rank_pipeline(tmp_path),
+        network=FakeNet(2),
+        progress=lambda done, total: seen.append((done, total)),
+    )
     assert seen and seen[-1] == (6, 6) and all(d <= t for d, t in seen)
 
 
 def test_timeline_flows(tmp_path) -> None:
-    res = simulate(_pipeline(tmp_path), network=FakeNet(2))
+    res = simulate(two_rank_pipeline(tmp_path), network=FakeNet(2))
     path = write_timeline(res, tmp_path / "tl.json")
     ev = json.loads(open(path).read())["traceEvents"]
     # Flow arrows ride on the begin events (Perfetto's bind_id / flow_out / flow_in).
@@ -116,7 +105,7 @@ def test_real_trace_replays_and_timeline_structure(tmp_path) -> None:
 
 
 def test_annotated_trace_set_round_trip(tmp_path) -> None:
-    ts = _pipeline(tmp_path)
+    ts = two_rank_pipeline(tmp_path)
     res = simulate(ts, network=FakeNet(2))
     out = tmp_path / "ann"
     write_annotated(res, out)

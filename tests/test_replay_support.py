@@ -79,3 +79,18 @@ def write_set(tmp_path: Path, per_rank, name: str = "t"):
     """Write a trace set and return its TraceSet."""
     write_trace_set(tmp_path / name, per_rank)
     return discover(tmp_path / name)
+
+
+def two_rank_pipeline(tmp_path: Path):
+    """Rank 0 computes and sends an activation to rank 1; both then join an AllReduce (a trace set)."""
+    r0 = [
+        comp(1, 10, layer=1, phase="fwd"),
+        send(2, dst=1, tag=1, size=4096, deps=[1]),
+        coll(3, 1 << 20, deps=[2]),
+    ]
+    r1 = [
+        recv(1, src=0, tag=1, size=4096),
+        comp(2, 20, deps=[1], layer=2, phase="fwd"),
+        coll(3, 1 << 20, deps=[2]),
+    ]
+    return write_set(tmp_path, [r0, r1])

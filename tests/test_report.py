@@ -12,7 +12,7 @@ import pytest
 from replay import simulate
 from replay.export.breakdown import collective_exposure, op_time_by, rank_breakdown
 from tests import browser
-from tests.test_replay_support import FakeNet, coll, comp, recv, send, write_set
+from tests.test_replay_support import FakeNet, coll, comp, two_rank_pipeline, write_set
 from xsim.cli import main
 
 
@@ -68,17 +68,7 @@ def test_collective_exposure_and_layers_by_hand() -> None:
 
 
 def _result_dir(tmp_path: Path) -> Path:
-    r0 = [
-        comp(1, 10, layer=1, phase="fwd"),
-        send(2, dst=1, tag=1, size=4096, deps=[1]),
-        coll(3, 1 << 20, deps=[2]),
-    ]
-    r1 = [
-        recv(1, src=0, tag=1, size=4096),
-        comp(2, 20, deps=[1], layer=2, phase="fwd"),
-        coll(3, 1 << 20, deps=[2]),
-    ]
-    res = simulate(write_set(tmp_path, [r0, r1]), network=FakeNet(2))
+    res = simulate(two_rank_pipeline(tmp_path), network=FakeNet(2))
     out = tmp_path / "res"
     res.save(out)
     return out
