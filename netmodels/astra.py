@@ -281,6 +281,10 @@ class AstraModel(ClosedFormModel):
         self._world: AstraWorld | None = None
         self._tentative: tuple | None = None
         self._memo: dict[tuple, tuple[int, ...]] = {}
+        # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
+        # depend on the spec and the configs alone, and a training iteration repeats the same collective
+        # (layer x micro-batch) on the same group thousands of times.
+        self._closed_memo: dict[CollectiveSpec, tuple[int, ...]] = {}
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -456,6 +460,11 @@ class AstraModel(ClosedFormModel):
 
     def collective_ns(self, spec: CollectiveSpec) -> tuple[int, ...]:
         """Per-rank duration (ns) of a collective started at 0 on an idle network, in spec.ranks order."""
+        strict = _strict(spec)
+        if strict:
+            hit = self._closed_memo.get(spec)
+            if hit is not None:
+                return hit
         ranks = validate_spec(spec, self.num_ranks)
         if len(ranks) == 1:
             return (0,)
@@ -470,7 +479,12 @@ class AstraModel(ClosedFormModel):
         )
         chunks = self._event_chunks(spec, ranks)
         if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
-            return self._closed_ns(spec, ranks)
+            closed = self._closed_ns(spec, ranks)
+            # _event_chunks returns None before any side effect (the doubleBinaryTree stream counter), so
+            # a repeat of this spec takes this same path: the closed form is a pure function of it.
+            if strict and chunks is None and not self.congestion_aware and len(self._closed_memo) < _MEMO_MAX:
+                self._closed_memo[spec] = closed
+            return closed
         hit = self._memo.get(key)
         if hit is not None:
             return hit
@@ -880,7 +894,7 @@ class AstraModel(ClosedFormModel):
         """Send/recv time on an idle network: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
         validate_ranks((src, dst), self.num_ranks)
         check_size(size_bytes)
-        return int(self.msg_ns(np.array([src]), np.array([dst]), np.array([float(size_bytes)]))[0])
+        return self._msg1(int(src), int(dst), int(size_bytes))  # msg_ns's rule for one message, cached
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Start a send/recv pair at now_ns; returns its handle."""
@@ -908,6 +922,16 @@ class AstraModel(ClosedFormModel):
         if self._world is not None:
             self._world.loop.run_until(until_ns)
         return super().advance(until_ns)
+
+
+def _strict(spec: CollectiveSpec) -> bool:
+    """True when the spec's size and ranks are plain ints (so equal specs validate alike: True == 1)."""
+    return (
+        type(spec.size_bytes) is int
+        and type(spec.ranks) is tuple
+        and all(type(r) is int for r in spec.ranks)
+        and (spec.root is None or type(spec.root) is int)
+    )
 
 
 def astra_model(
