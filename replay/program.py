@@ -8,6 +8,7 @@ once; the event loop never touches a protobuf message.
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -157,14 +158,8 @@ class Program:
 
     def rank_of(self, g: int) -> int:
         """Rank owning global index g."""
-        lo, hi = 0, self.num_ranks
-        offs = self.rank_offset
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if offs[mid] <= g:
-                lo = mid
-            else:
-                hi = mid
+        # The last rank whose first index is <= g (ranks without nodes share their successor's offset).
+        lo = max(bisect_right(self.rank_offset, g, 0, self.num_ranks) - 1, 0)
         return self.rank_ids[lo] if self.rank_ids else lo
 
     def memory_bytes(self) -> int:

@@ -1,0 +1,156 @@
+"""The engine's side of contract E: hands collectives and transfers to the network model (or times them by
+their recorded durations) and turns the model's completions back into node finishes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from netmodels.api import CollectiveSpec, NetworkModel
+from netmodels.errors import NetworkModelError
+from replay.errors import ReplayError
+from replay.matching import CollectiveInstance, CollectiveRecord
+from replay.program import COLLECTIVE_KIND, Program
+
+_STALL_LIMIT = 10_000  # polls at one instant without a completion before the model is declared stalled
+
+
+class FoldNetCheck(Protocol):
+    """Proves, once per distinct transfer, that the network times it the same on every replica."""
+
+    def collective(self, spec: CollectiveSpec, where: str) -> None: ...
+
+    def p2p(self, src: int, dst: int, size: int, where: str) -> None: ...
+
+
+class NetworkPort:
+    """Starts transfers at the engine's now and reports node finishes through `finish(t, g)`."""
+
+    def __init__(
+        self,
+        prog: Program,
+        network: NetworkModel | None,
+        measured: bool,
+        finish: Callable[[int, int], None],
+        fold_check: FoldNetCheck | None = None,
+    ) -> None:
+        self.prog = prog
+        self.network = network
+        self.measured = measured
+        self.recorded = prog.recorded_ns
+        self.finish = finish
+        self.fold_check = fold_check
+        self.handles: dict[int, object] = {}  # network handle -> CollectiveRecord | send g
+        self._dirty = False  # a transfer started or the model advanced: its next event may have moved
+        self._next: int | None = None
+        self._stalls = 0
+        self._stall_t = -1
+        # ASTRA-sim mode: each member starts its part when it issues the node (no barrier).
+        self._staggered = getattr(network, "start_collective_issued", None)
+        self._specs: dict[tuple, CollectiveSpec] = {}  # (comm type, size, members) -> spec, reused
+
+    def next_event(self) -> int | None:
+        """The model's next event time (asked again only after something changed), None when idle."""
+        if self._dirty:
+            self._next = self.network.next_event_ns() if self.network is not None else None
+            self._dirty = False
+        return self._next
+
+    def due(self, t: int) -> bool:
+        """True when the model has an event at or before t (after next_event was asked)."""
+        return self._next is not None and self._next <= t
+
+    def _need(self, what: str, g: int) -> NetworkModel:
+        if self.network is None:
+            raise ReplayError(
+                f"{self.prog.describe(g)}: {what} needs a network model (or comm mode 'measured')"
+            )
+        return self.network
+
+    def start_collective(self, inst: CollectiveInstance, t: int) -> None:
+        """Time a complete collective instance whose last member issued at t."""
+        rec = inst.record
+        nodes = rec.nodes
+        if self.measured:
+            rec_ns = self.recorded
+            d = min(rec_ns[gm] for gm in nodes)
+            for gm in nodes:
+                self.finish(t + d, gm)
+            return
+        if len(inst.members) == 1:
+            self.finish(t, nodes[0])  # a one-rank group moves no data
+            return
+        g0 = nodes[0]
+        net = self._need("a collective", g0)
+        skey = (rec.comm_type, rec.size, inst.members)
+        spec = self._specs.get(skey)
+        if spec is None:
+            spec = CollectiveSpec(
+                kind=COLLECTIVE_KIND[rec.comm_type], size_bytes=rec.size, ranks=inst.members
+            )
+            self._specs[skey] = spec
+        if self.fold_check is not None:
+            self.fold_check.collective(spec, self.prog.describe(g0))
+        try:
+            if self._staggered is not None and len(inst.sim) == len(inst.members):
+                h = self._staggered(t, spec, inst.issue_times())
+            else:
+                h = net.start_collective(t, spec)
+        except NetworkModelError as exc:
+            raise ReplayError(f"{self.prog.describe(g0)}: network model: {exc}") from None
+        self.handles[h] = rec
+        self._dirty = True
+
+    def start_send(self, g: int, t: int) -> None:
+        """Time send g issued at t (its data then waits for, or meets, the matching recv)."""
+        info = self.prog.p2p[g]
+        if info.src == info.dst:
+            self.finish(t, g)
+            return
+        if self.measured:
+            self.finish(t + self.recorded[g], g)
+            return
+        net = self._need("a send", g)
+        if self.fold_check is not None:
+            self.fold_check.p2p(info.src, info.dst, info.size, self.prog.describe(g))
+        try:
+            h = net.start_p2p(t, info.src, info.dst, info.size)
+        except NetworkModelError as exc:
+            raise ReplayError(f"{self.prog.describe(g)}: network model: {exc}") from None
+        self.handles[h] = g
+        self._dirty = True
+
+    def advance(self, t: int) -> None:
+        """Run the model to t; every completion finishes its nodes (each member at its own finish, >= t)."""
+        network = self.network
+        try:
+            comps = network.advance(t)
+        except NetworkModelError as exc:
+            raise ReplayError(f"network model at t={t} ns: {exc}") from None
+        self._dirty = True
+        # A model may report internal events without completions (flow rate changes); it only hangs when
+        # it keeps reporting the same instant without completing anything.
+        if comps or t != self._stall_t:
+            self._stalls, self._stall_t = 0, t
+        else:
+            self._stalls += 1
+            if self._stalls > _STALL_LIMIT:
+                raise ReplayError(f"network model {network.name!r} makes no progress at t={t} ns")
+        finish, handles = self.finish, self.handles
+        for c in comps:
+            obj = handles.pop(c.handle, None)
+            if obj is None:
+                raise ReplayError(f"network model {network.name!r} completed unknown handle {c.handle!r}")
+            if isinstance(obj, CollectiveRecord):
+                prf = c.per_rank_finish_ns
+                use = len(prf) == len(obj.members)
+                pos = obj.positions
+                for i, gm in enumerate(obj.nodes):
+                    f = (prf[i] if pos is None else prf[pos[i]]) if use else c.finish_ns
+                    finish(f if f > t else t, gm)
+            else:
+                finish(t, obj)
+
+    def in_flight(self) -> set[int]:
+        """Nodes whose transfer the model has not completed."""
+        return {g for obj in self.handles.values() for g in (obj.nodes if hasattr(obj, "nodes") else (obj,))}
