@@ -874,7 +874,7 @@ class AstraModel(ClosedFormModel):
         """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""
         now_ns = self._check_now(now_ns)
         if not self.congestion_aware:
-            return self._register(tuple(now_ns + d for d in self.collective_ns(spec)))
+            return self._register(tuple([now_ns + d for d in self.collective_ns(spec)]))
         ranks = validate_spec(spec, self.num_ranks)
         if len(ranks) == 1:
             return self._register((now_ns,))

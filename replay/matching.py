@@ -76,25 +76,27 @@ class CollectiveMatcher:
         key = info.group
         rank = self.prog.rank_of(g)
         ck = (key, rank)
-        k = self._issued.get(ck, 0)
-        self._issued[ck] = k + 1
+        issued = self._issued
+        k = issued.get(ck, 0)
+        issued[ck] = k + 1
         lst = self.instances.get(key)
         if lst is None:
             lst = self.instances[key] = []
         if k == len(lst):
-            lst.append(CollectiveInstance(key, k, info.members, self._simulated_members(key, info.members)))
+            members = info.members
+            sim = members if self.simulated is None else self._simulated_members(key, members)
+            lst.append(CollectiveInstance(key, k, members, sim))
         inst = lst[k]
-        if not inst.arrivals:
+        arrivals = inst.arrivals
+        if not arrivals:
             inst.first = t
-        inst.arrivals[rank] = (g, t)
-        if len(inst.arrivals) < len(inst.sim):
+        arrivals[rank] = (g, t)
+        if len(arrivals) < len(inst.sim):
             return None
         inst.record = self._record(inst, t)
         return inst
 
     def _simulated_members(self, key: str, members: tuple[int, ...]) -> tuple[int, ...]:
-        if self.simulated is None:
-            return members
         if key not in self._sim_of:
             pos = tuple(i for i, r in enumerate(members) if r in self.simulated)
             self._sim_of[key] = (tuple(members[i] for i in pos), pos)

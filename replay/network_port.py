@@ -143,11 +143,16 @@ class NetworkPort:
                 raise ReplayError(f"network model {network.name!r} completed unknown handle {c.handle!r}")
             if isinstance(obj, CollectiveRecord):
                 prf = c.per_rank_finish_ns
-                use = len(prf) == len(obj.members)
                 pos = obj.positions
-                for i, gm in enumerate(obj.nodes):
-                    f = (prf[i] if pos is None else prf[pos[i]]) if use else c.finish_ns
-                    finish(f if f > t else t, gm)
+                if len(prf) != len(obj.members):
+                    prf, pos = (c.finish_ns,) * len(obj.nodes), None  # one finish for every member
+                if pos is None:
+                    for gm, f in zip(obj.nodes, prf, strict=True):
+                        finish(f if f > t else t, gm)
+                else:
+                    for gm, i in zip(obj.nodes, pos, strict=True):
+                        f = prf[i]
+                        finish(f if f > t else t, gm)
             else:
                 finish(t, obj)
 
