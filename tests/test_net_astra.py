@@ -239,3 +239,19 @@ def test_errors(tmp_path):
     aware = AstraModel(AstraNetwork((AstraDim("ring", 6, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
     with pytest.raises(AlgorithmError, match="power-of-two"):
         aware.start_collective(0, all_reduce(6, MIB, "doubleBinaryTree"))
+
+
+def test_repeated_collective_reuses_the_closed_form_and_still_validates(tmp_path):
+    # The congestion-unaware closed form is remembered per spec: a repeat started later keeps the reference's
+    # 117,780 ns (3.3 item 5), and a spec whose ranks are bools (True == 1) is still refused, not matched.
+    net, sysj = write_configs(tmp_path, system=RT_TEMPLATE_SYS)
+    model = astra_model(net, sysj)
+    spec = all_reduce(8, MIB)
+    assert model.collective_ns(spec) == (117780,) * 8
+    assert model.collective_ns(spec) == (117780,) * 8
+    model.start_collective(0, spec)
+    model.start_collective(1000, spec)
+    done = model.advance(10**9)
+    assert [c.finish_ns for c in done] == [117780, 118780]
+    with pytest.raises(RankError):
+        model.collective_ns(CollectiveSpec("all_reduce", MIB, (0, True, 2, 3, 4, 5, 6, 7)))

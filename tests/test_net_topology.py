@@ -259,3 +259,40 @@ def test_level_search_and_dijkstra_agree_on_routes():
     slow._cache["levels"] = False
     pairs = [(a, b) for a in range(0, 128, 7) for b in range(3, 128, 11)]
     assert all(fast.route(a, b) == slow.route(a, b) for a, b in pairs)
+
+
+def test_cluster_distances_equal_networkx_shortest_paths_where_gpus_never_relay():
+    # Route distances of a cluster graph (computed 64 destinations at a time) against networkx's Dijkstra on
+    # the graph in which a link may enter a GPU only when that GPU is the destination.
+    import networkx as nx
+
+    from netmodels.topology import link_cost
+
+    topo = topology_from_spec("nodes:12*H100x8:fabric=fat_tree:k=8:oversubscription=2")  # 96 ranks: 2 blocks
+    g = topo.graph
+    names = list(g.nodes)
+    for dst in (0, 63, 64, 95):
+        b = topo.rank_nodes[dst]
+        allowed = nx.DiGraph()
+        allowed.add_nodes_from(names)
+        for u, v, d in g.edges(data=True):
+            if v == b or g.nodes[v].get("kind") != "gpu":
+                allowed.add_edge(u, v, w=link_cost(d))
+        want = nx.single_source_dijkstra_path_length(allowed.reverse(), b, weight="w")
+        got = topo._distances_to([topo._cache["nid"][b]])[0].tolist()
+        assert got == [want.get(x, -1) for x in names]
+
+
+def test_analytical_repeated_transfer_keeps_its_time_and_bad_ranks_still_fail():
+    # ring:4 at 50 GB/s and 500 ns per link: 1 MB to the neighbour = 500 + 1e6 / 50 = 20,500 ns. The
+    # duration is remembered per (src, dst, size); a later repeat adds it to its own start, and a rank
+    # outside the topology is still an error after the cache is warm.
+    from netmodels import RankError
+
+    model = AnalyticalModel(topology_from_spec("ring:4:50GBps:500ns"))
+    h0 = model.start_p2p(0, 0, 1, 1_000_000)
+    h1 = model.start_p2p(5_000, 0, 1, 1_000_000)
+    done = {c.handle: c.finish_ns for c in model.advance(10**9)}
+    assert done == {h0: 20_500, h1: 25_500}
+    with pytest.raises(RankError):
+        model.start_p2p(6_000, 0, 4, 1_000_000)
