@@ -22,7 +22,6 @@ import numpy as np
 import yaml
 
 from netmodels.algorithms import Schedule, Stage, canonical_algorithm, in_order_tree, ring_stage, tree_stages
-from netmodels.analytical import ClosedFormModel
 from netmodels.api import CollectiveSpec, Completion, check_size, root_index, validate_ranks, validate_spec
 from netmodels.astra_events import (
     FAST_BUS_NS,
@@ -33,6 +32,7 @@ from netmodels.astra_events import (
     TreeAlgo,
     UnawareNet,
 )
+from netmodels.closed_form import ClosedFormModel
 from netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from netmodels.executor import run_chunked
 

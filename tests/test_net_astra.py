@@ -255,3 +255,15 @@ def test_repeated_collective_reuses_the_closed_form_and_still_validates(tmp_path
     assert [c.finish_ns for c in done] == [117780, 118780]
     with pytest.raises(RankError):
         model.collective_ns(CollectiveSpec("all_reduce", MIB, (0, True, 2, 3, 4, 5, 6, 7)))
+
+
+def test_astra_mode_does_not_import_the_graph_layer():
+    # ASTRA-sim's models compute from network.yml alone; networkx (~0.5 s of imports) is not needed.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, netmodels.astra; print('networkx' in sys.modules)"
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True)
+    assert out.stdout.strip() == "False"
