@@ -78,8 +78,9 @@ class Topology:
         names = list(self.graph.nodes)
         nid = {x: i for i, x in enumerate(names)}
         self._cache["nid"] = nid
-        # Cluster graphs (with non-forwarding GPUs) are shallow but wide: they are searched level by level
-        # with numpy; logical topologies (rings can be thousands of hops deep) by a resumable Dijkstra.
+        # Cluster graphs (with non-forwarding GPUs) are shallow but wide: their distances come from numpy
+        # relaxation passes over all links (_distances_to, 64 destinations at once); logical topologies
+        # (rings can be thousands of hops deep) use a resumable Dijkstra.
         self._cache["levels"] = any(k == GPU for _, k in self.graph.nodes(data="kind"))
         if self._cache["levels"]:
             order = sorted(((nid[v], nid[u], cost[(u, v)]) for u, v, _ in edges))
@@ -134,7 +135,7 @@ class Topology:
                     heapq.heappush(heap, (nd, u))
         return dist
 
-    def _levels_cached(self, dst: str, src: str) -> np.ndarray:
+    def _distances_cached(self, dst: str) -> np.ndarray:
         """Distances (by node index) from every device to dst, cluster graphs; cached per destination."""
         c = self._cache
         full = c.setdefault("full", {})
@@ -205,7 +206,7 @@ class Topology:
         links: list[int] = []
         if a != b:
             if self._cache["levels"]:
-                arr, nid = self._levels_cached(b, a), self._cache["nid"]
+                arr, nid = self._distances_cached(b), self._cache["nid"]
 
                 def dist_of(v: str) -> int:
                     return int(arr[nid[v]])  # -1: unreached

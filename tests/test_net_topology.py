@@ -252,7 +252,7 @@ def test_leaf_spine_with_oversubscription():
 
 
 def test_level_search_and_dijkstra_agree_on_routes():
-    # Cluster graphs are routed by a numpy level search, logical ones by Dijkstra; both must pick the same
+    # Cluster graphs are routed on numpy relaxation distances, logical ones by Dijkstra; both must pick the same
     # shortest paths and the same ECMP branch.
     spec = "nodes:16*H100x8:fabric=fat_tree:k=8:oversubscription=2"
     fast, slow = topology_from_spec(spec), topology_from_spec(spec)
