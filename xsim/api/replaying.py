@@ -122,6 +122,8 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     The tables go through a staging folder (replay.export.save_run): a target that is a symbolic link or
     an input is refused, and an earlier run's stale outputs are removed, so the folder holds only this run.
     """
+    if not (outputs.out or outputs.timeline or outputs.annotate):
+        return []  # nothing to write: the exports (and polars) are not even loaded
     from replay.export import save_run, write_annotated, write_timeline
 
     written: list[str] = []
