@@ -119,7 +119,8 @@ class DiGraph:
         return sum(len(nbrs) for nbrs in self._succ.values())
 
     def to_networkx(self):
-        """The same graph as a networkx.DiGraph (same node and link order, copied attributes)."""
+        """The same graph as a networkx.DiGraph: same nodes and links in the same order, copied attributes
+        (predecessor lists follow link order, which may differ from the order the links were added)."""
         import networkx as nx
 
         g = nx.DiGraph()
