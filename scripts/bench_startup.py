@@ -26,9 +26,18 @@ ET = SHARED / "peer_traces" / "chakra_et"
 CFG = SHARED / "peer_configs" / "astra-sim"
 
 
+BYTECODE = True  # --no-bytecode-cache sets False
+
+
 def run_once(tree: Path, args: list[str]) -> tuple[float, float]:
     """(wall s, user+sys CPU s) of one `python -m xsim ARGS` with `tree` first on the path."""
     env = dict(os.environ, PYTHONPATH=str(tree))
+    if BYTECODE:
+        # As an installed package runs: .pyc files cached (this environment sets PYTHONDONTWRITEBYTECODE,
+        # which makes every run compile every module of the project again).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     t0 = time.perf_counter()
     p = subprocess.Popen(
         [sys.executable, "-m", "xsim", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
@@ -75,7 +84,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7, help="runs per case and tree (default 7)")
     ap.add_argument("--baseline", type=Path, help="another source tree to compare with, alternating")
     ap.add_argument("--work", type=Path, help="folder for the generated inputs (default: a temp folder)")
+    ap.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="compile every module on every run (PYTHONDONTWRITEBYTECODE=1, no __pycache__ written)",
+    )
     a = ap.parse_args()
+    global BYTECODE
+    BYTECODE = not a.no_bytecode_cache
     work = a.work or Path(tempfile.mkdtemp(prefix="bench-startup-"))
     work.mkdir(parents=True, exist_ok=True)
     trees = [("this", ROOT)] + ([("baseline", a.baseline.resolve())] if a.baseline else [])
@@ -93,15 +109,16 @@ def main() -> None:
         rows.append((label, {t: (statistics.median(walls[t]), statistics.median(cpus[t])) for t, _ in trees}))
         print(f"{label}: done", file=sys.stderr, flush=True)
     load = os.getloadavg()[0]
+    cache = "cached .pyc" if BYTECODE else "no .pyc cache (every module compiled per run)"
     print(
-        f"\nmedian of {a.runs} runs per case, `python -m xsim` as a fresh process; load average {load:.1f}\n"
+        f"\nmedian of {a.runs} runs per case, fresh `python -m xsim` processes, {cache}; load average {load:.1f}\n"
     )
     if a.baseline:
-        print("| case | baseline wall s | this wall s | baseline CPU s | this CPU s | wall ratio |")
+        print("| case | baseline wall s | this wall s | baseline CPU s | this CPU s | CPU ratio |")
         print("| --- | --- | --- | --- | --- | --- |")
         for label, m in rows:
             (bw, bc), (tw, tc) = m["baseline"], m["this"]
-            print(f"| {label} | {bw:.3f} | {tw:.3f} | {bc:.3f} | {tc:.3f} | {bw / tw:.2f}x |")
+            print(f"| {label} | {bw:.3f} | {tw:.3f} | {bc:.3f} | {tc:.3f} | {bc / tc:.2f}x |")
     else:
         print("| case | wall s | CPU s |")
         print("| --- | --- | --- |")
