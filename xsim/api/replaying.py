@@ -11,7 +11,7 @@ from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
 from replay.progress import replay_progress
 from traces import pb
-from traces.io import DEPLOYMENT_FILE
+from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
 from traces.traceset import TraceSet, discover
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
@@ -110,10 +110,12 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
 
 def peak_memory(trace_set: TraceSet) -> dict | None:
     """Peak memory per rank from the memory.json `xsim gen` wrote beside the traces (tracegen/memory.py)."""
-    from tracegen.memory import MEMORY_FILE, peak_summary
-
     path = os.path.join(trace_set.directory, MEMORY_FILE)
-    return peak_summary(path) if os.path.isfile(path) else None
+    if not os.path.isfile(path):
+        return None  # not a generated set: tracegen (and its spec parser) need not load
+    from tracegen.memory import peak_summary
+
+    return peak_summary(path)
 
 
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
