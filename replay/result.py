@@ -481,7 +481,7 @@ def build_result(
         tables=tables,
         summary_row=summary,
         rank_arrays=rank_cols,
-        num_stages=int(np.unique(stage[stage_ok]).size),
+        num_stages=len(set(stage[stage_ok].tolist())),  # not np.unique: it imports numpy.ma
     )
 
 
