@@ -40,7 +40,11 @@ def run_once(tree: Path, args: list[str]) -> tuple[float, float]:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     t0 = time.perf_counter()
     p = subprocess.Popen(
-        [sys.executable, "-m", "xsim", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", "xsim", *args],
+        env=env,
+        cwd=tree,  # `python -m` puts the working folder first on sys.path, before PYTHONPATH
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     _pid, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
