@@ -1,8 +1,8 @@
 """Network models for xsim: cluster topologies, collectives as transfers, analytical and flow-level models.
 
-Depends only on numpy, networkx, pyyaml and the standard library. See docs/netmodels.md. The names below
-are imported on first use (PEP 562), so `netmodels.errors` or the model registry (`netmodels.models`)
-loads neither numpy nor networkx: the command line starts fast.
+Depends only on numpy, pyyaml and the standard library (topologies use netmodels.digraph, not networkx). See
+docs/netmodels.md. The names below are imported on first use (PEP 562), so `netmodels.errors` or the model
+registry (`netmodels.models`) loads no numpy: the command line starts fast.
 """
 
 import importlib

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
-
+from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from netmodels.errors import NetworkModelError, TopologyError
 from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
@@ -81,7 +80,7 @@ def build_cluster(desc: Mapping) -> Topology:
         _known_keys(desc, MULTI_CLUSTER_KEYS, "cluster description")
         return _build_multi_cluster(desc)
     _known_keys(desc, CLUSTER_KEYS, "cluster description")
-    g = nx.DiGraph()
+    g = DiGraph()
     placed: dict[int, tuple[str, str]] = {}
     nics = _add_nodes(g, desc, "", placed)
     _add_fabric(g, desc.get("fabric") or {"kind": "switch"}, nics, prefix="")
@@ -89,7 +88,7 @@ def build_cluster(desc: Mapping) -> Topology:
     return _finish(str(desc.get("name", "cluster")), g, placed)
 
 
-def _finish(name: str, g: nx.DiGraph, placed: dict[int, tuple[str, str]]) -> Topology:
+def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]]) -> Topology:
     n = len(placed)
     if sorted(placed) != list(range(n)):
         missing = sorted(set(range(max(placed) + 1)) - set(placed))
@@ -97,7 +96,7 @@ def _finish(name: str, g: nx.DiGraph, placed: dict[int, tuple[str, str]]) -> Top
     return Topology(name, g, tuple(placed[r][0] for r in range(n)), tuple(placed[r][1] for r in range(n)))
 
 
-def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
+def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
     preset = str(desc.get("preset", "table5"))
     nodes = desc.get("nodes")
     if not isinstance(nodes, list) or not nodes:
@@ -177,7 +176,7 @@ def _add_nodes(g: nx.DiGraph, desc: Mapping, prefix: str, placed: dict[int, tupl
     return nics
 
 
-def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> list[str]:
+def _add_fabric(g: DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> list[str]:
     if not isinstance(fabric, Mapping):
         raise TopologyError('"fabric" must be a mapping such as {"kind": "switch"}')
     _known_keys(fabric, FABRIC_KEYS, "fabric")
@@ -258,7 +257,7 @@ def _add_fabric(g: nx.DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) 
     raise TopologyError(f"unknown fabric kind {kind!r} (known: {', '.join(FABRICS)})")
 
 
-def _apply_overrides(g: nx.DiGraph, links: list) -> None:
+def _apply_overrides(g: DiGraph, links: list) -> None:
     if not isinstance(links, list):
         raise TopologyError('"links" must be a list of {"src", "dst", "bandwidth"?, "latency"?}')
     for i, o in enumerate(links):
@@ -285,7 +284,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
     _known_keys(inter, ("bandwidth", "latency"), "inter_cluster")
     bw = _bw(inter["bandwidth"], "inter_cluster bandwidth")
     lat = _lat(inter["latency"], "inter_cluster latency")
-    g = nx.DiGraph()
+    g = DiGraph()
     g.add_node("wan", kind="switch")
     placed: dict[int, tuple[str, str]] = {}
     for c, sub in enumerate(clusters):

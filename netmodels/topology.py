@@ -13,10 +13,10 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 
 from netmodels.api import validate_ranks
+from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from netmodels.errors import RankError, TopologyError
 
 GPU = "gpu"
@@ -49,7 +49,7 @@ class Topology:
     """Devices and directed links (networkx DiGraph) with ranks placed on GPU devices."""
 
     name: str
-    graph: nx.DiGraph
+    graph: DiGraph
     rank_nodes: tuple[str, ...]
     # Host (server) of each rank: ranks on one host share its scale-up domain (hierarchical collectives).
     rank_hosts: tuple[str, ...] = ()
@@ -270,7 +270,7 @@ class Topology:
         return [self.rank_hosts[r] for r in ranks]
 
 
-def check_graph(graph: nx.DiGraph, rank_nodes: Sequence[str]) -> None:
+def check_graph(graph: DiGraph, rank_nodes: Sequence[str]) -> None:
     """Validate links (positive bandwidth, non-negative latency) and rank placement."""
     if not rank_nodes:
         raise TopologyError("topology has no ranks")
@@ -289,7 +289,7 @@ def check_graph(graph: nx.DiGraph, rank_nodes: Sequence[str]) -> None:
         seen.add(n)
 
 
-def add_duplex(g: nx.DiGraph, u: str, v: str, bandwidth: float, latency_ns: float, kind: str) -> None:
+def add_duplex(g: DiGraph, u: str, v: str, bandwidth: float, latency_ns: float, kind: str) -> None:
     """Add the two directed links u->v and v->u with the same bandwidth (bytes/s) and latency (ns)."""
     g.add_edge(u, v, bandwidth=float(bandwidth), latency_ns=float(latency_ns), kind=kind)
     g.add_edge(v, u, bandwidth=float(bandwidth), latency_ns=float(latency_ns), kind=kind)
@@ -301,14 +301,14 @@ def add_duplex(g: nx.DiGraph, u: str, v: str, bandwidth: float, latency_ns: floa
 MAX_LINKS = 1 << 22
 
 
-def _npus(n: int, name: str, links_per_rank: int = 2) -> tuple[nx.DiGraph, list[str]]:
+def _npus(n: int, name: str, links_per_rank: int = 2) -> tuple[DiGraph, list[str]]:
     if not isinstance(n, int) or n < 1:
         raise TopologyError(f"{name}: number of ranks must be a positive integer, got {n!r}")
     if n * links_per_rank > MAX_LINKS:
         raise TopologyError(
             f"{name}: {n:,} ranks make {n * links_per_rank:,} links, over the {MAX_LINKS:,} xsim builds"
         )
-    g = nx.DiGraph()
+    g = DiGraph()
     nodes = [f"npu{i}" for i in range(n)]
     for x in nodes:
         g.add_node(x, kind="npu")  # logical NPUs forward traffic, unlike cluster GPUs

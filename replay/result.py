@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
-import polars as pl
 
 from replay.engine import EngineOutput
 from replay.metrics import rank_accounting, union_length
@@ -18,123 +19,225 @@ from replay.program import ANNOTATION_COLUMNS, K_COLL, K_RECV, K_SEND, KIND_RESO
 from traces import pb
 from traces.groups import ProcessGroups
 
-OPS_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "node_id": pl.UInt64,
-    "name": pl.String,
-    "type": pl.String,
-    "resource": pl.String,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "duration_ns": pl.Int64,
-    "ready_ns": pl.Int64,
-    "wait_ns": pl.Int64,
-    "bytes": pl.Int64,
-    "comm_type": pl.String,
-    "pg_name": pl.String,
-    "collective": pl.Int64,
-    "p2p": pl.Int64,
-    "peer": pl.Int32,
-    "layer": pl.Int64,
-    "phase": pl.String,
-    "micro_batch": pl.Int64,
-    "stage": pl.Int64,
-    "device_group": pl.Int64,
-    "ring": pl.Int64,
-    "chunk": pl.Int64,
-    "reshard": pl.String,
+if TYPE_CHECKING:
+    import polars as pl
+
+    # Public, built on first access by __getattr__ below (polars dtypes).
+    OPS_SCHEMA: dict[str, pl.DataType]
+    RANKS_SCHEMA: dict[str, pl.DataType]
+    COLLECTIVES_SCHEMA: dict[str, pl.DataType]
+    SUMMARY_SCHEMA: dict[str, pl.DataType]
+    PERF_SCHEMA: dict[str, pl.DataType]
+
+_OPS_TYPES: dict[str, str] = {
+    "rank": "Int32",
+    "node_id": "UInt64",
+    "name": "String",
+    "type": "String",
+    "resource": "String",
+    "start_ns": "Int64",
+    "end_ns": "Int64",
+    "duration_ns": "Int64",
+    "ready_ns": "Int64",
+    "wait_ns": "Int64",
+    "bytes": "Int64",
+    "comm_type": "String",
+    "pg_name": "String",
+    "collective": "Int64",
+    "p2p": "Int64",
+    "peer": "Int32",
+    "layer": "Int64",
+    "phase": "String",
+    "micro_batch": "Int64",
+    "stage": "Int64",
+    "device_group": "Int64",
+    "ring": "Int64",
+    "chunk": "Int64",
+    "reshard": "String",
 }
-RANKS_SCHEMA: dict[str, pl.DataType] = {
-    "rank": pl.Int32,
-    "finish_ns": pl.Int64,
-    "compute_ns": pl.Int64,
-    "cpu_ns": pl.Int64,
-    "comm_ns": pl.Int64,
-    "exposed_comm_ns": pl.Int64,
-    "idle_ns": pl.Int64,
-    "wait_ns": pl.Int64,
-    "bubble_ns": pl.Int64,
-    "ops": pl.Int64,
-    "comm_bytes": pl.Int64,
+_RANKS_TYPES: dict[str, str] = {
+    "rank": "Int32",
+    "finish_ns": "Int64",
+    "compute_ns": "Int64",
+    "cpu_ns": "Int64",
+    "comm_ns": "Int64",
+    "exposed_comm_ns": "Int64",
+    "idle_ns": "Int64",
+    "wait_ns": "Int64",
+    "bubble_ns": "Int64",
+    "ops": "Int64",
+    "comm_bytes": "Int64",
 }
-COLLECTIVES_SCHEMA: dict[str, pl.DataType] = {
-    "collective": pl.Int64,
-    "pg_name": pl.String,
-    "comm_type": pl.String,
-    "ranks": pl.Int32,
-    "bytes": pl.Int64,
-    "first_arrival_ns": pl.Int64,
-    "last_arrival_ns": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "duration_ns": pl.Int64,
-    "wait_sum_ns": pl.Int64,
+_COLLECTIVES_TYPES: dict[str, str] = {
+    "collective": "Int64",
+    "pg_name": "String",
+    "comm_type": "String",
+    "ranks": "Int32",
+    "bytes": "Int64",
+    "first_arrival_ns": "Int64",
+    "last_arrival_ns": "Int64",
+    "start_ns": "Int64",
+    "end_ns": "Int64",
+    "duration_ns": "Int64",
+    "wait_sum_ns": "Int64",
 }
 # Summary keys that depend only on the inputs (written to summary.json / summary.csv).
-SUMMARY_SCHEMA: dict[str, pl.DataType] = {
-    "iteration_time_ns": pl.Int64,
-    "num_ranks": pl.Int64,
-    "num_nodes": pl.Int64,
-    "num_collectives": pl.Int64,
-    "num_p2p": pl.Int64,
-    "bytes_moved": pl.Int64,
-    "compute_ns": pl.Int64,
-    "comm_ns": pl.Int64,
-    "exposed_comm_ns": pl.Int64,
+_SUMMARY_TYPES: dict[str, str] = {
+    "iteration_time_ns": "Int64",
+    "num_ranks": "Int64",
+    "num_nodes": "Int64",
+    "num_collectives": "Int64",
+    "num_p2p": "Int64",
+    "bytes_moved": "Int64",
+    "compute_ns": "Int64",
+    "comm_ns": "Int64",
+    "exposed_comm_ns": "Int64",
     # The three above are sums over ranks, kept under their first names for existing readers; the
     # `_total` names say so, like wait_ns_total and bubble_ns_total (issue 13 item 10).
-    "compute_ns_total": pl.Int64,
-    "comm_ns_total": pl.Int64,
-    "exposed_comm_ns_total": pl.Int64,
-    "wait_ns_total": pl.Int64,
-    "wait_ns_max": pl.Int64,
-    "bubble_ns_total": pl.Int64,
-    "bubble_ns_max": pl.Int64,
-    "events": pl.Int64,
-    "ignored_ctrl_deps": pl.Int64,
-    "ctrl_deps_ignored_ranks": pl.Int64,
-    "network_model": pl.String,
-    "compute_model": pl.String,
-    "comm_mode": pl.String,
+    "compute_ns_total": "Int64",
+    "comm_ns_total": "Int64",
+    "exposed_comm_ns_total": "Int64",
+    "wait_ns_total": "Int64",
+    "wait_ns_max": "Int64",
+    "bubble_ns_total": "Int64",
+    "bubble_ns_max": "Int64",
+    "events": "Int64",
+    "ignored_ctrl_deps": "Int64",
+    "ctrl_deps_ignored_ranks": "Int64",
+    "network_model": "String",
+    "compute_model": "String",
+    "comm_mode": "String",
 }
 # Wall-clock keys: in the in-memory summary and perf.json only, never in the files that must be identical.
-PERF_SCHEMA: dict[str, pl.DataType] = {
-    "sim_wall_s": pl.Float64,
-    "engine_wall_s": pl.Float64,
-    "engine_cpu_s": pl.Float64,
-    "events_per_s": pl.Float64,
+_PERF_TYPES: dict[str, str] = {
+    "sim_wall_s": "Float64",
+    "engine_wall_s": "Float64",
+    "engine_cpu_s": "Float64",
+    "events_per_s": "Float64",
 }
 _RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
+_SCHEMA_TYPES = {
+    "OPS_SCHEMA": _OPS_TYPES,
+    "RANKS_SCHEMA": _RANKS_TYPES,
+    "COLLECTIVES_SCHEMA": _COLLECTIVES_TYPES,
+    "SUMMARY_SCHEMA": _SUMMARY_TYPES,
+    "PERF_SCHEMA": _PERF_TYPES,
+}
 
 
-@dataclass
+@cache
+def _schema(name: str) -> dict[str, pl.DataType]:
+    """A public schema (OPS_SCHEMA, ...) as polars dtypes; polars loads here, on first use, not on import
+    (a replay that only prints its summary never needs it: `xsim replay` start-up, issue 11 item 4)."""
+    import polars as pl
+
+    return {k: getattr(pl, t) for k, t in _SCHEMA_TYPES[name].items()}
+
+
+def __getattr__(name: str):
+    """OPS_SCHEMA, RANKS_SCHEMA, COLLECTIVES_SCHEMA, SUMMARY_SCHEMA, PERF_SCHEMA, built on first access."""
+    if name in _SCHEMA_TYPES:
+        return _schema(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class ReplayResult:
-    """What a replay produced: ops, ranks, collectives and summary tables."""
+    """What a replay produced: ops, ranks, collectives and summary tables.
 
-    ops: pl.DataFrame
-    ranks: pl.DataFrame
-    collectives: pl.DataFrame
-    summary: pl.DataFrame
-    per_rank_finish_ns: list[int]
-    paths: tuple[str, ...] = ()
-    groups: ProcessGroups | None = field(default=None, repr=False)
+    The four polars tables may be given, or built on first access by `tables` (then polars loads only
+    when a caller reads or writes a table); the summary dicts and `rank_arrays` need no polars.
+    """
+
+    def __init__(
+        self,
+        ops: pl.DataFrame | None,
+        ranks: pl.DataFrame | None,
+        collectives: pl.DataFrame | None,
+        summary: pl.DataFrame | None,
+        per_rank_finish_ns: list[int],
+        paths: tuple[str, ...] = (),
+        groups: ProcessGroups | None = None,
+        *,
+        tables: Callable[[], tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]] | None = None,
+        summary_row: dict | None = None,
+        rank_arrays: dict[str, np.ndarray] | None = None,
+        num_stages: int | None = None,
+    ) -> None:
+        self._tables = (ops, ranks, collectives, summary)
+        self._build = tables
+        self.per_rank_finish_ns = per_rank_finish_ns
+        self.paths = paths
+        self.groups = groups
+        self._summary_row = summary_row
+        self._rank_arrays = rank_arrays
+        self._num_stages = num_stages
+
+    def _table(self, i: int) -> pl.DataFrame:
+        if self._build is not None:
+            self._tables = self._build()
+            self._build = None  # drops the program and engine output the builder held
+        return self._tables[i]
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """One row per node (OPS_SCHEMA)."""
+        return self._table(0)
+
+    @property
+    def ranks(self) -> pl.DataFrame:
+        """One row per rank (RANKS_SCHEMA)."""
+        return self._table(1)
+
+    @property
+    def collectives(self) -> pl.DataFrame:
+        """One row per matched collective (COLLECTIVES_SCHEMA)."""
+        return self._table(2)
+
+    @property
+    def summary(self) -> pl.DataFrame:
+        """One row: SUMMARY_SCHEMA then PERF_SCHEMA."""
+        return self._table(3)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayResult(ranks={len(self.per_rank_finish_ns)}, iteration_time_ns={self.iteration_time_ns})"
+        )
+
+    def _row(self) -> dict:
+        if self._summary_row is None:
+            self._summary_row = self.summary.row(0, named=True)
+        return self._summary_row
+
+    @property
+    def rank_arrays(self) -> dict[str, np.ndarray]:
+        """The `ranks` table's columns as numpy arrays (no polars needed when the result built them)."""
+        if self._rank_arrays is None:
+            self._rank_arrays = {k: self.ranks[k].to_numpy() for k in _RANKS_TYPES}
+        return self._rank_arrays
+
+    @property
+    def num_stages(self) -> int:
+        """Distinct non-null `stage` values in `ops` (pipeline stages the trace annotates)."""
+        if self._num_stages is None:
+            self._num_stages = int(self.ops["stage"].drop_nulls().n_unique())
+        return self._num_stages
 
     @property
     def iteration_time_ns(self) -> int:
         """Max finish time over ranks."""
-        return int(self.summary["iteration_time_ns"][0])
+        return int(self._row()["iteration_time_ns"])
 
     def summary_dict(self) -> dict:
         """The deterministic summary as a dict, with `per_rank_finish_ns` (list indexed by rank)."""
-        row = self.summary.row(0, named=True)
-        out = {k: row[k] for k in SUMMARY_SCHEMA}
+        row = self._row()
+        out = {k: row[k] for k in _SUMMARY_TYPES}
         out["per_rank_finish_ns"] = list(self.per_rank_finish_ns)
         return out
 
     def perf_dict(self) -> dict:
         """Simulator wall time and speed (differs run to run)."""
-        row = self.summary.row(0, named=True)
-        return {k: row[k] for k in PERF_SCHEMA}
+        row = self._row()
+        return {k: row[k] for k in _PERF_TYPES}
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -156,7 +259,7 @@ class ReplayResult:
             json.dump(s, fh, indent=2)
             fh.write("\n")
         c = os.path.join(d, "summary.csv")
-        self.summary.select(list(SUMMARY_SCHEMA)).write_csv(c)
+        self.summary.select(list(_SUMMARY_TYPES)).write_csv(c)
         perf = os.path.join(d, "perf.json")
         with open(perf, "w", encoding="utf-8") as fh:
             json.dump(self.perf_dict(), fh, indent=2)
@@ -166,6 +269,8 @@ class ReplayResult:
 
 def _nullable(values: np.ndarray, valid: np.ndarray, dtype: pl.DataType) -> pl.Series:
     """A column from numpy values, null where not valid."""
+    import polars as pl
+
     col = pl.Series(values, dtype=dtype) if dtype != pl.Int32 else pl.Series(values.astype(np.int32))
     bad = np.nonzero(~valid)[0]
     return col.scatter(bad, None) if len(bad) else col
@@ -173,6 +278,8 @@ def _nullable(values: np.ndarray, valid: np.ndarray, dtype: pl.DataType) -> pl.S
 
 def _labels(codes: np.ndarray, label) -> pl.Series:
     """A string column from integer codes: label(code) once per distinct code."""
+    import polars as pl
+
     if len(codes) == 0:
         return pl.Series([], dtype=pl.String)
     uniq, inv = np.unique(codes, return_inverse=True)
@@ -180,19 +287,27 @@ def _labels(codes: np.ndarray, label) -> pl.Series:
     return pl.Series(table[inv.reshape(-1)].tolist(), dtype=pl.String)
 
 
+def _annotation_ints(prog: Program, k: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """An integer annotation's (values, valid) from the program's columns, node-by-node ranks' laid over."""
+    col = prog.ann_cols.get(k)
+    vals, ok = col if col is not None else (np.zeros(n, np.int64), np.zeros(n, bool))
+    if prog.annotations:
+        vals, ok = vals.copy(), ok.copy()
+        for g, a in prog.annotations.items():
+            v = a.get(k)
+            if v is not None:
+                vals[g] = v
+                ok[g] = True
+    return vals, ok
+
+
 def _annotation_column(prog: Program, k: str, typ: str, n: int) -> pl.Series:
     """One annotation column from the program's columns, with node-by-node ranks' values laid over."""
+    import polars as pl
+
     col = prog.ann_cols.get(k)
     if typ == "int":
-        vals, ok = col if col is not None else (np.zeros(n, np.int64), np.zeros(n, bool))
-        if prog.annotations:
-            vals, ok = vals.copy(), ok.copy()
-            for g, a in prog.annotations.items():
-                v = a.get(k)
-                if v is not None:
-                    vals[g] = v
-                    ok[g] = True
-        return _nullable(vals, ok, pl.Int64)
+        return _nullable(*_annotation_ints(prog, k, n), pl.Int64)
     if col is not None:
         codes, table = col
         obj = np.asarray([*table, None], dtype=object)[codes]  # code -1 = the trailing None
@@ -213,7 +328,7 @@ def build_result(
     comm_mode: str,
     sim_wall_s: float,
 ) -> ReplayResult:
-    """Assemble the four tables from a finished run."""
+    """Assemble the summary and per-rank columns from a finished run; the four tables on first access."""
     n = prog.num_nodes
     nr = prog.num_ranks
     rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
@@ -223,44 +338,6 @@ def build_result(
     kind = np.asarray(prog.kind, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
     res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
     res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
-
-    collective = np.full(n, -1, dtype=np.int64)
-    if out.collective_of:
-        collective[np.fromiter(out.collective_of.keys(), np.int64)] = np.fromiter(
-            out.collective_of.values(), np.int64
-        )
-    p2p = np.full(n, -1, dtype=np.int64)
-    peer = np.full(n, -1, dtype=np.int64)
-    if out.p2p_pairs:
-        pr = np.asarray(out.p2p_pairs, dtype=np.int64)
-        ids = np.arange(len(pr), dtype=np.int64)
-        p2p[pr[:, 0]] = ids
-        p2p[pr[:, 1]] = ids
-        peer[pr[:, 0]] = [prog.p2p[s].dst for s in pr[:, 0].tolist()]
-        peer[pr[:, 1]] = [prog.p2p[r].src for r in pr[:, 1].tolist()]
-    node_type = np.asarray(prog.node_type, dtype=np.int64)
-    comm_type = np.asarray(prog.comm_type, dtype=np.int64)
-    cols = {
-        "rank": pl.Series(rank, dtype=pl.Int32),
-        "node_id": pl.Series(np.asarray(prog.node_id, dtype=np.int64).astype(np.uint64), dtype=pl.UInt64),
-        "name": pl.Series(prog.name, dtype=pl.String),
-        "type": _labels(node_type, pb.node_type_name),
-        "resource": _labels(kind.astype(np.int64), lambda k: res_names[k]),
-        "start_ns": start,
-        "end_ns": end,
-        "duration_ns": end - start,
-        "ready_ns": np.asarray(out.ready, dtype=np.int64),
-        "wait_ns": wait,
-        "bytes": np.asarray(prog.nbytes, dtype=np.int64),
-        "comm_type": _labels(comm_type, lambda v: pb.comm_type_name(v) if v >= 0 else None),
-        "pg_name": pl.Series(prog.pg_name, dtype=pl.String),
-        "collective": _nullable(collective, collective >= 0, pl.Int64),
-        "p2p": _nullable(p2p, p2p >= 0, pl.Int64),
-        "peer": _nullable(peer, peer >= 0, pl.Int32),
-    }
-    for k, typ in ANNOTATION_COLUMNS.items():
-        cols[k] = _annotation_column(prog, k, typ, n)
-    ops = pl.DataFrame({k: pl.Series(k, v, dtype=OPS_SCHEMA[k]) for k, v in cols.items()}, schema=OPS_SCHEMA)
 
     acc = rank_accounting(rank, start, end, wait, res_code, nr)
     # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
@@ -281,41 +358,21 @@ def build_result(
     comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
     bytes_r = np.zeros(nr, dtype=np.int64)
     np.add.at(bytes_r, rank[comm_mask], np.asarray(prog.nbytes, dtype=np.int64)[comm_mask])
-    ranks = pl.DataFrame(
-        {
-            "rank": np.arange(nr, dtype=np.int32),
-            "finish_ns": acc["finish_ns"],
-            "compute_ns": acc["compute_ns"],
-            "cpu_ns": acc["cpu_ns"],
-            "comm_ns": acc["comm_ns"],
-            "exposed_comm_ns": acc["exposed_comm_ns"],
-            "idle_ns": acc["idle_ns"],
-            "wait_ns": wait_r,
-            "bubble_ns": acc["bubble_ns"],
-            "ops": ops_r,
-            "comm_bytes": bytes_r,
-        },
-        schema=RANKS_SCHEMA,
-    )
+    rank_cols = {
+        "rank": np.arange(nr, dtype=np.int32),
+        "finish_ns": acc["finish_ns"],
+        "compute_ns": acc["compute_ns"],
+        "cpu_ns": acc["cpu_ns"],
+        "comm_ns": acc["comm_ns"],
+        "exposed_comm_ns": acc["exposed_comm_ns"],
+        "idle_ns": acc["idle_ns"],
+        "wait_ns": wait_r,
+        "bubble_ns": acc["bubble_ns"],
+        "ops": ops_r,
+        "comm_bytes": bytes_r,
+    }
 
     recs = out.collectives
-    collectives = pl.DataFrame(
-        {
-            "collective": [r.id for r in recs],
-            "pg_name": [r.group for r in recs],
-            "comm_type": [pb.comm_type_name(r.comm_type) for r in recs],
-            "ranks": [len(r.members) for r in recs],
-            "bytes": [r.size for r in recs],
-            "first_arrival_ns": [r.first_arrival_ns for r in recs],
-            "last_arrival_ns": [r.last_arrival_ns for r in recs],
-            "start_ns": [r.last_arrival_ns for r in recs],
-            "end_ns": [r.end_ns for r in recs],
-            "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
-            "wait_sum_ns": [sum(out.wait[g] for g in r.nodes) for r in recs],
-        },
-        schema=COLLECTIVES_SCHEMA,
-    )
-
     finish = [int(x) for x in acc["finish_ns"]]
     bytes_moved = sum(r.size for r in recs) + sum(prog.p2p[s].size for s, _r in out.p2p_pairs)
     engine_wall = out.wall_s
@@ -347,15 +404,84 @@ def build_result(
         "engine_cpu_s": out.cpu_s,
         "events_per_s": out.events / engine_wall if engine_wall > 0 else 0.0,
     }
-    summary_df = pl.DataFrame([summary], schema={**SUMMARY_SCHEMA, **PERF_SCHEMA})
+    stage, stage_ok = _annotation_ints(prog, "stage", n)
+
+    def tables() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """The ops, ranks, collectives and summary tables (the only part of a result that needs polars)."""
+        import polars as pl
+
+        collective = np.full(n, -1, dtype=np.int64)
+        if out.collective_of:
+            collective[np.fromiter(out.collective_of.keys(), np.int64)] = np.fromiter(
+                out.collective_of.values(), np.int64
+            )
+        p2p = np.full(n, -1, dtype=np.int64)
+        peer = np.full(n, -1, dtype=np.int64)
+        if out.p2p_pairs:
+            pr = np.asarray(out.p2p_pairs, dtype=np.int64)
+            ids = np.arange(len(pr), dtype=np.int64)
+            p2p[pr[:, 0]] = ids
+            p2p[pr[:, 1]] = ids
+            peer[pr[:, 0]] = [prog.p2p[s].dst for s in pr[:, 0].tolist()]
+            peer[pr[:, 1]] = [prog.p2p[r].src for r in pr[:, 1].tolist()]
+        node_type = np.asarray(prog.node_type, dtype=np.int64)
+        comm_type = np.asarray(prog.comm_type, dtype=np.int64)
+        cols = {
+            "rank": pl.Series(rank, dtype=pl.Int32),
+            "node_id": pl.Series(np.asarray(prog.node_id, dtype=np.int64).astype(np.uint64), dtype=pl.UInt64),
+            "name": pl.Series(prog.name, dtype=pl.String),
+            "type": _labels(node_type, pb.node_type_name),
+            "resource": _labels(kind.astype(np.int64), lambda k: res_names[k]),
+            "start_ns": start,
+            "end_ns": end,
+            "duration_ns": end - start,
+            "ready_ns": np.asarray(out.ready, dtype=np.int64),
+            "wait_ns": wait,
+            "bytes": np.asarray(prog.nbytes, dtype=np.int64),
+            "comm_type": _labels(comm_type, lambda v: pb.comm_type_name(v) if v >= 0 else None),
+            "pg_name": pl.Series(prog.pg_name, dtype=pl.String),
+            "collective": _nullable(collective, collective >= 0, pl.Int64),
+            "p2p": _nullable(p2p, p2p >= 0, pl.Int64),
+            "peer": _nullable(peer, peer >= 0, pl.Int32),
+        }
+        for k, typ in ANNOTATION_COLUMNS.items():
+            cols[k] = _annotation_column(prog, k, typ, n)
+        ops_schema = _schema("OPS_SCHEMA")
+        ops = pl.DataFrame(
+            {k: pl.Series(k, v, dtype=ops_schema[k]) for k, v in cols.items()}, schema=ops_schema
+        )
+        ranks = pl.DataFrame(rank_cols, schema=_schema("RANKS_SCHEMA"))
+        collectives = pl.DataFrame(
+            {
+                "collective": [r.id for r in recs],
+                "pg_name": [r.group for r in recs],
+                "comm_type": [pb.comm_type_name(r.comm_type) for r in recs],
+                "ranks": [len(r.members) for r in recs],
+                "bytes": [r.size for r in recs],
+                "first_arrival_ns": [r.first_arrival_ns for r in recs],
+                "last_arrival_ns": [r.last_arrival_ns for r in recs],
+                "start_ns": [r.last_arrival_ns for r in recs],
+                "end_ns": [r.end_ns for r in recs],
+                "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
+                "wait_sum_ns": [sum(out.wait[g] for g in r.nodes) for r in recs],
+            },
+            schema=_schema("COLLECTIVES_SCHEMA"),
+        )
+        summary_df = pl.DataFrame([summary], schema={**_schema("SUMMARY_SCHEMA"), **_schema("PERF_SCHEMA")})
+        return ops, ranks, collectives, summary_df
+
     return ReplayResult(
-        ops=ops,
-        ranks=ranks,
-        collectives=collectives,
-        summary=summary_df,
+        None,
+        None,
+        None,
+        None,
         per_rank_finish_ns=finish,
         paths=prog.paths,
         groups=prog.groups,
+        tables=tables,
+        summary_row=summary,
+        rank_arrays=rank_cols,
+        num_stages=len(set(stage[stage_ok].tolist())),  # not np.unique: it imports numpy.ma
     )
 
 

@@ -35,6 +35,7 @@ from tracegen.errors import XsimError
 from tracegen.models import ModelArch
 from tracegen.ops import rank_params, shard_of
 from tracegen.spec import gpu_specs, model_arch, replicas
+from traces.io import MEMORY_FILE
 
 RECOMPUTE = ("none", "selective", "full")
 # ZeRO section 3.1: mixed-precision Adam keeps an fp32 copy of the weights plus fp32 momentum and variance.
@@ -282,9 +283,6 @@ def check_fits(mem: list[RankMemory], where: str) -> None:
         f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({len(bad)} rank(s) over; "
         "--allow-oom to go on)"
     )
-
-
-MEMORY_FILE = "memory.json"
 
 
 def memory_json(mem: list[RankMemory]) -> dict[str, Any]:

@@ -12,9 +12,8 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from functools import cache
 from typing import Any
-
-import yaml
 
 from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
@@ -93,49 +92,57 @@ class _DuplicateKey(ValueError):
     """A key given twice in one mapping of a JSON spec."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last).
+@cache
+def _unique_key_loader() -> type:
+    """The YAML loader class below, made on first use: PyYAML loads only for a YAML spec (start-up of
+    `xsim replay`, which reads deployment.json; issue 11 item 4)."""
+    import yaml
 
-    It also refuses aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the
-    "billion laughs") and nesting deeper than traces.limits.max_json_depth(), before building anything.
-    """
+    class _UniqueKeyLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last).
 
-    _depth = 0
+        It also refuses aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the
+        "billion laughs") and nesting deeper than traces.limits.max_json_depth(), before building anything.
+        """
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(
-                None, None, f"YAML aliases (*{event.anchor}) are not accepted in a spec", event.start_mark
-            )
-        self._depth += 1
-        try:
-            if self._depth > max_json_depth():
+        _depth = 0
+
+        def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
                 raise yaml.composer.ComposerError(
-                    None,
-                    None,
-                    f"nesting deeper than {max_json_depth()} levels (XSIM_MAX_JSON_DEPTH raises the limit)",
-                    self.peek_event().start_mark,
+                    None, None, f"YAML aliases (*{event.anchor}) are not accepted in a spec", event.start_mark
                 )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        self.flatten_mapping(node)
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
+            self._depth += 1
             try:
-                dup = key in seen
-            except TypeError:
-                continue  # an unhashable key: the base constructor reports it
-            if dup:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})"
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
+                if self._depth > max_json_depth():
+                    raise yaml.composer.ComposerError(
+                        None,
+                        None,
+                        f"nesting deeper than {max_json_depth()} levels (XSIM_MAX_JSON_DEPTH raises the limit)",
+                        self.peek_event().start_mark,
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            self.flatten_mapping(node)
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    dup = key in seen
+                except TypeError:
+                    continue  # an unhashable key: the base constructor reports it
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})"
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return _UniqueKeyLoader
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -158,7 +165,12 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
     try:
         if ext in (".yaml", ".yml"):
-            raw = yaml.load(data, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+            import yaml
+
+            try:
+                raw = yaml.load(data, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
+            except yaml.YAMLError as exc:
+                raise ValueError(str(exc)) from None  # reported below like the other formats' errors
         elif ext == ".toml":
             raw = tomllib.loads(data.decode("utf-8"))
         elif ext == ".json":
@@ -174,8 +186,8 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SpecError(
             f"not valid {ext[1:].upper()}: nesting too deep (XSIM_MAX_JSON_DEPTH bounds spec nesting)", path=p
         ) from None
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, ValueError) as exc:
-        # ValueError: json.JSONDecodeError, UnicodeDecodeError and _DuplicateKey.
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        # ValueError: json.JSONDecodeError, UnicodeDecodeError, _DuplicateKey and YAMLError (above).
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"not valid {ext[1:].upper()}: {first}", path=p) from None
     if not isinstance(raw, dict):

@@ -20,6 +20,8 @@ from traces.limits import (
 # The resolved deployment spec that `xsim gen` (and `xsim rewrite`) write beside the traces; replay reads
 # it for the cluster, the GPUs and the DP replicas.
 DEPLOYMENT_FILE = "deployment.json"
+# Peak memory per rank that `xsim gen` writes beside the traces (tracegen/memory.py); replay reports it.
+MEMORY_FILE = "memory.json"
 GZIP_MAGIC = b"\x1f\x8b"
 
 

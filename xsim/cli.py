@@ -59,8 +59,9 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full argument parser with every registered verb."""
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser with every registered verb, or with verb `only` alone when it is one
+    (`xsim replay ...` need not import and build the other ten verbs' parsers: start-up)."""
     parser = argparse.ArgumentParser(
         prog="xsim",
         description="Replay Chakra execution traces of distributed training on (heterogeneous) hardware.",
@@ -71,14 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    modules = COMMAND_MODULES
+    if only is not None and f"xsim.cmd_{only}" in COMMAND_MODULES:
+        modules = (f"xsim.cmd_{only}",)  # module xsim.cmd_X registers the verb X
+    for name in modules:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `xsim` command line; returns the process exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=argv[0] if argv else None)
     args, extra = parser.parse_known_args(argv)
     if extra:
         # An unknown option belongs to the verb: print the verb's usage, not the top-level one.

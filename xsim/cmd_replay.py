@@ -94,8 +94,7 @@ def _fmt_bytes(b: int) -> str:
 
 
 def _print_summary(result, path: str) -> None:
-    from replay.export.breakdown import is_pipelined
-
+    # From the result's summary and per-rank columns: printing the summary needs no polars (start-up).
     s = result.summary_dict()
     perf = result.perf_dict()
     print(
@@ -112,21 +111,25 @@ def _print_summary(result, path: str) -> None:
         f"straggler waiting  {_fmt_ns(s['wait_ns_total'])} summed over {n} ranks, "
         f"max per rank {_fmt_ns(s['wait_ns_max'])}"
     )
-    # Idle time inside a rank's compute span is a pipeline bubble only when there is a pipeline.
-    label = "pipeline bubble   " if is_pipelined(result.ops, s["num_p2p"]) else "idle in compute   "
+    # Idle time inside a rank's compute span is a pipeline bubble only when there is a pipeline (the rule
+    # of replay.export.breakdown.is_pipelined: several stages or any P2P transfer).
+    pipelined = result.num_stages > 1 or s["num_p2p"] > 0
+    label = "pipeline bubble   " if pipelined else "idle in compute   "
     print(
         f"{label} {_fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {_fmt_ns(s['bubble_ns_max'])}"
     )
-    top = result.ranks.sort(["wait_ns", "rank"], descending=[True, False]).head(5)
-    if top["wait_ns"].max() and top["wait_ns"].max() > 0:
+    cols = result.rank_arrays
+    wait = cols["wait_ns"].tolist()
+    rank = cols["rank"].tolist()
+    top = sorted(range(len(rank)), key=lambda i: (-wait[i], rank[i]))[:5]
+    if top and wait[top[0]] > 0:
         print("top ranks by waiting:")
         print(f"  {'rank':>6} {'wait_ns':>14} {'finish_ns':>14} {'exposed_comm_ns':>16}")
-        for row in top.iter_rows(named=True):
-            if row["wait_ns"] == 0:
+        finish, exposed = cols["finish_ns"].tolist(), cols["exposed_comm_ns"].tolist()
+        for i in top:
+            if wait[i] == 0:
                 break
-            print(
-                f"  {row['rank']:>6} {row['wait_ns']:>14,} {row['finish_ns']:>14,} {row['exposed_comm_ns']:>16,}"
-            )
+            print(f"  {rank[i]:>6} {wait[i]:>14,} {finish[i]:>14,} {exposed[i]:>16,}")
 
 
 def options(args: argparse.Namespace):

@@ -11,7 +11,7 @@ from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
 from replay.progress import replay_progress
 from traces import pb
-from traces.io import DEPLOYMENT_FILE
+from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
 from traces.traceset import TraceSet, discover
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
@@ -110,10 +110,12 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
 
 def peak_memory(trace_set: TraceSet) -> dict | None:
     """Peak memory per rank from the memory.json `xsim gen` wrote beside the traces (tracegen/memory.py)."""
-    from tracegen.memory import MEMORY_FILE, peak_summary
-
     path = os.path.join(trace_set.directory, MEMORY_FILE)
-    return peak_summary(path) if os.path.isfile(path) else None
+    if not os.path.isfile(path):
+        return None  # not a generated set: tracegen (and its spec parser) need not load
+    from tracegen.memory import peak_summary
+
+    return peak_summary(path)
 
 
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
@@ -122,6 +124,8 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     The tables go through a staging folder (replay.export.save_run): a target that is a symbolic link or
     an input is refused, and an earlier run's stale outputs are removed, so the folder holds only this run.
     """
+    if not (outputs.out or outputs.timeline or outputs.annotate):
+        return []  # nothing to write: the exports (and polars) are not even loaded
     from replay.export import save_run, write_annotated, write_timeline
 
     written: list[str] = []

@@ -1,0 +1,155 @@
+"""Start-up of `xsim replay` (issue 11 item 4): a summary-only replay loads neither polars, networkx nor
+PyYAML, the polars tables appear on first access, and the light topology graph orders nodes, links and
+routes exactly as networkx.DiGraph does. No timing here (scripts/bench_startup.py measures)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from netmodels.cluster import topology_from_spec
+from netmodels.digraph import DiGraph
+from xsim import api
+
+REPO = Path(__file__).resolve().parents[1]
+LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib")
+
+
+def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
+    """stdout of `xsim ARGV` run in a fresh interpreter, and the modules it had loaded by the end."""
+    code = (
+        "import sys, contextlib, io, json\n"
+        "from xsim.cli import main\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        f"    rc = main({argv!r})\n"
+        "print(json.dumps({'rc': rc, 'out': buf.getvalue(), 'modules': sorted(sys.modules)}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    obj = json.loads(res.stdout)
+    assert obj["rc"] == 0, res.stderr
+    return obj["out"], set(obj["modules"])
+
+
+@pytest.fixture(scope="module")
+def c01(tmp_path_factory) -> Path:
+    """The paper's Table 4 C01 (2 ranks, H100) generated once, with its deployment.json."""
+    out = tmp_path_factory.mktemp("c01") / "set"
+    api.generate(REPO / "examples" / "table4_c01.yaml", api.GenerateOptions(out=str(out)))
+    return out
+
+
+def test_summary_replay_of_generated_set_loads_no_heavy_library(c01: Path) -> None:
+    out, loaded = _replay_in_subprocess(["replay", str(c01), "--no-progress"])
+    assert [m for m in LAZY if m in loaded] == []
+    # The printed numbers are the tables' (built here, with polars, from an in-process replay).
+    res = api.simulate(c01).result
+    it = int(res.summary["iteration_time_ns"][0])
+    assert f"iteration time     {it:,} ns" in out
+    assert f"in {int(res.summary['num_collectives'][0]):,} collectives" in out
+
+
+def test_tables_built_on_first_access(c01: Path) -> None:
+    code = (
+        "import sys\n"
+        "from xsim import api\n"
+        f"run = api.simulate({str(c01)!r})\n"
+        "s = run.result.summary_dict()\n"
+        "before = 'polars' in sys.modules\n"
+        "n = run.result.ops.height\n"
+        "print(before, 'polars' in sys.modules, n == s['num_nodes'])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["False", "True", "True"]
+
+
+def test_pipeline_summary_from_columns_equals_tables() -> None:
+    # tiny_pipeline: 4 ranks, 2 stages with P2P; two ranks wait for a late peer (hand-made set).
+    argv = ["replay", "traces/examples/tiny_pipeline", "--topology", "ring:4:50GBps:500ns", "--no-progress"]
+    out, loaded = _replay_in_subprocess(argv)
+    assert [m for m in LAZY if m in loaded] == []
+    opts = api.ReplayOptions(network=api.NetworkOptions(topology="ring:4:50GBps:500ns"), progress=False)
+    res = api.simulate(REPO / "traces/examples/tiny_pipeline", opts).result
+    # The rows the summary printed before it was computed from numpy columns, from the polars table.
+    top = res.ranks.sort(["wait_ns", "rank"], descending=[True, False]).head(5)
+    rows = [
+        f"  {r['rank']:>6} {r['wait_ns']:>14,} {r['finish_ns']:>14,} {r['exposed_comm_ns']:>16,}"
+        for r in top.iter_rows(named=True)
+        if r["wait_ns"] > 0
+    ]
+    assert len(rows) == 2
+    lines = out.splitlines()
+    i = lines.index("top ranks by waiting:")
+    assert lines[i + 2 : i + 2 + len(rows)] == rows
+    assert len(lines) == i + 2 + len(rows)
+    stages = res.ops["stage"].drop_nulls().n_unique()
+    assert res.num_stages == stages
+    assert any(line.startswith("pipeline bubble") for line in lines)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "ring:8:50GBps:500ns",
+        "switch:6:50GBps:500ns",
+        "fc:5:50GBps:500ns",
+        "nodes:2*H100x8:fabric=fat_tree:k=4",
+        "nodes:H100x4,A100-40GBx4:fabric=rail",
+        "dgx-a100:2",
+    ],
+)
+def test_digraph_orders_like_networkx(spec: str, monkeypatch) -> None:
+    topo = topology_from_spec(spec)
+    assert isinstance(topo.graph, DiGraph)
+    # The reference: the same builders on a real networkx.DiGraph (what they used before).
+    monkeypatch.setattr("netmodels.topology.DiGraph", nx.DiGraph)
+    monkeypatch.setattr("netmodels.cluster.DiGraph", nx.DiGraph)
+    twin = topology_from_spec(spec)
+    ref = twin.graph
+    assert type(ref) is nx.DiGraph
+    assert list(topo.graph.nodes(data=True)) == list(ref.nodes(data=True))
+    assert list(topo.graph.nodes(data="kind")) == list(ref.nodes(data="kind"))
+    assert list(topo.graph.edges(data=True)) == list(ref.edges(data=True))
+    for n in ref:
+        assert list(topo.graph.successors(n)) == list(ref.successors(n))
+        assert list(topo.graph.predecessors(n)) == list(ref.predecessors(n))
+    assert twin.links == topo.links
+    for a in range(topo.num_ranks):
+        for b in range(topo.num_ranks):
+            assert twin.route(a, b) == topo.route(a, b)
+    conv = topo.graph.to_networkx()
+    assert list(conv.edges(data=True)) == list(ref.edges(data=True))
+    assert list(conv.nodes(data=True)) == list(ref.nodes(data=True))
+
+
+def test_digraph_updates_attributes_like_networkx() -> None:
+    g, ref = DiGraph(), nx.DiGraph()
+    for h in (g, ref):
+        h.add_edge("b", "a", bandwidth=1.0)
+        h.add_node("a", kind="gpu")
+        h.add_node("c")
+        h.add_edge("b", "a", latency_ns=5.0)
+        h.add_edge("a", "c", bandwidth=2.0)
+        h["a"]["c"]["bandwidth"] = 3.0
+    assert (
+        list(g.nodes(data=True))
+        == list(ref.nodes(data=True))
+        == [
+            ("b", {}),
+            ("a", {"kind": "gpu"}),
+            ("c", {}),
+        ]
+    )
+    assert list(g.edges(data=True)) == list(ref.edges(data=True))
+    assert g.has_edge("b", "a") and not g.has_edge("a", "b")
+    assert g.number_of_edges() == ref.number_of_edges() == 2
