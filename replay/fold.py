@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 from netmodels.api import CollectiveSpec, NetworkModel
 from netmodels.errors import NetworkModelError
 from netmodels.models import capabilities_of
+from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput, canonical_order
@@ -388,11 +389,14 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
     ids = cols.node_id[lo_c:hi_c]
     if hi_c - lo_c != hi - lo or not np.array_equal(ids, np.asarray(prog.node_id[lo:hi], dtype=np.int64)):
         return None  # not in id order as built (or built another way): node j would not be node j
+    ns, ne = cols.name_start[lo_c:hi_c], cols.name_end[lo_c:hi_c]
     tmpl = Template(
         rb,
         cols.frame_start[lo_c:hi_c] - base,
         cols.payload_start[lo_c:hi_c] - base,
         cols.payload_end[lo_c:hi_c] - base,
+        np.where(ns >= 0, ns - base, -1),
+        np.where(ne >= 0, ne - base, -1),
     )
 
     def col(name):
@@ -458,10 +462,19 @@ def _field(name: str, value, kind: str) -> bytes:
 def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
+    pool: list[bytes] = []
+    pool_id: dict[bytes, int] = {}
+
+    def pid(fb: bytes) -> int:
+        if fb not in pool_id:
+            pool_id[fb] = len(pool)
+            pool.append(fb)
+        return pool_id[fb]
+
     starts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     owners: list[np.ndarray] = []
-    repl: list[bytes] = []
+    ids: list[np.ndarray] = []
     dgs = ctx.fold.device_groups
     js, fs, fe, kinds = rt.dg
     if len(js) and x in dgs and dgs[x] != dgs[r]:
@@ -470,37 +483,38 @@ def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: 
         starts.append(fs)
         ends.append(fe)
         owners.append(js)
-        cache: dict[str, bytes] = {}
-        for kd in kinds:
-            if kd not in cache:
-                cache[kd] = _field(DEVICE_GROUP, dgs[x], kd)
-            repl.append(cache[kd])
-    pg_fields: dict[str, tuple[bytes, str]] = {}
-    extra_s, extra_e, extra_o = [], [], []
+        kid = {kd: pid(_field(DEVICE_GROUP, dgs[x], kd)) for kd in set(kinds)}
+        ids.append(np.fromiter((kid[kd] for kd in kinds), dtype=np.int64, count=len(kinds)))
+    pg_fields: dict[str, tuple[int, str]] = {}
+    extra_s, extra_e, extra_o, extra_i = [], [], [], []
     for j, s0, e0, info in rt.pg:
         if info.group not in pg_fields:
             key = by_members.get(tuple(ctx.perm(k, m) for m in info.members))
             if key is None:
                 return False
-            pg_fields[info.group] = (_field(PG_NAME, key, "string_val"), key)
-        fb, key = pg_fields[info.group]
+            pg_fields[info.group] = (pid(_field(PG_NAME, key, "string_val")), key)
+        fid, key = pg_fields[info.group]
         extra_s.append(s0)
         extra_e.append(e0)
         extra_o.append(j)
-        repl.append(fb)
+        extra_i.append(fid)
         lab.pg_names[j] = key
         lab.keys[j] = key
     for j, name, s0, e0, kd, v in rt.peers:
         extra_s.append(s0)
         extra_e.append(e0)
         extra_o.append(j)
-        repl.append(_field(name, ctx.perm(k, v), kd))
-    if extra_s:
-        starts.append(np.asarray(extra_s, dtype=np.int64))
-        ends.append(np.asarray(extra_e, dtype=np.int64))
-        owners.append(np.asarray(extra_o, dtype=np.int64))
-    cat = (lambda parts: np.concatenate(parts)) if starts else (lambda _p: np.zeros(0, dtype=np.int64))
-    pred = predict(rt.tmpl, cat(starts), cat(ends), cat(owners), repl)
+        extra_i.append(pid(_field(name, ctx.perm(k, v), kd)))
+    for lst, part in ((starts, extra_s), (ends, extra_e), (owners, extra_o), (ids, extra_i)):
+        lst.append(np.asarray(part, dtype=np.int64))
+    pred = predict(
+        rt.tmpl,
+        np.concatenate(starts),
+        np.concatenate(ends),
+        np.concatenate(owners),
+        np.concatenate(ids),
+        pool,
+    )
     try:
         xb, _gz = read_bytes(path)
     except (TraceFormatError, InputLimitError):
@@ -520,7 +534,11 @@ def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: 
             _verify_comm(ctx, k, x, r, a, lo + j, j, prog, lab, path)
         return True
 
-    return walk(xb, pred, check_node)
+    def renamed(j: int, name: str) -> None:
+        if name != prog.name[lo + j]:
+            lab.names[j] = name
+
+    return walk(xb, pred, check_node, renamed)
 
 
 def _refuse(path: str, x: int, r: int, what: str) -> ReplayError:
@@ -677,7 +695,10 @@ class NetCheck:
 
     def __init__(self, fold: Fold, groups: ProcessGroups, network: NetworkModel) -> None:
         self.ctx = _Ctx(fold, groups)
-        self.model = copy.deepcopy(network)
+        # A private copy (its own pending transfers and handles), sharing the topology: routes are a
+        # function of the topology alone, so both copies reuse the ones either has found.
+        memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
+        self.model = copy.deepcopy(network, memo)
         self.done: set = set()
 
     def _times(self, start) -> tuple[int, ...]:

@@ -32,6 +32,8 @@ class Template:
     frame_start: np.ndarray  # node j's length prefix starts here
     payload_start: np.ndarray
     payload_end: np.ndarray
+    name_start: np.ndarray  # node j's name field (tag to end), -1 when it has none
+    name_end: np.ndarray
 
     @property
     def num_nodes(self) -> int:
@@ -45,7 +47,10 @@ class Prediction:
 
     buf: bytes
     frame_start: np.ndarray
+    payload_start: np.ndarray
     payload_end: np.ndarray
+    name_start: np.ndarray
+    name_end: np.ndarray
 
 
 def varint(v: int) -> bytes:
@@ -62,39 +67,50 @@ def varint(v: int) -> bytes:
 
 
 def predict(
-    t: Template, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray, repl: list[bytes]
+    t: Template, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray, ids: np.ndarray, pool: list[bytes]
 ) -> Prediction:
-    """The template's bytes with field [starts[i], ends[i]) of node owners[i] replaced by repl[i].
+    """The template's bytes with field [starts[i], ends[i]) of node owners[i] replaced by pool[ids[i]].
 
     The spans must be disjoint fields inside node payloads; node length prefixes are re-encoded where a
-    node's payload length changes.
+    node's payload length changes. Replacements of the same length are written in place; the others
+    (and the prefixes they change) are spliced in by one gather.
     """
     rb = t.buf
-    n = t.num_nodes
     if len(starts) == 0:
-        return Prediction(rb, t.frame_start, t.payload_end)
-    rlen = np.fromiter((len(r) for r in repl), dtype=np.int64, count=len(repl))
+        return Prediction(rb, t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end)
+    pool_len = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))
+    pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
+    pool_b = np.frombuffer(b"".join(pool), dtype=np.uint8)
+    rlen = pool_len[ids]
     delta = rlen - (ends - starts)
-    node_delta = np.zeros(n, dtype=np.int64)
-    np.add.at(node_delta, owners, delta)
-    pools = list(repl)
-    s_all, e_all, ln_all = [starts], [ends], [rlen]
-    ch = np.nonzero(node_delta)[0]
-    if len(ch):  # re-encode those nodes' length prefixes
-        plen = (t.payload_end - t.payload_start)[ch] + node_delta[ch]
+    same = delta == 0
+    out = np.frombuffer(rb, dtype=np.uint8).copy()
+    if same.any():
+        out[_ramp(starts[same], rlen[same])] = pool_b[_ramp(pool_off[ids[same]], rlen[same])]
+    if same.all():
+        return Prediction(
+            out.tobytes(), t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end
+        )
+    ch = ~same
+    node_delta = np.zeros(t.num_nodes, dtype=np.int64)
+    np.add.at(node_delta, owners[ch], delta[ch])
+    s_src = pool_off[ids[ch]] + len(rb)
+    s, e, ln = starts[ch], ends[ch], rlen[ch]
+    extra = b""
+    nodes = np.nonzero(node_delta)[0]
+    if len(nodes):  # re-encode those nodes' length prefixes
+        plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
         prefixes = [varint(v) for v in plen.tolist()]
-        pools += prefixes
-        s_all.append(t.frame_start[ch])
-        e_all.append(t.payload_start[ch])
-        ln_all.append(np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes)))
-    s = np.concatenate(s_all)
-    e = np.concatenate(e_all)
-    ln = np.concatenate(ln_all)
+        extra = b"".join(prefixes)
+        p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
+        p_off = np.concatenate(([0], np.cumsum(p_len)[:-1])) + len(rb) + len(pool_b)
+        s = np.concatenate((s, t.frame_start[nodes]))
+        e = np.concatenate((e, t.payload_start[nodes]))
+        ln = np.concatenate((ln, p_len))
+        s_src = np.concatenate((s_src, p_off))
     order = np.argsort(s, kind="stable")
-    s, e, ln = s[order], e[order], ln[order]
-    pool_off_unsorted = np.concatenate(([0], np.cumsum(np.concatenate(ln_all))[:-1]))
-    pool_off = pool_off_unsorted[order] + len(rb)
-    src = np.frombuffer(rb + b"".join(pools), dtype=np.uint8)
+    s, e, ln, s_src = s[order], e[order], ln[order], s_src[order]
+    src = np.concatenate((out, pool_b, np.frombuffer(extra, dtype=np.uint8)))
     # Segments: kept [0, s0), replacement 0, kept [e0, s1), replacement 1, ..., kept [e_last, end).
     keep_s = np.concatenate(([0], e))
     keep_l = np.concatenate((s, [len(rb)])) - keep_s
@@ -102,15 +118,22 @@ def predict(
     seg_s = np.empty(2 * m + 1, dtype=np.int64)
     seg_l = np.empty(2 * m + 1, dtype=np.int64)
     seg_s[0::2], seg_l[0::2] = keep_s, keep_l
-    seg_s[1::2], seg_l[1::2] = pool_off, ln
-    out = src[_ramp(seg_s, seg_l)].tobytes()
+    seg_s[1::2], seg_l[1::2] = s_src, ln
+    buf = src[_ramp(seg_s, seg_l)].tobytes()
     # New offsets: a template offset q moves by the size changes of the spans ending at or before it.
     cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
 
     def moved(q: np.ndarray) -> np.ndarray:
-        return q + cum[np.searchsorted(e, q, side="right")]
+        return np.where(q >= 0, q + cum[np.searchsorted(e, q, side="right")], q)
 
-    return Prediction(out, moved(t.frame_start), moved(t.payload_end))
+    return Prediction(
+        buf,
+        moved(t.frame_start),
+        moved(t.payload_start),
+        moved(t.payload_end),
+        moved(t.name_start),
+        moved(t.name_end),
+    )
 
 
 def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
@@ -149,8 +172,14 @@ def _read_varint(b: bytes, pos: int) -> tuple[int, int] | None:
     return None
 
 
-def walk(xb: bytes, p: Prediction, check_node: Callable[[int, bytes], bool]) -> bool:
-    """True when file bytes xb equal prediction p except in nodes that check_node(j, payload) accepts.
+def walk(
+    xb: bytes,
+    p: Prediction,
+    check_node: Callable[[int, bytes], bool],
+    renamed: Callable[[int, str], None],
+) -> bool:
+    """True when file bytes xb equal prediction p except in node names (reported to renamed(j, name)) and
+    in nodes that check_node(j, payload) accepts.
 
     check_node raises on a node that differs for real; it answers False when it cannot decide (then so
     does walk, and the caller proves the file the exact way).
@@ -170,14 +199,36 @@ def walk(xb: bytes, p: Prediction, check_node: Callable[[int, bytes], bool]) -> 
         j = int(np.searchsorted(pe, q, side="right"))
         if j >= n or q < fs[j]:
             return False  # the header (GlobalMetadata), or past the last node
-        checked += 1
-        if checked > MAX_NODE_CHECKS:
-            return False
         xs = px + int(fs[j]) - pp  # every byte before it matched, so node j starts here in xb too
         hdr = _read_varint(xb, xs)
         if hdr is None or hdr[1] + hdr[0] > len(xb):
             return False
-        a = hdr[1]
-        if not check_node(j, xb[a : a + hdr[0]]):
-            return False
-        px, pp = a + hdr[0], int(pe[j])
+        a, end = hdr[1], hdr[1] + hdr[0]
+        name = _other_name(xb, a, end, p, j)
+        if name is not None:
+            renamed(j, name)
+        else:
+            checked += 1
+            if checked > MAX_NODE_CHECKS or not check_node(j, xb[a:end]):
+                return False
+        px, pp = end, int(pe[j])
+
+
+def _other_name(xb: bytes, a: int, end: int, p: Prediction, j: int) -> str | None:
+    """The name of node j of xb (payload [a, end)) when the node equals the prediction's but for its name
+    field (a well-formed string field at the same place); else None."""
+    ns, ne = int(p.name_start[j]), int(p.name_end[j])
+    pa, pe = int(p.payload_start[j]), int(p.payload_end[j])
+    pb_ = p.buf
+    if ns < 0 or pb_[ns] != 0x12:  # field 2 (name), length-delimited, as protobuf writes it
+        return None
+    c = a + ns - pa  # the name field's place in xb
+    if c >= end or xb[a:c] != pb_[pa:ns] or xb[c] != 0x12:
+        return None
+    hdr = _read_varint(xb, c + 1)
+    if hdr is None or hdr[1] + hdr[0] > end or xb[hdr[1] + hdr[0] : end] != pb_[ne:pe]:
+        return None
+    try:
+        return xb[hdr[1] : hdr[1] + hdr[0]].decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # protobuf rejects it: the exact proof reports it
