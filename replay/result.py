@@ -118,6 +118,10 @@ class ReplayResult:
     per_rank_finish_ns: list[int]
     paths: tuple[str, ...] = ()
     groups: ProcessGroups | None = field(default=None, repr=False)
+    # Symmetric-replica folding (replay/fold.py): ranks whose nodes the event loop ran, and ranks in all /
+    # ranks simulated (1 when not folded). The tables cover every rank either way.
+    ranks_simulated: int = 0
+    fold_factor: int = 1
 
     @property
     def iteration_time_ns(self) -> int:
@@ -132,9 +136,14 @@ class ReplayResult:
         return out
 
     def perf_dict(self) -> dict:
-        """Simulator wall time and speed (differs run to run)."""
+        """Simulator wall time and speed (differs run to run); a folded run adds `fold_factor` and
+        `ranks_simulated` (the outputs equal the unfolded run's, so they are reported here only)."""
         row = self.summary.row(0, named=True)
-        return {k: row[k] for k in PERF_SCHEMA}
+        out = {k: row[k] for k in PERF_SCHEMA}
+        if self.fold_factor > 1:
+            out["fold_factor"] = self.fold_factor
+            out["ranks_simulated"] = self.ranks_simulated
+        return out
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).

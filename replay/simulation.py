@@ -248,11 +248,15 @@ def simulate(
                 out = run_engine(prog, network, config, cb, check)
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
+        simulated = prog.num_ranks
         if plan is not None:
             prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
-        return build_result(
+        res = build_result(
             prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
         )
+        res.ranks_simulated = simulated
+        res.fold_factor = plan.factor if plan is not None else 1
+        return res
     finally:
         if gc_was_enabled:
             gc.enable()
