@@ -121,11 +121,35 @@ def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
     return make_fold(replicas, num_ranks, where, dgs)
 
 
+def tp_fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
+    """Candidate fold of a deployment's TP ranks: replica t holds position t of every device group's ranks."""
+    try:
+        dgs = sorted(
+            doc["device_groups"], key=lambda d: (int(d.get("dp_replica", 0)), int(d.get("pp_stage", 0)))
+        )
+        sizes = {len(dg["ranks"]) for dg in dgs}
+        if len(sizes) != 1:
+            raise ReplayError(f"{where}: cannot fold TP ranks: device groups of {sorted(sizes)} ranks")
+        width = sizes.pop()
+        replicas = [[int(dg["ranks"][t]) for dg in dgs] for t in range(width)]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
+    return make_fold(replicas, num_ranks, where + " (TP positions)")
+
+
 def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
     if isinstance(fold, Fold):
         return make_fold(fold.replicas, n, fold.source, fold.device_groups)
+    if fold == "tp":
+        path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise ReplayError(f"{path}: cannot read for folding TP ranks: {exc}") from None
+        return tp_fold_from_deployment(doc, path, n)
     if fold is True or fold == "auto":
         path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
         if os.path.isfile(path):
@@ -138,7 +162,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
         return make_fold([[r] for r in range(n)], n, "every rank alike")
     if isinstance(fold, Sequence) and not isinstance(fold, str):
         return make_fold(fold, n, "given replicas")
-    raise ReplayError(f"fold must be True, 'auto', a Fold or a list of replicas, got {fold!r}")
+    raise ReplayError(f"fold must be True, 'auto', 'tp', a Fold or a list of replicas, got {fold!r}")
 
 
 def _compute_key(compute: ComputeModel | None, rank: int):
@@ -856,22 +880,30 @@ def expand(
         return full_off[rank] + g - off[i]
 
     end_l = end.tolist()
+    # perm[k][rank] = pi_k(rank), and each rank's first full row minus its representative's first g.
+    perm = np.tile(np.arange(n_ranks, dtype=np.int64), (fold.factor, 1))
+    rep0 = np.asarray(reps, dtype=np.int64)
+    for k in range(1, fold.factor):
+        rk = np.asarray(fold.replicas[k], dtype=np.int64)
+        perm[k, rep0], perm[k, rk] = rk, rep0
+    shift = full_off_a[:-1] - off_a[slot]
     records: list[CollectiveRecord] = []
     for rec in out.collectives:
         sim = [rec.members[p] for p in rec.positions] if rec.positions is not None else list(rec.members)
         if len(sim) == len(rec.members):  # inside replica 0: one copy per replica
-            for k in range(fold.factor):
-                members = tuple(ctx.perm(k, m) for m in rec.members) if k else rec.members
-                nodes = tuple(full_g(m, g) for m, g in zip(members, rec.nodes, strict=True))
+            mem = perm[:, np.asarray(rec.members, dtype=np.int64)]  # (copies, members)
+            nodes_all = shift[mem] + np.asarray(rec.nodes, dtype=np.int64)
+            ends = end[nodes_all].max(axis=1).tolist()
+            j0 = rec.nodes[0] - off[ctx.where[rec.members[0]][1]]
+            for k, (members, nodes) in enumerate(zip(mem.tolist(), nodes_all.tolist(), strict=True)):
                 key = rec.group
                 if k:
-                    lab = labels[members[0]]
-                    key = lab.keys.get(rec.nodes[0] - off[ctx.where[rec.members[0]][1]], key)
-                records.append(_copy(rec, key, members, nodes, end_l))
+                    key = labels[members[0]].keys.get(j0, key)
+                records.append(_copy(rec, key, tuple(members) if k else rec.members, tuple(nodes), ends[k]))
         else:  # a shared group: the folded members' nodes are their representatives' copies
             node_of = dict(zip(sim, rec.nodes, strict=True))
             nodes = tuple(full_g(m, node_of[reps[ctx.where[m][1]]]) for m in rec.members)
-            records.append(_copy(rec, rec.group, rec.members, nodes, end_l))
+            records.append(_copy(rec, rec.group, rec.members, nodes, max(end_l[g] for g in nodes)))
     collective_of: dict[int, int] = {}
     pairs = []
     for s, r in out.p2p_pairs:
@@ -930,7 +962,7 @@ def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return offs + np.arange(total, dtype=np.int64)
 
 
-def _copy(rec: CollectiveRecord, key: str, members, nodes, end: list[int]) -> CollectiveRecord:
+def _copy(rec: CollectiveRecord, key: str, members, nodes, end_ns: int) -> CollectiveRecord:
     return CollectiveRecord(
         id=-1,
         group=key,
@@ -940,7 +972,7 @@ def _copy(rec: CollectiveRecord, key: str, members, nodes, end: list[int]) -> Co
         size=rec.size,
         first_arrival_ns=rec.first_arrival_ns,
         last_arrival_ns=rec.last_arrival_ns,
-        end_ns=max(end[g] for g in nodes),
+        end_ns=end_ns,
     )
 
 
@@ -952,5 +984,6 @@ __all__ = [
     "fold_from_deployment",
     "make_fold",
     "resolve_fold",
+    "tp_fold_from_deployment",
     "verify",
 ]

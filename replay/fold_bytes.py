@@ -100,7 +100,7 @@ def predict(
     nodes = np.nonzero(node_delta)[0]
     if len(nodes):  # re-encode those nodes' length prefixes
         plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
-        prefixes = [varint(v) for v in plen.tolist()]
+        prefixes = [_varint_cached(v) for v in plen.tolist()]
         extra = b"".join(prefixes)
         p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
         p_off = np.concatenate(([0], np.cumsum(p_len)[:-1])) + len(rb) + len(pool_b)
@@ -110,16 +110,17 @@ def predict(
         s_src = np.concatenate((s_src, p_off))
     order = np.argsort(s, kind="stable")
     s, e, ln, s_src = s[order], e[order], ln[order], s_src[order]
-    src = np.concatenate((out, pool_b, np.frombuffer(extra, dtype=np.uint8)))
-    # Segments: kept [0, s0), replacement 0, kept [e0, s1), replacement 1, ..., kept [e_last, end).
-    keep_s = np.concatenate(([0], e))
-    keep_l = np.concatenate((s, [len(rb)])) - keep_s
-    m = len(s)
-    seg_s = np.empty(2 * m + 1, dtype=np.int64)
-    seg_l = np.empty(2 * m + 1, dtype=np.int64)
-    seg_s[0::2], seg_l[0::2] = keep_s, keep_l
-    seg_s[1::2], seg_l[1::2] = s_src, ln
-    buf = src[_ramp(seg_s, seg_l)].tobytes()
+    # Kept [0, s0), replacement 0, kept [e0, s1), replacement 1, ..., kept [e_last, end), spliced by
+    # slices (a few hundred) rather than a gather of every byte.
+    src = memoryview(out.tobytes() + pool_b.tobytes() + extra)
+    parts = []
+    prev = 0
+    for a, b_, c, ll in zip(s.tolist(), e.tolist(), s_src.tolist(), ln.tolist(), strict=True):
+        parts.append(src[prev:a])
+        parts.append(src[c : c + ll])
+        prev = b_
+    parts.append(src[prev : len(rb)])
+    buf = b"".join(parts)
     # New offsets: a template offset q moves by the size changes of the spans ending at or before it.
     cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
 
@@ -134,6 +135,16 @@ def predict(
         moved(t.name_start),
         moved(t.name_end),
     )
+
+
+_VARINTS: dict[int, bytes] = {}
+
+
+def _varint_cached(v: int) -> bytes:
+    b = _VARINTS.get(v)
+    if b is None:
+        b = _VARINTS[v] = varint(v)
+    return b
 
 
 def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -336,3 +336,19 @@ def test_cli_prints_fold_factor(gen_sets, capsys) -> None:
 
     assert main(["replay", str(gen_sets["1f1b"]), "--no-progress", "--fold"]) == 0
     assert "folded             4 of 16 ranks simulated (fold factor 4)" in capsys.readouterr().out
+
+
+def test_tp_fold_equals_unfolded(tmp_path: Path) -> None:
+    # TP 4 x PP 2 x DP 2: replica t = TP position t of every device group. The TP groups are closed under
+    # swapping two positions (shared), the DP groups of position 0 lie inside replica 0, P2P stays within
+    # a position: a valid fold of factor 4 (one rank per stage and DP replica simulated).
+    dep = load_spec(_spec("fold_tp", "1f1b", dp=2, tp=4, pp=2))
+    d = tmp_path / "set"
+    generate(dep).write(d, dep.name)
+    save_deployment(dep, d / "deployment.json")
+    fold = resolve_fold("tp", discover(d))
+    assert fold.replicas == tuple(tuple(r for r in range(16) if r % 4 == t) for t in range(4))
+    a, n_a = _replay(d)
+    b, n_b = _replay(d, fold="tp")
+    assert n_b * 4 == n_a and b.fold_factor == 4 and b.ranks_simulated == 4
+    _assert_same(a, b, tmp_path)
