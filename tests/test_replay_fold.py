@@ -352,3 +352,24 @@ def test_tp_fold_equals_unfolded(tmp_path: Path) -> None:
     b, n_b = _replay(d, fold="tp")
     assert n_b * 4 == n_a and b.fold_factor == 4 and b.ranks_simulated == 4
     _assert_same(a, b, tmp_path)
+
+
+def test_labels_of_other_lengths_are_proven_by_bytes(tmp_path: Path, monkeypatch) -> None:
+    # DP 6: replica 5's TP groups are "11" and "12" where replica 0's are "1" and "2", and its P2P names
+    # say "to22" where rank 2's say "to2": node lengths change, and the byte proof still covers them.
+    import replay.fold as fold_mod
+
+    dep = load_spec(_spec("fold_dp6", "1f1b", dp=6))
+    d = tmp_path / "set"
+    generate(dep).write(d, dep.name)
+    save_deployment(dep, d / "deployment.json")
+    assert json.loads((d / "comm_group.json").read_text())["11"] == [20, 21]
+    a, n_a = _replay(d)
+
+    def no_exact(*_a, **_k):
+        raise AssertionError("exact proof used")
+
+    monkeypatch.setattr(fold_mod, "_verify_rank", no_exact)
+    b, n_b = _replay(d, fold=True)
+    assert n_b * 6 == n_a and b.fold_factor == 6
+    _assert_same(a, b, tmp_path)
