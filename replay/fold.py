@@ -22,6 +22,7 @@ so the result tables are the representative's rows under the folded ranks' own n
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -393,9 +394,14 @@ class _RepTemplate:
     """A representative's file as a byte template, with the label fields a folded rank's file renames."""
 
     tmpl: Template
-    dg: tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]  # nodes, field starts, ends, value kinds
-    pg: list[tuple[int, int, int, CollInfo]]  # collectives on groups inside replica 0: node, span, info
-    peers: list[tuple[int, str, int, int, str, int]]  # P2P: node, attribute, span, kind, value
+    dg_nodes: np.ndarray  # nodes whose device_group is the representative's
+    # The fields to swap (start, end, node, replacement slot), with and without the device_group ones.
+    subs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    subs_no_dg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    # Replacement slots: ("dg", value kind), ("pg", CollInfo) or ("peer", attribute, value kind, value).
+    slots: list[tuple]
+    pg_nodes: list[int]  # collectives on groups inside replica 0, and their slots
+    pg_slots: list[int]
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
@@ -475,9 +481,36 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
                 return None
             s0, e0 = int(span[0][j]) - base, int(span[1][j]) - base
             peers.append((j, name, s0, e0, _INT_VALUE[int(kind[j])], int(val[j])))
-    return _RepTemplate(tmpl, dg, pg, peers)
+    slots: list[tuple] = []
+    slot_of: dict = {}
+
+    def slot(key) -> int:
+        if key not in slot_of:
+            slot_of[key] = len(slots)
+            slots.append(key)
+        return slot_of[key]
+
+    dg_js, dg_s, dg_e, dg_k = dg
+    dg_slot = [slot(("dg", kd)) for kd in dg_k]
+    pg_slots = [slot(("pg", info)) for _j, _s0, _e0, info in pg]
+    peer_slots = [slot(("peer", name, kd, v)) for _j, name, _s0, _e0, kd, v in peers]
+    rest = [(j, s0, e0, sl) for (j, s0, e0, _i), sl in zip(pg, pg_slots, strict=True)]
+    rest += [(j, s0, e0, sl) for (j, _n, s0, e0, _k, _v), sl in zip(peers, peer_slots, strict=True)]
+    r_j = np.asarray([t[0] for t in rest], dtype=np.int64)
+    r_s = np.asarray([t[1] for t in rest], dtype=np.int64)
+    r_e = np.asarray([t[2] for t in rest], dtype=np.int64)
+    r_sl = np.asarray([t[3] for t in rest], dtype=np.int64)
+    no_dg = (r_s, r_e, r_j, r_sl)
+    with_dg = (
+        np.concatenate([dg_s, r_s]),
+        np.concatenate([dg_e, r_e]),
+        np.concatenate([dg_js, r_j]),
+        np.concatenate([np.asarray(dg_slot, dtype=np.int64), r_sl]),
+    )
+    return _RepTemplate(tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots)
 
 
+@functools.lru_cache(maxsize=4096)
 def _field(name: str, value, kind: str) -> bytes:
     """One attribute as a whole Node field (tag, length, AttributeProto bytes), as protobuf writes it."""
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
@@ -486,59 +519,31 @@ def _field(name: str, value, kind: str) -> bytes:
 def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
-    pool: list[bytes] = []
-    pool_id: dict[bytes, int] = {}
-
-    def pid(fb: bytes) -> int:
-        if fb not in pool_id:
-            pool_id[fb] = len(pool)
-            pool.append(fb)
-        return pool_id[fb]
-
-    starts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    owners: list[np.ndarray] = []
-    ids: list[np.ndarray] = []
     dgs = ctx.fold.device_groups
-    js, fs, fe, kinds = rt.dg
-    if len(js) and x in dgs and dgs[x] != dgs[r]:
-        lab.device_group = (dgs[r], dgs[x])
-        lab.dg_nodes = js
-        starts.append(fs)
-        ends.append(fe)
-        owners.append(js)
-        kid = {kd: pid(_field(DEVICE_GROUP, dgs[x], kd)) for kd in set(kinds)}
-        ids.append(np.fromiter((kid[kd] for kd in kinds), dtype=np.int64, count=len(kinds)))
-    pg_fields: dict[str, tuple[int, str]] = {}
-    extra_s, extra_e, extra_o, extra_i = [], [], [], []
-    for j, s0, e0, info in rt.pg:
-        if info.group not in pg_fields:
-            key = by_members.get(tuple(ctx.perm(k, m) for m in info.members))
+    swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
+    pool: list[bytes] = []
+    keys: list[str | None] = []
+    for sl in rt.slots:
+        kind = sl[0]
+        key = None
+        if kind == "dg":
+            fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
+        elif kind == "pg":
+            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1].members))
             if key is None:
                 return False
-            pg_fields[info.group] = (pid(_field(PG_NAME, key, "string_val")), key)
-        fid, key = pg_fields[info.group]
-        extra_s.append(s0)
-        extra_e.append(e0)
-        extra_o.append(j)
-        extra_i.append(fid)
-        lab.pg_names[j] = key
-        lab.keys[j] = key
-    for j, name, s0, e0, kd, v in rt.peers:
-        extra_s.append(s0)
-        extra_e.append(e0)
-        extra_o.append(j)
-        extra_i.append(pid(_field(name, ctx.perm(k, v), kd)))
-    for lst, part in ((starts, extra_s), (ends, extra_e), (owners, extra_o), (ids, extra_i)):
-        lst.append(np.asarray(part, dtype=np.int64))
-    pred = predict(
-        rt.tmpl,
-        np.concatenate(starts),
-        np.concatenate(ends),
-        np.concatenate(owners),
-        np.concatenate(ids),
-        pool,
-    )
+            fb = _field(PG_NAME, key, "string_val")
+        else:
+            fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+        pool.append(fb)
+        keys.append(key)
+    if swap_dg:
+        lab.device_group = (dgs[r], dgs[x])
+        lab.dg_nodes = rt.dg_nodes
+    if rt.pg_nodes:
+        lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
+        lab.keys = dict(lab.pg_names)
+    pred = predict(rt.tmpl, *(rt.subs if swap_dg else rt.subs_no_dg), pool)
     try:
         xb, _gz = read_bytes(path)
     except (TraceFormatError, InputLimitError):
