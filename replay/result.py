@@ -184,9 +184,16 @@ def _labels(codes: np.ndarray, label) -> pl.Series:
     """A string column from integer codes: label(code) once per distinct code."""
     if len(codes) == 0:
         return pl.Series([], dtype=pl.String)
-    uniq, inv = np.unique(codes, return_inverse=True)
-    table = np.asarray([label(int(u)) for u in uniq.tolist()], dtype=object)
-    return pl.Series(table[inv.reshape(-1)].tolist(), dtype=pl.String)
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo < 1 << 16:  # small codes (types, kinds): a lookup table instead of a sort
+        present = np.flatnonzero(np.bincount(codes - lo))
+        lut = np.zeros(hi - lo + 1, dtype=np.int64)
+        lut[present] = np.arange(len(present))
+        uniq, inv = present + lo, lut[codes - lo]
+    else:
+        uniq, inv = np.unique(codes, return_inverse=True)
+    table = pl.Series([label(int(u)) for u in uniq.tolist()], dtype=pl.String)
+    return table.gather(inv.reshape(-1))
 
 
 def _annotation_column(prog: Program, k: str, typ: str, n: int) -> pl.Series:
@@ -221,8 +228,13 @@ def build_result(
     network_name: str,
     comm_mode: str,
     sim_wall_s: float,
+    rank_source: np.ndarray | None = None,
 ) -> ReplayResult:
-    """Assemble the four tables from a finished run."""
+    """Assemble the four tables from a finished run.
+
+    rank_source (a folded run): per rank, a rank whose rows have the same times, kinds and bytes in the
+    same order (its representative), so its per-rank accounting is computed once per source and copied.
+    """
     n = prog.num_nodes
     nr = prog.num_ranks
     rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
@@ -271,21 +283,17 @@ def build_result(
         cols[k] = _annotation_column(prog, k, typ, n)
     ops = pl.DataFrame({k: pl.Series(k, v, dtype=OPS_SCHEMA[k]) for k, v in cols.items()}, schema=OPS_SCHEMA)
 
-    acc = rank_accounting(rank, start, end, wait, res_code, nr)
-    # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
-    # idle time"): the union of its ops' waiting intervals (recvs take no slot, so several can wait at once)
-    # minus the time GPU compute or a CPU op runs meanwhile. A recv posted long before it is needed is
-    # still waiting in the `ops` table, but costs the rank nothing while it computes.
-    work = (res_code == 0) | (res_code == 1)
-    waits = wait > 0
-    work_r = union_length(rank[work], start[work], end[work], nr)
-    both_r = union_length(
-        np.concatenate([rank[work], rank[waits]]),
-        np.concatenate([start[work], start[waits]]),
-        np.concatenate([end[work], (start + wait)[waits]]),
-        nr,
-    )
-    wait_r = both_r - work_r
+    if rank_source is not None:  # account the source ranks' rows only, then copy to every rank
+        src = np.asarray(rank_source, dtype=np.int64)
+        uniq = np.unique(src)
+        lut = np.full(nr, -1, dtype=np.int64)
+        lut[uniq] = np.arange(len(uniq))
+        rows = lut[rank] >= 0
+        sub = _accounting(lut[rank[rows]], start[rows], end[rows], wait[rows], res_code[rows], len(uniq))
+        acc = {k: v[lut[src]] for k, v in sub.items()}
+    else:
+        acc = _accounting(rank, start, end, wait, res_code, nr)
+    wait_r = acc.pop("wait_ns")
     ops_r = np.bincount(rank, minlength=nr).astype(np.int64)
     comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
     bytes_r = np.zeros(nr, dtype=np.int64)
@@ -306,7 +314,43 @@ def build_result(
         },
         schema=RANKS_SCHEMA,
     )
+    return _tables_rest(prog, out, ops, ranks, acc, wait_r, network_name, comm_mode, sim_wall_s)
 
+
+def _accounting(rank, start, end, wait, res_code, nr) -> dict[str, np.ndarray]:
+    """rank_accounting plus straggler waiting (`wait_ns`) per rank."""
+    acc = rank_accounting(rank, start, end, wait, res_code, nr)
+    # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
+    # idle time"): the union of its ops' waiting intervals (recvs take no slot, so several can wait at once)
+    # minus the time GPU compute or a CPU op runs meanwhile. A recv posted long before it is needed is
+    # still waiting in the `ops` table, but costs the rank nothing while it computes.
+    work = (res_code == 0) | (res_code == 1)
+    waits = wait > 0
+    work_r = union_length(rank[work], start[work], end[work], nr)
+    both_r = union_length(
+        np.concatenate([rank[work], rank[waits]]),
+        np.concatenate([start[work], start[waits]]),
+        np.concatenate([end[work], (start + wait)[waits]]),
+        nr,
+    )
+    acc["wait_ns"] = both_r - work_r
+    return acc
+
+
+def _wait_sums(recs, wait) -> list[int]:
+    """Each collective's members' waiting, summed (one gather and segment sum, no per-node Python)."""
+    if not recs:
+        return []
+    counts = np.fromiter((len(r.nodes) for r in recs), dtype=np.int64, count=len(recs))
+    flat = np.fromiter((g for r in recs for g in r.nodes), dtype=np.int64, count=int(counts.sum()))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return np.add.reduceat(np.asarray(wait, dtype=np.int64)[flat], starts).tolist()
+
+
+def _tables_rest(prog, out, ops, ranks, acc, wait_r, network_name, comm_mode, sim_wall_s) -> ReplayResult:
+    """The collectives and summary tables, and the result."""
+    nr = prog.num_ranks
+    n = prog.num_nodes
     recs = out.collectives
     collectives = pl.DataFrame(
         {
@@ -320,7 +364,7 @@ def build_result(
             "start_ns": [r.last_arrival_ns for r in recs],
             "end_ns": [r.end_ns for r in recs],
             "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
-            "wait_sum_ns": [sum(out.wait[g] for g in r.nodes) for r in recs],
+            "wait_sum_ns": _wait_sums(recs, out.wait),
         },
         schema=COLLECTIVES_SCHEMA,
     )

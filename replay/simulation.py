@@ -249,10 +249,19 @@ def simulate(
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
         simulated = prog.num_ranks
+        source = None
         if plan is not None:
             prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
+            source = np.zeros(ts.num_ranks, dtype=np.int64)  # each rank's representative
+            for rep in plan.replicas:
+                source[list(rep)] = plan.replicas[0]
         res = build_result(
-            prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            prog,
+            out,
+            network_name=name,
+            comm_mode=config.comm_mode,
+            sim_wall_s=time.perf_counter() - t0,
+            rank_source=source,
         )
         res.ranks_simulated = simulated
         res.fold_factor = plan.factor if plan is not None else 1
