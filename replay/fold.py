@@ -447,7 +447,8 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
     pgc, pgk, pgv, pgspan = col(PG_NAME)
     cg, cgk, _v, _s = col("comm_group")
     pg = []
-    for g in range(lo, hi):
+    colls = sorted(g for g in prog.coll if lo <= g < hi) if len(prog.coll) < 4 * (hi - lo) else range(lo, hi)
+    for g in colls:
         info = prog.coll.get(g)
         if info is None:
             continue
@@ -466,7 +467,7 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
             return None
         pg.append((j, int(pgspan[0][j]) - base, int(pgspan[1][j]) - base, info))
     peers = []
-    for g in range(lo, hi):
+    for g in sorted(g for g in prog.p2p if lo <= g < hi):
         info = prog.p2p.get(g)
         if info is None:
             continue
@@ -822,11 +823,10 @@ def expand(
     if deltas.any():
         node_id += np.repeat(deltas, lens)
     names: list[str] = []
-    pg_names: list[str | None] = []
     for x in range(n_ranks):
         i = int(slot[x])
         names.extend(prog.name[off[i] : off[i + 1]])
-        pg_names.extend(prog.pg_name[off[i] : off[i + 1]])
+    pg_arr = np.asarray(prog.pg_name, dtype=object)[idx]
     # Annotation columns gathered; nodes the representative holds as dicts stay dicts, rank by rank.
     ann_cols: dict[str, tuple] = {}
     for k_, col in prog.ann_cols.items():
@@ -856,8 +856,10 @@ def expand(
             continue
         for j, v in lab.names.items():
             names[base + j] = v
-        for j, v in lab.pg_names.items():
-            pg_names[base + j] = v
+        if lab.pg_names:
+            vals = np.empty(len(lab.pg_names), dtype=object)
+            vals[:] = list(lab.pg_names.values())  # kept as the str / None objects they are
+            pg_arr[base + np.fromiter(lab.pg_names, dtype=np.int64, count=len(lab.pg_names))] = vals
         if lab.device_group is not None and len(lab.dg_nodes):
             own = lab.device_group[1]
             rows = base + np.asarray(lab.dg_nodes, dtype=np.int64)
@@ -934,7 +936,7 @@ def expand(
         recorded_ns=[],
         nbytes=take(prog.nbytes),
         comm_type=take(prog.comm_type),
-        pg_name=pg_names,
+        pg_name=pg_arr.tolist(),
         coll={},
         p2p=p2p,
         annotations=ann,
