@@ -112,29 +112,24 @@ def predict(
     s, e, ln, s_src = s[order], e[order], ln[order], s_src[order]
     # Kept [0, s0), replacement 0, kept [e0, s1), replacement 1, ..., kept [e_last, end), spliced by
     # slices (a few hundred) rather than a gather of every byte.
-    src = memoryview(out.tobytes() + pool_b.tobytes() + extra)
+    kept = memoryview(out)
+    repl = memoryview(pool_b.tobytes() + extra)
+    base = len(rb)
     parts = []
     prev = 0
-    for a, b_, c, ll in zip(s.tolist(), e.tolist(), s_src.tolist(), ln.tolist(), strict=True):
-        parts.append(src[prev:a])
-        parts.append(src[c : c + ll])
+    for a, b_, c, ll in zip(s.tolist(), e.tolist(), (s_src - base).tolist(), ln.tolist(), strict=True):
+        parts.append(kept[prev:a])
+        parts.append(repl[c : c + ll])
         prev = b_
-    parts.append(src[prev : len(rb)])
+    parts.append(kept[prev:base])
     buf = b"".join(parts)
     # New offsets: a template offset q moves by the size changes of the spans ending at or before it.
     cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
 
-    def moved(q: np.ndarray) -> np.ndarray:
-        return np.where(q >= 0, q + cum[np.searchsorted(e, q, side="right")], q)
-
-    return Prediction(
-        buf,
-        moved(t.frame_start),
-        moved(t.payload_start),
-        moved(t.payload_end),
-        moved(t.name_start),
-        moved(t.name_end),
-    )
+    q = np.concatenate((t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end))
+    q = np.where(q >= 0, q + cum[np.searchsorted(e, q, side="right")], q)
+    fs, ps, pe, ns, ne = np.split(q, 5)
+    return Prediction(buf, fs, ps, pe, ns, ne)
 
 
 _VARINTS: dict[int, bytes] = {}
