@@ -17,6 +17,10 @@ rank. It is used only when it is proven:
 
 By induction over the event loop, every folded rank then runs each node at its representative's instants,
 so the result tables are the representative's rows under the folded ranks' own numbers and labels.
+
+The trace condition is shown first on raw bytes (replay/fold_bytes.py: the folded file equals the
+representative's with its labels swapped in), node by node with protobuf only where the bytes differ,
+and for the whole file the old way when the byte comparison cannot decide.
 """
 
 from __future__ import annotations

@@ -192,8 +192,9 @@ def simulate(
     """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
 
     fold: opt-in symmetric-replica folding (replay/fold.py, docs/replay.md): True or "auto" (DP replicas
-    of the deployment.json beside the traces, else every rank alike), a Fold, or a list of replicas. Only
-    one replica is simulated; the tables equal an unfolded replay's. Refused (ReplayError) unless proven.
+    of the deployment.json beside the traces, else every rank alike), "tp" (its TP positions), a Fold, or
+    a list of replicas. Only one replica is simulated; the tables equal an unfolded replay's; the result's
+    fold_factor says by how much. Refused (ReplayError) unless proven.
     """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
