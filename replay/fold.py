@@ -25,6 +25,7 @@ and for the whole file the old way when the byte comparison cannot decide.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import functools
 import json
@@ -43,7 +44,7 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScal
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import ReplayError
-from replay.fold_bytes import Template, predict, walk
+from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
@@ -370,13 +371,15 @@ def verify(
             exact[i] = (nodes, [nd.SerializeToString() for nd in nodes])
         return exact[i]
 
-    for k, rep in enumerate(fold.replicas[1:], 1):
-        for i, x in enumerate(rep):
-            r = reps[i]
+    # Representative by representative (its replicas share one byte layout per label lengths).
+    for i, r in enumerate(reps):
+        layouts: dict = {}
+        for k in range(1, fold.factor):
+            x = fold.replicas[k][i]
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if templates[i] is not None and _verify_bytes(
-                ctx, k, x, r, i, templates[i], prog, by_members, set(comm_js[i]), lab, path
+                ctx, k, x, r, i, templates[i], prog, by_members, set(comm_js[i]), lab, path, layouts
             ):
                 continue
             lab = labels[x] = RankLabels()
@@ -388,7 +391,7 @@ def verify(
                 _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, *args)
             finally:
                 trace_set.release(x)
-    for r in reps:
+        exact.pop(i, None)
         trace_set.release(r)
     return labels
 
@@ -521,7 +524,9 @@ def _field(name: str, value, kind: str) -> bytes:
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
 
 
-def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path) -> bool:
+def _verify_bytes(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path, layouts: dict
+) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
@@ -548,7 +553,8 @@ def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: 
     if rt.pg_nodes:
         lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
         lab.keys = dict(lab.pg_names)
-    pred = predict(rt.tmpl, *(rt.subs if swap_dg else rt.subs_no_dg), pool)
+    subs = rt.subs if swap_dg else rt.subs_no_dg
+    pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
     try:
         xb, _gz = read_bytes(path)
     except (TraceFormatError, InputLimitError):
@@ -840,21 +846,21 @@ def expand(
             ann_cols[k_] = (col[0][idx], col[1])
     ann: dict[int, dict] = {}
     p2p: dict[int, P2PInfo] = {}
-    rep_ann = sorted(prog.annotations.items())
-    rep_p2p = sorted(prog.p2p.items())
+    rep_ann: list[list] = [[] for _ in reps]  # per representative slot, its nodes' dicts and P2P infos
+    rep_p2p: list[list] = [[] for _ in reps]
+    for g, a in sorted(prog.annotations.items()):
+        rep_ann[bisect.bisect_right(off, g) - 1].append((g, a))
+    for g, info in sorted(prog.p2p.items()):
+        rep_p2p[bisect.bisect_right(off, g) - 1].append((g, info))
     for x in range(n_ranks):
         k, i = ctx.where[x]
-        lo, hi, base = off[i], off[i + 1], full_off[x]
-        for g, a in rep_ann:
-            if lo <= g < hi:
-                ann[base + g - lo] = a
-        for g, info in rep_p2p:
-            if lo <= g < hi:
-                p2p[base + g - lo] = (
-                    info
-                    if k == 0
-                    else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
-                )
+        lo, base = off[i], full_off[x]
+        for g, a in rep_ann[i]:
+            ann[base + g - lo] = a
+        for g, info in rep_p2p[i]:
+            p2p[base + g - lo] = (
+                info if k == 0 else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
+            )
         lab = labels[x]
         if lab is None:
             continue

@@ -142,6 +142,76 @@ def _varint_cached(v: int) -> bytes:
     return b
 
 
+def predict_many(
+    t: Template,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    owners: np.ndarray,
+    ids: np.ndarray,
+    pool: list[bytes],
+    cache: dict,
+) -> Prediction:
+    """`predict`, for many folded ranks of one template and one set of spans: the layout of the predicted
+    file (where each kept byte and each replacement byte goes) depends only on the replacements' lengths,
+    so it is computed once per distinct lengths (kept in `cache`) and each prediction is one gather."""
+    pool_len = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))
+    key = pool_len.tobytes()
+    lay = cache.get(key)
+    if lay is None:
+        # The node offsets come from a prediction with stand-in replacements of the same lengths.
+        pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
+        stand = [bytes(int(n)) for n in pool_len.tolist()]
+        lay = (
+            *_layout(t, starts, ends, owners, ids, pool_len, pool_off),
+            predict(t, starts, ends, owners, ids, stand),
+        )
+        cache[key] = lay
+    gidx, extra, shape = lay
+    src = np.concatenate(
+        (np.frombuffer(t.buf, dtype=np.uint8), np.frombuffer(b"".join(pool), dtype=np.uint8), extra)
+    )
+    return Prediction(
+        src[gidx].tobytes(),
+        shape.frame_start,
+        shape.payload_start,
+        shape.payload_end,
+        shape.name_start,
+        shape.name_end,
+    )
+
+
+def _layout(t: Template, starts, ends, owners, ids, pool_len, pool_off) -> tuple[np.ndarray, np.ndarray]:
+    """(gather index into template bytes ++ pool bytes ++ prefix bytes, the re-encoded prefix bytes)."""
+    base = len(t.buf)
+    rlen = pool_len[ids]
+    delta = rlen - (ends - starts)
+    node_delta = np.zeros(t.num_nodes, dtype=np.int64)
+    np.add.at(node_delta, owners, delta)
+    s, e, ln, src = starts, ends, rlen, pool_off[ids] + base
+    extra = b""
+    nodes = np.nonzero(node_delta)[0]
+    if len(nodes):
+        plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
+        prefixes = [_varint_cached(v) for v in plen.tolist()]
+        extra = b"".join(prefixes)
+        p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
+        p_off = np.concatenate(([0], np.cumsum(p_len)[:-1])) + base + int(pool_len.sum())
+        s = np.concatenate((s, t.frame_start[nodes]))
+        e = np.concatenate((e, t.payload_start[nodes]))
+        ln = np.concatenate((ln, p_len))
+        src = np.concatenate((src, p_off))
+    order = np.argsort(s, kind="stable")
+    s, e, ln, src = s[order], e[order], ln[order], src[order]
+    keep_s = np.concatenate(([0], e))
+    keep_l = np.concatenate((s, [base])) - keep_s
+    m = len(s)
+    seg_s = np.empty(2 * m + 1, dtype=np.int64)
+    seg_l = np.empty(2 * m + 1, dtype=np.int64)
+    seg_s[0::2], seg_l[0::2] = keep_s, keep_l
+    seg_s[1::2], seg_l[1::2] = src, ln
+    return _ramp(seg_s, seg_l), np.frombuffer(extra, dtype=np.uint8)
+
+
 def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """Concatenated ranges [s, s + l) for each (s, l)."""
     total = int(lens.sum())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.fold_bytes import Template, first_diff, predict, varint, walk
+from replay.fold_bytes import Template, first_diff, predict, predict_many, varint, walk
 from replay.program import WANT_ATTRS
 from traces import pb
 from traces.attrs import make_attr
@@ -117,3 +117,22 @@ def test_first_diff_and_varint() -> None:
     assert first_diff(a, 5, a, 5) is None and first_diff(a, 0, a[:-3], 0) == len(a) - 3
     for v in (0, 1, 127, 128, 300, 16383, 16384, 2**31 - 1):
         assert pb.Node(id=v).SerializeToString() == (b"\x08" + varint(v) if v else b"")
+
+
+def test_cached_layouts_give_the_same_predictions() -> None:
+    # predict_many reuses one layout for replacements of equal lengths ("13" and "14"; 300 and 301).
+    rep = encode_stream(META, _nodes("1", 0, _pad_for_127()))
+    t, cols = _template(rep)
+    pg, dg = cols.attrs["pg_name"], cols.attrs["device_group"]
+    starts = np.concatenate([dg.field_start, pg.field_start])
+    ends = np.concatenate([dg.field_end, pg.field_end])
+    owners = np.concatenate([np.arange(3), np.arange(3)])
+    ids = np.asarray([0, 0, 0, 1, 1, 1])
+    cache: dict = {}
+    for dgv, name in ((300, "13"), (301, "14"), (5, "7")):
+        pool = [_field("device_group", dgv, "int64_val"), _field("pg_name", name, "string_val")]
+        a = predict_many(t, starts, ends, owners, ids, pool, cache)
+        b = predict(t, starts, ends, owners, ids, pool)
+        assert a.buf == b.buf == encode_stream(META, _nodes(name, dgv, _pad_for_127()))
+        assert np.array_equal(a.frame_start, b.frame_start) and np.array_equal(a.name_end, b.name_end)
+    assert len(cache) == 2  # (2-byte value, 2-char name) once, (1-byte value, 1-char name) once
