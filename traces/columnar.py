@@ -188,24 +188,14 @@ def _validate(b: np.ndarray, hs: np.ndarray, end: np.ndarray) -> None:
     rejects go to the protobuf path, which reports them (TraceFormatError) exactly as before."""
     if len(hs) == 0:
         return
-    # Each framed record as field 1 of NodeBatch (tag 0x0a before its varint length), as decode_stream does.
-    body_len = end - hs
-    total = int(body_len.sum())
-    joined = np.empty(total + len(hs), dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(body_len + 1)[:-1]))
-    joined[starts] = 0x0A
-    joined[_ramp(starts + 1, body_len)] = b[_ramp(hs, body_len)]
+    # Each framed record as field 1 of NodeBatch (tag 0x0a before its varint length), as decode_stream does;
+    # joined by slices (a per-byte index array would cost ~16 bytes of temporaries per byte of trace).
+    mv = memoryview(b)
+    joined = b"\n" + b"\n".join([mv[h:e] for h, e in zip(hs.tolist(), end.tolist(), strict=True)])
     try:
-        NodeBatch().ParseFromString(joined.tobytes())
+        NodeBatch().ParseFromString(joined)
     except DecodeError:
         raise Unsupported("protobuf rejects the bytes") from None
-
-
-def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated ranges [s, s + l) for each (s, l)."""
-    total = int(lens.sum())
-    offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-    return offs + np.arange(total)
 
 
 def decode_columns(
