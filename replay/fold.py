@@ -17,30 +17,43 @@ rank. It is used only when it is proven:
 
 By induction over the event loop, every folded rank then runs each node at its representative's instants,
 so the result tables are the representative's rows under the folded ranks' own numbers and labels.
+
+The trace condition is shown first on raw bytes (replay/fold_bytes.py: the folded file equals the
+representative's with its labels swapped in), node by node with protobuf only where the bytes differ,
+and for the whole file the old way when the byte comparison cannot decide.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from netmodels.api import CollectiveSpec, NetworkModel
 from netmodels.errors import NetworkModelError
 from netmodels.models import capabilities_of
+from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import ReplayError
+from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
+from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+from traces.errors import TraceFormatError
 from traces.groups import ProcessGroups
 from traces.io import DEPLOYMENT_FILE
+from traces.limits import InputLimitError
+from traces.stream import read_bytes
 from traces.traceset import TraceSet
 
 _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
@@ -114,11 +127,35 @@ def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
     return make_fold(replicas, num_ranks, where, dgs)
 
 
+def tp_fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
+    """Candidate fold of a deployment's TP ranks: replica t holds position t of every device group's ranks."""
+    try:
+        dgs = sorted(
+            doc["device_groups"], key=lambda d: (int(d.get("dp_replica", 0)), int(d.get("pp_stage", 0)))
+        )
+        sizes = {len(dg["ranks"]) for dg in dgs}
+        if len(sizes) != 1:
+            raise ReplayError(f"{where}: cannot fold TP ranks: device groups of {sorted(sizes)} ranks")
+        width = sizes.pop()
+        replicas = [[int(dg["ranks"][t]) for dg in dgs] for t in range(width)]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReplayError(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
+    return make_fold(replicas, num_ranks, where + " (TP positions)")
+
+
 def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
     if isinstance(fold, Fold):
         return make_fold(fold.replicas, n, fold.source, fold.device_groups)
+    if fold == "tp":
+        path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise ReplayError(f"{path}: cannot read for folding TP ranks: {exc}") from None
+        return tp_fold_from_deployment(doc, path, n)
     if fold is True or fold == "auto":
         path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
         if os.path.isfile(path):
@@ -131,7 +168,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
         return make_fold([[r] for r in range(n)], n, "every rank alike")
     if isinstance(fold, Sequence) and not isinstance(fold, str):
         return make_fold(fold, n, "given replicas")
-    raise ReplayError(f"fold must be True, 'auto', a Fold or a list of replicas, got {fold!r}")
+    raise ReplayError(f"fold must be True, 'auto', 'tp', a Fold or a list of replicas, got {fold!r}")
 
 
 def _compute_key(compute: ComputeModel | None, rank: int):
@@ -258,18 +295,40 @@ def _comm_attrs(node: pb.Node) -> tuple[object, object, object]:
     return src, dst, pg
 
 
+def _rep_annotation(prog: Program, g: int, name: str):
+    """A representative node's annotation value (from its columns, or its dict when built node by node)."""
+    a = prog.annotations.get(g)
+    if a is not None:
+        return a.get(name)
+    col = prog.ann_cols.get(name)
+    if col is None or ANNOTATION_COLUMNS[name] != "int":
+        return None
+    vals, ok = col
+    return int(vals[g]) if ok[g] else None
+
+
 def _dg_pattern(value: int) -> bytes:
     """The bytes of a node's `device_group` attribute as written by the generator (int64)."""
     return pb.Node(attr=[make_attr(DEVICE_GROUP, value, "int64_val")]).SerializeToString()
 
 
-def verify(fold: Fold, trace_set: TraceSet, groups: ProcessGroups, prog: Program) -> list[RankLabels | None]:
-    """Prove every folded rank mirrors its representative (see the module docstring); labels per rank."""
+def verify(
+    fold: Fold,
+    trace_set: TraceSet,
+    groups: ProcessGroups,
+    prog: Program,
+    rep_bytes: Mapping[int, tuple[RankColumns, int, bytes, int]] | None = None,
+) -> list[RankLabels | None]:
+    """Prove every folded rank mirrors its representative (see the module docstring); labels per rank.
+
+    rep_bytes: representative rank -> (its columns decoded with spans, file index, file bytes, file's
+    offset in the columns' buffer). A folded rank of such a representative is compared by raw bytes with
+    the representative's file, labels swapped in (replay/fold_bytes.py); where that cannot show it equal,
+    its file is decoded and compared node by node as before.
+    """
     ctx = _Ctx(fold, groups)
     reps = fold.replicas[0]
     labels: list[RankLabels | None] = [None] * trace_set.num_ranks
-    rep_nodes = [_sorted_nodes(trace_set.load(r).nodes) for r in reps]
-    rep_ser = [[n.SerializeToString() for n in nodes] for nodes in rep_nodes]
     # Nodes whose group or peers must be checked rank by rank, per representative.
     comm_js: list[list[int]] = []
     inside: list[dict[int, CollInfo]] = []  # per representative: its collectives on groups inside replica 0
@@ -300,22 +359,226 @@ def verify(fold: Fold, trace_set: TraceSet, groups: ProcessGroups, prog: Program
     by_members: dict[tuple[int, ...], str | None] = {}
     for key, members in groups.groups.items():
         by_members[members] = None if members in by_members else key
-    for k, rep in enumerate(fold.replicas[1:], 1):
-        for i, x in enumerate(rep):
-            r = reps[i]
-            lab = RankLabels()
-            labels[x] = lab
+    templates = [
+        _template(ctx, prog, i, rep_bytes.get(r)) if rep_bytes is not None else None
+        for i, r in enumerate(reps)
+    ]
+    exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
+
+    def rep_exact(i: int) -> tuple[list, list[bytes]]:
+        if i not in exact:
+            nodes = _sorted_nodes(trace_set.load(reps[i]).nodes)
+            exact[i] = (nodes, [nd.SerializeToString() for nd in nodes])
+        return exact[i]
+
+    # Representative by representative (its replicas share one byte layout per label lengths).
+    for i, r in enumerate(reps):
+        layouts: dict = {}
+        for k in range(1, fold.factor):
+            x = fold.replicas[k][i]
+            path = trace_set.paths[x]
+            lab = labels[x] = RankLabels()
+            if templates[i] is not None and _verify_bytes(
+                ctx, k, x, r, i, templates[i], prog, by_members, set(comm_js[i]), lab, path, layouts
+            ):
+                continue
+            lab = labels[x] = RankLabels()
             try:
                 xn = _sorted_nodes(trace_set.load(x).nodes)
-                path = trace_set.paths[x]
                 subs = _pg_subs(ctx, k, inside[i], prog, by_members, prog.rank_offset[i])
                 args = (comm_js[i], safe[i], subs, lab, path)
-                _verify_rank(ctx, k, x, r, xn, rep_nodes[i], rep_ser[i], prog, i, *args)
+                rn, rser = rep_exact(i)
+                _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, *args)
             finally:
                 trace_set.release(x)
-    for r in reps:
+        exact.pop(i, None)
         trace_set.release(r)
     return labels
+
+
+@dataclass(frozen=True)
+class _RepTemplate:
+    """A representative's file as a byte template, with the label fields a folded rank's file renames."""
+
+    tmpl: Template
+    dg_nodes: np.ndarray  # nodes whose device_group is the representative's
+    # The fields to swap (start, end, node, replacement slot), with and without the device_group ones.
+    subs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    subs_no_dg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    # Replacement slots: ("dg", value kind), ("pg", CollInfo) or ("peer", attribute, value kind, value).
+    slots: list[tuple]
+    pg_nodes: list[int]  # collectives on groups inside replica 0, and their slots
+    pg_slots: list[int]
+
+
+_INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
+
+
+def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
+    """The byte template of representative slot i, or None when its ranks must be proven the exact way."""
+    if entry is None:
+        return None
+    cols, f, rb, base = entry
+    if cols.frame_start is None:
+        return None
+    lo_c, hi_c = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+    lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
+    ids = cols.node_id[lo_c:hi_c]
+    if hi_c - lo_c != hi - lo or not np.array_equal(ids, np.asarray(prog.node_id[lo:hi], dtype=np.int64)):
+        return None  # not in id order as built (or built another way): node j would not be node j
+    ns, ne = cols.name_start[lo_c:hi_c], cols.name_end[lo_c:hi_c]
+    tmpl = Template(
+        rb,
+        cols.frame_start[lo_c:hi_c] - base,
+        cols.payload_start[lo_c:hi_c] - base,
+        cols.payload_end[lo_c:hi_c] - base,
+        np.where(ns >= 0, ns - base, -1),
+        np.where(ne >= 0, ne - base, -1),
+    )
+
+    def col(name):
+        c = cols.attrs.get(name)
+        if c is None:
+            return None, None, None, None
+        return c, c.kind[lo_c:hi_c], c.value[lo_c:hi_c], (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c])
+
+    r = ctx.fold.replicas[0][i]
+    dg_r = ctx.fold.device_groups.get(r)
+    c, kind, val, span = col(DEVICE_GROUP)
+    empty = np.zeros(0, dtype=np.int64)
+    dg = (empty, empty, empty, [])
+    if c is not None and dg_r is not None:
+        sel = np.isin(kind, list(_INT_VALUE)) & (val == dg_r)
+        js = np.nonzero(sel)[0]
+        dg = (js, span[0][js] - base, span[1][js] - base, [_INT_VALUE[v] for v in kind[js].tolist()])
+    pgc, pgk, pgv, pgspan = col(PG_NAME)
+    cg, cgk, _v, _s = col("comm_group")
+    pg = []
+    colls = sorted(g for g in prog.coll if lo <= g < hi) if len(prog.coll) < 4 * (hi - lo) else range(lo, hi)
+    for g in colls:
+        info = prog.coll.get(g)
+        if info is None:
+            continue
+        cls = ctx.group_class(info.group, info.members)
+        if cls == "uneven":
+            return None  # refused by the exact proof, with its message
+        if cls != "inside":
+            continue
+        j = g - lo
+        if (
+            pgc is None
+            or pgk[j] != F_STRING
+            or pgc.strings[pgv[j]] != info.group
+            or (cg is not None and cgk[j] >= 0)
+        ):
+            return None
+        pg.append((j, int(pgspan[0][j]) - base, int(pgspan[1][j]) - base, info))
+    peers = []
+    for g in sorted(g for g in prog.p2p if lo <= g < hi):
+        info = prog.p2p.get(g)
+        if info is None:
+            continue
+        if ctx.where[info.src][0] != 0 or ctx.where[info.dst][0] != 0:
+            return None  # a P2P with another replica: refused by the exact proof
+        j = g - lo
+        for name in (COMM_SRC, COMM_DST):
+            c, kind, val, span = col(name)
+            if c is None or kind[j] < 0:
+                continue
+            if int(kind[j]) not in _INT_VALUE:
+                return None
+            s0, e0 = int(span[0][j]) - base, int(span[1][j]) - base
+            peers.append((j, name, s0, e0, _INT_VALUE[int(kind[j])], int(val[j])))
+    slots: list[tuple] = []
+    slot_of: dict = {}
+
+    def slot(key) -> int:
+        if key not in slot_of:
+            slot_of[key] = len(slots)
+            slots.append(key)
+        return slot_of[key]
+
+    dg_js, dg_s, dg_e, dg_k = dg
+    dg_slot = [slot(("dg", kd)) for kd in dg_k]
+    pg_slots = [slot(("pg", info)) for _j, _s0, _e0, info in pg]
+    peer_slots = [slot(("peer", name, kd, v)) for _j, name, _s0, _e0, kd, v in peers]
+    rest = [(j, s0, e0, sl) for (j, s0, e0, _i), sl in zip(pg, pg_slots, strict=True)]
+    rest += [(j, s0, e0, sl) for (j, _n, s0, e0, _k, _v), sl in zip(peers, peer_slots, strict=True)]
+    r_j = np.asarray([t[0] for t in rest], dtype=np.int64)
+    r_s = np.asarray([t[1] for t in rest], dtype=np.int64)
+    r_e = np.asarray([t[2] for t in rest], dtype=np.int64)
+    r_sl = np.asarray([t[3] for t in rest], dtype=np.int64)
+    no_dg = (r_s, r_e, r_j, r_sl)
+    with_dg = (
+        np.concatenate([dg_s, r_s]),
+        np.concatenate([dg_e, r_e]),
+        np.concatenate([dg_js, r_j]),
+        np.concatenate([np.asarray(dg_slot, dtype=np.int64), r_sl]),
+    )
+    return _RepTemplate(tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots)
+
+
+@functools.lru_cache(maxsize=4096)
+def _field(name: str, value, kind: str) -> bytes:
+    """One attribute as a whole Node field (tag, length, AttributeProto bytes), as protobuf writes it."""
+    return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
+
+
+def _verify_bytes(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path, layouts: dict
+) -> bool:
+    """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
+    lo = prog.rank_offset[i]
+    dgs = ctx.fold.device_groups
+    swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
+    pool: list[bytes] = []
+    keys: list[str | None] = []
+    for sl in rt.slots:
+        kind = sl[0]
+        key = None
+        if kind == "dg":
+            fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
+        elif kind == "pg":
+            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1].members))
+            if key is None:
+                return False
+            fb = _field(PG_NAME, key, "string_val")
+        else:
+            fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+        pool.append(fb)
+        keys.append(key)
+    if swap_dg:
+        lab.device_group = (dgs[r], dgs[x])
+        lab.dg_nodes = rt.dg_nodes
+    if rt.pg_nodes:
+        lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
+        lab.keys = dict(lab.pg_names)
+    subs = rt.subs if swap_dg else rt.subs_no_dg
+    pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+    try:
+        xb, _gz = read_bytes(path)
+    except (TraceFormatError, InputLimitError):
+        return False  # the exact path reports it
+    t = rt.tmpl
+
+    def check_node(j: int, payload: bytes) -> bool:
+        try:
+            a = pb.Node.FromString(payload)
+        except DecodeError:
+            return False
+        b = pb.Node.FromString(t.buf[int(t.payload_start[j]) : int(t.payload_end[j])])
+        if a.id != b.id:
+            return False  # ids shifted (or reordered): the exact proof handles a constant shift
+        _exact_node(x, r, a, b, 0, j, lab, path)
+        if j in comm_js:
+            _verify_comm(ctx, k, x, r, a, lo + j, j, prog, lab, path)
+        return True
+
+    def renamed(j: int, name: str) -> None:
+        if name != prog.name[lo + j]:
+            lab.names[j] = name
+
+    return walk(xb, pred, check_node, renamed)
 
 
 def _refuse(path: str, x: int, r: int, what: str) -> ReplayError:
@@ -351,7 +614,6 @@ def _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, comm_js, safe, subs, lab, 
     if x in dgs and r in dgs and dgs[x] != dgs[r]:
         lab.device_group = (dgs[r], dgs[x])
         pat_x, pat_r = _dg_pattern(dgs[x]), _dg_pattern(dgs[r])
-    ann = prog.annotations
     delta = lab.id_delta = xn[0].id - rn[0].id if xn else 0
     done: set[int] = set()  # communication nodes whose group the byte comparison already proved
     for j, (a, rb) in enumerate(zip(xn, rser, strict=True)):
@@ -368,7 +630,7 @@ def _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, comm_js, safe, subs, lab, 
             pat_x is not None
             and fb.count(pat_x) == 1
             and rb.count(pat_r) == 1
-            and ann.get(lo + j, {}).get(DEVICE_GROUP) == lab.device_group[0]
+            and _rep_annotation(prog, lo + j, DEVICE_GROUP) == lab.device_group[0]
         )
         if dg_hit:
             fb2 = fb2.replace(pat_x, pat_r)
@@ -385,31 +647,37 @@ def _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, comm_js, safe, subs, lab, 
             if pg_hit or j in safe:
                 done.add(j)
             continue
-        b = rn[j]
-        ca, cb = pb.Node(), pb.Node()
-        ca.CopyFrom(a)
-        cb.CopyFrom(b)
-        for c in (ca, cb):
-            c.ClearField("name")
-            c.ClearField("attr")
-        if delta:  # ids (and the deps naming them) shifted by one constant: the same graph
-            ca.id -= delta
-            ca.data_deps[:] = [d - delta for d in ca.data_deps]
-            ca.ctrl_deps[:] = [d - delta for d in ca.ctrl_deps]
-        if ca != cb:
-            raise _refuse(path, x, r, f"node {a.id} {a.name!r} differs beyond labels and rank numbers")
-        aa, ba = a.attr[:], b.attr[:]
-        if len(aa) != len(ba):
-            raise _refuse(path, x, r, f"node {a.id} {a.name!r} has {len(aa)} attributes vs {len(ba)}")
-        for p, q in zip(aa, ba, strict=True):
-            if p != q and (p.name != q.name or p.name not in _LABELS):
-                raise _refuse(path, x, r, f"node {a.id} {a.name!r}: attribute {p.name!r} differs")
-        if a.name != b.name:
-            lab.names[j] = a.name
-        lab.annotations[j] = _annotations(a)
+        _exact_node(x, r, a, rn[j], delta, j, lab, path)
     for j in comm_js:
         if j not in done:
             _verify_comm(ctx, k, x, r, xn[j], lo + j, j, prog, lab, path)
+
+
+def _exact_node(
+    x: int, r: int, a: pb.Node, b: pb.Node, delta: int, j: int, lab: RankLabels, path: str
+) -> None:
+    """Node a of rank x equals node b of its representative r but for labels and rank references."""
+    ca, cb = pb.Node(), pb.Node()
+    ca.CopyFrom(a)
+    cb.CopyFrom(b)
+    for c in (ca, cb):
+        c.ClearField("name")
+        c.ClearField("attr")
+    if delta:  # ids (and the deps naming them) shifted by one constant: the same graph
+        ca.id -= delta
+        ca.data_deps[:] = [d - delta for d in ca.data_deps]
+        ca.ctrl_deps[:] = [d - delta for d in ca.ctrl_deps]
+    if ca != cb:
+        raise _refuse(path, x, r, f"node {a.id} {a.name!r} differs beyond labels and rank numbers")
+    aa, ba = a.attr[:], b.attr[:]
+    if len(aa) != len(ba):
+        raise _refuse(path, x, r, f"node {a.id} {a.name!r} has {len(aa)} attributes vs {len(ba)}")
+    for p, q in zip(aa, ba, strict=True):
+        if p != q and (p.name != q.name or p.name not in _LABELS):
+            raise _refuse(path, x, r, f"node {a.id} {a.name!r}: attribute {p.name!r} differs")
+    if a.name != b.name:
+        lab.names[j] = a.name
+    lab.annotations[j] = _annotations(a)
 
 
 def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
@@ -467,7 +735,10 @@ class NetCheck:
 
     def __init__(self, fold: Fold, groups: ProcessGroups, network: NetworkModel) -> None:
         self.ctx = _Ctx(fold, groups)
-        self.model = copy.deepcopy(network)
+        # A private copy (its own pending transfers and handles), sharing the topology: routes are a
+        # function of the topology alone, so both copies reuse the ones either has found.
+        memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
+        self.model = copy.deepcopy(network, memo)
         self.done: set = set()
 
     def _times(self, start) -> tuple[int, ...]:
@@ -537,87 +808,126 @@ def expand(
     labels: list[RankLabels | None],
     paths,
 ) -> tuple[Program, EngineOutput]:
-    """The unfolded program and run: every rank's rows, its own labels, its representative's times."""
+    """The unfolded program and run: every rank's rows, its own labels, its representative's times.
+
+    Columns are gathered from the representative's with numpy; only labels that differ are set one by one.
+    """
     ctx = _Ctx(fold, groups)
     reps = fold.replicas[0]
     n_ranks = len(labels)
     off = prog.rank_offset
-    slot = [ctx.where[x][1] for x in range(n_ranks)]
-    full_off = [0]
-    for x in range(n_ranks):
-        full_off.append(full_off[-1] + off[slot[x] + 1] - off[slot[x]])
-    idx = np.concatenate([np.arange(off[slot[x]], off[slot[x] + 1], dtype=np.int64) for x in range(n_ranks)])
+    off_a = np.asarray(off, dtype=np.int64)
+    slot = np.asarray([ctx.where[x][1] for x in range(n_ranks)], dtype=np.int64)
+    lens = off_a[slot + 1] - off_a[slot]
+    full_off_a = np.zeros(n_ranks + 1, dtype=np.int64)
+    np.cumsum(lens, out=full_off_a[1:])
+    full_off = full_off_a.tolist()
+    idx = _ramp_ranges(off_a[slot], lens)
 
-    def take(lst):
-        return np.asarray(lst, dtype=np.int64)[idx].tolist()
+    def take(col, dtype=np.int64) -> np.ndarray:
+        return np.asarray(col, dtype=dtype)[idx]
 
     start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
+    deltas = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
     node_id = take(prog.node_id)
-    names = [prog.name[g] for g in idx.tolist()]
-    pg_names = [prog.pg_name[g] for g in idx.tolist()]
+    if deltas.any():
+        node_id += np.repeat(deltas, lens)
+    names: list[str] = []
+    for x in range(n_ranks):
+        i = int(slot[x])
+        names.extend(prog.name[off[i] : off[i + 1]])
+    pg_arr = np.asarray(prog.pg_name, dtype=object)[idx]
+    # Annotation columns gathered; nodes the representative holds as dicts stay dicts, rank by rank.
+    ann_cols: dict[str, tuple] = {}
+    for k_, col in prog.ann_cols.items():
+        if ANNOTATION_COLUMNS[k_] == "int":
+            ann_cols[k_] = (col[0][idx], col[1][idx])
+        else:
+            ann_cols[k_] = (col[0][idx], col[1])
     ann: dict[int, dict] = {}
     p2p: dict[int, P2PInfo] = {}
+    rep_ann: list[list] = [[] for _ in reps]  # per representative slot, its nodes' dicts and P2P infos
+    rep_p2p: list[list] = [[] for _ in reps]
+    for g, a in sorted(prog.annotations.items()):
+        rep_ann[bisect.bisect_right(off, g) - 1].append((g, a))
+    for g, info in sorted(prog.p2p.items()):
+        rep_p2p[bisect.bisect_right(off, g) - 1].append((g, info))
     for x in range(n_ranks):
         k, i = ctx.where[x]
         lo, base = off[i], full_off[x]
-        for g in range(lo, off[i + 1]):
-            a = prog.annotations.get(g)
-            if a is not None:
-                ann[base + g - lo] = a
-            info = prog.p2p.get(g)
-            if info is not None:
-                p2p[base + g - lo] = (
-                    info
-                    if k == 0
-                    else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
-                )
+        for g, a in rep_ann[i]:
+            ann[base + g - lo] = a
+        for g, info in rep_p2p[i]:
+            p2p[base + g - lo] = (
+                info if k == 0 else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
+            )
         lab = labels[x]
         if lab is None:
             continue
-        if lab.id_delta:
-            for j in range(off[i + 1] - lo):
-                node_id[base + j] += lab.id_delta
         for j, v in lab.names.items():
             names[base + j] = v
-        for j, v in lab.pg_names.items():
-            pg_names[base + j] = v
-        if lab.device_group is not None:
+        if lab.pg_names:
+            vals = np.empty(len(lab.pg_names), dtype=object)
+            vals[:] = list(lab.pg_names.values())  # kept as the str / None objects they are
+            pg_arr[base + np.fromiter(lab.pg_names, dtype=np.int64, count=len(lab.pg_names))] = vals
+        if lab.device_group is not None and len(lab.dg_nodes):
             own = lab.device_group[1]
-            for j in lab.dg_nodes:
-                a = dict(ann[base + j])
+            rows = base + np.asarray(lab.dg_nodes, dtype=np.int64)
+            in_dict = [g for g in rows.tolist() if g in ann]
+            for g in in_dict:
+                a = dict(ann[g])
                 a[DEVICE_GROUP] = own
-                ann[base + j] = a
-        for j, v in lab.annotations.items():
-            ann[base + j] = v
+                ann[g] = a
+            if DEVICE_GROUP in ann_cols:
+                ann_cols[DEVICE_GROUP][0][rows] = np.where(ann_cols[DEVICE_GROUP][1][rows], own, 0)
+        if lab.annotations:
+            rows = [base + j for j in lab.annotations]
+            for j, v in lab.annotations.items():
+                ann[base + j] = v
+            for k_, col in ann_cols.items():  # a node given as a dict is null in the columns
+                if ANNOTATION_COLUMNS[k_] == "int":
+                    col[0][rows] = 0
+                    col[1][rows] = False
+                else:
+                    col[0][rows] = -1
 
     def full_g(rank: int, g: int) -> int:
         """Rank `rank`'s copy of node g of the folded program."""
         i = ctx.where[rank][1]
         return full_off[rank] + g - off[i]
 
+    end_l = end.tolist()
+    # perm[k][rank] = pi_k(rank), and each rank's first full row minus its representative's first g.
+    perm = np.tile(np.arange(n_ranks, dtype=np.int64), (fold.factor, 1))
+    rep0 = np.asarray(reps, dtype=np.int64)
+    for k in range(1, fold.factor):
+        rk = np.asarray(fold.replicas[k], dtype=np.int64)
+        perm[k, rep0], perm[k, rk] = rk, rep0
+    shift = full_off_a[:-1] - off_a[slot]
     records: list[CollectiveRecord] = []
     for rec in out.collectives:
         sim = [rec.members[p] for p in rec.positions] if rec.positions is not None else list(rec.members)
         if len(sim) == len(rec.members):  # inside replica 0: one copy per replica
-            for k in range(fold.factor):
-                members = tuple(ctx.perm(k, m) for m in rec.members) if k else rec.members
-                nodes = tuple(full_g(m, g) for m, g in zip(members, rec.nodes, strict=True))
+            mem = perm[:, np.asarray(rec.members, dtype=np.int64)]  # (copies, members)
+            nodes_all = shift[mem] + np.asarray(rec.nodes, dtype=np.int64)
+            ends = end[nodes_all].max(axis=1).tolist()
+            j0 = rec.nodes[0] - off[ctx.where[rec.members[0]][1]]
+            for k, (members, nodes) in enumerate(zip(mem.tolist(), nodes_all.tolist(), strict=True)):
                 key = rec.group
                 if k:
-                    lab = labels[members[0]]
-                    key = lab.keys.get(rec.nodes[0] - off[ctx.where[rec.members[0]][1]], key)
-                records.append(_copy(rec, key, members, nodes, end))
+                    key = labels[members[0]].keys.get(j0, key)
+                records.append(_copy(rec, key, tuple(members) if k else rec.members, tuple(nodes), ends[k]))
         else:  # a shared group: the folded members' nodes are their representatives' copies
             node_of = dict(zip(sim, rec.nodes, strict=True))
             nodes = tuple(full_g(m, node_of[reps[ctx.where[m][1]]]) for m in rec.members)
-            records.append(_copy(rec, rec.group, rec.members, nodes, end))
+            records.append(_copy(rec, rec.group, rec.members, nodes, max(end_l[g] for g in nodes)))
     collective_of: dict[int, int] = {}
     pairs = []
     for s, r in out.p2p_pairs:
         rs, rr = prog.rank_of(s), prog.rank_of(r)
         for k in range(fold.factor):
             pairs.append((full_g(ctx.perm(k, rs), s), full_g(ctx.perm(k, rr), r)))
-    canonical_order(records, collective_of, pairs, start)
+    canonical_order(records, collective_of, pairs, start.tolist())
     m = fold.factor
     full = Program(
         num_ranks=n_ranks,
@@ -625,7 +935,7 @@ def expand(
         node_id=node_id,
         name=names,
         node_type=take(prog.node_type),
-        kind=take(prog.kind),
+        kind=take(prog.kind, np.int8),
         dur=[],
         ndeps=[],
         child_ptr=[0] * (len(node_id) + 1),
@@ -636,7 +946,7 @@ def expand(
         recorded_ns=[],
         nbytes=take(prog.nbytes),
         comm_type=take(prog.comm_type),
-        pg_name=pg_names,
+        pg_name=pg_arr.tolist(),
         coll={},
         p2p=p2p,
         annotations=ann,
@@ -645,6 +955,7 @@ def expand(
         ctrl_deps_ignored_ranks=prog.ctrl_deps_ignored_ranks * m,
         ignored_ctrl_deps=prog.ignored_ctrl_deps * m,
         paths=tuple(paths),
+        ann_cols=ann_cols,
     )
     full_out = EngineOutput(
         start=start,
@@ -661,7 +972,14 @@ def expand(
     return full, full_out
 
 
-def _copy(rec: CollectiveRecord, key: str, members, nodes, end: list[int]) -> CollectiveRecord:
+def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Concatenated ranges [s, s + l) for each (s, l)."""
+    total = int(lens.sum())
+    offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+    return offs + np.arange(total, dtype=np.int64)
+
+
+def _copy(rec: CollectiveRecord, key: str, members, nodes, end_ns: int) -> CollectiveRecord:
     return CollectiveRecord(
         id=-1,
         group=key,
@@ -671,7 +989,7 @@ def _copy(rec: CollectiveRecord, key: str, members, nodes, end: list[int]) -> Co
         size=rec.size,
         first_arrival_ns=rec.first_arrival_ns,
         last_arrival_ns=rec.last_arrival_ns,
-        end_ns=max(end[g] for g in nodes),
+        end_ns=end_ns,
     )
 
 
@@ -683,5 +1001,6 @@ __all__ = [
     "fold_from_deployment",
     "make_fold",
     "resolve_fold",
+    "tp_fold_from_deployment",
     "verify",
 ]

@@ -171,6 +171,10 @@ class ReplayResult:
         self._summary_row = summary_row
         self._rank_arrays = rank_arrays
         self._num_stages = num_stages
+        # Symmetric-replica folding (replay/fold.py): ranks whose nodes the event loop ran, and ranks in all /
+        # ranks simulated (1 when not folded). The tables cover every rank either way.
+        self.ranks_simulated = 0
+        self.fold_factor = 1
 
     def _table(self, i: int) -> pl.DataFrame:
         if self._build is not None:
@@ -235,9 +239,14 @@ class ReplayResult:
         return out
 
     def perf_dict(self) -> dict:
-        """Simulator wall time and speed (differs run to run)."""
+        """Simulator wall time and speed (differs run to run); a folded run adds `fold_factor` and
+        `ranks_simulated` (the outputs equal the unfolded run's, so they are reported here only)."""
         row = self._row()
-        return {k: row[k] for k in _PERF_TYPES}
+        out = {k: row[k] for k in _PERF_TYPES}
+        if self.fold_factor > 1:
+            out["fold_factor"] = self.fold_factor
+            out["ranks_simulated"] = self.ranks_simulated
+        return out
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -282,9 +291,16 @@ def _labels(codes: np.ndarray, label) -> pl.Series:
 
     if len(codes) == 0:
         return pl.Series([], dtype=pl.String)
-    uniq, inv = np.unique(codes, return_inverse=True)
-    table = np.asarray([label(int(u)) for u in uniq.tolist()], dtype=object)
-    return pl.Series(table[inv.reshape(-1)].tolist(), dtype=pl.String)
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo < 1 << 16:  # small codes (types, kinds): a lookup table instead of a sort
+        present = np.flatnonzero(np.bincount(codes - lo))
+        lut = np.zeros(hi - lo + 1, dtype=np.int64)
+        lut[present] = np.arange(len(present))
+        uniq, inv = present + lo, lut[codes - lo]
+    else:
+        uniq, inv = np.unique(codes, return_inverse=True)
+    table = pl.Series([label(int(u)) for u in uniq.tolist()], dtype=pl.String)
+    return table.gather(inv.reshape(-1))
 
 
 def _annotation_ints(prog: Program, k: str, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -327,8 +343,13 @@ def build_result(
     network_name: str,
     comm_mode: str,
     sim_wall_s: float,
+    rank_source: np.ndarray | None = None,
 ) -> ReplayResult:
-    """Assemble the summary and per-rank columns from a finished run; the four tables on first access."""
+    """Assemble the summary and per-rank columns from a finished run; the four tables on first access.
+
+    rank_source (a folded run): per rank, a rank whose rows have the same times, kinds and bytes in the
+    same order (its representative), so its per-rank accounting is computed once per source and copied.
+    """
     n = prog.num_nodes
     nr = prog.num_ranks
     rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
@@ -339,21 +360,17 @@ def build_result(
     res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
     res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
 
-    acc = rank_accounting(rank, start, end, wait, res_code, nr)
-    # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
-    # idle time"): the union of its ops' waiting intervals (recvs take no slot, so several can wait at once)
-    # minus the time GPU compute or a CPU op runs meanwhile. A recv posted long before it is needed is
-    # still waiting in the `ops` table, but costs the rank nothing while it computes.
-    work = (res_code == 0) | (res_code == 1)
-    waits = wait > 0
-    work_r = union_length(rank[work], start[work], end[work], nr)
-    both_r = union_length(
-        np.concatenate([rank[work], rank[waits]]),
-        np.concatenate([start[work], start[waits]]),
-        np.concatenate([end[work], (start + wait)[waits]]),
-        nr,
-    )
-    wait_r = both_r - work_r
+    if rank_source is not None:  # account the source ranks' rows only, then copy to every rank
+        src = np.asarray(rank_source, dtype=np.int64)
+        uniq = np.unique(src)
+        lut = np.full(nr, -1, dtype=np.int64)
+        lut[uniq] = np.arange(len(uniq))
+        rows = lut[rank] >= 0
+        sub = _accounting(lut[rank[rows]], start[rows], end[rows], wait[rows], res_code[rows], len(uniq))
+        acc = {k: v[lut[src]] for k, v in sub.items()}
+    else:
+        acc = _accounting(rank, start, end, wait, res_code, nr)
+    wait_r = acc.pop("wait_ns")
     ops_r = np.bincount(rank, minlength=nr).astype(np.int64)
     comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
     bytes_r = np.zeros(nr, dtype=np.int64)
@@ -463,7 +480,7 @@ def build_result(
                 "start_ns": [r.last_arrival_ns for r in recs],
                 "end_ns": [r.end_ns for r in recs],
                 "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
-                "wait_sum_ns": [sum(out.wait[g] for g in r.nodes) for r in recs],
+                "wait_sum_ns": _wait_sums(recs, out.wait),
             },
             schema=_schema("COLLECTIVES_SCHEMA"),
         )
@@ -483,6 +500,36 @@ def build_result(
         rank_arrays=rank_cols,
         num_stages=len(set(stage[stage_ok].tolist())),  # not np.unique: it imports numpy.ma
     )
+
+
+def _accounting(rank, start, end, wait, res_code, nr) -> dict[str, np.ndarray]:
+    """rank_accounting plus straggler waiting (`wait_ns`) per rank."""
+    acc = rank_accounting(rank, start, end, wait, res_code, nr)
+    # Straggler waiting of a rank = time its processors sit idle because a peer is late (the paper's "GPU
+    # idle time"): the union of its ops' waiting intervals (recvs take no slot, so several can wait at once)
+    # minus the time GPU compute or a CPU op runs meanwhile. A recv posted long before it is needed is
+    # still waiting in the `ops` table, but costs the rank nothing while it computes.
+    work = (res_code == 0) | (res_code == 1)
+    waits = wait > 0
+    work_r = union_length(rank[work], start[work], end[work], nr)
+    both_r = union_length(
+        np.concatenate([rank[work], rank[waits]]),
+        np.concatenate([start[work], start[waits]]),
+        np.concatenate([end[work], (start + wait)[waits]]),
+        nr,
+    )
+    acc["wait_ns"] = both_r - work_r
+    return acc
+
+
+def _wait_sums(recs, wait) -> list[int]:
+    """Each collective's members' waiting, summed (one gather and segment sum, no per-node Python)."""
+    if not recs:
+        return []
+    counts = np.fromiter((len(r.nodes) for r in recs), dtype=np.int64, count=len(recs))
+    flat = np.fromiter((g for r in recs for g in r.nodes), dtype=np.int64, count=int(counts.sum()))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return np.add.reduceat(np.asarray(wait, dtype=np.int64)[flat], starts).tolist()
 
 
 __all__ = [

@@ -118,6 +118,49 @@ class ColumnReader:
                     self.batch[r] = None
 
 
+def rep_columns(
+    trace_set: TraceSet, ranks: Sequence[int]
+) -> dict[int, tuple[RankColumns, int, bytes, int] | None]:
+    """The files of `ranks` decoded as columns with field spans, ~8 MB at a time: rank -> (columns, file
+    index, file bytes, the file's offset in the columns' buffer), None for a file left to protobuf."""
+    out: dict[int, tuple[RankColumns, int, bytes, int] | None] = {}
+    batch: list[tuple[int, bytes]] = []
+
+    def flush() -> None:
+        if not batch:
+            return
+        bufs = [b for _r, b in batch]
+        paths = [trace_set.paths[r] for r, _b in batch]
+        try:
+            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=True)
+            base = 0
+            for f, (r, b) in enumerate(batch):
+                out[r] = (cols, f, b, base)
+                base += len(b)
+        except Unsupported:
+            for r, b in batch:
+                try:
+                    out[r] = (decode_columns([b], [trace_set.paths[r]], WANT_ATTRS, spans=True), 0, b, 0)
+                except Unsupported:
+                    out[r] = None
+        batch.clear()
+
+    size = 0
+    for r in ranks:
+        path = trace_set.paths[r]
+        if is_json_file(path):
+            out[r] = None
+            continue
+        buf, _gz = read_bytes(path)
+        batch.append((r, buf))
+        size += len(buf)
+        if size >= _BATCH_BYTES:
+            flush()
+            size = 0
+    flush()
+    return out
+
+
 def metadata_groups_files(trace_set: TraceSet):
     """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
     hold no `process_group:init` cannot declare any and is not decoded here."""
@@ -149,8 +192,9 @@ def simulate(
     """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
 
     fold: opt-in symmetric-replica folding (replay/fold.py, docs/replay.md): True or "auto" (DP replicas
-    of the deployment.json beside the traces, else every rank alike), a Fold, or a list of replicas. Only
-    one replica is simulated; the tables equal an unfolded replay's. Refused (ReplayError) unless proven.
+    of the deployment.json beside the traces, else every rank alike), "tp" (its TP positions), a Fold, or
+    a list of replicas. Only one replica is simulated; the tables equal an unfolded replay's; the result's
+    fold_factor says by how much. Refused (ReplayError) unless proven.
     """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
@@ -178,9 +222,18 @@ def simulate(
             pgs = load_groups(ts, groups, scan=True)
             prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
-            pgs = load_groups(ts, groups)
-            prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0])
-            labels = verify(plan, ts, pgs, prog)
+            pgs = load_groups(ts, groups, scan=True)
+            reps = rep_columns(ts, plan.replicas[0])
+
+            def rep_cols(rank: int) -> tuple[RankColumns, int] | None:
+                e = reps.get(rank)
+                return None if e is None else (e[0], e[1])
+
+            prog = build_program(
+                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=rep_cols
+            )
+            labels = verify(plan, ts, pgs, prog, reps)
+            del reps
         if prog.num_nodes == 0:
             # An iteration time of 0 would look like a result; an empty set is almost always a wrong path.
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
@@ -196,11 +249,24 @@ def simulate(
                 out = run_engine(prog, network, config, cb, check)
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
+        simulated = prog.num_ranks
+        source = None
         if plan is not None:
             prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
-        return build_result(
-            prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            source = np.zeros(ts.num_ranks, dtype=np.int64)  # each rank's representative
+            for rep in plan.replicas:
+                source[list(rep)] = plan.replicas[0]
+        res = build_result(
+            prog,
+            out,
+            network_name=name,
+            comm_mode=config.comm_mode,
+            sim_wall_s=time.perf_counter() - t0,
+            rank_source=source,
         )
+        res.ranks_simulated = simulated
+        res.fold_factor = plan.factor if plan is not None else 1
+        return res
     finally:
         if gc_was_enabled:
             gc.enable()

@@ -252,3 +252,124 @@ def test_refuses_bad_replicas(gen_sets) -> None:
         _replay(gen_sets["1f1b"], fold=[[0, 1, 2], list(range(3, 16))])
     with pytest.raises(ReplayError, match="every rank 0..15 exactly once"):
         _replay(gen_sets["1f1b"], fold=[[0, 1], [1, 2]])
+
+
+def _edit_byte(path: Path, marker: bytes, nth: int) -> int:
+    """Flip the low bit of the byte after the nth occurrence of marker in the file (a varint's first byte
+    keeps its continuation bit, so the file stays well-formed); returns the changed offset."""
+    b = bytearray(path.read_bytes())
+    pos = -1
+    for _ in range(nth + 1):
+        pos = b.index(marker, pos + 1)
+    at = pos + len(marker)
+    b[at] ^= 0x01
+    path.write_bytes(bytes(b))
+    return at
+
+
+def _node_at(path: Path, offset: int) -> pb.Node:
+    """The node whose frame holds byte `offset` of a framed .et file."""
+    from traces.stream import frame_offsets
+
+    buf = path.read_bytes()
+    s, e = next((s, e) for s, e in frame_offsets(buf) if s <= offset < e)
+    p = next(i + 1 for i, v in enumerate(buf[s : s + 5]) if v < 0x80)  # after the length prefix
+    return pb.Node.FromString(buf[s + p : e])
+
+
+@pytest.mark.parametrize(
+    ("marker", "nth"),
+    [
+        (b"\n\x0bduration_nsH", 40),  # a compute node's duration, one byte
+        (b"\n\x07num_opsH", 7),  # a roofline input
+        (b"\n\tcomm_sizeH", 3),  # a collective's size
+    ],
+)
+def test_one_byte_in_one_node_refuses(gen_sets, tmp_path: Path, marker: bytes, nth: int) -> None:
+    # Rank 6 (replica 1, stage 1) mirrors rank 2; one byte of one of its nodes changed is not a copy any
+    # more, and the raw-bytes proof must send that node to the exact check, which refuses naming it.
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    path = d / "fold_1f1b.6.et"
+    node = _node_at(path, _edit_byte(path, marker, nth))
+    with pytest.raises(
+        ReplayError, match=rf"fold_1f1b\.6\.et: cannot fold rank 6 onto rank 2: node {node.id} "
+    ):
+        _replay(d, fold=True)
+
+
+def test_one_byte_in_a_label_folds_with_the_ranks_own_label(gen_sets, tmp_path: Path) -> None:
+    # A device_group annotation is a label: rank 6's node keeps its own value in the ops table, exactly as
+    # the unfolded replay reads it (device group 3 -> 2 on one node).
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    path = d / "fold_1f1b.6.et"
+    node = _node_at(path, _edit_byte(path, b"\n\x0cdevice_groupH", 25))
+    assert get_int(node, "device_group", -1) == 2
+    a, _ = _replay(d)
+    b, n = _replay(d, fold=True)
+    assert n * 4 == a.summary_dict()["num_nodes"]
+    row = b.ops.filter((b.ops["rank"] == 6) & (b.ops["node_id"] == node.id))
+    assert row["device_group"].to_list() == [2]
+    _assert_same(a, b, tmp_path)
+
+
+def test_generated_set_is_proven_by_bytes_alone(gen_sets, monkeypatch) -> None:
+    # On a generated set every folded rank is shown equal by the byte comparison (device groups, TP
+    # groups, P2P peers and P2P node names swapped in), never by decoding its file.
+    import replay.fold as fold_mod
+
+    def no_exact(*_a, **_k):
+        raise AssertionError("exact proof used")
+
+    monkeypatch.setattr(fold_mod, "_verify_rank", no_exact)
+    res, n = _replay(gen_sets["gpipe"], fold=True)
+    assert n * 4 == res.summary_dict()["num_nodes"]
+    assert res.fold_factor == 4 and res.ranks_simulated == 4
+    assert res.perf_dict()["fold_factor"] == 4 and res.perf_dict()["ranks_simulated"] == 4
+    plain, _ = _replay(gen_sets["gpipe"])
+    assert plain.fold_factor == 1 and "fold_factor" not in plain.perf_dict()
+
+
+def test_cli_prints_fold_factor(gen_sets, capsys) -> None:
+    from xsim.cli import main
+
+    assert main(["replay", str(gen_sets["1f1b"]), "--no-progress", "--fold"]) == 0
+    assert "folded             4 of 16 ranks simulated (fold factor 4)" in capsys.readouterr().out
+
+
+def test_tp_fold_equals_unfolded(tmp_path: Path) -> None:
+    # TP 4 x PP 2 x DP 2: replica t = TP position t of every device group. The TP groups are closed under
+    # swapping two positions (shared), the DP groups of position 0 lie inside replica 0, P2P stays within
+    # a position: a valid fold of factor 4 (one rank per stage and DP replica simulated).
+    dep = load_spec(_spec("fold_tp", "1f1b", dp=2, tp=4, pp=2))
+    d = tmp_path / "set"
+    generate(dep).write(d, dep.name)
+    save_deployment(dep, d / "deployment.json")
+    fold = resolve_fold("tp", discover(d))
+    assert fold.replicas == tuple(tuple(r for r in range(16) if r % 4 == t) for t in range(4))
+    a, n_a = _replay(d)
+    b, n_b = _replay(d, fold="tp")
+    assert n_b * 4 == n_a and b.fold_factor == 4 and b.ranks_simulated == 4
+    _assert_same(a, b, tmp_path)
+
+
+def test_labels_of_other_lengths_are_proven_by_bytes(tmp_path: Path, monkeypatch) -> None:
+    # DP 6: replica 5's TP groups are "11" and "12" where replica 0's are "1" and "2", and its P2P names
+    # say "to22" where rank 2's say "to2": node lengths change, and the byte proof still covers them.
+    import replay.fold as fold_mod
+
+    dep = load_spec(_spec("fold_dp6", "1f1b", dp=6))
+    d = tmp_path / "set"
+    generate(dep).write(d, dep.name)
+    save_deployment(dep, d / "deployment.json")
+    assert json.loads((d / "comm_group.json").read_text())["11"] == [20, 21]
+    a, n_a = _replay(d)
+
+    def no_exact(*_a, **_k):
+        raise AssertionError("exact proof used")
+
+    monkeypatch.setattr(fold_mod, "_verify_rank", no_exact)
+    b, n_b = _replay(d, fold=True)
+    assert n_b * 6 == n_a and b.fold_factor == 6
+    _assert_same(a, b, tmp_path)

@@ -51,6 +51,9 @@ class AttrColumn:
     kind: np.ndarray  # int8: value field number, 0 = present without a value, -1 = absent
     value: np.ndarray  # int64: integer / bool value (string: index into `strings`)
     strings: tuple[str, ...]
+    # With decode_columns(spans=True): each node's whole attribute field (tag to end) in `buf`, -1 absent.
+    field_start: np.ndarray | None = None
+    field_end: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,11 @@ class RankColumns:
     payload_start: np.ndarray  # each node's payload span in `buf` (for the few nodes decoded whole)
     payload_end: np.ndarray
     buf: bytes  # the files' bytes, concatenated
+    # With decode_columns(spans=True): each node's frame start (its length prefix) and its name field
+    # (tag to end, -1 when absent), for comparing other files against these bytes (replay/fold_bytes.py).
+    frame_start: np.ndarray | None = None
+    name_start: np.ndarray | None = None
+    name_end: np.ndarray | None = None
 
 
 def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,37 +188,32 @@ def _validate(b: np.ndarray, hs: np.ndarray, end: np.ndarray) -> None:
     rejects go to the protobuf path, which reports them (TraceFormatError) exactly as before."""
     if len(hs) == 0:
         return
-    # Each framed record as field 1 of NodeBatch (tag 0x0a before its varint length), as decode_stream does.
-    body_len = end - hs
-    total = int(body_len.sum())
-    joined = np.empty(total + len(hs), dtype=np.uint8)
-    starts = np.concatenate(([0], np.cumsum(body_len + 1)[:-1]))
-    joined[starts] = 0x0A
-    joined[_ramp(starts + 1, body_len)] = b[_ramp(hs, body_len)]
+    # Each framed record as field 1 of NodeBatch (tag 0x0a before its varint length), as decode_stream does;
+    # joined by slices (a per-byte index array would cost ~16 bytes of temporaries per byte of trace).
+    mv = memoryview(b)
+    joined = b"\n" + b"\n".join([mv[h:e] for h, e in zip(hs.tolist(), end.tolist(), strict=True)])
     try:
-        NodeBatch().ParseFromString(joined.tobytes())
+        NodeBatch().ParseFromString(joined)
     except DecodeError:
         raise Unsupported("protobuf rejects the bytes") from None
 
 
-def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated ranges [s, s + l) for each (s, l)."""
-    total = int(lens.sum())
-    offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-    return offs + np.arange(total)
+def decode_columns(
+    bufs: list[bytes], paths: list[str], want: frozenset[str], spans: bool = False
+) -> RankColumns:
+    """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped.
 
-
-def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) -> RankColumns:
-    """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped."""
+    spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`.
+    """
     hs_l, end_l, counts = [], [], []
     base = 0
     for buf, path in zip(bufs, paths, strict=True):
         if not buf:
             raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
-        spans = frame_offsets(buf, path)[1:]
-        counts.append(len(spans))
-        hs_l.append(np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans)) + base)
-        end_l.append(np.fromiter((e for _, e in spans), dtype=np.int64, count=len(spans)) + base)
+        frames = frame_offsets(buf, path)[1:]
+        counts.append(len(frames))
+        hs_l.append(np.fromiter((s for s, _ in frames), dtype=np.int64, count=len(frames)) + base)
+        end_l.append(np.fromiter((e for _, e in frames), dtype=np.int64, count=len(frames)) + base)
         base += len(buf)
     buf = b"".join(bufs)
     file_ptr = np.zeros(len(bufs) + 1, dtype=np.int64)
@@ -228,11 +231,12 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
     dur = np.zeros(n, dtype=np.uint64)
     name_s = np.zeros(n, dtype=np.int64)
     name_e = np.zeros(n, dtype=np.int64)
+    name_tag = np.full(n, -1, dtype=np.int64)
     seen = np.zeros((n, 11), dtype=np.int16)  # occurrences per field number
     dep_own: dict[int, list] = {4: [], 5: []}
     dep_s: dict[int, list] = {4: [], 5: []}
     dep_e: dict[int, list] = {4: [], 5: []}
-    at_own, at_s, at_e = [], [], []
+    at_own, at_s, at_e, at_tag = [], [], [], []
     act = np.arange(n)
     while len(act):
         tag, p = _varints(b, cur[act])
@@ -257,6 +261,7 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
         if m.any():
             name_s[act[m]] = p2[m]
             name_e[act[m]] = nxt[m]
+            name_tag[act[m]] = cur[act[m]]
         for fld in (4, 5):
             m = fi == fld
             if m.any():
@@ -268,6 +273,7 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
             at_own.append(act[m])
             at_s.append(p2[m])
             at_e.append(nxt[m])
+            at_tag.append(cur[act[m]])
         cur[act] = nxt
         act = act[nxt < end[act]]
     if (seen[:, 1:8] > 1).any():
@@ -291,7 +297,7 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
     except UnicodeDecodeError:
         raise Unsupported("node name is not UTF-8") from None
 
-    attrs = _decode_attrs(buf, b, n, at_own, at_s, at_e, want)
+    attrs = _decode_attrs(buf, b, n, at_own, at_s, at_e, want, at_tag if spans else None)
     return RankColumns(
         paths=tuple(paths),
         file_ptr=file_ptr,
@@ -308,11 +314,15 @@ def decode_columns(bufs: list[bytes], paths: list[str], want: frozenset[str]) ->
         payload_start=payload_start,
         payload_end=end,
         buf=buf,
+        frame_start=hs if spans else None,
+        name_start=name_tag if spans else None,
+        name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
     )
 
 
-def _decode_attrs(buf, b, n, at_own, at_s, at_e, want) -> dict[str, AttrColumn]:
-    """Attribute columns for the names in `want` (each at most once per node)."""
+def _decode_attrs(buf, b, n, at_own, at_s, at_e, want, at_tag=None) -> dict[str, AttrColumn]:
+    """Attribute columns for the names in `want` (each at most once per node); with at_tag (each field's
+    tag position) also every wanted attribute's field span."""
     if not at_own:
         return {}
     own = np.concatenate(at_own)
@@ -320,6 +330,7 @@ def _decode_attrs(buf, b, n, at_own, at_s, at_e, want) -> dict[str, AttrColumn]:
     e0 = np.concatenate(at_e)
     order = np.argsort(s0, kind="stable")
     own, s0, e0 = own[order], s0[order], e0[order]
+    tag0 = np.concatenate(at_tag)[order] if at_tag is not None else None
     m = len(own)
     name_s = np.full(m, -1, dtype=np.int64)
     name_e = np.full(m, -1, dtype=np.int64)
@@ -408,5 +419,11 @@ def _decode_attrs(buf, b, n, at_own, at_s, at_e, want) -> dict[str, AttrColumn]:
         value = np.zeros(n, dtype=np.int64)
         kind[owners] = k
         value[owners] = val
-        out[nm] = AttrColumn(kind, value, tuple(strings))
+        fs = fe = None
+        if tag0 is not None:
+            fs = np.full(n, -1, dtype=np.int64)
+            fe = np.full(n, -1, dtype=np.int64)
+            fs[owners] = tag0[sel]
+            fe[owners] = e0[sel]
+        out[nm] = AttrColumn(kind, value, tuple(strings), fs, fe)
     return out

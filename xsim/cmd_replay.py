@@ -101,6 +101,11 @@ def _print_summary(result, path: str) -> None:
         f"replayed {s['num_nodes']:,} nodes on {s['num_ranks']} ranks of {path} "
         f"(network {s['network_model']}, compute {s['compute_model']}) in {perf['sim_wall_s']:.2f} s"
     )
+    if "fold_factor" in perf:
+        print(
+            f"folded             {perf['ranks_simulated']} of {s['num_ranks']} ranks simulated "
+            f"(fold factor {perf['fold_factor']}); the tables hold every rank"
+        )
     print(f"iteration time     {_fmt_ns(s['iteration_time_ns'])}")
     print(
         f"bytes moved        {_fmt_bytes(s['bytes_moved'])} in {s['num_collectives']:,} collectives "
