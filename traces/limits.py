@@ -103,3 +103,14 @@ def json_depth_error(doc: object, path: str) -> str | None:
             return f"{path}: nesting deeper than {cap} levels (XSIM_MAX_JSON_DEPTH raises the limit)"
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return None
+
+
+def short_repr(value: object, width: int = 60) -> str:
+    """repr() cut to WIDTH characters for an error line; integers too long to print are described."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"<a {value.bit_length()}-bit integer>"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a nested int past 4,300 digits; a list nested past the stack
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[: width - 3] + "..."
