@@ -164,6 +164,13 @@ def check_gpu(spec: GpuSpec) -> None:
             )
     if not isinstance(spec.sms, int):
         raise CatalogError(f"GPU {spec.name}: sms must be a whole number of SMs, got {spec.sms!r}")
-    for f in ("gemm_eff", "mem_eff"):
-        if getattr(spec, f) > 1:
-            raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {getattr(spec, f)}")
+    for f, peak in (("gemm_eff", "peak_flops"), ("mem_eff", "mem_bw")):
+        eff = getattr(spec, f)
+        if eff > 1:
+            raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {eff}")
+        # The achieved rate obeys the same floor as the peak (gemm_eff 1e-300 is the same unit slip).
+        if eff * getattr(spec, peak) < _MIN_RATE[peak]:
+            raise CatalogError(
+                f"GPU {spec.name}: {f} {eff!r} x {peak} {getattr(spec, peak):g} is below "
+                f"{_MIN_RATE[peak]:g} per second (a unit slip?)"
+            )
