@@ -355,3 +355,14 @@ def test_profile_rows_limit_is_exact(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("XSIM_MAX_PROFILE_BYTES", str(size - 1))
     with pytest.raises(ProfileError, match=f"larger than {size - 1} bytes"):
         read_profile_csv(tmp_path / "p.csv")
+
+
+def test_end_time_past_int64_names_the_node(tmp_path: Path) -> None:
+    # 1,025 chained nodes of 2^53 - 992 ns each (the largest allowed whole-us duration, 9,007,199,254,740 us)
+    # end at 1,025 x 9.007e18 / 1000 = 9.232e18 ns, past int64 (9.223e18): refused naming the node
+    # (replay/simulation._check_int64), never a wrapped time.
+    micros = MAX_DURATION_MICROS - 1
+    chain = [_comp(1, micros=micros)] + [_comp(i, micros=micros, deps=(i - 1,)) for i in range(2, 1026)]
+    write_trace_set(str(tmp_path / "t"), [chain, [_comp(1)]])
+    argv = ("replay", "t", "--no-progress", "--topology", "ring:2:50GBps:500ns")
+    _one_line_exit2(_run(tmp_path, *argv, mem=2 * GIB, timeout=60), "t.0.et", "overflows int64")
