@@ -124,10 +124,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         pos_of = own
         names = cols.names[lo:hi]
     at = _Attrs(cols, sel)
-    strings = lambda name: cols.attrs[name].strings  # noqa: E731
-    if columns_problem(
-        at.kind, at.value, strings, cols.duration_micros[sel], (*_INT_FIELDS, F_BOOL), F_STRING
-    ):
+    if columns_problem(cols.attrs, sel, cols.duration_micros[sel], _IS_INT_OR_BOOL, F_STRING):
         return False  # traces.attrcheck's rule: the node-by-node path names the node
     if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
         return False

@@ -111,14 +111,23 @@ def _first_problem(node: Any) -> tuple[str, bool] | None:
     """(message, is a duplicate name) of the node's first problem, or None."""
     if node.duration_micros >= MAX_DURATION_MICROS:
         return f"duration_micros {node.duration_micros} is 2^53 ns or longer", False
+    attrs = node.attr
+    if not len(attrs):
+        return None
     seen: set[str] = set()
-    for a in node.attr:
+    # Slicing a upb repeated field is ~5x faster than iterating it (replay/program.py measures the same).
+    for a in attrs[:]:
         name = a.name
         if name not in CHECKED:
             continue
         if name in seen:
             return A.duplicate_attr_error(name).message, True
         seen.add(name)
+        rule = INT_RULES.get(name)
+        if rule is not None:
+            kind = a.WhichOneof("value")
+            if kind in _INT_KINDS and rule[0] <= getattr(a, kind) <= rule[1]:
+                continue  # the common case, without building a message
         problem = attr_problem(a)
         if problem is not None:
             return problem, False
@@ -137,33 +146,37 @@ def check_node(
 
 
 def columns_problem(
-    kind_of, value_of, strings_of, duration_micros: np.ndarray, int_fields, string_field
+    columns: Any, sel: Any, duration_micros: np.ndarray, int_ok: np.ndarray, string_field: int
 ) -> bool:
-    """True when some node of decoded columns breaks a rule (the caller then takes the node-by-node path,
-    where node_problem names it). kind_of(name)/value_of(name) give a name's per-node value field (-1 absent,
-    0 no value) and integer value; strings_of(name) the interned strings. Duplicates and float/list kinds
-    never reach columns (the columnar decoder declines them)."""
+    """True when some node of one rank's decoded columns breaks a rule (the caller then takes the
+    node-by-node path, where node_problem names it).
+
+    columns: attribute name -> column with `kind` (value field number per node, -1 absent, 0 no value),
+    `value` (int64) and `strings`; sel: the rank's nodes in those columns; int_ok: a lookup by kind + 1 that
+    is True for the integer and bool fields. Duplicates and float/list kinds never reach columns (the
+    columnar decoder declines them), so kinds and ranges are what is left to check.
+    """
     if len(duration_micros) and int(duration_micros.max()) >= MAX_DURATION_MICROS:
         return True
-    ints = np.asarray(int_fields)
-    for name in CHECKED:
-        k = kind_of(name)
+    for name in CHECKED.intersection(columns):
+        col = columns[name]
+        k = col.kind[sel]
         present = k >= 0
         if not present.any():
             continue
         k = k[present]
         if name in INT_RULES or name == A.IS_CPU_OP:
-            if not np.isin(k, ints).all():
+            if not int_ok[k + 1].all():
                 return True  # a string, or no value
-            if name in INT_RULES:
-                lo, hi = INT_RULES[name]
-                v = value_of(name)[present]
-                if lo > INT64_MIN and (v < lo).any() or hi < INT64_MAX and (v > hi).any():
+            lo, hi = INT_RULES.get(name, (INT64_MIN, INT64_MAX))
+            if lo > INT64_MIN or hi < INT64_MAX:
+                v = col.value[sel][present]
+                if int(v.min()) < lo or int(v.max()) > hi:
                     return True
         elif name == A.PG_NAME:
-            if not ((k == string_field) | np.isin(k, ints)).all():
+            if not (int_ok[k + 1] | (k == string_field)).all():
                 return True
-            if any(len(s) > MAX_PG_NAME_CHARS for s in strings_of(name)):
+            if any(len(x) > MAX_PG_NAME_CHARS for x in col.strings):
                 return True
         elif not (k == string_field).all():
             return True

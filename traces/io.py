@@ -32,7 +32,7 @@ class JsonFileError(XsimError):
         self.path = path
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_bytes(path: str | os.PathLike[str]) -> bytes | bytearray:
     """A file's bytes, inflated when it starts with the gzip magic; errors name the file."""
     p = os.fspath(path)
     cap = min(max_json_bytes(), max_inflate_bytes())
