@@ -366,3 +366,23 @@ def test_end_time_past_int64_names_the_node(tmp_path: Path) -> None:
     write_trace_set(str(tmp_path / "t"), [chain, [_comp(1)]])
     argv = ("replay", "t", "--no-progress", "--topology", "ring:2:50GBps:500ns")
     _one_line_exit2(_run(tmp_path, *argv, mem=2 * GIB, timeout=60), "t.0.et", "overflows int64")
+
+
+def test_network_side_files_are_read_bounded(tmp_path: Path, monkeypatch) -> None:
+    # Cluster JSON and ASTRA-sim configs: /dev/zero stops at XSIM_MAX_JSON_BYTES, a 100,000-deep cluster
+    # file is one TopologyError (it was a RecursionError traceback).
+    from netmodels.astra import load_network_yml
+    from netmodels.cluster import load_cluster_json
+    from netmodels.errors import AstraConfigError, TopologyError
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(TopologyError, match="nesting too deep"):
+        load_cluster_json(deep)
+    monkeypatch.setenv("XSIM_MAX_JSON_BYTES", "1000")
+    with pytest.raises(AstraConfigError, match="larger than 1000 bytes .XSIM_MAX_JSON_BYTES"):
+        load_network_yml("/dev/zero")
+    with pytest.raises(TopologyError, match="larger than 1000 bytes"):
+        load_cluster_json("/dev/zero")
+    (tmp_path / "c.json").write_text(json.dumps({"nodes": [{"gpu": "H100", "count": 2}]}))
+    assert load_cluster_json(tmp_path / "c.json") == {"nodes": [{"gpu": "H100", "count": 2}]}
