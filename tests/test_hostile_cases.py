@@ -386,3 +386,16 @@ def test_network_side_files_are_read_bounded(tmp_path: Path, monkeypatch) -> Non
         load_cluster_json("/dev/zero")
     (tmp_path / "c.json").write_text(json.dumps({"nodes": [{"gpu": "H100", "count": 2}]}))
     assert load_cluster_json(tmp_path / "c.json") == {"nodes": [{"gpu": "H100", "count": 2}]}
+
+
+def test_price_per_hour_is_bounded_so_cost_stays_finite() -> None:
+    # $1M per GPU-hour is accepted, one cent more is not; .inf was already refused (tests/test_limits.py);
+    # 1e308 was finite but overflowed to Infinity once multiplied by ranks and hours in cost.json.
+    from tracegen import catalog
+    from tracegen.errors import CatalogError
+
+    h100 = catalog.gpu("H100")
+    assert catalog.with_overrides(h100, {"price_per_hour": 1e6}).price_per_hour == 1e6
+    for bad in (1e6 + 0.01, 1e308):
+        with pytest.raises(CatalogError, match="price_per_hour .* is over 1e\\+06 \\$ per hour"):
+            catalog.with_overrides(h100, {"price_per_hour": bad})
