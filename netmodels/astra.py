@@ -35,6 +35,7 @@ from netmodels.astra_events import (
 from netmodels.closed_form import ClosedFormModel
 from netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from netmodels.executor import run_chunked
+from netmodels.inputs import read_text
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
 # Hops a message crosses inside one dimension (reference section 3.1); Ring depends on the distance.
@@ -106,12 +107,7 @@ CLEAN_SYSTEM = AstraSystem(1, 1, 1, 1e9, "localBWAware", "LIFO", ())
 
 
 def _read(path: str | Path, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AstraConfigError(f"cannot read ASTRA-sim {what} {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise AstraConfigError(f"{path}: ASTRA-sim {what} is not UTF-8 text (a binary file?)") from None
+    return read_text(path, f"ASTRA-sim {what}", AstraConfigError)  # bounded: /dev/zero is one line
 
 
 def _num_list(doc: Mapping, key: str, path: str | Path, n: int | None) -> list:

@@ -11,6 +11,7 @@ from typing import Any
 
 from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from netmodels.errors import NetworkModelError, TopologyError
+from netmodels.inputs import limit, read_text
 from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
     GPU,
@@ -62,10 +63,78 @@ def _lat(value: Any, what: str) -> float:
         raise TopologyError(f"{what}: {exc}") from None
 
 
-def build_cluster(desc: Mapping) -> Topology:
-    """Build a cluster Topology from a description with "preset", "nodes", "fabric" and optional "links"."""
+# A topology may hold more GPUs than the run uses (a job on part of a cluster), but the unused part is
+# built and routed for nothing: `switch:1000000` for 2 ranks took 39 s to build. Up to this many ranks, or
+# 8x the run's ranks when that is more, a topology is accepted; XSIM_MAX_TOPOLOGY_RANKS sets the cap.
+SPARE_RANKS_FLOOR = 4096
+SPARE_RANKS_FACTOR = 8
+
+
+def check_topology_size(have: int, need: int, what: str) -> None:
+    """Refuse, before building, a topology of HAVE ranks far larger than the NEED ranks of the run."""
+    if have * 2 > MAX_LINKS:
+        return  # past what xsim builds at all: the builder refuses it at once, naming its links
+    cap = limit("XSIM_MAX_TOPOLOGY_RANKS", max(SPARE_RANKS_FLOOR, SPARE_RANKS_FACTOR * need))
+    if have > cap and have > need:
+        raise TopologyError(
+            f"{what}: {have:,} ranks for a run of {need:,}: over the {cap:,} built "
+            f"(max of {SPARE_RANKS_FLOOR:,} and {SPARE_RANKS_FACTOR}x the run; XSIM_MAX_TOPOLOGY_RANKS raises it)"
+        )
+
+
+def cluster_ranks(desc: Any) -> int | None:
+    """Ranks a cluster description (or its {"topology": spec}) holds, counted without building; None when
+    the description is malformed (building it then gives the error)."""
+    try:
+        if not isinstance(desc, Mapping):
+            return None
+        if set(desc) == {"topology"}:
+            return topology_ranks(desc["topology"])
+        if "system" in desc:
+            return len(desc["gpus"]) if isinstance(desc.get("gpus"), list) else None
+        subs = desc["clusters"] if "clusters" in desc else [desc]
+        total = 0
+        for sub in subs:
+            for node in sub["nodes"]:
+                ranks = node.get("ranks")
+                total += len(ranks) if isinstance(ranks, list) else int(node["count"])
+        return total
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def topology_ranks(spec: Any) -> int | None:
+    """Ranks a compact topology spec names, counted without building; None when it does not parse."""
+    if not isinstance(spec, str) or ":" not in spec:
+        return None
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip().lower()
+    try:
+        if kind in ("ring", "switch", "fc", "fully_connected"):
+            return int(rest.split(":")[0])
+        if kind == "nodes":
+            return cluster_ranks(_nodes_desc(rest))
+        if kind in SYSTEM_PRESETS:
+            return int(rest) * system_preset(kind).gpus_per_node
+        if kind == "cluster":
+            return cluster_ranks(load_cluster_json(rest))
+    except (ValueError, NetworkModelError):
+        return None
+    return None
+
+
+def build_cluster(desc: Mapping, need: int | None = None) -> Topology:
+    """Build a cluster Topology from a description with "preset", "nodes", "fabric" and optional "links".
+
+    With NEED (the ranks of the run), a description far larger than the run is refused before building.
+    """
     if not isinstance(desc, Mapping):
         raise TopologyError(f"cluster description must be a mapping, got {type(desc).__name__}")
+    if need is not None:
+        have = cluster_ranks(desc)
+        if have is not None:
+            shown = desc["topology"] if set(desc) == {"topology"} else "cluster description"
+            check_topology_size(have, need, str(shown))
     if set(desc) == {"topology"}:
         # A deployment spec's `cluster: "<topology spec>"` (tracegen keeps it as {"topology": ...}).
         return topology_from_spec(desc["topology"])
@@ -311,10 +380,15 @@ SPEC_HELP = (
 )
 
 
-def topology_from_spec(spec: str) -> Topology:
-    """Build a Topology from a compact spec string (see SPEC_HELP and docs/netmodels.md)."""
+def topology_from_spec(spec: str, need: int | None = None) -> Topology:
+    """Build a Topology from a compact spec string (see SPEC_HELP and docs/netmodels.md); with NEED (the
+    run's ranks), one far larger than the run is refused before building (check_topology_size)."""
     if not isinstance(spec, str) or ":" not in spec:
         raise TopologyError(f"cannot parse topology {spec!r}; expected {SPEC_HELP}")
+    if need is not None:
+        have = topology_ranks(spec)
+        if have is not None:
+            check_topology_size(have, need, spec)
     kind, _, rest = spec.partition(":")
     kind = kind.strip().lower()
     if kind in ("ring", "switch", "fc", "fully_connected"):
@@ -403,14 +477,15 @@ def _nodes_desc(rest: str) -> dict:
 def load_cluster_json(path: str | Path) -> dict:
     """Read a cluster description from a JSON file (the file itself, or its "cluster" key)."""
     p = Path(path)
+    text = read_text(p, "cluster file", TopologyError)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TopologyError(f"cannot read cluster file {p}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{p}: cluster file is not UTF-8 JSON (a binary file?)") from None
+        data = json.loads(text)
+    except RecursionError:
+        raise TopologyError(f"{p}: not valid JSON (nesting too deep to parse)") from None
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # an integer of 4,300+ digits
+        raise TopologyError(f"{p}: not valid JSON ({str(exc).split(':')[0]})") from None
     if isinstance(data, dict) and "cluster" in data and "nodes" not in data:
         data = data["cluster"]
     if not isinstance(data, dict):

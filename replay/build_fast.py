@@ -23,6 +23,7 @@ from replay.program import (
     _Builder,
 )
 from traces import pb
+from traces.attrcheck import columns_problem
 from traces.attrs import (
     COMM_DST,
     COMM_SIZE,
@@ -123,6 +124,8 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         pos_of = own
         names = cols.names[lo:hi]
     at = _Attrs(cols, sel)
+    if columns_problem(cols.attrs, sel, cols.duration_micros[sel], _IS_INT_OR_BOOL, F_STRING):
+        return False  # traces.attrcheck's rule: the node-by-node path names the node
     if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
         return False
     if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():

@@ -18,6 +18,7 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel
 from replay.config import ReplayConfig
 from replay.errors import ReplayError, TraceGraphError
 from traces import pb
+from traces.attrcheck import node_problem
 from traces.attrs import (
     CHUNK,
     COMM_DST,
@@ -503,6 +504,9 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
         g = base + i
         nid = ids[i]
         nt = node.type
+        problem = node_problem(node)  # the one attribute rule of info, validate and replay
+        if problem is not None:
+            raise TraceGraphError(problem, path=path, rank=rank, node_id=nid)
         names.append(node.name)
         # One pass over the attributes.
         cpu = r_cpu = r_slow = False

@@ -255,8 +255,10 @@ def test_empty_trace_set_is_not_a_zero_iteration(w: Path) -> None:
 
 
 def test_time_past_int64_names_the_node(w: Path) -> None:
-    # 2^62 us = 4.6e21 ns, past int64 (9.2e18): was an OverflowError from numpy while tabulating.
-    _bad(w, "replay", "huge", *RING2, expect=("huge/t.0.et", "rank 0 node 1 'k1'", "overflows"))
+    # 2^62 us = 4.6e21 ns, past int64 (9.2e18): was an OverflowError from numpy while tabulating. Since
+    # issue 16 round 2 one duration of 2^53 ns or more is itself refused (traces/attrcheck.py); a sum past
+    # int64 of allowed durations: tests/test_hostile_cases.py::test_end_time_past_int64_names_the_node.
+    _bad(w, "replay", "huge", *RING2, expect=("huge/t.0.et", "rank 0, id 1", "2^53 ns or longer"))
 
 
 def test_replay_derived_cluster_without_preset_names_deployment(w: Path) -> None:

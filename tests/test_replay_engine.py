@@ -240,7 +240,7 @@ def test_duration_comm_types_replay_without_matching(tmp_path) -> None:
             pb.COMM_COLL_NODE,
             {"comm_size": 8},
             ("comm_type", "x", "string_val"),
-            "collective without an integer comm_type",
+            "comm_type 'x' is not an integer",  # traces/attrcheck.py's one message (issue 16 round 2)
         ),
         (
             pb.COMM_COLL_NODE,

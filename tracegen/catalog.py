@@ -146,6 +146,9 @@ def tensor_peak(spec: GpuSpec, precision: str) -> float:
 # this catalog (all datasheet peaks >= 1e11/s), so a smaller number is a unit slip (issue 16: peak_flops
 # 1e-300); such rates would also push op durations past int64 nanoseconds.
 _MIN_RATE = {"peak_flops": 1e9, "fp8_flops": 1e9, "mem_bw": 1e9}
+# Highest GPU price accepted: $1M per GPU-hour, ~1e5x cloud list prices (H100 on-demand ~$2-12/h). Below it,
+# price x ranks (<= 2^20) x hours (int64 ns) stays finite, so cost.json never holds Infinity (issue 16).
+_MAX_PRICE_PER_HOUR = 1e6
 
 
 def check_gpu(spec: GpuSpec) -> None:
@@ -162,8 +165,19 @@ def check_gpu(spec: GpuSpec) -> None:
             raise CatalogError(
                 f"GPU {spec.name}: {f.name} {v!r} is below {_MIN_RATE[f.name]:g} per second (a unit slip?)"
             )
+    if spec.price_per_hour is not None and spec.price_per_hour > _MAX_PRICE_PER_HOUR:
+        raise CatalogError(
+            f"GPU {spec.name}: price_per_hour {spec.price_per_hour!r} is over {_MAX_PRICE_PER_HOUR:g} $ per hour"
+        )
     if not isinstance(spec.sms, int):
         raise CatalogError(f"GPU {spec.name}: sms must be a whole number of SMs, got {spec.sms!r}")
-    for f in ("gemm_eff", "mem_eff"):
-        if getattr(spec, f) > 1:
-            raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {getattr(spec, f)}")
+    for f, peak in (("gemm_eff", "peak_flops"), ("mem_eff", "mem_bw")):
+        eff = getattr(spec, f)
+        if eff > 1:
+            raise CatalogError(f"GPU {spec.name}: {f} is a fraction of the peak, got {eff}")
+        # The achieved rate obeys the same floor as the peak (gemm_eff 1e-300 is the same unit slip).
+        if eff * getattr(spec, peak) < _MIN_RATE[peak]:
+            raise CatalogError(
+                f"GPU {spec.name}: {f} {eff!r} x {peak} {getattr(spec, peak):g} is below "
+                f"{_MIN_RATE[peak]:g} per second (a unit slip?)"
+            )

@@ -158,6 +158,13 @@ def model_from_message(model: Any) -> ModelArch:
 
 def check_model(m: ModelArch) -> ModelArch:
     """Reject architectures no transformer has (zero sizes, heads not dividing hidden, ...)."""
+    # Types first: a YAML `name: 5` is an int and `linear_bias: "yes"` a string; both once reached protobuf
+    # as a TypeError traceback. (YAML's bare `yes` is already the bool true.)
+    for k in ("name", "activation", "norm"):
+        if not isinstance(getattr(m, k), str):
+            raise CatalogError(f"model: {k} must be a string, got {getattr(m, k)!r:.60}")
+    if not isinstance(m.linear_bias, bool):
+        raise CatalogError(f"model {m.name!r}: linear_bias must be true or false, got {m.linear_bias!r:.60}")
     for k in _INT_FIELDS:
         v = getattr(m, k)
         if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2**31:

@@ -22,7 +22,8 @@ from tracegen.models import ModelArch, model_from_mapping, model_from_message, p
 from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
-from traces.limits import json_depth_error, max_json_depth, max_nodes
+from traces.io import JsonFileError, read_json
+from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes
 from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
@@ -763,14 +764,13 @@ class _SpecBuilder:
             return {"topology": text}
         path = os.path.normpath(os.path.join(self.base_dir, text))
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except OSError as exc:
-            raise self.fail(f"cannot read cluster file {path}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise self.fail(f"cluster file {path} is not JSON: {exc.msg} at line {exc.lineno}") from None
-        except UnicodeDecodeError:
-            raise self.fail(f"cluster file {path} is not UTF-8 JSON (a binary file?)") from None
+            data = read_json(path)  # bounded in size and nesting (traces.limits)
+        except JsonFileError as exc:
+            if exc.reason.startswith("not a UTF-8"):
+                raise self.fail(f"cluster file {path} is not UTF-8 JSON (a binary file?)") from None
+            raise self.fail(f"cluster file {path}: {exc.reason}") from None
+        except InputLimitError as exc:
+            raise self.fail(f"cluster file {exc}") from None
         if isinstance(data, dict) and "cluster" in data and "nodes" not in data:
             data = data["cluster"]
         if not isinstance(data, dict):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from traces import attrs as A
 from traces import pb
+from traces.attrcheck import node_problem
 from traces.errors import AttributeTypeError
 from traces.graph import DepGraph
 from traces.groups import ProcessGroups
@@ -23,7 +24,6 @@ MISMATCH = "mismatch"
 WARNING = "warning"
 
 _P2P = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
-_INT_ATTRS = (A.COMM_TYPE, A.COMM_SIZE, A.COMM_SRC, A.COMM_DST, A.COMM_TAG, A.NUM_OPS, A.TENSOR_SIZE)
 
 
 @dataclass(frozen=True)
@@ -98,17 +98,9 @@ def _check_attrs(n: pb.Node, index: int, path: str, rank: int | None) -> list[Fi
     def add(code: str, message: str) -> None:
         out.append(Finding(INVALID, code, message, path, rank, index, n.id))
 
-    for name in _INT_ATTRS:
-        try:
-            A.get_int(n, name, None)
-        except AttributeTypeError as exc:
-            add("attr-type", exc.message)
-    for name, getter in ((A.IS_CPU_OP, A.get_bool), (A.PG_NAME, A.get_str)):
-        try:
-            getter(n, name, None)
-        except AttributeTypeError as exc:
-            add("attr-type", exc.message)
-    if out:
+    problem = node_problem(n)  # the rule info and replay apply too (traces.attrcheck)
+    if problem is not None:
+        add("attr-type", problem)
         return out
     if n.type == pb.COMM_COLL_NODE and A.is_cpu_op(n) and A.get_int(n, A.COMM_SIZE, None) is None:
         msg = "CPU-side collective (is_cpu_op) without comm_size: replayed by its duration as a CPU op"

@@ -9,10 +9,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from traces import pb
-from traces.errors import TraceError
+from traces.errors import TraceError, XsimError
+from traces.io import JsonFileError, read_json
+from traces.limits import json_depth_error, short_repr
 
 ALL_RANKS_NAMES = frozenset({"", "0"})  # ASTRA-sim: pg_name "" or "0" means every rank
 _LEADING_INT = re.compile(r"^\s*[+-]?\d+")
+# ASTRA-sim reads a group name through std::stoi, which throws past a 32-bit int: a leading integer of more
+# digits than this names no group (and never reaches int(), which refuses 4,300+ digits).
+_MAX_NAME_DIGITS = 18
 
 
 @dataclass(frozen=True)
@@ -37,7 +42,7 @@ class ProcessGroups:
         if name in ALL_RANKS_NAMES:
             return tuple(range(self.num_ranks))
         m = _LEADING_INT.match(name)
-        if m:
+        if m and len(m.group(0).strip().lstrip("+-")) <= _MAX_NAME_DIGITS:
             key = str(int(m.group(0)))
             if key in self.groups:
                 return self.groups[key]
@@ -52,12 +57,17 @@ def load_comm_groups(
     """Read ASTRA-sim's `{"<id>": [ranks...]}` communicator file (value "empty" = no groups)."""
     p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except OSError as exc:
-        raise TraceError(f"cannot read comm-groups file: {exc.strerror or exc}", path=p) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"comm-groups file is not JSON: {exc}", path=p) from None
+        # Bounded like every JSON input (size, nesting: traces.limits), so a deep file is one line too.
+        raw = read_json(p)
+    except JsonFileError as exc:
+        if exc.reason.startswith("cannot read"):
+            raise TraceError(
+                f"cannot read comm-groups file: {exc.reason.removeprefix('cannot read: ')}", path=p
+            ) from None
+        not_json = exc.reason.startswith(("invalid", "truncated", "not a UTF-8"))
+        raise TraceError(
+            f"comm-groups file {'is not JSON: ' if not_json else ''}{exc.reason}", path=p
+        ) from None
     if raw == "empty":
         return {}
     if not isinstance(raw, dict):
@@ -89,22 +99,48 @@ def parse_metadata_node(
     elif text.startswith('["') and text.endswith('"]'):
         try:
             text = json.loads(text)[0]
-        except (json.JSONDecodeError, IndexError, TypeError):
+        except (ValueError, IndexError, TypeError, KeyError, RecursionError):
             pass
     if not text:
         return {}
     try:
         entries = json.loads(text.replace('\\"', '"'))
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or an integer of 4,300+ digits
         raise TraceError(
-            f"process_group:init metadata is not JSON: {exc}", path=where, node_id=node.id
+            f"process_group:init metadata is not JSON: {str(exc)[:200]}", path=where, node_id=node.id
+        ) from None
+    except RecursionError:
+        entries = None
+        deep = "nesting too deep to parse"
+    else:
+        deep = json_depth_error(entries, "")
+    if deep is not None:
+        raise TraceError(
+            f"process_group:init metadata: {deep.removeprefix(': ')}", path=where, node_id=node.id
         ) from None
     out: dict[str, tuple[int, ...]] = {}
     for e in entries if isinstance(entries, list) else []:
         if not isinstance(e, dict) or "pg_name" not in e:
             continue
-        ranks = e.get("ranks") or list(range(num_ranks))
-        out[str(e["pg_name"])] = tuple(int(r) for r in ranks)
+        if not isinstance(e["pg_name"], str | int):
+            raise TraceError(
+                f"process_group:init metadata: pg_name {short_repr(e['pg_name'])} is not a name",
+                path=where,
+                node_id=node.id,
+            )
+        name = str(e["pg_name"])
+        ranks = e.get("ranks")
+        if not (ranks is None or isinstance(ranks, list)) or not all(
+            isinstance(r, int) and not isinstance(r, bool) for r in ranks or ()
+        ):
+            raise TraceError(
+                f"process_group:init metadata: group {short_repr(e['pg_name'])}: ranks must be a list of "
+                f"integers, got {short_repr(ranks)}",
+                path=where,
+                node_id=node.id,
+            )
+        ranks = ranks or list(range(num_ranks))
+        out[name] = tuple(ranks)
     return out
 
 
@@ -162,9 +198,8 @@ def resolve_groups(
 def _looks_like_groups(path: str) -> bool:
     """True for a `{"<id>": [ranks]}` file (STG's `<prefix>.json`), False for anything else or unreadable."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except (OSError, ValueError):
+        raw = read_json(path)
+    except XsimError:
         return False
     return isinstance(raw, dict) and all(
         isinstance(v, list) and all(isinstance(r, int) for r in v) for v in raw.values()

@@ -34,7 +34,7 @@ class JsonFileError(XsimError):
         self.path = path
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_bytes(path: str | os.PathLike[str]) -> bytes | bytearray:
     """A file's bytes, inflated when it starts with the gzip magic; errors name the file."""
     p = os.fspath(path)
     cap = min(max_json_bytes(), max_inflate_bytes())
@@ -76,6 +76,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except json.JSONDecodeError as exc:
         what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "invalid JSON"
         raise JsonFileError(f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}", path=p) from None
+    except ValueError as exc:  # an integer literal of 4,300+ digits (Python's int-string limit)
+        raise JsonFileError(f"invalid JSON: {str(exc).split(':')[0]}", path=p) from None
     deep = json_depth_error(doc, p)
     if deep is not None:
         raise JsonFileError(deep.removeprefix(f"{p}: "), path=p)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -25,6 +26,12 @@ SYNC_CALLS = frozenset(
     }
 )
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+# Kineto times are microseconds (floats) since the epoch: today ~1.8e15 us, 1.8e18 ns. Times past 2^62 ns
+# (year 2116) cannot come from a clock and would overflow the int64 nanoseconds of the traces once a
+# duration is added; durations are bounded like every trace duration (traces.attrcheck: < 2^53 ns).
+MAX_TS_NS = 1 << 62
+MAX_DUR_NS = 1 << 53
+MAX_STEP_DIGITS = 18  # ProfilerStep#N must fit the int64 `profiler_step` attribute
 
 
 class KinetoError(XsimError):
@@ -77,7 +84,44 @@ class KinetoTrace:
 
 
 def _ns(us: Any) -> int:
-    return round(float(us) * 1000)
+    """Microseconds (a JSON number) -> integer ns; ValueError for anything not a finite number."""
+    if isinstance(us, bool) or not isinstance(us, int | float | str):
+        raise ValueError("not a number")
+    ns = float(us) * 1000
+    if not math.isfinite(ns):
+        raise ValueError("not finite")
+    return round(ns)
+
+
+def _event(i: int, e: dict[str, Any], path: str) -> KEvent:
+    """One 'X' event with its times checked: finite, ts within the clock's range, 0 <= dur < 2^53 ns."""
+    try:
+        ts, dur = _ns(e["ts"]), _ns(e.get("dur", 0))
+        ev = KEvent(
+            i,
+            str(e["name"]),
+            str(e.get("cat", "")),
+            ts,
+            dur,
+            e.get("pid"),
+            e.get("tid"),
+            e.get("args") if isinstance(e.get("args"), dict) else {},
+        )
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise KinetoError(
+            f"Kineto event #{i} has no ts/dur or one that is not a finite number", path=path
+        ) from None
+    if not -MAX_TS_NS < ts < MAX_TS_NS:
+        raise KinetoError(
+            f"Kineto event #{i} {ev.name[:60]!r}: ts {ts / 1e3:.6g} us is outside +-2^62 ns (not a clock time)",
+            path=path,
+        )
+    if not 0 <= dur < MAX_DUR_NS:
+        what = "negative" if dur < 0 else "2^53 ns or longer"
+        raise KinetoError(
+            f"Kineto event #{i} {ev.name[:60]!r}: duration {dur / 1e3:.6g} us is {what}", path=path
+        )
+    return ev
 
 
 def _as_list(v: Any) -> list[Any]:
@@ -106,22 +150,16 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        try:
-            ev = KEvent(
-                i,
-                str(e["name"]),
-                str(e.get("cat", "")),
-                _ns(e["ts"]),
-                _ns(e.get("dur", 0)),
-                e.get("pid"),
-                e.get("tid"),
-                e.get("args") if isinstance(e.get("args"), dict) else {},
-            )
-        except (KeyError, TypeError, ValueError):
-            raise KinetoError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
+        ev = _event(i, e, p)
         if ev.cat in CPU_CATS:
             m = STEP_RE.match(ev.name)
             if m:
+                if len(m.group(1)) > MAX_STEP_DIGITS:
+                    raise KinetoError(
+                        f"Kineto event #{i}: step number of {len(m.group(1))} digits in ProfilerStep#"
+                        f" (at most {MAX_STEP_DIGITS})",
+                        path=p,
+                    )
                 steps[int(m.group(1))] = ev
             if ev.name.startswith("gloo:") or "gloo" in thread_names.get((ev.pid, ev.tid), ""):
                 comm.append(ev)

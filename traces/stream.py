@@ -34,7 +34,7 @@ class EtFile:
     gzipped: bool = False
 
 
-def read_bytes(path: str | os.PathLike[str]) -> tuple[bytes, bool]:
+def read_bytes(path: str | os.PathLike[str]) -> tuple[bytes | bytearray, bool]:
     """Read a file whole, inflating it when it starts with the gzip magic; returns (bytes, was_gzipped)."""
     p = os.fspath(path)
     try:

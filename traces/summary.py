@@ -9,7 +9,8 @@ from typing import Any
 
 from traces import attrs as A
 from traces import pb
-from traces.errors import AttributeTypeError, DuplicateAttributeError
+from traces.attrcheck import check_node
+from traces.errors import AttributeTypeError
 from traces.groups import ProcessGroups
 from traces.stream import EtFile
 
@@ -53,9 +54,11 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
     colls: dict[str, dict[str, int]] = {}
     p2p = {"sends": 0, "recvs": 0, "send_bytes": 0}
     compute = 0
-    for et in files:
+    for rank, et in enumerate(files):
         for n in et.nodes:
             by_type[pb.node_type_name(n.type)] += 1
+            # The rule validate and replay apply (traces.attrcheck): info must not count what they refuse.
+            check_node(n, path=et.path, rank=rank if len(files) > 1 else None)
             try:
                 if n.type == pb.COMM_COLL_NODE:
                     name = pb.comm_type_name(A.get_int(n, A.COMM_TYPE, pb.ALL_REDUCE))
@@ -69,9 +72,6 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
                     p2p["recvs"] += 1
                 elif n.type == pb.COMP_NODE:
                     compute += n.duration_micros
-            except DuplicateAttributeError as exc:
-                # Not a value info may skip: replay refuses the node, so info must not count one copy.
-                raise DuplicateAttributeError(exc.message, path=et.path, node_id=n.id) from None
             except AttributeTypeError:
                 continue  # reported by `xsim trace validate`; info only counts
     meta: dict[str, Any] = {}

@@ -50,7 +50,7 @@ def check_cluster(dep, spec_path: str) -> None:
     if dep.cluster_derived:
         return  # derived from the device groups; V100-only sets have no preset and are replayed with --topology
     try:
-        topo = build_cluster(json.loads(dep.cluster_json))
+        topo = build_cluster(json.loads(dep.cluster_json), need=num_ranks(dep))
     except NetworkModelError as exc:
         raise SpecError(f"cluster: {exc}", path=spec_path) from None
     if topo.num_ranks < num_ranks(dep):

@@ -43,7 +43,9 @@ def resolve_model(options: NetworkOptions) -> str:
     return info.name
 
 
-def build_network(options: NetworkOptions, deployment=None, *, where: str = DEPLOYMENT_FILE):
+def build_network(
+    options: NetworkOptions, deployment=None, *, where: str = DEPLOYMENT_FILE, ranks: int | None = None
+):
     """The network model the options (or the deployment's cluster) describe; None in measured mode.
 
     `deployment` is the tracegen Deployment found beside the traces (or None); `where` names its file in
@@ -58,12 +60,12 @@ def build_network(options: NetworkOptions, deployment=None, *, where: str = DEPL
     if options.topology:
         from netmodels.cluster import topology_from_spec
 
-        return build_model(name, topology_from_spec(options.topology), **extra)
+        return build_model(name, topology_from_spec(options.topology, need=ranks), **extra)
     if deployment is not None and deployment.cluster_json:
         from netmodels.cluster import build_cluster
 
         try:
-            return build_model(name, build_cluster(json.loads(deployment.cluster_json)), **extra)
+            return build_model(name, build_cluster(json.loads(deployment.cluster_json), need=ranks), **extra)
         except NetworkModelError as exc:
             raise ReplayError(f"{where}: cluster: {exc} (or pass --topology SPEC)") from None
     if options.comm == "measured":

@@ -84,7 +84,10 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     config = replay_config(options)
     try:
         network = build_network(
-            options.network, deployment, where=os.path.join(ts.directory, DEPLOYMENT_FILE)
+            options.network,
+            deployment,
+            where=os.path.join(ts.directory, DEPLOYMENT_FILE),
+            ranks=ts.num_ranks,
         )
         compute = build_compute(options.compute, ts.num_ranks)
         with replay_progress(options.progress) as progress:

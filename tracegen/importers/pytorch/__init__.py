@@ -22,6 +22,7 @@ from tracegen.importers.pytorch.link import Link, link
 from traces import attrs as A
 from traces import pb
 from traces.kineto import KinetoTrace, load_kineto
+from traces.limits import short_repr
 from traces.outputs import atomic_write_text
 from traces.traceset import write_trace_set
 
@@ -84,22 +85,42 @@ class ImportResult:
 
 def _ranks(entry: dict, world: int, path: str) -> tuple[int, ...]:
     ranks = entry.get("ranks") or list(range(world))
+    name = short_repr(entry.get("pg_name"))
     if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-        raise PyTorchImportError(f"process group {entry.get('pg_name')!r}: ranks must be integers", path=path)
+        raise PyTorchImportError(f"process group {name}: ranks must be integers", path=path)
+    if len(set(ranks)) != len(ranks):
+        raise PyTorchImportError(f"process group {name}: a rank appears twice", path=path)
     return tuple(ranks)
 
 
 def _groups(
     hosts: Sequence[HostTrace], kinetos: Sequence[KinetoTrace], world: int
-) -> dict[str, tuple[int, ...]]:
+) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Process groups by name, and the file that defined each."""
     out: dict[str, tuple[int, ...]] = {}
+    source: dict[str, str] = {}
     for k in kinetos:
         for c in k.pg_config:
             out.setdefault(str(c.get("pg_name")), _ranks(c, world, k.path))
+            source.setdefault(str(c.get("pg_name")), k.path)
     for h in hosts:
         for e in h.process_groups:
             out.setdefault(str(e["pg_name"]), _ranks(e, world, h.path))
-    return out
+            source.setdefault(str(e["pg_name"]), h.path)
+    return out, source
+
+
+def _check_group_ranks(groups: dict[str, tuple[int, ...]], source: dict[str, str], world: int) -> None:
+    """Every group's ranks lie in the run: the run's ranks are the pairs given, and a group naming others
+    would import fine and fail only at replay."""
+    for name in sorted(groups):
+        outside = [r for r in groups[name] if not 0 <= r < world]
+        if outside:
+            raise PyTorchImportError(
+                f"process group {short_repr(name)} names rank {short_repr(outside[0], 24)}, outside this "
+                f"run's ranks 0..{world - 1} ({world} trace pair(s) given: import every rank of the run together)",
+                path=source[name],
+            )
 
 
 def _default_pg(groups: dict[str, tuple[int, ...]], world: int) -> str:
@@ -168,7 +189,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
             raise PyTorchImportError(
                 f"Kineto says world_size {k.world_size} but {world} rank pairs were given", path=k.path
             )
-    groups = _groups(hosts, kinetos, world)
+    groups, group_source = _groups(hosts, kinetos, world)
     default_pg = _default_pg(groups, world)
     graphs: dict[int, tuple[RankGraph, HostTrace, list[str]]] = {}
     for h, k, r in zip(hosts, kinetos, ranks, strict=True):
@@ -177,6 +198,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
         warnings += _window_warning(k, lk)
         g = build_rank(r, h, k, lk)
         graphs[r] = (g, h, warnings + g.warnings)
+    _check_group_ranks(groups, group_source, world)
     _match_p2p(graphs, groups.get(default_pg))
     tails = add_comm_tails([graphs[r][0] for r in sorted(graphs)])
     nodes: dict[int, list[pb.Node]] = {}

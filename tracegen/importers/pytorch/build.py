@@ -38,12 +38,14 @@ from tracegen.importers.pytorch.comms import (
     p2p_peer_tag,
     payload_bytes,
 )
+from tracegen.importers.pytorch.errors import PyTorchImportError
 from tracegen.importers.pytorch.hostet import HostTrace
 from tracegen.importers.pytorch.labels import Label, label_ops
 from tracegen.importers.pytorch.link import Link
 from traces import attrs as A
 from traces import pb
 from traces.kineto import SYNC_CALLS, KEvent, KinetoTrace
+from traces.limits import short_repr
 
 # Attribute names the importer writes besides the standard ones (documented in docs/pytorch-import.md).
 MODULE = "module"  # string: nn.Module path or scope the op ran in
@@ -722,17 +724,37 @@ def to_nodes(
             attrs[A.STREAM] = int(v.stream[1])
         if v.host_id is not None and v.kind == "cpu":
             attrs[RF_ID] = int(host.ops[v.host_id].rf_id)
-        node = A.make_node(
-            v.id,
-            v.name,
-            ntype,
-            data_deps=sorted(g.vertices[d].id for d in v.deps)
-            or ([START_ID] if origin_ns is not None else []),
-            duration_micros=round(v.dur / 1000),
-            attrs=attrs,
-        )
+        try:
+            node = A.make_node(
+                v.id,
+                v.name,
+                ntype,
+                data_deps=sorted(g.vertices[d].id for d in v.deps)
+                or ([START_ID] if origin_ns is not None else []),
+                duration_micros=round(v.dur / 1000),
+                attrs=attrs,
+            )
+        except (ValueError, TypeError):
+            raise _field_error(v, attrs, host.path, g.rank) from None
         nodes.append(node)
     return nodes
+
+
+def _field_error(v: Vertex, attrs: dict[str, Any], path: str, rank: int) -> PyTorchImportError:
+    """The one attribute of an op whose value does not fit its Chakra field (an int32 tag of 2^40, ...)."""
+    for name, value in attrs.items():
+        try:
+            A.make_attr(name, value)
+        except (ValueError, TypeError):
+            return PyTorchImportError(
+                f"op {v.name[:60]!r}: {name} {short_repr(value, 40)} does not fit the trace's "
+                f"{A.STANDARD_KINDS.get(name, 'integer')} field",
+                path=path,
+                rank=rank,
+            )
+    return PyTorchImportError(
+        f"op {v.name[:60]!r}: id or duration does not fit the trace", path=path, rank=rank
+    )
 
 
 def _step_of(steps: dict[int, tuple[int, int]], ts: int) -> int:
