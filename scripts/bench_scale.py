@@ -300,7 +300,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, nargs="+", default=[128, 512, 1024, 2048])
     ap.add_argument("--micro-batches", type=int, default=4)
-    ap.add_argument("--models", nargs="+", choices=("analytical", "flow"), default=["analytical", "flow"])
+    ap.add_argument(
+        "--models", nargs="+", choices=("analytical", "flow", "flow-hybrid"), default=["analytical", "flow"]
+    )
     ap.add_argument("--root", default=None, help="where traces are written (default: a temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated traces")
     ap.add_argument("--profile", metavar="FILE.html", help="pyinstrument report of the replays (one size)")
