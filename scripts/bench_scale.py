@@ -2,7 +2,8 @@
 
 Usage: .venv/bin/python scripts/bench_scale.py [--ranks 128 512 1024 2048] [--micro-batches 4]
            [--models analytical flow] [--root DIR] [--profile FILE.html] [--summary-dir DIR] [--fold]
-       .venv/bin/python scripts/bench_scale.py --scenario hetero1024 [--models flow] [--profile FILE.html]
+       .venv/bin/python scripts/bench_scale.py --scenario hetero1024 [--models flow flow-hybrid] [--profile FILE.html]
+       .venv/bin/python scripts/bench_scale.py --ranks 4096 --models analytical --split
 
 `--scenario hetero1024` replaces the DP-growing sizes by the bundled examples/hetero1024.yaml (1,024 GPUs,
 half H100 half A100, non-uniform TP and layers, resharding and the rewriter's multi-ring sync). With
