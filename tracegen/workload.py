@@ -267,17 +267,22 @@ class _Generator:
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
     ) -> list[pb.Node]:
         """Copies of the template rank's nodes with this rank's group ids and names and P2P peers patched in."""
-        if template.blob is None:
-            template.blob = NodeBatch(nodes=template.nodes).SerializeToString()
-        # One C-level parse of the whole rank: ~10x cheaper than a CopyFrom per node.
-        nodes = list(NodeBatch.FromString(template.blob).nodes)
         dg = st.dg
-        if dg.id != template.st.dg.id:
-            for n in nodes:
-                n.attr[_DEVICE_GROUP_AT].int64_val = dg.id
-        if tp_pg != template.tp_pg:
-            for nid in template.tp_ids:
-                nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
+        key = (dg.id, tp_pg)
+        blob = template.blobs.get(key)
+        if blob is None:
+            # Once per device group: the template's nodes with this group's id and TP group name, serialized
+            # (the group's other ranks then only need their peers and DP group patched).
+            nodes = list(NodeBatch(nodes=template.nodes).nodes)
+            if dg.id != template.st.dg.id:
+                for n in nodes:
+                    n.attr[_DEVICE_GROUP_AT].int64_val = dg.id
+            if tp_pg != template.tp_pg:
+                for nid in template.tp_ids:
+                    nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
+            blob = template.blobs[key] = NodeBatch(nodes=nodes).SerializeToString()
+        # One C-level parse of the whole rank: ~10x cheaper than a CopyFrom per node.
+        nodes = list(NodeBatch.FromString(blob).nodes)
         for nid, send, c, side, k in template.p2p_log:
             other = st.chunks[c].prev if side == "prev" else st.chunks[c].next
             assert other is not None
@@ -340,7 +345,8 @@ class _RankProgram:
         self.p2p_log: list[tuple[int, bool, int, str, int]] = []
         self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
         self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
-        self.blob: bytes | None = None  # the nodes as one serialized NodeBatch, made for the first copy
+        # The nodes as one serialized NodeBatch per (device group id, TP group name) they are copied to.
+        self.blobs: dict[tuple[int, str], bytes] = {}
 
     # -- node emission -------------------------------------------------------------------------------
     def _tags(self, layer: int, phase: str, mb: int) -> list[pb.AttributeProto]:

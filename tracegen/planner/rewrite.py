@@ -226,6 +226,11 @@ class _Rewriter:
         self.next_id[r] = nid + 1
         return nid
 
+    def _group(self, r: int) -> Any:
+        """The device group of rank r (the plan's PlanError for a rank in none)."""
+        g = self._group_of.get(r)
+        return g if g is not None else self.plan.group_of_rank(r)
+
     def _attrs(self, r: int, **extra: Any) -> dict[str, Any]:
         g = self._group_of[r]
         return {STAGE: g.pp_stage, DEVICE_GROUP: g.id, RESHARD: self.strategy, **extra}
@@ -416,7 +421,7 @@ class _Rewriter:
                     continue
                 src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
                 try:
-                    pair = (self.plan.group_of_rank(src).id, self.plan.group_of_rank(dst).id)
+                    pair = (self._group(src).id, self._group(dst).id)
                 except PlanError as exc:
                     raise RewriteError(f"rank {r}: node {n.id} ({n.name}): {exc}") from None
                 if pair not in by_pair:
