@@ -13,7 +13,7 @@ _FROM = {
     "astra": "AstraModel astra_model load_network_yml load_system_json",
     "cluster": "build_cluster topology_from_spec",
     "errors": "AlgorithmError AstraConfigError NetworkModelError RankError TopologyError UnitError",
-    "flow": "FlowModel max_min_rates",
+    "flow": "FlowModel HybridFlowModel max_min_rates",
     "models": "Capabilities build_astra_model build_model capabilities_of model_names",
     "topology": "Topology",
 }

@@ -51,6 +51,13 @@ REGISTRY: dict[str, ModelInfo] = {
             "flow-level, max-min fair sharing of every link by concurrent flows",
         ),
         ModelInfo(
+            "flow-hybrid",
+            "topology",
+            Capabilities(contention_free=False, foldable=False, multi_dim=True),
+            "netmodels.flow:HybridFlowModel",
+            "flow between hosts; collectives inside one host in closed form, without contention (faster)",
+        ),
+        ModelInfo(
             "astra-unaware",
             "astra",
             Capabilities(contention_free=True, foldable=True, multi_dim=True),

@@ -15,6 +15,19 @@ from traces.traceset import write_trace_set
 METADATA_VERSION = "0.0.4"  # what ASTRA-sim's examples write (chakra-et.md section 4)
 
 
+@dataclass(frozen=True)
+class RankTwins:
+    """The generator's record of which ranks it made as copies of which (the rewriter's shortcut).
+
+    `of[r]` is the rank whose program rank r copies (r itself when built): both have the same node ids,
+    dependencies and (phase, layer, micro_batch) tags; `tags[s]` holds those tags, one per node in order,
+    for every built rank s. Valid only for the bundle as the generator returned it.
+    """
+
+    of: dict[int, int]
+    tags: dict[int, list[tuple[str, int, int]]]
+
+
 @dataclass
 class TraceBundle:
     """Per-rank node lists plus the process groups their collectives name."""

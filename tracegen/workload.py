@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracegen import deployment_pb2 as dpb
-from tracegen.bundle import TraceBundle
+from tracegen.bundle import RankTwins, TraceBundle
 from tracegen.catalog import GpuSpec
 from tracegen.errors import GeneratorError
 from tracegen.models import ModelArch
@@ -38,9 +38,13 @@ from tracegen.schedule import BWD, interleaved, stage_order
 from tracegen.spec import chunk_ranges, gpu_specs, model_arch, replicas
 from traces import attrs as A
 from traces import pb
+from traces.et_stream_pb2 import NodeBatch
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
+# Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
+# device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
+_DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
 NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, DP gradient sync)
 ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
 # Megatron's distributed optimizer keeps the gradient buffer in FP32 for BF16 training
@@ -54,7 +58,8 @@ DIST_OPT_PAD_ELEMENTS = 128
 
 def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle:
     """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted."""
-    bundle = _Generator(deployment).run()
+    gen = _Generator(deployment)
+    bundle = gen.run()
     if rewrite:
         # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
         try:
@@ -69,7 +74,7 @@ def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle
         if deployment.virtual_stages <= 1:
             # Interleaved plans are homogeneous with one TP degree (the spec checks it): the rewriter would
             # insert nothing, and its planner reads one contiguous layer range per stage.
-            bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim")
+            bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim", twins=gen.twins())
     return bundle
 
 
@@ -159,6 +164,8 @@ class _Generator:
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
+        self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
+        self._tags_of: dict[int, list[tuple[str, int, int]]] = {}  # built rank -> (phase, layer, mb) per node
 
     def attr(self, name: str, value: Any) -> pb.AttributeProto:
         key = (name, type(value), value)  # type too: True == 1 but they are different attribute kinds
@@ -199,48 +206,86 @@ class _Generator:
                     self.dp_members[name] = members
                     for r in members:
                         dp_groups[r] = name
+        # Ranks of one shape (_shape_key: same program up to group ids, group names and P2P peers), within
+        # a device group or across replicas, are copies of the first one built with those patched in.
+        templates: dict[tuple, _RankProgram] = {}
         for stages in reps.values():
             for k, dg in enumerate(stages):
                 st = _stage(stages, k)
-                template: _RankProgram | None = None
+                tp_pg = tp_groups.get(dg.id, "")
                 for local, rank in enumerate(dg.ranks):
-                    if template is not None and self._same_shape(st, 0, local):
-                        nodes = self._clone(template, local, rank, dp_groups.get(rank))
+                    dp_pg = dp_groups.get(rank)
+                    key = self._shape_key(st, local, dp_pg) if self.clone else None
+                    template = templates.get(key) if key is not None else None
+                    if template is not None:
+                        nodes = self._clone(template, st, local, rank, tp_pg, dp_pg)
                     else:
-                        prog = _RankProgram(
-                            self, st, local, rank, tp_groups.get(dg.id, ""), dp_groups.get(rank)
-                        )
-                        nodes = prog.build()
-                        if local == 0 and self.clone:
-                            template = prog
+                        template = _RankProgram(self, st, local, rank, tp_pg, dp_pg)
+                        nodes = template.build()
+                        if key is not None:
+                            templates[key] = template
+                    self._twin_of[rank] = template.rank
+                    self._tags_of.setdefault(template.rank, template.tags)
                     self.bundle.nodes[rank] = nodes
                     self.bundle.next_id[rank] = len(nodes)
         self.bundle.nodes = dict(sorted(self.bundle.nodes.items()))
         self.bundle.next_id = dict(sorted(self.bundle.next_id.items()))
         return self.bundle
 
-    def _same_shape(self, st: _Stage, a: int, b: int) -> bool:
-        """Whether TP ranks a and b of a stage get the same graph up to peers and group names."""
+    def twins(self) -> RankTwins:
+        """Which ranks were generated as copies of which (same node ids, dependencies and tags)."""
+        return RankTwins(dict(self._twin_of), dict(self._tags_of))
 
-        def shape(local: int) -> tuple:
-            sends = [
-                len(peer_locals(st.dg.tp, o.tp, local, True)) if o else 0
-                for ch in st.chunks
-                for o in (ch.prev, ch.next)
-            ]
-            return (shard_of(self.model, st.dg.tp, local), *sends)
+    def _shape_key(self, st: _Stage, local: int, dp_pg: str | None) -> tuple:
+        """Everything a rank's program depends on but its group ids, group names and P2P peer ranks.
 
-        return shape(a) == shape(b)
+        Two ranks with equal keys get the same nodes up to those (the device group id on every node, the
+        TP group name on TP collectives, the DP group name on sync nodes, P2P peers and their node names).
+        """
+        dg, tp = st.dg, st.dg.tp
+        chunks = tuple(
+            (
+                ch.index,
+                ch.start,
+                ch.end,
+                ch.prev_chunk,
+                ch.first,
+                ch.last,
+                *(
+                    (o.tp, len(peer_locals(tp, o.tp, local, True)), len(peer_locals(tp, o.tp, local, False)))
+                    if o is not None
+                    else (None,)
+                    for o in (ch.prev, ch.next)
+                ),
+            )  # fmt: skip
+            for ch in st.chunks
+        )
+        dp = len(self.dp_members.get(dp_pg, ())) if dp_pg else None
+        return (dg.gpu, tp, dg.micro_batch, shard_of(self.model, tp, local), st.index, st.count, chunks, dp)
 
-    def _clone(self, template: _RankProgram, local: int, rank: int, dp_pg: str | None) -> list[pb.Node]:
-        """Copies of the template rank's nodes with this rank's P2P peers and DP group patched in."""
-        nodes = []
-        for n in template.nodes:
-            c = pb.Node()
-            c.CopyFrom(n)
-            nodes.append(c)
-        dg = template.st.dg
-        for nid, send, other, k in template.p2p_log:
+    def _clone(
+        self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
+    ) -> list[pb.Node]:
+        """Copies of the template rank's nodes with this rank's group ids and names and P2P peers patched in."""
+        dg = st.dg
+        key = (dg.id, tp_pg)
+        blob = template.blobs.get(key)
+        if blob is None:
+            # Once per device group: the template's nodes with this group's id and TP group name, serialized
+            # (the group's other ranks then only need their peers and DP group patched).
+            nodes = list(NodeBatch(nodes=template.nodes).nodes)
+            if dg.id != template.st.dg.id:
+                for n in nodes:
+                    n.attr[_DEVICE_GROUP_AT].int64_val = dg.id
+            if tp_pg != template.tp_pg:
+                for nid in template.tp_ids:
+                    nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
+            blob = template.blobs[key] = NodeBatch(nodes=nodes).SerializeToString()
+        # One C-level parse of the whole rank: ~10x cheaper than a CopyFrom per node.
+        nodes = list(NodeBatch.FromString(blob).nodes)
+        for nid, send, c, side, k in template.p2p_log:
+            other = st.chunks[c].prev if side == "prev" else st.chunks[c].next
+            assert other is not None
             peer = other.ranks[peer_locals(dg.tp, other.tp, local, send)[k]]
             n = nodes[nid]
             src, dst = (rank, peer) if send else (peer, rank)
@@ -250,10 +295,9 @@ class _Generator:
                 elif a.name == A.COMM_DST:
                     a.int32_val = dst
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
-        for nid in template.sync_ids:
-            for a in nodes[nid].attr:
-                if a.name == A.PG_NAME:
-                    a.string_val = dp_pg or ""
+        if dp_pg != template.dp_pg:
+            for nid in template.sync_ids:
+                nodes[nid].attr[_PG_NAME_AT].string_val = dp_pg or ""
         return nodes
 
 
@@ -297,19 +341,25 @@ class _RankProgram:
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
         self.num_layers = sum(ch.end - ch.start + 1 for ch in st.chunks)
         self.last_fwd: dict[tuple[int, int], int] = {}
-        self.p2p_log: list[
-            tuple[int, bool, dpb.DeviceGroup, int]
-        ] = []  # (node, send?, peer group, k-th peer)
+        # (node, send?, model chunk, "prev" | "next" neighbour of that chunk, k-th peer)
+        self.p2p_log: list[tuple[int, bool, int, str, int]] = []
+        self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
+        self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
+        # The nodes as one serialized NodeBatch per (device group id, TP group name) they are copied to.
+        self.blobs: dict[tuple[int, str], bytes] = {}
 
     # -- node emission -------------------------------------------------------------------------------
     def _tags(self, layer: int, phase: str, mb: int) -> list[pb.AttributeProto]:
+        """The leading attributes of every node (positions fixed: _clone patches by position)."""
         g = self.gen
+        self._tag = (phase, layer, mb)  # taken by the _add this list is made for
         return [g.attr(A.LAYER, layer), g.attr(A.PHASE, phase), g.attr(A.MICRO_BATCH, mb), *self.base]
 
     def _add(
         self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list
     ) -> int:
         nid = len(self.nodes)
+        self.tags.append(self._tag)
         self.nodes.append(
             pb.Node(
                 id=nid, name=name, type=ntype, duration_micros=dur, data_deps=data, ctrl_deps=ctrl, attr=attrs
@@ -340,6 +390,7 @@ class _RankProgram:
                 g.attr(A.PG_NAME, self.tp_pg),
             ]
             nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra)
+            self.tp_ids.append(nid)
         self.frontier = nid
         return nid
 
@@ -382,33 +433,38 @@ class _RankProgram:
         return tokens * c.m.hidden * c.b
 
     def recv_from(
-        self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int, boundary: int = 0
+        self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, boundary: int = 0
     ) -> int | None:
-        """Post the receive of this rank's slice from stage `other` (None when the mapping sends it nothing).
+        """Post the receive of this rank's slice from the stage on `side` ("prev" | "next") of model chunk
+        `ch` (None when the mapping sends it nothing).
 
         `boundary` is the model chunk of the forward sender across this boundary (0 without interleaving).
         """
+        other = ch.prev if side == "prev" else ch.next
+        assert other is not None
         ids = []
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
             size = self._p2p_size(other.tp)
             ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
-            self.p2p_log.append((ids[-1], False, other, k))
+            self.p2p_log.append((ids[-1], False, ch.index, side, k))
         return ids[0] if ids else None
 
     def send_to(
-        self, other: dpb.DeviceGroup, layer: int, mb: int, direction: int, after: int, boundary: int = 0
+        self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, after: int, boundary: int = 0
     ) -> None:
+        other = ch.prev if side == "prev" else ch.next
+        assert other is not None
         size = self._p2p_size(self.st.dg.tp)
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
             nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, [after], boundary)
-            self.p2p_log.append((nid, True, other, k))
+            self.p2p_log.append((nid, True, ch.index, side, k))
 
     # -- passes ---------------------------------------------------------------------------------------
     def forward(self, ch: _Chunk, mb: int) -> None:
         self._phase = "fwd"
         pred = None
         if ch.prev is not None:
-            pred = self.recv_from(ch.prev, ch.start, mb, ACT_TAG, ch.prev_chunk)
+            pred = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
         if ch.first and self.emb is not None:
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
         for layer in range(ch.start, ch.end + 1):
@@ -418,7 +474,7 @@ class _RankProgram:
         assert pred is not None
         self.last_fwd[(ch.index, mb)] = pred
         if ch.next is not None:
-            self.send_to(ch.next, ch.end, mb, ACT_TAG, pred, ch.index)
+            self.send_to(ch, "next", ch.end, mb, ACT_TAG, pred, ch.index)
 
     def recompute_units(self, ch: _Chunk) -> dict[int, range]:
         """Full recompute, Megatron's uniform method: the chunk's layers in units of K from its first layer
@@ -434,7 +490,7 @@ class _RankProgram:
         self._phase = "bwd"
         pred: int | None = self.last_fwd[(ch.index, mb)]
         if ch.next is not None:
-            pred = self.recv_from(ch.next, ch.end, mb, GRAD_TAG, ch.index)
+            pred = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
             pred = self.steps(self.head["bwd"], pred, 0, mb)
@@ -455,7 +511,7 @@ class _RankProgram:
         if sync:
             self.bucket_flush(0)
         if ch.prev is not None and pred is not None:
-            self.send_to(ch.prev, ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
+            self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
     def bucket_add(self, params: int, layer: int) -> None:
@@ -537,6 +593,7 @@ class _RankProgram:
                     self._tags(0, "sync", NO_MICRO_BATCH) + extra,
                 )
             )
+            self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
         if self.dist_opt:
             # Each DP rank updates its 1/DP shard of every (padded) bucket; with DP 1 that is everything.

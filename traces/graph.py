@@ -29,6 +29,9 @@ class DepGraph:
             ids = (*n.data_deps, *n.ctrl_deps) if ctrl else n.data_deps
             self.deps.append(list(dict.fromkeys(index[d] for d in ids if d in index)))
         self._children: list[list[int]] | None = None
+        # The graph never changes after construction: its order and frontiers are computed once.
+        self._rank: dict[int, int] | None = None
+        self._frontiers: dict[tuple[int, ...], list[int]] = {}
 
     def children(self, i: int) -> list[int]:
         """Positions of the nodes depending on the node at position i."""
@@ -93,7 +96,13 @@ class DepGraph:
         """The positions of `positions` that no other one depends on, transitively (the last to finish)."""
         if not positions:
             return []
-        rank = {i: k for k, i in enumerate(self.topological_order())}
+        key = tuple(positions)
+        hit = self._frontiers.get(key)
+        if hit is not None:
+            return list(hit)
+        if self._rank is None:
+            self._rank = {i: k for k, i in enumerate(self.topological_order())}
+        rank = self._rank
         # A path between two nodes of the set only visits nodes topologically between them: stop below.
         floor = min(rank.get(i, 0) for i in positions)
         seen: set[int] = set()
@@ -104,7 +113,8 @@ class DepGraph:
                 continue
             seen.add(x)
             stack.extend(self.deps[x])
-        return [i for i in positions if i not in seen]
+        out = self._frontiers[key] = [i for i in positions if i not in seen]
+        return list(out)
 
 
 class GraphEdit:
@@ -158,13 +168,16 @@ class GraphEdit:
         With `copy` the nodes are copies and the original list stays as it was (a preview, e.g. to check
         the graph after one pass while further passes still queue edits on the original).
         """
+        if not copy and not self._replaced:
+            return self._apply_inserts()
         items: list[tuple[float, int, pb.Node]] = []
+        replaced = self._replaced
         for i, n in enumerate(self.nodes):
-            if n.id in self._replaced:
+            if replaced and n.id in replaced:
                 continue
             n = _copy(n) if copy else n
             add = self._extra.get(n.id, [])
-            if add or any(d in self._replaced for d in (*n.data_deps, *n.ctrl_deps)):
+            if add or (replaced and any(d in replaced for d in (*n.data_deps, *n.ctrl_deps))):
                 data = self._resolve([*n.data_deps, *add])
                 ctrl = [d for d in self._resolve(n.ctrl_deps) if d not in data]
                 _set(n.data_deps, data)
@@ -177,6 +190,28 @@ class GraphEdit:
             items.append((p, k + 1, n))
         items.sort(key=lambda t: (t[0], t[1]))
         return [n for _, _, n in items]
+
+    def _apply_inserts(self) -> list[pb.Node]:
+        """`apply` when nothing is replaced and no copy is asked for: the same list, without a sort key
+        per node (originals keep their order; inserted nodes go between them by position, then order)."""
+        if self._extra:
+            for n in self.nodes:
+                add = self._extra.get(n.id)
+                if add:
+                    _set(n.data_deps, list(dict.fromkeys([*n.data_deps, *add])))
+                    _set(n.ctrl_deps, [d for d in dict.fromkeys(n.ctrl_deps) if d not in n.data_deps])
+        new = sorted(((p, k, n) for k, (p, n) in enumerate(self._new)), key=lambda t: (t[0], t[1]))
+        out: list[pb.Node] = []
+        start = 0
+        for p, _, n in new:
+            # p is an original position +- 0.5: originals 0..floor(p) come first.
+            cut = min(max(int(p + 0.5), 0), len(self.nodes))
+            if cut > start:
+                out.extend(self.nodes[start:cut])
+                start = cut
+            out.append(n)
+        out.extend(self.nodes[start:])
+        return out
 
 
 def _copy(n: pb.Node) -> pb.Node:

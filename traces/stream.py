@@ -205,14 +205,12 @@ _SMALL_VARINTS = [_varint(i) for i in range(1 << 14)]
 
 def encode_stream(metadata: pb.GlobalMetadata, nodes: Iterable[pb.Node]) -> bytes:
     """Frame metadata and nodes exactly as Chakra's protoio writers do."""
-    parts: list[bytes] = []
-    append = parts.append
     small = _SMALL_VARINTS
-    for msg in (metadata, *nodes) if not isinstance(nodes, list) else [metadata, *nodes]:
-        data = msg.SerializeToString()
-        n = len(data)
-        append(small[n] if n < 16384 else _varint(n))
-        append(data)
+    # One list comprehension per column instead of two appends per message (~2x less Python per node).
+    data = [metadata.SerializeToString(), *[m.SerializeToString() for m in nodes]]
+    parts: list[bytes] = [b""] * (2 * len(data))
+    parts[0::2] = [small[n] if n < 16384 else _varint(n) for n in map(len, data)]
+    parts[1::2] = data
     return b"".join(parts)
 
 

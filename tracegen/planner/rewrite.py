@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracegen.bundle import RankTwins
 from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
 from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
 from traces import pb
@@ -93,12 +94,15 @@ def rewrite_bundle(
     plan: Plan | None = None,
     barriers: bool = True,
     check: PassCheck | None = None,
+    twins: RankTwins | None = None,
 ) -> Any:
     """Insert gradient sync, barriers and resharding into `bundle` (in place) and return it.
 
     A no-op for homogeneous deployments (the generator already synchronizes them) whose adjacent stages
     share a TP degree. `naive` inserts one uniform AllReduce per DP group, no barrier and no resharding.
-    `check`, when given, sees the graphs after each pass (tests run the trace checks there).
+    `check`, when given, sees the graphs after each pass (tests run the trace checks there). `twins`, the
+    generator's record of copied ranks for this very bundle, lets copies share their template's tags and
+    dependency graph instead of reading them again (same result, faster).
     """
     if strategy not in STRATEGY_NAMES:
         raise RewriteError(f"unknown reshard strategy {strategy!r} (known: {', '.join(STRATEGY_NAMES)})")
@@ -106,7 +110,7 @@ def rewrite_bundle(
         plan = plan or build_plan(deployment)
     except PlanError as exc:
         raise RewriteError(f"cannot plan the deployment: {exc}") from None
-    rw = _Rewriter(bundle, plan, strategy, bool(getattr(deployment, "sequence_parallel", False)))
+    rw = _Rewriter(bundle, plan, strategy, bool(getattr(deployment, "sequence_parallel", False)), twins)
     for name, run in passes(plan, strategy, barriers=barriers):
         run(rw)
         if check is not None:
@@ -119,12 +123,28 @@ class _Rank:
     """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags."""
 
     def __init__(
-        self, rank: int, nodes: list[pb.Node], pos: dict[int, int], tags: list[tuple[str, int, int | None]]
+        self,
+        rank: int,
+        nodes: list[pb.Node],
+        pos: dict[int, int],
+        tags: list[tuple[str, int, int | None]],
+        twin: _Rank | None = None,
     ) -> None:
         self.rank, self.nodes, self.pos = rank, nodes, pos
         self._tags = tags
-        self.graph = DepGraph(nodes)
+        # A twin (same ids, dependencies, node types and tags) shares the graph and what is derived from
+        # those alone (`structure`); DepGraph is read-only here.
+        self.graph = twin.graph if twin is not None else DepGraph(nodes)
+        self._structure: dict[str, Any] = twin._structure if twin is not None else {}
         self.edit = GraphEdit(nodes)
+
+    def structure(self, key: str, make: Callable[[], Any]) -> Any:
+        """`make()` for this rank, computed once per set of twins: only for values depending on node ids,
+        dependencies, types and tags (never on attributes twins differ in, nor on queued edits)."""
+        hit = self._structure.get(key)
+        if hit is None:
+            hit = self._structure[key] = make()
+        return hit
 
     def deps(self, nid: int) -> list[int]:
         n = self.nodes[self.pos[nid]]
@@ -148,11 +168,31 @@ class _Rank:
 
 
 class _Rewriter:
-    def __init__(self, bundle: Any, plan: Plan, strategy: str, sequence_parallel: bool = False) -> None:
+    def __init__(
+        self,
+        bundle: Any,
+        plan: Plan,
+        strategy: str,
+        sequence_parallel: bool = False,
+        twins: RankTwins | None = None,
+    ) -> None:
         self.bundle, self.plan, self.strategy = bundle, plan, strategy
         self.sequence_parallel = sequence_parallel
         self.ranks: dict[int, _Rank] = {}
         for r, nodes in sorted(bundle.nodes.items()):
+            src = twins.of.get(r) if twins is not None else None
+            if src is not None and len(twins.tags[src]) == len(nodes):
+                # The generator built `src` and copied it to r: same ids, dependencies and tags, and no
+                # node carries `reshard` (the generator never writes it).
+                first = self.ranks.get(src)
+                if first is not None:
+                    self.ranks[r] = _Rank(r, nodes, first.pos, first._tags, first)
+                else:
+                    pos = {n.id: i for i, n in enumerate(nodes)}
+                    if len(pos) != len(nodes):
+                        raise RewriteError(f"rank {r}: a node id appears twice")
+                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src])
+                continue
             pos: dict[int, int] = {}
             tags = []
             for i, n in enumerate(nodes):
@@ -178,6 +218,7 @@ class _Rewriter:
             (comm_tag(n, 0) for g in self.ranks.values() for n in g.nodes if n.type in P2P_TYPES), default=0
         )
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
+        self._group_of = {r: g for g in plan.device_groups for r in g.ranks}
 
     # ---- helpers -------------------------------------------------------------------------------------
     def _id(self, r: int) -> int:
@@ -185,8 +226,13 @@ class _Rewriter:
         self.next_id[r] = nid + 1
         return nid
 
+    def _group(self, r: int) -> Any:
+        """The device group of rank r (the plan's PlanError for a rank in none)."""
+        g = self._group_of.get(r)
+        return g if g is not None else self.plan.group_of_rank(r)
+
     def _attrs(self, r: int, **extra: Any) -> dict[str, Any]:
-        g = self.plan.group_of_rank(r)
+        g = self._group_of[r]
         return {STAGE: g.pp_stage, DEVICE_GROUP: g.id, RESHARD: self.strategy, **extra}
 
     def _add(self, r: int, node: pb.Node, where: tuple[str, int]) -> int:
@@ -204,12 +250,19 @@ class _Rewriter:
         """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
         if r not in self.coll_by_pg:
             g = self.ranks[r]
-            opt = [n.id for i, n in enumerate(g.nodes) if g.tags(i)[0] == "opt"]
-            after_opt = g.descendants(opt)
+
+            def before_opt() -> list[int]:
+                tags = g._tags
+                opt = [n.id for i, n in enumerate(g.nodes) if tags[i][0] == "opt"]
+                after_opt = g.descendants(opt)
+                return [
+                    i for i, n in enumerate(g.nodes) if n.type == pb.COMM_COLL_NODE and n.id not in after_opt
+                ]
+
             by_pg: dict[str, list[int]] = defaultdict(list)
-            for n in g.nodes:
-                if n.type == pb.COMM_COLL_NODE and n.id not in after_opt:
-                    by_pg[pg_name(n)].append(n.id)
+            for i in g.structure("collectives_before_opt", before_opt):
+                n = g.nodes[i]
+                by_pg[pg_name(n)].append(n.id)
             self.coll_by_pg[r] = by_pg
         return self.coll_by_pg[r].get(pg, [])
 
@@ -253,25 +306,33 @@ class _Rewriter:
             replica_stages[g.dp_replica].add(g.pp_stage)
         pbg_of = {r: pbg for pbg in self.plan.pipeline_barrier_groups for r in pbg}
         for r, g in self.ranks.items():
-            bwd = [
-                (n, g.tags(i)[1])
-                for i, n in enumerate(g.nodes)
-                if g.tags(i)[0] == "bwd" and n.type not in P2P_TYPES
-            ]
+            tags = g._tags
+            # (node id, layer) of the backward compute and collectives, in node order.
+            bwd = g.structure(
+                "bwd",
+                lambda g=g, tags=tags: [
+                    (n.id, tags[i][1])
+                    for i, n in enumerate(g.nodes)
+                    if tags[i][0] == "bwd" and n.type not in P2P_TYPES
+                ],
+            )
             # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
             # rank's communication slot must not starve a send its peers need to finish their backward.
-            sends = [
-                n.id
-                for n in g.nodes
-                if n.type == pb.COMM_SEND_NODE
-                and get_int(n, PP_BOUNDARY, 0) == 1
-                and not g.edit.replaced(n.id)
-            ] + [n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE]
+            # (pp_boundary is an attribute, yet the generator sets it alike on twins: same node, same value.)
+            pp_sends = g.structure(
+                "pp_sends",
+                lambda g=g: [
+                    n.id for n in g.nodes if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1
+                ],
+            )
+            sends = [i for i in pp_sends if not g.edit.replaced(i)] + [
+                n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE
+            ]
             # Sync starts once the rank's whole local backward is done (the DP barrier group of section
             # 4.5), not right after the covered layers: with one communication op in flight per rank
             # (ASTRA-sim's rule), a sync collective issued mid-backward holds the slot while a TP peer that
             # got there later waits on a TP collective of the next layer from this rank: a deadlock.
-            done = g.frontier([n.id for n, _ in bwd])
+            done = g.frontier([i for i, _ in bwd])
             synced: list[int] = []
             previous: list[int] = []
             # Groups in backward order (highest layers first), each after the previous one's rings: every
@@ -288,7 +349,7 @@ class _Rewriter:
                 anchor = unique([*done, *sends, *previous])
                 previous = self._sync_group(r, dp, anchor, barriers)
                 synced.extend(previous)
-            dg = self.plan.group_of_rank(r)
+            dg = self._group_of[r]
             final = synced
             if barriers and len(replica_stages[dg.dp_replica]) > 1:
                 anchor = synced or unique([*done, *sends])
@@ -299,9 +360,11 @@ class _Rewriter:
                         **{LAYER: 0, PHASE: SYNC, MICRO_BATCH: -1, RING: -1, CHUNK: -1},
                     )
                 ]  # fmt: skip
-            for i, n in enumerate(g.nodes):
-                if g.tags(i)[0] == "opt":
-                    g.edit.add_deps(n.id, final)
+            opt = g.structure(
+                "opt", lambda g=g, tags=tags: [n.id for i, n in enumerate(g.nodes) if tags[i][0] == "opt"]
+            )
+            for nid in opt:
+                g.edit.add_deps(nid, final)
 
     def _sync_group(self, r: int, dp: DpGroup, anchor: list[int], barrier: bool) -> list[int]:
         lo, hi = dp.layers
@@ -358,7 +421,7 @@ class _Rewriter:
                     continue
                 src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
                 try:
-                    pair = (self.plan.group_of_rank(src).id, self.plan.group_of_rank(dst).id)
+                    pair = (self._group(src).id, self._group(dst).id)
                 except PlanError as exc:
                     raise RewriteError(f"rank {r}: node {n.id} ({n.name}): {exc}") from None
                 if pair not in by_pair:
@@ -471,12 +534,17 @@ class _Rewriter:
     def _producer(self, r: int, direction: str, mb: int) -> list[int]:
         """Last nodes of this rank's `direction` pass of micro-batch `mb` (for a rank that sent nothing)."""
         g = self.ranks[r]
-        ids = [
-            n.id
-            for i, n in enumerate(g.nodes)
-            if n.type not in P2P_TYPES and g.tags(i)[0] == direction and g.tags(i)[2] == mb
-        ]
-        return g.frontier(ids)
+        tags = g._tags
+
+        def last() -> list[int]:
+            ids = [
+                n.id
+                for i, n in enumerate(g.nodes)
+                if n.type not in P2P_TYPES and tags[i][0] == direction and tags[i][2] == mb
+            ]
+            return g.frontier(ids)
+
+        return list(g.structure(f"producer {direction} {mb}", last))
 
     def _p2p(
         self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: tuple[str, int],
