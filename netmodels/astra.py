@@ -209,6 +209,8 @@ def load_system_json(path: str | Path) -> AstraSystem:
         raise AstraConfigError(f"{path}: not valid JSON (nesting too deep)") from None
     except json.JSONDecodeError as exc:
         raise AstraConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # an integer literal past Python's int-string digit limit
+        raise AstraConfigError(f"{path}: not valid JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, Mapping):
         raise AstraConfigError(f"{path}: expected a JSON object")
     return system_from_dict(doc, str(path))

@@ -7,6 +7,7 @@ once; the event loop never touches a protobuf message.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -563,7 +564,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                     r_slow = True  # int(float) may raise: let duration_ns do it, at the same point
         if vals is not None:
             b.ann[g] = {
-                k: (str(v) if ANNOTATION_COLUMNS[k] == "str" else (None if isinstance(v, str) else int(v)))
+                k: (str(v) if ANNOTATION_COLUMNS[k] == "str" else _ann_int(v, k, path, rank, nid))
                 for k, v in vals.items()
                 if v is not None
             }
@@ -706,6 +707,15 @@ def _int64(values: list[int], rank: int, path: str) -> np.ndarray:
         return np.asarray(values, dtype=np.int64) if values else np.zeros(0, np.int64)
     except OverflowError:
         return np.asarray(values, dtype=object)
+
+
+def _ann_int(v, name: str, path: str, rank: int, nid: int) -> int | None:
+    """An integer annotation (layer, stage, ...): None for a string; NaN, inf or past int64 is an error."""
+    if isinstance(v, str):
+        return None
+    if isinstance(v, float) and not math.isfinite(v) or not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise TraceGraphError(f"{name} {v!r} is not an int64 integer", path=path, rank=rank, node_id=nid)
+    return int(v)
 
 
 def _int(v, what: str, where: dict) -> int:

@@ -464,6 +464,8 @@ def contract_violation(res: Outcome, names: Sequence[str], validate: bool) -> st
     if res.rc not in ((1, 2) if validate else (2,)):
         return f"exit {res.rc}"
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    if validate and res.rc == 1:  # cross-rank findings are printed on stdout, invalid ones on stderr
+        lines += [ln for ln in res.stdout.splitlines() if ln.strip()]
     if not lines:
         return f"exit {res.rc} with nothing on stderr"
     if lines[0].startswith("xsim: error: "):

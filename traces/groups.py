@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from traces import pb
 from traces.errors import TraceError
+from traces.io import JsonFileError, read_json
 
 ALL_RANKS_NAMES = frozenset({"", "0"})  # ASTRA-sim: pg_name "" or "0" means every rank
 _LEADING_INT = re.compile(r"^\s*[+-]?\d+")
@@ -52,12 +53,9 @@ def load_comm_groups(
     """Read ASTRA-sim's `{"<id>": [ranks...]}` communicator file (value "empty" = no groups)."""
     p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except OSError as exc:
-        raise TraceError(f"cannot read comm-groups file: {exc.strerror or exc}", path=p) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TraceError(f"comm-groups file is not JSON: {exc}", path=p) from None
+        raw = read_json(p)  # size, nesting and number-length limits (docs/trace-format.md)
+    except JsonFileError as exc:
+        raise TraceError(f"comm-groups file: {exc.reason}", path=p) from None
     if raw == "empty":
         return {}
     if not isinstance(raw, dict):
@@ -164,7 +162,7 @@ def _looks_like_groups(path: str) -> bool:
     try:
         with open(path, encoding="utf-8") as fh:
             raw = json.load(fh)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(raw, dict) and all(
         isinstance(v, list) and all(isinstance(r, int) for r in v) for v in raw.values()

@@ -74,6 +74,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
     except json.JSONDecodeError as exc:
         what = "truncated JSON" if exc.pos >= len(raw.rstrip()) - 1 else "invalid JSON"
         raise JsonFileError(f"{what} at line {exc.lineno} column {exc.colno}: {exc.msg}", path=p) from None
+    except ValueError as exc:  # an integer literal past Python's int-string digit limit (4,300 digits)
+        raise JsonFileError(f"invalid JSON: {str(exc).split(';')[0]}", path=p) from None
     deep = json_depth_error(doc, p)
     if deep is not None:
         raise JsonFileError(deep.removeprefix(f"{p}: "), path=p)

@@ -76,8 +76,19 @@ class KinetoTrace:
         return any("Record function id" in e.args for e in self.cpu_ops)
 
 
+_MAX_NS = 2**62  # ~146 years: past any profile, and every time stays int64 after offsets are added
+
+
 def _ns(us: Any) -> int:
-    return round(float(us) * 1000)
+    ns = float(us) * 1000
+    if not abs(ns) < _MAX_NS:  # NaN, inf, 1e308: a ValueError, reported as a non-numeric ts/dur
+        raise ValueError(us)
+    return round(ns)
+
+
+def _id_ok(x: Any) -> bool:
+    """A usable pid/tid: a string, a float, or an integer that fits an int64 attribute."""
+    return isinstance(x, (float, str, type(None))) or isinstance(x, int) and -(2**63) <= x < 2**63
 
 
 def _as_list(v: Any) -> list[Any]:
@@ -98,6 +109,8 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
             args = e.get("args") if isinstance(e.get("args"), dict) else {}
             name = str(args.get("name", ""))
             key = (e.get("pid"), e.get("tid"))
+            if not all(isinstance(x, (int, float, str, type(None))) for x in key):
+                continue  # an unhashable pid/tid (a list) names no thread
             # A thread is renamed when the gloo runloop starts; keep the more specific name.
             if "gloo" in name or key not in thread_names:
                 thread_names[key] = name
@@ -119,6 +132,8 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
             )
         except (KeyError, TypeError, ValueError):
             raise KinetoError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
+        if not all(_id_ok(x) for x in (ev.pid, ev.tid)):
+            raise KinetoError(f"Kineto event #{i}: pid and tid must be int64 numbers or strings", path=p)
         if ev.cat in CPU_CATS:
             m = STEP_RE.match(ev.name)
             if m:
