@@ -3,7 +3,7 @@
 Targets (each a small real input and the verb that reads it):
   et         bytes and node fields of a generated 4-rank `.et` set  -> trace validate | trace info | replay
   spec       the deployment spec YAML of that set                     -> gen
-  astra      an ASTRA-sim network YAML and system JSON               -> replay --astra-network/--astra-system
+  astra      an ASTRA-sim network YAML and system JSON               -> replay | net collective
   kineto     a PyTorch host ET + Kineto JSON pair                    -> import pytorch
   commgroup  the set's comm_group.json                               -> trace validate | replay
 
@@ -482,11 +482,46 @@ def contract_violation(res: Outcome, names: Sequence[str], validate: bool) -> st
 
 @dataclass
 class Case:
-    """One prepared case: the CLI call and what its error lines must name."""
+    """One prepared case: the CLI call (or a library call) and what its error lines must name."""
 
     argv: list[str]
     names: list[str]
     validate: bool = False
+    lib: Callable[[], object] | None = None  # run instead of the CLI: the reader the verb would call
+
+    def run(self) -> Outcome:
+        """The case's outcome."""
+        return run_cli(self.argv) if self.lib is None else run_lib(self.argv, self.lib)
+
+
+def run_lib(label: list[str], fn: Callable[[], object]) -> Outcome:
+    """A library reader in-process, judged like the CLI: our own error is exit 2 with one line."""
+    from netmodels.errors import NetworkModelError
+    from traces.errors import XsimError
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    rc, err, crash = 0, "", ""
+    try:
+        fn()
+    except (XsimError, NetworkModelError) as exc:
+        rc, err = 2, f"xsim: error: {exc}\n"
+    except BaseException as exc:  # noqa: BLE001 - anything else is a crash
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        rc, crash = -1, "".join(traceback.format_exception(exc))
+    return Outcome(label, rc, "", err, time.process_time() - c0, time.perf_counter() - t0, crash)
+
+
+def _read_set(setdir: Path) -> None:
+    """What `trace validate` reads and checks before its dry replay: files, groups, graph and matches."""
+    from traces.checks import check_all
+    from traces.groups import resolve_groups
+    from traces.traceset import discover
+
+    ts = discover(setdir)
+    files = [ts.load(r) for r in range(ts.num_ranks)]
+    groups = resolve_groups(((f.path, f.nodes) for f in files), ts.num_ranks, directory=ts.directory)
+    check_all(files, groups)
 
 
 def _yaml_dump(doc) -> str:
@@ -495,8 +530,38 @@ def _yaml_dump(doc) -> str:
     return yaml.safe_dump(doc, default_flow_style=None, sort_keys=False, width=10**9)
 
 
-def prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
-    """Write one mutated input under `work` (emptied first) and return the call that reads it."""
+def prepare(target: str, draw: Draw, base: Base, work: Path, lib_share: int = 0) -> Case:
+    """Write one mutated input under `work` (emptied first) and return the call that reads it.
+
+    lib_share: of every 4 cases, how many call the target's library reader instead of the CLI verb
+    (campaigns: the readers are ~10x cheaper than a whole verb; the tests run the verbs).
+    """
+    case = _prepare(target, draw, base, work)
+    if lib_share and draw.int(0, 3) < lib_share:
+        case.lib = _library_call(target, work)
+        case.argv = ["(library)", target, *case.argv]
+    return case
+
+
+def _library_call(target: str, work: Path) -> Callable[[], object]:
+    """The reader behind the target's verb, on the case's files."""
+    if target in ("et", "commgroup"):
+        return lambda: _read_set(work / "set")
+    if target == "spec":
+        from tracegen.spec import load_spec
+
+        return lambda: load_spec(work / "spec.yaml")
+    if target == "astra":
+        from netmodels.astra import load_network_yml, load_system_json
+
+        return lambda: (load_network_yml(work / "net.yml"), load_system_json(work / "sys.json"))
+    from tracegen.importers.pytorch.hostet import load_host_trace
+    from traces.kineto import load_kineto
+
+    return lambda: (load_host_trace(work / "host.json"), load_kineto(work / "kineto.json"))
+
+
+def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
     from traces.stream import write_et
 
     shutil.rmtree(work, ignore_errors=True)
@@ -548,15 +613,20 @@ def prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
             net.write_text(mutate_doc(draw, doc, _yaml_dump, HOSTILE_YAML))
         else:
             sys_.write_text(mutate_doc(draw, SYSTEM, json.dumps, HOSTILE_JSON))
-        argv = [
-            "replay",
-            str(setdir),
-            "--astra-network",
-            str(net),
-            "--astra-system",
-            str(sys_),
-            "--no-progress",
-        ]
+        astra = ["--astra-network", str(net), "--astra-system", str(sys_)]
+        if draw.int(0, 3) == 0:
+            argv = ["replay", str(setdir), *astra, "--no-progress"]
+        else:  # one collective on the configured network: the same loaders, a tenth of the time
+            kind = draw.pick(("all_reduce", "all_gather", "reduce_scatter", "all_to_all"))
+            argv = [
+                "net",
+                "collective",
+                *astra,
+                "--size",
+                draw.pick(("1MiB", "0", "1")),
+                "--collective",
+                kind,
+            ]
         return Case(argv, [str(work)])
     if target == "kineto":
         et, kin = work / "host.json", work / "kineto.json"
@@ -602,13 +672,15 @@ def case_rng(seed: int, target: str, i: int) -> random.Random:
     return random.Random(f"{seed}:{target}:{i}")
 
 
-def campaign(target: str, seed: int, cases: Sequence[int], work: Path, log=print) -> Summary:
+def campaign(
+    target: str, seed: int, cases: Sequence[int], work: Path, lib_share: int = 0, log=print
+) -> Summary:
     """Run the cases of one target in this process; returns the counts, crashes and maxima."""
     base = make_base(work / "base-inputs")
     s = Summary(target)
     for i in cases:
-        case = prepare(target, Draw(case_rng(seed, target, i)), base, work / "case")
-        res = run_cli(case.argv)
+        case = prepare(target, Draw(case_rng(seed, target, i)), base, work / "case", lib_share)
+        res = case.run()
         s.cases += 1
         s.exits[res.rc] = s.exits.get(res.rc, 0) + 1
         why = contract_violation(res, case.names, case.validate)
@@ -619,7 +691,7 @@ def campaign(target: str, seed: int, cases: Sequence[int], work: Path, log=print
             s.crashes.append((i, why, case.argv))
             log(
                 f"CRASH {target} case {i}: {why}\n  reproduce: python scripts/fuzz.py --target {target} "
-                f"--seed {seed} --case {i}\n{res.crash or res.stderr[-1500:]}"
+                f"--seed {seed} --lib-share {lib_share} --case {i}\n{res.crash or res.stderr[-1500:]}"
             )
         if res.cpu_s > s.max_cpu_s:
             s.max_cpu_s, s.max_cpu_case = res.cpu_s, i
@@ -628,12 +700,12 @@ def campaign(target: str, seed: int, cases: Sequence[int], work: Path, log=print
     return s
 
 
-def _child(target: str, seed: int, lo: int, hi: int, mem_gib: float, out: str) -> None:
+def _child(target: str, seed: int, lo: int, hi: int, mem_gib: float, lib_share: int, out: str) -> None:
     """One campaign chunk in a fresh process under RLIMIT_AS; writes its Summary as JSON."""
     lim = int(mem_gib * (1 << 30))
     resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
     with tempfile.TemporaryDirectory(prefix=f"xsim-fuzz-{target}-") as tmp:
-        s = campaign(target, seed, range(lo, hi), Path(tmp), log=lambda m: print(m, flush=True))
+        s = campaign(target, seed, range(lo, hi), Path(tmp), lib_share, log=lambda m: print(m, flush=True))
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(s.__dict__, fh)
 
@@ -647,6 +719,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--chunk", type=int, default=2000, help="cases per child process")
     ap.add_argument("--mem-gib", type=float, default=4.0, help="RLIMIT_AS of each child process")
+    ap.add_argument(
+        "--lib-share",
+        type=int,
+        default=0,
+        choices=range(5),
+        help="of 4 cases, how many call the reader alone",
+    )
     ap.add_argument("--case", type=int, help="run only this case and print its input and outcome")
     ap.add_argument("--json", help="write the per-target summaries to this file")
     args = ap.parse_args(argv)
@@ -655,8 +734,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="xsim-fuzz-") as tmp:
             base = make_base(Path(tmp) / "base-inputs")
             for t in targets:
-                case = prepare(t, Draw(case_rng(args.seed, t, args.case)), base, Path(tmp) / "case")
-                res = run_cli(case.argv)
+                case = prepare(
+                    t, Draw(case_rng(args.seed, t, args.case)), base, Path(tmp) / "case", args.lib_share
+                )
+                res = case.run()
                 print(f"{t} case {args.case}: xsim {' '.join(case.argv)}")
                 print(f"exit {res.rc}, {res.cpu_s:.3f} s CPU; stderr:\n{res.stderr[-3000:]}{res.crash}")
                 print(f"contract: {contract_violation(res, case.names, case.validate) or 'kept'}")
@@ -672,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hi = min(lo + args.chunk, args.start + args.cases)
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
                 out = fh.name
-            p = ctx.Process(target=_child, args=(t, args.seed, lo, hi, args.mem_gib, out))
+            p = ctx.Process(target=_child, args=(t, args.seed, lo, hi, args.mem_gib, args.lib_share, out))
             p.start()
             p.join()
             if p.exitcode != 0 or os.path.getsize(out) == 0:

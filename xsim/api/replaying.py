@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from netmodels.errors import NetworkModelError
 from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
+from replay.errors import ReplayDeadlock
 from replay.progress import replay_progress
 from traces import pb
 from traces.io import DEPLOYMENT_FILE
@@ -99,6 +100,11 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
+    except ReplayDeadlock as exc:
+        if exc.where is not None:
+            raise
+        # The engine names ranks and nodes; the one line names the trace set too (file, rank and node).
+        raise ReplayDeadlock(exc.time_ns, exc.remaining, exc.stuck, where=ts.prefix) from None
     return Replay(
         ts,
         deployment,
