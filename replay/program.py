@@ -322,7 +322,7 @@ class _Builder:
         """
         groups, n_ranks, measured = self.groups, self.n_ranks, self.measured
         if nt == pb.COMM_COLL_NODE:
-            if a_ct is None or isinstance(a_ct, str):
+            if a_ct is None or isinstance(a_ct, str) or isinstance(a_ct, float) and not a_ct.is_integer():
                 raise TraceGraphError("collective without an integer comm_type", **where)
             ct = int(a_ct)
             if ct not in COLLECTIVE_KIND:
@@ -719,7 +719,7 @@ def _ann_int(v, name: str, path: str, rank: int, nid: int) -> int | None:
 
 
 def _int(v, what: str, where: dict) -> int:
-    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+    if isinstance(v, str) or isinstance(v, float) and not v.is_integer():  # NaN and inf included
         raise TraceGraphError(f"comm_{what} {v!r} is not an integer", **where)
     return int(v)
 
@@ -727,7 +727,7 @@ def _int(v, what: str, where: dict) -> int:
 def _size(v, where: dict) -> int:
     if v is None:
         raise TraceGraphError("communication node without comm_size", **where)
-    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+    if isinstance(v, str) or isinstance(v, float) and not v.is_integer():  # NaN and inf included
         raise TraceGraphError(f"comm_size {v!r} is not an integer number of bytes", **where)
     v = int(v)
     if v < 0:

@@ -86,6 +86,10 @@ def _ns(us: Any) -> int:
     return round(ns)
 
 
+# Event args the importer matches events by (dict keys, set members): each must be hashable and fit int64.
+_ID_ARGS = ("correlation", "External id", "Record function id", "stream", "device")
+
+
 def _id_ok(x: Any) -> bool:
     """A usable pid/tid: a string, a float, or an integer that fits an int64 attribute."""
     return isinstance(x, (float, str, type(None))) or isinstance(x, int) and -(2**63) <= x < 2**63
@@ -134,6 +138,9 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
             raise KinetoError(f"Kineto event #{i} lacks a numeric ts/dur", path=p) from None
         if not all(_id_ok(x) for x in (ev.pid, ev.tid)):
             raise KinetoError(f"Kineto event #{i}: pid and tid must be int64 numbers or strings", path=p)
+        bad = next((k for k in _ID_ARGS if not _id_ok(ev.args.get(k))), None)
+        if bad is not None:
+            raise KinetoError(f"Kineto event #{i}: args {bad!r} must be an int64 number or a string", path=p)
         if ev.cat in CPU_CATS:
             m = STEP_RE.match(ev.name)
             if m:
