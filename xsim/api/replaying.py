@@ -105,6 +105,11 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             raise
         # The engine names ranks and nodes; the one line names the trace set too (file, rank and node).
         raise ReplayDeadlock(exc.time_ns, exc.remaining, exc.stuck, where=ts.prefix) from None
+    except ReplayError as exc:
+        # Matching errors of the engine name ranks and nodes ("rank 1 node 55 ..."): add the set.
+        if type(exc) is not ReplayError or ts.prefix in str(exc):
+            raise
+        raise ReplayError(f"{ts.prefix}: {exc}") from None
     return Replay(
         ts,
         deployment,
