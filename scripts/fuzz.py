@@ -175,9 +175,13 @@ def mutate_doc(draw: Draw, doc, dump: Callable[[object], str], hostile: Sequence
                 parent = parent[k]
             del parent[path[-1]]
         elif isinstance(value, list) and value:
-            value.extend([value[0]] * draw.pick((2, 100, 10_000)))
+            # Inputs stay a few MB: a copied element holding a hostile value (a 100 kB string) copies once.
+            size = len(json.dumps(value[0], default=str))
+            times = draw.pick((2, 100, 10_000))
+            times = 1 if _TOKEN in json.dumps(value[0], default=str) else min(times, 1 + (4 << 20) // size)
+            value.extend(copy.deepcopy(value[0]) for _ in range(times))  # copies: a later edit hits one
         else:
-            _set(doc, path, [value, value])
+            _set(doc, path, [value, copy.deepcopy(value)])
     text = dump(doc)
     for i, frag in enumerate(frags):
         for quoted in (json.dumps(f"{_TOKEN}{i}"), f"'{_TOKEN}{i}'", f"{_TOKEN}{i}"):
