@@ -55,7 +55,8 @@ def load_comm_groups(
     try:
         raw = read_json(p)  # size, nesting and number-length limits (docs/trace-format.md)
     except JsonFileError as exc:
-        raise TraceError(f"comm-groups file: {exc.reason}", path=p) from None
+        what = "comm-groups file" if exc.reason.startswith("cannot read") else "comm-groups file is not JSON"
+        raise TraceError(f"{what}: {exc.reason}", path=p) from None
     if raw == "empty":
         return {}
     if not isinstance(raw, dict):
