@@ -492,6 +492,7 @@ class Case:
     names: list[str]
     validate: bool = False
     lib: Callable[[], object] | None = None  # run instead of the CLI: the reader the verb would call
+    focus: Path | None = None  # the mutated file (et: one rank's file)
 
     def run(self) -> Outcome:
         """The case's outcome."""
@@ -542,13 +543,18 @@ def prepare(target: str, draw: Draw, base: Base, work: Path, lib_share: int = 0)
     """
     case = _prepare(target, draw, base, work)
     if lib_share and draw.int(0, 3) < lib_share:
-        case.lib = _library_call(target, work)
+        case.lib = _library_call(target, work, case.focus)
         case.argv = ["(library)", target, *case.argv]
     return case
 
 
-def _library_call(target: str, work: Path) -> Callable[[], object]:
-    """The reader behind the target's verb, on the case's files."""
+def _library_call(target: str, work: Path, focus: Path | None = None) -> Callable[[], object]:
+    """The reader behind the target's verb, on the case's files (et: the mutated file alone)."""
+    if target == "et" and focus is not None:
+        from traces.checks import check_file
+        from traces.stream import read_et
+
+        return lambda: check_file(read_et(focus), 0)
     if target in ("et", "commgroup"):
         return lambda: _read_set(work / "set")
     if target == "spec":
@@ -588,7 +594,7 @@ def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
             argv = ["replay", str(setdir), "--topology", TOPOLOGY, "--no-progress"]
         else:
             argv = ["trace", verb, str(setdir)]
-        return Case(argv, [str(setdir)], verb == "validate")
+        return Case(argv, [str(setdir)], verb == "validate", focus=path)
     if target == "commgroup":
         path = setdir / "comm_group.json"
         if draw.int(0, 3) == 0:
