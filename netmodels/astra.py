@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -149,14 +150,32 @@ def _in_range(v: object, lo: float, hi: float) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and lo <= v <= hi
 
 
+_MAX_YAML_DEPTH = 16  # a network config is a mapping of flat lists (depth 2); generous for hand edits
+
+
+def _flow_depth(text: str) -> int:
+    """Deepest run of open brackets/braces in the text (quotes ignored: an upper bound of YAML flow nesting)."""
+    depth = deepest = 0
+    for ch in re.findall(r"[\[\]{}]", text):
+        depth = depth + 1 if ch in "[{" else max(0, depth - 1)
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def load_network_yml(path: str | Path) -> AstraNetwork:
     """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
+    text = _read(path, "network config")
+    if _flow_depth(text) > _MAX_YAML_DEPTH:
+        # PyYAML's scanner is quadratic in flow nesting (20,000 '[' take seconds): refused before parsing.
+        raise AstraConfigError(f"{path}: not valid YAML (nesting deeper than {_MAX_YAML_DEPTH} levels)")
     try:
-        doc = yaml.safe_load(_read(path, "network config"))
+        doc = yaml.safe_load(text)
     except RecursionError:
         raise AstraConfigError(f"{path}: not valid YAML (nesting too deep)") from None
     except yaml.YAMLError as exc:
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except ValueError as exc:  # an integer past Python's int-string digit limit
+        raise AstraConfigError(f"{path}: not valid YAML ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, Mapping):
         raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
     # ASTRA-sim's analytical backend reads these four keys and nothing else: another key is a typo
@@ -205,6 +224,8 @@ def load_system_json(path: str | Path) -> AstraSystem:
         raise AstraConfigError(f"{path}: not valid JSON (nesting too deep)") from None
     except json.JSONDecodeError as exc:
         raise AstraConfigError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # an integer literal past Python's int-string digit limit
+        raise AstraConfigError(f"{path}: not valid JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(doc, Mapping):
         raise AstraConfigError(f"{path}: expected a JSON object")
     return system_from_dict(doc, str(path))

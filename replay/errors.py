@@ -38,14 +38,19 @@ class ReplayDeadlock(ReplayError):
 
     MAX_LISTED = 16
 
-    def __init__(self, time_ns: int, remaining: int, stuck: list[StuckNode]) -> None:
+    def __init__(
+        self, time_ns: int, remaining: int, stuck: list[StuckNode], where: str | None = None
+    ) -> None:
         self.time_ns = time_ns
         self.remaining = remaining
         self.stuck = stuck
+        self.where = where  # the trace set, when the caller knows it
         shown = stuck[: self.MAX_LISTED]
         # One line (the CLI prints one `xsim: error:` line per failure): the stuck ranks follow the count.
         parts = [s.render() for s in shown]
         if len(stuck) > len(shown):
             parts.append(f"... and {len(stuck) - len(shown)} more rank(s)")
         head = f"deadlock at t={time_ns} ns: {remaining} node(s) on {len(stuck)} rank(s) can never run"
+        if where is not None:
+            head = f"{where}: {head}"
         super().__init__(f"{head}: {'; '.join(parts)}" if parts else head)

@@ -7,6 +7,7 @@ once; the event loop never touches a protobuf message.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -317,7 +318,7 @@ class _Builder:
         """
         groups, n_ranks, measured = self.groups, self.n_ranks, self.measured
         if nt == pb.COMM_COLL_NODE:
-            if a_ct is None or isinstance(a_ct, str):
+            if a_ct is None or isinstance(a_ct, str) or isinstance(a_ct, float) and not a_ct.is_integer():
                 raise TraceGraphError("collective without an integer comm_type", **where)
             ct = int(a_ct)
             if ct not in COLLECTIVE_KIND:
@@ -562,7 +563,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                     r_slow = True  # int(float) may raise: let duration_ns do it, at the same point
         if vals is not None:
             b.ann[g] = {
-                k: (str(v) if ANNOTATION_COLUMNS[k] == "str" else (None if isinstance(v, str) else int(v)))
+                k: (str(v) if ANNOTATION_COLUMNS[k] == "str" else _ann_int(v, k, path, rank, nid))
                 for k, v in vals.items()
                 if v is not None
             }
@@ -707,8 +708,17 @@ def _int64(values: list[int], rank: int, path: str) -> np.ndarray:
         return np.asarray(values, dtype=object)
 
 
+def _ann_int(v, name: str, path: str, rank: int, nid: int) -> int | None:
+    """An integer annotation (layer, stage, ...): None for a string; NaN, inf or past int64 is an error."""
+    if isinstance(v, str):
+        return None
+    if isinstance(v, float) and not math.isfinite(v) or not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise TraceGraphError(f"{name} {v!r} is not an int64 integer", path=path, rank=rank, node_id=nid)
+    return int(v)
+
+
 def _int(v, what: str, where: dict) -> int:
-    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+    if isinstance(v, str) or isinstance(v, float) and not v.is_integer():  # NaN and inf included
         raise TraceGraphError(f"comm_{what} {v!r} is not an integer", **where)
     return int(v)
 
@@ -716,7 +726,7 @@ def _int(v, what: str, where: dict) -> int:
 def _size(v, where: dict) -> int:
     if v is None:
         raise TraceGraphError("communication node without comm_size", **where)
-    if isinstance(v, str) or isinstance(v, float) and v != int(v):
+    if isinstance(v, str) or isinstance(v, float) and not v.is_integer():  # NaN and inf included
         raise TraceGraphError(f"comm_size {v!r} is not an integer number of bytes", **where)
     v = int(v)
     if v < 0:

@@ -71,7 +71,9 @@ def test_deadlock_exit_2(tmp_path, capsys) -> None:
     ts = write_set(tmp_path, [[comp(1, 1)], [recv(1, src=0, tag=3, size=8)]])
     rc, _, err = _run(capsys, ts.prefix, "--topology", "ring:2:50GBps:500ns")
     assert rc == 2
-    assert err.startswith("xsim: error: deadlock at t=") and "rank 1: node 1 'recv1' waits for a send" in err
+    # The line names the trace set, then the stuck ranks and nodes (issue 16: file, rank and node).
+    assert err.startswith(f"xsim: error: {ts.prefix}: deadlock at t=")
+    assert "rank 1: node 1 'recv1' waits for a send" in err
 
 
 def test_missing_member_exit_2(tmp_path, capsys) -> None:

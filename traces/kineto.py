@@ -124,6 +124,15 @@ def _event(i: int, e: dict[str, Any], path: str) -> KEvent:
     return ev
 
 
+# Event args the importer matches events by (dict keys, set members): each must be hashable and fit int64.
+_ID_ARGS = ("correlation", "External id", "Record function id", "stream", "device")
+
+
+def _id_ok(x: Any) -> bool:
+    """A usable pid/tid: a string, a float, or an integer that fits an int64 attribute."""
+    return isinstance(x, (float, str, type(None))) or isinstance(x, int) and -(2**63) <= x < 2**63
+
+
 def _as_list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
@@ -142,6 +151,8 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
             args = e.get("args") if isinstance(e.get("args"), dict) else {}
             name = str(args.get("name", ""))
             key = (e.get("pid"), e.get("tid"))
+            if not all(isinstance(x, (int, float, str, type(None))) for x in key):
+                continue  # an unhashable pid/tid (a list) names no thread
             # A thread is renamed when the gloo runloop starts; keep the more specific name.
             if "gloo" in name or key not in thread_names:
                 thread_names[key] = name
@@ -151,6 +162,11 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         ev = _event(i, e, p)
+        if not all(_id_ok(x) for x in (ev.pid, ev.tid)):
+            raise KinetoError(f"Kineto event #{i}: pid and tid must be int64 numbers or strings", path=p)
+        bad = next((k for k in _ID_ARGS if not _id_ok(ev.args.get(k))), None)
+        if bad is not None:
+            raise KinetoError(f"Kineto event #{i}: args {bad!r} must be an int64 number or a string", path=p)
         if ev.cat in CPU_CATS:
             m = STEP_RE.match(ev.name)
             if m:

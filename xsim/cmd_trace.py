@@ -44,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check graphs and cross-rank consistency",
         description="Exit status: 0 clean (warnings allowed); 1 cross-rank findings (unmatched P2P, "
         "collective mismatches); 2 unreadable or invalid trace (bad bytes, cycle, dangling data dependency, "
-        "duplicate id, wrong-typed attribute, unknown enum, collective or P2P without its attributes).",
+        "duplicate id, wrong-typed attribute, unknown enum, collective or P2P without its attributes), or a "
+        "set the replay's own matching cannot run (a dry replay on recorded durations deadlocks or refuses "
+        "it: one line per stuck rank).",
         examples=("xsim trace validate out/fig1 --json",),
     )
     val.add_argument("path", help=path_help)
@@ -130,12 +132,13 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from replay.dryrun import validate_set
     from replay.progress import status
     from traces import checks
 
     ts, files = _load(args.path)
-    with status("checking graphs and cross-rank matches"):
-        findings = checks.check_all(files, _groups(ts, files, args.comm_groups))
+    with status("checking graphs, cross-rank matches and a dry replay"):
+        findings = validate_set(ts, files, _groups(ts, files, args.comm_groups))
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=1))
     else:

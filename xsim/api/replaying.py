@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from netmodels.errors import NetworkModelError
 from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
+from replay.errors import ReplayDeadlock
 from replay.progress import replay_progress
 from traces import pb
 from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
@@ -102,6 +103,16 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             )
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
+    except ReplayDeadlock as exc:
+        if exc.where is not None:
+            raise
+        # The engine names ranks and nodes; the one line names the trace set too (file, rank and node).
+        raise ReplayDeadlock(exc.time_ns, exc.remaining, exc.stuck, where=ts.prefix) from None
+    except ReplayError as exc:
+        # Matching errors of the engine name ranks and nodes ("rank 1 node 55 ..."): add the set.
+        if type(exc) is not ReplayError or ts.prefix in str(exc):
+            raise
+        raise ReplayError(f"{ts.prefix}: {exc}") from None
     return Replay(
         ts,
         deployment,

@@ -105,7 +105,7 @@ def _parse_node(node: Any, path: str) -> HostOp:
             inputs=tuple(node.get("inputs") or ()),
             input_types=tuple(str(t) for t in node.get("input_types") or ()),
         )
-    except (TypeError, ValueError, AttributeError) as exc:
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
         raise PyTorchImportError(f"host node id {node.get('id')!r}: bad field ({exc})", path=path) from None
 
 
