@@ -389,3 +389,45 @@ def test_one_rank_with_a_million_layers_is_refused_before_building(tmp_path: Pat
     (tmp_path / "big.yaml").write_text(spec)
     proc = _run(tmp_path, "gen", "big.yaml", "--out", "out", mem=2 * GIB, timeout=60)
     _one_line_exit2(proc, "big.yaml", "1,000,000 (layer, micro-batch) steps", "XSIM_MAX_NODES")
+
+
+def test_spec_size_limit_is_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec of exactly XSIM_MAX_SPEC_BYTES loads; one byte more is one line naming the limit."""
+    from tracegen.errors import SpecError
+    from tracegen.spec import read_spec_file
+
+    body = (_BASE + "name: sz\n" + _DG).encode()
+    monkeypatch.setenv("XSIM_MAX_SPEC_BYTES", str(len(body)))
+    (tmp_path / "ok.yaml").write_bytes(body)
+    assert read_spec_file(tmp_path / "ok.yaml")["name"] == "sz"
+    (tmp_path / "big.yaml").write_bytes(body + b"\n")
+    with pytest.raises(SpecError, match=f"larger than {len(body):,} bytes.*XSIM_MAX_SPEC_BYTES"):
+        read_spec_file(tmp_path / "big.yaml")
+
+
+def test_spec_from_dev_zero_stops_at_the_limit(tmp_path: Path) -> None:
+    link = tmp_path / "zero.yaml"
+    link.symlink_to("/dev/zero")
+    proc = _run(tmp_path, "gen", "zero.yaml", "--out", "out", mem=1 * GIB, timeout=30)
+    _one_line_exit2(proc, "zero.yaml", "larger than 524,288 bytes")
+
+
+def test_yaml_checks_hold_on_the_event_stream(tmp_path: Path) -> None:
+    """Aliases anywhere, nesting one past the limit, and duplicate keys are refused; a key-rich spec loads."""
+    from tracegen.errors import SpecError
+    from tracegen.spec import read_spec_file
+
+    cases = {
+        "alias.yaml": ("x: &a 1\ny: *a\n", r"YAML aliases \(\*a\).*line 2"),
+        "deep.yaml": ("x: " + "[" * 64 + "]" * 64 + "\n", "deeper than 64 levels"),
+        "dup.yaml": ("name: a\nname: b\n", "key 'name' given twice"),
+    }
+    for name, (text, pattern) in cases.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SpecError, match=pattern):
+            read_spec_file(tmp_path / name)
+    (tmp_path / "ok.yaml").write_text("x: " + "[" * 63 + "]" * 63 + "\n")
+    depth, v = 0, read_spec_file(tmp_path / "ok.yaml")["x"]
+    while isinstance(v, list):
+        depth, v = depth + 1, (v[0] if v else None)
+    assert depth == 63

@@ -23,7 +23,7 @@ from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
 from tracegen.planner.reshard import STRATEGY_NAMES
 from tracegen.profile import COLUMNS, make_row, read_profile_csv
 from traces.io import JsonFileError, read_json
-from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes
+from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
 from traces.outputs import atomic_write_text
 
 Deployment = dpb.Deployment
@@ -99,33 +99,15 @@ def _unique_key_loader() -> type:
     `xsim replay`, which reads deployment.json; issue 11 item 4)."""
     import yaml
 
-    class _UniqueKeyLoader(yaml.SafeLoader):
+    # libyaml's parser (CSafeLoader) where the wheel has it: PyYAML's pure-Python scanner reads ~65-200 kB/s,
+    # so a 1 MB spec took 13-17 CPU s (docs/robustness.md); the constructor below stays Python either way.
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class _UniqueKeyLoader(base):
         """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML silently keeps the last).
 
-        It also refuses aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the
-        "billion laughs") and nesting deeper than traces.limits.max_json_depth(), before building anything.
+        Aliases and nesting are refused before it runs, by `_check_yaml_events`.
         """
-
-        _depth = 0
-
-        def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                raise yaml.composer.ComposerError(
-                    None, None, f"YAML aliases (*{event.anchor}) are not accepted in a spec", event.start_mark
-                )
-            self._depth += 1
-            try:
-                if self._depth > max_json_depth():
-                    raise yaml.composer.ComposerError(
-                        None,
-                        None,
-                        f"nesting deeper than {max_json_depth()} levels (XSIM_MAX_JSON_DEPTH raises the limit)",
-                        self.peek_event().start_mark,
-                    )
-                return super().compose_node(parent, index)
-            finally:
-                self._depth -= 1
 
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
             self.flatten_mapping(node)
@@ -146,6 +128,44 @@ def _unique_key_loader() -> type:
     return _UniqueKeyLoader
 
 
+def _check_yaml_events(data: bytes) -> None:
+    """Refuse aliases (`*name`: a few lines of nested aliases expand to billions of nodes, the "billion
+    laughs") and nesting deeper than traces.limits.max_json_depth(), from the parser's event stream, before
+    any node is composed or built (ValueError)."""
+    import yaml
+
+    limit = max_json_depth()
+    depth = 0
+    events = yaml.parse(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    while True:
+        try:
+            event = next(events, None)
+        except yaml.YAMLError as exc:
+            # libyaml stops at its own nesting bound (1,000) while scanning ahead: the same refusal as ours.
+            if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+                raise ValueError(
+                    f"nesting deeper than {limit} levels (XSIM_MAX_JSON_DEPTH raises the limit)"
+                ) from None
+            raise
+        if event is None:
+            return
+        if isinstance(event, yaml.AliasEvent):
+            raise ValueError(f"YAML aliases (*{event.anchor}) are not accepted in a spec{_line(event)}")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > limit:
+                raise ValueError(
+                    f"nesting deeper than {limit} levels (XSIM_MAX_JSON_DEPTH raises the limit){_line(event)}"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+def _line(event: Any) -> str:
+    mark = getattr(event, "start_mark", None)
+    return f" (line {mark.line + 1})" if mark is not None else ""
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
@@ -161,14 +181,21 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     ext = os.path.splitext(p)[1].lower()
     try:
         with open(p, "rb") as fh:
-            data = fh.read()
+            data = fh.read(max_spec_bytes() + 1)  # bounded: /dev/zero or a pipe stops at the limit
     except OSError as exc:
         raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
+    if len(data) > max_spec_bytes():
+        raise SpecError(
+            f"spec is larger than {max_spec_bytes():,} bytes (XSIM_MAX_SPEC_BYTES raises the limit; "
+            "`parallel:` writes a large regular plan in a few lines)",
+            path=p,
+        )
     try:
         if ext in (".yaml", ".yml"):
             import yaml
 
             try:
+                _check_yaml_events(data)
                 raw = yaml.load(data, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
             except yaml.YAMLError as exc:
                 raise ValueError(str(exc)) from None  # reported below like the other formats' errors

@@ -13,6 +13,9 @@ from traces.errors import XsimError
 DEFAULT_MAX_INFLATE_BYTES = 4 << 30  # 4 GiB of decompressed bytes per file
 DEFAULT_MAX_NODES = 1 << 23  # framed messages per `.et` file
 DEFAULT_MAX_JSON_BYTES = 1 << 30  # 1 GiB of JSON text per file (parsed, it takes several times that)
+DEFAULT_MAX_SPEC_BYTES = (
+    512 << 10
+)  # a deployment spec: 4,000+ hand-written device groups; `parallel:` for more
 DEFAULT_MAX_JSON_DEPTH = 64  # nesting of JSON arrays/objects (Kineto, comm groups, specs use < 10)
 
 _INFLATE_CHUNK = 16 << 20  # decompress in 16 MiB steps so the limit is checked before allocating more
@@ -49,6 +52,11 @@ def max_nodes() -> int:
 def max_json_bytes() -> int:
     """Most bytes of JSON text one file may hold, after inflating (XSIM_MAX_JSON_BYTES)."""
     return limit("XSIM_MAX_JSON_BYTES", DEFAULT_MAX_JSON_BYTES)
+
+
+def max_spec_bytes() -> int:
+    """Most bytes a deployment spec file may hold (XSIM_MAX_SPEC_BYTES): YAML parses at ~0.3 MB/CPU-s."""
+    return limit("XSIM_MAX_SPEC_BYTES", DEFAULT_MAX_SPEC_BYTES)
 
 
 def max_json_depth() -> int:
