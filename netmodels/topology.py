@@ -26,8 +26,6 @@ SCALE_UP_KINDS = frozenset({"scaleup"})
 # Devices with more links than this pick route next hops with numpy (Topology._wide_next_hops); below it a
 # Python loop over the few neighbours is cheaper than numpy's per-call overhead.
 _WIDE = 32
-# Destinations whose distance arrays route() computes in one vectorized pass (Topology._distances_to).
-_BLOCK = 64
 
 
 def link_cost(attrs: dict) -> int:
@@ -78,9 +76,8 @@ class Topology:
         names = list(self.graph.nodes)
         nid = {x: i for i, x in enumerate(names)}
         self._cache["nid"] = nid
-        # Cluster graphs (with non-forwarding GPUs) are shallow but wide: their distances come from numpy
-        # relaxation passes over all links (_distances_to, 64 destinations at once); logical topologies
-        # (rings can be thousands of hops deep) use a resumable Dijkstra.
+        # Cluster graphs (with non-forwarding GPUs) are shallow but wide: they are searched level by level
+        # with numpy; logical topologies (rings can be thousands of hops deep) by a resumable Dijkstra.
         self._cache["levels"] = any(k == GPU for _, k in self.graph.nodes(data="kind"))
         if self._cache["levels"]:
             order = sorted(((nid[v], nid[u], cost[(u, v)]) for u, v, _ in edges))
@@ -135,65 +132,60 @@ class Topology:
                     heapq.heappush(heap, (nd, u))
         return dist
 
-    def _distances_cached(self, dst: str) -> np.ndarray:
-        """Distances (by node index) from every device to dst, cluster graphs; cached per destination."""
+    def _levels_to(self, dst: str, src: str | None) -> np.ndarray:
+        """Distances (by node index) to dst, final for every node closer than src (all when src is None);
+        unreached devices hold -1."""
         c = self._cache
-        full = c.setdefault("full", {})
-        arr = full.get(dst)
-        if arr is not None:
-            return arr
-        # The destination's whole block of ranks is computed at once: one relaxation pass costs about the
-        # same for 64 destinations as for one (numpy's per-call overhead dominated the per-destination
-        # search: ~2.3 s of first routes at 512 ranks, docs/performance.md).
-        nodes = c.setdefault("dst_nodes", sorted(set(self.rank_nodes), key=c["nid"].__getitem__))
-        at = c.setdefault("dst_at", {x: i for i, x in enumerate(nodes)})
-        if dst in at:
-            lo = at[dst] // _BLOCK * _BLOCK
-            block = nodes[lo : lo + _BLOCK]
-        else:
-            block = [dst]
-        rows = self._distances_to([c["nid"][x] for x in block])
-        # Keep at most ~64 MiB of distance arrays; the oldest destination goes first.
-        cap = max(1, (64 << 20) // (8 * rows.shape[1]))
-        for x, row in zip(block, rows, strict=True):
-            if len(full) >= cap:
-                full.pop(next(iter(full)))
-            full[x] = row
-            if x == dst:
-                arr = row
-        return arr
+        nid, rptr, rsrc, rcost, fwd = c["nid"], c["rptr"], c["rsrc"], c["rcost"], c["fwd"]
+        big = np.iinfo(np.int64).max
+        dist = np.full(len(nid), big, dtype=np.int64)
+        t, s = nid[dst], (nid[src] if src is not None else None)
+        dist[t] = 0
+        buckets: dict[int, list[np.ndarray]] = {0: [np.array([t])]}
+        d = 0
+        while buckets:
+            parts = buckets.pop(d, None)
+            if parts is not None:
+                fr = np.unique(np.concatenate(parts))
+                # Only devices settled at this level forward; GPUs other than the destination never do.
+                fr = fr[(dist[fr] == d) & (fwd[fr] | (fr == t))]
+                counts = rptr[fr + 1] - rptr[fr]
+                total = int(counts.sum())
+                if total:
+                    offsets = np.repeat(rptr[fr] - np.cumsum(counts) + counts, counts)
+                    e = offsets + np.arange(total)
+                    u, nd = rsrc[e], d + rcost[e]
+                    better = nd < dist[u]
+                    u, nd = u[better], nd[better]
+                    np.minimum.at(dist, u, nd)
+                    for val in np.unique(nd):
+                        buckets.setdefault(int(val), []).append(u[nd == val])
+            if s is not None and dist[s] <= d + 1:
+                break
+            d += 1
+        dist[dist == big] = -1
+        return dist
 
-    def _distances_to(self, dsts: list[int]) -> np.ndarray:
-        """Shortest distances from every device to each of dsts (rows), by vectorized Bellman-Ford.
+    def _levels_cached(self, dst: str, src: str) -> np.ndarray:
+        """Level-search distances to dst: early exit on a destination's first query, then a full, cached search.
 
-        A link u->v carries traffic toward a destination only when v forwards (not a GPU) or v is that
-        destination: GPUs originate and sink traffic but never relay it. Unreached devices hold -1.
+        (A vectorized Bellman-Ford over 64 destinations at once was tried on 2026-11-30: faster at 512 ranks,
+        but its dense passes over every link made first routes ~50x slower at 2,048 ranks; docs/performance.md.)
         """
         c = self._cache
-        if "by_src" not in c:
-            rptr, rsrc, rcost = c["rptr"], c["rsrc"], c["rcost"]
-            rdst = np.repeat(np.arange(len(rptr) - 1, dtype=np.int64), np.diff(rptr))
-            order = np.argsort(rsrc, kind="stable")
-            eu, ev, ec = rsrc[order], rdst[order], rcost[order]
-            starts = np.flatnonzero(np.r_[True, eu[1:] != eu[:-1]]) if len(eu) else np.zeros(0, np.int64)
-            c["by_src"] = (ev, ec, starts, eu[starts] if len(eu) else eu)
-        ev, ec, starts, us = c["by_src"]
-        n_dst, n = len(dsts), len(c["nid"])
-        inf = 1 << 40  # far above any path cost (2 per link), far below int64 overflow when summed twice
-        dist = np.full((n_dst, n), inf, dtype=np.int64)
-        targets = np.array(dsts, dtype=np.int64)
-        dist[np.arange(n_dst), targets] = 0
-        if len(ev):
-            relay = c["fwd"][ev][None, :] | (ev[None, :] == targets[:, None])
-            step = np.where(relay, ec[None, :], inf)
-            while True:
-                best = np.minimum.reduceat(dist[:, ev] + step, starts, axis=1)
-                cur = dist[:, us]
-                if not (best < cur).any():
-                    break
-                dist[:, us] = np.minimum(cur, best)
-        dist[dist >= inf] = -1
-        return dist
+        full = c.setdefault("full", {})
+        if dst in full:
+            return full[dst]
+        seen = c.setdefault("seen", set())
+        if dst not in seen:
+            seen.add(dst)
+            return self._levels_to(dst, src)
+        arr = self._levels_to(dst, None)
+        # Keep at most ~64 MiB of full distance arrays; the oldest destination goes first.
+        if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
+            full.pop(next(iter(full)))
+        full[dst] = arr
+        return arr
 
     def route(self, src: int, dst: int) -> Route:
         """The deterministic route from rank src to rank dst (empty when src == dst)."""
@@ -206,7 +198,7 @@ class Topology:
         links: list[int] = []
         if a != b:
             if self._cache["levels"]:
-                arr, nid = self._distances_cached(b), self._cache["nid"]
+                arr, nid = self._levels_cached(b, a), self._cache["nid"]
 
                 def dist_of(v: str) -> int:
                     return int(arr[nid[v]])  # -1: unreached
