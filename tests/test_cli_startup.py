@@ -18,7 +18,8 @@ from netmodels.digraph import DiGraph
 from xsim import api
 
 REPO = Path(__file__).resolve().parents[1]
-LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib")
+# numpy.ma: np.unique without return_* imports it (~30 ms); the replay path dedupes by hand instead.
+LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
