@@ -302,6 +302,9 @@ class AstraModel(ClosedFormModel):
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
         # (layer x micro-batch) on the same group thousands of times.
         self._closed_memo: dict[CollectiveSpec, tuple[int, ...]] = {}
+        # The same closed forms per group shape (_shape_key): the TP groups of every stage and replica, or the
+        # DP groups of every TP position, run the same collective over differently numbered but alike ranks.
+        self._shape_memo: dict[tuple, tuple[int, ...]] = {}
 
     # ----- message cost ------------------------------------------------------------------------------
     def msg_ns(self, src: np.ndarray, dst: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -496,7 +499,15 @@ class AstraModel(ClosedFormModel):
         )
         chunks = self._event_chunks(spec, ranks)
         if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
-            closed = self._closed_ns(spec, ranks)
+            if chunks is None and not self.congestion_aware:
+                skey = (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), self._shape_key(ranks))
+                closed = self._shape_memo.get(skey)
+                if closed is None:
+                    closed = self._closed_ns(spec, ranks)
+                    if len(self._shape_memo) < _MEMO_MAX:
+                        self._shape_memo[skey] = closed
+            else:
+                closed = self._closed_ns(spec, ranks)
             # _event_chunks returns None before any side effect (the doubleBinaryTree stream counter), so
             # a repeat of this spec takes this same path: the closed form is a pure function of it.
             if strict and chunks is None and not self.congestion_aware and len(self._closed_memo) < _MEMO_MAX:
@@ -523,6 +534,28 @@ class AstraModel(ClosedFormModel):
         if len(self._memo) < _MEMO_MAX:
             self._memo[key] = out[0]
         return out[0]
+
+    def _shape_key(self, ranks: tuple[int, ...]) -> tuple:
+        """What the unaware closed form sees of a group: two groups with equal keys have equal T_msg between
+        equal positions (msg_ns), equal varying dimensions and subgroup rules, so equal per-position results.
+
+        Per dimension, each member's coordinate relabeled so that only what T_msg reads survives: on a ring,
+        coordinates shifted by the first member's (ring distances are invariant under rotation); on a switch
+        or fully-connected dimension, numbered by first appearance (only equality counts: constant hops).
+        The whole system in rank order (the multi-dimensional path) is its own shape.
+        """
+        full = len(ranks) == self.num_ranks and ranks == tuple(range(self.num_ranks))
+        cols = []
+        for stride, dim in zip(self._stride_list, self.network.dims, strict=True):
+            n = dim.npus
+            c = [(r // stride) % n for r in ranks]
+            if dim.topology_kind == "ring":
+                c0 = c[0]
+                cols.append(tuple([(x - c0) % n for x in c]))
+            else:
+                first: dict[int, int] = {}
+                cols.append(tuple([first.setdefault(x, len(first)) for x in c]))
+        return (full, len(ranks) < self.num_ranks, tuple(cols))
 
     def _contention_free(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> bool:
         """Aware mode: a ring, one active chunk, equal hop counts and no directed link shared by two ring edges:
