@@ -66,14 +66,17 @@ class Engine:
         self.dur = _issue_durations(prog)
         self.cptr = _as_list(prog.child_ptr)
         self.cidx = _as_list(prog.child_idx)
+        # Most nodes have exactly one child (a chain per queue): the loop reads it without slicing the CSR.
+        self.child1 = _single_child(prog.child_ptr, prog.child_idx, n)
         self.queue = _as_list(prog.queue)
         self.cap = list(prog.queue_cap)
         self.remaining = _as_list(prog.ndeps)  # unfinished parents per node
         nq = len(self.cap)
         self.busy = [0] * nq  # slots in use per queue
         self.qheap: list[list[int]] = [[] for _ in range(nq)]  # ready nodes per queue, a heap of g
-        self.qdirty = [False] * nq
-        self.dirty: list[int] = []  # queues that gained a ready node or freed a slot since the last issue
+        # Queues that gained a ready node or freed a slot since the last issue, in the order they first did
+        # (a dict as an insertion-ordered set: adding a queue already there keeps its place).
+        self.dirty: dict[int, None] = {}
         self.start = [-1] * n
         self.end = [-1] * n
         self.ready = [-1] * n
@@ -122,16 +125,14 @@ class Engine:
     def release_roots(self) -> None:
         """Nodes without dependencies are ready at t = 0."""
         remaining, ready, queue, kind = self.remaining, self.ready, self.queue, self.kind
-        qheap, qdirty, dirty, heap = self.qheap, self.qdirty, self.dirty, self.heap
+        qheap, dirty, heap = self.qheap, self.dirty, self.heap
         roots = np.flatnonzero(np.asarray(remaining) == 0).tolist()  # ascending g
         for g in roots:
             ready[g] = 0
             q = queue[g]
             if q >= 0:
                 qheap[q].append(g)  # ascending g: already a heap
-                if not qdirty[q]:
-                    qdirty[q] = True
-                    dirty.append(q)
+                dirty[q] = None
             elif kind[g] == K_ZERO:
                 self.start[g] = 0
                 heap.append(g)  # time 0
@@ -142,11 +143,12 @@ class Engine:
     def issue_ready(self) -> None:
         """Phase 1: every dirty queue starts its smallest ready node ids while it has free slots."""
         t = self.now
-        qheap, busy, cap, qdirty, dirty = self.qheap, self.busy, self.cap, self.qdirty, self.dirty
+        qheap, busy, cap, dirty = self.qheap, self.busy, self.cap, self.dirty
         start, kind, dur, heap, shift = self.start, self.kind, self.dur, self.heap, self.shift
         for q in dirty:
-            qdirty[q] = False
             h = qheap[q]
+            if not h:
+                continue  # a freed slot and nothing ready
             b = busy[q]
             c_ = cap[q]
             while h and b < c_:
@@ -189,9 +191,9 @@ class Engine:
     def complete(self, t: int) -> None:
         """Phase 4: finish every node due at t, free its slot, deliver a send's data, release its children."""
         heap, mask, shift = self.heap, self.mask, self.shift
-        end, queue, busy, qdirty, dirty = self.end, self.queue, self.busy, self.qdirty, self.dirty
+        end, queue, busy, dirty = self.end, self.queue, self.busy, self.dirty
         kind, cptr, cidx, remaining, ready = self.kind, self.cptr, self.cidx, self.remaining, self.ready
-        qheap, start, pair_of = self.qheap, self.start, self.p2ps.pair_of
+        qheap, start, pair_of, child1 = self.qheap, self.start, self.p2ps.pair_of, self.child1
         bound = (t + 1) << shift
         done = 0
         while heap and heap[0] < bound:
@@ -201,14 +203,14 @@ class Engine:
             q = queue[g]
             if q >= 0:
                 busy[q] -= 1
-                if not qdirty[q]:
-                    qdirty[q] = True
-                    dirty.append(q)
-            if kind[g] == K_SEND:
-                r = pair_of.get(g)
-                if r is not None:
-                    heappush(heap, (t << shift) | r)  # the data reaches a recv that is already waiting
-            for c in cidx[cptr[g] : cptr[g + 1]]:
+                dirty[q] = None
+                if kind[g] == K_SEND:
+                    r = pair_of.get(g)
+                    if r is not None:
+                        heappush(heap, (t << shift) | r)  # the data reaches a recv that is already waiting
+            c = child1[g]
+            if c >= 0:
+                # The one child (the common case; the loop below does the same for each of several).
                 rem = remaining[c] - 1
                 remaining[c] = rem
                 if rem == 0:
@@ -216,14 +218,27 @@ class Engine:
                     qc = queue[c]
                     if qc >= 0:
                         heappush(qheap[qc], c)
-                        if not qdirty[qc]:
-                            qdirty[qc] = True
-                            dirty.append(qc)
+                        dirty[qc] = None
                     elif kind[c] == K_ZERO:
                         start[c] = t
                         heappush(heap, (t << shift) | c)
                     else:
                         self.recv_issued(c, t)
+            elif c == _MANY:
+                for c in cidx[cptr[g] : cptr[g + 1]]:
+                    rem = remaining[c] - 1
+                    remaining[c] = rem
+                    if rem == 0:
+                        ready[c] = t
+                        qc = queue[c]
+                        if qc >= 0:
+                            heappush(qheap[qc], c)
+                            dirty[qc] = None
+                        elif kind[c] == K_ZERO:
+                            start[c] = t
+                            heappush(heap, (t << shift) | c)
+                        else:
+                            self.recv_issued(c, t)
         self.done += done
 
     def collective_issued(self, g: int, t: int) -> None:
@@ -312,6 +327,18 @@ def _issue_durations(prog: Program) -> list[int]:
     if isinstance(kind, np.ndarray) and isinstance(dur, np.ndarray):
         return np.where((kind == K_COLL) | (kind == K_SEND), -1, dur).tolist()
     return [-1 if k == K_COLL or k == K_SEND else d for k, d in zip(kind, dur, strict=True)]
+
+
+_NONE, _MANY = -1, -2  # child1 entries of a node without children and of one with several
+
+
+def _single_child(child_ptr, child_idx, n: int) -> list[int]:
+    """Per node: its only child, _NONE (no children) or _MANY (several: read the CSR)."""
+    ptr = np.asarray(child_ptr, dtype=np.int64)
+    idx = np.asarray(child_idx, dtype=np.int64)
+    count = ptr[1 : n + 1] - ptr[:n]
+    first = idx[np.minimum(ptr[:n], max(len(idx) - 1, 0))] if len(idx) else np.zeros(n, dtype=np.int64)
+    return np.where(count == 1, first, np.where(count == 0, _NONE, _MANY)).tolist()
 
 
 def _as_list(a) -> list:
