@@ -34,13 +34,14 @@ class CollectiveRecord:
 class CollectiveInstance:
     """One instance of a group's collective while its members arrive."""
 
-    __slots__ = ("key", "index", "members", "sim", "arrivals", "first", "record")
+    __slots__ = ("key", "index", "members", "sim", "nsim", "arrivals", "first", "record")
 
     def __init__(self, key: str, index: int, members: tuple[int, ...], sim: tuple[int, ...]) -> None:
         self.key = key
         self.index = index  # k: the group's k-th collective
         self.members = members
         self.sim = sim  # the members this run simulates (all of them unless folded)
+        self.nsim = len(sim)
         self.arrivals: dict[int, tuple[int, int]] = {}  # rank -> (g, issue time)
         self.first = -1
         self.record: CollectiveRecord | None = None
@@ -48,7 +49,7 @@ class CollectiveInstance:
     def issue_times(self) -> tuple[int, ...]:
         """Each member's issue time, in member order (all members must have arrived)."""
         arr = self.arrivals
-        return tuple(arr[r][1] for r in self.members)
+        return tuple([arr[r][1] for r in self.members])
 
     def missing(self) -> list[int]:
         """Simulated members that have not issued this instance."""
@@ -61,6 +62,7 @@ class CollectiveMatcher:
     def __init__(self, prog: Program) -> None:
         self.prog = prog
         self.coll = prog.coll
+        self._rank_of = prog.rank_of
         self.simulated = frozenset(prog.rank_ids) if prog.rank_ids else None
         self.instances: dict[str, list[CollectiveInstance]] = {}
         self.records: list[CollectiveRecord] = []
@@ -74,7 +76,7 @@ class CollectiveMatcher:
         """Node g issues at t; returns its instance once the last simulated member has issued it."""
         info = self.coll[g]
         key = info.group
-        rank = self.prog.rank_of(g)
+        rank = self._rank_of(g)
         ck = (key, rank)
         issued = self._issued
         k = issued.get(ck, 0)
@@ -91,7 +93,7 @@ class CollectiveMatcher:
         if not arrivals:
             inst.first = t
         arrivals[rank] = (g, t)
-        if len(arrivals) < len(inst.sim):
+        if len(arrivals) < inst.nsim:
             return None
         inst.record = self._record(inst, t)
         return inst
@@ -106,12 +108,15 @@ class CollectiveMatcher:
         """Check the members agree (type; size unless all-to-all, which takes the largest) and record it."""
         coll, describe = self.coll, self.prog.describe
         key, k = inst.key, inst.index
-        nodes = tuple(inst.arrivals[r][0] for r in inst.sim)
+        arrivals = inst.arrivals
+        nodes = tuple([arrivals[r][0] for r in inst.sim])
         g0 = nodes[0]
         c0 = coll[g0]
         size = c0.size
         for gm in nodes[1:]:
             cm = coll[gm]
+            if cm is c0:
+                continue
             if cm.comm_type != c0.comm_type:
                 raise ReplayError(
                     f"collective #{k} of group {key or '(all ranks)'!r}: {describe(g0)} is "
@@ -136,9 +141,7 @@ class CollectiveMatcher:
             positions=None if self.simulated is None else self._sim_of[key][1],
         )
         self.records.append(rec)
-        cof = self.collective_of
-        for gm, _ta in inst.arrivals.values():
-            cof[gm] = rec.id
+        self.collective_of.update(dict.fromkeys(nodes, rec.id))
         return rec
 
     def waiting(self) -> dict[int, CollectiveInstance]:

@@ -47,7 +47,7 @@ class NetworkPort:
         self._stall_t = -1
         # ASTRA-sim mode: each member starts its part when it issues the node (no barrier).
         self._staggered = getattr(network, "start_collective_issued", None)
-        self._specs: dict[tuple, CollectiveSpec] = {}  # (comm type, size, members) -> spec, reused
+        self._specs: dict[tuple, CollectiveSpec] = {}  # (comm type, size, group key) -> spec, reused
 
     def next_event(self) -> int | None:
         """The model's next event time (asked again only after something changed), None when idle."""
@@ -82,9 +82,10 @@ class NetworkPort:
             return
         g0 = nodes[0]
         net = self._need("a collective", g0)
-        skey = (rec.comm_type, rec.size, inst.members)
+        # A group key names its members, so (type, size, key) finds the spec without hashing the members.
+        skey = (rec.comm_type, rec.size, rec.group)
         spec = self._specs.get(skey)
-        if spec is None:
+        if spec is None or (spec.ranks is not inst.members and spec.ranks != inst.members):
             spec = CollectiveSpec(
                 kind=COLLECTIVE_KIND[rec.comm_type], size_bytes=rec.size, ranks=inst.members
             )
