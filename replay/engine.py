@@ -68,8 +68,9 @@ class Engine:
         self.cidx = _as_list(prog.child_idx)
         # Most nodes have exactly one child (a chain per queue): the loop reads it without slicing the CSR.
         self.child1 = _single_child(prog.child_ptr, prog.child_idx, n)
-        self.queue = _as_list(prog.queue)
         self.cap = list(prog.queue_cap)
+        # Queue per node; FAST for a timed node (duration > 0) on a chain queue, issued the moment it is ready.
+        self.queue = _fast_queues(prog, self.dur, len(self.cap))
         self.remaining = _as_list(prog.ndeps)  # unfinished parents per node
         nq = len(self.cap)
         self.busy = [0] * nq  # slots in use per queue
@@ -102,11 +103,10 @@ class Engine:
         n, port, progress = self.n, self.port, self.progress
         step = max(1, n // 200)
         next_report = step
-        self.release_roots()
         # Zero-time nodes ready at t = 0 (METADATA, ...) finish, and release their children, before anything
         # issues at t = 0: all finishes at one ns are applied before any rank issues, so ready nodes go in
         # ascending id (chakra-et.md 3.2). Later instants get this from the order of the phases.
-        hold = bool(self.heap)
+        hold = self.release_roots()
         while True:
             if self.dirty and not hold:
                 self.issue_ready()
@@ -122,23 +122,29 @@ class Engine:
                 next_report = self.done + step
         return self.output(time.perf_counter() - t_wall, time.process_time() - t_cpu)
 
-    def release_roots(self) -> None:
-        """Nodes without dependencies are ready at t = 0."""
+    def release_roots(self) -> bool:
+        """Nodes without dependencies are ready at t = 0; True when zero-time ones finish at t = 0."""
         remaining, ready, queue, kind = self.remaining, self.ready, self.queue, self.kind
-        qheap, dirty, heap = self.qheap, self.dirty, self.heap
+        qheap, dirty, heap, start, dur, shift = self.qheap, self.dirty, self.heap, self.start, self.dur, self.shift
         roots = np.flatnonzero(np.asarray(remaining) == 0).tolist()  # ascending g
+        zero = False
         for g in roots:
             ready[g] = 0
             q = queue[g]
-            if q >= 0:
+            if q == FAST:
+                start[g] = 0
+                heap.append((dur[g] << shift) | g)
+            elif q >= 0:
                 qheap[q].append(g)  # ascending g: already a heap
                 dirty[q] = None
             elif kind[g] == K_ZERO:
-                self.start[g] = 0
+                start[g] = 0
                 heap.append(g)  # time 0
+                zero = True
             else:
                 self.recv_issued(g, 0)
         heapify(heap)
+        return zero
 
     def issue_ready(self) -> None:
         """Phase 1: every dirty queue starts its smallest ready node ids while it has free slots."""
@@ -193,7 +199,7 @@ class Engine:
         heap, mask, shift = self.heap, self.mask, self.shift
         end, queue, busy, dirty = self.end, self.queue, self.busy, self.dirty
         kind, cptr, cidx, remaining, ready = self.kind, self.cptr, self.cidx, self.remaining, self.ready
-        qheap, start, pair_of, child1 = self.qheap, self.start, self.p2ps.pair_of, self.child1
+        qheap, start, pair_of, child1, dur = self.qheap, self.start, self.p2ps.pair_of, self.child1, self.dur
         bound = (t + 1) << shift
         done = 0
         while heap and heap[0] < bound:
@@ -216,7 +222,10 @@ class Engine:
                 if rem == 0:
                     ready[c] = t
                     qc = queue[c]
-                    if qc >= 0:
+                    if qc == FAST:
+                        start[c] = t
+                        heappush(heap, ((t + dur[c]) << shift) | c)
+                    elif qc >= 0:
                         heappush(qheap[qc], c)
                         dirty[qc] = None
                     elif kind[c] == K_ZERO:
@@ -231,7 +240,10 @@ class Engine:
                     if rem == 0:
                         ready[c] = t
                         qc = queue[c]
-                        if qc >= 0:
+                        if qc == FAST:
+                            start[c] = t
+                            heappush(heap, ((t + dur[c]) << shift) | c)
+                        elif qc >= 0:
                             heappush(qheap[qc], c)
                             dirty[qc] = None
                         elif kind[c] == K_ZERO:
@@ -327,6 +339,61 @@ def _issue_durations(prog: Program) -> list[int]:
     if isinstance(kind, np.ndarray) and isinstance(dur, np.ndarray):
         return np.where((kind == K_COLL) | (kind == K_SEND), -1, dur).tolist()
     return [-1 if k == K_COLL or k == K_SEND else d for k, d in zip(kind, dur, strict=True)]
+
+
+# Engine queue of a node issued the moment it is ready: a timed node (duration > 0: it cannot finish in the
+# instant it starts) on a chain queue, where each node depends directly on the one before it. There at most
+# one node is ready or running at a time, so the node would find its slot free and start in this instant's
+# issue phase anyway, and starting a timed node has no other effect (unlike a collective or a send, whose
+# order across queues the issue phase fixes): only its finish event, the same one, enters the heap earlier.
+FAST = -2
+
+
+def _fast_queues(prog: Program, dur: list[int], nq: int) -> list[int]:
+    """prog.queue as a list, FAST on the timed nodes (duration > 0) of the queues that are chains."""
+    queue = np.asarray(prog.queue, dtype=np.int64)
+    n = len(queue)
+    if n == 0 or nq == 0:
+        return queue.tolist()
+    ptr = np.asarray(prog.child_ptr, dtype=np.int64)
+    idx = np.asarray(prog.child_idx, dtype=np.int64)
+    order = np.argsort(queue, kind="stable")  # by queue, ascending g within one
+    qs = queue[order]
+    pair = (qs[:-1] == qs[1:]) & (qs[:-1] >= 0)  # consecutive nodes of one queue
+    linked = _reaches(ptr, idx, order[:-1][pair], order[1:][pair])
+    chain = np.ones(nq, dtype=bool)
+    chain[qs[:-1][pair][~linked]] = False
+    try:
+        timed = np.asarray(dur, dtype=np.int64) > 0
+    except OverflowError:  # a duration past int64 (refused after the run, _check_int64): compare as ints
+        timed = np.array(dur, dtype=object) > 0
+    fast = (queue >= 0) & chain[np.maximum(queue, 0)] & timed
+    return np.where(fast, FAST, queue).tolist()
+
+
+# How far _reaches looks: a queue's consecutive nodes are usually linked directly or through one
+# collective or send of another queue (compute -> TP all-reduce -> compute); a queue whose links it does not
+# find in time is simply not a chain (slower, same result).
+_REACH_DEPTH = 4
+_REACH_FRONTIER = 8  # frontier entries per pair at most
+
+
+def _reaches(ptr: np.ndarray, idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per pair i: True when b[i] is a descendant of a[i] within _REACH_DEPTH edges (False: not found)."""
+    ok = np.zeros(len(a), dtype=bool)
+    pid = np.arange(len(a), dtype=np.int64)
+    node = a.astype(np.int64)
+    for _ in range(_REACH_DEPTH):
+        cnt = ptr[node + 1] - ptr[node]
+        pid = np.repeat(pid, cnt)
+        first = np.repeat(ptr[node] - (np.cumsum(cnt) - cnt), cnt)  # child k of a frontier node: first + k
+        node = idx[first + np.arange(len(pid), dtype=np.int64)]
+        ok[pid[node == b[pid]]] = True
+        keep = ~ok[pid]
+        pid, node = pid[keep], node[keep]
+        if not len(pid) or len(pid) > _REACH_FRONTIER * len(a):
+            break
+    return ok
 
 
 _NONE, _MANY = -1, -2  # child1 entries of a node without children and of one with several
