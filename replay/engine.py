@@ -23,7 +23,7 @@ from netmodels.api import NetworkModel
 from replay.config import ReplayConfig
 from replay.deadlock import explain_deadlock
 from replay.errors import ReplayError
-from replay.matching import CollectiveMatcher, CollectiveRecord, P2PMatcher
+from replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
 from replay.network_port import FoldNetCheck, NetworkPort
 from replay.program import K_COLL, K_SEND, K_ZERO, Program
 
@@ -90,11 +90,9 @@ class Engine:
         self.progress = progress
         self.colls = CollectiveMatcher(prog)
         self.p2ps = P2PMatcher(prog)
-        self.port = NetworkPort(prog, network, config.comm_mode == "measured", self.finish_at, fold_check)
-
-    def finish_at(self, t: int, g: int) -> None:
-        """Schedule node g to finish at t."""
-        heappush(self.heap, (t << self.shift) | g)
+        self.port = NetworkPort(
+            prog, network, config.comm_mode == "measured", self.heap, self.shift, fold_check
+        )
 
     def run(self) -> EngineOutput:
         """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run."""
@@ -125,7 +123,14 @@ class Engine:
     def release_roots(self) -> bool:
         """Nodes without dependencies are ready at t = 0; True when zero-time ones finish at t = 0."""
         remaining, ready, queue, kind = self.remaining, self.ready, self.queue, self.kind
-        qheap, dirty, heap, start, dur, shift = self.qheap, self.dirty, self.heap, self.start, self.dur, self.shift
+        qheap, dirty, heap, start, dur, shift = (
+            self.qheap,
+            self.dirty,
+            self.heap,
+            self.start,
+            self.dur,
+            self.shift,
+        )
         roots = np.flatnonzero(np.asarray(remaining) == 0).tolist()  # ascending g
         zero = False
         for g in roots:
@@ -151,6 +156,7 @@ class Engine:
         t = self.now
         qheap, busy, cap, dirty = self.qheap, self.busy, self.cap, self.dirty
         start, kind, dur, heap, shift = self.start, self.kind, self.dur, self.heap, self.shift
+        arrive = self.colls.arrive
         for q in dirty:
             h = qheap[q]
             if not h:
@@ -166,7 +172,9 @@ class Engine:
                     heappush(heap, ((t + d) << shift) | g)
                 elif kind[g] == K_COLL:
                     busy[q] = b
-                    self.collective_issued(g, t)
+                    inst = arrive(g, t)
+                    if inst is not None:
+                        self.collective_started(inst, t)
                 elif kind[g] == K_SEND:
                     busy[q] = b
                     self.send_issued(g, t)
@@ -253,11 +261,8 @@ class Engine:
                             self.recv_issued(c, t)
         self.done += done
 
-    def collective_issued(self, g: int, t: int) -> None:
-        """Collective node g issues at t; the last member to issue starts the instance on the network."""
-        inst = self.colls.arrive(g, t)
-        if inst is None:
-            return
+    def collective_started(self, inst: CollectiveInstance, t: int) -> None:
+        """The last member of a collective instance issued it at t: the members' waits, and it starts."""
         wait = self.wait
         for gm, ta in inst.arrivals.values():
             wait[gm] = t - ta

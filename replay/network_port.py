@@ -3,7 +3,7 @@ their recorded durations) and turns the model's completions back into node finis
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from heapq import heappush
 from typing import Protocol
 
 from netmodels.api import CollectiveSpec, NetworkModel
@@ -24,21 +24,26 @@ class FoldNetCheck(Protocol):
 
 
 class NetworkPort:
-    """Starts transfers at the engine's now and reports node finishes through `finish(t, g)`."""
+    """Starts transfers at the engine's now and reports node finishes on the engine's event heap.
+
+    A finish of node g at t is the int (t << shift) | g pushed on `heap` (replay/engine.py).
+    """
 
     def __init__(
         self,
         prog: Program,
         network: NetworkModel | None,
         measured: bool,
-        finish: Callable[[int, int], None],
+        heap: list[int],
+        shift: int,
         fold_check: FoldNetCheck | None = None,
     ) -> None:
         self.prog = prog
         self.network = network
         self.measured = measured
         self.recorded = prog.recorded_ns
-        self.finish = finish
+        self.heap = heap
+        self.shift = shift
         self.fold_check = fold_check
         self.handles: dict[int, object] = {}  # network handle -> CollectiveRecord | send g
         self._dirty = False  # a transfer started or the model advanced: its next event may have moved
@@ -59,6 +64,10 @@ class NetworkPort:
     def due(self, t: int) -> bool:
         """True when the model has an event at or before t (after next_event was asked)."""
         return self._next is not None and self._next <= t
+
+    def finish(self, t: int, g: int) -> None:
+        """Node g finishes at t."""
+        heappush(self.heap, (t << self.shift) | g)
 
     def _need(self, what: str, g: int) -> NetworkModel:
         if self.network is None:
@@ -137,7 +146,7 @@ class NetworkPort:
             self._stalls += 1
             if self._stalls > _STALL_LIMIT:
                 raise ReplayError(f"network model {network.name!r} makes no progress at t={t} ns")
-        finish, handles = self.finish, self.handles
+        heap, shift, handles = self.heap, self.shift, self.handles
         for c in comps:
             obj = handles.pop(c.handle, None)
             if obj is None:
@@ -149,13 +158,13 @@ class NetworkPort:
                     prf, pos = (c.finish_ns,) * len(obj.nodes), None  # one finish for every member
                 if pos is None:
                     for gm, f in zip(obj.nodes, prf, strict=True):
-                        finish(f if f > t else t, gm)
+                        heappush(heap, ((f if f > t else t) << shift) | gm)
                 else:
                     for gm, i in zip(obj.nodes, pos, strict=True):
                         f = prf[i]
-                        finish(f if f > t else t, gm)
+                        heappush(heap, ((f if f > t else t) << shift) | gm)
             else:
-                finish(t, obj)
+                heappush(heap, (t << shift) | obj)
 
     def in_flight(self) -> set[int]:
         """Nodes whose transfer the model has not completed."""
