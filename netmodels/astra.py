@@ -954,8 +954,11 @@ class AstraModel(ClosedFormModel):
 
     def p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
         """Send/recv time on an idle network: T_msg only, no bus delay or reduction (reference 3.3 item 9)."""
-        validate_ranks((src, dst), self.num_ranks)
-        check_size(size_bytes)
+        if not (type(src) is type(dst) is type(size_bytes) is int and size_bytes >= 0):  # the engine's case
+            validate_ranks((src, dst), self.num_ranks)
+            check_size(size_bytes)
+        elif not (0 <= src < self.num_ranks and 0 <= dst < self.num_ranks):
+            validate_ranks((src, dst), self.num_ranks)  # raises
         return self._msg1(int(src), int(dst), int(size_bytes))  # msg_ns's rule for one message, cached
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:

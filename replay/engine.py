@@ -305,7 +305,7 @@ class Engine:
             self.progress(n, n)
         records, end = self.colls.records, self.end
         for rec in records:
-            rec.end_ns = max(end[g] for g in rec.nodes)
+            rec.end_ns = max(map(end.__getitem__, rec.nodes))
         if self.colls.simulated is None:
             canonical_order(records, self.colls.collective_of, self.p2ps.pairs, self.start)
         return EngineOutput(
@@ -432,6 +432,5 @@ def canonical_order(
     records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
     for i, rec in enumerate(records):
         rec.id = i
-        for g in rec.nodes:
-            collective_of[g] = i
+        collective_of.update(dict.fromkeys(rec.nodes, i))
     pairs.sort(key=lambda p: (max(start[p[0]], start[p[1]]), p[0]))

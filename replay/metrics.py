@@ -12,11 +12,12 @@ def union_length(rank: np.ndarray, s: np.ndarray, e: np.ndarray, num_ranks: int)
     if not keep.any():
         return out
     rank, s, e = rank[keep].astype(np.int64), s[keep].astype(np.int64), e[keep].astype(np.int64)
-    order = np.lexsort((s, rank))
-    rank, s, e = rank[order], s[order], e[order]
-    # Shift each rank onto its own stretch of the line so one running max merges all ranks at once.
+    # Shift each rank onto its own stretch of the line so one running max merges all ranks at once; sorting
+    # by that one key is sorting by (rank, start), and ops come nearly in that order (a stable sort's best case).
     span = int(e.max()) + 1
     ss, ee = s + rank * span, e + rank * span
+    order = np.argsort(ss, kind="stable")
+    rank, ss, ee = rank[order], ss[order], ee[order]
     run = np.maximum.accumulate(ee)
     new = np.ones(len(ss), dtype=bool)
     new[1:] = ss[1:] > run[:-1]
