@@ -7,6 +7,7 @@ A send and a recv pair first-in first-out on (src, dst, tag), in issue order.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
@@ -63,6 +64,9 @@ class CollectiveMatcher:
         self.prog = prog
         self.coll = prog.coll
         self._rank_of = prog.rank_of
+        # Program.rank_of by one bisect on the ranks' first indices after rank 0 (an unfolded program).
+        offs = getattr(prog, "rank_offset", None)
+        self._offs = offs[1 : prog.num_ranks] if type(offs) is list and not prog.rank_ids else None
         self.simulated = frozenset(prog.rank_ids) if prog.rank_ids else None
         self.instances: dict[str, list[CollectiveInstance]] = {}
         self.records: list[CollectiveRecord] = []
@@ -76,7 +80,8 @@ class CollectiveMatcher:
         """Node g issues at t; returns its instance once the last simulated member has issued it."""
         info = self.coll[g]
         key = info.group
-        rank = self._rank_of(g)
+        offs = self._offs
+        rank = bisect_right(offs, g) if offs is not None else self._rank_of(g)
         ck = (key, rank)
         issued = self._issued
         k = issued.get(ck, 0)
