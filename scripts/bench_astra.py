@@ -30,14 +30,24 @@ sys.path.insert(0, str(REPO))
 CFG = REPO.parent / "shared" / "peer_configs" / "astra-sim"
 
 
-def write_network(path: Path, nodes: int) -> None:
-    """hgx_h100_32gpu.yml with `nodes` nodes in its second dimension (switch, as the issue's 2-D network)."""
-    path.write_text(
+def write_network(path: Path, nodes: int) -> Path:
+    """hgx_h100_32gpu.yml with `nodes` nodes in its second dimension (switch, as the issue's 2-D network).
+
+    A file already there with this text is reused unwritten (a shared --root may be read-only); one with
+    other text is left alone and the config goes to a fresh temporary folder. Returns the file to use.
+    """
+    text = (
         "topology: [ Switch, Switch ]\n"
         f"npus_count: [ 8, {nodes} ]\n"
         "bandwidth: [ 400, 50 ]\n"
         "latency: [ 936.25, 1000 ]\n"
     )
+    if path.is_file() and path.read_text() == text:
+        return path
+    if path.exists():
+        path = Path(tempfile.mkdtemp(prefix="bench_astra_net_")) / path.name
+    path.write_text(text)
+    return path
 
 
 def main() -> None:
@@ -64,8 +74,7 @@ def main() -> None:
         bundle.write(out, dep.name)
         save_deployment(dep, out / "deployment.json")
         del bundle
-    net = root / "network.yml"
-    write_network(net, args.ranks // 8)
+    net = write_network(root / "network.yml", args.ranks // 8)
     options = api.ReplayOptions(
         network=api.NetworkOptions(astra_network=str(net), astra_system=str(system)),
         compute=api.ComputeOptions(astra_system=str(system)),
