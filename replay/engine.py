@@ -263,9 +263,10 @@ class Engine:
 
     def collective_started(self, inst: CollectiveInstance, t: int) -> None:
         """The last member of a collective instance issued it at t: the members' waits, and it starts."""
-        wait = self.wait
-        for gm, ta in inst.arrivals.values():
-            wait[gm] = t - ta
+        if inst.first != t:  # else every member issued at t and waited 0 (wait's initial value)
+            wait = self.wait
+            for gm, ta in inst.arrivals.values():
+                wait[gm] = t - ta
         self.port.start_collective(inst, t)
 
     def send_issued(self, g: int, t: int) -> None:

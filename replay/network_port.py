@@ -102,7 +102,8 @@ class NetworkPort:
         if self.fold_check is not None:
             self.fold_check.collective(spec, self.prog.describe(g0))
         try:
-            if self._staggered is not None and len(inst.sim) == len(inst.members):
+            # Members that all issued at t (the first arrival is the last) start together: no stagger.
+            if self._staggered is not None and len(inst.sim) == len(inst.members) and inst.first != t:
                 h = self._staggered(t, spec, inst.issue_times())
             else:
                 h = net.start_collective(t, spec)
