@@ -67,11 +67,16 @@ class Engine:
         self.cptr = _as_list(prog.child_ptr)
         self.cidx = _as_list(prog.child_idx)
         # Most nodes have exactly one child (a chain per queue): the loop reads it without slicing the CSR.
-        self.child1 = _single_child(prog.child_ptr, prog.child_idx, n)
+        child1 = _single_child(prog.child_ptr, prog.child_idx, n)
+        self.child1 = child1.tolist()
         self.cap = list(prog.queue_cap)
         # Queue per node; FAST for a timed node (duration > 0) on a chain queue, issued the moment it is ready.
-        self.queue = _fast_queues(prog, self.dur, len(self.cap))
+        queue = _fast_queues(prog, self.dur, len(self.cap))
+        self.queue = queue.tolist()
         self.remaining = _as_list(prog.ndeps)  # unfinished parents per node
+        self.shift = max(n.bit_length(), 1)
+        # Runs of FAST nodes that follow each other alone finish as one event (see Runs).
+        self.runs = Runs(queue == FAST, child1, prog.ndeps, self.dur, self.shift)
         nq = len(self.cap)
         self.busy = [0] * nq  # slots in use per queue
         self.qheap: list[list[int]] = [[] for _ in range(nq)]  # ready nodes per queue, a heap of g
@@ -82,7 +87,6 @@ class Engine:
         self.end = [-1] * n
         self.ready = [-1] * n
         self.wait = [0] * n
-        self.shift = max(n.bit_length(), 1)
         self.mask = (1 << self.shift) - 1
         self.heap: list[int] = []  # node finishes as (t << shift) | g
         self.now = 0
@@ -123,14 +127,7 @@ class Engine:
     def release_roots(self) -> bool:
         """Nodes without dependencies are ready at t = 0; True when zero-time ones finish at t = 0."""
         remaining, ready, queue, kind = self.remaining, self.ready, self.queue, self.kind
-        qheap, dirty, heap, start, dur, shift = (
-            self.qheap,
-            self.dirty,
-            self.heap,
-            self.start,
-            self.dur,
-            self.shift,
-        )
+        qheap, dirty, heap, start, run_key = self.qheap, self.dirty, self.heap, self.start, self.runs.key
         roots = np.flatnonzero(np.asarray(remaining) == 0).tolist()  # ascending g
         zero = False
         for g in roots:
@@ -138,7 +135,7 @@ class Engine:
             q = queue[g]
             if q == FAST:
                 start[g] = 0
-                heap.append((dur[g] << shift) | g)
+                heap.append(run_key[g])  # its run's last node finishes at the run's length
             elif q >= 0:
                 qheap[q].append(g)  # ascending g: already a heap
                 dirty[q] = None
@@ -207,7 +204,8 @@ class Engine:
         heap, mask, shift = self.heap, self.mask, self.shift
         end, queue, busy, dirty = self.end, self.queue, self.busy, self.dirty
         kind, cptr, cidx, remaining, ready = self.kind, self.cptr, self.cidx, self.remaining, self.ready
-        qheap, start, pair_of, child1, dur = self.qheap, self.start, self.p2ps.pair_of, self.child1, self.dur
+        qheap, start, pair_of, child1 = self.qheap, self.start, self.p2ps.pair_of, self.child1
+        run_key, run_before = self.runs.key, self.runs.before
         bound = (t + 1) << shift
         done = 0
         while heap and heap[0] < bound:
@@ -222,6 +220,8 @@ class Engine:
                     r = pair_of.get(g)
                     if r is not None:
                         heappush(heap, (t << shift) | r)  # the data reaches a recv that is already waiting
+            elif q == FAST:
+                done += run_before[g]  # the nodes of its run before it finished too
             c = child1[g]
             if c >= 0:
                 # The one child (the common case; the loop below does the same for each of several).
@@ -232,7 +232,7 @@ class Engine:
                     qc = queue[c]
                     if qc == FAST:
                         start[c] = t
-                        heappush(heap, ((t + dur[c]) << shift) | c)
+                        heappush(heap, (t << shift) + run_key[c])  # (t + run length) << shift | its last
                     elif qc >= 0:
                         heappush(qheap[qc], c)
                         dirty[qc] = None
@@ -250,7 +250,7 @@ class Engine:
                         qc = queue[c]
                         if qc == FAST:
                             start[c] = t
-                            heappush(heap, ((t + dur[c]) << shift) | c)
+                            heappush(heap, (t << shift) + run_key[c])
                         elif qc >= 0:
                             heappush(qheap[qc], c)
                             dirty[qc] = None
@@ -288,7 +288,9 @@ class Engine:
     def output(self, wall_s: float, cpu_s: float) -> EngineOutput:
         """Check that everything ran and number the matchings; the run's EngineOutput."""
         n, prog = self.n, self.prog
+        self.start, self.end, self.ready = self.runs.fill(self.start, self.end, self.ready)
         if self.done < n:
+            self.runs.fill_remaining(self.start, self.remaining)
             raise explain_deadlock(
                 prog,
                 self.now,
@@ -355,12 +357,12 @@ def _issue_durations(prog: Program) -> list[int]:
 FAST = -2
 
 
-def _fast_queues(prog: Program, dur: list[int], nq: int) -> list[int]:
-    """prog.queue as a list, FAST on the timed nodes (duration > 0) of the queues that are chains."""
+def _fast_queues(prog: Program, dur: list[int], nq: int) -> np.ndarray:
+    """prog.queue, FAST on the timed nodes (duration > 0) of the queues that are chains."""
     queue = np.asarray(prog.queue, dtype=np.int64)
     n = len(queue)
     if n == 0 or nq == 0:
-        return queue.tolist()
+        return queue
     ptr = np.asarray(prog.child_ptr, dtype=np.int64)
     idx = np.asarray(prog.child_idx, dtype=np.int64)
     order = np.argsort(queue, kind="stable")  # by queue, ascending g within one
@@ -374,7 +376,7 @@ def _fast_queues(prog: Program, dur: list[int], nq: int) -> list[int]:
     except OverflowError:  # a duration past int64 (refused after the run, _check_int64): compare as ints
         timed = np.array(dur, dtype=object) > 0
     fast = (queue >= 0) & chain[np.maximum(queue, 0)] & timed
-    return np.where(fast, FAST, queue).tolist()
+    return np.where(fast, FAST, queue)
 
 
 # How far _reaches looks: a queue's consecutive nodes are usually linked directly or through one
@@ -405,13 +407,112 @@ def _reaches(ptr: np.ndarray, idx: np.ndarray, a: np.ndarray, b: np.ndarray) -> 
 _NONE, _MANY = -1, -2  # child1 entries of a node without children and of one with several
 
 
-def _single_child(child_ptr, child_idx, n: int) -> list[int]:
+def _single_child(child_ptr, child_idx, n: int) -> np.ndarray:
     """Per node: its only child, _NONE (no children) or _MANY (several: read the CSR)."""
     ptr = np.asarray(child_ptr, dtype=np.int64)
     idx = np.asarray(child_idx, dtype=np.int64)
     count = ptr[1 : n + 1] - ptr[:n]
     first = idx[np.minimum(ptr[:n], max(len(idx) - 1, 0))] if len(idx) else np.zeros(n, dtype=np.int64)
-    return np.where(count == 1, first, np.where(count == 0, _NONE, _MANY)).tolist()
+    return np.where(count == 1, first, np.where(count == 0, _NONE, _MANY))
+
+
+class Runs:
+    """Runs of FAST nodes that follow each other alone: each node's only child is the next one, whose only
+    parent it is. Such a child becomes ready exactly when its parent finishes and starts at once (FAST), and
+    nothing else happens at those instants (no slot, no queue, no side effect), so the engine schedules a
+    run as one event: its last node finishing at (run start + the run's durations). Every other node's
+    start, end and ready time is its run's start plus the durations before it, filled in after the loop.
+    """
+
+    def __init__(self, fast: np.ndarray, child1: np.ndarray, ndeps, dur: list[int], shift: int) -> None:
+        n = len(fast)
+        nd = np.asarray(ndeps, dtype=np.int64)
+        try:
+            d = np.asarray(dur, dtype=np.int64)
+        except OverflowError:  # a duration past int64 (refused after the run): every run one node long
+            d = None
+        link = fast & (child1 >= 0)
+        nxt = np.where(link, child1, 0)
+        link &= fast[nxt] & (nd[nxt] == 1)
+        wide = d is None  # durations as Python ints only
+        if wide or (n and int(np.abs(d).max()) >= (1 << 62) // n):
+            link[:] = False  # sums of durations could overflow int64: no run longer than one node
+            d = np.zeros(n, dtype=np.int64) if wide else d
+        prv = np.full(n, -1, dtype=np.int64)
+        prv[nxt[link]] = np.flatnonzero(link)
+        has = prv >= 0
+        # Pointer jumping towards each run's first node: p = an earlier node of the run, w = the durations
+        # from p up to the node (p included), k = nodes from p up to the node; log2(longest run) passes.
+        p = np.where(has, prv, np.arange(n, dtype=np.int64))
+        w = np.where(has, d[np.maximum(prv, 0)], 0)
+        k = has.astype(np.int64)
+        while n:
+            pp = p[p]
+            if (pp == p).all():
+                break
+            w, k, p = w + w[p], k + k[p], pp
+        last = np.flatnonzero(fast & ~link)  # every run's last node (a run of one node included)
+        first = p[last]
+        span = w[last] + d[last]
+        # key[first node] = (run length << shift) | last node: the run's event is (start << shift) + key.
+        if not wide and (not len(span) or int(span.max()) < 1 << (62 - shift)):
+            key_a = np.zeros(n, dtype=np.int64)
+            key_a[first] = (span << shift) | last
+            self.key = key_a.tolist()
+        else:  # the same keys on Python ints
+            spans = [dur[g] for g in last.tolist()] if wide else span.tolist()
+            key = [0] * n
+            for f, s, g in zip(first.tolist(), spans, last.tolist(), strict=True):
+                key[f] = (s << shift) | g
+            self.key = key
+        before = np.zeros(n, dtype=np.int64)
+        before[last] = k[last]
+        self.before = before.tolist()
+        inner = np.flatnonzero(has)  # nodes after their run's first
+        self.inner, self.inner_first, self.inner_off = inner, p[inner], w[inner]
+        early = np.flatnonzero(link)  # nodes before their run's last: each ends when the next starts
+        self.early, self.early_first, self.early_end = early, p[early], w[early] + d[early]
+
+    def fill(
+        self, start: list[int], end: list[int], ready: list[int]
+    ) -> tuple[list[int], list[int], list[int]]:
+        """start, end and ready of the nodes the loop did not visit, from their runs' starts."""
+        if not len(self.inner):
+            return start, end, ready
+        try:
+            st = np.array(start, dtype=np.int64)
+            en = np.array(end, dtype=np.int64)
+            rd = np.array(ready, dtype=np.int64)
+        except OverflowError:  # times past int64 (refused after the run): the same sums on Python ints
+            return self._fill_ints(start, end, ready)
+        # A run that started has finished (the loop drains every event), and its last node's end, the
+        # largest of its times, fits in int64 here: none of these sums overflows.
+        s = st[self.inner_first]
+        ok = s >= 0
+        vals = s[ok] + self.inner_off[ok]
+        st[self.inner[ok]] = vals
+        rd[self.inner[ok]] = vals
+        s = st[self.early_first]
+        ok = s >= 0
+        en[self.early[ok]] = s[ok] + self.early_end[ok]
+        return st.tolist(), en.tolist(), rd.tolist()
+
+    def _fill_ints(self, start: list[int], end: list[int], ready: list[int]):
+        inner = zip(self.inner.tolist(), self.inner_first.tolist(), self.inner_off.tolist(), strict=True)
+        for g, f, o in inner:
+            if start[f] >= 0:
+                start[g] = ready[g] = start[f] + o
+        early = zip(self.early.tolist(), self.early_first.tolist(), self.early_end.tolist(), strict=True)
+        for g, f, e in early:
+            if start[f] >= 0:
+                end[g] = start[f] + e
+        return start, end, ready
+
+    def fill_remaining(self, start: list[int], remaining: list[int]) -> None:
+        """Unfinished parents of the nodes after a run's first: none once the run started."""
+        for g, f in zip(self.inner.tolist(), self.inner_first.tolist(), strict=True):
+            if start[f] >= 0:
+                remaining[g] = 0
 
 
 def _as_list(a) -> list:

@@ -26,7 +26,7 @@ def test_chain_queues_by_hand():
     children = [[1], [2], [3], [4], [], [], [], [8], [9], [10], [11], [12], []]
     queue = [0, 1, 0, 0, 0, 2, 2, 3, 4, 4, 4, 4, 3]
     dur = [5, -1, 5, 0, 7, 3, 3, 2, 1, 1, 1, 1, 2]
-    got = _fast_queues(_prog(queue, children), dur, 5)
+    got = _fast_queues(_prog(queue, children), dur, 5).tolist()
     F = FAST
     assert got == [F, 1, F, 0, F, 2, 2, 3, F, F, F, F, 3]
 
@@ -52,3 +52,23 @@ def test_a_queue_that_is_no_chain_still_issues_ascending_ids(tmp_path):
     res = simulate(write_set(tmp_path, per), network=None)
     ops = {r["node_id"]: (r["start_ns"], r["end_ns"]) for r in res.ops.iter_rows(named=True)}
     assert ops == {1: (0, 10_000), 3: (10_000, 15_000), 4: (15_000, 20_000)}
+
+
+def test_a_run_of_compute_nodes_is_one_event_with_every_node_timed(tmp_path):
+    # Per rank: AllReduce 1 (fake network: 1000 ns), then computes 2, 3, 4 (10, 20, 30 us) one after another,
+    # each the only child of the one before: a run the loop schedules as one event, 4 ending at
+    # 1000 + 60,000. Every node still gets its own times, and the summary counts every node as an event.
+    per = [
+        [coll(1, 1 << 20), comp(2, 10, deps=[1]), comp(3, 20, deps=[2]), comp(4, 30, deps=[3])]
+        for _ in range(2)
+    ]
+    res = simulate(write_set(tmp_path, per), network=FakeNet(2))
+    rows = {(r["rank"], r["node_id"]): r for r in res.ops.iter_rows(named=True)}
+    for rank in (0, 1):
+        got = [
+            (rows[(rank, i)]["ready_ns"], rows[(rank, i)]["start_ns"], rows[(rank, i)]["end_ns"])
+            for i in (2, 3, 4)
+        ]
+        assert got == [(1_000, 1_000, 11_000), (11_000, 11_000, 31_000), (31_000, 31_000, 61_000)]
+    assert res.summary_dict()["events"] == 8
+    assert res.per_rank_finish_ns == [61_000, 61_000]
