@@ -502,22 +502,28 @@ class AstraModel(ClosedFormModel):
             spec.algorithm,
             tuple(sorted((d, v % 2) for d, v in self._dbt_streams.items())),
         )
+        skey = None
+        if not self.congestion_aware:
+            # Whether the closed form applies (_event_chunks returns None) depends on what the shape key
+            # holds too, so a shape seen with a closed form has one again, without asking _event_chunks.
+            skey = (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), self._shape_key(ranks))
+            closed = self._shape_memo.get(skey)
+            if closed is not None:
+                if strict and len(self._closed_memo) < _MEMO_MAX:
+                    self._closed_memo[spec] = closed
+                    self._remember(spec, closed)
+                return closed
         chunks = self._event_chunks(spec, ranks)
         if chunks is None or (self.congestion_aware and self._contention_free(spec, ranks)):
-            if chunks is None and not self.congestion_aware:
-                skey = (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), self._shape_key(ranks))
-                closed = self._shape_memo.get(skey)
-                if closed is None:
-                    closed = self._closed_ns(spec, ranks)
-                    if len(self._shape_memo) < _MEMO_MAX:
-                        self._shape_memo[skey] = closed
-            else:
-                closed = self._closed_ns(spec, ranks)
+            closed = self._closed_ns(spec, ranks)
             # _event_chunks returns None before any side effect (the doubleBinaryTree stream counter), so
             # a repeat of this spec takes this same path: the closed form is a pure function of it.
-            if strict and chunks is None and not self.congestion_aware and len(self._closed_memo) < _MEMO_MAX:
-                self._closed_memo[spec] = closed
-                self._remember(spec, closed)
+            if chunks is None and skey is not None:
+                if len(self._shape_memo) < _MEMO_MAX:
+                    self._shape_memo[skey] = closed
+                if strict and len(self._closed_memo) < _MEMO_MAX:
+                    self._closed_memo[spec] = closed
+                    self._remember(spec, closed)
             return closed
         hit = self._memo.get(key)
         if hit is not None:
