@@ -191,25 +191,31 @@ def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     m = len(s)
     ar = np.arange(m)
     n = e - s
-    w = _words(b)
-    # The key: the length, the first 8 bytes, bytes 8-15 (the last 8 when shorter than 16), the last 8,
-    # and bytes 16-23 of spans longer than 24: with the length, equal keys are equal bytes up to 32.
-    k0 = w[s]
-    last = np.maximum(e - 8, s)
-    k1 = w[np.minimum(s + 8, last)]
-    k2 = w[last]
+    # The key: the length and bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of spans longer
+    # than 24: equal keys are equal bytes up to 32. Words are read from the buffer's aligned 8-byte words
+    # (two of them shifted into one), ~2x faster than numpy's unaligned 8-byte loads.
+    al = np.frombuffer(b.data, dtype="<u8", count=len(b) // 8)
+    q = s >> 3
+    sh = ((s & 7) << 3).astype(np.uint64)
+    rs = np.uint64(64) - sh
+    nb = np.minimum(n, 32)
+    a_next = al[q]
+    keys = []
+    for j in range(3):
+        k = a_next >> sh
+        a_next = al[q + (j + 1)]
+        k |= a_next << rs
+        k &= (np.uint64(1) << (np.clip(nb - 8 * j, 0, 8).astype(np.uint64) << np.uint64(3))) - np.uint64(1)
+        keys.append(k)
+    k0, k1, k2 = keys
     k3 = np.zeros(m, dtype=np.uint64)
-    rare = np.nonzero((n < 8) | (n > 24))[0]
+    rare = np.nonzero(n > 24)[0]
     if len(rare):
-        nr = n[rare]
-        short = rare[nr < 8]
-        if len(short):
-            sh = (n[short] * 8).astype(np.uint64)
-            k0[short] &= (np.uint64(1) << sh) - np.uint64(1)
-            k1[short] = k2[short] = 0
-        mid = rare[(nr > 24) & (nr <= 32)]
-        k3[mid] = w[s[mid] + 16]
-        long_ = rare[nr > 32]
+        mid = rare[n[rare] <= 32]
+        w = _words(b)
+        sm = (np.uint64(1) << ((n[mid] - 24).astype(np.uint64) << np.uint64(3))) - np.uint64(1)
+        k3[mid] = w[s[mid] + 24] & sm
+        long_ = rare[n[rare] > 32]
         k3[long_] = long_.astype(np.uint64) | np.uint64(1 << 63)  # unique: never merged
     nu = n.astype(np.uint64)
     h = nu * np.uint64(0x9E3779B97F4A7C15)
@@ -345,7 +351,7 @@ def decode_columns(
     file_ptr = np.zeros(len(bufs) + 1, dtype=np.int64)
     file_ptr[1:] = np.cumsum(counts)
     n = int(file_ptr[-1])
-    b = np.frombuffer(buf + b"\x00" * 16, dtype=np.uint8)
+    b = np.frombuffer(buf + b"\x00" * 40, dtype=np.uint8)  # padded: _varints, _dedupe read past ends
     hs = np.concatenate(hs_l) if hs_l else np.zeros(0, dtype=np.int64)
     end = np.concatenate(end_l) if end_l else np.zeros(0, dtype=np.int64)
     _, payload_start = _varints(b, hs)  # skip each frame's length prefix
