@@ -196,31 +196,12 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     nbytes = np.zeros(n, dtype=np.int64)
     ctype = np.full(n, -1, dtype=np.int64)
     pgs: list[str | None] = [None] * n
-    base = b.n
     ci = np.nonzero(is_comm & ~cpu)[0]
     if len(ci):
-        vals = [at.py_many(a, ci) for a in (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG)]
-        has_pg = (at.kind(PG_NAME)[ci] >= 0).tolist()
-        pg, cg = at.py_many(PG_NAME, ci), at.py_many("comm_group", ci)
-        ids_l, nt_l, rec_l = ids[ci].tolist(), nt[ci].tolist(), rec[ci].tolist()
-        res = []
-        for j, i in enumerate(ci.tolist()):
-            where = {"path": path, "rank": rank, "node_id": ids_l[j]}
-            res.append(
-                b.comm(
-                    nt_l[j],
-                    rank,
-                    base + i,
-                    rec_l[j],
-                    where,
-                    *(v[j] for v in vals),
-                    _pg(pg[j] if has_pg[j] else cg[j]),
-                )
-            )
-        k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
+        k_, d_, s_, c_, pgs_c, st_ = _comm_nodes(b, rank, path, cols, at, ci, ids, nt, rec)
         kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
-        for j, i in enumerate(ci.tolist()):
-            pgs[i] = p_[j]
+        for i, p in zip(ci.tolist(), pgs_c, strict=True):
+            pgs[i] = p
     queue = np.full(n, q_comm, dtype=np.int64)
     queue[kind == K_COMP] = q_comp
     queue[kind == K_CPU] = q_cpu
@@ -249,6 +230,60 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     b.ignored_ctrl += int((~c_valid).sum())
     _annotations(b, at)
     return True
+
+
+# The attributes that decide a communication node's matching data (the arguments of _Builder.comm).
+_COMM_ATTRS = (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group")
+
+
+def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs, ci, ids, nt, rec) -> tuple:
+    """(kinds, durations, bytes, comm types, pg names, streams) of the rank's GPU comm nodes `ci`, through
+    `_Builder.comm` once per distinct (type, recorded duration, comm attributes): a trace repeats a few
+    collectives and transfers many times. Distinct inputs go in order of their first node, so the first
+    error raised is the one the node-by-node order raises; the matching data are recorded in node order
+    (the same frozen CollInfo / P2PInfo shared by nodes with equal inputs)."""
+    sel = at._at(ci)
+    parts = [nt[ci], rec[ci]]
+    present = []
+    for name in _COMM_ATTRS:
+        c = cols.attrs.get(name)
+        present.append(c)
+        if c is not None:
+            parts += [c.kind[sel], c.value[sel]]
+    index: dict[tuple, int] = {}
+    firsts: list[int] = []
+    code = []
+    for j, key in enumerate(map(tuple, np.column_stack(parts).tolist())):
+        d = index.get(key)
+        if d is None:
+            d = index[key] = len(firsts)
+            firsts.append(j)
+        code.append(d)
+    base = b.n
+    res, infos = [], []
+    saved = b.coll, b.p2p
+    b.coll, b.p2p = {}, {}  # catches the infos _Builder.comm records
+    try:
+        for j in firsts:
+            i = int(ci[j])
+            v = [
+                at.py(name, i) if c is not None else None
+                for name, c in zip(_COMM_ATTRS, present, strict=True)
+            ]
+            pg = v[5] if present[5] is not None and present[5].kind[at._at(i)] >= 0 else v[6]
+            where = {"path": path, "rank": rank, "node_id": int(ids[i])}
+            g = base + i
+            res.append(b.comm(int(nt[i]), rank, g, int(rec[i]), where, *v[:5], _pg(pg)))
+            infos.append(b.coll.get(g, b.p2p.get(g)))
+    finally:
+        coll, p2p = b.coll, b.p2p
+        b.coll, b.p2p = saved
+    gs = (ci + base).tolist()
+    for found, dest in ((coll, b.coll), (p2p, b.p2p)):
+        if found:
+            mine = [gs[j] in found for j in firsts]
+            dest.update((g, infos[d]) for g, d in zip(gs, code, strict=True) if mine[d])
+    return tuple(list(x) for x in zip(*[res[d] for d in code], strict=True))
 
 
 def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:
