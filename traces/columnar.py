@@ -36,6 +36,7 @@ _MASK32 = np.uint64(0xFFFFFFFF)
 _TAG_OK = np.zeros(256, dtype=bool)
 _TAG_OK[[f << 3 for f in (1, 3, 6, 7)]] = True
 _TAG_OK[[(f << 3) | 2 for f in (2, 4, 5, 8, 9, 10)]] = True
+_ATTR_TAG = (10 << 3) | 2
 _VALUE_OK = np.zeros(64, dtype=bool)
 _VALUE_OK[[0, F_INT32, F_INT64, F_UINT32, F_UINT64, F_BOOL, F_STRING]] = True
 
@@ -185,71 +186,74 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
     return ptr, vals.astype(np.int64)[order]
 
 
+_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
+
+
 def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group the byte spans [s, e) of `b` by their bytes, exactly: (group per span, first span of each
-    group), groups numbered in the order of their first span. Spans over 32 bytes each get a group."""
+    """Group protobuf fields [s, e) of `b` (a one-byte tag, then the length) by their bytes, exactly:
+    (group per field, first field of each group), groups numbered in the order of their first field.
+    Fields over 32 bytes each get a group."""
     m = len(s)
     ar = np.arange(m)
     n = e - s
-    # The key: the length and bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of spans longer
-    # than 24: equal keys are equal bytes up to 32. Words are read from the buffer's aligned 8-byte words
-    # (two of them shifted into one), ~2x faster than numpy's unaligned 8-byte loads.
+    # The key: bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of fields longer than 24:
+    # equal keys are equal bytes up to 32 (the length is byte 1, inside the key). Words are read from
+    # the buffer's aligned 8-byte words, two shifted into one (~2x faster than unaligned 8-byte loads).
     al = np.frombuffer(b.data, dtype="<u8", count=len(b) // 8)
     q = s >> 3
     sh = ((s & 7) << 3).astype(np.uint64)
     rs = np.uint64(64) - sh
-    nb = np.minimum(n, 32)
+    nb = np.minimum(n, 24)
     a_next = al[q]
     keys = []
     for j in range(3):
         k = a_next >> sh
         a_next = al[q + (j + 1)]
         k |= a_next << rs
-        k &= (np.uint64(1) << (np.clip(nb - 8 * j, 0, 8).astype(np.uint64) << np.uint64(3))) - np.uint64(1)
+        k &= _LOW_BYTES[np.clip(nb - 8 * j, 0, 8)]
         keys.append(k)
     k0, k1, k2 = keys
-    k3 = np.zeros(m, dtype=np.uint64)
+    h = k0 * np.uint64(0xC2B2AE3D27D4EB4F)
+    h ^= k1 * np.uint64(0x165667B19E3779F9)
+    h ^= k2 * np.uint64(0xD6E8FEB86659FD93)
     rare = np.nonzero(n > 24)[0]
+    k3 = None
     if len(rare):
+        k3 = np.zeros(m, dtype=np.uint64)
         mid = rare[n[rare] <= 32]
-        w = _words(b)
-        sm = (np.uint64(1) << ((n[mid] - 24).astype(np.uint64) << np.uint64(3))) - np.uint64(1)
-        k3[mid] = w[s[mid] + 24] & sm
+        k3[mid] = _words(b)[s[mid] + 24] & _LOW_BYTES[n[mid] - 24]
         long_ = rare[n[rare] > 32]
         k3[long_] = long_.astype(np.uint64) | np.uint64(1 << 63)  # unique: never merged
-    nu = n.astype(np.uint64)
-    h = nu * np.uint64(0x9E3779B97F4A7C15)
-    for k, mul in ((k0, 0xC2B2AE3D27D4EB4F), (k1, 0x165667B19E3779F9), (k2, 0xD6E8FEB86659FD93)):
-        h ^= k * np.uint64(mul)
-        h ^= h >> np.uint64(29)
-    if len(rare):
         h ^= k3 * np.uint64(0xFF51AFD7ED558CCD)
     bits = max(10, min(26, (2 * m).bit_length()))
     table = np.empty(1 << bits, dtype=np.int64)
     rep = np.empty(m, dtype=np.int64)
     pend = ar
     for rnd in range(8):
-        # Each span's slot; of the spans sharing one, the first (written last) is compared with the others:
-        # equal keys join its group, the rest (another key in the same slot) try again with a new slot.
+        # Each field's slot; of the fields sharing one, the first (written last) is compared with the
+        # others: equal keys join its group, the rest (another key in the same slot) try a new slot.
         slot = ((h * np.uint64(_ROUND_MUL[rnd])) >> np.uint64(64 - bits)).astype(np.intp)
         table[slot[::-1]] = pend[::-1]
         r = table[slot]
         if rnd == 0:
-            same = (k0[r] == k0) & (k1[r] == k1) & (k2[r] == k2) & (nu[r] == nu)
-            if len(rare):
+            same = k0[r] == k0
+            same &= k1[r] == k1
+            same &= k2[r] == k2
+            if k3 is not None:
                 same &= k3[r] == k3
         else:
-            same = (k0[r] == k0[pend]) & (k1[r] == k1[pend]) & (k2[r] == k2[pend]) & (nu[r] == nu[pend])
-            same &= k3[r] == k3[pend]
+            same = (k0[r] == k0[pend]) & (k1[r] == k1[pend]) & (k2[r] == k2[pend])
+            if k3 is not None:
+                same &= k3[r] == k3[pend]
         rep[pend[same]] = r[same]
         if same.all():
             break
         keep = ~same
         pend, h = pend[keep], h[keep]
     else:
-        raise Unsupported("span hashes collide")
+        raise Unsupported("field hashes collide")
     if not (rep <= ar).all():  # the first of each group is its representative (numpy writes in order)
-        raise Unsupported("span groups out of order")
+        raise Unsupported("field groups out of order")
     first = np.nonzero(rep == ar)[0]
     lut = np.empty(m, dtype=np.int64)
     lut[first] = np.arange(len(first))
@@ -358,10 +362,12 @@ def decode_columns(
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
-    # Rounds: each reads the next field of every node that has one left; the fields are kept flat.
+    # Rounds: each reads the next field of every node that has one left; the fields are kept flat, the
+    # attributes (most fields, usually whole rounds of them) apart from the others.
     act = np.nonzero(end > payload_start)[0]
     pos, lim = payload_start[act], end[act]
     f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
+    a_node, a_pos, a_vs, a_nxt = [], [], [], []
     while len(act):
         t = b[pos]
         if not _TAG_OK[t].all():
@@ -373,17 +379,37 @@ def decode_columns(
         nxt = p2 + ln.astype(np.int64)
         if (nxt > lim).any():
             raise Unsupported("field runs past its node")
-        f_node.append(act)
-        f_tag.append(t)
-        f_pos.append(pos)
-        f_val.append(v)
-        f_vs.append(p2)
-        f_nxt.append(nxt)
+        is_attr = t == _ATTR_TAG
+        if is_attr.all():
+            a_node.append(act)
+            a_pos.append(pos)
+            a_vs.append(p2)
+            a_nxt.append(nxt)
+        else:
+            if is_attr.any():
+                a_node.append(act[is_attr])
+                a_pos.append(pos[is_attr])
+                a_vs.append(p2[is_attr])
+                a_nxt.append(nxt[is_attr])
+                other = ~is_attr
+                f_node.append(act[other])
+                f_tag.append(t[other])
+                f_pos.append(pos[other])
+                f_val.append(v[other])
+                f_vs.append(p2[other])
+                f_nxt.append(nxt[other])
+            else:
+                f_node.append(act)
+                f_tag.append(t)
+                f_pos.append(pos)
+                f_val.append(v)
+                f_vs.append(p2)
+                f_nxt.append(nxt)
         more = nxt < lim
         act, pos, lim = act[more], nxt[more], lim[more]
+    cat = np.concatenate
     if f_node:
-        fn, ft, fp = np.concatenate(f_node), np.concatenate(f_tag), np.concatenate(f_pos)
-        fv, fvs, fnx = np.concatenate(f_val), np.concatenate(f_vs), np.concatenate(f_nxt)
+        fn, ft, fp, fv, fvs, fnx = cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt)
     else:
         fn = fp = fvs = fnx = np.zeros(0, dtype=np.int64)
         ft = np.zeros(0, dtype=np.uint8)
@@ -421,10 +447,17 @@ def decode_columns(
         else:
             ptrs[fld] = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     names = _names(b, name_s, name_e)
-    k = field(10)
-    attrs, distinct = _decode_attrs(b, n, fn[k], fp[k], fvs[k], fnx[k], want, spans)
+    if a_node:
+        a_pos = cat(a_pos)
+        # In byte order (the rounds' sorted runs merge in one cheap stable sort): the dedupe below then
+        # reads the buffer front to back.
+        order = np.argsort(a_pos, kind="stable")
+        a_pos, a_node, a_vs, a_nxt = a_pos[order], cat(a_node)[order], cat(a_vs)[order], cat(a_nxt)[order]
+    else:
+        a_pos = a_node = a_vs = a_nxt = np.zeros(0, dtype=np.int64)
+    attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans)
     io = np.nonzero((fi == 8) | (fi == 9))[0]
-    _validate(b, np.concatenate((fp[k][distinct], fp[io])), np.concatenate((fnx[k][distinct], fnx[io])))
+    _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
     return RankColumns(
         paths=tuple(paths),
         file_ptr=file_ptr,
