@@ -225,14 +225,16 @@ def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
         long_ = rare[n[rare] > 32]
         k3[long_] = long_.astype(np.uint64) | np.uint64(1 << 63)  # unique: never merged
         h ^= k3 * np.uint64(0xFF51AFD7ED558CCD)
-    bits = max(10, min(26, (2 * m).bit_length()))
+    # A table of 2-4x the fields (at most 4M slots, 32 MB): a round groups every field whose slot holds a
+    # field with its key; each round groups at least one key per slot, so the rounds end.
+    bits = max(10, min(22, (2 * m).bit_length()))
     table = np.empty(1 << bits, dtype=np.int64)
     rep = np.empty(m, dtype=np.int64)
     pend = ar
-    for rnd in range(8):
+    for rnd in range(_MAX_ROUNDS):
         # Each field's slot; of the fields sharing one, the first (written last) is compared with the
         # others: equal keys join its group, the rest (another key in the same slot) try a new slot.
-        slot = ((h * np.uint64(_ROUND_MUL[rnd])) >> np.uint64(64 - bits)).astype(np.intp)
+        slot = ((h * _ROUND_MUL[rnd]) >> np.uint64(64 - bits)).astype(np.intp)
         table[slot[::-1]] = pend[::-1]
         r = table[slot]
         if rnd == 0:
@@ -260,16 +262,9 @@ def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
     return lut[rep], first
 
 
-_ROUND_MUL = (
-    0x9E3779B97F4A7C15,
-    0xBF58476D1CE4E5B9,
-    0x94D049BB133111EB,
-    0xD1B54A32D192ED03,
-    0xAEF17502108EF2D9,
-    0xDB4F0B9175AE2165,
-    0x8CB92BA72F3D8DD7,
-    0xA24BAED4963EE407,
-)
+_MAX_ROUNDS = 64
+# One odd multiplier per round (multiples of the 64-bit golden ratio): a new slot for every field left.
+_ROUND_MUL = [np.uint64((0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1) for i in range(_MAX_ROUNDS)]
 
 
 def _varint_bytes(v: int) -> bytes:
