@@ -4,8 +4,12 @@ The protobuf wire format is walked with numpy, all nodes of a file at once, one 
 reads the next tag of every node still holding bytes. It covers what Chakra producers write (the Node
 fields of et_def.proto, packed dependency lists, attributes with an integer, bool or string value). Anything
 else (an unknown field, a repeated scalar, unpacked deps, a float or list value on an attribute the replay
-reads, bytes that protobuf's own parser rejects, which is checked first) raises `Unsupported`, and the caller decodes that file with protobuf
-instead, so errors and edge cases keep their one implementation (traces/stream.py).
+reads, bytes that protobuf's own parser rejects) raises `Unsupported`, and the caller decodes that file
+with protobuf instead, so errors and edge cases keep their one implementation (traces/stream.py).
+
+Attribute fields (most of a trace's bytes) repeat: a trace holds a few hundred distinct ones. They are
+grouped by their bytes first (`_dedupe`, exact), and only the distinct ones are decoded and handed to
+protobuf's parser (`_validate`), which also checks the attributes the replay does not read.
 """
 
 from __future__ import annotations
