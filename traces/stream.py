@@ -126,15 +126,19 @@ def frame_spans(buf: bytes, path: str = "<bytes>") -> tuple[np.ndarray, np.ndarr
     pos = 0
     n = len(buf)
     cap = max_nodes() + 1
-    while pos < n:
-        append(pos)
-        b = buf[pos]
-        if b < 0x80:
-            pos += 1 + b
-        elif pos + 1 < n and buf[pos + 1] < 0x80:
-            pos += 2 + (b & 0x7F) + (buf[pos + 1] << 7)
-        else:
-            break  # a longer (or truncated) length prefix
+    try:
+        while pos < n:
+            append(pos)
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1 + b
+            else:
+                c = buf[pos + 1]  # IndexError: a prefix cut by the end of the file
+                if c >= 0x80:
+                    break  # a longer length prefix
+                pos += 2 + (b & 0x7F) + (c << 7)
+    except IndexError:
+        pos = -1
     if pos != n or len(starts) > cap:
         spans = frame_offsets(buf, path)
         hs = np.fromiter((s for s, _ in spans), dtype=np.int64, count=len(spans))
