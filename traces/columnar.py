@@ -434,10 +434,10 @@ def decode_columns(
     name_s = np.zeros(n, dtype=np.int64)
     name_e = np.zeros(n, dtype=np.int64)
     name_tag = np.full(n, -1, dtype=np.int64)
-    k = field(2)
-    name_s[fn[k]] = fvs[k]
-    name_e[fn[k]] = fnx[k]
-    name_tag[fn[k]] = fp[k]
+    kn = field(2)
+    name_s[fn[kn]] = fvs[kn]
+    name_e[fn[kn]] = fnx[kn]
+    name_tag[fn[kn]] = fp[kn]
     ptrs = {}
     for fld in (4, 5):
         k = field(fld)
@@ -445,7 +445,15 @@ def decode_columns(
             ptrs[fld] = _csr(fn[k], fvs[k], fnx[k], b, n)
         else:
             ptrs[fld] = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    names = _names(b, name_s, name_e)
+    # Names repeat over ranks (the same op on every replica): the distinct name fields are decoded once.
+    if len(kn):
+        code, first = _dedupe(b, fp[kn], fnx[kn])
+        uniq = np.asarray(_names(b, fvs[kn][first], fnx[kn][first]), dtype=object)
+        named = np.full(n, "", dtype=object)
+        named[fn[kn]] = uniq[code]
+        names = named.tolist()
+    else:
+        names = [""] * n
     if a_node:
         a_pos = cat(a_pos)
         # In byte order (the rounds' sorted runs merge in one cheap stable sort): the dedupe below then
