@@ -66,33 +66,12 @@ class _Attrs:
     def _at(self, idx):
         return (self.sel.start + idx) if isinstance(self.sel, slice) else self.sel[idx]
 
-    def py_many(self, name: str, idx: np.ndarray) -> list:
-        """`py` at every local index of idx."""
-        c = self.cols.attrs.get(name)
-        if c is None:
-            return [None] * len(idx)
-        ks = c.kind[self._at(idx)].tolist()
-        vs = c.value[self._at(idx)].tolist()
-        st = c.strings
-        return [
-            None if k <= 0 else (st[v] if k == F_STRING else (bool(v) if k == F_BOOL else v))
-            for k, v in zip(ks, vs, strict=True)
-        ]
 
-    def py(self, name: str, i: int):
-        """The attribute's value at local node i as protobuf gives it (None when absent or empty)."""
-        c = self.cols.attrs.get(name)
-        if c is None:
-            return None
-        k = int(c.kind[self._at(i)])
-        if k <= 0:
-            return None
-        v = int(c.value[self._at(i)])
-        if k == F_STRING:
-            return c.strings[v]
-        if k == F_BOOL:
-            return bool(v)
-        return v
+def _py(kind: int, value: int, strings: tuple[str, ...]):
+    """An attribute value as protobuf gives it (None when absent or empty), from its column entry."""
+    if kind <= 0:
+        return None
+    return strings[value] if kind == F_STRING else (bool(value) if kind == F_BOOL else value)
 
 
 def _pg(v):
@@ -311,10 +290,8 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
             for a, c in enumerate(present):
                 if c is None:
                     continue
-                k, x = row[col], row[col + 1]
+                v[a] = _py(row[col], row[col + 1], c.strings)
                 col += 2
-                if k > 0:
-                    v[a] = c.strings[x] if k == F_STRING else (bool(x) if k == F_BOOL else x)
             pg = v[5] if pg_at is not None and row[pg_at] >= 0 else v[6]
             g = base + i
             where = {"path": path, "rank": rank, "node_id": nid}
