@@ -193,21 +193,15 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
 _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
-def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group protobuf fields [s, e) of `b` (a one-byte tag, then the length) by their bytes, exactly:
-    (group per field, first field of each group), groups numbered in the order of their first field.
-    Fields over 32 bytes each get a group."""
-    m = len(s)
-    ar = np.arange(m)
-    n = e - s
-    # The key: bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of fields longer than 24:
-    # equal keys are equal bytes up to 32 (the length is byte 1, inside the key). Words are read from
-    # the buffer's aligned 8-byte words, two shifted into one (~2x faster than unaligned 8-byte loads).
+def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Bytes 0-7, 8-15 and 16-23 of each protobuf field [s, e) of `b`, zero past its end, as uint64 words
+    (read from the buffer's aligned 8-byte words, two shifted into one: ~2x faster than numpy's unaligned
+    8-byte loads)."""
     al = np.frombuffer(b.data, dtype="<u8", count=len(b) // 8)
     q = s >> 3
     sh = ((s & 7) << 3).astype(np.uint64)
     rs = np.uint64(64) - sh
-    nb = np.minimum(n, 24)
+    nb = np.minimum(e - s, 24)
     a_next = al[q]
     keys = []
     for j in range(3):
@@ -216,7 +210,21 @@ def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
         k |= a_next << rs
         k &= _LOW_BYTES[np.clip(nb - 8 * j, 0, 8)]
         keys.append(k)
-    k0, k1, k2 = keys
+    return tuple(keys)
+
+
+def _dedupe(
+    b: np.ndarray, s: np.ndarray, e: np.ndarray, keys: tuple[np.ndarray, ...] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Group protobuf fields [s, e) of `b` (a one-byte tag, then the length) by their bytes, exactly:
+    (group per field, first field of each group), groups numbered in the order of their first field.
+    Fields over 32 bytes each get a group. keys: _field_keys of the fields, when already read."""
+    m = len(s)
+    ar = np.arange(m)
+    n = e - s
+    # The key: bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of fields longer than 24:
+    # equal keys are equal bytes up to 32 (the length is byte 1, inside the key).
+    k0, k1, k2 = keys if keys is not None else _field_keys(b, s, e)
     h = k0 * np.uint64(0xC2B2AE3D27D4EB4F)
     h ^= k1 * np.uint64(0x165667B19E3779F9)
     h ^= k2 * np.uint64(0xD6E8FEB86659FD93)
@@ -229,13 +237,17 @@ def _dedupe(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np
         long_ = rare[n[rare] > 32]
         k3[long_] = long_.astype(np.uint64) | np.uint64(1 << 63)  # unique: never merged
         h ^= k3 * np.uint64(0xFF51AFD7ED558CCD)
-    # A table of 2-4x the fields (at most 4M slots, 32 MB): a round groups every field whose slot holds a
-    # field with its key; each round groups at least one key per slot, so the rounds end.
-    bits = max(10, min(22, (2 * m).bit_length()))
-    table = np.empty(1 << bits, dtype=np.int64)
+    # A round groups every field whose slot holds a field with its key; each round groups at least one key
+    # per slot, so the rounds end. The first table is small (64 KB, in the caches: a trace has a few
+    # hundred distinct fields); the fields left after it get a table of 2-4x their number (<= 32 MB).
+    bits = max(10, min(14, (2 * m).bit_length()))
+    table = np.empty(1 << bits, dtype=np.int32)
     rep = np.empty(m, dtype=np.int64)
     pend = ar
     for rnd in range(_MAX_ROUNDS):
+        if rnd == 1:
+            bits = max(bits, min(22, (2 * len(pend)).bit_length()))
+            table = np.empty(1 << bits, dtype=np.int64)
         # Each field's slot; of the fields sharing one, the first (written last) is compared with the
         # others: equal keys join its group, the rest (another key in the same slot) try a new slot.
         slot = ((h * _ROUND_MUL[rnd]) >> np.uint64(64 - bits)).astype(np.intp)
@@ -366,7 +378,7 @@ def decode_columns(
     act = np.nonzero(end > payload_start)[0]
     pos, lim = payload_start[act], end[act]
     f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
-    a_node, a_pos, a_vs, a_nxt = [], [], [], []
+    a_node, a_pos, a_vs, a_nxt, a_keys = [], [], [], [], []
     while len(act):
         t = b[pos]
         if not _TAG_OK[t].all():
@@ -384,12 +396,14 @@ def decode_columns(
             a_pos.append(pos)
             a_vs.append(p2)
             a_nxt.append(nxt)
+            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
         else:
             if is_attr.any():
                 a_node.append(act[is_attr])
                 a_pos.append(pos[is_attr])
                 a_vs.append(p2[is_attr])
                 a_nxt.append(nxt[is_attr])
+                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
                 other = ~is_attr
                 f_node.append(act[other])
                 f_tag.append(t[other])
@@ -455,14 +469,12 @@ def decode_columns(
     else:
         names = [""] * n
     if a_node:
-        a_pos = cat(a_pos)
-        # In byte order (the rounds' sorted runs merge in one cheap stable sort): the dedupe below then
-        # reads the buffer front to back.
-        order = np.argsort(a_pos, kind="stable")
-        a_pos, a_node, a_vs, a_nxt = a_pos[order], cat(a_node)[order], cat(a_vs)[order], cat(a_nxt)[order]
+        a_pos, a_node, a_vs, a_nxt = cat(a_pos), cat(a_node), cat(a_vs), cat(a_nxt)
+        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
     else:
         a_pos = a_node = a_vs = a_nxt = np.zeros(0, dtype=np.int64)
-    attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans)
+        keys = None
+    attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
     io = np.nonzero((fi == 8) | (fi == 9))[0]
     _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
     return RankColumns(
@@ -488,7 +500,7 @@ def decode_columns(
 
 
 def _decode_attrs(
-    b: np.ndarray, n: int, own, tag, s0, e0, want: frozenset[str], spans: bool
+    b: np.ndarray, n: int, own, tag, s0, e0, want: frozenset[str], spans: bool, keys=None
 ) -> tuple[dict[str, AttrColumn], np.ndarray]:
     """Attribute columns for the names in `want` (each at most once per node), and the first field of each
     distinct attribute (an index into own), for _validate.
@@ -499,7 +511,7 @@ def _decode_attrs(
     m = len(own)
     if m == 0:
         return {}, np.zeros(0, dtype=np.int64)
-    code, first = _dedupe(b, tag, e0)
+    code, first = _dedupe(b, tag, e0, keys)
     ds, de = s0[first], e0[first]
     d = len(first)
     name_s = np.full(d, -1, dtype=np.int64)
