@@ -40,7 +40,6 @@ from traces.attrs import (
 from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 
 _INT_FIELDS = (F_INT32, F_INT64, F_UINT32, F_UINT64)
-_COMM_TYPES = (pb.COMM_COLL_NODE, pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
 # Lookup by attribute kind + 1 (kind -1 = absent): integer value fields, and those plus bool.
 _IS_INT = np.zeros(65, dtype=bool)
 _IS_INT[[f + 1 for f in _INT_FIELDS]] = True
@@ -67,33 +66,12 @@ class _Attrs:
     def _at(self, idx):
         return (self.sel.start + idx) if isinstance(self.sel, slice) else self.sel[idx]
 
-    def py_many(self, name: str, idx: np.ndarray) -> list:
-        """`py` at every local index of idx."""
-        c = self.cols.attrs.get(name)
-        if c is None:
-            return [None] * len(idx)
-        ks = c.kind[self._at(idx)].tolist()
-        vs = c.value[self._at(idx)].tolist()
-        st = c.strings
-        return [
-            None if k <= 0 else (st[v] if k == F_STRING else (bool(v) if k == F_BOOL else v))
-            for k, v in zip(ks, vs, strict=True)
-        ]
 
-    def py(self, name: str, i: int):
-        """The attribute's value at local node i as protobuf gives it (None when absent or empty)."""
-        c = self.cols.attrs.get(name)
-        if c is None:
-            return None
-        k = int(c.kind[self._at(i)])
-        if k <= 0:
-            return None
-        v = int(c.value[self._at(i)])
-        if k == F_STRING:
-            return c.strings[v]
-        if k == F_BOOL:
-            return bool(v)
-        return v
+def _py(kind: int, value: int, strings: tuple[str, ...]):
+    """An attribute value as protobuf gives it (None when absent or empty), from its column entry."""
+    if kind <= 0:
+        return None
+    return strings[value] if kind == F_STRING else (bool(value) if kind == F_BOOL else value)
 
 
 def _pg(v):
@@ -124,7 +102,10 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         pos_of = own
         names = cols.names[lo:hi]
     at = _Attrs(cols, sel)
-    if columns_problem(cols.attrs, sel, cols.duration_micros[sel], _IS_INT_OR_BOOL, F_STRING):
+    batch = _batch(b, cols)
+    if batch["problem"] and columns_problem(
+        cols.attrs, sel, cols.duration_micros[sel], _IS_INT_OR_BOOL, F_STRING
+    ):
         return False  # traces.attrcheck's rule: the node-by-node path names the node
     if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
         return False
@@ -179,7 +160,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     rec = np.where(has_dur, at.value(DURATION_NS), cols.duration_micros[sel] * 1000)
     rec[rec == 0] = 1
     comp = nt == pb.COMP_NODE
-    is_comm = np.isin(nt, _COMM_TYPES)
+    is_comm = (nt == pb.COMM_COLL_NODE) | (nt == pb.COMM_SEND_NODE) | (nt == pb.COMM_RECV_NODE)
     mem = (nt == pb.MEM_LOAD_NODE) | (nt == pb.MEM_STORE_NODE)
     kind = np.full(n, K_ZERO, dtype=np.int8)
     kind[comp] = np.where(cpu[comp], K_CPU, K_COMP)
@@ -196,36 +177,18 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     nbytes = np.zeros(n, dtype=np.int64)
     ctype = np.full(n, -1, dtype=np.int64)
     pgs: list[str | None] = [None] * n
-    base = b.n
     ci = np.nonzero(is_comm & ~cpu)[0]
     if len(ci):
-        vals = [at.py_many(a, ci) for a in (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG)]
-        has_pg = (at.kind(PG_NAME)[ci] >= 0).tolist()
-        pg, cg = at.py_many(PG_NAME, ci), at.py_many("comm_group", ci)
-        ids_l, nt_l, rec_l = ids[ci].tolist(), nt[ci].tolist(), rec[ci].tolist()
-        res = []
-        for j, i in enumerate(ci.tolist()):
-            where = {"path": path, "rank": rank, "node_id": ids_l[j]}
-            res.append(
-                b.comm(
-                    nt_l[j],
-                    rank,
-                    base + i,
-                    rec_l[j],
-                    where,
-                    *(v[j] for v in vals),
-                    _pg(pg[j] if has_pg[j] else cg[j]),
-                )
-            )
-        k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
+        k_, d_, s_, c_, pgs_c, st_ = _comm_nodes(b, rank, path, cols, at, ci, ids, nt, rec)
         kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
-        for j, i in enumerate(ci.tolist()):
-            pgs[i] = p_[j]
+        for i, p in zip(ci.tolist(), pgs_c, strict=True):
+            pgs[i] = p
     queue = np.full(n, q_comm, dtype=np.int64)
     queue[kind == K_COMP] = q_comp
     queue[kind == K_CPU] = q_cpu
     queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
     if len(ci) and b.group_streams:
+        k_ = k_.tolist()
         queue[ci] = [
             -1 if st is None else b.comm_queue(rank, k, st, q_comm) for k, st in zip(k_, st_, strict=True)
         ]
@@ -247,8 +210,104 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         cidx,
     )
     b.ignored_ctrl += int((~c_valid).sum())
-    _annotations(b, at)
+    _annotations(b, at, batch)
     return True
+
+
+def _batch(b: _Builder, cols: RankColumns) -> dict:
+    """What fast_rank computes once per batch of decoded files (the builder keeps the last batch's):
+    whether any node of it breaks traces.attrcheck's rule (when none does, no rank of it can), and its
+    annotation columns."""
+    if b.batch is not None and b.batch[0] is cols:
+        return b.batch[1]
+    n = cols.num_nodes
+    every = slice(0, n)
+    out: dict = {
+        "problem": columns_problem(cols.attrs, every, cols.duration_micros, _IS_INT_OR_BOOL, F_STRING)
+    }
+    for name, typ in ANNOTATION_COLUMNS.items():
+        c = cols.attrs.get(name)
+        if c is None:
+            continue
+        k, v = c.kind, c.value
+        if typ == "int":
+            ok = _IS_INT_OR_BOOL[k + 1]
+            out[name] = (np.where(ok, v, 0), ok)
+            continue
+        table = b.ann_strings[name]
+        codes = np.full(n, -1, dtype=np.int32)
+        m = k == F_STRING
+        if m.any():
+            lut = np.asarray([table.setdefault(s, len(table)) for s in c.strings], dtype=np.int32)
+            codes[m] = lut[v[m]]
+        # Integer and bool values of a string column take the rank-by-rank rule below (str() of each).
+        out[name] = (codes, bool((_IS_INT[k + 1] | (k == F_BOOL)).any()))
+    b.batch = (cols, out)
+    return out
+
+
+# The attributes that decide a communication node's matching data (the arguments of _Builder.comm).
+_COMM_ATTRS = (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group")
+
+
+def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs, ci, ids, nt, rec) -> tuple:
+    """(kinds, durations, bytes, comm types, pg names, streams) of the rank's GPU comm nodes `ci`, through
+    `_Builder.comm` once per distinct (type, recorded duration, comm attributes): a trace repeats a few
+    collectives and transfers many times. Distinct inputs go in order of their first node, so the first
+    error raised is the one the node-by-node order raises; the matching data are recorded in node order
+    (the same frozen CollInfo / P2PInfo shared by nodes with equal inputs)."""
+    sel = at._at(ci)
+    parts = [nt[ci], rec[ci]]
+    present = []
+    for name in _COMM_ATTRS:
+        c = cols.attrs.get(name)
+        present.append(c)
+        if c is not None:
+            parts += [c.kind[sel], c.value[sel]]
+    # One bytes key per node (its row of kinds and values): cheaper to build and hash than a tuple.
+    rows = np.ascontiguousarray(np.column_stack(parts), dtype=np.int64)
+    index: dict[bytes, int] = {}
+    firsts: list[int] = []
+    code_l = []
+    for j, key in enumerate(rows.view(f"V{8 * rows.shape[1]}").ravel().tolist()):
+        d = index.get(key)
+        if d is None:
+            d = index[key] = len(firsts)
+            firsts.append(j)
+        code_l.append(d)
+    code = np.asarray(code_l, dtype=np.int64)
+    base = b.n
+    res, infos = [], []
+    saved = b.coll, b.p2p
+    b.coll, b.p2p = {}, {}  # catches the infos _Builder.comm records
+    try:
+        # pg_name when the node has one (even without a value), else comm_group: its kind's column.
+        pg_at = 2 + 2 * sum(c is not None for c in present[:5]) if present[5] is not None else None
+        first_i = ci[firsts]
+        for row, i, nid in zip(rows[firsts].tolist(), first_i.tolist(), ids[first_i].tolist(), strict=True):
+            v: list = [None] * len(_COMM_ATTRS)
+            col = 2
+            for a, c in enumerate(present):
+                if c is None:
+                    continue
+                v[a] = _py(row[col], row[col + 1], c.strings)
+                col += 2
+            pg = v[5] if pg_at is not None and row[pg_at] >= 0 else v[6]
+            g = base + i
+            where = {"path": path, "rank": rank, "node_id": nid}
+            res.append(b.comm(row[0], rank, g, row[1], where, *v[:5], _pg(pg)))
+            infos.append(b.coll.get(g, b.p2p.get(g)))
+    finally:
+        coll, p2p = b.coll, b.p2p
+        b.coll, b.p2p = saved
+    gs = ci + base
+    for found, dest in ((coll, b.coll), (p2p, b.p2p)):
+        if found:
+            mine = np.asarray([int(gs[j]) in found for j in firsts], dtype=bool)[code]
+            dest.update(zip(gs[mine].tolist(), [infos[d] for d in code[mine].tolist()], strict=True))
+    k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
+    nums = np.asarray([k_, d_, s_, c_], dtype=np.int64)[:, code]
+    return (*nums, [p_[d] for d in code_l], [st_[d] for d in code_l])
 
 
 def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:
@@ -304,31 +363,37 @@ def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names) -> None
     b.roofline_cache[rank_key] = dur[idx]
 
 
-def _annotations(b: _Builder, at: _Attrs) -> None:
+def _annotations(b: _Builder, at: _Attrs, batch: dict) -> None:
     """The rank's annotation columns, read by the node-by-node path's rules (first value, str() / int())."""
     n = at.n
+    sel = at.sel
     for name, typ in ANNOTATION_COLUMNS.items():
-        k = at.kind(name)
-        v = at.value(name)
+        cached = batch.get(name)
         if typ == "int":
-            ok = _IS_INT_OR_BOOL[k + 1]
-            b.ann_chunks[name].append((np.where(ok, v, 0), ok))
+            if cached is None:
+                b.ann_chunks[name].append((np.zeros(n, np.int64), np.zeros(n, bool)))
+            else:
+                b.ann_chunks[name].append((cached[0][sel], cached[1][sel]))
             continue
-        table = b.ann_strings[name]
-        codes = np.full(n, -1, dtype=np.int32)
-        m = k == F_STRING
-        if m.any():
-            strings = at.cols.attrs[name].strings
-            lut = np.asarray([table.setdefault(s, len(table)) for s in strings], dtype=np.int32)
-            codes[m] = lut[v[m]]
-        m = _IS_INT[k + 1]
-        if m.any():
-            u, inv = np.unique(v[m], return_inverse=True)
-            lut = np.asarray([table.setdefault(str(x), len(table)) for x in u.tolist()], dtype=np.int32)
-            codes[m] = lut[inv.reshape(-1)]
-        m = k == F_BOOL
-        if m.any():
-            u, inv = np.unique(v[m], return_inverse=True)
-            lut = np.asarray([table.setdefault(str(bool(x)), len(table)) for x in u.tolist()], dtype=np.int32)
-            codes[m] = lut[inv.reshape(-1)]
+        if cached is None:
+            b.ann_chunks[name].append((np.full(n, -1, dtype=np.int32),))
+            continue
+        codes = cached[0][sel]
+        if cached[1]:  # integer or bool values in the batch: str() of each, in this rank's order
+            codes = codes.copy()
+            table = b.ann_strings[name]
+            k = at.kind(name)
+            v = at.value(name)
+            m = _IS_INT[k + 1]
+            if m.any():
+                u, inv = np.unique(v[m], return_inverse=True)
+                lut = np.asarray([table.setdefault(str(x), len(table)) for x in u.tolist()], dtype=np.int32)
+                codes[m] = lut[inv.reshape(-1)]
+            m = k == F_BOOL
+            if m.any():
+                u, inv = np.unique(v[m], return_inverse=True)
+                lut = np.asarray(
+                    [table.setdefault(str(bool(x)), len(table)) for x in u.tolist()], dtype=np.int32
+                )
+                codes[m] = lut[inv.reshape(-1)]
         b.ann_chunks[name].append((codes,))

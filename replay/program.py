@@ -290,6 +290,7 @@ class _Builder:
         self.group_streams = config.comm_streams == "group"
         self.rank_streams: dict[str, int] = {}
         self.roofline_cache: dict[tuple, int] = {}  # RooflineModel times by (device, cpu, ops, size, rec)
+        self.batch: tuple | None = None  # (decoded columns, what replay/build_fast.py computed for them)
 
     def rank_queues(self, rank: int) -> tuple[int, int, int]:
         """The rank's cpu, compute and comm queue indices."""
