@@ -20,8 +20,10 @@ class RankTwins:
     """The generator's record of which ranks it made as copies of which (the rewriter's shortcut).
 
     `of[r]` is the rank whose program rank r copies (r itself when built): both have the same node ids,
-    dependencies and (phase, layer, micro_batch) tags; `tags[s]` holds those tags, one per node in order,
-    for every built rank s. Valid only for the bundle as the generator returned it.
+    dependencies, types and (phase, layer, micro_batch) tags, and every attribute alike but device_group,
+    pg_name, comm_src and comm_dst (and the P2P nodes' names); `tags[s]` holds those tags, one per node in
+    order, for every built rank s. Valid only for the bundle as the generator returned it, whose nodes
+    name no process group but those in its `comm_groups`.
     """
 
     of: dict[int, int]

@@ -136,7 +136,7 @@ class _Rank:
         # those alone (`structure`); DepGraph is read-only here.
         self.graph = twin.graph if twin is not None else DepGraph(nodes)
         self._structure: dict[str, Any] = twin._structure if twin is not None else {}
-        self.edit = GraphEdit(nodes)
+        self.edit = GraphEdit(nodes, self.graph)  # ids are unique: checked by _Rewriter
 
     def structure(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()` for this rank, computed once per set of twins: only for values depending on node ids,
@@ -211,13 +211,18 @@ class _Rewriter:
             raise RewriteError(
                 f"bundle has ranks {_span(self.ranks)} but the deployment has ranks {_span(known)}"
             )
+        # Twins share node ids and P2P tags (RankTwins), so both maxima are read once per set of twins.
         self.next_id = {
-            r: max([bundle.next_id.get(r, 0), *(n.id + 1 for n in g.nodes)]) for r, g in self.ranks.items()
+            r: max(bundle.next_id.get(r, 0), g.structure("end_id", lambda g=g: _end_id(g.nodes)))
+            for r, g in self.ranks.items()
         }
         self.next_tag = 1 + max(
-            (comm_tag(n, 0) for g in self.ranks.values() for n in g.nodes if n.type in P2P_TYPES), default=0
+            (g.structure("max_tag", lambda g=g: _max_tag(g.nodes)) for g in self.ranks.values()), default=0
         )
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
+        # Groups the generator registered: its nodes name no other (so a group new to this rewrite has no
+        # existing collective). Unknown for bundles read from disk, whose nodes are read instead.
+        self._known_groups = frozenset(bundle.comm_groups) if twins is not None else None
         self._group_of = {r: g for g in plan.device_groups for r in g.ranks}
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -248,6 +253,8 @@ class _Rewriter:
 
     def _same_pg_collectives(self, r: int, pg: str) -> list[int]:
         """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
+        if self._known_groups is not None and pg not in self._known_groups:
+            return []
         if r not in self.coll_by_pg:
             g = self.ranks[r]
 
@@ -416,9 +423,17 @@ class _Rewriter:
             by_pair[(b.dst_group, b.src_group)] = (i, "bwd")
         keyed: dict[tuple[int, str, int], list[tuple[int, pb.Node]]] = defaultdict(list)
         for r, g in self.ranks.items():
-            for n in g.nodes:
-                if n.type not in P2P_TYPES or get_int(n, PP_BOUNDARY, 0) != 1:
-                    continue
+            # Positions of the boundary transfers (types and pp_boundary are alike on twins).
+            at = g.structure(
+                "pp_p2p",
+                lambda g=g: [
+                    i
+                    for i, n in enumerate(g.nodes)
+                    if n.type in P2P_TYPES and get_int(n, PP_BOUNDARY, 0) == 1
+                ],
+            )
+            for i in at:
+                n = g.nodes[i]
                 src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
                 try:
                     pair = (self._group(src).id, self._group(dst).id)
@@ -582,6 +597,16 @@ class _Rewriter:
         for r, nodes in self.edited().items():
             self.bundle.nodes[r] = nodes
             self.bundle.next_id[r] = self.next_id[r]
+
+
+def _end_id(nodes: Sequence[pb.Node]) -> int:
+    """One past the largest node id (0 for no nodes)."""
+    return max((n.id + 1 for n in nodes), default=0)
+
+
+def _max_tag(nodes: Sequence[pb.Node]) -> int:
+    """The largest `comm_tag` of the P2P nodes (0 without any)."""
+    return max((comm_tag(n, 0) for n in nodes if n.type in P2P_TYPES), default=0)
 
 
 def _read_tags(n: pb.Node) -> tuple[str, int, int | None, bool]:
