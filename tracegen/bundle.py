@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 
 from tracegen.errors import GeneratorError
+from tracegen.rank_nodes import RankNodes
 from traces import pb
 from traces.outputs import atomic_write_text
+from traces.stream import write_et, write_et_records
 from traces.traceset import write_trace_set
 
 METADATA_VERSION = "0.0.4"  # what ASTRA-sim's examples write (chakra-et.md section 4)
@@ -34,7 +36,8 @@ class RankTwins:
 class TraceBundle:
     """Per-rank node lists plus the process groups their collectives name."""
 
-    nodes: dict[int, list[pb.Node]]  # rank -> nodes
+    # rank -> nodes; the generator's RankNodes holds copied ranks as bytes until they are read
+    nodes: MutableMapping[int, list[pb.Node]]
     comm_groups: dict[str, tuple[int, ...]] = field(default_factory=dict)  # pg_name -> ranks
     next_id: dict[int, int] = field(default_factory=dict)  # rank -> next free node id
     _index: dict[tuple[int, ...], str] = field(default_factory=dict, repr=False, compare=False)
@@ -59,6 +62,12 @@ class TraceBundle:
         self._index[members] = name
         return name
 
+    def node_count(self) -> int:
+        """Nodes over all ranks (copied ranks are counted, not parsed)."""
+        if isinstance(self.nodes, RankNodes):
+            return self.nodes.total()
+        return sum(len(v) for v in self.nodes.values())
+
     def write(self, out_dir: str | os.PathLike[str], name: str) -> list[str]:
         """Write `<out>/<name>.<rank>.et` for every rank and `<out>/comm_group.json`; returns the .et paths."""
         out = os.fspath(out_dir)
@@ -67,7 +76,19 @@ class TraceBundle:
         groups = {k: list(self.comm_groups[k]) for k in order}
         try:
             os.makedirs(out, exist_ok=True)
-            paths = write_trace_set(os.path.join(out, name), self.nodes, meta)
+            prefix = os.path.join(out, name)
+            if isinstance(self.nodes, RankNodes):
+                paths = []
+                for rank in sorted(self.nodes):
+                    path = f"{prefix}.{rank}.et"
+                    records = self.nodes.framed(rank)
+                    if records is None:
+                        write_et(path, self.nodes[rank], meta)
+                    else:  # a copied rank nobody read: its bytes as they are
+                        write_et_records(path, records, meta)
+                    paths.append(path)
+            else:
+                paths = write_trace_set(prefix, self.nodes, meta)
             text = json.dumps(groups, indent=None, separators=(", ", ": ")) + "\n"
             atomic_write_text(os.path.join(out, "comm_group.json"), text)
         except OSError as exc:

@@ -34,6 +34,7 @@ from tracegen.ops import (
     with_selective_recompute,
 )
 from tracegen.profile import ProfileTable, build_table, make_row
+from tracegen.rank_nodes import CopiedRank, RankNodes, Records
 from tracegen.schedule import BWD, interleaved, stage_order
 from tracegen.spec import chunk_ranges, gpu_specs, model_arch, replicas
 from traces import attrs as A
@@ -160,7 +161,7 @@ class _Generator:
                 )
                 for p in dep.profile
             )
-        self.bundle = TraceBundle(nodes={})
+        self.bundle = TraceBundle(nodes=RankNodes())
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
@@ -218,17 +219,19 @@ class _Generator:
                     key = self._shape_key(st, local, dp_pg) if self.clone else None
                     template = templates.get(key) if key is not None else None
                     if template is not None:
-                        nodes = self._clone(template, st, local, rank, tp_pg, dp_pg)
+                        copy = self._clone(template, st, local, rank, tp_pg, dp_pg)
+                        self.bundle.nodes.set_copy(rank, copy)
+                        self.bundle.next_id[rank] = len(copy)
                     else:
                         template = _RankProgram(self, st, local, rank, tp_pg, dp_pg)
                         nodes = template.build()
                         if key is not None:
                             templates[key] = template
+                        self.bundle.nodes[rank] = nodes
+                        self.bundle.next_id[rank] = len(nodes)
                     self._twin_of[rank] = template.rank
                     self._tags_of.setdefault(template.rank, template.tags)
-                    self.bundle.nodes[rank] = nodes
-                    self.bundle.next_id[rank] = len(nodes)
-        self.bundle.nodes = dict(sorted(self.bundle.nodes.items()))
+        self.bundle.nodes.sort()
         self.bundle.next_id = dict(sorted(self.bundle.next_id.items()))
         return self.bundle
 
@@ -265,19 +268,20 @@ class _Generator:
 
     def _clone(
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
-    ) -> list[pb.Node]:
-        """Copies of the template rank's nodes with this rank's group ids and names and P2P peers patched in."""
+    ) -> CopiedRank:
+        """The template rank's nodes with this rank's group ids and names and P2P peers patched in, as bytes:
+        its device group's serialized nodes plus the P2P and DP-sync nodes that differ, re-serialized."""
         dg = st.dg
         key = (dg.id, tp_pg)
-        blob = template.blobs.get(key)
-        if blob is None:
+        records = template.blobs.get(key)
+        if records is None:
             # Once per device group: the template's nodes with this group's id and TP group name, serialized
             # (the group's other ranks then only need their peers and DP group patched). Patched on a parse
             # of the template's own batch: one C-level parse and serialization instead of a copy per node.
             own = (template.st.dg.id, template.tp_pg)
             if own not in template.blobs:
-                template.blobs[own] = NodeBatch(nodes=template.nodes).SerializeToString()
-            batch = NodeBatch.FromString(template.blobs[own])
+                template.blobs[own] = Records.of_batch(NodeBatch(nodes=template.nodes).SerializeToString())
+            batch = NodeBatch.FromString(template.blobs[own].batch)
             nodes = batch.nodes
             if dg.id != own[0]:
                 for n in nodes:
@@ -285,14 +289,15 @@ class _Generator:
             if tp_pg != template.tp_pg:
                 for nid in template.tp_ids:
                     nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
-            blob = template.blobs[key] = batch.SerializeToString()
-        # One C-level parse of the whole rank: ~10x cheaper than a CopyFrom per node.
-        nodes = list(NodeBatch.FromString(blob).nodes)
+            records = template.blobs[key] = Records.of_batch(batch.SerializeToString())
+        # Node ids are positions (_RankProgram._add): the patched nodes are parsed alone, patched and
+        # serialized again; every other node stays the group's bytes.
+        patches: dict[int, bytes] = {}
         for nid, send, c, side, k in template.p2p_log:
             other = st.chunks[c].prev if side == "prev" else st.chunks[c].next
             assert other is not None
             peer = other.ranks[peer_locals(dg.tp, other.tp, local, send)[k]]
-            n = nodes[nid]
+            n = records.node(nid)
             src, dst = (rank, peer) if send else (peer, rank)
             for a in n.attr:
                 if a.name == A.COMM_SRC:
@@ -300,10 +305,13 @@ class _Generator:
                 elif a.name == A.COMM_DST:
                     a.int32_val = dst
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
+            patches[nid] = n.SerializeToString()
         if dp_pg != template.dp_pg:
             for nid in template.sync_ids:
-                nodes[nid].attr[_PG_NAME_AT].string_val = dp_pg or ""
-        return nodes
+                n = records.node(nid)
+                n.attr[_PG_NAME_AT].string_val = dp_pg or ""
+                patches[nid] = n.SerializeToString()
+        return CopiedRank(records, patches)
 
 
 class _RankProgram:
@@ -350,8 +358,8 @@ class _RankProgram:
         self.p2p_log: list[tuple[int, bool, int, str, int]] = []
         self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
         self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
-        # The nodes as one serialized NodeBatch per (device group id, TP group name) they are copied to.
-        self.blobs: dict[tuple[int, str], bytes] = {}
+        # The nodes serialized once per (device group id, TP group name) they are copied to.
+        self.blobs: dict[tuple[int, str], Records] = {}
 
     # -- node emission -------------------------------------------------------------------------------
     def _tags(self, layer: int, phase: str, mb: int) -> list[pb.AttributeProto]:

@@ -26,6 +26,7 @@ from typing import Any
 from tracegen.bundle import RankTwins
 from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
 from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
+from tracegen.rank_nodes import RankNodes
 from traces import pb
 from traces.attrs import (
     CHUNK,
@@ -120,23 +121,49 @@ def rewrite_bundle(
 
 
 class _Rank:
-    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags."""
+    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags.
+
+    A twin's node list is read from the bundle only when an edit is applied or a lambda of `structure`
+    needs it (`nodes`); until then `peek` reads single nodes, so a copied rank the rewrite leaves alone
+    stays bytes (tracegen.rank_nodes).
+    """
 
     def __init__(
         self,
         rank: int,
-        nodes: list[pb.Node],
+        nodes: list[pb.Node] | None,
         pos: dict[int, int],
         tags: list[tuple[str, int, int | None]],
         twin: _Rank | None = None,
+        source: Any = None,
     ) -> None:
-        self.rank, self.nodes, self.pos = rank, nodes, pos
+        self.rank, self.pos = rank, pos
+        self._nodes, self._source = nodes, source  # source: the bundle's rank -> nodes mapping
         self._tags = tags
-        # A twin (same ids, dependencies, node types and tags) shares the graph and what is derived from
-        # those alone (`structure`); DepGraph is read-only here.
-        self.graph = twin.graph if twin is not None else DepGraph(nodes)
-        self._structure: dict[str, Any] = twin._structure if twin is not None else {}
-        self.edit = GraphEdit(nodes, self.graph)  # ids are unique: checked by _Rewriter
+        # A twin (same ids, dependencies, node types and tags) shares the graph, the ids and what is
+        # derived from those alone (`structure`); DepGraph is read-only here.
+        if twin is not None:
+            self.graph, self.ids, self._structure = twin.graph, twin.ids, twin._structure
+        else:
+            assert nodes is not None
+            self.graph, self.ids = DepGraph(nodes), [n.id for n in nodes]
+            self._structure = {}
+        self.edit = GraphEdit(nodes if nodes is not None else [], self.graph)  # ids are unique (_Rewriter)
+
+    @property
+    def nodes(self) -> list[pb.Node]:
+        """The rank's node list (taken from the bundle on first use)."""
+        if self._nodes is None:
+            self._nodes = self.edit.nodes = self._source[self.rank]
+        return self._nodes
+
+    def peek(self, i: int) -> pb.Node:
+        """The node at position i, to read only."""
+        if self._nodes is not None:
+            return self._nodes[i]
+        if isinstance(self._source, RankNodes):
+            return self._source.peek(self.rank, i)
+        return self.nodes[i]
 
     def structure(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()` for this rank, computed once per set of twins: only for values depending on node ids,
@@ -147,7 +174,7 @@ class _Rank:
         return hit
 
     def deps(self, nid: int) -> list[int]:
-        n = self.nodes[self.pos[nid]]
+        n = self.peek(self.pos[nid])
         return [*n.data_deps, *n.ctrl_deps]
 
     def tags(self, i: int) -> tuple[str, int, int | None]:
@@ -156,15 +183,20 @@ class _Rank:
 
     def children(self, nid: int) -> list[int]:
         """Nodes depending on `nid`."""
-        return [self.nodes[c].id for c in self.graph.children(self.pos[nid])]
+        return [self.ids[c] for c in self.graph.children(self.pos[nid])]
 
     def frontier(self, ids: Sequence[int]) -> list[int]:
         """The nodes of `ids` no other node of `ids` depends on (the last ones to finish)."""
-        return [self.nodes[i].id for i in self.graph.frontier([self.pos[i] for i in ids])]
+        return [self.ids[i] for i in self.graph.frontier([self.pos[i] for i in ids])]
 
     def descendants(self, start: Sequence[int]) -> set[int]:
         """`start` and every node depending on it, transitively."""
-        return {self.nodes[i].id for i in self.graph.descendants(self.pos[i] for i in start)}
+        return {self.ids[i] for i in self.graph.descendants(self.pos[i] for i in start)}
+
+    def apply(self, *, copy: bool = False) -> list[pb.Node]:
+        """The edited node list (GraphEdit.apply)."""
+        self.nodes  # noqa: B018 - the list the edits apply to
+        return self.edit.apply(copy=copy)
 
 
 class _Rewriter:
@@ -179,20 +211,24 @@ class _Rewriter:
         self.bundle, self.plan, self.strategy = bundle, plan, strategy
         self.sequence_parallel = sequence_parallel
         self.ranks: dict[int, _Rank] = {}
-        for r, nodes in sorted(bundle.nodes.items()):
+        source = bundle.nodes
+        for r in sorted(source):
             src = twins.of.get(r) if twins is not None else None
-            if src is not None and len(twins.tags[src]) == len(nodes):
+            count = source.count(r) if isinstance(source, RankNodes) else len(source[r])
+            if src is not None and len(twins.tags[src]) == count:
                 # The generator built `src` and copied it to r: same ids, dependencies and tags, and no
                 # node carries `reshard` (the generator never writes it).
                 first = self.ranks.get(src)
                 if first is not None:
-                    self.ranks[r] = _Rank(r, nodes, first.pos, first._tags, first)
+                    self.ranks[r] = _Rank(r, None, first.pos, first._tags, first, source)
                 else:
+                    nodes = source[r]
                     pos = {n.id: i for i, n in enumerate(nodes)}
                     if len(pos) != len(nodes):
                         raise RewriteError(f"rank {r}: a node id appears twice")
-                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src])
+                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src], source=source)
                 continue
+            nodes = source[r]
             pos: dict[int, int] = {}
             tags = []
             for i, n in enumerate(nodes):
@@ -205,7 +241,7 @@ class _Rewriter:
                     )
                 pos[n.id] = i
                 tags.append((phase, layer, mb))
-            self.ranks[r] = _Rank(r, nodes, pos, tags)
+            self.ranks[r] = _Rank(r, nodes, pos, tags, source=source)
         known = {r for g in plan.device_groups for r in g.ranks}
         if set(self.ranks) != known:
             raise RewriteError(
@@ -249,7 +285,7 @@ class _Rewriter:
     def _after(self, r: int, deps: Iterable[int]) -> tuple[str, int]:
         """Right after the last original node among `deps` (at the end when there is none)."""
         g = self.ranks[r]
-        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.nodes))
+        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.ids))
 
     def _same_pg_collectives(self, r: int, pg: str) -> list[int]:
         """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
@@ -268,7 +304,7 @@ class _Rewriter:
 
             by_pg: dict[str, list[int]] = defaultdict(list)
             for i in g.structure("collectives_before_opt", before_opt):
-                n = g.nodes[i]
+                n = g.peek(i)
                 by_pg[pg_name(n)].append(n.id)
             self.coll_by_pg[r] = by_pg
         return self.coll_by_pg[r].get(pg, [])
@@ -433,7 +469,7 @@ class _Rewriter:
                 ],
             )
             for i in at:
-                n = g.nodes[i]
+                n = g.peek(i)
                 src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
                 try:
                     pair = (self._group(src).id, self._group(dst).id)
@@ -590,7 +626,7 @@ class _Rewriter:
     # ---- commit ----------------------------------------------------------------------------------------
     def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:
         """The node lists of the ranks with queued edits, edited (on copies with `copy`)."""
-        return {r: g.edit.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
+        return {r: g.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
 
     def commit(self) -> None:
         """Apply every queued removal, dependency redirection and insertion to the bundle."""
