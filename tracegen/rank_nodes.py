@@ -9,8 +9,9 @@ records with those nodes spliced in), which is most of a large homogeneous set's
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field
+import bisect
+from collections.abc import Iterator, MutableMapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -60,38 +61,103 @@ class Records:
         return pb.Node.FromString(self.framed[self.bodies[i] : self.starts[i + 1]])
 
 
-@dataclass(frozen=True)
 class CopiedRank:
-    """A rank held as `records` with the nodes at some positions replaced by other serialized nodes."""
+    """A rank held as bytes: runs of `records` and single serialized nodes, in node order.
 
-    records: Records
-    patches: dict[int, bytes] = field(default_factory=dict)  # position -> serialized node
+    `layout` items are `(start, end)` (the records at positions start..end-1) or the bytes of one node.
+    """
+
+    def __init__(self, records: Records, layout: Sequence[tuple[int, int] | bytes]) -> None:
+        self.records = records
+        self.layout = tuple(layout)
+        self._first: list[int] = []  # position of every layout item's first node
+        count = 0
+        for item in self.layout:
+            self._first.append(count)
+            count += item[1] - item[0] if isinstance(item, tuple) else 1
+        self._count = count
+
+    @classmethod
+    def patched(cls, records: Records, patches: dict[int, bytes]) -> CopiedRank:
+        """`records` with the nodes at the positions of `patches` replaced by those serialized nodes."""
+        layout: list[tuple[int, int] | bytes] = []
+        at = 0
+        for i in sorted(patches):
+            if i > at:
+                layout.append((at, i))
+            layout.append(patches[i])
+            at = i + 1
+        if at < len(records):
+            layout.append((at, len(records)))
+        return cls(records, layout)
+
+    @classmethod
+    def of_refs(cls, records: Records, refs: Sequence[int | bytes]) -> CopiedRank:
+        """From one stand-in per node: a record position or a serialized node (inverse of `refs`)."""
+        layout: list[tuple[int, int] | bytes] = []
+        start = last = -2
+        for x in refs:
+            if x.__class__ is int:
+                if x == last + 1:
+                    last = x
+                    continue
+                if start >= 0:
+                    layout.append((start, last + 1))
+                start = last = x  # type: ignore[assignment]
+            else:
+                if start >= 0:
+                    layout.append((start, last + 1))
+                    start = last = -2
+                layout.append(x)  # type: ignore[arg-type]
+        if start >= 0:
+            layout.append((start, last + 1))
+        return cls(records, layout)
+
+    def refs(self) -> list[int | bytes]:
+        """One stand-in per node: its record position, or its bytes when it is not a record."""
+        out: list[int | bytes] = []
+        for item in self.layout:
+            if isinstance(item, tuple):
+                out.extend(range(*item))
+            else:
+                out.append(item)
+        return out
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self._count
 
     def node(self, i: int) -> pb.Node:
-        """A new message holding node i (a copy)."""
-        p = self.patches.get(i)
-        return pb.Node.FromString(p) if p is not None else self.records.node(i)
+        """A new message holding node i (a copy: changing it changes nothing here)."""
+        if not 0 <= i < self._count:
+            raise IndexError(i)
+        k = bisect.bisect_right(self._first, i) - 1
+        item = self.layout[k]
+        if isinstance(item, tuple):
+            return self.records.node(item[0] + i - self._first[k])
+        return pb.Node.FromString(item)
 
     def nodes(self) -> list[pb.Node]:
-        """The nodes as messages: one C-level parse of the records, the patched ones parsed alone."""
-        out = list(NodeBatch.FromString(self.records.batch).nodes)
-        for i, p in self.patches.items():
-            out[i] = pb.Node.FromString(p)
+        """The nodes as messages: one C-level parse of the records, the others parsed alone."""
+        parsed = list(NodeBatch.FromString(self.records.batch).nodes)
+        if len(self.layout) == 1 and self.layout[0] == (0, len(parsed)):
+            return parsed
+        out: list[pb.Node] = []
+        for item in self.layout:
+            if isinstance(item, tuple):
+                out.extend(parsed[item[0] : item[1]])
+            else:
+                out.append(pb.Node.FromString(item))
         return out
 
     def framed(self) -> bytes:
         """The framed records of the nodes in order (what follows the metadata in a `.et` file)."""
-        rec = self.records
+        framed, starts = self.records.framed, self.records.starts
         parts: list[bytes] = []
-        at = 0
-        for i in sorted(self.patches):
-            p = self.patches[i]
-            parts += [rec.framed[at : rec.starts[i]], frame_length(len(p)), p]
-            at = rec.starts[i + 1]
-        parts.append(rec.framed[at:])
+        for item in self.layout:
+            if isinstance(item, tuple):
+                parts.append(framed[starts[item[0]] : starts[item[1]]])
+            else:
+                parts += [frame_length(len(item)), item]
         return b"".join(parts)
 
 
@@ -147,6 +213,10 @@ class RankNodes(MutableMapping[int, list[pb.Node]]):
         """Node i of `rank` to read only (for a copied rank a parsed copy: changes to it are lost)."""
         nodes = self._lists[rank]
         return nodes[i] if nodes is not None else self._copies[rank].node(i)
+
+    def copy_of(self, rank: int) -> CopiedRank | None:
+        """The bytes `rank` is held as, or None once it is a list."""
+        return self._copies.get(rank)
 
     def framed(self, rank: int) -> bytes | None:
         """The framed node records of a rank still held as bytes, else None (write its list)."""

@@ -311,7 +311,7 @@ class _Generator:
                 n = records.node(nid)
                 n.attr[_PG_NAME_AT].string_val = dp_pg or ""
                 patches[nid] = n.SerializeToString()
-        return CopiedRank(records, patches)
+        return CopiedRank.patched(records, patches)
 
 
 class _RankProgram:

@@ -21,12 +21,13 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from tracegen.bundle import RankTwins
 from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
 from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
-from tracegen.rank_nodes import RankNodes
+from tracegen.rank_nodes import CopiedRank, RankNodes
 from traces import pb
 from traces.attrs import (
     CHUNK,
@@ -197,6 +198,16 @@ class _Rank:
         """The edited node list (GraphEdit.apply)."""
         self.nodes  # noqa: B018 - the list the edits apply to
         return self.edit.apply(copy=copy)
+
+    def apply_bytes(self) -> CopiedRank | None:
+        """The edits applied to a rank still held as bytes, as bytes: the nodes they change or insert
+        serialized, the others left as they are; None when the rank is a list (use `apply`)."""
+        source = self._source
+        held = source.copy_of(self.rank) if self._nodes is None and isinstance(source, RankNodes) else None
+        if held is None:
+            return None
+        refs = self.edit.apply_refs(held.refs(), held.node, _serialize, self.graph)
+        return CopiedRank.of_refs(held.records, refs)
 
 
 class _Rewriter:
@@ -630,9 +641,18 @@ class _Rewriter:
 
     def commit(self) -> None:
         """Apply every queued removal, dependency redirection and insertion to the bundle."""
-        for r, nodes in self.edited().items():
-            self.bundle.nodes[r] = nodes
+        for r, g in self.ranks.items():
+            if not g.edit:
+                continue
+            held = g.apply_bytes()
+            if held is not None:
+                self.bundle.nodes.set_copy(r, held)
+            else:
+                self.bundle.nodes[r] = g.apply()
             self.bundle.next_id[r] = self.next_id[r]
+
+
+_serialize = methodcaller("SerializeToString")
 
 
 def _end_id(nodes: Sequence[pb.Node]) -> int:
