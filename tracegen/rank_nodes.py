@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, chain, repeat
 
 import numpy as np
 
@@ -53,12 +54,27 @@ class Records:
         starts = [t - k for k, t in enumerate(tags)] + [len(framed)]
         return cls(batch, framed, starts, bodies)
 
+    @classmethod
+    def of_nodes(cls, payloads: Sequence[bytes]) -> Records:
+        """Records of serialized nodes, in order."""
+        prefixes = [frame_length(n) for n in map(len, payloads)]
+        framed = b"".join(chain.from_iterable(zip(prefixes, payloads, strict=True)))
+        batch = b"".join(chain.from_iterable(zip(repeat(b"\x0a"), prefixes, payloads)))
+        sizes = [len(a) + len(b) for a, b in zip(prefixes, payloads, strict=True)]
+        starts = [0, *accumulate(sizes)]
+        bodies = [s + len(a) for s, a in zip(starts, prefixes, strict=False)]  # starts has one more
+        return cls(batch, framed, starts, bodies)
+
+    def payload(self, i: int) -> bytes:
+        """The serialized node at position i."""
+        return self.framed[self.bodies[i] : self.starts[i + 1]]
+
     def __len__(self) -> int:
         return len(self.bodies)
 
     def node(self, i: int) -> pb.Node:
         """A new message parsed from record i (a copy: changing it changes nothing here)."""
-        return pb.Node.FromString(self.framed[self.bodies[i] : self.starts[i + 1]])
+        return pb.Node.FromString(self.payload(i))
 
 
 class CopiedRank:

@@ -281,15 +281,7 @@ class _Generator:
             own = (template.st.dg.id, template.tp_pg)
             if own not in template.blobs:
                 template.blobs[own] = Records.of_batch(NodeBatch(nodes=template.nodes).SerializeToString())
-            batch = NodeBatch.FromString(template.blobs[own].batch)
-            nodes = batch.nodes
-            if dg.id != own[0]:
-                for n in nodes:
-                    n.attr[_DEVICE_GROUP_AT].int64_val = dg.id
-            if tp_pg != template.tp_pg:
-                for nid in template.tp_ids:
-                    nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
-            records = template.blobs[key] = Records.of_batch(batch.SerializeToString())
+            records = template.blobs[key] = self._group_records(template, template.blobs[own], dg.id, tp_pg)
         # Node ids are positions (_RankProgram._add): the patched nodes are parsed alone, patched and
         # serialized again; every other node stays the group's bytes.
         patches: dict[int, bytes] = {}
@@ -312,6 +304,47 @@ class _Generator:
                 n.attr[_PG_NAME_AT].string_val = dp_pg or ""
                 patches[nid] = n.SerializeToString()
         return CopiedRank.patched(records, patches)
+
+    def _group_records(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
+        """The template's records with another device group id on every node and another TP group name on
+        its TP collectives.
+
+        Each patch swaps one attribute's bytes inside a node for the new attribute's: what serializing the
+        patched message gives, as a node's fields keep their order. Done only where the old attribute's
+        bytes occur exactly once in every node patched (so that occurrence is the attribute itself);
+        otherwise the nodes are parsed, patched and serialized.
+        """
+        payloads = [own.payload(i) for i in range(len(own))]
+        swaps = []
+        if dg_id != template.st.dg.id:
+            old = _attr_bytes(self.attr(A.DEVICE_GROUP, template.st.dg.id))
+            swaps.append((range(len(payloads)), old, _attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))))
+        if tp_pg != template.tp_pg:
+            old = _attr_bytes(self.attr(A.PG_NAME, template.tp_pg))
+            swaps.append((template.tp_ids, old, _attr_bytes(self.attr(A.PG_NAME, tp_pg))))
+        for ids, old, new in swaps:
+            if any(payloads[i].count(old) != 1 for i in ids):
+                return self._group_records_parsed(template, own, dg_id, tp_pg)
+            for i in ids:
+                payloads[i] = payloads[i].replace(old, new)
+        return Records.of_nodes(payloads)
+
+    def _group_records_parsed(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
+        """`_group_records` on parsed messages (the general way)."""
+        batch = NodeBatch.FromString(own.batch)
+        nodes = batch.nodes
+        if dg_id != template.st.dg.id:
+            for n in nodes:
+                n.attr[_DEVICE_GROUP_AT].int64_val = dg_id
+        if tp_pg != template.tp_pg:
+            for nid in template.tp_ids:
+                nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
+        return Records.of_batch(batch.SerializeToString())
+
+
+def _attr_bytes(attr: pb.AttributeProto) -> bytes:
+    """An attribute as it is serialized inside a node (field tag, length, attribute)."""
+    return pb.Node(attr=[attr]).SerializeToString()
 
 
 class _RankProgram:

@@ -269,7 +269,8 @@ class _Rewriter:
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
         # Groups the generator registered: its nodes name no other (so a group new to this rewrite has no
         # existing collective). Unknown for bundles read from disk, whose nodes are read instead.
-        self._known_groups = frozenset(bundle.comm_groups) if twins is not None else None
+        self._generated = twins is not None  # the generator's own bundle (its invariants hold)
+        self._known_groups = frozenset(bundle.comm_groups) if self._generated else None
         self._group_of = {r: g for g in plan.device_groups for r in g.ranks}
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -464,6 +465,10 @@ class _Rewriter:
     # ---- stage-boundary resharding --------------------------------------------------------------------
     def reshard_boundaries(self) -> None:
         """Replace the naive P2P nodes of every TP-changing boundary by the strategy's messages."""
+        if self._generated and not any(b.reshard for b in self.plan.boundaries):
+            # A generated bundle (twins given) sends pp_boundary transfers between adjacent stages of one
+            # replica only, so with no boundary to reshard there is nothing to check or replace.
+            return
         by_pair = {}
         for i, b in enumerate(self.plan.boundaries):
             by_pair[(b.src_group, b.dst_group)] = (i, "fwd")
