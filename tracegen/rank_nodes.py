@@ -12,13 +12,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate, chain, repeat
+from operator import add
 
 import numpy as np
 
 from traces import pb
 from traces.et_stream_pb2 import NodeBatch
-from traces.stream import frame_length
+from traces.stream import frame_length, frame_lengths
 
 
 @dataclass(frozen=True)
@@ -55,15 +57,22 @@ class Records:
         return cls(batch, framed, starts, bodies)
 
     @classmethod
-    def of_nodes(cls, payloads: Sequence[bytes]) -> Records:
+    def of_nodes(cls, payloads: list[bytes]) -> Records:
         """Records of serialized nodes, in order."""
-        prefixes = [frame_length(n) for n in map(len, payloads)]
+        lengths = list(map(len, payloads))
+        prefixes = frame_lengths(lengths)
         framed = b"".join(chain.from_iterable(zip(prefixes, payloads, strict=True)))
         batch = b"".join(chain.from_iterable(zip(repeat(b"\x0a"), prefixes, payloads)))
-        sizes = [len(a) + len(b) for a, b in zip(prefixes, payloads, strict=True)]
-        starts = [0, *accumulate(sizes)]
-        bodies = [s + len(a) for s, a in zip(starts, prefixes, strict=False)]  # starts has one more
+        heads = list(map(len, prefixes))
+        starts = [0, *accumulate(map(add, heads, lengths))]
+        bodies = list(map(add, starts, heads))  # map stops at the last record
         return cls(batch, framed, starts, bodies)
+
+    @cached_property
+    def payloads(self) -> list[bytes]:
+        """The serialized nodes, in order (read-only: copy before changing the list)."""
+        framed = self.framed
+        return [framed[b:e] for b, e in zip(self.bodies, self.starts[1:], strict=True)]
 
     def payload(self, i: int) -> bytes:
         """The serialized node at position i."""

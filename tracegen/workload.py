@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from operator import methodcaller
 from typing import Any
 
 from tracegen import deployment_pb2 as dpb
@@ -97,11 +99,12 @@ def p2p_sources(t_src: int, t_dst: int) -> list[tuple[int, int]]:
     return [(j % t_src, j) for j in range(t_dst)]
 
 
-def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> list[int]:
+@cache
+def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> tuple[int, ...]:
     """Local indices in the adjacent group that TP rank `local` sends to (or receives from), in order."""
     if send:
-        return [d for s, d in p2p_sources(my_tp, other_tp) if s == local]
-    return [s for s, d in p2p_sources(other_tp, my_tp) if d == local]
+        return tuple(d for s, d in p2p_sources(my_tp, other_tp) if s == local)
+    return tuple(s for s, d in p2p_sources(other_tp, my_tp) if d == local)
 
 
 @dataclass(frozen=True)
@@ -314,18 +317,21 @@ class _Generator:
         bytes occur exactly once in every node patched (so that occurrence is the attribute itself);
         otherwise the nodes are parsed, patched and serialized.
         """
-        payloads = [own.payload(i) for i in range(len(own))]
-        swaps = []
+        payloads = own.payloads
         if dg_id != template.st.dg.id:
             old = _attr_bytes(self.attr(A.DEVICE_GROUP, template.st.dg.id))
-            swaps.append((range(len(payloads)), old, _attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))))
-        if tp_pg != template.tp_pg:
-            old = _attr_bytes(self.attr(A.PG_NAME, template.tp_pg))
-            swaps.append((template.tp_ids, old, _attr_bytes(self.attr(A.PG_NAME, tp_pg))))
-        for ids, old, new in swaps:
-            if any(payloads[i].count(old) != 1 for i in ids):
+            counts = list(map(methodcaller("count", old), payloads))
+            if counts.count(1) != len(counts):
                 return self._group_records_parsed(template, own, dg_id, tp_pg)
-            for i in ids:
+            payloads = list(
+                map(methodcaller("replace", old, _attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))), payloads)
+            )
+        if tp_pg != template.tp_pg:
+            old, new = (_attr_bytes(self.attr(A.PG_NAME, pg)) for pg in (template.tp_pg, tp_pg))
+            if any(payloads[i].count(old) != 1 for i in template.tp_ids):
+                return self._group_records_parsed(template, own, dg_id, tp_pg)
+            payloads = list(payloads)
+            for i in template.tp_ids:
                 payloads[i] = payloads[i].replace(old, new)
         return Records.of_nodes(payloads)
 
