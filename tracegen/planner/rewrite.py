@@ -50,7 +50,7 @@ from traces.attrs import (
     comm_src,
     comm_tag,
     get_int,
-    make_node,
+    make_attr,
     pg_name,
 )
 from traces.errors import XsimError
@@ -272,8 +272,24 @@ class _Rewriter:
         self._generated = twins is not None  # the generator's own bundle (its invariants hold)
         self._known_groups = frozenset(bundle.comm_groups) if self._generated else None
         self._group_of = {r: g for g in plan.device_groups for r in g.ranks}
+        self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------
+    def _node(
+        self, nid: int, name: str, ntype: int, *, data_deps: Sequence[int], attrs: dict[str, Any]
+    ) -> pb.Node:
+        """traces.attrs.make_node, each attribute made once per (name, value): thousands of inserted nodes
+        share their stage, group, phase and size attributes."""
+        cache = self._attr_cache
+        made = []
+        for k, v in attrs.items():
+            key = (k, type(v), v)  # type too: True == 1 but they are different attribute kinds
+            a = cache.get(key)
+            if a is None:
+                a = cache[key] = make_attr(k, v)
+            made.append(a)
+        return pb.Node(id=nid, name=name, type=ntype, data_deps=data_deps, attr=made)
+
     def _id(self, r: int) -> int:
         nid = self.next_id[r]
         self.next_id[r] = nid + 1
@@ -338,7 +354,7 @@ class _Rewriter:
         pg = self.bundle.new_group(ranks)
         if after_existing:
             deps = unique([*deps, *self._same_pg_collectives(r, pg)])
-        node = make_node(
+        node = self._node(
             self._id(r),
             name,
             pb.COMM_COLL_NODE,
@@ -620,7 +636,7 @@ class _Rewriter:
         layer = get_int(template, LAYER, 0) if template is not None else 0
         kind = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
         verb = f"send_to{m.dst}" if send else f"recv_from{m.src}"
-        node = make_node(
+        node = self._node(
             self._id(r),
             f"pp_{direction}_mb{mb}/{self.strategy}/step{m.step}/{verb}/c{m.chunk}",
             kind,
