@@ -48,6 +48,7 @@ RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
 _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
+_COMM_SRC_AT = 5  # P2P nodes: comm_src, then comm_dst, right after those five
 NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, DP gradient sync)
 ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
 # Megatron's distributed optimizer keeps the gradient buffer in FP32 for BF16 training
@@ -294,11 +295,16 @@ class _Generator:
             peer = other.ranks[peer_locals(dg.tp, other.tp, local, send)[k]]
             n = records.node(nid)
             src, dst = (rank, peer) if send else (peer, rank)
-            for a in n.attr:
-                if a.name == A.COMM_SRC:
-                    a.int32_val = src
-                elif a.name == A.COMM_DST:
-                    a.int32_val = dst
+            at = n.attr
+            a, b = at[_COMM_SRC_AT], at[_COMM_SRC_AT + 1]
+            if a.name == A.COMM_SRC and b.name == A.COMM_DST:  # where _RankProgram.p2p puts them
+                a.int32_val, b.int32_val = src, dst
+            else:
+                for a in at:
+                    if a.name == A.COMM_SRC:
+                        a.int32_val = src
+                    elif a.name == A.COMM_DST:
+                        a.int32_val = dst
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
             patches[nid] = n.SerializeToString()
         if dp_pg != template.dp_pg:
