@@ -140,3 +140,23 @@ def test_files_written_from_bytes_equal_every_rank_built_and_serialized_node_by_
         assert fast.node_count() == slow.node_count()
         TraceBundle(nodes=dict(slow.nodes), comm_groups=slow.comm_groups).write(tmp_path / "slow", dep.name)
         assert _files(tmp_path / "fast") == _files(tmp_path / "slow"), spec["name"]
+
+
+def test_the_general_patch_paths_write_the_same_files(tmp_path: Path, monkeypatch) -> None:
+    # Group records by parsing every node (taken when an attribute's bytes are not found exactly once per
+    # node: b"" is found len + 1 times) and P2P peers found by name (position 0 holds `layer`, not
+    # comm_src) must give the bytes of the fast paths.
+    import tracegen.workload as workload
+
+    dep = load_spec(scaled(2))  # two replicas of each kind: device groups copied from another's template
+    generate(dep).write(tmp_path / "fast", dep.name)
+    monkeypatch.setattr(workload, "_attr_bytes", lambda attr: b"")
+    monkeypatch.setattr(workload, "_COMM_SRC_AT", 0)
+    parsed = []
+    general = workload._Generator._group_records_parsed
+    monkeypatch.setattr(
+        workload._Generator, "_group_records_parsed", lambda *a: parsed.append(1) or general(*a)
+    )
+    generate(dep).write(tmp_path / "general", dep.name)
+    assert parsed  # the general path ran
+    assert _files(tmp_path / "fast") == _files(tmp_path / "general")
