@@ -85,7 +85,7 @@ def main() -> None:
             lambda b=bundle, o=out, d=dep: (b.write(o, d.name), save_deployment(d, o / "deployment.json")),
             args.repeat,
         )
-        nodes = sum(len(v) for v in bundle.nodes.values())
+        nodes = bundle.node_count()
         size = sum(f.stat().st_size for f in out.iterdir())
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         cli = [sys.executable, "-m", "xsim", "gen", str(spec_path), "--out", str(root / f"cli_{schedule}")]

@@ -88,7 +88,7 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
     t = time.perf_counter()
     bundle = generate(dep)
     t_gen = time.perf_counter() - t
-    nodes = sum(len(v) for v in bundle.nodes.values())
+    nodes = bundle.node_count()
     t = time.perf_counter()
     bundle.write(out, dep.name)
     save_deployment(dep, out / DEPLOYMENT_FILE)
@@ -215,7 +215,7 @@ def gen_child(args: argparse.Namespace, n: int) -> dict:
         profiler.stop()
         _save_profile(profiler, str(Path(args.profile).with_suffix(".gen.html")))
     wall, cpu = time.perf_counter() - w0, cpu_s() - c0
-    nodes = sum(len(v) for v in bundle.nodes.values())
+    nodes = bundle.node_count()
     return {
         "ranks": len(bundle.nodes), "nodes": nodes, "gen_s": t_gen, "gen_cpu_s": c_gen,
         "write_s": wall - t_gen, "gen_write_s": wall, "gen_write_cpu_s": cpu, "rss_gen_mib": rss_mib(),

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
@@ -102,7 +102,7 @@ class RankMemory:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able dict (memory.json rows)."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict without its deep copies
         d["total"], d["headroom"] = self.total, self.headroom
         return d
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from operator import methodcaller
 from typing import Any
 
 from tracegen import deployment_pb2 as dpb
@@ -34,6 +36,7 @@ from tracegen.ops import (
     with_selective_recompute,
 )
 from tracegen.profile import ProfileTable, build_table, make_row
+from tracegen.rank_nodes import CopiedRank, RankNodes, Records
 from tracegen.schedule import BWD, interleaved, stage_order
 from tracegen.spec import chunk_ranges, gpu_specs, model_arch, replicas
 from traces import attrs as A
@@ -45,6 +48,7 @@ RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
 _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
+_COMM_SRC_AT = 5  # P2P nodes: comm_src, then comm_dst, right after those five
 NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, DP gradient sync)
 ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
 # Megatron's distributed optimizer keeps the gradient buffer in FP32 for BF16 training
@@ -96,11 +100,12 @@ def p2p_sources(t_src: int, t_dst: int) -> list[tuple[int, int]]:
     return [(j % t_src, j) for j in range(t_dst)]
 
 
-def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> list[int]:
+@cache
+def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> tuple[int, ...]:
     """Local indices in the adjacent group that TP rank `local` sends to (or receives from), in order."""
     if send:
-        return [d for s, d in p2p_sources(my_tp, other_tp) if s == local]
-    return [s for s, d in p2p_sources(other_tp, my_tp) if d == local]
+        return tuple(d for s, d in p2p_sources(my_tp, other_tp) if s == local)
+    return tuple(s for s, d in p2p_sources(other_tp, my_tp) if d == local)
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ class _Generator:
                 )
                 for p in dep.profile
             )
-        self.bundle = TraceBundle(nodes={})
+        self.bundle = TraceBundle(nodes=RankNodes())
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
@@ -218,17 +223,19 @@ class _Generator:
                     key = self._shape_key(st, local, dp_pg) if self.clone else None
                     template = templates.get(key) if key is not None else None
                     if template is not None:
-                        nodes = self._clone(template, st, local, rank, tp_pg, dp_pg)
+                        copy = self._clone(template, st, local, rank, tp_pg, dp_pg)
+                        self.bundle.nodes.set_copy(rank, copy)
+                        self.bundle.next_id[rank] = len(copy)
                     else:
                         template = _RankProgram(self, st, local, rank, tp_pg, dp_pg)
                         nodes = template.build()
                         if key is not None:
                             templates[key] = template
+                        self.bundle.nodes[rank] = nodes
+                        self.bundle.next_id[rank] = len(nodes)
                     self._twin_of[rank] = template.rank
                     self._tags_of.setdefault(template.rank, template.tags)
-                    self.bundle.nodes[rank] = nodes
-                    self.bundle.next_id[rank] = len(nodes)
-        self.bundle.nodes = dict(sorted(self.bundle.nodes.items()))
+        self.bundle.nodes.sort()
         self.bundle.next_id = dict(sorted(self.bundle.next_id.items()))
         return self.bundle
 
@@ -265,40 +272,91 @@ class _Generator:
 
     def _clone(
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
-    ) -> list[pb.Node]:
-        """Copies of the template rank's nodes with this rank's group ids and names and P2P peers patched in."""
+    ) -> CopiedRank:
+        """The template rank's nodes with this rank's group ids and names and P2P peers patched in, as bytes:
+        its device group's serialized nodes plus the P2P and DP-sync nodes that differ, re-serialized."""
         dg = st.dg
         key = (dg.id, tp_pg)
-        blob = template.blobs.get(key)
-        if blob is None:
+        records = template.blobs.get(key)
+        if records is None:
             # Once per device group: the template's nodes with this group's id and TP group name, serialized
-            # (the group's other ranks then only need their peers and DP group patched).
-            nodes = list(NodeBatch(nodes=template.nodes).nodes)
-            if dg.id != template.st.dg.id:
-                for n in nodes:
-                    n.attr[_DEVICE_GROUP_AT].int64_val = dg.id
-            if tp_pg != template.tp_pg:
-                for nid in template.tp_ids:
-                    nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
-            blob = template.blobs[key] = NodeBatch(nodes=nodes).SerializeToString()
-        # One C-level parse of the whole rank: ~10x cheaper than a CopyFrom per node.
-        nodes = list(NodeBatch.FromString(blob).nodes)
+            # (the group's other ranks then only need their peers and DP group patched). Patched on a parse
+            # of the template's own batch: one C-level parse and serialization instead of a copy per node.
+            own = (template.st.dg.id, template.tp_pg)
+            if own not in template.blobs:
+                template.blobs[own] = Records.of_batch(NodeBatch(nodes=template.nodes).SerializeToString())
+            records = template.blobs[key] = self._group_records(template, template.blobs[own], dg.id, tp_pg)
+        # Node ids are positions (_RankProgram._add): the patched nodes are parsed alone, patched and
+        # serialized again; every other node stays the group's bytes.
+        patches: dict[int, bytes] = {}
         for nid, send, c, side, k in template.p2p_log:
             other = st.chunks[c].prev if side == "prev" else st.chunks[c].next
             assert other is not None
             peer = other.ranks[peer_locals(dg.tp, other.tp, local, send)[k]]
-            n = nodes[nid]
+            n = records.node(nid)
             src, dst = (rank, peer) if send else (peer, rank)
-            for a in n.attr:
-                if a.name == A.COMM_SRC:
-                    a.int32_val = src
-                elif a.name == A.COMM_DST:
-                    a.int32_val = dst
+            at = n.attr
+            a, b = at[_COMM_SRC_AT], at[_COMM_SRC_AT + 1]
+            if a.name == A.COMM_SRC and b.name == A.COMM_DST:  # where _RankProgram.p2p puts them
+                a.int32_val, b.int32_val = src, dst
+            else:
+                for a in at:
+                    if a.name == A.COMM_SRC:
+                        a.int32_val = src
+                    elif a.name == A.COMM_DST:
+                        a.int32_val = dst
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
+            patches[nid] = n.SerializeToString()
         if dp_pg != template.dp_pg:
             for nid in template.sync_ids:
-                nodes[nid].attr[_PG_NAME_AT].string_val = dp_pg or ""
-        return nodes
+                n = records.node(nid)
+                n.attr[_PG_NAME_AT].string_val = dp_pg or ""
+                patches[nid] = n.SerializeToString()
+        return CopiedRank.patched(records, patches)
+
+    def _group_records(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
+        """The template's records with another device group id on every node and another TP group name on
+        its TP collectives.
+
+        Each patch swaps one attribute's bytes inside a node for the new attribute's: what serializing the
+        patched message gives, as a node's fields keep their order. Done only where the old attribute's
+        bytes occur exactly once in every node patched (so that occurrence is the attribute itself);
+        otherwise the nodes are parsed, patched and serialized.
+        """
+        payloads = own.payloads
+        if dg_id != template.st.dg.id:
+            old = _attr_bytes(self.attr(A.DEVICE_GROUP, template.st.dg.id))
+            counts = list(map(methodcaller("count", old), payloads))
+            if counts.count(1) != len(counts):
+                return self._group_records_parsed(template, own, dg_id, tp_pg)
+            payloads = list(
+                map(methodcaller("replace", old, _attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))), payloads)
+            )
+        if tp_pg != template.tp_pg:
+            old, new = (_attr_bytes(self.attr(A.PG_NAME, pg)) for pg in (template.tp_pg, tp_pg))
+            if any(payloads[i].count(old) != 1 for i in template.tp_ids):
+                return self._group_records_parsed(template, own, dg_id, tp_pg)
+            payloads = list(payloads)
+            for i in template.tp_ids:
+                payloads[i] = payloads[i].replace(old, new)
+        return Records.of_nodes(payloads)
+
+    def _group_records_parsed(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
+        """`_group_records` on parsed messages (the general way)."""
+        batch = NodeBatch.FromString(own.batch)
+        nodes = batch.nodes
+        if dg_id != template.st.dg.id:
+            for n in nodes:
+                n.attr[_DEVICE_GROUP_AT].int64_val = dg_id
+        if tp_pg != template.tp_pg:
+            for nid in template.tp_ids:
+                nodes[nid].attr[_PG_NAME_AT].string_val = tp_pg
+        return Records.of_batch(batch.SerializeToString())
+
+
+def _attr_bytes(attr: pb.AttributeProto) -> bytes:
+    """An attribute as it is serialized inside a node (field tag, length, attribute)."""
+    return pb.Node(attr=[attr]).SerializeToString()
 
 
 class _RankProgram:
@@ -345,8 +403,8 @@ class _RankProgram:
         self.p2p_log: list[tuple[int, bool, int, str, int]] = []
         self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
         self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
-        # The nodes as one serialized NodeBatch per (device group id, TP group name) they are copied to.
-        self.blobs: dict[tuple[int, str], bytes] = {}
+        # The nodes serialized once per (device group id, TP group name) they are copied to.
+        self.blobs: dict[tuple[int, str], Records] = {}
 
     # -- node emission -------------------------------------------------------------------------------
     def _tags(self, layer: int, phase: str, mb: int) -> list[pb.AttributeProto]:

@@ -11,10 +11,14 @@ Duplicate ids (reported by traces.checks) resolve to the last node with that id.
 
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from traces import pb
+
+T = TypeVar("T")
 
 
 class DepGraph:
@@ -120,8 +124,11 @@ class DepGraph:
 class GraphEdit:
     """Edits on one node list, applied at once by `apply` (positions refer to the original list)."""
 
-    def __init__(self, nodes: list[pb.Node]) -> None:
+    def __init__(self, nodes: list[pb.Node], graph: DepGraph | None = None) -> None:
         self.nodes = nodes
+        # The DepGraph of `nodes` (or of a list with the same ids and dependencies at the same positions),
+        # for graphs whose ids are unique: `apply` then visits only the nodes it edits.
+        self._graph = graph
         self._new: list[tuple[float, pb.Node]] = []
         self._extra: dict[int, list[int]] = {}
         self._replaced: dict[int, list[int]] = {}
@@ -168,6 +175,8 @@ class GraphEdit:
         With `copy` the nodes are copies and the original list stays as it was (a preview, e.g. to check
         the graph after one pass while further passes still queue edits on the original).
         """
+        if not copy and self._graph is not None:
+            return self._apply_indexed(self._graph)
         if not copy and not self._replaced:
             return self._apply_inserts()
         items: list[tuple[float, int, pb.Node]] = []
@@ -191,6 +200,56 @@ class GraphEdit:
         items.sort(key=lambda t: (t[0], t[1]))
         return [n for _, _, n in items]
 
+    def _apply_indexed(self, graph: DepGraph) -> list[pb.Node]:
+        """`apply` without a copy, reading positions from `graph`: only the nodes gaining dependencies or
+        depending on a removed one are rewritten (as `apply` rewrites them), the others are not read."""
+        return self.apply_refs(self.nodes, self.nodes.__getitem__, _same, graph)
+
+    def apply_refs(
+        self,
+        refs: list[T],
+        read: Callable[[int], pb.Node],
+        emit: Callable[[pb.Node], T],
+        graph: DepGraph | None = None,
+    ) -> list[T]:
+        """`apply` on stand-ins for the nodes (e.g. their serialized bytes): `refs[i]` stands for the
+        original node at position i, `read(i)` gives that node to edit, and `emit(node)` the stand-in of an
+        edited or inserted node. Needs the DepGraph (given here or to the constructor); `refs` may change."""
+        graph = graph or self._graph
+        assert graph is not None, "apply_refs reads positions from a DepGraph"
+        index, replaced, extra = graph.index, self._replaced, self._extra
+        gone = sorted({index[i] for i in replaced if i in index})
+        touch = {index[i] for i, add in extra.items() if add and i in index}
+        for p in gone:
+            touch.update(graph.children(p))
+        for p in sorted(touch.difference(gone)):
+            n = read(p)
+            data = self._resolve([*n.data_deps, *extra.get(n.id, ())])
+            ctrl = [d for d in self._resolve(n.ctrl_deps) if d not in data]
+            _set(n.data_deps, data)
+            _set(n.ctrl_deps, ctrl)
+            refs[p] = emit(n)
+        if gone:
+            dropped = set(gone)
+            kept = [x for i, x in enumerate(refs) if i not in dropped]
+        else:
+            kept = refs
+        new = sorted(((p, k, n) for k, (p, n) in enumerate(self._new)), key=lambda t: (t[0], t[1]))
+        out: list[T] = []
+        start = 0
+        for p, _, n in new:
+            if replaced and any(d in replaced for d in n.data_deps):
+                _set(n.data_deps, self._resolve(n.data_deps))
+            # p is an original position +- 0.5: originals 0..floor(p) come first, less the removed ones.
+            cut = min(max(int(p + 0.5), 0), len(refs))
+            cut -= bisect.bisect_left(gone, cut)
+            if cut > start:
+                out.extend(kept[start:cut])
+                start = cut
+            out.append(emit(n))
+        out.extend(kept[start:])
+        return out
+
     def _apply_inserts(self) -> list[pb.Node]:
         """`apply` when nothing is replaced and no copy is asked for: the same list, without a sort key
         per node (originals keep their order; inserted nodes go between them by position, then order)."""
@@ -212,6 +271,10 @@ class GraphEdit:
             out.append(n)
         out.extend(self.nodes[start:])
         return out
+
+
+def _same(n: pb.Node) -> pb.Node:
+    return n
 
 
 def _copy(n: pb.Node) -> pb.Node:

@@ -9,6 +9,8 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from itertools import chain
+from operator import methodcaller
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -243,15 +245,38 @@ def _small_varints() -> list[bytes]:
     return [_varint(i) for i in range(1 << 14)]
 
 
+def frame_length(n: int) -> bytes:
+    """The varint32 length prefix protoio writes before a message of n bytes."""
+    return _small_varints()[n] if n < 16384 else _varint(n)
+
+
+def frame_lengths(lengths: list[int]) -> list[bytes]:
+    """`frame_length` of each of `lengths` (one table lookup each when all are below 2^14)."""
+    small = _small_varints()
+    if not lengths or max(lengths) < 16384:
+        return list(map(small.__getitem__, lengths))
+    return [small[n] if n < 16384 else _varint(n) for n in lengths]
+
+
+_serialize = methodcaller("SerializeToString")
+
+
 def encode_stream(metadata: pb.GlobalMetadata, nodes: Iterable[pb.Node]) -> bytes:
     """Frame metadata and nodes exactly as Chakra's protoio writers do."""
-    small = _small_varints()
-    # One list comprehension per column instead of two appends per message (~2x less Python per node).
-    data = [metadata.SerializeToString(), *[m.SerializeToString() for m in nodes]]
-    parts: list[bytes] = [b""] * (2 * len(data))
-    parts[0::2] = [small[n] if n < 16384 else _varint(n) for n in map(len, data)]
-    parts[1::2] = data
-    return b"".join(parts)
+    # map() over the columns instead of two appends per message (~2x less Python per node).
+    data = [metadata.SerializeToString(), *map(_serialize, nodes)]
+    prefixes = frame_lengths(list(map(len, data)))
+    return b"".join(chain.from_iterable(zip(prefixes, data, strict=True)))
+
+
+def write_et_records(
+    path: str | os.PathLike[str], records: bytes, metadata: pb.GlobalMetadata | None = None
+) -> None:
+    """Write one plain `.et` file from node records already framed (a varint length and the node, each)."""
+    if metadata is None:
+        metadata = pb.GlobalMetadata(version="1.0.0")
+    head = metadata.SerializeToString()
+    atomic_write_bytes(os.fspath(path), b"".join([frame_length(len(head)), head, records]))
 
 
 def write_et(

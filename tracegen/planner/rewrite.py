@@ -21,11 +21,13 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from tracegen.bundle import RankTwins
 from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
 from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
+from tracegen.rank_nodes import CopiedRank, RankNodes
 from traces import pb
 from traces.attrs import (
     CHUNK,
@@ -48,7 +50,7 @@ from traces.attrs import (
     comm_src,
     comm_tag,
     get_int,
-    make_node,
+    make_attr,
     pg_name,
 )
 from traces.errors import XsimError
@@ -120,23 +122,49 @@ def rewrite_bundle(
 
 
 class _Rank:
-    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags."""
+    """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags.
+
+    A twin's node list is read from the bundle only when an edit is applied or a lambda of `structure`
+    needs it (`nodes`); until then `peek` reads single nodes, so a copied rank the rewrite leaves alone
+    stays bytes (tracegen.rank_nodes).
+    """
 
     def __init__(
         self,
         rank: int,
-        nodes: list[pb.Node],
+        nodes: list[pb.Node] | None,
         pos: dict[int, int],
         tags: list[tuple[str, int, int | None]],
         twin: _Rank | None = None,
+        source: Any = None,
     ) -> None:
-        self.rank, self.nodes, self.pos = rank, nodes, pos
+        self.rank, self.pos = rank, pos
+        self._nodes, self._source = nodes, source  # source: the bundle's rank -> nodes mapping
         self._tags = tags
-        # A twin (same ids, dependencies, node types and tags) shares the graph and what is derived from
-        # those alone (`structure`); DepGraph is read-only here.
-        self.graph = twin.graph if twin is not None else DepGraph(nodes)
-        self._structure: dict[str, Any] = twin._structure if twin is not None else {}
-        self.edit = GraphEdit(nodes)
+        # A twin (same ids, dependencies, node types and tags) shares the graph, the ids and what is
+        # derived from those alone (`structure`); DepGraph is read-only here.
+        if twin is not None:
+            self.graph, self.ids, self._structure = twin.graph, twin.ids, twin._structure
+        else:
+            assert nodes is not None
+            self.graph, self.ids = DepGraph(nodes), [n.id for n in nodes]
+            self._structure = {}
+        self.edit = GraphEdit(nodes if nodes is not None else [], self.graph)  # ids are unique (_Rewriter)
+
+    @property
+    def nodes(self) -> list[pb.Node]:
+        """The rank's node list (taken from the bundle on first use)."""
+        if self._nodes is None:
+            self._nodes = self.edit.nodes = self._source[self.rank]
+        return self._nodes
+
+    def peek(self, i: int) -> pb.Node:
+        """The node at position i, to read only."""
+        if self._nodes is not None:
+            return self._nodes[i]
+        if isinstance(self._source, RankNodes):
+            return self._source.peek(self.rank, i)
+        return self.nodes[i]
 
     def structure(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()` for this rank, computed once per set of twins: only for values depending on node ids,
@@ -147,7 +175,7 @@ class _Rank:
         return hit
 
     def deps(self, nid: int) -> list[int]:
-        n = self.nodes[self.pos[nid]]
+        n = self.peek(self.pos[nid])
         return [*n.data_deps, *n.ctrl_deps]
 
     def tags(self, i: int) -> tuple[str, int, int | None]:
@@ -156,15 +184,30 @@ class _Rank:
 
     def children(self, nid: int) -> list[int]:
         """Nodes depending on `nid`."""
-        return [self.nodes[c].id for c in self.graph.children(self.pos[nid])]
+        return [self.ids[c] for c in self.graph.children(self.pos[nid])]
 
     def frontier(self, ids: Sequence[int]) -> list[int]:
         """The nodes of `ids` no other node of `ids` depends on (the last ones to finish)."""
-        return [self.nodes[i].id for i in self.graph.frontier([self.pos[i] for i in ids])]
+        return [self.ids[i] for i in self.graph.frontier([self.pos[i] for i in ids])]
 
     def descendants(self, start: Sequence[int]) -> set[int]:
         """`start` and every node depending on it, transitively."""
-        return {self.nodes[i].id for i in self.graph.descendants(self.pos[i] for i in start)}
+        return {self.ids[i] for i in self.graph.descendants(self.pos[i] for i in start)}
+
+    def apply(self, *, copy: bool = False) -> list[pb.Node]:
+        """The edited node list (GraphEdit.apply)."""
+        self.nodes  # noqa: B018 - the list the edits apply to
+        return self.edit.apply(copy=copy)
+
+    def apply_bytes(self) -> CopiedRank | None:
+        """The edits applied to a rank still held as bytes, as bytes: the nodes they change or insert
+        serialized, the others left as they are; None when the rank is a list (use `apply`)."""
+        source = self._source
+        held = source.copy_of(self.rank) if self._nodes is None and isinstance(source, RankNodes) else None
+        if held is None:
+            return None
+        refs = self.edit.apply_refs(held.refs(), held.node, _serialize, self.graph)
+        return CopiedRank.of_refs(held.records, refs)
 
 
 class _Rewriter:
@@ -179,20 +222,24 @@ class _Rewriter:
         self.bundle, self.plan, self.strategy = bundle, plan, strategy
         self.sequence_parallel = sequence_parallel
         self.ranks: dict[int, _Rank] = {}
-        for r, nodes in sorted(bundle.nodes.items()):
+        source = bundle.nodes
+        for r in sorted(source):
             src = twins.of.get(r) if twins is not None else None
-            if src is not None and len(twins.tags[src]) == len(nodes):
+            count = source.count(r) if isinstance(source, RankNodes) else len(source[r])
+            if src is not None and len(twins.tags[src]) == count:
                 # The generator built `src` and copied it to r: same ids, dependencies and tags, and no
                 # node carries `reshard` (the generator never writes it).
                 first = self.ranks.get(src)
                 if first is not None:
-                    self.ranks[r] = _Rank(r, nodes, first.pos, first._tags, first)
+                    self.ranks[r] = _Rank(r, None, first.pos, first._tags, first, source)
                 else:
+                    nodes = source[r]
                     pos = {n.id: i for i, n in enumerate(nodes)}
                     if len(pos) != len(nodes):
                         raise RewriteError(f"rank {r}: a node id appears twice")
-                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src])
+                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src], source=source)
                 continue
+            nodes = source[r]
             pos: dict[int, int] = {}
             tags = []
             for i, n in enumerate(nodes):
@@ -205,22 +252,44 @@ class _Rewriter:
                     )
                 pos[n.id] = i
                 tags.append((phase, layer, mb))
-            self.ranks[r] = _Rank(r, nodes, pos, tags)
+            self.ranks[r] = _Rank(r, nodes, pos, tags, source=source)
         known = {r for g in plan.device_groups for r in g.ranks}
         if set(self.ranks) != known:
             raise RewriteError(
                 f"bundle has ranks {_span(self.ranks)} but the deployment has ranks {_span(known)}"
             )
+        # Twins share node ids and P2P tags (RankTwins), so both maxima are read once per set of twins.
         self.next_id = {
-            r: max([bundle.next_id.get(r, 0), *(n.id + 1 for n in g.nodes)]) for r, g in self.ranks.items()
+            r: max(bundle.next_id.get(r, 0), g.structure("end_id", lambda g=g: _end_id(g.nodes)))
+            for r, g in self.ranks.items()
         }
         self.next_tag = 1 + max(
-            (comm_tag(n, 0) for g in self.ranks.values() for n in g.nodes if n.type in P2P_TYPES), default=0
+            (g.structure("max_tag", lambda g=g: _max_tag(g.nodes)) for g in self.ranks.values()), default=0
         )
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
+        # Groups the generator registered: its nodes name no other (so a group new to this rewrite has no
+        # existing collective). Unknown for bundles read from disk, whose nodes are read instead.
+        self._generated = twins is not None  # the generator's own bundle (its invariants hold)
+        self._known_groups = frozenset(bundle.comm_groups) if self._generated else None
         self._group_of = {r: g for g in plan.device_groups for r in g.ranks}
+        self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
 
     # ---- helpers -------------------------------------------------------------------------------------
+    def _node(
+        self, nid: int, name: str, ntype: int, *, data_deps: Sequence[int], attrs: dict[str, Any]
+    ) -> pb.Node:
+        """traces.attrs.make_node, each attribute made once per (name, value): thousands of inserted nodes
+        share their stage, group, phase and size attributes."""
+        cache = self._attr_cache
+        made = []
+        for k, v in attrs.items():
+            key = (k, type(v), v)  # type too: True == 1 but they are different attribute kinds
+            a = cache.get(key)
+            if a is None:
+                a = cache[key] = make_attr(k, v)
+            made.append(a)
+        return pb.Node(id=nid, name=name, type=ntype, data_deps=data_deps, attr=made)
+
     def _id(self, r: int) -> int:
         nid = self.next_id[r]
         self.next_id[r] = nid + 1
@@ -244,10 +313,12 @@ class _Rewriter:
     def _after(self, r: int, deps: Iterable[int]) -> tuple[str, int]:
         """Right after the last original node among `deps` (at the end when there is none)."""
         g = self.ranks[r]
-        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.nodes))
+        return "after", max((g.pos[d] for d in deps if d in g.pos), default=len(g.ids))
 
     def _same_pg_collectives(self, r: int, pg: str) -> list[int]:
         """Existing collectives of rank r on `pg` not after an optimizer node (so they come first everywhere)."""
+        if self._known_groups is not None and pg not in self._known_groups:
+            return []
         if r not in self.coll_by_pg:
             g = self.ranks[r]
 
@@ -261,7 +332,7 @@ class _Rewriter:
 
             by_pg: dict[str, list[int]] = defaultdict(list)
             for i in g.structure("collectives_before_opt", before_opt):
-                n = g.nodes[i]
+                n = g.peek(i)
                 by_pg[pg_name(n)].append(n.id)
             self.coll_by_pg[r] = by_pg
         return self.coll_by_pg[r].get(pg, [])
@@ -283,7 +354,7 @@ class _Rewriter:
         pg = self.bundle.new_group(ranks)
         if after_existing:
             deps = unique([*deps, *self._same_pg_collectives(r, pg)])
-        node = make_node(
+        node = self._node(
             self._id(r),
             name,
             pb.COMM_COLL_NODE,
@@ -410,15 +481,27 @@ class _Rewriter:
     # ---- stage-boundary resharding --------------------------------------------------------------------
     def reshard_boundaries(self) -> None:
         """Replace the naive P2P nodes of every TP-changing boundary by the strategy's messages."""
+        if self._generated and not any(b.reshard for b in self.plan.boundaries):
+            # A generated bundle (twins given) sends pp_boundary transfers between adjacent stages of one
+            # replica only, so with no boundary to reshard there is nothing to check or replace.
+            return
         by_pair = {}
         for i, b in enumerate(self.plan.boundaries):
             by_pair[(b.src_group, b.dst_group)] = (i, "fwd")
             by_pair[(b.dst_group, b.src_group)] = (i, "bwd")
         keyed: dict[tuple[int, str, int], list[tuple[int, pb.Node]]] = defaultdict(list)
         for r, g in self.ranks.items():
-            for n in g.nodes:
-                if n.type not in P2P_TYPES or get_int(n, PP_BOUNDARY, 0) != 1:
-                    continue
+            # Positions of the boundary transfers (types and pp_boundary are alike on twins).
+            at = g.structure(
+                "pp_p2p",
+                lambda g=g: [
+                    i
+                    for i, n in enumerate(g.nodes)
+                    if n.type in P2P_TYPES and get_int(n, PP_BOUNDARY, 0) == 1
+                ],
+            )
+            for i in at:
+                n = g.peek(i)
                 src, dst = (r, comm_dst(n)) if n.type == pb.COMM_SEND_NODE else (comm_src(n), r)
                 try:
                     pair = (self._group(src).id, self._group(dst).id)
@@ -553,7 +636,7 @@ class _Rewriter:
         layer = get_int(template, LAYER, 0) if template is not None else 0
         kind = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
         verb = f"send_to{m.dst}" if send else f"recv_from{m.src}"
-        node = make_node(
+        node = self._node(
             self._id(r),
             f"pp_{direction}_mb{mb}/{self.strategy}/step{m.step}/{verb}/c{m.chunk}",
             kind,
@@ -575,13 +658,32 @@ class _Rewriter:
     # ---- commit ----------------------------------------------------------------------------------------
     def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:
         """The node lists of the ranks with queued edits, edited (on copies with `copy`)."""
-        return {r: g.edit.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
+        return {r: g.apply(copy=copy) for r, g in self.ranks.items() if g.edit}
 
     def commit(self) -> None:
         """Apply every queued removal, dependency redirection and insertion to the bundle."""
-        for r, nodes in self.edited().items():
-            self.bundle.nodes[r] = nodes
+        for r, g in self.ranks.items():
+            if not g.edit:
+                continue
+            held = g.apply_bytes()
+            if held is not None:
+                self.bundle.nodes.set_copy(r, held)
+            else:
+                self.bundle.nodes[r] = g.apply()
             self.bundle.next_id[r] = self.next_id[r]
+
+
+_serialize = methodcaller("SerializeToString")
+
+
+def _end_id(nodes: Sequence[pb.Node]) -> int:
+    """One past the largest node id (0 for no nodes)."""
+    return max((n.id + 1 for n in nodes), default=0)
+
+
+def _max_tag(nodes: Sequence[pb.Node]) -> int:
+    """The largest `comm_tag` of the P2P nodes (0 without any)."""
+    return max((comm_tag(n, 0) for n in nodes if n.type in P2P_TYPES), default=0)
 
 
 def _read_tags(n: pb.Node) -> tuple[str, int, int | None, bool]:

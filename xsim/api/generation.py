@@ -97,7 +97,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
         write_memory(mem, options.out)
     except OSError as exc:
         raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
-    return Generated(dep, tuple(paths), sum(len(v) for v in bundle.nodes.values()), tuple(mem))
+    return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem))
 
 
 def plan(spec: SpecSource):
