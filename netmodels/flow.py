@@ -4,6 +4,14 @@ Each transfer is a flow over its route. All flows crossing a link share its band
 are recomputed only when the set of flows changes. A flow occupies its links while its bytes drain and is
 delivered one route latency after its last byte leaves (latency is added per path, not per byte). Internal
 time is float ns; the engine-facing times are rounded up to integer ns.
+
+How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
+numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
+collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
+and are plain tuples; the transfers that finish together land as one heap entry per landing time; and the
+rates come from `max_min_rates_split`, which skips progressive filling for flows alone on their links. Every
+float is computed by the same operations in the same order as the one-object-per-transfer model before it,
+so event times are identical to the last bit.
 """
 
 from __future__ import annotations
@@ -11,11 +19,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from netmodels.algorithms import build_schedule, default_algorithm
 from netmodels.analytical import resolve_options
 from netmodels.api import (
     CollectiveSpec,
@@ -28,140 +35,65 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.errors import NetworkModelError
+from netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates, max_min_rates_split
 from netmodels.topology import Topology
+
+__all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
 
 # A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
 _DONE_NS = 1e-6
 
+# Heap entries are (time, seq, kind, payload): a list of transfers landing at that time, or (run, position)
+# whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
+_LAND = 0
+_REDUCED = 1
 
-# Up to this many (flow, link) entries the rates are computed in plain Python (_max_min_small): a ring
-# step's handful of flows cost ~180 us in numpy calls, nearly all per-call overhead (docs/performance.md).
-_SMALL_ENTRIES = 64
-
-
-def _max_min_small(ptr: list[int], links: list[int], capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates's rounds, operation for operation, on Python floats: the same numbers, bit for bit."""
-    nf = len(ptr) - 1
-    inf = float("inf")
-    rates = [inf] * nf
-    used = sorted(set(links))
-    pos = {link: i for i, link in enumerate(used)}
-    nl = len(used)
-    cap = [float(capacity[link]) for link in used]
-    ent = [(f, pos[links[k]]) for f in range(nf) for k in range(ptr[f], ptr[f + 1])]
-    while ent:
-        n_on = [0] * nl
-        for _, lk in ent:
-            n_on[lk] += 1
-        share = [cap[lk] / n_on[lk] if n_on[lk] > 0 else inf for lk in range(nl)]
-        fmin = [inf] * nf
-        for f, lk in ent:
-            if share[lk] < fmin[f]:
-                fmin[f] = share[lk]
-        lmin = [inf] * nl
-        for f, lk in ent:
-            if fmin[f] < lmin[lk]:
-                lmin[lk] = fmin[f]
-        bott = [share[lk] <= lmin[lk] * (1 + 1e-12) for lk in range(nl)]
-        hit = [False] * nf
-        for f, lk in ent:
-            if bott[lk]:
-                hit[f] = True
-        sub = [0.0] * nl
-        for f, lk in ent:
-            if hit[f]:
-                rates[f] = fmin[f]
-                sub[lk] += fmin[f]  # in entry order, as np.bincount(weights=...) sums
-        cap = [c - d if c - d > 0.0 else 0.0 for c, d in zip(cap, sub, strict=True)]
-        ent = [(f, lk) for f, lk in ent if not hit[f]]
-    return np.array(rates, dtype=np.float64)
+_NO_LINKS = np.zeros(0, dtype=np.int64)
 
 
-def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling; flow f crosses flow_links[flow_ptr[f]:flow_ptr[f+1]]."""
-    if 0 < len(flow_links) <= _SMALL_ENTRIES:
-        return _max_min_small(np.asarray(flow_ptr).tolist(), np.asarray(flow_links).tolist(), capacity)
-    return _max_min_numpy(flow_ptr, flow_links, capacity)
+class _StagePlan:
+    """One stage of a collective's schedule with routes resolved, shared by every run of the collective.
 
-
-def _max_min_numpy(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates vectorized over the (flow, link) entries of the links in use."""
-    nf = len(flow_ptr) - 1
-    counts = np.diff(flow_ptr)
-    rates = np.full(nf, np.inf)
-    if nf == 0 or len(flow_links) == 0:
-        return rates
-    used, lc = np.unique(flow_links, return_inverse=True)
-    cap = capacity[used].astype(np.float64)
-    nl = len(used)
-    owner = np.repeat(np.arange(nf), counts)
-    # Work on the entries (flow, link) of unfrozen flows only; they shrink every round.
-    e_flow, e_link = owner, lc
-    while len(e_flow):
-        n_on = np.bincount(e_link, minlength=nl)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(n_on > 0, cap / np.maximum(n_on, 1), np.inf)
-        # A link whose fair share is the smallest among all links of all its flows is saturated at that
-        # share by progressive filling: shares only grow as other flows freeze (each freezes at most at
-        # the share of every link it crosses). Freeze all such links' flows in one round.
-        es = share[e_link]
-        fmin = np.full(nf, np.inf)
-        np.minimum.at(fmin, e_flow, es)
-        lmin = np.full(nl, np.inf)
-        np.minimum.at(lmin, e_link, fmin[e_flow])
-        bott = share <= lmin * (1 + 1e-12)
-        hit = np.zeros(nf, dtype=bool)
-        hit[e_flow[bott[e_link]]] = True
-        rates[hit] = fmin[hit]
-        frozen = hit[e_flow]
-        cap = np.maximum(cap - np.bincount(e_link[frozen], weights=rates[e_flow[frozen]], minlength=nl), 0.0)
-        e_flow, e_link = e_flow[~frozen], e_link[~frozen]
-    return rates
-
-
-@dataclass(eq=False)
-class _Transfer:
-    run: _Run | None
-    stage: int
-    src: int
-    dst: int
-    nbytes: float
-    links: np.ndarray
-    latency: float
-    handle: int = -1  # p2p transfers only
-
-
-@dataclass(eq=False)
-class _Run:
-    """One channel of one chunk of a collective: per-position progress through the flattened stages.
-
-    Plain lists, not numpy arrays: they are read and written one element at a time per transfer, where
-    numpy scalar indexing cost ~3x more (docs/performance.md).
+    sends[i]: position i's transfers in schedule order, each (src pos, dst pos, lands at once, latency,
+    flow) with flow = (bytes, links, link count, latency); recv[i] / red[i]: transfers and bytes addressed
+    to i (what it waits for and reduces).
     """
 
-    coll: _Coll
-    channel: int
-    chunk: int
-    stages: list[Stage]
-    ptr: list[int]
-    issued: list[int]
-    need: list[list[int]]  # [stage][position]: receives still awaited
-    out: list[int]
-    red_paid: list[int]
-    finished: list[bool]
+    __slots__ = ("sends", "recv", "red", "reduce")
+
+    def __init__(self, sends: list, recv: list[int], red: list[float], reduce: bool) -> None:
+        self.sends, self.recv, self.red, self.reduce = sends, recv, red, reduce
 
 
-@dataclass(eq=False)
+class _Run:
+    """One channel of one chunk of a collective: per-position progress through the flattened stages."""
+
+    __slots__ = (
+        "coll", "channel", "chunk", "stages", "nst", "ptr", "issued", "need", "out", "red_paid", "finished",
+    )  # fmt: skip
+
+    def __init__(self, coll: _Coll, channel: int, chunk: int, stages: tuple[_StagePlan, ...]) -> None:
+        p = len(coll.finish)
+        self.coll, self.channel, self.chunk, self.stages, self.nst = coll, channel, chunk, stages, len(stages)
+        self.ptr = [0] * p
+        self.issued = [0] * p
+        self.need = [sp.recv[:] for sp in stages]  # [stage][position]: receives still awaited
+        self.out = [0] * p
+        self.red_paid = [-1] * p
+        self.finished = [False] * p
+
+
 class _Coll:
-    handle: int
-    ranks: tuple[int, ...]
-    schedule: Schedule
-    runs_left: np.ndarray
-    finish: np.ndarray
-    positions_left: int
-    runs: dict = field(default_factory=dict)
-    # Per-stage send order and receive counts, keyed by id(stage); lives and dies with the collective.
-    meta: dict = field(default_factory=dict)
+    """A collective in flight: its plan (flattened stages per channel) and per-position completion."""
+
+    __slots__ = ("handle", "channels", "runs_left", "finish", "positions_left", "runs")
+
+    def __init__(self, handle: int, channels: tuple, p: int, runs: int, now: float) -> None:
+        self.handle, self.channels = handle, channels
+        self.runs_left = [runs] * p
+        self.finish = [now] * p
+        self.positions_left = p
+        self.runs: dict[tuple[int, int], _Run] = {}
 
 
 class FlowModel:
@@ -190,21 +122,30 @@ class FlowModel:
         self._seq = itertools.count()
         self._handles = itertools.count()
         self._last_now = 0
-        # Active flows: parallel lists/arrays, valid at time self._fl_t.
-        self._fl: list[_Transfer] = []
+        # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
+        # what each delivers (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns of
+        # bytes left (valid at self._fl_t), rate, latency and route (link count per flow, links concatenated).
+        self._recs: list[tuple] = []
         self._rem = np.zeros(0)
-        # The active flows' routes as CSR (link count per flow, links concatenated), kept in step with _fl.
+        self._rate = np.zeros(0)
+        self._lat = np.zeros(0)
         self._cnt = np.zeros(0, dtype=np.int64)
         self._flat = np.zeros(0, dtype=np.int64)
-        self._rate = np.zeros(0)
         self._fl_t = 0.0
-        self._new: list[_Transfer] = []
+        # Bytes left / rate and the earliest finish it gives, kept until bytes, rates or flows change.
+        self._q = np.zeros(0)
+        self._tf = 0.0
+        self._q_ok = False
+        self._new_recs: list[tuple] = []
+        self._new_flows: list[tuple] = []  # (bytes, links, link count, latency) per started flow
         self._done: list[tuple[int, int, Completion]] = []
         self.rate_recomputations = 0
         self._dirty = False
         # (src rank, dst rank) -> (route links as an int64 array, route latency); Topology caches the route,
         # this caches its array form, built once per pair instead of once per transfer.
         self._paths: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+        # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
+        self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
@@ -212,14 +153,11 @@ class FlowModel:
         ranks = validate_spec(spec, self.num_ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
-        hosts = self.topology.hosts_of(ranks)
-        sched = build_schedule(
-            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts
-        )
+        channels = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
         handle = next(self._handles)
         p = len(ranks)
-        nch = len(sched.channels)
-        coll = _Coll(handle, ranks, sched, np.full(p, nch * self.chunks), np.full(p, float(now_ns)), p)
+        nch = len(channels)
+        coll = _Coll(handle, channels, p, nch * self.chunks, float(now_ns))
         if nch == 0:
             self._complete(coll, float(now_ns))
         else:
@@ -235,11 +173,14 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        r = self.topology.route(src, dst)
-        tr = _Transfer(
-            None, 0, src, dst, float(size_bytes), np.array(r.links, dtype=np.int64), r.latency_ns, handle
-        )
-        self._launch(tr)
+        links, lat = self._path(src, dst)
+        nbytes = float(size_bytes)
+        rec = (None, handle, 0, 0)
+        if nbytes <= 0 or len(links) == 0:
+            self._push(self._t + lat, _LAND, [rec])
+        else:
+            self._new_recs.append(rec)
+            self._new_flows.append((nbytes, links, len(links), lat))
         self._settle()
         return handle
 
@@ -258,11 +199,13 @@ class FlowModel:
             if t is None or ceil_ns(t) > until_ns:
                 break
             self._step(t)
+        if not self._done:
+            return []
         ready = sorted(d for d in self._done if d[0] <= until_ns)
         self._done = [d for d in self._done if d[0] > until_ns]
         return [c for _, _, c in ready]
 
-    # ----- internals -----------------------------------------------------------------------------------
+    # ----- time and flows ------------------------------------------------------------------------------
     def _catch_up(self, now_ns: int) -> None:
         if not is_int(now_ns) or now_ns < self._last_now:
             raise NetworkModelError(
@@ -283,70 +226,121 @@ class FlowModel:
         self._progress(float(now_ns))
         self._t = float(now_ns)
 
+    def _ratio(self) -> np.ndarray:
+        """Bytes left / rate per flow (inf at rate 0), for the flows and rates as they are now."""
+        if not self._q_ok:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self._q = self._rem / self._rate
+            self._tf = self._fl_t + float(np.min(self._q))
+            self._q_ok = True
+        return self._q
+
     def _next_time(self) -> float | None:
-        self._ensure_rates()
+        if self._dirty:
+            self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
-        if len(self._fl):
-            with np.errstate(divide="ignore"):
-                tf = self._fl_t + float(np.min(self._rem / self._rate))
+        if self._recs:
+            self._ratio()
+            tf = self._tf
             t = tf if t is None else min(t, tf)
         return t
 
     def _progress(self, t: float) -> None:
-        if len(self._fl) and t > self._fl_t:
-            self._ensure_rates()
+        if self._recs and t > self._fl_t:
+            if self._dirty:
+                self._ensure_rates()
             self._rem = self._rem - self._rate * (t - self._fl_t)
+            self._q_ok = False
         self._fl_t = t
 
     def _step(self, t: float) -> None:
-        if len(self._fl):
+        recs = self._recs
+        if recs:
             # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
             # that set t is always among the finished, even where t is so large (~1e10 ns) that its float
             # spacing exceeds _DONE_NS and the leftover bytes stay above the noise threshold.
-            with np.errstate(divide="ignore", invalid="ignore"):
-                due = self._fl_t + self._rem / self._rate <= t
-        self._progress(t)
-        self._t = t
-        if len(self._fl):
-            done = due | (self._rem <= self._rate * _DONE_NS)
+            due = self._fl_t + self._ratio() <= t
+            self._progress(t)
+            self._t = t
+            rate = self._rate
+            done = due | (self._rem <= rate * _DONE_NS)
             if done.any():
-                idx = np.flatnonzero(done)
-                finished = [self._fl[i] for i in idx]
-                keep = ~done
-                self._fl = [f for f, k in zip(self._fl, keep, strict=True) if k]
-                self._rem, self._rate = self._rem[keep], self._rate[keep]
-                self._flat = self._flat[np.repeat(keep, self._cnt)]
-                self._cnt = self._cnt[keep]
-                for tr in finished:
-                    self._push(t + tr.latency, tr)
-                self._dirty = True
-        while self._heap and self._heap[0][0] <= t:
-            _, _, item = heapq.heappop(self._heap)
-            if isinstance(item, _Transfer):
-                self._deliver(item, t)
-            else:
-                run, i = item
-                self._advance_pos(run, i, t)
-        self._settle()
-
-    def _push(self, t: float, item: object) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), item))
-
-    def _launch(self, tr: _Transfer) -> None:
-        if tr.nbytes <= 0 or len(tr.links) == 0:
-            self._push(self._t + tr.latency, tr)
+                self._finish(recs, done, t)
         else:
-            self._new.append(tr)
+            self._fl_t = self._t = t
+        heap = self._heap
+        while heap and heap[0][0] <= t:
+            _, _, kind, item = heapq.heappop(heap)
+            if kind == _REDUCED:
+                self._advance_pos(item[0], item[1], t)
+                continue
+            for run, s, a, b in item:
+                if run is None:
+                    fin = ceil_ns(t)
+                    self._done.append((fin, s, Completion(s, fin, (fin,))))
+                    continue
+                need = run.need[s]
+                need[b] -= 1
+                out = run.out
+                out[a] -= 1
+                if run.ptr[b] == s and need[b] == 0:
+                    self._advance_pos(run, b, t)
+                if run.ptr[a] == run.nst and out[a] == 0:
+                    self._advance_pos(run, a, t)
+        if self._new_recs:
+            self._settle()
+
+    def _finish(self, recs: list, done: np.ndarray, t: float) -> None:
+        """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
+        if done.all():
+            finished, lat = recs, self._lat
+            self._recs = []
+            self._rem = self._rate = self._lat = np.zeros(0)
+            self._cnt = self._flat = _NO_LINKS
+        else:
+            idx = np.flatnonzero(done)
+            finished = [recs[k] for k in idx.tolist()]
+            lat = self._lat[idx]
+            keep = ~done
+            self._recs = list(itertools.compress(recs, keep.tolist()))
+            self._rem, self._rate, self._lat = self._rem[keep], self._rate[keep], self._lat[keep]
+            self._flat = self._flat[np.repeat(keep, self._cnt)]
+            self._cnt = self._cnt[keep]
+        self._q_ok = False
+        self._dirty = True
+        lands = (t + lat).tolist()
+        first = lands[0]
+        if lands.count(first) == len(lands):
+            self._push(first, _LAND, finished)
+            return
+        # Landings at different times: one entry per time, transfers in flow order within it. Equal times
+        # pop in seq order, and these seqs are one block, so the order matches one push per transfer.
+        by_time: dict[float, list] = {}
+        for x, rec in zip(lands, finished, strict=True):
+            batch = by_time.get(x)
+            if batch is None:
+                by_time[x] = [rec]
+            else:
+                batch.append(rec)
+        for x, batch in by_time.items():
+            self._push(x, _LAND, batch)
+
+    def _push(self, t: float, kind: int, item: object) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, item))
 
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
-        if self._new:
-            self._fl.extend(self._new)
-            self._cnt = np.concatenate([self._cnt, [len(tr.links) for tr in self._new]]).astype(np.int64)
-            self._flat = np.concatenate([self._flat, *[tr.links for tr in self._new]])
-            self._rem = np.concatenate([self._rem, [tr.nbytes for tr in self._new]])
-            self._rate = np.concatenate([self._rate, np.zeros(len(self._new))])
-            self._new = []
+        if self._new_recs:
+            flows = self._new_flows
+            self._recs.extend(self._new_recs)
+            self._rem = np.concatenate((self._rem, [f[0] for f in flows]))
+            self._lat = np.concatenate((self._lat, [f[3] for f in flows]))
+            self._cnt = np.concatenate((self._cnt, np.array([f[2] for f in flows], dtype=np.int64)))
+            self._flat = np.concatenate((self._flat, *[f[1] for f in flows]))
+            self._rate = np.concatenate((self._rate, np.zeros(len(flows))))
+            self._new_recs = []
+            self._new_flows = []
+            self._q_ok = False
             self._dirty = True
 
     def _ensure_rates(self) -> None:
@@ -354,87 +348,95 @@ class FlowModel:
         if not self._dirty:
             return
         self._dirty = False
-        if self._fl:
-            ptr = np.zeros(len(self._fl) + 1, dtype=np.int64)
+        if self._recs:
+            ptr = np.zeros(len(self._recs) + 1, dtype=np.int64)
             np.cumsum(self._cnt, out=ptr[1:])
-            self._rate = max_min_rates(ptr, self._flat, self._cap)
+            self._rate = max_min_rates_split(ptr, self._flat, self._cap)
+            self._q_ok = False
             self.rate_recomputations += 1
 
-    def _stage_meta(self, coll: _Coll, stage: Stage) -> tuple:
-        key = id(stage)
-        meta = coll.meta.get(key)
-        if meta is None:
-            p = len(coll.ranks)
-            order = np.argsort(stage.src, kind="stable")
-            ptr = np.searchsorted(stage.src[order], np.arange(p + 1))
-            recv = np.bincount(stage.dst, minlength=p)
-            red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p)
-            # Lists for the per-transfer reads (same values: tolist() gives the exact Python int/float).
-            meta = (
-                order.tolist(), ptr.tolist(), recv.tolist(), red, stage,
-                stage.src.tolist(), stage.dst.tolist(), stage.nbytes.astype(np.float64).tolist(),
-            )  # fmt: skip
-            coll.meta[key] = meta
-        return meta
+    # ----- collectives -------------------------------------------------------------------------------
+    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float]:
+        pair = (src, dst)
+        path = self._paths.get(pair)
+        if path is None:
+            r = self.topology.route(src, dst)
+            path = self._paths[pair] = (np.array(r.links, dtype=np.int64), r.latency_ns)
+        return path
+
+    def _plan(
+        self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int
+    ) -> tuple[tuple[_StagePlan, ...], ...]:
+        """Flattened stage plans per channel of a collective, built once per distinct collective."""
+        key = (kind, algo, ranks, size, root)
+        plan = self._plans.get(key)
+        if plan is None:
+            hosts = self.topology.hosts_of(ranks)
+            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts)
+            by_stage: dict[int, _StagePlan] = {}
+            chans = []
+            for channel in sched.channels:
+                flat: list[_StagePlan] = []
+                for stage in channel:
+                    sp = by_stage.get(id(stage))
+                    if sp is None:
+                        sp = by_stage[id(stage)] = self._stage_plan(stage, ranks)
+                    flat += [sp] * stage.repeat
+                chans.append(tuple(flat))
+            plan = self._plans[key] = tuple(chans)
+        return plan
+
+    def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
+        p = len(ranks)
+        src, dst = stage.src.tolist(), stage.dst.tolist()
+        nbytes = stage.nbytes.astype(np.float64).tolist()
+        sends: list[list] = [[] for _ in range(p)]
+        delay = self.endpoint_delay_ns
+        for k, (a, b) in enumerate(zip(src, dst, strict=True)):
+            links, lat = self._path(ranks[a], ranks[b])
+            lat = lat + delay
+            nb = nbytes[k]
+            sends[a].append((a, b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat)))
+        recv = np.bincount(stage.dst, minlength=p).tolist()
+        red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
+        return _StagePlan([tuple(s) for s in sends], recv, red, bool(stage.reduce))
 
     def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
         run = coll.runs.get((ch, c))
-        p = len(coll.ranks)
         if run is None:
-            stages = [s for s in coll.schedule.channels[ch] for _ in range(s.repeat)]
-            need = [list(self._stage_meta(coll, s)[2]) for s in stages]
-            run = _Run(coll, ch, c, stages, [0] * p, [0] * p, need, [0] * p, [-1] * p, [False] * p)
-            coll.runs[(ch, c)] = run
+            run = coll.runs[(ch, c)] = _Run(coll, ch, c, coll.channels[ch])
         for i in positions:
             self._advance_pos(run, i, self._t)
 
     def _advance_pos(self, run: _Run, i: int, t: float) -> None:
-        nst = len(run.stages)
-        ptr, issued, need = run.ptr, run.issued, run.need
-        while True:
-            s = ptr[i]
-            if s == nst:
-                if run.out[i] == 0 and not run.finished[i]:
-                    run.finished[i] = True
-                    self._pos_finished(run, i, t)
+        nst = run.nst
+        ptr = run.ptr
+        s = ptr[i]
+        while s != nst:
+            sp = run.stages[s]
+            if run.issued[i] == s:
+                run.issued[i] = s + 1
+                sends = sp.sends[i]
+                if sends:
+                    out = run.out
+                    for a, b, instant, lat, flow in sends:
+                        out[a] += 1
+                        if instant:
+                            self._push(self._t + lat, _LAND, [(run, s, a, b)])
+                        else:
+                            self._new_recs.append((run, s, a, b))
+                            self._new_flows.append(flow)
+            if run.need[s][i] > 0:
                 return
-            stage = run.stages[s]
-            order, sptr, recv, red, _, src, dst, nbytes = self._stage_meta(run.coll, stage)
-            if issued[i] == s:
-                issued[i] = s + 1
-                for k in order[sptr[i] : sptr[i + 1]]:
-                    self._send(run, s, src[k], dst[k], nbytes[k])
-            if need[s][i] > 0:
-                return
-            if stage.reduce and recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
+            if sp.reduce and sp.recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
                 run.red_paid[i] = s
-                self._push(t + red[i] / self.reduction_bpns, (run, i))
+                self._push(t + sp.red[i] / self.reduction_bpns, _REDUCED, (run, i))
                 return
-            ptr[i] = s + 1
-
-    def _send(self, run: _Run, s: int, a: int, b: int, nbytes: float) -> None:
-        ranks = run.coll.ranks
-        pair = (ranks[a], ranks[b])
-        path = self._paths.get(pair)
-        if path is None:
-            r = self.topology.route(*pair)
-            path = self._paths[pair] = (np.array(r.links, dtype=np.int64), r.latency_ns)
-        run.out[a] += 1
-        lat = path[1] + self.endpoint_delay_ns
-        self._launch(_Transfer(run, s, a, b, nbytes, path[0], lat))
-
-    def _deliver(self, tr: _Transfer, t: float) -> None:
-        run = tr.run
-        if run is None:
-            self._done.append((ceil_ns(t), tr.handle, Completion(tr.handle, ceil_ns(t), (ceil_ns(t),))))
-            return
-        need = run.need[tr.stage]
-        need[tr.dst] -= 1
-        run.out[tr.src] -= 1
-        if run.ptr[tr.dst] == tr.stage and need[tr.dst] == 0:
-            self._advance_pos(run, tr.dst, t)
-        if run.ptr[tr.src] == len(run.stages) and run.out[tr.src] == 0:
-            self._advance_pos(run, tr.src, t)
+            s += 1
+            ptr[i] = s
+        if run.out[i] == 0 and not run.finished[i]:
+            run.finished[i] = True
+            self._pos_finished(run, i, t)
 
     def _pos_finished(self, run: _Run, i: int, t: float) -> None:
         coll = run.coll
@@ -446,9 +448,8 @@ class FlowModel:
         if coll.runs_left[i] == 0:
             coll.positions_left -= 1
             if coll.positions_left == 0:
-                self._complete(coll, float(coll.finish.max()))
+                self._complete(coll, max(coll.finish))
                 coll.runs.clear()
-                coll.meta.clear()
 
     def _complete(self, coll: _Coll, t: float) -> None:
         per = tuple(ceil_ns(x) for x in coll.finish)
