@@ -35,7 +35,7 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.errors import NetworkModelError
-from netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates, max_min_rates_split
+from netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates, shared_flows, sub_csr
 from netmodels.topology import Topology
 
 __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
@@ -48,15 +48,16 @@ _DONE_NS = 1e-6
 _LAND = 0
 _REDUCED = 1
 
-_NO_LINKS = np.zeros(0, dtype=np.int64)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_FLOATS = np.zeros(0)
 
 
 class _StagePlan:
     """One stage of a collective's schedule with routes resolved, shared by every run of the collective.
 
-    sends[i]: position i's transfers in schedule order, each (src pos, dst pos, lands at once, latency,
-    flow) with flow = (bytes, links, link count, latency); recv[i] / red[i]: transfers and bytes addressed
-    to i (what it waits for and reduces).
+    sends[i]: position i's transfers in schedule order, each (dst pos, lands at once, latency, flow) with
+    flow = (bytes, links, link count, latency, narrowest link capacity); recv[i] / red[i]: transfers and
+    bytes addressed to i (what it waits for and reduces); reduce: it reduces and reductions take time.
     """
 
     __slots__ = ("sends", "recv", "red", "reduce")
@@ -122,35 +123,54 @@ class FlowModel:
         self._seq = itertools.count()
         self._handles = itertools.count()
         self._last_now = 0
+        # The batch of the newest heap entry while it is a landing not yet popped: a landing pushed next at
+        # the same time joins it (their seqs would be adjacent, so nothing could pop between them).
+        self._last_batch: list | None = None
+        self._last_t = 0.0
         # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
-        # what each delivers (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns of
-        # bytes left (valid at self._fl_t), rate, latency and route (link count per flow, links concatenated).
+        # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns:
+        # bytes left (valid at self._fl_t), rate, latency, narrowest link capacity (the rate of a flow alone
+        # on its links), serial number (never reused) and route (link count per flow, links concatenated).
         self._recs: list[tuple] = []
-        self._rem = np.zeros(0)
-        self._rate = np.zeros(0)
-        self._lat = np.zeros(0)
-        self._cnt = np.zeros(0, dtype=np.int64)
-        self._flat = np.zeros(0, dtype=np.int64)
+        self._rem = _NO_FLOATS
+        self._rate = _NO_FLOATS
+        self._lat = _NO_FLOATS
+        self._mincap = _NO_FLOATS
+        self._ids = _NO_INTS
+        self._cnt = _NO_INTS
+        self._flat = _NO_INTS
+        self._next_id = 0
         self._fl_t = 0.0
         # Bytes left / rate and the earliest finish it gives, kept until bytes, rates or flows change.
-        self._q = np.zeros(0)
+        self._q = _NO_FLOATS
         self._tf = 0.0
         self._q_ok = False
+        # The flows that share a link with another flow, by serial number, and their max-min rates: while
+        # that set is unchanged (only flows alone on their links came and went) so are its rates.
+        self._shared_ids = _NO_INTS
+        self._shared_rates = _NO_FLOATS
         self._new_recs: list[tuple] = []
-        self._new_flows: list[tuple] = []  # (bytes, links, link count, latency) per started flow
+        self._new_flows: list[tuple] = []
         self._done: list[tuple[int, int, Completion]] = []
         self.rate_recomputations = 0
         self._dirty = False
-        # (src rank, dst rank) -> (route links as an int64 array, route latency); Topology caches the route,
-        # this caches its array form, built once per pair instead of once per transfer.
-        self._paths: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+        # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity).
+        self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
+        # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
+        # collective, and a frozen spec validated once stays valid.
+        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...]]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns; its transfers share links with everything else in flight."""
-        ranks = validate_spec(spec, self.num_ranks)
+        hit = self._valid.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            ranks = hit[1]
+        else:
+            ranks = validate_spec(spec, self.num_ranks)
+            self._valid[id(spec)] = (spec, ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
         channels = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
@@ -173,14 +193,14 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        links, lat = self._path(src, dst)
+        links, lat, mincap = self._path(src, dst)
         nbytes = float(size_bytes)
         rec = (None, handle, 0, 0)
         if nbytes <= 0 or len(links) == 0:
-            self._push(self._t + lat, _LAND, [rec])
+            self._push_land(self._t + lat, rec)
         else:
             self._new_recs.append(rec)
-            self._new_flows.append((nbytes, links, len(links), lat))
+            self._new_flows.append((nbytes, links, len(links), lat, mincap))
         self._settle()
         return handle
 
@@ -240,7 +260,8 @@ class FlowModel:
             self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
         if self._recs:
-            self._ratio()
+            if not self._q_ok:
+                self._ratio()
             tf = self._tf
             t = tf if t is None else min(t, tf)
         return t
@@ -262,17 +283,19 @@ class FlowModel:
             due = self._fl_t + self._ratio() <= t
             self._progress(t)
             self._t = t
-            rate = self._rate
-            done = due | (self._rem <= rate * _DONE_NS)
+            done = due | (self._rem <= self._rate * _DONE_NS)
             if done.any():
                 self._finish(recs, done, t)
         else:
             self._fl_t = self._t = t
         heap = self._heap
+        advance = self._advance_pos
         while heap and heap[0][0] <= t:
             _, _, kind, item = heapq.heappop(heap)
+            if item is self._last_batch:
+                self._last_batch = None
             if kind == _REDUCED:
-                self._advance_pos(item[0], item[1], t)
+                advance(item[0], item[1], t)
                 continue
             for run, s, a, b in item:
                 if run is None:
@@ -283,10 +306,11 @@ class FlowModel:
                 need[b] -= 1
                 out = run.out
                 out[a] -= 1
-                if run.ptr[b] == s and need[b] == 0:
-                    self._advance_pos(run, b, t)
-                if run.ptr[a] == run.nst and out[a] == 0:
-                    self._advance_pos(run, a, t)
+                ptr = run.ptr
+                if ptr[b] == s and need[b] == 0:
+                    advance(run, b, t)
+                if ptr[a] == run.nst and out[a] == 0:
+                    advance(run, a, t)
         if self._new_recs:
             self._settle()
 
@@ -295,8 +319,8 @@ class FlowModel:
         if done.all():
             finished, lat = recs, self._lat
             self._recs = []
-            self._rem = self._rate = self._lat = np.zeros(0)
-            self._cnt = self._flat = _NO_LINKS
+            self._rem = self._rate = self._lat = self._mincap = _NO_FLOATS
+            self._cnt = self._flat = self._ids = _NO_INTS
         else:
             idx = np.flatnonzero(done)
             finished = [recs[k] for k in idx.tolist()]
@@ -304,6 +328,7 @@ class FlowModel:
             keep = ~done
             self._recs = list(itertools.compress(recs, keep.tolist()))
             self._rem, self._rate, self._lat = self._rem[keep], self._rate[keep], self._lat[keep]
+            self._mincap, self._ids = self._mincap[keep], self._ids[keep]
             self._flat = self._flat[np.repeat(keep, self._cnt)]
             self._cnt = self._cnt[keep]
         self._q_ok = False
@@ -311,7 +336,7 @@ class FlowModel:
         lands = (t + lat).tolist()
         first = lands[0]
         if lands.count(first) == len(lands):
-            self._push(first, _LAND, finished)
+            self._push_batch(first, finished)
             return
         # Landings at different times: one entry per time, transfers in flow order within it. Equal times
         # pop in seq order, and these seqs are one block, so the order matches one push per transfer.
@@ -323,21 +348,48 @@ class FlowModel:
             else:
                 batch.append(rec)
         for x, batch in by_time.items():
-            self._push(x, _LAND, batch)
+            self._push_batch(x, batch)
 
-    def _push(self, t: float, kind: int, item: object) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), kind, item))
+    def _push_batch(self, t: float, batch: list) -> None:
+        if self._last_batch is not None and self._last_t == t:
+            self._last_batch.extend(batch)
+        else:
+            heapq.heappush(self._heap, (t, next(self._seq), _LAND, batch))
+            self._last_batch, self._last_t = batch, t
+
+    def _push_land(self, t: float, rec: tuple) -> None:
+        if self._last_batch is not None and self._last_t == t:
+            self._last_batch.append(rec)
+        else:
+            batch = [rec]
+            heapq.heappush(self._heap, (t, next(self._seq), _LAND, batch))
+            self._last_batch, self._last_t = batch, t
 
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new_recs:
-            flows = self._new_flows
-            self._recs.extend(self._new_recs)
-            self._rem = np.concatenate((self._rem, [f[0] for f in flows]))
-            self._lat = np.concatenate((self._lat, [f[3] for f in flows]))
-            self._cnt = np.concatenate((self._cnt, np.array([f[2] for f in flows], dtype=np.int64)))
-            self._flat = np.concatenate((self._flat, *[f[1] for f in flows]))
-            self._rate = np.concatenate((self._rate, np.zeros(len(flows))))
+            nbytes, links, counts, lat, mincap = zip(*self._new_flows, strict=True)
+            n = len(nbytes)
+            k = self._next_id
+            self._next_id = k + n
+            if self._recs:
+                self._recs += self._new_recs
+                self._rem = np.concatenate((self._rem, nbytes))
+                self._lat = np.concatenate((self._lat, lat))
+                self._mincap = np.concatenate((self._mincap, mincap))
+                self._rate = np.concatenate((self._rate, np.zeros(n)))
+                self._ids = np.concatenate((self._ids, np.arange(k, k + n)))
+                self._cnt = np.concatenate((self._cnt, np.array(counts, dtype=np.int64)))
+                self._flat = np.concatenate((self._flat, *links))
+            else:
+                self._recs = self._new_recs
+                self._rem = np.array(nbytes, dtype=np.float64)
+                self._lat = np.array(lat, dtype=np.float64)
+                self._mincap = np.array(mincap, dtype=np.float64)
+                self._rate = np.zeros(n)
+                self._ids = np.arange(k, k + n)
+                self._cnt = np.array(counts, dtype=np.int64)
+                self._flat = np.concatenate(links)
             self._new_recs = []
             self._new_flows = []
             self._q_ok = False
@@ -349,19 +401,31 @@ class FlowModel:
             return
         self._dirty = False
         if self._recs:
-            ptr = np.zeros(len(self._recs) + 1, dtype=np.int64)
-            np.cumsum(self._cnt, out=ptr[1:])
-            self._rate = max_min_rates_split(ptr, self._flat, self._cap)
+            # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
+            # narrowest link; progressive filling runs on the flows that share links, when that set changed.
+            cnt, flat = self._cnt, self._flat
+            shared = shared_flows(cnt, flat)
+            rates = self._mincap
+            if shared is not None:
+                rates = rates.copy()
+                ids = self._ids[shared]
+                if not np.array_equal(ids, self._shared_ids):
+                    self._shared_ids = ids
+                    self._shared_rates = max_min_rates(*sub_csr(cnt, flat, shared), self._cap)
+                rates[shared] = self._shared_rates
+            self._rate = rates
             self._q_ok = False
             self.rate_recomputations += 1
 
     # ----- collectives -------------------------------------------------------------------------------
-    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float]:
+    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
         pair = (src, dst)
         path = self._paths.get(pair)
         if path is None:
             r = self.topology.route(src, dst)
-            path = self._paths[pair] = (np.array(r.links, dtype=np.int64), r.latency_ns)
+            links = np.array(r.links, dtype=np.int64)
+            mincap = float(self._cap[links].min()) if len(links) else float("inf")
+            path = self._paths[pair] = (links, r.latency_ns, mincap)
         return path
 
     def _plan(
@@ -388,18 +452,17 @@ class FlowModel:
 
     def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
         p = len(ranks)
-        src, dst = stage.src.tolist(), stage.dst.tolist()
         nbytes = stage.nbytes.astype(np.float64).tolist()
         sends: list[list] = [[] for _ in range(p)]
         delay = self.endpoint_delay_ns
-        for k, (a, b) in enumerate(zip(src, dst, strict=True)):
-            links, lat = self._path(ranks[a], ranks[b])
+        for a, b, nb in zip(stage.src.tolist(), stage.dst.tolist(), nbytes, strict=True):
+            links, lat, mincap = self._path(ranks[a], ranks[b])
             lat = lat + delay
-            nb = nbytes[k]
-            sends[a].append((a, b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat)))
+            sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
-        return _StagePlan([tuple(s) for s in sends], recv, red, bool(stage.reduce))
+        reduce = bool(stage.reduce) and bool(self.reduction_bpns)
+        return _StagePlan([tuple(x) for x in sends], recv, red, reduce)
 
     def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
         run = coll.runs.get((ch, c))
@@ -409,28 +472,30 @@ class FlowModel:
             self._advance_pos(run, i, self._t)
 
     def _advance_pos(self, run: _Run, i: int, t: float) -> None:
-        nst = run.nst
-        ptr = run.ptr
+        """Move position i of a run as far as its receives allow, issuing each stage's sends on entry."""
+        nst, ptr, issued, need, stages = run.nst, run.ptr, run.issued, run.need, run.stages
         s = ptr[i]
         while s != nst:
-            sp = run.stages[s]
-            if run.issued[i] == s:
-                run.issued[i] = s + 1
+            sp = stages[s]
+            if issued[i] == s:
+                issued[i] = s + 1
                 sends = sp.sends[i]
                 if sends:
-                    out = run.out
-                    for a, b, instant, lat, flow in sends:
-                        out[a] += 1
+                    run.out[i] += len(sends)
+                    for b, instant, lat, flow in sends:
                         if instant:
-                            self._push(self._t + lat, _LAND, [(run, s, a, b)])
+                            self._push_land(self._t + lat, (run, s, i, b))
                         else:
-                            self._new_recs.append((run, s, a, b))
+                            self._new_recs.append((run, s, i, b))
                             self._new_flows.append(flow)
-            if run.need[s][i] > 0:
+            if need[s][i] > 0:
                 return
-            if sp.reduce and sp.recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
+            if sp.reduce and sp.recv[i] > 0 and run.red_paid[i] != s:
                 run.red_paid[i] = s
-                self._push(t + sp.red[i] / self.reduction_bpns, _REDUCED, (run, i))
+                heapq.heappush(
+                    self._heap, (t + sp.red[i] / self.reduction_bpns, next(self._seq), _REDUCED, (run, i))
+                )
+                self._last_batch = None
                 return
             s += 1
             ptr[i] = s

@@ -1,11 +1,13 @@
 """Max-min fair rates by progressive filling over flows given as CSR link lists (the `flow` model's rates).
 
-Three entry points, all giving the same floats bit for bit (same operations, same order per link):
-`max_min_rates` (plain Python for small instances, numpy otherwise) and `max_min_rates_split`, which first
-answers the flows that share none of their links (alone on every link, each gets its narrowest link) and runs
-progressive filling on the rest only. Why the split is exact: progressive filling never couples two flows
-that share no link, directly or through other flows; each round's numbers for a link depend only on the
-flows crossing it, and a flow alone on its links is frozen in round one at min(capacity / 1).
+`max_min_rates` computes them (plain Python for small instances, numpy otherwise: the same floats bit for
+bit, same operations in the same order per link). `max_min_rates_split` gives the same floats faster when
+most flows share no link: those get their narrowest link at once, progressive filling runs on the rest.
+Why that is exact: progressive filling never couples two flows that share no link, directly or through other
+flows; each round's numbers for a link depend only on the flows crossing it (a link's frozen rates are
+summed in flow order, which a subset keeps), and a flow alone on its links is frozen in round one at
+min(capacity / 1). The flow model relies on the same argument to reuse the shared flows' rates while that
+set of flows is unchanged.
 """
 
 from __future__ import annotations
@@ -97,20 +99,33 @@ def _max_min_numpy(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.nd
     return rates
 
 
+def shared_flows(counts: np.ndarray, flow_links: np.ndarray) -> np.ndarray | None:
+    """Which flows share at least one of their links with another flow; None when no flow does."""
+    shared_entry = np.bincount(flow_links)[flow_links] > 1
+    if not shared_entry.any():
+        return None
+    return np.logical_or.reduceat(shared_entry, np.cumsum(counts) - counts)
+
+
+def sub_csr(counts: np.ndarray, flow_links: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR (ptr, links) of the picked flows (a boolean mask), in their order."""
+    sub = counts[pick]
+    ptr = np.zeros(len(sub) + 1, dtype=np.int64)
+    np.cumsum(sub, out=ptr[1:])
+    return ptr, flow_links[np.repeat(pick, counts)]
+
+
 def max_min_rates_split(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates, answering flows alone on all their links first (module docstring: why it is exact)."""
-    nf = len(flow_ptr) - 1
+    """max_min_rates, answering flows alone on all their links first (module docstring: why it is exact).
+
+    A flow alone on its links gets its narrowest link: capacity / 1 is the share it sees in progressive
+    filling's first round, where the smallest of its links freezes it.
+    """
     counts = np.diff(flow_ptr)
-    if nf == 0 or not counts.all():
+    if len(counts) == 0 or not counts.all():
         return max_min_rates(flow_ptr, flow_links, capacity)
-    starts = flow_ptr[:-1]
-    alone = np.logical_and.reduceat(np.bincount(flow_links)[flow_links] == 1, starts)
-    # capacity / 1 is the capacity itself: the share a flow alone on a link sees in round one.
-    rates = np.minimum.reduceat(capacity[flow_links].astype(np.float64, copy=False), starts)
-    if not alone.all():
-        rest = ~alone
-        sub_counts = counts[rest]
-        sub_ptr = np.zeros(len(sub_counts) + 1, dtype=np.int64)
-        np.cumsum(sub_counts, out=sub_ptr[1:])
-        rates[rest] = max_min_rates(sub_ptr, flow_links[np.repeat(rest, counts)], capacity)
+    rates = np.minimum.reduceat(capacity[flow_links].astype(np.float64, copy=False), flow_ptr[:-1])
+    shared = shared_flows(counts, flow_links)
+    if shared is not None:
+        rates[shared] = max_min_rates(*sub_csr(counts, flow_links, shared), capacity)
     return rates
