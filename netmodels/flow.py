@@ -47,6 +47,9 @@ _DONE_NS = 1e-6
 # whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
 _LAND = 0
 _REDUCED = 1
+# A list of times (latest first) at which a collective timed in closed form had an event: each is a step
+# of the model, as the per-transfer landings it stands for were (the flows in flight advance there).
+_TICKS = 2
 
 _NO_INTS = np.zeros(0, dtype=np.int64)
 _NO_FLOATS = np.zeros(0)
@@ -58,12 +61,14 @@ class _StagePlan:
     sends[i]: position i's transfers in schedule order, each (dst pos, lands at once, latency, flow) with
     flow = (bytes, links, link count, latency, narrowest link capacity); recv[i] / red[i]: transfers and
     bytes addressed to i (what it waits for and reduces); reduce: it reduces and reductions take time.
+    instant: when every transfer lands at once (zero bytes or no links), the stage as arrays for the
+    closed form (src, dst, latency per transfer, perm, positions that reduce, their reduction times).
     """
 
-    __slots__ = ("sends", "recv", "red", "reduce")
+    __slots__ = ("sends", "recv", "red", "reduce", "instant")
 
-    def __init__(self, sends: list, recv: list[int], red: list[float], reduce: bool) -> None:
-        self.sends, self.recv, self.red, self.reduce = sends, recv, red, reduce
+    def __init__(self, sends: list, recv: list[int], red: list[float], reduce: bool, instant) -> None:
+        self.sends, self.recv, self.red, self.reduce, self.instant = sends, recv, red, reduce, instant
 
 
 class _Run:
@@ -173,13 +178,15 @@ class FlowModel:
             self._valid[id(spec)] = (spec, ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
-        channels = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
+        channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
         handle = next(self._handles)
         p = len(ranks)
         nch = len(channels)
         coll = _Coll(handle, channels, p, nch * self.chunks, float(now_ns))
         if nch == 0:
             self._complete(coll, float(now_ns))
+        elif instant:
+            self._instant_collective(coll, float(now_ns))
         else:
             for ch in range(nch):
                 for c in range(min(self.in_flight, self.chunks)):
@@ -294,8 +301,12 @@ class FlowModel:
             _, _, kind, item = heapq.heappop(heap)
             if item is self._last_batch:
                 self._last_batch = None
-            if kind == _REDUCED:
-                advance(item[0], item[1], t)
+            if kind != _LAND:
+                if kind == _REDUCED:
+                    advance(item[0], item[1], t)
+                elif item:
+                    heapq.heappush(heap, (item.pop(), next(self._seq), _TICKS, item))
+                    self._last_batch = None
                 continue
             for run, s, a, b in item:
                 if run is None:
@@ -428,10 +439,9 @@ class FlowModel:
             path = self._paths[pair] = (links, r.latency_ns, mincap)
         return path
 
-    def _plan(
-        self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int
-    ) -> tuple[tuple[_StagePlan, ...], ...]:
-        """Flattened stage plans per channel of a collective, built once per distinct collective."""
+    def _plan(self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int) -> tuple:
+        """Flattened stage plans per channel of a collective, built once per distinct collective, and
+        whether it can be timed in closed form (every transfer lands at once, one chunk)."""
         key = (kind, algo, ranks, size, root)
         plan = self._plans.get(key)
         if plan is None:
@@ -447,7 +457,8 @@ class FlowModel:
                         sp = by_stage[id(stage)] = self._stage_plan(stage, ranks)
                     flat += [sp] * stage.repeat
                 chans.append(tuple(flat))
-            plan = self._plans[key] = tuple(chans)
+            instant = self.chunks == 1 and all(sp.instant is not None for sp in by_stage.values())
+            plan = self._plans[key] = (tuple(chans), instant)
         return plan
 
     def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
@@ -455,14 +466,62 @@ class FlowModel:
         nbytes = stage.nbytes.astype(np.float64).tolist()
         sends: list[list] = [[] for _ in range(p)]
         delay = self.endpoint_delay_ns
-        for a, b, nb in zip(stage.src.tolist(), stage.dst.tolist(), nbytes, strict=True):
+        src, dst = stage.src.tolist(), stage.dst.tolist()
+        for a, b, nb in zip(src, dst, nbytes, strict=True):
             links, lat, mincap = self._path(ranks[a], ranks[b])
             lat = lat + delay
             sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
         reduce = bool(stage.reduce) and bool(self.reduction_bpns)
-        return _StagePlan([tuple(x) for x in sends], recv, red, reduce)
+        instant = None
+        if all(x[1] for xs in sends for x in xs):
+            lat = np.array([self._path(ranks[a], ranks[b])[1] for a, b in zip(src, dst, strict=True)])
+            reducing = np.array(recv) > 0 if reduce else np.zeros(p, dtype=bool)
+            red_ns = np.array(red) / self.reduction_bpns if reduce else None
+            instant = (stage.src, stage.dst, lat + delay, bool(stage.perm), reducing, red_ns)
+        return _StagePlan([tuple(x) for x in sends], recv, red, reduce, instant)
+
+    def _instant_collective(self, coll: _Coll, now: float) -> None:
+        """Time a collective whose transfers all land at once (barriers) in closed form, per stage.
+
+        The same floats as the per-transfer path: a position enters stage s + 1 at the latest of its entry
+        into s and the landings addressed to it in s (entry + latency of the sender), plus its reduction
+        time where it reduces; it finishes at the latest of its last entry and its own landings. Every
+        landing and reduction end stays a step of the model (_TICKS): the flows in flight advance there.
+        """
+        p = len(coll.finish)
+        finish = np.full(p, now)
+        times = []
+        for stages in coll.channels:
+            entry = np.full(p, now)
+            ends = np.full(p, -np.inf)
+            for sp in stages:
+                src, dst, lat, perm, reducing, red_ns = sp.instant
+                ready = entry
+                if len(src):
+                    land = entry[src] + lat
+                    times.append(land)
+                    ready = entry.copy()
+                    if perm:
+                        ends[src] = np.maximum(ends[src], land)
+                        ready[dst] = np.maximum(ready[dst], land)
+                    else:
+                        np.maximum.at(ends, src, land)
+                        np.maximum.at(ready, dst, land)
+                if red_ns is not None and reducing.any():
+                    done = ready[reducing] + red_ns[reducing]
+                    times.append(done)
+                    ready = ready.copy()
+                    ready[reducing] = done
+                entry = ready
+            finish = np.maximum(finish, np.maximum(entry, ends))
+        coll.finish = finish.tolist()
+        self._complete(coll, float(finish.max()))
+        if times:
+            ticks = np.unique(np.concatenate(times))[::-1].tolist()
+            heapq.heappush(self._heap, (ticks.pop(), next(self._seq), _TICKS, ticks))
+            self._last_batch = None
 
     def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
         run = coll.runs.get((ch, c))
