@@ -297,6 +297,7 @@ class FlowModel:
             self._fl_t = self._t = t
         heap = self._heap
         advance = self._advance_pos
+        new_recs, new_flows = self._new_recs, self._new_flows  # replaced only by _settle, after the loop
         while heap and heap[0][0] <= t:
             _, _, kind, item = heapq.heappop(heap)
             if item is self._last_batch:
@@ -314,13 +315,37 @@ class FlowModel:
                     self._done.append((fin, s, Completion(s, fin, (fin,))))
                     continue
                 need = run.need[s]
-                need[b] -= 1
+                left = need[b] - 1
+                need[b] = left
                 out = run.out
                 out[a] -= 1
                 ptr = run.ptr
-                if ptr[b] == s and need[b] == 0:
-                    advance(run, b, t)
-                if ptr[a] == run.nst and out[a] == 0:
+                if left == 0 and ptr[b] == s:
+                    # What _advance_pos does in the common case, inline: b has all of stage s, takes no
+                    # reduction time, enters s + 1 (not yet issued) and issues it; anything else goes there.
+                    s1 = s + 1
+                    sp = run.stages[s]
+                    if (
+                        s1 == run.nst
+                        or run.issued[b] != s1
+                        or (sp.reduce and sp.recv[b] > 0 and run.red_paid[b] != s)
+                    ):
+                        advance(run, b, t)
+                    else:
+                        ptr[b] = s1
+                        run.issued[b] = s1 + 1
+                        sends = run.stages[s1].sends[b]
+                        if sends:
+                            out[b] += len(sends)
+                            for c, instant, lat, flow in sends:
+                                if instant:
+                                    self._push_land(t + lat, (run, s1, b, c))
+                                else:
+                                    new_recs.append((run, s1, b, c))
+                                    new_flows.append(flow)
+                        if run.need[s1][b] <= 0:
+                            advance(run, b, t)
+                if out[a] == 0 and ptr[a] == run.nst:
                     advance(run, a, t)
         if self._new_recs:
             self._settle()

@@ -71,7 +71,10 @@ def _max_min_numpy(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.nd
     rates = np.full(nf, np.inf)
     if nf == 0 or len(flow_links) == 0:
         return rates
-    used, lc = np.unique(flow_links, return_inverse=True)
+    # The links in use, ascending, and each entry's index among them (np.unique's answer, without a sort).
+    present = np.bincount(flow_links) > 0
+    used = np.flatnonzero(present)
+    lc = (np.cumsum(present) - 1)[flow_links]
     cap = capacity[used].astype(np.float64)
     nl = len(used)
     owner = np.repeat(np.arange(nf), counts)
