@@ -35,7 +35,15 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.errors import NetworkModelError
-from netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates, shared_flows, sub_csr
+from netmodels.maxmin import (
+    _SMALL_ENTRIES,
+    _max_min_numpy,
+    _max_min_small,
+    max_min_rates,
+    shared_flows,
+    shared_flows_small,
+    sub_csr,
+)
 from netmodels.topology import Topology
 
 __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
@@ -440,7 +448,11 @@ class FlowModel:
             # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
             # narrowest link; progressive filling runs on the flows that share links, when that set changed.
             cnt, flat = self._cnt, self._flat
-            shared = shared_flows(cnt, flat)
+            if len(flat) <= _SMALL_ENTRIES:
+                # Few flows: the same steps on Python lists beat numpy's per-call cost.
+                shared = shared_flows_small(cnt.tolist(), flat.tolist())
+            else:
+                shared = shared_flows(cnt, flat)
             rates = self._mincap
             if shared is not None:
                 rates = rates.copy()

@@ -110,8 +110,30 @@ def shared_flows(counts: np.ndarray, flow_links: np.ndarray) -> np.ndarray | Non
     return np.logical_or.reduceat(shared_entry, np.cumsum(counts) - counts)
 
 
-def sub_csr(counts: np.ndarray, flow_links: np.ndarray, pick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The CSR (ptr, links) of the picked flows (a boolean mask), in their order."""
+def shared_flows_small(counts: list[int], flow_links: list[int]) -> list[int] | None:
+    """shared_flows for a few flows on Python lists: the indices of the flows sharing a link, or None."""
+    on: dict[int, int] = {}
+    for link in flow_links:
+        on[link] = on.get(link, 0) + 1
+    if len(on) == len(flow_links):
+        return None
+    out = []
+    k = 0
+    for f, c in enumerate(counts):
+        for link in flow_links[k : k + c]:
+            if on[link] > 1:
+                out.append(f)
+                break
+        k += c
+    return out
+
+
+def sub_csr(counts: np.ndarray, flow_links: np.ndarray, pick) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR (ptr, links) of the picked flows (a boolean mask or increasing indices), in their order."""
+    if not isinstance(pick, np.ndarray) or pick.dtype != bool:
+        mask = np.zeros(len(counts), dtype=bool)
+        mask[pick] = True
+        pick = mask
     sub = counts[pick]
     ptr = np.zeros(len(sub) + 1, dtype=np.int64)
     np.cumsum(sub, out=ptr[1:])
