@@ -158,10 +158,14 @@ class FlowModel:
         self._q = _NO_FLOATS
         self._tf = 0.0
         self._q_ok = False
+        # Whether every rate is > 0 (no division by zero to silence); links of no bandwidth would break it.
+        self._rate_pos = True
+        self._cap_pos = bool((self._cap > 0).all())
         # The flows that share a link with another flow, by serial number, and their max-min rates: while
         # that set is unchanged (only flows alone on their links came and went) so are its rates.
         self._shared_ids = _NO_INTS
         self._shared_rates = _NO_FLOATS
+        self._shared_pos = True
         self._new_recs: list[tuple] = []
         self._new_flows: list[tuple] = []
         self._done: list[tuple[int, int, Completion]] = []
@@ -264,9 +268,12 @@ class FlowModel:
     def _ratio(self) -> np.ndarray:
         """Bytes left / rate per flow (inf at rate 0), for the flows and rates as they are now."""
         if not self._q_ok:
-            with np.errstate(divide="ignore", invalid="ignore"):
+            if self._rate_pos:
                 self._q = self._rem / self._rate
-            self._tf = self._fl_t + float(np.min(self._q))
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    self._q = self._rem / self._rate
+            self._tf = self._fl_t + float(self._q.min())
             self._q_ok = True
         return self._q
 
@@ -437,6 +444,7 @@ class FlowModel:
             self._new_recs = []
             self._new_flows = []
             self._q_ok = False
+            self._rate_pos = False  # the new flows' rates are 0 until recomputed
             self._dirty = True
 
     def _ensure_rates(self) -> None:
@@ -454,14 +462,18 @@ class FlowModel:
             else:
                 shared = shared_flows(cnt, flat)
             rates = self._mincap
+            pos = self._cap_pos
             if shared is not None:
                 rates = rates.copy()
                 ids = self._ids[shared]
                 if not np.array_equal(ids, self._shared_ids):
                     self._shared_ids = ids
                     self._shared_rates = max_min_rates(*sub_csr(cnt, flat, shared), self._cap)
+                    self._shared_pos = bool((self._shared_rates > 0).all())
                 rates[shared] = self._shared_rates
+                pos = pos and self._shared_pos
             self._rate = rates
+            self._rate_pos = pos
             self._q_ok = False
             self.rate_recomputations += 1
 
