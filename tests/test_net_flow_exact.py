@@ -180,7 +180,7 @@ def test_random_workloads_give_the_reference_models_answers_exactly(topo_name):
             algo, kind = pairs[int(rng.integers(len(pairs)))]
             p = int(rng.integers(2, n + 1))
             ranks = tuple(int(r) for r in rng.choice(n, size=p, replace=False))
-            size = 0 if kind == "barrier" else int(rng.choice([1, 1000, 1 << 16, 1 << 22, 30_000_001]))
+            size = 0 if kind == "barrier" else int(rng.choice([0, 1, 1000, 1 << 16, 1 << 22, 30_000_001]))
             root = ranks[int(rng.integers(p))] if rng.random() < 0.5 else None
             script.append((now, CollectiveSpec(kind, size, ranks, algo, root)))
         try:
