@@ -4,6 +4,14 @@ Each transfer is a flow over its route. All flows crossing a link share its band
 are recomputed only when the set of flows changes. A flow occupies its links while its bytes drain and is
 delivered one route latency after its last byte leaves (latency is added per path, not per byte). Internal
 time is float ns; the engine-facing times are rounded up to integer ns.
+
+How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
+numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
+collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
+and are plain tuples; the transfers that finish together land as one heap entry per landing time; and the
+rates come from `max_min_rates_split`, which skips progressive filling for flows alone on their links. Every
+float is computed by the same operations in the same order as the one-object-per-transfer model before it,
+so event times are identical to the last bit.
 """
 
 from __future__ import annotations
@@ -11,11 +19,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from netmodels.algorithms import build_schedule, default_algorithm
 from netmodels.analytical import resolve_options
 from netmodels.api import (
     CollectiveSpec,
@@ -28,140 +35,79 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.errors import NetworkModelError
+from netmodels.maxmin import (
+    _SMALL_ENTRIES,
+    _max_min_numpy,
+    _max_min_small,
+    max_min_rates,
+    shared_flows,
+    shared_flows_small,
+    sub_csr,
+)
 from netmodels.topology import Topology
+
+__all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
 
 # A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
 _DONE_NS = 1e-6
 
+# Heap entries are (time, seq, kind, payload): a list of transfers landing at that time, or (run, position)
+# whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
+_LAND = 0
+_REDUCED = 1
+# A list of times (latest first) at which a collective timed in closed form had an event: each is a step
+# of the model, as the per-transfer landings it stands for were (the flows in flight advance there).
+_TICKS = 2
 
-# Up to this many (flow, link) entries the rates are computed in plain Python (_max_min_small): a ring
-# step's handful of flows cost ~180 us in numpy calls, nearly all per-call overhead (docs/performance.md).
-_SMALL_ENTRIES = 64
-
-
-def _max_min_small(ptr: list[int], links: list[int], capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates's rounds, operation for operation, on Python floats: the same numbers, bit for bit."""
-    nf = len(ptr) - 1
-    inf = float("inf")
-    rates = [inf] * nf
-    used = sorted(set(links))
-    pos = {link: i for i, link in enumerate(used)}
-    nl = len(used)
-    cap = [float(capacity[link]) for link in used]
-    ent = [(f, pos[links[k]]) for f in range(nf) for k in range(ptr[f], ptr[f + 1])]
-    while ent:
-        n_on = [0] * nl
-        for _, lk in ent:
-            n_on[lk] += 1
-        share = [cap[lk] / n_on[lk] if n_on[lk] > 0 else inf for lk in range(nl)]
-        fmin = [inf] * nf
-        for f, lk in ent:
-            if share[lk] < fmin[f]:
-                fmin[f] = share[lk]
-        lmin = [inf] * nl
-        for f, lk in ent:
-            if fmin[f] < lmin[lk]:
-                lmin[lk] = fmin[f]
-        bott = [share[lk] <= lmin[lk] * (1 + 1e-12) for lk in range(nl)]
-        hit = [False] * nf
-        for f, lk in ent:
-            if bott[lk]:
-                hit[f] = True
-        sub = [0.0] * nl
-        for f, lk in ent:
-            if hit[f]:
-                rates[f] = fmin[f]
-                sub[lk] += fmin[f]  # in entry order, as np.bincount(weights=...) sums
-        cap = [c - d if c - d > 0.0 else 0.0 for c, d in zip(cap, sub, strict=True)]
-        ent = [(f, lk) for f, lk in ent if not hit[f]]
-    return np.array(rates, dtype=np.float64)
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_FLOATS = np.zeros(0)
 
 
-def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling; flow f crosses flow_links[flow_ptr[f]:flow_ptr[f+1]]."""
-    if 0 < len(flow_links) <= _SMALL_ENTRIES:
-        return _max_min_small(np.asarray(flow_ptr).tolist(), np.asarray(flow_links).tolist(), capacity)
-    return _max_min_numpy(flow_ptr, flow_links, capacity)
+class _StagePlan:
+    """One stage of a collective's schedule with routes resolved, shared by every run of the collective.
 
-
-def _max_min_numpy(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates vectorized over the (flow, link) entries of the links in use."""
-    nf = len(flow_ptr) - 1
-    counts = np.diff(flow_ptr)
-    rates = np.full(nf, np.inf)
-    if nf == 0 or len(flow_links) == 0:
-        return rates
-    used, lc = np.unique(flow_links, return_inverse=True)
-    cap = capacity[used].astype(np.float64)
-    nl = len(used)
-    owner = np.repeat(np.arange(nf), counts)
-    # Work on the entries (flow, link) of unfrozen flows only; they shrink every round.
-    e_flow, e_link = owner, lc
-    while len(e_flow):
-        n_on = np.bincount(e_link, minlength=nl)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(n_on > 0, cap / np.maximum(n_on, 1), np.inf)
-        # A link whose fair share is the smallest among all links of all its flows is saturated at that
-        # share by progressive filling: shares only grow as other flows freeze (each freezes at most at
-        # the share of every link it crosses). Freeze all such links' flows in one round.
-        es = share[e_link]
-        fmin = np.full(nf, np.inf)
-        np.minimum.at(fmin, e_flow, es)
-        lmin = np.full(nl, np.inf)
-        np.minimum.at(lmin, e_link, fmin[e_flow])
-        bott = share <= lmin * (1 + 1e-12)
-        hit = np.zeros(nf, dtype=bool)
-        hit[e_flow[bott[e_link]]] = True
-        rates[hit] = fmin[hit]
-        frozen = hit[e_flow]
-        cap = np.maximum(cap - np.bincount(e_link[frozen], weights=rates[e_flow[frozen]], minlength=nl), 0.0)
-        e_flow, e_link = e_flow[~frozen], e_link[~frozen]
-    return rates
-
-
-@dataclass(eq=False)
-class _Transfer:
-    run: _Run | None
-    stage: int
-    src: int
-    dst: int
-    nbytes: float
-    links: np.ndarray
-    latency: float
-    handle: int = -1  # p2p transfers only
-
-
-@dataclass(eq=False)
-class _Run:
-    """One channel of one chunk of a collective: per-position progress through the flattened stages.
-
-    Plain lists, not numpy arrays: they are read and written one element at a time per transfer, where
-    numpy scalar indexing cost ~3x more (docs/performance.md).
+    sends[i]: position i's transfers in schedule order, each (dst pos, lands at once, latency, flow) with
+    flow = (bytes, links, link count, latency, narrowest link capacity); recv[i] / red[i]: transfers and
+    bytes addressed to i (what it waits for and reduces); reduce: it reduces and reductions take time.
+    instant: when every transfer lands at once (zero bytes or no links), the stage as arrays for the
+    closed form (src, dst, latency per transfer, perm, positions that reduce, their reduction times).
     """
 
-    coll: _Coll
-    channel: int
-    chunk: int
-    stages: list[Stage]
-    ptr: list[int]
-    issued: list[int]
-    need: list[list[int]]  # [stage][position]: receives still awaited
-    out: list[int]
-    red_paid: list[int]
-    finished: list[bool]
+    __slots__ = ("sends", "recv", "red", "reduce", "instant")
+
+    def __init__(self, sends: list, recv: list[int], red: list[float], reduce: bool, instant) -> None:
+        self.sends, self.recv, self.red, self.reduce, self.instant = sends, recv, red, reduce, instant
 
 
-@dataclass(eq=False)
+class _Run:
+    """One channel of one chunk of a collective: per-position progress through the flattened stages."""
+
+    __slots__ = (
+        "coll", "channel", "chunk", "stages", "nst", "ptr", "issued", "need", "out", "red_paid", "finished",
+    )  # fmt: skip
+
+    def __init__(self, coll: _Coll, channel: int, chunk: int, stages: tuple[_StagePlan, ...]) -> None:
+        p = len(coll.finish)
+        self.coll, self.channel, self.chunk, self.stages, self.nst = coll, channel, chunk, stages, len(stages)
+        self.ptr = [0] * p
+        self.issued = [0] * p
+        self.need = [sp.recv[:] for sp in stages]  # [stage][position]: receives still awaited
+        self.out = [0] * p
+        self.red_paid = [-1] * p
+        self.finished = [False] * p
+
+
 class _Coll:
-    handle: int
-    ranks: tuple[int, ...]
-    schedule: Schedule
-    runs_left: np.ndarray
-    finish: np.ndarray
-    positions_left: int
-    runs: dict = field(default_factory=dict)
-    # Per-stage send order and receive counts, keyed by id(stage); lives and dies with the collective.
-    meta: dict = field(default_factory=dict)
+    """A collective in flight: its plan (flattened stages per channel) and per-position completion."""
+
+    __slots__ = ("handle", "channels", "runs_left", "finish", "positions_left", "runs")
+
+    def __init__(self, handle: int, channels: tuple, p: int, runs: int, now: float) -> None:
+        self.handle, self.channels = handle, channels
+        self.runs_left = [runs] * p
+        self.finish = [now] * p
+        self.positions_left = p
+        self.runs: dict[tuple[int, int], _Run] = {}
 
 
 class FlowModel:
@@ -190,38 +136,69 @@ class FlowModel:
         self._seq = itertools.count()
         self._handles = itertools.count()
         self._last_now = 0
-        # Active flows: parallel lists/arrays, valid at time self._fl_t.
-        self._fl: list[_Transfer] = []
-        self._rem = np.zeros(0)
-        # The active flows' routes as CSR (link count per flow, links concatenated), kept in step with _fl.
-        self._cnt = np.zeros(0, dtype=np.int64)
-        self._flat = np.zeros(0, dtype=np.int64)
-        self._rate = np.zeros(0)
+        # The batch of the newest heap entry while it is a landing not yet popped: a landing pushed next at
+        # the same time joins it (their seqs would be adjacent, so nothing could pop between them).
+        self._last_batch: list | None = None
+        self._last_t = 0.0
+        # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
+        # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns:
+        # bytes left (valid at self._fl_t), rate, latency, narrowest link capacity (the rate of a flow alone
+        # on its links), serial number (never reused) and route (link count per flow, links concatenated).
+        self._recs: list[tuple] = []
+        self._rem = _NO_FLOATS
+        self._rate = _NO_FLOATS
+        self._lat = _NO_FLOATS
+        self._mincap = _NO_FLOATS
+        self._ids = _NO_INTS
+        self._cnt = _NO_INTS
+        self._flat = _NO_INTS
+        self._next_id = 0
         self._fl_t = 0.0
-        self._new: list[_Transfer] = []
+        # Bytes left / rate and the earliest finish it gives, kept until bytes, rates or flows change.
+        self._q = _NO_FLOATS
+        self._tf = 0.0
+        self._q_ok = False
+        # Whether every rate is > 0 (no division by zero to silence); links of no bandwidth would break it.
+        self._rate_pos = True
+        self._cap_pos = bool((self._cap > 0).all())
+        # The flows that share a link with another flow, by serial number, and their max-min rates: while
+        # that set is unchanged (only flows alone on their links came and went) so are its rates.
+        self._shared_ids = _NO_INTS
+        self._shared_rates = _NO_FLOATS
+        self._shared_pos = True
+        self._new_recs: list[tuple] = []
+        self._new_flows: list[tuple] = []
         self._done: list[tuple[int, int, Completion]] = []
         self.rate_recomputations = 0
         self._dirty = False
-        # (src rank, dst rank) -> (route links as an int64 array, route latency); Topology caches the route,
-        # this caches its array form, built once per pair instead of once per transfer.
-        self._paths: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+        # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity).
+        self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
+        # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
+        self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
+        # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
+        # collective, and a frozen spec validated once stays valid.
+        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...]]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns; its transfers share links with everything else in flight."""
-        ranks = validate_spec(spec, self.num_ranks)
+        hit = self._valid.get(id(spec))
+        if hit is not None and hit[0] is spec:
+            ranks = hit[1]
+        else:
+            ranks = validate_spec(spec, self.num_ranks)
+            self._valid[id(spec)] = (spec, ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
-        hosts = self.topology.hosts_of(ranks)
-        sched = build_schedule(
-            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts
-        )
+        channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
         handle = next(self._handles)
         p = len(ranks)
-        nch = len(sched.channels)
-        coll = _Coll(handle, ranks, sched, np.full(p, nch * self.chunks), np.full(p, float(now_ns)), p)
+        nch = len(channels)
+        coll = _Coll(handle, channels, p, nch * self.chunks, float(now_ns))
         if nch == 0:
             self._complete(coll, float(now_ns))
+        elif instant:
+            self._instant_collective(coll, float(now_ns))
         else:
             for ch in range(nch):
                 for c in range(min(self.in_flight, self.chunks)):
@@ -235,11 +212,14 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        r = self.topology.route(src, dst)
-        tr = _Transfer(
-            None, 0, src, dst, float(size_bytes), np.array(r.links, dtype=np.int64), r.latency_ns, handle
-        )
-        self._launch(tr)
+        links, lat, mincap = self._path(src, dst)
+        nbytes = float(size_bytes)
+        rec = (None, handle, 0, 0)
+        if nbytes <= 0 or len(links) == 0:
+            self._push_land(self._t + lat, rec)
+        else:
+            self._new_recs.append(rec)
+            self._new_flows.append((nbytes, links, len(links), lat, mincap))
         self._settle()
         return handle
 
@@ -258,11 +238,13 @@ class FlowModel:
             if t is None or ceil_ns(t) > until_ns:
                 break
             self._step(t)
+        if not self._done:
+            return []
         ready = sorted(d for d in self._done if d[0] <= until_ns)
         self._done = [d for d in self._done if d[0] > until_ns]
         return [c for _, _, c in ready]
 
-    # ----- internals -----------------------------------------------------------------------------------
+    # ----- time and flows ------------------------------------------------------------------------------
     def _catch_up(self, now_ns: int) -> None:
         if not is_int(now_ns) or now_ns < self._last_now:
             raise NetworkModelError(
@@ -283,70 +265,186 @@ class FlowModel:
         self._progress(float(now_ns))
         self._t = float(now_ns)
 
+    def _ratio(self) -> np.ndarray:
+        """Bytes left / rate per flow (inf at rate 0), for the flows and rates as they are now."""
+        if not self._q_ok:
+            if self._rate_pos:
+                self._q = self._rem / self._rate
+            else:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    self._q = self._rem / self._rate
+            self._tf = self._fl_t + float(self._q.min())
+            self._q_ok = True
+        return self._q
+
     def _next_time(self) -> float | None:
-        self._ensure_rates()
+        if self._dirty:
+            self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
-        if len(self._fl):
-            with np.errstate(divide="ignore"):
-                tf = self._fl_t + float(np.min(self._rem / self._rate))
+        if self._recs:
+            if not self._q_ok:
+                self._ratio()
+            tf = self._tf
             t = tf if t is None else min(t, tf)
         return t
 
     def _progress(self, t: float) -> None:
-        if len(self._fl) and t > self._fl_t:
-            self._ensure_rates()
+        if self._recs and t > self._fl_t:
+            if self._dirty:
+                self._ensure_rates()
             self._rem = self._rem - self._rate * (t - self._fl_t)
+            self._q_ok = False
         self._fl_t = t
 
     def _step(self, t: float) -> None:
-        if len(self._fl):
+        recs = self._recs
+        if recs:
             # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
             # that set t is always among the finished, even where t is so large (~1e10 ns) that its float
             # spacing exceeds _DONE_NS and the leftover bytes stay above the noise threshold.
-            with np.errstate(divide="ignore", invalid="ignore"):
-                due = self._fl_t + self._rem / self._rate <= t
-        self._progress(t)
-        self._t = t
-        if len(self._fl):
+            due = self._fl_t + self._ratio() <= t
+            self._progress(t)
+            self._t = t
             done = due | (self._rem <= self._rate * _DONE_NS)
             if done.any():
-                idx = np.flatnonzero(done)
-                finished = [self._fl[i] for i in idx]
-                keep = ~done
-                self._fl = [f for f, k in zip(self._fl, keep, strict=True) if k]
-                self._rem, self._rate = self._rem[keep], self._rate[keep]
-                self._flat = self._flat[np.repeat(keep, self._cnt)]
-                self._cnt = self._cnt[keep]
-                for tr in finished:
-                    self._push(t + tr.latency, tr)
-                self._dirty = True
-        while self._heap and self._heap[0][0] <= t:
-            _, _, item = heapq.heappop(self._heap)
-            if isinstance(item, _Transfer):
-                self._deliver(item, t)
-            else:
-                run, i = item
-                self._advance_pos(run, i, t)
-        self._settle()
-
-    def _push(self, t: float, item: object) -> None:
-        heapq.heappush(self._heap, (t, next(self._seq), item))
-
-    def _launch(self, tr: _Transfer) -> None:
-        if tr.nbytes <= 0 or len(tr.links) == 0:
-            self._push(self._t + tr.latency, tr)
+                self._finish(recs, done, t)
         else:
-            self._new.append(tr)
+            self._fl_t = self._t = t
+        heap = self._heap
+        advance = self._advance_pos
+        new_recs, new_flows = self._new_recs, self._new_flows  # replaced only by _settle, after the loop
+        while heap and heap[0][0] <= t:
+            _, _, kind, item = heapq.heappop(heap)
+            if item is self._last_batch:
+                self._last_batch = None
+            if kind != _LAND:
+                if kind == _REDUCED:
+                    advance(item[0], item[1], t)
+                elif item:
+                    heapq.heappush(heap, (item.pop(), next(self._seq), _TICKS, item))
+                    self._last_batch = None
+                continue
+            for run, s, a, b in item:
+                if run is None:
+                    fin = ceil_ns(t)
+                    self._done.append((fin, s, Completion(s, fin, (fin,))))
+                    continue
+                need = run.need[s]
+                left = need[b] - 1
+                need[b] = left
+                out = run.out
+                out[a] -= 1
+                ptr = run.ptr
+                if left == 0 and ptr[b] == s:
+                    # What _advance_pos does in the common case, inline: b has all of stage s, takes no
+                    # reduction time, enters s + 1 (not yet issued) and issues it; anything else goes there.
+                    s1 = s + 1
+                    sp = run.stages[s]
+                    if (
+                        s1 == run.nst
+                        or run.issued[b] != s1
+                        or (sp.reduce and sp.recv[b] > 0 and run.red_paid[b] != s)
+                    ):
+                        advance(run, b, t)
+                    else:
+                        ptr[b] = s1
+                        run.issued[b] = s1 + 1
+                        sends = run.stages[s1].sends[b]
+                        if sends:
+                            out[b] += len(sends)
+                            for c, instant, lat, flow in sends:
+                                if instant:
+                                    self._push_land(t + lat, (run, s1, b, c))
+                                else:
+                                    new_recs.append((run, s1, b, c))
+                                    new_flows.append(flow)
+                        if run.need[s1][b] <= 0:
+                            advance(run, b, t)
+                if out[a] == 0 and ptr[a] == run.nst:
+                    advance(run, a, t)
+        if self._new_recs:
+            self._settle()
+
+    def _finish(self, recs: list, done: np.ndarray, t: float) -> None:
+        """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
+        if done.all():
+            finished, lat = recs, self._lat
+            self._recs = []
+            self._rem = self._rate = self._lat = self._mincap = _NO_FLOATS
+            self._cnt = self._flat = self._ids = _NO_INTS
+        else:
+            idx = np.flatnonzero(done)
+            finished = [recs[k] for k in idx.tolist()]
+            lat = self._lat[idx]
+            keep = ~done
+            self._recs = list(itertools.compress(recs, keep.tolist()))
+            self._rem, self._rate, self._lat = self._rem[keep], self._rate[keep], self._lat[keep]
+            self._mincap, self._ids = self._mincap[keep], self._ids[keep]
+            self._flat = self._flat[np.repeat(keep, self._cnt)]
+            self._cnt = self._cnt[keep]
+        self._q_ok = False
+        self._dirty = True
+        lands = (t + lat).tolist()
+        first = lands[0]
+        if lands.count(first) == len(lands):
+            self._push_batch(first, finished)
+            return
+        # Landings at different times: one entry per time, transfers in flow order within it. Equal times
+        # pop in seq order, and these seqs are one block, so the order matches one push per transfer.
+        by_time: dict[float, list] = {}
+        for x, rec in zip(lands, finished, strict=True):
+            batch = by_time.get(x)
+            if batch is None:
+                by_time[x] = [rec]
+            else:
+                batch.append(rec)
+        for x, batch in by_time.items():
+            self._push_batch(x, batch)
+
+    def _push_batch(self, t: float, batch: list) -> None:
+        if self._last_batch is not None and self._last_t == t:
+            self._last_batch.extend(batch)
+        else:
+            heapq.heappush(self._heap, (t, next(self._seq), _LAND, batch))
+            self._last_batch, self._last_t = batch, t
+
+    def _push_land(self, t: float, rec: tuple) -> None:
+        if self._last_batch is not None and self._last_t == t:
+            self._last_batch.append(rec)
+        else:
+            batch = [rec]
+            heapq.heappush(self._heap, (t, next(self._seq), _LAND, batch))
+            self._last_batch, self._last_t = batch, t
 
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
-        if self._new:
-            self._fl.extend(self._new)
-            self._cnt = np.concatenate([self._cnt, [len(tr.links) for tr in self._new]]).astype(np.int64)
-            self._flat = np.concatenate([self._flat, *[tr.links for tr in self._new]])
-            self._rem = np.concatenate([self._rem, [tr.nbytes for tr in self._new]])
-            self._rate = np.concatenate([self._rate, np.zeros(len(self._new))])
-            self._new = []
+        if self._new_recs:
+            nbytes, links, counts, lat, mincap = zip(*self._new_flows, strict=True)
+            n = len(nbytes)
+            k = self._next_id
+            self._next_id = k + n
+            if self._recs:
+                self._recs += self._new_recs
+                self._rem = np.concatenate((self._rem, nbytes))
+                self._lat = np.concatenate((self._lat, lat))
+                self._mincap = np.concatenate((self._mincap, mincap))
+                self._rate = np.concatenate((self._rate, np.zeros(n)))
+                self._ids = np.concatenate((self._ids, np.arange(k, k + n)))
+                self._cnt = np.concatenate((self._cnt, np.array(counts, dtype=np.int64)))
+                self._flat = np.concatenate((self._flat, *links))
+            else:
+                self._recs = self._new_recs
+                self._rem = np.array(nbytes, dtype=np.float64)
+                self._lat = np.array(lat, dtype=np.float64)
+                self._mincap = np.array(mincap, dtype=np.float64)
+                self._rate = np.zeros(n)
+                self._ids = np.arange(k, k + n)
+                self._cnt = np.array(counts, dtype=np.int64)
+                self._flat = np.concatenate(links)
+            self._new_recs = []
+            self._new_flows = []
+            self._q_ok = False
+            self._rate_pos = False  # the new flows' rates are 0 until recomputed
             self._dirty = True
 
     def _ensure_rates(self) -> None:
@@ -354,87 +452,164 @@ class FlowModel:
         if not self._dirty:
             return
         self._dirty = False
-        if self._fl:
-            ptr = np.zeros(len(self._fl) + 1, dtype=np.int64)
-            np.cumsum(self._cnt, out=ptr[1:])
-            self._rate = max_min_rates(ptr, self._flat, self._cap)
+        if self._recs:
+            # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
+            # narrowest link; progressive filling runs on the flows that share links, when that set changed.
+            cnt, flat = self._cnt, self._flat
+            if len(flat) <= _SMALL_ENTRIES:
+                # Few flows: the same steps on Python lists beat numpy's per-call cost.
+                shared = shared_flows_small(cnt.tolist(), flat.tolist())
+            else:
+                shared = shared_flows(cnt, flat)
+            rates = self._mincap
+            pos = self._cap_pos
+            if shared is not None:
+                rates = rates.copy()
+                ids = self._ids[shared]
+                if not np.array_equal(ids, self._shared_ids):
+                    self._shared_ids = ids
+                    self._shared_rates = max_min_rates(*sub_csr(cnt, flat, shared), self._cap)
+                    self._shared_pos = bool((self._shared_rates > 0).all())
+                rates[shared] = self._shared_rates
+                pos = pos and self._shared_pos
+            self._rate = rates
+            self._rate_pos = pos
+            self._q_ok = False
             self.rate_recomputations += 1
 
-    def _stage_meta(self, coll: _Coll, stage: Stage) -> tuple:
-        key = id(stage)
-        meta = coll.meta.get(key)
-        if meta is None:
-            p = len(coll.ranks)
-            order = np.argsort(stage.src, kind="stable")
-            ptr = np.searchsorted(stage.src[order], np.arange(p + 1))
-            recv = np.bincount(stage.dst, minlength=p)
-            red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p)
-            # Lists for the per-transfer reads (same values: tolist() gives the exact Python int/float).
-            meta = (
-                order.tolist(), ptr.tolist(), recv.tolist(), red, stage,
-                stage.src.tolist(), stage.dst.tolist(), stage.nbytes.astype(np.float64).tolist(),
-            )  # fmt: skip
-            coll.meta[key] = meta
-        return meta
+    # ----- collectives -------------------------------------------------------------------------------
+    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
+        pair = (src, dst)
+        path = self._paths.get(pair)
+        if path is None:
+            r = self.topology.route(src, dst)
+            links = np.array(r.links, dtype=np.int64)
+            mincap = float(self._cap[links].min()) if len(links) else float("inf")
+            path = self._paths[pair] = (links, r.latency_ns, mincap)
+        return path
+
+    def _plan(self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int) -> tuple:
+        """Flattened stage plans per channel of a collective, built once per distinct collective, and
+        whether it can be timed in closed form (every transfer lands at once, one chunk)."""
+        key = (kind, algo, ranks, size, root)
+        plan = self._plans.get(key)
+        if plan is None:
+            hosts = self.topology.hosts_of(ranks)
+            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts)
+            by_stage: dict[int, _StagePlan] = {}
+            chans = []
+            for channel in sched.channels:
+                flat: list[_StagePlan] = []
+                for stage in channel:
+                    sp = by_stage.get(id(stage))
+                    if sp is None:
+                        sp = by_stage[id(stage)] = self._stage_plan(stage, ranks)
+                    flat += [sp] * stage.repeat
+                chans.append(tuple(flat))
+            instant = self.chunks == 1 and all(sp.instant is not None for sp in by_stage.values())
+            plan = self._plans[key] = (tuple(chans), instant)
+        return plan
+
+    def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
+        p = len(ranks)
+        nbytes = stage.nbytes.astype(np.float64).tolist()
+        sends: list[list] = [[] for _ in range(p)]
+        delay = self.endpoint_delay_ns
+        src, dst = stage.src.tolist(), stage.dst.tolist()
+        for a, b, nb in zip(src, dst, nbytes, strict=True):
+            links, lat, mincap = self._path(ranks[a], ranks[b])
+            lat = lat + delay
+            sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
+        recv = np.bincount(stage.dst, minlength=p).tolist()
+        red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
+        reduce = bool(stage.reduce) and bool(self.reduction_bpns)
+        instant = None
+        if all(x[1] for xs in sends for x in xs):
+            lat = np.array([self._path(ranks[a], ranks[b])[1] for a, b in zip(src, dst, strict=True)])
+            reducing = np.array(recv) > 0 if reduce else np.zeros(p, dtype=bool)
+            red_ns = np.array(red) / self.reduction_bpns if reduce else None
+            instant = (stage.src, stage.dst, lat + delay, bool(stage.perm), reducing, red_ns)
+        return _StagePlan([tuple(x) for x in sends], recv, red, reduce, instant)
+
+    def _instant_collective(self, coll: _Coll, now: float) -> None:
+        """Time a collective whose transfers all land at once (barriers) in closed form, per stage.
+
+        The same floats as the per-transfer path: a position enters stage s + 1 at the latest of its entry
+        into s and the landings addressed to it in s (entry + latency of the sender), plus its reduction
+        time where it reduces; it finishes at the latest of its last entry and its own landings. Every
+        landing and reduction end stays a step of the model (_TICKS): the flows in flight advance there.
+        """
+        p = len(coll.finish)
+        finish = np.full(p, now)
+        times = []
+        for stages in coll.channels:
+            entry = np.full(p, now)
+            ends = np.full(p, -np.inf)
+            for sp in stages:
+                src, dst, lat, perm, reducing, red_ns = sp.instant
+                ready = entry
+                if len(src):
+                    land = entry[src] + lat
+                    times.append(land)
+                    ready = entry.copy()
+                    if perm:
+                        ends[src] = np.maximum(ends[src], land)
+                        ready[dst] = np.maximum(ready[dst], land)
+                    else:
+                        np.maximum.at(ends, src, land)
+                        np.maximum.at(ready, dst, land)
+                if red_ns is not None and reducing.any():
+                    done = ready[reducing] + red_ns[reducing]
+                    times.append(done)
+                    ready = ready.copy()
+                    ready[reducing] = done
+                entry = ready
+            finish = np.maximum(finish, np.maximum(entry, ends))
+        coll.finish = finish.tolist()
+        self._complete(coll, float(finish.max()))
+        if times:
+            ticks = np.unique(np.concatenate(times))[::-1].tolist()
+            heapq.heappush(self._heap, (ticks.pop(), next(self._seq), _TICKS, ticks))
+            self._last_batch = None
 
     def _start_run(self, coll: _Coll, ch: int, c: int, positions) -> None:
         run = coll.runs.get((ch, c))
-        p = len(coll.ranks)
         if run is None:
-            stages = [s for s in coll.schedule.channels[ch] for _ in range(s.repeat)]
-            need = [list(self._stage_meta(coll, s)[2]) for s in stages]
-            run = _Run(coll, ch, c, stages, [0] * p, [0] * p, need, [0] * p, [-1] * p, [False] * p)
-            coll.runs[(ch, c)] = run
+            run = coll.runs[(ch, c)] = _Run(coll, ch, c, coll.channels[ch])
         for i in positions:
             self._advance_pos(run, i, self._t)
 
     def _advance_pos(self, run: _Run, i: int, t: float) -> None:
-        nst = len(run.stages)
-        ptr, issued, need = run.ptr, run.issued, run.need
-        while True:
-            s = ptr[i]
-            if s == nst:
-                if run.out[i] == 0 and not run.finished[i]:
-                    run.finished[i] = True
-                    self._pos_finished(run, i, t)
-                return
-            stage = run.stages[s]
-            order, sptr, recv, red, _, src, dst, nbytes = self._stage_meta(run.coll, stage)
+        """Move position i of a run as far as its receives allow, issuing each stage's sends on entry."""
+        nst, ptr, issued, need, stages = run.nst, run.ptr, run.issued, run.need, run.stages
+        s = ptr[i]
+        while s != nst:
+            sp = stages[s]
             if issued[i] == s:
                 issued[i] = s + 1
-                for k in order[sptr[i] : sptr[i + 1]]:
-                    self._send(run, s, src[k], dst[k], nbytes[k])
+                sends = sp.sends[i]
+                if sends:
+                    run.out[i] += len(sends)
+                    for b, instant, lat, flow in sends:
+                        if instant:
+                            self._push_land(self._t + lat, (run, s, i, b))
+                        else:
+                            self._new_recs.append((run, s, i, b))
+                            self._new_flows.append(flow)
             if need[s][i] > 0:
                 return
-            if stage.reduce and recv[i] > 0 and self.reduction_bpns and run.red_paid[i] != s:
+            if sp.reduce and sp.recv[i] > 0 and run.red_paid[i] != s:
                 run.red_paid[i] = s
-                self._push(t + red[i] / self.reduction_bpns, (run, i))
+                heapq.heappush(
+                    self._heap, (t + sp.red[i] / self.reduction_bpns, next(self._seq), _REDUCED, (run, i))
+                )
+                self._last_batch = None
                 return
-            ptr[i] = s + 1
-
-    def _send(self, run: _Run, s: int, a: int, b: int, nbytes: float) -> None:
-        ranks = run.coll.ranks
-        pair = (ranks[a], ranks[b])
-        path = self._paths.get(pair)
-        if path is None:
-            r = self.topology.route(*pair)
-            path = self._paths[pair] = (np.array(r.links, dtype=np.int64), r.latency_ns)
-        run.out[a] += 1
-        lat = path[1] + self.endpoint_delay_ns
-        self._launch(_Transfer(run, s, a, b, nbytes, path[0], lat))
-
-    def _deliver(self, tr: _Transfer, t: float) -> None:
-        run = tr.run
-        if run is None:
-            self._done.append((ceil_ns(t), tr.handle, Completion(tr.handle, ceil_ns(t), (ceil_ns(t),))))
-            return
-        need = run.need[tr.stage]
-        need[tr.dst] -= 1
-        run.out[tr.src] -= 1
-        if run.ptr[tr.dst] == tr.stage and need[tr.dst] == 0:
-            self._advance_pos(run, tr.dst, t)
-        if run.ptr[tr.src] == len(run.stages) and run.out[tr.src] == 0:
-            self._advance_pos(run, tr.src, t)
+            s += 1
+            ptr[i] = s
+        if run.out[i] == 0 and not run.finished[i]:
+            run.finished[i] = True
+            self._pos_finished(run, i, t)
 
     def _pos_finished(self, run: _Run, i: int, t: float) -> None:
         coll = run.coll
@@ -446,9 +621,8 @@ class FlowModel:
         if coll.runs_left[i] == 0:
             coll.positions_left -= 1
             if coll.positions_left == 0:
-                self._complete(coll, float(coll.finish.max()))
+                self._complete(coll, max(coll.finish))
                 coll.runs.clear()
-                coll.meta.clear()
 
     def _complete(self, coll: _Coll, t: float) -> None:
         per = tuple(ceil_ns(x) for x in coll.finish)
