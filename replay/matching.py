@@ -71,7 +71,8 @@ class CollectiveMatcher:
         self.instances: dict[str, list[CollectiveInstance]] = {}
         self.records: list[CollectiveRecord] = []
         self.collective_of: dict[int, int] = {}  # g -> collective id
-        self._issued: dict[tuple[str, int], int] = {}  # (group key, rank) -> collectives issued so far
+        # group key -> (its instances, collectives issued so far per rank): one dict look-up per arrival.
+        self._groups: dict[str, tuple[list[CollectiveInstance], dict[int, int]]] = {}
         self._sim_of: dict[
             str, tuple[tuple[int, ...], tuple[int, ...]]
         ] = {}  # key -> (sim members, positions)
@@ -82,13 +83,12 @@ class CollectiveMatcher:
         key = info.group
         offs = self._offs
         rank = bisect_right(offs, g) if offs is not None else self._rank_of(g)
-        ck = (key, rank)
-        issued = self._issued
-        k = issued.get(ck, 0)
-        issued[ck] = k + 1
-        lst = self.instances.get(key)
-        if lst is None:
-            lst = self.instances[key] = []
+        grp = self._groups.get(key)
+        if grp is None:
+            grp = self._groups[key] = (self.instances.setdefault(key, []), {})
+        lst, issued = grp
+        k = issued.get(rank, 0)
+        issued[rank] = k + 1
         if k == len(lst):
             members = info.members
             sim = members if self.simulated is None else self._simulated_members(key, members)
