@@ -20,6 +20,9 @@ from xsim import api
 REPO = Path(__file__).resolve().parents[1]
 # numpy.ma: np.unique without return_* imports it (~30 ms); the replay path dedupes by hand instead.
 LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
+# Reading deployment.json and memory.json needs neither the op cost model, the reshard strategies, the
+# profile reader, the memory model nor a TOML parser (tracegen/choices.py, tracegen/memory_summary.py).
+LAZY += ("tracegen.ops", "tracegen.planner.reshard", "tracegen.profile", "tracegen.memory", "tomllib")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
@@ -56,6 +59,19 @@ def test_summary_replay_of_generated_set_loads_no_heavy_library(c01: Path) -> No
     it = int(res.summary["iteration_time_ns"][0])
     assert f"iteration time     {it:,} ns" in out
     assert f"in {int(res.summary['num_collectives'][0]):,} collectives" in out
+
+
+def test_spec_choices_equal_their_registries() -> None:
+    # spec.py checks deployment.json against tracegen/choices.py, which imports no registry: same names.
+    from tracegen import choices, ops
+    from tracegen.planner.reshard import STRATEGIES
+
+    assert choices.RESHARD_STRATEGIES == tuple(STRATEGIES)
+    assert (ops.PRECISIONS, ops.ATTENTIONS, ops.COMPUTE_MODELS) == (
+        choices.PRECISIONS,
+        choices.ATTENTIONS,
+        choices.COMPUTE_MODELS,
+    )
 
 
 def test_tables_built_on_first_access(c01: Path) -> None:
