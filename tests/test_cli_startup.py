@@ -170,3 +170,24 @@ def test_digraph_updates_attributes_like_networkx() -> None:
     assert list(g.edges(data=True)) == list(ref.edges(data=True))
     assert g.has_edge("b", "a") and not g.has_edge("a", "b")
     assert g.number_of_edges() == ref.number_of_edges() == 2
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_cli_loads_numpy_with_one_blas_thread_unless_set(preset: str | None) -> None:
+    # OpenBLAS reads OPENBLAS_NUM_THREADS once, when numpy loads: the CLI sets it before, keeping a caller's.
+    code = (
+        "import os, sys, contextlib, io\n"
+        "from xsim.cli import main\n"
+        "assert 'numpy' not in sys.modules\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['replay', 'traces/examples/tiny_pipeline', '--topology', 'ring:4:50GBps:500ns',"
+        " '--no-progress'])\n"
+        "print(rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(REPO)
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "True", preset or "1"]
