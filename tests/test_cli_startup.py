@@ -191,3 +191,21 @@ def test_cli_loads_numpy_with_one_blas_thread_unless_set(preset: str | None) -> 
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["0", "True", preset or "1"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replay_verb_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
+    # `xsim replay` pauses the cyclic GC while it imports the replay stack, then restores the caller's state.
+    code = (
+        "import gc, sys, contextlib, io\n"
+        "from xsim.cli import main\n"
+        f"{'gc.enable()' if enabled else 'gc.disable()'}\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['replay', 'traces/examples/tiny_pipeline', '--topology', 'ring:4:50GBps:500ns',"
+        " '--no-progress'])\n"
+        "print(rc, 'xsim.api' in sys.modules, gc.isenabled())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "True", str(enabled)]
