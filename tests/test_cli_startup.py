@@ -23,6 +23,8 @@ LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
 # Reading deployment.json and memory.json needs neither the op cost model, the reshard strategies, the
 # profile reader, the memory model nor a TOML parser (tracegen/choices.py, tracegen/memory_summary.py).
 LAZY += ("tracegen.ops", "tracegen.planner.reshard", "tracegen.profile", "tracegen.memory", "tomllib")
+# Writing outputs (tempfile) and JSON traces (protobuf's json_format) load on first use only.
+LAZY += ("tempfile", "google.protobuf.json_format")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
