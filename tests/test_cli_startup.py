@@ -20,6 +20,11 @@ from xsim import api
 REPO = Path(__file__).resolve().parents[1]
 # numpy.ma: np.unique without return_* imports it (~30 ms); the replay path dedupes by hand instead.
 LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
+# Reading deployment.json and memory.json needs neither the op cost model, the reshard strategies, the
+# profile reader, the memory model nor a TOML parser (tracegen/choices.py, tracegen/memory_summary.py).
+LAZY += ("tracegen.ops", "tracegen.planner.reshard", "tracegen.profile", "tracegen.memory", "tomllib")
+# Writing outputs (tempfile) and JSON traces (protobuf's json_format) load on first use only.
+LAZY += ("tempfile", "google.protobuf.json_format")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
@@ -56,6 +61,19 @@ def test_summary_replay_of_generated_set_loads_no_heavy_library(c01: Path) -> No
     it = int(res.summary["iteration_time_ns"][0])
     assert f"iteration time     {it:,} ns" in out
     assert f"in {int(res.summary['num_collectives'][0]):,} collectives" in out
+
+
+def test_spec_choices_equal_their_registries() -> None:
+    # spec.py checks deployment.json against tracegen/choices.py, which imports no registry: same names.
+    from tracegen import choices, ops
+    from tracegen.planner.reshard import STRATEGIES
+
+    assert choices.RESHARD_STRATEGIES == tuple(STRATEGIES)
+    assert (ops.PRECISIONS, ops.ATTENTIONS, ops.COMPUTE_MODELS) == (
+        choices.PRECISIONS,
+        choices.ATTENTIONS,
+        choices.COMPUTE_MODELS,
+    )
 
 
 def test_tables_built_on_first_access(c01: Path) -> None:
@@ -154,3 +172,42 @@ def test_digraph_updates_attributes_like_networkx() -> None:
     assert list(g.edges(data=True)) == list(ref.edges(data=True))
     assert g.has_edge("b", "a") and not g.has_edge("a", "b")
     assert g.number_of_edges() == ref.number_of_edges() == 2
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_cli_loads_numpy_with_one_blas_thread_unless_set(preset: str | None) -> None:
+    # OpenBLAS reads OPENBLAS_NUM_THREADS once, when numpy loads: the CLI sets it before, keeping a caller's.
+    code = (
+        "import os, sys, contextlib, io\n"
+        "from xsim.cli import main\n"
+        "assert 'numpy' not in sys.modules\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['replay', 'traces/examples/tiny_pipeline', '--topology', 'ring:4:50GBps:500ns',"
+        " '--no-progress'])\n"
+        "print(rc, 'numpy' in sys.modules, os.environ.get('OPENBLAS_NUM_THREADS'))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(REPO)
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "True", preset or "1"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_replay_verb_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
+    # `xsim replay` pauses the cyclic GC while it imports the replay stack, then restores the caller's state.
+    code = (
+        "import gc, sys, contextlib, io\n"
+        "from xsim.cli import main\n"
+        f"{'gc.enable()' if enabled else 'gc.disable()'}\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(['replay', 'traces/examples/tiny_pipeline', '--topology', 'ring:4:50GBps:500ns',"
+        " '--no-progress'])\n"
+        "print(rc, 'xsim.api' in sys.modules, gc.isenabled())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", "True", str(enabled)]

@@ -32,6 +32,7 @@ from typing import Any
 from tracegen import deployment_pb2 as dpb
 from tracegen.catalog import GIB
 from tracegen.errors import XsimError
+from tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from tracegen.models import ModelArch
 from tracegen.ops import rank_params, shard_of
 from tracegen.spec import gpu_specs, model_arch, replicas
@@ -320,20 +321,3 @@ def format_memory(mem: list[RankMemory]) -> str:
             f"{g[3]:>8.2f} {g[4]:>6.2f} {g[5]:>8.2f} {r.capacity / GIB:>7.1f}{flag}"
         )
     return "\n".join(lines)
-
-
-def peak_summary(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The replay summary's `memory`: peak bytes per rank from a memory.json (None when unreadable)."""
-    try:
-        with open(os.fspath(path), encoding="utf-8") as fh:
-            doc = json.load(fh)
-        ranks = sorted(doc["ranks"], key=lambda r: r["rank"])
-        return {
-            "peak_bytes": int(doc["peak_bytes"]),
-            "peak_rank": int(doc["peak_rank"]),
-            "fits": bool(doc["fits"]),
-            "per_rank_peak_bytes": [int(r["total"]) for r in ranks],
-            "per_rank_capacity_bytes": [int(r["capacity"]) for r in ranks],
-        }
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # a damaged memory.json must not stop a replay; the summary just omits it

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracegen.catalog import GpuSpec, tensor_peak
+from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from tracegen.gemm import LAUNCH_FLOOR_S, gemm_seconds
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
@@ -21,9 +22,6 @@ from tracegen.profile import ProfileTable
 LINEAR_OPS: frozenset[str] = frozenset({"qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"})
 # Ops whose shape key is a GEMM: (M, K, N) for one GEMM, (BATCH, M, K, N) for the batched attention GEMMs.
 GEMM_OPS: frozenset[str] = LINEAR_OPS | {"lm_head", "attn_scores", "attn_context"}
-PRECISIONS = ("bf16", "fp16", "fp8")
-ATTENTIONS = ("flash", "unfused")
-COMPUTE_MODELS = ("roofline", "calibrated")
 
 # FLOPs per element of the element-wise ops (forward; backward is twice). Approximate operation counts:
 # RMSNorm square, accumulate, scale, gain; LayerNorm adds mean, subtract, bias; SwiGLU = x*sigmoid(x)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -17,11 +16,9 @@ from typing import Any
 
 from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
+from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS, RESHARD_STRATEGIES
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
-from tracegen.ops import ATTENTIONS, COMPUTE_MODELS, PRECISIONS
-from tracegen.planner.reshard import STRATEGY_NAMES
-from tracegen.profile import COLUMNS, make_row, read_profile_csv
 from traces.io import JsonFileError, read_json
 from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
 from traces.outputs import atomic_write_text
@@ -30,7 +27,7 @@ Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
-RESHARDS = STRATEGY_NAMES  # one list of reshard strategies: their registry
+RESHARDS = RESHARD_STRATEGIES  # the reshard registry's names (tracegen/choices.py)
 DTYPE_BYTES = (1, 2, 4)
 # PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
 DEFAULT_BUCKET_BYTES = 25 * (1 << 20)
@@ -200,6 +197,8 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             except yaml.YAMLError as exc:
                 raise ValueError(str(exc)) from None  # reported below like the other formats' errors
         elif ext == ".toml":
+            import tomllib  # only for a TOML spec: `xsim replay` reads deployment.json
+
             raw = tomllib.loads(data.decode("utf-8"))
         elif ext == ".json":
             raw = json.loads(data, object_pairs_hook=_unique_pairs)
@@ -214,8 +213,9 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise SpecError(
             f"not valid {ext[1:].upper()}: nesting too deep (XSIM_MAX_JSON_DEPTH bounds spec nesting)", path=p
         ) from None
-    except (tomllib.TOMLDecodeError, ValueError) as exc:
-        # ValueError: json.JSONDecodeError, UnicodeDecodeError, _DuplicateKey and YAMLError (above).
+    except ValueError as exc:
+        # tomllib.TOMLDecodeError, json.JSONDecodeError, UnicodeDecodeError, _DuplicateKey and YAMLError
+        # (above) are all ValueErrors.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(f"not valid {ext[1:].upper()}: {first}", path=p) from None
     if not isinstance(raw, dict):
@@ -462,6 +462,8 @@ class _SpecBuilder:
         prof = self.raw.get("profile")
         if prof is None:
             return
+        from tracegen.profile import COLUMNS, make_row, read_profile_csv  # only a spec with profile rows
+
         sources = [prof] if isinstance(prof, str) else prof
         if not isinstance(sources, list):
             raise self.fail("profile must be a CSV path, a list of paths, or a list of rows")

@@ -7,8 +7,6 @@ import json
 import os
 from typing import Any
 
-from google.protobuf import json_format
-
 from traces import attrs as A
 from traces import pb
 from traces.errors import TraceFormatError
@@ -21,6 +19,8 @@ FORMAT = "xsim-chakra-json/1"
 
 def to_json_dict(et: EtFile) -> dict[str, Any]:
     """The JSON document of one file: protobuf's canonical JSON mapping (64-bit ints as strings, exact)."""
+    from google.protobuf import json_format  # JSON views only: `xsim replay` of .et files never loads it
+
     opts = {"preserving_proto_field_name": True}
     return {
         "format": FORMAT,
@@ -49,6 +49,8 @@ def from_json_dict(doc: Any, path: str = "<json>") -> EtFile:
         raise TraceFormatError(
             "JSON has neither 'nodes' (xsim JSON view) nor 'workload_graph' (Chakra feeder)", path=path
         )
+    from google.protobuf import json_format
+
     meta = pb.GlobalMetadata()
     try:
         json_format.ParseDict(doc.get("metadata") or {}, meta)

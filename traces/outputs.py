@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import os
 import re
-import tempfile
 from collections.abc import Iterable
 
 from traces.errors import XsimError
@@ -50,6 +49,8 @@ def atomic_write_bytes(
     p = check_target(path, inputs)
     parent = os.path.dirname(p) or "."
     os.makedirs(parent, exist_ok=True)
+    import tempfile  # only when writing: a replay without outputs never loads it
+
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(p)}.", suffix=".tmp", dir=parent)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -105,6 +106,8 @@ def install_files(
 
 def staging_dir(out_dir: str) -> str:
     """A fresh hidden folder inside `out_dir` (same file system, so renames are atomic)."""
+    import tempfile
+
     os.makedirs(out_dir, exist_ok=True)
     return tempfile.mkdtemp(prefix=".xsim-staging.", dir=out_dir)
 

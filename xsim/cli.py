@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -82,6 +83,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `xsim` command line; returns the process exit code."""
+    if "numpy" not in sys.modules:
+        # OpenBLAS starts a thread per core (and its buffers) when numpy loads: 40-60 ms of an 8-rank
+        # `xsim replay` on a 2-core machine (docs/performance.md, round 3c). No verb does BLAS work (no
+        # matmul or linalg in the project), so one thread unless the caller chose otherwise.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(only=argv[0] if argv else None)
     args, extra = parser.parse_known_args(argv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 
@@ -161,7 +162,16 @@ def options(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Replay, write the requested files and print the summary."""
-    from xsim import api
+    # Importing the replay stack (numpy, protobuf descriptors, ~60 dataclasses) leaves ~25k tracked objects
+    # and no garbage, but starts the collector ~50 times on the way: ~20 ms of an 8-rank replay
+    # (docs/performance.md, round 3c). The replay itself runs with the collector paused too.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        from xsim import api
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
     run = api.simulate(args.path, options(args))
     api.write_outputs(run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate))

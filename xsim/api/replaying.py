@@ -126,8 +126,8 @@ def peak_memory(trace_set: TraceSet) -> dict | None:
     """Peak memory per rank from the memory.json `xsim gen` wrote beside the traces (tracegen/memory.py)."""
     path = os.path.join(trace_set.directory, MEMORY_FILE)
     if not os.path.isfile(path):
-        return None  # not a generated set: tracegen (and its spec parser) need not load
-    from tracegen.memory import peak_summary
+        return None  # not a generated set
+    from tracegen.memory_summary import peak_summary  # not tracegen.memory: its model need not load
 
     return peak_summary(path)
 
