@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
-from traces.stream import frame_spans
+from traces.stream import _varint, frame_spans
 
 # AttributeProto value field numbers this decoder turns into values (et_def.proto).
 F_INT32, F_INT64, F_UINT32, F_UINT64, F_BOOL, F_STRING = 7, 9, 11, 13, 27, 29
@@ -283,15 +283,6 @@ _MAX_ROUNDS = 64
 _ROUND_MUL = [np.uint64((0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1) for i in range(_MAX_ROUNDS)]
 
 
-def _varint_bytes(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
-
-
 def _gather(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """The bytes of spans [s, e) of b, back to back."""
     n = e - s
@@ -312,7 +303,7 @@ def _validate(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
         raise Unsupported("too many attribute bytes to check at once")
     body = _gather(b, s, e).tobytes()
     try:
-        NodeBatch().ParseFromString(b"\n" + _varint_bytes(len(body)) + body)
+        NodeBatch().ParseFromString(b"\n" + _varint(len(body)) + body)
     except DecodeError:
         raise Unsupported("protobuf rejects the bytes") from None
 
