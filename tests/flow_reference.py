@@ -1,6 +1,9 @@
 """The flow model as it was before issue 11's round 3 (netmodels/flow.py at 385030b): one object per
 transfer, one heap entry per landing, progressive filling over every flow at each change. Kept as the
 differential reference of tests/test_net_flow_exact.py: the fast model must give its completions exactly.
+Its rates are netmodels.maxmin.max_min_rates on all flows (the function the old model had, moved there), so
+the fast model's shortcuts (flows alone on their links, reused shared rates) are checked against full
+progressive filling.
 """
 
 from __future__ import annotations
@@ -25,95 +28,11 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.errors import NetworkModelError
+from netmodels.maxmin import max_min_rates
 from netmodels.topology import Topology
 
 # A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
 _DONE_NS = 1e-6
-
-
-# Up to this many (flow, link) entries the rates are computed in plain Python (_max_min_small): a ring
-# step's handful of flows cost ~180 us in numpy calls, nearly all per-call overhead (docs/performance.md).
-_SMALL_ENTRIES = 64
-
-
-def _max_min_small(ptr: list[int], links: list[int], capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates's rounds, operation for operation, on Python floats: the same numbers, bit for bit."""
-    nf = len(ptr) - 1
-    inf = float("inf")
-    rates = [inf] * nf
-    used = sorted(set(links))
-    pos = {link: i for i, link in enumerate(used)}
-    nl = len(used)
-    cap = [float(capacity[link]) for link in used]
-    ent = [(f, pos[links[k]]) for f in range(nf) for k in range(ptr[f], ptr[f + 1])]
-    while ent:
-        n_on = [0] * nl
-        for _, lk in ent:
-            n_on[lk] += 1
-        share = [cap[lk] / n_on[lk] if n_on[lk] > 0 else inf for lk in range(nl)]
-        fmin = [inf] * nf
-        for f, lk in ent:
-            if share[lk] < fmin[f]:
-                fmin[f] = share[lk]
-        lmin = [inf] * nl
-        for f, lk in ent:
-            if fmin[f] < lmin[lk]:
-                lmin[lk] = fmin[f]
-        bott = [share[lk] <= lmin[lk] * (1 + 1e-12) for lk in range(nl)]
-        hit = [False] * nf
-        for f, lk in ent:
-            if bott[lk]:
-                hit[f] = True
-        sub = [0.0] * nl
-        for f, lk in ent:
-            if hit[f]:
-                rates[f] = fmin[f]
-                sub[lk] += fmin[f]  # in entry order, as np.bincount(weights=...) sums
-        cap = [c - d if c - d > 0.0 else 0.0 for c, d in zip(cap, sub, strict=True)]
-        ent = [(f, lk) for f, lk in ent if not hit[f]]
-    return np.array(rates, dtype=np.float64)
-
-
-def max_min_rates(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling; flow f crosses flow_links[flow_ptr[f]:flow_ptr[f+1]]."""
-    if 0 < len(flow_links) <= _SMALL_ENTRIES:
-        return _max_min_small(np.asarray(flow_ptr).tolist(), np.asarray(flow_links).tolist(), capacity)
-    return _max_min_numpy(flow_ptr, flow_links, capacity)
-
-
-def _max_min_numpy(flow_ptr: np.ndarray, flow_links: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """max_min_rates vectorized over the (flow, link) entries of the links in use."""
-    nf = len(flow_ptr) - 1
-    counts = np.diff(flow_ptr)
-    rates = np.full(nf, np.inf)
-    if nf == 0 or len(flow_links) == 0:
-        return rates
-    used, lc = np.unique(flow_links, return_inverse=True)
-    cap = capacity[used].astype(np.float64)
-    nl = len(used)
-    owner = np.repeat(np.arange(nf), counts)
-    # Work on the entries (flow, link) of unfrozen flows only; they shrink every round.
-    e_flow, e_link = owner, lc
-    while len(e_flow):
-        n_on = np.bincount(e_link, minlength=nl)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(n_on > 0, cap / np.maximum(n_on, 1), np.inf)
-        # A link whose fair share is the smallest among all links of all its flows is saturated at that
-        # share by progressive filling: shares only grow as other flows freeze (each freezes at most at
-        # the share of every link it crosses). Freeze all such links' flows in one round.
-        es = share[e_link]
-        fmin = np.full(nf, np.inf)
-        np.minimum.at(fmin, e_flow, es)
-        lmin = np.full(nl, np.inf)
-        np.minimum.at(lmin, e_link, fmin[e_flow])
-        bott = share <= lmin * (1 + 1e-12)
-        hit = np.zeros(nf, dtype=bool)
-        hit[e_flow[bott[e_link]]] = True
-        rates[hit] = fmin[hit]
-        frozen = hit[e_flow]
-        cap = np.maximum(cap - np.bincount(e_link[frozen], weights=rates[e_flow[frozen]], minlength=nl), 0.0)
-        e_flow, e_link = e_flow[~frozen], e_link[~frozen]
-    return rates
 
 
 @dataclass(eq=False)
