@@ -1,5 +1,5 @@
 """`python -m xsim`."""
 
-from xsim.cli import main
+from xsim.cli import entry
 
-raise SystemExit(main())
+entry()

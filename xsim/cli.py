@@ -83,6 +83,19 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `xsim` command line; returns the process exit code."""
+    return _run(argv)[0]
+
+
+def entry() -> None:
+    """The `xsim` command and `python -m xsim`: run the command line and end the process with its code."""
+    code, fast = _run(None)
+    if fast:
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
+    """The exit code, and whether the verb that ran lets the process end without interpreter teardown."""
     if "numpy" not in sys.modules:
         # OpenBLAS starts a thread per core (and its buffers) when numpy loads: 40-60 ms of an 8-rank
         # `xsim replay` on a 2-core machine (docs/performance.md, round 3c). No verb does BLAS work (no
@@ -96,18 +109,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         getattr(args, "verb_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
-        return EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT, False
+    fast = bool(getattr(args, "fast_exit", False))
     from netmodels.errors import NetworkModelError
     from traces.errors import XsimError
 
     try:
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0), fast
     except (XsimError, NetworkModelError) as exc:
         # Our own errors already name the file, rank and node; one line, no traceback.
         print(f"xsim: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return EXIT_BAD_INPUT, fast
     except BrokenPipeError:
-        return EXIT_OK
+        return EXIT_OK, False
     except KeyboardInterrupt:
         print("xsim: interrupted", file=sys.stderr)
-        return 130
+        return 130, False
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once: atexit handlers run and the standard streams are flushed, but the
+    interpreter is not torn down. After a replay, teardown (freeing every module, numpy's and protobuf's
+    C state, a last collection) costs 50-100 ms CPU, a tenth of an 8-rank replay (docs/performance.md,
+    round 4). Verbs opt in (`fast_exit`) only when they close every file they write before returning and
+    start no thread or process; if anything is left to wait for, the normal exit runs instead."""
+    import atexit
+
+    threading = sys.modules.get("threading")
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's own exit path calls it too
+    if run_exitfuncs is None or (threading is not None and threading.active_count() > 1):
+        sys.exit(code)
+    run_exitfuncs()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)  # e.g. a closed pipe: the interpreter's own exit reports it as usual
+    os._exit(code)
