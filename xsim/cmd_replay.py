@@ -167,13 +167,26 @@ def run(args: argparse.Namespace) -> int:
     # and no garbage, but starts the collector ~50 times on the way: ~20 ms of an 8-rank replay
     # (docs/performance.md, round 3c). The replay itself runs with the collector paused too.
     gc_was_enabled = gc.isenabled()
+    # Those objects live as long as the modules do: frozen (moved out of the collector's generations),
+    # the first collection after the import does not walk them all, ~10-20 ms (docs/performance.md, round
+    # 4). Thawed again on the way out; a caller's own frozen objects are left alone (nothing frozen here).
+    freeze = gc.get_freeze_count() == 0
     gc.disable()
     try:
         from xsim import api
     finally:
+        if freeze:
+            gc.freeze()
         if gc_was_enabled:
             gc.enable()
+    try:
+        return _replay(api, args)
+    finally:
+        if freeze:
+            gc.unfreeze()
 
+
+def _replay(api, args: argparse.Namespace) -> int:
     run = api.simulate(args.path, options(args))
     api.write_outputs(run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate))
     if args.json:
