@@ -8,10 +8,16 @@ TORCH := torch==2.13.0+cpu
 
 .PHONY: demo test venv torch record-profiles clean
 
+# The editable install is a plain path entry for the checkout (setuptools' editable_mode=compat) rather than
+# setuptools' default import hook, which loads pathlib and importlib.util at every interpreter start:
+# ~10 ms of `xsim --help` (docs/performance.md, round 4). setuptools calls that mode transitional; where
+# it is gone, the default install runs instead.
+EDITABLE := --config-settings editable_mode=compat
+
 $(BIN)/xsim: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' $(EDITABLE) || $(BIN)/pip install -q -e '.[dev]'
 	touch $(BIN)/xsim
 
 venv: $(BIN)/xsim

@@ -6,8 +6,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from netmodels.errors import NetworkModelError, TopologyError
@@ -24,6 +23,9 @@ from netmodels.topology import (
     switch_topology,
 )
 from netmodels.units import parse_bandwidth, parse_time_ns
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
 # The keys each part of a cluster description may hold (docs/netmodels.md); anything else is a typo that
@@ -476,6 +478,8 @@ def _nodes_desc(rest: str) -> dict:
 
 def load_cluster_json(path: str | Path) -> dict:
     """Read a cluster description from a JSON file (the file itself, or its "cluster" key)."""
+    from pathlib import Path  # here only: a replay of a deployment's cluster never loads pathlib (start-up)
+
     p = Path(path)
     text = read_text(p, "cluster file", TopologyError)
     try:

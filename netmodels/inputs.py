@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from netmodels.errors import NetworkModelError
+
+if TYPE_CHECKING:  # pathlib (with fnmatch and urllib.parse) is not needed to read a file: start-up
+    from pathlib import Path
 
 DEFAULT_MAX_JSON_BYTES = 1 << 30  # traces.limits.DEFAULT_MAX_JSON_BYTES: 1 GiB of text per file
 

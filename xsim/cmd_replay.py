@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         from xsim import api
+        from xsim.api import replaying  # noqa: F401  (the names of xsim.api load on first use: load them here)
     finally:
         if freeze:
             gc.freeze()

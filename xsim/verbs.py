@@ -3,16 +3,42 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Sequence
 
 
 class HelpFormatter(argparse.HelpFormatter):
     """Wraps the description as usual, but prints the examples epilog line by line, as written."""
 
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        if width is None:
+            # argparse would import shutil (and with it zlib, bz2 and lzma) for the terminal's width: the
+            # same width from os, as shutil.get_terminal_size() finds it, less argparse's margin of 2.
+            width = terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith("examples:"):
             return "\n".join(indent + line for line in text.splitlines())
         return super()._fill_text(text, width, indent)
+
+
+def terminal_columns() -> int:
+    """The terminal's width as shutil.get_terminal_size() gives it: $COLUMNS when a positive integer, else
+    the width of the terminal on standard output, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
 
 
 def add_verb(

@@ -5,54 +5,36 @@
     run = api.simulate("out/fig1", api.ReplayOptions(network=api.NetworkOptions(model="flow")))
     print(run.result.summary_dict()["iteration_time_ns"])
 
-Every function takes frozen dataclasses (or paths), never parsed command-line arguments.
+Every function takes frozen dataclasses (or paths), never parsed command-line arguments. The names load on
+first use (traces/lazy.py): a replay does not import the generation side.
 """
 
-from xsim.api.compute import build_compute, catalog_device
-from xsim.api.generation import (
-    Generated,
-    GenerateOptions,
-    check_cluster,
-    generate,
-    import_pytorch,
-    load_spec,
-    plan,
-    rewrite,
-)
-from xsim.api.network import build_network, resolve_model
-from xsim.api.options import ComputeOptions, NetworkOptions, OutputOptions, ReplayOptions
-from xsim.api.replaying import (
-    Replay,
-    iteration_cost,
-    load_deployment,
-    load_trace_set,
-    replay_config,
-    simulate,
-    write_outputs,
-)
+from traces.lazy import lazy_exports
 
-__all__ = [
-    "ComputeOptions",
-    "GenerateOptions",
-    "Generated",
-    "NetworkOptions",
-    "OutputOptions",
-    "Replay",
-    "ReplayOptions",
-    "build_compute",
-    "build_network",
-    "catalog_device",
-    "check_cluster",
-    "generate",
-    "import_pytorch",
-    "iteration_cost",
-    "load_deployment",
-    "load_spec",
-    "load_trace_set",
-    "plan",
-    "replay_config",
-    "resolve_model",
-    "rewrite",
-    "simulate",
-    "write_outputs",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "xsim.api.compute": ["build_compute", "catalog_device"],
+        "xsim.api.generation": [
+            "Generated",
+            "GenerateOptions",
+            "check_cluster",
+            "generate",
+            "import_pytorch",
+            "load_spec",
+            "plan",
+            "rewrite",
+        ],
+        "xsim.api.network": ["build_network", "resolve_model"],
+        "xsim.api.options": ["ComputeOptions", "NetworkOptions", "OutputOptions", "ReplayOptions"],
+        "xsim.api.replaying": [
+            "Replay",
+            "iteration_cost",
+            "load_deployment",
+            "load_trace_set",
+            "replay_config",
+            "simulate",
+            "write_outputs",
+        ],
+    },
+)
