@@ -25,16 +25,26 @@ LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
 LAZY += ("tracegen.ops", "tracegen.planner.reshard", "tracegen.profile", "tracegen.memory", "tomllib")
 # Writing outputs (tempfile) and JSON traces (protobuf's json_format) load on first use only.
 LAZY += ("tempfile", "google.protobuf.json_format")
+# Round 4: argparse's terminal width without shutil (and its zlib siblings bz2, lzma), no pathlib (with
+# urllib.parse) for reading a deployment's cluster, and xsim.api's generation side not loaded by a replay.
+# setuptools' default editable install imports pathlib before any of our code: the subprocesses below
+# drop these from sys.modules first, so that a module of ours importing them again shows.
+CUT = ("shutil", "bz2", "lzma", "pathlib", "urllib.parse", "xsim.api.generation")
+LAZY += CUT
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
     """stdout of `xsim ARGV` run in a fresh interpreter, and the modules it had loaded by the end."""
     code = (
         "import sys, contextlib, io, json\n"
+        f"for m in {CUT!r}: sys.modules.pop(m, None)\n"
         "from xsim.cli import main\n"
         "buf = io.StringIO()\n"
         "with contextlib.redirect_stdout(buf):\n"
-        f"    rc = main({argv!r})\n"
+        "    try:\n"
+        f"        rc = main({argv!r})\n"
+        "    except SystemExit as exc:\n"
+        "        rc = exc.code\n"
         "print(json.dumps({'rc': rc, 'out': buf.getvalue(), 'modules': sorted(sys.modules)}))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -61,6 +71,35 @@ def test_summary_replay_of_generated_set_loads_no_heavy_library(c01: Path) -> No
     it = int(res.summary["iteration_time_ns"][0])
     assert f"iteration time     {it:,} ns" in out
     assert f"in {int(res.summary['num_collectives'][0]):,} collectives" in out
+
+
+def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:
+    out, loaded = _replay_in_subprocess(["--help"])
+    assert "replay" in out and "COMMAND" in out
+    # The verbs' choices come from import-free registries (netmodels.models, tracegen.choices).
+    heavy = ("numpy", "google.protobuf", "traces.pb", "xsim.api", "replay", "tracegen.planner", *LAZY)
+    assert [m for m in heavy if m in loaded] == []
+
+
+def test_help_width_is_the_terminal_width_shutil_reports(monkeypatch) -> None:
+    import shutil
+
+    from xsim.verbs import terminal_columns
+
+    for value in ("57", "0", "-3", "wide", None):
+        if value is None:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        else:
+            monkeypatch.setenv("COLUMNS", value)
+        assert terminal_columns() == shutil.get_terminal_size().columns
+    # The width reaches argparse: the description wraps at the width less argparse's margin of 2.
+    for columns, lo, hi in (("57", 40, 55), ("200", 100, 198)):
+        code = "from xsim.cli import main\nmain(['replay', '--help'])\n"
+        env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": columns}
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+        assert res.returncode == 0, res.stderr
+        first = next(ln for ln in res.stdout.splitlines() if ln.startswith("Replay every node"))
+        assert lo < len(first) <= hi
 
 
 def test_spec_choices_equal_their_registries() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from tracegen.planner.reshard import STRATEGY_NAMES
+# The strategy names from the import-free tuple (equal to tracegen.planner.reshard.STRATEGY_NAMES, a test
+# checks): `xsim --help` need not load the strategies.
+from tracegen.choices import RESHARD_STRATEGIES
 from xsim.verbs import add_verb
 
 
@@ -24,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("traces", metavar="TRACEDIR", help="trace folder, <prefix> or one .et file")
     p.add_argument("--spec", help="deployment spec (default: deployment.json beside the traces)")
     p.add_argument(
-        "--reshard", choices=STRATEGY_NAMES, help="strategy (default: the spec's reshard, else xsim)"
+        "--reshard", choices=RESHARD_STRATEGIES, help="strategy (default: the spec's reshard, else xsim)"
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--no-barriers", action="store_true", help="omit the DP and pipeline BARRIER collectives")
