@@ -250,3 +250,106 @@ def test_replay_verb_leaves_the_collector_as_it_found_it(enabled: bool) -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["0", "True", str(enabled)]
+
+
+# --- the command's exit (round 4): a replay ends the process without interpreter teardown -----------------
+
+# A module global whose finalizer writes "teardown": only interpreter teardown runs it (it writes with a
+# bound os.write: sys.stderr may be gone by then). An atexit handler writes "atexit": the exit path runs
+# handlers either way.
+_PRELUDE = (
+    "import atexit, os, sys\n"
+    "class Teardown:\n"
+    "    def __del__(self, write=os.write):\n"
+    "        write(2, b'teardown\\n')\n"
+    "keep = Teardown()\n"
+    "atexit.register(lambda: sys.stderr.write('atexit\\n'))\n"
+)
+TINY = ["traces/examples/tiny_pipeline", "--topology", "ring:4:50GBps:500ns", "--no-progress"]
+
+
+def _entry(argv: list[str], prelude: str = _PRELUDE) -> subprocess.CompletedProcess:
+    """`xsim ARGV` through the console entry point (as `python -m xsim` runs it), after PRELUDE."""
+    code = prelude + f"sys.argv = ['xsim', *{argv!r}]\nfrom xsim.cli import entry\nentry()\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
+    )
+
+
+def test_replay_exits_without_teardown_after_atexit_and_flushed_output() -> None:
+    res = _entry(["replay", *TINY, "--json"])
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.split() == ["atexit"]  # handlers ran, teardown did not
+    # stdout (a pipe: block-buffered) arrived whole: the same summary as an in-process replay.
+    opts = api.ReplayOptions(network=api.NetworkOptions(topology="ring:4:50GBps:500ns"))
+    ref = api.simulate(REPO / TINY[0], opts).summary()
+    got = json.loads(res.stdout)
+    assert {k: v for k, v in got.items() if k != "perf"} == {k: v for k, v in ref.items() if k != "perf"}
+
+
+def test_replay_error_exits_without_teardown_with_code_2() -> None:
+    res = _entry(["replay", "no/such/set", "--topology", "ring:4:50GBps:500ns", "--no-progress"])
+    assert res.returncode == 2
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("xsim: error: no/such") and lines[1:] == ["atexit"]
+
+
+def test_other_verbs_and_live_threads_get_the_normal_exit() -> None:
+    # A verb that did not opt in (fast_exit) tears the interpreter down as before.
+    net = ["net", "p2p", "--topology", "ring:2:50GBps:0ns", "--size", "1GB", "--src", "0", "--dst", "1"]
+    res = _entry([*net, "--json"])
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["finish_ns"] == 20_000_000  # 1 GB over 50 GB/s
+    assert res.stderr.split() == ["atexit", "teardown"]
+    # A replay whose process still runs a thread (a caller's) waits for it: the normal exit. (Whether the
+    # finalizer then runs depends on the order teardown clears modules in: not asserted.)
+    thread = (
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), sys.stderr.write('thread\\n'))).start()\n"
+    )
+    res = _entry(["replay", *TINY], _PRELUDE + thread)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.split()[:2] == ["thread", "atexit"]
+    assert "iteration time" in res.stdout
+
+
+def test_replay_outputs_through_the_entry_point_equal_in_process_ones(tmp_path: Path) -> None:
+    a, b = tmp_path / "entry", tmp_path / "inproc"
+    res = _entry(["replay", *TINY, "--out", str(a / "t"), "--timeline", str(a / "tl.json")])
+    assert res.returncode == 0, res.stderr
+    from xsim.cli import main
+
+    assert main(["replay", *TINY, "--out", str(b / "t"), "--timeline", str(b / "tl.json")]) == 0
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert len(files) >= 5
+    for f in files:
+        if f.name != "perf.json":  # wall times
+            assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+@pytest.mark.parametrize("caller_froze", [False, True])
+def test_replay_freezes_the_imports_during_the_run_only(caller_froze: bool) -> None:
+    # The replay stack is frozen (out of the collector's generations) while the replay runs, and thawed
+    # after; a caller that froze objects itself keeps them frozen and is left alone.
+    code = (
+        "import gc, sys, contextlib, io\n"
+        f"{'gc.freeze()' if caller_froze else ''}\n"
+        "before = gc.get_freeze_count()\n"
+        "import xsim.api.replaying as r\n"
+        "seen = []\n"
+        "real = r.simulate\n"
+        "def spy(*a, **k):\n"
+        "    seen.append(gc.get_freeze_count())\n"
+        "    return real(*a, **k)\n"
+        "r.simulate = spy\n"
+        "from xsim.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    rc = main(['replay', *{TINY!r}])\n"
+        "print(rc, before > 0, seen[0] > before, gc.get_freeze_count() == before)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["0", str(caller_froze), str(not caller_froze), "True"]
