@@ -347,9 +347,15 @@ def test_replay_freezes_the_imports_during_the_run_only(caller_froze: bool) -> N
         "from xsim.cli import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    rc = main(['replay', *{TINY!r}])\n"
-        "print(rc, before > 0, seen[0] > before, gc.get_freeze_count() == before)\n"
+        "print(rc, before, seen[0], gc.get_freeze_count())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.split() == ["0", str(caller_froze), str(not caller_froze), "True"]
+    rc, before, during, after = map(int, res.stdout.split())
+    assert rc == 0
+    if caller_froze:
+        # Nothing frozen or thawed here (a frozen object may still be freed: the count only drops).
+        assert before > 1000 and during <= before and after <= before
+    else:
+        assert before == 0 and during > 10_000 and after == 0
