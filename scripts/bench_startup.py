@@ -7,6 +7,7 @@ alike, and the table gives both medians and their ratio. Targets: `xsim --help` 
 
     python scripts/bench_startup.py --runs 9
     python scripts/bench_startup.py --runs 9 --baseline /tmp/xsim-main --work /tmp/bench-startup
+    python scripts/bench_startup.py --runs 15 --baseline /tmp/xsim-main --replay /tmp/c13 --only /tmp/c13
 """
 
 from __future__ import annotations
@@ -55,9 +56,11 @@ def run_once(tree: Path, args: list[str]) -> tuple[float, float]:
     return wall, ru.ru_utime + ru.ru_stime
 
 
-def cases(work: Path) -> list[tuple[str, list[str]]]:
-    """(label, xsim arguments): --help, a 2-rank and an 8-rank generated set and an 8-NPU peer trace."""
+def cases(work: Path, extra: list[str]) -> list[tuple[str, list[str]]]:
+    """(label, xsim arguments): --help, a 2-rank and an 8-rank generated set, 8-NPU peer traces and the
+    replays of the `extra` trace sets."""
     out: list[tuple[str, list[str]]] = [("xsim --help", ["--help"])]
+    out += [(f"replay {path}", ["replay", path, "--no-progress"]) for path in extra]
     for spec, label in (("table4_c01", "2-rank C01"), ("table4_c13", "8-rank C13")):
         d = work / spec
         if not (d / "deployment.json").is_file():
@@ -89,6 +92,14 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="another source tree to compare with, alternating")
     ap.add_argument("--work", type=Path, help="folder for the generated inputs (default: a temp folder)")
     ap.add_argument(
+        "--replay",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="also time `xsim replay PATH`; repeatable",
+    )
+    ap.add_argument("--only", metavar="TEXT", help="only the cases whose label contains TEXT")
+    ap.add_argument(
         "--no-bytecode-cache",
         action="store_true",
         help="compile every module on every run (PYTHONDONTWRITEBYTECODE=1, no __pycache__ written)",
@@ -100,7 +111,9 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     trees = [("this", ROOT)] + ([("baseline", a.baseline.resolve())] if a.baseline else [])
     rows = []
-    for label, args in cases(work):
+    for label, args in cases(work, a.replay):
+        if a.only and a.only not in label:
+            continue
         for _tree_label, tree in trees:
             run_once(tree, args)  # warm the file cache and the .pyc files
         walls: dict[str, list[float]] = {t: [] for t, _ in trees}
@@ -118,11 +131,16 @@ def main() -> None:
         f"\nmedian of {a.runs} runs per case, fresh `python -m xsim` processes, {cache}; load average {load:.1f}\n"
     )
     if a.baseline:
-        print("| case | baseline wall s | this wall s | baseline CPU s | this CPU s | CPU ratio |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        head = (
+            "| case | baseline wall s | this wall s | wall ratio | baseline CPU s | this CPU s | CPU ratio |"
+        )
+        print(head)
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for label, m in rows:
             (bw, bc), (tw, tc) = m["baseline"], m["this"]
-            print(f"| {label} | {bw:.3f} | {tw:.3f} | {bc:.3f} | {tc:.3f} | {bc / tc:.2f}x |")
+            print(
+                f"| {label} | {bw:.3f} | {tw:.3f} | {bw / tw:.2f}x | {bc:.3f} | {tc:.3f} | {bc / tc:.2f}x |"
+            )
     else:
         print("| case | wall s | CPU s |")
         print("| --- | --- | --- |")
