@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import networkx as nx
@@ -82,8 +84,6 @@ def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:
 
 
 def test_help_width_is_the_terminal_width_shutil_reports(monkeypatch) -> None:
-    import shutil
-
     from xsim.verbs import terminal_columns
 
     for value in ("57", "0", "-3", "wide", None):
@@ -359,3 +359,41 @@ def test_replay_freezes_the_imports_during_the_run_only(caller_froze: bool) -> N
         assert before > 1000 and during <= before and after <= before
     else:
         assert before == 0 and during > 10_000 and after == 0
+
+
+def test_makefile_editable_install_starts_without_an_import_hook(tmp_path: Path) -> None:
+    # The Makefile's editable install (its EDITABLE flags) into a fresh venv: the `xsim` command runs the
+    # checkout, and an interpreter starts without setuptools' finder and the pathlib it imports.
+    pytest.importorskip("setuptools")
+    flags = next(ln for ln in (REPO / "Makefile").read_text().splitlines() if ln.startswith("EDITABLE :="))
+    src, venv = tmp_path / "src", tmp_path / "venv"
+    files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
+    if files.returncode != 0:
+        pytest.skip("not a git checkout: cannot list the files to install")
+    for name in files.stdout.splitlines():
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
+    made = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot make a venv here: {made.stderr.decode()[-200:]}")
+    py = venv / "bin" / "python"
+    site = subprocess.run([py, "-c", "import site; print(site.getsitepackages()[0])"], capture_output=True)
+    # This interpreter's packages (pip, setuptools, the dependencies) on the new venv's path, as a path entry.
+    Path(site.stdout.decode().strip(), "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    cmd = [py, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(src)]
+    r = subprocess.run([*cmd, *flags.split(":=", 1)[1].split()], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        pytest.skip(f"cannot install here: {r.stderr.strip().splitlines()[-1:]}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import sys, xsim.cli; print(xsim.cli.__file__); print(' '.join(sorted(sys.modules)))"
+    r = subprocess.run([py, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    where, modules = r.stdout.splitlines()
+    assert where == str(src / "xsim" / "cli.py")
+    assert [m for m in modules.split() if "editable" in m or m in ("pathlib", "importlib.util")] == []
+    # The console script is the entry point (`xsim.cli:entry`), and it runs.
+    script = venv / "bin" / "xsim"
+    assert "from xsim.cli import entry" in script.read_text()
+    r = subprocess.run([script, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.startswith("usage: xsim")
