@@ -302,11 +302,17 @@ def test_other_verbs_and_live_threads_get_the_normal_exit() -> None:
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["finish_ns"] == 20_000_000  # 1 GB over 50 GB/s
     assert res.stderr.split() == ["atexit", "teardown"]
-    # A replay whose process still runs a thread (a caller's) waits for it: the normal exit. (Whether the
-    # finalizer then runs depends on the order teardown clears modules in: not asserted.)
+    # A replay after which a thread still runs (started as the verb returns, so surely alive then) waits
+    # for it: the normal exit. (Whether the finalizer then runs depends on the order teardown clears
+    # modules in: not asserted.)
     thread = (
-        "import threading, time\n"
-        "threading.Thread(target=lambda: (time.sleep(0.5), sys.stderr.write('thread\\n'))).start()\n"
+        "import threading, time, xsim.cmd_replay as verb\n"
+        "real = verb.run\n"
+        "def run(args):\n"
+        "    code = real(args)\n"
+        "    threading.Thread(target=lambda: (time.sleep(0.3), sys.stderr.write('thread\\n'))).start()\n"
+        "    return code\n"
+        "verb.run = run\n"
     )
     res = _entry(["replay", *TINY], _PRELUDE + thread)
     assert res.returncode == 0, res.stderr

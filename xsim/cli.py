@@ -90,7 +90,7 @@ def entry() -> None:
     """The `xsim` command and `python -m xsim`: run the command line and end the process with its code."""
     code, fast = _run(None)
     if fast:
-        _exit_now(code)
+        _exit_now(code)  # returns when the process must end the usual way
     sys.exit(code)
 
 
@@ -132,17 +132,18 @@ def _exit_now(code: int) -> None:
     interpreter is not torn down. After a replay, teardown (freeing every module, numpy's and protobuf's
     C state, a last collection) costs 50-100 ms CPU, a tenth of an 8-rank replay (docs/performance.md,
     round 4). Verbs opt in (`fast_exit`) only when they close every file they write before returning and
-    start no thread or process; if anything is left to wait for, the normal exit runs instead."""
+    start no thread or process. Returns (the caller exits the usual way) while a thread still runs, or
+    when flushing fails."""
     import atexit
 
     threading = sys.modules.get("threading")
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's own exit path calls it too
     if run_exitfuncs is None or (threading is not None and threading.active_count() > 1):
-        sys.exit(code)
+        return
     run_exitfuncs()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (OSError, ValueError):
-        sys.exit(code)  # e.g. a closed pipe: the interpreter's own exit reports it as usual
+        return  # e.g. a closed pipe: the interpreter's own exit reports it as usual
     os._exit(code)
