@@ -167,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
     # and no garbage, but starts the collector ~50 times on the way: ~20 ms of an 8-rank replay
     # (docs/performance.md, round 3c). The replay itself runs with the collector paused too.
     gc_was_enabled = gc.isenabled()
-    # Those objects live as long as the modules do: frozen (moved out of the collector's generations),
-    # the first collection after the import does not walk them all, ~10-20 ms (docs/performance.md, round
-    # 4). Thawed again on the way out; a caller's own frozen objects are left alone (nothing frozen here).
+    # Those objects live as long as the modules do. Frozen (gc.freeze: out of the collector's generations),
+    # the first collection after the import need not walk all of them: ~10-20 ms (docs/performance.md,
+    # round 4). Thawed on the way out; a caller that froze objects itself is left alone (nothing frozen).
     freeze = gc.get_freeze_count() == 0
     gc.disable()
     try:
