@@ -337,18 +337,32 @@ def _names(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[str]:
 
 
 def decode_columns(
-    bufs: list[bytes], paths: list[str], want: frozenset[str], spans: bool = False
+    bufs: list[bytes],
+    paths: list[str],
+    want: frozenset[str],
+    spans: bool = False,
+    layouts: dict[int, np.ndarray] | None = None,
+    regions: bool = True,
 ) -> RankColumns:
     """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped.
 
     spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`.
+    layouts: frame starts of files already framed, by file size (frame_spans' `like`), shared by the calls
+    of one trace set; files framed here are added.
+    regions: decode each distinct attribute region (a node's attribute fields, which writers put last) once;
+    False walks every node's attribute fields (the reference the tests compare with).
     """
     hs_l, end_l, counts = [], [], []
     base = 0
+    if layouts is None:
+        layouts = {}
     for buf, path in zip(bufs, paths, strict=True):
         if not buf:
             raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
-        fh, fe = frame_spans(buf, path)
+        fh, fe = frame_spans(buf, path, like=layouts.get(len(buf)))
+        if len(layouts) >= _MAX_LAYOUTS:
+            layouts.clear()
+        layouts[len(buf)] = fh
         counts.append(len(fh) - 1)
         hs_l.append(fh[1:] + base)
         end_l.append(fe[1:] + base)
@@ -364,60 +378,17 @@ def decode_columns(
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
-    # Rounds: each reads the next field of every node that has one left; the fields are kept flat, the
-    # attributes (most fields, usually whole rounds of them) apart from the others.
-    act = np.nonzero(end > payload_start)[0]
-    pos, lim = payload_start[act], end[act]
-    f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
-    a_node, a_pos, a_vs, a_nxt, a_keys = [], [], [], [], []
-    while len(act):
-        t = b[pos]
-        if not _TAG_OK[t].all():
-            raise Unsupported("field outside the Node schema")
-        v, p2 = _varints(b, pos + 1)
-        ln = np.where((t & 7) == 2, v, np.uint64(0))
-        if (ln >= np.uint64(1 << 31)).any():
-            raise Unsupported("field length")
-        nxt = p2 + ln.astype(np.int64)
-        if (nxt > lim).any():
-            raise Unsupported("field runs past its node")
-        is_attr = t == _ATTR_TAG
-        if is_attr.all():
-            a_node.append(act)
-            a_pos.append(pos)
-            a_vs.append(p2)
-            a_nxt.append(nxt)
-            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
-        else:
-            if is_attr.any():
-                a_node.append(act[is_attr])
-                a_pos.append(pos[is_attr])
-                a_vs.append(p2[is_attr])
-                a_nxt.append(nxt[is_attr])
-                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
-                other = ~is_attr
-                f_node.append(act[other])
-                f_tag.append(t[other])
-                f_pos.append(pos[other])
-                f_val.append(v[other])
-                f_vs.append(p2[other])
-                f_nxt.append(nxt[other])
-            else:
-                f_node.append(act)
-                f_tag.append(t)
-                f_pos.append(pos)
-                f_val.append(v)
-                f_vs.append(p2)
-                f_nxt.append(nxt)
-        more = nxt < lim
-        act, pos, lim = act[more], nxt[more], lim[more]
-    cat = np.concatenate
-    if f_node:
-        fn, ft, fp, fv, fvs, fnx = cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt)
+    walked = None
+    if regions:
+        walked = _walk_regions(buf, b, payload_start, end)
+    if walked is None:
+        f, a, _c, _r = _walk(b, np.nonzero(end > payload_start)[0], payload_start, end, cut=False)
+        reg = None
     else:
-        fn = fp = fvs = fnx = np.zeros(0, dtype=np.int64)
-        ft = np.zeros(0, dtype=np.uint8)
-        fv = np.zeros(0, dtype=np.uint64)
+        f, a, reg = walked
+    fn, ft, fp, fv, fvs, fnx = f
+    a_node, a_pos, a_vs, a_nxt, keys, _rounds = a
+    cat = np.concatenate
     fi = (ft >> 3).astype(np.int64)
     one = fi <= 7  # singular fields, and the dependency lists (which writers pack into one field)
     if one.any() and np.bincount(fn[one] * 8 + fi[one]).max() > 1:
@@ -459,13 +430,11 @@ def decode_columns(
         names = named.tolist()
     else:
         names = [""] * n
-    if a_node:
-        a_pos, a_node, a_vs, a_nxt = cat(a_pos), cat(a_node), cat(a_vs), cat(a_nxt)
-        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
+    if reg is None:
+        attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
     else:
-        a_pos = a_node = a_vs = a_nxt = np.zeros(0, dtype=np.int64)
-        keys = None
-    attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(b, reg.count, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs = {nm: reg.to_nodes(col, n) for nm, col in attrs.items()}
     io = np.nonzero((fi == 8) | (fi == 9))[0]
     _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
     return RankColumns(
@@ -488,6 +457,181 @@ def decode_columns(
         name_start=name_tag if spans else None,
         name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
     )
+
+
+# Frame layouts kept per trace set (by file size): a set has a few sizes per role, and more than this many
+# distinct ones means its files are all alike in nothing (the cache then starts over: bounded memory).
+_MAX_LAYOUTS = 256
+
+
+def _walk(b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cut: bool):
+    """The fields of units (nodes, or attribute regions) `act`, each its bytes [start, lim) of b, walked
+    in rounds: each round reads the next field of every unit that has one left.
+
+    Returns the non-attribute fields (unit, tag, position, varint value, value start, next position), the
+    attribute fields (unit, position, value start, next position, _field_keys), flat in (round, unit)
+    order, and with cut, each unit's first attribute field (-1 without) and its round: the unit's walk
+    stops there (its attribute region is walked apart).
+    """
+    pos, lim = start[act], lim[act]
+    f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
+    a_node, a_pos, a_vs, a_nxt, a_keys, a_round = [], [], [], [], [], []
+    cut_at = cut_round = None
+    if cut:
+        cut_at = np.full(len(start), -1, dtype=np.int64)
+        cut_round = np.zeros(len(start), dtype=np.int64)
+    rnd = 0
+    while len(act):
+        t = b[pos]
+        if not _TAG_OK[t].all():
+            raise Unsupported("field outside the Node schema")
+        v, p2 = _varints(b, pos + 1)
+        ln = np.where((t & 7) == 2, v, np.uint64(0))
+        if (ln >= np.uint64(1 << 31)).any():
+            raise Unsupported("field length")
+        nxt = p2 + ln.astype(np.int64)
+        if (nxt > lim).any():
+            raise Unsupported("field runs past its node")
+        is_attr = t == _ATTR_TAG
+        more = nxt < lim
+        if cut:
+            if is_attr.any():
+                ca = act[is_attr]
+                cut_at[ca] = pos[is_attr]
+                cut_round[ca] = rnd
+                other = ~is_attr
+                f_node.append(act[other])
+                f_tag.append(t[other])
+                f_pos.append(pos[other])
+                f_val.append(v[other])
+                f_vs.append(p2[other])
+                f_nxt.append(nxt[other])
+                more &= other
+            else:
+                f_node.append(act)
+                f_tag.append(t)
+                f_pos.append(pos)
+                f_val.append(v)
+                f_vs.append(p2)
+                f_nxt.append(nxt)
+        elif is_attr.all():
+            a_node.append(act)
+            a_pos.append(pos)
+            a_vs.append(p2)
+            a_nxt.append(nxt)
+            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
+            a_round.append(np.full(len(act), rnd, dtype=np.int64))
+        else:
+            if is_attr.any():
+                a_node.append(act[is_attr])
+                a_pos.append(pos[is_attr])
+                a_vs.append(p2[is_attr])
+                a_nxt.append(nxt[is_attr])
+                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
+                a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
+                other = ~is_attr
+                f_node.append(act[other])
+                f_tag.append(t[other])
+                f_pos.append(pos[other])
+                f_val.append(v[other])
+                f_vs.append(p2[other])
+                f_nxt.append(nxt[other])
+            else:
+                f_node.append(act)
+                f_tag.append(t)
+                f_pos.append(pos)
+                f_val.append(v)
+                f_vs.append(p2)
+                f_nxt.append(nxt)
+        act, pos, lim = act[more], nxt[more], lim[more]
+        rnd += 1
+    cat = np.concatenate
+    if f_node:
+        f = (cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt))
+    else:
+        z = np.zeros(0, dtype=np.int64)
+        f = (z, np.zeros(0, dtype=np.uint8), z, np.zeros(0, dtype=np.uint64), z, z)
+    if a_node:
+        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
+        a = (cat(a_node), cat(a_pos), cat(a_vs), cat(a_nxt), keys, cat(a_round))
+    else:
+        z = np.zeros(0, dtype=np.int64)
+        a = (z, z, z, z, None, z)
+    return f, a, cut_at, cut_round
+
+
+@dataclass(frozen=True)
+class _Regions:
+    """Nodes' attribute regions grouped by their bytes: node `nodes[i]` holds distinct region `code[i]`,
+    which starts at `shift[i]` bytes after that region's first holder's."""
+
+    count: int
+    nodes: np.ndarray
+    code: np.ndarray
+    shift: np.ndarray
+
+    def to_nodes(self, col: AttrColumn, n: int) -> AttrColumn:
+        """A column over distinct regions as the same column over the n nodes."""
+        kind = np.full(n, -1, dtype=np.int8)
+        value = np.zeros(n, dtype=np.int64)
+        kind[self.nodes] = col.kind[self.code]
+        value[self.nodes] = col.value[self.code]
+        fs = fe = None
+        if col.field_start is not None:
+            fs = np.full(n, -1, dtype=np.int64)
+            fe = np.full(n, -1, dtype=np.int64)
+            s = col.field_start[self.code]
+            has = s >= 0
+            fs[self.nodes] = np.where(has, s + self.shift, -1)
+            fe[self.nodes] = np.where(has, col.field_end[self.code] + self.shift, -1)
+        return AttrColumn(kind, value, col.strings, fs, fe)
+
+
+def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray):
+    """_walk for nodes whose attribute fields end them (as protobuf writes a Node: field 10 is its last):
+    each node is walked up to its first attribute field, its attribute region (that field to the node's
+    end) is grouped with the byte-identical ones of other nodes (across ranks: the same op on every
+    replica), and only the distinct regions are walked. Returns (non-attribute fields, attribute fields
+    of the distinct regions, _Regions), the attribute fields ordered by the first (round, node) at which
+    _walk over all nodes meets each (so distinct attributes and string tables come out in _walk's order);
+    None when a region holds another field."""
+    f, _a, cut_at, cut_round = _walk(b, np.nonzero(end > start)[0], start, end, cut=True)
+    held = np.nonzero(cut_at >= 0)[0]
+    rs, re = cut_at[held], end[held]
+    code, first = _group_spans(buf, rs, re)
+    d = len(first)
+    rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False)
+    if len(rf[0]):
+        return None  # a field after an attribute: every node's fields are walked instead
+    a_unit, a_pos, a_vs, a_nxt, keys, a_round = ra
+    if len(a_unit):
+        # (round, node) of each distinct region's first appearance: least round, then least node.
+        pre = cut_round[held]
+        pre_best = np.full(d, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(pre_best, code, pre)
+        at = np.nonzero(pre == pre_best[code])[0][::-1]
+        node_best = np.empty(d, dtype=np.int64)
+        node_best[code[at]] = held[at]  # the last write wins: the least node
+        order = np.lexsort((node_best[a_unit], pre_best[a_unit] + a_round))
+        a_unit, a_pos, a_vs, a_nxt = a_unit[order], a_pos[order], a_vs[order], a_nxt[order]
+        keys = tuple(k[order] for k in keys)
+    regs = _Regions(d, held, code, rs - rs[first][code])
+    return f, (a_unit, a_pos, a_vs, a_nxt, keys, a_round), regs
+
+
+def _group_spans(buf: bytes, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and two
+    look-ups per span, all in C loops; no array of the spans' words): (group per span, first span of each
+    group), groups numbered in the order of their first span."""
+    if len(s) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    keys = list(map(buf.__getitem__, map(slice, s.tolist(), e.tolist())))
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # in first-appearance order
+    code = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+    top = np.maximum.accumulate(code)  # a group's first span raises the highest code seen so far
+    new = np.ones(len(code), dtype=bool)
+    new[1:] = top[1:] > top[:-1]
+    return code, np.flatnonzero(new)
 
 
 def _decode_attrs(
