@@ -193,6 +193,12 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
 _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
+# _field_keys' masks by a field's length (0..24): the bytes of each of its three words that it holds.
+_KEY_MASKS = np.array(
+    [[_LOW_BYTES[min(max(nb - 8 * j, 0), 8)] for j in range(3)] for nb in range(25)], dtype=np.uint64
+)
+
+
 def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
     """Bytes 0-7, 8-15 and 16-23 of each protobuf field [s, e) of `b`, zero past its end, as uint64 words
     (read from the buffer's aligned 8-byte words, two shifted into one: ~2x faster than numpy's unaligned
@@ -201,14 +207,14 @@ def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray
     q = s >> 3
     sh = ((s & 7) << 3).astype(np.uint64)
     rs = np.uint64(64) - sh
-    nb = np.minimum(e - s, 24)
+    masks = _KEY_MASKS[np.minimum(e - s, 24)]
     a_next = al[q]
     keys = []
     for j in range(3):
         k = a_next >> sh
         a_next = al[q + (j + 1)]
         k |= a_next << rs
-        k &= _LOW_BYTES[np.clip(nb - 8 * j, 0, 8)]
+        k &= masks[:, j]
         keys.append(k)
     return tuple(keys)
 
@@ -378,9 +384,66 @@ def decode_columns(
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
+    if regions:
+        nodes = _decode_distinct(buf, b, payload_start, end, file_ptr, want, spans)
+    else:
+        nodes = None
+    if nodes is None:
+        nodes = _decode_nodes(buf, b, payload_start, end, file_ptr, want, spans, regions)
+    return RankColumns(
+        paths=tuple(paths),
+        file_ptr=file_ptr,
+        num_nodes=n,
+        node_id=nodes.node_id,
+        node_type=nodes.node_type,
+        duration_micros=nodes.duration_micros,
+        names=nodes.names,
+        data_ptr=nodes.data_ptr,
+        data_idx=nodes.data_idx,
+        ctrl_ptr=nodes.ctrl_ptr,
+        ctrl_idx=nodes.ctrl_idx,
+        attrs=nodes.attrs,
+        payload_start=payload_start,
+        payload_end=end,
+        buf=buf,
+        frame_start=hs if spans else None,
+        name_start=nodes.name_start if spans else None,
+        name_end=nodes.name_end if spans else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """What _decode_nodes reads from nodes' bytes (RankColumns' per-node columns)."""
+
+    node_id: np.ndarray
+    node_type: np.ndarray
+    duration_micros: np.ndarray
+    names: list[str]
+    data_ptr: np.ndarray
+    data_idx: np.ndarray
+    ctrl_ptr: np.ndarray
+    ctrl_idx: np.ndarray
+    attrs: dict[str, AttrColumn]
+    name_start: np.ndarray  # name field (tag to end), -1 when absent
+    name_end: np.ndarray
+
+
+def _decode_nodes(
+    buf: bytes,
+    b: np.ndarray,
+    payload_start: np.ndarray,
+    end: np.ndarray,
+    file_ptr: np.ndarray,
+    want: frozenset[str],
+    spans: bool,
+    regions: bool,
+) -> _Nodes:
+    """The columns of the nodes whose payloads are [payload_start, end) of buf (b: buf padded, as numpy)."""
+    n = len(payload_start)
     walked = None
     if regions:
-        walked = _walk_regions(buf, b, payload_start, end)
+        walked = _walk_regions(buf, b, payload_start, end, file_ptr)
     if walked is None:
         f, a, _c, _r = _walk(b, np.nonzero(end > payload_start)[0], payload_start, end, cut=False)
         reg = None
@@ -437,10 +500,7 @@ def decode_columns(
         attrs = {nm: reg.to_nodes(col, n) for nm, col in attrs.items()}
     io = np.nonzero((fi == 8) | (fi == 9))[0]
     _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
-    return RankColumns(
-        paths=tuple(paths),
-        file_ptr=file_ptr,
-        num_nodes=n,
+    return _Nodes(
         node_id=nid.astype(np.int64),
         node_type=ntype.astype(np.int64),
         duration_micros=dur.astype(np.int64),
@@ -450,12 +510,70 @@ def decode_columns(
         ctrl_ptr=ptrs[4][0],
         ctrl_idx=ptrs[4][1],
         attrs=attrs,
-        payload_start=payload_start,
-        payload_end=end,
-        buf=buf,
-        frame_start=hs if spans else None,
-        name_start=name_tag if spans else None,
-        name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
+        name_start=name_tag,
+        name_end=np.where(name_tag >= 0, name_e, -1),
+    )
+
+
+def _decode_distinct(
+    buf: bytes,
+    b: np.ndarray,
+    payload_start: np.ndarray,
+    end: np.ndarray,
+    file_ptr: np.ndarray,
+    want: frozenset[str],
+    spans: bool,
+) -> _Nodes | None:
+    """_decode_nodes of the distinct node payloads only, spread over the nodes holding each: the ranks of
+    a replicated set hold the same nodes (the same ids, names, dependencies and attributes on every
+    replica of a stage). None when a sample (every 8th node of each file) is mostly distinct, as on a set
+    whose ranks differ in every node (Table 4's device_group)."""
+    n = len(payload_start)
+    if n == 0:
+        return None
+    local = np.arange(n) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
+    pick = np.nonzero(local % _SAMPLE_EVERY == 0)[0]
+    if len(_group_spans(buf, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
+        return None
+    code, first = _group_spans(buf, payload_start, end)
+    if len(first) > _MAX_DISTINCT * n:
+        return None
+    ps = payload_start[first]
+    one = _decode_nodes(buf, b, ps, end[first], np.array([0, len(first)]), want, spans, True)
+    shift = payload_start - ps[code]  # each node's bytes lie this far after its first holder's
+
+    def moved(at: np.ndarray) -> np.ndarray:
+        x = at[code]
+        return np.where(x >= 0, x + shift, -1)
+
+    def spread(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cnt = np.diff(ptr)[code]
+        out = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(cnt, out=out[1:])
+        total = int(out[-1])
+        src = np.repeat(ptr[:-1][code] - out[:-1], cnt) + np.arange(total)
+        return out, idx[src]
+
+    attrs = {}
+    for nm, col in one.attrs.items():
+        fs = fe = None
+        if col.field_start is not None:
+            fs, fe = moved(col.field_start), moved(col.field_end)
+        attrs[nm] = AttrColumn(col.kind[code], col.value[code], col.strings, fs, fe)
+    data_ptr, data_idx = spread(one.data_ptr, one.data_idx)
+    ctrl_ptr, ctrl_idx = spread(one.ctrl_ptr, one.ctrl_idx)
+    return _Nodes(
+        node_id=one.node_id[code],
+        node_type=one.node_type[code],
+        duration_micros=one.duration_micros[code],
+        names=list(map(one.names.__getitem__, code.tolist())),
+        data_ptr=data_ptr,
+        data_idx=data_idx,
+        ctrl_ptr=ctrl_ptr,
+        ctrl_idx=ctrl_idx,
+        attrs=attrs,
+        name_start=moved(one.name_start),
+        name_end=moved(one.name_end),
     )
 
 
@@ -572,10 +690,13 @@ class _Regions:
 
     def to_nodes(self, col: AttrColumn, n: int) -> AttrColumn:
         """A column over distinct regions as the same column over the n nodes."""
-        kind = np.full(n, -1, dtype=np.int8)
-        value = np.zeros(n, dtype=np.int64)
-        kind[self.nodes] = col.kind[self.code]
-        value[self.nodes] = col.value[self.code]
+        if len(self.nodes) == n:  # every node holds attributes (the usual case): one gather per column
+            kind, value = col.kind[self.code], col.value[self.code]
+        else:
+            kind = np.full(n, -1, dtype=np.int8)
+            value = np.zeros(n, dtype=np.int64)
+            kind[self.nodes] = col.kind[self.code]
+            value[self.nodes] = col.value[self.code]
         fs = fe = None
         if col.field_start is not None:
             fs = np.full(n, -1, dtype=np.int64)
@@ -587,15 +708,31 @@ class _Regions:
         return AttrColumn(kind, value, col.strings, fs, fe)
 
 
-def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray):
+# Region grouping is tried when at most this share of a sample of every _SAMPLE_EVERY-th node's regions is
+# distinct (measured on Table 4 C13, 80% distinct: grouping costs more than it saves; on the 512-rank
+# Llama-2 set, 12%: it halves the decoding).
+_SAMPLE_EVERY = 8
+_MAX_DISTINCT = 0.5
+
+
+def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray, file_ptr: np.ndarray):
     """_walk for nodes whose attribute fields end them (as protobuf writes a Node: field 10 is its last):
     each node is walked up to its first attribute field, its attribute region (that field to the node's
     end) is grouped with the byte-identical ones of other nodes (across ranks: the same op on every
     replica), and only the distinct regions are walked. Returns (non-attribute fields, attribute fields
     of the distinct regions, _Regions), the attribute fields ordered by the first (round, node) at which
     _walk over all nodes meets each (so distinct attributes and string tables come out in _walk's order);
-    None when a region holds another field."""
-    f, _a, cut_at, cut_round = _walk(b, np.nonzero(end > start)[0], start, end, cut=True)
+    None when a region holds another field, or when a sample says grouping would not pay."""
+    act = np.nonzero(end > start)[0]
+    # A sample first (every 8th node of each file: the same ops on every rank): when most of its regions
+    # are distinct, grouping them all would not pay, and every node's fields are walked instead.
+    local = np.arange(len(start)) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
+    pick = act[local[act] % _SAMPLE_EVERY == 0]
+    cut_at = _walk(b, pick, start, end, cut=True)[2]
+    some = np.nonzero(cut_at >= 0)[0]
+    if len(_group_spans(buf, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
+        return None
+    f, _a, cut_at, cut_round = _walk(b, act, start, end, cut=True)
     held = np.nonzero(cut_at >= 0)[0]
     rs, re = cut_at[held], end[held]
     code, first = _group_spans(buf, rs, re)

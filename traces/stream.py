@@ -167,11 +167,11 @@ def _same_layout(buf: bytes, starts: np.ndarray) -> bool:
     n = len(buf)
     if not 0 < len(starts) <= max_nodes() + 1 or starts[0] != 0 or starts[-1] >= n:
         return False
-    b = np.frombuffer(buf + b"\x80", dtype=np.uint8)  # a prefix cut by the end reads a continuation byte
+    b = np.frombuffer(buf, dtype=np.uint8)
     lo = b[starts].astype(np.int64)
-    hi = b[starts + 1].astype(np.int64)
+    hi = b[np.minimum(starts + 1, n - 1)].astype(np.int64)
     two = lo >= 0x80
-    if (two & (hi >= 0x80)).any():
+    if (two & (hi >= 0x80)).any() or (two[-1] and starts[-1] + 1 >= n):
         return False  # a longer prefix (or one cut by the end): the loop hands the file to frame_offsets
     nxt = np.where(two, 2 + (lo & 0x7F) + (hi << 7), 1 + lo) + starts
     return bool((nxt[:-1] == starts[1:]).all()) and int(nxt[-1]) == n
