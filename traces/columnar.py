@@ -572,8 +572,8 @@ def _decode_distinct(
         ctrl_ptr=ctrl_ptr,
         ctrl_idx=ctrl_idx,
         attrs=attrs,
-        name_start=moved(one.name_start),
-        name_end=moved(one.name_end),
+        name_start=moved(one.name_start) if spans else one.name_start,
+        name_end=moved(one.name_end) if spans else one.name_end,
     )
 
 
@@ -708,10 +708,12 @@ class _Regions:
         return AttrColumn(kind, value, col.strings, fs, fe)
 
 
-# Region grouping is tried when at most this share of a sample of every _SAMPLE_EVERY-th node's regions is
-# distinct (measured on Table 4 C13, 80% distinct: grouping costs more than it saves; on the 512-rank
-# Llama-2 set, 12%: it halves the decoding).
-_SAMPLE_EVERY = 8
+# Grouping (of whole node payloads, then of attribute regions) is tried when at most _MAX_DISTINCT of a
+# sample (every _SAMPLE_EVERY-th node of each file: the same op sits at the same index on every replica)
+# is distinct. Measured (docs/performance.md): Table 4 C13, whose ranks differ in every node's
+# device_group, has 100% of its nodes and 80% of its regions distinct (grouping would cost more than it
+# saves); the 512-rank Llama-2 set 15% of its nodes per 2 MB batch (decoding ~2x faster).
+_SAMPLE_EVERY = 32
 _MAX_DISTINCT = 0.5
 
 
@@ -757,14 +759,19 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
 
 
 def _group_spans(buf: bytes, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and two
-    look-ups per span, all in C loops; no array of the spans' words): (group per span, first span of each
-    group), groups numbered in the order of their first span."""
+    """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and a
+    look-up per span; measured ~2x cheaper than hashing the spans' words with numpy, whose arrays of
+    words cost more in fresh pages than the dict): (group per span, first span of each group), groups
+    numbered in the order of their first span."""
     if len(s) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    keys = list(map(buf.__getitem__, map(slice, s.tolist(), e.tolist())))
-    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # in first-appearance order
-    code = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+    seen: dict[bytes, int] = {}
+    add = seen.setdefault
+    code = np.fromiter(
+        (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
+        dtype=np.int64,
+        count=len(s),
+    )
     top = np.maximum.accumulate(code)  # a group's first span raises the highest code seen so far
     new = np.ones(len(code), dtype=bool)
     new[1:] = top[1:] > top[:-1]
