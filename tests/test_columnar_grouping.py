@@ -9,7 +9,7 @@ another file's frame layout once it has checked it against the bytes. Pinned her
   gives, spans or error;
 - on generated replicated sets (identical ranks, ranks differing in one attribute, ids, a pg_name, nodes
   without attributes, an input after the attributes) and on the peer traces in ../shared/peer_traces:
-  grouped decoding equals decoding every node's fields (regions=False), equals each file decoded alone,
+  grouped decoding equals decoding every node's fields (group=False), equals each file decoded alone,
   and equals protobuf's own parse node by node (ids, types, durations, names, dependencies, attribute
   values, and with spans the bytes of every name and attribute field);
 - a corrupted node in one rank of a replicated set still sends that file (only) to protobuf, which names
@@ -215,7 +215,7 @@ def _protobuf_view(buf: bytes, want: frozenset[str]):
 def _check_batch(bufs: list[bytes], paths: list[str], want: frozenset[str]) -> None:
     for spans in (False, True):
         grouped = decode_columns(bufs, paths, want, spans=spans)
-        _columns_equal(grouped, decode_columns(bufs, paths, want, spans=spans, regions=False))
+        _columns_equal(grouped, decode_columns(bufs, paths, want, spans=spans, group=False))
         base = 0
         for f, (buf, path) in enumerate(zip(bufs, paths, strict=True)):
             alone = decode_columns([buf], [path], want, spans=spans)
@@ -267,7 +267,7 @@ def test_grouped_decoding_of_peer_traces() -> None:
         if any(b[:2] == b"\x1f\x8b" for b in bufs):
             continue
         try:
-            decode_columns(bufs, [str(f) for f in files], WANT_ATTRS, regions=False)
+            decode_columns(bufs, [str(f) for f in files], WANT_ATTRS, group=False)
         except columnar.Unsupported:
             continue  # a form left to protobuf: nothing of this decoder's to compare
         _check_batch(bufs, [str(f) for f in files], WANT_ATTRS)

@@ -10,6 +10,11 @@ with protobuf instead, so errors and edge cases keep their one implementation (t
 Attribute fields (most of a trace's bytes) repeat: a trace holds a few hundred distinct ones. They are
 grouped by their bytes first (`_dedupe`, exact), and only the distinct ones are decoded and handed to
 protobuf's parser (`_validate`), which also checks the attributes the replay does not read.
+
+Whole nodes repeat too, across the ranks of a batch: the replicas of a stage hold the same nodes byte for
+byte. When a sample says so, the distinct node payloads are decoded once and spread over the nodes holding
+each (`_decode_distinct`); else, when attribute regions repeat, each distinct region is walked once
+(`_walk_regions`). Either way the columns are those of walking every node (tests/test_columnar_grouping.py).
 """
 
 from __future__ import annotations
@@ -348,15 +353,16 @@ def decode_columns(
     want: frozenset[str],
     spans: bool = False,
     layouts: dict[int, np.ndarray] | None = None,
-    regions: bool = True,
+    group: bool = True,
 ) -> RankColumns:
     """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped.
 
     spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`.
     layouts: frame starts of files already framed, by file size (frame_spans' `like`), shared by the calls
     of one trace set; files framed here are added.
-    regions: decode each distinct attribute region (a node's attribute fields, which writers put last) once;
-    False walks every node's attribute fields (the reference the tests compare with).
+    group: decode each distinct node payload of the batch once (the ranks of a replicated set hold the
+    same nodes), else each distinct attribute region (a node's attribute fields, which writers put last);
+    False walks every node's fields (the reference the tests compare with). Same columns either way.
     """
     hs_l, end_l, counts = [], [], []
     base = 0
@@ -384,12 +390,9 @@ def decode_columns(
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
-    if regions:
-        nodes = _decode_distinct(buf, b, payload_start, end, file_ptr, want, spans)
-    else:
-        nodes = None
+    nodes = _decode_distinct(buf, b, payload_start, end, file_ptr, want, spans) if group else None
     if nodes is None:
-        nodes = _decode_nodes(buf, b, payload_start, end, file_ptr, want, spans, regions)
+        nodes = _decode_nodes(buf, b, payload_start, end, file_ptr, want, spans, group)
     return RankColumns(
         paths=tuple(paths),
         file_ptr=file_ptr,
@@ -582,14 +585,16 @@ def _decode_distinct(
 _MAX_LAYOUTS = 256
 
 
-def _walk(b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cut: bool):
+def _walk(
+    b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cut: bool, rounds: bool = False
+):
     """The fields of units (nodes, or attribute regions) `act`, each its bytes [start, lim) of b, walked
     in rounds: each round reads the next field of every unit that has one left.
 
     Returns the non-attribute fields (unit, tag, position, varint value, value start, next position), the
-    attribute fields (unit, position, value start, next position, _field_keys), flat in (round, unit)
-    order, and with cut, each unit's first attribute field (-1 without) and its round: the unit's walk
-    stops there (its attribute region is walked apart).
+    attribute fields (unit, position, value start, next position, _field_keys, with `rounds` the round
+    of each), flat in (round, unit) order, and with cut, each unit's first attribute field (-1 without)
+    and its round: the unit's walk stops there (its attribute region is walked apart).
     """
     pos, lim = start[act], lim[act]
     f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
@@ -638,7 +643,8 @@ def _walk(b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cu
             a_vs.append(p2)
             a_nxt.append(nxt)
             a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
-            a_round.append(np.full(len(act), rnd, dtype=np.int64))
+            if rounds:
+                a_round.append(np.full(len(act), rnd, dtype=np.int64))
         else:
             if is_attr.any():
                 a_node.append(act[is_attr])
@@ -646,7 +652,8 @@ def _walk(b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cu
                 a_vs.append(p2[is_attr])
                 a_nxt.append(nxt[is_attr])
                 a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
-                a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
+                if rounds:
+                    a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
                 other = ~is_attr
                 f_node.append(act[other])
                 f_tag.append(t[other])
@@ -671,7 +678,7 @@ def _walk(b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cu
         f = (z, np.zeros(0, dtype=np.uint8), z, np.zeros(0, dtype=np.uint64), z, z)
     if a_node:
         keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
-        a = (cat(a_node), cat(a_pos), cat(a_vs), cat(a_nxt), keys, cat(a_round))
+        a = (cat(a_node), cat(a_pos), cat(a_vs), cat(a_nxt), keys, cat(a_round) if rounds else None)
     else:
         z = np.zeros(0, dtype=np.int64)
         a = (z, z, z, z, None, z)
@@ -726,7 +733,7 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
     _walk over all nodes meets each (so distinct attributes and string tables come out in _walk's order);
     None when a region holds another field, or when a sample says grouping would not pay."""
     act = np.nonzero(end > start)[0]
-    # A sample first (every 8th node of each file: the same ops on every rank): when most of its regions
+    # A sample first (every _SAMPLE_EVERY-th node of each file): when most of its regions
     # are distinct, grouping them all would not pay, and every node's fields are walked instead.
     local = np.arange(len(start)) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
     pick = act[local[act] % _SAMPLE_EVERY == 0]
@@ -739,7 +746,7 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
     rs, re = cut_at[held], end[held]
     code, first = _group_spans(buf, rs, re)
     d = len(first)
-    rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False)
+    rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False, rounds=True)
     if len(rf[0]):
         return None  # a field after an attribute: every node's fields are walked instead
     a_unit, a_pos, a_vs, a_nxt, keys, a_round = ra
