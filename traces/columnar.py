@@ -372,7 +372,7 @@ def decode_columns(
         if not buf:
             raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
         fh, fe = frame_spans(buf, path, like=layouts.get(len(buf)))
-        if len(layouts) >= _MAX_LAYOUTS:
+        if len(layouts) >= _MAX_LAYOUTS or sum(map(len, layouts.values())) > _MAX_LAYOUT_FRAMES:
             layouts.clear()
         layouts[len(buf)] = fh
         counts.append(len(fh) - 1)
@@ -410,8 +410,8 @@ def decode_columns(
         payload_end=end,
         buf=buf,
         frame_start=hs if spans else None,
-        name_start=nodes.name_start if spans else None,
-        name_end=nodes.name_end if spans else None,
+        name_start=nodes.name_start,
+        name_end=nodes.name_end,
     )
 
 
@@ -428,8 +428,8 @@ class _Nodes:
     ctrl_ptr: np.ndarray
     ctrl_idx: np.ndarray
     attrs: dict[str, AttrColumn]
-    name_start: np.ndarray  # name field (tag to end), -1 when absent
-    name_end: np.ndarray
+    name_start: np.ndarray | None  # name field (tag to end), -1 when absent; None when not asked for
+    name_end: np.ndarray | None
 
 
 def _decode_nodes(
@@ -513,8 +513,8 @@ def _decode_nodes(
         ctrl_ptr=ptrs[4][0],
         ctrl_idx=ptrs[4][1],
         attrs=attrs,
-        name_start=name_tag,
-        name_end=np.where(name_tag >= 0, name_e, -1),
+        name_start=name_tag if spans else None,
+        name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
     )
 
 
@@ -529,8 +529,8 @@ def _decode_distinct(
 ) -> _Nodes | None:
     """_decode_nodes of the distinct node payloads only, spread over the nodes holding each: the ranks of
     a replicated set hold the same nodes (the same ids, names, dependencies and attributes on every
-    replica of a stage). None when a sample (every 8th node of each file) is mostly distinct, as on a set
-    whose ranks differ in every node (Table 4's device_group)."""
+    replica of a stage). None when a sample (every _SAMPLE_EVERY-th node of each file) is mostly distinct,
+    as on a set whose ranks differ in every node (Table 4's device_group)."""
     n = len(payload_start)
     if n == 0:
         return None
@@ -575,14 +575,16 @@ def _decode_distinct(
         ctrl_ptr=ctrl_ptr,
         ctrl_idx=ctrl_idx,
         attrs=attrs,
-        name_start=moved(one.name_start) if spans else one.name_start,
-        name_end=moved(one.name_end) if spans else one.name_end,
+        name_start=moved(one.name_start) if spans else None,
+        name_end=moved(one.name_end) if spans else None,
     )
 
 
-# Frame layouts kept per trace set (by file size): a set has a few sizes per role, and more than this many
-# distinct ones means its files are all alike in nothing (the cache then starts over: bounded memory).
+# Frame layouts kept per trace set (by file size): a set has a few sizes per role (the 512-rank Llama-2 set
+# has 7 among the 32 ranks of a replica, 19 in all). Past this many layouts, or frames (32 MB of starts),
+# the cache starts over: bounded memory, at worst the loop of frame_spans again.
 _MAX_LAYOUTS = 256
+_MAX_LAYOUT_FRAMES = 1 << 22
 
 
 def _walk(
