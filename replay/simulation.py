@@ -82,6 +82,7 @@ class ColumnReader:
         self.ts = trace_set
         self.batch: dict[int, tuple[RankColumns, int] | None] = {}
         self.next_rank = 0
+        self.layouts: dict[int, np.ndarray] = {}  # frame layouts by file size, for decode_columns
 
     def get(self, rank: int) -> tuple[RankColumns, int] | None:
         """The columns of `rank`'s file (decoding the batch that starts there when needed)."""
@@ -107,13 +108,17 @@ class ColumnReader:
         if not files:
             return
         try:
-            cols = decode_columns([b for _r, b in files], [ts.paths[r] for r, _b in files], WANT_ATTRS)
+            bufs, paths = [b for _r, b in files], [ts.paths[r] for r, _b in files]
+            cols = decode_columns(bufs, paths, WANT_ATTRS, layouts=self.layouts)
             for f, (r, _b) in enumerate(files):
                 self.batch[r] = (cols, f)
         except Unsupported:
             for r, buf in files:  # find the files that need protobuf; the others keep their columns
                 try:
-                    self.batch[r] = (decode_columns([buf], [ts.paths[r]], WANT_ATTRS), 0)
+                    self.batch[r] = (
+                        decode_columns([buf], [ts.paths[r]], WANT_ATTRS, layouts=self.layouts),
+                        0,
+                    )
                 except Unsupported:
                     self.batch[r] = None
 
@@ -125,6 +130,7 @@ def rep_columns(
     index, file bytes, the file's offset in the columns' buffer), None for a file left to protobuf."""
     out: dict[int, tuple[RankColumns, int, bytes, int] | None] = {}
     batch: list[tuple[int, bytes]] = []
+    layouts: dict[int, np.ndarray] = {}
 
     def flush() -> None:
         if not batch:
@@ -132,7 +138,7 @@ def rep_columns(
         bufs = [b for _r, b in batch]
         paths = [trace_set.paths[r] for r, _b in batch]
         try:
-            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=True)
+            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=True, layouts=layouts)
             base = 0
             for f, (r, b) in enumerate(batch):
                 out[r] = (cols, f, b, base)

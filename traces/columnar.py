@@ -10,6 +10,11 @@ with protobuf instead, so errors and edge cases keep their one implementation (t
 Attribute fields (most of a trace's bytes) repeat: a trace holds a few hundred distinct ones. They are
 grouped by their bytes first (`_dedupe`, exact), and only the distinct ones are decoded and handed to
 protobuf's parser (`_validate`), which also checks the attributes the replay does not read.
+
+Whole nodes repeat too, across the ranks of a batch: the replicas of a stage hold the same nodes byte for
+byte. When a sample says so, the distinct node payloads are decoded once and spread over the nodes holding
+each (`_decode_distinct`); else, when attribute regions repeat, each distinct region is walked once
+(`_walk_regions`). Either way the columns are those of walking every node (tests/test_columnar_grouping.py).
 """
 
 from __future__ import annotations
@@ -193,6 +198,12 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
 _LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
+# _field_keys' masks by a field's length (0..24): the bytes of each of its three words that it holds.
+_KEY_MASKS = np.array(
+    [[_LOW_BYTES[min(max(nb - 8 * j, 0), 8)] for j in range(3)] for nb in range(25)], dtype=np.uint64
+)
+
+
 def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
     """Bytes 0-7, 8-15 and 16-23 of each protobuf field [s, e) of `b`, zero past its end, as uint64 words
     (read from the buffer's aligned 8-byte words, two shifted into one: ~2x faster than numpy's unaligned
@@ -201,14 +212,14 @@ def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray
     q = s >> 3
     sh = ((s & 7) << 3).astype(np.uint64)
     rs = np.uint64(64) - sh
-    nb = np.minimum(e - s, 24)
+    masks = _KEY_MASKS[np.minimum(e - s, 24)]
     a_next = al[q]
     keys = []
     for j in range(3):
         k = a_next >> sh
         a_next = al[q + (j + 1)]
         k |= a_next << rs
-        k &= _LOW_BYTES[np.clip(nb - 8 * j, 0, 8)]
+        k &= masks[:, j]
         keys.append(k)
     return tuple(keys)
 
@@ -337,18 +348,33 @@ def _names(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[str]:
 
 
 def decode_columns(
-    bufs: list[bytes], paths: list[str], want: frozenset[str], spans: bool = False
+    bufs: list[bytes],
+    paths: list[str],
+    want: frozenset[str],
+    spans: bool = False,
+    layouts: dict[int, np.ndarray] | None = None,
+    group: bool = True,
 ) -> RankColumns:
     """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped.
 
     spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`.
+    layouts: frame starts of files already framed, by file size (frame_spans' `like`), shared by the calls
+    of one trace set; files framed here are added.
+    group: decode each distinct node payload of the batch once (the ranks of a replicated set hold the
+    same nodes), else each distinct attribute region (a node's attribute fields, which writers put last);
+    False walks every node's fields (the reference the tests compare with). Same columns either way.
     """
     hs_l, end_l, counts = [], [], []
     base = 0
+    if layouts is None:
+        layouts = {}
     for buf, path in zip(bufs, paths, strict=True):
         if not buf:
             raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
-        fh, fe = frame_spans(buf, path)
+        fh, fe = frame_spans(buf, path, like=layouts.get(len(buf)))
+        if len(layouts) >= _MAX_LAYOUTS or sum(map(len, layouts.values())) > _MAX_LAYOUT_FRAMES:
+            layouts.clear()
+        layouts[len(buf)] = fh
         counts.append(len(fh) - 1)
         hs_l.append(fh[1:] + base)
         end_l.append(fe[1:] + base)
@@ -364,60 +390,71 @@ def decode_columns(
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
-    # Rounds: each reads the next field of every node that has one left; the fields are kept flat, the
-    # attributes (most fields, usually whole rounds of them) apart from the others.
-    act = np.nonzero(end > payload_start)[0]
-    pos, lim = payload_start[act], end[act]
-    f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
-    a_node, a_pos, a_vs, a_nxt, a_keys = [], [], [], [], []
-    while len(act):
-        t = b[pos]
-        if not _TAG_OK[t].all():
-            raise Unsupported("field outside the Node schema")
-        v, p2 = _varints(b, pos + 1)
-        ln = np.where((t & 7) == 2, v, np.uint64(0))
-        if (ln >= np.uint64(1 << 31)).any():
-            raise Unsupported("field length")
-        nxt = p2 + ln.astype(np.int64)
-        if (nxt > lim).any():
-            raise Unsupported("field runs past its node")
-        is_attr = t == _ATTR_TAG
-        if is_attr.all():
-            a_node.append(act)
-            a_pos.append(pos)
-            a_vs.append(p2)
-            a_nxt.append(nxt)
-            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
-        else:
-            if is_attr.any():
-                a_node.append(act[is_attr])
-                a_pos.append(pos[is_attr])
-                a_vs.append(p2[is_attr])
-                a_nxt.append(nxt[is_attr])
-                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
-                other = ~is_attr
-                f_node.append(act[other])
-                f_tag.append(t[other])
-                f_pos.append(pos[other])
-                f_val.append(v[other])
-                f_vs.append(p2[other])
-                f_nxt.append(nxt[other])
-            else:
-                f_node.append(act)
-                f_tag.append(t)
-                f_pos.append(pos)
-                f_val.append(v)
-                f_vs.append(p2)
-                f_nxt.append(nxt)
-        more = nxt < lim
-        act, pos, lim = act[more], nxt[more], lim[more]
-    cat = np.concatenate
-    if f_node:
-        fn, ft, fp, fv, fvs, fnx = cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt)
+    nodes = _decode_distinct(buf, b, payload_start, end, file_ptr, want, spans) if group else None
+    if nodes is None:
+        nodes = _decode_nodes(buf, b, payload_start, end, file_ptr, want, spans, group)
+    return RankColumns(
+        paths=tuple(paths),
+        file_ptr=file_ptr,
+        num_nodes=n,
+        node_id=nodes.node_id,
+        node_type=nodes.node_type,
+        duration_micros=nodes.duration_micros,
+        names=nodes.names,
+        data_ptr=nodes.data_ptr,
+        data_idx=nodes.data_idx,
+        ctrl_ptr=nodes.ctrl_ptr,
+        ctrl_idx=nodes.ctrl_idx,
+        attrs=nodes.attrs,
+        payload_start=payload_start,
+        payload_end=end,
+        buf=buf,
+        frame_start=hs if spans else None,
+        name_start=nodes.name_start,
+        name_end=nodes.name_end,
+    )
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """What _decode_nodes reads from nodes' bytes (RankColumns' per-node columns)."""
+
+    node_id: np.ndarray
+    node_type: np.ndarray
+    duration_micros: np.ndarray
+    names: list[str]
+    data_ptr: np.ndarray
+    data_idx: np.ndarray
+    ctrl_ptr: np.ndarray
+    ctrl_idx: np.ndarray
+    attrs: dict[str, AttrColumn]
+    name_start: np.ndarray | None  # name field (tag to end), -1 when absent; None when not asked for
+    name_end: np.ndarray | None
+
+
+def _decode_nodes(
+    buf: bytes,
+    b: np.ndarray,
+    payload_start: np.ndarray,
+    end: np.ndarray,
+    file_ptr: np.ndarray,
+    want: frozenset[str],
+    spans: bool,
+    regions: bool,
+) -> _Nodes:
+    """The columns of the nodes whose payloads are [payload_start, end) of buf (b: buf padded, as numpy)."""
+    n = len(payload_start)
+    walked = None
+    if regions:
+        walked = _walk_regions(buf, b, payload_start, end, file_ptr)
+    if walked is None:
+        f, a, _c, _r = _walk(b, np.nonzero(end > payload_start)[0], payload_start, end, cut=False)
+        reg = None
     else:
-        fn = fp = fvs = fnx = np.zeros(0, dtype=np.int64)
-        ft = np.zeros(0, dtype=np.uint8)
-        fv = np.zeros(0, dtype=np.uint64)
+        f, a, reg = walked
+    fn, ft, fp, fv, fvs, fnx = f
+    a_node, a_pos, a_vs, a_nxt, keys, _rounds = a
+    cat = np.concatenate
     fi = (ft >> 3).astype(np.int64)
     one = fi <= 7  # singular fields, and the dependency lists (which writers pack into one field)
     if one.any() and np.bincount(fn[one] * 8 + fi[one]).max() > 1:
@@ -459,19 +496,14 @@ def decode_columns(
         names = named.tolist()
     else:
         names = [""] * n
-    if a_node:
-        a_pos, a_node, a_vs, a_nxt = cat(a_pos), cat(a_node), cat(a_vs), cat(a_nxt)
-        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
+    if reg is None:
+        attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
     else:
-        a_pos = a_node = a_vs = a_nxt = np.zeros(0, dtype=np.int64)
-        keys = None
-    attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(b, reg.count, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs = {nm: reg.to_nodes(col, n) for nm, col in attrs.items()}
     io = np.nonzero((fi == 8) | (fi == 9))[0]
     _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
-    return RankColumns(
-        paths=tuple(paths),
-        file_ptr=file_ptr,
-        num_nodes=n,
+    return _Nodes(
         node_id=nid.astype(np.int64),
         node_type=ntype.astype(np.int64),
         duration_micros=dur.astype(np.int64),
@@ -481,13 +513,278 @@ def decode_columns(
         ctrl_ptr=ptrs[4][0],
         ctrl_idx=ptrs[4][1],
         attrs=attrs,
-        payload_start=payload_start,
-        payload_end=end,
-        buf=buf,
-        frame_start=hs if spans else None,
         name_start=name_tag if spans else None,
         name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
     )
+
+
+def _decode_distinct(
+    buf: bytes,
+    b: np.ndarray,
+    payload_start: np.ndarray,
+    end: np.ndarray,
+    file_ptr: np.ndarray,
+    want: frozenset[str],
+    spans: bool,
+) -> _Nodes | None:
+    """_decode_nodes of the distinct node payloads only, spread over the nodes holding each: the ranks of
+    a replicated set hold the same nodes (the same ids, names, dependencies and attributes on every
+    replica of a stage). None when a sample (every _SAMPLE_EVERY-th node of each file) is mostly distinct,
+    as on a set whose ranks differ in every node (Table 4's device_group)."""
+    n = len(payload_start)
+    if n == 0:
+        return None
+    local = np.arange(n) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
+    pick = np.nonzero(local % _SAMPLE_EVERY == 0)[0]
+    if len(_group_spans(buf, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
+        return None
+    code, first = _group_spans(buf, payload_start, end)
+    if len(first) > _MAX_DISTINCT * n:
+        return None
+    ps = payload_start[first]
+    one = _decode_nodes(buf, b, ps, end[first], np.array([0, len(first)]), want, spans, True)
+    shift = payload_start - ps[code]  # each node's bytes lie this far after its first holder's
+
+    def moved(at: np.ndarray) -> np.ndarray:
+        x = at[code]
+        return np.where(x >= 0, x + shift, -1)
+
+    def spread(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cnt = np.diff(ptr)[code]
+        out = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(cnt, out=out[1:])
+        total = int(out[-1])
+        src = np.repeat(ptr[:-1][code] - out[:-1], cnt) + np.arange(total)
+        return out, idx[src]
+
+    attrs = {}
+    for nm, col in one.attrs.items():
+        fs = fe = None
+        if col.field_start is not None:
+            fs, fe = moved(col.field_start), moved(col.field_end)
+        attrs[nm] = AttrColumn(col.kind[code], col.value[code], col.strings, fs, fe)
+    data_ptr, data_idx = spread(one.data_ptr, one.data_idx)
+    ctrl_ptr, ctrl_idx = spread(one.ctrl_ptr, one.ctrl_idx)
+    return _Nodes(
+        node_id=one.node_id[code],
+        node_type=one.node_type[code],
+        duration_micros=one.duration_micros[code],
+        names=list(map(one.names.__getitem__, code.tolist())),
+        data_ptr=data_ptr,
+        data_idx=data_idx,
+        ctrl_ptr=ctrl_ptr,
+        ctrl_idx=ctrl_idx,
+        attrs=attrs,
+        name_start=moved(one.name_start) if spans else None,
+        name_end=moved(one.name_end) if spans else None,
+    )
+
+
+# Frame layouts kept per trace set (by file size): a set has a few sizes per role (the 512-rank Llama-2 set
+# has 7 among the 32 ranks of a replica, 19 in all). Past this many layouts, or frames (32 MB of starts),
+# the cache starts over: bounded memory, at worst the loop of frame_spans again.
+_MAX_LAYOUTS = 256
+_MAX_LAYOUT_FRAMES = 1 << 22
+
+
+def _walk(
+    b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cut: bool, rounds: bool = False
+):
+    """The fields of units (nodes, or attribute regions) `act`, each its bytes [start, lim) of b, walked
+    in rounds: each round reads the next field of every unit that has one left.
+
+    Returns the non-attribute fields (unit, tag, position, varint value, value start, next position), the
+    attribute fields (unit, position, value start, next position, _field_keys, with `rounds` the round
+    of each), flat in (round, unit) order, and with cut, each unit's first attribute field (-1 without)
+    and its round: the unit's walk stops there (its attribute region is walked apart).
+    """
+    pos, lim = start[act], lim[act]
+    f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
+    a_node, a_pos, a_vs, a_nxt, a_keys, a_round = [], [], [], [], [], []
+    cut_at = cut_round = None
+    if cut:
+        cut_at = np.full(len(start), -1, dtype=np.int64)
+        cut_round = np.zeros(len(start), dtype=np.int64)
+    rnd = 0
+    while len(act):
+        t = b[pos]
+        if not _TAG_OK[t].all():
+            raise Unsupported("field outside the Node schema")
+        v, p2 = _varints(b, pos + 1)
+        ln = np.where((t & 7) == 2, v, np.uint64(0))
+        if (ln >= np.uint64(1 << 31)).any():
+            raise Unsupported("field length")
+        nxt = p2 + ln.astype(np.int64)
+        if (nxt > lim).any():
+            raise Unsupported("field runs past its node")
+        is_attr = t == _ATTR_TAG
+        more = nxt < lim
+        if cut:
+            if is_attr.any():
+                ca = act[is_attr]
+                cut_at[ca] = pos[is_attr]
+                cut_round[ca] = rnd
+                other = ~is_attr
+                f_node.append(act[other])
+                f_tag.append(t[other])
+                f_pos.append(pos[other])
+                f_val.append(v[other])
+                f_vs.append(p2[other])
+                f_nxt.append(nxt[other])
+                more &= other
+            else:
+                f_node.append(act)
+                f_tag.append(t)
+                f_pos.append(pos)
+                f_val.append(v)
+                f_vs.append(p2)
+                f_nxt.append(nxt)
+        elif is_attr.all():
+            a_node.append(act)
+            a_pos.append(pos)
+            a_vs.append(p2)
+            a_nxt.append(nxt)
+            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
+            if rounds:
+                a_round.append(np.full(len(act), rnd, dtype=np.int64))
+        else:
+            if is_attr.any():
+                a_node.append(act[is_attr])
+                a_pos.append(pos[is_attr])
+                a_vs.append(p2[is_attr])
+                a_nxt.append(nxt[is_attr])
+                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
+                if rounds:
+                    a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
+                other = ~is_attr
+                f_node.append(act[other])
+                f_tag.append(t[other])
+                f_pos.append(pos[other])
+                f_val.append(v[other])
+                f_vs.append(p2[other])
+                f_nxt.append(nxt[other])
+            else:
+                f_node.append(act)
+                f_tag.append(t)
+                f_pos.append(pos)
+                f_val.append(v)
+                f_vs.append(p2)
+                f_nxt.append(nxt)
+        act, pos, lim = act[more], nxt[more], lim[more]
+        rnd += 1
+    cat = np.concatenate
+    if f_node:
+        f = (cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt))
+    else:
+        z = np.zeros(0, dtype=np.int64)
+        f = (z, np.zeros(0, dtype=np.uint8), z, np.zeros(0, dtype=np.uint64), z, z)
+    if a_node:
+        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
+        a = (cat(a_node), cat(a_pos), cat(a_vs), cat(a_nxt), keys, cat(a_round) if rounds else None)
+    else:
+        z = np.zeros(0, dtype=np.int64)
+        a = (z, z, z, z, None, z)
+    return f, a, cut_at, cut_round
+
+
+@dataclass(frozen=True)
+class _Regions:
+    """Nodes' attribute regions grouped by their bytes: node `nodes[i]` holds distinct region `code[i]`,
+    which starts at `shift[i]` bytes after that region's first holder's."""
+
+    count: int
+    nodes: np.ndarray
+    code: np.ndarray
+    shift: np.ndarray
+
+    def to_nodes(self, col: AttrColumn, n: int) -> AttrColumn:
+        """A column over distinct regions as the same column over the n nodes."""
+        if len(self.nodes) == n:  # every node holds attributes (the usual case): one gather per column
+            kind, value = col.kind[self.code], col.value[self.code]
+        else:
+            kind = np.full(n, -1, dtype=np.int8)
+            value = np.zeros(n, dtype=np.int64)
+            kind[self.nodes] = col.kind[self.code]
+            value[self.nodes] = col.value[self.code]
+        fs = fe = None
+        if col.field_start is not None:
+            fs = np.full(n, -1, dtype=np.int64)
+            fe = np.full(n, -1, dtype=np.int64)
+            s = col.field_start[self.code]
+            has = s >= 0
+            fs[self.nodes] = np.where(has, s + self.shift, -1)
+            fe[self.nodes] = np.where(has, col.field_end[self.code] + self.shift, -1)
+        return AttrColumn(kind, value, col.strings, fs, fe)
+
+
+# Grouping (of whole node payloads, then of attribute regions) is tried when at most _MAX_DISTINCT of a
+# sample (every _SAMPLE_EVERY-th node of each file: the same op sits at the same index on every replica)
+# is distinct. Measured (docs/performance.md): Table 4 C13, whose ranks differ in every node's
+# device_group, has 100% of its nodes and 80% of its regions distinct (grouping would cost more than it
+# saves); the 512-rank Llama-2 set 15% of its nodes per 2 MB batch (decoding ~2x faster).
+_SAMPLE_EVERY = 32
+_MAX_DISTINCT = 0.5
+
+
+def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray, file_ptr: np.ndarray):
+    """_walk for nodes whose attribute fields end them (as protobuf writes a Node: field 10 is its last):
+    each node is walked up to its first attribute field, its attribute region (that field to the node's
+    end) is grouped with the byte-identical ones of other nodes (across ranks: the same op on every
+    replica), and only the distinct regions are walked. Returns (non-attribute fields, attribute fields
+    of the distinct regions, _Regions), the attribute fields ordered by the first (round, node) at which
+    _walk over all nodes meets each (so distinct attributes and string tables come out in _walk's order);
+    None when a region holds another field, or when a sample says grouping would not pay."""
+    act = np.nonzero(end > start)[0]
+    # A sample first (every _SAMPLE_EVERY-th node of each file): when most of its regions
+    # are distinct, grouping them all would not pay, and every node's fields are walked instead.
+    local = np.arange(len(start)) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
+    pick = act[local[act] % _SAMPLE_EVERY == 0]
+    cut_at = _walk(b, pick, start, end, cut=True)[2]
+    some = np.nonzero(cut_at >= 0)[0]
+    if len(_group_spans(buf, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
+        return None
+    f, _a, cut_at, cut_round = _walk(b, act, start, end, cut=True)
+    held = np.nonzero(cut_at >= 0)[0]
+    rs, re = cut_at[held], end[held]
+    code, first = _group_spans(buf, rs, re)
+    d = len(first)
+    rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False, rounds=True)
+    if len(rf[0]):
+        return None  # a field after an attribute: every node's fields are walked instead
+    a_unit, a_pos, a_vs, a_nxt, keys, a_round = ra
+    if len(a_unit):
+        # (round, node) of each distinct region's first appearance: least round, then least node.
+        pre = cut_round[held]
+        pre_best = np.full(d, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(pre_best, code, pre)
+        at = np.nonzero(pre == pre_best[code])[0][::-1]
+        node_best = np.empty(d, dtype=np.int64)
+        node_best[code[at]] = held[at]  # the last write wins: the least node
+        order = np.lexsort((node_best[a_unit], pre_best[a_unit] + a_round))
+        a_unit, a_pos, a_vs, a_nxt = a_unit[order], a_pos[order], a_vs[order], a_nxt[order]
+        keys = tuple(k[order] for k in keys)
+    regs = _Regions(d, held, code, rs - rs[first][code])
+    return f, (a_unit, a_pos, a_vs, a_nxt, keys, a_round), regs
+
+
+def _group_spans(buf: bytes, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and a
+    look-up per span; measured ~2x cheaper than hashing the spans' words with numpy, whose arrays of
+    words cost more in fresh pages than the dict): (group per span, first span of each group), groups
+    numbered in the order of their first span."""
+    if len(s) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    seen: dict[bytes, int] = {}
+    add = seen.setdefault
+    code = np.fromiter(
+        (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
+        dtype=np.int64,
+        count=len(s),
+    )
+    top = np.maximum.accumulate(code)  # a group's first span raises the highest code seen so far
+    new = np.ones(len(code), dtype=bool)
+    new[1:] = top[1:] > top[:-1]
+    return code, np.flatnonzero(new)
 
 
 def _decode_attrs(
