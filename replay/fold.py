@@ -30,6 +30,7 @@ import copy
 import functools
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -60,6 +61,7 @@ _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).
 _LABELS = frozenset(ANNOTATION_COLUMNS) | {COMM_SRC, COMM_DST, PG_NAME, "comm_group"}
 _FAR = 2**62  # drains a private model copy's pending completions
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -329,38 +331,39 @@ def verify(
     ctx = _Ctx(fold, groups)
     reps = fold.replicas[0]
     labels: list[RankLabels | None] = [None] * trace_set.num_ranks
-    # Nodes whose group or peers must be checked rank by rank, per representative.
-    comm_js: list[list[int]] = []
-    inside: list[dict[int, CollInfo]] = []  # per representative: its collectives on groups inside replica 0
-    # Non-P2P nodes whose group needs no more than an equal name: shared groups, or no group matching.
-    safe: list[set[int]] = []
-    for i in range(len(reps)):
-        lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
-        comm_js.append([g - lo for g in range(lo, hi) if prog.pg_name[g] is not None or g in prog.p2p])
-        safe.append(
-            {
+    sets: dict[int, tuple[list[int], set[int], dict[int, CollInfo]]] = {}
+
+    def comm_sets(i: int) -> tuple[list[int], set[int], dict[int, CollInfo]]:
+        """For the exact proof of representative slot i: its nodes whose group or peers must be checked
+        rank by rank; of those, the non-P2P ones whose group needs no more than an equal name (shared
+        groups, or no group matching); and its collectives on groups inside replica 0."""
+        if i not in sets:
+            lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
+            comm = [g - lo for g in range(lo, hi) if prog.pg_name[g] is not None or g in prog.p2p]
+            safe = {
                 j
-                for j in comm_js[-1]
+                for j in comm
                 if lo + j not in prog.p2p
                 and (
                     prog.kind[lo + j] != K_COLL
                     or ctx.group_class(prog.coll[lo + j].group, prog.coll[lo + j].members) == "shared"
                 )
             }
-        )
-        inside.append(
-            {
+            inside = {
                 g - lo: c
                 for g in range(lo, hi)
                 if (c := prog.coll.get(g)) is not None and ctx.group_class(c.group, c.members) == "inside"
             }
-        )
+            sets[i] = (comm, safe, inside)
+        return sets[i]
+
     # A group's name from its members (None when two names share a member list: then no byte shortcut).
     by_members: dict[tuple[int, ...], str | None] = {}
     for key, members in groups.groups.items():
         by_members[members] = None if members in by_members else key
+    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
     templates = [
-        _template(ctx, prog, i, rep_bytes.get(r)) if rep_bytes is not None else None
+        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
         for i, r in enumerate(reps)
     ]
     exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
@@ -379,14 +382,15 @@ def verify(
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if templates[i] is not None and _verify_bytes(
-                ctx, k, x, r, i, templates[i], prog, by_members, set(comm_js[i]), lab, path, layouts
+                ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts
             ):
                 continue
             lab = labels[x] = RankLabels()
             try:
                 xn = _sorted_nodes(trace_set.load(x).nodes)
-                subs = _pg_subs(ctx, k, inside[i], prog, by_members, prog.rank_offset[i])
-                args = (comm_js[i], safe[i], subs, lab, path)
+                comm_js, safe, inside = comm_sets(i)
+                subs = _pg_subs(ctx, k, inside, prog, by_members, prog.rank_offset[i])
+                args = (comm_js, safe, subs, lab, path)
                 rn, rser = rep_exact(i)
                 _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, *args)
             finally:
@@ -405,17 +409,31 @@ class _RepTemplate:
     # The fields to swap (start, end, node, replacement slot), with and without the device_group ones.
     subs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     subs_no_dg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    # Replacement slots: ("dg", value kind), ("pg", CollInfo) or ("peer", attribute, value kind, value).
+    # Replacement slots: ("dg", value kind), ("pg", group members), ("peer", attribute, value kind, value) or
+    # ("name", text before the peer, text after, peer).
     slots: list[tuple]
     pg_nodes: list[int]  # collectives on groups inside replica 0, and their slots
     pg_slots: list[int]
+    name_nodes: list[int]  # P2P nodes whose name carries the peer, and their slots
+    name_slots: list[int]
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
 
 
-def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
-    """The byte template of representative slot i, or None when its ranks must be proven the exact way."""
+def _by_slot(prog: Program, nodes: Mapping[int, object]) -> list[list[int]]:
+    """The keys of `nodes` (global node indices) in order, split by representative slot."""
+    g = np.sort(np.fromiter(nodes, dtype=np.int64, count=len(nodes)))
+    cut = np.searchsorted(g, np.asarray(prog.rank_offset, dtype=np.int64)).tolist()
+    gl = g.tolist()
+    return [gl[a:b] for a, b in zip(cut[:-1], cut[1:], strict=True)]
+
+
+def _template(
+    ctx: _Ctx, prog: Program, i: int, entry, colls: list[int], p2ps: list[int]
+) -> _RepTemplate | None:
+    """The byte template of representative slot i (its collectives and P2P nodes given, in order), or
+    None when its ranks must be proven the exact way."""
     if entry is None:
         return None
     cols, f, rb, base = entry
@@ -446,15 +464,14 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
     dg_r = ctx.fold.device_groups.get(r)
     c, kind, val, span = col(DEVICE_GROUP)
     empty = np.zeros(0, dtype=np.int64)
-    dg = (empty, empty, empty, [])
+    dg = (empty, empty, empty, empty)
     if c is not None and dg_r is not None:
         sel = np.isin(kind, list(_INT_VALUE)) & (val == dg_r)
         js = np.nonzero(sel)[0]
-        dg = (js, span[0][js] - base, span[1][js] - base, [_INT_VALUE[v] for v in kind[js].tolist()])
+        dg = (js, span[0][js] - base, span[1][js] - base, kind[js])
     pgc, pgk, pgv, pgspan = col(PG_NAME)
     cg, cgk, _v, _s = col("comm_group")
     pg = []
-    colls = sorted(g for g in prog.coll if lo <= g < hi) if len(prog.coll) < 4 * (hi - lo) else range(lo, hi)
     for g in colls:
         info = prog.coll.get(g)
         if info is None:
@@ -474,13 +491,18 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
             return None
         pg.append((j, int(pgspan[0][j]) - base, int(pgspan[1][j]) - base, info))
     peers = []
-    for g in sorted(g for g in prog.p2p if lo <= g < hi):
+    names = []  # (node, name field start, end, text before the peer's number, text after, peer)
+    for g in p2ps:
         info = prog.p2p.get(g)
         if info is None:
             continue
         if ctx.where[info.src][0] != 0 or ctx.where[info.dst][0] != 0:
             return None  # a P2P with another replica: refused by the exact proof
         j = g - lo
+        peer = info.dst if info.src == r else info.src
+        parts = _peer_in_name(prog.name[g], peer) if tmpl.name_start[j] >= 0 else None
+        if parts is not None:
+            names.append((j, int(tmpl.name_start[j]), int(tmpl.name_end[j]), *parts, peer))
         for name in (COMM_SRC, COMM_DST):
             c, kind, val, span = col(name)
             if c is None or kind[j] < 0:
@@ -499,11 +521,15 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
         return slot_of[key]
 
     dg_js, dg_s, dg_e, dg_k = dg
-    dg_slot = [slot(("dg", kd)) for kd in dg_k]
-    pg_slots = [slot(("pg", info)) for _j, _s0, _e0, info in pg]
+    dg_slot = np.zeros(len(dg_k), dtype=np.int64)
+    for kd in sorted(set(dg_k.tolist())):  # the value kinds (one, as the generator writes int64)
+        dg_slot[dg_k == kd] = slot(("dg", _INT_VALUE[kd]))
+    pg_slots = [slot(("pg", info.members)) for _j, _s0, _e0, info in pg]
     peer_slots = [slot(("peer", name, kd, v)) for _j, name, _s0, _e0, kd, v in peers]
+    name_slots = [slot(("name", pre, post, peer)) for _j, _s0, _e0, pre, post, peer in names]
     rest = [(j, s0, e0, sl) for (j, s0, e0, _i), sl in zip(pg, pg_slots, strict=True)]
     rest += [(j, s0, e0, sl) for (j, _n, s0, e0, _k, _v), sl in zip(peers, peer_slots, strict=True)]
+    rest += [(j, s0, e0, sl) for (j, s0, e0, *_p), sl in zip(names, name_slots, strict=True)]
     r_j = np.asarray([t[0] for t in rest], dtype=np.int64)
     r_s = np.asarray([t[1] for t in rest], dtype=np.int64)
     r_e = np.asarray([t[2] for t in rest], dtype=np.int64)
@@ -513,9 +539,31 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
         np.concatenate([dg_s, r_s]),
         np.concatenate([dg_e, r_e]),
         np.concatenate([dg_js, r_j]),
-        np.concatenate([np.asarray(dg_slot, dtype=np.int64), r_sl]),
+        np.concatenate([dg_slot, r_sl]),
     )
-    return _RepTemplate(tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots)
+    return _RepTemplate(
+        tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots, [t[0] for t in names], name_slots
+    )
+
+
+def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
+    """(text before, text after) the last number in a P2P node's name that is its peer's rank, or None.
+
+    Generated P2P names carry the peer ("send_act.fwd.mb0.to8"): a folded rank's name is then predicted
+    with pi_k(peer) in its place. A prediction only saves work: a name that does not follow it is found
+    by the byte comparison and taken from the file like any other name (names are labels).
+    """
+    want = str(peer)
+    for m in reversed(list(_DIGITS.finditer(name))):
+        if m.group() == want:
+            return name[: m.start()], name[m.end() :]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_field(name: str) -> bytes:
+    """A Node's name field (tag, length, UTF-8), as protobuf writes it."""
+    return pb.Node(name=name).SerializeToString()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -524,9 +572,7 @@ def _field(name: str, value, kind: str) -> bytes:
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
 
 
-def _verify_bytes(
-    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path, layouts: dict
-) -> bool:
+def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
@@ -539,12 +585,15 @@ def _verify_bytes(
         if kind == "dg":
             fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
-            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1].members))
+            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1]))
             if key is None:
                 return False
             fb = _field(PG_NAME, key, "string_val")
-        else:
+        elif kind == "peer":
             fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+        else:
+            key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
+            fb = _name_field(key)
         pool.append(fb)
         keys.append(key)
     if swap_dg:
@@ -553,6 +602,9 @@ def _verify_bytes(
     if rt.pg_nodes:
         lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
         lab.keys = dict(lab.pg_names)
+    for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
+        if keys[sl] != prog.name[lo + j]:
+            lab.names[j] = keys[sl]
     subs = rt.subs if swap_dg else rt.subs_no_dg
     pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
     try:
@@ -569,14 +621,17 @@ def _verify_bytes(
         b = pb.Node.FromString(t.buf[int(t.payload_start[j]) : int(t.payload_end[j])])
         if a.id != b.id:
             return False  # ids shifted (or reordered): the exact proof handles a constant shift
+        lab.names.pop(j, None)  # its name is read from the file, not predicted
         _exact_node(x, r, a, b, 0, j, lab, path)
-        if j in comm_js:
+        if prog.pg_name[lo + j] is not None or lo + j in prog.p2p:  # its group or peers, as _verify_rank
             _verify_comm(ctx, k, x, r, a, lo + j, j, prog, lab, path)
         return True
 
     def renamed(j: int, name: str) -> None:
         if name != prog.name[lo + j]:
             lab.names[j] = name
+        else:
+            lab.names.pop(j, None)
 
     return walk(xb, pred, check_node, renamed)
 
