@@ -43,7 +43,7 @@ from netmodels.models import capabilities_of
 from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
-from replay.engine import CollectiveRecord, EngineOutput, canonical_order
+from replay.engine import CollectiveRecord, EngineOutput
 from replay.errors import ReplayError
 from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
@@ -877,28 +877,39 @@ def expand(
     full_off_a = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lens, out=full_off_a[1:])
     full_off = full_off_a.tolist()
-    idx = _ramp_ranges(off_a[slot], lens)
+    # Ranks in replica order, replica after replica (as DP replicas usually are): every column is the
+    # folded one repeated (a copy); otherwise gathered row by row.
+    tiled = np.array_equal(slot, np.tile(np.arange(len(reps), dtype=np.int64), fold.factor))
+    idx = None if tiled else _ramp_ranges(off_a[slot], lens)
 
     def take(col, dtype=np.int64) -> np.ndarray:
-        return np.asarray(col, dtype=dtype)[idx]
+        a = np.asarray(col, dtype=dtype)
+        if idx is not None:
+            return a[idx]
+        full = np.empty((fold.factor, len(a)), dtype=a.dtype)
+        full[:] = a
+        return full.reshape(-1)
 
     start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
     deltas = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
     node_id = take(prog.node_id)
     if deltas.any():
         node_id += np.repeat(deltas, lens)
+    # Names and process group names: each rank's run of its representative's (C-level list copies), then
+    # the labels that differ set one by one.
     names: list[str] = []
-    for x in range(n_ranks):
-        i = int(slot[x])
-        names.extend(prog.name[off[i] : off[i + 1]])
-    pg_arr = np.asarray(prog.pg_name, dtype=object)[idx]
+    pg_l: list[str | None] = []
+    name_l, pg_src = prog.name, prog.pg_name
+    for i in slot.tolist():
+        names += name_l[off[i] : off[i + 1]]
+        pg_l += pg_src[off[i] : off[i + 1]]
     # Annotation columns gathered; nodes the representative holds as dicts stay dicts, rank by rank.
     ann_cols: dict[str, tuple] = {}
     for k_, col in prog.ann_cols.items():
         if ANNOTATION_COLUMNS[k_] == "int":
-            ann_cols[k_] = (col[0][idx], col[1][idx])
+            ann_cols[k_] = (take(col[0], col[0].dtype), take(col[1], col[1].dtype))
         else:
-            ann_cols[k_] = (col[0][idx], col[1])
+            ann_cols[k_] = (take(col[0], col[0].dtype), col[1])
     ann: dict[int, dict] = {}
     p2p: dict[int, P2PInfo] = {}
     rep_ann: list[list] = [[] for _ in reps]  # per representative slot, its nodes' dicts and P2P infos
@@ -907,6 +918,9 @@ def expand(
         rep_ann[bisect.bisect_right(off, g) - 1].append((g, a))
     for g, info in sorted(prog.p2p.items()):
         rep_p2p[bisect.bisect_right(off, g) - 1].append((g, info))
+    dg_rows: list[np.ndarray] = []  # device_group labels: rows and each rank's own value, set at once
+    dg_vals: list[tuple[int, int]] = []
+    null_rows: list[int] = []  # nodes given as dicts (read field by field): null in the columns
     for x in range(n_ranks):
         k, i = ctx.where[x]
         lo, base = off[i], full_off[x]
@@ -921,37 +935,39 @@ def expand(
             continue
         for j, v in lab.names.items():
             names[base + j] = v
-        if lab.pg_names:
-            vals = np.empty(len(lab.pg_names), dtype=object)
-            vals[:] = list(lab.pg_names.values())  # kept as the str / None objects they are
-            pg_arr[base + np.fromiter(lab.pg_names, dtype=np.int64, count=len(lab.pg_names))] = vals
+        for j, v in lab.pg_names.items():
+            pg_l[base + j] = v
         if lab.device_group is not None and len(lab.dg_nodes):
             own = lab.device_group[1]
             rows = base + np.asarray(lab.dg_nodes, dtype=np.int64)
-            in_dict = [g for g in rows.tolist() if g in ann]
-            for g in in_dict:
-                a = dict(ann[g])
-                a[DEVICE_GROUP] = own
-                ann[g] = a
-            if DEVICE_GROUP in ann_cols:
-                ann_cols[DEVICE_GROUP][0][rows] = np.where(ann_cols[DEVICE_GROUP][1][rows], own, 0)
+            if rep_ann[i]:  # only the representative's dicts can hold these rows yet
+                for g in rows.tolist():
+                    if g in ann:
+                        a = dict(ann[g])
+                        a[DEVICE_GROUP] = own
+                        ann[g] = a
+            dg_rows.append(rows)
+            dg_vals.append((own, len(rows)))
         if lab.annotations:
-            rows = [base + j for j in lab.annotations]
             for j, v in lab.annotations.items():
                 ann[base + j] = v
-            for k_, col in ann_cols.items():  # a node given as a dict is null in the columns
-                if ANNOTATION_COLUMNS[k_] == "int":
-                    col[0][rows] = 0
-                    col[1][rows] = False
-                else:
-                    col[0][rows] = -1
+                null_rows.append(base + j)
+    # Each row takes its own rank's labels only, so setting them all at once (device groups first, then
+    # the nulls of nodes given as dicts, as rank by rank) gives the same columns.
+    if dg_rows and DEVICE_GROUP in ann_cols:
+        rows = np.concatenate(dg_rows)
+        own_v = np.repeat(np.asarray([v for v, _n in dg_vals], dtype=np.int64), [n for _v, n in dg_vals])
+        vals_c, ok_c = ann_cols[DEVICE_GROUP]
+        vals_c[rows] = np.where(ok_c[rows], own_v, 0)
+    if null_rows:
+        rows_n = np.asarray(null_rows, dtype=np.int64)
+        for k_, col in ann_cols.items():
+            if ANNOTATION_COLUMNS[k_] == "int":
+                col[0][rows_n] = 0
+                col[1][rows_n] = False
+            else:
+                col[0][rows_n] = -1
 
-    def full_g(rank: int, g: int) -> int:
-        """Rank `rank`'s copy of node g of the folded program."""
-        i = ctx.where[rank][1]
-        return full_off[rank] + g - off[i]
-
-    end_l = end.tolist()
     # perm[k][rank] = pi_k(rank), and each rank's first full row minus its representative's first g.
     perm = np.tile(np.arange(n_ranks, dtype=np.int64), (fold.factor, 1))
     rep0 = np.asarray(reps, dtype=np.int64)
@@ -959,30 +975,12 @@ def expand(
         rk = np.asarray(fold.replicas[k], dtype=np.int64)
         perm[k, rep0], perm[k, rk] = rk, rep0
     shift = full_off_a[:-1] - off_a[slot]
-    records: list[CollectiveRecord] = []
-    for rec in out.collectives:
-        sim = [rec.members[p] for p in rec.positions] if rec.positions is not None else list(rec.members)
-        if len(sim) == len(rec.members):  # inside replica 0: one copy per replica
-            mem = perm[:, np.asarray(rec.members, dtype=np.int64)]  # (copies, members)
-            nodes_all = shift[mem] + np.asarray(rec.nodes, dtype=np.int64)
-            ends = end[nodes_all].max(axis=1).tolist()
-            j0 = rec.nodes[0] - off[ctx.where[rec.members[0]][1]]
-            for k, (members, nodes) in enumerate(zip(mem.tolist(), nodes_all.tolist(), strict=True)):
-                key = rec.group
-                if k:
-                    key = labels[members[0]].keys.get(j0, key)
-                records.append(_copy(rec, key, tuple(members) if k else rec.members, tuple(nodes), ends[k]))
-        else:  # a shared group: the folded members' nodes are their representatives' copies
-            node_of = dict(zip(sim, rec.nodes, strict=True))
-            nodes = tuple(full_g(m, node_of[reps[ctx.where[m][1]]]) for m in rec.members)
-            records.append(_copy(rec, rec.group, rec.members, nodes, max(end_l[g] for g in nodes)))
-    collective_of: dict[int, int] = {}
-    pairs = []
-    for s, r in out.p2p_pairs:
-        rs, rr = prog.rank_of(s), prog.rank_of(r)
-        for k in range(fold.factor):
-            pairs.append((full_g(ctx.perm(k, rs), s), full_g(ctx.perm(k, rr), r)))
-    canonical_order(records, collective_of, pairs, start.tolist())
+    records = _expand_records(out.collectives, labels, perm, shift, slot, off_a, end, len(reps))
+    # P2P pairs: each copy k pairs pi_k of the representatives' ranks, at the same rows within them.
+    pairs_a = np.asarray(out.p2p_pairs, dtype=np.int64).reshape(-1, 2)
+    g_slot = np.searchsorted(off_a, pairs_a, side="right") - 1  # the folded program's slots
+    full_pairs = shift[perm[:, rep0[g_slot]]] + pairs_a  # (copies, pairs, 2)
+    collective_of, pairs = _canonical_order(records, full_pairs.reshape(-1, 2), start)
     m = fold.factor
     full = Program(
         num_ranks=n_ranks,
@@ -1001,7 +999,7 @@ def expand(
         recorded_ns=[],
         nbytes=take(prog.nbytes),
         comm_type=take(prog.comm_type),
-        pg_name=pg_arr.tolist(),
+        pg_name=pg_l,
         coll={},
         p2p=p2p,
         annotations=ann,
@@ -1025,6 +1023,78 @@ def expand(
         cpu_s=out.cpu_s,
     )
     return full, full_out
+
+
+def _expand_records(
+    recs: Sequence[CollectiveRecord],
+    labels: Sequence[RankLabels | None],
+    perm: np.ndarray,
+    shift: np.ndarray,
+    slot: np.ndarray,
+    off_a: np.ndarray,
+    end: np.ndarray,
+    num_slots: int,
+) -> list[CollectiveRecord]:
+    """Every rank's collective records from the folded run's (unordered: `_canonical_order` numbers them).
+
+    A record of a group inside replica 0 has one copy per replica k: members pi_k(members), rows shifted to
+    theirs, end the latest of its copy's nodes, group key the replica's own (`RankLabels.keys`). A record of
+    a shared group holds every member: each folded member's node is its representative's row shifted.
+    """
+    out: list[CollectiveRecord] = []
+    inside: dict[int, list[CollectiveRecord]] = {}  # by member count, to copy all at once
+    for rec in recs:
+        if rec.positions is None or len(rec.positions) == len(rec.members):
+            inside.setdefault(len(rec.members), []).append(rec)
+            continue
+        sim = np.asarray(rec.members, dtype=np.int64)[list(rec.positions)]
+        lut = np.full(num_slots, -1, dtype=np.int64)
+        lut[slot[sim]] = rec.nodes
+        mem = np.asarray(rec.members, dtype=np.int64)
+        nodes = shift[mem] + lut[slot[mem]]
+        out.append(_copy(rec, rec.group, rec.members, tuple(nodes.tolist()), int(end[nodes].max())))
+    for batch in inside.values():
+        mem_r = np.asarray([r.members for r in batch], dtype=np.int64)  # (records, members)
+        mem = perm[:, mem_r]  # (copies, records, members)
+        nodes_all = shift[mem] + np.asarray([r.nodes for r in batch], dtype=np.int64)
+        ends = end[nodes_all].max(axis=2).tolist()
+        # Node j0 of each record's first member, within its rank: where the copy's group key is labelled.
+        j0 = (np.asarray([r.nodes[0] for r in batch], dtype=np.int64) - off_a[slot[mem_r[:, 0]]]).tolist()
+        for rec, e in zip(batch, ends[0], strict=True):
+            out.append(_copy(rec, rec.group, rec.members, rec.nodes, e))
+        for k in range(1, len(perm)):
+            for rec, members, nodes, e, j in zip(
+                batch, mem[k].tolist(), nodes_all[k].tolist(), ends[k], j0, strict=True
+            ):
+                key = labels[members[0]].keys.get(j, rec.group)
+                out.append(_copy(rec, key, tuple(members), tuple(nodes), e))
+    return out
+
+
+def _canonical_order(
+    records: list[CollectiveRecord], pairs: np.ndarray, start: np.ndarray
+) -> tuple[dict[int, int], list[tuple[int, int]]]:
+    """replay.engine.canonical_order's numbering, with numpy: collectives by (last arrival, first member's
+    node), P2P pairs by (match time, send node); both keys are unique (a node is in one record or pair).
+
+    Sorts `records` in place and numbers them; returns (node -> collective, the sorted pairs).
+    """
+    la = np.fromiter((r.last_arrival_ns for r in records), dtype=np.int64, count=len(records))
+    n0 = np.fromiter((r.nodes[0] for r in records), dtype=np.int64, count=len(records))
+    order = np.lexsort((n0, la)).tolist()
+    records[:] = [records[i] for i in order]
+    node_l: list[int] = []
+    id_l: list[int] = []
+    for i, rec in enumerate(records):
+        rec.id = i
+        node_l += rec.nodes
+        id_l += [i] * len(rec.nodes)
+    collective_of = dict(zip(node_l, id_l, strict=True))
+    if not len(pairs):
+        return collective_of, []
+    matched = np.maximum(start[pairs[:, 0]], start[pairs[:, 1]])
+    p_sorted = pairs[np.lexsort((pairs[:, 0], matched))]
+    return collective_of, list(zip(p_sorted[:, 0].tolist(), p_sorted[:, 1].tolist(), strict=True))
 
 
 def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
