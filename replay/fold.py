@@ -1060,8 +1060,8 @@ def _expand_records(
         ends = end[nodes_all].max(axis=2).tolist()
         # Node j0 of each record's first member, within its rank: where the copy's group key is labelled.
         j0 = (np.asarray([r.nodes[0] for r in batch], dtype=np.int64) - off_a[slot[mem_r[:, 0]]]).tolist()
-        for rec, e in zip(batch, ends[0], strict=True):
-            out.append(_copy(rec, rec.group, rec.members, rec.nodes, e))
+        for rec, nodes, e in zip(batch, nodes_all[0].tolist(), ends[0], strict=True):
+            out.append(_copy(rec, rec.group, rec.members, tuple(nodes), e))
         for k in range(1, len(perm)):
             for rec, members, nodes, e, j in zip(
                 batch, mem[k].tolist(), nodes_all[k].tolist(), ends[k], j0, strict=True
