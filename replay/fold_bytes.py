@@ -140,10 +140,13 @@ def _varint_cached(v: int) -> bytes:
 class _Layout:
     """Where a prediction's bytes come from, for one template, spans and replacement lengths."""
 
-    base: np.ndarray  # the predicted bytes with every replacement zeroed (re-encoded prefixes in place)
-    dst: np.ndarray  # positions of the replacement bytes in the prediction ...
-    src: np.ndarray  # ... and where each comes from in the pool's bytes joined
-    shape: Prediction  # node offsets (its buf is `base`)
+    base: np.ndarray  # the prediction for the pool `pool0` (re-encoded prefixes in place)
+    pool0: np.ndarray  # that pool's bytes, joined
+    pool_off: np.ndarray  # where each replacement starts in a joined pool
+    new_s: np.ndarray  # where each replaced span starts in the prediction
+    by_slot: np.ndarray  # the spans, grouped by their replacement (pool entry) ...
+    slot_ptr: np.ndarray  # ... entry i's spans being by_slot[slot_ptr[i]:slot_ptr[i + 1]]
+    shape: Prediction  # node offsets
 
 
 def predict_many(
@@ -158,29 +161,37 @@ def predict_many(
     """`predict`, for many folded ranks of one template and one set of spans.
 
     Where each byte of a prediction comes from depends only on the replacements' lengths, so that layout is
-    computed once per distinct lengths (kept in `cache`): the prediction with the replacements zeroed, and
-    the places of the replacement bytes. Each prediction is then a copy of it with the pool's bytes
-    scattered in (a few thousand bytes where the file has ~10^5).
+    computed once per distinct lengths (kept in `cache`) with the first pool's bytes in place. A later
+    prediction is a copy of that one with the pool bytes that differ from the first pool's written to
+    every span they go to (a device group number: one byte per node; the file has ~10^5).
     """
     key = tuple(map(len, pool))
+    pb_ = np.frombuffer(b"".join(pool), dtype=np.uint8)
     lay = cache.get(key)
     if lay is None:
-        lay = cache[key] = _layout(t, starts, ends, owners, ids, np.asarray(key, dtype=np.int64))
-    if not len(lay.dst):
-        return lay.shape  # nothing replaced
-    out = lay.base.copy()
-    out[lay.dst] = np.frombuffer(b"".join(pool), dtype=np.uint8)[lay.src]
+        lay = cache[key] = _layout(t, starts, ends, owners, ids, np.asarray(key, dtype=np.int64), pb_)
     sh = lay.shape
+    if not len(starts):
+        return sh  # nothing replaced
+    out = lay.base.copy()
+    changed = np.flatnonzero(pb_ != lay.pool0)
+    if len(changed):
+        entry = np.searchsorted(lay.pool_off, changed, side="right") - 1
+        lo, hi = lay.slot_ptr[entry], lay.slot_ptr[entry + 1]
+        spans = lay.by_slot[_ramp(lo, hi - lo)]
+        out[lay.new_s[spans] + np.repeat(changed - lay.pool_off[entry], hi - lo)] = np.repeat(
+            pb_[changed], hi - lo
+        )
     return Prediction(
         out.tobytes(), sh.frame_start, sh.payload_start, sh.payload_end, sh.name_start, sh.name_end
     )
 
 
-def _layout(t: Template, starts, ends, owners, ids, pool_len: np.ndarray) -> _Layout:
-    """The scatter layout of `predict_many` for replacements of lengths pool_len.
+def _layout(t: Template, starts, ends, owners, ids, pool_len: np.ndarray, pool_b: np.ndarray) -> _Layout:
+    """The layout of `predict_many` for replacements of lengths pool_len, filled with pool bytes pool_b.
 
     Only replacements that change a length (and the length prefixes they change) move bytes: those are
-    spliced (a few per node that changes); the others are written in place by the scatter alone.
+    spliced (a few per node that changes); the others are written in place.
     """
     pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
     rlen = pool_len[ids]
@@ -195,7 +206,10 @@ def _layout(t: Template, starts, ends, owners, ids, pool_len: np.ndarray) -> _La
     cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
     new_s = starts + cum[np.searchsorted(e, starts, side="right")]
     base = np.frombuffer(shape.buf, dtype=np.uint8).copy()
-    return _Layout(base, _ramp(new_s, rlen), _ramp(pool_off[ids], rlen), shape)
+    base[_ramp(new_s, rlen)] = pool_b[_ramp(pool_off[ids], rlen)]
+    by_slot = np.argsort(ids, kind="stable")
+    slot_ptr = np.searchsorted(ids[by_slot], np.arange(len(pool_len) + 1))
+    return _Layout(base, pool_b.copy(), pool_off, new_s, by_slot, slot_ptr, shape)
 
 
 def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
