@@ -472,24 +472,24 @@ def _template(
     pgc, pgk, pgv, pgspan = col(PG_NAME)
     cg, cgk, _v, _s = col("comm_group")
     pg = []
+    pg_j, pg_info = [], []
     for g in colls:
-        info = prog.coll.get(g)
-        if info is None:
-            continue
+        info = prog.coll[g]
         cls = ctx.group_class(info.group, info.members)
         if cls == "uneven":
             return None  # refused by the exact proof, with its message
-        if cls != "inside":
-            continue
-        j = g - lo
-        if (
-            pgc is None
-            or pgk[j] != F_STRING
-            or pgc.strings[pgv[j]] != info.group
-            or (cg is not None and cgk[j] >= 0)
-        ):
+        if cls == "inside":
+            pg_j.append(g - lo)
+            pg_info.append(info)
+    pg = []
+    if pg_j:
+        js = np.asarray(pg_j, dtype=np.int64)
+        if pgc is None or (pgk[js] != F_STRING).any() or (cg is not None and (cgk[js] >= 0).any()):
             return None
-        pg.append((j, int(pgspan[0][j]) - base, int(pgspan[1][j]) - base, info))
+        if any(pgc.strings[v] != info.group for v, info in zip(pgv[js].tolist(), pg_info, strict=True)):
+            return None
+        s0, e0 = (pgspan[0][js] - base).tolist(), (pgspan[1][js] - base).tolist()
+        pg = list(zip(pg_j, s0, e0, pg_info, strict=True))
     peers = []
     names = []  # (node, name field start, end, text before the peer's number, text after, peer)
     for g in p2ps:
