@@ -45,7 +45,7 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScal
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput
 from replay.errors import ReplayError
-from replay.fold_bytes import Template, predict_many, walk
+from replay.fold_bytes import Template, predict_many, varint, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
@@ -366,6 +366,7 @@ def verify(
         _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
         for i, r in enumerate(reps)
     ]
+    pg_keys: dict = {}  # (replica, group members) -> the key of the group pi_k(members)
     exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
 
     def rep_exact(i: int) -> tuple[list, list[bytes]]:
@@ -382,7 +383,7 @@ def verify(
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if templates[i] is not None and _verify_bytes(
-                ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts
+                ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys
             ):
                 continue
             lab = labels[x] = RankLabels()
@@ -560,10 +561,11 @@ def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def _name_field(name: str) -> bytes:
-    """A Node's name field (tag, length, UTF-8), as protobuf writes it."""
-    return pb.Node(name=name).SerializeToString()
+    """A Node's name field (tag 2, length-delimited: 0x12, length, UTF-8), as protobuf writes a non-empty
+    name (tests/test_replay_fold_bytes.py checks it against protobuf)."""
+    b = name.encode("utf-8")
+    return b"\x12" + varint(len(b)) + b
 
 
 @functools.lru_cache(maxsize=4096)
@@ -572,7 +574,9 @@ def _field(name: str, value, kind: str) -> bytes:
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
 
 
-def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict) -> bool:
+def _verify_bytes(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
+) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
@@ -585,7 +589,10 @@ def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path
         if kind == "dg":
             fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
-            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1]))
+            ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
+            if ck not in pg_keys:
+                pg_keys[ck] = by_members.get(tuple(ctx.perm(k, m) for m in sl[1]))
+            key = pg_keys[ck]
             if key is None:
                 return False
             fb = _field(PG_NAME, key, "string_val")
@@ -600,8 +607,8 @@ def _verify_bytes(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path
         lab.device_group = (dgs[r], dgs[x])
         lab.dg_nodes = rt.dg_nodes
     if rt.pg_nodes:
-        lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
-        lab.keys = dict(lab.pg_names)
+        lab.pg_names = dict(zip(rt.pg_nodes, [keys[sl] for sl in rt.pg_slots], strict=True))
+        lab.keys = lab.pg_names.copy()
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]

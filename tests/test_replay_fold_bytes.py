@@ -165,3 +165,10 @@ def test_peer_in_name() -> None:
     assert _peer_in_name("send_act.fwd.mb0.to8", 8) == ("send_act.fwd.mb0.to", "")
     assert _peer_in_name("recv.mb8.from8.x", 8) == ("recv.mb8.from", ".x")  # the last run equal to it
     assert _peer_in_name("send.to18", 8) is None and _peer_in_name("send", 8) is None
+
+
+def test_name_field_is_protobufs() -> None:
+    from replay.fold import _name_field
+
+    for name in ("send_act.fwd.mb0.to40", "x" * 200, "ünïcode.to7"):
+        assert _name_field(name) == pb.Node(name=name).SerializeToString()
