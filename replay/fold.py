@@ -893,9 +893,9 @@ def expand(
         a = np.asarray(col, dtype=dtype)
         if idx is not None:
             return a[idx]
-        full = np.empty((fold.factor, len(a)), dtype=a.dtype)
-        full[:] = a
-        return full.reshape(-1)
+        full = np.empty(fold.factor * len(a), dtype=a.dtype)  # owns its data, as a gather's result does
+        full.reshape(fold.factor, len(a))[:] = a
+        return full
 
     start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
     deltas = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)

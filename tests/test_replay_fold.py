@@ -470,3 +470,32 @@ def test_generated_files_equal_their_predictions(gen_sets, monkeypatch) -> None:
     for sched in ("1f1b", "gpipe"):
         res, n = _replay(gen_sets[sched], fold=True)
         assert n * 4 == res.summary_dict()["num_nodes"]
+
+
+def test_expand_numbers_records_and_pairs_as_the_engine_does() -> None:
+    # replay.fold._canonical_order is the engine's canonical_order (replay/engine.py) done with numpy, for
+    # expanded runs; on records and pairs with many ties in time both number them alike.
+    import random
+
+    import numpy as np
+
+    from replay.engine import CollectiveRecord, canonical_order
+    from replay.fold import _canonical_order
+
+    rng = random.Random(7)
+    nodes = rng.sample(range(5000), 2000)  # distinct rows: a row is in one record or one pair
+    recs = [
+        CollectiveRecord(
+            -1, "g", 0, (0, 1, 2, 3), tuple(nodes[4 * i : 4 * i + 4]), 8, 0, rng.choice([1, 2, 3])
+        )
+        for i in range(300)
+    ]
+    copies = [CollectiveRecord(**vars(r)) for r in recs]
+    start = [rng.choice([0, 5, 9]) for _ in range(5000)]
+    pairs = [(nodes[1200 + 2 * i], nodes[1201 + 2 * i]) for i in range(400)]
+    want_of: dict[int, int] = {}
+    want_pairs = list(pairs)
+    canonical_order(recs, want_of, want_pairs, start)
+    got_of, got_pairs = _canonical_order(copies, np.asarray(pairs, dtype=np.int64), np.asarray(start))
+    assert [(r.id, r.nodes) for r in copies] == [(r.id, r.nodes) for r in recs]
+    assert got_of == want_of and got_pairs == want_pairs
