@@ -30,6 +30,7 @@ import copy
 import functools
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -42,9 +43,9 @@ from netmodels.models import capabilities_of
 from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
-from replay.engine import CollectiveRecord, EngineOutput, canonical_order
+from replay.engine import CollectiveRecord, EngineOutput
 from replay.errors import ReplayError
-from replay.fold_bytes import Template, predict_many, walk
+from replay.fold_bytes import Template, predict_many, varint, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
@@ -60,6 +61,7 @@ _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).
 _LABELS = frozenset(ANNOTATION_COLUMNS) | {COMM_SRC, COMM_DST, PG_NAME, "comm_group"}
 _FAR = 2**62  # drains a private model copy's pending completions
+_DIGITS = re.compile(r"\d+")
 
 
 @dataclass(frozen=True)
@@ -329,40 +331,42 @@ def verify(
     ctx = _Ctx(fold, groups)
     reps = fold.replicas[0]
     labels: list[RankLabels | None] = [None] * trace_set.num_ranks
-    # Nodes whose group or peers must be checked rank by rank, per representative.
-    comm_js: list[list[int]] = []
-    inside: list[dict[int, CollInfo]] = []  # per representative: its collectives on groups inside replica 0
-    # Non-P2P nodes whose group needs no more than an equal name: shared groups, or no group matching.
-    safe: list[set[int]] = []
-    for i in range(len(reps)):
-        lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
-        comm_js.append([g - lo for g in range(lo, hi) if prog.pg_name[g] is not None or g in prog.p2p])
-        safe.append(
-            {
+    sets: dict[int, tuple[list[int], set[int], dict[int, CollInfo]]] = {}
+
+    def comm_sets(i: int) -> tuple[list[int], set[int], dict[int, CollInfo]]:
+        """For the exact proof of representative slot i: its nodes whose group or peers must be checked
+        rank by rank; of those, the non-P2P ones whose group needs no more than an equal name (shared
+        groups, or no group matching); and its collectives on groups inside replica 0."""
+        if i not in sets:
+            lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
+            comm = [g - lo for g in range(lo, hi) if prog.pg_name[g] is not None or g in prog.p2p]
+            safe = {
                 j
-                for j in comm_js[-1]
+                for j in comm
                 if lo + j not in prog.p2p
                 and (
                     prog.kind[lo + j] != K_COLL
                     or ctx.group_class(prog.coll[lo + j].group, prog.coll[lo + j].members) == "shared"
                 )
             }
-        )
-        inside.append(
-            {
+            inside = {
                 g - lo: c
                 for g in range(lo, hi)
                 if (c := prog.coll.get(g)) is not None and ctx.group_class(c.group, c.members) == "inside"
             }
-        )
+            sets[i] = (comm, safe, inside)
+        return sets[i]
+
     # A group's name from its members (None when two names share a member list: then no byte shortcut).
     by_members: dict[tuple[int, ...], str | None] = {}
     for key, members in groups.groups.items():
         by_members[members] = None if members in by_members else key
+    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
     templates = [
-        _template(ctx, prog, i, rep_bytes.get(r)) if rep_bytes is not None else None
+        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
         for i, r in enumerate(reps)
     ]
+    pg_keys: dict = {}  # (replica, group members) -> the key of the group pi_k(members)
     exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
 
     def rep_exact(i: int) -> tuple[list, list[bytes]]:
@@ -379,14 +383,15 @@ def verify(
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if templates[i] is not None and _verify_bytes(
-                ctx, k, x, r, i, templates[i], prog, by_members, set(comm_js[i]), lab, path, layouts
+                ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys
             ):
                 continue
             lab = labels[x] = RankLabels()
             try:
                 xn = _sorted_nodes(trace_set.load(x).nodes)
-                subs = _pg_subs(ctx, k, inside[i], prog, by_members, prog.rank_offset[i])
-                args = (comm_js[i], safe[i], subs, lab, path)
+                comm_js, safe, inside = comm_sets(i)
+                subs = _pg_subs(ctx, k, inside, prog, by_members, prog.rank_offset[i])
+                args = (comm_js, safe, subs, lab, path)
                 rn, rser = rep_exact(i)
                 _verify_rank(ctx, k, x, r, xn, rn, rser, prog, i, *args)
             finally:
@@ -405,17 +410,31 @@ class _RepTemplate:
     # The fields to swap (start, end, node, replacement slot), with and without the device_group ones.
     subs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     subs_no_dg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    # Replacement slots: ("dg", value kind), ("pg", CollInfo) or ("peer", attribute, value kind, value).
+    # Replacement slots: ("dg", value kind), ("pg", group members), ("peer", attribute, value kind, value) or
+    # ("name", text before the peer, text after, peer).
     slots: list[tuple]
     pg_nodes: list[int]  # collectives on groups inside replica 0, and their slots
     pg_slots: list[int]
+    name_nodes: list[int]  # P2P nodes whose name carries the peer, and their slots
+    name_slots: list[int]
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
 
 
-def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
-    """The byte template of representative slot i, or None when its ranks must be proven the exact way."""
+def _by_slot(prog: Program, nodes: Mapping[int, object]) -> list[list[int]]:
+    """The keys of `nodes` (global node indices) in order, split by representative slot."""
+    g = np.sort(np.fromiter(nodes, dtype=np.int64, count=len(nodes)))
+    cut = np.searchsorted(g, np.asarray(prog.rank_offset, dtype=np.int64)).tolist()
+    gl = g.tolist()
+    return [gl[a:b] for a, b in zip(cut[:-1], cut[1:], strict=True)]
+
+
+def _template(
+    ctx: _Ctx, prog: Program, i: int, entry, colls: list[int], p2ps: list[int]
+) -> _RepTemplate | None:
+    """The byte template of representative slot i (its collectives and P2P nodes given, in order), or
+    None when its ranks must be proven the exact way."""
     if entry is None:
         return None
     cols, f, rb, base = entry
@@ -446,41 +465,45 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
     dg_r = ctx.fold.device_groups.get(r)
     c, kind, val, span = col(DEVICE_GROUP)
     empty = np.zeros(0, dtype=np.int64)
-    dg = (empty, empty, empty, [])
+    dg = (empty, empty, empty, empty)
     if c is not None and dg_r is not None:
         sel = np.isin(kind, list(_INT_VALUE)) & (val == dg_r)
         js = np.nonzero(sel)[0]
-        dg = (js, span[0][js] - base, span[1][js] - base, [_INT_VALUE[v] for v in kind[js].tolist()])
+        dg = (js, span[0][js] - base, span[1][js] - base, kind[js])
     pgc, pgk, pgv, pgspan = col(PG_NAME)
     cg, cgk, _v, _s = col("comm_group")
     pg = []
-    colls = sorted(g for g in prog.coll if lo <= g < hi) if len(prog.coll) < 4 * (hi - lo) else range(lo, hi)
+    pg_j, pg_info = [], []
     for g in colls:
-        info = prog.coll.get(g)
-        if info is None:
-            continue
+        info = prog.coll[g]
         cls = ctx.group_class(info.group, info.members)
         if cls == "uneven":
             return None  # refused by the exact proof, with its message
-        if cls != "inside":
-            continue
-        j = g - lo
-        if (
-            pgc is None
-            or pgk[j] != F_STRING
-            or pgc.strings[pgv[j]] != info.group
-            or (cg is not None and cgk[j] >= 0)
-        ):
+        if cls == "inside":
+            pg_j.append(g - lo)
+            pg_info.append(info)
+    pg = []
+    if pg_j:
+        js = np.asarray(pg_j, dtype=np.int64)
+        if pgc is None or (pgk[js] != F_STRING).any() or (cg is not None and (cgk[js] >= 0).any()):
             return None
-        pg.append((j, int(pgspan[0][j]) - base, int(pgspan[1][j]) - base, info))
+        if any(pgc.strings[v] != info.group for v, info in zip(pgv[js].tolist(), pg_info, strict=True)):
+            return None
+        s0, e0 = (pgspan[0][js] - base).tolist(), (pgspan[1][js] - base).tolist()
+        pg = list(zip(pg_j, s0, e0, pg_info, strict=True))
     peers = []
-    for g in sorted(g for g in prog.p2p if lo <= g < hi):
+    names = []  # (node, name field start, end, text before the peer's number, text after, peer)
+    for g in p2ps:
         info = prog.p2p.get(g)
         if info is None:
             continue
         if ctx.where[info.src][0] != 0 or ctx.where[info.dst][0] != 0:
             return None  # a P2P with another replica: refused by the exact proof
         j = g - lo
+        peer = info.dst if info.src == r else info.src
+        parts = _peer_in_name(prog.name[g], peer) if tmpl.name_start[j] >= 0 else None
+        if parts is not None:
+            names.append((j, int(tmpl.name_start[j]), int(tmpl.name_end[j]), *parts, peer))
         for name in (COMM_SRC, COMM_DST):
             c, kind, val, span = col(name)
             if c is None or kind[j] < 0:
@@ -499,11 +522,15 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
         return slot_of[key]
 
     dg_js, dg_s, dg_e, dg_k = dg
-    dg_slot = [slot(("dg", kd)) for kd in dg_k]
-    pg_slots = [slot(("pg", info)) for _j, _s0, _e0, info in pg]
+    dg_slot = np.zeros(len(dg_k), dtype=np.int64)
+    for kd in sorted(set(dg_k.tolist())):  # the value kinds (one, as the generator writes int64)
+        dg_slot[dg_k == kd] = slot(("dg", _INT_VALUE[kd]))
+    pg_slots = [slot(("pg", info.members)) for _j, _s0, _e0, info in pg]
     peer_slots = [slot(("peer", name, kd, v)) for _j, name, _s0, _e0, kd, v in peers]
+    name_slots = [slot(("name", pre, post, peer)) for _j, _s0, _e0, pre, post, peer in names]
     rest = [(j, s0, e0, sl) for (j, s0, e0, _i), sl in zip(pg, pg_slots, strict=True)]
     rest += [(j, s0, e0, sl) for (j, _n, s0, e0, _k, _v), sl in zip(peers, peer_slots, strict=True)]
+    rest += [(j, s0, e0, sl) for (j, s0, e0, *_p), sl in zip(names, name_slots, strict=True)]
     r_j = np.asarray([t[0] for t in rest], dtype=np.int64)
     r_s = np.asarray([t[1] for t in rest], dtype=np.int64)
     r_e = np.asarray([t[2] for t in rest], dtype=np.int64)
@@ -513,9 +540,32 @@ def _template(ctx: _Ctx, prog: Program, i: int, entry) -> _RepTemplate | None:
         np.concatenate([dg_s, r_s]),
         np.concatenate([dg_e, r_e]),
         np.concatenate([dg_js, r_j]),
-        np.concatenate([np.asarray(dg_slot, dtype=np.int64), r_sl]),
+        np.concatenate([dg_slot, r_sl]),
     )
-    return _RepTemplate(tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots)
+    return _RepTemplate(
+        tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots, [t[0] for t in names], name_slots
+    )
+
+
+def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
+    """(text before, text after) the last number in a P2P node's name that is its peer's rank, or None.
+
+    Generated P2P names carry the peer ("send_act.fwd.mb0.to8"): a folded rank's name is then predicted
+    with pi_k(peer) in its place. A prediction only saves work: a name that does not follow it is found
+    by the byte comparison and taken from the file like any other name (names are labels).
+    """
+    want = str(peer)
+    for m in reversed(list(_DIGITS.finditer(name))):
+        if m.group() == want:
+            return name[: m.start()], name[m.end() :]
+    return None
+
+
+def _name_field(name: str) -> bytes:
+    """A Node's name field (tag 2, length-delimited: 0x12, length, UTF-8), as protobuf writes a non-empty
+    name (tests/test_replay_fold_bytes.py checks it against protobuf)."""
+    b = name.encode("utf-8")
+    return b"\x12" + varint(len(b)) + b
 
 
 @functools.lru_cache(maxsize=4096)
@@ -525,7 +575,7 @@ def _field(name: str, value, kind: str) -> bytes:
 
 
 def _verify_bytes(
-    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, comm_js: set[int], lab, path, layouts: dict
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
 ) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
@@ -539,20 +589,29 @@ def _verify_bytes(
         if kind == "dg":
             fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
-            key = by_members.get(tuple(ctx.perm(k, m) for m in sl[1].members))
+            ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
+            if ck not in pg_keys:
+                pg_keys[ck] = by_members.get(tuple(ctx.perm(k, m) for m in sl[1]))
+            key = pg_keys[ck]
             if key is None:
                 return False
             fb = _field(PG_NAME, key, "string_val")
-        else:
+        elif kind == "peer":
             fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+        else:
+            key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
+            fb = _name_field(key)
         pool.append(fb)
         keys.append(key)
     if swap_dg:
         lab.device_group = (dgs[r], dgs[x])
         lab.dg_nodes = rt.dg_nodes
     if rt.pg_nodes:
-        lab.pg_names = {j: keys[sl] for j, sl in zip(rt.pg_nodes, rt.pg_slots, strict=True)}
-        lab.keys = dict(lab.pg_names)
+        lab.pg_names = dict(zip(rt.pg_nodes, [keys[sl] for sl in rt.pg_slots], strict=True))
+        lab.keys = lab.pg_names.copy()
+    for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
+        if keys[sl] != prog.name[lo + j]:
+            lab.names[j] = keys[sl]
     subs = rt.subs if swap_dg else rt.subs_no_dg
     pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
     try:
@@ -569,14 +628,17 @@ def _verify_bytes(
         b = pb.Node.FromString(t.buf[int(t.payload_start[j]) : int(t.payload_end[j])])
         if a.id != b.id:
             return False  # ids shifted (or reordered): the exact proof handles a constant shift
+        lab.names.pop(j, None)  # its name is read from the file, not predicted
         _exact_node(x, r, a, b, 0, j, lab, path)
-        if j in comm_js:
+        if prog.pg_name[lo + j] is not None or lo + j in prog.p2p:  # its group or peers, as _verify_rank
             _verify_comm(ctx, k, x, r, a, lo + j, j, prog, lab, path)
         return True
 
     def renamed(j: int, name: str) -> None:
         if name != prog.name[lo + j]:
             lab.names[j] = name
+        else:
+            lab.names.pop(j, None)
 
     return walk(xb, pred, check_node, renamed)
 
@@ -822,28 +884,39 @@ def expand(
     full_off_a = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lens, out=full_off_a[1:])
     full_off = full_off_a.tolist()
-    idx = _ramp_ranges(off_a[slot], lens)
+    # Ranks in replica order, replica after replica (as DP replicas usually are): every column is the
+    # folded one repeated (a copy); otherwise gathered row by row.
+    tiled = np.array_equal(slot, np.tile(np.arange(len(reps), dtype=np.int64), fold.factor))
+    idx = None if tiled else _ramp_ranges(off_a[slot], lens)
 
     def take(col, dtype=np.int64) -> np.ndarray:
-        return np.asarray(col, dtype=dtype)[idx]
+        a = np.asarray(col, dtype=dtype)
+        if idx is not None:
+            return a[idx]
+        full = np.empty(fold.factor * len(a), dtype=a.dtype)  # owns its data, as a gather's result does
+        full.reshape(fold.factor, len(a))[:] = a
+        return full
 
     start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
     deltas = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
     node_id = take(prog.node_id)
     if deltas.any():
         node_id += np.repeat(deltas, lens)
+    # Names and process group names: each rank's run of its representative's (C-level list copies), then
+    # the labels that differ set one by one.
     names: list[str] = []
-    for x in range(n_ranks):
-        i = int(slot[x])
-        names.extend(prog.name[off[i] : off[i + 1]])
-    pg_arr = np.asarray(prog.pg_name, dtype=object)[idx]
+    pg_l: list[str | None] = []
+    name_l, pg_src = prog.name, prog.pg_name
+    for i in slot.tolist():
+        names += name_l[off[i] : off[i + 1]]
+        pg_l += pg_src[off[i] : off[i + 1]]
     # Annotation columns gathered; nodes the representative holds as dicts stay dicts, rank by rank.
     ann_cols: dict[str, tuple] = {}
     for k_, col in prog.ann_cols.items():
         if ANNOTATION_COLUMNS[k_] == "int":
-            ann_cols[k_] = (col[0][idx], col[1][idx])
+            ann_cols[k_] = (take(col[0], col[0].dtype), take(col[1], col[1].dtype))
         else:
-            ann_cols[k_] = (col[0][idx], col[1])
+            ann_cols[k_] = (take(col[0], col[0].dtype), col[1])
     ann: dict[int, dict] = {}
     p2p: dict[int, P2PInfo] = {}
     rep_ann: list[list] = [[] for _ in reps]  # per representative slot, its nodes' dicts and P2P infos
@@ -852,6 +925,9 @@ def expand(
         rep_ann[bisect.bisect_right(off, g) - 1].append((g, a))
     for g, info in sorted(prog.p2p.items()):
         rep_p2p[bisect.bisect_right(off, g) - 1].append((g, info))
+    dg_rows: list[np.ndarray] = []  # device_group labels: rows and each rank's own value, set at once
+    dg_vals: list[tuple[int, int]] = []
+    null_rows: list[int] = []  # nodes given as dicts (read field by field): null in the columns
     for x in range(n_ranks):
         k, i = ctx.where[x]
         lo, base = off[i], full_off[x]
@@ -866,37 +942,39 @@ def expand(
             continue
         for j, v in lab.names.items():
             names[base + j] = v
-        if lab.pg_names:
-            vals = np.empty(len(lab.pg_names), dtype=object)
-            vals[:] = list(lab.pg_names.values())  # kept as the str / None objects they are
-            pg_arr[base + np.fromiter(lab.pg_names, dtype=np.int64, count=len(lab.pg_names))] = vals
+        for j, v in lab.pg_names.items():
+            pg_l[base + j] = v
         if lab.device_group is not None and len(lab.dg_nodes):
             own = lab.device_group[1]
             rows = base + np.asarray(lab.dg_nodes, dtype=np.int64)
-            in_dict = [g for g in rows.tolist() if g in ann]
-            for g in in_dict:
-                a = dict(ann[g])
-                a[DEVICE_GROUP] = own
-                ann[g] = a
-            if DEVICE_GROUP in ann_cols:
-                ann_cols[DEVICE_GROUP][0][rows] = np.where(ann_cols[DEVICE_GROUP][1][rows], own, 0)
+            if rep_ann[i]:  # only the representative's dicts can hold these rows yet
+                for g in rows.tolist():
+                    if g in ann:
+                        a = dict(ann[g])
+                        a[DEVICE_GROUP] = own
+                        ann[g] = a
+            dg_rows.append(rows)
+            dg_vals.append((own, len(rows)))
         if lab.annotations:
-            rows = [base + j for j in lab.annotations]
             for j, v in lab.annotations.items():
                 ann[base + j] = v
-            for k_, col in ann_cols.items():  # a node given as a dict is null in the columns
-                if ANNOTATION_COLUMNS[k_] == "int":
-                    col[0][rows] = 0
-                    col[1][rows] = False
-                else:
-                    col[0][rows] = -1
+                null_rows.append(base + j)
+    # Each row takes its own rank's labels only, so setting them all at once (device groups first, then
+    # the nulls of nodes given as dicts, as rank by rank) gives the same columns.
+    if dg_rows and DEVICE_GROUP in ann_cols:
+        rows = np.concatenate(dg_rows)
+        own_v = np.repeat(np.asarray([v for v, _n in dg_vals], dtype=np.int64), [n for _v, n in dg_vals])
+        vals_c, ok_c = ann_cols[DEVICE_GROUP]
+        vals_c[rows] = np.where(ok_c[rows], own_v, 0)
+    if null_rows:
+        rows_n = np.asarray(null_rows, dtype=np.int64)
+        for k_, col in ann_cols.items():
+            if ANNOTATION_COLUMNS[k_] == "int":
+                col[0][rows_n] = 0
+                col[1][rows_n] = False
+            else:
+                col[0][rows_n] = -1
 
-    def full_g(rank: int, g: int) -> int:
-        """Rank `rank`'s copy of node g of the folded program."""
-        i = ctx.where[rank][1]
-        return full_off[rank] + g - off[i]
-
-    end_l = end.tolist()
     # perm[k][rank] = pi_k(rank), and each rank's first full row minus its representative's first g.
     perm = np.tile(np.arange(n_ranks, dtype=np.int64), (fold.factor, 1))
     rep0 = np.asarray(reps, dtype=np.int64)
@@ -904,30 +982,12 @@ def expand(
         rk = np.asarray(fold.replicas[k], dtype=np.int64)
         perm[k, rep0], perm[k, rk] = rk, rep0
     shift = full_off_a[:-1] - off_a[slot]
-    records: list[CollectiveRecord] = []
-    for rec in out.collectives:
-        sim = [rec.members[p] for p in rec.positions] if rec.positions is not None else list(rec.members)
-        if len(sim) == len(rec.members):  # inside replica 0: one copy per replica
-            mem = perm[:, np.asarray(rec.members, dtype=np.int64)]  # (copies, members)
-            nodes_all = shift[mem] + np.asarray(rec.nodes, dtype=np.int64)
-            ends = end[nodes_all].max(axis=1).tolist()
-            j0 = rec.nodes[0] - off[ctx.where[rec.members[0]][1]]
-            for k, (members, nodes) in enumerate(zip(mem.tolist(), nodes_all.tolist(), strict=True)):
-                key = rec.group
-                if k:
-                    key = labels[members[0]].keys.get(j0, key)
-                records.append(_copy(rec, key, tuple(members) if k else rec.members, tuple(nodes), ends[k]))
-        else:  # a shared group: the folded members' nodes are their representatives' copies
-            node_of = dict(zip(sim, rec.nodes, strict=True))
-            nodes = tuple(full_g(m, node_of[reps[ctx.where[m][1]]]) for m in rec.members)
-            records.append(_copy(rec, rec.group, rec.members, nodes, max(end_l[g] for g in nodes)))
-    collective_of: dict[int, int] = {}
-    pairs = []
-    for s, r in out.p2p_pairs:
-        rs, rr = prog.rank_of(s), prog.rank_of(r)
-        for k in range(fold.factor):
-            pairs.append((full_g(ctx.perm(k, rs), s), full_g(ctx.perm(k, rr), r)))
-    canonical_order(records, collective_of, pairs, start.tolist())
+    records = _expand_records(out.collectives, labels, perm, shift, slot, off_a, end, len(reps))
+    # P2P pairs: each copy k pairs pi_k of the representatives' ranks, at the same rows within them.
+    pairs_a = np.asarray(out.p2p_pairs, dtype=np.int64).reshape(-1, 2)
+    g_slot = np.searchsorted(off_a, pairs_a, side="right") - 1  # the folded program's slots
+    full_pairs = shift[perm[:, rep0[g_slot]]] + pairs_a  # (copies, pairs, 2)
+    collective_of, pairs = _canonical_order(records, full_pairs.reshape(-1, 2), start)
     m = fold.factor
     full = Program(
         num_ranks=n_ranks,
@@ -946,7 +1006,7 @@ def expand(
         recorded_ns=[],
         nbytes=take(prog.nbytes),
         comm_type=take(prog.comm_type),
-        pg_name=pg_arr.tolist(),
+        pg_name=pg_l,
         coll={},
         p2p=p2p,
         annotations=ann,
@@ -970,6 +1030,78 @@ def expand(
         cpu_s=out.cpu_s,
     )
     return full, full_out
+
+
+def _expand_records(
+    recs: Sequence[CollectiveRecord],
+    labels: Sequence[RankLabels | None],
+    perm: np.ndarray,
+    shift: np.ndarray,
+    slot: np.ndarray,
+    off_a: np.ndarray,
+    end: np.ndarray,
+    num_slots: int,
+) -> list[CollectiveRecord]:
+    """Every rank's collective records from the folded run's (unordered: `_canonical_order` numbers them).
+
+    A record of a group inside replica 0 has one copy per replica k: members pi_k(members), rows shifted to
+    theirs, end the latest of its copy's nodes, group key the replica's own (`RankLabels.keys`). A record of
+    a shared group holds every member: each folded member's node is its representative's row shifted.
+    """
+    out: list[CollectiveRecord] = []
+    inside: dict[int, list[CollectiveRecord]] = {}  # by member count, to copy all at once
+    for rec in recs:
+        if rec.positions is None or len(rec.positions) == len(rec.members):
+            inside.setdefault(len(rec.members), []).append(rec)
+            continue
+        sim = np.asarray(rec.members, dtype=np.int64)[list(rec.positions)]
+        lut = np.full(num_slots, -1, dtype=np.int64)
+        lut[slot[sim]] = rec.nodes
+        mem = np.asarray(rec.members, dtype=np.int64)
+        nodes = shift[mem] + lut[slot[mem]]
+        out.append(_copy(rec, rec.group, rec.members, tuple(nodes.tolist()), int(end[nodes].max())))
+    for batch in inside.values():
+        mem_r = np.asarray([r.members for r in batch], dtype=np.int64)  # (records, members)
+        mem = perm[:, mem_r]  # (copies, records, members)
+        nodes_all = shift[mem] + np.asarray([r.nodes for r in batch], dtype=np.int64)
+        ends = end[nodes_all].max(axis=2).tolist()
+        # Node j0 of each record's first member, within its rank: where the copy's group key is labelled.
+        j0 = (np.asarray([r.nodes[0] for r in batch], dtype=np.int64) - off_a[slot[mem_r[:, 0]]]).tolist()
+        for rec, nodes, e in zip(batch, nodes_all[0].tolist(), ends[0], strict=True):
+            out.append(_copy(rec, rec.group, rec.members, tuple(nodes), e))
+        for k in range(1, len(perm)):
+            for rec, members, nodes, e, j in zip(
+                batch, mem[k].tolist(), nodes_all[k].tolist(), ends[k], j0, strict=True
+            ):
+                key = labels[members[0]].keys.get(j, rec.group)
+                out.append(_copy(rec, key, tuple(members), tuple(nodes), e))
+    return out
+
+
+def _canonical_order(
+    records: list[CollectiveRecord], pairs: np.ndarray, start: np.ndarray
+) -> tuple[dict[int, int], list[tuple[int, int]]]:
+    """replay.engine.canonical_order's numbering, with numpy: collectives by (last arrival, first member's
+    node), P2P pairs by (match time, send node); both keys are unique (a node is in one record or pair).
+
+    Sorts `records` in place and numbers them; returns (node -> collective, the sorted pairs).
+    """
+    la = np.fromiter((r.last_arrival_ns for r in records), dtype=np.int64, count=len(records))
+    n0 = np.fromiter((r.nodes[0] for r in records), dtype=np.int64, count=len(records))
+    order = np.lexsort((n0, la)).tolist()
+    records[:] = [records[i] for i in order]
+    node_l: list[int] = []
+    id_l: list[int] = []
+    for i, rec in enumerate(records):
+        rec.id = i
+        node_l += rec.nodes
+        id_l += [i] * len(rec.nodes)
+    collective_of = dict(zip(node_l, id_l, strict=True))
+    if not len(pairs):
+        return collective_of, []
+    matched = np.maximum(start[pairs[:, 0]], start[pairs[:, 1]])
+    p_sorted = pairs[np.lexsort((pairs[:, 0], matched))]
+    return collective_of, list(zip(p_sorted[:, 0].tolist(), p_sorted[:, 1].tolist(), strict=True))
 
 
 def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -72,60 +72,54 @@ def predict(
     """The template's bytes with field [starts[i], ends[i]) of node owners[i] replaced by pool[ids[i]].
 
     The spans must be disjoint fields inside node payloads; node length prefixes are re-encoded where a
-    node's payload length changes. Replacements of the same length are written in place; the others
-    (and the prefixes they change) are spliced in by one gather.
+    node's payload length changes.
     """
-    rb = t.buf
     if len(starts) == 0:
-        return Prediction(rb, t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end)
-    pool_len = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))
-    pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
-    pool_b = np.frombuffer(b"".join(pool), dtype=np.uint8)
-    rlen = pool_len[ids]
-    delta = rlen - (ends - starts)
-    same = delta == 0
-    out = np.frombuffer(rb, dtype=np.uint8).copy()
-    if same.any():
-        out[_ramp(starts[same], rlen[same])] = pool_b[_ramp(pool_off[ids[same]], rlen[same])]
-    if same.all():
-        return Prediction(
-            out.tobytes(), t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end
-        )
-    ch = ~same
-    node_delta = np.zeros(t.num_nodes, dtype=np.int64)
-    np.add.at(node_delta, owners[ch], delta[ch])
-    s_src = pool_off[ids[ch]] + len(rb)
-    s, e, ln = starts[ch], ends[ch], rlen[ch]
-    extra = b""
-    nodes = np.nonzero(node_delta)[0]
-    if len(nodes):  # re-encode those nodes' length prefixes
-        plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
-        prefixes = [_varint_cached(v) for v in plen.tolist()]
-        extra = b"".join(prefixes)
-        p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
-        p_off = np.concatenate(([0], np.cumsum(p_len)[:-1])) + len(rb) + len(pool_b)
-        s = np.concatenate((s, t.frame_start[nodes]))
-        e = np.concatenate((e, t.payload_start[nodes]))
-        ln = np.concatenate((ln, p_len))
-        s_src = np.concatenate((s_src, p_off))
-    order = np.argsort(s, kind="stable")
-    s, e, ln, s_src = s[order], e[order], ln[order], s_src[order]
-    # Kept [0, s0), replacement 0, kept [e0, s1), replacement 1, ..., kept [e_last, end), spliced by
-    # slices (a few hundred) rather than a gather of every byte.
-    kept = memoryview(out)
-    repl = memoryview(pool_b.tobytes() + extra)
-    base = len(rb)
-    parts = []
-    prev = 0
-    for a, b_, c, ll in zip(s.tolist(), e.tolist(), (s_src - base).tolist(), ln.tolist(), strict=True):
-        parts.append(kept[prev:a])
-        parts.append(repl[c : c + ll])
-        prev = b_
-    parts.append(kept[prev:base])
-    buf = b"".join(parts)
-    # New offsets: a template offset q moves by the size changes of the spans ending at or before it.
-    cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
+        return Prediction(t.buf, t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end)
+    rlen = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))[ids]
+    s, e, ln, which, prefixes = _edits(t, starts, ends, owners, rlen)
+    buf = _splice(t.buf, s, e, [pool[ids[w]] if w >= 0 else prefixes[-1 - w] for w in which.tolist()])
+    return _moved(t, buf, s, e, ln)
 
+
+def _edits(
+    t: Template, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray, rlen: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+    """Every byte range a prediction rewrites, in file order: (start, end, new length, which) with which
+    = i for field i of `starts`, -1 - p for re-encoded length prefix p; and those prefixes' bytes."""
+    node_delta = np.zeros(t.num_nodes, dtype=np.int64)
+    np.add.at(node_delta, owners, rlen - (ends - starts))
+    nodes = np.nonzero(node_delta)[0]
+    plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
+    prefixes = [_varint_cached(v) for v in plen.tolist()]
+    p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
+    s = np.concatenate((starts, t.frame_start[nodes]))
+    e = np.concatenate((ends, t.payload_start[nodes]))
+    ln = np.concatenate((rlen, p_len))
+    which = np.concatenate(
+        (np.arange(len(starts), dtype=np.int64), -1 - np.arange(len(nodes), dtype=np.int64))
+    )
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order], ln[order], which[order], prefixes
+
+
+def _splice(buf: bytes, s: np.ndarray, e: np.ndarray, pieces: list[bytes]) -> bytes:
+    """buf with [s[m], e[m]) replaced by pieces[m] (sorted, disjoint ranges), joined by slices."""
+    kept = memoryview(buf)
+    parts: list = []
+    prev = 0
+    for a, b_, piece in zip(s.tolist(), e.tolist(), pieces, strict=True):
+        parts.append(kept[prev:a])
+        parts.append(piece)
+        prev = b_
+    parts.append(kept[prev:])
+    return b"".join(parts)
+
+
+def _moved(t: Template, buf: bytes, s: np.ndarray, e: np.ndarray, ln: np.ndarray) -> Prediction:
+    """The prediction's node offsets: a template offset q moves by the size changes of the edits ending
+    at or before it."""
+    cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
     q = np.concatenate((t.frame_start, t.payload_start, t.payload_end, t.name_start, t.name_end))
     q = np.where(q >= 0, q + cum[np.searchsorted(e, q, side="right")], q)
     fs, ps, pe, ns, ne = np.split(q, 5)
@@ -142,6 +136,19 @@ def _varint_cached(v: int) -> bytes:
     return b
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where a prediction's bytes come from, for one template, spans and replacement lengths."""
+
+    base: np.ndarray  # the prediction for the pool `pool0` (re-encoded prefixes in place)
+    pool0: np.ndarray  # that pool's bytes, joined
+    pool_off: np.ndarray  # where each replacement starts in a joined pool
+    new_s: np.ndarray  # where each replaced span starts in the prediction
+    by_slot: np.ndarray  # the spans, grouped by their replacement (pool entry) ...
+    slot_ptr: np.ndarray  # ... entry i's spans being by_slot[slot_ptr[i]:slot_ptr[i + 1]]
+    shape: Prediction  # node offsets
+
+
 def predict_many(
     t: Template,
     starts: np.ndarray,
@@ -151,65 +158,58 @@ def predict_many(
     pool: list[bytes],
     cache: dict,
 ) -> Prediction:
-    """`predict`, for many folded ranks of one template and one set of spans: the layout of the predicted
-    file (where each kept byte and each replacement byte goes) depends only on the replacements' lengths,
-    so it is computed once per distinct lengths (kept in `cache`) and each prediction is one gather."""
-    pool_len = np.fromiter((len(p) for p in pool), dtype=np.int64, count=len(pool))
-    key = pool_len.tobytes()
+    """`predict`, for many folded ranks of one template and one set of spans.
+
+    Where each byte of a prediction comes from depends only on the replacements' lengths, so that layout is
+    computed once per distinct lengths (kept in `cache`) with the first pool's bytes in place. A later
+    prediction is a copy of that one with the pool bytes that differ from the first pool's written to
+    every span they go to (a device group number: one byte per node; the file has ~10^5).
+    """
+    key = tuple(map(len, pool))
+    pb_ = np.frombuffer(b"".join(pool), dtype=np.uint8)
     lay = cache.get(key)
     if lay is None:
-        # The node offsets come from a prediction with stand-in replacements of the same lengths.
-        pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
-        stand = [bytes(int(n)) for n in pool_len.tolist()]
-        lay = (
-            *_layout(t, starts, ends, owners, ids, pool_len, pool_off),
-            predict(t, starts, ends, owners, ids, stand),
+        lay = cache[key] = _layout(t, starts, ends, owners, ids, np.asarray(key, dtype=np.int64), pb_)
+    sh = lay.shape
+    if not len(starts):
+        return sh  # nothing replaced
+    out = lay.base.copy()
+    changed = np.flatnonzero(pb_ != lay.pool0)
+    if len(changed):
+        entry = np.searchsorted(lay.pool_off, changed, side="right") - 1
+        lo, hi = lay.slot_ptr[entry], lay.slot_ptr[entry + 1]
+        spans = lay.by_slot[_ramp(lo, hi - lo)]
+        out[lay.new_s[spans] + np.repeat(changed - lay.pool_off[entry], hi - lo)] = np.repeat(
+            pb_[changed], hi - lo
         )
-        cache[key] = lay
-    gidx, extra, shape = lay
-    src = np.concatenate(
-        (np.frombuffer(t.buf, dtype=np.uint8), np.frombuffer(b"".join(pool), dtype=np.uint8), extra)
-    )
     return Prediction(
-        src[gidx].tobytes(),
-        shape.frame_start,
-        shape.payload_start,
-        shape.payload_end,
-        shape.name_start,
-        shape.name_end,
+        out.tobytes(), sh.frame_start, sh.payload_start, sh.payload_end, sh.name_start, sh.name_end
     )
 
 
-def _layout(t: Template, starts, ends, owners, ids, pool_len, pool_off) -> tuple[np.ndarray, np.ndarray]:
-    """(gather index into template bytes ++ pool bytes ++ prefix bytes, the re-encoded prefix bytes)."""
-    base = len(t.buf)
+def _layout(t: Template, starts, ends, owners, ids, pool_len: np.ndarray, pool_b: np.ndarray) -> _Layout:
+    """The layout of `predict_many` for replacements of lengths pool_len, filled with pool bytes pool_b.
+
+    Only replacements that change a length (and the length prefixes they change) move bytes: those are
+    spliced (a few per node that changes); the others are written in place.
+    """
+    pool_off = np.concatenate(([0], np.cumsum(pool_len)[:-1]))
     rlen = pool_len[ids]
-    delta = rlen - (ends - starts)
-    node_delta = np.zeros(t.num_nodes, dtype=np.int64)
-    np.add.at(node_delta, owners, delta)
-    s, e, ln, src = starts, ends, rlen, pool_off[ids] + base
-    extra = b""
-    nodes = np.nonzero(node_delta)[0]
-    if len(nodes):
-        plen = (t.payload_end - t.payload_start)[nodes] + node_delta[nodes]
-        prefixes = [_varint_cached(v) for v in plen.tolist()]
-        extra = b"".join(prefixes)
-        p_len = np.fromiter((len(p) for p in prefixes), dtype=np.int64, count=len(prefixes))
-        p_off = np.concatenate(([0], np.cumsum(p_len)[:-1])) + base + int(pool_len.sum())
-        s = np.concatenate((s, t.frame_start[nodes]))
-        e = np.concatenate((e, t.payload_start[nodes]))
-        ln = np.concatenate((ln, p_len))
-        src = np.concatenate((src, p_off))
-    order = np.argsort(s, kind="stable")
-    s, e, ln, src = s[order], e[order], ln[order], src[order]
-    keep_s = np.concatenate(([0], e))
-    keep_l = np.concatenate((s, [base])) - keep_s
-    m = len(s)
-    seg_s = np.empty(2 * m + 1, dtype=np.int64)
-    seg_l = np.empty(2 * m + 1, dtype=np.int64)
-    seg_s[0::2], seg_l[0::2] = keep_s, keep_l
-    seg_s[1::2], seg_l[1::2] = src, ln
-    return _ramp(seg_s, seg_l), np.frombuffer(extra, dtype=np.uint8)
+    mv = rlen != ends - starts
+    s, e, ln, which, prefixes = _edits(t, starts[mv], ends[mv], owners[mv], rlen[mv])
+    pieces = [
+        bytes(int(n)) if w >= 0 else prefixes[-1 - w]
+        for w, n in zip(which.tolist(), ln.tolist(), strict=True)
+    ]
+    shape = _moved(t, _splice(t.buf, s, e, pieces), s, e, ln)
+    # Every replacement's place in the prediction: its start moved by the edits that end at or before it.
+    cum = np.concatenate(([0], np.cumsum(ln - (e - s))))
+    new_s = starts + cum[np.searchsorted(e, starts, side="right")]
+    base = np.frombuffer(shape.buf, dtype=np.uint8).copy()
+    base[_ramp(new_s, rlen)] = pool_b[_ramp(pool_off[ids], rlen)]
+    by_slot = np.argsort(ids, kind="stable")
+    slot_ptr = np.searchsorted(ids[by_slot], np.arange(len(pool_len) + 1))
+    return _Layout(base, pool_b.copy(), pool_off, new_s, by_slot, slot_ptr, shape)
 
 
 def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

@@ -362,7 +362,7 @@ def build_result(
 
     if rank_source is not None:  # account the source ranks' rows only, then copy to every rank
         src = np.asarray(rank_source, dtype=np.int64)
-        uniq = np.unique(src)
+        uniq = np.asarray(sorted(set(src.tolist())), dtype=np.int64)  # not np.unique: it imports numpy.ma
         lut = np.full(nr, -1, dtype=np.int64)
         lut[uniq] = np.arange(len(uniq))
         rows = lut[rank] >= 0

@@ -19,7 +19,8 @@ Prints one Markdown row per (size, network model); the numbers in docs/performan
 `--profile` runs pyinstrument around the replays of the (single) given size and writes an HTML report
 plus a text one beside it. `--summary-dir` writes each replay's summary.json (to compare runs byte for byte).
 `--fold` also replays each model with symmetric-replica folding (`simulate(fold=True)`, one DP replica
-simulated; model shown as `<model>+fold`) and checks its summary, ranks and ops tables equal the unfolded ones.
+simulated; model shown as `<model>+fold`) and checks its summary, ranks, ops and collectives tables equal the
+unfolded ones.
 `--comm-streams shared` replays with the one-slot communication rule of the runs before 2026-11-30 (their
 summaries are byte-identical); the default is the replay's own default (communication streams).
 """
@@ -134,6 +135,7 @@ def one_size(args: argparse.Namespace, n: int) -> list[dict]:
             assert ref.summary_dict() == s, "folded summary differs"
             assert_frame_equal(ref.ranks, res.ranks)
             assert_frame_equal(ref.ops, res.ops)
+            assert_frame_equal(ref.collectives, res.collectives)
         elif args.fold:
             plain[model] = res
         model_name = f"{model}+fold" if fold else model

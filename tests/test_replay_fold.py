@@ -373,3 +373,129 @@ def test_labels_of_other_lengths_are_proven_by_bytes(tmp_path: Path, monkeypatch
     b, n_b = _replay(d, fold=True)
     assert n_b * 6 == n_a and b.fold_factor == 6
     _assert_same(a, b, tmp_path)
+
+
+def _one_byte_edit(path: Path, pick, edit) -> pb.Node:
+    """Rewrite file `path` with one node changed by edit(node) (protobuf encodes the rest as the generator
+    did); checks exactly one byte of the file changed. Returns the node as it was."""
+    ts = discover(path.parent)
+    rank = next(r for r, p in enumerate(ts.paths) if Path(p) == path)
+    ef = ts.load(rank)
+    nodes = list(ef.nodes)
+    before = path.read_bytes()
+    target = next(n for n in nodes if pick(n))
+    orig = pb.Node()
+    orig.CopyFrom(target)
+    edit(target)
+    write_et(ef.path, nodes, ef.metadata)
+    after = path.read_bytes()
+    assert len(after) == len(before) and sum(a != b for a, b in zip(after, before, strict=True)) == 1
+    return orig
+
+
+def _int_attr(node: pb.Node, name: str):
+    return next((a for a in node.attr if a.name == name and a.WhichOneof("value") == "int64_val"), None)
+
+
+def _flip_attr(name: str):
+    def edit(node: pb.Node) -> None:
+        _int_attr(node, name).int64_val ^= 1  # the low bit: a varint of the same length
+
+    return (lambda n: (a := _int_attr(n, name)) is not None and a.int64_val >= 2), edit
+
+
+def _flip_dep():
+    def edit(node: pb.Node) -> None:
+        node.data_deps[0] ^= 1
+
+    return (lambda n: len(n.data_deps) > 0 and n.data_deps[0] >= 2), edit
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_flip_attr("duration_ns"), _flip_attr("comm_size"), _flip_attr("num_ops"), _flip_dep()],
+    ids=["duration", "comm_size", "num_ops", "dep"],
+)
+def test_one_byte_in_the_last_replica_refuses(gen_sets, tmp_path: Path, change) -> None:
+    # Rank 14 is in the LAST replica (3 of 0..3, stage 1) and mirrors rank 2. Its file is compared with a
+    # prediction built from the same template as ranks 6 and 10 (equal to theirs): one byte of one node
+    # changed (a duration, a collective's size, a roofline input, a dependency) must still be refused,
+    # naming that node.
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    node = _one_byte_edit(d / "fold_1f1b.14.et", *change)
+    with pytest.raises(
+        ReplayError, match=rf"fold_1f1b\.14\.et: cannot fold rank 14 onto rank 2: node {node.id} "
+    ):
+        _replay(d, fold=True)
+
+
+def test_labels_in_the_last_replica_fold_with_its_own_values(gen_sets, tmp_path: Path) -> None:
+    # Labels differ in rank 14 (last replica) beyond what the prediction swaps in: one device_group byte
+    # (7 -> 6), a P2P name that does not carry its peer, and a P2P name equal to the representative's
+    # (not the predicted "...to12"). It folds, each row keeping rank 14's own label, equal to the unfolded
+    # replay.
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    path = d / "fold_1f1b.14.et"
+    dg = _one_byte_edit(path, *_flip_attr("device_group"))
+    assert _int_attr(dg, "device_group").int64_val == 7
+    ts = discover(d)
+    ef = ts.load(14)
+    nodes = list(ef.nodes)
+    sends = [n for n in nodes if n.type == pb.COMM_SEND_NODE]
+    assert sends[0].name == "send_grad.bwd.mb0.to12" and sends[1].name == "send_grad.bwd.mb1.to12"
+    sends[0].name = "custom-p2p-label"
+    sends[1].name = "send_grad.bwd.mb1.to0"  # rank 2's own name for it
+    write_et(ef.path, nodes, ef.metadata)
+    a, _ = _replay(d)
+    b, n = _replay(d, fold=True)
+    assert n * 4 == a.summary_dict()["num_nodes"]
+    ops14 = b.ops.filter(b.ops["rank"] == 14)
+    assert ops14.filter(ops14["node_id"] == dg.id)["device_group"].to_list() == [6]
+    assert ops14.filter(ops14["node_id"] == sends[0].id)["name"].to_list() == ["custom-p2p-label"]
+    assert ops14.filter(ops14["node_id"] == sends[1].id)["name"].to_list() == ["send_grad.bwd.mb1.to0"]
+    _assert_same(a, b, tmp_path)
+
+
+def test_generated_files_equal_their_predictions(gen_sets, monkeypatch) -> None:
+    # P2P names are predicted from the peer (pi_k of "to2" is "to6", "to10", "to14"), so every folded file
+    # of a generated set equals its prediction byte for byte: no difference is ever looked for.
+    import replay.fold_bytes as fold_bytes
+
+    def no_diff(*_a, **_k):
+        raise AssertionError("a file differs from its prediction")
+
+    monkeypatch.setattr(fold_bytes, "first_diff", no_diff)
+    for sched in ("1f1b", "gpipe"):
+        res, n = _replay(gen_sets[sched], fold=True)
+        assert n * 4 == res.summary_dict()["num_nodes"]
+
+
+def test_expand_numbers_records_and_pairs_as_the_engine_does() -> None:
+    # replay.fold._canonical_order is the engine's canonical_order (replay/engine.py) done with numpy, for
+    # expanded runs; on records and pairs with many ties in time both number them alike.
+    import random
+
+    import numpy as np
+
+    from replay.engine import CollectiveRecord, canonical_order
+    from replay.fold import _canonical_order
+
+    rng = random.Random(7)
+    nodes = rng.sample(range(5000), 2000)  # distinct rows: a row is in one record or one pair
+    recs = [
+        CollectiveRecord(
+            -1, "g", 0, (0, 1, 2, 3), tuple(nodes[4 * i : 4 * i + 4]), 8, 0, rng.choice([1, 2, 3])
+        )
+        for i in range(300)
+    ]
+    copies = [CollectiveRecord(**vars(r)) for r in recs]
+    start = [rng.choice([0, 5, 9]) for _ in range(5000)]
+    pairs = [(nodes[1200 + 2 * i], nodes[1201 + 2 * i]) for i in range(400)]
+    want_of: dict[int, int] = {}
+    want_pairs = list(pairs)
+    canonical_order(recs, want_of, want_pairs, start)
+    got_of, got_pairs = _canonical_order(copies, np.asarray(pairs, dtype=np.int64), np.asarray(start))
+    assert [(r.id, r.nodes) for r in copies] == [(r.id, r.nodes) for r in recs]
+    assert got_of == want_of and got_pairs == want_pairs

@@ -136,3 +136,39 @@ def test_cached_layouts_give_the_same_predictions() -> None:
         assert a.buf == b.buf == encode_stream(META, _nodes(name, dgv, _pad_for_127()))
         assert np.array_equal(a.frame_start, b.frame_start) and np.array_equal(a.name_end, b.name_end)
     assert len(cache) == 2  # (2-byte value, 2-char name) once, (1-byte value, 1-char name) once
+
+
+def test_layouts_mix_in_place_and_moving_replacements() -> None:
+    # device_group 0 -> 7 keeps its length (written in place), pg_name "1" -> "13" grows (moves every later
+    # byte): the cached layout's prediction is protobuf's own encoding.
+    rep = encode_stream(META, _nodes("1", 0, _pad_for_127()))
+    t, cols = _template(rep)
+    pg, dg = cols.attrs["pg_name"], cols.attrs["device_group"]
+    starts = np.concatenate([dg.field_start, pg.field_start])
+    ends = np.concatenate([dg.field_end, pg.field_end])
+    owners = np.concatenate([np.arange(3), np.arange(3)])
+    ids = np.asarray([0, 0, 0, 1, 1, 1])
+    cache: dict = {}
+    for dgv, name in ((7, "13"), (9, "14"), (0, "1")):
+        pool = [_field("device_group", dgv, "int64_val"), _field("pg_name", name, "string_val")]
+        a = predict_many(t, starts, ends, owners, ids, pool, cache)
+        want = encode_stream(META, _nodes(name, dgv, _pad_for_127()))
+        assert a.buf == want
+        got = _template(want)[0]
+        assert np.array_equal(a.frame_start, got.frame_start) and np.array_equal(a.name_start, got.name_start)
+    assert len(cache) == 2
+
+
+def test_peer_in_name() -> None:
+    from replay.fold import _peer_in_name
+
+    assert _peer_in_name("send_act.fwd.mb0.to8", 8) == ("send_act.fwd.mb0.to", "")
+    assert _peer_in_name("recv.mb8.from8.x", 8) == ("recv.mb8.from", ".x")  # the last run equal to it
+    assert _peer_in_name("send.to18", 8) is None and _peer_in_name("send", 8) is None
+
+
+def test_name_field_is_protobufs() -> None:
+    from replay.fold import _name_field
+
+    for name in ("send_act.fwd.mb0.to40", "x" * 200, "ünïcode.to7"):
+        assert _name_field(name) == pb.Node(name=name).SerializeToString()
