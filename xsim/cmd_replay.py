@@ -7,6 +7,7 @@ import gc
 import json
 import sys
 
+from xsim.malloc import keep_freed_memory
 from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
@@ -167,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
     # and no garbage, but starts the collector ~50 times on the way: ~20 ms of an 8-rank replay
     # (docs/performance.md, round 3c). The replay itself runs with the collector paused too.
     gc_was_enabled = gc.isenabled()
+    keep_freed_memory()
     # Those objects live as long as the modules do. Frozen (gc.freeze: out of the collector's generations),
     # the first collection after the import need not walk all of them: ~10-20 ms (docs/performance.md,
     # round 4). Thawed on the way out; a caller that froze objects itself is left alone (nothing frozen).
