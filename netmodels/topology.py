@@ -26,6 +26,12 @@ SCALE_UP_KINDS = frozenset({"scaleup"})
 # Devices with more links than this pick route next hops with numpy (Topology._wide_next_hops); below it a
 # Python loop over the few neighbours is cheaper than numpy's per-call overhead.
 _WIDE = 32
+# Topology._compose builds a GPU's distances from at most this many forwarding in-neighbours (a cluster GPU
+# has two: its NVSwitch or PCIe switch and its NIC), a switch's or NIC's from at most one; past that, or
+# deeper than _COMPOSE_DEPTH compositions, a level search is cheaper or needed.
+_COMPOSE_GPU = 4
+_COMPOSE_DEPTH = 8
+_FAR = np.iinfo(np.int64).max  # "not reached yet" in a distance array under construction
 
 
 def link_cost(attrs: dict) -> int:
@@ -76,6 +82,7 @@ class Topology:
         names = list(self.graph.nodes)
         nid = {x: i for i, x in enumerate(names)}
         self._cache["nid"] = nid
+        self._cache["names"] = names
         # Cluster graphs (with non-forwarding GPUs) are shallow but wide: they are searched level by level
         # with numpy; logical topologies (rings can be thousands of hops deep) by a resumable Dijkstra.
         self._cache["levels"] = any(k == GPU for _, k in self.graph.nodes(data="kind"))
@@ -86,6 +93,8 @@ class Topology:
             self._cache["rsrc"] = np.array([o[1] for o in order], dtype=np.int64)
             self._cache["rcost"] = np.array([o[2] for o in order], dtype=np.int64)
             self._cache["fwd"] = np.array([self.graph.nodes[x].get("kind") != GPU for x in names])
+            self._cache["full"] = {}  # device index -> distances to it (_levels_full)
+            self._cache["ins"] = {}  # device index -> its in-neighbours split for _compose
 
     @property
     def num_ranks(self) -> int:
@@ -173,26 +182,57 @@ class Topology:
         dist[dist == big] = -1
         return dist
 
-    def _levels_cached(self, dst: str, src: str) -> np.ndarray:
-        """Level-search distances to dst: early exit on a destination's first query, then a full, cached search.
+    def _levels_full(self, x: int, stack: tuple[int, ...] = ()) -> np.ndarray:
+        """Full level-search distances (by node index) to device index x, -1 unreached; cached.
 
-        (A vectorized Bellman-Ford over 64 destinations at once was tried on 2026-11-30: faster at 512 ranks,
-        but its dense passes over every link made first routes ~50x slower at 2,048 ranks; docs/performance.md.)
+        GPUs never forward, so the distance to a device is the minimum over its in-neighbours w of
+        dist(to w) + cost(w, x), where a GPU w only counts for itself (the direct link). A GPU's few
+        forwarding in-neighbours (its NVSwitch or PCIe switch, its NIC) are shared by the host's GPUs, and a
+        NIC's only forwarding in-neighbour is its fabric switch, so one search per switch serves every
+        destination: composing an array is a few numpy passes, a search one pass per level (~0.5 ms).
+        The early exit of the old first-query search is gone: route() only reads devices closer than the
+        source, which a full array holds just the same (tests/test_net_routes.py checks every route).
         """
         c = self._cache
-        full = c.setdefault("full", {})
-        if dst in full:
-            return full[dst]
-        seen = c.setdefault("seen", set())
-        if dst not in seen:
-            seen.add(dst)
-            return self._levels_to(dst, src)
-        arr = self._levels_to(dst, None)
-        # Keep at most ~64 MiB of full distance arrays; the oldest destination goes first.
-        if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
-            full.pop(next(iter(full)))
-        full[dst] = arr
+        full = c["full"]
+        arr = full.pop(x, None)
+        if arr is None:
+            arr = self._compose(x, stack)
+            if arr is None:
+                arr = self._levels_to(c["names"][x], None)
+            # Keep at most ~64 MiB of distance arrays; the least recently used device goes first.
+            if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
+                full.pop(next(iter(full)))
+        full[x] = arr
         return arr
+
+    def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
+        """Distances to device x composed from its in-neighbours' arrays, or None where a search is cheaper
+        (a device with several forwarding in-neighbours that is not a GPU) or needed (a cycle of devices
+        composed from each other, or a chain deeper than _COMPOSE_DEPTH)."""
+        c = self._cache
+        ins = c["ins"].get(x)
+        if ins is None:
+            lo, hi = int(c["rptr"][x]), int(c["rptr"][x + 1])
+            u, cost = c["rsrc"][lo:hi], c["rcost"][lo:hi]
+            fw = c["fwd"][u]
+            relays = list(zip(u[fw].tolist(), cost[fw].tolist(), strict=True))
+            ins = c["ins"][x] = (relays, u[~fw], cost[~fw])
+        relays, gpus, gpu_cost = ins
+        if len(relays) > (_COMPOSE_GPU if not c["fwd"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
+            return None
+        if any(w in stack for w, _ in relays):
+            return None
+        inner = (*stack, x)
+        acc = np.full(len(c["names"]), _FAR, dtype=np.int64)
+        for w, cw in relays:
+            dw = self._levels_full(w, inner)
+            np.minimum(acc, np.where(dw >= 0, dw + cw, _FAR), out=acc)
+        if len(gpus):
+            acc[gpus] = np.minimum(acc[gpus], gpu_cost)
+        acc[x] = 0
+        acc[acc == _FAR] = -1
+        return acc
 
     def route(self, src: int, dst: int) -> Route:
         """The deterministic route from rank src to rank dst (empty when src == dst)."""
@@ -205,7 +245,7 @@ class Topology:
         links: list[int] = []
         if a != b:
             if self._cache["levels"]:
-                arr, nid = self._levels_cached(b, a), self._cache["nid"]
+                arr, nid = self._levels_full(self._cache["nid"][b]), self._cache["nid"]
 
                 def dist_of(v: str) -> int:
                     return int(arr[nid[v]])  # -1: unreached
@@ -225,10 +265,11 @@ class Topology:
                 if self._cache["levels"] and len(adj[u]) > _WIDE:
                     nxt = self._wide_next_hops(u, b, du, arr)
                 else:
+                    # du >= c: an unreached neighbour's -1 must not pass for distance du - c = -1.
                     nxt = [
                         v
                         for v, c in adj[u]
-                        if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
+                        if du >= c and dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
                     ]
                 v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
                 links.append(index[(u, v)])
@@ -255,7 +296,7 @@ class Topology:
             nb = wide[u] = (ids, np.array([c for _, c in pairs], dtype=np.int64), [v for v, _ in pairs])
         ids, costs, names = nb
         d = arr[ids]  # -1: unreached, as dist_of
-        ok = (d == du - costs) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
+        ok = (d == du - costs) & (d >= 0) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
         return [names[j] for j in np.flatnonzero(ok).tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
