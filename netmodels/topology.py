@@ -31,7 +31,10 @@ _WIDE = 32
 # deeper than _COMPOSE_DEPTH compositions, a level search is cheaper or needed.
 _COMPOSE_GPU = 4
 _COMPOSE_DEPTH = 8
-_FAR = np.iinfo(np.int64).max  # "not reached yet" in a distance array under construction
+# Unreached in route distance arrays (int32: half the memory traffic of int64; distances stay below 2^31 as
+# each link costs at most 2 and MAX_LINKS bounds a path). Far above any distance, so no arithmetic on a
+# reached device's distance can equal it, and adding a link cost to it cannot overflow before the clamp.
+_FAR = 1 << 30
 
 
 def link_cost(attrs: dict) -> int:
@@ -93,7 +96,7 @@ class Topology:
             self._cache["rsrc"] = np.array([o[1] for o in order], dtype=np.int64)
             self._cache["rcost"] = np.array([o[2] for o in order], dtype=np.int64)
             self._cache["fwd"] = np.array([self.graph.nodes[x].get("kind") != GPU for x in names])
-            self._cache["full"] = {}  # device index -> distances to it (_levels_full)
+            self._cache["full"] = {}  # device index -> distances to it (_far_to)
             self._cache["ins"] = {}  # device index -> its in-neighbours split for _compose
 
     @property
@@ -182,14 +185,14 @@ class Topology:
         dist[dist == big] = -1
         return dist
 
-    def _levels_full(self, x: int, stack: tuple[int, ...] = ()) -> np.ndarray:
-        """Full level-search distances (by node index) to device index x, -1 unreached; cached.
+    def _far_to(self, x: int, stack: tuple[int, ...] = ()) -> np.ndarray:
+        """Distances (int32, by node index) to device index x, _FAR where unreached; cached.
 
         GPUs never forward, so the distance to a device is the minimum over its in-neighbours w of
         dist(to w) + cost(w, x), where a GPU w only counts for itself (the direct link). A GPU's few
         forwarding in-neighbours (its NVSwitch or PCIe switch, its NIC) are shared by the host's GPUs, and a
-        NIC's only forwarding in-neighbour is its fabric switch, so one search per switch serves every
-        destination: composing an array is a few numpy passes, a search one pass per level (~0.5 ms).
+        NIC's only forwarding in-neighbour is its fabric switch, so one level search per switch serves every
+        destination: composing an array is a few numpy passes, a search a dozen per level (~0.5 ms).
         The early exit of the old first-query search is gone: route() only reads devices closer than the
         source, which a full array holds just the same (tests/test_net_routes.py checks every route).
         """
@@ -199,11 +202,18 @@ class Topology:
         if arr is None:
             arr = self._compose(x, stack)
             if arr is None:
-                arr = self._levels_to(c["names"][x], None)
+                found = self._levels_to(c["names"][x], None)
+                arr = np.where(found >= 0, found, _FAR).astype(np.int32)
             # Keep at most ~64 MiB of distance arrays; the least recently used device goes first.
-            if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
+            if len(full) >= max(1, (64 << 20) // (4 * len(arr))):
                 full.pop(next(iter(full)))
         full[x] = arr
+        return arr
+
+    def _levels_full(self, x: int) -> np.ndarray:
+        """Distances (int64) to device index x with -1 where unreached, as _levels_to(x, None) gives them."""
+        arr = self._far_to(x).astype(np.int64)
+        arr[arr == _FAR] = -1
         return arr
 
     def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
@@ -216,22 +226,25 @@ class Topology:
             lo, hi = int(c["rptr"][x]), int(c["rptr"][x + 1])
             u, cost = c["rsrc"][lo:hi], c["rcost"][lo:hi]
             fw = c["fwd"][u]
-            relays = list(zip(u[fw].tolist(), cost[fw].tolist(), strict=True))
-            ins = c["ins"][x] = (relays, u[~fw], cost[~fw])
+            relays = list(zip(u[fw].tolist(), cost[fw].astype(np.int32).tolist(), strict=True))
+            ins = c["ins"][x] = (relays, u[~fw], cost[~fw].astype(np.int32))
         relays, gpus, gpu_cost = ins
         if len(relays) > (_COMPOSE_GPU if not c["fwd"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
             return None
         if any(w in stack for w, _ in relays):
             return None
         inner = (*stack, x)
-        acc = np.full(len(c["names"]), _FAR, dtype=np.int64)
-        for w, cw in relays:
-            dw = self._levels_full(w, inner)
-            np.minimum(acc, np.where(dw >= 0, dw + cw, _FAR), out=acc)
+        if relays:
+            w, cw = relays[0]
+            acc = self._far_to(w, inner) + np.int32(cw)
+            for w, cw in relays[1:]:
+                np.minimum(acc, self._far_to(w, inner) + np.int32(cw), out=acc)
+            np.minimum(acc, _FAR, out=acc)
+        else:
+            acc = np.full(len(c["names"]), _FAR, dtype=np.int32)
         if len(gpus):
             acc[gpus] = np.minimum(acc[gpus], gpu_cost)
         acc[x] = 0
-        acc[acc == _FAR] = -1
         return acc
 
     def route(self, src: int, dst: int) -> Route:
@@ -245,18 +258,20 @@ class Topology:
         links: list[int] = []
         if a != b:
             if self._cache["levels"]:
-                arr, nid = self._levels_full(self._cache["nid"][b]), self._cache["nid"]
+                arr, nid = self._far_to(self._cache["nid"][b]), self._cache["nid"]
 
                 def dist_of(v: str) -> int:
-                    return int(arr[nid[v]])  # -1: unreached
+                    return int(arr[nid[v]])  # _FAR: unreached
 
             else:
                 dmap = self._dist_to(b, a)
 
                 def dist_of(v: str) -> int:
-                    return dmap.get(v, -1)
+                    return dmap.get(v, _FAR)
 
-            if dist_of(a) < 0:
+            # Unreached devices are at _FAR, so no neighbour of a reached device can pass for one a link
+            # closer (with -1 they could: 1 - 2 == -1 sent a route into a dead end, IndexError).
+            if dist_of(a) >= _FAR:
                 raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
             adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
             u = a
@@ -265,11 +280,10 @@ class Topology:
                 if self._cache["levels"] and len(adj[u]) > _WIDE:
                     nxt = self._wide_next_hops(u, b, du, arr)
                 else:
-                    # du >= c: an unreached neighbour's -1 must not pass for distance du - c = -1.
                     nxt = [
                         v
                         for v, c in adj[u]
-                        if du >= c and dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
+                        if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
                     ]
                 v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
                 links.append(index[(u, v)])
@@ -295,8 +309,8 @@ class Topology:
             ids = np.array([nid[v] for v, _ in pairs], dtype=np.int64)
             nb = wide[u] = (ids, np.array([c for _, c in pairs], dtype=np.int64), [v for v, _ in pairs])
         ids, costs, names = nb
-        d = arr[ids]  # -1: unreached, as dist_of
-        ok = (d == du - costs) & (d >= 0) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
+        d = arr[ids]  # _FAR: unreached, as dist_of
+        ok = (d == du - costs) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
         return [names[j] for j in np.flatnonzero(ok).tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
