@@ -73,6 +73,7 @@ class Topology:
         self._cache["index"] = index
         self._cache["bw"] = np.array([d["bandwidth"] / 1e9 for _, _, d in edges], dtype=np.float64)
         self._cache["lat"] = np.array([float(d["latency_ns"]) for _, _, d in edges], dtype=np.float64)
+        self._cache["bwl"], self._cache["latl"] = self._cache["bw"].tolist(), self._cache["lat"].tolist()
         cost = {(u, v): link_cost(d) for u, v, d in edges}
         self._cache["adj"] = {
             n: [(v, cost[(n, v)]) for v in sorted(self.graph.successors(n))] for n in self.graph
@@ -96,6 +97,8 @@ class Topology:
             self._cache["rsrc"] = np.array([o[1] for o in order], dtype=np.int64)
             self._cache["rcost"] = np.array([o[2] for o in order], dtype=np.int64)
             self._cache["fwd"] = np.array([self.graph.nodes[x].get("kind") != GPU for x in names])
+            self._cache["fwdl"] = self._cache["fwd"].tolist()
+            self._cache["hops"] = {}  # device -> its out-links for _path_levels (_hops)
             self._cache["full"] = {}  # device index -> distances to it (_far_to)
             self._cache["ins"] = {}  # device index -> its in-neighbours split for _compose
 
@@ -223,13 +226,9 @@ class Topology:
         c = self._cache
         ins = c["ins"].get(x)
         if ins is None:
-            lo, hi = int(c["rptr"][x]), int(c["rptr"][x + 1])
-            u, cost = c["rsrc"][lo:hi], c["rcost"][lo:hi]
-            fw = c["fwd"][u]
-            relays = list(zip(u[fw].tolist(), cost[fw].astype(np.int32).tolist(), strict=True))
-            ins = c["ins"][x] = (relays, u[~fw], cost[~fw].astype(np.int32))
-        relays, gpus, gpu_cost = ins
-        if len(relays) > (_COMPOSE_GPU if not c["fwd"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
+            ins = c["ins"][x] = self._in_neighbours(x)
+        relays, direct = ins
+        if len(relays) > (_COMPOSE_GPU if not c["fwdl"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
             return None
         if any(w in stack for w, _ in relays):
             return None
@@ -242,76 +241,127 @@ class Topology:
             np.minimum(acc, _FAR, out=acc)
         else:
             acc = np.full(len(c["names"]), _FAR, dtype=np.int32)
-        if len(gpus):
-            acc[gpus] = np.minimum(acc[gpus], gpu_cost)
+        if isinstance(direct, tuple):
+            ids, costs = direct
+            acc[ids] = np.minimum(acc[ids], costs)
+        else:
+            for g, cg in direct:
+                if acc[g] > cg:
+                    acc[g] = cg
         acc[x] = 0
         return acc
+
+    def _in_neighbours(self, x: int) -> tuple[list[tuple[int, int]], list | tuple[np.ndarray, np.ndarray]]:
+        """_compose's view of device x's links in: forwarding (index, cost) pairs, and the GPUs' direct links
+        as (index, cost) pairs, or as index and cost arrays when there are many (an NVSwitch's)."""
+        c = self._cache
+        nid, fwdl = c["nid"], c["fwdl"]
+        relays, direct = [], []
+        for u, cu in c["radj"][c["names"][x]]:
+            (relays if fwdl[nid[u]] else direct).append((nid[u], cu))
+        if len(direct) > 8:
+            ids, costs = zip(*direct, strict=True)
+            return relays, (np.array(ids, dtype=np.int64), np.array(costs, dtype=np.int32))
+        return relays, direct
 
     def route(self, src: int, dst: int) -> Route:
         """The deterministic route from rank src to rank dst (empty when src == dst)."""
         key = (src, dst)
-        routes = self._cache["routes"]
-        if key in routes:
-            return routes[key]
-        validate_ranks((src, dst), self.num_ranks)
+        c = self._cache
+        r = c["routes"].get(key)
+        if r is not None:
+            return r
+        n = len(self.rank_nodes)
+        if not (type(src) is int and type(dst) is int and 0 <= src < n and 0 <= dst < n):
+            validate_ranks((src, dst), n)  # numpy integers pass, anything else raises RankError
         a, b = self.rank_nodes[src], self.rank_nodes[dst]
-        links: list[int] = []
-        if a != b:
-            if self._cache["levels"]:
-                arr, nid = self._far_to(self._cache["nid"][b]), self._cache["nid"]
-
-                def dist_of(v: str) -> int:
-                    return int(arr[nid[v]])  # _FAR: unreached
-
-            else:
-                dmap = self._dist_to(b, a)
-
-                def dist_of(v: str) -> int:
-                    return dmap.get(v, _FAR)
-
-            # Unreached devices are at _FAR, so no neighbour of a reached device can pass for one a link
-            # closer (with -1 they could: 1 - 2 == -1 sent a route into a dead end, IndexError).
-            if dist_of(a) >= _FAR:
-                raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
-            adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
-            u = a
-            while u != b:
-                du = dist_of(u)
-                if self._cache["levels"] and len(adj[u]) > _WIDE:
-                    nxt = self._wide_next_hops(u, b, du, arr)
-                else:
-                    nxt = [
-                        v
-                        for v, c in adj[u]
-                        if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
-                    ]
-                v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
-                links.append(index[(u, v)])
-                u = v
-        idx = np.array(links, dtype=np.int64)
-        lat = float(self._cache["lat"][idx].sum()) if links else 0.0
-        bw = float(self._cache["bw"][idx].min()) if links else float("inf")
+        links = (self._path_levels if c["levels"] else self._path_dijkstra)(a, b) if a != b else []
+        if links is None:
+            raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
+        if not links:
+            lat, bw = 0.0, float("inf")
+        elif len(links) < 8:
+            # numpy sums fewer than 8 float64s one by one from 0.0 (its pairwise summation unrolls from 8
+            # on), so this gives its bits exactly; tests/test_net_routes.py compares both.
+            lat, latl = 0.0, c["latl"]
+            for i in links:
+                lat += latl[i]
+            bw = min([c["bwl"][i] for i in links])
+        else:
+            idx = np.array(links, dtype=np.int64)
+            lat, bw = float(c["lat"][idx].sum()), float(c["bw"][idx].min())
         r = Route(tuple(links), lat, bw)
-        routes[key] = r
+        c["routes"][key] = r
         return r
 
-    def _wide_next_hops(self, u: str, b: str, du: int, arr: np.ndarray) -> list[str]:
-        """route()'s candidate next hops from a wide device (a switch) in one numpy pass, same order.
+    def _path_levels(self, a: str, b: str) -> list[int] | None:
+        """Link indices of the route from device a to device b on distance arrays; None when unreachable."""
+        c = self._cache
+        nid, hops = c["nid"], c["hops"]
+        tb = nid[b]
+        arr = self._far_to(tb)
+        u, du = a, int(arr[nid[a]])
+        if du >= _FAR:
+            return None
+        links = []
+        while u != b:
+            nb = hops.get(u)
+            if nb is None:
+                nb = hops[u] = self._hops(u)
+            if type(nb) is tuple:
+                nxt = self._wide_next_hops(nb, tb, du, arr)
+            else:
+                # Unreached devices are at _FAR, so none can pass for a device a link closer (with -1 they
+                # could: 1 - 2 == -1 sent a route into a dead end, IndexError).
+                nxt = [h for h in nb if arr[h[2]] == du - h[1] and (h[3] or h[2] == tb)]
+            h = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
+            links.append(h[4])
+            u, du = h[0], du - h[1]
+        return links
+
+    def _hops(self, u: str) -> list[tuple] | tuple:
+        """Out-links of device u for _path_levels: (device, cost, index, forwards, link index) in sorted
+        device order; for a wide device (a switch) the same as arrays for _wide_next_hops."""
+        c = self._cache
+        nid, fwdl, index = c["nid"], c["fwdl"], c["index"]
+        nb = [(v, cv, nid[v], fwdl[nid[v]], index[(u, v)]) for v, cv in c["adj"][u]]
+        if len(nb) <= _WIDE:
+            return nb
+        ids = np.array([h[2] for h in nb], dtype=np.int64)
+        costs = np.array([h[1] for h in nb], dtype=np.int64)
+        relay = c["fwd"][ids]
+        return nb, ids, costs, relay, bool(relay.all())
+
+    def _path_dijkstra(self, a: str, b: str) -> list[int] | None:
+        """Link indices of the route from device a to device b on the resumable Dijkstra; None when unreachable."""
+        dmap = self._dist_to(b, a)
+        if a not in dmap:
+            return None
+        adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
+        links, u = [], a
+        while u != b:
+            du = dmap[u]
+            nxt = [
+                v
+                for v, c in adj[u]
+                if dmap.get(v, _FAR) == du - c and (v == b or kinds[v].get("kind") != GPU)
+            ]
+            v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
+            links.append(index[(u, v)])
+            u = v
+        return links
+
+    def _wide_next_hops(self, nb: tuple, tb: int, du: int, arr: np.ndarray) -> list[tuple]:
+        """_path_levels' candidate next hops from a wide device (a switch) in one numpy pass, same order.
 
         The per-neighbour Python test made every new route through a switch with N ports cost O(N), so
         routing all ring neighbours of N ranks cost O(N^2) (8% of a 2048-rank replay, docs/performance.md).
         """
-        wide = self._cache.setdefault("wide", {})
-        nb = wide.get(u)
-        if nb is None:
-            nid = self._cache["nid"]
-            pairs = self._cache["adj"][u]
-            ids = np.array([nid[v] for v, _ in pairs], dtype=np.int64)
-            nb = wide[u] = (ids, np.array([c for _, c in pairs], dtype=np.int64), [v for v, _ in pairs])
-        ids, costs, names = nb
-        d = arr[ids]  # _FAR: unreached, as dist_of
-        ok = (d == du - costs) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
-        return [names[j] for j in np.flatnonzero(ok).tolist()]
+        hops, ids, costs, relay, all_relay = nb
+        ok = arr[ids] == du - costs  # _FAR: unreached, never a distance
+        if not all_relay:
+            ok &= relay | (ids == tb)
+        return [hops[j] for j in np.flatnonzero(ok).tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended time (float ns) for nbytes from src to dst: path latency + bytes / bottleneck."""

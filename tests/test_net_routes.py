@@ -34,14 +34,14 @@ def _oracle_dist(topo: Topology, dst: str) -> dict[str, int]:
     return nx.single_source_dijkstra_path_length(allowed, dst, weight="w")
 
 
-def _oracle_route(topo: Topology, src: int, dst: int, dist: dict[str, int]) -> tuple[int, ...] | None:
+def _oracle_route(
+    topo: Topology, src: int, dst: int, dist: dict[str, int], index: dict[tuple[str, str], int]
+) -> tuple[int, ...] | None:
     """Link indices of the rule's route, None when dst is unreachable."""
     g = topo.graph
     a, b = topo.rank_nodes[src], topo.rank_nodes[dst]
     if a not in dist:
         return None
-    links = [(u, v) for u, v in g.edges()]
-    index = {e: i for i, e in enumerate(links)}
     out, u = [], a
     while u != b:
         nxt = [
@@ -93,16 +93,18 @@ def _islands() -> Topology:
 
 
 def _gpu_torus(rows: int, cols: int) -> Topology:
-    # A GPU per router, routers in a 2-D torus: deep (many levels) rather than wide.
+    # A GPU per router, routers in a 2-D torus: deep (many levels) rather than wide. Latencies are random
+    # floats, so route latencies (1 to 8 links) check the summation order bit for bit.
+    rng = np.random.default_rng(11)
     g = DiGraph()
     gpus = [f"gpu{r}_{c}" for r in range(rows) for c in range(cols)]
     for x in gpus:
         g.add_node(x, kind="gpu")
     for r in range(rows):
         for c in range(cols):
-            add_duplex(g, f"gpu{r}_{c}", f"rt{r}_{c}", 100e9, 50, "pcie")
-            add_duplex(g, f"rt{r}_{c}", f"rt{r}_{(c + 1) % cols}", 50e9, 200, "torus")
-            add_duplex(g, f"rt{r}_{c}", f"rt{(r + 1) % rows}_{c}", 50e9, 200, "torus")
+            add_duplex(g, f"gpu{r}_{c}", f"rt{r}_{c}", 100e9, 50 * rng.random(), "pcie")
+            add_duplex(g, f"rt{r}_{c}", f"rt{r}_{(c + 1) % cols}", 50e9, 1e3 * rng.random(), "torus")
+            add_duplex(g, f"rt{r}_{c}", f"rt{(r + 1) % rows}_{c}", 50e9, 1e3 * rng.random(), "torus")
     return Topology("gpu-torus", g, tuple(gpus))
 
 
@@ -116,7 +118,7 @@ TOPOLOGIES = {
     "one_host_nic_per_node": lambda: topology_from_spec("nodes:1*H100x4:nic=per_node"),
     "direct_gpu_links": _direct_gpu_links,
     "islands": _islands,
-    "gpu_torus": lambda: _gpu_torus(4, 5),
+    "gpu_torus": lambda: _gpu_torus(6, 7),
     "ring": lambda: ring_topology(13, 50e9, 500),
     "torus": lambda: multi_dim_topology([("ring", 4, 50e9, 500), ("ring", 3, 25e9, 700)]),
 }
@@ -126,12 +128,13 @@ TOPOLOGIES = {
 def test_every_route_equals_the_oracle(name):
     topo = TOPOLOGIES[name]()
     n = topo.num_ranks
-    unreachable = 0
+    unreachable = longest = 0
+    index = {e: i for i, e in enumerate(topo.graph.edges())}  # link indices: the graph's link order
     # Destinations in a scrambled order, so cached arrays are reused across unrelated queries.
     for dst in [(7 * i + 3) % n for i in range(n)] if n % 7 else range(n):
         dist = _oracle_dist(topo, topo.rank_nodes[dst])
         for src in range(n):
-            want = _oracle_route(topo, src, dst, dist) if src != dst else ()
+            want = _oracle_route(topo, src, dst, dist, index) if src != dst else ()
             if want is None:
                 unreachable += 1
                 with pytest.raises(TopologyError, match=f"no path from rank {src} "):
@@ -139,9 +142,17 @@ def test_every_route_equals_the_oracle(name):
                 continue
             r = topo.route(src, dst)
             assert r.links == want, (name, src, dst)
-            assert r.latency_ns == pytest.approx(sum(topo.link_latency[i] for i in want))
+            # Same bits as numpy's sum and min over the route's links (what every table was made from).
+            idx = np.array(want, dtype=np.int64)
+            assert r.latency_ns == (float(topo.link_latency[idx].sum()) if want else 0.0)
+            assert r.bottleneck_bytes_per_ns == (
+                float(topo.link_bandwidth[idx].min()) if want else float("inf")
+            )
+            longest = max(longest, len(want))
     # Only the islands have pairs without a path: 3 x 3 GPUs in each direction.
     assert unreachable == (18 if name == "islands" else 0)
+    if name == "gpu_torus":
+        assert longest == 8  # 3 + 3 torus hops and the two GPU links: numpy's unrolled sum from 8 on
 
 
 @pytest.mark.parametrize("name", sorted(n for n in TOPOLOGIES if n not in ("ring", "torus")))
