@@ -31,9 +31,10 @@ _WIDE = 32
 # deeper than _COMPOSE_DEPTH compositions, a level search is cheaper or needed.
 _COMPOSE_GPU = 4
 _COMPOSE_DEPTH = 8
-# Unreached in route distance arrays (int32: half the memory traffic of int64; distances stay below 2^31 as
-# each link costs at most 2 and MAX_LINKS bounds a path). Far above any distance, so no arithmetic on a
-# reached device's distance can equal it, and adding a link cost to it cannot overflow before the clamp.
+# Unreached in route distance arrays: any value from _FAR up (int32: half the memory traffic of int64).
+# Real distances stay far below it (each link costs at most 2 and MAX_LINKS bounds a path), and a composed
+# array adds at most 2 per composition in a chain at most as long as the device count, so an unreached
+# value can neither overflow int32 nor pass for a distance.
 _FAR = 1 << 30
 
 
@@ -189,7 +190,7 @@ class Topology:
         return dist
 
     def _far_to(self, x: int, stack: tuple[int, ...] = ()) -> np.ndarray:
-        """Distances (int32, by node index) to device index x, _FAR where unreached; cached.
+        """Distances (int32, by node index) to device index x, _FAR or more where unreached; cached.
 
         GPUs never forward, so the distance to a device is the minimum over its in-neighbours w of
         dist(to w) + cost(w, x), where a GPU w only counts for itself (the direct link). A GPU's few
@@ -216,7 +217,7 @@ class Topology:
     def _levels_full(self, x: int) -> np.ndarray:
         """Distances (int64) to device index x with -1 where unreached, as _levels_to(x, None) gives them."""
         arr = self._far_to(x).astype(np.int64)
-        arr[arr == _FAR] = -1
+        arr[arr >= _FAR] = -1
         return arr
 
     def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
@@ -238,7 +239,6 @@ class Topology:
             acc = self._far_to(w, inner) + np.int32(cw)
             for w, cw in relays[1:]:
                 np.minimum(acc, self._far_to(w, inner) + np.int32(cw), out=acc)
-            np.minimum(acc, _FAR, out=acc)
         else:
             acc = np.full(len(c["names"]), _FAR, dtype=np.int32)
         if isinstance(direct, tuple):
@@ -311,8 +311,8 @@ class Topology:
             if type(nb) is tuple:
                 nxt = self._wide_next_hops(nb, tb, du, arr)
             else:
-                # Unreached devices are at _FAR, so none can pass for a device a link closer (with -1 they
-                # could: 1 - 2 == -1 sent a route into a dead end, IndexError).
+                # Unreached devices are at _FAR or more, so none passes for a device a link closer (with -1
+                # one could: 1 - 2 == -1 sent a route into a dead end, IndexError).
                 nxt = [h for h in nb if arr[h[2]] == du - h[1] and (h[3] or h[2] == tb)]
             h = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
             links.append(h[4])
@@ -330,7 +330,9 @@ class Topology:
         ids = np.array([h[2] for h in nb], dtype=np.int64)
         costs = np.array([h[1] for h in nb], dtype=np.int64)
         relay = c["fwd"][ids]
-        return nb, ids, costs, relay, bool(relay.all())
+        # A switch's ports usually share one cost: then the test is against one number, not an array.
+        same = int(costs[0]) if (costs == costs[0]).all() else None
+        return nb, ids, costs if same is None else same, relay, bool(relay.all())
 
     def _path_dijkstra(self, a: str, b: str) -> list[int] | None:
         """Link indices of the route from device a to device b on the resumable Dijkstra; None when unreachable."""
@@ -358,7 +360,7 @@ class Topology:
         routing all ring neighbours of N ranks cost O(N^2) (8% of a 2048-rank replay, docs/performance.md).
         """
         hops, ids, costs, relay, all_relay = nb
-        ok = arr[ids] == du - costs  # _FAR: unreached, never a distance
+        ok = arr[ids] == du - costs  # costs: one number or one per port; unreached (_FAR up) never matches
         if not all_relay:
             ok &= relay | (ids == tb)
         return [hops[j] for j in np.flatnonzero(ok).tolist()]
