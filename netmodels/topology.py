@@ -101,6 +101,9 @@ class Topology:
             self._cache["fwdl"] = self._cache["fwd"].tolist()
             self._cache["hops"] = {}  # device -> its out-links for _path_levels (_hops)
             self._cache["full"] = {}  # device index -> distances to it (_far_to)
+            self._cache["hubs"] = {}  # device index -> the devices its full array needs searched (_hubs)
+            self._cache["seen"] = set()  # destinations asked for once (_route_dist)
+            self._cache["demand"] = {}  # searched device -> destinations that needed it (_route_dist)
             self._cache["ins"] = {}  # device index -> its in-neighbours split for _compose
 
     @property
@@ -197,8 +200,6 @@ class Topology:
         forwarding in-neighbours (its NVSwitch or PCIe switch, its NIC) are shared by the host's GPUs, and a
         NIC's only forwarding in-neighbour is its fabric switch, so one level search per switch serves every
         destination: composing an array is a few numpy passes, a search a dozen per level (~0.5 ms).
-        The early exit of the old first-query search is gone: route() only reads devices closer than the
-        source, which a full array holds just the same (tests/test_net_routes.py checks every route).
         """
         c = self._cache
         full = c["full"]
@@ -220,19 +221,67 @@ class Topology:
         arr[arr >= _FAR] = -1
         return arr
 
-    def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
-        """Distances to device x composed from its in-neighbours' arrays, or None where a search is cheaper
-        (a device with several forwarding in-neighbours that is not a GPU) or needed (a cycle of devices
-        composed from each other, or a chain deeper than _COMPOSE_DEPTH)."""
+    def _route_dist(self, tb: int, ta: int) -> np.ndarray:
+        """Distances to device index tb for a route from device index ta: exact for every device closer than
+        ta, and _FAR or more for no device that is reached (what _path_levels reads).
+
+        A full array when it is cached or can be composed without a new level search. Otherwise, on a
+        destination's first query, the search stops once ta is settled (uncached), unless another
+        destination already asked for the same switches: then they are searched in full and shared. A
+        deep graph where every GPU has its own router (nothing shared) so keeps one early-exit search per
+        first route, and a cluster pays one early exit before its switch's array serves every GPU.
+        """
+        c = self._cache
+        full = c["full"]
+        arr = full.pop(tb, None)
+        if arr is not None:
+            full[tb] = arr  # most recently used
+            return arr
+        hubs = c["hubs"].get(tb)
+        if hubs is None:
+            hubs = c["hubs"][tb] = tuple(dict.fromkeys(self._hubs(tb, ())))
+        needed = [h for h in hubs if h not in full]
+        if needed and tb not in c["seen"]:
+            c["seen"].add(tb)
+            demand = c["demand"]
+            for h in needed:
+                demand[h] = demand.get(h, 0) + 1
+            if any(demand[h] < 2 for h in needed):
+                # Route() reads only devices closer than ta, which are final here; the rest are unreached
+                # (-1, now _FAR) or at least as far as ta, so none passes for a next hop.
+                found = self._levels_to(c["names"][tb], c["names"][ta])
+                return np.where(found >= 0, found, _FAR).astype(np.int32)
+        return self._far_to(tb)
+
+    def _hubs(self, x: int, stack: tuple[int, ...]) -> list[int]:
+        """The devices _far_to(x) would search (with nothing cached): x's composition tree's leaves."""
+        relays = self._relays(x, stack)
+        if relays is None:
+            return [x]
+        return [h for w, _ in relays for h in self._hubs(w, (*stack, x))]
+
+    def _relays(self, x: int, stack: tuple[int, ...]) -> list[tuple[int, int]] | None:
+        """Device x's forwarding in-neighbours (index, cost) when x's array is to be composed from theirs;
+        None where a search is cheaper (a device that is not a GPU with several of them) or needed (a cycle
+        of devices composed from each other, or a chain deeper than _COMPOSE_DEPTH)."""
         c = self._cache
         ins = c["ins"].get(x)
         if ins is None:
             ins = c["ins"][x] = self._in_neighbours(x)
-        relays, direct = ins
+        relays = ins[0]
         if len(relays) > (_COMPOSE_GPU if not c["fwdl"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
             return None
         if any(w in stack for w, _ in relays):
             return None
+        return relays
+
+    def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
+        """Distances to device x composed from its in-neighbours' arrays, or None (see _relays)."""
+        c = self._cache
+        relays = self._relays(x, stack)
+        if relays is None:
+            return None
+        direct = c["ins"][x][1]
         inner = (*stack, x)
         if relays:
             w, cw = relays[0]
@@ -299,7 +348,7 @@ class Topology:
         c = self._cache
         nid, hops = c["nid"], c["hops"]
         tb = nid[b]
-        arr = self._far_to(tb)
+        arr = self._route_dist(tb, nid[a])
         u, du = a, int(arr[nid[a]])
         if du >= _FAR:
             return None

@@ -189,3 +189,27 @@ def test_route_order_does_not_change_routes():
     first, second = topology_from_spec("nodes:4*H100x8"), topology_from_spec("nodes:4*H100x8")
     want = {p: first.route(*p) for p in pairs}
     assert {p: second.route(*p) for p in reversed(pairs)} == want
+
+
+def test_one_level_search_per_shared_switch_and_early_exits_where_nothing_is_shared(monkeypatch):
+    # 64 hosts of 8 H100s on one switch: every GPU's distances compose from its NVSwitch's, its NIC's and
+    # so the fabric switch's. The first destination gets an early-exit search, the second shares the
+    # switch's full search, and the other 510 destinations need none. On a GPU torus every GPU has its
+    # own router, so each first route keeps the early-exit search (as before arrays were composed).
+    calls = []
+    real = Topology._levels_to
+
+    def counting(self, dst, src):
+        calls.append((dst, src))
+        return real(self, dst, src)
+
+    monkeypatch.setattr(Topology, "_levels_to", counting)
+    topo = topology_from_spec("nodes:64*H100x8")
+    for r in range(512):
+        topo.route(r, (r + 1) % 512)
+    assert calls == [("node0/gpu1", "node0/gpu0"), ("switch", None)]
+    calls.clear()
+    torus = _gpu_torus(6, 7)
+    for r in range(42):
+        torus.route(r, (r + 1) % 42)
+    assert len(calls) == 42 and all(src is not None for _, src in calls)
