@@ -414,7 +414,7 @@ class Topology:
         ok = arr[ids] == du - costs  # costs: one number or one per port; unreached (_FAR up) never matches
         if not all_relay:
             ok &= relay | (ids == tb)
-        return [hops[j] for j in np.flatnonzero(ok).tolist()]
+        return [hops[j] for j in ok.nonzero()[0].tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended time (float ns) for nbytes from src to dst: path latency + bytes / bottleneck."""
