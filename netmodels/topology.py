@@ -26,6 +26,16 @@ SCALE_UP_KINDS = frozenset({"scaleup"})
 # Devices with more links than this pick route next hops with numpy (Topology._wide_next_hops); below it a
 # Python loop over the few neighbours is cheaper than numpy's per-call overhead.
 _WIDE = 32
+# Topology._compose builds a GPU's distances from at most this many forwarding in-neighbours (a cluster GPU
+# has two: its NVSwitch or PCIe switch and its NIC), a switch's or NIC's from at most one; past that, or
+# deeper than _COMPOSE_DEPTH compositions, a level search is cheaper or needed.
+_COMPOSE_GPU = 4
+_COMPOSE_DEPTH = 8
+# Unreached in route distance arrays: any value from _FAR up (int32: half the memory traffic of int64).
+# Real distances stay far below it (each link costs at most 2 and MAX_LINKS bounds a path), and a composed
+# array adds at most 2 per composition in a chain at most as long as the device count, so an unreached
+# value can neither overflow int32 nor pass for a distance.
+_FAR = 1 << 30
 
 
 def link_cost(attrs: dict) -> int:
@@ -64,6 +74,7 @@ class Topology:
         self._cache["index"] = index
         self._cache["bw"] = np.array([d["bandwidth"] / 1e9 for _, _, d in edges], dtype=np.float64)
         self._cache["lat"] = np.array([float(d["latency_ns"]) for _, _, d in edges], dtype=np.float64)
+        self._cache["bwl"], self._cache["latl"] = self._cache["bw"].tolist(), self._cache["lat"].tolist()
         cost = {(u, v): link_cost(d) for u, v, d in edges}
         self._cache["adj"] = {
             n: [(v, cost[(n, v)]) for v in sorted(self.graph.successors(n))] for n in self.graph
@@ -76,6 +87,7 @@ class Topology:
         names = list(self.graph.nodes)
         nid = {x: i for i, x in enumerate(names)}
         self._cache["nid"] = nid
+        self._cache["names"] = names
         # Cluster graphs (with non-forwarding GPUs) are shallow but wide: they are searched level by level
         # with numpy; logical topologies (rings can be thousands of hops deep) by a resumable Dijkstra.
         self._cache["levels"] = any(k == GPU for _, k in self.graph.nodes(data="kind"))
@@ -86,6 +98,13 @@ class Topology:
             self._cache["rsrc"] = np.array([o[1] for o in order], dtype=np.int64)
             self._cache["rcost"] = np.array([o[2] for o in order], dtype=np.int64)
             self._cache["fwd"] = np.array([self.graph.nodes[x].get("kind") != GPU for x in names])
+            self._cache["fwdl"] = self._cache["fwd"].tolist()
+            self._cache["hops"] = {}  # device -> its out-links for _path_levels (_hops)
+            self._cache["full"] = {}  # device index -> distances to it (_far_to)
+            self._cache["hubs"] = {}  # device index -> the devices its full array needs searched (_hubs)
+            self._cache["seen"] = set()  # destinations asked for once (_route_dist)
+            self._cache["demand"] = {}  # searched device -> destinations that needed it (_route_dist)
+            self._cache["ins"] = {}  # device index -> its in-neighbours split for _compose
 
     @property
     def num_ranks(self) -> int:
@@ -173,90 +192,229 @@ class Topology:
         dist[dist == big] = -1
         return dist
 
-    def _levels_cached(self, dst: str, src: str) -> np.ndarray:
-        """Level-search distances to dst: early exit on a destination's first query, then a full, cached search.
+    def _far_to(self, x: int, stack: tuple[int, ...] = ()) -> np.ndarray:
+        """Distances (int32, by node index) to device index x, _FAR or more where unreached; cached.
 
+        GPUs never forward, so the distance to a device is the minimum over its in-neighbours w of
+        dist(to w) + cost(w, x), where a GPU w only counts for itself (the direct link). A GPU's few
+        forwarding in-neighbours (its NVSwitch or PCIe switch, its NIC) are shared by the host's GPUs, and a
+        NIC's only forwarding in-neighbour is its fabric switch, so one level search per switch serves every
+        destination: composing an array is a few numpy passes, a search a dozen per level (~0.5 ms).
         (A vectorized Bellman-Ford over 64 destinations at once was tried on 2026-11-30: faster at 512 ranks,
         but its dense passes over every link made first routes ~50x slower at 2,048 ranks; docs/performance.md.)
         """
         c = self._cache
-        full = c.setdefault("full", {})
-        if dst in full:
-            return full[dst]
-        seen = c.setdefault("seen", set())
-        if dst not in seen:
-            seen.add(dst)
-            return self._levels_to(dst, src)
-        arr = self._levels_to(dst, None)
-        # Keep at most ~64 MiB of full distance arrays; the oldest destination goes first.
-        if len(full) >= max(1, (64 << 20) // (8 * len(arr))):
-            full.pop(next(iter(full)))
-        full[dst] = arr
+        full = c["full"]
+        arr = full.pop(x, None)
+        if arr is None:
+            arr = self._compose(x, stack)
+            if arr is None:
+                found = self._levels_to(c["names"][x], None)
+                arr = np.where(found >= 0, found, _FAR).astype(np.int32)
+            # Keep at most ~64 MiB of distance arrays; the least recently used device goes first.
+            if len(full) >= max(1, (64 << 20) // (4 * len(arr))):
+                full.pop(next(iter(full)))
+        full[x] = arr
         return arr
+
+    def _levels_full(self, x: int) -> np.ndarray:
+        """Distances (int64) to device index x with -1 where unreached, as _levels_to(x, None) gives them."""
+        arr = self._far_to(x).astype(np.int64)
+        arr[arr >= _FAR] = -1
+        return arr
+
+    def _route_dist(self, tb: int, ta: int) -> np.ndarray:
+        """Distances to device index tb for a route from device index ta: exact for every device closer than
+        ta, and _FAR or more for no device that is reached (what _path_levels reads).
+
+        A full array when it is cached or can be composed without a new level search. Otherwise, on a
+        destination's first query, the search stops once ta is settled (uncached), unless another
+        destination already asked for the same switches: then they are searched in full and shared. A
+        deep graph where every GPU has its own router (nothing shared) so keeps one early-exit search per
+        first route, and a cluster pays one early exit before its switch's array serves every GPU.
+        """
+        c = self._cache
+        full = c["full"]
+        arr = full.pop(tb, None)
+        if arr is not None:
+            full[tb] = arr  # most recently used
+            return arr
+        hubs = c["hubs"].get(tb)
+        if hubs is None:
+            hubs = c["hubs"][tb] = tuple(dict.fromkeys(self._hubs(tb, ())))
+        needed = [h for h in hubs if h not in full]
+        if needed and tb not in c["seen"]:
+            c["seen"].add(tb)
+            demand = c["demand"]
+            for h in needed:
+                demand[h] = demand.get(h, 0) + 1
+            if any(demand[h] < 2 for h in needed):
+                # Route() reads only devices closer than ta, which are final here; the rest are unreached
+                # (-1, now _FAR) or at least as far as ta, so none passes for a next hop.
+                found = self._levels_to(c["names"][tb], c["names"][ta])
+                return np.where(found >= 0, found, _FAR).astype(np.int32)
+        return self._far_to(tb)
+
+    def _hubs(self, x: int, stack: tuple[int, ...]) -> list[int]:
+        """The devices _far_to(x) would search (with nothing cached): x's composition tree's leaves."""
+        relays = self._relays(x, stack)
+        if relays is None:
+            return [x]
+        return [h for w, _ in relays for h in self._hubs(w, (*stack, x))]
+
+    def _relays(self, x: int, stack: tuple[int, ...]) -> list[tuple[int, int]] | None:
+        """Device x's forwarding in-neighbours (index, cost) when x's array is to be composed from theirs;
+        None where a search is cheaper (a device that is not a GPU with several of them) or needed (a cycle
+        of devices composed from each other, or a chain deeper than _COMPOSE_DEPTH)."""
+        c = self._cache
+        ins = c["ins"].get(x)
+        if ins is None:
+            ins = c["ins"][x] = self._in_neighbours(x)
+        relays = ins[0]
+        if len(relays) > (_COMPOSE_GPU if not c["fwdl"][x] else 1) or len(stack) >= _COMPOSE_DEPTH:
+            return None
+        if any(w in stack for w, _ in relays):
+            return None
+        return relays
+
+    def _compose(self, x: int, stack: tuple[int, ...]) -> np.ndarray | None:
+        """Distances to device x composed from its in-neighbours' arrays, or None (see _relays)."""
+        c = self._cache
+        relays = self._relays(x, stack)
+        if relays is None:
+            return None
+        direct = c["ins"][x][1]
+        inner = (*stack, x)
+        if relays:
+            w, cw = relays[0]
+            acc = self._far_to(w, inner) + np.int32(cw)
+            for w, cw in relays[1:]:
+                np.minimum(acc, self._far_to(w, inner) + np.int32(cw), out=acc)
+        else:
+            acc = np.full(len(c["names"]), _FAR, dtype=np.int32)
+        if isinstance(direct, tuple):
+            ids, costs = direct
+            acc[ids] = np.minimum(acc[ids], costs)
+        else:
+            for g, cg in direct:
+                if acc[g] > cg:
+                    acc[g] = cg
+        acc[x] = 0
+        return acc
+
+    def _in_neighbours(self, x: int) -> tuple[list[tuple[int, int]], list | tuple[np.ndarray, np.ndarray]]:
+        """_compose's view of device x's links in: forwarding (index, cost) pairs, and the GPUs' direct links
+        as (index, cost) pairs, or as index and cost arrays when there are many (an NVSwitch's)."""
+        c = self._cache
+        nid, fwdl = c["nid"], c["fwdl"]
+        relays, direct = [], []
+        for u, cu in c["radj"][c["names"][x]]:
+            (relays if fwdl[nid[u]] else direct).append((nid[u], cu))
+        if len(direct) > 8:
+            ids, costs = zip(*direct, strict=True)
+            return relays, (np.array(ids, dtype=np.int64), np.array(costs, dtype=np.int32))
+        return relays, direct
 
     def route(self, src: int, dst: int) -> Route:
         """The deterministic route from rank src to rank dst (empty when src == dst)."""
         key = (src, dst)
-        routes = self._cache["routes"]
-        if key in routes:
-            return routes[key]
-        validate_ranks((src, dst), self.num_ranks)
+        c = self._cache
+        r = c["routes"].get(key)
+        if r is not None:
+            return r
+        n = len(self.rank_nodes)
+        if not (type(src) is int and type(dst) is int and 0 <= src < n and 0 <= dst < n):
+            validate_ranks((src, dst), n)  # numpy integers pass, anything else raises RankError
         a, b = self.rank_nodes[src], self.rank_nodes[dst]
-        links: list[int] = []
-        if a != b:
-            if self._cache["levels"]:
-                arr, nid = self._levels_cached(b, a), self._cache["nid"]
-
-                def dist_of(v: str) -> int:
-                    return int(arr[nid[v]])  # -1: unreached
-
-            else:
-                dmap = self._dist_to(b, a)
-
-                def dist_of(v: str) -> int:
-                    return dmap.get(v, -1)
-
-            if dist_of(a) < 0:
-                raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
-            adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
-            u = a
-            while u != b:
-                du = dist_of(u)
-                if self._cache["levels"] and len(adj[u]) > _WIDE:
-                    nxt = self._wide_next_hops(u, b, du, arr)
-                else:
-                    nxt = [
-                        v
-                        for v, c in adj[u]
-                        if dist_of(v) == du - c and (v == b or kinds[v].get("kind") != GPU)
-                    ]
-                v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
-                links.append(index[(u, v)])
-                u = v
-        idx = np.array(links, dtype=np.int64)
-        lat = float(self._cache["lat"][idx].sum()) if links else 0.0
-        bw = float(self._cache["bw"][idx].min()) if links else float("inf")
+        links = (self._path_levels if c["levels"] else self._path_dijkstra)(a, b) if a != b else []
+        if links is None:
+            raise TopologyError(f"no path from rank {src} ({a}) to rank {dst} ({b}) in {self.name}")
+        if not links:
+            lat, bw = 0.0, float("inf")
+        elif len(links) < 8:
+            # numpy sums fewer than 8 float64s one by one from 0.0 (its pairwise summation unrolls from 8
+            # on), so this gives its bits exactly; tests/test_net_routes.py compares both.
+            lat, latl = 0.0, c["latl"]
+            for i in links:
+                lat += latl[i]
+            bw = min([c["bwl"][i] for i in links])
+        else:
+            idx = np.array(links, dtype=np.int64)
+            lat, bw = float(c["lat"][idx].sum()), float(c["bw"][idx].min())
         r = Route(tuple(links), lat, bw)
-        routes[key] = r
+        c["routes"][key] = r
         return r
 
-    def _wide_next_hops(self, u: str, b: str, du: int, arr: np.ndarray) -> list[str]:
-        """route()'s candidate next hops from a wide device (a switch) in one numpy pass, same order.
+    def _path_levels(self, a: str, b: str) -> list[int] | None:
+        """Link indices of the route from device a to device b on distance arrays; None when unreachable."""
+        c = self._cache
+        nid, hops = c["nid"], c["hops"]
+        tb = nid[b]
+        arr = self._route_dist(tb, nid[a])
+        u, du = a, int(arr[nid[a]])
+        if du >= _FAR:
+            return None
+        links = []
+        while u != b:
+            nb = hops.get(u)
+            if nb is None:
+                nb = hops[u] = self._hops(u)
+            if type(nb) is tuple:
+                nxt = self._wide_next_hops(nb, tb, du, arr)
+            else:
+                # Unreached devices are at _FAR or more, so none passes for a device a link closer (with -1
+                # one could: 1 - 2 == -1 sent a route into a dead end, IndexError).
+                nxt = [h for h in nb if arr[h[2]] == du - h[1] and (h[3] or h[2] == tb)]
+            h = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
+            links.append(h[4])
+            u, du = h[0], du - h[1]
+        return links
+
+    def _hops(self, u: str) -> list[tuple] | tuple:
+        """Out-links of device u for _path_levels: (device, cost, index, forwards, link index) in sorted
+        device order; for a wide device (a switch) the same as arrays for _wide_next_hops."""
+        c = self._cache
+        nid, fwdl, index = c["nid"], c["fwdl"], c["index"]
+        nb = [(v, cv, nid[v], fwdl[nid[v]], index[(u, v)]) for v, cv in c["adj"][u]]
+        if len(nb) <= _WIDE:
+            return nb
+        ids = np.array([h[2] for h in nb], dtype=np.int64)
+        costs = np.array([h[1] for h in nb], dtype=np.int64)
+        relay = c["fwd"][ids]
+        # A switch's ports usually share one cost: then the test is against one number, not an array.
+        same = int(costs[0]) if (costs == costs[0]).all() else None
+        return nb, ids, costs if same is None else same, relay, bool(relay.all())
+
+    def _path_dijkstra(self, a: str, b: str) -> list[int] | None:
+        """Link indices of the route from device a to device b on the resumable Dijkstra; None when unreachable."""
+        dmap = self._dist_to(b, a)
+        if a not in dmap:
+            return None
+        adj, index, kinds = self._cache["adj"], self._cache["index"], self.graph.nodes
+        links, u = [], a
+        while u != b:
+            du = dmap[u]
+            nxt = [
+                v
+                for v, c in adj[u]
+                if dmap.get(v, _FAR) == du - c and (v == b or kinds[v].get("kind") != GPU)
+            ]
+            v = nxt[zlib.crc32(f"{a}|{b}|{u}".encode()) % len(nxt)] if len(nxt) > 1 else nxt[0]
+            links.append(index[(u, v)])
+            u = v
+        return links
+
+    def _wide_next_hops(self, nb: tuple, tb: int, du: int, arr: np.ndarray) -> list[tuple]:
+        """_path_levels' candidate next hops from a wide device (a switch) in one numpy pass, same order.
 
         The per-neighbour Python test made every new route through a switch with N ports cost O(N), so
         routing all ring neighbours of N ranks cost O(N^2) (8% of a 2048-rank replay, docs/performance.md).
         """
-        wide = self._cache.setdefault("wide", {})
-        nb = wide.get(u)
-        if nb is None:
-            nid = self._cache["nid"]
-            pairs = self._cache["adj"][u]
-            ids = np.array([nid[v] for v, _ in pairs], dtype=np.int64)
-            nb = wide[u] = (ids, np.array([c for _, c in pairs], dtype=np.int64), [v for v, _ in pairs])
-        ids, costs, names = nb
-        d = arr[ids]  # -1: unreached, as dist_of
-        ok = (d == du - costs) & (self._cache["fwd"][ids] | (ids == self._cache["nid"][b]))
-        return [names[j] for j in np.flatnonzero(ok).tolist()]
+        hops, ids, costs, relay, all_relay = nb
+        ok = arr[ids] == du - costs  # costs: one number or one per port; unreached (_FAR up) never matches
+        if not all_relay:
+            ok &= relay | (ids == tb)
+        return [hops[j] for j in ok.nonzero()[0].tolist()]
 
     def transfer_ns(self, src: int, dst: int, nbytes: float) -> float:
         """Uncontended time (float ns) for nbytes from src to dst: path latency + bytes / bottleneck."""
