@@ -190,7 +190,10 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
     if len(ci) and b.group_streams:
         # Once per distinct comm input, in order of first node: streams get their queues in node order.
-        q_d = [-1 if st is None else b.comm_queue(rank, k, st, q_comm) for k, st in zip(nums[0].tolist(), st_d)]
+        q_d = [
+            -1 if st is None else b.comm_queue(rank, k, st, q_comm)
+            for k, st in zip(nums[0].tolist(), st_d, strict=True)
+        ]
         queue[ci] = np.asarray(q_d, dtype=np.int64)[code]
     b.add_rank(
         {

@@ -451,7 +451,9 @@ class Runs:
     start, end and ready time is its run's start plus the durations before it, filled in after the loop.
     """
 
-    def __init__(self, fast: np.ndarray, child1: np.ndarray, ndeps, dur: np.ndarray | list[int], shift: int) -> None:
+    def __init__(
+        self, fast: np.ndarray, child1: np.ndarray, ndeps, dur: np.ndarray | list[int], shift: int
+    ) -> None:
         n = len(fast)
         nd = np.asarray(ndeps, dtype=np.int64)
         try:

@@ -36,7 +36,20 @@ class CollectiveRecord:
 class CollectiveInstance:
     """One instance of a group's collective while its members arrive."""
 
-    __slots__ = ("key", "index", "members", "sim", "nsim", "nodes", "times", "count", "sig", "mixed", "first", "record")
+    __slots__ = (
+        "key",
+        "index",
+        "members",
+        "sim",
+        "nsim",
+        "nodes",
+        "times",
+        "count",
+        "sig",
+        "mixed",
+        "first",
+        "record",
+    )
 
     def __init__(self, key: str, index: int, members: tuple[int, ...], sim: tuple[int, ...]) -> None:
         self.key = key
@@ -77,7 +90,9 @@ class CollectiveMatcher:
         self.instances: dict[str, list[CollectiveInstance]] = {}
         self.records: list[CollectiveRecord] = []
         self.collective_of: dict[int, int] = {}  # g -> collective id
-        self._sim_of: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}  # key -> (sim members, positions)
+        self._sim_of: dict[
+            str, tuple[tuple[int, ...], tuple[int, ...]]
+        ] = {}  # key -> (sim members, positions)
         # g -> (lane, sig); per lane: (the group's instances, position in sim, key, members, sim).
         self._at: dict[int, tuple[int, int]] = {}
         self._lanes: list[tuple[list[CollectiveInstance], int, str, tuple[int, ...], tuple[int, ...]]] = []
@@ -106,7 +121,7 @@ class CollectiveMatcher:
         lane_first, lane = _distinct(key_code[code] * (int(ranks.max()) + 1) + ranks)
         for j in lane_first.tolist():
             self._new_lane(infos[j], int(ranks[j]))
-        self._at = dict(zip(gs.tolist(), zip(lane.tolist(), sig[code].tolist()), strict=True))
+        self._at = dict(zip(gs.tolist(), zip(lane.tolist(), sig[code].tolist(), strict=True), strict=True))
 
     def _new_lane(self, info: CollInfo, rank: int) -> int:
         key, members = info.group, info.members
@@ -190,13 +205,7 @@ class CollectiveMatcher:
 
     def waiting(self) -> dict[int, CollectiveInstance]:
         """g -> the instance it joined, for every collective node that has issued."""
-        return {
-            g: inst
-            for insts in self.instances.values()
-            for inst in insts
-            for g in inst.nodes
-            if g >= 0
-        }
+        return {g: inst for insts in self.instances.values() for inst in insts for g in inst.nodes if g >= 0}
 
 
 def _distinct(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
