@@ -13,7 +13,8 @@ finish events.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from itertools import chain
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
 
@@ -34,9 +35,11 @@ __all__ = ["CollectiveRecord", "EngineOutput", "Engine", "FoldNetCheck", "canoni
 class EngineOutput:
     """Raw per-node timings and matchings of one run."""
 
-    start: list[int]
-    end: list[int]
-    ready: list[int]
+    # Per node, in ns: int64 arrays, or lists of ints (a run whose loop visited every node, or with a
+    # time past int64, which the replay then refuses).
+    start: Sequence[int]
+    end: Sequence[int]
+    ready: Sequence[int]
     wait: list[int]
     collectives: list[CollectiveRecord]
     collective_of: dict[int, int]  # g -> collective id
@@ -291,8 +294,10 @@ class Engine:
     def output(self, wall_s: float, cpu_s: float) -> EngineOutput:
         """Check that everything ran and number the matchings; the run's EngineOutput."""
         n, prog = self.n, self.prog
-        self.start, self.end, self.ready = self.runs.fill(self.start, self.end, self.ready)
+        arrays = self.runs.fill(self.start, self.end, self.ready)
         if self.done < n:
+            if arrays is not None:
+                self.start, self.end, self.ready = (a.tolist() for a in arrays)
             self.runs.fill_remaining(self.start, self.remaining)
             raise explain_deadlock(
                 prog,
@@ -309,15 +314,24 @@ class Engine:
         self.p2ps.check_all_received()
         if self.progress is not None:
             self.progress(n, n)
-        records, end = self.colls.records, self.end
-        for rec in records:
-            rec.end_ns = max(map(end.__getitem__, rec.nodes))
+        # The times as the int64 arrays the fill made (no list round trip), else the loop's lists.
+        start, end, ready = arrays if arrays is not None else (self.start, self.end, self.ready)
+        records = self.colls.records
+        if arrays is not None and records:  # each record's last member's end, in one reduction
+            nodes = np.fromiter(chain.from_iterable(r.nodes for r in records), np.int64)
+            sizes = np.fromiter(map(len, (r.nodes for r in records)), np.int64, len(records))
+            ends = np.maximum.reduceat(end[nodes], np.cumsum(sizes) - sizes).tolist()
+            for rec, e in zip(records, ends, strict=True):
+                rec.end_ns = e
+        else:
+            for rec in records:
+                rec.end_ns = max(map(end.__getitem__, rec.nodes))
         if self.colls.simulated is None:
-            canonical_order(records, self.colls.collective_of, self.p2ps.pairs, self.start)
+            canonical_order(records, self.colls.collective_of, self.p2ps.pairs, start)
         return EngineOutput(
-            start=self.start,
+            start=start,
             end=end,
-            ready=self.ready,
+            ready=ready,
             wait=self.wait,
             collectives=records,
             collective_of=self.colls.collective_of,
@@ -502,18 +516,19 @@ class Runs:
         early = np.flatnonzero(link)  # nodes before their run's last: each ends when the next starts
         self.early, self.early_first, self.early_end = early, p[early], w[early] + d[early]
 
-    def fill(
-        self, start: list[int], end: list[int], ready: list[int]
-    ) -> tuple[list[int], list[int], list[int]]:
-        """start, end and ready of the nodes the loop did not visit, from their runs' starts."""
+    def fill(self, start: list[int], end: list[int], ready: list[int]) -> tuple | None:
+        """start, end and ready of the nodes the loop did not visit, from their runs' starts: as new int64
+        arrays, or None when there is nothing to fill or a time is past int64 (then the lists are filled
+        in place)."""
         if not len(self.inner):
-            return start, end, ready
+            return None
         try:
             st = np.array(start, dtype=np.int64)
             en = np.array(end, dtype=np.int64)
             rd = np.array(ready, dtype=np.int64)
         except OverflowError:  # times past int64 (refused after the run): the same sums on Python ints
-            return self._fill_ints(start, end, ready)
+            self._fill_ints(start, end, ready)
+            return None
         # A run that started has finished (the loop drains every event), and its last node's end, the
         # largest of its times, fits in int64 here: none of these sums overflows.
         s = st[self.inner_first]
@@ -524,7 +539,7 @@ class Runs:
         s = st[self.early_first]
         ok = s >= 0
         en[self.early[ok]] = s[ok] + self.early_end[ok]
-        return st.tolist(), en.tolist(), rd.tolist()
+        return st, en, rd
 
     def _fill_ints(self, start: list[int], end: list[int], ready: list[int]):
         inner = zip(self.inner.tolist(), self.inner_first.tolist(), self.inner_off.tolist(), strict=True)

@@ -281,8 +281,9 @@ def _nullable(values: np.ndarray, valid: np.ndarray, dtype: pl.DataType) -> pl.S
     import polars as pl
 
     col = pl.Series(values, dtype=dtype) if dtype != pl.Int32 else pl.Series(values.astype(np.int32))
-    bad = np.nonzero(~valid)[0]
-    return col.scatter(bad, None) if len(bad) else col
+    # A boolean mask, not scatter(indices): most rows are null (non-communication nodes), and scattering
+    # 340k indices cost ~10-30 ms per column on the 512-rank set against <1 ms for the mask.
+    return col.set(pl.Series(~valid), None) if not valid.all() else col
 
 
 def _labels(codes: np.ndarray, label) -> pl.Series:
