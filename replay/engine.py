@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from itertools import chain
 from dataclasses import dataclass
 from heapq import heapify, heappop, heappush
+from itertools import chain
 
 import numpy as np
 

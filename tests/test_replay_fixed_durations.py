@@ -50,7 +50,11 @@ def test_collective_finishes_at_the_closed_form(tmp_path) -> None:
     # reduce-scatter takes 3 steps of (100 ns + 1 MB / 1 B/ns) = 3_000_300 ns (tests/test_net_flow.py's
     # closed form) from the last arrival at 20_000: every member ends at 3_020_300, waits 10_000 but rank 2.
     per = [
-        [comp(1, 20 if r == 2 else 10), coll(2, 4_000_000, deps=[1], ctype=pb.REDUCE_SCATTER), comp(3, 5, deps=[2])]
+        [
+            comp(1, 20 if r == 2 else 10),
+            coll(2, 4_000_000, deps=[1], ctype=pb.REDUCE_SCATTER),
+            comp(3, 5, deps=[2]),
+        ]
         for r in range(4)
     ]
     ts = write_set(tmp_path, per)

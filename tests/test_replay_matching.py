@@ -98,7 +98,9 @@ def test_members_with_equal_data_in_distinct_objects_match_and_a_late_size_diffe
     bad = CollectiveMatcher(_Prog(coll={0: info(64), 10: info(64), 20: info(32)}))
     bad.arrive(20, 0)
     bad.arrive(0, 0)
-    with pytest.raises(ReplayError, match=r"rank 0 node 0 'n0' has comm_size 64 but rank 2 node 0 'n20' has 32"):
+    with pytest.raises(
+        ReplayError, match=r"rank 0 node 0 'n0' has comm_size 64 but rank 2 node 0 'n20' has 32"
+    ):
         bad.arrive(10, 0)
 
 
