@@ -93,10 +93,8 @@ class CollectiveMatcher:
         self._sim_of: dict[
             str, tuple[tuple[int, ...], tuple[int, ...]]
         ] = {}  # key -> (sim members, positions)
-        # g -> (lane, sig); per lane: (the group's instances, position in sim, key, members, sim).
-        self._at: dict[int, tuple[int, int]] = {}
-        self._lanes: list[tuple[list[CollectiveInstance], int, str, tuple[int, ...], tuple[int, ...]]] = []
-        self._issued: list[int] = []  # collectives issued so far per lane
+        # g -> (its lane, its (comm type, size) code); a lane is what _new_lane makes.
+        self._at: dict[int, tuple[list, int]] = {}
         if self.coll:
             self._index()
 
@@ -119,40 +117,37 @@ class CollectiveMatcher:
         key_code = np.asarray([keys.setdefault(i.group, len(keys)) for i in uniq], dtype=np.int64)
         sig = np.asarray([sig_of.setdefault((i.comm_type, i.size), len(sig_of)) for i in uniq], np.int64)
         lane_first, lane = _distinct(key_code[code] * (int(ranks.max()) + 1) + ranks)
-        for j in lane_first.tolist():
-            self._new_lane(infos[j], int(ranks[j]))
-        self._at = dict(zip(gs.tolist(), zip(lane.tolist(), sig[code].tolist(), strict=True), strict=True))
+        lanes = [self._new_lane(infos[j], int(ranks[j])) for j in lane_first.tolist()]
+        lane_of = map(lanes.__getitem__, lane.tolist())
+        self._at = dict(zip(gs.tolist(), zip(lane_of, sig[code].tolist(), strict=True), strict=True))
 
-    def _new_lane(self, info: CollInfo, rank: int) -> int:
+    def _new_lane(self, info: CollInfo, rank: int) -> list:
+        """A (group, rank) lane: [issue count, the group's instances, the rank's position in sim, group key,
+        members, sim members], shared by the rank's nodes on the group (mutable: the count moves)."""
         key, members = info.group, info.members
         sim = members if self.simulated is None else self._simulated_members(key, members)
         # Instances keyed by group key alone, as before; members come from the node that opens one.
-        lst = self.instances.setdefault(key, [])
-        self._lanes.append((lst, sim.index(rank) if rank in sim else -1, key, members, sim))
-        self._issued.append(0)
-        return len(self._lanes) - 1
+        return [0, self.instances.setdefault(key, []), sim.index(rank), key, members, sim]
 
     def arrive(self, g: int, t: int) -> CollectiveInstance | None:
         """Node g issues at t; returns its instance once the last simulated member has issued it."""
         lane, sig = self._at[g]
-        issued = self._issued
-        k = issued[lane]
-        issued[lane] = k + 1
-        lst, pos, key, members, sim = self._lanes[lane]
-        if k == len(lst):
-            inst = CollectiveInstance(key, k, members, sim)
+        k = lane[0]  # the lane's issue count: g joins the group's k-th instance
+        lane[0] = k + 1
+        lst = lane[1]
+        if k == len(lst):  # the first member to issue it opens it
+            inst = CollectiveInstance(lane[3], k, lane[4], lane[5])
+            inst.first = t
+            inst.sig = sig
             lst.append(inst)
         else:
             inst = lst[k]
+            if sig != inst.sig:
+                inst.mixed = True
+        pos = lane[2]
         inst.nodes[pos] = g
         inst.times[pos] = t
-        n = inst.count
-        if n == 0:
-            inst.first = t
-            inst.sig = sig
-        elif sig != inst.sig:
-            inst.mixed = True
-        inst.count = n = n + 1
+        inst.count = n = inst.count + 1
         if n < inst.nsim:
             return None
         inst.record = self._record(inst, t)

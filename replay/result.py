@@ -512,7 +512,7 @@ def _accounting(rank, start, end, wait, res_code, nr) -> dict[str, np.ndarray]:
     # still waiting in the `ops` table, but costs the rank nothing while it computes.
     work = (res_code == 0) | (res_code == 1)
     waits = wait > 0
-    work_r = union_length(rank[work], start[work], end[work], nr)
+    work_r = acc.pop("work_ns")  # the union of the same intervals: compute and CPU ops start at start
     both_r = union_length(
         np.concatenate([rank[work], rank[waits]]),
         np.concatenate([start[work], start[waits]]),
