@@ -74,7 +74,7 @@ class Engine:
         self.many = _many_children(prog.child_ptr, prog.child_idx, child1)
         self.cap = list(prog.queue_cap)
         # Queue per node; FAST for a timed node (duration > 0) on a chain queue, issued the moment it is ready.
-        queue = _fast_queues(prog, dur_a, len(self.cap))
+        queue = _fast_queues(prog, dur_a, len(self.cap), child1)
         self.shift = max(n.bit_length(), 1)
         # Runs of FAST nodes that follow each other alone finish as one event (see Runs).
         self.runs = Runs(queue == FAST, child1, prog.ndeps, dur_a, self.shift)
@@ -378,8 +378,11 @@ def _issue_durations(prog: Program) -> np.ndarray | list[int]:
 FAST = -2
 
 
-def _fast_queues(prog: Program, dur: np.ndarray | list[int], nq: int) -> np.ndarray:
-    """prog.queue, FAST on the timed nodes (duration > 0) of the queues that are chains."""
+def _fast_queues(
+    prog: Program, dur: np.ndarray | list[int], nq: int, child1: np.ndarray | None = None
+) -> np.ndarray:
+    """prog.queue, FAST on the timed nodes (duration > 0) of the queues that are chains (child1: the
+    nodes' _single_child, when the caller has it)."""
     queue = np.asarray(prog.queue, dtype=np.int64)
     n = len(queue)
     if n == 0 or nq == 0:
@@ -389,7 +392,11 @@ def _fast_queues(prog: Program, dur: np.ndarray | list[int], nq: int) -> np.ndar
     order = np.argsort(queue, kind="stable")  # by queue, ascending g within one
     qs = queue[order]
     pair = (qs[:-1] == qs[1:]) & (qs[:-1] >= 0)  # consecutive nodes of one queue
-    linked = _reaches(ptr, idx, order[:-1][pair], order[1:][pair])
+    a, b = order[:-1][pair], order[1:][pair]
+    # Most pairs are a node and its only child (a compute chain): only the others need the search.
+    linked = (_single_child(ptr, idx, n) if child1 is None else child1)[a] == b
+    rest = np.flatnonzero(~linked)
+    linked[rest] = _reaches(ptr, idx, a[rest], b[rest])
     chain = np.ones(nq, dtype=bool)
     chain[qs[:-1][pair][~linked]] = False
     try:
