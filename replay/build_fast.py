@@ -304,11 +304,17 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
     finally:
         coll, p2p = b.coll, b.p2p
         b.coll, b.p2p = saved
-    gs = ci + base
-    for found, dest in ((coll, b.coll), (p2p, b.p2p)):
-        if found:
-            mine = np.asarray([int(gs[j]) in found for j in firsts], dtype=bool)[code]
-            dest.update(zip(gs[mine].tolist(), [infos[d] for d in code[mine].tolist()], strict=True))
+    # Every node gets its distinct input's record, in the dict _Builder.comm put that one in (none for a
+    # comm node replayed by its duration), in node order.
+    gs = (ci + base).tolist()
+    dest = []
+    for d, j in enumerate(firsts):
+        g = gs[j]
+        dest.append((b.coll, infos[d]) if g in coll else (b.p2p, infos[d]) if g in p2p else None)
+    for g, d in zip(gs, code_l, strict=True):
+        e = dest[d]
+        if e is not None:
+            e[0][g] = e[1]
     k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
     return code, np.asarray([k_, d_, s_, c_], dtype=np.int64), p_, st_
 
