@@ -102,6 +102,14 @@ class AnalyticalModel(ClosedFormModel):
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Compute the collective's per-rank finish times at start (closed form) and return its handle."""
         now_ns = self._check_now(now_ns)
+        return self._register(tuple([now_ns + x for x in self._collective_offsets(spec)]))
+
+    def fixed_collective_ns(self, spec: CollectiveSpec) -> int:
+        """How long the collective takes, to its last rank's finish: the same for every start time (no
+        contention), so the engine finishes its members without starting it (replay/network_port.py)."""
+        return max(self._collective_offsets(spec))
+
+    def _collective_offsets(self, spec: CollectiveSpec) -> tuple[int, ...]:
         # Contention-free: the per-rank durations depend on the spec alone, and a training iteration
         # repeats the same collective (layer x micro-batch) on the same group, so each distinct spec is
         # evaluated once. Only int sizes are cached: 1.0 == 1 would otherwise skip validate_spec's check.
@@ -120,11 +128,15 @@ class AnalyticalModel(ClosedFormModel):
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets
-        return self._register(tuple([now_ns + x for x in offsets]))
+        return offsets
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Route latency + bytes / bottleneck bandwidth, at now_ns."""
         now_ns = self._check_now(now_ns)
+        return self._register((now_ns + self.fixed_p2p_ns(src, dst, size_bytes),))
+
+    def fixed_p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """How long a transfer takes: the same for every start time (no contention)."""
         # The time depends on (src, dst, size) alone; pipeline traces repeat each transfer per micro-batch.
         key = (src, dst, size_bytes) if type(src) is type(dst) is type(size_bytes) is int else None
         d = self._p2p_ns.get(key) if key is not None else None
@@ -137,4 +149,4 @@ class AnalyticalModel(ClosedFormModel):
             d = ceil_ns(t)
             if key is not None:
                 self._p2p_ns[key] = d
-        return self._register((now_ns + d,))
+        return d

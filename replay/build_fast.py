@@ -179,19 +179,22 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     pgs: list[str | None] = [None] * n
     ci = np.nonzero(is_comm & ~cpu)[0]
     if len(ci):
-        k_, d_, s_, c_, pgs_c, st_ = _comm_nodes(b, rank, path, cols, at, ci, ids, nt, rec)
-        kind[ci], dur[ci], nbytes[ci], ctype[ci] = k_, d_, s_, c_
-        for i, p in zip(ci.tolist(), pgs_c, strict=True):
-            pgs[i] = p
+        code, nums, pg_d, st_d = _comm_nodes(b, rank, path, cols, at, ci, ids, nt, rec)
+        kind[ci], dur[ci], nbytes[ci], ctype[ci] = nums[:, code]
+        code_l = code.tolist()
+        for i, d in zip(ci.tolist(), code_l, strict=True):
+            pgs[i] = pg_d[d]
     queue = np.full(n, q_comm, dtype=np.int64)
     queue[kind == K_COMP] = q_comp
     queue[kind == K_CPU] = q_cpu
     queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
     if len(ci) and b.group_streams:
-        k_ = k_.tolist()
-        queue[ci] = [
-            -1 if st is None else b.comm_queue(rank, k, st, q_comm) for k, st in zip(k_, st_, strict=True)
+        # Once per distinct comm input, in order of first node: streams get their queues in node order.
+        q_d = [
+            -1 if st is None else b.comm_queue(rank, k, st, q_comm)
+            for k, st in zip(nums[0].tolist(), st_d, strict=True)
         ]
+        queue[ci] = np.asarray(q_d, dtype=np.int64)[code]
     b.add_rank(
         {
             "node_id": ids,
@@ -251,7 +254,8 @@ _COMM_ATTRS = (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "com
 
 
 def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs, ci, ids, nt, rec) -> tuple:
-    """(kinds, durations, bytes, comm types, pg names, streams) of the rank's GPU comm nodes `ci`, through
+    """The rank's GPU comm nodes `ci` as (each node's distinct-input code; per distinct input, in order of
+    first node: a (4, distinct) array of kinds, durations, bytes and comm types, pg names, streams), through
     `_Builder.comm` once per distinct (type, recorded duration, comm attributes): a trace repeats a few
     collectives and transfers many times. Distinct inputs go in order of their first node, so the first
     error raised is the one the node-by-node order raises; the matching data are recorded in node order
@@ -300,14 +304,19 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
     finally:
         coll, p2p = b.coll, b.p2p
         b.coll, b.p2p = saved
-    gs = ci + base
-    for found, dest in ((coll, b.coll), (p2p, b.p2p)):
-        if found:
-            mine = np.asarray([int(gs[j]) in found for j in firsts], dtype=bool)[code]
-            dest.update(zip(gs[mine].tolist(), [infos[d] for d in code[mine].tolist()], strict=True))
+    # Every node gets its distinct input's record, in the dict _Builder.comm put that one in (none for a
+    # comm node replayed by its duration), in node order.
+    gs = (ci + base).tolist()
+    dest = []
+    for d, j in enumerate(firsts):
+        g = gs[j]
+        dest.append((b.coll, infos[d]) if g in coll else (b.p2p, infos[d]) if g in p2p else None)
+    for g, d in zip(gs, code_l, strict=True):
+        e = dest[d]
+        if e is not None:
+            e[0][g] = e[1]
     k_, d_, s_, c_, p_, st_ = zip(*res, strict=True)
-    nums = np.asarray([k_, d_, s_, c_], dtype=np.int64)[:, code]
-    return (*nums, [p_[d] for d in code_l], [st_[d] for d in code_l])
+    return code, np.asarray([k_, d_, s_, c_], dtype=np.int64), p_, st_
 
 
 def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:

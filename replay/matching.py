@@ -7,12 +7,13 @@ A send and a recv pair first-in first-out on (src, dst, tag), in issue order.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
+
 from replay.errors import ReplayError
-from replay.program import Program
+from replay.program import CollInfo, Program
 from traces import pb
 
 
@@ -35,7 +36,20 @@ class CollectiveRecord:
 class CollectiveInstance:
     """One instance of a group's collective while its members arrive."""
 
-    __slots__ = ("key", "index", "members", "sim", "nsim", "arrivals", "first", "record")
+    __slots__ = (
+        "key",
+        "index",
+        "members",
+        "sim",
+        "nsim",
+        "nodes",
+        "times",
+        "count",
+        "sig",
+        "mixed",
+        "first",
+        "record",
+    )
 
     def __init__(self, key: str, index: int, members: tuple[int, ...], sim: tuple[int, ...]) -> None:
         self.key = key
@@ -43,62 +57,98 @@ class CollectiveInstance:
         self.members = members
         self.sim = sim  # the members this run simulates (all of them unless folded)
         self.nsim = len(sim)
-        self.arrivals: dict[int, tuple[int, int]] = {}  # rank -> (g, issue time)
+        self.nodes = [-1] * self.nsim  # per simulated member (in `sim` order): its node, -1 until it issues
+        self.times = [-1] * self.nsim  # and its issue time
+        self.count = 0  # members issued so far
+        self.sig = -1  # the first arrival's (comm type, size) code
+        self.mixed = False  # some member's (comm type, size) differs from the first's: check them all
         self.first = -1
         self.record: CollectiveRecord | None = None
 
     def issue_times(self) -> tuple[int, ...]:
-        """Each member's issue time, in member order (all members must have arrived)."""
-        arr = self.arrivals
-        return tuple([arr[r][1] for r in self.members])
+        """Each member's issue time, in member order (every member simulated and arrived)."""
+        return tuple(self.times)
 
     def missing(self) -> list[int]:
         """Simulated members that have not issued this instance."""
-        return [r for r in self.sim if r not in self.arrivals]
+        return [r for r, g in zip(self.sim, self.nodes, strict=True) if g < 0]
 
 
 class CollectiveMatcher:
-    """Groups collective nodes into instances and checks that the members agree on type and size."""
+    """Groups collective nodes into instances and checks that the members agree on type and size.
+
+    Every collective node is looked up once, at construction, into its lane: the (group, rank) pair whose
+    issue count picks the instance, with the rank's position among the simulated members. An arrival is
+    then a few list reads; members are compared by a small code of (comm type, size), and only an
+    instance where the codes differ goes through the full check (the one that names the nodes).
+    """
 
     def __init__(self, prog: Program) -> None:
         self.prog = prog
         self.coll = prog.coll
-        self._rank_of = prog.rank_of
-        # Program.rank_of by one bisect on the ranks' first indices after rank 0 (an unfolded program).
-        offs = getattr(prog, "rank_offset", None)
-        self._offs = offs[1 : prog.num_ranks] if type(offs) is list and not prog.rank_ids else None
         self.simulated = frozenset(prog.rank_ids) if prog.rank_ids else None
         self.instances: dict[str, list[CollectiveInstance]] = {}
         self.records: list[CollectiveRecord] = []
         self.collective_of: dict[int, int] = {}  # g -> collective id
-        # group key -> (its instances, collectives issued so far per rank): one dict look-up per arrival.
-        self._groups: dict[str, tuple[list[CollectiveInstance], dict[int, int]]] = {}
         self._sim_of: dict[
             str, tuple[tuple[int, ...], tuple[int, ...]]
         ] = {}  # key -> (sim members, positions)
+        # g -> (its lane, its (comm type, size) code); a lane is what _new_lane makes.
+        self._at: dict[int, tuple[list, int]] = {}
+        if self.coll:
+            self._index()
+
+    def _index(self) -> None:
+        prog, coll = self.prog, self.coll
+        gs = np.fromiter(coll, np.int64, len(coll))
+        infos = list(coll.values())
+        offs = getattr(prog, "rank_offset", None)
+        if isinstance(offs, list) and len(offs) == prog.num_ranks + 1:
+            ranks = np.searchsorted(np.asarray(offs[1 : prog.num_ranks]), gs, side="right")
+            if prog.rank_ids:
+                ranks = np.asarray(prog.rank_ids, dtype=np.int64)[ranks]
+        else:
+            ranks = np.asarray([prog.rank_of(g) for g in gs.tolist()], dtype=np.int64)
+        # Nodes with equal matching data share one CollInfo: its distinct objects, then (key, rank) lanes.
+        first, code = _distinct(np.fromiter(map(id, infos), np.int64, len(infos)))
+        uniq = [infos[i] for i in first.tolist()]
+        keys: dict[str, int] = {}
+        sig_of: dict[tuple[int, int], int] = {}
+        key_code = np.asarray([keys.setdefault(i.group, len(keys)) for i in uniq], dtype=np.int64)
+        sig = np.asarray([sig_of.setdefault((i.comm_type, i.size), len(sig_of)) for i in uniq], np.int64)
+        lane_first, lane = _distinct(key_code[code] * (int(ranks.max()) + 1) + ranks)
+        lanes = [self._new_lane(infos[j], int(ranks[j])) for j in lane_first.tolist()]
+        lane_of = map(lanes.__getitem__, lane.tolist())
+        self._at = dict(zip(gs.tolist(), zip(lane_of, sig[code].tolist(), strict=True), strict=True))
+
+    def _new_lane(self, info: CollInfo, rank: int) -> list:
+        """A (group, rank) lane: [issue count, the group's instances, the rank's position in sim, group key,
+        members, sim members], shared by the rank's nodes on the group (mutable: the count moves)."""
+        key, members = info.group, info.members
+        sim = members if self.simulated is None else self._simulated_members(key, members)
+        # Instances keyed by group key alone, as before; members come from the node that opens one.
+        return [0, self.instances.setdefault(key, []), sim.index(rank), key, members, sim]
 
     def arrive(self, g: int, t: int) -> CollectiveInstance | None:
         """Node g issues at t; returns its instance once the last simulated member has issued it."""
-        info = self.coll[g]
-        key = info.group
-        offs = self._offs
-        rank = bisect_right(offs, g) if offs is not None else self._rank_of(g)
-        grp = self._groups.get(key)
-        if grp is None:
-            grp = self._groups[key] = (self.instances.setdefault(key, []), {})
-        lst, issued = grp
-        k = issued.get(rank, 0)
-        issued[rank] = k + 1
-        if k == len(lst):
-            members = info.members
-            sim = members if self.simulated is None else self._simulated_members(key, members)
-            lst.append(CollectiveInstance(key, k, members, sim))
-        inst = lst[k]
-        arrivals = inst.arrivals
-        if not arrivals:
+        lane, sig = self._at[g]
+        k = lane[0]  # the lane's issue count: g joins the group's k-th instance
+        lane[0] = k + 1
+        lst = lane[1]
+        if k == len(lst):  # the first member to issue it opens it
+            inst = CollectiveInstance(lane[3], k, lane[4], lane[5])
             inst.first = t
-        arrivals[rank] = (g, t)
-        if len(arrivals) < inst.nsim:
+            inst.sig = sig
+            lst.append(inst)
+        else:
+            inst = lst[k]
+            if sig != inst.sig:
+                inst.mixed = True
+        pos = lane[2]
+        inst.nodes[pos] = g
+        inst.times[pos] = t
+        inst.count = n = inst.count + 1
+        if n < inst.nsim:
             return None
         inst.record = self._record(inst, t)
         return inst
@@ -113,12 +163,11 @@ class CollectiveMatcher:
         """Check the members agree (type; size unless all-to-all, which takes the largest) and record it."""
         coll, describe = self.coll, self.prog.describe
         key, k = inst.key, inst.index
-        arrivals = inst.arrivals
-        nodes = tuple([arrivals[r][0] for r in inst.sim])
+        nodes = tuple(inst.nodes)
         g0 = nodes[0]
         c0 = coll[g0]
         size = c0.size
-        for gm in nodes[1:]:
+        for gm in nodes[1:] if inst.mixed else ():  # equal codes: every member has c0's type and size
             cm = coll[gm]
             if cm is c0:
                 continue
@@ -151,12 +200,23 @@ class CollectiveMatcher:
 
     def waiting(self) -> dict[int, CollectiveInstance]:
         """g -> the instance it joined, for every collective node that has issued."""
-        return {
-            g: inst
-            for insts in self.instances.values()
-            for inst in insts
-            for g, _ta in inst.arrivals.values()
-        }
+        return {g: inst for insts in self.instances.values() for inst in insts for g in inst.nodes if g >= 0}
+
+
+def _distinct(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct value's first occurrence, in order of first occurrence; each element's
+    distinct value as its position in that order)."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    new = np.r_[True, s[1:] != s[:-1]] if len(s) else np.zeros(0, dtype=bool)
+    grp = np.cumsum(new) - 1  # sorted position -> distinct value (in sorted-value order)
+    firsts = order[new]  # first occurrence of each distinct value (stable sort)
+    rank = np.empty(len(firsts), dtype=np.int64)
+    by_first = np.argsort(firsts, kind="stable")
+    rank[by_first] = np.arange(len(firsts))
+    inv = np.empty(len(a), dtype=np.int64)
+    inv[order] = rank[grp]
+    return firsts[by_first], inv
 
 
 class P2PMatcher:

@@ -24,8 +24,12 @@ def union_length(rank: np.ndarray, s: np.ndarray, e: np.ndarray, num_ranks: int)
     seg_start = ss[new]
     idx = np.flatnonzero(new)
     seg_end = run[np.append(idx[1:] - 1, len(ss) - 1)]
-    np.add.at(out, rank[new], seg_end - seg_start)
-    return out
+    # Per-rank sums of the segments (sorted by rank): differences of one running sum at the ranks'
+    # boundaries, exact in int64 (np.add.at is ~10x slower; bincount's float weights would round).
+    seg_rank = rank[new]
+    csum = np.concatenate(([0], np.cumsum(seg_end - seg_start)))
+    bounds = np.searchsorted(seg_rank, np.arange(num_ranks + 1))
+    return csum[bounds[1:]] - csum[bounds[:-1]]
 
 
 def clip(s: np.ndarray, e: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +45,7 @@ def rank_accounting(
     resource: np.ndarray,
     num_ranks: int,
 ) -> dict[str, np.ndarray]:
-    """compute / cpu / comm / exposed comm / idle / bubble / finish per rank (ns, int64).
+    """compute / cpu / comm / exposed comm / idle / bubble / finish / work per rank (ns, int64).
 
     resource codes: 0 GPU compute, 1 CPU, 2 communication, 3 none (zero-time nodes).
     Communication counts from the moment its peers were there (start + wait) to its end.
@@ -80,4 +84,5 @@ def rank_accounting(
         "exposed_comm_ns": busy_ns - work_ns,
         "idle_ns": finish - busy_ns,
         "bubble_ns": np.where(has, span - inside, 0),
+        "work_ns": work_ns,  # GPU compute and CPU ops together (their intervals start at start)
     }

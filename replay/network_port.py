@@ -52,7 +52,13 @@ class NetworkPort:
         self._stall_t = -1
         # ASTRA-sim mode: each member starts its part when it issues the node (no barrier).
         self._staggered = getattr(network, "start_collective_issued", None)
-        self._specs: dict[tuple, CollectiveSpec] = {}  # (comm type, size, group key) -> spec, reused
+        # (comm type, size, group key) -> (spec, its fixed duration or None), reused.
+        self._specs: dict[tuple, tuple[CollectiveSpec, int | None]] = {}
+        # A contention-free model (netmodels/analytical.py) knows a transfer's duration from the transfer
+        # alone: its nodes' finishes go straight on the engine's heap, at the instants a completion would
+        # report them, without a handle, a completion or an advance of the model.
+        self._fixed_coll = getattr(network, "fixed_collective_ns", None)
+        self._fixed_p2p = getattr(network, "fixed_p2p_ns", None)
 
     def next_event(self) -> int | None:
         """The model's next event time (asked again only after something changed), None when idle."""
@@ -93,22 +99,36 @@ class NetworkPort:
         net = self._need("a collective", g0)
         # A group key names its members, so (type, size, key) finds the spec without hashing the members.
         skey = (rec.comm_type, rec.size, rec.group)
-        spec = self._specs.get(skey)
-        if spec is None or (spec.ranks is not inst.members and spec.ranks != inst.members):
+        hit = self._specs.get(skey)
+        if hit is None or (hit[0].ranks is not inst.members and hit[0].ranks != inst.members):
             spec = CollectiveSpec(
                 kind=COLLECTIVE_KIND[rec.comm_type], size_bytes=rec.size, ranks=inst.members
             )
-            self._specs[skey] = spec
+            d = None
+        else:
+            spec, d = hit
         if self.fold_check is not None:
             self.fold_check.collective(spec, self.prog.describe(g0))
         try:
             # Members that all issued at t (the first arrival is the last) start together: no stagger.
             if self._staggered is not None and len(inst.sim) == len(inst.members) and inst.first != t:
                 h = self._staggered(t, spec, inst.issue_times())
+            elif self._fixed_coll is not None:
+                if d is None:
+                    d = self._fixed_coll(spec)
+                self._specs[skey] = (spec, d)
+                # Every member finishes at the last rank's finish, as a completion reported at that
+                # instant would finish them (advance).
+                f = (t + d) << self.shift
+                heap = self.heap
+                for gm in nodes:
+                    heappush(heap, f | gm)
+                return
             else:
                 h = net.start_collective(t, spec)
         except NetworkModelError as exc:
             raise ReplayError(f"{self.prog.describe(g0)}: network model: {exc}") from None
+        self._specs[skey] = (spec, None)
         self.handles[h] = rec
         self._dirty = True
 
@@ -125,6 +145,9 @@ class NetworkPort:
         if self.fold_check is not None:
             self.fold_check.p2p(info.src, info.dst, info.size, self.prog.describe(g))
         try:
+            if self._fixed_p2p is not None:
+                self.finish(t + self._fixed_p2p(info.src, info.dst, info.size), g)
+                return
             h = net.start_p2p(t, info.src, info.dst, info.size)
         except NetworkModelError as exc:
             raise ReplayError(f"{self.prog.describe(g)}: network model: {exc}") from None

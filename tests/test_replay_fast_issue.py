@@ -72,3 +72,15 @@ def test_a_run_of_compute_nodes_is_one_event_with_every_node_timed(tmp_path):
         assert got == [(1_000, 1_000, 11_000), (11_000, 11_000, 31_000), (31_000, 31_000, 61_000)]
     assert res.summary_dict()["events"] == 8
     assert res.per_rank_finish_ns == [61_000, 61_000]
+
+
+def test_children_of_multi_child_nodes_in_csr_order():
+    # Node 0 has children 3, 1; node 1 has one (2); node 2 none; node 3 has 4, 2, 1: the engine reads the
+    # one child from child1 and the others' from `many`, in the CSR order the node-by-node loop used.
+    from replay.engine import _MANY, _NONE, _many_children, _single_child
+
+    ptr = np.array([0, 2, 3, 3, 6, 6])
+    idx = np.array([3, 1, 2, 4, 2, 1])
+    child1 = _single_child(ptr, idx, 5)
+    assert child1.tolist() == [_MANY, 2, _NONE, _MANY, _NONE]
+    assert _many_children(ptr, idx, child1) == {0: [3, 1], 3: [4, 2, 1]}

@@ -82,3 +82,53 @@ def test_p2p_pairs_first_in_first_out_per_key_and_checks_sizes():
     left.send(3)
     with pytest.raises(ReplayError, match="1 send\\(s\\) never received: rank 0 node 3 'n3' to rank 2 tag 1"):
         left.check_all_received()
+
+
+def test_members_with_equal_data_in_distinct_objects_match_and_a_late_size_differs():
+    # Each rank's node carries its own CollInfo (the builder shares one per rank and distinct input):
+    # equal values in distinct objects match. The third member's size differs: the instance is checked
+    # member by member, and the error names member 0 and the first member that differs (rank 2).
+    def info(size):
+        return CollInfo(pb.ALL_REDUCE, size, "g", (0, 1, 2))
+
+    ok = CollectiveMatcher(_Prog(coll={0: info(64), 10: info(64), 20: info(64)}))
+    assert ok.arrive(20, 1) is None and ok.arrive(0, 2) is None
+    inst = ok.arrive(10, 3)
+    assert (inst.record.nodes, inst.record.size, inst.issue_times()) == ((0, 10, 20), 64, (2, 3, 1))
+    bad = CollectiveMatcher(_Prog(coll={0: info(64), 10: info(64), 20: info(32)}))
+    bad.arrive(20, 0)
+    bad.arrive(0, 0)
+    with pytest.raises(
+        ReplayError, match=r"rank 0 node 0 'n0' has comm_size 64 but rank 2 node 0 'n20' has 32"
+    ):
+        bad.arrive(10, 0)
+
+
+def test_two_groups_interleaved_keep_separate_issue_counts_and_missing_members():
+    # Rank 0 issues on "a" then "b"; rank 1 on "b" then "a"; rank 2 only on "b", once. Instance 0 of each
+    # group completes when its own members have issued it, whatever the other group does.
+    a = CollInfo(pb.ALL_REDUCE, 8, "a", (0, 1))
+    b = CollInfo(pb.ALL_GATHER, 8, "b", (0, 1, 2))
+    m = CollectiveMatcher(_Prog(coll={0: a, 1: b, 10: b, 11: a, 20: b, 21: b}))
+    assert m.arrive(0, 0) is None and m.arrive(10, 0) is None and m.arrive(1, 1) is None
+    done_a = m.arrive(11, 2)
+    assert (done_a.key, done_a.index, done_a.record.nodes) == ("a", 0, (0, 11))
+    done_b = m.arrive(20, 3)
+    assert (done_b.key, done_b.index, done_b.record.nodes) == ("b", 0, (1, 10, 20))
+    assert m.arrive(21, 4) is None  # rank 2's second "b": instance 1, where ranks 0 and 1 never arrive
+    assert m.instances["b"][1].missing() == [0, 1]
+    assert m.waiting() == {0: done_a, 11: done_a, 1: done_b, 10: done_b, 20: done_b, 21: m.instances["b"][1]}
+
+
+def test_folded_instance_completes_with_its_simulated_members():
+    # Ranks 0 and 2 are simulated (a folded program); group "g" = ranks (0, 1, 2, 3). The instance
+    # completes once nodes of ranks 0 and 2 arrive; positions give each node's index among the members.
+    class Folded(_Prog):
+        rank_ids = (0, 2)
+
+    g = CollInfo(pb.ALL_REDUCE, 16, "g", (0, 1, 2, 3))
+    m = CollectiveMatcher(Folded(coll={5: g, 25: g}))
+    assert m.arrive(25, 7) is None
+    inst = m.arrive(5, 9)
+    assert (inst.sim, inst.record.nodes, inst.record.positions) == ((0, 2), (5, 25), (0, 2))
+    assert (inst.record.first_arrival_ns, inst.record.last_arrival_ns) == (7, 9)

@@ -27,6 +27,16 @@ def test_union_length_hand_cases():
     assert union_length(rank, s, e, 4).tolist() == [25, 2, 0, 0]
 
 
+def test_union_length_is_exact_past_float_precision_and_skips_empty_ranks():
+    # Ranks 0 and 2 hold one interval each of 2**53 + 1 ns (a float64 sum would round it to 2**53);
+    # rank 1 between them has none, rank 3 two touching ones: [0, 3) + [3, 5) = 5.
+    big = 2**53 + 1
+    rank = np.array([2, 0, 3, 3])
+    s = np.array([7, 0, 0, 3], dtype=np.int64)
+    e = np.array([7 + big, big, 3, 5], dtype=np.int64)
+    assert union_length(rank, s, e, 4).tolist() == [big, 0, big, 5]
+
+
 def test_union_length_equals_a_plain_merge_on_random_intervals():
     rng = np.random.default_rng(11)
     for _ in range(50):
