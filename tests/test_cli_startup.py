@@ -320,6 +320,27 @@ def test_other_verbs_and_live_threads_get_the_normal_exit() -> None:
     assert "iteration time" in res.stdout
 
 
+def test_replay_under_a_profiler_or_tracer_gets_the_normal_exit(tmp_path: Path) -> None:
+    # A profiler writes its report after the program returns: the fast exit would lose it.
+    for hook in ("sys.setprofile(lambda *a: None)\n", "sys.settrace(lambda *a: None)\n"):
+        res = _entry(["replay", *TINY], _PRELUDE + hook)
+        assert res.returncode == 0, res.stderr
+        assert res.stderr.split() == ["atexit", "teardown"], hook
+    out = tmp_path / "profile.prof"
+    res = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(out), "-m", "xsim", "replay", *TINY],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr
+    import pstats
+
+    assert any(name == "simulate" for _, _, name in pstats.Stats(str(out)).stats)
+
+
 def test_replay_outputs_through_the_entry_point_equal_in_process_ones(tmp_path: Path) -> None:
     a, b = tmp_path / "entry", tmp_path / "inproc"
     res = _entry(["replay", *TINY, "--out", str(a / "t"), "--timeline", str(a / "tl.json")])

@@ -132,14 +132,16 @@ def _exit_now(code: int) -> None:
     interpreter is not torn down. After a replay, teardown (freeing every module, numpy's and protobuf's
     C state, a last collection) costs 50-100 ms CPU, a tenth of an 8-rank replay (docs/performance.md,
     round 4). Verbs opt in (`fast_exit`) only when they close every file they write before returning and
-    start no thread or process. Returns (the caller exits the usual way) while a thread still runs, or
-    when flushing fails."""
+    start no thread or process. Returns (the caller exits the usual way) while a thread still runs, under
+    a profiler or tracer, or when flushing fails."""
     import atexit
 
     threading = sys.modules.get("threading")
     run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's own exit path calls it too
     if run_exitfuncs is None or (threading is not None and threading.active_count() > 1):
         return
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return  # a profiler or tracer (pyinstrument, cProfile, coverage) writes its report after main returns
     run_exitfuncs()
     try:
         sys.stdout.flush()
