@@ -4,7 +4,9 @@ decode_columns decodes each distinct node payload of a batch once (and, failing 
 attribute region once) and spreads the result over the nodes that hold the same bytes; frame_spans takes
 another file's frame layout once it has checked it against the bytes. Pinned here:
 
-- _group_spans numbers spans exactly as a Python dict of their bytes does;
+- _group_spans numbers spans exactly as a Python dict of their bytes does, also when told (round 5,
+  _same_as_previous_file) which spans repeat the one at their index in the previous file; that helper
+  names every such span of files laid out alike, and no other (one byte apart, at either end, too);
 - frame_spans with any `like` (the right layout, a same-size file's, a wrong one) gives what frame_offsets
   gives, spans or error;
 - on generated replicated sets (identical ranks, ranks differing in one attribute, ids, a pg_name, nodes
@@ -29,7 +31,7 @@ from replay.program import WANT_ATTRS
 from replay.simulation import ColumnReader, simulate
 from traces import pb
 from traces.attrs import make_node
-from traces.columnar import _group_spans, decode_columns
+from traces.columnar import _group_spans, _same_as_previous_file, decode_columns
 from traces.errors import TraceFormatError
 from traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
 from traces.traceset import discover, write_trace_set
@@ -62,6 +64,59 @@ def test_group_spans_numbers_spans_as_a_dict_of_their_bytes() -> None:
     assert code.tolist() == want
     assert first.tolist() == [want.index(c) for c in range(len(seen))]
     assert len(seen) > 40
+
+
+def _framed(files: list[list[bytes]]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
+    """Files of length-prefixed payloads side by side: (bytes, payload starts, ends, file_ptr)."""
+    buf, s, e, ptr = b"", [], [], [0]
+    for spans in files:
+        for x in spans:
+            buf += _varint(len(x))
+            s.append(len(buf))
+            buf += x
+            e.append(len(buf))
+        ptr.append(len(s))
+    return buf, np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64), np.asarray(ptr, dtype=np.int64)
+
+
+def test_same_as_previous_file_names_exactly_the_equal_twins() -> None:
+    rng = random.Random(11)
+    base = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(60)]
+    files = [base]
+    for f in range(12):
+        prev = files[-1]
+        nxt = []
+        for x in prev:
+            r = rng.random()
+            if x and r < 0.15:  # one byte flipped: its first, its last or one inside
+                at = rng.choice([0, len(x) - 1, rng.randrange(len(x))])
+                x = x[:at] + bytes([x[at] ^ (1 << rng.randrange(8))]) + x[at + 1 :]
+            elif r < 0.2:  # another payload of the same length
+                x = bytes(rng.randrange(256) for _ in range(len(x)))
+            nxt.append(x)
+        if f == 5:  # another layout: one payload a byte longer
+            nxt[30] += b"\x00"
+        if f == 8:  # another node count
+            nxt = nxt[:-1]
+        files.append(nxt)
+    buf, s, e, ptr = _framed(files)
+    b = np.frombuffer(buf + b"\x00" * 40, dtype=np.uint8)
+    like = _same_as_previous_file(b, s, e, ptr).tolist()
+    named = 0
+    for g in range(1, len(files)):
+        a, c = ptr[g - 1], ptr[g]
+        laid_alike = [len(x) for x in files[g]] == [len(x) for x in files[g - 1]]
+        for k, x in enumerate(files[g]):
+            want = a + k if laid_alike and x == files[g - 1][k] else -1
+            assert like[c + k] == want
+            named += want >= 0
+    assert like[: ptr[1]] == [-1] * ptr[1]
+    assert named > 400  # most spans repeat; the flipped ones (about 90) and two files do not
+    plain = _group_spans(buf, s, e)
+    told = _group_spans(buf, s, e, np.asarray(like, dtype=np.int64))
+    assert told[0].tolist() == plain[0].tolist() and told[1].tolist() == plain[1].tolist()
+    seen: dict[bytes, int] = {}
+    assert plain[0].tolist() == [seen.setdefault(buf[i:j], len(seen)) for i, j in zip(s, e, strict=True)]
 
 
 def _spans_or_error(buf: bytes, like=None):

@@ -538,7 +538,9 @@ def _decode_distinct(
     pick = np.nonzero(local % _SAMPLE_EVERY == 0)[0]
     if len(_group_spans(buf, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
         return None
-    code, first = _group_spans(buf, payload_start, end)
+    code, first = _group_spans(
+        buf, payload_start, end, _same_as_previous_file(b, payload_start, end, file_ptr)
+    )
     if len(first) > _MAX_DISTINCT * n:
         return None
     ps = payload_start[first]
@@ -767,20 +769,75 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
     return f, (a_unit, a_pos, a_vs, a_nxt, keys, a_round), regs
 
 
-def _group_spans(buf: bytes, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+_EIGHT = np.arange(8, dtype=np.int64)
+
+
+def _same_as_previous_file(b: np.ndarray, s: np.ndarray, e: np.ndarray, file_ptr: np.ndarray) -> np.ndarray:
+    """For each span [s, e) of a file, the span at its index in the previous file when the two hold the same
+    bytes, else -1. The replicas of a batch sit side by side (a TP group's ranks: on the 512-rank Llama-2
+    set every repeated node payload repeats the one at its index in the previous file), so one numpy
+    comparison of two files' bytes settles most spans; a file whose spans do not lie as the previous
+    file's do (the same lengths at one fixed distance) is left to _group_spans' dict."""
+    like = np.full(len(s), -1, dtype=np.int64)
+    fp = file_ptr.tolist()
+    for g in range(1, len(fp) - 1):
+        a0, a1, b0, b1 = fp[g - 1], fp[g], fp[g], fp[g + 1]
+        if b1 == b0 or a1 - a0 != b1 - b0:
+            continue
+        sp, ep, sc, ec = s[a0:a1], e[a0:a1], s[b0:b1], e[b0:b1]
+        d = int(sc[0] - sp[0])
+        if not ((sc - sp == d).all() and (ec - ep == d).all()):
+            continue
+        lo, hi = int(sc.min()), int(ec.max())
+        # The two ranges compared 8 bytes at a time (b is padded past its end), then the bytes of the
+        # words that differ: the offsets from lo of every byte that differs, ascending.
+        m = (hi - lo + 7) >> 3
+        w = np.flatnonzero(b[lo : lo + 8 * m].view(np.uint64) != b[lo - d : lo - d + 8 * m].view(np.uint64))
+        if len(w):
+            p = (w[:, None] * 8 + _EIGHT).ravel()
+            p = p[b[lo + p] != b[lo - d + p]]
+            ok = np.flatnonzero(np.searchsorted(p, ec - lo) == np.searchsorted(p, sc - lo))
+        else:
+            ok = np.arange(b1 - b0)
+        like[b0 + ok] = a0 + ok
+    return like
+
+
+def _group_spans(
+    buf: bytes, s: np.ndarray, e: np.ndarray, like: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and a
     look-up per span; measured ~2x cheaper than hashing the spans' words with numpy, whose arrays of
     words cost more in fresh pages than the dict): (group per span, first span of each group), groups
-    numbered in the order of their first span."""
+    numbered in the order of their first span. like: for each span an earlier span known to hold the same
+    bytes, or -1 (_same_as_previous_file); only the others go through the dict."""
     if len(s) == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     seen: dict[bytes, int] = {}
     add = seen.setdefault
-    code = np.fromiter(
-        (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
-        dtype=np.int64,
-        count=len(s),
-    )
+    if like is None:
+        code = np.fromiter(
+            (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
+            dtype=np.int64,
+            count=len(s),
+        )
+    else:
+        # A span equal to an earlier one cannot open a group: the dict numbers the others in span order
+        # (so groups keep the order of their first span), and each span takes its chain's last span's code.
+        root = np.flatnonzero(like < 0)
+        code = np.empty(len(s), dtype=np.int64)
+        code[root] = np.fromiter(
+            (add(buf[i:j], len(seen)) for i, j in zip(s[root].tolist(), e[root].tolist(), strict=True)),
+            dtype=np.int64,
+            count=len(root),
+        )
+        up = np.where(like < 0, np.arange(len(s)), like)
+        while True:  # pointer jumping: each step halves what is left of every chain (like[i] < i)
+            nxt = up[up]
+            if (nxt == up).all():
+                break
+            up = nxt
+        code = code[up]
     top = np.maximum.accumulate(code)  # a group's first span raises the highest code seen so far
     new = np.ones(len(code), dtype=bool)
     new[1:] = top[1:] > top[:-1]
