@@ -111,7 +111,6 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         return False
     if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():
         return False
-    nt = cols.node_type[sel]
 
     # Dependencies: data deps must name nodes of the file (not the node itself); ctrl deps on absent ids or
     # on the node itself are dropped and counted. A file with edges to later ids is checked for cycles
@@ -119,10 +118,21 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     # fallback live.
     d0, d1 = int(cols.data_ptr[lo]), int(cols.data_ptr[hi])
     dd = cols.data_idx[d0:d1]
-    d_owner = pos_of[np.repeat(own, np.diff(cols.data_ptr[lo : hi + 1]))]
+    d_cnt = np.diff(cols.data_ptr[lo : hi + 1])
     c0, c1 = int(cols.ctrl_ptr[lo]), int(cols.ctrl_ptr[hi])
     cd = cols.ctrl_idx[c0:c1]
-    c_owner = pos_of[np.repeat(own, np.diff(cols.ctrl_ptr[lo : hi + 1]))]
+    c_cnt = np.diff(cols.ctrl_ptr[lo : hi + 1])
+    # The edges follow from the sorted ids and the deps alone, and the ranks of a stage (TP peers, DP
+    # replicas) hold the same ones: worked out once per distinct (ids, deps) of the builder.
+    dkey = None
+    if isinstance(sel, slice):
+        dkey = (ids.tobytes(), d_cnt.tobytes(), dd.tobytes(), c_cnt.tobytes(), cd.tobytes())
+        hit = b.deps_cache.get(dkey)
+        if hit is not None:
+            ndeps, counts, kids, ignored = hit
+            return _finish(b, rank, cols, n, path, at, batch, sel, ids, names, ndeps, counts, kids, ignored)
+    d_owner = pos_of[np.repeat(own, d_cnt)]
+    c_owner = pos_of[np.repeat(own, c_cnt)]
     if n == 0:
         if len(dd) or len(cd):
             return False
@@ -147,9 +157,28 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
     # Each parent's children: later nodes first, then earlier ones, each ascending (the node-by-node order).
     order = np.lexsort((child, child < parent, parent))
     counts = np.bincount(parent, minlength=n).astype(np.int64)
-    if (parent > child).any() and _has_cycle(n, ndeps, counts, child[order]):
+    kids = child[order]
+    if (parent > child).any() and _has_cycle(n, ndeps, counts, kids):
         return False
-    cidx = child[order] + b.n
+    ignored = int((~c_valid).sum())
+    if dkey is not None:
+        if len(b.deps_cache) >= _MAX_DEPS_CACHED:
+            b.deps_cache.clear()
+        b.deps_cache[dkey] = (ndeps, counts, kids, ignored)
+    return _finish(b, rank, cols, n, path, at, batch, sel, ids, names, ndeps, counts, kids, ignored)
+
+
+# Distinct (ids, deps) kept by the builder: ~30 KB of key per 800-node rank, so at most a few MB; the
+# 512-rank Llama-2 set has a few per pipeline stage, a set whose ranks all differ only refills it.
+_MAX_DEPS_CACHED = 64
+
+
+def _finish(
+    b: _Builder, rank, cols: RankColumns, n, path, at, batch, sel, ids, names, ndeps, counts, kids, ignored
+) -> bool:
+    """fast_rank past the edges (its rank's ndeps, child counts, children in order, dropped ctrl deps)."""
+    nt = cols.node_type[sel]
+    cidx = kids + b.n
 
     # Kinds and durations.
     k_cpu = at.kind(IS_CPU_OP)
@@ -212,7 +241,7 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         counts,
         cidx,
     )
-    b.ignored_ctrl += int((~c_valid).sum())
+    b.ignored_ctrl += ignored
     _annotations(b, at, batch)
     return True
 

@@ -291,6 +291,7 @@ class _Builder:
         self.rank_streams: dict[str, int] = {}
         self.roofline_cache: dict[tuple, int] = {}  # RooflineModel times by (device, cpu, ops, size, rec)
         self.batch: tuple | None = None  # (decoded columns, what replay/build_fast.py computed for them)
+        self.deps_cache: dict[tuple, tuple] = {}  # replay/build_fast.py's edges by the rank's ids and deps
 
     def rank_queues(self, rank: int) -> tuple[int, int, int]:
         """The rank's cpu, compute and comm queue indices."""
