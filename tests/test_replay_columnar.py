@@ -137,3 +137,41 @@ def test_left_to_protobuf_forms() -> None:
     bad = buf + b"\x03\xf8\x01\x01"  # a node holding field 31 (not in the Node schema)
     with pytest.raises(Unsupported):
         decode_columns([bad], ["x"], frozenset())
+
+
+def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path: Path) -> None:
+    # Ranks 0, 1 and 3 hold the same ids and deps (names and durations differ): the builder works their
+    # edges out once. Each drops 2 ctrl deps (one on an absent id, one on itself), so 3 x 2 + rank 2's 1.
+    from replay.compute import DurationModel
+    from replay.program import _Builder
+    from traces import pb
+    from traces.attrs import make_node
+    from traces.traceset import write_trace_set
+
+    def rank(tag: str, last_deps: list[int], ctrl: list[int]) -> list:
+        return [
+            make_node(1, f"{tag}a", pb.COMP_NODE, duration_micros=3),
+            make_node(2, f"{tag}b", pb.COMP_NODE, data_deps=[1], duration_micros=5),
+            make_node(3, f"{tag}c", pb.COMP_NODE, data_deps=[1], ctrl_deps=ctrl, duration_micros=7),
+            make_node(4, f"{tag}d", pb.COMP_NODE, data_deps=last_deps, duration_micros=len(tag)),
+        ]
+
+    ranks = [
+        rank("r0", [2, 3], [99, 3]),
+        rank("r1x", [2, 3], [99, 3]),
+        rank("r2", [3], [99]),
+        rank("r", [2, 3], [99, 3]),
+    ]
+    write_trace_set(str(tmp_path / "e"), ranks)
+    ts = discover(str(tmp_path / "e"))
+    assert _compare(ts) == 4
+    groups = load_groups(ts, None)
+    b = _Builder(groups, DurationModel(), ReplayConfig(), ts.num_ranks)
+    reader = ColumnReader(ts)
+    assert all(fast_rank(b, r, *reader.get(r)) for r in range(4))
+    assert len(b.deps_cache) == 2 and b.ignored_ctrl == 7
+    p = build_program(ts, groups, None, ReplayConfig(), columns=ColumnReader(ts).get)
+    assert p.ignored_ctrl_deps == 7
+    # Node 4 waits for 2 and 3 on ranks 0, 1, 3 and for 3 only on rank 2; node 1 has two children.
+    assert np.asarray(p.ndeps).tolist() == [0, 1, 1, 2] * 2 + [0, 1, 1, 1] + [0, 1, 1, 2]
+    assert np.diff(p.child_ptr).tolist() == [2, 1, 1, 0] * 2 + [2, 0, 1, 0] + [2, 1, 1, 0]
