@@ -109,7 +109,8 @@ def fast_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> bool:
         return False  # traces.attrcheck's rule: the node-by-node path names the node
     if b.config.honour_stream and (at.kind(STREAM) >= 0).any():
         return False
-    if ((at.kind(PG_NAME) >= 0) & (at.kind("comm_group") >= 0)).any():
+    pg_c, cg_c = cols.attrs.get(PG_NAME), cols.attrs.get("comm_group")
+    if pg_c is not None and cg_c is not None and ((pg_c.kind[sel] >= 0) & (cg_c.kind[sel] >= 0)).any():
         return False
 
     # Dependencies: data deps must name nodes of the file (not the node itself); ctrl deps on absent ids or
@@ -282,6 +283,23 @@ def _batch(b: _Builder, cols: RankColumns) -> dict:
 _COMM_ATTRS = (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "comm_group")
 
 
+def _comm_table(b: _Builder, cols: RankColumns, present: list) -> np.ndarray:
+    """The kind and value of each present comm attribute (_COMM_ATTRS order) of every node of the batch,
+    as the columns of one int64 array (computed once per batch, kept with _batch's)."""
+    got = b.batch[1].get("comm_table") if b.batch is not None and b.batch[0] is cols else None
+    if got is None:
+        got = np.empty((cols.num_nodes, 2 * sum(c is not None for c in present)), dtype=np.int64)
+        j = 0
+        for c in present:
+            if c is not None:
+                got[:, j] = c.kind
+                got[:, j + 1] = c.value
+                j += 2
+        if b.batch is not None and b.batch[0] is cols:
+            b.batch[1]["comm_table"] = got
+    return got
+
+
 def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs, ci, ids, nt, rec) -> tuple:
     """The rank's GPU comm nodes `ci` as (each node's distinct-input code; per distinct input, in order of
     first node: a (4, distinct) array of kinds, durations, bytes and comm types, pg names, streams), through
@@ -289,16 +307,14 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
     collectives and transfers many times. Distinct inputs go in order of their first node, so the first
     error raised is the one the node-by-node order raises; the matching data are recorded in node order
     (the same frozen CollInfo / P2PInfo shared by nodes with equal inputs)."""
-    sel = at._at(ci)
-    parts = [nt[ci], rec[ci]]
-    present = []
-    for name in _COMM_ATTRS:
-        c = cols.attrs.get(name)
-        present.append(c)
-        if c is not None:
-            parts += [c.kind[sel], c.value[sel]]
-    # One bytes key per node (its row of kinds and values): cheaper to build and hash than a tuple.
-    rows = np.ascontiguousarray(np.column_stack(parts), dtype=np.int64)
+    present = [cols.attrs.get(name) for name in _COMM_ATTRS]
+    # One bytes key per node (its row of type, recorded duration, kinds and values): cheaper to build and
+    # hash than a tuple; the kinds and values of every node of the batch are stacked once per batch.
+    table = _comm_table(b, cols, present)
+    rows = np.empty((len(ci), 2 + table.shape[1]), dtype=np.int64)
+    rows[:, 0] = nt[ci]
+    rows[:, 1] = rec[ci]
+    rows[:, 2:] = table[at._at(ci)]
     index: dict[bytes, int] = {}
     firsts: list[int] = []
     code_l = []
