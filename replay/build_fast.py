@@ -285,15 +285,15 @@ _COMM_ATTRS = (COMM_TYPE, COMM_SIZE, COMM_SRC, COMM_DST, COMM_TAG, PG_NAME, "com
 
 def _comm_table(b: _Builder, cols: RankColumns, present: list) -> np.ndarray:
     """The kind and value of each present comm attribute (_COMM_ATTRS order) of every node of the batch,
-    as the columns of one int64 array (computed once per batch, kept with _batch's)."""
+    as the rows of one int64 array (computed once per batch, kept with _batch's)."""
     got = b.batch[1].get("comm_table") if b.batch is not None and b.batch[0] is cols else None
     if got is None:
-        got = np.empty((cols.num_nodes, 2 * sum(c is not None for c in present)), dtype=np.int64)
+        got = np.empty((2 * sum(c is not None for c in present), cols.num_nodes), dtype=np.int64)
         j = 0
         for c in present:
             if c is not None:
-                got[:, j] = c.kind
-                got[:, j + 1] = c.value
+                got[j] = c.kind
+                got[j + 1] = c.value
                 j += 2
         if b.batch is not None and b.batch[0] is cols:
             b.batch[1]["comm_table"] = got
@@ -311,10 +311,10 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
     # One bytes key per node (its row of type, recorded duration, kinds and values): cheaper to build and
     # hash than a tuple; the kinds and values of every node of the batch are stacked once per batch.
     table = _comm_table(b, cols, present)
-    rows = np.empty((len(ci), 2 + table.shape[1]), dtype=np.int64)
+    rows = np.empty((len(ci), 2 + len(table)), dtype=np.int64)
     rows[:, 0] = nt[ci]
     rows[:, 1] = rec[ci]
-    rows[:, 2:] = table[at._at(ci)]
+    rows[:, 2:] = table[:, at._at(ci)].T
     index: dict[bytes, int] = {}
     firsts: list[int] = []
     code_l = []
