@@ -29,6 +29,7 @@ import pytest
 import traces.columnar as columnar
 from replay.program import WANT_ATTRS
 from replay.simulation import ColumnReader, simulate
+from tests.test_columnar_decode import _varint  # the hand-written encoder the decoder tests build bytes with
 from traces import pb
 from traces.attrs import make_node
 from traces.columnar import _group_spans, _same_as_previous_file, decode_columns
@@ -39,15 +40,6 @@ from traces.traceset import discover, write_trace_set
 PEER = Path(__file__).resolve().parents[1] / ".." / "shared" / "peer_traces" / "chakra_et"
 META = pb.GlobalMetadata(version="1")
 WANT = frozenset({"layer", "phase", "pg_name", "comm_size", "device_group", "ok", "big"})
-
-
-def _varint(v: int) -> bytes:
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
 
 
 def test_group_spans_numbers_spans_as_a_dict_of_their_bytes() -> None:
