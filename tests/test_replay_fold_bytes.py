@@ -119,15 +119,21 @@ def test_first_diff_and_varint() -> None:
         assert pb.Node(id=v).SerializeToString() == (b"\x08" + varint(v) if v else b"")
 
 
-def test_cached_layouts_give_the_same_predictions() -> None:
-    # predict_many reuses one layout for replacements of equal lengths ("13" and "14"; 300 and 301).
+def _label_sites() -> tuple:
+    """The 3-node template's device_group and pg_name fields as predict's (template, starts, ends, owners,
+    pool ids): device_group from pool entry 0, pg_name from entry 1."""
     rep = encode_stream(META, _nodes("1", 0, _pad_for_127()))
     t, cols = _template(rep)
     pg, dg = cols.attrs["pg_name"], cols.attrs["device_group"]
     starts = np.concatenate([dg.field_start, pg.field_start])
     ends = np.concatenate([dg.field_end, pg.field_end])
     owners = np.concatenate([np.arange(3), np.arange(3)])
-    ids = np.asarray([0, 0, 0, 1, 1, 1])
+    return t, starts, ends, owners, np.asarray([0, 0, 0, 1, 1, 1])
+
+
+def test_cached_layouts_give_the_same_predictions() -> None:
+    # predict_many reuses one layout for replacements of equal lengths ("13" and "14"; 300 and 301).
+    t, starts, ends, owners, ids = _label_sites()
     cache: dict = {}
     for dgv, name in ((300, "13"), (301, "14"), (5, "7")):
         pool = [_field("device_group", dgv, "int64_val"), _field("pg_name", name, "string_val")]
@@ -141,13 +147,7 @@ def test_cached_layouts_give_the_same_predictions() -> None:
 def test_layouts_mix_in_place_and_moving_replacements() -> None:
     # device_group 0 -> 7 keeps its length (written in place), pg_name "1" -> "13" grows (moves every later
     # byte): the cached layout's prediction is protobuf's own encoding.
-    rep = encode_stream(META, _nodes("1", 0, _pad_for_127()))
-    t, cols = _template(rep)
-    pg, dg = cols.attrs["pg_name"], cols.attrs["device_group"]
-    starts = np.concatenate([dg.field_start, pg.field_start])
-    ends = np.concatenate([dg.field_end, pg.field_end])
-    owners = np.concatenate([np.arange(3), np.arange(3)])
-    ids = np.asarray([0, 0, 0, 1, 1, 1])
+    t, starts, ends, owners, ids = _label_sites()
     cache: dict = {}
     for dgv, name in ((7, "13"), (9, "14"), (0, "1")):
         pool = [_field("device_group", dgv, "int64_val"), _field("pg_name", name, "string_val")]
