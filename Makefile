@@ -15,6 +15,8 @@ TORCH := torch==2.13.0+cpu
 EDITABLE := --config-settings editable_mode=compat
 
 $(BIN)/xsim: pyproject.toml
+	@echo "make: creating $(VENV) and installing xsim with its test tools (protobuf, numpy, polars, networkx,"
+	@echo "      pyyaml, rich, dask, matplotlib, pytest, hypothesis, ruff, grpcio-tools): about 2-3 minutes once"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]' $(EDITABLE) || $(BIN)/pip install -q -e '.[dev]'
