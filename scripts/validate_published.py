@@ -78,6 +78,12 @@ RUN_KEYS = (
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
+# Clusters a run may name: the DGX presets (netmodels, issue 10) and explicit 8-GPU nodes for the others,
+# with the network rate per GPU. DGX A100: one 200 Gb/s HDR NIC per GPU (DGX A100 datasheet: 8 single-port
+# ConnectX-6), used only on checkouts without the preset. Jean Zay's A100 partition (BigScience tr11-176B-ml
+# README, "Hardware"): 8 A100 80GB per node on NVLink, 4 Omni-Path links per node; Intel Omni-Path 100
+# series: 100 Gb/s per port, so 400 Gb/s per node, 50 Gb/s per GPU when the 8 GPUs share them evenly.
+CLUSTER_NICS = {"dgx-a100": "200Gbps", "dgx-h100": "400Gbps", "jean-zay-a100": "50Gbps"}
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the node budget (never
 # in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, 48 layers, one micro-batch),
@@ -136,6 +142,7 @@ class Run:
     norm: str = "layernorm"
     linear_bias: bool = True
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
+    stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
     @property
     def ffn(self) -> int:
@@ -245,7 +252,10 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
     par = raw.get("parallel")
     if not isinstance(model, Mapping) or not isinstance(par, Mapping):
         raise _fail(path, where, "model and parallel must be mappings")
-    for block, keys, optional in ((model, MODEL_KEYS, MODEL_OPTIONAL), (par, PARALLEL_KEYS, ())):
+    for block, keys, optional in (
+        (model, MODEL_KEYS, MODEL_OPTIONAL),
+        (par, PARALLEL_KEYS, ("stage_layers",)),
+    ):
         gone = [k for k in keys if k not in block]
         extra = sorted(set(block) - set(keys) - set(optional))
         if gone or extra:
@@ -266,6 +276,13 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
                 )
             options.append((key, raw[key]))
     arch = _architecture(path, where, model)
+    stage_layers = par.get("stage_layers", [])
+    if not isinstance(stage_layers, list) or not all(isinstance(n, int) and n > 0 for n in stage_layers):
+        raise _fail(path, where, f"stage_layers must be a list of positive integers, got {stage_layers!r}")
+    if defaults["cluster"] not in CLUSTER_NICS:
+        raise _fail(
+            path, where, f"cluster must be one of {', '.join(CLUSTER_NICS)}, got {defaults['cluster']!r}"
+        )
     rc = raw.get("recompute")
     if rc not in RECOMPUTE:
         raise _fail(path, where, f"recompute must be one of {', '.join(RECOMPUTE)}, got {rc!r}")
@@ -298,7 +315,8 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
         micro_batch=_int(path, where, par, "micro_batch"), global_batch=_int(path, where, par, "global_batch"),
         virtual_stages=_int(path, where, par, "virtual_stages"), recompute=rc, sequence_parallel=sp,
         precision=prec, measured_kind=kind, measured_value=float(value),
-        notes=_text(path, where, raw, "notes", required=False), options=tuple(options), **arch,
+        notes=_text(path, where, raw, "notes", required=False), options=tuple(options),
+        stage_layers=tuple(stage_layers), **arch,
     )  # fmt: skip
     _check_layout(path, where, run)
     return run
@@ -325,7 +343,12 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
 def _check_layout(path: str, where: str, run: Run) -> None:
     if run.global_batch % (run.micro_batch * run.dp):
         raise _fail(path, where, f"global_batch {run.global_batch} not a multiple of micro_batch x dp")
-    if run.layers % (run.pp * run.virtual_stages):
+    if run.stage_layers:
+        if len(run.stage_layers) != run.pp or sum(run.stage_layers) != run.layers or run.virtual_stages > 1:
+            raise _fail(
+                path, where, f"stage_layers must give pp {run.pp} stages summing to {run.layers} layers"
+            )
+    elif run.layers % (run.pp * run.virtual_stages):
         raise _fail(path, where, f"{run.layers} layers do not split into pp x virtual_stages equal chunks")
     if run.virtual_stages > 1 and run.micro_batches % run.pp:
         # Megatron's interleaved schedule needs the micro-batch count to be a multiple of the pipeline size.
@@ -415,18 +438,21 @@ def spec_features() -> frozenset[str]:
 
 
 def _explicit_dgx_cluster(run: Run) -> dict[str, Any]:
-    """A DGX-A100-like cluster in today's description keys, for checkouts without the dgx-a100 preset.
+    """Nodes of 8 GPUs in today's description keys: a DGX cluster on checkouts without its preset, or a
+    cluster xsim has no preset for (CLUSTER_NICS).
 
-    Nodes of 8 GPUs; NVLink from the interconnect preset (A100 NVLink 3: 600 GB/s total, 300 GB/s per
-    direction, NVIDIA A100 datasheet); one 200 Gb/s HDR NIC per GPU (DGX A100 datasheet: 8 single-port
-    ConnectX-6); one non-blocking switch.
+    NVLink from the interconnect preset (A100 NVLink 3: 600 GB/s total, 300 GB/s per direction, NVIDIA
+    A100 datasheet); the run's network rate per GPU from CLUSTER_NICS (DGX A100: 8 single-port 200 Gb/s
+    ConnectX-6; DGX H100: 8 400 Gb/s ConnectX-7, DGX H100 datasheet); one non-blocking switch.
     """
     nodes = []
     ranks_per_replica = run.tp * run.pp
     total = ranks_per_replica * run.dp
     for i in range(math.ceil(total / GPUS_PER_NODE)):
         ranks = list(range(i * GPUS_PER_NODE, min(total, (i + 1) * GPUS_PER_NODE)))
-        nodes.append({"name": f"node{i}", "gpu": run.gpu, "ranks": ranks, "nic_bandwidth": "200Gbps"})
+        nodes.append(
+            {"name": f"node{i}", "gpu": run.gpu, "ranks": ranks, "nic_bandwidth": CLUSTER_NICS[run.cluster]}
+        )
     return {"preset": "table6", "nodes": nodes, "fabric": {"kind": "switch"}}
 
 
@@ -489,6 +515,12 @@ def spec_for(
     # them this checkout's tracegen lacks, and such a run is reported, not replayed.
     spec.update(run.options)
     spec["cluster"] = run.cluster if _has_cluster_preset(run.cluster) else _explicit_dgx_cluster(run)
+    if run.stage_layers:
+        # Uneven pipeline stages (Megatron-DeepSpeed's partition counting embeddings as layers) are written
+        # as explicit device groups with their layer ranges; the parallel: block splits layers evenly only.
+        spec.pop("parallel", None)
+        spec["micro_batches"] = m
+        spec["device_groups"] = _device_groups(run)
     return spec
 
 
@@ -513,7 +545,7 @@ def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str
         gaps.append(f"attention {run.attention}")
     if "compute_model" not in feats:
         gaps.append("calibrated compute model")
-    if not _has_cluster_preset(run.cluster):
+    if run.cluster.startswith("dgx-") and not _has_cluster_preset(run.cluster):
         gaps.append(f"cluster {run.cluster} (explicit nodes used)")
     return gaps
 
@@ -528,7 +560,8 @@ def _has_cluster_preset(name: str) -> bool:
 
 def _device_groups(run: Run) -> list[dict[str, Any]]:
     """Explicit device groups in Megatron's rank order (tp fastest, then dp, then pp), no interleaving."""
-    per = run.layers // run.pp
+    sizes = run.stage_layers or (run.layers // run.pp,) * run.pp
+    starts = [1 + sum(sizes[:s]) for s in range(run.pp)]
     out = []
     for s in range(run.pp):
         for d in range(run.dp):
@@ -536,8 +569,8 @@ def _device_groups(run: Run) -> list[dict[str, Any]]:
             out.append(
                 {
                     "id": len(out), "gpu": run.gpu, "ranks": list(range(base, base + run.tp)), "tp": run.tp,
-                    "layers": [s * per + 1, (s + 1) * per], "micro_batch": run.micro_batch, "pp_stage": s,
-                    "dp_replica": d,
+                    "layers": [starts[s], starts[s] + sizes[s] - 1], "micro_batch": run.micro_batch,
+                    "pp_stage": s, "dp_replica": d,
                 }
             )  # fmt: skip
     return out

@@ -414,3 +414,29 @@ def test_rows_not_replayed_keep_the_pages_previous_line():
     # kept twice: marked once
     again = vp.kept_predictions(f"{begin}\n{vp.runs_table(list(kept.values()))}{end}\n", runs)
     assert again["a"].method == "replayed" + vp.KEPT
+
+
+def test_bloom_time_reproduces_the_logged_tflops(data):
+    """The BLOOM log line prints 105.22 s and 149.02 TFLOPs; Megatron-DeepSpeed's TFLOPs is eq. (3) (with
+    recomputation) over n GPUs: our 384 GPUs, 70 layers, h 14336, GBS 2048, s 2048, V 250880 give 149.02."""
+    r = {r.id: r for r in data.runs}["bloom-176b-384xa100"]
+    f = vp.megatron_iteration_flops(r.global_batch, r.seq_len, r.layers, r.hidden, r.vocab)
+    assert f / (r.measured_value * r.gpus) / 1e12 == pytest.approx(149.02, abs=0.005)
+    assert r.gpus == 384 and r.stage_layers == (5,) + (6,) * 10 + (5,) and r.micro_batches == 128
+
+
+def test_uneven_stages_become_device_groups_with_their_layer_ranges():
+    """stage_layers [2, 3, 3, 2] over pp 4: layers 1-2, 3-5, 6-8, 9-10 on stages 0..3 of every replica, in
+    Megatron's rank order (tp fastest, then dp, then pp); the spec replays."""
+    run = tiny_run(layers=10, pp=4, dp=2, micro_batch=1, global_batch=8, stage_layers=(2, 3, 3, 2))
+    spec = vp.spec_for(run, features=AGREED)
+    assert "parallel" not in spec and spec["micro_batches"] == 4
+    got = [(g["ranks"], g["layers"], g["pp_stage"], g["dp_replica"]) for g in spec["device_groups"]]
+    assert got[:4] == [
+        ([0, 1], [1, 2], 0, 0),
+        ([2, 3], [1, 2], 0, 1),
+        ([4, 5], [3, 5], 1, 0),
+        ([6, 7], [3, 5], 1, 1),
+    ]
+    assert got[-1] == ([14, 15], [9, 10], 3, 1)
+    assert vp.replay_spec(spec).iteration_ns > 0
