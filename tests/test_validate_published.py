@@ -440,3 +440,12 @@ def test_uneven_stages_become_device_groups_with_their_layer_ranges():
     ]
     assert got[-1] == ([14, 15], [9, 10], 3, 1)
     assert vp.replay_spec(spec).iteration_ns > 0
+
+
+def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
+    """v3.1 result_0.txt: blocks of 50,331,648 tokens = 12 steps of 2048 x 2048; median block 132,793.5 ms
+    -> 11.066 s per step; gradient_accumulation_steps 128 = 2048 / (MBS 1 x DP 16)."""
+    run = {r.id: r for r in data.runs}["mlperf31-gpt3-175b-512xh100"]
+    assert 50_331_648 == 12 * run.global_batch * run.seq_len
+    assert run.measured_value == round(132_793.5 / 12 / 1000, 3)
+    assert run.global_batch == run.micro_batch * run.dp * 128
