@@ -449,3 +449,27 @@ def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
     assert 50_331_648 == 12 * run.global_batch * run.seq_len
     assert run.measured_value == round(132_793.5 / 12 / 1000, 3)
     assert run.global_batch == run.micro_batch * run.dp * 128
+
+
+def test_cli_only_with_out_refreshes_its_row_and_keeps_the_rest(tmp_path, capsys):
+    """`--only ID --out page`: that row is replayed (on a copy of the dataset without the issue-22 keys, so
+    that any checkout replays it), every other row keeps the page's previous line, the prose is untouched."""
+    keys = "|".join(vp.OPTION_VALUES)
+    text = (REPO / "scripts" / "data" / "published_runs.yaml").read_text(encoding="utf-8")
+    stripped = tmp_path / "runs.yaml"
+    stripped.write_text("".join(ln for ln in text.splitlines(True) if not re.match(rf"\s+({keys}): ", ln)))
+    page = tmp_path / "validation.md"
+    before = PAGE.read_text(encoding="utf-8")
+    page.write_text(before, encoding="utf-8")
+    rid = "korthikanti22-t5-22b-full"
+    argv = ["--data", str(stripped), "--only", rid, "--no-layers", "--out", str(page)]
+    assert vp.main(argv) == 0
+    capsys.readouterr()
+    after = page.read_text(encoding="utf-8")
+    begin = vp.block_markers("runs")[0]
+    assert after.split(begin)[0] == before.split(begin)[0]
+    rows = {r[0]: r for r in vp.table_rows(vp.page_block(after, "runs"))}
+    assert list(rows) == vp.page_run_ids(before)
+    assert rows[rid][4] != "-" and rows[rid][6].startswith("replayed")
+    assert all(r[6].endswith(vp.KEPT) for i, r in rows.items() if i != rid)
+    assert vp.page_block(after, "mfu") == vp.page_block(before, "mfu")  # not run with --only: kept
