@@ -979,7 +979,10 @@ def kept_predictions(page: str, runs: Sequence[Run]) -> dict[str, Prediction]:
     out = {}
     for cells in table_rows(block):
         if len(cells) == 7 and cells[0] in by_id:
-            seconds = None if cells[4] == "-" else float(cells[4])
+            try:
+                seconds = None if cells[4] == "-" else float(cells[4])
+            except ValueError:  # a hand-edited cell: nothing to keep but the row
+                seconds = None
             how = cells[6] if cells[6].endswith(KEPT) else cells[6] + KEPT
             out[cells[0]] = Prediction(by_id[cells[0]], seconds, how, 0, 0.0)
     return out
