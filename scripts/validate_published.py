@@ -1,14 +1,20 @@
-"""Validate xsim against published, measured Megatron-LM training runs (docs/validation.md).
+"""Validate xsim against published, measured training runs (docs/validation.md).
 
 Each run of scripts/data/published_runs.yaml (source, table, row, full configuration, measured time per
 iteration) becomes an xsim deployment spec, is generated and replayed through the library (tracegen,
-netmodels, replay: no CLI output is parsed), and is compared with the measured time. The script prints,
-and with --out writes, a Markdown table: run, source, configuration, measured, predicted, error, and the
-median |error|; then the per-layer forward/backward times of the 22B layer of Korthikanti et al. (Table 4).
+netmodels, replay: no CLI output is parsed), and is compared with the measured time. The script prints the
+Markdown tables (run, source, configuration, measured, predicted, error; the median |error|, max and count
+within +-10%; the model-FLOPs utilisation of a data-parallel Llama-2 7B on 8 A100s; the per-layer times of
+the 22B layer of Korthikanti et al. Table 4; the runs left out) and with --out writes them into the
+generated blocks of docs/validation.md, leaving the hand-written text around them as it is.
 
-    python scripts/validate_published.py                       # every run within the node budget
+    python scripts/validate_published.py --out docs/validation.md      # refresh the page
     python scripts/validate_published.py --only korthikanti22-t5-22b-full --no-layers
-    python scripts/validate_published.py --out docs/validation_table.md --max-nodes 8000000
+    python scripts/validate_published.py --max-nodes 500000 --no-layers   # the quick rows only
+
+A run setting one of issue 22's spec keys (framework, gemm_rates, overlap_grad_reduce,
+overlap_param_gather, tp_comm_overlap, grad_reduce_dtype, sharding) that this checkout's tracegen does not
+accept is reported as "needs feature <key>", not replayed; the keys are written only when the run sets them.
 
 Speed: a run with data parallelism replays one DP replica (replay's fold: proven, the tables equal an
 unfolded replay's). A run whose micro-batch count would exceed --max-nodes is replayed at two smaller
@@ -47,12 +53,37 @@ RECOMPUTE = ("none", "selective", "full")
 PRECISION_SPEC = {"fp16": "fp16", "bf16": "bf16", "mixed16": "bf16", "fp8": "fp8"}
 ATTENTION = ("flash", "unfused")
 MODEL_KEYS = ("layers", "hidden", "heads")
+# Optional architecture keys of a run's model block (defaults: the GPT of the Megatron papers, FFN 4h, GELU,
+# LayerNorm, biases, kv_heads = heads; seq_len and vocab from the source's defaults).
+MODEL_OPTIONAL = ("ffn_hidden", "kv_heads", "activation", "norm", "linear_bias", "seq_len", "vocab")
+ACTIVATIONS = ("gelu", "swiglu")
+NORMS = ("layernorm", "rmsnorm")
 PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages")
+# Spec keys of issue 22 (and the distributed optimizer), written into a run's spec only when its YAML sets
+# them: tracegen rejects unknown keys, so a checkout without one reports "needs feature <key>".
+OPTION_VALUES: dict[str, tuple[Any, ...]] = {
+    "framework": ("megatron-2021", "megatron-core", "megatron-deepspeed"),
+    "gemm_rates": ("sustained", "burst"),
+    "overlap_grad_reduce": (True, False),
+    "overlap_param_gather": (True, False),
+    "tp_comm_overlap": (True, False),
+    "grad_reduce_dtype": ("fp32", "bf16"),
+    "sharding": ("zero3", "fsdp"),
+    "distributed_optimizer": (True, False),
+}
+MEASURED_KINDS = ("iteration_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 RUN_KEYS = (
     "id", "source", "where", "config_source", "config_where", "model", "parallel", "recompute",
-    "sequence_parallel", "precision", "measured", "notes",
+    "sequence_parallel", "precision", "measured", "notes", "gpu", "cluster", "attention", *OPTION_VALUES,
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
+A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
+# Clusters a run may name: the DGX presets (netmodels, issue 10) and explicit 8-GPU nodes for the others,
+# with the network rate per GPU. DGX A100: one 200 Gb/s HDR NIC per GPU (DGX A100 datasheet: 8 single-port
+# ConnectX-6), used only on checkouts without the preset. Jean Zay's A100 partition (BigScience tr11-176B-ml
+# README, "Hardware"): 8 A100 80GB per node on NVLink, 4 Omni-Path links per node; Intel Omni-Path 100
+# series: 100 Gb/s per port, so 400 Gb/s per node, 50 Gb/s per GPU when the 8 GPUs share them evenly.
+CLUSTER_NICS = {"dgx-a100": "200Gbps", "dgx-h100": "400Gbps", "jean-zay-a100": "50Gbps"}
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the node budget (never
 # in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, 48 layers, one micro-batch),
@@ -102,9 +133,21 @@ class Run:
     recompute: str
     sequence_parallel: bool
     precision: str
-    measured_kind: str  # "iteration_s" or "tflops_per_gpu"
+    measured_kind: str  # one of MEASURED_KINDS
     measured_value: float
     notes: str = ""
+    ffn_hidden: int = 0  # 0: 4 x hidden
+    kv_heads: int = 0  # 0: heads
+    activation: str = "gelu"
+    norm: str = "layernorm"
+    linear_bias: bool = True
+    options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
+    stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
+
+    @property
+    def ffn(self) -> int:
+        """FFN width."""
+        return self.ffn_hidden or 4 * self.hidden
 
     @property
     def gpus(self) -> int:
@@ -157,9 +200,12 @@ def megatron_iteration_flops(batch: int, seq: int, layers: int, hidden: int, voc
 
 
 def measured_seconds(run: Run) -> float:
-    """The measured time per iteration: as printed, or converted from achieved TFLOP/s per GPU by eq. (3)."""
+    """The measured time per iteration: as printed, from tokens/s/GPU (B s / (n X)), or from achieved
+    TFLOP/s per GPU by eq. (3)."""
     if run.measured_kind == "iteration_s":
         return run.measured_value
+    if run.measured_kind == "tokens_per_s_per_gpu":
+        return run.global_batch * run.seq_len / (run.gpus * run.measured_value)
     flops = megatron_iteration_flops(run.global_batch, run.seq_len, run.layers, run.hidden, run.vocab)
     return flops / (run.gpus * run.measured_value * 1e12)
 
@@ -202,19 +248,41 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
         raise _fail(path, where, f"config_source {csrc!r} is not in sources")
     if csrc and not raw.get("config_where"):
         raise _fail(path, where, "config_source needs config_where (which script, which case)")
-    defaults = defaults_of.get(src) or {}
-    missing = [k for k in DEFAULT_KEYS if k not in defaults]
-    if missing:
-        raise _fail(path, where, f"source {src} gives no {', '.join(missing)} in its defaults")
     model = raw.get("model")
     par = raw.get("parallel")
     if not isinstance(model, Mapping) or not isinstance(par, Mapping):
         raise _fail(path, where, "model and parallel must be mappings")
-    for block, keys in ((model, MODEL_KEYS), (par, PARALLEL_KEYS)):
+    for block, keys, optional in (
+        (model, MODEL_KEYS, MODEL_OPTIONAL),
+        (par, PARALLEL_KEYS, ("stage_layers",)),
+    ):
         gone = [k for k in keys if k not in block]
-        extra = sorted(set(block) - set(keys))
+        extra = sorted(set(block) - set(keys) - set(optional))
         if gone or extra:
             raise _fail(path, where, f"incomplete or unknown configuration: missing {gone}, unknown {extra}")
+    # A run's own model / gpu / cluster / attention settings win over its source's defaults.
+    defaults = {**(defaults_of.get(src) or {})}
+    defaults.update({k: model[k] for k in ("seq_len", "vocab") if k in model})
+    defaults.update({k: raw[k] for k in ("gpu", "cluster", "attention") if k in raw})
+    missing = [k for k in DEFAULT_KEYS if k not in defaults]
+    if missing:
+        raise _fail(path, where, f"neither the run nor source {src} gives {', '.join(missing)}")
+    options = []
+    for key, allowed in OPTION_VALUES.items():
+        if key in raw:
+            if raw[key] not in allowed or type(raw[key]) is not type(allowed[0]):
+                raise _fail(
+                    path, where, f"{key} must be one of {', '.join(map(str, allowed))}, got {raw[key]!r}"
+                )
+            options.append((key, raw[key]))
+    arch = _architecture(path, where, model)
+    stage_layers = par.get("stage_layers", [])
+    if not isinstance(stage_layers, list) or not all(isinstance(n, int) and n > 0 for n in stage_layers):
+        raise _fail(path, where, f"stage_layers must be a list of positive integers, got {stage_layers!r}")
+    if defaults["cluster"] not in CLUSTER_NICS:
+        raise _fail(
+            path, where, f"cluster must be one of {', '.join(CLUSTER_NICS)}, got {defaults['cluster']!r}"
+        )
     rc = raw.get("recompute")
     if rc not in RECOMPUTE:
         raise _fail(path, where, f"recompute must be one of {', '.join(RECOMPUTE)}, got {rc!r}")
@@ -228,14 +296,14 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
         raise _fail(path, where, f"attention must be one of {', '.join(ATTENTION)}")
     meas = raw.get("measured")
     if not isinstance(meas, Mapping) or len(meas) != 1:
-        raise _fail(path, where, "measured must hold exactly one of iteration_s, tflops_per_gpu")
+        raise _fail(path, where, f"measured must hold exactly one of {', '.join(MEASURED_KINDS)}")
     ((kind, value),) = meas.items()
-    if kind not in ("iteration_s", "tflops_per_gpu") or not isinstance(value, int | float) or value <= 0:
+    if kind not in MEASURED_KINDS or not isinstance(value, int | float) or value <= 0:
         raise _fail(
-            path, where, f"measured {kind}: {value!r} is not a positive iteration_s or tflops_per_gpu"
+            path, where, f"measured {kind}: {value!r} is not a positive {' or '.join(MEASURED_KINDS)}"
         )
-    if kind == "tflops_per_gpu" and not sources[src].get("conversion"):
-        raise _fail(path, where, f"source {src} states no conversion from TFLOP/s to time")
+    if kind != "iteration_s" and not sources[src].get("conversion"):
+        raise _fail(path, where, f"source {src} states no conversion from {kind} to time")
     run = Run(
         id=rid, source=src, where=_text(path, where, raw, "where"), config_source=csrc,
         config_where=_text(path, where, raw, "config_where", required=bool(csrc)),
@@ -247,16 +315,40 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
         micro_batch=_int(path, where, par, "micro_batch"), global_batch=_int(path, where, par, "global_batch"),
         virtual_stages=_int(path, where, par, "virtual_stages"), recompute=rc, sequence_parallel=sp,
         precision=prec, measured_kind=kind, measured_value=float(value),
-        notes=_text(path, where, raw, "notes", required=False),
+        notes=_text(path, where, raw, "notes", required=False), options=tuple(options),
+        stage_layers=tuple(stage_layers), **arch,
     )  # fmt: skip
     _check_layout(path, where, run)
     return run
 
 
+def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
+    """The optional architecture keys of a model block, checked."""
+    out: dict[str, Any] = {}
+    for k in ("ffn_hidden", "kv_heads"):
+        if k in model:
+            out[k] = _int(path, where, model, k)
+    for k, allowed in (("activation", ACTIVATIONS), ("norm", NORMS)):
+        if k in model:
+            if model[k] not in allowed:
+                raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
+            out[k] = model[k]
+    if "linear_bias" in model:
+        if not isinstance(model["linear_bias"], bool):
+            raise _fail(path, where, f"linear_bias must be true or false, got {model['linear_bias']!r}")
+        out["linear_bias"] = model["linear_bias"]
+    return out
+
+
 def _check_layout(path: str, where: str, run: Run) -> None:
     if run.global_batch % (run.micro_batch * run.dp):
         raise _fail(path, where, f"global_batch {run.global_batch} not a multiple of micro_batch x dp")
-    if run.layers % (run.pp * run.virtual_stages):
+    if run.stage_layers:
+        if len(run.stage_layers) != run.pp or sum(run.stage_layers) != run.layers or run.virtual_stages > 1:
+            raise _fail(
+                path, where, f"stage_layers must give pp {run.pp} stages summing to {run.layers} layers"
+            )
+    elif run.layers % (run.pp * run.virtual_stages):
         raise _fail(path, where, f"{run.layers} layers do not split into pp x virtual_stages equal chunks")
     if run.virtual_stages > 1 and run.micro_batches % run.pp:
         # Megatron's interleaved schedule needs the micro-batch count to be a multiple of the pipeline size.
@@ -265,6 +357,8 @@ def _check_layout(path: str, where: str, run: Run) -> None:
         )
     if run.heads % run.tp or run.hidden % run.heads:
         raise _fail(path, where, f"tp {run.tp} / heads {run.heads} / hidden {run.hidden} do not divide")
+    if run.kv_heads and (run.heads % run.kv_heads or run.kv_heads % run.tp):
+        raise _fail(path, where, f"kv_heads {run.kv_heads} must divide heads {run.heads} and split over tp")
 
 
 def load_dataset(path: str | os.PathLike[str] = DATA) -> Dataset:
@@ -314,6 +408,7 @@ def _layer_benchmark(path: str, raw: Any, sources: Mapping, defaults_of: Mapping
         "id": "layer-benchmark", "source": raw.get("source"), "where": raw.get("where"),
         "model": raw.get("model"), "parallel": raw.get("parallel"), "recompute": "none",
         "sequence_parallel": False, "precision": raw.get("precision"), "measured": {"iteration_s": 1.0},
+        **{k: raw[k] for k in OPTION_VALUES if k in raw},
     }  # fmt: skip
     run = _run(path, base, 0, sources, defaults_of)
     rows = []
@@ -343,18 +438,21 @@ def spec_features() -> frozenset[str]:
 
 
 def _explicit_dgx_cluster(run: Run) -> dict[str, Any]:
-    """A DGX-A100-like cluster in today's description keys, for checkouts without the dgx-a100 preset.
+    """Nodes of 8 GPUs in today's description keys: a DGX cluster on checkouts without its preset, or a
+    cluster xsim has no preset for (CLUSTER_NICS).
 
-    Nodes of 8 GPUs; NVLink from the interconnect preset (A100 NVLink 3: 600 GB/s total, 300 GB/s per
-    direction, NVIDIA A100 datasheet); one 200 Gb/s HDR NIC per GPU (DGX A100 datasheet: 8 single-port
-    ConnectX-6); one non-blocking switch.
+    NVLink from the interconnect preset (A100 NVLink 3: 600 GB/s total, 300 GB/s per direction, NVIDIA
+    A100 datasheet); the run's network rate per GPU from CLUSTER_NICS (DGX A100: 8 single-port 200 Gb/s
+    ConnectX-6; DGX H100: 8 400 Gb/s ConnectX-7, DGX H100 datasheet); one non-blocking switch.
     """
     nodes = []
     ranks_per_replica = run.tp * run.pp
     total = ranks_per_replica * run.dp
     for i in range(math.ceil(total / GPUS_PER_NODE)):
         ranks = list(range(i * GPUS_PER_NODE, min(total, (i + 1) * GPUS_PER_NODE)))
-        nodes.append({"name": f"node{i}", "gpu": run.gpu, "ranks": ranks, "nic_bandwidth": "200Gbps"})
+        nodes.append(
+            {"name": f"node{i}", "gpu": run.gpu, "ranks": ranks, "nic_bandwidth": CLUSTER_NICS[run.cluster]}
+        )
     return {"preset": "table6", "nodes": nodes, "fabric": {"kind": "switch"}}
 
 
@@ -382,14 +480,14 @@ def spec_for(
             "name": run.id,
             "layers": run.layers,
             "hidden": run.hidden,
-            "ffn_hidden": 4 * run.hidden,
+            "ffn_hidden": run.ffn,
             "heads": run.heads,
-            "kv_heads": run.heads,
+            "kv_heads": run.kv_heads or run.heads,
             "vocab": run.vocab,
             "seq_len": run.seq_len,
-            "activation": "gelu",
-            "norm": "layernorm",
-            "linear_bias": True,
+            "activation": run.activation,
+            "norm": run.norm,
+            "linear_bias": run.linear_bias,
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -413,8 +511,23 @@ def spec_for(
         # The shape-aware GEMM model calibrated on microbenchmarks (tracegen's default stays the flat
         # roofline for backward compatibility).
         spec["compute_model"] = "calibrated"
+    # Issue 22's keys exactly as the run's YAML sets them (none invented): `needed_features` says which of
+    # them this checkout's tracegen lacks, and such a run is reported, not replayed.
+    spec.update(run.options)
     spec["cluster"] = run.cluster if _has_cluster_preset(run.cluster) else _explicit_dgx_cluster(run)
+    if run.stage_layers:
+        # Uneven pipeline stages (Megatron-DeepSpeed's partition counting embeddings as layers) are written
+        # as explicit device groups with their layer ranges; the parallel: block splits layers evenly only.
+        spec.pop("parallel", None)
+        spec["micro_batches"] = m
+        spec["device_groups"] = _device_groups(run)
     return spec
+
+
+def needed_features(run: Run, features: frozenset[str] | None = None) -> list[str]:
+    """The spec keys `run` sets that this checkout's tracegen does not accept (empty: it can be replayed)."""
+    feats = spec_features() if features is None else features
+    return [key for key, _value in run.options if key not in feats]
 
 
 def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str | None = None) -> list[str]:
@@ -432,7 +545,7 @@ def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str
         gaps.append(f"attention {run.attention}")
     if "compute_model" not in feats:
         gaps.append("calibrated compute model")
-    if not _has_cluster_preset(run.cluster):
+    if run.cluster.startswith("dgx-") and not _has_cluster_preset(run.cluster):
         gaps.append(f"cluster {run.cluster} (explicit nodes used)")
     return gaps
 
@@ -447,7 +560,8 @@ def _has_cluster_preset(name: str) -> bool:
 
 def _device_groups(run: Run) -> list[dict[str, Any]]:
     """Explicit device groups in Megatron's rank order (tp fastest, then dp, then pp), no interleaving."""
-    per = run.layers // run.pp
+    sizes = run.stage_layers or (run.layers // run.pp,) * run.pp
+    starts = [1 + sum(sizes[:s]) for s in range(run.pp)]
     out = []
     for s in range(run.pp):
         for d in range(run.dp):
@@ -455,8 +569,8 @@ def _device_groups(run: Run) -> list[dict[str, Any]]:
             out.append(
                 {
                     "id": len(out), "gpu": run.gpu, "ranks": list(range(base, base + run.tp)), "tp": run.tp,
-                    "layers": [s * per + 1, (s + 1) * per], "micro_batch": run.micro_batch, "pp_stage": s,
-                    "dp_replica": d,
+                    "layers": [starts[s], starts[s] + sizes[s] - 1], "micro_batch": run.micro_batch,
+                    "pp_stage": s, "dp_replica": d,
                 }
             )  # fmt: skip
     return out
@@ -572,7 +686,22 @@ class Prediction:
 
 
 def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES, fold: bool = True) -> Prediction:
-    """Replay a run (or two smaller micro-batch counts and extrapolate); honours the node budget."""
+    """Replay a run (or two smaller micro-batch counts and extrapolate); honours the node budget.
+
+    A run setting a spec key this checkout lacks is reported as "needs feature <key>"; a spec that tracegen
+    refuses (a value it does not know yet) as "refused by xsim: <its one-line error>": neither is replayed."""
+    missing = needed_features(run)
+    if missing:
+        return Prediction(run, None, f"needs feature {', '.join(missing)}", 0, 0.0)
+    from traces.errors import XsimError
+
+    try:
+        return _predict(run, max_nodes, fold)
+    except XsimError as exc:
+        return Prediction(run, None, f"refused by xsim: {str(exc).splitlines()[0]}", 0, 0.0)
+
+
+def _predict(run: Run, max_nodes: int, fold: bool) -> Prediction:
     gaps = tuple(legacy_gaps(run))
     points = extrapolation_points(run, max_nodes)
     m = run.micro_batches
@@ -647,6 +776,11 @@ def config_text(run: Run) -> str:
         f"mb{run.micro_batch} gb{run.global_batch}", f"rc {run.recompute}" + (" +SP" if run.sequence_parallel else ""),
         run.precision, run.attention,
     ]  # fmt: skip
+    if run.ffn_hidden or run.kv_heads or run.activation != "gelu" or run.norm != "layernorm":
+        parts.insert(
+            2, f"ffn{run.ffn} kv{run.kv_heads or run.heads} {run.activation} {run.norm} v{run.vocab}"
+        )
+    parts += [f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in run.options]
     return ", ".join(parts)
 
 
@@ -660,6 +794,12 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
+CONVERSION_LABEL = {
+    "tflops_per_gpu": " (from TFLOP/s, eq. 3)",
+    "tokens_per_s_per_gpu": " (from tokens/s/GPU)",
+}
+
+
 def runs_table(preds: Sequence[Prediction]) -> str:
     """The Markdown table of runs with the median |error| line (deterministic for the same inputs)."""
     lines = [
@@ -668,8 +808,8 @@ def runs_table(preds: Sequence[Prediction]) -> str:
     ]
     for p in preds:
         pred = "-" if p.seconds is None else f"{p.seconds:.3f}"
-        how = p.method + (f"; missing: {', '.join(p.gaps)}" if p.gaps else "")
-        conv = " (from TFLOP/s, eq. 3)" if p.run.measured_kind == "tflops_per_gpu" else ""
+        how = (p.method + (f"; missing: {', '.join(p.gaps)}" if p.gaps else "")).replace("|", "/")
+        conv = CONVERSION_LABEL.get(p.run.measured_kind, "")
         lines.append(
             f"| {p.run.id} | {source_label(p.run)} | {config_text(p.run)} | "
             f"{measured_seconds(p.run):.3f}{conv} | {pred} | {_pct(p.error_pct)} | {how} |"
@@ -683,7 +823,7 @@ def summary_line(preds: Sequence[Prediction]) -> str:
     """Median |error|, rows within +-10%, and how many rows were replayed."""
     errs = [abs(p.error_pct) for p in preds if p.error_pct is not None]
     if not errs:
-        return "No run was replayed."
+        return f"No run of the {len(preds)} was replayed."
     within = sum(1 for e in errs if e <= 10.0)
     return (
         f"Replayed {len(errs)} of {len(preds)} runs: median |error| {statistics.median(errs):.1f}%, "
@@ -712,6 +852,145 @@ def excluded_table(data: Dataset) -> str:
     return "".join(f"- {what}: {why}\n" for what, why in data.excluded)
 
 
+# ---------------------------------------------------------------- model-FLOPs utilisation
+
+
+def model_flops_per_token(run: Run) -> float:
+    """Model FLOPs per trained token by PaLM's formula (Chowdhery et al. 2022, Appendix B): 6 N + 12 L h s.
+
+    N counts the weights of every matmul: attention (Q and output h x h each, K and V h x h kv/heads each),
+    MLP (2 h ffn, 3 h ffn for SwiGLU) and the LM head (h V); the embedding gather is no matmul. 12 L h s is
+    the attention score and context matmuls over the full s x s matrix (recomputation is not counted).
+    """
+    h = run.hidden
+    kv_dim = h * (run.kv_heads or run.heads) // run.heads
+    per_layer = 2 * h * h + 2 * h * kv_dim + (3 if run.activation == "swiglu" else 2) * h * run.ffn
+    n = run.layers * per_layer + h * run.vocab
+    return 6.0 * n + 12.0 * run.layers * h * run.seq_len
+
+
+def mfu_run() -> Run:
+    """Issue 22's MFU case: data-parallel Llama-2 7B on 8 A100-80GB, bf16, flash attention, distributed
+    optimizer; sizes from tracegen's llama2-7b preset; micro-batch 1 and global batch 128 as NeMo's Llama-2
+    7B performance row (8 GPUs, GBS 128, MBS 1, s 4096); every other setting is tracegen's default."""
+    from tracegen.models import preset
+
+    m = preset("llama2-7b")
+    return Run(
+        id="mfu-llama2-7b-dp8-a100", source="tracegen preset llama2-7b", where="issue 22", config_source="",
+        config_where="", layers=m.layers, hidden=m.hidden, heads=m.heads, seq_len=m.seq_len, vocab=m.vocab,
+        gpu="A100-80GB", cluster="dgx-a100", attention="flash", tp=1, pp=1, dp=8, micro_batch=1,
+        global_batch=128, virtual_stages=1, recompute="none", sequence_parallel=False, precision="bf16",
+        measured_kind="iteration_s", measured_value=1.0, ffn_hidden=m.ffn_hidden, kv_heads=m.kv_heads,
+        activation=m.activation, norm=m.norm, linear_bias=m.linear_bias,
+        options=(("distributed_optimizer", True),),
+    )  # fmt: skip
+
+
+def mfu_line(seconds: float | None, reason: str = "not replayed", run: Run | None = None) -> str:
+    """The MFU sentence of the page: predicted MFU = model FLOPs per iteration / (T n peak)."""
+    run = run or mfu_run()
+    what = (
+        f"Model-FLOPs utilisation of a data-parallel Llama-2 7B on {run.gpus} A100-80GB (bf16, flash attention, "
+        f"distributed optimizer; TP 1, PP 1, DP {run.dp}, micro-batch {run.micro_batch}, global batch "
+        f"{run.global_batch}, s {run.seq_len})"
+    )
+    if seconds is None:
+        return f"{what}: {reason}.\n"
+    flops = model_flops_per_token(run) * run.global_batch * run.seq_len
+    mfu = 100.0 * flops / (seconds * run.gpus * A100_PEAK_BF16)
+    return (
+        f"{what}: predicted {seconds:.3f} s per iteration, MFU {mfu:.1f}% (PaLM's 6N + 12Lhs FLOPs per token, "
+        f"{flops:.4e} FLOPs per iteration, A100 dense BF16 peak 312 TFLOP/s; issue 22's target 40-60%).\n"
+    )
+
+
+# ---------------------------------------------------------------- the page
+
+
+class PageError(Exception):
+    """The page to write has no generated block of that name: one line naming the file and the block."""
+
+
+BLOCKS = ("runs", "mfu", "layers", "excluded")
+
+
+def block_markers(name: str) -> tuple[str, str]:
+    """The HTML comments around a generated block of docs/validation.md."""
+    return (
+        f"<!-- BEGIN generated by scripts/validate_published.py: {name} -->",
+        f"<!-- END generated: {name} -->",
+    )
+
+
+def page_block(page: str, name: str) -> str | None:
+    """The text of the generated block `name` of a page (None when the page has no such block)."""
+    begin, end = block_markers(name)
+    i, j = page.find(begin), page.find(end)
+    if i < 0 or j < i:
+        return None
+    return page[i + len(begin) : j].strip("\n") + "\n"
+
+
+def splice_page(page: str, blocks: Mapping[str, str], path: str = "page") -> str:
+    """The page with each named generated block replaced; the hand-written text outside stays as it is."""
+    for name, text in blocks.items():
+        begin, end = block_markers(name)
+        i, j = page.find(begin), page.find(end)
+        if i < 0 or j < i:
+            raise PageError(f"{path}: no generated block {name!r} (expected the lines {begin} ... {end})")
+        page = page[: i + len(begin)] + "\n" + text.rstrip("\n") + "\n" + page[j:]
+    return page
+
+
+def new_page(blocks: Mapping[str, str]) -> str:
+    """A page made of the generated blocks only (when --out names a file that does not exist yet)."""
+    titles = {"runs": "## Runs", "mfu": "## Model-FLOPs utilisation", "layers": "## One layer of the 22B model "
+              "(Korthikanti et al. 2022, Table 4)", "excluded": "## Left out"}  # fmt: skip
+    parts = []
+    for name in BLOCKS:
+        if name in blocks:
+            begin, end = block_markers(name)
+            parts.append(f"{titles[name]}\n\n{begin}\n{blocks[name].rstrip(chr(10))}\n{end}\n")
+    return "\n".join(parts)
+
+
+def table_rows(block: str) -> list[list[str]]:
+    """The body rows of the first Markdown table of a block, as lists of stripped cells."""
+    rows = []
+    for line in block.splitlines():
+        if line.startswith("| ") and not line.startswith("| ---"):
+            rows.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+    return rows[1:]  # without the header
+
+
+def page_run_ids(page: str) -> list[str]:
+    """The run ids of the page's generated runs table, in order."""
+    block = page_block(page, "runs")
+    return [] if block is None else [r[0] for r in table_rows(block)]
+
+
+def kept_predictions(page: str, runs: Sequence[Run]) -> dict[str, Prediction]:
+    """The page's previous predictions of `runs` (for rows this invocation does not replay)."""
+    block = page_block(page, "runs")
+    if block is None:
+        return {}
+    by_id = {r.id: r for r in runs}
+    out = {}
+    for cells in table_rows(block):
+        if len(cells) == 7 and cells[0] in by_id:
+            try:
+                seconds = None if cells[4] == "-" else float(cells[4])
+            except ValueError:  # a hand-edited cell: nothing to keep but the row
+                seconds = None
+            how = cells[6] if cells[6].endswith(KEPT) else cells[6] + KEPT
+            out[cells[0]] = Prediction(by_id[cells[0]], seconds, how, 0, 0.0)
+    return out
+
+
+KEPT = " (kept from the page's previous run)"
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -728,7 +1007,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--no-layers", action="store_true", help="skip the per-layer benchmark")
     ap.add_argument("--no-runs", action="store_true", help="only the per-layer benchmark")
-    ap.add_argument("--out", metavar="FILE.md", help="also write the tables to this Markdown file")
+    ap.add_argument("--no-mfu", action="store_true", help="skip the Llama-2 7B model-FLOPs utilisation line")
+    ap.add_argument(
+        "--out",
+        metavar="FILE.md",
+        help="write the tables into the generated blocks of this page (docs/validation.md), keeping the "
+        "hand-written text around them; a new file holds the blocks only",
+    )
     args = ap.parse_args(argv)
     try:
         data = load_dataset(args.data)
@@ -752,39 +1037,64 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run_all(args: argparse.Namespace, data: Dataset, runs: Sequence[Run]) -> int:
-    """Predict every run, then print and write the tables."""
+    """Predict every run, then print the blocks and write (or splice into) the page."""
     t0, c0 = time.perf_counter(), time.process_time()
-    doc = []
+    page = None
+    if args.out and Path(args.out).exists():
+        page = Path(args.out).read_text(encoding="utf-8")
+    blocks: dict[str, str] = {}
     if not args.no_runs:
-        preds = []
-        for run in runs:
-            c1 = time.process_time()
-            p = predict(run, args.max_nodes, fold=not args.no_fold)
-            print(
-                f"{run.id}: {p.method}, measured {measured_seconds(run):.3f} s, predicted "
-                f"{'-' if p.seconds is None else f'{p.seconds:.3f} s'} ({_pct(p.error_pct)}), "
-                f"{p.nodes:,} nodes, {p.wall_s:.1f} s wall, {time.process_time() - c1:.1f} s CPU",
-                file=sys.stderr,
-            )
-            preds.append(p)
-        doc += ["## Runs\n", runs_table(preds)]
+        done = {run.id: _predict_logged(run, args) for run in runs}
+        if args.out:
+            # The page always lists the whole dataset: a row this invocation did not replay (--only) keeps
+            # the page's previous line, marked as kept; a row the page never had says so.
+            kept = kept_predictions(page, data.runs) if page else {}
+            missing = "not run in this invocation"
+            preds = [
+                done.get(r.id) or kept.get(r.id) or Prediction(r, None, missing, 0, 0.0) for r in data.runs
+            ]
+        else:
+            preds = list(done.values())
+        blocks["runs"] = runs_table(preds)
+        if not args.only and not args.no_mfu:
+            p = _predict_logged(mfu_run(), args, measured=False)
+            blocks["mfu"] = mfu_line(p.seconds, p.method)
     if not args.no_layers and data.layers is not None:
-        doc += [
-            "\n## One layer of the 22B model (Korthikanti et al. 2022, Table 4)\n",
-            layers_table(layer_results(data.layers)),
-        ]
+        need = needed_features(data.layers.run)
+        if need:
+            blocks["layers"] = f"Not replayed: needs feature {', '.join(need)}.\n"
+        else:
+            blocks["layers"] = layers_table(layer_results(data.layers))
     if data.excluded and not args.only:
-        doc += ["\n## Left out\n", excluded_table(data)]
-    text = "".join(doc)
-    print(text)
+        blocks["excluded"] = excluded_table(data)
+    print(new_page(blocks))
     # CPU time beside wall time: on a shared machine the wall time says more about the neighbours.
     print(
         f"wall time {time.perf_counter() - t0:.1f} s, CPU time {time.process_time() - c0:.1f} s",
         file=sys.stderr,
     )
     if args.out:
+        try:
+            text = new_page(blocks) if page is None else splice_page(page, blocks, args.out)
+        except PageError as exc:
+            print(f"validate_published: error: {exc}", file=sys.stderr)
+            return 2
         Path(args.out).write_text(text, encoding="utf-8")
     return 0
+
+
+def _predict_logged(run: Run, args: argparse.Namespace, measured: bool = True) -> Prediction:
+    """predict() with one progress line on stderr (wall and CPU seconds of the row)."""
+    c1 = time.process_time()
+    p = predict(run, args.max_nodes, fold=not args.no_fold)
+    meas = f"measured {measured_seconds(run):.3f} s, " if measured else ""
+    print(
+        f"{run.id}: {p.method}, {meas}predicted "
+        f"{'-' if p.seconds is None else f'{p.seconds:.3f} s'} ({_pct(p.error_pct) if meas else 'no measurement'}), "
+        f"{p.nodes:,} nodes, {p.wall_s:.1f} s wall, {time.process_time() - c1:.1f} s CPU",
+        file=sys.stderr,
+    )
+    return p
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def test_dataset_has_at_least_ten_sourced_runs_with_full_configuration(data):
     assert len({r.id for r in data.runs}) == len(data.runs)
     for r in data.runs:
         assert r.source in data.sources and data.sources[r.source].cite
-        assert re.search(r"Table \d|Section \d", r.where), r.id  # names the table (or section) and row
+        # names the table (or section) and row, or the log file the number comes from
+        assert re.search(r"Table \d|Section \d|Table \"|Section|result_\d+\.txt", r.where), r.id
         assert r.tp * r.pp * r.dp == r.gpus and r.micro_batches >= 1
         assert r.recompute in vp.RECOMPUTE and r.precision in vp.PRECISION_SPEC
         assert r.measured_value > 0
@@ -270,6 +271,7 @@ def test_22b_layer_times_within_10_percent_of_korthikanti_table_4(data):
     the five experiments of Korthikanti et al. Table 4, each within 10% of the measured ms. Needs the
     recompute / attention / calibrated-compute keys (issue 10); a checkout without them skips."""
     missing = {"recompute", "attention", "compute_model"} - vp.spec_features()
+    missing |= set(vp.needed_features(data.layers.run))
     if missing:
         pytest.skip(f"this checkout's spec lacks {sorted(missing)} (issue 10 features)")
     results = vp.layer_results(data.layers)
@@ -286,3 +288,188 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert vp.main(["--data", str(missing)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("validate_published: error: ") and "none.yaml" in err and "\n" not in err
+
+
+# ---------------------------------------------------------------- issue 22: keys, conversions, page
+
+
+PAGE = REPO / "docs" / "validation.md"
+
+
+def test_page_and_dataset_agree_on_the_row_set(data):
+    """docs/validation.md's generated runs table lists exactly the dataset's runs, in its order, and its
+    left-out block one line per excluded entry: the page is written by the script, never by hand."""
+    page = PAGE.read_text(encoding="utf-8")
+    assert vp.page_run_ids(page) == [r.id for r in data.runs]
+    excluded = vp.page_block(page, "excluded")
+    assert excluded is not None and excluded == vp.excluded_table(data)
+    for name in vp.BLOCKS:
+        assert vp.page_block(page, name) is not None, name
+
+
+def test_spec_writes_issue_22_keys_only_when_the_run_sets_them():
+    opts = (("framework", "megatron-core"), ("tp_comm_overlap", True), ("grad_reduce_dtype", "bf16"))
+    spec = vp.spec_for(tiny_run(options=opts), features=AGREED)
+    assert [spec[k] for k, _ in opts] == ["megatron-core", True, "bf16"]
+    plain = vp.spec_for(tiny_run(), features=AGREED)
+    assert not set(vp.OPTION_VALUES) & set(plain)
+    run = tiny_run(ffn_hidden=2816, kv_heads=4, activation="swiglu", norm="rmsnorm", linear_bias=False)
+    m = vp.spec_for(run, features=AGREED)["model"]
+    assert (m["ffn_hidden"], m["kv_heads"], m["activation"], m["norm"], m["linear_bias"]) == (
+        2816, 4, "swiglu", "rmsnorm", False
+    )  # fmt: skip
+
+
+def test_a_key_tracegen_lacks_is_reported_as_needs_feature(monkeypatch):
+    monkeypatch.setattr(vp, "spec_features", lambda: AGREED)
+    run = tiny_run(options=(("sharding", "fsdp"), ("framework", "megatron-core")))
+    assert vp.needed_features(run) == ["sharding", "framework"]
+    p = vp.predict(run)
+    assert p.seconds is None and p.method == "needs feature sharding, framework" and p.error_pct is None
+    line = [r for r in vp.runs_table([p]).splitlines() if r.startswith("| tiny ")][0]
+    assert line.endswith("| - | - | needs feature sharding, framework |")
+
+
+def test_a_value_tracegen_refuses_is_reported_in_one_line(monkeypatch):
+    """A key the checkout's feature list claims but tracegen's spec parser refuses: the row says so."""
+    if "gemm_rates" in vp.spec_features():
+        pytest.skip("this checkout accepts gemm_rates")
+    monkeypatch.setattr(vp, "spec_features", lambda: AGREED | {"gemm_rates"})
+    p = vp.predict(tiny_run(options=(("gemm_rates", "sustained"),)))
+    assert p.seconds is None and p.method.startswith("refused by xsim: ") and "gemm_rates" in p.method
+    assert "\n" not in p.method
+
+
+def test_tokens_per_second_conversion_hand_computed(data):
+    """NeMo 24.07 GPT3-5B: 2048 x 2048 tokens / (64 GPUs x 23406 tokens/s) = 4,194,304 / 1,497,984
+    = 2.79997 s per iteration."""
+    run = {r.id: r for r in data.runs}["nemo2407-gpt3-5b-64xh100"]
+    assert vp.measured_seconds(run) == pytest.approx(2.79997, abs=1e-5)
+
+
+def test_mlperf_step_time_is_the_mllog_block_over_its_steps(data):
+    """result_0.txt: blocks of epoch_count 51,904,512 tokens = 11 steps of 2304 x 2048; median block
+    119,933 ms -> 10.903 s per step; the run's batch and sequence are the logged ones."""
+    run = {r.id: r for r in data.runs}["mlperf40-gpt3-175b-512xh100"]
+    assert 51_904_512 == 11 * run.global_batch * run.seq_len
+    assert run.measured_value == round(119_933 / 11 / 1000, 3)
+    assert run.global_batch == run.micro_batch * run.dp * 72  # gradient_accumulation_steps 72 (MLLOG)
+
+
+def test_nemo_model_tflops_column_follows_from_our_configuration(data):
+    """NeMo prints 765 model TFLOP/s/GPU beside 23406 tokens/s/GPU for GPT3-5B. Korthikanti eq. (7) per
+    token, 72 L h^2 (1 + s/(6h) + V/(12 h L)), with our layers, hidden, s and padded vocabulary gives
+    764.0: within 0.5% (pins the model we replay)."""
+    r = {r.id: r for r in data.runs}["nemo2407-gpt3-5b-64xh100"]
+    per_token = (
+        72 * r.layers * r.hidden**2 * (1 + r.seq_len / (6 * r.hidden) + r.vocab / (12 * r.hidden * r.layers))
+    )
+    assert per_token * r.measured_value / 1e12 == pytest.approx(765, rel=0.005)
+
+
+def test_torchtitan_mfu_column_follows_from_our_configuration(data):
+    """torchtitan's MFU counts every parameter, embedding included: 6 (N + h V) + 12 L h s per token at
+    312 TFLOP/s. Our Llama 3 70B (WPS 331) and Llama 2 70B (WPS 353) give the printed 51.7% and 50.5%."""
+    runs = {r.id: r for r in data.runs}
+    for rid, printed in (("torchtitan-llama3-70b-fsdp64", 51.7), ("torchtitan-llama2-70b-fsdp64", 50.5)):
+        r = runs[rid]
+        per_token = vp.model_flops_per_token(r) + 6 * r.hidden * r.vocab
+        assert 100 * per_token * r.measured_value / 312e12 == pytest.approx(printed, abs=0.06), rid
+
+
+def test_mfu_formula_hand_computed():
+    """Llama-2 7B: per layer 4 h^2 + 3 h ffn = 67,108,864 + 135,266,304 = 202,375,168 weights; x 32 layers
+    + LM head 4096 x 32000 = 6,607,077,376 = N; 6 N + 12 L h s = 39,642,464,256 + 6,442,450,944
+    = 46,084,915,200 FLOPs per token. At 10 s per iteration of 128 x 4096 tokens on 8 A100s (312 TFLOP/s):
+    2.416e16 / (10 x 8 x 312e12) = 96.8%."""
+    run = vp.mfu_run()
+    assert vp.model_flops_per_token(run) == 46_084_915_200
+    assert (run.gpus, run.tp, run.dp, run.precision, run.attention) == (8, 1, 8, "bf16", "flash")
+    assert dict(run.options) == {"distributed_optimizer": True}
+    assert "MFU 96.8%" in vp.mfu_line(10.0)
+
+
+def test_splice_replaces_only_the_generated_blocks(tmp_path):
+    begin, end = vp.block_markers("runs")
+    page = f"# Title\nprose before\n\n{begin}\nold table\n{end}\n\nprose after\n"
+    out = vp.splice_page(page, {"runs": "new table\n"})
+    assert out == f"# Title\nprose before\n\n{begin}\nnew table\n{end}\n\nprose after\n"
+    assert vp.splice_page(out, {"runs": "new table\n"}) == out  # idempotent
+    with pytest.raises(vp.PageError) as ei:
+        vp.splice_page(page, {"layers": "x\n"}, "docs/validation.md")
+    assert "\n" not in str(ei.value) and "docs/validation.md" in str(ei.value) and "'layers'" in str(ei.value)
+
+
+def test_rows_not_replayed_keep_the_pages_previous_line():
+    runs = [tiny_run(id="a", measured_value=2.0), tiny_run(id="b", measured_value=4.0)]
+    preds = [
+        vp.Prediction(runs[0], 1.9, "replayed", 1, 0.1),
+        vp.Prediction(runs[1], None, "needs feature x", 0, 0),
+    ]
+    begin, end = vp.block_markers("runs")
+    page = f"{begin}\n{vp.runs_table(preds)}{end}\n"
+    kept = vp.kept_predictions(page, runs)
+    assert kept["a"].seconds == 1.9 and kept["a"].method == "replayed" + vp.KEPT
+    assert kept["b"].seconds is None and kept["b"].method == "needs feature x" + vp.KEPT
+    # kept twice: marked once
+    again = vp.kept_predictions(f"{begin}\n{vp.runs_table(list(kept.values()))}{end}\n", runs)
+    assert again["a"].method == "replayed" + vp.KEPT
+
+
+def test_bloom_time_reproduces_the_logged_tflops(data):
+    """The BLOOM log line prints 105.22 s and 149.02 TFLOPs; Megatron-DeepSpeed's TFLOPs is eq. (3) (with
+    recomputation) over n GPUs: our 384 GPUs, 70 layers, h 14336, GBS 2048, s 2048, V 250880 give 149.02."""
+    r = {r.id: r for r in data.runs}["bloom-176b-384xa100"]
+    f = vp.megatron_iteration_flops(r.global_batch, r.seq_len, r.layers, r.hidden, r.vocab)
+    assert f / (r.measured_value * r.gpus) / 1e12 == pytest.approx(149.02, abs=0.005)
+    assert r.gpus == 384 and r.stage_layers == (5,) + (6,) * 10 + (5,) and r.micro_batches == 128
+
+
+def test_uneven_stages_become_device_groups_with_their_layer_ranges():
+    """stage_layers [2, 3, 3, 2] over pp 4: layers 1-2, 3-5, 6-8, 9-10 on stages 0..3 of every replica, in
+    Megatron's rank order (tp fastest, then dp, then pp); the spec replays."""
+    run = tiny_run(layers=10, pp=4, dp=2, micro_batch=1, global_batch=8, stage_layers=(2, 3, 3, 2))
+    spec = vp.spec_for(run, features=AGREED)
+    assert "parallel" not in spec and spec["micro_batches"] == 4
+    got = [(g["ranks"], g["layers"], g["pp_stage"], g["dp_replica"]) for g in spec["device_groups"]]
+    assert got[:4] == [
+        ([0, 1], [1, 2], 0, 0),
+        ([2, 3], [1, 2], 0, 1),
+        ([4, 5], [3, 5], 1, 0),
+        ([6, 7], [3, 5], 1, 1),
+    ]
+    assert got[-1] == ([14, 15], [9, 10], 3, 1)
+    assert vp.replay_spec(spec).iteration_ns > 0
+
+
+def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
+    """v3.1 result_0.txt: blocks of 50,331,648 tokens = 12 steps of 2048 x 2048; median block 132,793.5 ms
+    -> 11.066 s per step; gradient_accumulation_steps 128 = 2048 / (MBS 1 x DP 16)."""
+    run = {r.id: r for r in data.runs}["mlperf31-gpt3-175b-512xh100"]
+    assert 50_331_648 == 12 * run.global_batch * run.seq_len
+    assert run.measured_value == round(132_793.5 / 12 / 1000, 3)
+    assert run.global_batch == run.micro_batch * run.dp * 128
+
+
+def test_cli_only_with_out_refreshes_its_row_and_keeps_the_rest(tmp_path, capsys):
+    """`--only ID --out page`: that row is replayed (on a copy of the dataset without the issue-22 keys, so
+    that any checkout replays it), every other row keeps the page's previous line, the prose is untouched."""
+    keys = "|".join(vp.OPTION_VALUES)
+    text = (REPO / "scripts" / "data" / "published_runs.yaml").read_text(encoding="utf-8")
+    stripped = tmp_path / "runs.yaml"
+    stripped.write_text("".join(ln for ln in text.splitlines(True) if not re.match(rf"\s+({keys}): ", ln)))
+    page = tmp_path / "validation.md"
+    before = PAGE.read_text(encoding="utf-8")
+    page.write_text(before, encoding="utf-8")
+    rid = "korthikanti22-t5-22b-full"
+    argv = ["--data", str(stripped), "--only", rid, "--no-layers", "--out", str(page)]
+    assert vp.main(argv) == 0
+    capsys.readouterr()
+    after = page.read_text(encoding="utf-8")
+    begin = vp.block_markers("runs")[0]
+    assert after.split(begin)[0] == before.split(begin)[0]
+    rows = {r[0]: r for r in vp.table_rows(vp.page_block(after, "runs"))}
+    assert list(rows) == vp.page_run_ids(before)
+    assert rows[rid][4] != "-" and rows[rid][6].startswith("replayed")
+    assert all(r[6].endswith(vp.KEPT) for i, r in rows.items() if i != rid)
+    assert vp.page_block(after, "mfu") == vp.page_block(before, "mfu")  # not run with --only: kept
