@@ -99,8 +99,10 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
                 groups=options.comm_groups,
                 config=config,
                 progress=progress,
-                fold=options.fold,
+                fold="auto" if options.fold else None,
             )
+        if not options.fold:
+            result.fold_status, result.fold_reason = "unfolded", "folding off (--no-fold)"
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     except ReplayDeadlock as exc:
