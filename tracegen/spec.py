@@ -172,18 +172,23 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a spec file by extension (.yaml/.yml, .toml, .json) into a mapping."""
+def read_spec_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, Any]:
+    """Parse a spec file by extension (.yaml/.yml, .toml, .json) into a mapping.
+
+    max_bytes: the size limit (default traces.limits.max_spec_bytes(); a trace set's own deployment.json
+    is read with max_set_metadata_bytes, which grows with the set).
+    """
     p = os.fspath(path)
     ext = os.path.splitext(p)[1].lower()
+    cap = max_spec_bytes() if max_bytes is None else max_bytes
     try:
         with open(p, "rb") as fh:
-            data = fh.read(max_spec_bytes() + 1)  # bounded: /dev/zero or a pipe stops at the limit
+            data = fh.read(cap + 1)  # bounded: /dev/zero or a pipe stops at the limit
     except OSError as exc:
         raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
-    if len(data) > max_spec_bytes():
+    if len(data) > cap:
         raise SpecError(
-            f"spec is larger than {max_spec_bytes():,} bytes (XSIM_MAX_SPEC_BYTES raises the limit; "
+            f"spec is larger than {cap:,} bytes (XSIM_MAX_SPEC_BYTES raises the limit; "
             "`parallel:` writes a large regular plan in a few lines)",
             path=p,
         )
@@ -223,12 +228,15 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return raw
 
 
-def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> dpb.Deployment:
-    """Load and validate a deployment from a spec file path or an already-parsed mapping."""
+def load_spec(
+    source: str | os.PathLike[str] | Mapping[str, Any], max_bytes: int | None = None
+) -> dpb.Deployment:
+    """Load and validate a deployment from a spec file path or an already-parsed mapping (max_bytes: as
+    read_spec_file)."""
     if isinstance(source, Mapping):
         return _SpecBuilder(source, None, os.getcwd()).build()
     p = os.fspath(source)
-    raw = read_spec_file(p)
+    raw = read_spec_file(p, max_bytes)
     stem = os.path.basename(p).split(".")[0]
     return _SpecBuilder(raw, p, os.path.dirname(os.path.abspath(p)), default_name=stem).build()
 

@@ -51,8 +51,9 @@ def load_deployment(trace_set: TraceSet):
     if not os.path.isfile(path):
         return None
     from tracegen.spec import load_spec
+    from traces.limits import max_set_metadata_bytes
 
-    return load_spec(path)
+    return load_spec(path, max_set_metadata_bytes(trace_set.num_ranks))
 
 
 def replay_config(options: ReplayOptions) -> ReplayConfig:
