@@ -302,7 +302,9 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         if fold not in (None, False):
             res.fold_status = "folded" if plan is not None else "unfolded"
             res.fold_reason = (
-                f"{plan.factor} replicas proven alike ({plan.source})" if plan is not None else "one replica"
+                f"{plan.factor} replicas proven alike ({plan.source})"
+                if plan is not None
+                else "one replica: nothing to fold"
             )
         return res
     finally:
