@@ -575,3 +575,21 @@ def test_cli_says_when_it_does_not_fold(gen_sets, tmp_path: Path, capsys) -> Non
 def _node_name(path: Path, node_id: int) -> str:
     ts = discover(path.parent)
     return next(n.name for n in ts.load(int(path.name.split(".")[-2])).nodes if n.id == node_id)
+
+
+def test_default_fold_writes_the_same_annotated_traces_and_timeline(gen_sets, tmp_path: Path) -> None:
+    # The CLI folds by default: the files written from a folded result (the traces with simulated times
+    # written back, the Chrome timeline) are byte for byte the unfolded run's.
+    from xsim.cli import main
+
+    for name, extra in (("folded", []), ("plain", ["--no-fold"])):
+        args = ["replay", str(gen_sets["1f1b"]), "--no-progress", *extra]
+        assert (
+            main([*args, "--annotate", str(tmp_path / name), "--timeline", str(tmp_path / f"{name}.json")])
+            == 0
+        )
+    files = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert len(files) == 16 + 1 and files == sorted(p.name for p in (tmp_path / "folded").iterdir())
+    for f in files:
+        assert (tmp_path / "folded" / f).read_bytes() == (tmp_path / "plain" / f).read_bytes(), f
+    assert (tmp_path / "folded.json").read_bytes() == (tmp_path / "plain.json").read_bytes()
