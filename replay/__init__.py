@@ -10,7 +10,14 @@ from replay.compute import (
     parse_speed,
 )
 from replay.config import ReplayConfig
-from replay.errors import DeviceProfileError, ReplayDeadlock, ReplayError, StuckNode, TraceGraphError
+from replay.errors import (
+    DeviceProfileError,
+    FoldRefused,
+    ReplayDeadlock,
+    ReplayError,
+    StuckNode,
+    TraceGraphError,
+)
 from replay.result import ReplayResult
 from replay.simulation import simulate
 
@@ -19,6 +26,7 @@ __all__ = [
     "DeviceProfile",
     "DeviceProfileError",
     "DurationModel",
+    "FoldRefused",
     "ReplayConfig",
     "ReplayDeadlock",
     "ReplayError",

@@ -15,6 +15,11 @@ class TraceGraphError(TraceError, ReplayError):
     """A rank's graph cannot run: duplicate ids, a data dependency on a missing node, a cycle, bad comm attrs."""
 
 
+class FoldRefused(ReplayError):
+    """A fold could not be proven (replicas differ, a model times them apart): `simulate(fold="auto")`
+    then replays unfolded and reports this message as the reason."""
+
+
 class DeviceProfileError(ReplayError):
     """A device-profile file or a speed factor is malformed."""
 

@@ -44,7 +44,7 @@ from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput
-from replay.errors import ReplayError
+from replay.errors import FoldRefused, ReplayError
 from replay.fold_bytes import Template, predict_many, varint, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
@@ -88,10 +88,10 @@ def make_fold(
     reps = tuple(tuple(int(r) for r in rep) for rep in replicas)
     if not reps or any(len(r) != len(reps[0]) for r in reps):
         sizes = sorted({len(r) for r in reps})
-        raise ReplayError(f"fold ({source}): replicas must have the same number of ranks, got sizes {sizes}")
+        raise FoldRefused(f"fold ({source}): replicas must have the same number of ranks, got sizes {sizes}")
     ranks = sorted(r for rep in reps for r in rep)
     if ranks != list(range(num_ranks)):
-        raise ReplayError(
+        raise FoldRefused(
             f"fold ({source}): replicas must hold every rank 0..{num_ranks - 1} exactly once "
             f"({len(ranks)} entries, {len(set(ranks))} distinct)"
         )
@@ -109,7 +109,7 @@ def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
         first = reps[0]
         for k, rep in enumerate(reps[1:], 1):
             if len(rep) != len(first):
-                raise ReplayError(
+                raise FoldRefused(
                     f"{where}: cannot fold: replica {k} has {len(rep)} device groups, replica 0 has {len(first)}"
                 )
             for a, b in zip(first, rep, strict=True):
@@ -118,14 +118,14 @@ def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
                     what = (
                         ", ".join(f"{key} {b.get(key)!r} vs {a.get(key)!r}" for key in diff) or "rank count"
                     )
-                    raise ReplayError(
+                    raise FoldRefused(
                         f"{where}: cannot fold: heterogeneous replicas: device group {b.get('id')} of replica "
                         f"{k} differs from device group {a.get('id')} of replica 0 ({what})"
                     )
         replicas = [[int(r) for dg in rep for r in dg["ranks"]] for rep in reps]
         dgs = {int(r): int(dg["id"]) for rep in reps for dg in rep for r in dg["ranks"]}
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
+        raise FoldRefused(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
     return make_fold(replicas, num_ranks, where, dgs)
 
 
@@ -137,11 +137,11 @@ def tp_fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
         )
         sizes = {len(dg["ranks"]) for dg in dgs}
         if len(sizes) != 1:
-            raise ReplayError(f"{where}: cannot fold TP ranks: device groups of {sorted(sizes)} ranks")
+            raise FoldRefused(f"{where}: cannot fold TP ranks: device groups of {sorted(sizes)} ranks")
         width = sizes.pop()
         replicas = [[int(dg["ranks"][t]) for dg in dgs] for t in range(width)]
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReplayError(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
+        raise FoldRefused(f"{where}: cannot fold: malformed device_groups ({exc!r})") from None
     return make_fold(replicas, num_ranks, where + " (TP positions)")
 
 
@@ -156,7 +156,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except (OSError, ValueError) as exc:
-            raise ReplayError(f"{path}: cannot read for folding TP ranks: {exc}") from None
+            raise FoldRefused(f"{path}: cannot read for folding TP ranks: {exc}") from None
         return tp_fold_from_deployment(doc, path, n)
     if fold is True or fold == "auto":
         path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
@@ -165,7 +165,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
                 with open(path, encoding="utf-8") as fh:
                     doc = json.load(fh)
             except (OSError, ValueError) as exc:
-                raise ReplayError(f"{path}: cannot read for folding: {exc}") from None
+                raise FoldRefused(f"{path}: cannot read for folding: {exc}") from None
             return fold_from_deployment(doc, path, n)
         return make_fold([[r] for r in range(n)], n, "every rank alike")
     if isinstance(fold, Sequence) and not isinstance(fold, str):
@@ -190,7 +190,7 @@ def check_models(
     """Refuse a network model with contention or a compute model that treats replicas differently."""
     if config.comm_mode != "measured" and network is not None:
         if not capabilities_of(network).foldable:
-            raise ReplayError(
+            raise FoldRefused(
                 f"cannot fold on network model {network.name!r}: folding needs a contention-free model "
                 "(analytical, ASTRA-sim congestion-unaware, or --comm measured); with contention the other "
                 "replicas' concurrent traffic, which a folded replay leaves out, would change the times"
@@ -199,11 +199,11 @@ def check_models(
         for x, r in zip(rep, fold.replicas[0], strict=True):
             kx, kr = _compute_key(compute, x), _compute_key(compute, r)
             if kx is None:
-                raise ReplayError(
+                raise FoldRefused(
                     f"cannot fold with compute model {compute.name!r}: it cannot be shown to time ranks alike"
                 )
             if kx != kr:
-                raise ReplayError(
+                raise FoldRefused(
                     f"cannot fold: compute model {compute.name!r} gives rank {x} (replica {k}) a different "
                     f"device or speed than its representative rank {r}"
                 )
@@ -643,8 +643,8 @@ def _verify_bytes(
     return walk(xb, pred, check_node, renamed)
 
 
-def _refuse(path: str, x: int, r: int, what: str) -> ReplayError:
-    return ReplayError(f"{path}: cannot fold rank {x} onto rank {r}: {what}")
+def _refuse(path: str, x: int, r: int, what: str) -> FoldRefused:
+    return FoldRefused(f"{path}: cannot fold rank {x} onto rank {r}: {what}")
 
 
 def _pg_attr(name: str) -> bytes:
@@ -792,15 +792,19 @@ def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
         )
 
 
+def private_model(network: NetworkModel) -> NetworkModel:
+    """A copy of the model with its own pending transfers and handles, sharing the topology: routes are a
+    function of the topology alone, so both copies reuse the ones either has found."""
+    memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
+    return copy.deepcopy(network, memo)
+
+
 class NetCheck:
     """Times each distinct transfer once per replica on a private copy of the (contention-free) model."""
 
     def __init__(self, fold: Fold, groups: ProcessGroups, network: NetworkModel) -> None:
         self.ctx = _Ctx(fold, groups)
-        # A private copy (its own pending transfers and handles), sharing the topology: routes are a
-        # function of the topology alone, so both copies reuse the ones either has found.
-        memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
-        self.model = copy.deepcopy(network, memo)
+        self.model = private_model(network)
         self.done: set = set()
 
     def _times(self, start) -> tuple[int, ...]:
@@ -823,7 +827,7 @@ class NetCheck:
         for rk, p in pos.items():
             kk, i = ctx.where[rk]
             if kk and base[p] != base[pos[reps[0][i]]]:
-                raise ReplayError(
+                raise FoldRefused(
                     f"{where}: cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
                     f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
                     f"over {list(spec.ranks)}"
@@ -837,7 +841,7 @@ class NetCheck:
                 )
                 got = self._times(lambda ren=ren: m.start_collective(0, ren))
                 if got != base:
-                    raise ReplayError(
+                    raise FoldRefused(
                         f"{where}: cannot fold: network model {m.name!r} times {spec.kind} over "
                         f"{list(ren.ranks)} (replica {k}) differently from {list(spec.ranks)}: "
                         f"{max(got)} vs {max(base)} ns"
@@ -855,7 +859,7 @@ class NetCheck:
             s, d = ctx.perm(k, src), ctx.perm(k, dst)
             got = self._times(lambda s=s, d=d: m.start_p2p(0, s, d, size))
             if got != base:
-                raise ReplayError(
+                raise FoldRefused(
                     f"{where}: cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
                     f"(replica {k}) as {got[0]} ns but {src}->{dst} as {base[0]} ns"
                 )
@@ -1132,6 +1136,7 @@ __all__ = [
     "expand",
     "fold_from_deployment",
     "make_fold",
+    "private_model",
     "resolve_fold",
     "tp_fold_from_deployment",
     "verify",

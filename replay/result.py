@@ -175,6 +175,10 @@ class ReplayResult:
         # ranks simulated (1 when not folded). The tables cover every rank either way.
         self.ranks_simulated = 0
         self.fold_factor = 1
+        # Whether a replay that considered folding folded ("folded" / "unfolded") and why; None when folding
+        # was not considered (simulate without fold).
+        self.fold_status: str | None = None
+        self.fold_reason: str | None = None
 
     def _table(self, i: int) -> pl.DataFrame:
         if self._build is not None:
@@ -240,12 +244,16 @@ class ReplayResult:
 
     def perf_dict(self) -> dict:
         """Simulator wall time and speed (differs run to run); a folded run adds `fold_factor` and
-        `ranks_simulated` (the outputs equal the unfolded run's, so they are reported here only)."""
+        `ranks_simulated` (the outputs equal the unfolded run's, so they are reported here only), and a run
+        that considered folding `fold` ("folded" or "unfolded") and `fold_reason`."""
         row = self._row()
         out = {k: row[k] for k in _PERF_TYPES}
         if self.fold_factor > 1:
             out["fold_factor"] = self.fold_factor
             out["ranks_simulated"] = self.ranks_simulated
+        if self.fold_status is not None:
+            out["fold"] = self.fold_status
+            out["fold_reason"] = self.fold_reason
         return out
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:

@@ -14,7 +14,7 @@ from netmodels.api import NetworkModel
 from replay.compute import ComputeModel
 from replay.config import ReplayConfig, resolve_streams
 from replay.engine import run_engine
-from replay.errors import ReplayError
+from replay.errors import FoldRefused, ReplayError
 from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
@@ -197,13 +197,40 @@ def simulate(
 ) -> ReplayResult:
     """Replay every node of the set; returns the ops / ranks / collectives / summary tables.
 
-    fold: opt-in symmetric-replica folding (replay/fold.py, docs/replay.md): True or "auto" (DP replicas
-    of the deployment.json beside the traces, else every rank alike), "tp" (its TP positions), a Fold, or
-    a list of replicas. Only one replica is simulated; the tables equal an unfolded replay's; the result's
-    fold_factor says by how much. Refused (ReplayError) unless proven.
+    fold (replay/fold.py, docs/replay.md): "auto" folds the DP replicas of the deployment.json beside the
+    traces (else every rank alike) when the fold is proven and replays unfolded when it is not, the
+    result's `fold_status` / `fold_reason` saying which and why; True (the same candidate), "tp" (its TP
+    positions), a Fold or a list of replicas demand the fold: refused (FoldRefused) unless proven. Only
+    one replica is simulated; the tables equal an unfolded replay's; `fold_factor` says by how much.
     """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
+    args = (ts, network, compute, groups, config, progress, t0)
+    if not (isinstance(fold, str) and fold == "auto"):
+        return _simulate(*args, fold)
+    # Folding as a wrapper: the proven fold, or (its proof failed) the same replay unfolded. The refused
+    # attempt's program is dropped with its frame before the unfolded one is built (only the message is
+    # kept, not the exception and its traceback).
+    # The attempt runs on a private copy of the network model: a proof that fails inside the event loop
+    # (NetCheck) leaves transfers pending in the model it ran on.
+    # (A model that cannot fold is refused before it is used: no copy.)
+    from netmodels.models import capabilities_of
+    from replay.fold import private_model
+
+    reason = None
+    try:
+        foldable = network is not None and capabilities_of(network).foldable
+        attempt = private_model(network) if foldable else network
+        return _simulate(ts, attempt, compute, groups, config, progress, t0, True)
+    except FoldRefused as exc:
+        reason = str(exc)
+    res = _simulate(*args, None)
+    res.fold_status, res.fold_reason = "unfolded", reason
+    return res
+
+
+def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: float, fold) -> ReplayResult:
+    """One replay: folded (fold given: proven or FoldRefused) or not (fold None)."""
     config = resolve_streams(config or ReplayConfig(), network.name if network is not None else None)
     if network is not None and network.num_ranks < ts.num_ranks:
         raise ReplayError(
@@ -272,6 +299,13 @@ def simulate(
         )
         res.ranks_simulated = simulated
         res.fold_factor = plan.factor if plan is not None else 1
+        if fold not in (None, False):
+            res.fold_status = "folded" if plan is not None else "unfolded"
+            res.fold_reason = (
+                f"{plan.factor} replicas proven alike ({plan.source})"
+                if plan is not None
+                else "one replica: nothing to fold"
+            )
         return res
     finally:
         if gc_was_enabled:

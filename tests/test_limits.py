@@ -431,3 +431,67 @@ def test_yaml_checks_hold_on_the_event_stream(tmp_path: Path) -> None:
     while isinstance(v, list):
         depth, v = depth + 1, (v[0] if v else None)
     assert depth == 63
+
+
+def test_a_sets_own_deployment_json_scales_with_the_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`xsim replay` reads the deployment.json `xsim gen` wrote under 1 KiB per rank of the set, even past
+    the spec limit (issue 24: 895 KB for 16,384 ranks tripped 512 KiB); the same file as a hand-written
+    spec keeps the spec limit, and a deployment.json past 1 KiB per rank is still refused."""
+    from tracegen.errors import SpecError
+    from tracegen.spec import load_spec
+    from traces.limits import max_set_metadata_bytes
+    from xsim import api
+
+    spec = {"name": "meta", "model": "llama2-7b", "seq_len": 128, "micro_batches": 1,
+            "parallel": {"gpu": "H100", "tp": 1, "pp": 2, "dp": 2}}  # fmt: skip
+    api.generate(spec, api.GenerateOptions(out=str(tmp_path / "set")))
+    dep = tmp_path / "set" / "deployment.json"
+    size = dep.stat().st_size
+    assert 1000 < size <= 4 * 1024  # 4 ranks: under 1 KiB each
+    monkeypatch.setenv("XSIM_MAX_SPEC_BYTES", "1000")  # the hand-written spec limit, below the file's size
+    assert max_set_metadata_bytes(4) == 4096
+    with pytest.raises(SpecError, match="larger than 1,000 bytes"):
+        load_spec(dep)
+    run = api.simulate(str(tmp_path / "set"), api.ReplayOptions(progress=False))
+    assert run.deployment is not None and run.result.summary_dict()["num_ranks"] == 4
+    dep.write_bytes(dep.read_bytes() + b" " * (4096 - size + 1))  # one byte past 1 KiB per rank
+    with pytest.raises(SpecError, match="larger than 4,096 bytes"):
+        api.simulate(str(tmp_path / "set"), api.ReplayOptions(progress=False))
+
+
+def test_out_of_memory_is_one_line_with_the_runs_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """A MemoryError anywhere under a verb is one stderr line naming the run's size and what to try, exit 2
+    (issue 24: a numpy MemoryError traceback at 16 GB)."""
+    import replay.simulation
+    import tracegen.workload
+    from xsim import api
+    from xsim.cli import main
+
+    spec = {"name": "oom", "model": "llama2-7b", "seq_len": 128, "micro_batches": 1,
+            "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2}}  # fmt: skip
+    api.generate(spec, api.GenerateOptions(out=str(tmp_path / "set")))
+    total = sum(p.stat().st_size for p in (tmp_path / "set").glob("*.et"))
+
+    def no_memory(*_a, **_k):
+        raise MemoryError
+
+    monkeypatch.setattr(replay.simulation, "_simulate", no_memory)
+    assert main(["replay", str(tmp_path / "set"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(
+        f"xsim: error: out of memory in `xsim replay` on {tmp_path / 'set'} (8 ranks, {total / 1e9:.2f} GB "
+        "of trace files); try: keep folding on (the default; not --no-fold)"
+    )
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    monkeypatch.setattr(tracegen.workload, "generate", no_memory)
+    assert main(["gen", str(tmp_path / "spec.json"), "--out", str(tmp_path / "g")]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"xsim: error: out of memory in `xsim gen` on {tmp_path / 'spec.json'} (8 ranks, 4 device groups, "
+        "1 micro-batches); try: lower micro_batches or the ranks in the spec, or give the process more memory\n"
+    )

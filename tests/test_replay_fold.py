@@ -130,12 +130,17 @@ def test_measured_mode_fold(gen_sets, tmp_path: Path) -> None:
 def test_cli_fold_json(gen_sets, capsys) -> None:
     from xsim.cli import main
 
-    assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json"]) == 0
+    assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json", "--no-fold"]) == 0
     plain = json.loads(capsys.readouterr().out)
     assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json", "--fold"]) == 0
     folded = json.loads(capsys.readouterr().out)
-    plain.pop("perf"), folded.pop("perf")
-    assert plain == folded
+    assert plain["perf"]["fold"] == "unfolded" and plain["perf"]["fold_reason"] == "folding off (--no-fold)"
+    assert folded["perf"]["fold"] == "folded" and folded["perf"]["fold_factor"] == 4
+    assert main(["replay", str(gen_sets["gpipe"]), "--no-progress", "--json"]) == 0  # folds by default
+    default = json.loads(capsys.readouterr().out)
+    assert default["perf"]["fold"] == "folded" and default["perf"]["fold_factor"] == 4
+    plain.pop("perf"), folded.pop("perf"), default.pop("perf")
+    assert plain == folded == default
 
 
 needs_astra = pytest.mark.skipif(not ET.is_dir() or not CFG.is_dir(), reason="../shared peer traces absent")
@@ -499,3 +504,92 @@ def test_expand_numbers_records_and_pairs_as_the_engine_does() -> None:
     got_of, got_pairs = _canonical_order(copies, np.asarray(pairs, dtype=np.int64), np.asarray(start))
     assert [(r.id, r.nodes) for r in copies] == [(r.id, r.nodes) for r in recs]
     assert got_of == want_of and got_pairs == want_pairs
+
+
+def _perturbed(gen_sets, tmp_path: Path) -> tuple[Path, int]:
+    """The 1F1B set with one of rank 6's compute nodes twice as long: not a copy of its representative
+    rank 2 any more, but a valid set (a changed collective or P2P size would not match its peers)."""
+    d = tmp_path / "set"
+    shutil.copytree(gen_sets["1f1b"], d)
+    ts = discover(d)
+    ef = ts.load(6)
+    nodes = list(ef.nodes)
+    target = next(n for n in nodes if n.type == pb.COMP_NODE and n.duration_micros > 0)
+    target.duration_micros *= 2
+    write_et(ef.path, nodes, ef.metadata)
+    return d, target.id
+
+
+def test_auto_replays_unfolded_when_the_proof_fails(gen_sets, tmp_path: Path) -> None:
+    # fold="auto" (the CLI's and the API's default): a set whose ranks are not symmetric is replayed
+    # unfolded, every node through the engine, with the proof's refusal as the reason; not refused.
+    d, node_id = _perturbed(gen_sets, tmp_path)
+    a, n_a = _replay(d)
+    b, n_b = _replay(d, fold="auto")
+    assert n_b == n_a == a.summary_dict()["num_nodes"]
+    assert b.fold_status == "unfolded" and b.fold_factor == 1
+    assert b.fold_reason.startswith(
+        f"{d / 'fold_1f1b.6.et'}: cannot fold rank 6 onto rank 2: node {node_id} "
+    )
+    assert b.perf_dict()["fold"] == "unfolded" and b.perf_dict()["fold_reason"] == b.fold_reason
+    _assert_same(a, b, tmp_path)
+    # The symmetric set folds under "auto" (a quarter of the nodes run) and says so.
+    c, n_c = _replay(gen_sets["1f1b"], fold="auto")
+    assert c.fold_status == "folded" and n_c * 4 == c.summary_dict()["num_nodes"]
+    assert c.perf_dict()["fold_reason"].startswith("4 replicas proven alike")
+
+
+def test_auto_after_a_network_refusal_inside_the_event_loop(gen_sets, tmp_path: Path) -> None:
+    # 6 + 10 GPUs per node: the fold's network check refuses during the event loop (a send of replica 1
+    # crosses nodes). The unfolded replay that follows runs on a model the attempt left untouched, so its
+    # tables equal a plain unfolded replay's.
+    args = ("--topology", "nodes:H100x6,H100x10")
+    a, _ = _replay(gen_sets["1f1b"], *args)
+    b, n = _replay(gen_sets["1f1b"], *args, fold="auto")
+    assert n == a.summary_dict()["num_nodes"] and b.fold_status == "unfolded"
+    assert "cannot fold: network model 'analytical' times" in b.fold_reason
+    _assert_same(a, b, tmp_path)
+
+
+def test_auto_on_a_model_with_contention(gen_sets) -> None:
+    b, n = _replay(gen_sets["1f1b"], "--model", "flow", fold="auto")
+    assert n == b.summary_dict()["num_nodes"] and b.fold_status == "unfolded"
+    assert b.fold_reason.startswith("cannot fold on network model 'flow'")
+
+
+def test_cli_says_when_it_does_not_fold(gen_sets, tmp_path: Path, capsys) -> None:
+    from xsim.cli import main
+
+    d, node_id = _perturbed(gen_sets, tmp_path)
+    out = tmp_path / "out"
+    assert main(["replay", str(d), "--no-progress", "--out", str(out)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if "fold" in ln]
+    assert lines == [
+        f"not folded         {d / 'fold_1f1b.6.et'}: cannot fold rank 6 onto rank 2: node {node_id} "
+        f"'{_node_name(d / 'fold_1f1b.6.et', node_id)}' differs beyond labels and rank numbers"
+    ]
+    perf = json.loads((out / "perf.json").read_text())
+    assert perf["fold"] == "unfolded" and "cannot fold rank 6 onto rank 2" in perf["fold_reason"]
+
+
+def _node_name(path: Path, node_id: int) -> str:
+    ts = discover(path.parent)
+    return next(n.name for n in ts.load(int(path.name.split(".")[-2])).nodes if n.id == node_id)
+
+
+def test_default_fold_writes_the_same_annotated_traces_and_timeline(gen_sets, tmp_path: Path) -> None:
+    # The CLI folds by default: the files written from a folded result (the traces with simulated times
+    # written back, the Chrome timeline) are byte for byte the unfolded run's.
+    from xsim.cli import main
+
+    for name, extra in (("folded", []), ("plain", ["--no-fold"])):
+        args = ["replay", str(gen_sets["1f1b"]), "--no-progress", *extra]
+        assert (
+            main([*args, "--annotate", str(tmp_path / name), "--timeline", str(tmp_path / f"{name}.json")])
+            == 0
+        )
+    files = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert len(files) == 16 + 1 and files == sorted(p.name for p in (tmp_path / "folded").iterdir())
+    for f in files:
+        assert (tmp_path / "folded" / f).read_bytes() == (tmp_path / "plain" / f).read_bytes(), f
+    assert (tmp_path / "folded.json").read_bytes() == (tmp_path / "plain.json").read_bytes()

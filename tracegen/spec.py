@@ -63,7 +63,18 @@ TOP_KEYS = (
     "device_groups",
 )
 DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
-PARALLEL_KEYS = ("gpu", "tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages", "order")
+PARALLEL_KEYS = (
+    "gpu",
+    "tp",
+    "pp",
+    "dp",
+    "micro_batch",
+    "global_batch",
+    "virtual_stages",
+    "order",
+    "first_stage_layers",
+    "last_stage_layers",
+)
 # Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
 # "tp-dp-pp" is initialize_model_parallel's own default `order` (pipeline stages furthest apart).
@@ -172,18 +183,23 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Parse a spec file by extension (.yaml/.yml, .toml, .json) into a mapping."""
+def read_spec_file(path: str | os.PathLike[str], max_bytes: int | None = None) -> dict[str, Any]:
+    """Parse a spec file by extension (.yaml/.yml, .toml, .json) into a mapping.
+
+    max_bytes: the size limit (default traces.limits.max_spec_bytes(); a trace set's own deployment.json
+    is read with max_set_metadata_bytes, which grows with the set).
+    """
     p = os.fspath(path)
     ext = os.path.splitext(p)[1].lower()
+    cap = max_spec_bytes() if max_bytes is None else max_bytes
     try:
         with open(p, "rb") as fh:
-            data = fh.read(max_spec_bytes() + 1)  # bounded: /dev/zero or a pipe stops at the limit
+            data = fh.read(cap + 1)  # bounded: /dev/zero or a pipe stops at the limit
     except OSError as exc:
         raise SpecError(f"cannot read spec: {exc.strerror or exc}", path=p) from None
-    if len(data) > max_spec_bytes():
+    if len(data) > cap:
         raise SpecError(
-            f"spec is larger than {max_spec_bytes():,} bytes (XSIM_MAX_SPEC_BYTES raises the limit; "
+            f"spec is larger than {cap:,} bytes (XSIM_MAX_SPEC_BYTES raises the limit; "
             "`parallel:` writes a large regular plan in a few lines)",
             path=p,
         )
@@ -223,12 +239,15 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return raw
 
 
-def load_spec(source: str | os.PathLike[str] | Mapping[str, Any]) -> dpb.Deployment:
-    """Load and validate a deployment from a spec file path or an already-parsed mapping."""
+def load_spec(
+    source: str | os.PathLike[str] | Mapping[str, Any], max_bytes: int | None = None
+) -> dpb.Deployment:
+    """Load and validate a deployment from a spec file path or an already-parsed mapping (max_bytes: as
+    read_spec_file)."""
     if isinstance(source, Mapping):
         return _SpecBuilder(source, None, os.getcwd()).build()
     p = os.fspath(source)
-    raw = read_spec_file(p)
+    raw = read_spec_file(p, max_bytes)
     stem = os.path.basename(p).split(".")[0]
     return _SpecBuilder(raw, p, os.path.dirname(os.path.abspath(p)), default_name=stem).build()
 
@@ -391,6 +410,9 @@ class _SpecBuilder:
                 blk[k] = self.int_key(b, k, where, default=1)
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
+            for k in ("first_stage_layers", "last_stage_layers"):
+                if k in b:
+                    blk[k] = self.int_key(b, k, where)
             if "global_batch" in b:
                 gb = self.int_key(b, "global_batch", where)
                 per = int(blk["micro_batch"]) * int(blk["dp"])
@@ -508,7 +530,7 @@ class _SpecBuilder:
                     f"device group {dg.id}: dp_replica {dg.dp_replica} is a replica of the parallel: block "
                     f"(it uses replicas 0..{max(parallel_replicas)}): number hand-written replicas after it"
                 )
-        auto |= from_parallel
+        auto |= from_parallel - self.parallel_layered
         for dg in [*expanded, *hand]:
             if any(d.id == dg.id for d in dep.device_groups):
                 raise self.fail(f"device group {dg.id}: id used twice")
@@ -560,6 +582,7 @@ class _SpecBuilder:
         other in ranks and replica numbers.
         """
         out: list[dpb.DeviceGroup] = []
+        self.parallel_layered: set[int] = set()  # groups cut by first/last_stage_layers, not assign_layers
         first_rank = first_replica = 0
         for b in blocks:
             tp, pp, dp = int(b["tp"]), int(b["pp"]), int(b["dp"])
@@ -568,19 +591,65 @@ class _SpecBuilder:
                     f"{b['where']}tp x pp x dp = {tp * pp * dp:,} ranks, over {MAX_PARALLEL_RANKS:,}"
                 )
             self.check_tp(model, tp, uneven, str(b["where"]))
+            cut = self.uneven_stages(b, model.layers)
             for s in range(pp):
+                start, end = cut[s] if cut is not None else (1, model.layers)
                 for d in range(dp):
                     base = first_rank + tp * ((d + dp * s) if b["order"] == "tp-dp-pp" else (s + pp * d))
+                    if cut is not None:
+                        self.parallel_layered.add(len(out))
                     out.append(
                         dpb.DeviceGroup(
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
-                            layer_start=1, layer_end=model.layers, micro_batch=int(b["micro_batch"]),
+                            layer_start=start, layer_end=end, micro_batch=int(b["micro_batch"]),
                             pp_stage=s, dp_replica=first_replica + d,
                         )
                     )  # fmt: skip
             first_rank += tp * pp * dp
             first_replica += dp
         return out
+
+    def uneven_stages(self, b: Mapping[str, int | str], layers: int) -> list[tuple[int, int]] | None:
+        """Layer ranges per stage of a `parallel:` block giving first_stage_layers / last_stage_layers,
+        else None (equal stages, assign_layers).
+
+        Megatron-Core's uneven pipeline (megatron/training/arguments.py --decoder-first-pipeline-num-layers /
+        --decoder-last-pipeline-num-layers, TransformerConfig first_pipeline_num_layers /
+        last_pipeline_num_layers, get_num_layers_to_build): the first and last stages take the given
+        counts, the stages between share the rest equally (it must divide), and virtual stages are not
+        combined with it. Llama 3 405B: 126 layers over 16 stages as 7, 8 x 14, 7 (Llama 3 paper, 3.3.2).
+        """
+        first, last = b.get("first_stage_layers"), b.get("last_stage_layers")
+        if first is None and last is None:
+            return None
+        where, pp = str(b["where"]), int(b["pp"])
+        given = [k for k, v in (("first_stage_layers", first), ("last_stage_layers", last)) if v is not None]
+        if pp < 2:
+            raise self.fail(f"{where}{' and '.join(given)} need pp >= 2 (one stage holds every layer)")
+        if int(b.get("virtual_stages", 1)) > 1:
+            raise self.fail(
+                f"{where}{' and '.join(given)} cannot be combined with virtual_stages (Megatron-Core)"
+            )
+        rest = layers - int(first or 0) - int(last or 0)
+        middle = pp - len(given)
+        if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest < middle or rest % middle)):
+            split = (
+                f"{rest} layers left for {middle} other stage(s)" if rest >= 0 else "more than the model has"
+            )
+            raise self.fail(
+                f"{where}{', '.join(f'{k} {b[k]}' for k in given)} of {layers} layers over pp {pp}: {split} "
+                "(the stages between share the rest equally, at least one layer each)"
+            )
+        sizes = [rest // middle if middle else 0] * pp
+        if first is not None:
+            sizes[0] = int(first)
+        if last is not None:
+            sizes[-1] = int(last)
+        ranges, start = [], 1
+        for n in sizes:
+            ranges.append((start, start + n - 1))
+            start += n
+        return ranges
 
     def assign_layers(self, dep: dpb.Deployment, model: ModelArch, auto: set[int]) -> None:
         """Megatron's layer assignment for replicas whose groups omit `layers`: L layers in P*V equal

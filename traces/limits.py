@@ -16,6 +16,11 @@ DEFAULT_MAX_JSON_BYTES = 1 << 30  # 1 GiB of JSON text per file (parsed, it take
 DEFAULT_MAX_SPEC_BYTES = (
     512 << 10
 )  # a deployment spec: 4,000+ hand-written device groups; `parallel:` for more
+# A set's own deployment.json (written by `xsim gen`, read back by `xsim replay`): device groups listed in
+# full, ~300 B per device group of one rank with indent 2 and ~15 B per further rank (measured: 895 KB for
+# 16,384 ranks in 2,048 groups of 8, issue 24). 1 KiB per rank bounds every layout with room to spare, so
+# the tool's own output is never refused while a hand-written spec keeps its 512 KiB.
+SET_METADATA_BYTES_PER_RANK = 1 << 10
 DEFAULT_MAX_JSON_DEPTH = 64  # nesting of JSON arrays/objects (Kineto, comm groups, specs use < 10)
 
 _INFLATE_CHUNK = 16 << 20  # decompress in 16 MiB steps so the limit is checked before allocating more
@@ -57,6 +62,12 @@ def max_json_bytes() -> int:
 def max_spec_bytes() -> int:
     """Most bytes a deployment spec file may hold (XSIM_MAX_SPEC_BYTES): YAML parses at ~0.3 MB/CPU-s."""
     return limit("XSIM_MAX_SPEC_BYTES", DEFAULT_MAX_SPEC_BYTES)
+
+
+def max_set_metadata_bytes(num_ranks: int) -> int:
+    """Most bytes a trace set's own deployment.json may hold: the spec limit, or 1 KiB per rank of the set
+    when that is more (XSIM_MAX_SPEC_BYTES raises the floor)."""
+    return max(max_spec_bytes(), SET_METADATA_BYTES_PER_RANK * num_ranks)
 
 
 def max_json_depth() -> int:

@@ -120,6 +120,15 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
         # Our own errors already name the file, rank and node; one line, no traceback.
         print(f"xsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT, fast
+    except MemoryError:
+        # Not a traceback (issue 24): how big the run was and what to try, found after the run's memory is
+        # released with its frames.
+        from xsim.oom import out_of_memory_line
+
+        vp = getattr(args, "verb_parser", None)
+        verb = vp.prog.split(" ", 1)[-1] if vp is not None else argv[0]
+        print(f"xsim: error: {out_of_memory_line(verb, args)}", file=sys.stderr)
+        return EXIT_BAD_INPUT, False
     except BrokenPipeError:
         return EXIT_OK, False
     except KeyboardInterrupt:

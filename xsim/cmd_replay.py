@@ -40,11 +40,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks...]} (ASTRA-sim format)'
     )
-    p.add_argument(
+    fold = p.add_mutually_exclusive_group()
+    fold.add_argument(
         "--fold",
-        action="store_true",
-        help="simulate one of identical replicas (deployment.json DP replicas, else every rank alike) and "
-        "copy its times to the others; proven first, refused unless contention-free (docs/replay.md)",
+        dest="fold",
+        action="store_const",
+        const=True,
+        default=True,
+        help="(the default) simulate one of identical replicas (deployment.json DP replicas, else every rank "
+        "alike) and copy its times to the others when that is proven (contention-free model, replicas equal "
+        "up to labels); else replay unfolded; one line and perf.json say which (docs/replay.md)",
+    )
+    fold.add_argument(
+        "--no-fold", dest="fold", action="store_const", const=False, help="replay every rank, never fold"
     )
     cmp = p.add_argument_group("compute")
     cmp.add_argument(
@@ -109,6 +117,8 @@ def _print_summary(result, path: str) -> None:
             f"folded             {perf['ranks_simulated']} of {s['num_ranks']} ranks simulated "
             f"(fold factor {perf['fold_factor']}); the tables hold every rank"
         )
+    elif perf.get("fold") == "unfolded":
+        print(f"not folded         {perf['fold_reason']}")
     print(f"iteration time     {_fmt_ns(s['iteration_time_ns'])}")
     print(
         f"bytes moved        {_fmt_bytes(s['bytes_moved'])} in {s['num_collectives']:,} collectives "

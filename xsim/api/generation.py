@@ -33,11 +33,12 @@ class Generated:
     memory: tuple = ()  # tracegen.memory.RankMemory per rank (also written as memory.json)
 
 
-def load_spec(spec: SpecSource):
-    """A deployment spec (.yaml/.toml/.json path or a mapping) as a checked tracegen Deployment."""
+def load_spec(spec: SpecSource, max_bytes: int | None = None):
+    """A deployment spec (.yaml/.toml/.json path or a mapping) as a checked tracegen Deployment (max_bytes:
+    the file's size limit, default the spec limit)."""
     from tracegen.spec import load_spec as load
 
-    return load(spec)
+    return load(spec, max_bytes)
 
 
 def check_cluster(dep, spec_path: str) -> None:
@@ -120,12 +121,17 @@ def rewrite(
     from tracegen.spec import save_deployment
     from traces.errors import XsimError
 
+    cap = None
     if spec is None:
+        from traces.limits import max_set_metadata_bytes
+        from traces.traceset import discover
+
         folder = traces if os.path.isdir(traces) else os.path.dirname(traces) or "."
         spec = os.path.join(folder, DEPLOYMENT_FILE)
         if not os.path.isfile(spec):
             raise XsimError(f"{traces}: no {DEPLOYMENT_FILE} beside the traces: pass --spec")
-    dep = load_spec(spec)
+        cap = max_set_metadata_bytes(discover(traces).num_ranks)  # the set's own: grows with it
+    dep = load_spec(spec, cap)
     dep.reshard = reshard or dep.reshard or "xsim"
     summary = rewrite_trace_set(traces, dep, dep.reshard, out, barriers=barriers)
     save_deployment(dep, os.path.join(out, DEPLOYMENT_FILE))

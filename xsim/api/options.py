@@ -45,7 +45,7 @@ class ReplayOptions:
     compute_streams: int = 1
     comm_channels: int = 1
     honour_stream: bool = False
-    fold: bool = False
+    fold: bool = True  # fold symmetric replicas when proven, else replay unfolded (the result says which)
     progress: bool = False
 
 

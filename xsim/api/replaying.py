@@ -51,8 +51,9 @@ def load_deployment(trace_set: TraceSet):
     if not os.path.isfile(path):
         return None
     from tracegen.spec import load_spec
+    from traces.limits import max_set_metadata_bytes
 
-    return load_spec(path)
+    return load_spec(path, max_set_metadata_bytes(trace_set.num_ranks))
 
 
 def replay_config(options: ReplayOptions) -> ReplayConfig:
@@ -99,8 +100,10 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
                 groups=options.comm_groups,
                 config=config,
                 progress=progress,
-                fold=options.fold,
+                fold="auto" if options.fold else None,
             )
+        if not options.fold:
+            result.fold_status, result.fold_reason = "unfolded", "folding off (--no-fold)"
     except NetworkModelError as exc:
         raise ReplayError(f"network model: {exc}") from None
     except ReplayDeadlock as exc:
