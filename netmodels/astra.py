@@ -297,6 +297,11 @@ class AstraModel(ClosedFormModel):
         self._dbt_streams: dict[int, int] = {}
         self._world: AstraWorld | None = None
         self._tentative: tuple | None = None
+        # Congestion-aware collectives release each member at its own finish (member_finishes): members
+        # finished since the last drain, closed-form members still ahead, and what was reported per handle.
+        self._members_out: list[tuple[int, int, int]] = []
+        self._members_due: list[tuple[int, int, int]] = []
+        self._members_seen: dict[int, set[int]] = {}
         self._memo: dict[tuple, tuple[int, ...]] = {}
         # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
@@ -896,9 +901,29 @@ class AstraModel(ClosedFormModel):
         """
         handle = self._next_handle
         self._next_handle += 1
-        due = max(per_rank) if self.congestion_aware else min(per_rank)
-        heapq.heappush(self._pending, (due, handle, Completion(handle, max(per_rank), per_rank)))
+        last = max(per_rank)
+        due = last if self.congestion_aware else min(per_rank)
+        heapq.heappush(self._pending, (due, handle, Completion(handle, last, per_rank)))
+        if self.congestion_aware and min(per_rank) < last:
+            for i, f in enumerate(per_rank):
+                if f < last:
+                    heapq.heappush(self._members_due, (f, handle, i))
         return handle
+
+    def _member(self, handle: int, pos: int, finish_ns: int) -> None:
+        """Member `pos` of collective `handle` finished before the last one: reported by member_finishes."""
+        seen = self._members_seen.setdefault(handle, set())
+        if pos not in seen:  # a closed form replayed on the loop reports its early members a second time
+            seen.add(pos)
+            self._members_out.append((handle, pos, finish_ns))
+
+    def member_finishes(self) -> list[tuple[int, int, int]]:
+        """(handle, position in spec.ranks, finish ns) of each congestion-aware collective member that
+        finished, before the collective's last member, since the previous call (the engine calls it after
+        every advance and ends those members' nodes then). The completion still comes at the last finish
+        and carries every member's time."""
+        out, self._members_out = self._members_out, []
+        return out
 
     def _materialize(self, now_ns: int) -> None:
         """Replay the closed-form transfer in flight on the event loop once other traffic joins it."""
@@ -909,6 +934,8 @@ class AstraModel(ClosedFormModel):
         # It was alone on an idle network since t0, so running it from t0 on the loop is exact.
         self._pending = [e for e in self._pending if e[1] != handle]
         heapq.heapify(self._pending)
+        self._members_due = [e for e in self._members_due if e[1] != handle]  # the loop reports them now
+        heapq.heapify(self._members_due)
         world = self._aware_world()
         world.loop.now = t0
         inject(world, handle)
@@ -953,7 +980,7 @@ class AstraModel(ClosedFormModel):
 
         def inject(world: AstraWorld, handle: int) -> None:
             CollectiveRun(
-                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish))
+                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)), self._member
             ).start()
 
         return self._aware_start(now_ns, closed, inject)
@@ -982,6 +1009,8 @@ class AstraModel(ClosedFormModel):
     def next_event_ns(self) -> int | None:
         """Earliest pending completion or internal event (aware mode runs an event loop)."""
         t = self._pending[0][0] if self._pending else None
+        if self._members_due and (t is None or self._members_due[0][0] < t):
+            t = self._members_due[0][0]
         if self._world is not None:
             w = self._world.loop.next_time()
             if w is not None and (t is None or w < t):
@@ -992,7 +1021,15 @@ class AstraModel(ClosedFormModel):
         """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""
         if self._world is not None:
             self._world.loop.run_until(until_ns)
-        return super().advance(until_ns)
+        due = self._members_due
+        while due and due[0][0] <= until_ns:
+            f, handle, pos = heapq.heappop(due)
+            self._member(handle, pos, f)
+        out = super().advance(until_ns)
+        if self._members_seen:
+            for c in out:
+                self._members_seen.pop(c.handle, None)
+        return out
 
 
 def _strict(spec: CollectiveSpec) -> bool:

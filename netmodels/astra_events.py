@@ -513,7 +513,9 @@ class RankQueues:
 class CollectiveRun:
     """One collective on the event loop: its streams on every member rank and their per-rank finish times."""
 
-    def __init__(self, world: AstraWorld, handle: int, members: tuple[int, ...], chunks: list[list], done):
+    def __init__(
+        self, world: AstraWorld, handle: int, members: tuple[int, ...], chunks: list[list], done, member=None
+    ):
         self.world = world
         self.handle = handle
         self.members = members
@@ -522,7 +524,8 @@ class CollectiveRun:
         self.left = [len(chunks)] * len(members)
         self.finish = [0] * len(members)
         self.remaining = len(members)
-        self.done = done
+        self.done = done  # called with the run when its last member finishes
+        self.member = member  # called (handle, position, ns) as each earlier member finishes
 
     def start(self, issue_at: tuple[int, ...] | None = None) -> None:
         """Create every rank's streams in chunk order (their priorities decide the start order), now or, per
@@ -571,6 +574,10 @@ class CollectiveRun:
         self.remaining -= 1
         if self.remaining == 0:
             self.done(self)
+        elif self.member is not None:
+            # ASTRA-sim releases a rank when its own streams exit (DataSet::notify_stream_finished): it
+            # goes on with its next node while the others still run (a tree's root long before leaves).
+            self.member(self.handle, i, self.finish[i])
 
 
 class AstraWorld:

@@ -59,6 +59,10 @@ class NetworkPort:
         # report them, without a handle, a completion or an advance of the model.
         self._fixed_coll = getattr(network, "fixed_collective_ns", None)
         self._fixed_p2p = getattr(network, "fixed_p2p_ns", None)
+        # ASTRA-sim's congestion-aware mode: members finished ahead of their collective's last member, each
+        # released at its own finish (docs/netmodels.md, the optional member_finishes); handle -> positions.
+        self._member_finishes = getattr(network, "member_finishes", None)
+        self._ended: dict[int, set[int]] = {}
 
     def next_event(self) -> int | None:
         """The model's next event time (asked again only after something changed), None when idle."""
@@ -171,6 +175,15 @@ class NetworkPort:
             if self._stalls > _STALL_LIMIT:
                 raise ReplayError(f"network model {network.name!r} makes no progress at t={t} ns")
         heap, shift, handles = self.heap, self.shift, self.handles
+        if self._member_finishes is not None:
+            for h, i, f in self._member_finishes():
+                obj = handles.get(h)
+                if isinstance(obj, CollectiveRecord):
+                    self._ended.setdefault(h, set()).add(i)
+                    pos = obj.positions
+                    for j, gm in enumerate(obj.nodes):
+                        if (j if pos is None else pos[j]) == i:
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
         for c in comps:
             obj = handles.pop(c.handle, None)
             if obj is None:
@@ -178,15 +191,18 @@ class NetworkPort:
             if isinstance(obj, CollectiveRecord):
                 prf = c.per_rank_finish_ns
                 pos = obj.positions
+                ended = self._ended.pop(c.handle, ()) if self._ended else ()
                 if len(prf) != len(obj.members):
                     prf, pos = (c.finish_ns,) * len(obj.nodes), None  # one finish for every member
                 if pos is None:
-                    for gm, f in zip(obj.nodes, prf, strict=True):
-                        heappush(heap, ((f if f > t else t) << shift) | gm)
+                    for j, (gm, f) in enumerate(zip(obj.nodes, prf, strict=True)):
+                        if j not in ended:
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
                 else:
                     for gm, i in zip(obj.nodes, pos, strict=True):
-                        f = prf[i]
-                        heappush(heap, ((f if f > t else t) << shift) | gm)
+                        if i not in ended:
+                            f = prf[i]
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
             else:
                 heappush(heap, (t << shift) | obj)
 
