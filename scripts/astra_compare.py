@@ -195,13 +195,22 @@ def table(rows: list[tuple[Case, Run | None, Run]]) -> str:
 
 
 def rank_list(ranks: list[int]) -> str:
-    """Ascending ranks as "0-3,8,10-11"."""
+    """Ascending ranks as "0-3,8,10-11"; three or more at a constant step as "1-63/2" (a tree's levels)."""
     parts, i = [], 0
     while i < len(ranks):
         j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        if i + 1 < len(ranks):
+            step = ranks[i + 1] - ranks[i]
+            while j + 1 < len(ranks) and ranks[j + 1] - ranks[j] == step:
+                j += 1
+            if j - i < 2 and step != 1:
+                j = i  # two ranks at a step > 1: listed one by one
+        if i == j:
+            parts.append(str(ranks[i]))
+        elif ranks[i + 1] - ranks[i] == 1:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.append(f"{ranks[i]}-{ranks[j]}/{ranks[i + 1] - ranks[i]}")
         i = j + 1
     return ",".join(parts)
 

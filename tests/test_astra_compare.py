@@ -83,3 +83,6 @@ def test_every_rank_is_reported(tmp_path, capsys):
 def test_rank_lists_compress_to_ranges():
     assert astra_compare.rank_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert astra_compare.rank_list([3]) == "3"
+    assert astra_compare.rank_list(list(range(1, 64, 2))) == "1-63/2"
+    assert astra_compare.rank_list([16, 48]) == "16,48"
+    assert astra_compare.rank_list([0, 2, 4, 6, 7]) == "0-6/2,7"
