@@ -159,3 +159,36 @@ def test_compute_models_follow_the_rule() -> None:
 def test_bad_durations_rule_is_one_error() -> None:
     with pytest.raises(ReplayError, match="durations must be one of auto, exact, micros"):
         ReplayConfig(durations="ns")
+
+
+def test_zero_op_node_under_astra_roofline_takes_its_memory_time(tmp_path: Path) -> None:
+    # ASTRA-sim's roofline (Workload::issue_comp) computes num_ops / min(peak, bw x num_ops / tensor_size):
+    # with num_ops 0 that is 0/0, and its run never finishes the node (issue 30 item 5; docs/netmodels.md).
+    # xsim takes the formula's value as num_ops -> 0, max(ops/peak, size/bw) = size/bw: 1e6 B at the
+    # system's local-mem-bw 1600 GB/s = 625 ns. The GEMM after it: 1e9 FLOPs at min(900 TFLOPS, 1600 GB/s x
+    # 1000 FLOP/B) = 900 TFLOPS -> floor(1111.1) = 1111 ns.
+    import json
+
+    from xsim.api.compute import astra_roofline
+
+    copy = make_node(1, "copy", pb.COMP_NODE, duration_micros=7, attrs={"num_ops": 0, "tensor_size": 10**6})
+    gemm = make_node(
+        2,
+        "gemm",
+        pb.COMP_NODE,
+        data_deps=[1],
+        duration_micros=7,
+        attrs={"num_ops": 10**9, "tensor_size": 10**6},
+    )
+    write_trace_set(tmp_path / "t", [[copy, gemm]] * 2)
+    sysj = tmp_path / "sys.json"
+    sysj.write_text(
+        json.dumps({"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": 1600, "endpoint-delay": 10})
+    )
+    net = tmp_path / "net.yml"
+    net.write_text(SWITCH.format(n=2))
+    res = simulate(
+        str(tmp_path / "t"), network=astra_model(str(net), str(sysj)), compute=astra_roofline(str(sysj))
+    )
+    assert _ops(res) == {"copy": 625, "gemm": 1111}
+    assert res.per_rank_finish_ns == [1736, 1736]
