@@ -302,6 +302,8 @@ class AstraModel(ClosedFormModel):
         self._members_out: list[tuple[int, int, int]] = []
         self._members_due: list[tuple[int, int, int]] = []
         self._members_seen: dict[int, set[int]] = {}
+        # Congestion-aware collectives opened by their first member, each member issued as it arrives.
+        self._open: dict[int, tuple[CollectiveRun, list[bool], list[int]]] = {}
         self._memo: dict[tuple, tuple[int, ...]] = {}
         # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
@@ -964,6 +966,45 @@ class AstraModel(ClosedFormModel):
         if len(issue_ns) != len(spec.ranks) or max(issue_ns) > now_ns:
             raise NetworkModelError("issue times must be one per member and none after the start")
         return self._register(tuple(max(now_ns, t) for t in self.staggered_ns(spec, issue_ns)))
+
+    @property
+    def starts_members(self) -> bool:
+        """True when each member of a collective is started as it issues (open_collective, issue_member):
+        the congestion-aware event loop cannot go back to an earlier member's issue time."""
+        return self.congestion_aware
+
+    def open_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Congestion-aware: the collective's first member issues it at now_ns; returns its handle. Every member
+        (the first included) is then started by issue_member when it issues, as ASTRA-sim has no barrier:
+        an early member's messages go out at once and queue on the links with everything else."""
+        if not self.congestion_aware:
+            raise NetworkModelError("open_collective is the congestion-aware mode's (unaware: staggered_ns)")
+        now_ns = self._check_now(now_ns)
+        ranks = validate_spec(spec, self.num_ranks)
+        chunks = self._event_chunks(spec, ranks)
+        self._materialize(now_ns)
+        world = self._sync(now_ns)
+        handle = self._new_handle()
+        run = CollectiveRun(
+            world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)), self._member
+        )
+        self._open[handle] = (run, [False] * len(ranks), [len(ranks)])
+        return handle
+
+    def issue_member(self, now_ns: int, handle: int, pos: int) -> None:
+        """Member `pos` (index in spec.ranks) of the opened collective `handle` issues it at now_ns."""
+        now_ns = self._check_now(now_ns)
+        entry = self._open.get(handle)
+        if entry is None or not 0 <= pos < len(entry[1]) or entry[1][pos]:
+            raise NetworkModelError(f"collective {handle}: member {pos} is not waiting to issue it")
+        self._materialize(now_ns)
+        self._sync(now_ns)
+        run, issued, left = entry
+        issued[pos] = True
+        left[0] -= 1
+        if left[0] == 0:
+            del self._open[handle]
+        run.issue(pos)
 
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""

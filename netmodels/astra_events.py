@@ -566,6 +566,10 @@ class CollectiveRun:
             else:
                 loop.at(issue_at[i], self._issue, r)
 
+    def issue(self, pos: int) -> None:
+        """Member `pos` issues the collective now: its streams are created and queued on its rank."""
+        self._issue(self.members[pos])
+
     def _issue(self, r: int) -> None:
         w = self.world
         if not self.chunks:

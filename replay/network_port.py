@@ -63,6 +63,9 @@ class NetworkPort:
         # released at its own finish (docs/netmodels.md, the optional member_finishes); handle -> positions.
         self._member_finishes = getattr(network, "member_finishes", None)
         self._ended: dict[int, set[int]] = {}
+        # ... and each member started as it issues (no barrier): instance -> the model's handle.
+        self.starts_members = not measured and bool(getattr(network, "starts_members", False))
+        self._opened: dict[CollectiveInstance, int] = {}
 
     def next_event(self) -> int | None:
         """The model's next event time (asked again only after something changed), None when idle."""
@@ -86,10 +89,39 @@ class NetworkPort:
             )
         return self.network
 
+    def member_issued(self, inst: CollectiveInstance, pos: int, t: int) -> None:
+        """A member (not the last) of a collective issued it at t: started at once on a model that starts
+        members as they issue (ASTRA-sim's congestion-aware mode); the first one opens the collective."""
+        opened = self._opened.get(inst)
+        g = inst.nodes[pos]
+        try:
+            if opened is None:
+                c = self.prog.coll[g]
+                spec = CollectiveSpec(
+                    kind=COLLECTIVE_KIND[c.comm_type], size_bytes=c.size, ranks=inst.members
+                )
+                opened = self._opened[inst] = (self.network.open_collective(t, spec), set())
+            opened[1].add(pos)
+            self.network.issue_member(t, opened[0], pos)
+        except NetworkModelError as exc:
+            raise ReplayError(f"{self.prog.describe(g)}: network model: {exc}") from None
+        self._dirty = True
+
     def start_collective(self, inst: CollectiveInstance, t: int) -> None:
         """Time a complete collective instance whose last member issued at t."""
         rec = inst.record
         nodes = rec.nodes
+        opened = self._opened.pop(inst, None) if self._opened else None
+        if opened is not None:  # opened by its first member: the last one starts its own part now
+            h, issued = opened
+            last = next(i for i in range(len(inst.members)) if i not in issued)
+            try:
+                self.network.issue_member(t, h, last)
+            except NetworkModelError as exc:
+                raise ReplayError(f"{self.prog.describe(nodes[0])}: network model: {exc}") from None
+            self.handles[h] = rec
+            self._dirty = True
+            return
         if self.measured:
             rec_ns = self.recorded
             d = min(rec_ns[gm] for gm in nodes)

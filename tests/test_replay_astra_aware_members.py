@@ -127,3 +127,31 @@ def test_four_chunk_tree_on_every_rank_as_astra_sim(tmp_path) -> None:
     net.write_text(RING8)
     res = simulate(MICRO / "all_reduce", network=astra_model(net, sysj, congestion_aware=True))
     assert res.per_rank_finish_ns == [271210, 309892, 304500, 309892, 293237, 309892, 304500, 309892]
+
+
+def test_members_start_as_they_issue_on_the_aware_switch(tmp_path) -> None:
+    # Switch-8, 1 MiB, one chunk, endpoint-delay 1, reductions free (local-mem-bw 1e9 GB/s): every message
+    # crosses an uplink and a downlink, each floor(500 + m/B) = T, holding the link HOLD. Rank 3 computes 50 us
+    # and then issues; the others issue at 0 and go ahead without it (no barrier in ASTRA-sim):
+    # leaves send at 1; 0's and 2's messages meet on the switch's link to 1 (0's first): 1 + 2T and
+    # 1 + HOLD + 2T, likewise 4 and 6 at 5. 1 and 5 send up one crossing after the second; their messages meet
+    # on the link to 3 (1's first): 3 has both at up = 1 + HOLD + 2T + 1 + HOLD + 2T, long after its issue at
+    # 50000; it sends one crossing later, 7 answers one crossing after arrival (root done), 3 sends to 1 then
+    # 5 over its one uplink (5's message waits HOLD), each of 1 and 5 to its two leaves likewise, and a leaf
+    # ends one crossing after its data lands. (Started all at rank 3's issue, every time would move by ~50 us.)
+    net, sysj = tmp_path / "net.yml", tmp_path / "sys.json"
+    net.write_text(RING8.replace("Ring", "Switch"))
+    sysj.write_text(json.dumps({**SYSTEM, "endpoint-delay": 1, "local-mem-bw": 1e9}))
+    per_rank = [[coll(2, MIB)]] * 3 + [[comp(1, 50), coll(2, MIB, deps=[1])]] + [[coll(2, MIB)]] * 4
+    res = simulate(write_set(tmp_path, per_rank), network=astra_model(net, sysj, congestion_aware=True))
+    up3 = 1 + HOLD + 2 * T + 1 + HOLD + 2 * T
+    root = up3 + 1 + 2 * T + 1
+    mid3 = root + 2 * T + 1
+    mid1, mid5 = mid3 + 2 * T + 1, mid3 + HOLD + 2 * T + 1
+    want = {7: root, 3: mid3, 1: mid1, 5: mid5}
+    want.update(
+        {0: mid1 + 2 * T + 1, 2: mid1 + HOLD + 2 * T + 1, 4: mid5 + 2 * T + 1, 6: mid5 + HOLD + 2 * T + 1}
+    )
+    # ASTRA-sim's aware binary printed these cycles for this trace set and configs.
+    assert [want[r] for r in range(8)] == [279441, 239378, 298972, 199315, 298972, 258909, 318503, 159252]
+    assert res.per_rank_finish_ns == [want[r] for r in range(8)]
