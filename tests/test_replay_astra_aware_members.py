@@ -155,3 +155,31 @@ def test_members_start_as_they_issue_on_the_aware_switch(tmp_path) -> None:
     # ASTRA-sim's aware binary printed these cycles for this trace set and configs.
     assert [want[r] for r in range(8)] == [279441, 239378, 298972, 199315, 298972, 258909, 318503, 159252]
     assert res.per_rank_finish_ns == [want[r] for r in range(8)]
+
+
+def test_open_and_issue_refuse_misuse(configs) -> None:
+    from netmodels.errors import NetworkModelError
+
+    spec = CollectiveSpec("all_reduce", MIB, tuple(range(8)))
+    with pytest.raises(NetworkModelError, match="congestion-aware"):
+        astra_model(*configs).open_collective(0, spec)
+    model = astra_model(*configs, congestion_aware=True)
+    h = model.open_collective(0, spec)
+    model.issue_member(0, h, 3)
+    with pytest.raises(NetworkModelError, match="member 3 is not waiting"):
+        model.issue_member(5, h, 3)
+    for pos in (0, 1, 2, 4, 5, 6, 7):
+        model.issue_member(5, h, pos)
+    with pytest.raises(NetworkModelError, match="member 0 is not waiting"):
+        model.issue_member(5, h, 0)
+
+
+def test_closed_form_members_are_reported_at_their_own_times(configs) -> None:
+    # A closed form known at start (aware mode: a collective alone on an idle network) with unequal member
+    # finishes: the earlier members come out of member_finishes at their times, the completion at the last.
+    model = astra_model(*configs, congestion_aware=True)
+    h = model._register((30, 10, 30))
+    assert model.next_event_ns() == 10
+    assert model.advance(10) == [] and model.member_finishes() == [(h, 1, 10)]
+    (c,) = model.advance(30)
+    assert c.handle == h and c.per_rank_finish_ns == (30, 10, 30) and model.member_finishes() == []
