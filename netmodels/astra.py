@@ -297,6 +297,13 @@ class AstraModel(ClosedFormModel):
         self._dbt_streams: dict[int, int] = {}
         self._world: AstraWorld | None = None
         self._tentative: tuple | None = None
+        # Congestion-aware collectives release each member at its own finish (member_finishes): members
+        # finished since the last drain, closed-form members still ahead, and what was reported per handle.
+        self._members_out: list[tuple[int, int, int]] = []
+        self._members_due: list[tuple[int, int, int]] = []
+        self._members_seen: dict[int, set[int]] = {}
+        # Congestion-aware collectives opened by their first member, each member issued as it arrives.
+        self._open: dict[int, tuple[CollectiveRun, list[bool], list[int]]] = {}
         self._memo: dict[tuple, tuple[int, ...]] = {}
         # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
@@ -896,9 +903,29 @@ class AstraModel(ClosedFormModel):
         """
         handle = self._next_handle
         self._next_handle += 1
-        due = max(per_rank) if self.congestion_aware else min(per_rank)
-        heapq.heappush(self._pending, (due, handle, Completion(handle, max(per_rank), per_rank)))
+        last = max(per_rank)
+        due = last if self.congestion_aware else min(per_rank)
+        heapq.heappush(self._pending, (due, handle, Completion(handle, last, per_rank)))
+        if self.congestion_aware and min(per_rank) < last:
+            for i, f in enumerate(per_rank):
+                if f < last:
+                    heapq.heappush(self._members_due, (f, handle, i))
         return handle
+
+    def _member(self, handle: int, pos: int, finish_ns: int) -> None:
+        """Member `pos` of collective `handle` finished before the last one: reported by member_finishes."""
+        seen = self._members_seen.setdefault(handle, set())
+        if pos not in seen:  # a closed form replayed on the loop reports its early members a second time
+            seen.add(pos)
+            self._members_out.append((handle, pos, finish_ns))
+
+    def member_finishes(self) -> list[tuple[int, int, int]]:
+        """(handle, position in spec.ranks, finish ns) of each congestion-aware collective member that
+        finished, before the collective's last member, since the previous call (the engine calls it after
+        every advance and ends those members' nodes then). The completion still comes at the last finish
+        and carries every member's time."""
+        out, self._members_out = self._members_out, []
+        return out
 
     def _materialize(self, now_ns: int) -> None:
         """Replay the closed-form transfer in flight on the event loop once other traffic joins it."""
@@ -909,6 +936,8 @@ class AstraModel(ClosedFormModel):
         # It was alone on an idle network since t0, so running it from t0 on the loop is exact.
         self._pending = [e for e in self._pending if e[1] != handle]
         heapq.heapify(self._pending)
+        self._members_due = [e for e in self._members_due if e[1] != handle]  # the loop reports them now
+        heapq.heapify(self._members_due)
         world = self._aware_world()
         world.loop.now = t0
         inject(world, handle)
@@ -938,6 +967,45 @@ class AstraModel(ClosedFormModel):
             raise NetworkModelError("issue times must be one per member and none after the start")
         return self._register(tuple(max(now_ns, t) for t in self.staggered_ns(spec, issue_ns)))
 
+    @property
+    def starts_members(self) -> bool:
+        """True when each member of a collective is started as it issues (open_collective, issue_member):
+        the congestion-aware event loop cannot go back to an earlier member's issue time."""
+        return self.congestion_aware
+
+    def open_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """Congestion-aware: the collective's first member issues it at now_ns; returns its handle. Every member
+        (the first included) is then started by issue_member when it issues, as ASTRA-sim has no barrier:
+        an early member's messages go out at once and queue on the links with everything else."""
+        if not self.congestion_aware:
+            raise NetworkModelError("open_collective is the congestion-aware mode's (unaware: staggered_ns)")
+        now_ns = self._check_now(now_ns)
+        ranks = validate_spec(spec, self.num_ranks)
+        chunks = self._event_chunks(spec, ranks)
+        self._materialize(now_ns)
+        world = self._sync(now_ns)
+        handle = self._new_handle()
+        run = CollectiveRun(
+            world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)), self._member
+        )
+        self._open[handle] = (run, [False] * len(ranks), [len(ranks)])
+        return handle
+
+    def issue_member(self, now_ns: int, handle: int, pos: int) -> None:
+        """Member `pos` (index in spec.ranks) of the opened collective `handle` issues it at now_ns."""
+        now_ns = self._check_now(now_ns)
+        entry = self._open.get(handle)
+        if entry is None or not 0 <= pos < len(entry[1]) or entry[1][pos]:
+            raise NetworkModelError(f"collective {handle}: member {pos} is not waiting to issue it")
+        self._materialize(now_ns)
+        self._sync(now_ns)
+        run, issued, left = entry
+        issued[pos] = True
+        left[0] -= 1
+        if left[0] == 0:
+            del self._open[handle]
+        run.issue(pos)
+
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns (closed form when unaware, on the shared event loop when aware)."""
         now_ns = self._check_now(now_ns)
@@ -953,7 +1021,7 @@ class AstraModel(ClosedFormModel):
 
         def inject(world: AstraWorld, handle: int) -> None:
             CollectiveRun(
-                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish))
+                world, handle, ranks, chunks, lambda r: self._finish(r.handle, tuple(r.finish)), self._member
             ).start()
 
         return self._aware_start(now_ns, closed, inject)
@@ -982,6 +1050,8 @@ class AstraModel(ClosedFormModel):
     def next_event_ns(self) -> int | None:
         """Earliest pending completion or internal event (aware mode runs an event loop)."""
         t = self._pending[0][0] if self._pending else None
+        if self._members_due and (t is None or self._members_due[0][0] < t):
+            t = self._members_due[0][0]
         if self._world is not None:
             w = self._world.loop.next_time()
             if w is not None and (t is None or w < t):
@@ -992,7 +1062,15 @@ class AstraModel(ClosedFormModel):
         """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""
         if self._world is not None:
             self._world.loop.run_until(until_ns)
-        return super().advance(until_ns)
+        due = self._members_due
+        while due and due[0][0] <= until_ns:
+            f, handle, pos = heapq.heappop(due)
+            self._member(handle, pos, f)
+        out = super().advance(until_ns)
+        if self._members_seen:
+            for c in out:
+                self._members_seen.pop(c.handle, None)
+        return out
 
 
 def _strict(spec: CollectiveSpec) -> bool:

@@ -57,11 +57,18 @@ class EventLoop:
     def run_until(self, until: int | None) -> None:
         """Process every event with time <= until (all when None)."""
         heap = self._heap
-        while heap and (until is None or heap[0][0] <= until):
-            t, _, fn, args = heapq.heappop(heap)
+        pop = heapq.heappop
+        if until is None:
+            while heap:
+                t, _, fn, args = pop(heap)
+                self.now = t
+                fn(*args)
+            return
+        while heap and heap[0][0] <= until:
+            t, _, fn, args = pop(heap)
             self.now = t
             fn(*args)
-        if until is not None and until > self.now:
+        if until > self.now:
             self.now = until
 
 
@@ -78,17 +85,19 @@ class UnawareNet:
 
 
 class _Link:
-    __slots__ = ("busy", "pending", "bpns", "lat")
+    __slots__ = ("busy", "pending")
 
-    def __init__(self, bpns: float, lat: float) -> None:
+    def __init__(self) -> None:
         self.busy = False
         self.pending: deque = deque()
-        self.bpns = bpns
-        self.lat = lat
 
 
 class AwareNet:
-    """Congestion-aware 1-D network: explicit directed links, FIFO, store-and-forward of whole messages."""
+    """Congestion-aware 1-D network: explicit directed links, FIFO, store-and-forward of whole messages.
+
+    Every link has the dimension's bandwidth and latency, so a message's hold and hop times depend on its
+    size alone (kept per size), and a route is kept as its links per (src, dst).
+    """
 
     def __init__(self, loop: EventLoop, kind: str, n: int, bytes_per_ns: float, latency_ns: float) -> None:
         self.loop = loop
@@ -97,6 +106,8 @@ class AwareNet:
         self.bpns = bytes_per_ns
         self.lat = latency_ns
         self.links: dict[tuple[int, int], _Link] = {}
+        self._paths: dict[tuple[int, int], tuple[_Link, ...]] = {}
+        self._times: dict[int, tuple[int, int]] = {}  # size -> (link hold, arrival at the next device)
 
     def route(self, src: int, dst: int) -> list[int]:
         """Devices a message crosses: Ring shortest direction (clockwise on a tie), Switch via device n."""
@@ -116,38 +127,55 @@ class AwareNet:
     def _link(self, u: int, v: int) -> _Link:
         link = self.links.get((u, v))
         if link is None:
-            link = self.links[(u, v)] = _Link(self.bpns, self.lat)
+            link = self.links[(u, v)] = _Link()
         return link
 
     def send(self, src: int, dst: int, size: int, cb: Callable, *args) -> None:
         """Inject a message at src; cb(*args) when its last hop delivers it."""
-        self._hop(self.route(src, dst), 0, size, cb, args)
-
-    def _hop(self, path: list[int], i: int, size: int, cb: Callable, args: tuple) -> None:
-        link = self._link(path[i], path[i + 1])
-        item = (path, i, size, cb, args)
+        links = self._paths.get((src, dst))
+        if links is None:
+            path = self.route(src, dst)
+            links = self._paths[(src, dst)] = tuple(
+                self._link(u, v) for u, v in zip(path, path[1:], strict=False)
+            )
+        item = [links, 0, size, cb, args]
+        link = links[0]
         if link.busy:
             link.pending.append(item)
         else:
             self._transmit(link, item)
 
-    def _transmit(self, link: _Link, item: tuple) -> None:
-        path, i, size, cb, args = item
+    def _transmit(self, link: _Link, item: list) -> None:
+        size = item[2]
+        t = self._times.get(size)
+        if t is None:
+            t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
         link.busy = True
-        now = self.loop.now
-        self.loop.at(now + math.floor(link.lat + size / link.bpns), self._arrive, path, i + 1, size, cb, args)
-        self.loop.at(now + math.floor(size / link.bpns), self._free, link)
+        loop = self.loop
+        now = loop.now
+        # EventLoop.at, inlined (the hottest call of a congestion-aware run): arrival first, then the free.
+        loop._seq += 1
+        heapq.heappush(loop._heap, (now + t[1], loop._seq, self._arrive, (item,)))
+        loop._seq += 1
+        heapq.heappush(loop._heap, (now + t[0], loop._seq, self._free, (link,)))
 
     def _free(self, link: _Link) -> None:
         link.busy = False
         if link.pending:
             self._transmit(link, link.pending.popleft())
 
-    def _arrive(self, path: list[int], i: int, size: int, cb: Callable, args: tuple) -> None:
-        if i == len(path) - 1:
-            cb(*args)
+    def _arrive(self, item: list) -> None:
+        links = item[0]
+        i = item[1] + 1
+        if i == len(links):
+            item[3](*item[4])
         else:
-            self._hop(path, i, size, cb, args)
+            item[1] = i
+            link = links[i]
+            if link.busy:
+                link.pending.append(item)
+            else:
+                self._transmit(link, item)
 
 
 class Matcher:
@@ -513,7 +541,9 @@ class RankQueues:
 class CollectiveRun:
     """One collective on the event loop: its streams on every member rank and their per-rank finish times."""
 
-    def __init__(self, world: AstraWorld, handle: int, members: tuple[int, ...], chunks: list[list], done):
+    def __init__(
+        self, world: AstraWorld, handle: int, members: tuple[int, ...], chunks: list[list], done, member=None
+    ):
         self.world = world
         self.handle = handle
         self.members = members
@@ -522,7 +552,8 @@ class CollectiveRun:
         self.left = [len(chunks)] * len(members)
         self.finish = [0] * len(members)
         self.remaining = len(members)
-        self.done = done
+        self.done = done  # called with the run when its last member finishes
+        self.member = member  # called (handle, position, ns) as each earlier member finishes
 
     def start(self, issue_at: tuple[int, ...] | None = None) -> None:
         """Create every rank's streams in chunk order (their priorities decide the start order), now or, per
@@ -534,6 +565,10 @@ class CollectiveRun:
                 self._issue(r)
             else:
                 loop.at(issue_at[i], self._issue, r)
+
+    def issue(self, pos: int) -> None:
+        """Member `pos` issues the collective now: its streams are created and queued on its rank."""
+        self._issue(self.members[pos])
 
     def _issue(self, r: int) -> None:
         w = self.world
@@ -571,6 +606,10 @@ class CollectiveRun:
         self.remaining -= 1
         if self.remaining == 0:
             self.done(self)
+        elif self.member is not None:
+            # ASTRA-sim releases a rank when its own streams exit (DataSet::notify_stream_finished): it
+            # goes on with its next node while the others still run (a tree's root long before leaves).
+            self.member(self.handle, i, self.finish[i])
 
 
 class AstraWorld:

@@ -20,6 +20,9 @@ class Capabilities:
     contention_free: bool  # a transfer's time depends on itself alone, never on concurrent traffic
     foldable: bool  # identical replicas may be simulated once (needs contention_free)
     multi_dim: bool  # runs collectives on multi-dimensional (hierarchical) networks
+    # The replay times nodes by their recorded `duration_micros` x 1000 alone, ignoring xsim's exact
+    # `duration_ns` attribute, as ASTRA-sim's workload layer does (its models must agree with it node by node).
+    micros_durations: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ REGISTRY: dict[str, ModelInfo] = {
         ModelInfo(
             "astra-unaware",
             "astra",
-            Capabilities(contention_free=True, foldable=True, multi_dim=True),
+            Capabilities(contention_free=True, foldable=True, multi_dim=True, micros_durations=True),
             "netmodels.astra:astra_model",
             "ASTRA-sim's congestion-unaware analytical backend, from network.yml (+ system.json)",
         ),
@@ -68,7 +71,7 @@ REGISTRY: dict[str, ModelInfo] = {
             "astra-aware",
             "astra",
             # ASTRA-sim's congestion-aware analytical backend runs 1-D networks only.
-            Capabilities(contention_free=False, foldable=False, multi_dim=False),
+            Capabilities(contention_free=False, foldable=False, multi_dim=False, micros_durations=True),
             "netmodels.astra:astra_model",
             "ASTRA-sim's congestion-aware analytical backend (1-D networks)",
         ),

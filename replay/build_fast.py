@@ -184,10 +184,13 @@ def _finish(
     # Kinds and durations.
     k_cpu = at.kind(IS_CPU_OP)
     cpu = (k_cpu > 0) & (k_cpu != F_STRING) & (at.value(IS_CPU_OP) != 0)
-    # The recorded duration: xsim's exact duration_ns (an integer kind) when present, else duration_micros.
-    k_dur = at.kind(DURATION_NS)
-    has_dur = (k_dur > 0) & (k_dur != F_STRING) & (k_dur != F_BOOL) & (at.value(DURATION_NS) >= 0)
-    rec = np.where(has_dur, at.value(DURATION_NS), cols.duration_micros[sel] * 1000)
+    # The recorded duration: xsim's exact duration_ns (an integer kind) when present and read (not in the
+    # "micros" rule of ReplayConfig.durations), else duration_micros.
+    rec = cols.duration_micros[sel] * 1000
+    if b.exact:
+        k_dur = at.kind(DURATION_NS)
+        has_dur = (k_dur > 0) & (k_dur != F_STRING) & (k_dur != F_BOOL) & (at.value(DURATION_NS) >= 0)
+        rec = np.where(has_dur, at.value(DURATION_NS), rec)
     rec[rec == 0] = 1
     comp = nt == pb.COMP_NODE
     is_comm = (nt == pb.COMM_COLL_NODE) | (nt == pb.COMM_SEND_NODE) | (nt == pb.COMM_RECV_NODE)

@@ -11,7 +11,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from replay.errors import DeviceProfileError
@@ -30,10 +30,11 @@ class ComputeModel(Protocol):
         ...
 
 
-def replay_duration_ns(node: pb.Node) -> int:
-    """ASTRA-sim's replay rule: duration_micros x 1000 ns, a zero duration becoming 1 ns; xsim's exact
-    `duration_ns` attribute (an integer kind, written by the generator) takes its place when present."""
-    for a in node.attr:
+def replay_duration_ns(node: pb.Node, exact: bool = True) -> int:
+    """ASTRA-sim's replay rule: duration_micros x 1000 ns, a zero duration becoming 1 ns; with `exact`,
+    xsim's exact `duration_ns` attribute (an integer kind, written by the generator) takes its place when
+    present."""
+    for a in node.attr if exact else ():
         if a.name == DURATION_NS:
             kind = a.WhichOneof("value")
             if kind in INT_KINDS and getattr(a, kind) >= 0:
@@ -45,13 +46,15 @@ def replay_duration_ns(node: pb.Node) -> int:
 
 @dataclass(frozen=True)
 class DurationModel:
-    """Replay the recorded `duration_micros` (ASTRA-sim's default, `roofline-enabled` 0)."""
+    """Replay the recorded `duration_micros` (ASTRA-sim's default, `roofline-enabled` 0); `exact`: xsim's
+    exact `duration_ns` attribute first (off in the ASTRA-sim-compatible mode, `with_exact`)."""
 
     name: str = "duration"
+    exact: bool = True
 
     def duration_ns(self, rank: int, node: pb.Node) -> int:
-        """duration_micros x 1000, 0 -> 1 ns."""
-        return replay_duration_ns(node)
+        """duration_micros x 1000, 0 -> 1 ns (or the exact duration_ns)."""
+        return replay_duration_ns(node, self.exact)
 
 
 @dataclass(frozen=True)
@@ -112,12 +115,13 @@ class RooflineModel:
 
     As ASTRA-sim: CPU ops (`is_cpu_op`) replay their duration; a GPU node with `tensor_size` 0 is skipped
     (0 ns). xsim's own choice where ASTRA-sim would throw: a node lacking `num_ops` or `tensor_size`, or on a
-    rank without a profile, replays its `duration_micros`.
+    rank without a profile, replays its `duration_micros`. `exact` as in DurationModel, for replayed nodes.
     """
 
     profiles: Mapping[int, DeviceProfile]
     default: DeviceProfile | None = None
     name: str = "roofline"
+    exact: bool = True
 
     def profile(self, rank: int) -> DeviceProfile | None:
         """The device profile of `rank` (its own, else the default)."""
@@ -126,9 +130,9 @@ class RooflineModel:
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """Roofline time of a GPU compute node, else its replayed duration."""
         if node.type != pb.COMP_NODE:
-            return replay_duration_ns(node)
+            return replay_duration_ns(node, self.exact)
         cpu, ops, size = _roofline_attrs(node)
-        return self.comp_duration_ns(rank, cpu, ops, size, replay_duration_ns(node))
+        return self.comp_duration_ns(rank, cpu, ops, size, replay_duration_ns(node, self.exact))
 
     def comp_duration_ns(self, rank: int, cpu: bool, ops: int | None, size: int | None, recorded: int) -> int:
         """duration_ns of a COMP node from its already-read attributes (as `_roofline_attrs` reads them).
@@ -167,6 +171,17 @@ class SpeedScaled:
         if _roofline_attrs(node)[0]:
             return d
         return max(1, int(d / f + 0.5))
+
+
+def with_exact(model: ComputeModel, exact: bool) -> ComputeModel:
+    """`model` reading replayed durations with this rule (DurationModel, RooflineModel and SpeedScaled over
+    them); any other model keeps its own rule."""
+    if isinstance(model, DurationModel | RooflineModel):
+        return model if model.exact == exact else replace(model, exact=exact)
+    if isinstance(model, SpeedScaled):
+        base = with_exact(model.base, exact)
+        return model if base is model.base else replace(model, base=base)
+    return model
 
 
 def _check_factor(rank: int, factor: Any, where: str) -> float:

@@ -9,6 +9,7 @@ from replay.errors import ReplayError
 COMM_MODES = ("network", "measured")
 COMM_STREAMS = ("auto", "group", "shared")
 CTRL_DEPS = ("auto", "union")
+DURATIONS = ("auto", "exact", "micros")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class ReplayConfig:
       then sizes only the shared slot that MEM nodes use). "shared": ASTRA-sim's rule, every GPU
       communication op of a rank takes one of its comm_channels slots. "auto" (default): "shared" on an
       ASTRA-sim network model (the compatible mode), else "group".
+    - durations: the recorded time of a replayed node. "exact": xsim's exact `duration_ns` attribute (the
+      generator's and importer's integer ns) where present, else duration_micros x 1000; "micros":
+      duration_micros x 1000 alone, as ASTRA-sim reads it; "auto" (default): "micros" on a network model
+      that declares `micros_durations` (the ASTRA-sim-compatible mode), else "exact".
     """
 
     compute_streams: int = 1
@@ -43,6 +48,7 @@ class ReplayConfig:
     duration_comm_types: frozenset[int] = frozenset()
     ctrl_deps: str = "auto"
     comm_streams: str = "auto"
+    durations: str = "auto"
 
     def __post_init__(self) -> None:
         for field in ("compute_streams", "comm_channels", "cpu_slots"):
@@ -53,6 +59,8 @@ class ReplayConfig:
             raise ReplayError(f"replay config: comm_mode must be one of {', '.join(COMM_MODES)}")
         if self.comm_streams not in COMM_STREAMS:
             raise ReplayError(f"replay config: comm_streams must be one of {', '.join(COMM_STREAMS)}")
+        if self.durations not in DURATIONS:
+            raise ReplayError(f"replay config: durations must be one of {', '.join(DURATIONS)}")
         if self.ctrl_deps not in CTRL_DEPS:
             raise ReplayError(f"replay config: ctrl_deps must be one of {', '.join(CTRL_DEPS)}")
 
@@ -63,3 +71,13 @@ def resolve_streams(config: ReplayConfig, network_name: str | None) -> ReplayCon
         return config
     astra = network_name is not None and network_name.startswith("astra")
     return replace(config, comm_streams="shared" if astra else "group")
+
+
+def resolve_durations(config: ReplayConfig, network) -> ReplayConfig:
+    """The config with durations "auto" made concrete: what the network model declares it needs."""
+    if config.durations != "auto":
+        return config
+    from netmodels.models import capabilities_of
+
+    micros = network is not None and capabilities_of(network).micros_durations
+    return replace(config, durations="micros" if micros else "exact")

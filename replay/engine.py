@@ -168,6 +168,7 @@ class Engine:
         qheap, busy, cap, dirty = self.qheap, self.busy, self.cap, self.dirty
         start, kind, dur, heap, shift = self.start, self.kind, self.dur, self.heap, self.shift
         arrive = self.colls.arrive
+        early = self.port.starts_members
         for q in dirty:
             h = qheap[q]
             if not h:
@@ -186,6 +187,8 @@ class Engine:
                     inst = arrive(g, t)
                     if inst is not None:
                         self.collective_started(inst, t)
+                    elif early:  # ASTRA-sim's aware mode: this member starts its part now (no barrier)
+                        self.port.member_issued(*self.colls.joined(g), t)
                 elif kind[g] == K_SEND:
                     busy[q] = b
                     self.send_issued(g, t)

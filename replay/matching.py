@@ -153,6 +153,11 @@ class CollectiveMatcher:
         inst.record = self._record(inst, t)
         return inst
 
+    def joined(self, g: int) -> tuple[CollectiveInstance, int]:
+        """The instance node g joined at its arrival and g's position in its simulated members."""
+        lane = self._at[g][0]
+        return lane[1][lane[0] - 1], lane[2]
+
     def _simulated_members(self, key: str, members: tuple[int, ...]) -> tuple[int, ...]:
         if key not in self._sim_of:
             pos = tuple(i for i, r in enumerate(members) if r in self.simulated)

@@ -59,6 +59,13 @@ class NetworkPort:
         # report them, without a handle, a completion or an advance of the model.
         self._fixed_coll = getattr(network, "fixed_collective_ns", None)
         self._fixed_p2p = getattr(network, "fixed_p2p_ns", None)
+        # ASTRA-sim's congestion-aware mode: members finished ahead of their collective's last member, each
+        # released at its own finish (docs/netmodels.md, the optional member_finishes); handle -> positions.
+        self._member_finishes = getattr(network, "member_finishes", None)
+        self._ended: dict[int, set[int]] = {}
+        # ... and each member started as it issues (no barrier): instance -> the model's handle.
+        self.starts_members = not measured and bool(getattr(network, "starts_members", False))
+        self._opened: dict[CollectiveInstance, int] = {}
 
     def next_event(self) -> int | None:
         """The model's next event time (asked again only after something changed), None when idle."""
@@ -82,10 +89,39 @@ class NetworkPort:
             )
         return self.network
 
+    def member_issued(self, inst: CollectiveInstance, pos: int, t: int) -> None:
+        """A member (not the last) of a collective issued it at t: started at once on a model that starts
+        members as they issue (ASTRA-sim's congestion-aware mode); the first one opens the collective."""
+        opened = self._opened.get(inst)
+        g = inst.nodes[pos]
+        try:
+            if opened is None:
+                c = self.prog.coll[g]
+                spec = CollectiveSpec(
+                    kind=COLLECTIVE_KIND[c.comm_type], size_bytes=c.size, ranks=inst.members
+                )
+                opened = self._opened[inst] = (self.network.open_collective(t, spec), set())
+            opened[1].add(pos)
+            self.network.issue_member(t, opened[0], pos)
+        except NetworkModelError as exc:
+            raise ReplayError(f"{self.prog.describe(g)}: network model: {exc}") from None
+        self._dirty = True
+
     def start_collective(self, inst: CollectiveInstance, t: int) -> None:
         """Time a complete collective instance whose last member issued at t."""
         rec = inst.record
         nodes = rec.nodes
+        opened = self._opened.pop(inst, None) if self._opened else None
+        if opened is not None:  # opened by its first member: the last one starts its own part now
+            h, issued = opened
+            last = next(i for i in range(len(inst.members)) if i not in issued)
+            try:
+                self.network.issue_member(t, h, last)
+            except NetworkModelError as exc:
+                raise ReplayError(f"{self.prog.describe(nodes[0])}: network model: {exc}") from None
+            self.handles[h] = rec
+            self._dirty = True
+            return
         if self.measured:
             rec_ns = self.recorded
             d = min(rec_ns[gm] for gm in nodes)
@@ -171,6 +207,15 @@ class NetworkPort:
             if self._stalls > _STALL_LIMIT:
                 raise ReplayError(f"network model {network.name!r} makes no progress at t={t} ns")
         heap, shift, handles = self.heap, self.shift, self.handles
+        if self._member_finishes is not None:
+            for h, i, f in self._member_finishes():
+                obj = handles.get(h)
+                if isinstance(obj, CollectiveRecord):
+                    self._ended.setdefault(h, set()).add(i)
+                    pos = obj.positions
+                    for j, gm in enumerate(obj.nodes):
+                        if (j if pos is None else pos[j]) == i:
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
         for c in comps:
             obj = handles.pop(c.handle, None)
             if obj is None:
@@ -178,15 +223,18 @@ class NetworkPort:
             if isinstance(obj, CollectiveRecord):
                 prf = c.per_rank_finish_ns
                 pos = obj.positions
+                ended = self._ended.pop(c.handle, ()) if self._ended else ()
                 if len(prf) != len(obj.members):
                     prf, pos = (c.finish_ns,) * len(obj.nodes), None  # one finish for every member
                 if pos is None:
-                    for gm, f in zip(obj.nodes, prf, strict=True):
-                        heappush(heap, ((f if f > t else t) << shift) | gm)
+                    for j, (gm, f) in enumerate(zip(obj.nodes, prf, strict=True)):
+                        if j not in ended:
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
                 else:
                     for gm, i in zip(obj.nodes, pos, strict=True):
-                        f = prf[i]
-                        heappush(heap, ((f if f > t else t) << shift) | gm)
+                        if i not in ended:
+                            f = prf[i]
+                            heappush(heap, ((f if f > t else t) << shift) | gm)
             else:
                 heappush(heap, (t << shift) | obj)
 

@@ -264,6 +264,8 @@ class _Builder:
         self.measured = config.comm_mode == "measured"
         self.tcomm_types = config.duration_comm_types
         self.fast_duration = type(compute) is DurationModel
+        # ReplayConfig.durations: "micros" ignores xsim's exact duration_ns (ASTRA-sim reads duration_micros).
+        self.exact = config.durations != "micros"
         # Roofline from the attributes this pass reads anyway (no second scan per node, same numbers).
         self.fast_roofline = type(compute) is RooflineModel
         self.n = 0
@@ -458,7 +460,7 @@ def build_program(
     """
     from replay.build_fast import fast_rank
 
-    compute = compute or DurationModel()
+    compute = compute or DurationModel(exact=config.durations != "micros")
     b = _Builder(groups, compute, config, trace_set.num_ranks)
     rank_list = range(trace_set.num_ranks) if ranks is None else ranks
     for rank in rank_list:
@@ -474,7 +476,7 @@ def build_program(
 def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
     """One rank built node by node from its protobuf messages."""
     compute, config = b.compute, b.config
-    fast_duration, fast_roofline = b.fast_duration, b.fast_roofline
+    fast_duration, fast_roofline, exact = b.fast_duration, b.fast_roofline, b.exact
     ef = trace_set.load(rank)
     path = ef.path
     nodes = ef.nodes
@@ -546,7 +548,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                     a_tag = v
                 elif an == PG_NAME or (an == "comm_group" and a_pg is None):
                     a_pg = v if isinstance(v, str) else (None if v is None else str(int(v)))
-                elif an == DURATION_NS and r_dur is None and kind in INT_KINDS:
+                elif an == DURATION_NS and r_dur is None and kind in INT_KINDS and exact:
                     r_dur = v
             elif an in ANNOTATION_COLUMNS:
                 if vals is None:
@@ -569,7 +571,7 @@ def _slow_rank(b: _Builder, trace_set: TraceSet, rank: int) -> None:
                 for k, v in vals.items()
                 if v is not None
             }
-        # replay_duration_ns, inlined: xsim's exact duration_ns when present, else duration_micros.
+        # replay_duration_ns, inlined: xsim's exact duration_ns when present (and read), else duration_micros.
         rec = (r_dur if r_dur is not None and r_dur >= 0 else node.duration_micros * 1000) or 1
         recorded.append(rec)
         size = 0

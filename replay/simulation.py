@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from netmodels.api import NetworkModel
-from replay.compute import ComputeModel
-from replay.config import ReplayConfig, resolve_streams
+from replay.compute import ComputeModel, DurationModel, with_exact
+from replay.config import ReplayConfig, resolve_durations, resolve_streams
 from replay.engine import run_engine
 from replay.errors import FoldRefused, ReplayError
 from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
@@ -232,6 +232,8 @@ def simulate(
 def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: float, fold) -> ReplayResult:
     """One replay: folded (fold given: proven or FoldRefused) or not (fold None)."""
     config = resolve_streams(config or ReplayConfig(), network.name if network is not None else None)
+    config = resolve_durations(config, network)
+    compute = with_exact(compute or DurationModel(), config.durations != "micros")
     if network is not None and network.num_ranks < ts.num_ranks:
         raise ReplayError(
             f"network model {network.name!r} has {network.num_ranks} ranks but the trace set has {ts.num_ranks}"

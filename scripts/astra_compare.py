@@ -14,7 +14,9 @@ with `Ring_8npus.yml` and `Ring_4chunks.json`). Cases whose NPU count differs fr
 BIN is an ASTRA-sim analytical binary (`AstraSim_Analytical_Congestion_Unaware` or `..._Aware`); without
 one (or when it is not executable) the script says so and exits 0 after listing the cases. xsim runs as
 `python -m xsim replay ... --json` from this checkout. The table: NPUs, ASTRA-sim and xsim finish (max over
-ranks, ns), difference, whether every rank's finish agrees, and both wall times (whole process each).
+ranks, ns), difference, whether every rank's finish agrees, and both wall times (whole process each);
+then every rank's finish under "per rank": ranks with the same pair of times on one line (rank lists
+compressed to ranges), so a tree's positions or one stray rank show up without scanning 512 lines.
 """
 
 from __future__ import annotations
@@ -192,6 +194,47 @@ def table(rows: list[tuple[Case, Run | None, Run]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in lines)
 
 
+def rank_list(ranks: list[int]) -> str:
+    """Ascending ranks as "0-3,8,10-11"; three or more at a constant step as "1-63/2" (a tree's levels)."""
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        if i + 1 < len(ranks):
+            step = ranks[i + 1] - ranks[i]
+            while j + 1 < len(ranks) and ranks[j + 1] - ranks[j] == step:
+                j += 1
+            if j - i < 2 and step != 1:
+                j = i  # two ranks at a step > 1: listed one by one
+        if i == j:
+            parts.append(str(ranks[i]))
+        elif ranks[i + 1] - ranks[i] == 1:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.append(f"{ranks[i]}-{ranks[j]}/{ranks[i + 1] - ranks[i]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def per_rank(rows: list[tuple[Case, Run | None, Run]]) -> str:
+    """Every rank's finish of every case, ranks with equal (ASTRA-sim, xsim) times grouped on one line."""
+    lines = [("case", "ranks", "ASTRA-sim ns", "xsim ns", "diff ns")]
+    for case, a, x in rows:
+        have_a = a is not None and a.finish is not None
+        if not have_a and not x.finish:
+            continue
+        groups: dict[tuple, list[int]] = {}
+        for r in range(case.ranks):
+            key = (a.finish[r] if have_a else None, x.finish[r] if x.finish else None)
+            groups.setdefault(key, []).append(r)
+        for (at, xt), ranks in sorted(groups.items(), key=lambda kv: kv[1][0]):
+            diff = f"{xt - at:+,}" if at is not None and xt is not None else "-"
+            show = [f"{v:,}" if v is not None else "-" for v in (at, xt)]
+            lines.append((case.name, rank_list(ranks), *show, diff))
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
+    body = ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in lines]
+    return "per rank:\n" + "\n".join(body)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run both simulators on every case, print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -220,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             a = run_astra(binary, case, args.timeout, Path(tmp)) if have else None
             rows.append((case, a, run_xsim(case, aware, args.timeout)))
     print(table(rows))
+    print(per_rank(rows))
     return 0
 
 

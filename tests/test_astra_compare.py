@@ -66,3 +66,23 @@ def test_side_by_side_with_an_astra_binary(tmp_path, capsys, astra_ns, diff, agr
     assert astra_compare.main([str(root), "--astra", str(exe)]) == 0
     row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ar4")][0].split()
     assert row[:6] == ["ar4", "4", f"{astra_ns:,}", f"{WANT:,}", diff, agree]
+
+
+def test_every_rank_is_reported(tmp_path, capsys):
+    root = _case(tmp_path)
+    exe = _fake_astra(tmp_path, [WANT, WANT + 5, WANT, WANT])
+    assert astra_compare.main([str(root), "--astra", str(exe)]) == 0
+    out = capsys.readouterr().out.split("per rank:\n", 1)[1]
+    rows = [ln.split() for ln in out.splitlines()[1:]]
+    assert rows == [
+        ["ar4", "0,2-3", f"{WANT:,}", f"{WANT:,}", "+0"],
+        ["ar4", "1", f"{WANT + 5:,}", f"{WANT:,}", "-5"],
+    ]
+
+
+def test_rank_lists_compress_to_ranges():
+    assert astra_compare.rank_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert astra_compare.rank_list([3]) == "3"
+    assert astra_compare.rank_list(list(range(1, 64, 2))) == "1-63/2"
+    assert astra_compare.rank_list([16, 48]) == "16,48"
+    assert astra_compare.rank_list([0, 2, 4, 6, 7]) == "0-6/2,7"
