@@ -277,7 +277,7 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
     Fused (Megatron's bias-dropout-add): forward one kernel reading the branch and the residual, writing the
     sum and the 1-byte mask; backward one kernel (the branch gradient: read gradient and mask, write). The
     residual's own gradient is the accumulation `{where}_residual` below, in every profile.
-    Unfused: dropout (read, write, mask), then the residual add (read 2, write 1).
+    Unfused: dropout (`{where}_hidden_dropout`: read, write, mask), then the residual add (read 2, write 1).
     """
     e, b = c.norm_tokens * c.m.hidden, c.b
     if c.fw.fused_bias_dropout_add:
@@ -290,10 +290,10 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
     if phase == "fwd":
         return [
             *bias,
-            _kern(f"{where}_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
+            _kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
             _elem(f"{where}_residual", "fwd", e, ELEM_FLOPS["add"], 2, 1, b),
         ]
-    return [_kern(f"{where}_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES), *bias]
+    return [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES), *bias]
 
 
 def _rope(c: Ctx, phase: str) -> list[Op]:
