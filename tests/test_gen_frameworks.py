@@ -21,7 +21,16 @@ from tracegen.gemm import (
     plateau,
 )
 from tracegen.models import model_from_mapping, preset
-from tracegen.ops import Ctx, Op, head_steps, layer_steps, op_seconds, optimizer_steps, shard_of
+from tracegen.ops import (
+    Ctx,
+    Op,
+    embedding_steps,
+    head_steps,
+    layer_steps,
+    op_seconds,
+    optimizer_steps,
+    shard_of,
+)
 from tracegen.spec import spec_to_mapping
 from tracegen.workload import generate
 from traces import attrs as A
@@ -165,6 +174,17 @@ def test_loss_is_megatrons_fp32_cross_entropy_by_hand():
     # 16 x 100 logits. Forward: cast (2 + 4), max (4), subtract (8), exp (8), sum (4), divide (8) = 38 B
     # in 6 kernels; backward: scale the softmax (8) and cast back (4 + 2) = 14 B in 2 kernels.
     assert (fwd.bytes, fwd.kernels) == (1600 * 38, 6) and (bwd.bytes, bwd.kernels) == (1600 * 14, 2)
+
+
+def test_embedding_gather_dropout_and_backward_scatter_by_hand():
+    m = model_from_mapping(GPT)
+    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False)
+    fwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "fwd") if isinstance(s, Op)}
+    bwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "bwd") if isinstance(s, Op)}
+    # Gather: read and write 16 rows of 64 (2 x 2,048 B); dropout: read, write, mask (5 B x 1,024).
+    assert fwd == {"embedding": (16 * 64 * 4, 1), "embedding_dropout": (16 * 64 * 5, 1)}
+    # Backward: dropout of the gradient (5 B), scatter-add: read the gradient, read and write the row (6 B).
+    assert bwd == {"embedding_dropout": (16 * 64 * 5, 1), "embedding": (16 * 64 * 6, 1)}
 
 
 # -- the optimizer step ---------------------------------------------------------------------------------------
