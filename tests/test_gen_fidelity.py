@@ -30,10 +30,15 @@ TINY = {
     "name": "tiny", "layers": 4, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 4, "vocab": 256,
     "seq_len": 32, "activation": "swiglu", "norm": "rmsnorm",
 }  # fmt: skip
+# One layer forward as Megatron-Core runs it (the default `framework:`): RoPE, fused bias-dropout-add.
 LAYER_FWD = [
-    "attn_norm", "qkv_proj", "attn_core", "attn_out_proj", "attn_residual",
-    "mlp_norm", "mlp_up_gate", "mlp_act", "mlp_down", "mlp_residual",
+    "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj", "attn_bias_dropout_add",
+    "mlp_norm", "mlp_up_gate", "mlp_act", "mlp_down", "mlp_bias_dropout_add",
 ]  # fmt: skip
+# Backward adds the two residual-gradient accumulations: 13 compute ops. Embedding: lookup + dropout (2 per
+# pass); head: final norm, LM head, loss (3); optimizer step: grad_norm, grad_clip, Adam, param_copy,
+# zero_grad (5 COMP) and the grad-norm AllReduce when the model-parallel group has more than one rank.
+LAYER_BWD_OPS, EMB_OPS, HEAD_OPS, OPT_OPS = 13, 2, 3, 5
 
 
 def pp2(**extra) -> dict:
@@ -103,17 +108,21 @@ def test_interleaved_graph_order_chunks_and_node_counts_by_hand():
     chunk_of_layer = {1: 0, 3: 1, 2: 0, 4: 1}
     for rank, want in INTERLEAVED_P2_V2_M4.items():
         assert compute_passes(b.nodes[rank], chunk_of_layer) == want
-    # Per micro-batch, rank 0: chunk 0 forward = embedding + 10 layer ops, chunk 1 forward 10, chunk 1
-    # backward 10, chunk 0 backward 10 + embedding = 42 compute nodes; P2P: send act (c0), recv act (c1,
+    # Per micro-batch, rank 0: chunk 0 forward = embedding (2) + 11 layer ops, chunk 1 forward 11, chunk 1
+    # backward 13, chunk 0 backward 13 + embedding (2) = 52 compute nodes; P2P: send act (c0), recv act (c1,
     # from the last stage: the wrap-around hop), send act (c1), recv grad (c1), send grad (c1, the hop
-    # back), recv grad (c0) = 6. Times 4 micro-batches, plus the optimizer: 4*42 + 1 = 169 and 24.
-    # Rank 1: layer 2 fwd 10, layer 4 fwd 10 + head 3, bwd the same: 46 compute; P2P: recv act (c0), send
+    # back), recv grad (c0) = 6. Times 4 micro-batches, plus the optimizer step: 4*52 + 5 = 213 and 24.
+    # Rank 1: layer 2 fwd 11, layer 4 fwd 11 + head 3, bwd 13 + 13 + 3: 54 compute; P2P: recv act (c0), send
     # act (c0 -> stage 0 chunk 1), recv act (c1), send grad (c1), recv grad (c0), send grad (c0) = 6.
-    want = {0: (4 * 42 + 1, 4 * 3, 4 * 3), 1: (4 * 46 + 1, 4 * 3, 4 * 3)}
+    fwd, bwd = len(LAYER_FWD), LAYER_BWD_OPS
+    per0 = EMB_OPS + 2 * fwd + 2 * bwd + EMB_OPS
+    per1 = 2 * fwd + HEAD_OPS + 2 * bwd + HEAD_OPS
+    assert (per0, per1) == (52, 54)
+    want = {0: (4 * per0 + OPT_OPS, 4 * 3, 4 * 3), 1: (4 * per1 + OPT_OPS, 4 * 3, 4 * 3)}
     for rank, (comp, sends, recvs) in want.items():
         c = Counter(n.type for n in b.nodes[rank])
         assert (c[pb.COMP_NODE], c[pb.COMM_SEND_NODE], c[pb.COMM_RECV_NODE]) == (comp, sends, recvs)
-        assert c[pb.COMM_COLL_NODE] == 0  # TP 1, one replica
+        assert c[pb.COMM_COLL_NODE] == 1  # TP 1, one replica: only the grad-norm AllReduce over PP 2
     # The last stage -> first stage hop carries activations of chunk 0 into chunk 1 of stage 0, with a tag
     # of its own: 2 * (boundary chunk * M + micro-batch) + 0.
     hop = [
@@ -176,9 +185,10 @@ def test_interleaved_chunks_given_by_hand():
         for r, ns in b.nodes.items()
     }
     assert layers == {0: [0, 1, 4], 1: [0, 2, 3, 5, 6]}  # 0: embedding on rank 0, head on rank 1
-    # per micro-batch: rank 0 = (1 + 10 + 10) fwd + (10 + 10 + 1) bwd; rank 1 = (20 + 20 + 3) * 2
+    # per micro-batch: rank 0 = (2 + 11 + 11) fwd + (13 + 13 + 2) bwd = 52; rank 1 = (4 x 11 + 3) fwd +
+    # (4 x 13 + 3) bwd = 102; plus the 5 optimizer-step nodes
     comp = {r: sum(n.type == pb.COMP_NODE for n in ns) for r, ns in b.nodes.items()}
-    assert comp == {0: 2 * 42 + 1, 1: 2 * 86 + 1}
+    assert comp == {0: 2 * 52 + OPT_OPS, 1: 2 * 102 + OPT_OPS}
 
 
 def layer_chain(nodes, layer, mb):
@@ -204,8 +214,8 @@ def test_selective_recompute_repeats_exactly_the_attention_core_before_its_backw
     bwd = chain[chain.index("mlp_down.bwd") :]
     assert bwd == [
         "mlp_down.bwd", "mlp_act.bwd", "mlp_up_gate.bwd", "mlp_norm.bwd", "mlp_residual.bwd",
-        "attn_out_proj.bwd", "attn_core.recompute", "attn_core.bwd", "qkv_proj.bwd", "attn_norm.bwd",
-        "attn_residual.bwd",
+        "attn_bias_dropout_add.bwd", "attn_out_proj.bwd", "attn_core.recompute", "attn_core.bwd", "rope.bwd",
+        "qkv_proj.bwd", "attn_norm.bwd", "attn_residual.bwd",
     ]  # fmt: skip
     # The recomputation costs what the forward op costs.
     dur = {n.name: n.duration_micros for n in b.nodes[0]}
@@ -219,15 +229,15 @@ def test_full_recompute_repeats_the_whole_layer_forward_with_tp_collectives():
         {"id": 1, "gpu": "H100", "ranks": [2, 3], "pp_stage": 1},
     ]
     b = generate(load_spec(spec))
-    fwd = [*LAYER_FWD[:4], "attn_tp_out", *LAYER_FWD[4:9], "mlp_tp_out", LAYER_FWD[9]]
+    fwd = [*LAYER_FWD[:5], "attn_tp_out", *LAYER_FWD[5:10], "mlp_tp_out", LAYER_FWD[10]]
     for layer in (1, 2):
         chain = layer_chain(b.nodes[0], layer, 0)
-        # forward, then right before the backward the same 12 steps again (TP AllReduces included)
-        assert chain[:12] == [f"{s}.fwd" for s in fwd]
-        assert chain[12:24] == [f"{s}.recompute" for s in fwd]
-        assert chain[24] == "mlp_down.bwd"
+        # forward, then right before the backward the same 13 steps again (TP AllReduces included)
+        assert chain[:13] == [f"{s}.fwd" for s in fwd]
+        assert chain[13:26] == [f"{s}.recompute" for s in fwd]
+        assert chain[26:28] == ["mlp_bias_dropout_add.bwd", "mlp_down.bwd"]
     rec = [n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "recompute"]
-    assert Counter(n.type for n in rec) == {pb.COMP_NODE: 2 * 10, pb.COMM_COLL_NODE: 2 * 2}
+    assert Counter(n.type for n in rec) == {pb.COMP_NODE: 2 * 11, pb.COMM_COLL_NODE: 2 * 2}
     # ... costing exactly the forward again (same FLOPs, bytes, durations and collective sizes)
     fwd_nodes = [n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "fwd" and A.get_int(n, A.LAYER) > 0]
     fwd_nodes = [n for n in fwd_nodes if n.type in (pb.COMP_NODE, pb.COMM_COLL_NODE)]
@@ -299,14 +309,25 @@ def test_distributed_optimizer_sizes_by_hand(dp, bucket, buckets):
         want = [("dp_grad_reducescatter", e * 4) for e in buckets]  # FP32 gradient buffer, whole bucket
         want += [("dp_param_allgather", e // dp * 2) for e in buckets]  # BF16 parameters, per-rank shard
         assert sync_sizes(b.nodes[rank]) == want
-        opt = next(n for n in b.nodes[rank] if A.get_str(n, A.PHASE) == "opt")
+        opt = next(n for n in b.nodes[rank] if n.name == "optimizer.opt")
         shard = sum(e // dp for e in buckets)
-        # AdamW on the shard: 15 FLOPs per parameter; reads FP32 grad (4) + writes BF16 weight (2) + FP32
-        # master, m, v read and written (24)
-        assert (A.get_int(opt, A.NUM_OPS), A.get_int(opt, A.TENSOR_SIZE)) == (15 * shard, 30 * shard)
+        # AdamW on the shard: 15 FLOPs per parameter; reads the FP32 grad (4) + FP32 master, m, v read and
+        # written (24); the BF16 weight is written by the separate param_copy (read 4, write 2).
+        assert (A.get_int(opt, A.NUM_OPS), A.get_int(opt, A.TENSOR_SIZE)) == (15 * shard, 28 * shard)
+        step = {
+            n.name: A.get_int(n, A.TENSOR_SIZE) for n in b.nodes[rank]
+            if A.get_str(n, A.PHASE) == "opt" and n.type == pb.COMP_NODE
+        }  # fmt: skip
+        # grad norm reads the shard's FP32 grads, clip reads and writes them, zero_grad clears the whole
+        # (unsharded) FP32 buffer of the rank's 115,008 parameters.
+        assert step["grad_norm.opt"] == 4 * shard and step["grad_clip.opt"] == 8 * shard
+        assert step["param_copy.opt"] == 6 * shard and step["zero_grad.opt"] == 4 * 115_008
+        # The grad-norm AllReduce: one FP32 over every rank (DP ranks hold disjoint shards).
+        (norm,) = [n for n in b.nodes[rank] if n.name == "grad_norm_allreduce.opt"]
+        assert A.comm_size(norm) == 4 and b.comm_groups[A.pg_name(norm)] == tuple(range(dp))
         # reduce-scatters before the optimizer, all-gathers after it
         ids = {n.name.split(".")[0]: n.id for n in b.nodes[rank]}
-        assert ids["dp_grad_reducescatter"] < opt.id < ids["dp_param_allgather"]
+        assert ids["dp_grad_reducescatter"] < opt.id < ids["param_copy"] < ids["dp_param_allgather"]
     assert {n.type for n in b.nodes[0] if A.get_str(n, A.PHASE) == "sync"} == {pb.COMM_COLL_NODE}
     kinds = [A.comm_type(n) for n in b.nodes[0] if A.get_str(n, A.PHASE) == "sync"]
     assert kinds == [pb.REDUCE_SCATTER] * len(buckets) + [pb.ALL_GATHER] * len(buckets)
@@ -317,8 +338,13 @@ def test_without_distributed_optimizer_the_optimizer_updates_all_parameters():
     spec["distributed_optimizer"] = False
     b = generate(load_spec(spec))
     assert sync_sizes(b.nodes[0]) == [("dp_grad_allreduce", 115_008 * 2)]
-    opt = next(n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "opt")
-    assert (A.get_int(opt, A.NUM_OPS), A.get_int(opt, A.TENSOR_SIZE)) == (15 * 115_008, 28 * 115_008)
+    opt = next(n for n in b.nodes[0] if n.name == "optimizer.opt")
+    # Adam on every parameter: BF16 grad (2) + FP32 master, m, v read and written (24); the weight copy
+    # (read FP32, write BF16) is param_copy's.
+    assert (A.get_int(opt, A.NUM_OPS), A.get_int(opt, A.TENSOR_SIZE)) == (15 * 115_008, 26 * 115_008)
+    # No distributed optimizer, TP 1, PP 1: the model-parallel group is the rank alone, so no grad-norm
+    # AllReduce (Megatron reduces the norm over TP x PP only; each DP replica holds the same gradients).
+    assert not [n for n in b.nodes[0] if n.name == "grad_norm_allreduce.opt"]
 
 
 def test_parallel_expands_in_megatron_rank_order():
@@ -350,11 +376,13 @@ def test_parallel_expands_in_megatron_rank_order():
     assert [(dg.layer_start, dg.layer_end) for dg in sorted(dep.device_groups, key=lambda d: d.pp_stage)][
         ::2
     ] == [(1, 2), (3, 4), (5, 6), (7, 8)]
-    # The generated process groups: the TP pairs and the DP groups of the docstring, nothing else.
+    # The generated process groups: the TP pairs and the DP groups of the docstring, and each replica's
+    # model-parallel group (TP x PP: the grad-norm AllReduce), nothing else.
     b = generate(dep)
     want = {(2 * i, 2 * i + 1) for i in range(8)} | {
         (4 * s + t, 4 * s + 2 + t) for s in range(4) for t in range(2)
     }
+    want |= {(0, 1, 4, 5, 8, 9, 12, 13), (2, 3, 6, 7, 10, 11, 14, 15)}
     assert set(b.comm_groups.values()) == want
 
 

@@ -62,31 +62,36 @@ def chain_order(nodes):
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_small_spec_counts_by_hand(schedule):
     b = generate(load_spec(small(schedule)), rewrite=False)
-    # Stage 0 (layer 1, embedding). Per forward: embedding + 10 layer ops = 11 COMP; TP AllReduce after the
-    # embedding, the attention output and the MLP output = 3; one activation send to its stage-1 peer.
-    # Per backward: one gradient recv, 10 layer ops + embedding = 11 COMP, AllReduce of the attention and
-    # MLP input gradients = 2. Two micro-batches, plus one optimizer step:
-    # COMP 2*(11+11)+1 = 45, ALL_REDUCE 2*(3+2) = 10, SEND 2, RECV 2 -> 59 nodes.
+    # Megatron-Core profile (the default), TINY is Llama-style (SwiGLU, RMSNorm: RoPE, no biases).
+    # Stage 0 (layer 1, embedding). Per forward: embedding, embedding dropout + 11 layer ops (attn_norm, qkv,
+    # rope, attn_core, attn_out_proj, attn_bias_dropout_add, mlp_norm, mlp_up_gate, mlp_act, mlp_down,
+    # mlp_bias_dropout_add) = 13 COMP; TP AllReduce after the embedding, the attention output and the MLP
+    # output = 3; one activation send to its stage-1 peer. Per backward: one gradient recv, 13 layer ops (the
+    # 11 plus the two residual-gradient adds) + embedding dropout and embedding = 15 COMP, AllReduce of the
+    # attention and MLP input gradients = 2. Two micro-batches, plus the optimizer step (grad_norm, clip,
+    # Adam, param_copy, zero_grad = 5 COMP; the grad-norm AllReduce over the replica's four model-parallel
+    # ranks = 1): COMP 2*(13+15)+5 = 61, ALL_REDUCE 2*(3+2)+1 = 11, SEND 2, RECV 2 -> 76 nodes.
     for r in (0, 1):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 45,
-            "ALL_REDUCE": 10,
+            "COMP_NODE": 61,
+            "ALL_REDUCE": 11,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
-        assert len(b.nodes[r]) == 59
-    # Stage 1 (layer 2, head). Forward: recv, 10 layer ops + final norm, LM head, loss = 13 COMP, AllReduce
-    # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 10 = 13 COMP,
+        assert len(b.nodes[r]) == 76
+    # Stage 1 (layer 2, head). Forward: recv, 11 layer ops + final norm, LM head, loss = 14 COMP, AllReduce
+    # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 13 = 16 COMP,
     # AllReduce of the LM-head input gradient + 2 in the layer = 3, one gradient send.
-    # COMP 2*26+1 = 53, ALL_REDUCE 12, SEND 2, RECV 2 -> 69 nodes.
+    # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2.
     for r in (2, 3):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 53,
-            "ALL_REDUCE": 12,
+            "COMP_NODE": 65,
+            "ALL_REDUCE": 13,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
-    assert b.comm_groups == {"1": (0, 1), "2": (2, 3)}  # TP groups only: one replica, no DP
+    # TP groups and the replica's model-parallel group (the grad-norm AllReduce); one replica, no DP.
+    assert b.comm_groups == {"1": (0, 1), "2": (2, 3), "3": (0, 1, 2, 3)}
     assert b.next_id == {r: len(b.nodes[r]) for r in range(4)}
     # Pass order on each stage: GPipe runs all forwards first; 1F1B's stage 0 (warm-up P-0-1 = 1 forward)
     # happens to coincide with it for M = 2, stage 1 (no warm-up) alternates.
@@ -102,9 +107,10 @@ def test_sequence_parallel_counts_by_hand():
     # Stage 0 per micro-batch: forward ReduceScatter after the embedding + per layer AllGather before QKV and
     # before the MLP, ReduceScatter after each block (2 AG, 3 RS); backward the mirror image per layer
     # (2 AG, 2 RS) plus the embedding's AllGather (3 AG, 2 RS). Two micro-batches: 10 AG, 10 RS; plus the
-    # one AllReduce of the norm-weight gradients before the optimizer.
+    # one AllReduce of the norm-weight gradients before the optimizer and the grad-norm AllReduce. COMP as
+    # in test_small_spec_counts_by_hand.
     assert kinds(b.nodes[0]) == {
-        "COMP_NODE": 45, "ALL_GATHER": 10, "REDUCE_SCATTER": 10, "ALL_REDUCE": 1,
+        "COMP_NODE": 61, "ALL_GATHER": 10, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
         "COMM_SEND_NODE": 2, "COMM_RECV_NODE": 2,
     }  # fmt: skip
     ag = next(n for n in b.nodes[0] if n.type == pb.COMM_COLL_NODE and A.comm_type(n) == pb.ALL_GATHER)
@@ -151,9 +157,9 @@ def test_flops_per_iteration_llama2_7b_match_6nt_plus_attention():
     total = sum(A.num_ops(n) for nodes in b.nodes.values() for n in nodes)
     # By hand: N = 6,738,415,616 parameters (test_gen_models); tokens per iteration T = 2 replicas x 2
     # micro-batches x 1 sequence x 2048. Attention (Narayanan et al. 2021): forward 4*s*h per token per layer,
-    # x3 with backward -> 12 * L * s * h * T.
+    # x3 with backward -> 12 * L * s * h * T; causal flash attention (the default) executes half: 6 * L * s * h * T.
     n_params, tokens, layers, s, h, vocab = 6_738_415_616, 2 * 2 * 2048, 32, 2048, 4096, 32000
-    expected = 6 * n_params * tokens + 12 * layers * s * h * tokens
+    expected = 6 * n_params * tokens + 6 * layers * s * h * tokens
     assert abs(total / expected - 1) < 0.03
     # The rule counts the input embedding as if it were a GEMM; it is a lookup (no FLOPs). Without it the
     # count agrees to 0.5%, the rest being norms, activations, softmax-CE and the optimizer.
@@ -179,8 +185,8 @@ def test_homogeneous_dp_buckets_by_hand():
         (src,) = n.data_deps
         assert A.get_str(by_id[src], A.PHASE) == "bwd" and A.get_int(by_id[src], A.MICRO_BATCH) == 1
         assert list(n.ctrl_deps) == ([syncs[i - 1].id] if i else [])
-    opt = b.nodes[0][-1]
-    assert A.get_str(opt, A.PHASE) == "opt" and syncs[-1].id in opt.data_deps
+    opt = next(n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "opt")  # the step starts with grad_norm
+    assert opt.name == "grad_norm.opt" and syncs[-1].id in opt.data_deps
     # Default 25 MiB bucket: everything in one AllReduce of all 95,040 parameters.
     b = generate(load_spec(base), rewrite=False)
     (one,) = [n for n in b.nodes[1] if A.get_str(n, A.PHASE) == "sync"]
@@ -242,7 +248,7 @@ def test_generated_traces_pass_the_validator(tmp_path, example):
             assert {A.LAYER, A.PHASE, A.MICRO_BATCH, A.STAGE, A.DEVICE_GROUP} <= names, (rank, n.name)
             if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
                 assert A.get_int(n, A.PP_BOUNDARY) == 1
-        assert [A.get_str(n, A.PHASE) for n in et.nodes].count("opt") == 1
+        assert [n.name for n in et.nodes].count("optimizer.opt") == 1  # one Adam step per rank
         assert A.get_str(et.nodes[-1], A.PHASE) == "opt"
 
 
@@ -311,10 +317,13 @@ def test_spec_overrides_and_profile_rows_reach_the_durations():
     row = {"gpu": "H100", "op": "qkv_proj", "phase": "fwd", "shape": "2048x4096x12288", "micros": 123.4}
     assert qkv({**base, "profile": [row]}) == {123}
     # Calibrated (the default): 2048 x 12288 outputs = 768 tiles of 256x128 = 6 waves on 132 SMs, each a
-    # 256x128x4096 tile at 989.4 TFLOP/s x plateau / 132: plateau 0.8177 (MAMF) -> 262.8 us; a gemm_eff
+    # 256x128x4096 tile at 989.4 TFLOP/s x plateau / 132: burst plateau 0.8177 (MAMF) -> 262.8 us
+    # (`gemm_rates: burst`); sustained (the default) x 1305/1410 -> 0.7568 -> 283.9 us; a gemm_eff
     # override replaces the plateau: 0.35 -> 613.9 us; the profiled row still wins.
     cal = {k: v for k, v in base.items() if k != "compute_model"}
     tile = 2 * 256 * 128 * 4096 * 132 / 989.4e12
-    assert qkv(cal) == {round(6 * tile / (792.1 / 989.4 / (3360 / 132 / 26)) * 1e6)} == {263}
+    burst = 792.1 / 989.4 / (3360 / 132 / 26)
+    assert qkv({**cal, "gemm_rates": "burst"}) == {round(6 * tile / burst * 1e6)} == {263}
+    assert qkv(cal) == {round(6 * tile / (burst * 1305 / 1410) * 1e6)} == {284}
     assert qkv({**cal, "gpus": {"H100": {"gemm_eff": 0.35}}}) == {round(6 * tile / 0.35 * 1e6)} == {614}
     assert qkv({**cal, "profile": [row]}) == {123}

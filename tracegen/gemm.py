@@ -10,12 +10,14 @@ tile or a partial last wave costs as much as a full one. The time of a GEMM is t
 
 taking the candidate tile (the guide's cuBLAS sizes) that minimizes it, as cuBLAS' heuristics aim to.
 `plateau` is the fraction of the dense peak that a large, perfectly quantized GEMM reaches, taken from
-public microbenchmarks (PLATEAUS). `reuse` charges smaller tiles for their lower operand reuse: a tile
-loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
+public microbenchmarks (BURST_PLATEAUS), by default scaled to the sustained, power-limited clock
+(SUSTAINED_CLOCK_RATIO; `gemm_rates: burst` keeps the burst rate). `reuse` charges smaller tiles for
+their lower operand reuse: a tile loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
 mt * nt / (mt + nt); the largest tiles (256 x 128) are taken as just compute-bound at the plateau and a
 smaller tile as bound by the same operand bandwidth (an assumption of this model, stated in
 docs/tracegen.md). The GEMM also cannot beat reading and writing its operands at the achieved memory
-bandwidth (roofline), nor one kernel launch per kernel (LAUNCH_FLOOR_S).
+bandwidth of a published copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel
+(LAUNCH_FLOOR_S).
 
 Calibration data: tracegen/data/gemm_calibration.csv (public GEMM microbenchmarks only). Validation data
 (end-to-end Megatron-LM / MLPerf / NeMo runs and per-layer times) is kept apart: nothing here is fitted to
@@ -42,25 +44,55 @@ _BEST_REUSE = 256 * 128 / (256 + 128)
 # 3.8 us each without CUDA graphs), so no kernel of an eagerly launched training step takes less.
 LAUNCH_FLOOR_S = 3.8e-6
 
-# Achieved fraction of the dense tensor peak on a large, well-quantized GEMM ("Maximum Achievable Matmul
-# FLOPS", measured with mamf-finder.py by S. Bekman, github.com/stas00/ml-engineering):
+# Achieved fraction of the dense tensor peak on a large, well-quantized GEMM in a short burst ("Maximum
+# Achievable Matmul FLOPS", measured with mamf-finder.py by S. Bekman, github.com/stas00/ml-engineering):
 #   compute/accelerator/README.md MAMF table: A100 SXM BF16 267.9 of 312 TFLOPS at 6912x16384x2048
 #   (CUDA 12.1; exactly 32 full waves of 256x128 tiles on 108 SMs, so the point is the plateau itself);
 #   H100 SXM BF16 792.1 at 6144x17920x2816 (CUDA 12.1).
 #   compute/accelerator/nvidia "When Is It Worth Upgrading GPUs?": H100/H200 SXM BF16 794.5 of 989,
 #   B200 SXM BF16 1745.0 of 2250, H200 SXM FP8 1453.4 of 1979, B200 SXM FP8 3432.5 of 4500 (best shape of
 #   the sweep, so taken as fully quantized).
+#   compute/accelerator/README.md MAMF FP8 table (commit 744d01e, 2026-08): H100 SXM FP8 (float8_e4m3fn)
+#   1402.6 of 1979 at 1024x9216x14336, torch 2.7.0+cu126 (best shape of the sweep: fully quantized).
 # The H100 BF16 plateau divides its point by the model's own quantization of that shape (26 waves for
 # 25.45 of work: 0.979), see tests/test_gen_gemm.py. FP16 runs at the BF16 rate on these tensor cores.
-PLATEAUS: dict[tuple[str, str], float] = {
+# These are burst rates: 50 warm-up and 100 timed iterations of one shape (a few seconds), an idle GPU at
+# its boost clock. `gemm_rates: burst` selects them.
+BURST_PLATEAUS: dict[tuple[str, str], float] = {
     ("A100-40GB", "bf16"): 267.9 / 312,
     ("A100-80GB", "bf16"): 267.9 / 312,
     ("H100", "bf16"): 792.1 / 989.4 / (3360 / 132 / 26),
     ("H200", "bf16"): 794.5 / 989.4,
     ("B200", "bf16"): 1745.0 / 2250,
-    ("H100", "fp8"): 1453.4 / 1979,  # same silicon and clocks as the H200 measurement
+    ("H100", "fp8"): 1402.6 / 1979,
     ("H200", "fp8"): 1453.4 / 1979,
     ("B200", "fp8"): 3432.5 / 4500,
+}
+PLATEAUS = BURST_PLATEAUS  # the name tests and callers used before issue 22
+
+# Sustained (power-saturated) rate over the burst rate. The only published sustained figure found is a
+# clock ratio: NVIDIA computes the HPL Rpeak of its A100 systems at 1,305 MHz, "the clock that can be
+# sustained at a GPU's power limit while running HPL", against the 1,410 MHz boost clock the 312 TFLOP/s
+# peak (and a short MAMF burst) runs at (G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS).
+# Tensor-core throughput scales with the SM clock, so a long, power-saturated GEMM stream runs at
+# 1305 / 1410 = 0.926 of the burst. No Hopper or Blackwell sustained clock is published: the same ratio is
+# applied to them (an assumption, docs/compute.md). Condition: the GPU at its default power limit (A100 SXM
+# 400 W), all SMs busy with dense tensor-core work, thermally settled.
+SUSTAINED_CLOCK_RATIO = 1305 / 1410
+GEMM_RATES = ("sustained", "burst")
+
+# Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
+# datasheet bandwidth (tracegen/catalog.py):
+#   A100-40GB: device-to-device copy 1,355 of 1,555 GB/s (PTsolvers/gpu-workshop-JuliaCon23 issue 7).
+#   A100-80GB: PyTorch device copy 1,727.5 GB/s on A800 80GB PCIe (the A100 80GB's GA100 and HBM2e,
+#     datasheet 1,935 GB/s) (mli/transformers-benchmarks issue 4, "Memory Bandwidth" table, 4M elements).
+#   H100: device-to-device HBM3 copy 2,903 of 3,350 GB/s on H100 80GB SXM5 (github.com/aigatech/vpbenchmarking
+#     README, "Memory Bandwidth - Single Node (8x H100)").
+# GPUs without a published measurement keep the catalog's mem_eff (0.80, a rule of thumb).
+MEASURED_MEM_EFF: dict[str, float] = {
+    "A100-40GB": 1355 / 1555,
+    "A100-80GB": 1727.486 / 1935,
+    "H100": 2903 / 3350,
 }
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_calibration.csv")
@@ -76,13 +108,26 @@ class GemmTiming:
     efficiency: float  # achieved FLOP/s over the dense peak of the dtype
 
 
-def plateau(gpu: GpuSpec, precision: str) -> float:
-    """Large-GEMM efficiency of `gpu` in `precision`: a `gpus:` gemm_eff override, else the measured plateau."""
+def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
+    """Large-GEMM efficiency of `gpu` in `precision`: a `gpus:` gemm_eff override, else the measured plateau
+    (`rates` "sustained": the burst plateau x SUSTAINED_CLOCK_RATIO; "burst": the MAMF burst plateau)."""
     if "gemm_eff" in gpu.overridden:
         return gpu.gemm_eff
     key = (gpu.name, "bf16" if precision == "fp16" else precision)
     # GPUs without a public GEMM sweep (V100) keep the catalog's rule-of-thumb gemm_eff.
-    return PLATEAUS.get(key, gpu.gemm_eff)
+    burst = BURST_PLATEAUS.get(key)
+    if burst is None:
+        return gpu.gemm_eff
+    if rates not in GEMM_RATES:
+        raise CatalogError(f"gemm_rates must be one of {', '.join(GEMM_RATES)}, got {rates!r}")
+    return burst if rates == "burst" else burst * SUSTAINED_CLOCK_RATIO
+
+
+def achieved_bandwidth(gpu: GpuSpec) -> float:
+    """Bytes/s memory-bound kernels reach: a `gpus:` mem_eff override, else the measured copy fraction."""
+    if "mem_eff" in gpu.overridden:
+        return gpu.mem_bw * gpu.mem_eff
+    return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.name, gpu.mem_eff)
 
 
 def wave_count(tiles: int, sms: int) -> int:
@@ -90,14 +135,16 @@ def wave_count(tiles: int, sms: int) -> int:
     return -(-tiles // sms)
 
 
-def gemm_compute(m: int, k: int, n: int, gpu: GpuSpec, precision: str = "bf16", batch: int = 1) -> GemmTiming:
+def gemm_compute(
+    m: int, k: int, n: int, gpu: GpuSpec, precision: str = "bf16", batch: int = 1, rates: str = "sustained"
+) -> GemmTiming:
     """Tensor-core time of `batch` GEMMs [m,k] x [k,n] on `gpu` (tile and wave quantized, no memory bound)."""
     if min(m, k, n, batch) <= 0:
         raise CatalogError(f"GEMM shape {batch}x{m}x{k}x{n} must be positive")
     if gpu.sms <= 0:
         raise CatalogError(f"GPU {gpu.name}: no SM count recorded, the calibrated GEMM model needs one")
     peak = tensor_peak(gpu, precision)
-    per_sm = peak * plateau(gpu, precision) / gpu.sms
+    per_sm = peak * plateau(gpu, precision, rates) / gpu.sms
     best: GemmTiming | None = None
     for mt, nt in TILES:
         reuse = min(1.0, mt * nt / (mt + nt) / _BEST_REUSE)
@@ -118,10 +165,11 @@ def gemm_seconds(
     precision: str = "bf16",
     batch: int = 1,
     kernels: int = 1,
+    rates: str = "sustained",
 ) -> float:
     """Calibrated time of a GEMM op: max(quantized compute, bytes at achieved bandwidth, launch floor)."""
-    compute = kernels * gemm_compute(m, k, n, gpu, precision, batch).seconds
-    return max(compute, nbytes / (gpu.mem_bw * gpu.mem_eff), kernels * LAUNCH_FLOOR_S)
+    compute = kernels * gemm_compute(m, k, n, gpu, precision, batch, rates).seconds
+    return max(compute, nbytes / achieved_bandwidth(gpu), kernels * LAUNCH_FLOOR_S)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,13 @@ class ModelArch:
         return self.hidden // self.heads
 
     @property
+    def rope(self) -> bool:
+        """Rotary position embeddings: the Llama family (SwiGLU and RMSNorm, no biases) uses them; GPT-style
+        models (GELU, LayerNorm) add learned absolute positions to the embedding instead. The spec has no
+        position key (ModelSpec has no field for it), so the architecture family decides."""
+        return self.activation == "swiglu" and self.norm == "rmsnorm"
+
+    @property
     def norm_params(self) -> int:
         """Parameters of one normalization layer."""
         return self.hidden * (2 if self.norm == "layernorm" else 1)

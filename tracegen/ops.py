@@ -2,9 +2,13 @@
 
 FLOP conventions (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters
 Using Megatron-LM", section 5.1): a GEMM of [M,K]x[K,N] costs 2MKN; attention scores and the weighted sum
-cost 2*b*s^2*h each in forward, without a causal-mask discount; backward costs twice forward (input and
-weight gradients). Element-wise ops are memory-bound: their time is bytes over bandwidth, their FLOPs
-are small per-element counts given below (they change totals by well under 1%).
+cost 2*b*s^2*h each in forward when the kernel computes the whole s x s matrix (unfused attention); a
+causal flash-attention kernel skips the masked upper triangle and is charged half of that (the FLOPs it
+executes); backward costs twice forward (input and weight gradients). Element-wise ops are memory-bound:
+their time is bytes over bandwidth, their FLOPs are small per-element counts given below.
+
+Which element-wise kernels a layer has (bias adds, dropout, RoPE, the activation, Transformer Engine's FP8
+casts) is decided by the framework profile of the context (tracegen/frameworks.py).
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from dataclasses import dataclass
 
 from tracegen.catalog import GpuSpec, tensor_peak
 from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
-from tracegen.gemm import LAUNCH_FLOOR_S, gemm_seconds
+from tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
+from tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
 
@@ -43,6 +48,28 @@ ADAM_FLOPS_PER_PARAM = 15
 # Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
 # and second moment, read and written (Megatron's mixed-precision optimizer).
 ADAM_STATE_BYTES = 24
+FP32 = 4  # bytes of the FP32 master weights, main gradients and cross-entropy logits
+MASK_BYTES = 1  # dropout keeps a 1-byte (bool) mask per element for backward (torch native_dropout)
+# Unfused RoPE (apply_rotary_pos_emb: rotate_half's negate-and-concatenate, t*cos, rotate_half(t)*sin, the
+# sum) on one of q, k: 4 kernels, 9 element passes (reads and writes: 2 + 2 + 2 + 3); fused RoPE reads and
+# writes each element once.
+ROPE_UNFUSED_KERNELS, ROPE_UNFUSED_PASSES = 4, 9
+# Unfused SwiGLU, F.silu(gate) * up: silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
+# ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
+# backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
+SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
+# Megatron's vocab-parallel cross-entropy on FP32 logits (megatron/core/tensor_parallel/cross_entropy.py,
+# logits.float() in the language model's loss), bytes per local logit:
+#   forward: cast to FP32 (read dtype, write 4), max (read 4), subtract the max (4 + 4), exp in place
+#   (4 + 4), sum (4), divide in place to keep the softmax for backward (4 + 4) = dtype + 36 in 6 kernels;
+#   backward: scale the saved softmax by the loss gradient (4 + 4) and cast back for the LM head's GEMM
+#   (read 4, write dtype) = dtype + 12 in 2 kernels.
+XENT_FWD_BYTES, XENT_FWD_KERNELS = 36, 6
+XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
+# Transformer Engine keeps an amax history and scale per FP8 tensor of each linear module and updates
+# them once per module call (Megatron's default --fp8-amax-history-len 1): one small kernel per module,
+# 3 FP32 scalars (input, weight, gradient) read and written.
+TE_SCALE_BYTES_PER_MODULE = 3 * FP32 * 2
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
@@ -117,6 +144,11 @@ def _elem(op: str, phase: str, elems: int, flops_per: int, reads: int, writes: i
     return Op(op, phase, mult * flops_per * elems, (reads + writes) * elems * b, (elems,), False)
 
 
+def _kern(op: str, phase: str, elems: int, flops_per: int, bytes_per: int, kernels: int = 1) -> Op:
+    """An element-wise op of `kernels` kernels moving `bytes_per` bytes per element in all."""
+    return Op(op, phase, flops_per * elems, bytes_per * elems, (elems,), False, kernels=kernels)
+
+
 @dataclass(frozen=True)
 class Ctx:
     """Shapes shared by every op of one device group for one micro-batch."""
@@ -131,10 +163,21 @@ class Ctx:
     attention: str = (
         "flash"  # "flash" (one fused attn_core op) | "unfused" (scores, softmax, dropout, context)
     )
+    fw: Framework = FRAMEWORKS[DEFAULT_FRAMEWORK]  # which kernels the layer is made of
 
     @property
     def tokens(self) -> int:
         return self.mb * self.s
+
+    @property
+    def fp8(self) -> bool:
+        """Linear GEMMs in FP8."""
+        return self.precision == "fp8"
+
+    @property
+    def te_fp8(self) -> bool:
+        """FP8 through Transformer Engine: its casts, transposes and scale updates are charged."""
+        return self.fp8 and self.fw.transformer_engine
 
     @property
     def norm_tokens(self) -> int:
@@ -175,20 +218,24 @@ def _tp_out(c: Ctx, op: str, fwd: bool) -> list[Step]:
 def attention_steps(c: Ctx, phase: str) -> list[Op]:
     """The attention core of one layer: FlashAttention's fused op, or unfused attention's four ops.
 
+    Flash (causal, as every decoder trains): FLOPs 4*b*s^2*h / 2 forward, since the kernel skips the tiles
+    above the diagonal (FlashAttention-2, Dao 2023, section 3.1.1 "causal masking": blocks whose column
+    indices all exceed the row indices are skipped, about half); bytes Q, K, V and the output.
     Unfused (Megatron's non-flash path) materializes the b x heads x s x s scores: a batched GEMM Q K^T,
     a memory-bound scale-mask-softmax and dropout over b*heads*s^2 elements, and a batched GEMM of the
-    probabilities with V; FLOPs as the fused op (2*b*s^2*h each GEMM). Backward: each GEMM twice, softmax
-    reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
+    probabilities with V; these GEMMs compute the full matrix (2*b*s^2*h each). Backward: each GEMM twice,
+    softmax reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
     """
     m, sh, b, s, mb = c.m, c.sh, c.b, c.s, c.mb
     d = m.head_dim
     attn_flops = 4 * mb * sh.heads * s * s * d
     if c.attention != "unfused":
+        causal = attn_flops // 2
         attn_bytes = b * mb * s * d * (2 * sh.heads + 2 * sh.kv_heads)
         shape = (mb, sh.heads, sh.kv_heads, s, d)
         if phase == "fwd":
-            return [Op("attn_core", "fwd", attn_flops, attn_bytes, shape, True)]
-        return [Op("attn_core", "bwd", 2 * attn_flops, 2 * attn_bytes, shape, True)]
+            return [Op("attn_core", "fwd", causal, attn_bytes, shape, True)]
+        return [Op("attn_core", "bwd", 2 * causal, 2 * attn_bytes, shape, True)]
     bh, scores = mb * sh.heads, mb * sh.heads * s * s
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
     mult = 2 if phase == "bwd" else 1
@@ -205,46 +252,144 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     return ops if phase == "fwd" else ops[::-1]
 
 
+def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
+    """Transformer Engine's cast-transpose of a linear's FP8 operand: read it in `dtype_bytes`, write the FP8
+    copy and its FP8 transpose (the other GEMM of the pair reads the transpose), 1 byte each."""
+    if not c.te_fp8:
+        return []
+    return [_kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2)]
+
+
+def _bias(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
+    """A linear's bias add as its own kernel (forward: read, write) or its gradient's reduction over tokens
+    (backward: read the output gradient), where the framework does not fold it into the GEMM epilogue."""
+    if not c.m.linear_bias or c.fw.bias_in_gemm:
+        return []
+    if phase == "fwd":
+        return [_kern(f"{op}_bias", phase, elems, ELEM_FLOPS["add"], 2 * c.b)]
+    return [_kern(f"{op}_bias", phase, elems, ELEM_FLOPS["add"], c.b)]
+
+
+def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> list[Op]:
+    """Hidden dropout and residual add after a row-parallel projection (`where` attn | mlp), on the rank's
+    tokens (1/TP of them under sequence parallelism).
+
+    Fused (Megatron's bias-dropout-add): forward one kernel reading the branch and the residual, writing the
+    sum and the 1-byte mask; backward one kernel (the branch gradient: read gradient and mask, write). The
+    residual's own gradient is the accumulation `{where}_residual` below, in every profile.
+    Unfused: dropout (`{where}_hidden_dropout`: read, write, mask), then the residual add (read 2, write 1).
+    """
+    e, b = c.norm_tokens * c.m.hidden, c.b
+    if c.fw.fused_bias_dropout_add:
+        if phase == "fwd":
+            return [
+                _kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"] + 1, 3 * b + MASK_BYTES)
+            ]
+        return [_kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
+    bias = [] if linear_bias_fused else _bias(c, f"{where}_out", phase, e)
+    if phase == "fwd":
+        return [
+            *bias,
+            _kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
+            _elem(f"{where}_residual", "fwd", e, ELEM_FLOPS["add"], 2, 1, b),
+        ]
+    return [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES), *bias]
+
+
+def _rope(c: Ctx, phase: str) -> list[Op]:
+    """Rotary position embedding on q and k (models with RoPE: `ModelArch.rope`); backward rotates the
+    gradients the same way."""
+    if not c.m.rope:
+        return []
+    d = c.m.head_dim
+    elems = c.tokens * (c.sh.heads + c.sh.kv_heads) * d
+    if c.fw.fused_rope:
+        return [_kern("rope", phase, elems, 3, 2 * c.b)]
+    # q and k are rotated by separate calls: the kernel count doubles.
+    return [_kern("rope", phase, elems, 3, ROPE_UNFUSED_PASSES * c.b, 2 * ROPE_UNFUSED_KERNELS)]
+
+
+def _activation(c: Ctx, phase: str) -> list[Op]:
+    """The MLP activation (GeLU, or SwiGLU's silu(gate) * up) with, for GPT-style biases, the bias add."""
+    m, t, f, b = c.m, c.tokens, c.sh.ffn, c.b
+    up = (2 if m.activation == "swiglu" else 1) * f
+    act_f = ELEM_FLOPS[m.activation]
+    bias = [] if c.fw.fused_bias_act else _bias(c, "mlp_up", phase, t * up)
+    if m.activation == "swiglu" and not c.fw.fused_swiglu:
+        kernels, passes = SWIGLU_UNFUSED[phase]
+        act = _kern("mlp_act", phase, t * f, act_f * (2 if phase == "bwd" else 1), passes * b, kernels)
+    elif m.activation == "swiglu":
+        act = _elem("mlp_act", phase, t * f, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
+    else:
+        act = _elem("mlp_act", phase, t * f, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
+    if phase == "fwd":
+        return [*bias, act]
+    # Fused bias-activation: the bias gradient is still a reduction of the activation's input gradient.
+    grad_bias = _bias(c, "mlp_up", phase, t * up) if c.fw.fused_bias_act else bias
+    return [act, *grad_bias]
+
+
+def _te_scale_update(c: Ctx, phase: str) -> list[Op]:
+    """Transformer Engine's per-module amax/scale update of one layer's four FP8 linear modules."""
+    if not c.te_fp8:
+        return []
+    return [Op("fp8_scale_update", phase, 0, 4 * TE_SCALE_BYTES_PER_MODULE, (4,), False, kernels=4)]
+
+
 def layer_steps(c: Ctx, phase: str) -> list[Step]:
-    """Ops and TP collectives of one transformer layer in execution order."""
+    """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it."""
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens
     norm = ELEM_FLOPS[m.norm]
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
-    act_f = ELEM_FLOPS[m.activation]
-    fp8 = c.precision == "fp8"
-    act_rw = (2, 1) if m.activation == "swiglu" else (1, 1)
+    fp8 = c.fp8
+    fused_out_bias = c.fw.fused_bias_dropout_add  # row-parallel biases ride in bias-dropout-add
     if phase == "fwd":
         return [
             _elem("attn_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
             *_tp_in(c, "attn_tp_in", True),
+            *_fp8_cast(c, "qkv_proj", "fwd", t * m.hidden),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
+            *_bias(c, "qkv_proj", "fwd", t * q_kv),
+            *_rope(c, "fwd"),
             *attention_steps(c, "fwd"),
+            *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
             _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
             *_tp_out(c, "attn_tp_out", True),
-            _elem("attn_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+            *_dropout_add(c, "attn", "fwd", fused_out_bias),
             _elem("mlp_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
             *_tp_in(c, "mlp_tp_in", True),
+            *_fp8_cast(c, "mlp_up_gate", "fwd", t * m.hidden),
             _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
-            _elem("mlp_act", "fwd", t * sh.ffn, act_f, *act_rw, b),
+            *_activation(c, "fwd"),
+            *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
             _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
             *_tp_out(c, "mlp_tp_out", True),
-            _elem("mlp_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+            *_dropout_add(c, "mlp", "fwd", fused_out_bias),
+            *_te_scale_update(c, "fwd"),
         ]
-    act_bwd_rw = (3, 2) if m.activation == "swiglu" else (2, 1)
     return [
+        *_te_scale_update(c, "bwd"),
         *_tp_out(c, "mlp_tp_out", False),
+        *_dropout_add(c, "mlp", "bwd", fused_out_bias),
+        *_fp8_cast(c, "mlp_down", "bwd", t * m.hidden),
         _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
-        _elem("mlp_act", "bwd", t * sh.ffn, act_f, *act_bwd_rw, b),
+        *_activation(c, "bwd"),
+        *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
         _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
         *_tp_in(c, "mlp_tp_in", False),
         _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_tp_out(c, "attn_tp_out", False),
+        *_dropout_add(c, "attn", "bwd", fused_out_bias),
+        *_fp8_cast(c, "attn_out_proj", "bwd", t * m.hidden),
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
+        *_rope(c, "bwd"),
+        *_bias(c, "qkv_proj", "bwd", t * q_kv),
+        *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
         _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
         *_tp_in(c, "attn_tp_in", False),
         _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
@@ -270,22 +415,32 @@ def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]
 
 
 def embedding_steps(c: Ctx, phase: str) -> list[Step]:
-    """Vocab-parallel input embedding (first stage): lookup, then the partial rows summed over TP."""
+    """Vocab-parallel input embedding (first stage): gather of the token rows, the partial rows summed over
+    TP, then the embedding dropout (Megatron applies hidden dropout to the embedding output)."""
     t, h, b = c.tokens, c.m.hidden, c.b
+    e = c.norm_tokens * h
     if phase == "fwd":
         return [
+            # gather: read each token's row, write it
             Op("embedding", "fwd", 0, 2 * t * h * b, (t, h), False),
             *_tp_out(c, "embedding_tp_out", True),
+            _kern("embedding_dropout", "fwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
         ]
-    # scatter-add of the token gradients into the table rows
+    # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
+        _kern("embedding_dropout", "bwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
         *_tp_out(c, "embedding_tp_out", False),
         Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
     ]
 
 
 def head_steps(c: Ctx, phase: str) -> list[Step]:
-    """Final norm, vocab-parallel output projection and softmax cross-entropy (last stage)."""
+    """Final norm, vocab-parallel output projection and softmax cross-entropy (last stage).
+
+    The loss is Megatron's vocab-parallel cross-entropy on FP32 logits: XENT_FWD_KERNELS kernels moving
+    dtype + XENT_FWD_BYTES bytes per local logit forward, XENT_BWD_KERNELS kernels and dtype +
+    XENT_BWD_BYTES backward.
+    """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
     norm = ELEM_FLOPS[m.norm]
@@ -298,10 +453,21 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
             *_tp_in(c, "head_tp_in", True),
             _gemm("lm_head", "fwd", t, m.hidden, sh.vocab, b),
             *xent_ar,
-            Op("loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + 4), (t, sh.vocab), False),
-        ]
+            Op(
+                "loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + XENT_FWD_BYTES), (t, sh.vocab), False,
+                kernels=XENT_FWD_KERNELS,
+            ),
+        ]  # fmt: skip
     return [
-        Op("loss", "bwd", 2 * logits, logits * (4 + b), (t, sh.vocab), False),
+        Op(
+            "loss",
+            "bwd",
+            2 * logits,
+            logits * (b + XENT_BWD_BYTES),
+            (t, sh.vocab),
+            False,
+            kernels=XENT_BWD_KERNELS,
+        ),
         _gemm("lm_head", "bwd", t, m.hidden, sh.vocab, b),
         *_tp_in(c, "head_tp_in", False),
         _elem("final_norm", "bwd", c.norm_tokens * m.hidden, norm, 2, 1, b),
@@ -325,10 +491,11 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
 
 
 def optimizer_op(params: int, b: int, grad_bytes: int | None = None) -> Op:
-    """AdamW step over `params` parameters: reads the gradient, writes the weight, reads/writes FP32 state.
+    """AdamW on `params` parameters as one op: reads the gradient, writes the weight, reads/writes FP32 state.
 
     `grad_bytes` is the gradient's width (default `b`; 4 under the distributed optimizer, whose gradient
-    buffer is FP32 for BF16 training).
+    buffer is FP32 for BF16 training). The planner's estimate (xsim/explore) uses it; the generator emits
+    the whole step, `optimizer_steps`.
     """
     g = b if grad_bytes is None else grad_bytes
     return Op(
@@ -341,49 +508,117 @@ def optimizer_op(params: int, b: int, grad_bytes: int | None = None) -> Op:
     )
 
 
-def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline") -> float:
+@dataclass(frozen=True)
+class OptimizerStep:
+    """Megatron's optimizer step on one rank, in order: (FP16: unscale and inf check, then its AllReduce),
+    gradient norm, its AllReduce, clipping, Adam, the parameter copy; then zeroing the gradient buffer."""
+
+    before: tuple[Step, ...]  # up to and including the grad-norm AllReduce (Comm steps: model-parallel group)
+    after: tuple[Op, ...]  # clip, Adam, parameter copy, zero_grad
+
+
+def optimizer_steps(
+    params: int, shard: int, b: int, grad_bytes: int, precision: str = "bf16", fp8_params: int = 0
+) -> OptimizerStep:
+    """The whole optimizer step of a rank holding `params` parameters and updating `shard` of them (all of
+    them, or its 1/DP shard under the distributed optimizer), with gradients `grad_bytes` wide.
+
+    Megatron (megatron/core/optimizer/optimizer.py, MixedPrecisionOptimizer.step and
+    clip_grads.py): FP16 only, unscale the main gradients and check them for inf/NaN (read and write each,
+    `_unscale_main_grads_and_check_for_nan`) and all-reduce the found-inf flag; compute the gradient norm
+    (read each gradient, multi_tensor_l2norm) and all-reduce its square (one FP32) over the model-parallel
+    group (and the DP group under the distributed optimizer, whose ranks hold disjoint shards); clip
+    (scale each gradient: read, write); Adam on the FP32 master weights (gradient, master weight and both
+    moments: g + 24 bytes); copy the master weights into the `dtype_bytes` model weights (read 4, write b);
+    zero the gradient buffer for the next iteration (write each gradient; the whole buffer, not the shard).
+    Under `precision: fp8` Transformer Engine re-casts the updated linear weights to FP8 with their
+    transposes once per iteration (read b, write 2 bytes per weight of `fp8_params`).
+    """
+    g = grad_bytes
+    before: list[Step] = []
+    if precision == "fp16":
+        before += [
+            _kern("grad_unscale", "opt", shard, 2, 2 * g),
+            Comm("found_inf_allreduce", "all_reduce", FP32),
+        ]
+    before += [_kern("grad_norm", "opt", shard, 2, g), Comm("grad_norm_allreduce", "all_reduce", FP32)]
+    after = [
+        _kern("grad_clip", "opt", shard, 1, 2 * g),
+        Op("optimizer", "opt", ADAM_FLOPS_PER_PARAM * shard, shard * (g + ADAM_STATE_BYTES), (shard,), False),
+        _kern("param_copy", "opt", shard, 0, FP32 + b),
+    ]
+    if fp8_params:
+        after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, b + 2))
+    after.append(_kern("zero_grad", "opt", params, 0, g))
+    return OptimizerStep(tuple(before), tuple(after))
+
+
+def linear_params(m: ModelArch, sh: Shard, layers: int) -> int:
+    """Weights of the FP8 linear layers (QKV, output, MLP up/gate and down) one TP rank holds."""
+    d = m.head_dim
+    qkv = (sh.heads + 2 * sh.kv_heads) * d
+    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    return layers * (m.hidden * qkv + sh.heads * d * m.hidden + m.hidden * up + sh.ffn * m.hidden)
+
+
+def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sustained") -> float:
     """Seconds of `op` on `gpu` under a compute model ("roofline" or "calibrated"), without a profile.
 
     roofline: GEMM-like ops max(FLOPs / (tensor peak of the op's precision * gemm_eff), bytes / (bw *
     mem_eff)), element-wise ops bytes / (bw * mem_eff). calibrated (tracegen.gemm): GEMMs by tile and wave
-    quantization of their shape at the GPU's measured large-GEMM plateau; fused attention at gemm_eff;
-    every op at least one launch floor per kernel.
+    quantization of their shape at the GPU's measured large-GEMM plateau (sustained or burst: `rates`);
+    fused attention at gemm_eff; memory-bound work at the measured copy bandwidth; every op at least one
+    launch floor per kernel.
     """
-    mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if model == "calibrated":
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
-            return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels)
+            return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels, rates)
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
-        return max(compute, mem, floor)
+        return max(compute, op.bytes / achieved_bandwidth(gpu), floor)
+    mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if op.gemm:
         return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
     return mem
 
 
 def op_time_seconds(
-    op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline"
+    op: Op,
+    gpu: GpuSpec,
+    profile: ProfileTable | None = None,
+    model: str = "roofline",
+    rates: str = "sustained",
 ) -> float:
     """Seconds of `op` on `gpu`: the profiled time if the table has the shape, else `op_seconds`."""
     measured = profile.lookup(gpu.name, op.op, op.phase, op.shape) if profile else None
-    return measured * 1e-6 if measured is not None else op_seconds(op, gpu, model)
+    return measured * 1e-6 if measured is not None else op_seconds(op, gpu, model, rates)
 
 
 def duration_micros(
-    op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline"
+    op: Op,
+    gpu: GpuSpec,
+    profile: ProfileTable | None = None,
+    model: str = "roofline",
+    rates: str = "sustained",
 ) -> int:
     """Whole microseconds of `op` on `gpu` (Chakra's duration_micros): `op_time_seconds` rounded to the
     nearest microsecond, at least 1 for an op that does any work."""
-    seconds = op_time_seconds(op, gpu, profile, model)
+    seconds = op_time_seconds(op, gpu, profile, model, rates)
     if seconds <= 0:
         return 0
     return max(1, int(seconds * 1e6 + 0.5))
 
 
-def duration_ns(op: Op, gpu: GpuSpec, profile: ProfileTable | None = None, model: str = "roofline") -> int:
+def duration_ns(
+    op: Op,
+    gpu: GpuSpec,
+    profile: ProfileTable | None = None,
+    model: str = "roofline",
+    rates: str = "sustained",
+) -> int:
     """Nanoseconds of `op` on `gpu` (the exact value the replay uses): rounded, at least 1 for real work."""
-    seconds = op_time_seconds(op, gpu, profile, model)
+    seconds = op_time_seconds(op, gpu, profile, model, rates)
     if seconds <= 0:
         return 0
     return max(1, int(seconds * 1e9 + 0.5))

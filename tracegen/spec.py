@@ -16,7 +16,14 @@ from typing import Any
 
 from tracegen import catalog
 from tracegen import deployment_pb2 as dpb
-from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS, RESHARD_STRATEGIES
+from tracegen.choices import (
+    ATTENTIONS,
+    COMPUTE_MODELS,
+    FRAMEWORKS,
+    GEMM_RATES,
+    PRECISIONS,
+    RESHARD_STRATEGIES,
+)
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
 from traces.io import JsonFileError, read_json
@@ -53,6 +60,8 @@ TOP_KEYS = (
     "precision",
     "attention",
     "compute_model",
+    "framework",
+    "gemm_rates",
     "gpus",
     "profile",
     "recompute",
@@ -323,8 +332,11 @@ class _SpecBuilder:
             raw, "dp_bucket_bytes", "", default=DEFAULT_BUCKET_BYTES, maximum=2**62
         )
         dep.precision = self.choice("precision", PRECISIONS, "bf16")
-        dep.attention = self.choice("attention", ATTENTIONS, "flash")
+        dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
+        # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
+        dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
+        dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
         self.gpus(dep)
         self.profile(dep)
         self.recompute(dep)
@@ -935,6 +947,13 @@ def derive_cluster(dep: dpb.Deployment) -> dict[str, Any]:
     return {"preset": CLUSTER_PRESET, "nodes": nodes, "fabric": {"kind": "switch"}}
 
 
+def _framework_attention(name: str) -> str:
+    """The attention kernel framework `name` runs by default (tracegen.frameworks)."""
+    from tracegen.frameworks import framework
+
+    return framework(name).attention
+
+
 def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.name, msg.layers, msg.hidden, msg.ffn_hidden = m.name, m.layers, m.hidden, m.ffn_hidden
     msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
@@ -975,6 +994,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "precision": dep.precision or "bf16",
         "attention": dep.attention or "flash",
         "compute_model": dep.compute_model or "roofline",
+        "framework": dep.framework or FRAMEWORKS[0],
+        "gemm_rates": dep.gemm_rates or GEMM_RATES[0],
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         "virtual_stages": dep.virtual_stages or 1,

@@ -19,6 +19,7 @@ from tracegen import deployment_pb2 as dpb
 from tracegen.bundle import RankTwins, TraceBundle
 from tracegen.catalog import GpuSpec
 from tracegen.errors import GeneratorError
+from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 from tracegen.models import ModelArch
 from tracegen.ops import (
     Ctx,
@@ -30,7 +31,8 @@ from tracegen.ops import (
     embedding_steps,
     head_steps,
     layer_steps,
-    optimizer_op,
+    linear_params,
+    optimizer_steps,
     rank_params,
     shard_of,
     with_selective_recompute,
@@ -169,6 +171,7 @@ class _Generator:
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
+        self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
         self._tags_of: dict[int, list[tuple[str, int, int]]] = {}  # built rank -> (phase, layer, mb) per node
 
@@ -191,9 +194,10 @@ class _Generator:
         d = self._dur_cache.get(key)
         if d is None:
             spec, model = self.gpus[gpu], self.dep.compute_model or "roofline"
-            ns = duration_ns(op, spec, self.profile, model)
+            rates = self.dep.gemm_rates or "sustained"
+            ns = duration_ns(op, spec, self.profile, model, rates)
             d = self._dur_cache[key] = (
-                duration_micros(op, spec, self.profile, model),
+                duration_micros(op, spec, self.profile, model, rates),
                 self.attr(A.DURATION_NS, ns),
             )
         return d
@@ -211,6 +215,19 @@ class _Generator:
                     self.dp_members[name] = members
                     for r in members:
                         dp_groups[r] = name
+        # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
+        # every rank under the distributed optimizer, whose DP ranks hold disjoint shards (Megatron's
+        # get_grad_stats_parallel_group). A group of one rank needs no collective.
+        if self.dep.distributed_optimizer:
+            world = sorted(r for dg in self.dep.device_groups for r in dg.ranks)
+            world_pg = self.bundle.new_group(world) if len(world) > 1 else ""
+            self.mp_groups = {r: world_pg for r in world}
+        else:
+            for stages in reps.values():
+                members = sorted(r for dg in stages for r in dg.ranks)
+                name = self.bundle.new_group(members) if len(members) > 1 else ""
+                for r in members:
+                    self.mp_groups[r] = name
         # Ranks of one shape (_shape_key: same program up to group ids, group names and P2P peers), within
         # a device group or across replicas, are copies of the first one built with those patched in.
         templates: dict[tuple, _RankProgram] = {}
@@ -312,6 +329,12 @@ class _Generator:
                 n = records.node(nid)
                 n.attr[_PG_NAME_AT].string_val = dp_pg or ""
                 patches[nid] = n.SerializeToString()
+        mp_pg = self.mp_groups.get(rank, "")
+        if mp_pg != template.mp_pg:
+            for nid in template.mp_ids:
+                n = records.node(nid)
+                n.attr[_PG_NAME_AT].string_val = mp_pg
+                patches[nid] = n.SerializeToString()
         return CopiedRank.patched(records, patches)
 
     def _group_records(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
@@ -383,7 +406,12 @@ class _RankProgram:
             dep.sequence_parallel,
             dep.precision or "bf16",
             dep.attention or "flash",
+            framework(dep.framework or DEFAULT_FRAMEWORK),
         )
+        self.mp_pg = gen.mp_groups.get(rank, "")
+        self.mp_ids: list[
+            int
+        ] = []  # grad-norm (and found-inf) AllReduces: PG_NAME is the model-parallel group
         self.nodes: list[pb.Node] = []
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
@@ -653,17 +681,33 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
-        if self.dist_opt:
-            # Each DP rank updates its 1/DP shard of every (padded) bucket; with DP 1 that is everything.
-            shard = sum(b // self.dp for b in self.buckets) if self.buckets else params
-            op = optimizer_op(shard, self.ctx.b, DIST_OPT_GRAD_BYTES)
-        else:
-            op = optimizer_op(params, self.ctx.b)
-        micros, exact = g.duration(self.gpu, op)
-        extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes), exact]
-        opt = self._add(
-            "optimizer.opt", pb.COMP_NODE, deps, [], micros, self._tags(0, "opt", NO_MICRO_BATCH) + extra
-        )
+        # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer;
+        # with DP 1, or without it, everything.
+        shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
+        grad = DIST_OPT_GRAD_BYTES if self.dist_opt else self.ctx.b
+        fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
+        plan = optimizer_steps(params, shard, self.ctx.b, grad, self.ctx.precision, fp8)
+        pred = deps
+        opt = -1
+        for s in (*plan.before, *plan.after):
+            tags = self._tags(0, "opt", NO_MICRO_BATCH)
+            if isinstance(s, Op):
+                micros, exact = g.duration(self.gpu, s)
+                extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
+                nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
+                if s.op == "param_copy":
+                    opt = nid  # the updated parameters exist from here: the AllGathers start after it
+            elif self.mp_pg:
+                extra = [
+                    g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
+                    g.attr(A.COMM_SIZE, s.size),
+                    g.attr(A.PG_NAME, self.mp_pg),
+                ]
+                nid = self._add(f"{s.op}.opt", pb.COMM_COLL_NODE, pred, [], 0, tags + extra)
+                self.mp_ids.append(nid)
+            else:
+                continue
+            pred = [nid]
         prev: list[int] = []
         for i, padded in enumerate(self.buckets):
             # Updated parameters go back to every DP rank: AllGather of the shard (per-rank input, the

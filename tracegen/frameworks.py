@@ -1,0 +1,57 @@
+"""Framework profiles: which kernels a transformer layer is made of, as each training framework runs it.
+
+A profile decides fusion, not FLOPs: the same layer costs the same GEMM FLOPs in every framework, but an
+unfused framework launches more element-wise kernels and moves more bytes between them. The spec key
+`framework:` picks one (default DEFAULT_FRAMEWORK); explicit keys (`attention:`, `precision:`) override
+what the profile implies. Sources per profile are in the comments; docs/compute.md has the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Framework:
+    """How one framework builds a layer: fused or separate element-wise kernels."""
+
+    name: str
+    attention: str  # default attention kernel: "flash" (fused, causal) | "unfused" (materialized scores)
+    bias_in_gemm: bool  # linear biases added in the GEMM epilogue (no kernel) vs a separate bias-add kernel
+    fused_bias_act: bool  # MLP bias folded into the activation kernel (bias-GeLU / bias-SwiGLU)
+    fused_swiglu: bool  # SwiGLU as one kernel (vs silu, then multiply: two kernels)
+    fused_bias_dropout_add: bool  # bias + dropout + residual add as one kernel (vs dropout, then add)
+    fused_rope: bool  # rotary embedding as one kernel over q and k (vs the unfused elementwise chain)
+    transformer_engine: bool  # FP8 linears through Transformer Engine (casts, transposes, amax updates)
+
+
+FRAMEWORKS: dict[str, Framework] = {
+    # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
+    # al. 2022: unfused attention (QK^T GEMM, fused scale-mask-softmax kernel, attention dropout, attention
+    # over V); bias + GeLU and bias + dropout + add fused with PyTorch JIT (section 4.2: "fused kernels for
+    # a sequence of element-wise operations (bias + GeLU and bias + dropout + add)"); the QKV projection's
+    # bias added by torch.nn.functional.linear outside the GEMM (ColumnParallelLinear, skip_bias_add=False);
+    # no FP8, no RoPE or SwiGLU in that code (if a model asks for them they run unfused).
+    "megatron-2021": Framework("megatron-2021", "unfused", False, True, False, True, False, False),
+    # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
+    # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
+    # fused_bias_gelu.py, fused_bias_swiglu.py); fused bias-dropout-add (fused_bias_dropout.py); fused RoPE
+    # (--apply-rope-fusion, on by default); flash attention with a causal mask (TE DotProductAttention); FP8
+    # linears through TE when precision is fp8.
+    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True),
+    # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
+    # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
+    # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as
+    # separate kernels; no Transformer Engine.
+    "megatron-deepspeed": Framework("megatron-deepspeed", "flash", False, False, False, False, False, False),
+}
+FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
+# Without `framework:`: Megatron-Core, what Megatron-LM and NeMo run today (docs/compute.md). Its default
+# attention (flash) and fusions reproduce what a spec without the key generated before, plus the kernels
+# issue 22 added (dropout, RoPE).
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def framework(name: str) -> Framework:
+    """The profile called `name` (one of FRAMEWORK_NAMES)."""
+    return FRAMEWORKS[name]
