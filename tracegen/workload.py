@@ -820,9 +820,10 @@ class _RankProgram:
         that wait issues the next bucket's (Megatron's forward pre-hook, next_param_gather_bucket_group);
         the first is issued at the start of the iteration (zero_grad)."""
         j = self.unit_bucket.get(unit)
-        if j is None or j in self.gathered:
+        if j is None or j in self.waited:
             return
-        pos = len(self.gathered)
+        pos = len(self.waited)
+        self.waited.add(j)
         assert self.ag_order[pos] == j, "buckets are first used in the planned order"
         if pos == 0:
             self.gathered[j] = self._bucket_gather(j, [])
@@ -948,7 +949,8 @@ class _RankProgram:
                     first_use.append(j)
         self.ag_order = first_use
 
-    def build(self) -> list[pb.Node]:
+    def setup(self) -> None:
+        """The emission state of a fresh program (DP buckets, overlap and sharding switches)."""
         dep = self.gen.dep
         self.pending = 0
         self.sync_ids: list[int] = []
@@ -967,8 +969,13 @@ class _RankProgram:
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
+        self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
+
+    def build(self) -> list[pb.Node]:
+        dep = self.gen.dep
+        self.setup()
         v = len(self.st.chunks)
         if v > 1:
             order = interleaved(dep.micro_batches, self.st.count, self.st.index, v)
