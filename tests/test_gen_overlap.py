@@ -317,3 +317,26 @@ def test_overlap_traces_validate_copy_and_replay(tmp_path, capsys, extra):
     capsys.readouterr()
     assert main(["replay", str(tmp_path / "t"), "--no-progress", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["iteration_time_ns"] > 0
+
+
+def test_overlap_param_gather_charges_only_what_the_forward_cannot_hide(tmp_path):
+    # The distributed-optimizer plan above, replayed with collectives of size // 100 ns: bucket 1's gather
+    # (6,400 B -> 64 ns) opens the iteration and delays everything by its 64 ns; bucket 0's (88,704 B ->
+    # 887 ns) runs under the embedding's forward (microseconds) and costs nothing. Off, both follow the
+    # optimizer: 64 + 887 ns after it. So off - on = 887 ns exactly, and on, the embedding starts at 64 ns.
+    from traces.traceset import discover
+
+    spec = dp2(distributed_optimizer=True, overlap_grad_reduce=True, dp_bucket_bytes=200_000)
+    ends, starts = {}, {}
+    for on in (False, True):
+        bundle = generate(load_spec({**spec, "overlap_param_gather": on}), rewrite=False)
+        bundle.write(tmp_path / str(on), "t")
+        net = FakeNet(2, coll_ns=lambda s: s.size_bytes // 100)
+        res = simulate(discover(tmp_path / str(on)), network=net)
+        rows = [r for r in res.ops.iter_rows(named=True) if r["rank"] == 0]
+        ends[on] = max(r["end_ns"] for r in rows)
+        starts[on] = {r["name"]: r["start_ns"] for r in rows}
+    assert ends[False] - ends[True] == 887
+    assert starts[True]["embedding.fwd.mb0"] == 64 and starts[False]["embedding.fwd.mb0"] == 0
+    # Layer 1 (bucket 0) does not wait: it starts where it would without any gather, 64 ns later.
+    assert starts[True]["L1.attn_norm.fwd.mb0"] == starts[False]["L1.attn_norm.fwd.mb0"] + 64
