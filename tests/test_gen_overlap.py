@@ -215,6 +215,17 @@ def test_overlap_keys_follow_megatron_checks():
         (dp2(sharding="zero3", distributed_optimizer=True), "already shards"),
         (dp2(sharding="zero2"), "sharding must be one of none, zero3, fsdp"),
         (dp2(grad_reduce_dtype="fp8"), "grad_reduce_dtype must be one of"),
+        (
+            {
+                "model": TINY,
+                "sharding": "fsdp",
+                "device_groups": [
+                    {"gpu": "H100", "ranks": [0, 1], "dp_replica": 0},
+                    {"gpu": "H100", "ranks": [2], "dp_replica": 1},
+                ],
+            },
+            "sharding: fsdp needs replicas that cut the layers into the same stages and TP",
+        ),
     ]:
         with pytest.raises(SpecError, match=what):
             load_spec(bad)
