@@ -351,3 +351,21 @@ def test_overlap_param_gather_charges_only_what_the_forward_cannot_hide(tmp_path
     assert starts[True]["embedding.fwd.mb0"] == 64 and starts[False]["embedding.fwd.mb0"] == 0
     # Layer 1 (bucket 0) does not wait: it starts where it would without any gather, 64 ns later.
     assert starts[True]["L1.attn_norm.fwd.mb0"] == starts[False]["L1.attn_norm.fwd.mb0"] + 64
+
+
+def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
+    # TP 2 with SP: a layer's backward opens with the SP AllGather of its output gradient, which needs no
+    # parameters; the gathered parameters are waited for by the first GEMM (mlp_down's backward).
+    spec = {
+        "model": TINY,
+        "parallel": {"gpu": "H100", "tp": 2, "dp": 2},
+        "sequence_parallel": True,
+        "sharding": "fsdp",
+    }
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    gathers = {n.id for n in nodes if n.name.startswith("fsdp_param_allgather.")}
+    users = [n for n in nodes if set(n.data_deps) & gathers]
+    assert all(n.type == pb.COMP_NODE for n in users)
+    assert [n.name for n in users if A.get_str(n, A.PHASE) == "bwd"] == [
+        "L2.mlp_down.bwd.mb0", "L1.mlp_down.bwd.mb0", "embedding.bwd.mb0",
+    ]  # fmt: skip

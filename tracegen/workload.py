@@ -455,7 +455,8 @@ class _RankProgram:
         `phase` overrides the step's own phase tag (recomputed forward ops keep their forward cost).
         """
         g = self.gen
-        data = ([] if pred is None else [pred]) + self._take_waits()
+        # Gathered parameters are waited for by the unit's first compute op (a TP collective needs none).
+        data = ([] if pred is None else [pred]) + (self._take_waits() if isinstance(s, Op) else [])
         ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         tag = self._tag_of(s, phase)
         tags = self._tags(layer, tag, mb)
