@@ -10,6 +10,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tracegen.memory import (
     MemoryOptions,
@@ -72,9 +73,15 @@ def test_zero_sixteen_bytes_per_parameter():
     psi = 7_500_000_000
     assert 2 * psi + 2 * psi + optimizer_bytes(psi, 64, False) == 120_000_000_000
     assert 4 * psi + optimizer_bytes(psi, 64, True) == 31_406_250_000
-    # Every rank of the Llama-2 7B DP plan holds 16 bytes per parameter of all 6,738,415,616.
-    rank0 = deployment_memory(load_spec(DP8))[0]
+    # Every rank of the Llama-2 7B DP plan holds 18 bytes per parameter of all 6,738,415,616: its BF16
+    # gradients are kept and reduced in FP32 (Megatron's default; docs/user-guide/features/dist_optimizer.md
+    # "bf16 parameters, fp32 gradients": 18). With grad_reduce_dtype: bf16, ZeRO's 16.
+    dep = load_spec(DP8)
+    rank0 = deployment_memory(dep)[0]
     assert rank0.params == 6_738_415_616
+    assert rank0.weights + rank0.gradients + rank0.optimizer == 18 * 6_738_415_616
+    dep.grad_reduce_dtype = "bf16"
+    rank0 = deployment_memory(dep)[0]
     assert rank0.weights + rank0.gradients + rank0.optimizer == 16 * 6_738_415_616
 
 
@@ -167,3 +174,31 @@ def test_recompute_variants_on_a_stage():
     assert _one_stage(recompute="full", recompute_layers=2) == 2 * 2 * 65_536 + 2 * 1_122_304 + ends
     # K = 1 (Megatron's default): every layer's input kept, one layer rematerialized at a time.
     assert _one_stage(recompute="full") == 4 * 2 * 65_536 + 1_122_304 + ends
+
+
+def test_zero3_memory_by_hand():
+    # Tiny 2-layer model, DP 2, sharding: zero3. Per rank 2 x 41,088 (layers) + 6,400 (embedding) + 6,464
+    # (final norm + head) = 95,040 parameters; shard 47,520. Largest unit: a layer, 41,088.
+    # weights: shard x 2 B + two gathered layers (in use + prefetched) x 2 B = 95,040 + 164,352
+    # gradients: shard x 4 B (FP32) + one layer's unsharded gradient x 4 B = 190,080 + 164,352
+    # optimizer: 12 B x 95,040 / 2 = 570,240
+    model = {
+        "layers": 2,
+        "hidden": 64,
+        "ffn_hidden": 128,
+        "heads": 4,
+        "kv_heads": 4,
+        "vocab": 100,
+        "seq_len": 32,
+    }
+    dep = load_spec({"model": model, "parallel": {"gpu": "H100", "dp": 2}, "sharding": "zero3"})
+    for r in deployment_memory(dep):
+        assert (r.params, r.weights, r.gradients, r.optimizer) == (95_040, 259_392, 354_432, 570_240)
+    # Llama-2 7B over DP 8: 18 B per parameter / 8 plus a 202,383,360-parameter layer gathered twice
+    # (2 B) and its gradient (4 B): well under the 18 B x 6.74e9 = 121 GB of plain data parallelism.
+    dep = load_spec({**yaml.safe_load(DP8.read_text()), "sharding": "zero3"})
+    n, layer = 6_738_415_616, 202_383_360
+    r = deployment_memory(dep)[0]
+    assert r.weights == -(-n // 8) * 2 + 2 * layer * 2
+    assert r.gradients == -(-n // 8) * 4 + layer * 4
+    assert r.optimizer == -(-12 * n // 8)

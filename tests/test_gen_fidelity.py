@@ -280,6 +280,7 @@ def dist_opt_spec(dp: int, bucket: int) -> dict:
         "parallel": {"gpu": "H100", "dp": dp, "micro_batch": 1, "global_batch": dp},
         "distributed_optimizer": True,
         "dp_bucket_bytes": bucket,
+        "overlap_grad_reduce": True,  # buckets smaller than everything exist only with overlap (Megatron)
     }
 
 
@@ -337,6 +338,17 @@ def test_without_distributed_optimizer_the_optimizer_updates_all_parameters():
     spec = dist_opt_spec(2, 1 << 30)
     spec["distributed_optimizer"] = False
     b = generate(load_spec(spec))
+    # BF16 training reduces FP32 gradients (Megatron's accumulate_allreduce_grads_in_fp32, the default
+    # grad_reduce_dtype): 4 B each; Adam reads that FP32 gradient (4) + FP32 master, m, v read and written
+    # (24) = 28 B per parameter (the BF16 weight write is param_copy's).
+    assert sync_sizes(b.nodes[0]) == [("dp_grad_allreduce", 115_008 * 4)]
+    opt = next(n for n in b.nodes[0] if n.name == "optimizer.opt")
+    assert (A.get_int(opt, A.NUM_OPS), A.get_int(opt, A.TENSOR_SIZE)) == (15 * 115_008, 28 * 115_008)
+    step = {n.name: A.get_int(n, A.TENSOR_SIZE) for n in b.nodes[0] if A.get_str(n, A.PHASE) == "opt"}
+    # grad norm reads the FP32 gradients, zero_grad writes them
+    assert step["grad_norm.opt"] == step["zero_grad.opt"] == 4 * 115_008
+    # grad_reduce_dtype: bf16 (Megatron's --grad-reduce-in-bf16) halves the reduction and the read.
+    b = generate(load_spec({**spec, "grad_reduce_dtype": "bf16"}))
     assert sync_sizes(b.nodes[0]) == [("dp_grad_allreduce", 115_008 * 2)]
     opt = next(n for n in b.nodes[0] if n.name == "optimizer.opt")
     # Adam on every parameter: BF16 grad (2) + FP32 master, m, v read and written (24); the weight copy

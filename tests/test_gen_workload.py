@@ -170,8 +170,10 @@ def test_homogeneous_dp_buckets_by_hand():
     # TINY model, one stage, DP 2. Per-rank gradients (parameters): LM head + final norm 100*64 + 64 = 6464;
     # each layer 4*64^2 + 3*64*128 + 2*64 = 41088; embedding 6400. BF16 -> x2 bytes.
     groups = [{"id": i, "gpu": "H100", "ranks": [i], "dp_replica": i} for i in range(2)]
+    # overlap_grad_reduce and BF16 reduction by name (the defaults, Megatron's, are checked below).
     base = {"model": TINY, "micro_batches": 2, "device_groups": groups}
-    b = generate(load_spec({**base, "dp_bucket_bytes": 1}), rewrite=False)
+    over = {**base, "overlap_grad_reduce": True, "grad_reduce_dtype": "bf16"}
+    b = generate(load_spec({**over, "dp_bucket_bytes": 1}), rewrite=False)
     assert b.comm_groups == {"1": (0, 1)}
     syncs = [n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "sync"]
     # Bucket of 1 byte: one AllReduce each time gradients become ready, in backward order.
@@ -188,9 +190,22 @@ def test_homogeneous_dp_buckets_by_hand():
     opt = next(n for n in b.nodes[0] if A.get_str(n, A.PHASE) == "opt")  # the step starts with grad_norm
     assert opt.name == "grad_norm.opt" and syncs[-1].id in opt.data_deps
     # Default 25 MiB bucket: everything in one AllReduce of all 95,040 parameters.
-    b = generate(load_spec(base), rewrite=False)
+    b = generate(load_spec(over), rewrite=False)
     (one,) = [n for n in b.nodes[1] if A.get_str(n, A.PHASE) == "sync"]
     assert A.comm_size(one) == (6464 + 2 * 41088 + 6400) * 2 == 95_040 * 2
+    # Megatron-Core's defaults: overlap_grad_reduce off (bucket_size None: one bucket) after the whole
+    # backward, FP32 gradients for BF16 (accumulate_allreduce_grads_in_fp32): 95,040 x 4 B, whatever the
+    # bucket size, hanging off the last backward node (the embedding's).
+    for spec in (base, {**base, "dp_bucket_bytes": 1}):
+        nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+        (one,) = [n for n in nodes if A.get_str(n, A.PHASE) == "sync"]
+        assert A.comm_size(one) == 95_040 * 4
+        last_bwd = max(n.id for n in nodes if A.get_str(n, A.PHASE) == "bwd")
+        assert list(one.data_deps) == [last_bwd] and by_name(nodes, last_bwd).startswith("embedding.bwd")
+
+
+def by_name(nodes, nid):
+    return next(n.name for n in nodes if n.id == nid)
 
 
 def test_figure1_heterogeneous_naive_p2p_and_no_dp_sync():

@@ -13,5 +13,10 @@ COMPUTE_MODELS = ("roofline", "calibrated")
 FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-deepspeed")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
+# Width of the data-parallel gradient reduction (`grad_reduce_dtype`) and its bytes per element.
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+GRAD_REDUCE_DTYPES = tuple(GRAD_REDUCE_BYTES)
+# `sharding`: "none", or ZeRO-3 / FSDP (two names for one scheme: per-layer parameter gathers).
+SHARDINGS = ("none", "zero3", "fsdp")
 # The keys of tracegen.planner.reshard.STRATEGIES, in its order (a test keeps them equal).
 RESHARD_STRATEGIES = ("xsim", "hetauto", "alpacomm", "naive")

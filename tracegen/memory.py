@@ -4,7 +4,11 @@ Sources:
 - Mixed-precision Adam: Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
   Parameter Models", section 3.1: 2 (fp16/bf16 weights) + 2 (gradients) + 12 (fp32 master weights, momentum,
   variance) = 16 bytes per parameter. The distributed optimizer (Megatron's, ZeRO stage 1) shards the 12
-  bytes over the data-parallel ranks holding the same parameters.
+  bytes over the data-parallel ranks holding the same parameters. Megatron keeps BF16 runs' gradients in
+  FP32 (`grad_reduce_dtype`: its docs/user-guide/features/dist_optimizer.md gives 18 bytes per parameter for
+  "bf16 parameters, fp32 gradients", 6 + 12/d with the distributed optimizer). ZeRO stage 3 (FSDP,
+  section 5.3 of the ZeRO paper) shards weights, gradients and optimizer state alike, and holds the gathered
+  parameters of the unit in use and of the one prefetched, plus one unit's unsharded gradient.
 - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
   (arXiv:2205.05198), section 4: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism; with tensor
   parallelism t, s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism too, s*b*h/t*(34 + 5*a*s/h);
@@ -31,11 +35,12 @@ from typing import Any
 
 from tracegen import deployment_pb2 as dpb
 from tracegen.catalog import GIB
+from tracegen.choices import GRAD_REDUCE_BYTES
 from tracegen.errors import XsimError
 from tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from tracegen.models import ModelArch
 from tracegen.ops import rank_params, shard_of
-from tracegen.spec import gpu_specs, model_arch, replicas
+from tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from traces.io import MEMORY_FILE
 
 RECOMPUTE = ("none", "selective", "full")
@@ -69,6 +74,8 @@ class MemoryOptions:
     recompute: str = "none"  # "none" | "selective" | "full"
     recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
     distributed_optimizer: bool = False
+    grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
+    sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     workspace_bytes: int = WORKSPACE_BYTES
     fragmentation: float = FRAGMENTATION
@@ -167,6 +174,24 @@ def optimizer_bytes(params: int, dp: int, distributed: bool) -> int:
     return -(-total // dp) if distributed else total
 
 
+def zero3_bytes(
+    m: ModelArch, sh: Any, params: int, dp: int, b: int, grad_bytes: int, first: bool, last: bool
+) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) of a ZeRO-3 / FSDP rank: each a 1/DP shard of its parameters
+    (ceil, as FSDP pads), plus the gathered units in flight: the unit in use and the prefetched one in the
+    weights' dtype, and one unit's unsharded gradient before its ReduceScatter."""
+    shard = -(-params // dp)
+    units = [rank_params(m, sh, 1, False, False)]
+    if first:
+        units.append(sh.vocab * m.hidden)
+    if last:
+        units.append(m.norm_params + sh.vocab * m.hidden)
+    biggest = max(units)
+    weights = shard * b + 2 * biggest * b
+    grads = shard * grad_bytes + biggest * grad_bytes
+    return weights, grads, optimizer_bytes(params, dp, True)
+
+
 def _options_of(dep: dpb.Deployment) -> MemoryOptions:
     return MemoryOptions(
         dtype_bytes=dep.dtype_bytes or 2,
@@ -177,6 +202,8 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         recompute=dep.recompute or "none",
         recompute_layers=dep.recompute_layers or 1,
         distributed_optimizer=dep.distributed_optimizer,
+        grad_bytes=GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
+        sharding=dep.sharding or "none",
         attention=dep.attention or "flash",
     )
 
@@ -214,9 +241,14 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
             gpu = specs[dg.gpu]
             for local, r in enumerate(dg.ranks):
-                params = rank_params(m, shard_of(m, t, local), n, first, last)
-                weights = grads = params * o.dtype_bytes
-                opt = optimizer_bytes(params, dp, o.distributed_optimizer)
+                sh = shard_of(m, t, local)
+                params = rank_params(m, sh, n, first, last)
+                gb = o.grad_bytes or o.dtype_bytes
+                if o.sharding in ("zero3", "fsdp"):
+                    weights, grads, opt = zero3_bytes(m, sh, params, dp, o.dtype_bytes, gb, first, last)
+                else:
+                    weights, grads = params * o.dtype_bytes, params * gb
+                    opt = optimizer_bytes(params, dp, o.distributed_optimizer)
                 activations = int(-(-act // 1))
                 base = weights + grads + opt + activations
                 allowance = o.workspace_bytes + int(o.fragmentation * base)

@@ -21,8 +21,10 @@ from tracegen.choices import (
     COMPUTE_MODELS,
     FRAMEWORKS,
     GEMM_RATES,
+    GRAD_REDUCE_DTYPES,
     PRECISIONS,
     RESHARD_STRATEGIES,
+    SHARDINGS,
 )
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
@@ -43,6 +45,18 @@ CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table
 # `cluster:` names of whole-system presets: netmodels.presets.SYSTEM_PRESETS (a test keeps them equal;
 # tracegen does not import netmodels).
 CLUSTER_SYSTEMS = ("dgx-a100", "dgx-h100")
+
+
+def default_grad_reduce_dtype(precision: str) -> str:
+    """Megatron-LM's gradient-reduction width for a precision: FP32 for BF16 (and FP8, which trains with
+    --bf16) runs, FP16 for FP16 runs.
+
+    megatron/training/arguments.py sets accumulate_allreduce_grads_in_fp32 ("bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32") for --bf16 unless --grad-reduce-in-bf16; for --fp16 the
+    flag keeps its default, False.
+    """
+    return "fp16" if precision == "fp16" else "fp32"
+
 
 TOP_KEYS = (
     "name",
@@ -68,6 +82,11 @@ TOP_KEYS = (
     "recompute_layers",
     "virtual_stages",
     "distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "tp_comm_overlap",
+    "grad_reduce_dtype",
+    "sharding",
     "parallel",
     "device_groups",
 )
@@ -311,6 +330,34 @@ class _SpecBuilder:
             raise self.fail(f"{key} must be one of {', '.join(options)}, got {v!r}")
         return v.lower()
 
+    def overlap(self, dep: dpb.Deployment) -> None:
+        """The overlap keys, gradient-reduction width and sharding, with Megatron-LM's own checks."""
+        dep.overlap_grad_reduce = self.bool_key("overlap_grad_reduce")
+        dep.overlap_param_gather = self.bool_key("overlap_param_gather")
+        dep.tp_comm_overlap = self.bool_key("tp_comm_overlap")
+        dep.grad_reduce_dtype = self.choice(
+            "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
+        )
+        dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
+        if dep.overlap_param_gather and not dep.distributed_optimizer:
+            raise self.fail(
+                "overlap_param_gather needs distributed_optimizer: true (Megatron-LM asserts it; "
+                "sharding: zero3 always prefetches its per-layer gathers)"
+            )
+        if dep.overlap_param_gather and not dep.overlap_grad_reduce:
+            raise self.fail("overlap_param_gather needs overlap_grad_reduce: true (Megatron-LM asserts it)")
+        if dep.tp_comm_overlap and not dep.sequence_parallel:
+            raise self.fail(
+                "tp_comm_overlap needs sequence_parallel: true (Megatron-LM: TP communication/GEMM overlap "
+                "happens only with sequence parallelism)"
+            )
+        if dep.sharding != "none" and dep.distributed_optimizer:
+            raise self.fail(
+                f"sharding: {dep.sharding} already shards the optimizer state: drop distributed_optimizer "
+                "(ZeRO-1)"
+            )
+
     def build(self) -> dpb.Deployment:
         raw = self.raw
         unknown = sorted(set(raw) - set(TOP_KEYS))
@@ -341,6 +388,7 @@ class _SpecBuilder:
         self.profile(dep)
         self.recompute(dep)
         dep.distributed_optimizer = self.bool_key("distributed_optimizer")
+        self.overlap(dep)
         blocks = self.parallel_blocks()
         dep.virtual_stages = self.virtual_stages(blocks)
         dep.micro_batches = self.micro_batches(blocks)
@@ -575,11 +623,12 @@ class _SpecBuilder:
         if dep.virtual_stages > 1:
             self.check_interleaving(dep)
         reps = list(replicas(dep).values())
-        if dep.distributed_optimizer and len(reps) > 1:
+        sharded = "distributed_optimizer" if dep.distributed_optimizer else f"sharding: {dep.sharding}"
+        if (dep.distributed_optimizer or dep.sharding not in ("", "none")) and len(reps) > 1:
             layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
             if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
                 raise self.fail(
-                    "distributed_optimizer needs replicas that cut the layers into the same stages and TP "
+                    f"{sharded} needs replicas that cut the layers into the same stages and TP "
                     "(heterogeneous replicas are synchronized by the rewriter's all-reduce rings)"
                 )
 
@@ -1000,6 +1049,11 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,
+        "overlap_grad_reduce": dep.overlap_grad_reduce,
+        "overlap_param_gather": dep.overlap_param_gather,
+        "tp_comm_overlap": dep.tp_comm_overlap,
+        "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
+        "sharding": dep.sharding or "none",
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

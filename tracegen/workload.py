@@ -18,10 +18,13 @@ from typing import Any
 from tracegen import deployment_pb2 as dpb
 from tracegen.bundle import RankTwins, TraceBundle
 from tracegen.catalog import GpuSpec
+from tracegen.choices import GRAD_REDUCE_BYTES
 from tracegen.errors import GeneratorError
 from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 from tracegen.models import ModelArch
 from tracegen.ops import (
+    LINEAR_OPS,
+    Comm,
     Ctx,
     Op,
     Step,
@@ -40,7 +43,7 @@ from tracegen.ops import (
 from tracegen.profile import ProfileTable, build_table, make_row
 from tracegen.rank_nodes import CopiedRank, RankNodes, Records
 from tracegen.schedule import BWD, interleaved, stage_order
-from tracegen.spec import chunk_ranges, gpu_specs, model_arch, replicas
+from tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from traces import attrs as A
 from traces import pb
 from traces.et_stream_pb2 import NodeBatch
@@ -53,10 +56,16 @@ _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
 _COMM_SRC_AT = 5  # P2P nodes: comm_src, then comm_dst, right after those five
 NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, DP gradient sync)
 ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
-# Megatron's distributed optimizer keeps the gradient buffer in FP32 for BF16 training
-# (megatron/training/arguments.py: "bfloat16 requires gradient accumulation and all-reduce to be done in
-# fp32", accumulate_allreduce_grads_in_fp32), and reduce-scatters that buffer.
-DIST_OPT_GRAD_BYTES = 4
+# Megatron keeps the gradient buffer in FP32 for BF16 training (megatron/training/arguments.py: "bfloat16
+# requires gradient accumulation and all-reduce to be done in fp32", accumulate_allreduce_grads_in_fp32) and
+# reduces that buffer; the spec's `grad_reduce_dtype` (tracegen.spec.default_grad_reduce_dtype) says so.
+DIST_OPT_GRAD_BYTES = GRAD_REDUCE_BYTES["fp32"]
+# Transformer Engine's userbuffers (tp_comm_overlap) defaults, transformer_engine/pytorch/module/base.py
+# (initialize_ub, get_default_config): the AllGathers before qkv_fprop, fc1_fprop, proj_dgrad and fc2_dgrad
+# use "ring_exchange" with num_splits = TP; the ReduceScatters after proj_fprop and fc2_fprop "pipeline"
+# with num_splits 4; the dgrad ReduceScatters of qkv and fc1 are "bulk", overlapped with their wgrad GEMM.
+TE_PIPELINE_SPLITS = 4
+EMB, HEAD = "emb", "head"  # parameter units besides the layers (FSDP units, gradient-bucket members)
 # It pads every bucket to a multiple of lcm(DP, 128) elements so each DP rank's shard is equal and
 # 256-byte aligned (megatron/core/distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed).
 DIST_OPT_PAD_ELEMENTS = 128
@@ -88,6 +97,17 @@ def dist_opt_bucket(params: int, dp: int) -> int:
     """Elements of one distributed-optimizer bucket after Megatron's padding to a multiple of lcm(DP, 128)."""
     q = math.lcm(dp, DIST_OPT_PAD_ELEMENTS)
     return -(-params // q) * q
+
+
+def part(total: int, k: int, i: int) -> int:
+    """Part i of `total` cut into k integer parts that differ by at most one and sum to `total`."""
+    return total * (i + 1) // k - total * i // k
+
+
+def fsdp_shard(params: int, dp: int) -> int:
+    """Elements of one rank's shard of an FSDP unit: the unit padded to a multiple of DP, divided by DP
+    (PyTorch FSDP pads each flattened unit so every rank holds an equal shard)."""
+    return -(-params // dp)
 
 
 def is_homogeneous(deployment: dpb.Deployment) -> bool:
@@ -201,6 +221,10 @@ class _Generator:
                 self.attr(A.DURATION_NS, ns),
             )
         return d
+
+    def duration_ns(self, gpu: str, op: Op) -> int:
+        """The exact duration of `op` on `gpu` in ns (the `duration_ns` attribute's value), cached."""
+        return int(self.duration(gpu, op)[1].int64_val)
 
     def run(self) -> TraceBundle:
         reps = replicas(self.dep)
@@ -459,11 +483,10 @@ class _RankProgram:
         `phase` overrides the step's own phase tag (recomputed forward ops keep their forward cost).
         """
         g = self.gen
-        data = [] if pred is None else [pred]
+        # Gathered parameters are waited for by the unit's first compute op (a TP collective needs none).
+        data = ([] if pred is None else [pred]) + (self._take_waits() if isinstance(s, Op) else [])
         ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
-        if isinstance(s, Op) and s.phase == "fwd" and self._phase == "bwd":
-            phase = RECOMPUTE  # a forward op inside a backward pass is a recomputation (selective recompute)
-        tag = phase or (s.phase if isinstance(s, Op) else self._phase)
+        tag = self._tag_of(s, phase)
         tags = self._tags(layer, tag, mb)
         if isinstance(s, Op):
             micros, exact = g.duration(self.gpu, s)
@@ -480,11 +503,150 @@ class _RankProgram:
         self.frontier = nid
         return nid
 
+    def _tag_of(self, s: Step, phase: str) -> str:
+        """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
+        (selective recompute), else the op's own phase (collectives: the pass's)."""
+        if isinstance(s, Op) and s.phase == "fwd" and self._phase == "bwd":
+            phase = RECOMPUTE
+        return phase or (s.phase if isinstance(s, Op) else self._phase)
+
+    def _take_waits(self) -> list[int]:
+        """Parameter gathers the next compute node must wait for (consumed by it)."""
+        w, self.waits = self.waits, []
+        return w
+
     def steps(self, steps: list[Step], pred: int | None, layer: int, mb: int, phase: str = "") -> int | None:
         label = f"L{layer}." if layer else ""
-        for s in steps:
-            pred = self.step(s, pred, layer, mb, label, phase)
+        i = 0
+        while i < len(steps):
+            method = self._tp_overlap_method(steps, i)
+            if method:
+                pred = self.overlapped(method, steps[i], steps[i + 1], pred, layer, mb, label, phase)
+                i += 2
+                continue
+            pred = self.step(steps[i], pred, layer, mb, label, phase)
+            i += 1
         return pred
+
+    # -- tensor-parallel communication overlap (tp_comm_overlap: Transformer Engine's userbuffers) --------
+    def _tp_overlap_method(self, steps: list[Step], i: int) -> str:
+        """TE's overlap method for steps[i] and steps[i + 1], or "" when they are not overlapped.
+
+        Only the SP collectives next to the linear layers TE runs (LINEAR_OPS): an AllGather before a GEMM
+        ("ring_exchange"), a ReduceScatter after a forward GEMM ("pipeline") or a backward GEMM ("bulk").
+        """
+        if not self.tp_overlap or i + 1 >= len(steps):
+            return ""
+        s, nxt = steps[i], steps[i + 1]
+        if isinstance(s, Comm) and s.kind == "all_gather" and isinstance(nxt, Op) and nxt.op in LINEAR_OPS:
+            return "ring_exchange"
+        if (
+            isinstance(s, Op)
+            and s.op in LINEAR_OPS
+            and isinstance(nxt, Comm)
+            and nxt.kind == "reduce_scatter"
+        ):
+            return "pipeline" if s.phase == "fwd" else "bulk"
+        return ""
+
+    def overlapped(
+        self, method: str, a: Step, b: Step, pred: int | None, layer: int, mb: int, label: str, phase: str
+    ) -> int:
+        """A TP collective and its neighbouring GEMM as chunks: GEMM chunks in order on compute, collective
+        chunks in order on the TP stream, each GEMM chunk waiting for the collective chunk it consumes (or
+        each collective chunk for the GEMM chunk it reduces). Returns the node the next step consumes.
+
+        ring_exchange (AllGather then GEMM, k = TP chunks): GEMM chunk 0 runs on the local shard while the
+        TP - 1 exchange steps (each 1/(TP-1) of the AllGather) arrive, chunk j > 0 after step j.
+        pipeline (GEMM then ReduceScatter, k = 4): ReduceScatter chunk i after GEMM chunk i.
+        bulk (backward GEMM then its dgrad ReduceScatter): the GEMM as dgrad and wgrad halves; the
+        ReduceScatter after the dgrad half, under the wgrad half.
+        """
+        gemm, comm = (b, a) if method == "ring_exchange" else (a, b)
+        assert isinstance(gemm, Op) and isinstance(comm, Comm)
+        gtag, ctag = self._tag_of(gemm, phase), self._tag_of(comm, phase)
+        chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
+        after = [] if pred is None else [pred]
+        k = self.st.dg.tp if method == "ring_exchange" else TE_PIPELINE_SPLITS if method == "pipeline" else 2
+        g = [-1] * k
+
+        def gemm_chunk(i: int, data: list[int], ctrl: list[int]) -> int:
+            g[i] = self._gemm_chunk(gemm, i, k, data, ctrl, layer, mb, label, gtag)
+            return g[i]
+
+        if method == "ring_exchange":
+            steps = k - 1
+            gemm_chunk(0, after + self._take_waits(), chain)
+            prev: list[int] = chain
+            for j in range(1, k):
+                c = self._comm_chunk(comm, j - 1, steps, after, prev, layer, mb, label, ctag)
+                prev = [c]
+                gemm_chunk(j, [c], [g[j - 1]])
+            self.frontier = g[-1]
+            return g[-1]
+        if method == "pipeline":
+            prev = []
+            for i in range(k):
+                gemm_chunk(i, after + self._take_waits(), [g[i - 1]] if i else chain)
+                c = self._comm_chunk(comm, i, k, [g[i]], prev, layer, mb, label, ctag)
+                prev = [c]
+            self.frontier = c
+            return c
+        gemm_chunk(0, after + self._take_waits(), chain)  # bulk: dgrad half
+        c = self._comm_chunk(comm, 0, 1, [g[0]], [], layer, mb, label, ctag)
+        self.frontier = gemm_chunk(1, [], [g[0]])  # wgrad half, under the ReduceScatter
+        return c
+
+    def _gemm_chunk(
+        self,
+        s: Op,
+        i: int,
+        k: int,
+        data: list[int],
+        ctrl: list[int],
+        layer: int,
+        mb: int,
+        label: str,
+        tag: str,
+    ) -> int:
+        """Chunk i of k of a GEMM: 1/k of its FLOPs, bytes and exact duration (the parts sum to the whole)."""
+        g = self.gen
+        ns = part(g.duration_ns(self.gpu, s), k, i)
+        extra = [g.attr(A.NUM_OPS, part(s.flops, k, i)), g.attr(A.TENSOR_SIZE, part(s.bytes, k, i))]
+        extra.append(g.attr(A.DURATION_NS, ns))
+        micros = max(1, (ns + 500) // 1000) if ns else 0
+        tags = self._tags(layer, tag, mb)
+        nid = self._add(
+            f"{label}{s.op}.{tag}.mb{mb}.chunk{i}", pb.COMP_NODE, data, ctrl, micros, tags + extra
+        )
+        self.frontier = nid
+        return nid
+
+    def _comm_chunk(
+        self,
+        c: Comm,
+        i: int,
+        k: int,
+        data: list[int],
+        ctrl: list[int],
+        layer: int,
+        mb: int,
+        label: str,
+        tag: str,
+    ) -> int:
+        """Chunk i of k of a TP collective (1/k of its bytes) on the TP group."""
+        g = self.gen
+        extra = [
+            g.attr(A.COMM_TYPE, COMM_KIND[c.kind]),
+            g.attr(A.COMM_SIZE, part(c.size, k, i)),
+            g.attr(A.PG_NAME, self.tp_pg),
+        ]
+        tags = self._tags(layer, tag, mb)
+        nid = self._add(
+            f"{label}{c.op}.{tag}.mb{mb}.chunk{i}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra
+        )
+        self.tp_ids.append(nid)
+        return nid
 
     def p2p(
         self,
@@ -552,10 +714,13 @@ class _RankProgram:
         if ch.prev is not None:
             pred = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
         if ch.first and self.emb is not None:
+            self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
         for layer in range(ch.start, ch.end + 1):
+            self.enter(layer, mb)
             pred = self.steps(self.layer_fwd["fwd"], pred, layer, mb)
         if ch.last and self.head is not None:
+            self.enter(HEAD, mb)
             pred = self.steps(self.head["fwd"], pred, 0, mb)
         assert pred is not None
         self.last_fwd[(ch.index, mb)] = pred
@@ -579,19 +744,26 @@ class _RankProgram:
             pred = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
+            self.enter(HEAD, mb)
             pred = self.steps(self.head["bwd"], pred, 0, mb)
+            self.fsdp_reduce(HEAD, mb)
             if sync:
                 self.bucket_add(m.norm_params + sh.vocab * m.hidden, 0)
         layer_grad = rank_params(m, sh, 1, False, False)
         units = self.recompute_units(ch) if self.recompute == "full" else {}
         for layer in range(ch.end, ch.start - 1, -1):
             for again in units.get(layer, ()):
+                self.enter(again, mb)
                 pred = self.steps(self.layer_fwd["fwd"], pred, again, mb, RECOMPUTE)
+            self.enter(layer, mb)
             pred = self.steps(self.layer_fwd["bwd"], pred, layer, mb)
+            self.fsdp_reduce(layer, mb)
             if sync:
                 self.bucket_add(layer_grad, layer)
         if ch.first and self.emb is not None:
+            self.enter(EMB, mb)
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
+            self.fsdp_reduce(EMB, mb)
             if sync:
                 self.bucket_add(sh.vocab * m.hidden, 0)
         if sync:
@@ -601,42 +773,238 @@ class _RankProgram:
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
     def bucket_add(self, params: int, layer: int) -> None:
-        """Gradients of `params` became ready at the frontier; close the bucket once it is full."""
+        """Gradients of `params` became ready at the frontier; close the bucket once it is full.
+
+        Without overlap_grad_reduce buckets never close early: Megatron-Core then sets bucket_size to None
+        (megatron/core/distributed/distributed_data_parallel.py), one bucket per model chunk.
+        """
         self.pending += params
-        if self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
+        if self.overlap_grad and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
             self.bucket_flush(layer)
 
     def bucket_flush(self, layer: int) -> None:
         """Close the open bucket: an AllReduce of its gradients, or (distributed optimizer) a ReduceScatter
-        of the padded FP32 bucket whose parameters are all-gathered after the optimizer step."""
+        of the padded bucket whose parameters are all-gathered after the optimizer step. Without
+        overlap_grad_reduce the bucket waits for the end of the iteration's backward (flush_deferred)."""
         if self.pending <= 0 or self.dp_pg is None:
             self.pending = 0
             return
-        g = self.gen
-        ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
         if self.dist_opt:
-            padded = dist_opt_bucket(self.pending, self.dp)
-            self.buckets.append(padded)
-            kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
+            self.buckets.append(dist_opt_bucket(self.pending, self.dp))
+        if self.overlap_grad:
+            assert self.frontier is not None
+            self._bucket_node(self.pending, layer, self.frontier)
         else:
-            kind, size, what = pb.ALL_REDUCE, self.pending * self.grad_bytes, "dp_grad_allreduce"
-        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
-        assert self.frontier is not None
-        nid = self._add(
-            f"{what}.bucket{len(self.sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl, 0,
-            self._tags(layer, "sync", NO_MICRO_BATCH) + extra,
-        )  # fmt: skip
-        self.sync_ids.append(nid)
+            self.deferred.append((self.pending, layer))
         self.pending = 0
 
-    def build(self) -> list[pb.Node]:
+    def flush_deferred(self) -> None:
+        """overlap_grad_reduce off: every bucket after the whole backward (Megatron's finish_grad_sync)."""
+        for params, layer in self.deferred:
+            assert self.frontier is not None
+            self._bucket_node(params, layer, self.frontier)
+        self.deferred = []
+
+    def _bucket_node(self, params: int, layer: int, after: int) -> None:
+        g = self.gen
+        assert self.dp_pg is not None
+        ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
+        if self.dist_opt:
+            padded = dist_opt_bucket(params, self.dp)
+            kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
+        else:
+            kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "dp_grad_allreduce"
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
+        nid = self._add(
+            f"{what}.bucket{self.bucket_count}", pb.COMM_COLL_NODE, [after], ctrl, 0,
+            self._tags(layer, "sync", NO_MICRO_BATCH) + extra,
+        )  # fmt: skip
+        self.bucket_count += 1
+        self.sync_ids.append(nid)
+
+    # -- parameter gathers ahead of their first use (overlap_param_gather; sharding: zero3 / fsdp) -------
+    def _dp_comm(
+        self, name: str, kind: int, size: int, data: list[int], ctrl: list[int], layer: int, mb: int
+    ) -> int:
+        """A collective on the DP group, after the previous one (one NCCL communicator, issue order)."""
+        g = self.gen
+        assert self.dp_pg is not None
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
+        chain = [self.sync_ids[-1]] if self.sync_ids else []
+        ctrl = [c for c in ctrl if c not in chain] + chain
+        nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, self._tags(layer, "sync", mb) + extra)
+        self.sync_ids.append(nid)
+        return nid
+
+    def enter(self, unit: int | str, mb: int) -> None:
+        """The ops of parameter unit `unit` (a layer, EMB or HEAD) start at the frontier: wait for its
+        gathered parameters and issue the next gather (prefetch of one)."""
+        if self.fsdp:
+            self._fsdp_enter(unit, mb)
+        elif self.gather_ahead:
+            self._bucket_enter(unit)
+
+    def _bucket_enter(self, unit: int | str) -> None:
+        """overlap_param_gather: bucket j's AllGather is waited for by the first forward op of its layers;
+        that wait issues the next bucket's (Megatron's forward pre-hook, next_param_gather_bucket_group);
+        the first is issued at the start of the iteration (zero_grad)."""
+        j = self.unit_bucket.get(unit)
+        if j is None or j in self.waited:
+            return
+        pos = len(self.waited)
+        self.waited.add(j)
+        assert self.ag_order[pos] == j, "buckets are first used in the planned order"
+        if pos == 0:
+            self.gathered[j] = self._bucket_gather(j, [])
+        self.waits.append(self.gathered[j])
+        if pos + 1 < len(self.ag_order):
+            nxt = self.ag_order[pos + 1]
+            after = [self.frontier] if self.frontier is not None else []
+            self.gathered[nxt] = self._bucket_gather(nxt, after + [self.gathered[j]])
+
+    def _bucket_gather(self, j: int, ctrl: list[int]) -> int:
+        padded = self.plan_buckets[j][0]
+        size = padded // self.dp * self.ctx.b
+        return self._dp_comm(
+            f"dp_param_allgather.bucket{j}", pb.ALL_GATHER, size, [], ctrl, 0, NO_MICRO_BATCH
+        )
+
+    def _fsdp_enter(self, unit: int | str, mb: int) -> None:
+        """FSDP / ZeRO-3: every run of a unit's ops (a visit) waits for that unit's parameter AllGather; the
+        next visit's AllGather is issued as this one starts (FSDP's forward and backward prefetch)."""
+        if self.dp_pg is None or unit == self.cur_unit:
+            return
+        i = self.visit_i
+        assert self.visits[i][0] == unit, "visits follow the planned order"
+        if i == 0:
+            self.visit_ag[0] = self._fsdp_gather(0, [self.frontier] if self.frontier is not None else [])
+        self.waits.append(self.visit_ag[i])
+        if i + 1 < len(self.visits):
+            self.visit_ag[i + 1] = self._fsdp_gather(
+                i + 1, [self.frontier] if self.frontier is not None else []
+            )
+        self.cur_unit = unit
+        self.visit_i = i + 1
+
+    def _fsdp_gather(self, i: int, ctrl: list[int]) -> int:
+        unit, mb = self.visits[i]
+        layer = unit if isinstance(unit, int) else 0
+        size = fsdp_shard(self.unit_params[unit], self.dp) * self.ctx.b
+        return self._dp_comm(f"fsdp_param_allgather.{unit}.mb{mb}", pb.ALL_GATHER, size, [], ctrl, layer, mb)
+
+    def fsdp_reduce(self, unit: int | str, mb: int) -> None:
+        """FSDP / ZeRO-3: the unit's gradients, reduce-scattered as its backward ends (every micro-batch)."""
+        if not self.fsdp or self.dp_pg is None:
+            return
+        assert self.frontier is not None
+        layer = unit if isinstance(unit, int) else 0
+        size = fsdp_shard(self.unit_params[unit], self.dp) * self.dp * self.grad_bytes
+        name = f"fsdp_grad_reducescatter.{unit}.mb{mb}"
+        self._dp_comm(name, pb.REDUCE_SCATTER, size, [self.frontier], [], layer, mb)
+
+    def _pass_units(self, kind: str, ch: _Chunk) -> list[int | str]:
+        """The parameter units a pass uses, in order (backward: recomputed layers before their backward)."""
+        fwd = kind != BWD
+        units: list[int | str] = []
+        if (ch.last if not fwd else ch.first) and (self.head if not fwd else self.emb) is not None:
+            units.append(HEAD if not fwd else EMB)
+        if fwd:
+            units += list(range(ch.start, ch.end + 1))
+        else:
+            rc = self.recompute_units(ch) if self.recompute == "full" else {}
+            for layer in range(ch.end, ch.start - 1, -1):
+                units += [*rc.get(layer, ()), layer]
+        if (ch.first if not fwd else ch.last) and (self.emb if not fwd else self.head) is not None:
+            units.append(EMB if not fwd else HEAD)
+        return units
+
+    def _unit_params(self) -> dict[int | str, int]:
+        """Parameters of each unit this rank holds (its TP shard)."""
+        m, sh = self.gen.model, self.ctx.sh
+        out: dict[int | str, int] = {}
+        if self.emb is not None:
+            out[EMB] = sh.vocab * m.hidden
+        for ch in self.st.chunks:
+            for layer in range(ch.start, ch.end + 1):
+                out[layer] = rank_params(m, sh, 1, False, False)
+        if self.head is not None:
+            out[HEAD] = m.norm_params + sh.vocab * m.hidden
+        return out
+
+    def _plan(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
+        """What forward needs to know before backward fills the buckets: FSDP visits, or (overlap_param_gather)
+        each bucket's units and the order of the buckets' first forward use."""
+        self.unit_params = self._unit_params()
+        if self.fsdp:
+            visits: list[tuple[int | str, int]] = []
+            for kind, c, mb in order:
+                for u in self._pass_units(kind, self.st.chunks[c]):
+                    if not visits or visits[-1][0] != u:
+                        visits.append((u, mb))
+            self.visits = visits
+            self.visit_ag = [-1] * len(visits)
+            self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
+            return
+        if not self.gather_ahead:
+            return
+        # Megatron fills buckets in backward order and closes one when it reaches the bucket size
+        # (bucket_add), per model chunk; replayed here on parameter counts alone.
+        plan: list[tuple[int, list[int | str]]] = []
+        for kind, c, mb in order:
+            if kind != BWD or mb != last_b[c]:
+                continue
+            ch = self.st.chunks[c]
+            pending, members = 0, []
+            order_units: list[int | str] = [HEAD] if ch.last and self.head is not None else []
+            order_units += list(range(ch.end, ch.start - 1, -1))
+            order_units += [EMB] if ch.first and self.emb is not None else []
+            for u in order_units:
+                members.append(u)
+                pending += self.unit_params[u]
+                if self.overlap_grad and pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
+                    plan.append((dist_opt_bucket(pending, self.dp), members))
+                    pending, members = 0, []
+            if pending:
+                plan.append((dist_opt_bucket(pending, self.dp), members))
+        self.plan_buckets = plan
+        self.unit_bucket = {u: j for j, (_, members) in enumerate(plan) for u in members}
+        first_use: list[int] = []
+        for kind, c, _mb in order:
+            if kind == BWD:
+                continue
+            for u in self._pass_units(kind, self.st.chunks[c]):
+                j = self.unit_bucket.get(u)
+                if j is not None and j not in first_use:
+                    first_use.append(j)
+        self.ag_order = first_use
+
+    def setup(self) -> None:
+        """The emission state of a fresh program (DP buckets, overlap and sharding switches)."""
         dep = self.gen.dep
         self.pending = 0
         self.sync_ids: list[int] = []
-        self.dist_opt = dep.distributed_optimizer
+        self.fsdp = dep.sharding in ("zero3", "fsdp")
+        # ZeRO-3 / FSDP also updates only the rank's shard of the optimizer state (as ZeRO-1 does).
+        self.dist_opt = dep.distributed_optimizer or self.fsdp
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
-        self.grad_bytes = DIST_OPT_GRAD_BYTES if self.dist_opt else self.ctx.b
-        self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket
+        self.grad_bytes = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
+        self.overlap_grad = dep.overlap_grad_reduce
+        # overlap_param_gather: the parameter AllGathers of the previous optimizer step run under this
+        # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
+        self.gather_ahead = dep.overlap_param_gather and dep.distributed_optimizer and self.dp_pg is not None
+        self.tp_overlap = dep.tp_comm_overlap and self.ctx.sp and self.st.dg.tp > 1
+        self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket (FSDP: unit)
+        self.bucket_count = 0
+        self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
+        self.waits: list[int] = []  # parameter gathers the next compute node waits for
+        self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
+        self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
+        self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
+        self.visit_i = 0
+
+    def build(self) -> list[pb.Node]:
+        dep = self.gen.dep
+        self.setup()
         v = len(self.st.chunks)
         if v > 1:
             order = interleaved(dep.micro_batches, self.st.count, self.st.index, v)
@@ -647,12 +1015,16 @@ class _RankProgram:
             ]
         # Gradients of a model chunk are complete after its last backward: its buckets are synced there.
         last_b = {c: mb for kind, c, mb in order if kind == BWD}
+        self._plan(order, last_b)
         for kind, c, mb in order:
             ch = self.st.chunks[c]
             if kind == BWD:
-                self.backward(ch, mb, sync=self.dp_pg is not None and mb == last_b[c])
+                self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
             else:
                 self.forward(ch, mb)
+        self.flush_deferred()
+        if self.gather_ahead:
+            assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
         self.finish()
         return self.nodes
 
@@ -681,12 +1053,11 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
-        # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer;
-        # with DP 1, or without it, everything.
+        # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer or
+        # ZeRO-3/FSDP; with DP 1, or without them, everything.
         shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
-        grad = DIST_OPT_GRAD_BYTES if self.dist_opt else self.ctx.b
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
-        plan = optimizer_steps(params, shard, self.ctx.b, grad, self.ctx.precision, fp8)
+        plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         pred = deps
         opt = -1
         for s in (*plan.before, *plan.after):
@@ -709,7 +1080,7 @@ class _RankProgram:
                 continue
             pred = [nid]
         prev: list[int] = []
-        for i, padded in enumerate(self.buckets):
+        for i, padded in enumerate(() if self.gather_ahead or self.fsdp else self.buckets):
             # Updated parameters go back to every DP rank: AllGather of the shard (per-rank input, the
             # ASTRA-sim convention) in the parameters' dtype, bucket by bucket on the DP stream.
             extra = [

@@ -746,7 +746,8 @@ def read_bundle(path: str) -> tuple[Any, str]:
 # Spec keys that shape the generated graph and its sizes; cluster, GPUs, profile and reshard do not.
 GENERATION_KEYS = (
     "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel", "allow_uneven_tp",
-    "dp_bucket_bytes", "device_groups",
+    "dp_bucket_bytes", "device_groups", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+    "grad_reduce_dtype", "sharding",
 )  # fmt: skip
 
 
