@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--model",
         choices=model_names("topology"),
         default="analytical",
-        help="network model (default: analytical, contention-free: concurrent transfers never share a link; "
-        "flow shares them)",
+        help="network model (default: analytical); analytical is contention-free (concurrent transfers "
+        "never share a link), flow shares links",
     )
     p.add_argument(
         "--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table (default: time)"
