@@ -112,6 +112,10 @@ def test_search_limits_edges_and_count_bound(monkeypatch: pytest.MonkeyPatch) ->
     # mb 1, 2 only: 16 % 32), 3 cuts, 3 reshard strategies (xsim, hetauto, alpacomm):
     # (3 + 3 + 2) x 3 x 9 + 1 x 2 x 9 = 234.
     assert se.count_bound(se.parse_cluster("8xH100"), m, 16, 10**9) == 234
+    # docs/decide.md's cluster: pipeline r=1: 3 x 3 shapes x 3 mb x 3 cuts x 3 reshards x 2 orders = 486,
+    # r=2: 2 x 2 x 54 = 216, r=4: 1 x 54 = 54; split: 6 x 6 shapes x 3 micro-batch counts = 108 -> 864.
+    pools = se.parse_cluster("4xA100-40GB+4xH100")
+    assert se.count_bound(pools, m, 16, 10**9) == 864 and len(se.enumerate_candidates(pools, m, 16)) == 574
     pools = se.parse_cluster("8xH100")
     monkeypatch.setenv("XSIM_MAX_SEARCH_PLANS", "234")
     assert se.check_search_size("8xH100", pools, m, 16) == 234  # at the limit: accepted

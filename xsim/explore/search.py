@@ -506,6 +506,7 @@ class SearchResult:
     phase_s: dict[str, float]
     breakdown: tuple[dict[str, Any], ...]  # per rank of the winner: time accounting and memory
     why: tuple[str, ...]
+    bound: int = 0  # the plan count estimated before enumerating (count_bound), at least `enumerated`
 
 
 def search(
@@ -530,7 +531,7 @@ def search(
     m = with_seq_len(base, seq or base.seq_len)
     if global_batch < 1 or top < 1 or (seq is not None and seq < 1):
         raise SearchError("--global-batch, --seq and --top must be >= 1")
-    check_search_size(cluster, pools, m, global_batch)
+    bound = check_search_size(cluster, pools, m, global_batch)
     cands = enumerate_candidates(pools, m, global_batch)
     if not cands:
         raise SearchError(f"no plan of {cluster} divides a global batch of {global_batch} sequences")
@@ -601,7 +602,7 @@ def search(
     return SearchResult(
         cluster, m.name, global_batch, m.seq_len, len(cands), oom, bad, len(scored), tuple(verified),
         {"enumerate": t_enum - t0, "memory": t_mem - t_enum, "estimate": t_est - t_mem, "replay": t_rep - t_est, "total": t_rep - t0},
-        breakdown, why,
+        breakdown, why, bound,
     )  # fmt: skip
 
 
@@ -673,7 +674,7 @@ def format_search(res: SearchResult) -> str:
     ph = res.phase_s
     lines = [
         f"search {res.cluster}, {res.model}, global batch {res.global_batch} x {res.seq} tokens",
-        f"tried {res.enumerated} plans: {res.refused_memory} do not fit in memory, {res.refused_spec} invalid, "
+        f"tried {res.enumerated} plans (estimated at most {res.bound} before enumerating): {res.refused_memory} do not fit in memory, {res.refused_spec} invalid, "
         f"{res.estimated} estimated, {len(res.verified)} replayed; {ph['total']:.1f} s (enumerate "
         f"{ph['enumerate']:.1f}, memory {ph['memory']:.1f}, estimate {ph['estimate']:.1f}, replay {ph['replay']:.1f})",
         f"{'#':>2} {'estimate s':>10} {'replay s':>9} {'tokens/s':>9} {'$/Mtok':>8} {'headroom GiB':>12}  spec / plan",
