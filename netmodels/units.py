@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
 
 from netmodels.errors import UnitError
 
@@ -38,6 +40,9 @@ _BW_UNITS: dict[str, float] = {
 
 _TIME_UNITS: dict[str, float] = {"ns": 1.0, "us": 1e3, "µs": 1e3, "ms": 1e6, "s": 1e9}
 
+# Decimal digits a size's number may have before its unit: checked before the exact conversion, so "1e999999"
+# is refused at once rather than built as a million-digit integer (2^63 bytes has 19 digits).
+_MAX_SIZE_DIGITS = 30
 _NUM = r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
 
@@ -50,8 +55,16 @@ def parse_size(text: str | int) -> int:
     m = re.fullmatch(_NUM + r"\s*([A-Za-z]*)", str(text).strip())
     if not m or m.group(2) not in _SIZE_UNITS:
         raise UnitError(f"cannot parse size {text!r} (examples: 1048576, 64KiB, 1MiB, 16MB, 2GiB)")
-    value = float(m.group(1)) * _SIZE_UNITS[m.group(2)]
-    if value != int(value):
+    # Exact decimal arithmetic: through a float, 9007199254740993 became ...992 (53-bit mantissa, issue 31).
+    number = Decimal(m.group(1))
+    if number and number.adjusted() > _MAX_SIZE_DIGITS:
+        raise UnitError(f"size {text!r} is too large (more than {_MAX_SIZE_DIGITS} digits of bytes)")
+    if number and (number.adjusted() < -_MAX_SIZE_DIGITS or len(number.as_tuple().digits) > _MAX_SIZE_DIGITS):
+        # Below 10^-30 times the largest unit (2^40 < 10^13) no size is whole; neither is one with more
+        # significant digits than a whole size up to 10^30 can have after the point.
+        raise UnitError(f"size {text!r} is not a whole number of bytes")
+    value = Fraction(number) * _SIZE_UNITS[m.group(2)]
+    if value.denominator != 1:
         raise UnitError(f"size {text!r} is not a whole number of bytes")
     return int(value)
 

@@ -194,14 +194,14 @@ def resolve_group(groups: ProcessGroups, name: str) -> tuple[str, tuple[int, ...
     if name in groups.groups:
         return name, groups.groups[name]
     if name in ALL_RANKS_NAMES:
-        return "", tuple(range(groups.num_ranks))
+        return "", groups.all_ranks
     m = _STOI.match(name)
     if m:
         key = str(int(m[1]))
         if key in groups.groups:
             return key, groups.groups[key]
         if key == "0":
-            return "", tuple(range(groups.num_ranks))
+            return "", groups.all_ranks
     return None
 
 

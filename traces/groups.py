@@ -7,6 +7,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from traces import pb
 from traces.errors import TraceError, XsimError
@@ -31,6 +32,11 @@ class ProcessGroups:
     # `<prefix>.<rank>.et` opened alone): a collective on one of them is an error naming the whole set.
     outside: tuple[str, ...] = ()
 
+    @cached_property
+    def all_ranks(self) -> tuple[int, ...]:
+        """Every rank, one tuple shared by all collectives on "" or "0" (one per call was O(ranks^2))."""
+        return tuple(range(self.num_ranks))
+
     def members(self, name: str) -> tuple[int, ...] | None:
         """Ranks of group `name`, or None when the name is unknown.
 
@@ -40,14 +46,14 @@ class ProcessGroups:
         if name in self.groups:
             return self.groups[name]
         if name in ALL_RANKS_NAMES:
-            return tuple(range(self.num_ranks))
+            return self.all_ranks
         m = _LEADING_INT.match(name)
         if m and len(m.group(0).strip().lstrip("+-")) <= _MAX_NAME_DIGITS:
             key = str(int(m.group(0)))
             if key in self.groups:
                 return self.groups[key]
             if key == "0":
-                return tuple(range(self.num_ranks))
+                return self.all_ranks
         return None
 
 

@@ -104,12 +104,60 @@ def install_files(
     return out
 
 
+_STAGING = ".xsim-staging."
+# `.xsim-staging.<host>.<pid>.<random>`: whose run it is, so a later run can tell a dead one's folder.
+_STAGING_OWNER = re.compile(r"^\.xsim-staging\.(?P<host>.+)\.(?P<pid>\d+)\.[^.]+$")
+
+
+def _host() -> str:
+    """This host's name as it can stand in a folder name."""
+    import socket
+
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def remove_stale_staging(out_dir: str) -> list[str]:
+    """Remove staging folders in `out_dir` whose run was killed (SIGKILL, SIGTERM skip `finally`): this
+    host's with a process gone, and the unowned ones (`.xsim-staging.<random>`) of runs before owners were
+    named. Another host's (a Dask sweep on a shared file system) and live runs' stay. Returns what went."""
+    import shutil
+
+    try:
+        names = os.listdir(out_dir)
+    except OSError:
+        return []
+    host, gone = _host(), []
+    for name in names:
+        if not name.startswith(_STAGING):
+            continue
+        m = _STAGING_OWNER.match(name)
+        if m and (m["host"] != host or _alive(int(m["pid"]))):
+            continue
+        path = os.path.join(out_dir, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+    return gone
+
+
 def staging_dir(out_dir: str) -> str:
-    """A fresh hidden folder inside `out_dir` (same file system, so renames are atomic)."""
+    """A fresh hidden folder inside `out_dir` (same file system, so renames are atomic), named for this
+    host and process; stale ones a killed run left there go first (`remove_stale_staging`)."""
     import tempfile
 
     os.makedirs(out_dir, exist_ok=True)
-    return tempfile.mkdtemp(prefix=".xsim-staging.", dir=out_dir)
+    remove_stale_staging(out_dir)
+    return tempfile.mkdtemp(prefix=f"{_STAGING}{_host()}.{os.getpid()}.", dir=out_dir)
 
 
 _SET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")

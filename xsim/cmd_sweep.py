@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "specs",
         nargs="+",
         metavar="SPEC",
-        help="one sweep file (base + axes), or deployment specs (.yaml, .toml, .json)",
+        help="one sweep file (base + axes; at most 4,096 plans, XSIM_MAX_SWEEP_PLANS raises it; exit 1 when "
+        "no plan finished), or deployment specs (.yaml, .toml, .json)",
     )
     p.add_argument(
         "--out", default="out/sweep", help="folder for each spec's traces and results (default: out/sweep)"
@@ -50,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--model",
         choices=model_names("topology"),
         default="analytical",
-        help="network model (default: analytical)",
+        help="network model (default: analytical); analytical is contention-free (concurrent transfers "
+        "never share a link), flow shares links",
     )
     p.add_argument(
         "--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table (default: time)"
@@ -58,7 +60,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
     d = p.add_argument_group("sweep files (docs/decide.md)")
     d.add_argument("--workers", type=int, default=2, help="workers of the embedded Dask LocalCluster (2)")
-    d.add_argument("--scheduler", metavar="ADDRESS", help="use this Dask scheduler (tcp://host:8786) instead")
+    d.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="use this Dask scheduler (tcp://host:8786) instead (sweep files only: SPEC lists are refused)",
+    )
     d.add_argument("--allow-oom", action="store_true", help="replay plans that do not fit in GPU memory")
     d.add_argument("--retry-failed", action="store_true", help="run again plans whose row holds an error")
     d.add_argument("--plot", metavar="FILE.png", help="Pareto plot (default: <out>/pareto.png)")
@@ -121,6 +127,7 @@ def run_file(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise XsimError(f"--workers must be >= 1, got {args.workers}")
     plan = sw.load_sweep(args.specs[0])
+    sw.check_sweep_size(plan, args.specs[0])
     tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom)
     done = sw.run_sweep(
         tasks,
@@ -133,9 +140,13 @@ def run_file(args: argparse.Namespace) -> int:
     rows = sw.sort_rows(sw.rows_for(tasks, args.out), args.sort)
     front = set(sw.pareto_keys(rows))
     plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
+    # Exit 1 when no plan of the sweep finished (every row oom or error, this run's or an earlier one's): a
+    # sweep whose plans all failed has no answer. Some failures are what a sweep is for (plans that do not
+    # fit, combinations that do not resolve), so one finished plan is exit 0 (docs/decide.md).
+    status = 0 if (rows["status"] == "ok").any() else 1
     if args.json:
         print(json.dumps(rows.drop("spec").to_dicts(), indent=1))
-        return 0
+        return status
     print(
         f"{'plan':<17} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
         f"{'peak GiB':>8}  axes"
@@ -152,12 +163,19 @@ def run_file(args: argparse.Namespace) -> int:
         )
         if r["status"] != "ok":
             print(f"{'':<18}{r['error']}")
+    failed = done.failed + done.failed_before
+    before = (
+        f" ({done.failed_before} in an earlier run: --retry-failed runs them again)"
+        if done.failed_before
+        else ""
+    )
     print(
-        f"{done.planned} plans: {done.ran} run, {done.skipped} already in {args.out}/rows, {done.failed} failed; "
+        f"{done.planned} plans: {done.ran} run, {done.skipped} already in {args.out}/rows, {failed} failed{before}; "
         f"{done.wall_s:.1f} s; sorted by {args.sort}; * = Pareto front (time vs $/Mtok)"
         + (f"; plot {plot}" if plot else "")
+        + ("; no plan finished (exit 1)" if status else "")
     )
-    return 0
+    return status
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,6 +184,13 @@ def run(args: argparse.Namespace) -> int:
 
     if _is_sweep_file(args.specs):
         return run_file(args)
+    if args.scheduler:
+        # Spec files run here, one after another (each as `xsim gen` + `xsim replay` would); only a sweep
+        # file's plans are Dask tasks. Silently running in process instead was issue 31.
+        raise XsimError(
+            "--scheduler runs a sweep file's plans on Dask; SPEC files run in this process: drop --scheduler, "
+            "or list them as a sweep file (docs/decide.md)"
+        )
     seen: dict[str, str] = {}
     for spec in args.specs:
         if not NAME_RE.match(_name(spec)):

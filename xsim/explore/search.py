@@ -47,9 +47,17 @@ from tracegen.ops import (
 from tracegen.ops import duration_micros as op_micros
 from tracegen.spec import NODE_SIZE, RESHARDS, load_spec
 from traces.errors import XsimError
+from traces.limits import limit
 from xsim.explore import sweep as sw
 
 MICRO_BATCH_SIZES = (1, 2, 4)
+SPLIT_MICRO_BATCHES = (4, 8, 16)  # micro-batch counts the `split` family tries
+# Bounds checked before enumerating (docs/decide.md, issue 31): 10^9 GPUs once spun in the enumeration and
+# 2^20 grew to 3.8 GB. The memory check builds each candidate's spec, measured at 8 ms (8 GPUs), 36 ms (128)
+# and 0.59 s (2,048) per plan on the shared 2-core machine, ~0.3 ms per GPU: 16,384 GPUs' ~1,000-2,000
+# plans take hours already, and 20,000 plans of a small cluster take minutes before the first replay.
+DEFAULT_MAX_SEARCH_GPUS = 1 << 14
+DEFAULT_MAX_SEARCH_PLANS = 20_000
 INTERCONNECT = "table5"  # the derived cluster's preset (tracegen.spec.CLUSTER_PRESET)
 
 
@@ -145,7 +153,77 @@ class Candidate:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of n in increasing order, by trial division up to sqrt(n) (range(1, n + 1) spun at 10^9)."""
+    low, high = [], []
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            low.append(d)
+            if d != n // d:
+                high.append(n // d)
+    return low + high[::-1]
+
+
+def _tps(m: ModelArch, n: int) -> list[int]:
+    """TP degrees a group of n GPUs may take: divisors within one node that divide the heads."""
+    return [t for t in _divisors(n) if t <= NODE_SIZE and m.heads % t == 0 and m.kv_heads % t == 0]
+
+
+def _pipeline_shapes(p: Pool, r: int, m: ModelArch) -> list[tuple[int, int]]:
+    """(stages, TP) of pool p in each of r `pipeline` replicas: at most 4 stages."""
+    return [(k, t) for t in _tps(m, p.count // r) for k in [p.count // r // t] if k <= 4]
+
+
+def _split_shapes(p: Pool, m: ModelArch) -> list[tuple[int, int]]:
+    """(TP, stages) of the replicas pool p trains on its own in the `split` family: at most 4 stages."""
+    return [(t, k) for t in _tps(m, p.count) for k in _divisors(p.count // t) if k <= 4 and k <= m.layers]
+
+
+def count_bound(pools: Sequence[Pool], m: ModelArch, global_batch: int, cap: int) -> int:
+    """An upper bound on how many plans `enumerate_candidates` makes, without building any (stops counting
+    past CAP): the loops' sizes multiplied (shapes x pool orders x micro-batch sizes x 3 layer cuts x reshard
+    strategies), where the enumeration itself also drops plans with more stages than layers."""
+    total = 0
+    reshards = max(len([r for r in RESHARDS if r != "naive"]), 1)
+    for r in _divisors(math.gcd(*(p.count for p in pools))):
+        n = sum(1 for mb in MICRO_BATCH_SIZES if global_batch % (r * mb) == 0) * 3 * reshards
+        for p in pools:
+            n *= len(_pipeline_shapes(p, r, m))
+            if n == 0 or n > cap:
+                break
+        for k in range(2, len(pools) + 1):  # pool orders: len(pools)!
+            if n == 0 or n > cap:
+                break
+            n *= k
+        total += n
+        if total > cap:
+            return total
+    if len(pools) > 1:
+        n = sum(1 for mc in SPLIT_MICRO_BATCHES if global_batch % mc == 0)
+        for p in pools:
+            n *= len(_split_shapes(p, m))
+            if n == 0 or n > cap:
+                break
+        total += n
+    return total
+
+
+def check_search_size(cluster: str, pools: Sequence[Pool], m: ModelArch, global_batch: int) -> int:
+    """The plan-count bound of a search, or a SearchError naming the limit and the variable raising it."""
+    gpus = sum(p.count for p in pools)
+    cap = limit("XSIM_MAX_SEARCH_GPUS", DEFAULT_MAX_SEARCH_GPUS)
+    if gpus > cap:
+        raise SearchError(
+            f"--search {cluster}: {gpus:,} GPUs, more than the search's limit of {cap:,} "
+            f"(XSIM_MAX_SEARCH_GPUS raises it)"
+        )
+    cap = limit("XSIM_MAX_SEARCH_PLANS", DEFAULT_MAX_SEARCH_PLANS)
+    n = count_bound(pools, m, global_batch, cap)
+    if n > cap:
+        raise SearchError(
+            f"--search {cluster}: an estimated {n:,} plans or more to enumerate, more than the search's "
+            f"limit of {cap:,} (XSIM_MAX_SEARCH_PLANS raises it)"
+        )
+    return n
 
 
 @dataclass
@@ -223,13 +301,10 @@ def enumerate_candidates(pools: Sequence[Pool], m: ModelArch, global_batch: int)
     speed = _speed(m)
     out: list[Candidate] = []
 
-    def tps(n: int) -> list[int]:
-        return [t for t in _divisors(n) if t <= NODE_SIZE and m.heads % t == 0 and m.kv_heads % t == 0]
-
     # pipeline: R replicas, each crossing every pool (k_g stages of TP t_g per pool per replica).
     total = sum(p.count for p in pools)
     for r in _divisors(math.gcd(*(p.count for p in pools))):
-        per_pool = [[(k, t) for t in tps(p.count // r) for k in [p.count // r // t] if k <= 4] for p in pools]
+        per_pool = [_pipeline_shapes(p, r, m) for p in pools]
         for shape in _product(per_pool):
             for order in _orders(len(pools)):
                 for mb in MICRO_BATCH_SIZES:
@@ -262,15 +337,12 @@ def enumerate_candidates(pools: Sequence[Pool], m: ModelArch, global_batch: int)
                             out.append(Candidate("pipeline", tuple(stages), mcount, rs))
     # split: every pool its own replicas; micro-batch per replica in proportion to replica speed.
     if len(pools) > 1:
-        per_pool = [
-            [(t, k) for t in tps(p.count) for k in _divisors(p.count // t) if k <= 4 and k <= m.layers]
-            for p in pools
-        ]
+        per_pool = [_split_shapes(p, m) for p in pools]
         for shape in _product(per_pool):
             reps = []  # (pool, tp, stages per replica, replicas)
             for g, (t, k) in enumerate(shape):
                 reps.append((g, t, k, pools[g].count // (t * k)))
-            for mcount in (4, 8, 16):
+            for mcount in SPLIT_MICRO_BATCHES:
                 if global_batch % mcount:
                     continue
                 seqs = global_batch // mcount  # sequences per micro-batch step, all replicas together
@@ -434,6 +506,7 @@ class SearchResult:
     phase_s: dict[str, float]
     breakdown: tuple[dict[str, Any], ...]  # per rank of the winner: time accounting and memory
     why: tuple[str, ...]
+    bound: int = 0  # the plan count estimated before enumerating (count_bound), at least `enumerated`
 
 
 def search(
@@ -458,6 +531,7 @@ def search(
     m = with_seq_len(base, seq or base.seq_len)
     if global_batch < 1 or top < 1 or (seq is not None and seq < 1):
         raise SearchError("--global-batch, --seq and --top must be >= 1")
+    bound = check_search_size(cluster, pools, m, global_batch)
     cands = enumerate_candidates(pools, m, global_batch)
     if not cands:
         raise SearchError(f"no plan of {cluster} divides a global batch of {global_batch} sequences")
@@ -528,7 +602,7 @@ def search(
     return SearchResult(
         cluster, m.name, global_batch, m.seq_len, len(cands), oom, bad, len(scored), tuple(verified),
         {"enumerate": t_enum - t0, "memory": t_mem - t_enum, "estimate": t_est - t_mem, "replay": t_rep - t_est, "total": t_rep - t0},
-        breakdown, why,
+        breakdown, why, bound,
     )  # fmt: skip
 
 
@@ -600,7 +674,7 @@ def format_search(res: SearchResult) -> str:
     ph = res.phase_s
     lines = [
         f"search {res.cluster}, {res.model}, global batch {res.global_batch} x {res.seq} tokens",
-        f"tried {res.enumerated} plans: {res.refused_memory} do not fit in memory, {res.refused_spec} invalid, "
+        f"tried {res.enumerated} plans (estimated at most {res.bound} before enumerating): {res.refused_memory} do not fit in memory, {res.refused_spec} invalid, "
         f"{res.estimated} estimated, {len(res.verified)} replayed; {ph['total']:.1f} s (enumerate "
         f"{ph['enumerate']:.1f}, memory {ph['memory']:.1f}, estimate {ph['estimate']:.1f}, replay {ph['replay']:.1f})",
         f"{'#':>2} {'estimate s':>10} {'replay s':>9} {'tokens/s':>9} {'$/Mtok':>8} {'headroom GiB':>12}  spec / plan",

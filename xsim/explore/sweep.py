@@ -24,6 +24,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,11 +38,17 @@ from tracegen.errors import SpecError
 from tracegen.memory import OutOfMemory, check_fits, deployment_memory
 from tracegen.spec import load_spec, read_spec_file, spec_to_mapping
 from traces.errors import XsimError
+from traces.limits import limit
 
 NETWORKS = ("analytical", "flow")
 SPECIAL_AXES = ("gpus", "tp", "cuts", "micro_batch", "network", "cluster")
 ROWS_DIR = "rows"
 PLANS_DIR = "plans"
+# Plans a sweep file may expand to (XSIM_MAX_SWEEP_PLANS raises it; issue 31: 64,000 were accepted). A plan
+# of 8 ranks took a median 13.7-34.7 s of task time on the shared 2-core machine (docs/decide.md, "24 plans,
+# 1 worker vs 2"), so 4,096 plans are ~8 hours on 2 workers: past that, a sweep is a mistake more often
+# than a plan; the count is the axes' product, known before any plan is resolved.
+DEFAULT_MAX_SWEEP_PLANS = 4096
 
 # One schema for every row, so the part files concatenate into one dataset.
 SCHEMA: dict[str, Any] = {
@@ -212,6 +219,22 @@ def resolve(spec: Mapping[str, Any], base_dir: str) -> str:
     return json.dumps(spec_to_mapping(dep), sort_keys=True)
 
 
+def plan_count(sweep: Sweep) -> int:
+    """How many plans the sweep expands to before duplicates merge: the product of the axes' lengths."""
+    return math.prod(len(vals) for _, vals in sweep.axes)
+
+
+def check_sweep_size(sweep: Sweep, path: str) -> int:
+    """The sweep's plan count, or a SweepError naming the limit and the variable raising it."""
+    n, cap = plan_count(sweep), limit("XSIM_MAX_SWEEP_PLANS", DEFAULT_MAX_SWEEP_PLANS)
+    if n > cap:
+        raise SweepError(
+            f"{path}: {n:,} plans (the product of the axes' lengths), more than a sweep's limit of {cap:,} "
+            f"(XSIM_MAX_SWEEP_PLANS raises it)"
+        )
+    return n
+
+
 def expand(sweep: Sweep, out: str, allow_oom: bool = False) -> list[PlanTask]:
     """Every plan of the sweep (cartesian product of the axes, in file order)."""
     names = [a for a, _ in sweep.axes]
@@ -359,8 +382,17 @@ def pareto_keys(rows: pl.DataFrame) -> list[str]:
     return sorted(front)
 
 
+def plot_path(path: str) -> str:
+    """The PNG file a `--plot` argument names: DIR/pareto.png for a folder, `.png` added when it has no
+    suffix (matplotlib added it itself, and the sweep reported the name without it)."""
+    if os.path.isdir(path) or path.endswith(os.sep):
+        return os.path.join(path, "pareto.png")
+    return path if os.path.splitext(path)[1] else path + ".png"
+
+
 def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
-    """Scatter of iteration time vs $ per M tokens with the Pareto front; None without matplotlib or points."""
+    """Scatter of iteration time vs $ per M tokens with the Pareto front; None without matplotlib or points.
+    Returns the file written (`plot_path`)."""
     try:
         import matplotlib
 
@@ -383,9 +415,14 @@ def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
     ax.set_title(f"{len(ok)} plans, {len(front)} on the front")
     ax.legend()
     fig.tight_layout()
+    path = plot_path(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=120)
+    except ValueError as exc:  # a suffix matplotlib cannot write ("Format 'txt' is not supported")
+        raise SweepError(f"--plot {path}: {_one_line(exc)}") from None
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -396,9 +433,10 @@ class SweepRun:
     planned: int
     skipped: int  # rows already in the dataset
     ran: int
-    failed: int
+    failed: int  # of the plans run now
     wall_s: float
     workers: int
+    failed_before: int = 0  # skipped rows that hold an error or oom (--retry-failed runs them again)
 
 
 def _client(scheduler: str | None, workers: int):
@@ -439,8 +477,11 @@ def run_sweep(
     t0 = time.perf_counter()
     os.makedirs(out, exist_ok=True)
     done = read_rows(out)
-    have = set(done["key"].to_list()) if not retry_failed else set(done.filter(status="ok")["key"].to_list())
+    ok = set(done.filter(status="ok")["key"].to_list())
+    have = ok if retry_failed else set(done["key"].to_list())
     todo = [t for t in tasks if t.key not in have]
+    # A failed row from an earlier run (disk full, a lost worker) stays failed until --retry-failed: count it.
+    failed_before = sum(t.key in have and t.key not in ok for t in tasks)
     failed = 0
     if todo:
         from distributed import as_completed
@@ -469,7 +510,13 @@ def run_sweep(
                 cluster.close()
     n_workers = workers if scheduler is None else 0
     return SweepRun(
-        len(tasks), len(tasks) - len(todo), len(todo), failed, time.perf_counter() - t0, n_workers
+        len(tasks),
+        len(tasks) - len(todo),
+        len(todo),
+        failed,
+        time.perf_counter() - t0,
+        n_workers,
+        failed_before,
     )
 
 
