@@ -204,7 +204,11 @@ def test_overlap_param_gather_waits_only_for_its_own_bucket():
     # ... and nothing follows the optimizer step: its gathers are the next iteration's (the ones above).
     assert A.get_str(nodes[-1], A.PHASE) == "opt"
     plain = generate(load_spec(spec), rewrite=False).nodes[0]
-    assert [n.name for n in plain[-2:]] == ["dp_param_allgather.bucket0", "dp_param_allgather.bucket1"]
+    # Off: the gathers follow param_copy inside the step, and the next iteration's zero_grad waits for them.
+    assert [n.name for n in plain[-4:]] == [
+        "param_copy.opt", "dp_param_allgather.bucket0", "dp_param_allgather.bucket1", "zero_grad.opt",
+    ]  # fmt: skip
+    assert set(plain[-1].data_deps) == {plain[-4].id, plain[-2].id}
 
 
 def test_overlap_keys_follow_megatron_checks():
@@ -264,20 +268,23 @@ def test_fsdp_gathers_and_reduce_scatters_per_layer_by_hand(name):
     syncs = sync_nodes(nodes)
     named = {n.name: n for n in nodes}
     # Each forward unit's first op waits for its own gather; the prefetch of L1 hangs off the embedding's
-    # gather only (issued as the embedding starts, at t = 0), that of L2 off the embedding's op.
+    # gather only (issued as the embedding starts, at t = 0), that of L2 off the embedding unit's last op
+    # (the embedding dropout of the default megatron-core profile): L1's visit starts after it.
     emb, l1 = named["embedding.fwd.mb0"], named["L1.attn_norm.fwd.mb0"]
+    emb_last = named["embedding_dropout.fwd.mb0"]
     assert list(emb.data_deps) == [syncs[0].id] and syncs[1].id in l1.data_deps
     assert list(syncs[1].ctrl_deps) == [syncs[0].id]
-    assert set(syncs[2].ctrl_deps) == {emb.id, syncs[1].id}
+    assert set(syncs[2].ctrl_deps) == {emb_last.id, syncs[1].id}
     # Backward: L2 waits for the gather prefetched when the head started (the fifth); the head's
     # ReduceScatter hangs off its last backward op.
     l2b = next(n for n in nodes if n.name.startswith("L2.") and A.get_str(n, A.PHASE) == "bwd")
     assert syncs[4].id in l2b.data_deps and by_id[syncs[5].data_deps[0]].name == "final_norm.bwd.mb0"
-    # No DP bucket AllReduce, no gather after the step; the optimizer updates the 1/DP shard and waits for
-    # the last ReduceScatter.
-    opt = nodes[-1]
-    assert A.get_str(opt, A.PHASE) == "opt" and syncs[-1].id in opt.data_deps
-    assert A.num_ops(opt) == ADAM_FLOPS_PER_PARAM * (3_200 + 2 * 20_544 + 3_232)
+    # No DP bucket AllReduce, no gather after the step; the optimizer step (from its grad norm) waits for
+    # the last ReduceScatter, and Adam updates the 1/DP shard.
+    first_opt = next(n for n in nodes if A.get_str(n, A.PHASE) == "opt")
+    assert first_opt.name == "grad_norm.opt" and syncs[-1].id in first_opt.data_deps
+    assert A.get_str(nodes[-1], A.PHASE) == "opt"
+    assert A.num_ops(named["optimizer.opt"]) == ADAM_FLOPS_PER_PARAM * (3_200 + 2 * 20_544 + 3_232)
     # Every rank alike (rank 1 is a copy with its own group name).
     assert [
         (n.name, A.comm_size(n)) for n in sync_nodes(generate(load_spec(dp2(sharding=name))).nodes[1])
@@ -355,7 +362,8 @@ def test_overlap_param_gather_charges_only_what_the_forward_cannot_hide(tmp_path
 
 def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
     # TP 2 with SP: a layer's backward opens with the SP AllGather of its output gradient, which needs no
-    # parameters; the gathered parameters are waited for by the first GEMM (mlp_down's backward).
+    # parameters; the gathered parameters are waited for by the unit's first compute op (under the default
+    # megatron-core profile the fused bias-dropout-add's backward, then mlp_down's; the embedding's dropout).
     spec = {
         "model": TINY,
         "parallel": {"gpu": "H100", "tp": 2, "dp": 2},
@@ -367,5 +375,5 @@ def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
     users = [n for n in nodes if set(n.data_deps) & gathers]
     assert all(n.type == pb.COMP_NODE for n in users)
     assert [n.name for n in users if A.get_str(n, A.PHASE) == "bwd"] == [
-        "L2.mlp_down.bwd.mb0", "L1.mlp_down.bwd.mb0", "embedding.bwd.mb0",
+        "L2.mlp_bias_dropout_add.bwd.mb0", "L1.mlp_bias_dropout_add.bwd.mb0", "embedding_dropout.bwd.mb0",
     ]  # fmt: skip

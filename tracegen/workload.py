@@ -1059,7 +1059,6 @@ class _RankProgram:
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         pred = deps
-        opt = -1
         for s in (*plan.before, *plan.after):
             tags = self._tags(0, "opt", NO_MICRO_BATCH)
             if isinstance(s, Op):
@@ -1067,7 +1066,12 @@ class _RankProgram:
                 extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
                 nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
                 if s.op == "param_copy":
-                    opt = nid  # the updated parameters exist from here: the AllGathers start after it
+                    # The updated parameters exist from here. Without overlap_param_gather, Megatron's
+                    # optimizer.step() all-gathers them before it returns, and the next iteration (its
+                    # zero_grad_buffer, TE's FP8 weight casts) starts after that: the ops that follow wait.
+                    last = self.param_gathers(nid)
+                    pred = [nid] if last is None else [nid, last]
+                    continue
             elif self.mp_pg:
                 extra = [
                     g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
@@ -1079,18 +1083,24 @@ class _RankProgram:
             else:
                 continue
             pred = [nid]
+
+    def param_gathers(self, after: int) -> int | None:
+        """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
+        bucket by bucket on the DP stream after node `after`; the last one's id (None when there are none)."""
+        g = self.gen
         prev: list[int] = []
         for i, padded in enumerate(() if self.gather_ahead or self.fsdp else self.buckets):
             # Updated parameters go back to every DP rank: AllGather of the shard (per-rank input, the
-            # ASTRA-sim convention) in the parameters' dtype, bucket by bucket on the DP stream.
+            # ASTRA-sim convention) in the parameters' dtype.
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_GATHER),
                 g.attr(A.COMM_SIZE, padded // self.dp * self.ctx.b),
                 g.attr(A.PG_NAME, self.dp_pg or ""),
             ]
             nid = self._add(
-                f"dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [opt], prev, 0,
+                f"dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
                 self._tags(0, "sync", NO_MICRO_BATCH) + extra,
             )  # fmt: skip
             self.sync_ids.append(nid)
             prev = [nid]
+        return prev[0] if prev else None
