@@ -67,6 +67,9 @@ class Schedule:
     algorithm: str
     p: int
     channels: tuple[tuple[Stage, ...], ...]
+    # True when the channels are one collective's parallel rings that split every link they share (NCCL's
+    # channels): the analytical model then gives each channel its share of such a link's bandwidth.
+    shared: bool = False
 
 
 def canonical_algorithm(name: str) -> tuple[str, int]:
@@ -210,6 +213,12 @@ def _ring(p: int, kind: str, size: float, root: int, step: int = 1) -> list[Stag
     return _chain(back, [(k + 1) * size / p for k in range(p - 1)], False)  # gather
 
 
+def _permuted(stages: list[Stage], order: list[int]) -> list[Stage]:
+    """The stages of a ring in group order, run on the ring that visits positions in `order`."""
+    o = np.asarray(order, dtype=np.int64)
+    return [Stage(o[s.src], o[s.dst], s.nbytes, s.reduce, s.repeat, s.perm, s.local) for s in stages]
+
+
 def _direct(p: int, kind: str, size: float, root: int) -> list[Stage]:
     if kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
         src, dst = _pairs(p)
@@ -259,10 +268,23 @@ def _hierarchical(p: int, size: float, hosts: list[str] | None) -> list[Stage]:
     return stages
 
 
+RAIL_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+
+
 def build_schedule(
-    kind: str, algorithm: str, p: int, size_bytes: float, root: int = 0, hosts: list[str] | None = None
+    kind: str,
+    algorithm: str,
+    p: int,
+    size_bytes: float,
+    root: int = 0,
+    hosts: list[str] | None = None,
+    rings: list[list[int]] | None = None,
 ) -> Schedule:
-    """The schedule of one collective of `kind` on p positions (Chakra comm_size semantics for size)."""
+    """The schedule of one collective of `kind` on p positions (Chakra comm_size semantics for size).
+
+    `rings` (NCCL mode, netmodels.nccl.rail_rings): the orders of the channels a `ring` AllReduce,
+    ReduceScatter or AllGather runs on, each carrying 1/len(rings) of the data.
+    """
     base, arg = canonical_algorithm(algorithm)
     if kind not in SUPPORTED[base]:
         raise AlgorithmError(
@@ -271,6 +293,9 @@ def build_schedule(
     size = float(size_bytes)
     if p == 1:
         return Schedule(kind, base, 1, ())
+    if base == "ring" and rings and kind in RAIL_KINDS:
+        stages = _ring(p, kind, size / len(rings), root)
+        return Schedule(kind, base, p, tuple(tuple(_permuted(stages, o)) for o in rings), shared=True)
     if base == "ring":
         channels = (tuple(_ring(p, kind, size, root)),)
     elif base == "direct":

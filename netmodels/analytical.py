@@ -18,6 +18,7 @@ from netmodels.api import (
 from netmodels.closed_form import ClosedFormModel
 from netmodels.errors import NetworkModelError
 from netmodels.executor import run_chunked
+from netmodels.nccl import effective_link_bandwidth, rail_rings
 from netmodels.topology import Topology
 from netmodels.units import parse_bandwidth, parse_time_ns
 
@@ -60,6 +61,9 @@ class AnalyticalModel(ClosedFormModel):
             chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth
         )
         self.algorithms = dict(algorithms or {})
+        # NCCL mode (netmodels/nccl.py): rail-aligned channels and the link rates NCCL's protocol reaches.
+        self.nccl = topology.collectives == "nccl"
+        self._eff_bw = effective_link_bandwidth(topology) if self.nccl else None
         # CollectiveSpec -> per-rank finish offsets from the start (ns), see start_collective.
         self._offsets: dict[CollectiveSpec, tuple[int, ...]] = {}
         self._p2p_ns: dict[tuple[int, int, int], int] = {}  # (src, dst, size) -> duration, see start_p2p
@@ -69,12 +73,37 @@ class AnalyticalModel(ClosedFormModel):
         ranks = validate_spec(spec, self.num_ranks)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
         hosts = self.topology.hosts_of(ranks)
+        rings = rail_rings(hosts) if self.nccl else None
         sched = build_schedule(
-            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts
+            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts, rings
         )
         return ranks, sched
 
-    def _cost_fn(self, ranks: tuple[int, ...]):
+    def _channel_share(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray | None:
+        """Channels of the schedule using each link, for channels that split the links they share."""
+        if not sched.shared or len(sched.channels) < 2:
+            return None
+        topo = self.topology
+        count = np.zeros(len(topo.links))
+        for channel in sched.channels:
+            used: set[int] = set()
+            for stage in channel:
+                for a, b in zip(stage.src.tolist(), stage.dst.tolist(), strict=True):
+                    used.update(topo.route(ranks[a], ranks[b]).links)
+            count[list(used)] += 1
+        return np.maximum(count, 1.0)
+
+    def _route_bw(self, route, share: np.ndarray | None) -> float:
+        """Bandwidth of a route (bytes/ns): its narrowest link at the rate collectives reach, split by share."""
+        if self._eff_bw is None and share is None:
+            return route.bottleneck_bytes_per_ns
+        if not route.links:
+            return float("inf")
+        idx = np.array(route.links, dtype=np.int64)
+        bw = self.topology.link_bandwidth if self._eff_bw is None else self._eff_bw
+        return float((bw[idx] / share[idx]).min() if share is not None else bw[idx].min())
+
+    def _cost_fn(self, ranks: tuple[int, ...], share: np.ndarray | None = None):
         topo = self.topology
         cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -83,7 +112,7 @@ class AnalyticalModel(ClosedFormModel):
             if key not in cache:
                 routes = [topo.route(ranks[a], ranks[b]) for a, b in zip(stage.src, stage.dst, strict=True)]
                 lat = np.array([r.latency_ns for r in routes])
-                bw = np.array([r.bottleneck_bytes_per_ns for r in routes])
+                bw = np.array([self._route_bw(r, share) for r in routes])
                 dur = lat + stage.nbytes / bw + self.endpoint_delay_ns
                 red = (
                     stage.nbytes / self.reduction_bpns
@@ -121,7 +150,7 @@ class AnalyticalModel(ClosedFormModel):
         if offsets is None:
             ranks, sched = self.schedule(spec)
             t0 = np.zeros(len(ranks))
-            cost, occupancy = self._cost_fn(ranks)
+            cost, occupancy = self._cost_fn(ranks, self._channel_share(ranks, sched))
             # A sender's link carries its steps one after another (issue 10 bug 2: without this a ring
             # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
             f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
@@ -143,9 +172,9 @@ class AnalyticalModel(ClosedFormModel):
         if d is None:
             validate_ranks((src, dst), self.num_ranks)
             check_size(size_bytes)
-            t = self.topology.transfer_ns(src, dst, size_bytes) + (
-                self.endpoint_delay_ns if src != dst else 0.0
-            )
+            r = self.topology.route(src, dst)
+            t = r.latency_ns + (size_bytes / self._route_bw(r, None) if r.links else 0.0)
+            t += self.endpoint_delay_ns if src != dst else 0.0
             d = ceil_ns(t)
             if key is not None:
                 self._p2p_ns[key] = d

@@ -13,6 +13,7 @@ from netmodels.errors import NetworkModelError, TopologyError
 from netmodels.inputs import limit, read_text
 from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
+    COLLECTIVE_MODES,
     GPU,
     MAX_LINKS,
     Topology,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
 # The keys each part of a cluster description may hold (docs/netmodels.md); anything else is a typo that
 # would otherwise fall back to a default silently.
-CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links")
-MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links")
+CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links", "collectives")
+MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links", "collectives")
 NODE_KEYS = (
     "name", "gpu", "ranks", "count", "scale_up", "nic", "scale_up_bandwidth", "scale_up_latency",
     "pcie_bandwidth", "pcie_latency", "nic_bandwidth", "nic_latency",
@@ -156,15 +157,20 @@ def build_cluster(desc: Mapping, need: int | None = None) -> Topology:
     nics = _add_nodes(g, desc, "", placed)
     _add_fabric(g, desc.get("fabric") or {"kind": "switch"}, nics, prefix="")
     _apply_overrides(g, desc.get("links") or [])
-    return _finish(str(desc.get("name", "cluster")), g, placed)
+    return _finish(str(desc.get("name", "cluster")), g, placed, desc.get("collectives", "ring"))
 
 
-def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]]) -> Topology:
+def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]], collectives: Any = "ring") -> Topology:
     n = len(placed)
     if sorted(placed) != list(range(n)):
         missing = sorted(set(range(max(placed) + 1)) - set(placed))
         raise TopologyError(f"ranks must be 0..{n - 1} with none missing; missing {missing[:5]}")
-    return Topology(name, g, tuple(placed[r][0] for r in range(n)), tuple(placed[r][1] for r in range(n)))
+    if collectives not in COLLECTIVE_MODES:
+        raise TopologyError(
+            f'cluster "collectives" must be one of {", ".join(COLLECTIVE_MODES)}, got {collectives!r}'
+        )
+    hosts = tuple(placed[r][1] for r in range(n))
+    return Topology(name, g, tuple(placed[r][0] for r in range(n)), hosts, collectives)
 
 
 def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
@@ -369,7 +375,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
         for t in _add_fabric(g, sub.get("fabric") or {"kind": "switch"}, nics, prefix):
             add_duplex(g, t, "wan", bw, lat, "inter_cluster")
     _apply_overrides(g, desc.get("links") or [])
-    return _finish(str(desc.get("name", "clusters")), g, placed)
+    return _finish(str(desc.get("name", "clusters")), g, placed, desc.get("collectives", "ring"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -501,8 +507,8 @@ def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> 
     """A cluster description of `num_ranks` GPUs on DGX-class nodes (netmodels.presets.SYSTEM_PRESETS).
 
     Ranks fill nodes of 8 in order (the last node may be partial); `gpus` gives each rank's GPU type
-    (default: the system's first), each of which the system must hold. Links carry the NCCL-effective
-    bandwidths: NVLink and NIC line rates times their measured efficiencies.
+    (default: the system's first), each of which the system must hold. Links carry line rates; collectives
+    run as NCCL runs them (`"collectives": "nccl"`, netmodels/nccl.py).
     """
     p = system_preset(name)
     if not isinstance(num_ranks, int) or num_ranks < 1:
@@ -523,12 +529,18 @@ def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> 
                 "name": f"node{i}",
                 "gpu": types[0] if len(set(types)) == 1 else types,
                 "ranks": ranks,
-                "scale_up_bandwidth": p.nvlink_effective,
+                "scale_up_bandwidth": p.nvlink_bandwidth,
                 "scale_up_latency": row.scale_up_latency_ns,
                 "pcie_bandwidth": row.pcie_bandwidth,
                 "pcie_latency": row.pcie_latency_ns,
-                "nic_bandwidth": p.nic_effective,
+                "nic_bandwidth": p.nic_bandwidth,
                 "nic_latency": p.nic_latency_ns,
             }
         )
-    return {"name": p.name, "preset": "table5", "nodes": nodes, "fabric": {"kind": "switch"}}
+    return {
+        "name": p.name,
+        "preset": "table5",
+        "nodes": nodes,
+        "fabric": {"kind": "switch"},
+        "collectives": "nccl",
+    }

@@ -44,6 +44,7 @@ from netmodels.maxmin import (
     shared_flows_small,
     sub_csr,
 )
+from netmodels.nccl import effective_link_bandwidth, rail_rings
 from netmodels.topology import Topology
 
 __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
@@ -130,7 +131,9 @@ class FlowModel:
             chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth
         )
         self.algorithms = dict(algorithms or {})
-        self._cap = topology.link_bandwidth
+        # NCCL mode (netmodels/nccl.py): links at the rate NCCL's protocol reaches, rail-aligned channels.
+        self.nccl = topology.collectives == "nccl"
+        self._cap = effective_link_bandwidth(topology) if self.nccl else topology.link_bandwidth
         self._t = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -495,7 +498,8 @@ class FlowModel:
         plan = self._plans.get(key)
         if plan is None:
             hosts = self.topology.hosts_of(ranks)
-            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts)
+            rings = rail_rings(hosts) if self.nccl else None
+            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts, rings)
             by_stage: dict[int, _StagePlan] = {}
             chans = []
             for channel in sched.channels:

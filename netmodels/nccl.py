@@ -1,0 +1,79 @@
+"""NCCL's view of a cluster: what its Simple protocol gets out of each link, and its rail-aligned rings.
+
+Facts come from NVIDIA/nccl's source (read, not copied; our own model of them):
+
+* `src/graph/topo.h` (NCCL master as stored, the version with `SM100_NVLINK_BW`): the bandwidth NCCL's topology
+  search assumes per NVLink, `SM80_NVLINK_BW 20.0`, `SM90_NVLINK_BW 20.6`, `SM100_NVLINK_BW 40.1` (GB/s).
+  A link's line rate per direction is 25 GB/s (NVLink3, NVLink4) or 50 GB/s (NVLink5) (A100/H100/B200
+  datasheets: 12 x 25 = 300, 18 x 25 = 450, 18 x 50 = 900 GB/s per direction). The ratio is the share of
+  the line rate the Simple protocol moves as payload: 0.8 on A100 (12 x 20 = 240 GB/s, "the total
+  effective bandwidth should be 240GB/s on A100", S. Jeaugey, NVIDIA/nccl-tests#149), 0.824 on H100
+  (18 x 20.6 = 370.8 GB/s, "NCCL can get an effective NVLink bandwidth of 370GB/s", NVIDIA/nccl-tests#212).
+* NICs: NCCL takes a NIC's port speed as its bandwidth (`net_ib.cc`: speed in Mb/s / 8000 = GB/s) and its
+  tuning model applies no factor to Simple on the network, so a NIC link keeps its line rate.
+
+A topology built with `collectives: nccl` (the DGX presets, or any cluster description that says so) keeps
+its hardware rates; the models read the rates NCCL gets from `effective_link_bandwidth`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from netmodels.topology import GPU, Topology
+
+# Per-NVLink bandwidth NCCL assumes (GB/s, NVIDIA/nccl src/graph/topo.h) / line rate per link and
+# direction (GB/s, NVIDIA A100/H100/B200 datasheets).
+NVLINK_SIMPLE_EFFICIENCY: dict[str, float] = {
+    "A100-40GB": 20.0 / 25.0,
+    "A100-80GB": 20.0 / 25.0,
+    "H100": 20.6 / 25.0,
+    "H200": 20.6 / 25.0,
+    "B200": 40.1 / 50.0,
+}
+
+
+def link_efficiency(topology: Topology) -> np.ndarray:
+    """Share of each link's rate NCCL's Simple protocol moves as payload (1 off NVLink or outside NCCL mode)."""
+    c = topology._cache
+    eff = c.get("nccl_eff")
+    if eff is None:
+        eff = np.ones(len(topology.links))
+        if topology.collectives == "nccl":
+            nodes = topology.graph.nodes
+            for i, (u, v) in enumerate(topology.links):
+                if topology.graph[u][v].get("kind") != "scaleup":
+                    continue
+                gpu, hub = (u, v) if nodes[u].get("kind") == GPU else (v, u)
+                # NVLink only: a PCIe scale-up switch carries no NVLink protocol overhead figure.
+                if nodes[gpu].get("kind") == GPU and str(hub).endswith("nvswitch"):
+                    eff[i] = NVLINK_SIMPLE_EFFICIENCY.get(str(nodes[gpu].get("gpu")), 1.0)
+        c["nccl_eff"] = eff
+    return eff
+
+
+def effective_link_bandwidth(topology: Topology) -> np.ndarray:
+    """Per-link bandwidth (bytes/ns) collectives reach: the line rate times `link_efficiency`."""
+    c = topology._cache
+    bw = c.get("nccl_bw")
+    if bw is None:
+        bw = c["nccl_bw"] = topology.link_bandwidth * link_efficiency(topology)
+    return bw
+
+
+def rail_rings(hosts: list[str]) -> list[list[int]] | None:
+    """NCCL's rail-aligned rings over group positions: one per local GPU of a host, or None.
+
+    Channel c visits every host's positions in group order rotated by c, so it leaves each host from its
+    (c-1)-th GPU through that GPU's NIC and enters the next host at its c-th GPU: with one NIC per GPU, the
+    C channels cross every node boundary through C different NICs at once (NCCL's rail-aligned graphs,
+    `src/graph/search.cc`). None when the group sits on one host or hosts hold different counts.
+    """
+    by_host: dict[str, list[int]] = {}
+    for i, h in enumerate(hosts):
+        by_host.setdefault(h, []).append(i)
+    members = list(by_host.values())
+    local = len(members[0])
+    if len(members) < 2 or local < 2 or any(len(m) != local for m in members):
+        return None
+    return [[m[(c + j) % local] for m in members for j in range(local)] for c in range(local)]

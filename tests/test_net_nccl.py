@@ -1,0 +1,136 @@
+"""Collectives as NCCL runs them (issue 23): rail-aligned ring channels, one model of a DGX cluster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
+from netmodels.algorithms import build_schedule
+from netmodels.api import CollectiveSpec, simulate_collective
+from netmodels.nccl import rail_rings
+from tracegen import load_spec
+
+GB = 1e9
+S = 1 << 30
+
+
+def _two_nodes(gpus: int, collectives: str) -> dict:
+    """2 nodes x `gpus` A100, zero latencies, NVLink 400 GB/s, PCIe 64 GB/s, NIC 25 GB/s (by hand)."""
+    return {
+        "collectives": collectives,
+        "nodes": [
+            {
+                "name": f"n{i}",
+                "gpu": "A100",
+                "count": gpus,
+                "scale_up_bandwidth": "400GBps",
+                "scale_up_latency": 0,
+                "pcie_bandwidth": "64GBps",
+                "pcie_latency": 0,
+                "nic_bandwidth": "25GBps",
+                "nic_latency": 0,
+            }
+            for i in range(2)
+        ],
+    }
+
+
+def test_rail_rings_cross_each_node_boundary_through_its_own_nic():
+    rings = rail_rings(["a"] * 4 + ["b"] * 4)
+    assert rings == [
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        [1, 2, 3, 0, 5, 6, 7, 4],
+        [2, 3, 0, 1, 6, 7, 4, 5],
+        [3, 0, 1, 2, 7, 4, 5, 6],
+    ]
+    # Channel c leaves a node from local GPU c-1 and enters the next at local GPU c: the 4 channels use
+    # 4 different NICs out of every node and 4 different NICs into it.
+    exits = {(r[3] % 4, r[4] % 4) for r in rings}
+    assert exits == {(3, 0), (0, 1), (1, 2), (2, 3)}
+    assert rail_rings(["a"] * 8) is None and rail_rings(["a", "a", "b"]) is None
+    sched = build_schedule("all_reduce", "ring", 8, 8.0, hosts=None, rings=rings)
+    assert len(sched.channels) == 4 and sched.shared
+    assert sched.channels[0][0].nbytes.tolist() == [0.25] * 8  # S / C / p per step
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+@pytest.mark.parametrize(
+    ("kind", "steps", "per_step"),
+    # p = 8 ranks, C = 4 channels: every channel carries S/C; ring steps of (S/C)/p (AR, RS) or, for
+    # AllGather (S = per-rank input), of S/C.
+    [("all_reduce", 14, S / 4 / 8), ("reduce_scatter", 7, S / 4 / 8), ("all_gather", 7, S / 4)],
+)
+def test_c_channel_ring_over_two_nodes_is_the_closed_form_with_c_nics(model, kind, steps, per_step):
+    # Closed form, zero latencies: each channel's ring crosses the node boundary through its own NIC at
+    # 25 GB/s; its NVLink hops get 0.8 x 400 GB/s (NCCL's Simple-protocol share on A100, topo.h) split by
+    # the 3 channels that cross each GPU's NVLink, 106.7 GB/s, and PCIe 64 GB/s: the NIC is the bottleneck
+    # of every step, so T = steps x (bytes per step) / 25 GB/s, C times faster than one ring over one NIC.
+    spec = CollectiveSpec(kind, S, tuple(range(8)))
+    nccl = simulate_collective(model(build_cluster(_two_nodes(4, "nccl"))), spec).finish_ns
+    expect = steps * per_step / (25 * GB) * 1e9
+    assert nccl == pytest.approx(expect, abs=1)  # engine times are ns rounded up
+    one_ring = simulate_collective(model(build_cluster(_two_nodes(4, "ring"))), spec).finish_ns
+    assert one_ring == pytest.approx(4 * expect, abs=1)
+
+
+def test_analytical_channels_split_the_nvlink_they_share():
+    # NVLink at 30 GB/s (x 0.8 = 24) split by 3 channels = 8 GB/s per channel: now NVLink, not the 25 GB/s
+    # NIC, bounds each step: T = 14 x (S/32) / 8 GB/s.
+    desc = _two_nodes(4, "nccl")
+    for node in desc["nodes"]:
+        node["scale_up_bandwidth"] = "30GBps"
+    spec = CollectiveSpec("all_reduce", S, tuple(range(8)))
+    t = simulate_collective(AnalyticalModel(build_cluster(desc)), spec).finish_ns
+    assert t == pytest.approx(14 * S / 32 / (8 * GB) * 1e9, abs=1)
+
+
+def _dgx_h100_by_hand(nodes: int) -> dict:
+    """Two DGX H100 written out from the datasheets (line rates) and the paper's Table 5/6 delays."""
+    return {
+        "collectives": "nccl",
+        "nodes": [
+            {
+                "name": f"node{i}",
+                "gpu": "H100",
+                "ranks": list(range(8 * i, 8 * i + 8)),
+                "scale_up_bandwidth": "450GBps",  # NVLink4, 900 GB/s bidirectional
+                "scale_up_latency": "20.44ns",  # Table 5 H100
+                "pcie_bandwidth": "512Gbps",  # Table 5 H100 (PCIe Gen5 x16)
+                "pcie_latency": "287.5ns",  # Table 5: 2 x 143.75 ns
+                "nic_bandwidth": "400Gbps",  # ConnectX-7 NDR
+                "nic_latency": "368ns",  # Table 6 ConnectX-7
+            }
+            for i in range(nodes)
+        ],
+        "fabric": {"kind": "switch"},
+    }
+
+
+def test_one_gib_allreduce_on_two_dgx_h100_three_ways_one_time_near_published(tmp_path):
+    spec = CollectiveSpec("all_reduce", S, tuple(range(16)))
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(_dgx_h100_by_hand(2)))
+    dep = load_spec(
+        {
+            "model": "llama2-7b",
+            "cluster": "dgx-h100",
+            "device_groups": [{"gpu": "H100", "ranks": "0-15", "tp": 16, "layers": [1, 32]}],
+        }
+    )
+    topos = [
+        topology_from_spec("dgx-h100:2"),
+        build_cluster(json.loads(dep.cluster_json)),
+        topology_from_spec(f"cluster:{path}"),
+    ]
+    for model in (AnalyticalModel, FlowModel):
+        times = {simulate_collective(model(t), spec).finish_ns for t in topos}
+        assert len(times) == 1
+    t = times.pop()
+    # Published: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (NCCL maintainer, NVIDIA/nccl-tests#290):
+    # 8 NICs x 47 GB/s = 376 GB/s busBw -> 2 (n-1)/n S / busBw = 5.35 ms for 1 GiB on 16 GPUs.
+    published = 2 * 15 / 16 * S / (8 * 47 * GB) * 1e9
+    assert abs(t / published - 1) < 0.10
+    # NCCL's model: 8 channels, each NIC-bound at 50 GB/s: 30 steps of S/128 (+ latencies).
+    assert t == pytest.approx(30 * S / 128 / (50 * GB) * 1e9, rel=0.01)
