@@ -77,3 +77,51 @@ def rail_rings(hosts: list[str]) -> list[list[int]] | None:
     if len(members) < 2 or local < 2 or any(len(m) != local for m in members):
         return None
     return [[m[(c + j) % local] for m in members for j in range(local)] for c in range(local)]
+
+
+# A NIC slower than this is worth one line at replay time: 100 Gb/s (EDR InfiniBand / 100GbE) is the
+# slowest NIC of any GPU training cluster the project's sources describe; the paper's Table 5 testbed has
+# 10 Gb/s (A100, H100 rows), the default of a `nodes:` cluster.
+SLOW_NIC_BYTES_PER_S = 100e9 / 8
+
+
+def topology_warnings(topology: Topology, rank_gpus: dict[int, str] | None = None) -> tuple[str, ...]:
+    """One line per surprise in replaying on this topology: NICs under 100 Gb/s, GPUs unlike the traces'.
+
+    `rank_gpus` maps a rank to the GPU type the traces were generated for (deployment device groups).
+    """
+    from netmodels.errors import TopologyError
+    from netmodels.presets import canonical_gpu
+
+    out: list[str] = []
+    graph = topology.graph
+    nic_bw = [
+        float(d["bandwidth"])
+        for u, v, d in graph.edges(data=True)
+        if graph.nodes[u].get("kind") == "nic" and d.get("kind") == "nic"
+    ]
+    if nic_bw and min(nic_bw) < SLOW_NIC_BYTES_PER_S:
+        slow = sum(1 for b in nic_bw if b < SLOW_NIC_BYTES_PER_S)
+        out.append(
+            f"network: {slow} of {len(nic_bw)} NICs run at {min(nic_bw) * 8 / 1e9:g} Gb/s, under 100 Gb/s "
+            "(the paper's Table 5 default of nodes: clusters); set nic_bandwidth or use dgx-a100/dgx-h100"
+        )
+    if rank_gpus:
+        differ = []
+        for r, want in sorted(rank_gpus.items()):
+            if r >= topology.num_ranks:
+                continue
+            have = graph.nodes[topology.rank_nodes[r]].get("gpu")
+            try:
+                want_c = canonical_gpu(want)
+            except TopologyError:
+                want_c = want
+            if have is not None and have != want_c:
+                differ.append((r, have, want_c))
+        if differ:
+            r, have, want = differ[0]
+            out.append(
+                f"network: {len(differ)} ranks sit on GPUs unlike the traces' device groups "
+                f"(rank {r}: topology {have}, traces {want})"
+            )
+    return tuple(out)

@@ -134,3 +134,21 @@ def test_one_gib_allreduce_on_two_dgx_h100_three_ways_one_time_near_published(tm
     assert abs(t / published - 1) < 0.10
     # NCCL's model: 8 channels, each NIC-bound at 50 GB/s: 30 steps of S/128 (+ latencies).
     assert t == pytest.approx(30 * S / 128 / (50 * GB) * 1e9, rel=0.01)
+
+
+def test_replay_warnings_name_slow_nics_and_foreign_gpus():
+    from netmodels.nccl import topology_warnings
+
+    # Table 5's H100 row: 10 Gb/s NICs (the default of a nodes: cluster): one line saying so.
+    slow = topology_warnings(topology_from_spec("nodes:2*H100x4"))
+    assert slow == (
+        "network: 8 of 8 NICs run at 10 Gb/s, under 100 Gb/s (the paper's Table 5 default of nodes: "
+        "clusters); set nic_bandwidth or use dgx-a100/dgx-h100",
+    )
+    dgx = topology_from_spec("dgx-h100:1")
+    assert topology_warnings(dgx) == ()
+    assert topology_warnings(dgx, {r: "H100-SXM" for r in range(8)}) == ()  # an alias of H100
+    mixed = topology_warnings(dgx, {0: "H100", 1: "A100", 2: "A100"})
+    assert mixed == (
+        "network: 2 ranks sit on GPUs unlike the traces' device groups (rank 1: topology H100, traces A100-40GB)",
+    )
