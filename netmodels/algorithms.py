@@ -57,6 +57,8 @@ class Stage:
     perm: bool = False
     # A pure local step (ASTRA-sim's per-phase memory-bus crossing): no transfers, every position waits.
     local: bool = False
+    # Latency (ns) each transfer adds to its route's (NCCL protocols' per-step latency, netmodels/nccl.py).
+    extra_ns: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)

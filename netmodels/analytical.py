@@ -16,9 +16,16 @@ from netmodels.api import (
     validate_spec,
 )
 from netmodels.closed_form import ClosedFormModel
-from netmodels.errors import NetworkModelError
+from netmodels.errors import AlgorithmError, NetworkModelError
 from netmodels.executor import run_chunked
-from netmodels.nccl import effective_link_bandwidth, rail_rings
+from netmodels.nccl import (
+    choose_protocol,
+    effective_link_bandwidth,
+    nccl_protocol_applies,
+    rail_rings,
+    split_protocol,
+    with_protocol,
+)
 from netmodels.topology import Topology
 from netmodels.units import parse_bandwidth, parse_time_ns
 
@@ -66,18 +73,31 @@ class AnalyticalModel(ClosedFormModel):
         self._eff_bw = effective_link_bandwidth(topology) if self.nccl else None
         # CollectiveSpec -> per-rank finish offsets from the start (ns), see start_collective.
         self._offsets: dict[CollectiveSpec, tuple[int, ...]] = {}
-        self._p2p_ns: dict[tuple[int, int, int], int] = {}  # (src, dst, size) -> duration, see start_p2p
+        self._p2p_ns: dict[tuple[int, int, int], int] = {}
+        self._protocols: dict[
+            CollectiveSpec, str
+        ] = {}  # NCCL mode: the protocol each collective ran  # (src, dst, size) -> duration, see start_p2p
 
     def schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule]:
-        """Validate spec and build the schedule of one chunk."""
+        """Validate spec and build the schedule of one chunk (before any NCCL protocol is applied)."""
+        ranks, sched, _ = self._schedule(spec)
+        return ranks, sched
+
+    def _schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule, str | None]:
         ranks = validate_spec(spec, self.num_ranks)
-        algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        algo, proto = split_protocol(spec.algorithm)
+        if proto is not None and not self.nccl:
+            raise AlgorithmError(
+                f"algorithm {spec.algorithm!r}: NCCL protocols run on clusters with collectives: nccl "
+                "(dgx-a100, dgx-h100)"
+            )
+        algo = algo or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
         hosts = self.topology.hosts_of(ranks)
         rings = rail_rings(hosts) if self.nccl else None
         sched = build_schedule(
             spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts, rings
         )
-        return ranks, sched
+        return ranks, sched, proto
 
     def _channel_share(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray | None:
         """Channels of the schedule using each link, for channels that split the links they share."""
@@ -114,6 +134,8 @@ class AnalyticalModel(ClosedFormModel):
                 lat = np.array([r.latency_ns for r in routes])
                 bw = np.array([self._route_bw(r, share) for r in routes])
                 dur = lat + stage.nbytes / bw + self.endpoint_delay_ns
+                if stage.extra_ns is not None:
+                    dur = dur + stage.extra_ns
                 red = (
                     stage.nbytes / self.reduction_bpns
                     if stage.reduce and self.reduction_bpns
@@ -148,16 +170,34 @@ class AnalyticalModel(ClosedFormModel):
         except TypeError:  # an unhashable field: not cached, validate_spec below reports it
             key = offsets = None
         if offsets is None:
-            ranks, sched = self.schedule(spec)
+            ranks, sched, proto = self._schedule(spec)
             t0 = np.zeros(len(ranks))
-            cost, occupancy = self._cost_fn(ranks, self._channel_share(ranks, sched))
+            share = self._channel_share(ranks, sched)
+            cost, occupancy = self._cost_fn(ranks, share)
             # A sender's link carries its steps one after another (issue 10 bug 2: without this a ring
             # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
             f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
+            if self.nccl and len(ranks) > 1 and nccl_protocol_applies(sched.kind, sched.algorithm):
+                # NCCL mode: the protocol NCCL's tuning model picks from the Simple ring's bandwidth time
+                # (or the one forced, `ring/LL128`), then the collective as that protocol runs it.
+                hosts = self.topology.hosts_of(ranks)
+                if proto is None:
+                    proto = choose_protocol(
+                        sched.kind, len(ranks), len(set(hosts)), float(f.max()) * self.chunks
+                    )
+                self._protocols[spec] = proto
+                psched = with_protocol(sched, proto, hosts)
+                cost, occupancy = self._cost_fn(ranks, share)
+                f = run_chunked(lambda _c: psched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets
         return offsets
+
+    def nccl_protocol(self, spec: CollectiveSpec) -> str | None:
+        """The NCCL protocol the collective runs with (NCCL mode, ring AR/RS/AG), else None."""
+        self._collective_offsets(spec)
+        return self._protocols.get(spec)
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Route latency + bytes / bottleneck bandwidth, at now_ns."""

@@ -34,7 +34,7 @@ from netmodels.api import (
     validate_ranks,
     validate_spec,
 )
-from netmodels.errors import NetworkModelError
+from netmodels.errors import AlgorithmError, NetworkModelError
 from netmodels.maxmin import (
     _SMALL_ENTRIES,
     _max_min_numpy,
@@ -44,7 +44,13 @@ from netmodels.maxmin import (
     shared_flows_small,
     sub_csr,
 )
-from netmodels.nccl import effective_link_bandwidth, rail_rings
+from netmodels.nccl import (
+    effective_link_bandwidth,
+    nccl_protocol_applies,
+    rail_rings,
+    split_protocol,
+    with_protocol,
+)
 from netmodels.topology import Topology
 
 __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
@@ -499,7 +505,19 @@ class FlowModel:
         if plan is None:
             hosts = self.topology.hosts_of(ranks)
             rings = rail_rings(hosts) if self.nccl else None
-            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts, rings)
+            base, proto = split_protocol(algo)
+            if proto is not None and not self.nccl:
+                raise AlgorithmError(
+                    f"algorithm {algo!r}: NCCL protocols run on clusters with collectives: nccl "
+                    "(dgx-a100, dgx-h100)"
+                )
+            sched = build_schedule(kind, base, len(ranks), size / self.chunks, root, hosts, rings)
+            if self.nccl and len(ranks) > 1 and nccl_protocol_applies(sched.kind, sched.algorithm):
+                # The protocol NCCL picks (from the Simple ring's closed-form time) or the one forced.
+                if proto is None:
+                    spec = CollectiveSpec(kind, size, ranks, base, ranks[root])
+                    proto = self._chooser().nccl_protocol(spec)
+                sched = with_protocol(sched, proto, hosts)
             by_stage: dict[int, _StagePlan] = {}
             chans = []
             for channel in sched.channels:
@@ -514,15 +532,26 @@ class FlowModel:
             plan = self._plans[key] = (tuple(chans), instant)
         return plan
 
+    def _chooser(self):
+        """An analytical model of the same topology: NCCL's protocol choice needs the Simple ring's time."""
+        if getattr(self, "_choice_model", None) is None:
+            from netmodels.analytical import AnalyticalModel
+
+            self._choice_model = AnalyticalModel(
+                self.topology, self.chunks, self.in_flight, self.endpoint_delay_ns, None, self.algorithms
+            )
+        return self._choice_model
+
     def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
         p = len(ranks)
         nbytes = stage.nbytes.astype(np.float64).tolist()
         sends: list[list] = [[] for _ in range(p)]
         delay = self.endpoint_delay_ns
         src, dst = stage.src.tolist(), stage.dst.tolist()
-        for a, b, nb in zip(src, dst, nbytes, strict=True):
+        extra = stage.extra_ns.tolist() if stage.extra_ns is not None else None
+        for i, (a, b, nb) in enumerate(zip(src, dst, nbytes, strict=True)):
             links, lat, mincap = self._path(ranks[a], ranks[b])
-            lat = lat + delay
+            lat = lat + delay if extra is None else lat + delay + extra[i]
             sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
@@ -530,6 +559,8 @@ class FlowModel:
         instant = None
         if all(x[1] for xs in sends for x in xs):
             lat = np.array([self._path(ranks[a], ranks[b])[1] for a, b in zip(src, dst, strict=True)])
+            if stage.extra_ns is not None:
+                lat = lat + stage.extra_ns
             reducing = np.array(recv) > 0 if reduce else np.zeros(p, dtype=bool)
             red_ns = np.array(red) / self.reduction_bpns if reduce else None
             instant = (stage.src, stage.dst, lat + delay, bool(stage.perm), reducing, red_ns)

@@ -18,6 +18,8 @@ its hardware rates; the models read the rates NCCL gets from `effective_link_ban
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from netmodels.topology import GPU, Topology
@@ -125,3 +127,126 @@ def topology_warnings(topology: Topology, rank_gpus: dict[int, str] | None = Non
                 f"(rank {r}: topology {have}, traces {want})"
             )
     return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Protocols and NCCL's choice among them, for rings (NVIDIA/nccl src/graph/tuning.cc at commit b6475625,
+# NCCL 2.20.3: `baseLat`, `hwLat`, the "model refinements" of ncclTopoTuneModel). Facts, our own code.
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol on a ring: latencies (us) and the share of Simple's bandwidth it reaches."""
+
+    name: str
+    base_us: float  # once per collective (tuning.cc baseLat, Ring row)
+    nvlink_step_us: float  # per ring step over NVLink (hwLat NVLINK, Ring)
+    net_step_us: float  # per ring step over the network (hwLat NET, Ring)
+    net_overhead_us: float  # floor of an intra-node step once the ring spans nodes (getNetOverhead x1/x3)
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "LL": Protocol("LL", 6.6, 0.6, 2.7, 1.0),
+    "LL128": Protocol("LL128", 14.0, 1.9, 4.0, 1.0),
+    # Simple's net overhead is 3x the 1 us of an x86 host (getNetOverhead, "if Simple netOverhead *= 3").
+    "Simple": Protocol("Simple", 8.4, 3.4, 14.0, 3.0),
+}
+PROTOCOL_NAMES = tuple(PROTOCOLS)
+
+
+def bandwidth_factor(protocol: str, kind: str, nodes: int, ppn: float) -> float:
+    """Share of the Simple protocol's ring bandwidth a protocol reaches (tuning.cc's ring refinements).
+
+    LL moves 8 bytes of data per 16-byte line: 1/4 of Simple's bus bandwidth on AllReduce or across nodes,
+    1/3 otherwise; LL128 120 of 128 bytes, 0.92 (0.7 with one GPU per node).
+    """
+    if protocol == "LL":
+        return 0.25 if nodes > 1 or kind == "all_reduce" else 1.0 / 3.0
+    if protocol == "LL128":
+        return 0.92 if ppn >= 2 else 0.7
+    return 1.0
+
+
+def ring_steps(kind: str, p: int, nodes: int) -> tuple[int, int]:
+    """(ring steps, of which over the network) as NCCL's tuning model counts them."""
+    if kind == "all_reduce":
+        return 2 * (p - 1), (2 * nodes if nodes > 1 else 0)
+    return p - 1, nodes - 1
+
+
+def step_latencies_us(protocol: str, nodes: int) -> tuple[float, float]:
+    """(intra-node, network) latency of one ring step in us."""
+    pr = PROTOCOLS[protocol]
+    intra = max(pr.nvlink_step_us, pr.net_overhead_us) if nodes > 1 else pr.nvlink_step_us
+    return intra, pr.net_step_us
+
+
+def predicted_ns(protocol: str, kind: str, p: int, nodes: int, simple_bw_ns: float) -> float:
+    """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
+    steps, inter = ring_steps(kind, p, nodes)
+    intra_us, net_us = step_latencies_us(protocol, nodes)
+    lat_us = PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
+    return lat_us * 1e3 + simple_bw_ns / bandwidth_factor(protocol, kind, nodes, p / nodes)
+
+
+def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
+    """Whether NCCL's protocols time this collective here: ring AllReduce, ReduceScatter, AllGather."""
+    return algorithm == "ring" and kind in ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def choose_protocol(kind: str, p: int, nodes: int, simple_bw_ns: float) -> str:
+    """The protocol NCCL picks: the fastest predicted (ties to the earlier of LL, LL128, Simple)."""
+    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, kind, p, nodes, simple_bw_ns))
+
+
+def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
+    """`ring/LL128` -> ("ring", "LL128"); a name without a protocol -> (name, None)."""
+    if algorithm is None or "/" not in str(algorithm):
+        return algorithm, None
+    base, _, proto = str(algorithm).partition("/")
+    names = {n.lower(): n for n in PROTOCOL_NAMES}
+    if proto.lower() not in names:
+        from netmodels.errors import AlgorithmError
+
+        raise AlgorithmError(
+            f"unknown NCCL protocol {proto!r} in {algorithm!r} (known: {', '.join(PROTOCOL_NAMES)})"
+        )
+    return base, names[proto.lower()]
+
+
+def with_protocol(sched, protocol: str, hosts: list[str]):
+    """The schedule as `protocol` runs it: bytes on the wire / bandwidth factor, each transfer plus its
+    step latency (network when it crosses hosts), each channel's first stage plus the base latency."""
+    from netmodels.algorithms import Schedule, Stage
+
+    nodes = len(set(hosts))
+    factor = bandwidth_factor(protocol, sched.kind, nodes, sched.p / nodes)
+    intra_us, net_us = step_latencies_us(protocol, nodes)
+    ids: dict[str, int] = {}
+    h = np.array([ids.setdefault(x, len(ids)) for x in hosts])
+    base = PROTOCOLS[protocol].base_us * 1e3
+    channels = []
+    for channel in sched.channels:
+        stages = []
+        for k, st in enumerate(channel):
+            extra = np.where(h[st.src] != h[st.dst], net_us * 1e3, intra_us * 1e3)
+            if k == 0:
+                # The base latency once: a first stage repeated is split so only its first step pays it.
+                if st.repeat > 1:
+                    stages.append(
+                        Stage(
+                            st.src, st.dst, st.nbytes / factor, st.reduce, 1, st.perm, st.local, extra + base
+                        )
+                    )
+                    st = Stage(st.src, st.dst, st.nbytes, st.reduce, st.repeat - 1, st.perm, st.local)
+                else:
+                    extra = extra + base
+                    stages.append(
+                        Stage(st.src, st.dst, st.nbytes / factor, st.reduce, 1, st.perm, st.local, extra)
+                    )
+                    continue
+            stages.append(
+                Stage(st.src, st.dst, st.nbytes / factor, st.reduce, st.repeat, st.perm, st.local, extra)
+            )
+        channels.append(tuple(stages))
+    return Schedule(sched.kind, sched.algorithm, sched.p, tuple(channels), sched.shared)
