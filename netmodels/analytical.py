@@ -19,9 +19,11 @@ from netmodels.closed_form import ClosedFormModel
 from netmodels.errors import AlgorithmError, NetworkModelError
 from netmodels.executor import run_chunked
 from netmodels.nccl import (
-    choose_protocol,
+    PROTOCOL_NAMES,
     effective_link_bandwidth,
     nccl_protocol_applies,
+    predicted_ring_ns,
+    predicted_tree_ns,
     rail_rings,
     split_protocol,
     with_protocol,
@@ -45,6 +47,12 @@ def resolve_options(
     # Reduction bandwidth in bytes/ns; None means reductions cost nothing.
     red = None if reduction_bandwidth is None else parse_bandwidth(reduction_bandwidth) / 1e9
     return chunks, chunks_in_flight, ed, red
+
+
+# Chunks of the tree schedule NCCL's choice is predicted from (see _nccl_choice): enough for the middle
+# slots to carry both directions, as the steady state of NCCL's pipeline does.
+PREDICT_TREE_CHUNKS = 8
+TREE_REFERENCE_BYTES = 1 << 30
 
 
 class AnalyticalModel(ClosedFormModel):
@@ -73,10 +81,10 @@ class AnalyticalModel(ClosedFormModel):
         self._eff_bw = effective_link_bandwidth(topology) if self.nccl else None
         # CollectiveSpec -> per-rank finish offsets from the start (ns), see start_collective.
         self._offsets: dict[CollectiveSpec, tuple[int, ...]] = {}
-        self._p2p_ns: dict[tuple[int, int, int], int] = {}
-        self._protocols: dict[
-            CollectiveSpec, str
-        ] = {}  # NCCL mode: the protocol each collective ran  # (src, dst, size) -> duration, see start_p2p
+        self._p2p_ns: dict[tuple[int, int, int], int] = {}  # (src, dst, size) -> duration, see start_p2p
+        # NCCL mode: the (algorithm, protocol) each collective ran with.
+        self._choices: dict[CollectiveSpec, tuple[str, str]] = {}
+        self._tree_rate: dict[tuple[int, ...], float] = {}  # group -> tree bandwidth ns per byte
 
     def schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule]:
         """Validate spec and build the schedule of one chunk (before any NCCL protocol is applied)."""
@@ -84,6 +92,11 @@ class AnalyticalModel(ClosedFormModel):
         return ranks, sched
 
     def _schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule, str | None]:
+        ranks, sched, proto, _ = self._schedule_forced(spec)
+        return ranks, sched, proto
+
+    def _schedule_forced(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule, str | None, bool]:
+        """Ranks, schedule, forced protocol and whether the algorithm was named (spec or options)."""
         ranks = validate_spec(spec, self.num_ranks)
         algo, proto = split_protocol(spec.algorithm)
         if proto is not None and not self.nccl:
@@ -91,26 +104,103 @@ class AnalyticalModel(ClosedFormModel):
                 f"algorithm {spec.algorithm!r}: NCCL protocols run on clusters with collectives: nccl "
                 "(dgx-a100, dgx-h100)"
             )
-        algo = algo or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        algo = algo or self.algorithms.get(spec.kind)
+        forced = algo is not None
+        algo = algo or default_algorithm(spec.kind)
+        sched = self._build(spec, ranks, algo)
+        return ranks, sched, proto, forced
+
+    def _build(
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], algo: str, tree_chunks: int | None = None
+    ) -> Schedule:
         hosts = self.topology.hosts_of(ranks)
         rings = rail_rings(hosts) if self.nccl else None
-        sched = build_schedule(
-            spec.kind, algo, len(ranks), spec.size_bytes / self.chunks, root_index(spec), hosts, rings
+        return build_schedule(
+            spec.kind,
+            algo,
+            len(ranks),
+            spec.size_bytes / self.chunks,
+            root_index(spec),
+            hosts,
+            rings,
+            nccl=self.nccl,
+            tree_chunks=tree_chunks,
         )
-        return ranks, sched, proto
+
+    def _run(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray:
+        """Per-position finish offsets of a schedule run in this model's chunks."""
+        cost, occupancy = self._cost_fn(ranks, self._channel_share(ranks, sched))
+        t0 = np.zeros(len(ranks))
+        # A sender's link carries its steps one after another (issue 10 bug 2: without this a ring
+        # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
+        return run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
+
+    def _tree_ns_per_byte(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> float:
+        """The NCCL tree's bandwidth time per byte as NCCL's model sees it, a perfect pipeline.
+
+        In K chunks the tree takes T(K) = x + c/K: fill and drain slots c/K, steady state x; so
+        x = 2 T(2K) - T(K), taken at 1 GiB (where route latencies are negligible) and per byte, since
+        the bandwidth time is linear in the size. Once per group (a group's trees are its hosts').
+        """
+        rate = self._tree_rate.get(ranks)
+        if rate is None:
+            ref = CollectiveSpec("all_reduce", TREE_REFERENCE_BYTES * self.chunks, ranks)
+            k = PREDICT_TREE_CHUNKS
+            t1 = float(self._run(ranks, self._build(ref, ranks, "double_binary_tree", k)).max())
+            t2 = float(self._run(ranks, self._build(ref, ranks, "double_binary_tree", 2 * k)).max())
+            rate = self._tree_rate[ranks] = (2 * t2 - t1) / TREE_REFERENCE_BYTES
+        return rate
+
+    def _nccl_choice(
+        self, spec: CollectiveSpec, ranks: tuple[int, ...], sched: Schedule, proto: str | None, forced: bool
+    ) -> tuple[Schedule, str, str] | None:
+        """The (schedule, algorithm, protocol) NCCL's tuning model predicts fastest, or None where no NCCL
+        protocol applies. Candidates: the forced algorithm, else ring and (AllReduce) tree; the forced
+        protocol, else all three. Each is predicted from its schedule's Simple bandwidth time here."""
+        hosts = self.topology.hosts_of(ranks)
+        nodes = len(set(hosts))
+        protos = PROTOCOL_NAMES if proto is None else (proto,)
+        cands: list[tuple[float, int, str, str, Schedule]] = []
+        algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
+        for i, algo in enumerate(algos):
+            if not nccl_protocol_applies(spec.kind, algo):
+                continue
+            s = sched if algo == sched.algorithm else self._build(spec, ranks, algo)
+            if algo == "ring":
+                x = float(self._run(ranks, s).max()) * self.chunks
+            else:
+                x = self._tree_ns_per_byte(spec, ranks) * spec.size_bytes
+            for pr in protos:
+                if algo == "ring":
+                    t = predicted_ring_ns(
+                        pr, spec.kind, len(ranks), nodes, spec.size_bytes, len(s.channels), x
+                    )
+                else:
+                    t = predicted_tree_ns(pr, len(ranks), nodes, spec.size_bytes, x)
+                cands.append((t, i * 3 + PROTOCOL_NAMES.index(pr), algo, pr, s))
+        if not cands:
+            return None
+        _, _, algo, pr, s = min(cands, key=lambda c: (c[0], c[1]))
+        return with_protocol(s, pr, hosts), algo, pr
 
     def _channel_share(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray | None:
-        """Channels of the schedule using each link, for channels that split the links they share."""
-        if not sched.shared or len(sched.channels) < 2:
+        """How many transfers of the collective use each link at once, for channels that split the links
+        they share: per channel, the most transfers of one stage on the link, summed over channels."""
+        if not sched.shared:
             return None
         topo = self.topology
         count = np.zeros(len(topo.links))
         for channel in sched.channels:
-            used: set[int] = set()
+            most = np.zeros(len(topo.links))
             for stage in channel:
-                for a, b in zip(stage.src.tolist(), stage.dst.tolist(), strict=True):
-                    used.update(topo.route(ranks[a], ranks[b]).links)
-            count[list(used)] += 1
+                used = [
+                    li
+                    for a, b in zip(stage.src.tolist(), stage.dst.tolist(), strict=True)
+                    for li in topo.route(ranks[a], ranks[b]).links
+                ]
+                if used:
+                    np.maximum(most, np.bincount(used, minlength=len(topo.links)), out=most)
+            count += most
         return np.maximum(count, 1.0)
 
     def _route_bw(self, route, share: np.ndarray | None) -> float:
@@ -170,34 +260,33 @@ class AnalyticalModel(ClosedFormModel):
         except TypeError:  # an unhashable field: not cached, validate_spec below reports it
             key = offsets = None
         if offsets is None:
-            ranks, sched, proto = self._schedule(spec)
-            t0 = np.zeros(len(ranks))
-            share = self._channel_share(ranks, sched)
-            cost, occupancy = self._cost_fn(ranks, share)
-            # A sender's link carries its steps one after another (issue 10 bug 2: without this a ring
-            # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
-            f = run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
-            if self.nccl and len(ranks) > 1 and nccl_protocol_applies(sched.kind, sched.algorithm):
-                # NCCL mode: the protocol NCCL's tuning model picks from the Simple ring's bandwidth time
-                # (or the one forced, `ring/LL128`), then the collective as that protocol runs it.
-                hosts = self.topology.hosts_of(ranks)
-                if proto is None:
-                    proto = choose_protocol(
-                        sched.kind, len(ranks), len(set(hosts)), float(f.max()) * self.chunks
-                    )
-                self._protocols[spec] = proto
-                psched = with_protocol(sched, proto, hosts)
-                cost, occupancy = self._cost_fn(ranks, share)
-                f = run_chunked(lambda _c: psched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
+            ranks, sched, proto, forced = self._schedule_forced(spec)
+            choice = (
+                self._nccl_choice(spec, ranks, sched, proto, forced) if self.nccl and len(ranks) > 1 else None
+            )
+            if choice is None:
+                f = self._run(ranks, sched)
+            else:
+                # NCCL mode: the algorithm and protocol NCCL's tuning model picks (or the ones forced,
+                # `ring/LL128`, `tree`), then the collective as that protocol runs it.
+                psched, algo, pr = choice
+                if key is not None:
+                    self._choices[key] = (algo, pr)
+                f = self._run(ranks, psched)
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets
         return offsets
 
-    def nccl_protocol(self, spec: CollectiveSpec) -> str | None:
-        """The NCCL protocol the collective runs with (NCCL mode, ring AR/RS/AG), else None."""
+    def nccl_choice(self, spec: CollectiveSpec) -> tuple[str, str] | None:
+        """(algorithm, protocol) the collective runs with in NCCL mode (ring AR/RS/AG, tree AR), else None."""
         self._collective_offsets(spec)
-        return self._protocols.get(spec)
+        return self._choices.get(spec)
+
+    def nccl_protocol(self, spec: CollectiveSpec) -> str | None:
+        """The NCCL protocol the collective runs with (see nccl_choice)."""
+        choice = self.nccl_choice(spec)
+        return None if choice is None else choice[1]
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
         """Route latency + bytes / bottleneck bandwidth, at now_ns."""

@@ -46,7 +46,6 @@ from netmodels.maxmin import (
 )
 from netmodels.nccl import (
     effective_link_bandwidth,
-    nccl_protocol_applies,
     rail_rings,
     split_protocol,
     with_protocol,
@@ -199,6 +198,9 @@ class FlowModel:
             self._valid[id(spec)] = (spec, ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
+        if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
+            algo = None
         channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
         handle = next(self._handles)
         p = len(ranks)
@@ -511,12 +513,18 @@ class FlowModel:
                     f"algorithm {algo!r}: NCCL protocols run on clusters with collectives: nccl "
                     "(dgx-a100, dgx-h100)"
                 )
-            sched = build_schedule(kind, base, len(ranks), size / self.chunks, root, hosts, rings)
-            if self.nccl and len(ranks) > 1 and nccl_protocol_applies(sched.kind, sched.algorithm):
-                # The protocol NCCL picks (from the Simple ring's closed-form time) or the one forced.
-                if proto is None:
-                    spec = CollectiveSpec(kind, size, ranks, base, ranks[root])
-                    proto = self._chooser().nccl_protocol(spec)
+            if self.nccl and len(ranks) > 1:
+                # The algorithm and protocol NCCL's tuning model picks (the analytical model's closed
+                # forms predict them, as NCCL's model does), or the ones forced.
+                spec = CollectiveSpec(kind, size, ranks, algo, ranks[root])
+                choice = self._chooser().nccl_choice(spec)
+                if choice is not None:
+                    base, proto = choice
+            base = base or default_algorithm(kind)
+            sched = build_schedule(
+                kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
+            )
+            if self.nccl and len(ranks) > 1 and proto is not None:
                 sched = with_protocol(sched, proto, hosts)
             by_stage: dict[int, _StagePlan] = {}
             chans = []

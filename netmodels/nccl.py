@@ -190,7 +190,9 @@ def predicted_ns(protocol: str, kind: str, p: int, nodes: int, simple_bw_ns: flo
 
 
 def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
-    """Whether NCCL's protocols time this collective here: ring AllReduce, ReduceScatter, AllGather."""
+    """Whether NCCL's protocols time this collective here: ring AR/RS/AG, tree AllReduce."""
+    if algorithm == "double_binary_tree":
+        return kind == "all_reduce"
     return algorithm == "ring" and kind in ("all_reduce", "reduce_scatter", "all_gather")
 
 
@@ -214,39 +216,97 @@ def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
     return base, names[proto.lower()]
 
 
+# NCCL's tree (AllReduce only), tuning.cc at b6475625 (NCCL 2.20.3): baseLat Tree row (LL, LL128, Simple),
+# hwLat NVLINK and NET Tree rows; latency 2 x ((ranks per node - 1) intra + log2(nodes) net).
+TREE_PROTOCOLS: dict[str, Protocol] = {
+    "LL": Protocol("LL", 6.8, 0.6, 5.0, 0.0),
+    "LL128": Protocol("LL128", 14.0, 1.25, 8.5, 0.0),
+    "Simple": Protocol("Simple", 0.0, 28.0, 28.0, 0.0),
+}
+# ncclTopoGetAlgoTime's treeCorrectionFactor (same file): tree bandwidth x this, by protocol and
+# log2(bytes / 64) for 64 B .. 256 MiB ("Trees are not perfectly sticking to the model for medium sizes").
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    "LL": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1),
+    "LL128": (1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}  # fmt: skip
+
+
+def tree_bandwidth_factor(protocol: str, nodes: int) -> float:
+    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 (Simple), LL /3.8, LL128 x 7/9 on one
+    node or 120/128 across nodes (tuning.cc's tree refinements; its per-channel caps are not modelled)."""
+    base = 0.92
+    if protocol == "LL":
+        return base / 3.8
+    if protocol == "LL128":
+        return base * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
+    return base
+
+
+def predicted_tree_ns(protocol: str, p: int, nodes: int, size: float, tree_bw_ns: float) -> float:
+    """NCCL's predicted time of a tree AllReduce: latency + the tree's bandwidth time / share / correction."""
+    pr = TREE_PROTOCOLS[protocol]
+    log2n = max(int(nodes).bit_length() - 1, 0)
+    lat_us = pr.base_us + 2 * ((p // nodes - 1) * pr.nvlink_step_us + log2n * pr.net_step_us)
+    log_size = max(int(size) >> 6, 1).bit_length() - 1
+    corr = TREE_CORRECTION[protocol][log_size] if log_size < 23 else 1.0
+    return lat_us * 1e3 + tree_bw_ns / (tree_bandwidth_factor(protocol, nodes) * corr)
+
+
+def predicted_ring_ns(
+    protocol: str, kind: str, p: int, nodes: int, size: float, channels: int, ring_bw_ns: float
+) -> float:
+    """NCCL's predicted ring time, with ncclTopoGetAlgoTime's "plateau effect" (Simple AllReduce across
+    nodes, at least 64 bytes per channel and rank: latency x 1.4 on Ampere and later)."""
+    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns)
+    if protocol == "Simple" and kind == "all_reduce" and nodes > 1 and size / (channels * p) >= 64:
+        steps, inter = ring_steps(kind, p, nodes)
+        intra_us, net_us = step_latencies_us(protocol, nodes)
+        lat_us = PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
+        t += 0.4 * lat_us * 1e3
+    return t
+
+
 def with_protocol(sched, protocol: str, hosts: list[str]):
-    """The schedule as `protocol` runs it: bytes on the wire / bandwidth factor, each transfer plus its
-    step latency (network when it crosses hosts), each channel's first stage plus the base latency."""
+    """The schedule as `protocol` runs it: bytes on the wire / bandwidth share, each transfer plus its step
+    latency (network where it crosses hosts), each channel's first stage plus the base latency."""
     from netmodels.algorithms import Schedule, Stage
 
     nodes = len(set(hosts))
-    factor = bandwidth_factor(protocol, sched.kind, nodes, sched.p / nodes)
-    intra_us, net_us = step_latencies_us(protocol, nodes)
+    if sched.algorithm == "double_binary_tree":
+        factor = tree_bandwidth_factor(protocol, nodes)
+        pr = TREE_PROTOCOLS[protocol]
+        intra_us, net_us = pr.nvlink_step_us, pr.net_step_us
+    else:
+        factor = bandwidth_factor(protocol, sched.kind, nodes, sched.p / nodes)
+        pr = PROTOCOLS[protocol]
+        intra_us, net_us = step_latencies_us(protocol, nodes)
     ids: dict[str, int] = {}
     h = np.array([ids.setdefault(x, len(ids)) for x in hosts])
-    base = PROTOCOLS[protocol].base_us * 1e3
+    base = pr.base_us * 1e3
     channels = []
     for channel in sched.channels:
         stages = []
         for k, st in enumerate(channel):
             extra = np.where(h[st.src] != h[st.dst], net_us * 1e3, intra_us * 1e3)
-            if k == 0:
-                # The base latency once: a first stage repeated is split so only its first step pays it.
-                if st.repeat > 1:
-                    stages.append(
-                        Stage(
-                            st.src, st.dst, st.nbytes / factor, st.reduce, 1, st.perm, st.local, extra + base
-                        )
-                    )
-                    st = Stage(st.src, st.dst, st.nbytes, st.reduce, st.repeat - 1, st.perm, st.local)
-                else:
-                    extra = extra + base
-                    stages.append(
-                        Stage(st.src, st.dst, st.nbytes / factor, st.reduce, 1, st.perm, st.local, extra)
-                    )
-                    continue
-            stages.append(
-                Stage(st.src, st.dst, st.nbytes / factor, st.reduce, st.repeat, st.perm, st.local, extra)
-            )
+            if st.first is not None:
+                extra = np.where(st.first, extra, 0.0)
+            wire = st.nbytes / factor
+            if k == 0 and st.repeat > 1:
+                # The base latency once: a repeated first stage is split so only its first step pays it.
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, 1, st.perm, st.local, extra + base, st.first)
+                )
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, st.repeat - 1, st.perm, st.local, extra, st.first)
+                )
+            elif k == 0:
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, 1, st.perm, st.local, extra + base, st.first)
+                )
+            else:
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, st.repeat, st.perm, st.local, extra, st.first)
+                )
         channels.append(tuple(stages))
     return Schedule(sched.kind, sched.algorithm, sched.p, tuple(channels), sched.shared)

@@ -69,7 +69,7 @@ def test_c_channel_ring_over_two_nodes_is_the_closed_form_with_c_nics(model, kin
     # of every step, so T = steps x (bytes per step) / 25 GB/s, C times faster than one ring over one NIC.
     # NCCL's Simple protocol adds its per-step latencies (us, tuning.cc), which the NIC-bound pipeline
     # hides but for the last network step: 14 us on a 9-150 ms collective, inside rel=2e-3.
-    spec = CollectiveSpec(kind, S, tuple(range(8)))
+    spec = CollectiveSpec(kind, S, tuple(range(8)), algorithm="ring")
     nccl = simulate_collective(model(build_cluster(_two_nodes(4, "nccl"))), spec).finish_ns
     expect = steps * per_step / (25 * GB) * 1e9
     assert nccl == pytest.approx(expect, rel=2e-3)
@@ -83,7 +83,7 @@ def test_analytical_channels_split_the_nvlink_they_share():
     desc = _two_nodes(4, "nccl")
     for node in desc["nodes"]:
         node["scale_up_bandwidth"] = "30GBps"
-    spec = CollectiveSpec("all_reduce", S, tuple(range(8)))
+    spec = CollectiveSpec("all_reduce", S, tuple(range(8)), algorithm="ring")
     t = simulate_collective(AnalyticalModel(build_cluster(desc)), spec).finish_ns
     assert t == pytest.approx(14 * S / 32 / (8 * GB) * 1e9, rel=1e-3)
 
@@ -208,3 +208,52 @@ def test_protocols_are_refused_outside_nccl_mode():
             AnalyticalModel(topology_from_spec("dgx-h100:1")),
             spec.__class__("all_reduce", 8, (0, 1), "ring/LL64"),
         )
+
+
+def _pair_of_nodes() -> dict:
+    """2 nodes x 1 A100 joined by 25 GB/s NICs (PCIe 64 GB/s), zero latencies, NCCL mode."""
+    nodes = [
+        {"name": f"n{i}", "gpu": "A100", "count": 1, "pcie_bandwidth": "64GBps", "pcie_latency": 0,
+         "nic_bandwidth": "25GBps", "nic_latency": 0}
+        for i in range(2)
+    ]  # fmt: skip
+    return {"collectives": "nccl", "nodes": nodes}
+
+
+@pytest.mark.parametrize(
+    ("protocol", "share", "latency_ns"),
+    # tuning.cc (NCCL 2.20.3) tree rows: Simple 0.92 of the bandwidth, base 0, 28 us per network hop;
+    # LL128 0.92 x 120/128, base 14 us, 8.5 us per hop; LL 0.92 / 3.8, base 6.8 us, 5 us per hop.
+    [
+        ("Simple", 0.92, 2 * 28_000),
+        ("LL128", 0.92 * 120 / 128, 14_000 + 2 * 8_500),
+        ("LL", 0.92 / 3.8, 6_800 + 2 * 5_000),
+    ],
+)
+def test_nccl_tree_closed_form_two_nodes(protocol, share, latency_ns):
+    # Two trees (root n1 and root n0), each S/2 in K = 64 chunks (32 MiB / 64 KiB, capped at 64): slot k
+    # sends chunk k up, slot k + 1 sends it down, so each direction of the NIC path carries one tree's up
+    # and the other's down at once (analytical: 2 transfers share 25 GB/s), K + 1 slots of S/(2K) at
+    # 12.5 GB/s x share, plus each hop's latency once (up, then down) for the first chunk.
+    spec = CollectiveSpec("all_reduce", 64 << 20, (0, 1), algorithm=f"tree/{protocol}")
+    t = simulate_collective(AnalyticalModel(build_cluster(_pair_of_nodes())), spec).finish_ns
+    k = 64
+    expect = (k + 1) * (64 << 20) / (k * 25 * share) + latency_ns
+    assert t == pytest.approx(expect, abs=1)
+    # Flow: the first and last slots carry one direction each, alone at the full 25 GB/s: K slots in all.
+    f = simulate_collective(FlowModel(build_cluster(_pair_of_nodes())), spec).finish_ns
+    assert f == pytest.approx(k * (64 << 20) / (k * 25 * share) + latency_ns, abs=1)
+
+
+def test_nccl_chooses_tree_ll_for_small_and_ring_simple_for_large_multi_node_allreduce():
+    # NCCL's own model on 2 DGX H100: 8 KiB -> tree/LL (latency 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
+    # against ring/LL's 6.6 + 26 x 1.0 + 4 x 2.7 = 43.4 us); 1 GiB -> ring/Simple (bandwidth-bound).
+    topo = topology_from_spec("dgx-h100:2")
+    model = AnalyticalModel(topo)
+    small = CollectiveSpec("all_reduce", 8 << 10, tuple(range(16)))
+    large = CollectiveSpec("all_reduce", 1 << 30, tuple(range(16)))
+    assert model.nccl_choice(small) == ("double_binary_tree", "LL")
+    assert model.nccl_choice(large) == ("ring", "Simple")
+    # On one node the ring wins from 1 MiB on (NCCL's tree has 28 us per Simple step on NVLink).
+    one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
+    assert one.nccl_choice(CollectiveSpec("all_reduce", 1 << 20, tuple(range(8))))[0] == "ring"
