@@ -382,6 +382,11 @@ def build_schedule(
         channels = (tuple(_ring(p, kind, size, root)),)
     elif base == "direct":
         channels = (tuple(_direct(p, kind, size, root)),)
+        if nccl:
+            # NCCL runs AllToAll as concurrent P2P sends to every peer: in the analytical model the
+            # transfers of a stage split the links they share (a GPU's NVLink among its node peers, its
+            # NIC among its remote peers), as the flow model's concurrent flows do.
+            return Schedule(kind, base, p, channels, shared=True)
     elif base == "halving_doubling":
         if kind == "barrier":
             k = (p - 1).bit_length()

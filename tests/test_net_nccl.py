@@ -257,3 +257,20 @@ def test_nccl_chooses_tree_ll_for_small_and_ring_simple_for_large_multi_node_all
     # On one node the ring wins from 1 MiB on (NCCL's tree has 28 us per Simple step on NVLink).
     one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
     assert one.nccl_choice(CollectiveSpec("all_reduce", 1 << 20, tuple(range(8))))[0] == "ring"
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+def test_alltoall_as_p2p_to_every_peer_shares_nvlink_and_nics(model):
+    # S = 256 MiB per rank, S/p to each peer at once. One DGX H100: 7 peers share a GPU's NVLink at NCCL's
+    # 370.8 GB/s: T = 7 (S/8) / 370.8 GB/s. Two nodes: the 8 remote peers' sends share the GPU's 50 GB/s
+    # NIC (and 8 senders share each receiving NIC): T = 8 (S/16) / 50 GB/s, NVLink's 7 (S/16) / 370.8 less.
+    s = 256 << 20
+    one = simulate_collective(
+        model(topology_from_spec("dgx-h100:1")), CollectiveSpec("all_to_all", s, tuple(range(8)))
+    )
+    assert one.finish_ns == pytest.approx(7 * s / 8 / 370.8 + 2 * 20.44, abs=1)
+    two = simulate_collective(
+        model(topology_from_spec("dgx-h100:2")), CollectiveSpec("all_to_all", s, tuple(range(16)))
+    )
+    # + the route's delays: PCIe 287.5 ns twice, NIC 368 ns twice.
+    assert two.finish_ns == pytest.approx(8 * s / 16 / 50 + 2 * 287.5 + 2 * 368, abs=1)
