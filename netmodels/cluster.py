@@ -118,7 +118,7 @@ def topology_ranks(spec: Any) -> int | None:
         if kind == "nodes":
             return cluster_ranks(_nodes_desc(rest))
         if kind in SYSTEM_PRESETS:
-            return int(rest) * system_preset(kind).gpus_per_node
+            return int(rest.split(":")[0]) * system_preset(kind).gpus_per_node
         if kind == "cluster":
             return cluster_ranks(load_cluster_json(rest))
     except (ValueError, NetworkModelError):
@@ -384,7 +384,8 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
 SPEC_HELP = (
     "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
     "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|leaf_spine|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
-    "dgx-a100:NODES | dgx-h100:NODES | cluster:FILE.json | astra:NETWORK.yml"
+    "dgx-a100:NODES | dgx-h100:NODES[:fabric=rail|leaf_spine|fat_tree][:oversubscription=X]"
+    "[:nics_per_leaf=N:spines=M][:k=K] | cluster:FILE.json | astra:NETWORK.yml"
 )
 
 
@@ -414,13 +415,15 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
     if kind == "nodes":
         return build_cluster(_nodes_desc(rest))
     if kind in SYSTEM_PRESETS:
+        count, *opts = rest.split(":")
         try:
-            nodes = int(rest)
+            nodes = int(count)
         except ValueError:
             raise TopologyError(f"{kind} needs a node count, e.g. {kind}:4; got {spec!r}") from None
         if nodes < 1 or nodes * system_preset(kind).gpus_per_node > MAX_CLUSTER_RANKS:
             raise TopologyError(f"{kind}: node count must be 1..{MAX_CLUSTER_RANKS // 8:,}, got {nodes}")
-        return build_cluster(system_cluster(kind, nodes * system_preset(kind).gpus_per_node))
+        fabric = _fabric_options(opts, kind)
+        return build_cluster(system_cluster(kind, nodes * system_preset(kind).gpus_per_node, fabric=fabric))
     if kind == "cluster":
         return build_cluster(load_cluster_json(rest))
     if kind == "astra":
@@ -431,6 +434,25 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
             (d.topology_kind, d.npus, d.bytes_per_ns * 1e9, d.latency_ns) for d in net.dims
         )
     raise TopologyError(f"unknown topology kind {kind!r}; expected {SPEC_HELP}")
+
+
+def _fabric_options(opts: list[str], what: str) -> dict:
+    """`fabric=rail`, `oversubscription=2`, ... of a system preset's spec string as a fabric mapping."""
+    fabric: dict[str, Any] = {"kind": "switch"}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if not eq or key not in ("fabric", "k", "oversubscription", "nics_per_leaf", "spines"):
+            raise TopologyError(
+                f"{what} option {opt!r}: expected fabric=, k=, oversubscription=, nics_per_leaf= or spines="
+            )
+        if key == "fabric":
+            fabric["kind"] = value
+            continue
+        try:
+            fabric[key] = float(value) if key == "oversubscription" else int(value)
+        except ValueError:
+            raise TopologyError(f"{what} option {key} must be a number, got {value!r}") from None
+    return fabric
 
 
 def _nodes_desc(rest: str) -> dict:
@@ -503,7 +525,9 @@ def load_cluster_json(path: str | Path) -> dict:
     return data
 
 
-def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> dict:
+def system_cluster(
+    name: str, num_ranks: int, gpus: list[str] | None = None, fabric: Mapping | None = None
+) -> dict:
     """A cluster description of `num_ranks` GPUs on DGX-class nodes (netmodels.presets.SYSTEM_PRESETS).
 
     Ranks fill nodes of 8 in order (the last node may be partial); `gpus` gives each rank's GPU type
@@ -541,6 +565,6 @@ def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> 
         "name": p.name,
         "preset": "table5",
         "nodes": nodes,
-        "fabric": {"kind": "switch"},
+        "fabric": dict(fabric) if fabric else {"kind": "switch"},
         "collectives": "nccl",
     }

@@ -274,3 +274,41 @@ def test_alltoall_as_p2p_to_every_peer_shares_nvlink_and_nics(model):
     )
     # + the route's delays: PCIe 287.5 ns twice, NIC 368 ns twice.
     assert two.finish_ns == pytest.approx(8 * s / 16 / 50 + 2 * 287.5 + 2 * 368, abs=1)
+
+
+def _run_all(model, specs) -> list[int]:
+    """Start every spec at 0 on one model and run to the end: each one's finish (ns)."""
+    handles = [model.start_collective(0, s) for s in specs]
+    done: dict[int, int] = {}
+    while len(done) < len(handles):
+        t = model.next_event_ns()
+        for c in model.advance(t):
+            done[c.handle] = c.finish_ns
+    return [done[h] for h in handles]
+
+
+def test_concurrent_groups_share_an_oversubscribed_leaf_uplink_in_the_flow_model():
+    # 4 DGX H100, each node's 8 NICs on its own leaf, one spine, 4:1 oversubscribed: a leaf's uplink
+    # carries 8 x 50 / 4 = 100 GB/s. A 2-rank ring AllReduce between nodes 0 and 1 (one GPU each) moves
+    # 2 steps of S/2 at its NIC's 50 GB/s alone; four such groups (GPUs 0-3 with 8-11) share the uplink,
+    # 25 GB/s each: twice as long. Simple protocol: + 8.4 us base and 14 us per network step.
+    topo = topology_from_spec("dgx-h100:4:fabric=leaf_spine:nics_per_leaf=8:spines=1:oversubscription=4")
+    size = 1 << 30
+    specs = [CollectiveSpec("all_reduce", size, (j, 8 + j), algorithm="ring/Simple") for j in range(4)]
+    lat = 8_400 + 2 * 14_000
+    alone = _run_all(FlowModel(topo), specs[:1])[0]
+    assert alone == pytest.approx(2 * (size / 2) / 50 + lat, rel=1e-3)
+    together = _run_all(FlowModel(topo), specs)
+    for t in together:
+        assert t == pytest.approx(2 * (size / 2) / 25 + lat, rel=1e-3)
+    # The analytical model is contention-free by definition: each group alone.
+    assert simulate_collective(AnalyticalModel(topo), specs[0]).finish_ns == pytest.approx(alone, rel=1e-3)
+
+
+def test_rail_fabric_preset_keeps_rail_traffic_on_its_rail_switch():
+    topo = topology_from_spec("dgx-h100:2:fabric=rail")
+    names = topo.links
+    same_rail = [names[i] for i in topo.route(3, 11).links]
+    assert any("rail3" in v for _, v in same_rail) and not any("spine" in v for _, v in same_rail)
+    cross = [names[i] for i in topo.route(3, 12).links]
+    assert any("spine" in v for _, v in cross)
