@@ -22,6 +22,7 @@ from netmodels.nccl import (
     PROTOCOL_NAMES,
     effective_link_bandwidth,
     nccl_protocol_applies,
+    p2p_links,
     predicted_ring_ns,
     predicted_tree_ns,
     rail_rings,
@@ -301,8 +302,14 @@ class AnalyticalModel(ClosedFormModel):
         if d is None:
             validate_ranks((src, dst), self.num_ranks)
             check_size(size_bytes)
-            r = self.topology.route(src, dst)
-            t = r.latency_ns + (size_bytes / self._route_bw(r, None) if r.links else 0.0)
+            if self.nccl:
+                # NCCL mode: a cross-node P2P relays over NVLink to the GPU on the destination's rail (PXN).
+                links, lat = p2p_links(self.topology, src, dst)
+                bw = float(self._eff_bw[list(links)].min()) if links else float("inf")
+                t = lat + (size_bytes / bw if links else 0.0)
+            else:
+                r = self.topology.route(src, dst)
+                t = r.latency_ns + (size_bytes / self._route_bw(r, None) if r.links else 0.0)
             t += self.endpoint_delay_ns if src != dst else 0.0
             d = ceil_ns(t)
             if key is not None:

@@ -46,6 +46,7 @@ from netmodels.maxmin import (
 )
 from netmodels.nccl import (
     effective_link_bandwidth,
+    p2p_links,
     rail_rings,
     split_protocol,
     with_protocol,
@@ -181,6 +182,7 @@ class FlowModel:
         self._dirty = False
         # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity).
         self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
+        self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}  # NCCL mode P2P
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
         # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
@@ -223,7 +225,7 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        links, lat, mincap = self._path(src, dst)
+        links, lat, mincap = self._p2p_path(src, dst) if self.nccl else self._path(src, dst)
         nbytes = float(size_bytes)
         rec = (None, handle, 0, 0)
         if nbytes <= 0 or len(links) == 0:
@@ -497,6 +499,17 @@ class FlowModel:
             links = np.array(r.links, dtype=np.int64)
             mincap = float(self._cap[links].min()) if len(links) else float("inf")
             path = self._paths[pair] = (links, r.latency_ns, mincap)
+        return path
+
+    def _p2p_path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
+        """NCCL mode: a P2P's links via its PXN relay (netmodels.nccl.p2p_links), cached per pair."""
+        pair = (src, dst)
+        path = self._pxn_paths.get(pair)
+        if path is None:
+            links, lat = p2p_links(self.topology, src, dst)
+            arr = np.array(links, dtype=np.int64)
+            mincap = float(self._cap[arr].min()) if len(arr) else float("inf")
+            path = self._pxn_paths[pair] = (arr, lat, mincap)
         return path
 
     def _plan(self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int) -> tuple:

@@ -310,3 +310,35 @@ def with_protocol(sched, protocol: str, hosts: list[str]):
                 )
         channels.append(tuple(stages))
     return Schedule(sched.kind, sched.algorithm, sched.p, tuple(channels), sched.shared)
+
+
+def pxn_relay(topology: Topology, src: int, dst: int) -> int | None:
+    """The rank a cross-node P2P relays through under PXN, or None (same host, no such GPU, or itself).
+
+    PXN (NCCL 2.12+, "PXN: PCI x NVLink", NVIDIA/nccl src/graph/paths.cc, PATH_PXN in topo.h): a GPU sends
+    to a remote GPU through the NIC of the local GPU on the destination's rail, reaching it over NVLink, so
+    inter-node traffic stays rail-aligned (on a rail-optimized fabric: on one rail switch).
+    """
+    c = topology._cache
+    where = c.get("pxn")
+    if where is None:
+        nodes = topology.graph.nodes
+        where = c["pxn"] = {
+            (topology.rank_hosts[r], nodes[topology.rank_nodes[r]].get("local_index")): r
+            for r in range(topology.num_ranks)
+        }
+    hosts, rank_nodes = topology.rank_hosts, topology.rank_nodes
+    if hosts[src] == hosts[dst]:
+        return None
+    relay = where.get((hosts[src], topology.graph.nodes[rank_nodes[dst]].get("local_index")))
+    return None if relay is None or relay == src else relay
+
+
+def p2p_links(topology: Topology, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+    """Links and summed latency of a P2P in NCCL mode: via the PXN relay where there is one."""
+    relay = pxn_relay(topology, src, dst) if topology.collectives == "nccl" else None
+    if relay is None:
+        r = topology.route(src, dst)
+        return r.links, r.latency_ns
+    a, b = topology.route(src, relay), topology.route(relay, dst)
+    return a.links + b.links, a.latency_ns + b.latency_ns

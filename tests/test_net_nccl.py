@@ -8,7 +8,7 @@ import pytest
 
 from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
 from netmodels.algorithms import build_schedule
-from netmodels.api import CollectiveSpec, simulate_collective
+from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
 from netmodels.nccl import rail_rings
 from tracegen import load_spec
 
@@ -312,3 +312,20 @@ def test_rail_fabric_preset_keeps_rail_traffic_on_its_rail_switch():
     assert any("rail3" in v for _, v in same_rail) and not any("spine" in v for _, v in same_rail)
     cross = [names[i] for i in topo.route(3, 12).links]
     assert any("spine" in v for _, v in cross)
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+def test_cross_node_p2p_relays_through_the_destinations_rail_pxn(model):
+    # dgx-h100:2 on a rail fabric: GPU 3 of node 0 -> GPU 12 (local 4) of node 1. PXN: over NVLink to GPU 4
+    # of node 0 (2 x 20.44 ns, NCCL's 370.8 GB/s), through NIC 4 (PCIe 287.5 ns at 64 GB/s, NIC 368 ns at
+    # 50 GB/s) on rail switch 4, never the spine: 64 MiB at the narrowest, 50 GB/s.
+    topo = topology_from_spec("dgx-h100:2:fabric=rail")
+    from netmodels.nccl import p2p_links, pxn_relay
+
+    assert pxn_relay(topo, 3, 12) == 4 and pxn_relay(topo, 3, 11) is None and pxn_relay(topo, 3, 5) is None
+    links, lat = p2p_links(topo, 3, 12)
+    names = [topo.links[i] for i in links]
+    assert ("node0/gpu4", "node0/nic4") in names and not any("spine" in v for _, v in names)
+    size = 64 << 20
+    t = simulate_p2p(model(topo), 3, 12, size).finish_ns
+    assert t == pytest.approx(2 * 20.44 + 2 * 287.5 + 2 * 368 + size / 50, abs=1)
