@@ -553,6 +553,10 @@ class FlowModel:
             plan = self._plans[key] = (tuple(chans), instant)
         return plan
 
+    def nccl_choice(self, spec: CollectiveSpec) -> tuple[str, str] | None:
+        """(algorithm, protocol) NCCL mode runs the collective with (the analytical model's prediction)."""
+        return self._chooser().nccl_choice(spec) if self.nccl else None
+
     def _chooser(self):
         """An analytical model of the same topology: NCCL's protocol choice needs the Simple ring's time."""
         if getattr(self, "_choice_model", None) is None:
