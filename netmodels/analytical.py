@@ -86,6 +86,9 @@ class AnalyticalModel(ClosedFormModel):
         # NCCL mode: the (algorithm, protocol) each collective ran with.
         self._choices: dict[CollectiveSpec, tuple[str, str]] = {}
         self._tree_rate: dict[tuple[int, ...], float] = {}  # group -> tree bandwidth ns per byte
+        # NCCL mode: one-host groups of equal shape (_shape_key) -> (offsets, (algorithm, protocol)).
+        self._by_shape: dict[tuple, tuple[tuple[int, ...], tuple[str, str] | None]] = {}
+        self._sigs: dict[int, tuple] = {}  # rank -> its scale-up links' (rate, delay), see _scale_up_sig
 
     def schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule]:
         """Validate spec and build the schedule of one chunk (before any NCCL protocol is applied)."""
@@ -260,6 +263,14 @@ class AnalyticalModel(ClosedFormModel):
             offsets = self._offsets.get(key) if key is not None else None
         except TypeError:  # an unhashable field: not cached, validate_spec below reports it
             key = offsets = None
+        skey = self._shape_key(spec) if offsets is None and self.nccl else None
+        if skey is not None and skey in self._by_shape:
+            offsets, choice = self._by_shape[skey]
+            if key is not None:
+                self._offsets[key] = offsets
+                if choice is not None:
+                    self._choices[key] = choice
+            return offsets
         if offsets is None:
             ranks, sched, proto, forced = self._schedule_forced(spec)
             choice = (
@@ -277,7 +288,35 @@ class AnalyticalModel(ClosedFormModel):
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets
+            if skey is not None:
+                self._by_shape[skey] = (offsets, None if choice is None else (choice[1], choice[2]))
         return offsets
+
+    def _shape_key(self, spec: CollectiveSpec) -> tuple | None:
+        """NCCL mode, a group on one host: a key equal for groups that time identically (kind, size,
+        algorithm, root position and, per rank in group order, its scale-up links' rates NCCL reaches and
+        delays: the only links such a collective's routes use). None otherwise."""
+        ranks = validate_spec(spec, self.num_ranks)
+        hosts = self.topology.rank_hosts
+        if len(ranks) < 2 or any(hosts[r] != hosts[ranks[0]] for r in ranks):
+            return None
+        return (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), *map(self._scale_up_sig, ranks))
+
+    def _scale_up_sig(self, rank: int) -> tuple:
+        sig = self._sigs.get(rank)
+        if sig is None:
+            topo = self.topology
+            dev = topo.rank_nodes[rank]
+            index = topo._cache["index"]
+            lat = topo.link_latency
+            g = topo.graph
+            ups = [index[(dev, v)] for v in g.successors(dev) if g[dev][v].get("kind") == "scaleup"]
+            downs = [index[(u, dev)] for u in g.predecessors(dev) if g[u][dev].get("kind") == "scaleup"]
+            sig = self._sigs[rank] = (
+                tuple((float(self._eff_bw[i]), float(lat[i])) for i in ups),
+                tuple((float(self._eff_bw[i]), float(lat[i])) for i in downs),
+            )
+        return sig
 
     def nccl_choice(self, spec: CollectiveSpec) -> tuple[str, str] | None:
         """(algorithm, protocol) the collective runs with in NCCL mode (ring AR/RS/AG, tree AR), else None."""

@@ -329,3 +329,16 @@ def test_cross_node_p2p_relays_through_the_destinations_rail_pxn(model):
     size = 64 << 20
     t = simulate_p2p(model(topo), 3, 12, size).finish_ns
     assert t == pytest.approx(2 * 20.44 + 2 * 287.5 + 2 * 368 + size / 50, abs=1)
+
+
+def test_one_host_groups_of_equal_shape_are_timed_once_and_identically():
+    topo = topology_from_spec("dgx-h100:4")
+    first = CollectiveSpec("all_reduce", 48 << 20, tuple(range(8)))
+    other = CollectiveSpec("all_reduce", 48 << 20, tuple(range(16, 24)))
+    memo = AnalyticalModel(topo)
+    memo.fixed_collective_ns(first)
+    assert len(memo._by_shape) == 1
+    hit = memo._collective_offsets(other)
+    assert len(memo._by_shape) == 1  # served from the first group's evaluation
+    assert hit == AnalyticalModel(topo)._collective_offsets(other)  # what a fresh evaluation gives
+    assert memo.nccl_choice(other) == memo.nccl_choice(first)
