@@ -89,6 +89,7 @@ class AnalyticalModel(ClosedFormModel):
         # NCCL mode: one-host groups of equal shape (_shape_key) -> (offsets, (algorithm, protocol)).
         self._by_shape: dict[tuple, tuple[tuple[int, ...], tuple[str, str] | None]] = {}
         self._sigs: dict[int, tuple] = {}  # rank -> its scale-up links' (rate, delay), see _scale_up_sig
+        self._nsigs: dict[int, tuple] = {}  # rank -> its PCIe and NIC links' (rate, delay), see _nic_sig
 
     def schedule(self, spec: CollectiveSpec) -> tuple[tuple[int, ...], Schedule]:
         """Validate spec and build the schedule of one chunk (before any NCCL protocol is applied)."""
@@ -293,14 +294,56 @@ class AnalyticalModel(ClosedFormModel):
         return offsets
 
     def _shape_key(self, spec: CollectiveSpec) -> tuple | None:
-        """NCCL mode, a group on one host: a key equal for groups that time identically (kind, size,
-        algorithm, root position and, per rank in group order, its scale-up links' rates NCCL reaches and
-        delays: the only links such a collective's routes use). None otherwise."""
+        """NCCL mode: a key equal for groups that time identically, or None.
+
+        A collective's routes use only its ranks' own links when the group sits on one host (scale-up
+        links) or when every NIC hangs off one switch (then also each rank's PCIe and NIC links): groups
+        with the same kind, size, algorithm, root position and, per rank in group order, host (numbered
+        by first appearance) and those links' rates NCCL reaches and delays time identically.
+        """
         ranks = validate_spec(spec, self.num_ranks)
         hosts = self.topology.rank_hosts
-        if len(ranks) < 2 or any(hosts[r] != hosts[ranks[0]] for r in ranks):
+        one_host = all(hosts[r] == hosts[ranks[0]] for r in ranks)
+        if len(ranks) < 2 or not (one_host or self._single_switch()):
             return None
-        return (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), *map(self._scale_up_sig, ranks))
+        ids: dict[str, int] = {}
+        per_rank = tuple(
+            (ids.setdefault(hosts[r], len(ids)), self._scale_up_sig(r), () if one_host else self._nic_sig(r))
+            for r in ranks
+        )
+        return (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), per_rank)
+
+    def _single_switch(self) -> bool:
+        """Whether every NIC of the cluster hangs off one switch (fabric kind "switch")."""
+        c = self.topology._cache
+        flag = c.get("single_switch")
+        if flag is None:
+            g = self.topology.graph
+            hubs = {
+                v
+                for v, k in g.nodes(data="kind")
+                if k == "switch" and not str(v).endswith(("/nvswitch", "/pcie"))
+            }
+            flag = c["single_switch"] = len(hubs) == 1
+        return flag
+
+    def _nic_sig(self, rank: int) -> tuple:
+        """(rate, delay) of the links a rank's inter-host traffic takes: GPU <-> NIC <-> switch."""
+        sig = self._nsigs.get(rank)
+        if sig is None:
+            topo = self.topology
+            g = topo.graph
+            index = topo._cache["index"]
+            lat = topo.link_latency
+            dev = topo.rank_nodes[rank]
+            out: list[tuple[float, float]] = []
+            for nic in sorted(v for v in g.successors(dev) if g.nodes[v].get("kind") == "nic"):
+                hops = [(dev, nic), (nic, dev)]
+                hops += [(nic, w) for w in sorted(g.successors(nic)) if g.nodes[w].get("kind") == "switch"]
+                hops += [(w, nic) for w in sorted(g.predecessors(nic)) if g.nodes[w].get("kind") == "switch"]
+                out += [(float(self._eff_bw[index[h]]), float(lat[index[h]])) for h in hops]
+            sig = self._nsigs[rank] = tuple(out)
+        return sig
 
     def _scale_up_sig(self, rank: int) -> tuple:
         sig = self._sigs.get(rank)

@@ -342,3 +342,17 @@ def test_one_host_groups_of_equal_shape_are_timed_once_and_identically():
     assert len(memo._by_shape) == 1  # served from the first group's evaluation
     assert hit == AnalyticalModel(topo)._collective_offsets(other)  # what a fresh evaluation gives
     assert memo.nccl_choice(other) == memo.nccl_choice(first)
+
+
+def test_groups_across_hosts_of_equal_shape_share_one_evaluation_on_a_single_switch():
+    topo = topology_from_spec("dgx-h100:4")
+    a = CollectiveSpec("all_reduce", 32 << 20, (0, 8, 16, 24))
+    b = CollectiveSpec("all_reduce", 32 << 20, (5, 13, 21, 29))
+    memo = AnalyticalModel(topo)
+    memo.fixed_collective_ns(a)
+    assert memo._collective_offsets(b) == AnalyticalModel(topo)._collective_offsets(b)
+    assert len(memo._by_shape) == 1
+    # On a rail fabric routes depend on where the ranks sit: no sharing across hosts.
+    rail = AnalyticalModel(topology_from_spec("dgx-h100:4:fabric=rail"))
+    rail.fixed_collective_ns(a)
+    assert len(rail._by_shape) == 0
