@@ -356,3 +356,12 @@ def test_groups_across_hosts_of_equal_shape_share_one_evaluation_on_a_single_swi
     rail = AnalyticalModel(topology_from_spec("dgx-h100:4:fabric=rail"))
     rail.fixed_collective_ns(a)
     assert len(rail._by_shape) == 0
+
+
+def test_bad_collectives_mode_is_one_error_line():
+    from netmodels.errors import TopologyError
+
+    desc = _two_nodes(2, "nccl")
+    desc["collectives"] = "mpi"
+    with pytest.raises(TopologyError, match="cluster \"collectives\" must be one of ring, nccl, got 'mpi'"):
+        build_cluster(desc)
