@@ -21,10 +21,13 @@ from netmodels.executor import run_chunked
 from netmodels.nccl import (
     PROTOCOL_NAMES,
     effective_link_bandwidth,
+    group_arch,
+    ll_max_gbps,
     nccl_protocol_applies,
     p2p_links,
     predicted_ring_ns,
     predicted_tree_ns,
+    protocol_factor,
     rail_rings,
     split_protocol,
     with_protocol,
@@ -83,11 +86,12 @@ class AnalyticalModel(ClosedFormModel):
         # CollectiveSpec -> per-rank finish offsets from the start (ns), see start_collective.
         self._offsets: dict[CollectiveSpec, tuple[int, ...]] = {}
         self._p2p_ns: dict[tuple[int, int, int], int] = {}  # (src, dst, size) -> duration, see start_p2p
-        # NCCL mode: the (algorithm, protocol) each collective ran with.
-        self._choices: dict[CollectiveSpec, tuple[str, str]] = {}
+        # NCCL mode: the (algorithm, protocol, bandwidth share) each collective ran with.
+        self._choices: dict[CollectiveSpec, tuple[str, str, float]] = {}
         self._tree_rate: dict[tuple[int, ...], float] = {}  # group -> tree bandwidth ns per byte
+        self._ring_rate: dict[tuple, float] = {}  # (kind, group) -> ring bandwidth ns per byte
         # NCCL mode: one-host groups of equal shape (_shape_key) -> (offsets, (algorithm, protocol)).
-        self._by_shape: dict[tuple, tuple[tuple[int, ...], tuple[str, str] | None]] = {}
+        self._by_shape: dict[tuple, tuple[tuple[int, ...], tuple[str, str, float] | None]] = {}
         self._sigs: dict[int, tuple] = {}  # rank -> its scale-up links' (rate, delay), see _scale_up_sig
         self._nsigs: dict[int, tuple] = {}  # rank -> its PCIe and NIC links' (rate, delay), see _nic_sig
 
@@ -140,6 +144,17 @@ class AnalyticalModel(ClosedFormModel):
         # with one NIC hop ran at NVLink speed except on the steps crossing the NIC).
         return run_chunked(lambda _c: sched, self.chunks, self.in_flight, t0, cost, occupancy=occupancy)
 
+    def _ring_ns_per_byte(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> float:
+        """The ring's Simple bandwidth time per byte, as NCCL's model sees it (no latencies): its time at
+        1 GiB, where route latencies are negligible, per byte. Once per (kind, group)."""
+        key = (spec.kind, ranks)
+        rate = self._ring_rate.get(key)
+        if rate is None:
+            ref = CollectiveSpec(spec.kind, TREE_REFERENCE_BYTES * self.chunks, ranks)
+            t = float(self._run(ranks, self._build(ref, ranks, "ring")).max()) * self.chunks
+            rate = self._ring_rate[key] = t / (TREE_REFERENCE_BYTES * self.chunks)
+        return rate
+
     def _tree_ns_per_byte(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> float:
         """The NCCL tree's bandwidth time per byte as NCCL's model sees it, a perfect pipeline.
 
@@ -165,28 +180,30 @@ class AnalyticalModel(ClosedFormModel):
         hosts = self.topology.hosts_of(ranks)
         nodes = len(set(hosts))
         protos = PROTOCOL_NAMES if proto is None else (proto,)
-        cands: list[tuple[float, int, str, str, Schedule]] = []
+        ll_max = ll_max_gbps(nodes, group_arch(self.topology, ranks))
+        cands: list[tuple[float, int, str, str, Schedule, float]] = []
         algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
         for i, algo in enumerate(algos):
             if not nccl_protocol_applies(spec.kind, algo):
                 continue
             s = sched if algo == sched.algorithm else self._build(spec, ranks, algo)
             if algo == "ring":
-                x = float(self._run(ranks, s).max()) * self.chunks
+                x = self._ring_ns_per_byte(spec, ranks) * spec.size_bytes
             else:
                 x = self._tree_ns_per_byte(spec, ranks) * spec.size_bytes
             for pr in protos:
                 if algo == "ring":
                     t = predicted_ring_ns(
-                        pr, spec.kind, len(ranks), nodes, spec.size_bytes, len(s.channels), x
+                        pr, spec.kind, len(ranks), nodes, spec.size_bytes, len(s.channels), x, ll_max
                     )
                 else:
-                    t = predicted_tree_ns(pr, len(ranks), nodes, spec.size_bytes, x)
-                cands.append((t, i * 3 + PROTOCOL_NAMES.index(pr), algo, pr, s))
+                    t = predicted_tree_ns(pr, len(ranks), nodes, spec.size_bytes, x, ll_max)
+                cands.append((t, i * 3 + PROTOCOL_NAMES.index(pr), algo, pr, s, x))
         if not cands:
             return None
-        _, _, algo, pr, s = min(cands, key=lambda c: (c[0], c[1]))
-        return with_protocol(s, pr, hosts), algo, pr
+        _, _, algo, pr, s, x = min(cands, key=lambda c: (c[0], c[1]))
+        factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max)
+        return with_protocol(s, pr, hosts, factor), algo, pr, factor
 
     def _channel_share(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray | None:
         """How many transfers of the collective use each link at once, for channels that split the links
@@ -282,15 +299,15 @@ class AnalyticalModel(ClosedFormModel):
             else:
                 # NCCL mode: the algorithm and protocol NCCL's tuning model picks (or the ones forced,
                 # `ring/LL128`, `tree`), then the collective as that protocol runs it.
-                psched, algo, pr = choice
+                psched, algo, pr, factor = choice
                 if key is not None:
-                    self._choices[key] = (algo, pr)
+                    self._choices[key] = (algo, pr, factor)
                 f = self._run(ranks, psched)
             offsets = tuple(ceil_ns(x) for x in f)
             if key is not None:
                 self._offsets[key] = offsets
             if skey is not None:
-                self._by_shape[skey] = (offsets, None if choice is None else (choice[1], choice[2]))
+                self._by_shape[skey] = (offsets, None if choice is None else choice[1:])
         return offsets
 
     def _shape_key(self, spec: CollectiveSpec) -> tuple | None:
@@ -363,6 +380,11 @@ class AnalyticalModel(ClosedFormModel):
 
     def nccl_choice(self, spec: CollectiveSpec) -> tuple[str, str] | None:
         """(algorithm, protocol) the collective runs with in NCCL mode (ring AR/RS/AG, tree AR), else None."""
+        plan = self.nccl_plan(spec)
+        return None if plan is None else plan[:2]
+
+    def nccl_plan(self, spec: CollectiveSpec) -> tuple[str, str, float] | None:
+        """(algorithm, protocol, bandwidth share) of the collective in NCCL mode, else None."""
         self._collective_offsets(spec)
         return self._choices.get(spec)
 

@@ -521,6 +521,7 @@ class FlowModel:
             hosts = self.topology.hosts_of(ranks)
             rings = rail_rings(hosts) if self.nccl else None
             base, proto = split_protocol(algo)
+            factor = None
             if proto is not None and not self.nccl:
                 raise AlgorithmError(
                     f"algorithm {algo!r}: NCCL protocols run on clusters with collectives: nccl "
@@ -530,15 +531,15 @@ class FlowModel:
                 # The algorithm and protocol NCCL's tuning model picks (the analytical model's closed
                 # forms predict them, as NCCL's model does), or the ones forced.
                 spec = CollectiveSpec(kind, size, ranks, algo, ranks[root])
-                choice = self._chooser().nccl_choice(spec)
+                choice = self._chooser().nccl_plan(spec)
                 if choice is not None:
-                    base, proto = choice
+                    base, proto, factor = choice
             base = base or default_algorithm(kind)
             sched = build_schedule(
                 kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
             )
             if self.nccl and len(ranks) > 1 and proto is not None:
-                sched = with_protocol(sched, proto, hosts)
+                sched = with_protocol(sched, proto, hosts, factor)
             by_stage: dict[int, _StagePlan] = {}
             chans = []
             for channel in sched.channels:

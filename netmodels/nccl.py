@@ -130,63 +130,117 @@ def topology_warnings(topology: Topology, rank_gpus: dict[int, str] | None = Non
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Protocols and NCCL's choice among them, for rings (NVIDIA/nccl src/graph/tuning.cc at commit b6475625,
-# NCCL 2.20.3: `baseLat`, `hwLat`, the "model refinements" of ncclTopoTuneModel). Facts, our own code.
+# Protocols and NCCL's choice among them (NVIDIA/nccl src/graph/tuning.cc at master 5067397c, NCCL 2.30.7:
+# the defaults of `ncclTunerConstantsDefaults`, the "model refinements" of ncclTopoTuneModel and
+# ncclTopoGetAlgoTime). Facts, our own code. NCCL 2.30.7 is the version the validation's H200 curve ran.
 
 
 @dataclass(frozen=True)
 class Protocol:
-    """One NCCL protocol on a ring: latencies (us) and the share of Simple's bandwidth it reaches."""
+    """One NCCL protocol on an algorithm: latencies in us."""
 
     name: str
-    base_us: float  # once per collective (tuning.cc baseLat, Ring row)
-    nvlink_step_us: float  # per ring step over NVLink (hwLat NVLINK, Ring)
-    net_step_us: float  # per ring step over the network (hwLat NET, Ring)
-    net_overhead_us: float  # floor of an intra-node step once the ring spans nodes (getNetOverhead x1/x3)
+    base_us: float  # once per collective (baseLatencies)
+    nvlink_step_us: float  # per step over NVLink (hwLatencies NVLINK)
+    net_step_us: float  # per step over the network (hwLatencies NET)
+    net_overhead_us: float  # floor of an intra-node ring step once the ring spans nodes (getNetOverhead)
 
 
+# Ring rows. getNetOverhead: 1 us on an x86 Intel host (DGX H100: Xeon 8480C), x3 for Simple; AMD hosts
+# (DGX A100: EPYC 7742) would take 2 us, not distinguished here.
 PROTOCOLS: dict[str, Protocol] = {
     "LL": Protocol("LL", 6.6, 0.6, 2.7, 1.0),
     "LL128": Protocol("LL128", 14.0, 1.9, 4.0, 1.0),
-    # Simple's net overhead is 3x the 1 us of an x86 host (getNetOverhead, "if Simple netOverhead *= 3").
     "Simple": Protocol("Simple", 8.4, 3.4, 14.0, 3.0),
 }
+# Tree rows (AllReduce): baseLatencies Tree, hwLatencies NVLINK / NET Tree.
+TREE_PROTOCOLS: dict[str, Protocol] = {
+    "LL": Protocol("LL", 6.8, 0.6, 5.0, 0.0),
+    "LL128": Protocol("LL128", 14.0, 1.25, 8.5, 0.0),
+    "Simple": Protocol("Simple", 8.4, 4.0, 14.0, 0.0),
+}
 PROTOCOL_NAMES = tuple(PROTOCOLS)
+# llMaxBws (GB/s): on one node by GPU generation, across nodes by CPU vendor (Intel row), by node count
+# (1, 2, more). GPU generation per catalog GPU.
+LL_MAX_ONE_NODE: dict[str, float] = {"ampere": 87.7, "hopper": 141.0, "blackwell": 2 * 141.0}
+LL_MAX_INTEL: tuple[float, float] = (39.0, 20.4)  # 2 nodes, more than 2
+GPU_ARCH: dict[str, str] = {
+    "A100-40GB": "ampere", "A100-80GB": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell",
+}  # fmt: skip
 
 
-def bandwidth_factor(protocol: str, kind: str, nodes: int, ppn: float) -> float:
-    """Share of the Simple protocol's ring bandwidth a protocol reaches (tuning.cc's ring refinements).
+def ll_max_gbps(nodes: int, arch: str | None) -> float:
+    """NCCL's cap on an LL collective's bus bandwidth (GB/s), or inf when the GPU generation is unknown."""
+    if nodes == 1:
+        return LL_MAX_ONE_NODE.get(arch or "", float("inf"))
+    return LL_MAX_INTEL[0 if nodes == 2 else 1]
 
-    LL moves 8 bytes of data per 16-byte line: 1/4 of Simple's bus bandwidth on AllReduce or across nodes,
-    1/3 otherwise; LL128 120 of 128 bytes, 0.92 (0.7 with one GPU per node).
-    """
+
+def bandwidth_factor(protocol: str, simple_busbw_gbps: float, ll_max: float) -> float:
+    """Share of the Simple ring's bus bandwidth a protocol reaches: LL half of it (8 data bytes per 16-byte
+    line) up to llMaxBw, LL128 0.92 (120 of 128 bytes)."""
     if protocol == "LL":
-        return 0.25 if nodes > 1 or kind == "all_reduce" else 1.0 / 3.0
+        return min(0.5, ll_max / simple_busbw_gbps) if simple_busbw_gbps > 0 else 0.5
     if protocol == "LL128":
-        return 0.92 if ppn >= 2 else 0.7
+        return 0.92
     return 1.0
+
+
+def tree_bandwidth_factor(protocol: str, nodes: int, simple_busbw_gbps: float, ll_max: float) -> float:
+    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 (Simple), /3.8 for LL up to
+    llMaxBw, x 7/9 (one node) or 120/128 for LL128 (per-channel caps not modelled)."""
+    base = 0.92
+    if protocol == "LL":
+        bus = simple_busbw_gbps * base
+        return base * min(1 / 3.8, ll_max / bus) if bus > 0 else base / 3.8
+    if protocol == "LL128":
+        return base * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
+    return base
 
 
 def ring_steps(kind: str, p: int, nodes: int) -> tuple[int, int]:
     """(ring steps, of which over the network) as NCCL's tuning model counts them."""
     if kind == "all_reduce":
-        return 2 * (p - 1), (2 * nodes if nodes > 1 else 0)
+        return 2 * (p - 1), 2 * (nodes - 1)
     return p - 1, nodes - 1
 
 
-def step_latencies_us(protocol: str, nodes: int) -> tuple[float, float]:
-    """(intra-node, network) latency of one ring step in us."""
-    pr = PROTOCOLS[protocol]
-    intra = max(pr.nvlink_step_us, pr.net_overhead_us) if nodes > 1 else pr.nvlink_step_us
-    return intra, pr.net_step_us
+def step_latencies_us(protocol: str, nodes: int, ppn: float, tree: bool = False) -> tuple[float, float]:
+    """(intra-node, network) latency of one step in us. One GPU per node exposes the tree's network
+    latency for either algorithm ("With ppn=1 latencies are fully exposed")."""
+    pr = (TREE_PROTOCOLS if tree else PROTOCOLS)[protocol]
+    net = TREE_PROTOCOLS[protocol].net_step_us if ppn == 1 else pr.net_step_us
+    intra = max(pr.nvlink_step_us, pr.net_overhead_us) if nodes > 1 and not tree else pr.nvlink_step_us
+    return intra, net
 
 
-def predicted_ns(protocol: str, kind: str, p: int, nodes: int, simple_bw_ns: float) -> float:
-    """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
+def ring_latency_us(protocol: str, kind: str, p: int, nodes: int) -> float:
+    """NCCL's latency of a ring collective (us)."""
     steps, inter = ring_steps(kind, p, nodes)
-    intra_us, net_us = step_latencies_us(protocol, nodes)
-    lat_us = PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
-    return lat_us * 1e3 + simple_bw_ns / bandwidth_factor(protocol, kind, nodes, p / nodes)
+    intra_us, net_us = step_latencies_us(protocol, nodes, p / nodes)
+    return PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
+
+
+def ring_busbw_gbps(kind: str, p: int, size: float, simple_bw_ns: float) -> float:
+    """The Simple ring's bus bandwidth in NCCL's sense (algorithm bandwidth x steps / ranks), GB/s."""
+    steps, _ = ring_steps(kind, p, 1)
+    total = size * p if kind == "all_gather" else size  # Chakra's AllGather size is the per-rank input
+    return total / simple_bw_ns * steps / p if simple_bw_ns > 0 else 0.0
+
+
+def predicted_ns(
+    protocol: str,
+    kind: str,
+    p: int,
+    nodes: int,
+    simple_bw_ns: float,
+    ll_max: float = float("inf"),
+    size: float = 0,
+) -> float:
+    """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
+    busbw = ring_busbw_gbps(kind, p, size, simple_bw_ns) if size else 0.0
+    factor = bandwidth_factor(protocol, busbw, ll_max)
+    return ring_latency_us(protocol, kind, p, nodes) * 1e3 + simple_bw_ns / factor
 
 
 def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
@@ -196,9 +250,11 @@ def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
     return algorithm == "ring" and kind in ("all_reduce", "reduce_scatter", "all_gather")
 
 
-def choose_protocol(kind: str, p: int, nodes: int, simple_bw_ns: float) -> str:
-    """The protocol NCCL picks: the fastest predicted (ties to the earlier of LL, LL128, Simple)."""
-    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, kind, p, nodes, simple_bw_ns))
+def choose_protocol(
+    kind: str, p: int, nodes: int, simple_bw_ns: float, ll_max: float = float("inf"), size: float = 0
+) -> str:
+    """The ring protocol NCCL picks: the fastest predicted (ties to the earlier of LL, LL128, Simple)."""
+    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, kind, p, nodes, simple_bw_ns, ll_max, size))
 
 
 def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
@@ -216,15 +272,8 @@ def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
     return base, names[proto.lower()]
 
 
-# NCCL's tree (AllReduce only), tuning.cc at b6475625 (NCCL 2.20.3): baseLat Tree row (LL, LL128, Simple),
-# hwLat NVLINK and NET Tree rows; latency 2 x ((ranks per node - 1) intra + log2(nodes) net).
-TREE_PROTOCOLS: dict[str, Protocol] = {
-    "LL": Protocol("LL", 6.8, 0.6, 5.0, 0.0),
-    "LL128": Protocol("LL128", 14.0, 1.25, 8.5, 0.0),
-    "Simple": Protocol("Simple", 0.0, 28.0, 28.0, 0.0),
-}
-# ncclTopoGetAlgoTime's treeCorrectionFactor (same file): tree bandwidth x this, by protocol and
-# log2(bytes / 64) for 64 B .. 256 MiB ("Trees are not perfectly sticking to the model for medium sizes").
+# ncclTopoGetAlgoTime's treeCorrectionFactor: tree bandwidth x this, by protocol and log2(bytes / 64) for
+# 64 B .. 256 MiB ("Trees are not perfectly sticking to the model for medium sizes").
 TREE_CORRECTION: dict[str, tuple[float, ...]] = {
     "LL": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1),
     "LL128": (1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1),
@@ -232,58 +281,65 @@ TREE_CORRECTION: dict[str, tuple[float, ...]] = {
 }  # fmt: skip
 
 
-def tree_bandwidth_factor(protocol: str, nodes: int) -> float:
-    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 (Simple), LL /3.8, LL128 x 7/9 on one
-    node or 120/128 across nodes (tuning.cc's tree refinements; its per-channel caps are not modelled)."""
-    base = 0.92
-    if protocol == "LL":
-        return base / 3.8
-    if protocol == "LL128":
-        return base * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
-    return base
-
-
-def predicted_tree_ns(protocol: str, p: int, nodes: int, size: float, tree_bw_ns: float) -> float:
-    """NCCL's predicted time of a tree AllReduce: latency + the tree's bandwidth time / share / correction."""
-    pr = TREE_PROTOCOLS[protocol]
+def tree_latency_us(protocol: str, p: int, nodes: int) -> float:
+    """NCCL's latency of a tree AllReduce (us): base + 2 ((ranks per node - 1) intra + log2(nodes) net)."""
+    intra_us, net_us = step_latencies_us(protocol, nodes, p / nodes, tree=True)
     log2n = max(int(nodes).bit_length() - 1, 0)
-    lat_us = pr.base_us + 2 * ((p // nodes - 1) * pr.nvlink_step_us + log2n * pr.net_step_us)
+    return TREE_PROTOCOLS[protocol].base_us + 2 * ((p // nodes - 1) * intra_us + log2n * net_us)
+
+
+def predicted_tree_ns(
+    protocol: str, p: int, nodes: int, size: float, tree_bw_ns: float, ll_max: float = float("inf")
+) -> float:
+    """NCCL's predicted time of a tree AllReduce: latency + the tree's bandwidth time / share / correction."""
+    busbw = 2 * size / tree_bw_ns if tree_bw_ns > 0 else 0.0  # a tree's algorithm bandwidth is busBw / 2
     log_size = max(int(size) >> 6, 1).bit_length() - 1
     corr = TREE_CORRECTION[protocol][log_size] if log_size < 23 else 1.0
-    return lat_us * 1e3 + tree_bw_ns / (tree_bandwidth_factor(protocol, nodes) * corr)
+    factor = tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
+    return tree_latency_us(protocol, p, nodes) * 1e3 + tree_bw_ns / (factor * corr)
 
 
 def predicted_ring_ns(
-    protocol: str, kind: str, p: int, nodes: int, size: float, channels: int, ring_bw_ns: float
+    protocol: str,
+    kind: str,
+    p: int,
+    nodes: int,
+    size: float,
+    channels: int,
+    ring_bw_ns: float,
+    ll_max: float = float("inf"),
 ) -> float:
     """NCCL's predicted ring time, with ncclTopoGetAlgoTime's "plateau effect" (Simple AllReduce across
     nodes, at least 64 bytes per channel and rank: latency x 1.4 on Ampere and later)."""
-    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns)
+    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns, ll_max, size)
     if protocol == "Simple" and kind == "all_reduce" and nodes > 1 and size / (channels * p) >= 64:
-        steps, inter = ring_steps(kind, p, nodes)
-        intra_us, net_us = step_latencies_us(protocol, nodes)
-        lat_us = PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
-        t += 0.4 * lat_us * 1e3
+        t += 0.4 * ring_latency_us(protocol, kind, p, nodes) * 1e3
     return t
 
 
-def with_protocol(sched, protocol: str, hosts: list[str]):
-    """The schedule as `protocol` runs it: bytes on the wire / bandwidth share, each transfer plus its step
-    latency (network where it crosses hosts), each channel's first stage plus the base latency."""
+def protocol_factor(sched, protocol: str, nodes: int, size: float, bw_ns: float, ll_max: float) -> float:
+    """The bandwidth share `with_protocol` applies: the ring's or the tree's, from its Simple time."""
+    if sched.algorithm == "double_binary_tree":
+        busbw = 2 * size / bw_ns if bw_ns > 0 else 0.0
+        return tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
+    return bandwidth_factor(protocol, ring_busbw_gbps(sched.kind, sched.p, size, bw_ns), ll_max)
+
+
+def with_protocol(sched, protocol: str, hosts: list[str], factor: float | None = None):
+    """The schedule as `protocol` runs it: bytes on the wire / bandwidth share (`factor`, default the
+    protocol's share without llMaxBw), each transfer plus its step latency (network where it crosses
+    hosts), each channel's first stage plus the base latency."""
     from netmodels.algorithms import Schedule, Stage
 
     nodes = len(set(hosts))
-    if sched.algorithm == "double_binary_tree":
-        factor = tree_bandwidth_factor(protocol, nodes)
-        pr = TREE_PROTOCOLS[protocol]
-        intra_us, net_us = pr.nvlink_step_us, pr.net_step_us
-    else:
-        factor = bandwidth_factor(protocol, sched.kind, nodes, sched.p / nodes)
-        pr = PROTOCOLS[protocol]
-        intra_us, net_us = step_latencies_us(protocol, nodes)
+    ppn = sched.p / nodes
+    tree = sched.algorithm == "double_binary_tree"
+    if factor is None:
+        factor = protocol_factor(sched, protocol, nodes, 0.0, 0.0, float("inf"))
+    intra_us, net_us = step_latencies_us(protocol, nodes, ppn, tree=tree)
+    base = (TREE_PROTOCOLS if tree else PROTOCOLS)[protocol].base_us * 1e3
     ids: dict[str, int] = {}
     h = np.array([ids.setdefault(x, len(ids)) for x in hosts])
-    base = pr.base_us * 1e3
     channels = []
     for channel in sched.channels:
         stages = []
@@ -310,6 +366,13 @@ def with_protocol(sched, protocol: str, hosts: list[str]):
                 )
         channels.append(tuple(stages))
     return Schedule(sched.kind, sched.algorithm, sched.p, tuple(channels), sched.shared)
+
+
+def group_arch(topology: Topology, ranks: tuple[int, ...]) -> str | None:
+    """The GPU generation of a group (for llMaxBw), None when mixed or unknown."""
+    nodes = topology.graph.nodes
+    archs = {GPU_ARCH.get(str(nodes[topology.rank_nodes[r]].get("gpu"))) for r in ranks}
+    return archs.pop() if len(archs) == 1 else None
 
 
 def pxn_relay(topology: Topology, src: int, dst: int) -> int | None:

@@ -159,17 +159,22 @@ def test_replay_warnings_name_slow_nics_and_foreign_gpus():
 def test_nccl_protocol_choice_switches_ll_ll128_simple_at_hand_computed_sizes():
     from netmodels.nccl import choose_protocol, predicted_ns
 
-    # 8 GPUs on one node, AllReduce, X = the Simple ring's bandwidth time (us). tuning.cc (NCCL 2.20.3):
-    # LL 6.6 + 14 x 0.6 + 4X; LL128 14.0 + 14 x 1.9 + X / 0.92; Simple 8.4 + 14 x 3.4 + X.
-    # LL = LL128 at X (4 - 1/0.92) = 25.6 -> X = 8.789 us; LL128 = Simple at X (1/0.92 - 1) = 15.4 -> 177.1 us.
+    # 8 H100 on one node, AllReduce, X = the Simple ring's bandwidth time (us) at NCCL's 370.8 GB/s busBw.
+    # tuning.cc (NCCL 2.30.7): LL 6.6 + 14 x 0.6 + X / f with f = min(0.5, llMaxBw 141 / 370.8) = 0.3803;
+    # LL128 14.0 + 14 x 1.9 + X / 0.92; Simple 8.4 + 14 x 3.4 + X.
+    # LL = LL128 at X (1/f - 1/0.92) = 25.6 -> X = 16.59 us; LL128 = Simple at X (1/0.92 - 1) = 15.4 -> 177.1 us.
     assert predicted_ns("Simple", "all_reduce", 8, 1, 0.0) == pytest.approx(56_000)
-    ll_ll128 = 25.6 / (4 - 1 / 0.92) * 1e3
+    f = 141 / 370.8
+    ll_ll128 = 25.6 / (1 / f - 1 / 0.92) * 1e3
     ll128_simple = 15.4 / (1 / 0.92 - 1) * 1e3
-    assert ll_ll128 == pytest.approx(8789, abs=1) and ll128_simple == pytest.approx(177_100, abs=10)
-    for x, want in ((0.99 * ll_ll128, "LL"), (1.01 * ll_ll128, "LL128"), (0.99 * ll128_simple, "LL128")):
-        assert choose_protocol("all_reduce", 8, 1, x) == want
-    assert choose_protocol("all_reduce", 8, 1, 1.01 * ll128_simple) == "Simple"
-    # On a DGX H100 (NCCL's 370.8 GB/s): X = 1.75 S / 370.8 GB/s, so LL up to 1.86 MB, LL128 to 37.5 MB.
+    assert ll_ll128 == pytest.approx(16_593, abs=2) and ll128_simple == pytest.approx(177_100, abs=10)
+
+    def choice(x: float) -> str:  # the size whose Simple ring takes x ns at busBw 370.8 GB/s
+        return choose_protocol("all_reduce", 8, 1, x, ll_max=141.0, size=x * 370.8 / 1.75)
+
+    assert [choice(0.99 * ll_ll128), choice(1.01 * ll_ll128)] == ["LL", "LL128"]
+    assert [choice(0.99 * ll128_simple), choice(1.01 * ll128_simple)] == ["LL128", "Simple"]
+    # On a DGX H100: X = 1.75 S / 370.8 GB/s, so LL up to 3.5 MB, LL128 to 37.5 MB.
     topo = topology_from_spec("dgx-h100:1")
     model = AnalyticalModel(topo)
     chosen = {
@@ -189,11 +194,11 @@ def test_nccl_protocol_choice_switches_ll_ll128_simple_at_hand_computed_sizes():
 @pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
 def test_forced_protocol_small_allreduce_is_nccl_latency_plus_bytes(model):
     # One node, 8 KiB AllReduce forced to LL: a uniform NVLink ring, so the time is NCCL's LL latency
-    # 6.6 + 14 x 0.6 = 15.0 us plus 14 steps of (8 KiB / 8) / (370.8 GB/s x 1/4) and 14 NVLink hops of
-    # 2 x 20.44 ns (Table 5 H100 delay, GPU -> NVSwitch -> GPU).
+    # 6.6 + 14 x 0.6 = 15.0 us plus 14 steps of (8 KiB / 8) at LL's min(0.5 x 370.8, llMaxBw 141) = 141 GB/s
+    # and 14 NVLink hops of 2 x 20.44 ns (Table 5 H100 delay, GPU -> NVSwitch -> GPU).
     spec = CollectiveSpec("all_reduce", 8 << 10, tuple(range(8)), algorithm="ring/LL")
     t = simulate_collective(model(topology_from_spec("dgx-h100:1")), spec).finish_ns
-    expect = 15_000 + 14 * 1024 / (370.8 * 0.25) + 14 * 2 * 20.44
+    expect = 15_000 + 14 * 1024 / 141 + 14 * 2 * 20.44
     assert t == pytest.approx(expect, abs=1)
 
 
@@ -222,10 +227,10 @@ def _pair_of_nodes() -> dict:
 
 @pytest.mark.parametrize(
     ("protocol", "share", "latency_ns"),
-    # tuning.cc (NCCL 2.20.3) tree rows: Simple 0.92 of the bandwidth, base 0, 28 us per network hop;
-    # LL128 0.92 x 120/128, base 14 us, 8.5 us per hop; LL 0.92 / 3.8, base 6.8 us, 5 us per hop.
+    # tuning.cc (NCCL 2.30.7) tree rows: Simple 0.92 of the bandwidth, base 8.4 us, 14 us per network hop;
+    # LL128 0.92 x 120/128, base 14 us, 8.5 us per hop; LL 0.92 / 3.8 (far under llMaxBw), base 6.8 us, 5 us.
     [
-        ("Simple", 0.92, 2 * 28_000),
+        ("Simple", 0.92, 8_400 + 2 * 14_000),
         ("LL128", 0.92 * 120 / 128, 14_000 + 2 * 8_500),
         ("LL", 0.92 / 3.8, 6_800 + 2 * 5_000),
     ],
@@ -247,14 +252,14 @@ def test_nccl_tree_closed_form_two_nodes(protocol, share, latency_ns):
 
 def test_nccl_chooses_tree_ll_for_small_and_ring_simple_for_large_multi_node_allreduce():
     # NCCL's own model on 2 DGX H100: 8 KiB -> tree/LL (latency 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
-    # against ring/LL's 6.6 + 26 x 1.0 + 4 x 2.7 = 43.4 us); 1 GiB -> ring/Simple (bandwidth-bound).
+    # against ring/LL's 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us); 1 GiB -> ring/Simple (bandwidth-bound).
     topo = topology_from_spec("dgx-h100:2")
     model = AnalyticalModel(topo)
     small = CollectiveSpec("all_reduce", 8 << 10, tuple(range(16)))
     large = CollectiveSpec("all_reduce", 1 << 30, tuple(range(16)))
     assert model.nccl_choice(small) == ("double_binary_tree", "LL")
     assert model.nccl_choice(large) == ("ring", "Simple")
-    # On one node the ring wins from 1 MiB on (NCCL's tree has 28 us per Simple step on NVLink).
+    # On one node the ring wins at 1 MiB (ring/LL 15 us + X/0.38 against tree/LL 15.2 us + X_tree/0.24).
     one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
     assert one.nccl_choice(CollectiveSpec("all_reduce", 1 << 20, tuple(range(8))))[0] == "ring"
 
