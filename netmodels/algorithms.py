@@ -57,6 +57,11 @@ class Stage:
     perm: bool = False
     # A pure local step (ASTRA-sim's per-phase memory-bus crossing): no transfers, every position waits.
     local: bool = False
+    # Latency (ns) each transfer adds to its route's (NCCL protocols' per-step latency, netmodels/nccl.py).
+    extra_ns: np.ndarray | None = None
+    # Pipelined trees: which transfers carry the first chunk (a protocol's hop latency is paid once per
+    # hop by the first chunk; the chunks behind it follow at the bandwidth's pace). None: every transfer.
+    first: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +72,9 @@ class Schedule:
     algorithm: str
     p: int
     channels: tuple[tuple[Stage, ...], ...]
+    # True when the channels are one collective's parallel rings that split every link they share (NCCL's
+    # channels): the analytical model then gives each channel its share of such a link's bandwidth.
+    shared: bool = False
 
 
 def canonical_algorithm(name: str) -> tuple[str, int]:
@@ -210,6 +218,12 @@ def _ring(p: int, kind: str, size: float, root: int, step: int = 1) -> list[Stag
     return _chain(back, [(k + 1) * size / p for k in range(p - 1)], False)  # gather
 
 
+def _permuted(stages: list[Stage], order: list[int]) -> list[Stage]:
+    """The stages of a ring in group order, run on the ring that visits positions in `order`."""
+    o = np.asarray(order, dtype=np.int64)
+    return [Stage(o[s.src], o[s.dst], s.nbytes, s.reduce, s.repeat, s.perm, s.local) for s in stages]
+
+
 def _direct(p: int, kind: str, size: float, root: int) -> list[Stage]:
     if kind in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
         src, dst = _pairs(p)
@@ -259,10 +273,100 @@ def _hierarchical(p: int, size: float, hosts: list[str] | None) -> list[Stage]:
     return stages
 
 
+RAIL_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+# Pipeline chunks per NCCL tree channel, a modelling choice (not NCCL's chunk size): chunks of at least
+# 64 KiB, at most 64 of them, so a 1 GiB AllReduce stays a few hundred stages. With K chunks a tree of
+# height H and depth D takes K + H + D - 1 slots of S/K: within (H + D - 1)/K of the ideal pipeline.
+TREE_CHUNK_BYTES = 64 * 1024
+TREE_MAX_CHUNKS = 64
+
+
+def nccl_tree_parents(hosts: list[str]) -> list[list[int]]:
+    """Parent position of every position in each NCCL tree channel (-1 at the root).
+
+    Inside a host the GPUs form a chain; across hosts a double binary tree of the hosts' chain heads
+    (two complementary in-order trees, as NCCL's `trees.cc` pairs them). With L > 1 ranks on each of
+    several hosts there are 2L channels: rail c rotates every host's chain by c, tree 0 enters it at its
+    first GPU and tree 1 at its last, so the channels' inter-node traffic uses every GPU's NIC.
+    """
+    by_host: dict[str, list[int]] = {}
+    for i, h in enumerate(hosts):
+        by_host.setdefault(h, []).append(i)
+    members = list(by_host.values())
+    nn = len(members)
+    local = len(members[0])
+    rails = local if nn > 1 and local > 1 and all(len(m) == local for m in members) else 1
+    out = []
+    for c in range(rails):
+        chains = [m[c:] + m[:c] for m in members]
+        for t, root_max in enumerate((True, False)):
+            up = in_order_tree(nn, root_max)
+            parent = [-1] * len(hosts)
+            heads = [ch[0] if t == 0 else ch[-1] for ch in chains]
+            for hi, ch in enumerate(chains):
+                order = ch if t == 0 else ch[::-1]  # order[0] is the head
+                for j in range(1, len(order)):
+                    parent[order[j]] = order[j - 1]
+                parent[order[0]] = heads[up[hi]] if up[hi] >= 0 else -1
+            out.append(parent)
+    return out
+
+
+def pipelined_tree_stages(parent: list[int], nbytes: float, chunks: int) -> list[Stage]:
+    """A tree AllReduce streamed in `chunks` chunks: slot t, a node of height h sends chunk t - h up;
+    the root's chunk k goes down from slot k + H, a node of depth d forwarding it at slot k + H + d."""
+    n = len(parent)
+    children: list[list[int]] = [[] for _ in range(n)]
+    root = parent.index(-1)
+    for v, u in enumerate(parent):
+        if u >= 0:
+            children[u].append(v)
+    depth = [0] * n
+    order = [root]
+    for v in order:
+        for ch in children[v]:
+            depth[ch] = depth[v] + 1
+            order.append(ch)
+    height = [0] * n
+    for v in reversed(order):
+        height[v] = max((height[ch] + 1 for ch in children[v]), default=0)
+    big_h = height[root]
+    nodes = np.array([v for v in range(n) if parent[v] >= 0], dtype=np.int64)
+    par = np.array([parent[v] for v in nodes.tolist()], dtype=np.int64)
+    h_up = np.array([height[v] for v in nodes.tolist()], dtype=np.int64)
+    d_down = np.array([big_h + depth[parent[v]] for v in nodes.tolist()], dtype=np.int64)
+    m = float(nbytes) / chunks
+    slots = chunks + big_h + max(depth)
+    stages = []
+    for t in range(slots - 1 if max(depth) > 0 else slots):
+        up = (t - h_up >= 0) & (t - h_up < chunks)
+        down = (t - d_down >= 0) & (t - d_down < chunks)
+        src = np.concatenate((nodes[up], par[down]))
+        dst = np.concatenate((par[up], nodes[down]))
+        first = np.concatenate((t - h_up[up] == 0, t - d_down[down] == 0))
+        if len(src):
+            stages.append(Stage(src, dst, np.full(len(src), m), reduce=bool(up.any()), first=first))
+    return stages
+
+
 def build_schedule(
-    kind: str, algorithm: str, p: int, size_bytes: float, root: int = 0, hosts: list[str] | None = None
+    kind: str,
+    algorithm: str,
+    p: int,
+    size_bytes: float,
+    root: int = 0,
+    hosts: list[str] | None = None,
+    rings: list[list[int]] | None = None,
+    nccl: bool = False,
+    tree_chunks: int | None = None,
 ) -> Schedule:
-    """The schedule of one collective of `kind` on p positions (Chakra comm_size semantics for size)."""
+    """The schedule of one collective of `kind` on p positions (Chakra comm_size semantics for size).
+
+    `rings` (NCCL mode, netmodels.nccl.rail_rings): the orders of the channels a `ring` AllReduce,
+    ReduceScatter or AllGather runs on, each carrying 1/len(rings) of the data. `nccl`: a
+    `double_binary_tree` AllReduce is NCCL's tree (nccl_tree_parents, pipelined in `tree_chunks` chunks,
+    default by TREE_CHUNK_BYTES up to TREE_MAX_CHUNKS).
+    """
     base, arg = canonical_algorithm(algorithm)
     if kind not in SUPPORTED[base]:
         raise AlgorithmError(
@@ -271,16 +375,30 @@ def build_schedule(
     size = float(size_bytes)
     if p == 1:
         return Schedule(kind, base, 1, ())
+    if base == "ring" and rings and kind in RAIL_KINDS:
+        stages = _ring(p, kind, size / len(rings), root)
+        return Schedule(kind, base, p, tuple(tuple(_permuted(stages, o)) for o in rings), shared=True)
     if base == "ring":
         channels = (tuple(_ring(p, kind, size, root)),)
     elif base == "direct":
         channels = (tuple(_direct(p, kind, size, root)),)
+        if nccl:
+            # NCCL runs AllToAll as concurrent P2P sends to every peer: in the analytical model the
+            # transfers of a stage split the links they share (a GPU's NVLink among its node peers, its
+            # NIC among its remote peers), as the flow model's concurrent flows do.
+            return Schedule(kind, base, p, channels, shared=True)
     elif base == "halving_doubling":
         if kind == "barrier":
             k = (p - 1).bit_length()
             channels = (tuple(ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
         else:
             channels = (tuple(_hd(p, kind, size)),)
+    elif base == "double_binary_tree" and nccl and hosts is not None:
+        parents = nccl_tree_parents(hosts)
+        part = size / len(parents)
+        k = tree_chunks or max(1, min(TREE_MAX_CHUNKS, -(-int(part) // TREE_CHUNK_BYTES)))
+        channels = tuple(tuple(pipelined_tree_stages(par, part, k)) for par in parents)
+        return Schedule(kind, base, p, channels, shared=True)
     elif base == "double_binary_tree":
         channels = tuple(tuple(tree_stages(in_order_tree(p, rm), size / 2)) for rm in (True, False))
     elif base == "hierarchical":

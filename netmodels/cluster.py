@@ -13,6 +13,7 @@ from netmodels.errors import NetworkModelError, TopologyError
 from netmodels.inputs import limit, read_text
 from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
+    COLLECTIVE_MODES,
     GPU,
     MAX_LINKS,
     Topology,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
 # The keys each part of a cluster description may hold (docs/netmodels.md); anything else is a typo that
 # would otherwise fall back to a default silently.
-CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links")
-MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links")
+CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links", "collectives")
+MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links", "collectives")
 NODE_KEYS = (
     "name", "gpu", "ranks", "count", "scale_up", "nic", "scale_up_bandwidth", "scale_up_latency",
     "pcie_bandwidth", "pcie_latency", "nic_bandwidth", "nic_latency",
@@ -117,7 +118,7 @@ def topology_ranks(spec: Any) -> int | None:
         if kind == "nodes":
             return cluster_ranks(_nodes_desc(rest))
         if kind in SYSTEM_PRESETS:
-            return int(rest) * system_preset(kind).gpus_per_node
+            return int(rest.split(":")[0]) * system_preset(kind).gpus_per_node
         if kind == "cluster":
             return cluster_ranks(load_cluster_json(rest))
     except (ValueError, NetworkModelError):
@@ -156,15 +157,20 @@ def build_cluster(desc: Mapping, need: int | None = None) -> Topology:
     nics = _add_nodes(g, desc, "", placed)
     _add_fabric(g, desc.get("fabric") or {"kind": "switch"}, nics, prefix="")
     _apply_overrides(g, desc.get("links") or [])
-    return _finish(str(desc.get("name", "cluster")), g, placed)
+    return _finish(str(desc.get("name", "cluster")), g, placed, desc.get("collectives", "ring"))
 
 
-def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]]) -> Topology:
+def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]], collectives: Any = "ring") -> Topology:
     n = len(placed)
     if sorted(placed) != list(range(n)):
         missing = sorted(set(range(max(placed) + 1)) - set(placed))
         raise TopologyError(f"ranks must be 0..{n - 1} with none missing; missing {missing[:5]}")
-    return Topology(name, g, tuple(placed[r][0] for r in range(n)), tuple(placed[r][1] for r in range(n)))
+    if collectives not in COLLECTIVE_MODES:
+        raise TopologyError(
+            f'cluster "collectives" must be one of {", ".join(COLLECTIVE_MODES)}, got {collectives!r}'
+        )
+    hosts = tuple(placed[r][1] for r in range(n))
+    return Topology(name, g, tuple(placed[r][0] for r in range(n)), hosts, collectives)
 
 
 def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
@@ -369,7 +375,7 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
         for t in _add_fabric(g, sub.get("fabric") or {"kind": "switch"}, nics, prefix):
             add_duplex(g, t, "wan", bw, lat, "inter_cluster")
     _apply_overrides(g, desc.get("links") or [])
-    return _finish(str(desc.get("name", "clusters")), g, placed)
+    return _finish(str(desc.get("name", "clusters")), g, placed, desc.get("collectives", "ring"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -378,7 +384,8 @@ def _build_multi_cluster(desc: Mapping) -> Topology:
 SPEC_HELP = (
     "ring:N:BW:LAT | switch:N:BW:LAT | fc:N:BW:LAT | "
     "nodes:[K*]GPUxN[+GPUxM],...[:preset=table5|table6][:fabric=switch|leaf_spine|rail|fat_tree][:k=K][:scale_up=nvlink|pcie] | "
-    "dgx-a100:NODES | dgx-h100:NODES | cluster:FILE.json | astra:NETWORK.yml"
+    "dgx-a100:NODES | dgx-h100:NODES[:fabric=rail|leaf_spine|fat_tree][:oversubscription=X]"
+    "[:nics_per_leaf=N:spines=M][:k=K] | cluster:FILE.json | astra:NETWORK.yml"
 )
 
 
@@ -408,13 +415,15 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
     if kind == "nodes":
         return build_cluster(_nodes_desc(rest))
     if kind in SYSTEM_PRESETS:
+        count, *opts = rest.split(":")
         try:
-            nodes = int(rest)
+            nodes = int(count)
         except ValueError:
             raise TopologyError(f"{kind} needs a node count, e.g. {kind}:4; got {spec!r}") from None
         if nodes < 1 or nodes * system_preset(kind).gpus_per_node > MAX_CLUSTER_RANKS:
             raise TopologyError(f"{kind}: node count must be 1..{MAX_CLUSTER_RANKS // 8:,}, got {nodes}")
-        return build_cluster(system_cluster(kind, nodes * system_preset(kind).gpus_per_node))
+        fabric = _fabric_options(opts, kind)
+        return build_cluster(system_cluster(kind, nodes * system_preset(kind).gpus_per_node, fabric=fabric))
     if kind == "cluster":
         return build_cluster(load_cluster_json(rest))
     if kind == "astra":
@@ -425,6 +434,25 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
             (d.topology_kind, d.npus, d.bytes_per_ns * 1e9, d.latency_ns) for d in net.dims
         )
     raise TopologyError(f"unknown topology kind {kind!r}; expected {SPEC_HELP}")
+
+
+def _fabric_options(opts: list[str], what: str) -> dict:
+    """`fabric=rail`, `oversubscription=2`, ... of a system preset's spec string as a fabric mapping."""
+    fabric: dict[str, Any] = {"kind": "switch"}
+    for opt in opts:
+        key, eq, value = opt.partition("=")
+        if not eq or key not in ("fabric", "k", "oversubscription", "nics_per_leaf", "spines"):
+            raise TopologyError(
+                f"{what} option {opt!r}: expected fabric=, k=, oversubscription=, nics_per_leaf= or spines="
+            )
+        if key == "fabric":
+            fabric["kind"] = value
+            continue
+        try:
+            fabric[key] = float(value) if key == "oversubscription" else int(value)
+        except ValueError:
+            raise TopologyError(f"{what} option {key} must be a number, got {value!r}") from None
+    return fabric
 
 
 def _nodes_desc(rest: str) -> dict:
@@ -497,12 +525,14 @@ def load_cluster_json(path: str | Path) -> dict:
     return data
 
 
-def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> dict:
+def system_cluster(
+    name: str, num_ranks: int, gpus: list[str] | None = None, fabric: Mapping | None = None
+) -> dict:
     """A cluster description of `num_ranks` GPUs on DGX-class nodes (netmodels.presets.SYSTEM_PRESETS).
 
     Ranks fill nodes of 8 in order (the last node may be partial); `gpus` gives each rank's GPU type
-    (default: the system's first), each of which the system must hold. Links carry the NCCL-effective
-    bandwidths: NVLink and NIC line rates times their measured efficiencies.
+    (default: the system's first), each of which the system must hold. Links carry line rates; collectives
+    run as NCCL runs them (`"collectives": "nccl"`, netmodels/nccl.py).
     """
     p = system_preset(name)
     if not isinstance(num_ranks, int) or num_ranks < 1:
@@ -523,12 +553,18 @@ def system_cluster(name: str, num_ranks: int, gpus: list[str] | None = None) -> 
                 "name": f"node{i}",
                 "gpu": types[0] if len(set(types)) == 1 else types,
                 "ranks": ranks,
-                "scale_up_bandwidth": p.nvlink_effective,
+                "scale_up_bandwidth": p.nvlink_bandwidth,
                 "scale_up_latency": row.scale_up_latency_ns,
                 "pcie_bandwidth": row.pcie_bandwidth,
                 "pcie_latency": row.pcie_latency_ns,
-                "nic_bandwidth": p.nic_effective,
+                "nic_bandwidth": p.nic_bandwidth,
                 "nic_latency": p.nic_latency_ns,
             }
         )
-    return {"name": p.name, "preset": "table5", "nodes": nodes, "fabric": {"kind": "switch"}}
+    return {
+        "name": p.name,
+        "preset": "table5",
+        "nodes": nodes,
+        "fabric": dict(fabric) if fabric else {"kind": "switch"},
+        "collectives": "nccl",
+    }

@@ -34,7 +34,7 @@ from netmodels.api import (
     validate_ranks,
     validate_spec,
 )
-from netmodels.errors import NetworkModelError
+from netmodels.errors import AlgorithmError, NetworkModelError
 from netmodels.maxmin import (
     _SMALL_ENTRIES,
     _max_min_numpy,
@@ -43,6 +43,13 @@ from netmodels.maxmin import (
     shared_flows,
     shared_flows_small,
     sub_csr,
+)
+from netmodels.nccl import (
+    effective_link_bandwidth,
+    p2p_links,
+    rail_rings,
+    split_protocol,
+    with_protocol,
 )
 from netmodels.topology import Topology
 
@@ -130,7 +137,9 @@ class FlowModel:
             chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth
         )
         self.algorithms = dict(algorithms or {})
-        self._cap = topology.link_bandwidth
+        # NCCL mode (netmodels/nccl.py): links at the rate NCCL's protocol reaches, rail-aligned channels.
+        self.nccl = topology.collectives == "nccl"
+        self._cap = effective_link_bandwidth(topology) if self.nccl else topology.link_bandwidth
         self._t = 0.0
         self._heap: list = []
         self._seq = itertools.count()
@@ -173,6 +182,7 @@ class FlowModel:
         self._dirty = False
         # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity).
         self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
+        self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}  # NCCL mode P2P
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
         # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
@@ -190,6 +200,9 @@ class FlowModel:
             self._valid[id(spec)] = (spec, ranks)
         self._catch_up(now_ns)
         algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+        # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
+        if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
+            algo = None
         channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
         handle = next(self._handles)
         p = len(ranks)
@@ -212,7 +225,7 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        links, lat, mincap = self._path(src, dst)
+        links, lat, mincap = self._p2p_path(src, dst) if self.nccl else self._path(src, dst)
         nbytes = float(size_bytes)
         rec = (None, handle, 0, 0)
         if nbytes <= 0 or len(links) == 0:
@@ -488,6 +501,17 @@ class FlowModel:
             path = self._paths[pair] = (links, r.latency_ns, mincap)
         return path
 
+    def _p2p_path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
+        """NCCL mode: a P2P's links via its PXN relay (netmodels.nccl.p2p_links), cached per pair."""
+        pair = (src, dst)
+        path = self._pxn_paths.get(pair)
+        if path is None:
+            links, lat = p2p_links(self.topology, src, dst)
+            arr = np.array(links, dtype=np.int64)
+            mincap = float(self._cap[arr].min()) if len(arr) else float("inf")
+            path = self._pxn_paths[pair] = (arr, lat, mincap)
+        return path
+
     def _plan(self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int) -> tuple:
         """Flattened stage plans per channel of a collective, built once per distinct collective, and
         whether it can be timed in closed form (every transfer lands at once, one chunk)."""
@@ -495,7 +519,27 @@ class FlowModel:
         plan = self._plans.get(key)
         if plan is None:
             hosts = self.topology.hosts_of(ranks)
-            sched = build_schedule(kind, algo, len(ranks), size / self.chunks, root, hosts)
+            rings = rail_rings(hosts) if self.nccl else None
+            base, proto = split_protocol(algo)
+            factor = None
+            if proto is not None and not self.nccl:
+                raise AlgorithmError(
+                    f"algorithm {algo!r}: NCCL protocols run on clusters with collectives: nccl "
+                    "(dgx-a100, dgx-h100)"
+                )
+            if self.nccl and len(ranks) > 1:
+                # The algorithm and protocol NCCL's tuning model picks (the analytical model's closed
+                # forms predict them, as NCCL's model does), or the ones forced.
+                spec = CollectiveSpec(kind, size, ranks, algo, ranks[root])
+                choice = self._chooser().nccl_plan(spec)
+                if choice is not None:
+                    base, proto, factor = choice
+            base = base or default_algorithm(kind)
+            sched = build_schedule(
+                kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
+            )
+            if self.nccl and len(ranks) > 1 and proto is not None:
+                sched = with_protocol(sched, proto, hosts, factor)
             by_stage: dict[int, _StagePlan] = {}
             chans = []
             for channel in sched.channels:
@@ -510,15 +554,30 @@ class FlowModel:
             plan = self._plans[key] = (tuple(chans), instant)
         return plan
 
+    def nccl_choice(self, spec: CollectiveSpec) -> tuple[str, str] | None:
+        """(algorithm, protocol) NCCL mode runs the collective with (the analytical model's prediction)."""
+        return self._chooser().nccl_choice(spec) if self.nccl else None
+
+    def _chooser(self):
+        """An analytical model of the same topology: NCCL's protocol choice needs the Simple ring's time."""
+        if getattr(self, "_choice_model", None) is None:
+            from netmodels.analytical import AnalyticalModel
+
+            self._choice_model = AnalyticalModel(
+                self.topology, self.chunks, self.in_flight, self.endpoint_delay_ns, None, self.algorithms
+            )
+        return self._choice_model
+
     def _stage_plan(self, stage, ranks: tuple[int, ...]) -> _StagePlan:
         p = len(ranks)
         nbytes = stage.nbytes.astype(np.float64).tolist()
         sends: list[list] = [[] for _ in range(p)]
         delay = self.endpoint_delay_ns
         src, dst = stage.src.tolist(), stage.dst.tolist()
-        for a, b, nb in zip(src, dst, nbytes, strict=True):
+        extra = stage.extra_ns.tolist() if stage.extra_ns is not None else None
+        for i, (a, b, nb) in enumerate(zip(src, dst, nbytes, strict=True)):
             links, lat, mincap = self._path(ranks[a], ranks[b])
-            lat = lat + delay
+            lat = lat + delay if extra is None else lat + delay + extra[i]
             sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
@@ -526,6 +585,8 @@ class FlowModel:
         instant = None
         if all(x[1] for xs in sends for x in xs):
             lat = np.array([self._path(ranks[a], ranks[b])[1] for a, b in zip(src, dst, strict=True)])
+            if stage.extra_ns is not None:
+                lat = lat + stage.extra_ns
             reducing = np.array(recv) > 0 if reduce else np.zeros(p, dtype=bool)
             red_ns = np.array(red) / self.reduction_bpns if reduce else None
             instant = (stage.src, stage.dst, lat + delay, bool(stage.perm), reducing, red_ns)

@@ -105,73 +105,54 @@ def interconnect(preset: str, gpu: str) -> InterconnectPreset:
 # ---------------------------------------------------------------------------------------------------------
 # Whole-system presets (`cluster: dgx-a100`, `--topology dgx-h100:4`): NVIDIA DGX nodes of 8 GPUs on one
 # NVSwitch fabric, one NIC per GPU, all NICs on a non-blocking fabric (modelled as one switch: the ideal of
-# a full-bisection fat-tree). Link rates are per direction; collectives run at the bus bandwidth NCCL
-# reaches on each link class (nccl-tests), not at the line rate: effective = line rate x efficiency.
+# a full-bisection fat-tree). Hardware only: line rates per direction and the NICs by name. What NCCL gets
+# out of them (its protocols' efficiency, channels, algorithm choice) is netmodels/nccl.py's model, applied
+# to every cluster described with `collectives: nccl`, which these presets are.
 
 
 @dataclass(frozen=True)
 class SystemPreset:
-    """One DGX-class system: GPUs per node, line rates (bytes/s, per direction), NCCL efficiencies, delays."""
+    """One DGX-class system: GPUs per node, line rates (bytes/s, per direction), its NICs, delays."""
 
     name: str
     gpus: tuple[str, ...]  # GPU types the system holds (first = default)
     gpus_per_node: int
     nvlink_bandwidth: float  # line rate per GPU per direction
-    nvlink_efficiency: float  # NCCL bus bandwidth / line rate on NVLink
+    nic: str  # the compute NICs by name (one per GPU)
     nic_bandwidth: float  # line rate of each of the node's NICs
-    nic_efficiency: float  # NCCL bus bandwidth per NIC / line rate
     interconnect_row: str  # GPU row of Table 5 for PCIe and NVLink delays (the tables' values)
     nic_latency_ns: float
     source: str
-
-    @property
-    def nvlink_effective(self) -> float:
-        """NVLink bandwidth collectives reach (bytes/s per direction)."""
-        return self.nvlink_bandwidth * self.nvlink_efficiency
-
-    @property
-    def nic_effective(self) -> float:
-        """NIC bandwidth collectives reach (bytes/s per direction)."""
-        return self.nic_bandwidth * self.nic_efficiency
 
 
 GBYTE = 1e9
 SYSTEM_PRESETS: dict[str, SystemPreset] = {
     # DGX A100: 8 A100 SXM4 on NVLink3 through 6 NVSwitches, 600 GB/s total per GPU = 300 GB/s per
     # direction (NVIDIA A100 datasheet); 8 single-port ConnectX-6 HDR InfiniBand 200 Gb/s NICs for compute
-    # (NVIDIA DGX A100 datasheet / user guide). NCCL: "each NVLink ... ~20GB/s effective ... the total
-    # effective bandwidth should be 240GB/s on A100, but other bottlenecks limit it to ~230GB/s"
-    # (S. Jeaugey, NVIDIA/nccl-tests#149) -> 230/300; "24GB/s inter-node" per 200G HDR NIC (S. Jeaugey,
-    # NVIDIA/nccl#412; "DGX-A100 8x200Gbit/s IB ... 192GB/s AllReduce BusBW", NVIDIA/nccl#812) -> 24/25.
+    # (NVIDIA DGX A100 datasheet / user guide).
     "dgx-a100": SystemPreset(
         "dgx-a100",
         ("A100-80GB", "A100-40GB"),
         8,
         300 * GBYTE,
-        230 / 300,
+        "ConnectX-6 HDR InfiniBand",
         200 * GBIT,
-        24 / 25,
         "A100-40GB",
         368.0,
-        "NVIDIA A100 and DGX A100 datasheets; NCCL efficiencies: NVIDIA/nccl-tests#149, NVIDIA/nccl#412",
+        "NVIDIA A100 and DGX A100 datasheets",
     ),
     # DGX H100: 8 H100 SXM5 on NVLink4, 900 GB/s total = 450 GB/s per direction (H100 datasheet); 8
-    # single-port ConnectX-7 NDR 400 Gb/s NICs (DGX H100 datasheet). NCCL: "450GB/s is the line rate. With
-    # the protocol overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" (S. Jeaugey,
-    # NVIDIA/nccl-tests#212; ring busBw, NVLink SHARP not modelled) -> 370/450; "For NDR @ 400Gbps you should
-    # see 46-48GB/s per NIC" (NCCL maintainer AddyLaddy, NVIDIA/nccl-tests#290) -> 47/50. DGX H200 has the
-    # same fabric.
+    # single-port ConnectX-7 NDR 400 Gb/s NICs (DGX H100 datasheet). DGX H200 has the same fabric.
     "dgx-h100": SystemPreset(
         "dgx-h100",
         ("H100", "H200"),
         8,
         450 * GBYTE,
-        370 / 450,
+        "ConnectX-7 NDR InfiniBand",
         400 * GBIT,
-        47 / 50,
         "H100",
         368.0,
-        "NVIDIA H100 and DGX H100 datasheets; NCCL efficiencies: NVIDIA/nccl-tests#212, NVIDIA/nccl-tests#290",
+        "NVIDIA H100 and DGX H100 datasheets",
     ),
 }
 # NIC delay: the paper's Table 6 ConnectX-7 row (368 ns); no published ConnectX-6 figure is recorded, so

@@ -20,6 +20,8 @@ from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, wi
 from netmodels.errors import RankError, TopologyError
 
 GPU = "gpu"
+# How a topology's collectives run (Topology.collectives).
+COLLECTIVE_MODES = ("ring", "nccl")
 # Routing cost per link: scale-up links (NVLink/PCIe inside a host) are cheaper than scale-out hops, so
 # intra-host traffic stays on the scale-up fabric even where a NIC would offer an equally short detour.
 SCALE_UP_KINDS = frozenset({"scaleup"})
@@ -61,10 +63,17 @@ class Topology:
     rank_nodes: tuple[str, ...]
     # Host (server) of each rank: ranks on one host share its scale-up domain (hierarchical collectives).
     rank_hosts: tuple[str, ...] = ()
+    # How collectives run on it: "ring" (the paper's schedules, default) or "nccl" (NCCL's rail-aligned
+    # channels, protocols and algorithm choice, netmodels/nccl.py; DGX presets and `"collectives": "nccl"`).
+    collectives: str = "ring"
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_graph(self.graph, self.rank_nodes)
+        if self.collectives not in COLLECTIVE_MODES:
+            raise TopologyError(
+                f"collectives must be one of {', '.join(COLLECTIVE_MODES)}, got {self.collectives!r}"
+            )
         if not self.rank_hosts:
             object.__setattr__(self, "rank_hosts", tuple(self.rank_nodes))
         edges = list(self.graph.edges(data=True))

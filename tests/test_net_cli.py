@@ -123,3 +123,29 @@ def test_malformed_astra_yaml_exits_2(capsys, tmp_path):
         capsys, "collective", "--astra-network", str(net), "--collective", "all_reduce", "--size", "1MiB"
     )
     assert rc == 2 and "tbd" in err
+
+
+def test_collective_on_two_dgx_h100_as_nccl_runs_it(capsys):
+    # Issue 23's case: 1 GiB AllReduce on dgx-h100:2 took 42.8 ms (one ring through one NIC). NCCL's
+    # choice is ring/Simple over 8 rail-aligned channels: 30 steps of S/128 at 50 GB/s per NIC (5.03 ms)
+    # plus latencies; published ~376 GB/s busBw (8 x 47 GB/s, nccl-tests#290) gives 5.35 ms.
+    rc, out, _ = run(
+        capsys,
+        "collective",
+        "--topology",
+        "dgx-h100:2",
+        "--collective",
+        "all_reduce",
+        "--size",
+        "1GiB",
+        "--json",
+    )
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["nccl"] == "ring/Simple"
+    assert doc["finish_ns"] == pytest.approx(30 * (1 << 30) / 128 / 50, rel=0.01)
+    assert abs(doc["finish_ns"] / (2 * 15 / 16 * (1 << 30) / 376) - 1) < 0.10
+    rc, out, _ = run(
+        capsys, "collective", "--topology", "dgx-h100:1", "--collective", "all_reduce", "--size", "8KiB"
+    )
+    assert rc == 0 and "NCCL ran " in out

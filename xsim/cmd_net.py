@@ -38,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--collective", required=True, choices=COLLECTIVE_KINDS, help="collective kind")
     c.add_argument(
         "--algorithm",
-        help="ring, direct, halving_doubling, double_binary_tree, hierarchical, multi_ring:K "
-        "(default: the model's, e.g. the ASTRA-sim system json's)",
+        help="ring, direct, halving_doubling, double_binary_tree (tree), hierarchical, multi_ring:K; on "
+        "NCCL-mode clusters (dgx-a100, dgx-h100) also ring/LL, ring/LL128, ring/Simple, tree/... "
+        "(default: the model's, e.g. the ASTRA-sim system json's; NCCL's choice on NCCL-mode clusters)",
     )
     c.add_argument(
         "--ranks", help="process group, comma-separated global ranks or A-B ranges (default: all ranks)"
@@ -106,6 +107,10 @@ def _collective(args: argparse.Namespace) -> int:
         args.collective, parse_size(args.size), _ranks(args.ranks, model.num_ranks), args.algorithm, args.root
     )
     c = simulate_collective(model, spec)
+    # NCCL mode: the algorithm and protocol NCCL's tuning model picked (or the ones forced).
+    choice = getattr(model, "nccl_choice", None)
+    ran = choice(spec) if choice is not None and getattr(model, "nccl", False) else None
+    ran = None if ran is None else f"{'tree' if ran[0] == 'double_binary_tree' else ran[0]}/{ran[1]}"
     if args.json:
         print(
             json.dumps(
@@ -117,11 +122,14 @@ def _collective(args: argparse.Namespace) -> int:
                     "ranks": list(spec.ranks),
                     "finish_ns": c.finish_ns,
                     "per_rank_finish_ns": list(c.per_rank_finish_ns),
+                    **({"nccl": ran} if ran else {}),
                 }
             )
         )
         return 0
     print(f"model {model.name}: {spec.kind} of {spec.size_bytes} bytes over {len(spec.ranks)} ranks")
+    if ran:
+        print(f"NCCL ran {ran}")
     for r, t in zip(spec.ranks, c.per_rank_finish_ns, strict=True):
         print(f"  rank {r:>5}  {t:>14} ns")
     print(f"finish {c.finish_ns} ns")

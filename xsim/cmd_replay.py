@@ -233,6 +233,8 @@ def _replay(api, args: argparse.Namespace) -> int:
             _print_cost(run.cost)
         if run.memory is not None:
             _print_memory(run.memory)
+    for line in run.warnings:  # the network replayed on is not what the user may think (NICs, GPUs)
+        print(f"xsim: warning: {line}", file=sys.stderr)
     return 0
 
 

@@ -28,6 +28,9 @@ class Replay:
     result: ReplayResult
     cost: dict | None  # tracegen.cost.IterationCost as JSON, when the traces come with a deployment
     memory: dict | None = None  # peak memory per rank from memory.json beside the traces (`xsim gen`)
+    # One line each about the network replayed on (netmodels.nccl.topology_warnings): NICs under 100 Gb/s,
+    # GPUs unlike the traces' device groups. The CLI prints them; not part of the summary.
+    warnings: tuple[str, ...] = ()
 
     def summary(self) -> dict:
         """The summary dict (`xsim replay --json`): summary, cost and memory when known, and perf."""
@@ -122,7 +125,21 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
         result,
         iteration_cost(deployment, result.summary_dict()["iteration_time_ns"]),
         peak_memory(ts),
+        network_warnings(network, deployment),
     )
+
+
+def network_warnings(network, deployment) -> tuple[str, ...]:
+    """What is surprising about the topology a replay ran on (netmodels.nccl.topology_warnings)."""
+    topology = getattr(network, "topology", None)
+    if topology is None:
+        return ()
+    from netmodels.nccl import topology_warnings
+
+    rank_gpus = None
+    if deployment is not None and len(deployment.device_groups):
+        rank_gpus = {int(r): g.gpu for g in deployment.device_groups for r in g.ranks}
+    return topology_warnings(topology, rank_gpus)
 
 
 def peak_memory(trace_set: TraceSet) -> dict | None:

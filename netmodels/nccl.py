@@ -1,0 +1,407 @@
+"""NCCL's view of a cluster: what its Simple protocol gets out of each link, and its rail-aligned rings.
+
+Facts come from NVIDIA/nccl's source (read, not copied; our own model of them):
+
+* `src/graph/topo.h` (NCCL master as stored, the version with `SM100_NVLINK_BW`): the bandwidth NCCL's topology
+  search assumes per NVLink, `SM80_NVLINK_BW 20.0`, `SM90_NVLINK_BW 20.6`, `SM100_NVLINK_BW 40.1` (GB/s).
+  A link's line rate per direction is 25 GB/s (NVLink3, NVLink4) or 50 GB/s (NVLink5) (A100/H100/B200
+  datasheets: 12 x 25 = 300, 18 x 25 = 450, 18 x 50 = 900 GB/s per direction). The ratio is the share of
+  the line rate the Simple protocol moves as payload: 0.8 on A100 (12 x 20 = 240 GB/s, "the total
+  effective bandwidth should be 240GB/s on A100", S. Jeaugey, NVIDIA/nccl-tests#149), 0.824 on H100
+  (18 x 20.6 = 370.8 GB/s, "NCCL can get an effective NVLink bandwidth of 370GB/s", NVIDIA/nccl-tests#212).
+* NICs: NCCL takes a NIC's port speed as its bandwidth (`net_ib.cc`: speed in Mb/s / 8000 = GB/s) and its
+  tuning model applies no factor to Simple on the network, so a NIC link keeps its line rate.
+
+A topology built with `collectives: nccl` (the DGX presets, or any cluster description that says so) keeps
+its hardware rates; the models read the rates NCCL gets from `effective_link_bandwidth`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from netmodels.topology import GPU, Topology
+
+# Per-NVLink bandwidth NCCL assumes (GB/s, NVIDIA/nccl src/graph/topo.h) / line rate per link and
+# direction (GB/s, NVIDIA A100/H100/B200 datasheets).
+NVLINK_SIMPLE_EFFICIENCY: dict[str, float] = {
+    "A100-40GB": 20.0 / 25.0,
+    "A100-80GB": 20.0 / 25.0,
+    "H100": 20.6 / 25.0,
+    "H200": 20.6 / 25.0,
+    "B200": 40.1 / 50.0,
+}
+
+
+def link_efficiency(topology: Topology) -> np.ndarray:
+    """Share of each link's rate NCCL's Simple protocol moves as payload (1 off NVLink or outside NCCL mode)."""
+    c = topology._cache
+    eff = c.get("nccl_eff")
+    if eff is None:
+        eff = np.ones(len(topology.links))
+        if topology.collectives == "nccl":
+            nodes = topology.graph.nodes
+            for i, (u, v) in enumerate(topology.links):
+                if topology.graph[u][v].get("kind") != "scaleup":
+                    continue
+                gpu, hub = (u, v) if nodes[u].get("kind") == GPU else (v, u)
+                # NVLink only: a PCIe scale-up switch carries no NVLink protocol overhead figure.
+                if nodes[gpu].get("kind") == GPU and str(hub).endswith("nvswitch"):
+                    eff[i] = NVLINK_SIMPLE_EFFICIENCY.get(str(nodes[gpu].get("gpu")), 1.0)
+        c["nccl_eff"] = eff
+    return eff
+
+
+def effective_link_bandwidth(topology: Topology) -> np.ndarray:
+    """Per-link bandwidth (bytes/ns) collectives reach: the line rate times `link_efficiency`."""
+    c = topology._cache
+    bw = c.get("nccl_bw")
+    if bw is None:
+        bw = c["nccl_bw"] = topology.link_bandwidth * link_efficiency(topology)
+    return bw
+
+
+def rail_rings(hosts: list[str]) -> list[list[int]] | None:
+    """NCCL's rail-aligned rings over group positions: one per local GPU of a host, or None.
+
+    Channel c visits every host's positions in group order rotated by c, so it leaves each host from its
+    (c-1)-th GPU through that GPU's NIC and enters the next host at its c-th GPU: with one NIC per GPU, the
+    C channels cross every node boundary through C different NICs at once (NCCL's rail-aligned graphs,
+    `src/graph/search.cc`). None when the group sits on one host or hosts hold different counts.
+    """
+    by_host: dict[str, list[int]] = {}
+    for i, h in enumerate(hosts):
+        by_host.setdefault(h, []).append(i)
+    members = list(by_host.values())
+    local = len(members[0])
+    if len(members) < 2 or local < 2 or any(len(m) != local for m in members):
+        return None
+    return [[m[(c + j) % local] for m in members for j in range(local)] for c in range(local)]
+
+
+# A NIC slower than this is worth one line at replay time: 100 Gb/s (EDR InfiniBand / 100GbE) is the
+# slowest NIC of any GPU training cluster the project's sources describe; the paper's Table 5 testbed has
+# 10 Gb/s (A100, H100 rows), the default of a `nodes:` cluster.
+SLOW_NIC_BYTES_PER_S = 100e9 / 8
+
+
+def topology_warnings(topology: Topology, rank_gpus: dict[int, str] | None = None) -> tuple[str, ...]:
+    """One line per surprise in replaying on this topology: NICs under 100 Gb/s, GPUs unlike the traces'.
+
+    `rank_gpus` maps a rank to the GPU type the traces were generated for (deployment device groups).
+    """
+    from netmodels.errors import TopologyError
+    from netmodels.presets import canonical_gpu
+
+    out: list[str] = []
+    graph = topology.graph
+    nic_bw = [
+        float(d["bandwidth"])
+        for u, v, d in graph.edges(data=True)
+        if graph.nodes[u].get("kind") == "nic" and d.get("kind") == "nic"
+    ]
+    if nic_bw and min(nic_bw) < SLOW_NIC_BYTES_PER_S:
+        slow = sum(1 for b in nic_bw if b < SLOW_NIC_BYTES_PER_S)
+        out.append(
+            f"network: {slow} of {len(nic_bw)} NICs run at {min(nic_bw) * 8 / 1e9:g} Gb/s, under 100 Gb/s "
+            "(the paper's Table 5 default of nodes: clusters); set nic_bandwidth or use dgx-a100/dgx-h100"
+        )
+    if rank_gpus:
+        differ = []
+        for r, want in sorted(rank_gpus.items()):
+            if r >= topology.num_ranks:
+                continue
+            have = graph.nodes[topology.rank_nodes[r]].get("gpu")
+            try:
+                want_c = canonical_gpu(want)
+            except TopologyError:
+                want_c = want
+            if have is not None and have != want_c:
+                differ.append((r, have, want_c))
+        if differ:
+            r, have, want = differ[0]
+            out.append(
+                f"network: {len(differ)} ranks sit on GPUs unlike the traces' device groups "
+                f"(rank {r}: topology {have}, traces {want})"
+            )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Protocols and NCCL's choice among them (NVIDIA/nccl src/graph/tuning.cc at master 5067397c, NCCL 2.30.7:
+# the defaults of `ncclTunerConstantsDefaults`, the "model refinements" of ncclTopoTuneModel and
+# ncclTopoGetAlgoTime). Facts, our own code. NCCL 2.30.7 is the version the validation's H200 curve ran.
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """One NCCL protocol on an algorithm: latencies in us."""
+
+    name: str
+    base_us: float  # once per collective (baseLatencies)
+    nvlink_step_us: float  # per step over NVLink (hwLatencies NVLINK)
+    net_step_us: float  # per step over the network (hwLatencies NET)
+    net_overhead_us: float  # floor of an intra-node ring step once the ring spans nodes (getNetOverhead)
+
+
+# Ring rows. getNetOverhead: 1 us on an x86 Intel host (DGX H100: Xeon 8480C), x3 for Simple; AMD hosts
+# (DGX A100: EPYC 7742) would take 2 us, not distinguished here.
+PROTOCOLS: dict[str, Protocol] = {
+    "LL": Protocol("LL", 6.6, 0.6, 2.7, 1.0),
+    "LL128": Protocol("LL128", 14.0, 1.9, 4.0, 1.0),
+    "Simple": Protocol("Simple", 8.4, 3.4, 14.0, 3.0),
+}
+# Tree rows (AllReduce): baseLatencies Tree, hwLatencies NVLINK / NET Tree.
+TREE_PROTOCOLS: dict[str, Protocol] = {
+    "LL": Protocol("LL", 6.8, 0.6, 5.0, 0.0),
+    "LL128": Protocol("LL128", 14.0, 1.25, 8.5, 0.0),
+    "Simple": Protocol("Simple", 8.4, 4.0, 14.0, 0.0),
+}
+PROTOCOL_NAMES = tuple(PROTOCOLS)
+# llMaxBws (GB/s): on one node by GPU generation, across nodes by CPU vendor (Intel row), by node count
+# (1, 2, more). GPU generation per catalog GPU.
+LL_MAX_ONE_NODE: dict[str, float] = {"ampere": 87.7, "hopper": 141.0, "blackwell": 2 * 141.0}
+LL_MAX_INTEL: tuple[float, float] = (39.0, 20.4)  # 2 nodes, more than 2
+GPU_ARCH: dict[str, str] = {
+    "A100-40GB": "ampere", "A100-80GB": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell",
+}  # fmt: skip
+
+
+def ll_max_gbps(nodes: int, arch: str | None) -> float:
+    """NCCL's cap on an LL collective's bus bandwidth (GB/s), or inf when the GPU generation is unknown."""
+    if nodes == 1:
+        return LL_MAX_ONE_NODE.get(arch or "", float("inf"))
+    return LL_MAX_INTEL[0 if nodes == 2 else 1]
+
+
+def bandwidth_factor(protocol: str, simple_busbw_gbps: float, ll_max: float) -> float:
+    """Share of the Simple ring's bus bandwidth a protocol reaches: LL half of it (8 data bytes per 16-byte
+    line) up to llMaxBw, LL128 0.92 (120 of 128 bytes)."""
+    if protocol == "LL":
+        return min(0.5, ll_max / simple_busbw_gbps) if simple_busbw_gbps > 0 else 0.5
+    if protocol == "LL128":
+        return 0.92
+    return 1.0
+
+
+def tree_bandwidth_factor(protocol: str, nodes: int, simple_busbw_gbps: float, ll_max: float) -> float:
+    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 (Simple), /3.8 for LL up to
+    llMaxBw, x 7/9 (one node) or 120/128 for LL128 (per-channel caps not modelled)."""
+    base = 0.92
+    if protocol == "LL":
+        bus = simple_busbw_gbps * base
+        return base * min(1 / 3.8, ll_max / bus) if bus > 0 else base / 3.8
+    if protocol == "LL128":
+        return base * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
+    return base
+
+
+def ring_steps(kind: str, p: int, nodes: int) -> tuple[int, int]:
+    """(ring steps, of which over the network) as NCCL's tuning model counts them."""
+    if kind == "all_reduce":
+        return 2 * (p - 1), 2 * (nodes - 1)
+    return p - 1, nodes - 1
+
+
+def step_latencies_us(protocol: str, nodes: int, ppn: float, tree: bool = False) -> tuple[float, float]:
+    """(intra-node, network) latency of one step in us. One GPU per node exposes the tree's network
+    latency for either algorithm ("With ppn=1 latencies are fully exposed")."""
+    pr = (TREE_PROTOCOLS if tree else PROTOCOLS)[protocol]
+    net = TREE_PROTOCOLS[protocol].net_step_us if ppn == 1 else pr.net_step_us
+    intra = max(pr.nvlink_step_us, pr.net_overhead_us) if nodes > 1 and not tree else pr.nvlink_step_us
+    return intra, net
+
+
+def ring_latency_us(protocol: str, kind: str, p: int, nodes: int) -> float:
+    """NCCL's latency of a ring collective (us)."""
+    steps, inter = ring_steps(kind, p, nodes)
+    intra_us, net_us = step_latencies_us(protocol, nodes, p / nodes)
+    return PROTOCOLS[protocol].base_us + (steps - inter) * intra_us + inter * net_us
+
+
+def ring_busbw_gbps(kind: str, p: int, size: float, simple_bw_ns: float) -> float:
+    """The Simple ring's bus bandwidth in NCCL's sense (algorithm bandwidth x steps / ranks), GB/s."""
+    steps, _ = ring_steps(kind, p, 1)
+    total = size * p if kind == "all_gather" else size  # Chakra's AllGather size is the per-rank input
+    return total / simple_bw_ns * steps / p if simple_bw_ns > 0 else 0.0
+
+
+def predicted_ns(
+    protocol: str,
+    kind: str,
+    p: int,
+    nodes: int,
+    simple_bw_ns: float,
+    ll_max: float = float("inf"),
+    size: float = 0,
+) -> float:
+    """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
+    busbw = ring_busbw_gbps(kind, p, size, simple_bw_ns) if size else 0.0
+    factor = bandwidth_factor(protocol, busbw, ll_max)
+    return ring_latency_us(protocol, kind, p, nodes) * 1e3 + simple_bw_ns / factor
+
+
+def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
+    """Whether NCCL's protocols time this collective here: ring AR/RS/AG, tree AllReduce."""
+    if algorithm == "double_binary_tree":
+        return kind == "all_reduce"
+    return algorithm == "ring" and kind in ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def choose_protocol(
+    kind: str, p: int, nodes: int, simple_bw_ns: float, ll_max: float = float("inf"), size: float = 0
+) -> str:
+    """The ring protocol NCCL picks: the fastest predicted (ties to the earlier of LL, LL128, Simple)."""
+    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, kind, p, nodes, simple_bw_ns, ll_max, size))
+
+
+def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
+    """`ring/LL128` -> ("ring", "LL128"); a name without a protocol -> (name, None)."""
+    if algorithm is None or "/" not in str(algorithm):
+        return algorithm, None
+    base, _, proto = str(algorithm).partition("/")
+    names = {n.lower(): n for n in PROTOCOL_NAMES}
+    if proto.lower() not in names:
+        from netmodels.errors import AlgorithmError
+
+        raise AlgorithmError(
+            f"unknown NCCL protocol {proto!r} in {algorithm!r} (known: {', '.join(PROTOCOL_NAMES)})"
+        )
+    return base, names[proto.lower()]
+
+
+# ncclTopoGetAlgoTime's treeCorrectionFactor: tree bandwidth x this, by protocol and log2(bytes / 64) for
+# 64 B .. 256 MiB ("Trees are not perfectly sticking to the model for medium sizes").
+TREE_CORRECTION: dict[str, tuple[float, ...]] = {
+    "LL": (1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1),
+    "LL128": (1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}  # fmt: skip
+
+
+def tree_latency_us(protocol: str, p: int, nodes: int) -> float:
+    """NCCL's latency of a tree AllReduce (us): base + 2 ((ranks per node - 1) intra + log2(nodes) net)."""
+    intra_us, net_us = step_latencies_us(protocol, nodes, p / nodes, tree=True)
+    log2n = max(int(nodes).bit_length() - 1, 0)
+    return TREE_PROTOCOLS[protocol].base_us + 2 * ((p // nodes - 1) * intra_us + log2n * net_us)
+
+
+def predicted_tree_ns(
+    protocol: str, p: int, nodes: int, size: float, tree_bw_ns: float, ll_max: float = float("inf")
+) -> float:
+    """NCCL's predicted time of a tree AllReduce: latency + the tree's bandwidth time / share / correction."""
+    busbw = 2 * size / tree_bw_ns if tree_bw_ns > 0 else 0.0  # a tree's algorithm bandwidth is busBw / 2
+    log_size = max(int(size) >> 6, 1).bit_length() - 1
+    corr = TREE_CORRECTION[protocol][log_size] if log_size < 23 else 1.0
+    factor = tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
+    return tree_latency_us(protocol, p, nodes) * 1e3 + tree_bw_ns / (factor * corr)
+
+
+def predicted_ring_ns(
+    protocol: str,
+    kind: str,
+    p: int,
+    nodes: int,
+    size: float,
+    channels: int,
+    ring_bw_ns: float,
+    ll_max: float = float("inf"),
+) -> float:
+    """NCCL's predicted ring time, with ncclTopoGetAlgoTime's "plateau effect" (Simple AllReduce across
+    nodes, at least 64 bytes per channel and rank: latency x 1.4 on Ampere and later)."""
+    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns, ll_max, size)
+    if protocol == "Simple" and kind == "all_reduce" and nodes > 1 and size / (channels * p) >= 64:
+        t += 0.4 * ring_latency_us(protocol, kind, p, nodes) * 1e3
+    return t
+
+
+def protocol_factor(sched, protocol: str, nodes: int, size: float, bw_ns: float, ll_max: float) -> float:
+    """The bandwidth share `with_protocol` applies: the ring's or the tree's, from its Simple time."""
+    if sched.algorithm == "double_binary_tree":
+        busbw = 2 * size / bw_ns if bw_ns > 0 else 0.0
+        return tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
+    return bandwidth_factor(protocol, ring_busbw_gbps(sched.kind, sched.p, size, bw_ns), ll_max)
+
+
+def with_protocol(sched, protocol: str, hosts: list[str], factor: float | None = None):
+    """The schedule as `protocol` runs it: bytes on the wire / bandwidth share (`factor`, default the
+    protocol's share without llMaxBw), each transfer plus its step latency (network where it crosses
+    hosts), each channel's first stage plus the base latency."""
+    from netmodels.algorithms import Schedule, Stage
+
+    nodes = len(set(hosts))
+    ppn = sched.p / nodes
+    tree = sched.algorithm == "double_binary_tree"
+    if factor is None:
+        factor = protocol_factor(sched, protocol, nodes, 0.0, 0.0, float("inf"))
+    intra_us, net_us = step_latencies_us(protocol, nodes, ppn, tree=tree)
+    base = (TREE_PROTOCOLS if tree else PROTOCOLS)[protocol].base_us * 1e3
+    ids: dict[str, int] = {}
+    h = np.array([ids.setdefault(x, len(ids)) for x in hosts])
+    channels = []
+    for channel in sched.channels:
+        stages = []
+        for k, st in enumerate(channel):
+            extra = np.where(h[st.src] != h[st.dst], net_us * 1e3, intra_us * 1e3)
+            if st.first is not None:
+                extra = np.where(st.first, extra, 0.0)
+            wire = st.nbytes / factor
+            if k == 0 and st.repeat > 1:
+                # The base latency once: a repeated first stage is split so only its first step pays it.
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, 1, st.perm, st.local, extra + base, st.first)
+                )
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, st.repeat - 1, st.perm, st.local, extra, st.first)
+                )
+            elif k == 0:
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, 1, st.perm, st.local, extra + base, st.first)
+                )
+            else:
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, st.repeat, st.perm, st.local, extra, st.first)
+                )
+        channels.append(tuple(stages))
+    return Schedule(sched.kind, sched.algorithm, sched.p, tuple(channels), sched.shared)
+
+
+def group_arch(topology: Topology, ranks: tuple[int, ...]) -> str | None:
+    """The GPU generation of a group (for llMaxBw), None when mixed or unknown."""
+    nodes = topology.graph.nodes
+    archs = {GPU_ARCH.get(str(nodes[topology.rank_nodes[r]].get("gpu"))) for r in ranks}
+    return archs.pop() if len(archs) == 1 else None
+
+
+def pxn_relay(topology: Topology, src: int, dst: int) -> int | None:
+    """The rank a cross-node P2P relays through under PXN, or None (same host, no such GPU, or itself).
+
+    PXN (NCCL 2.12+, "PXN: PCI x NVLink", NVIDIA/nccl src/graph/paths.cc, PATH_PXN in topo.h): a GPU sends
+    to a remote GPU through the NIC of the local GPU on the destination's rail, reaching it over NVLink, so
+    inter-node traffic stays rail-aligned (on a rail-optimized fabric: on one rail switch).
+    """
+    c = topology._cache
+    where = c.get("pxn")
+    if where is None:
+        nodes = topology.graph.nodes
+        where = c["pxn"] = {
+            (topology.rank_hosts[r], nodes[topology.rank_nodes[r]].get("local_index")): r
+            for r in range(topology.num_ranks)
+        }
+    hosts, rank_nodes = topology.rank_hosts, topology.rank_nodes
+    if hosts[src] == hosts[dst]:
+        return None
+    relay = where.get((hosts[src], topology.graph.nodes[rank_nodes[dst]].get("local_index")))
+    return None if relay is None or relay == src else relay
+
+
+def p2p_links(topology: Topology, src: int, dst: int) -> tuple[tuple[int, ...], float]:
+    """Links and summed latency of a P2P in NCCL mode: via the PXN relay where there is one."""
+    relay = pxn_relay(topology, src, dst) if topology.collectives == "nccl" else None
+    if relay is None:
+        r = topology.route(src, dst)
+        return r.links, r.latency_ns
+    a, b = topology.route(src, relay), topology.route(relay, dst)
+    return a.links + b.links, a.latency_ns + b.latency_ns
