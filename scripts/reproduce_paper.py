@@ -128,33 +128,61 @@ def load_example(name: str) -> dict[str, Any]:
 
 def with_preset(spec: dict[str, Any], preset: str) -> dict[str, Any]:
     """The spec on interconnect preset table5/table6: its own `cluster:` (the Table 4 examples give Table 4's
-    nodes) or else the derived one (8 GPUs of one type per node, one switch), with the preset replaced."""
+    nodes) or else the derived one (8 GPUs of one type per node, one switch), with the preset replaced;
+    "table5-testbed" is table5 with every node on PCIe and one NIC per node, as the paper's testbed."""
     from tracegen.spec import derive_cluster, load_spec
 
     given = spec.get("cluster")
     desc = dict(given) if isinstance(given, dict) else derive_cluster(load_spec(spec))
-    desc["preset"] = preset
+    base, _, testbed = preset.partition("-")
+    desc["preset"] = base
+    if testbed == "testbed":
+        # The paper's testbed nodes (§5): GPUs on PCIe (no NVLink), one NIC per node (Intel X710/X550T).
+        desc["nodes"] = [{**n, "scale_up": "pcie", "nic": "per_node"} for n in desc["nodes"]]
     return {**spec, "cluster": desc}
 
 
-def run_spec(spec: dict[str, Any], network: str = "analytical") -> Run:
-    """Generate (with rewrite) and replay one spec mapping through xsim.api in a temporary folder."""
+def run_spec(spec: dict[str, Any], network: str = "analytical", comm_streams: str | None = None) -> Run:
+    """Generate (with rewrite) and replay one spec mapping through xsim.api in a temporary folder.
+
+    `comm_streams="shared"` replays with one communication op at a time per rank (ASTRA-sim's rule, on
+    which SimAI and so the paper's Xsim are built) through `replay.simulate` with the API's models.
+    """
+    import dataclasses
+
     from xsim import api
 
     with tempfile.TemporaryDirectory(prefix="xsim_paper_") as work:
         t0 = time.perf_counter()
         gen = api.generate(spec, api.GenerateOptions(out=work))
         t1 = time.perf_counter()
-        rep = api.simulate(work, api.ReplayOptions(network=api.NetworkOptions(model=network)))
+        options = api.ReplayOptions(network=api.NetworkOptions(model=network))
+        if comm_streams is None:
+            rep = api.simulate(work, options)
+            result, cost = rep.result, rep.cost
+        else:
+            from replay import simulate as replay_simulate
+            from xsim.api.replaying import iteration_cost, replay_config
+
+            ts = api.load_trace_set(work)
+            dep = api.load_deployment(ts)
+            config = dataclasses.replace(replay_config(options), comm_streams=comm_streams)
+            result = replay_simulate(
+                ts,
+                network=api.build_network(options.network, dep, ranks=ts.num_ranks),
+                compute=api.build_compute(options.compute, ts.num_ranks),
+                config=config,
+            )
+            cost = iteration_cost(dep, result.summary_dict()["iteration_time_ns"])
         t2 = time.perf_counter()
         return Run(
-            summary=rep.result.summary_dict(),
-            ranks=rep.result.ranks,
-            ops=rep.result.ops,
+            summary=result.summary_dict(),
+            ranks=result.ranks,
+            ops=result.ops,
             nodes=gen.nodes,
             gen_s=t1 - t0,
             replay_s=t2 - t1,
-            cost=rep.cost,
+            cost=cost,
         )
 
 
@@ -275,6 +303,7 @@ def exp_table4(opts: Options) -> Section:
     rows = []
     for c in TABLE4:
         r5, r6 = table4_run(c, "table5"), table4_run(c, "table6")
+        rt = None if opts.quick else table4_run(c, "table5-testbed", "flow")
         comp = int(r5.ranks["compute_ns"].max()) / 1e9
         paper = PAPER_TIME_S.get(c)
         rows.append(
@@ -285,6 +314,7 @@ def exp_table4(opts: Options) -> Section:
                 str(r5.summary["num_ranks"]),
                 fmt(sec(r5, "iteration_time_ns")),
                 fmt(sec(r6, "iteration_time_ns")),
+                "-" if rt is None else fmt(sec(rt, "iteration_time_ns")),
                 fmt(comp),
                 fmt(sec(r5, "wait_ns_max")),
                 fmt(sec(r5, "bubble_ns_max")),
@@ -299,6 +329,7 @@ def exp_table4(opts: Options) -> Section:
             "ranks",
             "iteration s, table5",
             "iteration s, table6",
+            "iteration s, testbed (flow)",
             "compute s (busiest rank)",
             "wait s (worst rank)",
             "bubble s (worst rank)",
@@ -315,7 +346,9 @@ def exp_table4(opts: Options) -> Section:
 micro-batches of 2 sequences per pipeline, GPipe, BF16; the values Table 4 leaves open are named in each
 file's header). `table5` is the derived cluster on the paper's testbed interconnect (Table 5: 10 Gb/s NICs
 on A100/H100 nodes, one NIC per GPU), the default of `xsim gen`; `table6` the paper's simulation-only
-interconnect (Table 6: 400 Gb/s ConnectX-7). Analytical network, roofline compute from the GPU catalog.
+interconnect (Table 6: 400 Gb/s ConnectX-7); `testbed` is table5 with the paper's testbed nodes (§5: GPUs
+on PCIe, one NIC per node) under the congestion-aware flow model, since only contention shows a shared
+NIC (full run only). Analytical network unless named, roofline compute from the GPU catalog.
 
 {t}
 
@@ -366,7 +399,8 @@ def exp_fig6_7(opts: Options) -> Section:
         rows7,
         right_from=2,
     )
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig.subplots_adjust(wspace=0.35)
     names = [r[0] for r in rows6]
     vals = [float(r[2].replace(",", "")) for r in rows6]
     a.bar(names, vals, color=["#9ecae1", "#9ecae1", "#3182bd"])
@@ -380,8 +414,9 @@ def exp_fig6_7(opts: Options) -> Section:
     b.set_yscale("log")
     b.set_xticks(list(x), [v[0] for v in bars])
     b.set_ylabel("Training time per iteration (ms, log)")
-    b.set_title("Fig. 7 stand-in: C9-C12")
-    b.legend(fontsize=7)
+    b.set_ylim(bottom=100)
+    b.set_title("Fig. 7 stand-in: C9-C12", pad=22)
+    b.legend(fontsize=7, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
     img = save_fig(fig, opts, "paper_fig6_7.png")
     errs = [abs(c / i - 1) * 100 for _, c, i in bars]
     lo, hi = min(errs), max(errs)
@@ -435,8 +470,11 @@ def pair_spec(a: int, b: int, mb: int = 4) -> dict[str, Any]:
 
 
 def fig12_run(a: int, b: int, strategy: str, preset: str, network: str) -> dict[str, float]:
-    """One bar of Figure 12: iteration, exposed boundary communication (sum and worst rank), bubble."""
-    run = run_spec({**with_preset(pair_spec(a, b), preset), "reshard": strategy}, network)
+    """One bar of Figure 12: iteration, exposed boundary communication (sum and worst rank), bubble.
+
+    network "analytical/shared": the analytical model with one communication op at a time per rank."""
+    model, _, streams = network.partition("/")
+    run = run_spec({**with_preset(pair_spec(a, b), preset), "reshard": strategy}, model, streams or None)
     exp = exposed_pp_comm(run)
     return {
         "time_ms": run.summary["iteration_time_ns"] / 1e6,
@@ -450,7 +488,7 @@ def fig12_run(a: int, b: int, strategy: str, preset: str, network: str) -> dict[
 def exp_fig12(opts: Options) -> Section:
     """The three pairs under all four strategies, both presets (and the flow model on table5 when full)."""
     plt = plt_module()
-    setups = [("table5", "analytical"), ("table6", "analytical")]
+    setups = [("table5", "analytical"), ("table6", "analytical"), ("table5", "analytical/shared")]
     if not opts.quick:
         setups.append(("table5", "flow"))
     res: dict[tuple, dict[str, float]] = {}
@@ -489,9 +527,9 @@ def exp_fig12(opts: Options) -> Section:
         bot.set_ylabel("Exposed PP comm\nTotal Time (ms)")
         bot.set_xticks(range(len(PAIRS)), [f"H100 x {a} - A100 x {b}" for a, b in PAIRS])
         bot.set_xlabel("Experimental Configurations (Topology Pairs)")
-        top.legend(ncol=4, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.12))
-        top.set_title(f"Figure 12 as xsim draws it ({net} network, {preset})")
-        images.append(save_fig(fig, opts, f"paper_fig12_{preset}_{net}.png"))
+        top.legend(ncol=4, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+        top.set_title(f"Figure 12 as xsim draws it ({net} network, {preset})", pad=20)
+        images.append(save_fig(fig, opts, f"paper_fig12_{preset}_{net.replace('/', '_')}.png"))
 
     def verdicts(preset: str, net: str) -> list[str]:
         """The paper's four claims checked on one setup's numbers."""
@@ -529,11 +567,23 @@ def exp_fig12(opts: Options) -> Section:
                 (yes if x > y * (1 + 1e-4) else no).append(
                     f"{a} -> {b} {preset}/{net} ({x:.2f} vs {y:.2f} ms)"
                 )
-        return f"holds for {', '.join(yes) or 'none'}; not for {', '.join(no) or 'none'}"
+        if not no:
+            return f"holds everywhere: {', '.join(yes)}"
+        return f"holds for {', '.join(yes) or 'none'}; not for {', '.join(no)}"
 
     h_txt = cmp("hetauto", "xsim", "time_ms")
     al_txt = cmp("alpacomm", "xsim", "pp_total_ms")
     hx_txt = "HetAuto above xsim: " + cmp("hetauto", "xsim", "pp_total_ms")
+    sh = [(p, n) for p, n in setups if n.endswith("/shared")]
+    al_shared = "; ".join(
+        f"{a} -> {b} ({p}, one slot): iteration AlpaComm {res[(p, n, a, b, 'alpacomm')]['time_ms']:.1f} / xsim "
+        f"{res[(p, n, a, b, 'xsim')]['time_ms']:.1f} / HetAuto {res[(p, n, a, b, 'hetauto')]['time_ms']:.1f} ms, "
+        f"exposed PP {res[(p, n, a, b, 'alpacomm')]['pp_total_ms']:.1f} / {res[(p, n, a, b, 'xsim')]['pp_total_ms']:.1f}"
+        f" / {res[(p, n, a, b, 'hetauto')]['pp_total_ms']:.1f} ms"
+        for p, n in sh
+        for a, b in PAIRS[:2]
+    )
+    flow_note = "" if opts.quick else "; `flow` the congestion-aware flow model"
     a4, b4 = PAIRS[2]
     sym = all(len({round(res[(p, n, a4, b4, s)]["time_ms"], 6) for s in STRATEGIES}) == 1 for p, n in setups)
     sym_txt = "identical under every setup" if sym else "they differ in some setup (see the table)"
@@ -552,7 +602,9 @@ Deployment (unstated in the paper; the same as `scripts/reshard_study.py`): Llam
 receives and the destination all-gathers from the moment the peer was there to their end, minus the time
 the rank computes meanwhile, summed over ranks (`exposed_pp_comm` in the script). xsim's `bubble_ns`
 (idle inside a rank's compute span, fill and drain included) is the last column; it is two orders of
-magnitude larger than the paper's panel and is not what the paper plots.
+magnitude larger than the paper's panel and is not what the paper plots. Setups: `analytical` is xsim's
+default replay; `analytical/shared` the same network with one communication op at a time per rank
+(ASTRA-sim's one-slot rule, `ReplayConfig(comm_streams="shared")`){flow_note}.
 
 {t}
 
@@ -575,9 +627,12 @@ next to ~270 ms of compute: the trend exists but is below a percent.
 (3) *AlpaComm more exposed PP time than xsim*: {al_txt}. By the closed form above both put n/4 through
 each destination NIC and n/6 through each source NIC; unequal units change the message sizes, not the
 bytes per link, so a bandwidth model cannot separate them. The paper's penalty needs a per-message cost
-or one message at a time per GPU (xsim's ASTRA-sim mode has the latter; its default replay lets a rank
-keep several sends in flight, docs/replay.md "Communication streams"). Which side is right would take a
-measurement of NCCL send/recv with uneven sizes; we have none.
+or a rank serializing all its communication: the `analytical/shared` rows replay with one communication op
+at a time per rank (ASTRA-sim's rule, on which SimAI and so the paper's Xsim are built; xsim's default
+gives each process group and the sends their own stream, docs/replay.md "Communication streams"). Which
+side is right would take a measurement of NCCL send/recv with uneven sizes; we have none. What the
+one-slot rows show is that the paper's AlpaComm and HetAuto trends are what a simulator with that rule
+produces: {al_shared}.
 (4) *HetAuto's exposed PP time as low as xsim's*: {hx_txt}. HetAuto's phases are sequential (its P2P
 waits for its gather, its scatter for the P2P, docs/planner.md "Stage boundaries"), and by (1) its
 cross-node phase alone is 2 x xsim's on 6 -> 4; balanced units do not remove that.
@@ -728,10 +783,13 @@ def fig18_run(c: str, preset: str, micro_batches: int, balanced: bool) -> Run:
     """Replay one variant and attach its per-rank DP-sync wait (phase 'sync' ops)."""
     import polars as pl
 
-    if (preset, micro_batches, balanced) == ("table5", 4, False):
-        run = table4_run(c, preset)
+    # The testbed's shared per-node NIC only shows under contention: the flow model (the analytical model
+    # lets concurrent transfers through one link without slowing each other).
+    network = "flow" if preset.endswith("-testbed") else "analytical"
+    if (micro_batches, balanced) == (4, False):
+        run = table4_run(c, preset, network)
     else:
-        run = run_spec(fig18_spec(c, preset, micro_batches, balanced))
+        run = run_spec(fig18_spec(c, preset, micro_batches, balanced), network)
     run.extra["dp"] = phase_wait(run, pl.col("phase") == "sync")
     return run
 
@@ -740,9 +798,16 @@ def exp_fig18(opts: Options) -> Section:
     """C13 > C14 > C15 idle time: every plausible reading of the metric and the unstated values."""
     plt = plt_module()
     if opts.quick:
-        variants = [("table5", 4, False), ("table5", 4, True), ("table6", 4, False), ("table5", 16, False)]
+        variants = [
+            ("table5", 4, False),
+            ("table5", 4, True),
+            ("table6", 4, False),
+            ("table5", 16, False),
+            ("table5-testbed", 4, False),
+        ]
     else:
         variants = [(p, m, bal) for p in ("table5", "table6") for m in (4, 16, 32) for bal in (False, True)]
+        variants += [("table5-testbed", m, False) for m in (4, 16)]
     runs = {(v, c): fig18_run(c, *v) for v in variants for c in ("C13", "C14", "C15")}
     rows, holds = [], []
     for v in variants:
@@ -777,20 +842,22 @@ def exp_fig18(opts: Options) -> Section:
         right_from=4,
     )
     base = (("table5", 4, False), "wait_max")
-    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig.subplots_adjust(wspace=0.3)
     cs = ("C13", "C14", "C15")
     v0 = base[0]
-    a.bar(
-        cs,
-        [IDLE_METRICS["wait_max"][1](runs[(v0, c)]) * 1e3 for c in cs],
-        color="#e6550d",
-        label="xsim (default)",
-    )
-    a.plot(cs, [PAPER_IDLE_S[c] * 1e3 for c in cs], "ko", label="paper")
+    v16 = ("table5", 16, False)
+    xs = range(len(cs))
+    a.bar([x - 0.2 for x in xs], [sec(runs[(v0, c)], "wait_ns_max") * 1e3 for c in cs], 0.4, color="#e6550d",
+          label="xsim default: m=4, all waits")  # fmt: skip
+    a.bar([x + 0.2 for x in xs], [IDLE_METRICS["dp_max"][1](runs[(v16, c)]) * 1e3 for c in cs], 0.4,
+          color="#fdae6b", label="xsim: m=16, DP-sync waits")  # fmt: skip
+    a.plot(list(xs), [PAPER_IDLE_S[c] * 1e3 for c in cs], "ko", label="paper")
+    a.set_xticks(list(xs), cs)
     a.set_ylabel("GPU Idle Time (ms)")
     a.set_xlabel("Cluster Configuration")
     a.legend(fontsize=7)
-    a.set_title("idle: table5, 4 micro-batches, uniform")
+    a.set_title("GPU idle, worst rank (table5, uniform batch)")
     b.bar(cs, [sec(runs[(v0, c)], "iteration_time_ns") for c in cs], color="#3182bd")
     b.set_ylabel("Training time per iteration (sec)")
     b.set_xlabel("Cluster Configuration")
@@ -810,6 +877,8 @@ def exp_fig18(opts: Options) -> Section:
     ax.set_title("Where Figure 18's ordering holds (metric x unstated configuration)")
     img2 = save_fig(fig2, opts, "paper_fig18_grid.png")
     r13, r14, r15 = (runs[(v0, c)] for c in cs)
+    vt = ("table5-testbed", 4, False)
+    rt13, rt14 = runs[(vt, "C13")], runs[(vt, "C14")]
     holds_txt = (
         "; ".join(f"{p}, m = {m}, {'1:3' if bal else '2:2'} with `{k}`" for (p, m, bal), k in holds)
         or "none of them"
@@ -834,7 +903,9 @@ The metric (§5): "GPU idle time (a.k.a., Straggler waiting time) measures the G
 AllReduce completion skew across DP groups". The paper does not say whether it is the worst rank or a sum,
 whether pipeline waits count, nor the network preset, the micro-batch count or the batch per replica.
 
-xsim's default (examples/table4_c13..15.yaml, table5, 4 micro-batches of 2, worst-rank `wait_ns`):
+xsim's default (examples/table4_c13..15.yaml, table5, 4 micro-batches of 2, worst-rank `wait_ns`) and the
+same configurations with 16 micro-batches and only the DP-synchronization waits counted (the reading
+under which the ordering appears, below), against the paper's three numbers:
 
 ![Figure 18 as xsim draws it]({img})
 
@@ -855,6 +926,14 @@ From the compute of the busiest rank (m micro-batches each): A100 {fmt(a14)} s v
 (m + 1)/m < {k:.3f}, i.e. m > {mstar}. With the examples' 4 micro-batches the pipeline's fill and drain make
 C15 wait longer than C14; with 16 or more the DP-only wait orders as the paper's (rows above). C13 is
 always far above (one GPU per replica: four times the work per GPU).
+
+**Training time, "similar for C13 and C14".** On table5 with a NIC per GPU xsim gives C13 {fmt(sec(r13, "iteration_time_ns"))} s
+and C14 {fmt(sec(r14, "iteration_time_ns"))} s. Closed form: C13's ring all-reduce of d = 13.5 GB over 8 ranks puts 2 x 7/8 x d =
+23.6 GB on each of the two links that cross the nodes, 18.9 s at 1.25 GB/s; in C14 each of the 4 TP positions
+all-reduces d/4 with its one peer, 2 x 1/2 x d/4 = 3.4 GB, 2.7 s when every GPU has its own NIC, but 4 x 2.7 =
+10.8 s when the node's four GPUs share one NIC, as on the paper's testbed. With the testbed nodes under the
+flow model (rows `table5-testbed`) xsim gives C13 {fmt(sec(rt13, "iteration_time_ns"))} s and C14 {fmt(sec(rt14, "iteration_time_ns"))} s: the NIC count, which the
+paper leaves unstated for C13-C15, moves C14 most of the way to the paper's "similar".
 
 **What is not reproduced, and why.** The ratios. As m grows the DP-only C15/C14 ratio tends to 1/{k:.3f} =
 {1 / k:.2f}, never the paper's 0.07 / 0.294 = 0.24, and C14/C13 stays near 1/4 (the same work over four GPUs)
