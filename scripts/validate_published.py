@@ -86,11 +86,12 @@ A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
 CLUSTER_NICS = {"dgx-a100": "200Gbps", "dgx-h100": "400Gbps", "jean-zay-a100": "50Gbps"}
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the node budget (never
-# in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, 48 layers, one micro-batch),
-# 30 / 34 / 45 without / selective / full recompute, +4 with sequence parallelism (AllGather /
-# ReduceScatter pairs), rounded up.
-NODES_PER_LAYER_STEP = {"none": 31, "selective": 35, "full": 46}
-SP_EXTRA_NODES = 4
+# in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, unfused attention) under the
+# framework profile with the most kernels, megatron-deepspeed: 42 / 46 / 63 without / selective / full
+# recompute, +6 at most with sequence parallelism (AllGather / ReduceScatter pairs, recomputed ones too);
+# megatron-2021 counts 35 / 39 / 51 and megatron-core 32 / 36 / 47, so the estimate is an upper bound.
+NODES_PER_LAYER_STEP = {"none": 42, "selective": 46, "full": 63}
+SP_EXTRA_NODES = 6
 DEFAULT_MAX_NODES = 4_000_000  # generated nodes per replay: ~2 minutes of generation on the 2-core dev box
 
 
