@@ -287,3 +287,44 @@ def test_framework_and_gemm_rates_keys_defaults_and_overrides():
         nodes = generate(load_spec({**big, "gemm_rates": rates}), rewrite=False).nodes[0]
         qkv[rates] = next(A.get_int(n, A.DURATION_NS) for n in nodes if n.name == "L1.qkv_proj.fwd.mb0")
     assert qkv["sustained"] / qkv["burst"] == pytest.approx(1410 / 1305, rel=1e-5)
+
+
+def test_optimizer_step_waits_for_the_stage_sends_so_one_comm_slot_cannot_deadlock(tmp_path):
+    # Two stages, H100 TP 2 -> A100 TP 1, rewritten (xsim resharding). The last stage's optimizer step opens
+    # with the grad-norm AllReduce over the whole pipeline (TP x PP), which stage 0 joins only after the
+    # last backward send reached it. Under one communication op at a time per rank (ASTRA-sim's rule,
+    # comm_streams="shared") the AllReduce, taken before that send, deadlocked the replay; Megatron's
+    # schedule waits for its sends before the step, and so does the step's first node.
+    import dataclasses
+
+    from replay import simulate
+    from xsim import api
+    from xsim.api.replaying import replay_config
+
+    spec = {
+        "name": "pair",
+        "model": {"base": "llama2-7b", "layers": 4},
+        "seq_len": 256,
+        "micro_batches": 2,
+        "allow_uneven_tp": True,
+        "device_groups": [
+            {"id": 0, "gpu": "H100", "ranks": [0, 1], "layers": [1, 2], "pp_stage": 0},
+            {"id": 1, "gpu": "A100", "ranks": [2], "layers": [3, 4], "pp_stage": 1},
+        ],
+    }
+    nodes = generate(load_spec(spec)).nodes[2]  # rewritten, as `xsim gen` writes it
+    last = {n.id: n for n in nodes}
+    first_opt = next(n for n in nodes if A.get_str(n, A.PHASE) == "opt")
+    sends = {d for d in first_opt.data_deps if last[d].type == pb.COMM_SEND_NODE}
+    assert sends, "the step's first node waits for the stage's last sends"
+    api.generate(spec, api.GenerateOptions(out=str(tmp_path)))
+    ts = api.load_trace_set(str(tmp_path))
+    options = api.ReplayOptions()
+    config = dataclasses.replace(replay_config(options), comm_streams="shared")
+    result = simulate(
+        ts,
+        network=api.build_network(options.network, api.load_deployment(ts), ranks=ts.num_ranks),
+        compute=api.build_compute(options.compute, ts.num_ranks),
+        config=config,
+    )
+    assert result.summary_dict()["iteration_time_ns"] > 0

@@ -1058,7 +1058,12 @@ class _RankProgram:
         shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
-        pred = deps
+        # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
+        # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
+        # Without the edge, a one-op-at-a-time communication slot (ASTRA-sim's rule) could take the
+        # grad-norm AllReduce, which needs the previous stage, before the send that stage waits for.
+        last_send = {(c, side, k): nid for nid, send, c, side, k in self.p2p_log if send}
+        pred = [*deps, *sorted(last_send.values())]
         for s in (*plan.before, *plan.after):
             tags = self._tags(0, "opt", NO_MICRO_BATCH)
             if isinstance(s, Op):
