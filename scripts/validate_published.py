@@ -85,12 +85,15 @@ A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
 # series: 100 Gb/s per port, so 400 Gb/s per node, 50 Gb/s per GPU when the 8 GPUs share them evenly.
 CLUSTER_NICS = {"dgx-a100": "200Gbps", "dgx-h100": "400Gbps", "jean-zay-a100": "50Gbps"}
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
-# Trace nodes per (rank, layer, micro-batch), used only to decide whether a run fits the node budget (never
-# in a result): counted on the generated 22B model of Korthikanti et al. (TP 8, unfused attention) under the
-# framework profile with the most kernels, megatron-deepspeed: 42 / 46 / 63 without / selective / full
-# recompute, +6 at most with sequence parallelism (AllGather / ReduceScatter pairs, recomputed ones too);
-# megatron-2021 counts 35 / 39 / 51 and megatron-core 32 / 36 / 47, so the estimate is an upper bound.
-NODES_PER_LAYER_STEP = {"none": 42, "selective": 46, "full": 63}
+# Trace nodes per (rank, layer, micro-batch) by framework profile, used only to decide whether a run fits
+# the node budget (never in a result): counted on the generated 22B model of Korthikanti et al. (TP 8,
+# unfused attention) without / selective / full recompute, +6 at most with sequence parallelism
+# (AllGather / ReduceScatter pairs, recomputed ones too).
+NODES_PER_LAYER_STEP = {
+    "megatron-2021": {"none": 35, "selective": 39, "full": 51},
+    "megatron-core": {"none": 32, "selective": 36, "full": 47},
+    "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
+}
 SP_EXTRA_NODES = 6
 DEFAULT_MAX_NODES = 4_000_000  # generated nodes per replay: ~2 minutes of generation on the 2-core dev box
 
@@ -648,7 +651,8 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool =
 
 def estimate_nodes(run: Run, micro_batches: int) -> int:
     """Rough count of generated nodes (budget decision only)."""
-    per = NODES_PER_LAYER_STEP[run.recompute] + (SP_EXTRA_NODES if run.sequence_parallel else 0)
+    framework = str(dict(run.options).get("framework", "megatron-core"))  # tracegen's default profile
+    per = NODES_PER_LAYER_STEP[framework][run.recompute] + (SP_EXTRA_NODES if run.sequence_parallel else 0)
     return run.gpus * micro_batches * (run.layers // run.pp) * per
 
 
