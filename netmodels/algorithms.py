@@ -143,23 +143,30 @@ def in_order_tree(n: int, root_max: bool) -> list[int]:
     return parent
 
 
-def tree_stages(parent: list[int], nbytes: float) -> list[Stage]:
-    """Reduce up a tree by subtree height, then broadcast down by depth; one full-size message per edge."""
+def tree_levels(parent: list[int]) -> tuple[int, list[int], list[int]]:
+    """The root of a tree given by `parent` (-1 at the root), each node's depth and its subtree height."""
     n = len(parent)
     children: list[list[int]] = [[] for _ in range(n)]
     root = parent.index(-1)
     for v, u in enumerate(parent):
         if u >= 0:
             children[u].append(v)
-    height = [0] * n
     depth = [0] * n
     order = [root]
     for v in order:
         for c in children[v]:
             depth[c] = depth[v] + 1
             order.append(c)
+    height = [0] * n
     for v in reversed(order):
         height[v] = max((height[c] + 1 for c in children[v]), default=0)
+    return root, depth, height
+
+
+def tree_stages(parent: list[int], nbytes: float) -> list[Stage]:
+    """Reduce up a tree by subtree height, then broadcast down by depth; one full-size message per edge."""
+    n = len(parent)
+    root, depth, height = tree_levels(parent)
     stages = []
     for h in range(height[root]):
         vs = [v for v in range(n) if height[v] == h and parent[v] >= 0]
@@ -316,20 +323,7 @@ def pipelined_tree_stages(parent: list[int], nbytes: float, chunks: int) -> list
     """A tree AllReduce streamed in `chunks` chunks: slot t, a node of height h sends chunk t - h up;
     the root's chunk k goes down from slot k + H, a node of depth d forwarding it at slot k + H + d."""
     n = len(parent)
-    children: list[list[int]] = [[] for _ in range(n)]
-    root = parent.index(-1)
-    for v, u in enumerate(parent):
-        if u >= 0:
-            children[u].append(v)
-    depth = [0] * n
-    order = [root]
-    for v in order:
-        for ch in children[v]:
-            depth[ch] = depth[v] + 1
-            order.append(ch)
-    height = [0] * n
-    for v in reversed(order):
-        height[v] = max((height[ch] + 1 for ch in children[v]), default=0)
+    root, depth, height = tree_levels(parent)
     big_h = height[root]
     nodes = np.array([v for v in range(n) if parent[v] >= 0], dtype=np.int64)
     par = np.array([parent[v] for v in nodes.tolist()], dtype=np.int64)
