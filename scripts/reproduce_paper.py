@@ -452,21 +452,12 @@ less than the paper's 90-99 %, the same direction and cause (communication and s
 
 
 def pair_spec(a: int, b: int, mb: int = 4) -> dict[str, Any]:
-    """Figure 12's pair: stage 0 on H100 x a (TP a, layers 1-16), stage 1 on A100 x b (TP b, layers 17-32).
+    """Figure 12's pair: stage 0 on H100 x a (TP a, layers 1-16), stage 1 on A100 x b (TP b, layers 17-32):
+    scripts/reshard_study.py's deployment (docs/planner.md's Figure 12 study), taken from there."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from reshard_study import pair
 
-    The same deployment as scripts/reshard_study.py (docs/planner.md's Figure 12 study).
-    """
-    return {
-        "name": f"h100x{a}-a100x{b}",
-        "model": "llama2-7b",
-        "seq_len": 2048,
-        "micro_batches": mb,
-        "allow_uneven_tp": True,
-        "device_groups": [
-            {"id": 0, "gpu": "H100", "ranks": list(range(a)), "layers": [1, 16], "pp_stage": 0},
-            {"id": 1, "gpu": "A100", "ranks": list(range(a, a + b)), "layers": [17, 32], "pp_stage": 1},
-        ],
-    }
+    return pair(a, b, mb)
 
 
 def fig12_run(a: int, b: int, strategy: str, preset: str, network: str) -> dict[str, float]:
