@@ -604,10 +604,7 @@ def duration_micros(
 ) -> int:
     """Whole microseconds of `op` on `gpu` (Chakra's duration_micros): `op_time_seconds` rounded to the
     nearest microsecond, at least 1 for an op that does any work."""
-    seconds = op_time_seconds(op, gpu, profile, model, rates)
-    if seconds <= 0:
-        return 0
-    return max(1, int(seconds * 1e6 + 0.5))
+    return _whole_units(op_time_seconds(op, gpu, profile, model, rates), 1e6)
 
 
 def duration_ns(
@@ -618,7 +615,11 @@ def duration_ns(
     rates: str = "sustained",
 ) -> int:
     """Nanoseconds of `op` on `gpu` (the exact value the replay uses): rounded, at least 1 for real work."""
-    seconds = op_time_seconds(op, gpu, profile, model, rates)
+    return _whole_units(op_time_seconds(op, gpu, profile, model, rates), 1e9)
+
+
+def _whole_units(seconds: float, per_second: float) -> int:
+    # Rounded to the nearest unit, and never 0 for an op that takes any time (0 means "no work" in Chakra).
     if seconds <= 0:
         return 0
-    return max(1, int(seconds * 1e9 + 0.5))
+    return max(1, int(seconds * per_second + 0.5))
