@@ -22,6 +22,8 @@ ALGORITHMS: tuple[str, ...] = (
     "double_binary_tree",
     "hierarchical",
     "multi_ring",
+    "nvls",
+    "nvls_tree",
 )
 # ASTRA-sim's spellings (system JSON) and common short names map onto ours.
 ALIASES: dict[str, str] = {
@@ -31,6 +33,9 @@ ALIASES: dict[str, str] = {
     "dbt": "double_binary_tree",
     "tree": "double_binary_tree",
     "multiring": "multi_ring",
+    "NVLS": "nvls",
+    "NVLSTree": "nvls_tree",
+    "nvlstree": "nvls_tree",
 }
 # Every kind runs as a ring or as direct transfers; the others are specialised algorithms.
 _ALL_KINDS: frozenset[str] = frozenset(COLLECTIVE_KINDS)
@@ -41,6 +46,9 @@ SUPPORTED: dict[str, frozenset[str]] = {
     "double_binary_tree": frozenset({"all_reduce"}),
     "hierarchical": frozenset({"all_reduce"}),
     "multi_ring": frozenset({"all_reduce", "reduce_scatter", "all_gather"}),
+    # NVLink SHARP (netmodels/nccl.py): NCCL mode on NVSwitch clusters only; the models build its schedule.
+    "nvls": frozenset({"all_reduce", "reduce_scatter", "all_gather"}),
+    "nvls_tree": frozenset({"all_reduce"}),
 }
 
 
@@ -369,6 +377,10 @@ def build_schedule(
     size = float(size_bytes)
     if p == 1:
         return Schedule(kind, base, 1, ())
+    if base in ("nvls", "nvls_tree"):
+        raise AlgorithmError(
+            f"algorithm {base} (NVLink SHARP) runs on NVSwitch clusters with collectives: nccl (dgx-h100)"
+        )
     if base == "ring" and rings and kind in RAIL_KINDS:
         stages = _ring(p, kind, size / len(rings), root)
         return Schedule(kind, base, p, tuple(tuple(_permuted(stages, o)) for o in rings), shared=True)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from netmodels.algorithms import Schedule, Stage, build_schedule, canonical_algorithm, default_algorithm
 from netmodels.api import (
     CollectiveSpec,
     ceil_ns,
@@ -19,12 +19,16 @@ from netmodels.closed_form import ClosedFormModel
 from netmodels.errors import AlgorithmError, NetworkModelError
 from netmodels.executor import run_chunked
 from netmodels.nccl import (
+    NVLS_ALGORITHMS,
     PROTOCOL_NAMES,
     effective_link_bandwidth,
     group_arch,
     ll_max_gbps,
     nccl_protocol_applies,
+    nvls_group_graph,
+    nvls_schedule,
     p2p_links,
+    predicted_nvls_ns,
     predicted_ring_ns,
     predicted_tree_ns,
     protocol_factor,
@@ -123,6 +127,8 @@ class AnalyticalModel(ClosedFormModel):
         self, spec: CollectiveSpec, ranks: tuple[int, ...], algo: str, tree_chunks: int | None = None
     ) -> Schedule:
         hosts = self.topology.hosts_of(ranks)
+        if self.nccl and canonical_algorithm(algo)[0] in NVLS_ALGORITHMS:
+            return self._nvls(spec, ranks, canonical_algorithm(algo)[0])
         rings = rail_rings(hosts) if self.nccl else None
         return build_schedule(
             spec.kind,
@@ -135,6 +141,18 @@ class AnalyticalModel(ClosedFormModel):
             nccl=self.nccl,
             tree_chunks=tree_chunks,
         )
+
+    def _nvls(self, spec: CollectiveSpec, ranks: tuple[int, ...], algo: str) -> Schedule:
+        """The NVLS schedule of a collective (netmodels.nccl.nvls_schedule), or one error line where the
+        group cannot run it."""
+        g = nvls_group_graph(self.topology, ranks)
+        if g is None or g.algorithm != algo or not nccl_protocol_applies(spec.kind, algo):
+            raise AlgorithmError(
+                f"algorithm {algo} cannot run {spec.kind} on ranks {ranks[0]}..{ranks[-1]}: NVLS needs Hopper or "
+                "later GPUs on an NVSwitch, 2 or more per node alike on every node, a NIC per GPU across nodes; "
+                "nvls runs AllReduce, ReduceScatter, AllGather on one node, nvls_tree AllReduce across nodes"
+            )
+        return nvls_schedule(self.topology, ranks, spec.kind, spec.size_bytes / self.chunks, g)
 
     def _run(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray:
         """Per-position finish offsets of a schedule run in this model's chunks."""
@@ -182,9 +200,20 @@ class AnalyticalModel(ClosedFormModel):
         protos = PROTOCOL_NAMES if proto is None else (proto,)
         ll_max = ll_max_gbps(nodes, group_arch(self.topology, ranks))
         cands: list[tuple[float, int, str, str, Schedule, float]] = []
+        nvls = nvls_group_graph(self.topology, ranks)
         algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
+        if not forced and nvls is not None:
+            algos.append(nvls.algorithm)
         for i, algo in enumerate(algos):
             if not nccl_protocol_applies(spec.kind, algo):
+                continue
+            if algo in NVLS_ALGORITHMS:
+                # NVLS runs Simple only (tuning.cc skips its other protocols).
+                if proto not in (None, "Simple"):
+                    raise AlgorithmError(f"algorithm {algo} runs the Simple protocol only, not {proto}")
+                s = sched if algo == sched.algorithm else self._nvls(spec, ranks, algo)
+                t = predicted_nvls_ns(nvls, spec.kind, len(ranks), spec.size_bytes)
+                cands.append((t, i * 3 + 2, algo, "Simple", s, 0.0))
                 continue
             s = sched if algo == sched.algorithm else self._build(spec, ranks, algo)
             if algo == "ring":
@@ -202,6 +231,8 @@ class AnalyticalModel(ClosedFormModel):
         if not cands:
             return None
         _, _, algo, pr, s, x = min(cands, key=lambda c: (c[0], c[1]))
+        if algo in NVLS_ALGORITHMS:
+            return s, algo, pr, 1.0  # the schedule carries NVLS's latency and bandwidth already
         factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max)
         return with_protocol(s, pr, hosts, factor), algo, pr, factor
 

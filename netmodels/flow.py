@@ -45,6 +45,7 @@ from netmodels.maxmin import (
     sub_csr,
 )
 from netmodels.nccl import (
+    NVLS_ALGORITHMS,
     effective_link_bandwidth,
     p2p_links,
     rail_rings,
@@ -535,9 +536,15 @@ class FlowModel:
                 if choice is not None:
                     base, proto, factor = choice
             base = base or default_algorithm(kind)
-            sched = build_schedule(
-                kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
-            )
+            if self.nccl and len(ranks) > 1 and base in NVLS_ALGORITHMS:
+                # NVLink SHARP: the transfers that load NVLink and NICs as NCCL's model says it runs.
+                spec = CollectiveSpec(kind, size, ranks, base, ranks[root])
+                sched = self._chooser()._nvls(spec, ranks, base)
+                proto = None
+            else:
+                sched = build_schedule(
+                    kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
+                )
             if self.nccl and len(ranks) > 1 and proto is not None:
                 sched = with_protocol(sched, proto, hosts, factor)
             by_stage: dict[int, _StagePlan] = {}

@@ -244,9 +244,12 @@ def predicted_ns(
 
 
 def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
-    """Whether NCCL's protocols time this collective here: ring AR/RS/AG, tree AllReduce."""
-    if algorithm == "double_binary_tree":
+    """Whether NCCL's protocols time this collective here: ring and NVLS AR/RS/AG, tree and NVLS_TREE
+    AllReduce."""
+    if algorithm in ("double_binary_tree", "nvls_tree"):
         return kind == "all_reduce"
+    if algorithm == "nvls":
+        return kind in ("all_reduce", "reduce_scatter", "all_gather")
     return algorithm == "ring" and kind in ("all_reduce", "reduce_scatter", "all_gather")
 
 
@@ -405,3 +408,219 @@ def p2p_links(topology: Topology, src: int, dst: int) -> tuple[tuple[int, ...], 
         return r.links, r.latency_ns
     a, b = topology.route(src, relay), topology.route(relay, dst)
     return a.links + b.links, a.latency_ns + b.latency_ns
+
+
+# ---------------------------------------------------------------------------------------------------------
+# NVLink SHARP (NVLS): the NVSwitch reduces (multimem ld_reduce) and multicasts (multimem st) inside a node;
+# NVLS_TREE adds a tree across nodes between each channel's head GPUs (one NIC per head). Facts from
+# NVIDIA/nccl at master 5067397c (NCCL 2.30.7), read, not copied:
+#   src/graph/tuning.cc  nvlsEfficiency, hwLatencies NVLS/NVLSTree, perChMaxNVLSTreeBws, the NVLS busBw model
+#   src/graph/search.cc  the NVLS graph: channels, speed arrays, bandwidth per channel
+#   src/enqueue.cc       which algorithms are candidates (NVLS multi-node needs CollNet)
+#   src/transport/nvls.cc NCCL_NVLS_ENABLE (default 2: on where the GPU supports multicast, at least 2 GPUs)
+
+# nvlsEfficiency by GPU generation (0 before Hopper: no NVLS).
+NVLS_EFFICIENCY: dict[str, float] = {"hopper": 0.85, "blackwell": 0.74}
+# hwLatencies (us), Simple only (NVLS runs no other protocol); baseLatencies of both are 0.
+NVLS_NVLINK_US = 25.0  # NVLINK row, NVLS and NVLSTree
+NVLS_TREE_NET_US = 20.9  # NET row, NVLSTree (NVLS across nodes, 18, needs CollNet: not modelled)
+# perChMaxNVLSTreeBws (GB/s per channel) by generation for 2 nodes and for more.
+NVLS_TREE_PER_CH_MAX: dict[str, tuple[float, float]] = {"hopper": (57.7, 45.5), "blackwell": (96.0, 80.0)}
+# NCCL_MAX_NVLS_ARITY (src/include/device.h): the most GPUs of a node an NVLS graph spans.
+NVLS_MAX_ARITY = 32
+# Speeds (GB/s per channel) the graph search tries, by generation: intra-node (one node) and inter-node.
+NVLS_SPEEDS_INTRA: dict[str, tuple[float, ...]] = {
+    "hopper": (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0),
+    "blackwell": (90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0),
+}
+NVLS_SPEEDS_INTER: dict[str, tuple[float, ...]] = {
+    "hopper": (48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12),
+    "blackwell": (96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
+                  2.4, 1.2, 0.24, 0.12),
+}  # fmt: skip
+NVLS_ALGORITHMS = ("nvls", "nvls_tree")
+
+
+@dataclass(frozen=True)
+class NvlsGraph:
+    """NCCL's NVLS graph of a group: channels (one head GPU each) and bandwidth per channel (GB/s)."""
+
+    algorithm: str  # "nvls" (one node) or "nvls_tree" (several)
+    arch: str
+    local: int  # the group's GPUs per node
+    nodes: int
+    channels: int
+    bw_intra: float
+    bw_inter: float
+
+
+def nvls_graph(arch: str, local: int, nodes: int, nvlink_gbps: float, nic_gbps: float, heads: int):
+    """NCCL's NVLS graph search (search.cc), our reading of it, or None where it finds under 2 channels.
+
+    Each channel takes `s` GB/s on every GPU's NVSwitch link in each direction, twice that on its head's, so
+    with `k` channels whose heads are distinct GPUs the busiest link carries (k + 1) s. On one node the
+    search must use every GPU as a head (k = local) and takes the fastest intra-node speed that fits; across
+    nodes the heads are GPUs with their own NIC (k <= heads) and the search keeps the most channels, then
+    the most k x s, among the inter-node speeds up to the NIC's, stopping once k reaches its maximum. It
+    then raises the inter-node bandwidth step by step while it is under twice the intra-node one (and, across
+    nodes, within the NIC's).
+    """
+    if arch not in NVLS_EFFICIENCY or local < 2 or local > NVLS_MAX_ARITY or nodes < 1:
+        return None
+    if nodes == 1:
+        speeds = NVLS_SPEEDS_INTRA[arch]
+        fit = [s for s in speeds if (local + 1) * s <= nvlink_gbps]
+        if not fit:
+            return None
+        k, bw = local, fit[0]
+        cap = float("inf")
+    else:
+        speeds = NVLS_SPEEDS_INTER[arch]
+        kmax = min(local, heads)
+        best: tuple[int, float] | None = None
+        for s in speeds:
+            if s > nic_gbps:
+                continue
+            if best is not None and s / best[1] <= 0.49:
+                break
+            k = min(kmax, int(nvlink_gbps // s) - 1)
+            if k < 1:
+                continue
+            if best is None or k > best[0] or k * s > best[0] * best[1]:
+                best = (k, s)
+            if best[0] == kmax:
+                break
+        if best is None:
+            return None
+        k, bw = best
+        cap = nic_gbps
+    if k < 2:
+        return None
+    inter = bw
+    faster = [s for s in sorted(speeds) if s > inter and s <= cap]
+    while faster and inter < 2 * bw:
+        inter = faster.pop(0)
+    return NvlsGraph("nvls" if nodes == 1 else "nvls_tree", arch, local, nodes, k, bw, inter)
+
+
+def nvls_parts_gbps(g: NvlsGraph, kind: str, p: int) -> tuple[float, float]:
+    """NCCL's NVLS bandwidth (GB/s, per the bytes NCCL's model divides) of the intra-node and the
+    inter-node part (inf on one node): ncclTopoTuneModel's per-channel min() split in two, times channels,
+    bus to algorithm bandwidth (x ranks / 2(ranks - 1) for AllReduce; AllGather/ReduceScatter unconverted)."""
+    eff = NVLS_EFFICIENCY[g.arch]
+    intra = g.bw_intra * eff * (g.channels - 1) / g.channels
+    intra *= 2.0 if kind == "all_reduce" else (g.local - 1) / g.local
+    inter = float("inf")
+    if g.algorithm == "nvls_tree":
+        two, more = NVLS_TREE_PER_CH_MAX[g.arch]
+        inter = min(g.bw_inter * (2 if g.nodes <= 2 else 1), two if g.nodes <= 2 else more)
+    ratio = p / (2 * (p - 1)) if kind == "all_reduce" else 1.0
+    return g.channels * intra * ratio, g.channels * inter * ratio
+
+
+def nvls_latency_us(g: NvlsGraph, ppn: float) -> float:
+    """NCCL's NVLS latency (us): the NVLink hop, plus 2 log2(nodes) network hops for NVLS_TREE (the tree's
+    Simple network latency when ppn is 1, as for every algorithm)."""
+    if g.algorithm == "nvls":
+        return NVLS_NVLINK_US
+    net = TREE_PROTOCOLS["Simple"].net_step_us if ppn == 1 else NVLS_TREE_NET_US
+    return NVLS_NVLINK_US + 2 * (int(g.nodes).bit_length() - 1) * net
+
+
+def nvls_bytes(kind: str, size: float, p: int) -> float:
+    """The bytes NCCL's model divides by the bandwidth: the whole buffer (Chakra's AllGather size is the
+    per-rank input)."""
+    return size * p if kind == "all_gather" else float(size)
+
+
+def predicted_nvls_ns(g: NvlsGraph, kind: str, p: int, size: float) -> float:
+    """NCCL's predicted time of an NVLS / NVLS_TREE collective (ns): latency + bytes / bandwidth, with the
+    tree correction factor NCCL applies to NVLS_TREE on Blackwell x86 hosts."""
+    intra, inter = nvls_parts_gbps(g, kind, p)
+    bw = min(intra, inter)
+    if g.algorithm == "nvls_tree" and g.arch == "blackwell":
+        log_size = max(int(size) >> 6, 1).bit_length() - 1
+        if log_size < 23:
+            bw *= TREE_CORRECTION["Simple"][log_size]
+        elif log_size == 23:
+            bw *= 0.9  # the 24th entry of NCCL's Simple row, which only NVLS_TREE reads
+    return nvls_latency_us(g, p / g.nodes) * 1e3 + nvls_bytes(kind, size, p) / bw
+
+
+def nvls_group_graph(topology: Topology, ranks: tuple[int, ...]) -> NvlsGraph | None:
+    """The NVLS graph NCCL builds for a group, or None where NVLS does not run: GPUs before Hopper or mixed,
+    a GPU not on an NVSwitch, under 2 or unequal GPUs per node, or a graph of under 2 channels."""
+    c = topology._cache.setdefault("nvls", {})
+    if ranks in c:
+        return c[ranks]
+    g = None
+    arch = group_arch(topology, ranks)
+    hosts = topology.hosts_of(ranks)
+    by_host: dict[str, list[int]] = {}
+    for r, h in zip(ranks, hosts, strict=True):
+        by_host.setdefault(h, []).append(r)
+    counts = {len(m) for m in by_host.values()}
+    if arch in NVLS_EFFICIENCY and len(counts) == 1:
+        graph, index = topology.graph, topology._cache["index"]
+        bw = effective_link_bandwidth(topology)  # bytes/ns, i.e. GB/s
+        nvlink, nic, heads = float("inf"), float("inf"), len(ranks)
+        for members in by_host.values():
+            nics: set = set()
+            for r in members:
+                dev = topology.rank_nodes[r]
+                hubs = [v for v in graph.successors(dev) if str(v).endswith("nvswitch")]
+                if not hubs:
+                    nvlink = 0.0
+                    break
+                nvlink = min(nvlink, float(bw[index[(dev, hubs[0])]]), float(bw[index[(hubs[0], dev)]]))
+                for v in graph.successors(dev):
+                    if graph.nodes[v].get("kind") == "nic":
+                        nics.add(v)
+                        up = [
+                            float(bw[index[(v, w)]])
+                            for w in graph.successors(v)
+                            if graph.nodes[w].get("kind") == "switch"
+                        ]
+                        nic = min(nic, float(bw[index[(dev, v)]]), *up)
+            heads = min(heads, len(nics))
+        if nvlink > 0:
+            g = nvls_graph(arch, counts.pop(), len(by_host), nvlink, nic, heads)
+    c[ranks] = g
+    return g
+
+
+def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: float, g: NvlsGraph):
+    """An NVLS collective as one stage of transfers that load the links as NCCL's model says it runs.
+
+    In-switch reduction and multicast end in the NVSwitch, which transfers between group positions cannot
+    express; so each GPU sends to every other GPU of its node (its NVSwitch links) and, for NVLS_TREE, to its
+    rail peer on every other node (its NIC), sized so that each part alone takes NCCL's bandwidth time of
+    that part (`nvls_parts_gbps`) on the links it shares, and every transfer pays NCCL's NVLS latency. In the
+    analytical model the collective then takes NCCL's predicted time (plus route latency); in the flow model
+    the same transfers share NVLink and NICs with other traffic.
+    """
+    from netmodels.algorithms import Schedule, Stage
+
+    p = len(ranks)
+    hosts = topology.hosts_of(ranks)
+    local = topology.graph.nodes
+    rail = [local[topology.rank_nodes[r]].get("local_index") for r in ranks]
+    pairs = [(a, b) for a in range(p) for b in range(p) if a != b and hosts[a] == hosts[b]]
+    inter = [(a, b) for a in range(p) for b in range(p) if hosts[a] != hosts[b] and rail[a] == rail[b]]
+    intra_gbps, inter_gbps = nvls_parts_gbps(g, kind, p)
+    nbytes = nvls_bytes(kind, size, p)
+    bw = effective_link_bandwidth(topology)
+    routes = [topology.route(ranks[a], ranks[b]).links for a, b in pairs + inter]
+    used = np.bincount([li for links in routes for li in links], minlength=len(topology.links))
+    sizes = []
+    for k, links in enumerate(routes):
+        x = nbytes / (intra_gbps if k < len(pairs) else inter_gbps)
+        idx = np.array(links, dtype=np.int64)
+        sizes.append(x * float((bw[idx] / used[idx]).min()) if len(idx) else 0.0)
+    src = np.array([a for a, _ in pairs + inter], dtype=np.int64)
+    dst = np.array([b for _, b in pairs + inter], dtype=np.int64)
+    lat = np.full(len(src), nvls_latency_us(g, p / g.nodes) * 1e3)
+    # reduce=False: the NVSwitch reduces (and, across nodes, the heads reduce what the tree brings in at
+    # the pace of the network), so the GPUs' reduction bandwidth option does not apply.
+    stage = Stage(src, dst, np.array(sizes), False, 1, False, False, lat)
+    return Schedule(kind, g.algorithm, p, ((stage,),), shared=True)

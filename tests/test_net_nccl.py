@@ -111,7 +111,6 @@ def _dgx_h100_by_hand(nodes: int) -> dict:
 
 
 def test_one_gib_allreduce_on_two_dgx_h100_three_ways_one_time_near_published(tmp_path):
-    spec = CollectiveSpec("all_reduce", S, tuple(range(16)))
     path = tmp_path / "cluster.json"
     path.write_text(json.dumps(_dgx_h100_by_hand(2)))
     dep = load_spec(
@@ -126,16 +125,27 @@ def test_one_gib_allreduce_on_two_dgx_h100_three_ways_one_time_near_published(tm
         build_cluster(json.loads(dep.cluster_json)),
         topology_from_spec(f"cluster:{path}"),
     ]
-    for model in (AnalyticalModel, FlowModel):
-        times = {simulate_collective(model(t), spec).finish_ns for t in topos}
-        assert len(times) == 1
-    t = times.pop()
-    # Published: "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (NCCL maintainer, NVIDIA/nccl-tests#290):
-    # 8 NICs x 47 GB/s = 376 GB/s busBw -> 2 (n-1)/n S / busBw = 5.35 ms for 1 GiB on 16 GPUs.
-    published = 2 * 15 / 16 * S / (8 * 47 * GB) * 1e9
-    assert abs(t / published - 1) < 0.10
+    got = {}
+    for algo in (None, "ring"):
+        spec = CollectiveSpec("all_reduce", S, tuple(range(16)), algo)
+        for model in (AnalyticalModel, FlowModel):
+            times = {simulate_collective(model(t), spec).finish_ns for t in topos}
+            assert len(times) == 1
+        got[algo] = times.pop()
+    # NCCL's choice on 2 DGX H100 is NVLS_TREE (NVLink SHARP in the node, a tree over the NICs): per channel
+    # min(40 x 0.85 x 7/8 x 2, 48 x 2, 57.7) = 57.7 GB/s, 8 channels, x 16/30 to algorithm bandwidth; latency
+    # 25 + 2 x 20.9 us (NVIDIA/nccl tuning.cc, search.cc, NCCL 2.30.7), plus the route's NIC-path delays.
+    t = got[None]
+    assert t == pytest.approx(66.8e3 + S / (8 * 57.7 * 16 / 30), rel=1e-3)
+    # Published: NVLS on 2 nodes of 8 H100 with 8 x 400G NICs: AllReduce busBw 430 GB/s (NVIDIA/nccl#1221,
+    # NCCL 2.19.3, 4-8 GiB; 330 with NVLS off) -> 2 (n-1)/n S / busBw = 4.68 ms.
+    assert abs(t / (2 * 15 / 16 * S / (430 * GB) * 1e9) - 1) < 0.10
+    # Ring forced (NCCL_ALGO=RING): "For NDR @ 400Gbps you should see 46-48GB/s per NIC" (NCCL maintainer,
+    # NVIDIA/nccl-tests#290): 8 NICs x 47 GB/s = 376 GB/s busBw -> 5.35 ms for 1 GiB on 16 GPUs.
+    ring = got["ring"]
+    assert abs(ring / (2 * 15 / 16 * S / (8 * 47 * GB) * 1e9) - 1) < 0.10
     # NCCL's model: 8 channels, each NIC-bound at 50 GB/s: 30 steps of S/128 (+ latencies).
-    assert t == pytest.approx(30 * S / 128 / (50 * GB) * 1e9, rel=0.01)
+    assert ring == pytest.approx(30 * S / 128 / (50 * GB) * 1e9, rel=0.01)
 
 
 def test_replay_warnings_name_slow_nics_and_foreign_gpus():
@@ -174,11 +184,12 @@ def test_nccl_protocol_choice_switches_ll_ll128_simple_at_hand_computed_sizes():
 
     assert [choice(0.99 * ll_ll128), choice(1.01 * ll_ll128)] == ["LL", "LL128"]
     assert [choice(0.99 * ll128_simple), choice(1.01 * ll128_simple)] == ["LL128", "Simple"]
-    # On a DGX H100: X = 1.75 S / 370.8 GB/s, so LL up to 3.5 MB, LL128 to 37.5 MB.
+    # On a DGX H100 with the ring forced (NCCL's own choice there is NVLS from 2 MiB, test_net_nvls.py):
+    # X = 1.75 S / 370.8 GB/s, so LL up to 3.5 MB, LL128 to 37.5 MB.
     topo = topology_from_spec("dgx-h100:1")
     model = AnalyticalModel(topo)
     chosen = {
-        size: model.nccl_protocol(CollectiveSpec("all_reduce", size, tuple(range(8))))
+        size: model.nccl_protocol(CollectiveSpec("all_reduce", size, tuple(range(8)), "ring"))
         for size in (8 << 10, 1 << 20, 4 << 20, 32 << 20, 64 << 20, 1 << 30)
     }
     assert chosen == {
@@ -252,13 +263,18 @@ def test_nccl_tree_closed_form_two_nodes(protocol, share, latency_ns):
 
 def test_nccl_chooses_tree_ll_for_small_and_ring_simple_for_large_multi_node_allreduce():
     # NCCL's own model on 2 DGX H100: 8 KiB -> tree/LL (latency 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us
-    # against ring/LL's 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us); 1 GiB -> ring/Simple (bandwidth-bound).
+    # against ring/LL's 6.6 + 28 x 1.0 + 2 x 2.7 = 40.0 us); 1 GiB -> NVLS_TREE (461.6 GB/s busBw against
+    # the ring's 8 NICs x 50 GB/s, test_net_nvls.py), ring/Simple among the ring's protocols.
     topo = topology_from_spec("dgx-h100:2")
     model = AnalyticalModel(topo)
     small = CollectiveSpec("all_reduce", 8 << 10, tuple(range(16)))
     large = CollectiveSpec("all_reduce", 1 << 30, tuple(range(16)))
     assert model.nccl_choice(small) == ("double_binary_tree", "LL")
-    assert model.nccl_choice(large) == ("ring", "Simple")
+    assert model.nccl_choice(large) == ("nvls_tree", "Simple")
+    assert model.nccl_choice(CollectiveSpec("all_reduce", 1 << 30, tuple(range(16)), "ring")) == (
+        "ring",
+        "Simple",
+    )
     # On one node the ring wins at 1 MiB (ring/LL 15 us + X/0.38 against tree/LL 15.2 us + X_tree/0.24).
     one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
     assert one.nccl_choice(CollectiveSpec("all_reduce", 1 << 20, tuple(range(8))))[0] == "ring"
