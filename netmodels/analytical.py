@@ -21,7 +21,9 @@ from netmodels.executor import run_chunked
 from netmodels.nccl import (
     NVLS_ALGORITHMS,
     PROTOCOL_NAMES,
+    channel_caps,
     effective_link_bandwidth,
+    graph_channels,
     group_arch,
     ll_max_gbps,
     nccl_protocol_applies,
@@ -198,7 +200,9 @@ class AnalyticalModel(ClosedFormModel):
         hosts = self.topology.hosts_of(ranks)
         nodes = len(set(hosts))
         protos = PROTOCOL_NAMES if proto is None else (proto,)
-        ll_max = ll_max_gbps(nodes, group_arch(self.topology, ranks))
+        arch = group_arch(self.topology, ranks)
+        ll_max = ll_max_gbps(nodes, arch)
+        caps = channel_caps(arch, nodes, graph_channels(self.topology, ranks))
         cands: list[tuple[float, int, str, str, Schedule, float]] = []
         nvls = nvls_group_graph(self.topology, ranks)
         algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
@@ -223,17 +227,17 @@ class AnalyticalModel(ClosedFormModel):
             for pr in protos:
                 if algo == "ring":
                     t = predicted_ring_ns(
-                        pr, spec.kind, len(ranks), nodes, spec.size_bytes, len(s.channels), x, ll_max
+                        pr, spec.kind, len(ranks), nodes, spec.size_bytes, len(s.channels), x, ll_max, caps
                     )
                 else:
-                    t = predicted_tree_ns(pr, len(ranks), nodes, spec.size_bytes, x, ll_max)
+                    t = predicted_tree_ns(pr, len(ranks), nodes, spec.size_bytes, x, ll_max, caps)
                 cands.append((t, i * 3 + PROTOCOL_NAMES.index(pr), algo, pr, s, x))
         if not cands:
             return None
         _, _, algo, pr, s, x = min(cands, key=lambda c: (c[0], c[1]))
         if algo in NVLS_ALGORITHMS:
             return s, algo, pr, 1.0  # the schedule carries NVLS's latency and bandwidth already
-        factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max)
+        factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max, caps)
         return with_protocol(s, pr, hosts, factor), algo, pr, factor
 
     def _channel_share(self, ranks: tuple[int, ...], sched: Schedule) -> np.ndarray | None:

@@ -176,25 +176,68 @@ def ll_max_gbps(nodes: int, arch: str | None) -> float:
     return LL_MAX_INTEL[0 if nodes == 2 else 1]
 
 
-def bandwidth_factor(protocol: str, simple_busbw_gbps: float, ll_max: float) -> float:
+# Per-channel bandwidth caps (GB/s per channel) by GPU generation for 1, 2 and more nodes
+# (perChMaxRingLL128Bws, perChMaxTreeBws, perChMaxTreeLL128Bws); times NCCL's channel count of the graph.
+PER_CH_MAX_RING_LL128: dict[str, tuple[float, float, float]] = {
+    "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 36.7), "blackwell": (40.0, 40.0, 40.0),
+}  # fmt: skip
+PER_CH_MAX_TREE: dict[str, tuple[float, float, float]] = {
+    "ampere": (24.0, 23.6, 17.8), "hopper": (38.7, 41.4, 36.0), "blackwell": (70.0, 42.8, 24.0),
+}  # fmt: skip
+PER_CH_MAX_TREE_LL128: dict[str, tuple[float, float, float]] = {
+    "ampere": (20.0, 20.0, 20.0), "hopper": (36.7, 36.7, 29.0), "blackwell": (55.6, 31.67, 20.0),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ChannelCaps:
+    """NCCL's bus-bandwidth caps of a group (GB/s, inf where none applies): channels x per-channel cap."""
+
+    ring_ll128: float = float("inf")
+    tree: float = float("inf")
+    tree_ll128: float = float("inf")
+
+
+NO_CAPS = ChannelCaps()
+
+
+def channel_caps(arch: str | None, nodes: int, channels: int | None) -> ChannelCaps:
+    """The caps NCCL's tuning model puts on ring LL128, tree and tree LL128 with `channels` graph channels
+    (None: the channel count is not known here, no caps)."""
+    if channels is None or arch not in PER_CH_MAX_TREE:
+        return NO_CAPS
+    i = 0 if nodes == 1 else 1 if nodes == 2 else 2
+    return ChannelCaps(
+        channels * PER_CH_MAX_RING_LL128[arch][i],
+        channels * PER_CH_MAX_TREE[arch][i],
+        channels * PER_CH_MAX_TREE_LL128[arch][i],
+    )
+
+
+def bandwidth_factor(
+    protocol: str, simple_busbw_gbps: float, ll_max: float, caps: ChannelCaps = NO_CAPS
+) -> float:
     """Share of the Simple ring's bus bandwidth a protocol reaches: LL half of it (8 data bytes per 16-byte
-    line) up to llMaxBw, LL128 0.92 (120 of 128 bytes)."""
+    line) up to llMaxBw, LL128 0.92 (120 of 128 bytes) up to the LL128 per-channel cap."""
     if protocol == "LL":
         return min(0.5, ll_max / simple_busbw_gbps) if simple_busbw_gbps > 0 else 0.5
     if protocol == "LL128":
-        return 0.92
+        return min(0.92, caps.ring_ll128 / simple_busbw_gbps) if simple_busbw_gbps > 0 else 0.92
     return 1.0
 
 
-def tree_bandwidth_factor(protocol: str, nodes: int, simple_busbw_gbps: float, ll_max: float) -> float:
-    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 (Simple), /3.8 for LL up to
-    llMaxBw, x 7/9 (one node) or 120/128 for LL128 (per-channel caps not modelled)."""
-    base = 0.92
+def tree_bandwidth_factor(
+    protocol: str, nodes: int, simple_busbw_gbps: float, ll_max: float, caps: ChannelCaps = NO_CAPS
+) -> float:
+    """Share of the tree schedule's bandwidth a protocol reaches: 0.92 up to the tree's per-channel cap
+    (every protocol), then LL /3.8 up to llMaxBw, LL128 x 7/9 (one node) or 120/128 up to its cap."""
+    bus = simple_busbw_gbps
+    base = min(0.92, caps.tree / bus) if bus > 0 else 0.92
     if protocol == "LL":
-        bus = simple_busbw_gbps * base
-        return base * min(1 / 3.8, ll_max / bus) if bus > 0 else base / 3.8
+        return base * min(1 / 3.8, ll_max / (bus * base)) if bus > 0 else base / 3.8
     if protocol == "LL128":
-        return base * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
+        share = 7.0 / 9.0 if nodes == 1 else 120.0 / 128.0
+        return base * min(share, caps.tree_ll128 / (bus * base)) if bus > 0 else base * share
     return base
 
 
@@ -236,10 +279,11 @@ def predicted_ns(
     simple_bw_ns: float,
     ll_max: float = float("inf"),
     size: float = 0,
+    caps: ChannelCaps = NO_CAPS,
 ) -> float:
     """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
     busbw = ring_busbw_gbps(kind, p, size, simple_bw_ns) if size else 0.0
-    factor = bandwidth_factor(protocol, busbw, ll_max)
+    factor = bandwidth_factor(protocol, busbw, ll_max, caps)
     return ring_latency_us(protocol, kind, p, nodes) * 1e3 + simple_bw_ns / factor
 
 
@@ -292,13 +336,19 @@ def tree_latency_us(protocol: str, p: int, nodes: int) -> float:
 
 
 def predicted_tree_ns(
-    protocol: str, p: int, nodes: int, size: float, tree_bw_ns: float, ll_max: float = float("inf")
+    protocol: str,
+    p: int,
+    nodes: int,
+    size: float,
+    tree_bw_ns: float,
+    ll_max: float = float("inf"),
+    caps: ChannelCaps = NO_CAPS,
 ) -> float:
     """NCCL's predicted time of a tree AllReduce: latency + the tree's bandwidth time / share / correction."""
     busbw = 2 * size / tree_bw_ns if tree_bw_ns > 0 else 0.0  # a tree's algorithm bandwidth is busBw / 2
     log_size = max(int(size) >> 6, 1).bit_length() - 1
     corr = TREE_CORRECTION[protocol][log_size] if log_size < 23 else 1.0
-    factor = tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
+    factor = tree_bandwidth_factor(protocol, nodes, busbw, ll_max, caps)
     return tree_latency_us(protocol, p, nodes) * 1e3 + tree_bw_ns / (factor * corr)
 
 
@@ -311,21 +361,47 @@ def predicted_ring_ns(
     channels: int,
     ring_bw_ns: float,
     ll_max: float = float("inf"),
+    caps: ChannelCaps = NO_CAPS,
 ) -> float:
     """NCCL's predicted ring time, with ncclTopoGetAlgoTime's "plateau effect" (Simple AllReduce across
     nodes, at least 64 bytes per channel and rank: latency x 1.4 on Ampere and later)."""
-    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns, ll_max, size)
+    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns, ll_max, size, caps)
     if protocol == "Simple" and kind == "all_reduce" and nodes > 1 and size / (channels * p) >= 64:
         t += 0.4 * ring_latency_us(protocol, kind, p, nodes) * 1e3
     return t
 
 
-def protocol_factor(sched, protocol: str, nodes: int, size: float, bw_ns: float, ll_max: float) -> float:
+def protocol_factor(
+    sched, protocol: str, nodes: int, size: float, bw_ns: float, ll_max: float, caps: ChannelCaps = NO_CAPS
+) -> float:
     """The bandwidth share `with_protocol` applies: the ring's or the tree's, from its Simple time."""
     if sched.algorithm == "double_binary_tree":
         busbw = 2 * size / bw_ns if bw_ns > 0 else 0.0
-        return tree_bandwidth_factor(protocol, nodes, busbw, ll_max)
-    return bandwidth_factor(protocol, ring_busbw_gbps(sched.kind, sched.p, size, bw_ns), ll_max)
+        return tree_bandwidth_factor(protocol, nodes, busbw, ll_max, caps)
+    return bandwidth_factor(protocol, ring_busbw_gbps(sched.kind, sched.p, size, bw_ns), ll_max, caps)
+
+
+def graph_channels(topology: Topology, ranks: tuple[int, ...]) -> int | None:
+    """NCCL's channel count of the ring/tree graphs of a group spanning nodes with a NIC per GPU: one per
+    NIC, i.e. the GPUs per node (search.cc: each channel enters and leaves a node through a NIC at the
+    NIC's speed, and at 50 GB/s or less it is not duplicated). None elsewhere: on one node NCCL's graphs
+    hold enough channels on DGX A100/H100 (12, six at the fastest speed duplicated) that no cap binds
+    (12 x 36.7 > 0.92 x 370.8; 12 x 20 > 0.92 x 240), and other shapes (one GPU per node, shared NICs)
+    are not derived here."""
+    hosts = topology.hosts_of(ranks)
+    by_host: dict[str, list[int]] = {}
+    for r, h in zip(ranks, hosts, strict=True):
+        by_host.setdefault(h, []).append(r)
+    counts = {len(m) for m in by_host.values()}
+    if len(by_host) < 2 or len(counts) != 1 or min(counts) < 2:
+        return None
+    graph = topology.graph
+    for members in by_host.values():
+        nics = {v for r in members for v in graph.successors(topology.rank_nodes[r])
+                if graph.nodes[v].get("kind") == "nic"}  # fmt: skip
+        if len(nics) != len(members):
+            return None
+    return counts.pop()
 
 
 def with_protocol(sched, protocol: str, hosts: list[str], factor: float | None = None):

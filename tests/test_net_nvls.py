@@ -153,3 +153,28 @@ def test_nvls_bad_requests_are_one_error_line():
         AnalyticalModel(topo).nccl_choice(CollectiveSpec("all_reduce", GIB, tuple(range(16))))[0]
         != "nvls_tree"
     )
+
+
+def test_per_channel_caps_from_nccls_graph_channels():
+    from netmodels.nccl import channel_caps, graph_channels
+
+    # Across nodes with a NIC per GPU, NCCL's ring/tree graphs hold one channel per NIC: 8 on a DGX.
+    assert graph_channels(topology_from_spec("dgx-h100:2"), tuple(range(16))) == 8
+    assert graph_channels(topology_from_spec("dgx-h100:1"), tuple(range(8))) is None
+    # perChMaxRingLL128Bws 36.7, perChMaxTreeBws 41.4, perChMaxTreeLL128Bws 36.7 (Hopper, 2 nodes) x 8.
+    caps = channel_caps("hopper", 2, 8)
+    assert (caps.ring_ll128, caps.tree, caps.tree_ll128) == pytest.approx((293.6, 331.2, 293.6))
+    assert channel_caps("ampere", 4, 8).tree == pytest.approx(8 * 17.8)
+    # Ring LL128 on 2 DGX H100: NCCL's LL128 busBw min(0.92 x 400, 8 x 36.7) = 293.6, where 400 GB/s is the
+    # Simple ring's busBw (8 NICs x 50 GB/s): the protocol runs at 293.6 / 400 of Simple's bandwidth.
+    model = AnalyticalModel(topology_from_spec("dgx-h100:2"))
+    plan = model.nccl_plan(CollectiveSpec("all_reduce", GIB, tuple(range(16)), "ring/LL128"))
+    assert plan[:2] == ("ring", "LL128")
+    assert plan[2] == pytest.approx(293.6 / 400, rel=1e-3)
+    # DGX A100 (8 x 200 Gb/s): min(0.92 x 200, 8 x 20) = 160 -> 0.8. One node: no cap (0.92).
+    a100 = AnalyticalModel(topology_from_spec("dgx-a100:2"))
+    assert a100.nccl_plan(CollectiveSpec("all_reduce", GIB, tuple(range(16)), "ring/LL128"))[
+        2
+    ] == pytest.approx(0.8, rel=1e-3)
+    one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
+    assert one.nccl_plan(CollectiveSpec("all_reduce", GIB, tuple(range(8)), "ring/LL128"))[2] == 0.92
