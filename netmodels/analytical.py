@@ -203,7 +203,7 @@ class AnalyticalModel(ClosedFormModel):
         arch = group_arch(self.topology, ranks)
         ll_max = ll_max_gbps(nodes, arch)
         caps = channel_caps(arch, nodes, graph_channels(self.topology, ranks))
-        cands: list[tuple[float, int, str, str, Schedule, float]] = []
+        cands: list[tuple[float, int, str, str, Schedule | None, float]] = []
         nvls = nvls_group_graph(self.topology, ranks)
         algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
         if not forced and nvls is not None:
@@ -215,7 +215,8 @@ class AnalyticalModel(ClosedFormModel):
                 # NVLS runs Simple only (tuning.cc skips its other protocols).
                 if proto not in (None, "Simple"):
                     raise AlgorithmError(f"algorithm {algo} runs the Simple protocol only, not {proto}")
-                s = sched if algo == sched.algorithm else self._nvls(spec, ranks, algo)
+                # The schedule is built only if NVLS wins (it holds a transfer per node peer).
+                s = sched if algo == sched.algorithm else None
                 t = predicted_nvls_ns(nvls, spec.kind, len(ranks), spec.size_bytes)
                 cands.append((t, i * 3 + 2, algo, "Simple", s, 0.0))
                 continue
@@ -236,6 +237,7 @@ class AnalyticalModel(ClosedFormModel):
             return None
         _, _, algo, pr, s, x = min(cands, key=lambda c: (c[0], c[1]))
         if algo in NVLS_ALGORITHMS:
+            s = s if s is not None else self._nvls(spec, ranks, algo)
             return s, algo, pr, 1.0  # the schedule carries NVLS's latency and bandwidth already
         factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max, caps)
         return with_protocol(s, pr, hosts, factor), algo, pr, factor

@@ -670,7 +670,7 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
 
     In-switch reduction and multicast end in the NVSwitch, which transfers between group positions cannot
     express; so each GPU sends to every other GPU of its node (its NVSwitch links) and, for NVLS_TREE, to its
-    rail peer on every other node (its NIC), sized so that each part alone takes NCCL's bandwidth time of
+    rail peer on the next node (its NIC), sized so that each part alone takes NCCL's bandwidth time of
     that part (`nvls_parts_gbps`) on the links it shares, and every transfer pays NCCL's NVLS latency. In the
     analytical model the collective then takes NCCL's predicted time (plus route latency); in the flow model
     the same transfers share NVLink and NICs with other traffic.
@@ -682,7 +682,14 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
     local = topology.graph.nodes
     rail = [local[topology.rank_nodes[r]].get("local_index") for r in ranks]
     pairs = [(a, b) for a in range(p) for b in range(p) if a != b and hosts[a] == hosts[b]]
-    inter = [(a, b) for a in range(p) for b in range(p) if hosts[a] != hosts[b] and rail[a] == rail[b]]
+    # Across nodes each rail's GPUs pass to the same rail on the next node (nodes in group order): one
+    # transfer per NIC and direction, as a tree's neighbours are few, not every node.
+    order = list(dict.fromkeys(hosts))
+    where = {(hosts[a], rail[a]): a for a in range(p)}
+    inter = []
+    if len(order) > 1:
+        nxt = {h: order[(i + 1) % len(order)] for i, h in enumerate(order)}
+        inter = [(a, where[(nxt[hosts[a]], rail[a])]) for a in range(p) if (nxt[hosts[a]], rail[a]) in where]
     intra_gbps, inter_gbps = nvls_parts_gbps(g, kind, p)
     nbytes = nvls_bytes(kind, size, p)
     bw = effective_link_bandwidth(topology)
