@@ -178,3 +178,20 @@ def test_per_channel_caps_from_nccls_graph_channels():
     ] == pytest.approx(0.8, rel=1e-3)
     one = AnalyticalModel(topology_from_spec("dgx-h100:1"))
     assert one.nccl_plan(CollectiveSpec("all_reduce", GIB, tuple(range(8)), "ring/LL128"))[2] == 0.92
+
+
+def test_nvls_on_eight_b200_hand_computed():
+    # 8 B200 in NCCL mode (Table 5 NVLink5 900 GB/s line rate x SM100_NVLINK_BW 40.1 / 50 = 721.8 GB/s):
+    # NVLS graph s = 80 (9 s <= 721.8), busBw 8 x 80 x 0.74 (nvlsEfficiency, Blackwell) x 7/8 x 2 = 828.8 GB/s,
+    # algorithm bandwidth 828.8 x 8/14; latency 25 us; plus 2 x 10.22 ns (Table 5 B200 NVLink delay).
+    topo = build_cluster({"collectives": "nccl", "nodes": [{"name": "n0", "gpu": "B200", "count": 8}]})
+    g = nvls_group_graph(topo, tuple(range(8)))
+    assert (g.channels, g.bw_intra) == (8, 80.0)
+    size = 8 * GIB
+    t = simulate_collective(
+        AnalyticalModel(topo), CollectiveSpec("all_reduce", size, tuple(range(8)))
+    ).finish_ns
+    assert t == pytest.approx(25_000 + size / (828.8 * 8 / 14) + 2 * 10.22, abs=1)
+    # busBw 1.75 S / t = 827.6 GB/s (for context, not validation: 8 B300, the same NVLink5, reach 845 with
+    # NVLS, NVIDIA/nccl#2140).
+    assert 1.75 * size / t == pytest.approx(827.6, abs=0.1)
