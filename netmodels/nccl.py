@@ -679,11 +679,16 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
 
     p = len(ranks)
     hosts = topology.hosts_of(ranks)
-    local = topology.graph.nodes
-    rail = [local[topology.rank_nodes[r]].get("local_index") for r in ranks]
+    # A GPU's channel across nodes: its place among the group's GPUs on its node (the c-th head of every
+    # node serves channel c), whichever GPUs of the node the group holds.
+    seen: dict[str, int] = {}
+    rail = []
+    for h in hosts:
+        rail.append(seen.get(h, 0))
+        seen[h] = rail[-1] + 1
     pairs = [(a, b) for a in range(p) for b in range(p) if a != b and hosts[a] == hosts[b]]
-    # Across nodes each rail's GPUs pass to the same rail on the next node (nodes in group order): one
-    # transfer per NIC and direction, as a tree's neighbours are few, not every node.
+    # Across nodes each channel's head passes to the same channel's head on the next node (nodes in group
+    # order): one transfer per NIC and direction, as a tree's neighbours are few, not every node.
     order = list(dict.fromkeys(hosts))
     where = {(hosts[a], rail[a]): a for a in range(p)}
     inter = []

@@ -195,3 +195,20 @@ def test_nvls_on_eight_b200_hand_computed():
     # busBw 1.75 S / t = 827.6 GB/s (for context, not validation: 8 B300, the same NVLink5, reach 845 with
     # NVLS, NVIDIA/nccl#2140).
     assert 1.75 * size / t == pytest.approx(827.6, abs=0.1)
+
+
+def test_nvls_tree_pairs_heads_by_place_on_the_node_not_gpu_index():
+    # GPUs 0-3 of node 0 with GPUs 4-7 of node 1 (different local indices) time as GPUs 0-3 of both nodes:
+    # each node's c-th GPU heads channel c. 4 heads: at 48 GB/s (the fastest inter-node speed) the NVSwitch
+    # links fit min(4, 370.8 // 48 - 1) = 4 channels, all heads, so the search stops there; per channel
+    # min(48 x 0.85 x 3/4 x 2, 2 x 48, 57.7) = 57.7, x 4 channels x 8/14.
+    topo = topology_from_spec("dgx-h100:2")
+    model = AnalyticalModel(topo)
+    a = (0, 1, 2, 3, 12, 13, 14, 15)
+    b = (0, 1, 2, 3, 8, 9, 10, 11)
+    assert nvls_group_graph(topo, a) == nvls_group_graph(topo, b)
+    ta = model.fixed_collective_ns(CollectiveSpec("all_reduce", GIB, a, "nvls_tree"))
+    tb = model.fixed_collective_ns(CollectiveSpec("all_reduce", GIB, b, "nvls_tree"))
+    assert ta == tb
+    nic_path = 2 * 287.5 + 2 * 368
+    assert ta == pytest.approx(25_000 + 2 * 20_900 + GIB / (4 * 57.7 * 8 / 14) + nic_path, abs=1)
