@@ -700,10 +700,17 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
     bw = effective_link_bandwidth(topology)
     routes = [topology.route(ranks[a], ranks[b]).links for a, b in pairs + inter]
     used = np.bincount([li for links in routes for li in links], minlength=len(topology.links))
+    # Sized on the GPUs' own links (NVSwitch ports, PCIe, NIC ports), not on links between switches: NCCL's
+    # figure is the endpoints', and a fabric slower than its NICs (oversubscribed uplinks) must slow NVLS
+    # down, as it does every other schedule, rather than shrink its bytes.
+    kinds = topology.graph.nodes
+    own = np.array(
+        [kinds[u].get("kind") != "switch" or kinds[v].get("kind") != "switch" for u, v in topology.links]
+    )
     sizes = []
     for k, links in enumerate(routes):
         x = nbytes / (intra_gbps if k < len(pairs) else inter_gbps)
-        idx = np.array(links, dtype=np.int64)
+        idx = np.array([li for li in links if own[li]], dtype=np.int64)
         sizes.append(x * float((bw[idx] / used[idx]).min()) if len(idx) else 0.0)
     src = np.array([a for a, _ in pairs + inter], dtype=np.int64)
     dst = np.array([b for _, b in pairs + inter], dtype=np.int64)

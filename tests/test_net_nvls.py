@@ -212,3 +212,15 @@ def test_nvls_tree_pairs_heads_by_place_on_the_node_not_gpu_index():
     assert ta == tb
     nic_path = 2 * 287.5 + 2 * 368
     assert ta == pytest.approx(25_000 + 2 * 20_900 + GIB / (4 * 57.7 * 8 / 14) + nic_path, abs=1)
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+def test_nvls_tree_slows_on_an_oversubscribed_fabric(model):
+    # 4 DGX H100, each node's 8 NICs on one leaf, 2 spines, 2:1: a leaf's uplinks carry 8 x 50 / 2 = 200 GB/s,
+    # 100 per spine, 4 of the node's 8 NVLS_TREE transfers each (ECMP): 25 GB/s against the NIC's 50, so
+    # the network part takes twice NCCL's bandwidth time: 108.6 us + 2 S / (364 x 32/62 GB/s) + delays.
+    topo = topology_from_spec("dgx-h100:4:fabric=leaf_spine:nics_per_leaf=8:spines=2:oversubscription=2")
+    size = 256 << 20
+    t = simulate_collective(model(topo), CollectiveSpec("all_reduce", size, tuple(range(32)), "nvls_tree"))
+    nic_path = 2 * 287.5 + 2 * 368
+    assert t.finish_ns == pytest.approx(108_600 + 2 * size / (364 * 32 / 62) + nic_path, abs=10)
