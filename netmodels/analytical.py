@@ -175,6 +175,20 @@ class AnalyticalModel(ClosedFormModel):
             rate = self._ring_rate[key] = t / (TREE_REFERENCE_BYTES * self.chunks)
         return rate
 
+    def _nvls_ns_per_byte(self, spec: CollectiveSpec, ranks: tuple[int, ...], algo: str) -> float:
+        """The NVLS schedule's bandwidth time per byte on this fabric (its time at 1 GiB less NCCL's
+        latency): NCCL's figure on a fabric as fast as its NICs, more behind oversubscribed uplinks. Once
+        per (kind, group)."""
+        key = ("nvls", spec.kind, ranks)
+        rate = self._ring_rate.get(key)
+        if rate is None:
+            ref = CollectiveSpec(spec.kind, TREE_REFERENCE_BYTES * self.chunks, ranks)
+            sched = self._nvls(ref, ranks, algo)
+            t = float(self._run(ranks, sched).max()) * self.chunks
+            lat = float(sched.channels[0][0].extra_ns.max()) * self.chunks
+            rate = self._ring_rate[key] = (t - lat) / (TREE_REFERENCE_BYTES * self.chunks)
+        return rate
+
     def _tree_ns_per_byte(self, spec: CollectiveSpec, ranks: tuple[int, ...]) -> float:
         """The NCCL tree's bandwidth time per byte as NCCL's model sees it, a perfect pipeline.
 
@@ -217,7 +231,8 @@ class AnalyticalModel(ClosedFormModel):
                     raise AlgorithmError(f"algorithm {algo} runs the Simple protocol only, not {proto}")
                 # The schedule is built only if NVLS wins (it holds a transfer per node peer).
                 s = sched if algo == sched.algorithm else None
-                t = predicted_nvls_ns(nvls, spec.kind, len(ranks), spec.size_bytes)
+                x = self._nvls_ns_per_byte(spec, ranks, algo) * spec.size_bytes
+                t = predicted_nvls_ns(nvls, spec.kind, len(ranks), spec.size_bytes, x)
                 cands.append((t, i * 3 + 2, algo, "Simple", s, 0.0))
                 continue
             s = sched if algo == sched.algorithm else self._build(spec, ranks, algo)

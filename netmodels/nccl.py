@@ -609,11 +609,14 @@ def nvls_bytes(kind: str, size: float, p: int) -> float:
     return size * p if kind == "all_gather" else float(size)
 
 
-def predicted_nvls_ns(g: NvlsGraph, kind: str, p: int, size: float) -> float:
+def predicted_nvls_ns(g: NvlsGraph, kind: str, p: int, size: float, bw_ns: float | None = None) -> float:
     """NCCL's predicted time of an NVLS / NVLS_TREE collective (ns): latency + bytes / bandwidth, with the
-    tree correction factor NCCL applies to NVLS_TREE on Blackwell x86 hosts."""
+    tree correction factor NCCL applies to NVLS_TREE on Blackwell x86 hosts. `bw_ns`: the bandwidth time
+    to use instead of NCCL's (the schedule's on this fabric, as the ring's and tree's are)."""
     intra, inter = nvls_parts_gbps(g, kind, p)
     bw = min(intra, inter)
+    if bw_ns is not None and bw_ns > 0:
+        bw = nvls_bytes(kind, size, p) / bw_ns
     if g.algorithm == "nvls_tree" and g.arch == "blackwell":
         log_size = max(int(size) >> 6, 1).bit_length() - 1
         if log_size < 23:
