@@ -28,6 +28,14 @@ from tracegen.choices import (
 )
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
+from tracegen.moe import (
+    fill_mla,
+    fill_moe,
+    mla_from_message,
+    mla_to_mapping,
+    moe_from_message,
+    moe_to_mapping,
+)
 from traces.io import JsonFileError, read_json
 from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
 from traces.outputs import atomic_write_text
@@ -1007,6 +1015,10 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.name, msg.layers, msg.hidden, msg.ffn_hidden = m.name, m.layers, m.hidden, m.ffn_hidden
     msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
     msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
+    if m.moe is not None:
+        fill_moe(msg.moe, m.moe)
+    if m.mla is not None:
+        fill_mla(msg.mla, m.mla)
 
 
 def model_arch(dep: dpb.Deployment) -> ModelArch:
@@ -1029,6 +1041,10 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
         "activation": m.activation, "norm": m.norm, "linear_bias": m.linear_bias,
     }  # fmt: skip
+    if m.HasField("moe"):
+        model["moe"] = moe_to_mapping(moe_from_message(m.moe))
+    if m.HasField("mla"):
+        model["mla"] = mla_to_mapping(mla_from_message(m.mla))
     out: dict[str, Any] = {
         "name": dep.name,
         "model": model,

@@ -177,6 +177,10 @@ class _Generator:
         self.dep = dep
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
+        if self.model.moe is not None or self.model.mla is not None:
+            raise GeneratorError(
+                f"model {self.model.name}: mixture-of-experts and MLA layers are not generated yet (tracegen/moe.py)"
+            )
         self.gpus: dict[str, GpuSpec] = gpu_specs(dep)
         self.profile: ProfileTable | None = None
         if dep.profile:
