@@ -98,7 +98,7 @@ TOP_KEYS = (
     "parallel",
     "device_groups",
 )
-DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
+DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep")
 PARALLEL_KEYS = (
     "gpu",
     "tp",
@@ -110,6 +110,8 @@ PARALLEL_KEYS = (
     "order",
     "first_stage_layers",
     "last_stage_layers",
+    "ep",
+    "etp",
 )
 # Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
@@ -434,6 +436,11 @@ class _SpecBuilder:
                 f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
                 "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
+        from tracegen.moe_ops import moe_plan_error
+
+        err = moe_plan_error(dep, model_arch(dep))
+        if err:
+            raise self.fail(err)
         self.cluster(dep)
         return dep
 
@@ -474,8 +481,17 @@ class _SpecBuilder:
             if order not in RANK_ORDERS:
                 raise self.fail(f"{where}order must be one of {', '.join(RANK_ORDERS)}, got {order!r}")
             blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
-            for k in ("tp", "pp", "dp", "micro_batch"):
+            for k in ("tp", "pp", "dp", "micro_batch", "ep"):
                 blk[k] = self.int_key(b, k, where, default=1)
+            # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; only that is generated.
+            if self.int_key(b, "etp", where, default=blk["tp"]) != blk["tp"]:
+                raise self.fail(
+                    f"{where}etp {b['etp']} differs from tp {blk['tp']}: not supported yet (etp = tp)"
+                )
+            if int(blk["dp"]) % int(blk["ep"]):
+                raise self.fail(
+                    f"{where}ep {blk['ep']} does not divide dp {blk['dp']} (EP is carved out of DP)"
+                )
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
             for k in ("first_stage_layers", "last_stage_layers"):
@@ -671,7 +687,7 @@ class _SpecBuilder:
                         dpb.DeviceGroup(
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
                             layer_start=start, layer_end=end, micro_batch=int(b["micro_batch"]),
-                            pp_stage=s, dp_replica=first_replica + d,
+                            pp_stage=s, dp_replica=first_replica + d, ep=int(b["ep"]) if int(b["ep"]) > 1 else 0,
                         )
                     )  # fmt: skip
             first_rank += tp * pp * dp
@@ -854,6 +870,7 @@ class _SpecBuilder:
             raise self.fail(f"{where}micro_batch must be a positive integer, got {mb!r}")
         stage = self.int_key(g, "pp_stage", where, default=0, minimum=0)
         replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
+        ep = self.int_key(g, "ep", where, default=1)
         dg = dpb.DeviceGroup(
             id=gid,
             gpu=gpu_name,
@@ -864,6 +881,7 @@ class _SpecBuilder:
             micro_batch=mb,
             pp_stage=stage,
             dp_replica=replica,
+            ep=ep if ep > 1 else 0,
         )
         if ranges is not None:
             _set_chunks(dg, ranges, v)
@@ -1096,6 +1114,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             "micro_batch": dg.micro_batch,
             "pp_stage": dg.pp_stage,
             "dp_replica": dg.dp_replica,
+            **({"ep": dg.ep} if dg.ep > 1 else {}),
         }  # fmt: skip
         for dg in dep.device_groups
     ]

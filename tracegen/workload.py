@@ -22,6 +22,15 @@ from tracegen.choices import GRAD_REDUCE_BYTES
 from tracegen.errors import GeneratorError
 from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 from tracegen.models import ModelArch
+from tracegen.moe_ops import (
+    A2A_INDEX,
+    EP_TAG_BASE,
+    AllToAll,
+    MoeStep,
+    layer_split,
+    moe_layer_steps,
+    rank_params_ep,
+)
 from tracegen.ops import (
     LINEAR_OPS,
     Comm,
@@ -91,6 +100,34 @@ def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle
             # insert nothing, and its planner reads one contiguous layer range per stage.
             bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim", twins=gen.twins())
     return bundle
+
+
+def ep_groups(
+    bundle: TraceBundle, reps: dict[int, list[dpb.DeviceGroup]]
+) -> dict[int, tuple[int, int, tuple[int, ...], str]]:
+    """Each rank's expert-parallel place: (ep, EP index, EP group ranks, expert-DP group name).
+
+    Megatron-Core carves EP out of DP with EP fastest: replicas d with equal d div ep form an EP group
+    (EP index d mod ep), replicas with equal d mod ep hold the same experts and sync their gradients (the
+    expert-data-parallel group, apart from the dense DP group). One rank per stage (tp 1, the spec checks).
+    """
+    order = sorted(reps)
+    place: dict[int, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
+    for pos, d in enumerate(order):
+        for k, dg in enumerate(reps[d]):
+            ep = max(1, dg.ep)
+            base = pos - pos % ep
+            members = tuple(reps[order[base + i]][k].ranks[0] for i in range(ep))
+            edp = tuple(reps[order[j]][k].ranks[0] for j in range(pos % ep, len(order), ep))
+            place[dg.ranks[0]] = (ep, pos % ep, members, edp)
+    names: dict[tuple[int, ...], str] = {}
+    out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+    for r in sorted(place):
+        ep, i, members, edp = place[r]
+        if len(edp) > 1 and edp not in names:
+            names[edp] = bundle.new_group(list(edp))
+        out[r] = (ep, i, members, names.get(edp, ""))
+    return out
 
 
 def dist_opt_bucket(params: int, dp: int) -> int:
@@ -177,10 +214,13 @@ class _Generator:
         self.dep = dep
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
-        if self.model.moe is not None or self.model.mla is not None:
-            raise GeneratorError(
-                f"model {self.model.name}: mixture-of-experts and MLA layers are not generated yet (tracegen/moe.py)"
-            )
+        if self.model.mla is not None:
+            raise GeneratorError(f"model {self.model.name}: MLA attention layers are not generated yet")
+        # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
+        self.clone = clone and self.model.moe is None
+        self.ep_of: dict[
+            int, tuple[int, int, tuple[int, ...], str]
+        ] = {}  # rank -> (ep, index, members, edp pg)
         self.gpus: dict[str, GpuSpec] = gpu_specs(dep)
         self.profile: ProfileTable | None = None
         if dep.profile:
@@ -243,6 +283,8 @@ class _Generator:
                     self.dp_members[name] = members
                     for r in members:
                         dp_groups[r] = name
+        if self.model.moe is not None:
+            self.ep_of = ep_groups(self.bundle, reps)
         # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
         # every rank under the distributed optimizer, whose DP ranks hold disjoint shards (Megatron's
         # get_grad_stats_parallel_group). A group of one rank needs no collective.
@@ -451,6 +493,8 @@ class _RankProgram:
             self.layer_fwd["bwd"] = with_selective_recompute(
                 self.layer_fwd["bwd"], attn_core_recompute(self.ctx)
             )
+        self.ep = gen.ep_of.get(rank)  # (ep, EP index, EP group ranks, expert-DP group) of a MoE model
+        self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
         self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
         self.num_layers = sum(ch.end - ch.start + 1 for ch in st.chunks)
@@ -519,10 +563,55 @@ class _RankProgram:
         w, self.waits = self.waits, []
         return w
 
-    def steps(self, steps: list[Step], pred: int | None, layer: int, mb: int, phase: str = "") -> int | None:
+    def layer_of(self, layer: int, phase: str) -> list[MoeStep]:
+        """The steps of `layer` in pass `phase`: the dense layer's, or a MoE layer's (tracegen.moe_ops)."""
+        moe = self.gen.model.moe
+        if moe is None or not moe.is_moe(layer) or self.ep is None:
+            return self.layer_fwd[phase]
+        got = self._moe_steps.get((layer, phase))
+        if got is None:
+            got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase)
+            if phase == "bwd" and self.recompute == "selective":
+                got = with_selective_recompute(got, attn_core_recompute(self.ctx))
+            self._moe_steps[(layer, phase)] = got
+        return got
+
+    def all_to_all(self, s: AllToAll, pred: int | None, layer: int, mb: int, phase: str) -> None:
+        """A MoE all-to-all as P2P pairs with the EP peers: receives posted early, sends after `pred`; the
+        next compute op waits for all of them (the all-to-all returns when its sends and receives are done)."""
+        g = self.gen
+        assert self.ep is not None
+        members = self.ep[2]
+        tag_phase = phase or self._phase
+        tag = EP_TAG_BASE + 8 * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
+        for send, pairs in ((False, s.recvs), (True, s.sends)):
+            for q, size in pairs:
+                peer = members[q]
+                src, dst = (self.rank, peer) if send else (peer, self.rank)
+                extra = [
+                    g.attr(A.COMM_SRC, src),
+                    g.attr(A.COMM_DST, dst),
+                    g.attr(A.COMM_TAG, tag),
+                    g.attr(A.COMM_SIZE, size),
+                ]
+                name = f"L{layer}.{s.op}.{tag_phase}.mb{mb}.{'to' if send else 'from'}{peer}"
+                ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
+                data = [pred] if send and pred is not None else []
+                self.waits.append(
+                    self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
+                )
+
+    def steps(
+        self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
+    ) -> int | None:
         label = f"L{layer}." if layer else ""
         i = 0
         while i < len(steps):
+            s = steps[i]
+            if isinstance(s, AllToAll):
+                self.all_to_all(s, pred, layer, mb, phase)
+                i += 1
+                continue
             method = self._tp_overlap_method(steps, i)
             if method:
                 pred = self.overlapped(method, steps[i], steps[i + 1], pred, layer, mb, label, phase)
@@ -722,7 +811,7 @@ class _RankProgram:
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
         for layer in range(ch.start, ch.end + 1):
             self.enter(layer, mb)
-            pred = self.steps(self.layer_fwd["fwd"], pred, layer, mb)
+            pred = self.steps(self.layer_of(layer, "fwd"), pred, layer, mb)
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["fwd"], pred, 0, mb)
@@ -758,12 +847,14 @@ class _RankProgram:
         for layer in range(ch.end, ch.start - 1, -1):
             for again in units.get(layer, ()):
                 self.enter(again, mb)
-                pred = self.steps(self.layer_fwd["fwd"], pred, again, mb, RECOMPUTE)
+                pred = self.steps(self.layer_of(again, "fwd"), pred, again, mb, RECOMPUTE)
             self.enter(layer, mb)
-            pred = self.steps(self.layer_fwd["bwd"], pred, layer, mb)
+            pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
             self.fsdp_reduce(layer, mb)
             if sync:
-                self.bucket_add(layer_grad, layer)
+                dense, expert = layer_split(m, sh, layer, self.ep[0]) if self.ep else (layer_grad, 0)
+                self.expert_pending += expert
+                self.bucket_add(dense, layer)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
@@ -772,6 +863,7 @@ class _RankProgram:
                 self.bucket_add(sh.vocab * m.hidden, 0)
         if sync:
             self.bucket_flush(0)
+            self.expert_flush()
         if ch.prev is not None and pred is not None:
             self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
 
@@ -808,6 +900,36 @@ class _RankProgram:
             assert self.frontier is not None
             self._bucket_node(params, layer, self.frontier)
         self.deferred = []
+        for params in self.expert_deferred:
+            self._expert_node(params)
+        self.expert_deferred = []
+
+    def expert_flush(self) -> None:
+        """The routed experts' gradients of the chunk just finished: one AllReduce over the expert-DP group
+        (replicas holding the same experts), apart from the dense DP buckets (Megatron-Core keeps expert
+        parameters in their own buffer, reduced over the expert-data-parallel group)."""
+        params, self.expert_pending = self.expert_pending, 0
+        if params <= 0 or self.ep is None or not self.ep[3]:
+            return
+        if self.overlap_grad:
+            self._expert_node(params)
+        else:
+            self.expert_deferred.append(params)
+
+    def _expert_node(self, params: int) -> None:
+        g = self.gen
+        assert self.ep is not None and self.frontier is not None
+        ctrl = [self.expert_sync_ids[-1]] if self.expert_sync_ids else []
+        extra = [
+            g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
+            g.attr(A.COMM_SIZE, params * self.grad_bytes),
+            g.attr(A.PG_NAME, self.ep[3]),
+        ]
+        nid = self._add(
+            f"expert_dp_grad_allreduce.bucket{len(self.expert_sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
+            0, self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+        )  # fmt: skip
+        self.expert_sync_ids.append(nid)
 
     def _bucket_node(self, params: int, layer: int, after: int) -> None:
         g = self.gen
@@ -1000,6 +1122,9 @@ class _RankProgram:
         self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket (FSDP: unit)
         self.bucket_count = 0
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
+        self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
+        self.expert_deferred: list[int] = []
+        self.expert_sync_ids: list[int] = []
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
@@ -1037,6 +1162,8 @@ class _RankProgram:
         deps = [self.frontier] if self.frontier is not None else []
         if self.sync_ids:
             deps.append(self.sync_ids[-1])
+        if self.expert_sync_ids:
+            deps.append(self.expert_sync_ids[-1])
         if self.ctx.sp and dg.tp > 1:
             # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
             norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
@@ -1057,6 +1184,9 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
+        if self.ep is not None:
+            layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
+            params = sum(rank_params_ep(m, self.ctx.sh, layers, self.ep[0], self.first, self.last))
         # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer or
         # ZeRO-3/FSDP; with DP 1, or without them, everything.
         shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
