@@ -468,6 +468,8 @@ class _SpecBuilder:
         out = []
         for i, b in enumerate(items):
             where = "parallel: " if isinstance(raw, Mapping) else f"parallel[{i}]: "
+            if "cp" in b:  # issue 28 item 3: context parallelism is not generated yet
+                raise self.fail(f"{where}cp (context parallelism) is not supported yet")
             unknown = sorted(set(b) - set(PARALLEL_KEYS))
             if unknown:
                 raise self.fail(
