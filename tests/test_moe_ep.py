@@ -173,13 +173,12 @@ def test_mixtral_memory_fit_matches_a_hand_count_per_rank():
 @pytest.mark.parametrize(
     ("parallel", "model", "message"),
     [
-        ({"dp": 4, "ep": 3}, None, "ep 3 does not divide dp 4"),
+        ({"dp": 4, "ep": 3}, None, "ep 3 does not divide dp x cp 4"),
         ({"dp": 2, "ep": 2, "tp": 2, "etp": 1}, None, "etp 1 differs from tp 2"),
         ({"dp": 2, "tp": 2}, None, "tp > 1"),
         ({"dp": 2, "ep": 2}, "llama2-7b", "ep 2 needs a mixture-of-experts model"),
         ({"dp": 8, "ep": 8}, None, "ep 8 does not divide the 4 experts"),
         ({"dp": 1}, "deepseek-v3", "MLA attention layers are not generated yet"),
-        ({"dp": 2, "cp": 2}, None, "cp (context parallelism) is not supported yet"),
     ],
 )
 def test_unsupported_expert_plans_fail_in_one_line(parallel, model, message):

@@ -233,6 +233,9 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             first, last = k == 0, k == p - 1
             sp = o.sequence_parallel and t > 1
             flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages)
+            s = m.seq_len // max(
+                1, dg.cp
+            )  # context parallelism: each rank holds seq / cp tokens of a sequence
             act = _stage_activations(
                 moe_activation_model(m), o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight
             )

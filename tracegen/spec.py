@@ -95,10 +95,11 @@ TOP_KEYS = (
     "tp_comm_overlap",
     "grad_reduce_dtype",
     "sharding",
+    "cp_comm_type",
     "parallel",
     "device_groups",
 )
-DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep")
+DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep", "cp")
 PARALLEL_KEYS = (
     "gpu",
     "tp",
@@ -112,6 +113,7 @@ PARALLEL_KEYS = (
     "last_stage_layers",
     "ep",
     "etp",
+    "cp",
 )
 # Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
@@ -349,6 +351,7 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        dep.cp_comm_type = self.choice("cp_comm_type", ("p2p", "all_gather"), "p2p")
         # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
         if dep.overlap_param_gather and not dep.distributed_optimizer:
             raise self.fail(
@@ -436,9 +439,10 @@ class _SpecBuilder:
                 f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
                 "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
+        from tracegen.context_parallel import cp_plan_error
         from tracegen.moe_ops import moe_plan_error
 
-        err = moe_plan_error(dep, model_arch(dep))
+        err = moe_plan_error(dep, model_arch(dep)) or cp_plan_error(dep)
         if err:
             raise self.fail(err)
         self.cluster(dep)
@@ -468,8 +472,6 @@ class _SpecBuilder:
         out = []
         for i, b in enumerate(items):
             where = "parallel: " if isinstance(raw, Mapping) else f"parallel[{i}]: "
-            if "cp" in b:  # issue 28 item 3: context parallelism is not generated yet
-                raise self.fail(f"{where}cp (context parallelism) is not supported yet")
             unknown = sorted(set(b) - set(PARALLEL_KEYS))
             if unknown:
                 raise self.fail(
@@ -483,16 +485,17 @@ class _SpecBuilder:
             if order not in RANK_ORDERS:
                 raise self.fail(f"{where}order must be one of {', '.join(RANK_ORDERS)}, got {order!r}")
             blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
-            for k in ("tp", "pp", "dp", "micro_batch", "ep"):
+            for k in ("tp", "pp", "dp", "micro_batch", "ep", "cp"):
                 blk[k] = self.int_key(b, k, where, default=1)
             # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; only that is generated.
             if self.int_key(b, "etp", where, default=blk["tp"]) != blk["tp"]:
                 raise self.fail(
                     f"{where}etp {b['etp']} differs from tp {blk['tp']}: not supported yet (etp = tp)"
                 )
-            if int(blk["dp"]) % int(blk["ep"]):
+            if int(blk["dp"]) * int(blk["cp"]) % int(blk["ep"]):
                 raise self.fail(
-                    f"{where}ep {blk['ep']} does not divide dp {blk['dp']} (EP is carved out of DP)"
+                    f"{where}ep {blk['ep']} does not divide dp x cp {int(blk['dp']) * int(blk['cp'])} "
+                    "(EP is carved out of DP x CP)"
                 )
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
@@ -672,7 +675,9 @@ class _SpecBuilder:
         self.parallel_layered: set[int] = set()  # groups cut by first/last_stage_layers, not assign_layers
         first_rank = first_replica = 0
         for b in blocks:
-            tp, pp, dp = int(b["tp"]), int(b["pp"]), int(b["dp"])
+            # Context parallelism: each data replica's sequences split over cp replicas (CP index fastest,
+            # Megatron's tp-cp-ep-dp-pp), so the block expands into dp x cp replicas.
+            tp, pp, dp, cp = int(b["tp"]), int(b["pp"]), int(b["dp"]) * int(b["cp"]), int(b["cp"])
             if tp * pp * dp > MAX_PARALLEL_RANKS:
                 raise self.fail(
                     f"{b['where']}tp x pp x dp = {tp * pp * dp:,} ranks, over {MAX_PARALLEL_RANKS:,}"
@@ -690,6 +695,7 @@ class _SpecBuilder:
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
                             layer_start=start, layer_end=end, micro_batch=int(b["micro_batch"]),
                             pp_stage=s, dp_replica=first_replica + d, ep=int(b["ep"]) if int(b["ep"]) > 1 else 0,
+                            cp=cp if cp > 1 else 0,
                         )
                     )  # fmt: skip
             first_rank += tp * pp * dp
@@ -873,6 +879,7 @@ class _SpecBuilder:
         stage = self.int_key(g, "pp_stage", where, default=0, minimum=0)
         replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
         ep = self.int_key(g, "ep", where, default=1)
+        cp = self.int_key(g, "cp", where, default=1)
         dg = dpb.DeviceGroup(
             id=gid,
             gpu=gpu_name,
@@ -884,6 +891,7 @@ class _SpecBuilder:
             pp_stage=stage,
             dp_replica=replica,
             ep=ep if ep > 1 else 0,
+            cp=cp if cp > 1 else 0,
         )
         if ranges is not None:
             _set_chunks(dg, ranges, v)
@@ -1090,6 +1098,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
+        **({"cp_comm_type": dep.cp_comm_type} if any(dg.cp > 1 for dg in dep.device_groups) else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }
@@ -1117,6 +1126,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             "pp_stage": dg.pp_stage,
             "dp_replica": dg.dp_replica,
             **({"ep": dg.ep} if dg.ep > 1 else {}),
+            **({"cp": dg.cp} if dg.cp > 1 else {}),
         }  # fmt: skip
         for dg in dep.device_groups
     ]

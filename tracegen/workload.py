@@ -19,6 +19,16 @@ from tracegen import deployment_pb2 as dpb
 from tracegen.bundle import RankTwins, TraceBundle
 from tracegen.catalog import GpuSpec
 from tracegen.choices import GRAD_REDUCE_BYTES
+from tracegen.context_parallel import (
+    CP_TAG_BASE,
+    RING_KIND,
+    CpComm,
+    CpStep,
+    RingWait,
+    RingXfer,
+    local_ctx,
+    with_cp,
+)
 from tracegen.errors import GeneratorError
 from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 from tracegen.models import ModelArch
@@ -130,6 +140,27 @@ def ep_groups(
     return out
 
 
+def cp_groups(
+    bundle: TraceBundle, reps: dict[int, list[dpb.DeviceGroup]]
+) -> dict[int, tuple[int, int, tuple[int, ...], str]]:
+    """Each rank's context-parallel place: (cp, CP index, CP group ranks, its pg name).
+
+    Replicas d with equal d div cp split one data replica's sequences (CP index d mod cp), rank by rank of
+    the same stage and TP index; they are ordinary members of the DP gradient group (Megatron folds CP
+    into it: gradients are reduced over DP x CP).
+    """
+    order = sorted(reps)
+    out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+    for pos, d in enumerate(order):
+        for k, dg in enumerate(reps[d]):
+            cp = max(1, dg.cp)
+            base = pos - pos % cp
+            for local, rank in enumerate(dg.ranks):
+                members = tuple(reps[order[base + i]][k].ranks[local] for i in range(cp))
+                out[rank] = (cp, pos % cp, members, bundle.new_group(list(members)) if cp > 1 else "")
+    return out
+
+
 def dist_opt_bucket(params: int, dp: int) -> int:
     """Elements of one distributed-optimizer bucket after Megatron's padding to a multiple of lcm(DP, 128)."""
     q = math.lcm(dp, DIST_OPT_PAD_ELEMENTS)
@@ -221,6 +252,10 @@ class _Generator:
         self.ep_of: dict[
             int, tuple[int, int, tuple[int, ...], str]
         ] = {}  # rank -> (ep, index, members, edp pg)
+        # rank -> (cp, index, members, cp pg); ring peers are not patched by _clone either
+        self.cp_of: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+        if any(dg.cp > 1 for dg in dep.device_groups):
+            self.clone = False
         self.gpus: dict[str, GpuSpec] = gpu_specs(dep)
         self.profile: ProfileTable | None = None
         if dep.profile:
@@ -285,6 +320,8 @@ class _Generator:
                         dp_groups[r] = name
         if self.model.moe is not None:
             self.ep_of = ep_groups(self.bundle, reps)
+        if any(dg.cp > 1 for dg in self.dep.device_groups):
+            self.cp_of = cp_groups(self.bundle, reps)
         # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
         # every rank under the distributed optimizer, whose DP ranks hold disjoint shards (Megatron's
         # get_grad_stats_parallel_group). A group of one rank needs no collective.
@@ -478,6 +515,13 @@ class _RankProgram:
             dep.attention or "flash",
             framework(dep.framework or DEFAULT_FRAMEWORK),
         )
+        self.cp = gen.cp_of.get(
+            rank
+        )  # (cp, CP index, CP group ranks, CP group name) under context parallelism
+        if self.cp is not None:
+            self.ctx = local_ctx(self.ctx, self.cp[0])
+        self.ring_queue: list[list[int]] = []  # exchanges of the ring not yet waited for
+        self.ring_recv = -1  # the last K/V receive (the next exchange forwards that block)
         self.mp_pg = gen.mp_groups.get(rank, "")
         self.mp_ids: list[
             int
@@ -566,15 +610,72 @@ class _RankProgram:
     def layer_of(self, layer: int, phase: str) -> list[MoeStep]:
         """The steps of `layer` in pass `phase`: the dense layer's, or a MoE layer's (tracegen.moe_ops)."""
         moe = self.gen.model.moe
-        if moe is None or not moe.is_moe(layer) or self.ep is None:
+        is_moe = moe is not None and moe.is_moe(layer) and self.ep is not None
+        if not is_moe and self.cp is None:
             return self.layer_fwd[phase]
-        got = self._moe_steps.get((layer, phase))
+        key = (layer if is_moe else 0, phase)
+        got = self._moe_steps.get(key)
         if got is None:
-            got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase)
-            if phase == "bwd" and self.recompute == "selective":
-                got = with_selective_recompute(got, attn_core_recompute(self.ctx))
-            self._moe_steps[(layer, phase)] = got
+            if is_moe:
+                assert moe is not None and self.ep is not None
+                got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase)
+                if phase == "bwd" and self.recompute == "selective":
+                    got = with_selective_recompute(got, attn_core_recompute(self.ctx))
+            else:
+                got = list(self.layer_fwd[phase])
+            if self.cp is not None:
+                got = with_cp(got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase)
+            self._moe_steps[key] = got
         return got
+
+    def cp_step(self, s: CpStep, pred: int | None, layer: int, mb: int, phase: str) -> int | None:
+        """A context-parallel exchange, wait or collective (tracegen.context_parallel); returns the new pred."""
+        g = self.gen
+        assert self.cp is not None
+        cp, me, members, pg = self.cp
+        tag_phase = phase or self._phase
+        if isinstance(s, RingWait):
+            self.waits += self.ring_queue.pop(0)
+            return pred
+        if isinstance(s, CpComm):
+            data = [] if pred is None else [pred]
+            ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
+            extra = [
+                g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
+                g.attr(A.COMM_SIZE, s.size),
+                g.attr(A.PG_NAME, pg),
+            ]
+            nid = self._add(
+                f"L{layer}.{s.op}.{tag_phase}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0,
+                self._tags(layer, tag_phase, mb) + extra,
+            )  # fmt: skip
+            self.frontier = nid
+            return nid
+        nxt, prv = members[(me + 1) % cp], members[(me - 1) % cp]
+        tag = CP_TAG_BASE + (layer * g.dep.micro_batches + mb) * 4 * cp + RING_KIND[(s.what, tag_phase)] * cp
+        tag += s.index
+        ids = []
+        for send, peer in ((False, prv), (True, nxt)):
+            src, dst = (self.rank, peer) if send else (peer, self.rank)
+            extra = [
+                g.attr(A.COMM_SRC, src),
+                g.attr(A.COMM_DST, dst),
+                g.attr(A.COMM_TAG, tag),
+                g.attr(A.COMM_SIZE, s.size),
+            ]
+            if not send:
+                data = []
+            elif s.what == "kv" and s.index > 0:
+                data = [self.ring_recv]
+            else:
+                data = [] if pred is None else [pred]
+            name = f"L{layer}.cp_{s.what}{s.index}.{tag_phase}.mb{mb}.{'to' if send else 'from'}{peer}"
+            ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
+            ids.append(self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra))
+        if s.what == "kv":
+            self.ring_recv = ids[0]
+        self.ring_queue.append(ids[::-1])
+        return pred
 
     def all_to_all(self, s: AllToAll, pred: int | None, layer: int, mb: int, phase: str) -> None:
         """A MoE all-to-all as P2P pairs with the EP peers: receives posted early, sends after `pred`; the
@@ -608,6 +709,10 @@ class _RankProgram:
         i = 0
         while i < len(steps):
             s = steps[i]
+            if isinstance(s, RingXfer | RingWait | CpComm):
+                pred = self.cp_step(s, pred, layer, mb, phase)
+                i += 1
+                continue
             if isinstance(s, AllToAll):
                 self.all_to_all(s, pred, layer, mb, phase)
                 i += 1
