@@ -249,7 +249,9 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             for local, r in enumerate(dg.ranks):
                 sh = shard_of(m, t, local)
                 params = rank_params(m, sh, n, first, last)
-                if m.moe is not None:  # routed experts split over EP (tracegen.moe_ops)
+                if (
+                    m.moe is not None or m.mla is not None
+                ):  # experts over EP, MLA's weights (tracegen.moe_ops)
                     layers = [x for a, e in chunks for x in range(a, e + 1)]
                     params = sum(rank_params_ep(m, sh, layers, max(1, dg.ep), first, last))
                 gb = o.grad_bytes or o.dtype_bytes

@@ -160,10 +160,21 @@ def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int) -> int:
     return moe.experts // ep * expert_mlp_params(moe.expert_ffn, m.hidden, m.activation)
 
 
+def _attention_rank_params(m: ModelArch, sh: Shard) -> int:
+    """The MHA/GQA attention weights `rank_params` counts for one layer of a TP rank."""
+    d = m.head_dim
+    qkv = (sh.heads + 2 * sh.kv_heads) * d
+    return m.hidden * qkv + sh.heads * d * m.hidden + ((qkv + m.hidden) if m.linear_bias else 0)
+
+
 def layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]:
-    """(dense, expert) parameters one rank holds of `layer`: the expert part syncs over the expert-DP group."""
+    """(dense, expert) parameters one rank holds of `layer`: the expert part syncs over the expert-DP group.
+    MLA models count MLA's attention weights (tracegen.mla) in place of MHA's."""
+    from tracegen.mla import mla_rank_params
+
     if m.moe is None or not m.moe.is_moe(layer):
-        return rank_params(m, sh, 1, False, False), 0
+        fix = mla_rank_params(m, m.mla, sh) - _attention_rank_params(m, sh) if m.mla is not None else 0
+        return rank_params(m, sh, 1, False, False) + fix, 0
     return moe_dense_params(m, m.moe), moe_expert_params(m, m.moe, ep)
 
 
@@ -178,6 +189,27 @@ def rank_params_ep(
     return dense + rank_params(m, sh, 0, first, last), expert
 
 
+def _mla_error(dep: object, model: ModelArch) -> str:
+    """What is not generated with MLA attention ("" when the plan is fine)."""
+    from tracegen.spec import chunk_ranges, replicas
+
+    what = ""
+    if any(dg.cp > 1 for dg in dep.device_groups):  # type: ignore[attr-defined]
+        what = "context parallelism"
+    elif getattr(dep, "attention", "flash") == "unfused":
+        what = "attention: unfused"
+    elif getattr(dep, "precision", "") == "fp8":
+        what = "precision fp8"
+    elif getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
+        what = "sharding or overlap_param_gather"
+    else:
+        reps = list(replicas(dep).values())  # type: ignore[arg-type]
+        layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
+        if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
+            what = "replicas cut differently (heterogeneous plans)"
+    return f"model {model.name}: MLA attention with {what} is not supported yet" if what else ""
+
+
 def moe_plan_error(dep: object, model: ModelArch) -> str:
     """What this generator cannot do with a deployment's experts ("" when it can), as one sentence."""
     from tracegen.moe import check_routing
@@ -186,7 +218,9 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     groups = list(dep.device_groups)  # type: ignore[attr-defined]
     eps = sorted({max(1, dg.ep) for dg in groups})
     if model.mla is not None:
-        return f"model {model.name}: MLA attention layers are not generated yet (its parameters are counted)"
+        err = _mla_error(dep, model)
+        if err:
+            return err
     if model.moe is None:
         return f"ep {eps[-1]} needs a mixture-of-experts model (model: moe)" if eps[-1] > 1 else ""
     moe = model.moe

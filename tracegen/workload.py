@@ -31,6 +31,7 @@ from tracegen.context_parallel import (
 )
 from tracegen.errors import GeneratorError
 from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from tracegen.mla import with_mla
 from tracegen.models import ModelArch
 from tracegen.moe_ops import (
     A2A_INDEX,
@@ -245,8 +246,6 @@ class _Generator:
         self.dep = dep
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
-        if self.model.mla is not None:
-            raise GeneratorError(f"model {self.model.name}: MLA attention layers are not generated yet")
         # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
         self.clone = clone and self.model.moe is None
         self.ep_of: dict[
@@ -611,7 +610,8 @@ class _RankProgram:
         """The steps of `layer` in pass `phase`: the dense layer's, or a MoE layer's (tracegen.moe_ops)."""
         moe = self.gen.model.moe
         is_moe = moe is not None and moe.is_moe(layer) and self.ep is not None
-        if not is_moe and self.cp is None:
+        mla = self.gen.model.mla
+        if not is_moe and self.cp is None and mla is None:
             return self.layer_fwd[phase]
         key = (layer if is_moe else 0, phase)
         got = self._moe_steps.get(key)
@@ -623,6 +623,8 @@ class _RankProgram:
                     got = with_selective_recompute(got, attn_core_recompute(self.ctx))
             else:
                 got = list(self.layer_fwd[phase])
+            if mla is not None:
+                got = with_mla(got, self.ctx, mla, phase)
             if self.cp is not None:
                 got = with_cp(got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase)
             self._moe_steps[key] = got
@@ -957,7 +959,10 @@ class _RankProgram:
             pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
             self.fsdp_reduce(layer, mb)
             if sync:
-                dense, expert = layer_split(m, sh, layer, self.ep[0]) if self.ep else (layer_grad, 0)
+                if self.ep is not None or m.mla is not None:
+                    dense, expert = layer_split(m, sh, layer, self.ep[0] if self.ep else 1)
+                else:
+                    dense, expert = layer_grad, 0
                 self.expert_pending += expert
                 self.bucket_add(dense, layer)
         if ch.first and self.emb is not None:
@@ -1289,9 +1294,10 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
-        if self.ep is not None:
+        if self.ep is not None or m.mla is not None:
             layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
-            params = sum(rank_params_ep(m, self.ctx.sh, layers, self.ep[0], self.first, self.last))
+            ep = self.ep[0] if self.ep else 1
+            params = sum(rank_params_ep(m, self.ctx.sh, layers, ep, self.first, self.last))
         # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer or
         # ZeRO-3/FSDP; with DP 1, or without them, everything.
         shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
