@@ -211,3 +211,33 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     assert main(["trace", "validate", str(tmp_path)]) == 0
     assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
     assert "replayed 748 nodes on 4" in capsys.readouterr().out
+
+
+def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
+    dep = load_spec(
+        {
+            "model": _model(4, None, 2),
+            "parallel": {"gpu": "H100", "dp": 4, "ep": 2},
+            "distributed_optimizer": True,
+        }
+    )
+    nodes = {n.name: n for n in generate(dep, rewrite=False).nodes[0]}
+    a = lambda name, key: {x.name: x for x in nodes[name].attr}[key]  # noqa: E731
+    dense, expert = 66368, 2 * 2 * 3 * 64 * 32  # as in the AllReduce test: 66,368 dense, 24,576 expert
+    # dense bucket padded to a multiple of lcm(4, 128) = 128: 66,432; experts over 2 ranks: lcm(2, 128)
+    assert a("dp_grad_reducescatter.bucket0", A.COMM_SIZE).int64_val == 66432 * 4
+    assert a("expert_dp_grad_reducescatter.bucket0", A.COMM_SIZE).int64_val == expert * 4
+    # Adam on the shards: 66,432 / 4 + 24,576 / 2 = 28,896 parameters, 15 FLOPs each
+    assert a("optimizer.opt", A.NUM_OPS).int64_val == 15 * (66432 // 4 + expert // 2) == 433440
+    assert a("dp_param_allgather.bucket0", A.COMM_SIZE).int64_val == 66432 // 4 * 2
+    assert a("expert_dp_param_allgather.bucket0", A.COMM_SIZE).int64_val == expert // 2 * 2
+    assert dense == 2 * (64 * 192 + 64 * 64 + 128 + 256) + 2 * 256 * 64 + 64
+    # Mixtral at PP 4, DP 8, EP 8: no expert-DP peers, so the experts' Adam state stays whole on the rank
+    mix = {"model": "mixtral-8x7b", "seq_len": 4096, "distributed_optimizer": True}
+    mem = {
+        m.rank: m
+        for m in deployment_memory(load_spec({**mix, "parallel": {"gpu": "H100", "pp": 4, "dp": 8, "ep": 8}}))
+    }
+    h = 4096
+    d1, e1 = 8 * (h * 48 * 128 + 32 * 128 * h + 2 * h + 8 * h), 8 * 3 * h * 14336
+    assert mem[1].optimizer == -(-12 * d1 // 8) + 12 * e1 == 17_415_241_728

@@ -249,17 +249,22 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             for local, r in enumerate(dg.ranks):
                 sh = shard_of(m, t, local)
                 params = rank_params(m, sh, n, first, last)
+                expert = 0
                 if (
                     m.moe is not None or m.mla is not None
                 ):  # experts over EP, MLA's weights (tracegen.moe_ops)
                     layers = [x for a, e in chunks for x in range(a, e + 1)]
-                    params = sum(rank_params_ep(m, sh, layers, max(1, dg.ep), first, last))
+                    dense, expert = rank_params_ep(m, sh, layers, max(1, dg.ep), first, last)
+                    params = dense + expert
                 gb = o.grad_bytes or o.dtype_bytes
                 if o.sharding in ("zero3", "fsdp"):
                     weights, grads, opt = zero3_bytes(m, sh, params, dp, o.dtype_bytes, gb, first, last)
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
-                    opt = optimizer_bytes(params, dp, o.distributed_optimizer)
+                    # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP.
+                    edp = max(1, dp // max(1, dg.ep))
+                    opt = optimizer_bytes(params - expert, dp, o.distributed_optimizer)
+                    opt += optimizer_bytes(expert, edp, o.distributed_optimizer) if expert else 0
                 activations = int(-(-act // 1))
                 base = weights + grads + opt + activations
                 allowance = o.workspace_bytes + int(o.fragmentation * base)

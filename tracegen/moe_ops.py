@@ -236,8 +236,8 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
         return "MoE layers with tp > 1 (Megatron's sequence-parallel expert path, etp) are not supported yet: use tp 1"
     if getattr(dep, "precision", "") == "fp8":
         return "MoE layers in precision fp8 are not supported yet"
-    if getattr(dep, "distributed_optimizer", False) or getattr(dep, "sharding", "none") not in ("", "none"):
-        return "MoE layers with the distributed optimizer or sharding are not supported yet"
+    if getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
+        return "MoE layers with sharding or overlap_param_gather are not supported yet"
     layout = [chunk_ranges(d) for d in reps[0]]
     if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
         return (

@@ -1017,10 +1017,13 @@ class _RankProgram:
     def expert_flush(self) -> None:
         """The routed experts' gradients of the chunk just finished: one AllReduce over the expert-DP group
         (replicas holding the same experts), apart from the dense DP buckets (Megatron-Core keeps expert
-        parameters in their own buffer, reduced over the expert-data-parallel group)."""
+        parameters in their own buffer, reduced over the expert-data-parallel group); under the
+        distributed optimizer a ReduceScatter of the padded bucket, its shard updated and all-gathered."""
         params, self.expert_pending = self.expert_pending, 0
         if params <= 0 or self.ep is None or not self.ep[3]:
             return
+        if self.dist_opt:
+            self.expert_buckets.append(dist_opt_bucket(params, self.edp))
         if self.overlap_grad:
             self._expert_node(params)
         else:
@@ -1030,13 +1033,17 @@ class _RankProgram:
         g = self.gen
         assert self.ep is not None and self.frontier is not None
         ctrl = [self.expert_sync_ids[-1]] if self.expert_sync_ids else []
-        extra = [
-            g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
-            g.attr(A.COMM_SIZE, params * self.grad_bytes),
-            g.attr(A.PG_NAME, self.ep[3]),
-        ]
+        if self.dist_opt:
+            kind, size, what = (
+                pb.REDUCE_SCATTER,
+                dist_opt_bucket(params, self.edp) * self.grad_bytes,
+                "reducescatter",
+            )
+        else:
+            kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "allreduce"
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.ep[3])]
         nid = self._add(
-            f"expert_dp_grad_allreduce.bucket{len(self.expert_sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
+            f"expert_dp_grad_{what}.bucket{len(self.expert_sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
             0, self._tags(0, "sync", NO_MICRO_BATCH) + extra,
         )  # fmt: skip
         self.expert_sync_ids.append(nid)
@@ -1235,6 +1242,8 @@ class _RankProgram:
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
         self.expert_deferred: list[int] = []
         self.expert_sync_ids: list[int] = []
+        self.expert_buckets: list[int] = []  # padded elements of each expert bucket (distributed optimizer)
+        self.edp = len(self.gen.bundle.comm_groups[self.ep[3]]) if self.ep and self.ep[3] else 1
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
@@ -1294,13 +1303,19 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
+        expert = 0
         if self.ep is not None or m.mla is not None:
             layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
             ep = self.ep[0] if self.ep else 1
-            params = sum(rank_params_ep(m, self.ctx.sh, layers, ep, self.first, self.last))
+            dense, expert = rank_params_ep(m, self.ctx.sh, layers, ep, self.first, self.last)
+            params = dense + expert
         # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer or
-        # ZeRO-3/FSDP; with DP 1, or without them, everything.
-        shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
+        # ZeRO-3/FSDP; with DP 1, or without them, everything. Routed experts: the 1/expert-DP shard of
+        # their buckets (all of them when the expert-DP group is one rank).
+        shard = params
+        if self.dist_opt and (self.buckets or self.expert_buckets):
+            shard = sum(b // self.dp for b in self.buckets) if self.buckets else params - expert
+            shard += sum(b // self.edp for b in self.expert_buckets) if self.expert_buckets else expert
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
@@ -1353,4 +1368,18 @@ class _RankProgram:
             )  # fmt: skip
             self.sync_ids.append(nid)
             prev = [nid]
-        return prev[0] if prev else None
+        for i, padded in enumerate(self.expert_buckets):  # the experts' shards over the expert-DP group
+            assert self.ep is not None
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+                g.attr(A.COMM_SIZE, padded // self.edp * self.ctx.b),
+                g.attr(A.PG_NAME, self.ep[3]),
+            ]
+            # after the dense gathers: the step's next ops then wait for the last gather of either kind
+            nid = self._add(
+                f"expert_dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
+                self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+            )  # fmt: skip
+            self.expert_sync_ids.append(nid)
+            prev = [nid]
+        return prev[-1] if prev else None
