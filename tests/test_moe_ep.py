@@ -241,3 +241,39 @@ def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
     h = 4096
     d1, e1 = 8 * (h * 48 * 128 + 32 * 128 * h + 2 * h + 8 * h), 8 * 3 * h * 14336
     assert mem[1].optimizer == -(-12 * d1 // 8) + 12 * e1 == 17_415_241_728
+
+
+def test_moe_under_tp2_with_sequence_parallelism_by_hand():
+    # sources are (EP rank, TP rank) = q * 2 + j, each routing its 4 of 8 tokens x top-2 = 8 copies
+    table = [[4, 2, 1, 1], [2, 2, 2, 2], [1, 1, 2, 4], [0, 0, 4, 4]]
+    spec = {"model": _model(4, {"tokens": table}), "sequence_parallel": True,
+            "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2}}  # fmt: skip
+    bundle = generate(load_spec(spec), rewrite=False)
+    by = [{n.name: n for n in bundle.nodes[r]} for r in range(4)]  # ranks 0, 1: EP rank 0; 2, 3: EP rank 1
+    # rank 0 (source 0) sends rank 2 its copies for experts 2, 3: 1 + 1; receives source 2's for 0, 1: 1 + 1
+    assert _size(by[0]["L1.moe_dispatch.fwd.mb0.to2"]) == 2 * 128
+    assert _size(by[0]["L1.moe_dispatch.fwd.mb0.from2"]) == 2 * 128
+    assert _size(by[1]["L1.moe_dispatch.fwd.mb0.to3"]) == 4 * 128
+    assert "L1.moe_dispatch.fwd.mb0.from3" not in by[1]  # source 3 routes nothing to experts 0, 1
+    # EP rank 0's TP ranks received 6 + 2 = 8 and 4 + 0 = 4 copies: gathered over TP at the larger share
+    for r in (0, 1):
+        assert _size(by[r]["L1.moe_tp_gather.fwd.mb0"]) == 8 * 128
+        assert _size(by[r]["L1.moe_tp_scatter.fwd.mb0"]) == 2 * 8 * 128
+        # all 12 copies through half of each expert's FFN (16 of 32): up/gate [12, 64] x [64, 2 x 16]
+        assert _flops(bundle, r, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 12 * 64 * 32
+        assert _flops(bundle, r, "L1.moe_router.fwd.mb0") == 2 * 4 * 64 * 4  # 4 local tokens
+    # EP rank 1: 2 + 6 = 8 and 4 + 8 = 12 copies
+    assert _flops(bundle, 3, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 20 * 64 * 32
+    assert _size(by[3]["L1.moe_tp_gather.fwd.mb0"]) == 12 * 128
+    names = [n.name.split(".")[1] for n in bundle.nodes[0] if n.name.startswith("L1.") and ".fwd." in n.name]
+    i = names.index("mlp_norm")
+    assert names[i : i + 12] == [
+        "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch", "moe_dispatch",
+        "moe_tp_gather", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_tp_scatter", "moe_combine",
+    ]  # fmt: skip
+    assert "mlp_tp_in" not in names and "mlp_tp_out" not in names
+
+
+def test_moe_with_tp_needs_sequence_parallelism():
+    with pytest.raises(SpecError, match="need sequence_parallel: true"):
+        load_spec({"model": _model(4), "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2}})

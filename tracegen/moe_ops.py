@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 
 from tracegen.models import ModelArch
 from tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
-from tracegen.ops import ELEM_FLOPS, Ctx, Op, Shard, Step, _elem, _gemm, _kern, layer_steps, rank_params
+from tracegen.ops import ELEM_FLOPS, Comm, Ctx, Op, Shard, Step, _elem, _gemm, _kern, layer_steps, rank_params
 
 # P2P tags of the all-to-alls: far above the pipeline's 2 * (chunk * M + mb) + direction tags.
 EP_TAG_BASE = 1 << 30
@@ -66,32 +66,58 @@ def local_experts(moe: MoeSpec, ep: int, index: int) -> range:
 def a2a_bytes(
     loads: list[tuple[int, ...]], moe: MoeSpec, ep: int, src: int, dst: int, hidden: int, b: int
 ) -> int:
-    """Bytes EP rank `src` dispatches to `dst`: its token copies routed to dst's experts, hidden x b each."""
+    """Bytes source `src` dispatches to EP rank `dst`: its token copies routed to dst's experts, hidden x b each."""
     return sum(loads[src][e] for e in local_experts(moe, ep, dst)) * hidden * b
 
 
-def moe_loads(moe: MoeSpec, tokens: int, layer: int, ep: int) -> list[tuple[int, ...]]:
-    """Tokens per expert routed by each EP rank's micro-batch at `layer` (index = EP rank)."""
-    return [expert_tokens(moe, tokens, layer, src) for src in range(ep)]
+def moe_loads(moe: MoeSpec, tokens: int, layer: int, sources: int) -> list[tuple[int, ...]]:
+    """Tokens per expert routed by each source's micro-batch slice at `layer`. A source is EP rank q's TP
+    rank j (index q * tp + j): under TP with sequence parallelism each TP rank routes its own 1/tp of the
+    tokens (Megatron-Core's MoE takes the sequence-parallel input)."""
+    return [expert_tokens(moe, tokens, layer, src) for src in range(sources)]
 
 
-def moe_block(c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str) -> list[MoeStep]:
-    """The MoE MLP of `layer` on EP rank `me` (tp 1) in execution order, replacing the dense MLP's GEMMs."""
+def moe_block(
+    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+) -> list[MoeStep]:
+    """The MoE MLP of `layer` on TP rank `local` of EP rank `me`, in execution order.
+
+    tp 1: as the module docstring says. tp > 1 (expert TP = TP, sequence parallelism on): each TP rank
+    routes its T/tp tokens and exchanges them with the same TP rank of its EP peers; the copies the TP
+    group's ranks received are all-gathered over TP (AllGather-V, emitted at the largest rank's share so all
+    ranks agree) before the grouped GEMMs, which run every gathered copy through 1/tp of each expert's FFN,
+    and reduce-scattered back after them (Megatron-Core's MoEAlltoAllTokenDispatcher with tp_size > 1).
+    Shared experts are a TP-split MLP with their own sequence-parallel AllGather and ReduceScatter.
+    """
     m, b, t = c.m, c.b, c.tokens
+    tp = c.sh.tp
+    tl = c.norm_tokens  # tokens this TP rank routes (T / tp under sequence parallelism)
     h, e = m.hidden, moe.experts
-    loads = moe_loads(moe, t, layer, ep)
-    kept = sum(loads[me])  # this rank's token copies that survive the capacity cut
-    received = sum(loads[src][x] for src in range(ep) for x in local_experts(moe, ep, me))
+    loads = moe_loads(moe, tl, layer, ep * tp)
+    src = me * tp + local
+    kept = sum(loads[src])  # this rank's token copies that survive the capacity cut
+    got = [
+        sum(loads[q * tp + j][x] for q in range(ep) for x in local_experts(moe, ep, me)) for j in range(tp)
+    ]
+    received = sum(got)  # copies every TP rank of this EP rank runs (all of them after the TP gather)
     n_local = e // ep
     f = moe.expert_ffn
-    up = (2 if m.activation == "swiglu" else 1) * f
+    fl = f // tp
+    up = (2 if m.activation == "swiglu" else 1) * fl
     peers = [q for q in range(ep) if q != me]
-    out_b = tuple((q, a2a_bytes(loads, moe, ep, me, q, h, b)) for q in peers)  # me -> q (dispatch)
-    in_b = tuple((q, a2a_bytes(loads, moe, ep, q, me, h, b)) for q in peers)  # q -> me (dispatch)
+    out_b = tuple((q, a2a_bytes(loads, moe, ep, src, q, h, b)) for q in peers)  # me -> q (dispatch)
+    in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
     nz = lambda pairs: tuple(p for p in pairs if p[1])  # noqa: E731 - a peer with no copies gets no message
     act_f = ELEM_FLOPS[m.activation]
-    fs = moe.shared_width
+    fs = moe.shared_width // tp
     s_up = (2 if m.activation == "swiglu" else 1) * fs
+    gather = [Comm("moe_tp_gather", "all_gather", max(got) * h * b)] if tp > 1 else []
+    scatter = [Comm("moe_tp_scatter", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else []
+    if phase == "bwd":  # the gather's gradient is a reduce-scatter and the scatter's a gather
+        gather, scatter = (
+            [Comm("moe_tp_gather", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else [],
+            [Comm("moe_tp_scatter", "all_gather", max(got) * h * b)] if tp > 1 else [],
+        )
 
     def grouped(op: str, rows: int, kk: int, nn: int) -> Op:
         # One grouped GEMM over the local experts: 2 R K N FLOPs for R received copies; bytes: inputs, the
@@ -108,56 +134,88 @@ def moe_block(c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str) ->
 
     shared: list[MoeStep] = []
     if fs:
+        sp_in = [Comm("moe_shared_tp_in", "all_gather", tl * h * b)] if tp > 1 else []
+        sp_out = [Comm("moe_shared_tp_out", "reduce_scatter", t * h * b)] if tp > 1 else []
+        if phase == "bwd":
+            sp_in = [Comm("moe_shared_tp_in", "reduce_scatter", t * h * b)] if tp > 1 else []
+            sp_out = [Comm("moe_shared_tp_out", "all_gather", tl * h * b)] if tp > 1 else []
         shared = [
+            *sp_in,
             _gemm("moe_shared_up_gate", phase, t, h, s_up, b),
             act("moe_shared_act", t, fs),
             _gemm("moe_shared_down", phase, t, fs, h, b),
+            *sp_out,
         ]
     if phase == "fwd":
         return [
-            _gemm("moe_router", "fwd", t, h, e, b),
-            _kern("moe_router_topk", "fwd", t * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
-            Op("moe_permute", "fwd", 0, (t + kept) * h * b, (kept, h), False),
+            _gemm("moe_router", "fwd", tl, h, e, b),
+            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b)),
+            *gather,
             grouped("moe_expert_up_gate", received, h, up),
-            act("moe_expert_act", received, f),
-            grouped("moe_expert_down", received, f, h),
+            act("moe_expert_act", received, fl),
+            grouped("moe_expert_down", received, fl, h),
+            *scatter,
             AllToAll("moe_combine", "combine", nz(in_b), nz(out_b)),
-            Op("moe_unpermute", "fwd", 2 * kept * h, (kept + t) * h * b + kept * ROUTER_PROB_BYTES, (kept, h), False),
+            Op("moe_unpermute", "fwd", 2 * kept * h, (kept + tl) * h * b + kept * ROUTER_PROB_BYTES, (kept, h), False),
             *shared,
-            *([_elem("moe_shared_add", "fwd", t * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
+            *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
         ]  # fmt: skip
     return [
         *shared[::-1],
-        Op("moe_unpermute", "bwd", kept * h, (t + kept) * h * b, (kept, h), False),
+        Op("moe_unpermute", "bwd", kept * h, (tl + kept) * h * b, (kept, h), False),
         AllToAll("moe_combine", "combine", nz(out_b), nz(in_b)),  # gradients of the combined copies go back
-        grouped("moe_expert_down", received, f, h),
-        act("moe_expert_act", received, f),
+        *scatter,
+        grouped("moe_expert_down", received, fl, h),
+        act("moe_expert_act", received, fl),
         grouped("moe_expert_up_gate", received, h, up),
+        *gather,
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b)),  # input gradients to their sources
-        Op("moe_permute", "bwd", kept * h, (kept + t) * h * b, (kept, h), False),
-        _kern("moe_router_topk", "bwd", t * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
-        _gemm("moe_router", "bwd", t, h, e, b),
+        Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
+        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
+        _gemm("moe_router", "bwd", tl, h, e, b),
     ]  # fmt: skip
 
 
-def moe_layer_steps(c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str) -> list[MoeStep]:
-    """A whole MoE layer: the dense layer's steps with its MLP GEMMs and activation replaced by `moe_block`."""
+# The dense layer's sequence-parallel collectives around the MLP, replaced with the MoE block's own.
+DENSE_MLP_COMMS = frozenset({"mlp_tp_in", "mlp_tp_out"})
+
+
+def moe_layer_steps(
+    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+) -> list[MoeStep]:
+    """A whole MoE layer: the dense layer's steps with its MLP (GEMMs, activation and TP collectives)
+    replaced by `moe_block`, placed where the MLP's first GEMM was."""
     dense = layer_steps(c, phase)
     at = next(i for i, s in enumerate(dense) if isinstance(s, Op) and s.op in DENSE_MLP_OPS)
-    rest = [s for s in dense if not (isinstance(s, Op) and s.op in DENSE_MLP_OPS)]
-    return [*rest[:at], *moe_block(c, moe, layer, ep, me, phase), *rest[at:]]
+
+    def mlp(s: Step) -> bool:
+        return (isinstance(s, Op) and s.op in DENSE_MLP_OPS) or (
+            isinstance(s, Comm) and s.op in DENSE_MLP_COMMS
+        )
+
+    before = [s for s in dense[:at] if not mlp(s)]
+    after = [s for s in dense[at:] if not mlp(s)]
+    return [*before, *moe_block(c, moe, layer, ep, me, phase, local), *after]
 
 
-def moe_dense_params(m: ModelArch, moe: MoeSpec) -> int:
-    """Parameters of one MoE layer every EP rank holds (attention, norms, router, shared experts)."""
-    shared = expert_mlp_params(moe.shared_width, m.hidden, m.activation) if moe.shared_width else 0
-    return m.attention_params() + 2 * m.norm_params + m.hidden * moe.experts + shared
+def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int:
+    """Parameters of one MoE layer a rank holds outside the routed experts: its attention (its TP shard),
+    norms and router (whole on every TP rank), shared experts (1/tp of their FFN)."""
+    from tracegen.mla import mla_rank_params
+
+    if sh is None or sh.tp == 1:
+        attn, tp = m.attention_params(), 1
+    else:
+        attn, tp = (mla_rank_params(m, m.mla, sh) if m.mla else _attention_rank_params(m, sh)), sh.tp
+    shared = expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation) if moe.shared_width else 0
+    return attn + 2 * m.norm_params + m.hidden * moe.experts + shared
 
 
-def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int) -> int:
-    """Parameters of the routed experts one EP rank holds in one MoE layer (E/ep experts)."""
-    return moe.experts // ep * expert_mlp_params(moe.expert_ffn, m.hidden, m.activation)
+def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int, tp: int = 1) -> int:
+    """Parameters of the routed experts one rank holds in one MoE layer (E/ep experts, 1/tp of each FFN)."""
+    return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation)
 
 
 def _attention_rank_params(m: ModelArch, sh: Shard) -> int:
@@ -175,7 +233,7 @@ def layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]
     if m.moe is None or not m.moe.is_moe(layer):
         fix = mla_rank_params(m, m.mla, sh) - _attention_rank_params(m, sh) if m.mla is not None else 0
         return rank_params(m, sh, 1, False, False) + fix, 0
-    return moe_dense_params(m, m.moe), moe_expert_params(m, m.moe, ep)
+    return moe_dense_params(m, m.moe, sh), moe_expert_params(m, m.moe, ep, sh.tp)
 
 
 def rank_params_ep(
@@ -232,8 +290,12 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     reps = list(replicas(dep).values())  # type: ignore[arg-type]
     if len(reps) % ep:
         return f"ep {ep} does not divide the {len(reps)} data-parallel replicas (EP is carved out of DP)"
-    if any(dg.tp > 1 for dg in groups):
-        return "MoE layers with tp > 1 (Megatron's sequence-parallel expert path, etp) are not supported yet: use tp 1"
+    if any(dg.tp > 1 for dg in groups) and not getattr(dep, "sequence_parallel", False):
+        # megatron/training/arguments.py: expert parallelism with tensor parallelism needs sequence parallelism
+        return "MoE layers with tp > 1 need sequence_parallel: true (Megatron-Core asserts it)"
+    for dg in groups:
+        if moe.expert_ffn % dg.tp or moe.shared_width % dg.tp:
+            return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
     if getattr(dep, "precision", "") == "fp8":
         return "MoE layers in precision fp8 are not supported yet"
     if getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
@@ -245,7 +307,10 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
             "rewriter syncs dense layers only"
         )
     for dg in groups:
-        err = check_routing(moe, dg.micro_batch * int(getattr(dep, "seq_len", 0) or model.seq_len))
+        # the tokens one source routes: its micro-batch's seq / cp, and 1/tp of them under sequence parallelism
+        tokens = dg.micro_batch * (int(getattr(dep, "seq_len", 0) or model.seq_len) // max(1, dg.cp))
+        tokens = -(-tokens // dg.tp) if dg.tp > 1 else tokens
+        err = check_routing(moe, tokens)
         if err:
             return f"device group {dg.id}: {err}"
     return ""

@@ -120,7 +120,8 @@ def ep_groups(
 
     Megatron-Core carves EP out of DP with EP fastest: replicas d with equal d div ep form an EP group
     (EP index d mod ep), replicas with equal d mod ep hold the same experts and sync their gradients (the
-    expert-data-parallel group, apart from the dense DP group). One rank per stage (tp 1, the spec checks).
+    expert-data-parallel group, apart from the dense DP group). Each TP rank pairs with the same TP rank
+    of its peers (expert TP = TP).
     """
     order = sorted(reps)
     place: dict[int, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
@@ -128,9 +129,10 @@ def ep_groups(
         for k, dg in enumerate(reps[d]):
             ep = max(1, dg.ep)
             base = pos - pos % ep
-            members = tuple(reps[order[base + i]][k].ranks[0] for i in range(ep))
-            edp = tuple(reps[order[j]][k].ranks[0] for j in range(pos % ep, len(order), ep))
-            place[dg.ranks[0]] = (ep, pos % ep, members, edp)
+            for local, rank in enumerate(dg.ranks):  # the same TP rank of each replica
+                members = tuple(reps[order[base + i]][k].ranks[local] for i in range(ep))
+                edp = tuple(reps[order[j]][k].ranks[local] for j in range(pos % ep, len(order), ep))
+                place[rank] = (ep, pos % ep, members, edp)
     names: dict[tuple[int, ...], str] = {}
     out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
     for r in sorted(place):
@@ -618,7 +620,7 @@ class _RankProgram:
         if got is None:
             if is_moe:
                 assert moe is not None and self.ep is not None
-                got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase)
+                got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local)
                 if phase == "bwd" and self.recompute == "selective":
                     got = with_selective_recompute(got, attn_core_recompute(self.ctx))
             else:
@@ -1286,6 +1288,11 @@ class _RankProgram:
         if self.ctx.sp and dg.tp > 1:
             # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
             norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
+            if m.moe is not None:
+                # so do the MoE routers' weights (megatron/core/transformer/moe/router.py marks them
+                # sequence_parallel), whole on every TP rank
+                layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
+                norm_grads += sum(m.moe.is_moe(x) for x in layers) * m.hidden * m.moe.experts
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
                 g.attr(A.COMM_SIZE, norm_grads * self.ctx.b),
