@@ -8,7 +8,8 @@ width `shared_ffn`. The attention half of a MoE layer is the dense layer's.
 Routing decides how many tokens each expert receives: the op sizes (tracegen/moe_ops.py) follow these
 counts, not the average. The counts of one source rank's micro-batch at one layer come from
 `expert_tokens`: `uniform` (T*k/E each), `zipf` (a seeded order of the experts, expert j of it weighted
-1/(j + 1)^skew), `weights` (given relative popularity) or `tokens` (a table, one row per EP rank).
+1/(j + 1)^skew), `weights` (given relative popularity) or `tokens` (a table, one row per source: TP
+rank j of EP rank q is row q * tp + j, mod the rows).
 Each expert receives at most T tokens (a token picks k distinct experts); with a capacity factor, tokens
 past Megatron-Core's capacity ceil(T*k/E * factor) are dropped (moe_utils.get_capacity, called with
 num_tokens * topk by topk_softmax_with_capacity, drop policy "probs").
