@@ -351,7 +351,6 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
-        dep.cp_comm_type = self.choice("cp_comm_type", ("p2p", "all_gather"), "p2p")
         # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
         if dep.overlap_param_gather and not dep.distributed_optimizer:
             raise self.fail(
@@ -439,8 +438,12 @@ class _SpecBuilder:
                 f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
                 "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
-        from tracegen.context_parallel import cp_plan_error
+        from tracegen.context_parallel import CP_COMM_TYPES, cp_plan_error
         from tracegen.moe_ops import moe_plan_error
+
+        # Set only where it matters (given, or context parallelism in use): other deployments keep their bytes.
+        if "cp_comm_type" in self.raw or any(dg.cp > 1 for dg in dep.device_groups):
+            dep.cp_comm_type = self.choice("cp_comm_type", CP_COMM_TYPES, CP_COMM_TYPES[0])
 
         err = moe_plan_error(dep, model_arch(dep)) or cp_plan_error(dep)
         if err:
@@ -1098,7 +1101,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
-        **({"cp_comm_type": dep.cp_comm_type} if any(dg.cp > 1 for dg in dep.device_groups) else {}),
+        **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }
