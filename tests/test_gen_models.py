@@ -48,7 +48,14 @@ def test_user_model_inline_and_from_base():
         model_from_mapping({"base": "llama2-7b", "hiden": 5})
     with pytest.raises(CatalogError, match="unknown model"):
         preset("llama3-8b")
-    assert set(MODEL_NAMES) == {"llama2-7b", "llama2-13b", "llama2-70b", "gpt3-175b"}
+    assert set(MODEL_NAMES) == {
+        "llama2-7b",
+        "llama2-13b",
+        "llama2-70b",
+        "gpt3-175b",
+        "mixtral-8x7b",
+        "deepseek-v3",
+    }
 
 
 def test_catalog_contract_a_uses_dense_tensor_core_peaks():

@@ -42,7 +42,11 @@ def iteration_cost(dep: dpb.Deployment, iteration_ns: int) -> IterationCost:
     Every rank is rented for the whole iteration, busy or idle, as a cluster is billed.
     """
     seq = dep.seq_len or dep.model.seq_len
-    tokens = sum(dep.micro_batches * groups[0].micro_batch * seq for groups in replicas(dep).values())
+    # Context parallelism splits each sequence over cp replicas: each holds seq / cp of its tokens.
+    tokens = sum(
+        dep.micro_batches * groups[0].micro_batch * seq // max(1, groups[0].cp)
+        for groups in replicas(dep).values()
+    )
     specs = gpu_specs(dep)
     rank_gpus = [dg.gpu for dg in dep.device_groups for _ in dg.ranks]
     hours = iteration_ns / NS_PER_HOUR

@@ -39,6 +39,7 @@ from tracegen.choices import GRAD_REDUCE_BYTES
 from tracegen.errors import XsimError
 from tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from tracegen.models import ModelArch
+from tracegen.moe_ops import moe_activation_model, rank_params_ep
 from tracegen.ops import rank_params, shard_of
 from tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from traces.io import MEMORY_FILE
@@ -232,7 +233,12 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             first, last = k == 0, k == p - 1
             sp = o.sequence_parallel and t > 1
             flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages)
-            act = _stage_activations(m, o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight)
+            s = m.seq_len // max(
+                1, dg.cp
+            )  # context parallelism: each rank holds seq / cp tokens of a sequence
+            act = _stage_activations(
+                moe_activation_model(m), o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight
+            )
             div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
             if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
                 act += Fraction(s * b * m.hidden, div) * flight
@@ -243,12 +249,22 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             for local, r in enumerate(dg.ranks):
                 sh = shard_of(m, t, local)
                 params = rank_params(m, sh, n, first, last)
+                expert = 0
+                if (
+                    m.moe is not None or m.mla is not None
+                ):  # experts over EP, MLA's weights (tracegen.moe_ops)
+                    layers = [x for a, e in chunks for x in range(a, e + 1)]
+                    dense, expert = rank_params_ep(m, sh, layers, max(1, dg.ep), first, last)
+                    params = dense + expert
                 gb = o.grad_bytes or o.dtype_bytes
                 if o.sharding in ("zero3", "fsdp"):
                     weights, grads, opt = zero3_bytes(m, sh, params, dp, o.dtype_bytes, gb, first, last)
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
-                    opt = optimizer_bytes(params, dp, o.distributed_optimizer)
+                    # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP.
+                    edp = max(1, dp // max(1, dg.ep))
+                    opt = optimizer_bytes(params - expert, dp, o.distributed_optimizer)
+                    opt += optimizer_bytes(expert, edp, o.distributed_optimizer) if expert else 0
                 activations = int(-(-act // 1))
                 base = weights + grads + opt + activations
                 allowance = o.workspace_bytes + int(o.fragmentation * base)

@@ -7,6 +7,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tracegen.errors import CatalogError
+from tracegen.moe import (
+    MlaSpec,
+    MoeSpec,
+    mla_from_mapping,
+    mla_from_message,
+    moe_from_mapping,
+    moe_from_message,
+    moe_mlp_params,
+)
 
 ACTIVATIONS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
@@ -27,6 +36,8 @@ class ModelArch:
     activation: str = "swiglu"  # swiglu: gate+up (2 x ffn) then down; gelu: up then down
     norm: str = "rmsnorm"  # rmsnorm: gain only; layernorm: gain and bias
     linear_bias: bool = False  # GPT-style biases on every linear layer
+    moe: MoeSpec | None = None  # mixture of experts (tracegen/moe.py); None: a dense MLP in every layer
+    mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek); None: MHA / GQA
 
     @property
     def head_dim(self) -> int:
@@ -47,6 +58,8 @@ class ModelArch:
 
     def attention_params(self) -> int:
         """Weights (and biases) of QKV and output projections of one layer."""
+        if self.mla is not None:
+            return self.mla.params(self.hidden, self.heads)
         qkv_out = (self.heads + 2 * self.kv_heads) * self.head_dim
         w = self.hidden * qkv_out + self.heads * self.head_dim * self.hidden
         return w + ((qkv_out + self.hidden) if self.linear_bias else 0)
@@ -61,6 +74,24 @@ class ModelArch:
         """All parameters of one transformer layer (two norms included)."""
         return self.attention_params() + self.mlp_params() + 2 * self.norm_params
 
+    def layer_params_at(self, layer: int) -> int:
+        """All parameters of 1-based `layer`: a dense layer, or a MoE layer's attention, norms, router and experts."""
+        if self.moe is None or not self.moe.is_moe(layer):
+            return self.layer_params()
+        mlp = moe_mlp_params(self.moe, self.hidden, self.activation)
+        return self.attention_params() + mlp + 2 * self.norm_params
+
+    def active_params(self) -> int:
+        """Parameters one token passes through (top_k routed and the shared experts of each MoE layer)."""
+        if self.moe is None:
+            return self.total_params()
+        active = replace(self.moe, experts=self.moe.top_k)
+        dense = replace(self, moe=active)
+        # the router still has `experts` outputs
+        return dense.total_params() + self.moe.count(self.layers) * self.hidden * (
+            self.moe.experts - self.moe.top_k
+        )
+
     def embedding_params(self) -> int:
         """Input token embedding (learned position embeddings of GPT-3 are not modelled: 0.01% of it)."""
         return self.vocab * self.hidden
@@ -71,7 +102,10 @@ class ModelArch:
 
     def total_params(self) -> int:
         """Every parameter of the model."""
-        return self.layers * self.layer_params() + self.embedding_params() + self.head_params()
+        layers = sum(self.layer_params_at(x) for x in range(1, self.layers + 1)) if self.moe else None
+        if layers is None:
+            layers = self.layers * self.layer_params()
+        return layers + self.embedding_params() + self.head_params()
 
 
 # Each number below names its source. Sequence lengths are the models' context windows; the paper's
@@ -93,6 +127,43 @@ PRESETS: dict[str, ModelArch] = {
     "gpt3-175b": ModelArch(
         "gpt3-175b", 96, 12288, 49152, 96, 96, 50257, 2048, "gelu", "layernorm", linear_bias=True
     ),
+    # Mixtral 8x7B (Jiang et al. 2024, arXiv:2401.04088, Table 1) and mistralai/Mixtral-8x7B-v0.1 config.json:
+    # hidden_size 4096, intermediate_size 14336, num_hidden_layers 32, num_attention_heads 32,
+    # num_key_value_heads 8, vocab_size 32000, num_local_experts 8, num_experts_per_tok 2, every layer MoE,
+    # router without bias, dropless (the paper trains without token dropping, as Megablocks does);
+    # max_position_embeddings 32768. 46,702,792,704 parameters (the paper's "47B"; 12.9B active).
+    "mixtral-8x7b": ModelArch(
+        "mixtral-8x7b",
+        32,
+        4096,
+        14336,
+        32,
+        8,
+        32000,
+        32768,
+        moe=MoeSpec(experts=8, top_k=2, expert_ffn=14336),
+    ),
+    # DeepSeek-V3 (DeepSeek-AI 2024, arXiv:2412.19437, section 4.2) and deepseek-ai/DeepSeek-V3 config.json:
+    # num_hidden_layers 61, hidden_size 7168, intermediate_size 18432 (the first_k_dense_replace = 3 dense
+    # layers), moe_intermediate_size 2048, n_routed_experts 256, num_experts_per_tok 8, n_shared_experts 1,
+    # num_attention_heads 128, vocab_size 129280, MLA with q_lora_rank 1536, kv_lora_rank 512,
+    # qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128. "Like": the multi-token-prediction module
+    # (14B) and the 256 expert-bias terms of the auxiliary-loss-free balancing per layer are left out;
+    # 671,026,404,352 parameters (the paper's 671B) with 4096 context (its pre-training length).
+    "deepseek-v3": ModelArch(
+        "deepseek-v3",
+        61,
+        7168,
+        18432,
+        128,
+        128,
+        129280,
+        4096,
+        moe=MoeSpec(experts=256, top_k=8, expert_ffn=2048, shared_experts=1, layers=tuple(range(4, 62))),
+        mla=MlaSpec(
+            q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
+        ),
+    ),  # fmt: skip
 }
 ALIASES = {
     "llama-2-7b": "llama2-7b",
@@ -100,6 +171,9 @@ ALIASES = {
     "llama-2-70b": "llama2-70b",
     "gpt-3-175b": "gpt3-175b",
     "gpt3": "gpt3-175b",
+    "mixtral": "mixtral-8x7b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "deepseek-v3-like": "deepseek-v3",
 }
 MODEL_NAMES: tuple[str, ...] = tuple(PRESETS)
 
@@ -124,7 +198,13 @@ def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
         raise CatalogError(f"model: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     base = preset(str(raw["base"])) if "base" in raw else None
     values: dict[str, Any] = {} if base is None else {f.name: getattr(base, f.name) for f in fields(base)}
-    values.update({k: v for k, v in raw.items() if k != "base"})
+    values.update({k: v for k, v in raw.items() if k not in ("base", "moe", "mla")})
+    if "mla" in raw:
+        values["mla"] = None if raw["mla"] is None else mla_from_mapping(raw["mla"])
+    if "moe" in raw:
+        layers = values.get("layers")
+        n = layers if isinstance(layers, int) and not isinstance(layers, bool) else 2**31 - 1
+        values["moe"] = None if raw["moe"] is None else moe_from_mapping(raw["moe"], n, values.get("moe"))
     values.setdefault("name", "custom")
     if "kv_heads" not in values and "heads" in values:
         values["kv_heads"] = values["heads"]
@@ -160,7 +240,17 @@ def model_from_message(model: Any) -> ModelArch:
         activation=str(getattr(model, "activation", "") or "swiglu"),
         norm=str(getattr(model, "norm", "") or "rmsnorm"),
         linear_bias=bool(bias),
+        moe=moe_from_message(model.moe) if _has(model, "moe") else None,
+        mla=mla_from_message(model.mla) if _has(model, "mla") else None,
     )
+
+
+def _has(msg: Any, name: str) -> bool:
+    """Whether a ModelSpec message sets the sub-message `name` (objects without it: no)."""
+    try:
+        return bool(msg.HasField(name))
+    except (AttributeError, ValueError):
+        return False
 
 
 def check_model(m: ModelArch) -> ModelArch:
@@ -184,6 +274,12 @@ def check_model(m: ModelArch) -> ModelArch:
         raise CatalogError(f"model {m.name!r}: activation must be one of {', '.join(ACTIVATIONS)}")
     if m.norm not in NORMS:
         raise CatalogError(f"model {m.name!r}: norm must be one of {', '.join(NORMS)}")
+    if m.moe is not None and m.moe.layers and m.moe.layers[-1] > m.layers:
+        raise CatalogError(f"model {m.name!r}: moe layer {m.moe.layers[-1]} is past its {m.layers} layers")
+    if m.moe is not None and m.linear_bias:
+        raise CatalogError(
+            f"model {m.name!r}: moe with linear_bias is not supported (experts have no biases)"
+        )
     return m
 
 

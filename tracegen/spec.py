@@ -28,6 +28,14 @@ from tracegen.choices import (
 )
 from tracegen.errors import CatalogError, ProfileError, SpecError
 from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
+from tracegen.moe import (
+    fill_mla,
+    fill_moe,
+    mla_from_message,
+    mla_to_mapping,
+    moe_from_message,
+    moe_to_mapping,
+)
 from traces.io import JsonFileError, read_json
 from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
 from traces.outputs import atomic_write_text
@@ -87,10 +95,11 @@ TOP_KEYS = (
     "tp_comm_overlap",
     "grad_reduce_dtype",
     "sharding",
+    "cp_comm_type",
     "parallel",
     "device_groups",
 )
-DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica")
+DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep", "cp")
 PARALLEL_KEYS = (
     "gpu",
     "tp",
@@ -102,6 +111,9 @@ PARALLEL_KEYS = (
     "order",
     "first_stage_layers",
     "last_stage_layers",
+    "ep",
+    "etp",
+    "cp",
 )
 # Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
@@ -426,6 +438,16 @@ class _SpecBuilder:
                 f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
                 "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
+        from tracegen.context_parallel import CP_COMM_TYPES, cp_plan_error
+        from tracegen.moe_ops import moe_plan_error
+
+        # Set only where it matters (given, or context parallelism in use): other deployments keep their bytes.
+        if "cp_comm_type" in self.raw or any(dg.cp > 1 for dg in dep.device_groups):
+            dep.cp_comm_type = self.choice("cp_comm_type", CP_COMM_TYPES, CP_COMM_TYPES[0])
+
+        err = moe_plan_error(dep, model_arch(dep)) or cp_plan_error(dep)
+        if err:
+            raise self.fail(err)
         self.cluster(dep)
         return dep
 
@@ -466,8 +488,18 @@ class _SpecBuilder:
             if order not in RANK_ORDERS:
                 raise self.fail(f"{where}order must be one of {', '.join(RANK_ORDERS)}, got {order!r}")
             blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
-            for k in ("tp", "pp", "dp", "micro_batch"):
+            for k in ("tp", "pp", "dp", "micro_batch", "ep", "cp"):
                 blk[k] = self.int_key(b, k, where, default=1)
+            # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; only that is generated.
+            if self.int_key(b, "etp", where, default=blk["tp"]) != blk["tp"]:
+                raise self.fail(
+                    f"{where}etp {b['etp']} differs from tp {blk['tp']}: not supported yet (etp = tp)"
+                )
+            if int(blk["dp"]) * int(blk["cp"]) % int(blk["ep"]):
+                raise self.fail(
+                    f"{where}ep {blk['ep']} does not divide dp x cp {int(blk['dp']) * int(blk['cp'])} "
+                    "(EP is carved out of DP x CP)"
+                )
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
             for k in ("first_stage_layers", "last_stage_layers"):
@@ -646,7 +678,9 @@ class _SpecBuilder:
         self.parallel_layered: set[int] = set()  # groups cut by first/last_stage_layers, not assign_layers
         first_rank = first_replica = 0
         for b in blocks:
-            tp, pp, dp = int(b["tp"]), int(b["pp"]), int(b["dp"])
+            # Context parallelism: each data replica's sequences split over cp replicas (CP index fastest,
+            # Megatron's tp-cp-ep-dp-pp), so the block expands into dp x cp replicas.
+            tp, pp, dp, cp = int(b["tp"]), int(b["pp"]), int(b["dp"]) * int(b["cp"]), int(b["cp"])
             if tp * pp * dp > MAX_PARALLEL_RANKS:
                 raise self.fail(
                     f"{b['where']}tp x pp x dp = {tp * pp * dp:,} ranks, over {MAX_PARALLEL_RANKS:,}"
@@ -663,7 +697,8 @@ class _SpecBuilder:
                         dpb.DeviceGroup(
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
                             layer_start=start, layer_end=end, micro_batch=int(b["micro_batch"]),
-                            pp_stage=s, dp_replica=first_replica + d,
+                            pp_stage=s, dp_replica=first_replica + d, ep=int(b["ep"]) if int(b["ep"]) > 1 else 0,
+                            cp=cp if cp > 1 else 0,
                         )
                     )  # fmt: skip
             first_rank += tp * pp * dp
@@ -846,6 +881,8 @@ class _SpecBuilder:
             raise self.fail(f"{where}micro_batch must be a positive integer, got {mb!r}")
         stage = self.int_key(g, "pp_stage", where, default=0, minimum=0)
         replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
+        ep = self.int_key(g, "ep", where, default=1)
+        cp = self.int_key(g, "cp", where, default=1)
         dg = dpb.DeviceGroup(
             id=gid,
             gpu=gpu_name,
@@ -856,6 +893,8 @@ class _SpecBuilder:
             micro_batch=mb,
             pp_stage=stage,
             dp_replica=replica,
+            ep=ep if ep > 1 else 0,
+            cp=cp if cp > 1 else 0,
         )
         if ranges is not None:
             _set_chunks(dg, ranges, v)
@@ -1007,6 +1046,10 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.name, msg.layers, msg.hidden, msg.ffn_hidden = m.name, m.layers, m.hidden, m.ffn_hidden
     msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
     msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
+    if m.moe is not None:
+        fill_moe(msg.moe, m.moe)
+    if m.mla is not None:
+        fill_mla(msg.mla, m.mla)
 
 
 def model_arch(dep: dpb.Deployment) -> ModelArch:
@@ -1029,6 +1072,10 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
         "activation": m.activation, "norm": m.norm, "linear_bias": m.linear_bias,
     }  # fmt: skip
+    if m.HasField("moe"):
+        model["moe"] = moe_to_mapping(moe_from_message(m.moe))
+    if m.HasField("mla"):
+        model["mla"] = mla_to_mapping(mla_from_message(m.mla))
     out: dict[str, Any] = {
         "name": dep.name,
         "model": model,
@@ -1054,6 +1101,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
+        **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }
@@ -1080,6 +1128,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             "micro_batch": dg.micro_batch,
             "pp_stage": dg.pp_stage,
             "dp_replica": dg.dp_replica,
+            **({"ep": dg.ep} if dg.ep > 1 else {}),
+            **({"cp": dg.cp} if dg.cp > 1 else {}),
         }  # fmt: skip
         for dg in dep.device_groups
     ]

@@ -19,9 +19,29 @@ from tracegen import deployment_pb2 as dpb
 from tracegen.bundle import RankTwins, TraceBundle
 from tracegen.catalog import GpuSpec
 from tracegen.choices import GRAD_REDUCE_BYTES
+from tracegen.context_parallel import (
+    CP_TAG_BASE,
+    RING_KIND,
+    CpComm,
+    CpStep,
+    RingWait,
+    RingXfer,
+    local_ctx,
+    with_cp,
+)
 from tracegen.errors import GeneratorError
 from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from tracegen.mla import with_mla
 from tracegen.models import ModelArch
+from tracegen.moe_ops import (
+    A2A_INDEX,
+    EP_TAG_BASE,
+    AllToAll,
+    MoeStep,
+    layer_split,
+    moe_layer_steps,
+    rank_params_ep,
+)
 from tracegen.ops import (
     LINEAR_OPS,
     Comm,
@@ -91,6 +111,57 @@ def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle
             # insert nothing, and its planner reads one contiguous layer range per stage.
             bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim", twins=gen.twins())
     return bundle
+
+
+def ep_groups(
+    bundle: TraceBundle, reps: dict[int, list[dpb.DeviceGroup]]
+) -> dict[int, tuple[int, int, tuple[int, ...], str]]:
+    """Each rank's expert-parallel place: (ep, EP index, EP group ranks, expert-DP group name).
+
+    Megatron-Core carves EP out of DP with EP fastest: replicas d with equal d div ep form an EP group
+    (EP index d mod ep), replicas with equal d mod ep hold the same experts and sync their gradients (the
+    expert-data-parallel group, apart from the dense DP group). Each TP rank pairs with the same TP rank
+    of its peers (expert TP = TP).
+    """
+    order = sorted(reps)
+    place: dict[int, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
+    for pos, d in enumerate(order):
+        for k, dg in enumerate(reps[d]):
+            ep = max(1, dg.ep)
+            base = pos - pos % ep
+            for local, rank in enumerate(dg.ranks):  # the same TP rank of each replica
+                members = tuple(reps[order[base + i]][k].ranks[local] for i in range(ep))
+                edp = tuple(reps[order[j]][k].ranks[local] for j in range(pos % ep, len(order), ep))
+                place[rank] = (ep, pos % ep, members, edp)
+    names: dict[tuple[int, ...], str] = {}
+    out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+    for r in sorted(place):
+        ep, i, members, edp = place[r]
+        if len(edp) > 1 and edp not in names:
+            names[edp] = bundle.new_group(list(edp))
+        out[r] = (ep, i, members, names.get(edp, ""))
+    return out
+
+
+def cp_groups(
+    bundle: TraceBundle, reps: dict[int, list[dpb.DeviceGroup]]
+) -> dict[int, tuple[int, int, tuple[int, ...], str]]:
+    """Each rank's context-parallel place: (cp, CP index, CP group ranks, its pg name).
+
+    Replicas d with equal d div cp split one data replica's sequences (CP index d mod cp), rank by rank of
+    the same stage and TP index; they are ordinary members of the DP gradient group (Megatron folds CP
+    into it: gradients are reduced over DP x CP).
+    """
+    order = sorted(reps)
+    out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+    for pos, d in enumerate(order):
+        for k, dg in enumerate(reps[d]):
+            cp = max(1, dg.cp)
+            base = pos - pos % cp
+            for local, rank in enumerate(dg.ranks):
+                members = tuple(reps[order[base + i]][k].ranks[local] for i in range(cp))
+                out[rank] = (cp, pos % cp, members, bundle.new_group(list(members)) if cp > 1 else "")
+    return out
 
 
 def dist_opt_bucket(params: int, dp: int) -> int:
@@ -177,6 +248,15 @@ class _Generator:
         self.dep = dep
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
+        # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
+        self.clone = clone and self.model.moe is None
+        self.ep_of: dict[
+            int, tuple[int, int, tuple[int, ...], str]
+        ] = {}  # rank -> (ep, index, members, edp pg)
+        # rank -> (cp, index, members, cp pg); ring peers are not patched by _clone either
+        self.cp_of: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+        if any(dg.cp > 1 for dg in dep.device_groups):
+            self.clone = False
         self.gpus: dict[str, GpuSpec] = gpu_specs(dep)
         self.profile: ProfileTable | None = None
         if dep.profile:
@@ -239,6 +319,10 @@ class _Generator:
                     self.dp_members[name] = members
                     for r in members:
                         dp_groups[r] = name
+        if self.model.moe is not None:
+            self.ep_of = ep_groups(self.bundle, reps)
+        if any(dg.cp > 1 for dg in self.dep.device_groups):
+            self.cp_of = cp_groups(self.bundle, reps)
         # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
         # every rank under the distributed optimizer, whose DP ranks hold disjoint shards (Megatron's
         # get_grad_stats_parallel_group). A group of one rank needs no collective.
@@ -432,6 +516,13 @@ class _RankProgram:
             dep.attention or "flash",
             framework(dep.framework or DEFAULT_FRAMEWORK),
         )
+        self.cp = gen.cp_of.get(
+            rank
+        )  # (cp, CP index, CP group ranks, CP group name) under context parallelism
+        if self.cp is not None:
+            self.ctx = local_ctx(self.ctx, self.cp[0])
+        self.ring_queue: list[list[int]] = []  # exchanges of the ring not yet waited for
+        self.ring_recv = -1  # the last K/V receive (the next exchange forwards that block)
         self.mp_pg = gen.mp_groups.get(rank, "")
         self.mp_ids: list[
             int
@@ -447,6 +538,8 @@ class _RankProgram:
             self.layer_fwd["bwd"] = with_selective_recompute(
                 self.layer_fwd["bwd"], attn_core_recompute(self.ctx)
             )
+        self.ep = gen.ep_of.get(rank)  # (ep, EP index, EP group ranks, expert-DP group) of a MoE model
+        self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
         self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
         self.num_layers = sum(ch.end - ch.start + 1 for ch in st.chunks)
@@ -515,10 +608,119 @@ class _RankProgram:
         w, self.waits = self.waits, []
         return w
 
-    def steps(self, steps: list[Step], pred: int | None, layer: int, mb: int, phase: str = "") -> int | None:
+    def layer_of(self, layer: int, phase: str) -> list[MoeStep]:
+        """The steps of `layer` in pass `phase`: the dense layer's, or a MoE layer's (tracegen.moe_ops)."""
+        moe = self.gen.model.moe
+        is_moe = moe is not None and moe.is_moe(layer) and self.ep is not None
+        mla = self.gen.model.mla
+        if not is_moe and self.cp is None and mla is None:
+            return self.layer_fwd[phase]
+        key = (layer if is_moe else 0, phase)
+        got = self._moe_steps.get(key)
+        if got is None:
+            if is_moe:
+                assert moe is not None and self.ep is not None
+                got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local)
+                if phase == "bwd" and self.recompute == "selective":
+                    got = with_selective_recompute(got, attn_core_recompute(self.ctx))
+            else:
+                got = list(self.layer_fwd[phase])
+            if mla is not None:
+                got = with_mla(got, self.ctx, mla, phase)
+            if self.cp is not None:
+                got = with_cp(got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase)
+            self._moe_steps[key] = got
+        return got
+
+    def cp_step(self, s: CpStep, pred: int | None, layer: int, mb: int, phase: str) -> int | None:
+        """A context-parallel exchange, wait or collective (tracegen.context_parallel); returns the new pred."""
+        g = self.gen
+        assert self.cp is not None
+        cp, me, members, pg = self.cp
+        tag_phase = phase or self._phase
+        if isinstance(s, RingWait):
+            self.waits += self.ring_queue.pop(0)
+            return pred
+        if isinstance(s, CpComm):
+            data = [] if pred is None else [pred]
+            ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
+            extra = [
+                g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
+                g.attr(A.COMM_SIZE, s.size),
+                g.attr(A.PG_NAME, pg),
+            ]
+            nid = self._add(
+                f"L{layer}.{s.op}.{tag_phase}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0,
+                self._tags(layer, tag_phase, mb) + extra,
+            )  # fmt: skip
+            self.frontier = nid
+            return nid
+        nxt, prv = members[(me + 1) % cp], members[(me - 1) % cp]
+        tag = CP_TAG_BASE + (layer * g.dep.micro_batches + mb) * 4 * cp + RING_KIND[(s.what, tag_phase)] * cp
+        tag += s.index
+        ids = []
+        for send, peer in ((False, prv), (True, nxt)):
+            src, dst = (self.rank, peer) if send else (peer, self.rank)
+            extra = [
+                g.attr(A.COMM_SRC, src),
+                g.attr(A.COMM_DST, dst),
+                g.attr(A.COMM_TAG, tag),
+                g.attr(A.COMM_SIZE, s.size),
+            ]
+            if not send:
+                data = []
+            elif s.what == "kv" and s.index > 0:
+                data = [self.ring_recv]
+            else:
+                data = [] if pred is None else [pred]
+            name = f"L{layer}.cp_{s.what}{s.index}.{tag_phase}.mb{mb}.{'to' if send else 'from'}{peer}"
+            ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
+            ids.append(self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra))
+        if s.what == "kv":
+            self.ring_recv = ids[0]
+        self.ring_queue.append(ids[::-1])
+        return pred
+
+    def all_to_all(self, s: AllToAll, pred: int | None, layer: int, mb: int, phase: str) -> None:
+        """A MoE all-to-all as P2P pairs with the EP peers: receives posted early, sends after `pred`; the
+        next compute op waits for all of them (the all-to-all returns when its sends and receives are done)."""
+        g = self.gen
+        assert self.ep is not None
+        members = self.ep[2]
+        tag_phase = phase or self._phase
+        tag = EP_TAG_BASE + 8 * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
+        for send, pairs in ((False, s.recvs), (True, s.sends)):
+            for q, size in pairs:
+                peer = members[q]
+                src, dst = (self.rank, peer) if send else (peer, self.rank)
+                extra = [
+                    g.attr(A.COMM_SRC, src),
+                    g.attr(A.COMM_DST, dst),
+                    g.attr(A.COMM_TAG, tag),
+                    g.attr(A.COMM_SIZE, size),
+                ]
+                name = f"L{layer}.{s.op}.{tag_phase}.mb{mb}.{'to' if send else 'from'}{peer}"
+                ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
+                data = [pred] if send and pred is not None else []
+                self.waits.append(
+                    self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
+                )
+
+    def steps(
+        self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
+    ) -> int | None:
         label = f"L{layer}." if layer else ""
         i = 0
         while i < len(steps):
+            s = steps[i]
+            if isinstance(s, RingXfer | RingWait | CpComm):
+                pred = self.cp_step(s, pred, layer, mb, phase)
+                i += 1
+                continue
+            if isinstance(s, AllToAll):
+                self.all_to_all(s, pred, layer, mb, phase)
+                i += 1
+                continue
             method = self._tp_overlap_method(steps, i)
             if method:
                 pred = self.overlapped(method, steps[i], steps[i + 1], pred, layer, mb, label, phase)
@@ -718,7 +920,7 @@ class _RankProgram:
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
         for layer in range(ch.start, ch.end + 1):
             self.enter(layer, mb)
-            pred = self.steps(self.layer_fwd["fwd"], pred, layer, mb)
+            pred = self.steps(self.layer_of(layer, "fwd"), pred, layer, mb)
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["fwd"], pred, 0, mb)
@@ -754,12 +956,17 @@ class _RankProgram:
         for layer in range(ch.end, ch.start - 1, -1):
             for again in units.get(layer, ()):
                 self.enter(again, mb)
-                pred = self.steps(self.layer_fwd["fwd"], pred, again, mb, RECOMPUTE)
+                pred = self.steps(self.layer_of(again, "fwd"), pred, again, mb, RECOMPUTE)
             self.enter(layer, mb)
-            pred = self.steps(self.layer_fwd["bwd"], pred, layer, mb)
+            pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
             self.fsdp_reduce(layer, mb)
             if sync:
-                self.bucket_add(layer_grad, layer)
+                if self.ep is not None or m.mla is not None:
+                    dense, expert = layer_split(m, sh, layer, self.ep[0] if self.ep else 1)
+                else:
+                    dense, expert = layer_grad, 0
+                self.expert_pending += expert
+                self.bucket_add(dense, layer)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
@@ -768,6 +975,7 @@ class _RankProgram:
                 self.bucket_add(sh.vocab * m.hidden, 0)
         if sync:
             self.bucket_flush(0)
+            self.expert_flush()
         if ch.prev is not None and pred is not None:
             self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
 
@@ -804,6 +1012,43 @@ class _RankProgram:
             assert self.frontier is not None
             self._bucket_node(params, layer, self.frontier)
         self.deferred = []
+        for params in self.expert_deferred:
+            self._expert_node(params)
+        self.expert_deferred = []
+
+    def expert_flush(self) -> None:
+        """The routed experts' gradients of the chunk just finished: one AllReduce over the expert-DP group
+        (replicas holding the same experts), apart from the dense DP buckets (Megatron-Core keeps expert
+        parameters in their own buffer, reduced over the expert-data-parallel group); under the
+        distributed optimizer a ReduceScatter of the padded bucket, its shard updated and all-gathered."""
+        params, self.expert_pending = self.expert_pending, 0
+        if params <= 0 or self.ep is None or not self.ep[3]:
+            return
+        if self.dist_opt:
+            self.expert_buckets.append(dist_opt_bucket(params, self.edp))
+        if self.overlap_grad:
+            self._expert_node(params)
+        else:
+            self.expert_deferred.append(params)
+
+    def _expert_node(self, params: int) -> None:
+        g = self.gen
+        assert self.ep is not None and self.frontier is not None
+        ctrl = [self.expert_sync_ids[-1]] if self.expert_sync_ids else []
+        if self.dist_opt:
+            kind, size, what = (
+                pb.REDUCE_SCATTER,
+                dist_opt_bucket(params, self.edp) * self.grad_bytes,
+                "reducescatter",
+            )
+        else:
+            kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "allreduce"
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.ep[3])]
+        nid = self._add(
+            f"expert_dp_grad_{what}.bucket{len(self.expert_sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
+            0, self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+        )  # fmt: skip
+        self.expert_sync_ids.append(nid)
 
     def _bucket_node(self, params: int, layer: int, after: int) -> None:
         g = self.gen
@@ -996,6 +1241,11 @@ class _RankProgram:
         self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket (FSDP: unit)
         self.bucket_count = 0
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
+        self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
+        self.expert_deferred: list[int] = []
+        self.expert_sync_ids: list[int] = []
+        self.expert_buckets: list[int] = []  # padded elements of each expert bucket (distributed optimizer)
+        self.edp = len(self.gen.bundle.comm_groups[self.ep[3]]) if self.ep and self.ep[3] else 1
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
@@ -1033,9 +1283,16 @@ class _RankProgram:
         deps = [self.frontier] if self.frontier is not None else []
         if self.sync_ids:
             deps.append(self.sync_ids[-1])
+        if self.expert_sync_ids:
+            deps.append(self.expert_sync_ids[-1])
         if self.ctx.sp and dg.tp > 1:
             # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
             norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
+            if m.moe is not None:
+                # so do the MoE routers' weights (megatron/core/transformer/moe/router.py marks them
+                # sequence_parallel), whole on every TP rank
+                layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
+                norm_grads += sum(m.moe.is_moe(x) for x in layers) * m.hidden * m.moe.experts
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
                 g.attr(A.COMM_SIZE, norm_grads * self.ctx.b),
@@ -1053,9 +1310,19 @@ class _RankProgram:
             )
             self.tp_ids.append(deps[-1])
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
+        expert = 0
+        if self.ep is not None or m.mla is not None:
+            layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
+            ep = self.ep[0] if self.ep else 1
+            dense, expert = rank_params_ep(m, self.ctx.sh, layers, ep, self.first, self.last)
+            params = dense + expert
         # Each DP rank updates its 1/DP shard of every (padded) bucket under the distributed optimizer or
-        # ZeRO-3/FSDP; with DP 1, or without them, everything.
-        shard = sum(b // self.dp for b in self.buckets) if self.dist_opt and self.buckets else params
+        # ZeRO-3/FSDP; with DP 1, or without them, everything. Routed experts: the 1/expert-DP shard of
+        # their buckets (all of them when the expert-DP group is one rank).
+        shard = params
+        if self.dist_opt and (self.buckets or self.expert_buckets):
+            shard = sum(b // self.dp for b in self.buckets) if self.buckets else params - expert
+            shard += sum(b // self.edp for b in self.expert_buckets) if self.expert_buckets else expert
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
@@ -1108,4 +1375,18 @@ class _RankProgram:
             )  # fmt: skip
             self.sync_ids.append(nid)
             prev = [nid]
-        return prev[0] if prev else None
+        for i, padded in enumerate(self.expert_buckets):  # the experts' shards over the expert-DP group
+            assert self.ep is not None
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+                g.attr(A.COMM_SIZE, padded // self.edp * self.ctx.b),
+                g.attr(A.PG_NAME, self.ep[3]),
+            ]
+            # after the dense gathers: the step's next ops then wait for the last gather of either kind
+            nid = self._add(
+                f"expert_dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
+                self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+            )  # fmt: skip
+            self.expert_sync_ids.append(nid)
+            prev = [nid]
+        return prev[-1] if prev else None

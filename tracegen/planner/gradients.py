@@ -11,8 +11,9 @@ def layer_grad_bytes(arch: ModelArch, dtype_bytes: int) -> dict[int, int]:
     The token embedding lives on the stage holding layer 1 and the output head (final norm + projection)
     on the stage holding layer N, so the DP groups covering those layers are the ones that must reduce them.
     """
-    per_layer = arch.layer_params() * dtype_bytes
-    out = dict.fromkeys(range(1, arch.layers + 1), per_layer)
+    # layer_params_at: a MoE layer holds its router and all its experts (the whole layer; with ep > 1 the
+    # generator syncs the experts over the expert-DP group instead), a dense layer the dense MLP.
+    out = {i: arch.layer_params_at(i) * dtype_bytes for i in range(1, arch.layers + 1)}
     out[1] += arch.embedding_params() * dtype_bytes
     out[arch.layers] += arch.head_params() * dtype_bytes
     return out

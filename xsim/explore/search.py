@@ -528,6 +528,11 @@ def search(
         base = preset(model)
     except XsimError as exc:
         raise SearchError(f"--model: {exc}") from None
+    if base.moe is not None or base.mla is not None:
+        raise SearchError(
+            f"--model {model}: the plan search does not place experts (ep) or MLA yet: write the spec by hand "
+            "with parallel: {ep: ...}"
+        )
     m = with_seq_len(base, seq or base.seq_len)
     if global_batch < 1 or top < 1 or (seq is not None and seq < 1):
         raise SearchError("--global-batch, --seq and --top must be >= 1")

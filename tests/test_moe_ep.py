@@ -1,0 +1,279 @@
+"""Expert parallelism in the generated traces: all-to-all bytes, grouped GEMM FLOPs, node order, gradient
+groups and memory, each against a hand count."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracegen import generate, load_spec
+from tracegen.errors import SpecError
+from tracegen.memory import deployment_memory
+from traces import attrs as A
+from traces import pb
+
+H, B = 64, 2  # hidden and BF16 bytes of the small models: one token copy is 128 B
+TABLE = [
+    [4, 4, 2, 2, 1, 1, 1, 1],
+    [2, 2, 2, 2, 2, 2, 2, 2],
+    [0, 0, 0, 0, 8, 8, 0, 0],
+    [1, 1, 1, 1, 1, 1, 5, 5],
+]  # tokens per expert routed by EP ranks 0..3: 8 tokens x top-2 = 16 per row
+
+
+def _model(experts=8, routing=None, layers=1):
+    moe = {"experts": experts, "top_k": 2, "expert_ffn": 32, "routing": routing or "uniform"}
+    return {"name": "tiny-moe", "layers": layers, "hidden": H, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+            "seq_len": 8, "moe": moe}  # fmt: skip
+
+
+def _gen(dp, ep, routing=None, layers=1, experts=8):
+    spec = {"model": _model(experts, routing, layers), "parallel": {"gpu": "H100", "dp": dp, "ep": ep}}
+    return generate(load_spec(spec), rewrite=False)
+
+
+def _attrs(n):
+    return {a.name: a for a in n.attr}
+
+
+def _size(n):
+    return _attrs(n)[A.COMM_SIZE].int64_val
+
+
+def test_all_to_all_bytes_per_rank_top2_of_8_at_ep4():
+    bundle = _gen(4, 4, {"tokens": TABLE})
+    # EP rank q holds experts 2q, 2q+1; rank s sends rank q its copies for them: (TABLE[s][2q] + TABLE[s][2q+1]) x 128 B
+    expect_send = {
+        0: {1: 4 * 128, 2: 2 * 128, 3: 2 * 128},
+        1: {0: 4 * 128, 2: 4 * 128, 3: 4 * 128},
+        2: {},  # all 16 copies go to its own experts 4 and 5: nothing on the wire
+        3: {0: 2 * 128, 1: 2 * 128, 2: 2 * 128},
+    }
+    for r in range(4):
+        nodes = list(bundle.nodes[r])
+        sends = {
+            _attrs(n)[A.COMM_DST].int32_val: _size(n)
+            for n in nodes
+            if n.name.startswith("L1.moe_dispatch.fwd") and n.type == pb.COMM_SEND_NODE
+        }
+        recvs = {
+            _attrs(n)[A.COMM_SRC].int32_val: _size(n)
+            for n in nodes
+            if n.name.startswith("L1.moe_dispatch.fwd") and n.type == pb.COMM_RECV_NODE
+        }
+        assert sends == expect_send[r]
+        assert recvs == {s: v[r] for s, v in expect_send.items() if r in v}
+        # the combine returns the same copies: sizes mirrored
+        csend = {
+            _attrs(n)[A.COMM_DST].int32_val: _size(n)
+            for n in nodes
+            if n.name.startswith("L1.moe_combine.fwd") and n.type == pb.COMM_SEND_NODE
+        }
+        assert csend == recvs
+    assert sum(expect_send[0].values()) == 1024  # rank 0: 8 of its 16 copies leave, 1 KiB
+
+
+def _flops(bundle, rank, name):
+    return next(_attrs(n)[A.NUM_OPS].int64_val for n in bundle.nodes[rank] if n.name == name)
+
+
+def test_grouped_gemm_flops_follow_the_skewed_routing():
+    bundle = _gen(4, 4, {"tokens": TABLE})
+    # copies each EP rank's experts receive (column sums of its two experts): 14, 10, 24, 16
+    received = {
+        0: 4 + 4 + 2 + 2 + 0 + 0 + 1 + 1,
+        1: 2 + 2 + 2 + 2 + 0 + 0 + 1 + 1,
+        2: 1 + 1 + 2 + 2 + 8 + 8 + 1 + 1,
+        3: 1 + 1 + 2 + 2 + 0 + 0 + 5 + 5,
+    }
+    assert received == {0: 14, 1: 10, 2: 24, 3: 16}
+    for r, rows in received.items():
+        # SwiGLU expert: up/gate [R, 64] x [64, 2 x 32], down [R, 32] x [32, 64]; backward twice forward
+        assert _flops(bundle, r, "L1.moe_expert_up_gate.fwd.mb0") == 2 * rows * 64 * 64
+        assert _flops(bundle, r, "L1.moe_expert_down.fwd.mb0") == 2 * rows * 32 * 64
+        assert _flops(bundle, r, "L1.moe_expert_up_gate.bwd.mb0") == 4 * rows * 64 * 64
+    uniform = _gen(4, 4)
+    assert {_flops(uniform, r, "L1.moe_expert_down.fwd.mb0") for r in range(4)} == {2 * 16 * 32 * 64}
+
+
+def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
+    bundle = _gen(2, 2, {"tokens": [[8, 4, 2, 2], [4, 4, 4, 4]]}, experts=4)
+    names = [n.name for n in bundle.nodes[0] if n.name.startswith("L1.")]
+    fwd = [
+        "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj", "attn_bias_dropout_add", "mlp_norm",
+        "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1",
+        "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_combine.fwd.mb0.from1",
+        "moe_combine.fwd.mb0.to1", "moe_unpermute", "mlp_bias_dropout_add",
+    ]  # fmt: skip
+    bwd = [
+        "mlp_bias_dropout_add", "moe_unpermute", "moe_combine.bwd.mb0.from1", "moe_combine.bwd.mb0.to1",
+        "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_dispatch.bwd.mb0.from1",
+        "moe_dispatch.bwd.mb0.to1", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
+        "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_proj", "attn_norm", "attn_residual",
+    ]  # fmt: skip
+    full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
+    assert names == full(fwd, "fwd") + full(bwd, "bwd")
+    assert (len(fwd), len(bwd)) == (19, 21)  # 15 + 4 P2P forward, 17 + 4 P2P backward
+    by = {n.name: n for n in bundle.nodes[0]}
+    # the expert GEMM waits for the permute and for both halves of the dispatch; the send leaves after the permute
+    up = by["L1.moe_expert_up_gate.fwd.mb0"]
+    ids = {
+        by[f"L1.{k}"].id
+        for k in ("moe_permute.fwd.mb0", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1")
+    }
+    assert set(up.data_deps) == ids
+    assert list(by["L1.moe_dispatch.fwd.mb0.to1"].data_deps) == [by["L1.moe_permute.fwd.mb0"].id]
+    # rank 0 sends rank 1 its copies for experts 2, 3 (2 + 2) and receives rank 1's for experts 0, 1 (4 + 4)
+    assert _size(by["L1.moe_dispatch.fwd.mb0.to1"]) == 4 * H * B
+    assert _size(by["L1.moe_dispatch.fwd.mb0.from1"]) == 8 * H * B
+    # tags pair up across the two ranks
+    peer = {n.name: n for n in bundle.nodes[1]}
+    tag = lambda n: _attrs(n)[A.COMM_TAG].int32_val  # noqa: E731
+    assert tag(by["L1.moe_dispatch.fwd.mb0.to1"]) == tag(peer["L1.moe_dispatch.fwd.mb0.from0"])
+
+
+def test_expert_gradients_sync_over_the_expert_data_parallel_group():
+    bundle = _gen(4, 2, layers=2, experts=4)
+    groups = {k: list(v) for k, v in bundle.comm_groups.items()}
+    for r in range(4):
+        syncs = {
+            n.name: n
+            for n in bundle.nodes[r]
+            if _attrs(n).get(A.PHASE) and _attrs(n)[A.PHASE].string_val == "sync"
+        }
+        dense, expert = syncs["dp_grad_allreduce.bucket0"], syncs["expert_dp_grad_allreduce.bucket0"]
+        assert groups[_attrs(dense)[A.PG_NAME].string_val] == [0, 1, 2, 3]
+        # replicas 0, 2 hold experts 0-1, replicas 1, 3 experts 2-3 (EP groups {0, 1}, {2, 3})
+        assert groups[_attrs(expert)[A.PG_NAME].string_val] == [r % 2, r % 2 + 2]
+        # 2 layers x 2 local experts x 3 x 64 x 32 weights, FP32 gradients
+        assert _size(expert) == 2 * 2 * 3 * 64 * 32 * 4
+        # dense: per layer attention 64 x 192 + 64 x 64, norms 128, router 64 x 4; embedding and head 256 x 64 (+ 64)
+        assert _size(dense) == (2 * (64 * 192 + 64 * 64 + 128 + 256) + 256 * 64 + 64 + 256 * 64) * 4
+
+
+def test_mixtral_memory_fit_matches_a_hand_count_per_rank():
+    dep = load_spec(
+        {"model": "mixtral-8x7b", "seq_len": 4096, "parallel": {"gpu": "H100", "pp": 4, "dp": 8, "ep": 8}}
+    )
+    mem = {m.rank: m for m in deployment_memory(dep)}
+    h, f = 4096, 14336
+    attn = h * 48 * 128 + 32 * 128 * h
+    per_layer = attn + 2 * h + h * 8 + 1 * 3 * h * f  # one of 8 experts per EP rank
+    assert per_layer == 218_144_768
+    assert mem[0].params == 8 * per_layer + 32000 * h == 1_876_230_144  # stage 0: layers 1-8 + embedding
+    assert mem[1].params == 8 * per_layer  # rank 1 = stage 1 (tp-pp-dp order)
+    assert mem[3].params == 8 * per_layer + h + 32000 * h  # stage 3: final norm and head
+    # BF16 weights, FP32 gradients, 12 B of Adam state per parameter (no distributed optimizer)
+    assert (mem[1].weights, mem[1].gradients, mem[1].optimizer) == (
+        2 * 8 * per_layer,
+        4 * 8 * per_layer,
+        12 * 8 * per_layer,
+    )
+
+
+@pytest.mark.parametrize(
+    ("parallel", "model", "message"),
+    [
+        ({"dp": 4, "ep": 3}, None, "ep 3 does not divide dp x cp 4"),
+        ({"dp": 2, "ep": 2, "tp": 2, "etp": 1}, None, "etp 1 differs from tp 2"),
+        ({"dp": 2, "tp": 2}, None, "tp > 1"),
+        ({"dp": 2, "ep": 2}, "llama2-7b", "ep 2 needs a mixture-of-experts model"),
+        ({"dp": 8, "ep": 8}, None, "ep 8 does not divide the 4 experts"),
+        ({"dp": 1, "cp": 2}, "deepseek-v3", "MLA attention with context parallelism is not supported yet"),
+    ],
+)
+def test_unsupported_expert_plans_fail_in_one_line(parallel, model, message):
+    spec = {"model": model or _model(4), "parallel": {"gpu": "H100", **parallel}}
+    with pytest.raises(SpecError) as exc:
+        load_spec(spec)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_plan_search_refuses_expert_models_in_one_line(tmp_path):
+    from xsim.explore.search import SearchError, search
+
+    with pytest.raises(SearchError) as exc:
+        search("8xH100", "mixtral-8x7b", 8, out=str(tmp_path))
+    assert "does not place experts (ep)" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
+    from xsim.cli import main
+
+    dep = load_spec(
+        {"model": _model(4, None, 2), "parallel": {"gpu": "H100", "dp": 4, "ep": 2}, "micro_batches": 2}
+    )
+    bundle = generate(dep)  # with the planner's rewrite, as xsim gen does
+    sends = sum(1 for r in bundle.nodes for n in bundle.nodes[r] if n.type == pb.COMM_SEND_NODE)
+    recvs = sum(1 for r in bundle.nodes for n in bundle.nodes[r] if n.type == pb.COMM_RECV_NODE)
+    # uniform routing: every rank sends its EP peer 8 copies per all-to-all; 4 all-to-alls x 2 layers x 2 mbs
+    assert sends == recvs == 4 * 4 * 2 * 2
+    bundle.write(str(tmp_path), "moe")
+    assert main(["trace", "validate", str(tmp_path)]) == 0
+    assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
+    assert "replayed 748 nodes on 4" in capsys.readouterr().out
+
+
+def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
+    dep = load_spec(
+        {
+            "model": _model(4, None, 2),
+            "parallel": {"gpu": "H100", "dp": 4, "ep": 2},
+            "distributed_optimizer": True,
+        }
+    )
+    nodes = {n.name: n for n in generate(dep, rewrite=False).nodes[0]}
+    a = lambda name, key: {x.name: x for x in nodes[name].attr}[key]  # noqa: E731
+    dense, expert = 66368, 2 * 2 * 3 * 64 * 32  # as in the AllReduce test: 66,368 dense, 24,576 expert
+    # dense bucket padded to a multiple of lcm(4, 128) = 128: 66,432; experts over 2 ranks: lcm(2, 128)
+    assert a("dp_grad_reducescatter.bucket0", A.COMM_SIZE).int64_val == 66432 * 4
+    assert a("expert_dp_grad_reducescatter.bucket0", A.COMM_SIZE).int64_val == expert * 4
+    # Adam on the shards: 66,432 / 4 + 24,576 / 2 = 28,896 parameters, 15 FLOPs each
+    assert a("optimizer.opt", A.NUM_OPS).int64_val == 15 * (66432 // 4 + expert // 2) == 433440
+    assert a("dp_param_allgather.bucket0", A.COMM_SIZE).int64_val == 66432 // 4 * 2
+    assert a("expert_dp_param_allgather.bucket0", A.COMM_SIZE).int64_val == expert // 2 * 2
+    assert dense == 2 * (64 * 192 + 64 * 64 + 128 + 256) + 2 * 256 * 64 + 64
+    # Mixtral at PP 4, DP 8, EP 8: no expert-DP peers, so the experts' Adam state stays whole on the rank
+    mix = {"model": "mixtral-8x7b", "seq_len": 4096, "distributed_optimizer": True}
+    mem = {
+        m.rank: m
+        for m in deployment_memory(load_spec({**mix, "parallel": {"gpu": "H100", "pp": 4, "dp": 8, "ep": 8}}))
+    }
+    h = 4096
+    d1, e1 = 8 * (h * 48 * 128 + 32 * 128 * h + 2 * h + 8 * h), 8 * 3 * h * 14336
+    assert mem[1].optimizer == -(-12 * d1 // 8) + 12 * e1 == 17_415_241_728
+
+
+def test_moe_under_tp2_with_sequence_parallelism_by_hand():
+    # sources are (EP rank, TP rank) = q * 2 + j, each routing its 4 of 8 tokens x top-2 = 8 copies
+    table = [[4, 2, 1, 1], [2, 2, 2, 2], [1, 1, 2, 4], [0, 0, 4, 4]]
+    spec = {"model": _model(4, {"tokens": table}), "sequence_parallel": True,
+            "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2}}  # fmt: skip
+    bundle = generate(load_spec(spec), rewrite=False)
+    by = [{n.name: n for n in bundle.nodes[r]} for r in range(4)]  # ranks 0, 1: EP rank 0; 2, 3: EP rank 1
+    # rank 0 (source 0) sends rank 2 its copies for experts 2, 3: 1 + 1; receives source 2's for 0, 1: 1 + 1
+    assert _size(by[0]["L1.moe_dispatch.fwd.mb0.to2"]) == 2 * 128
+    assert _size(by[0]["L1.moe_dispatch.fwd.mb0.from2"]) == 2 * 128
+    assert _size(by[1]["L1.moe_dispatch.fwd.mb0.to3"]) == 4 * 128
+    assert "L1.moe_dispatch.fwd.mb0.from3" not in by[1]  # source 3 routes nothing to experts 0, 1
+    # EP rank 0's TP ranks received 6 + 2 = 8 and 4 + 0 = 4 copies: gathered over TP at the larger share
+    for r in (0, 1):
+        assert _size(by[r]["L1.moe_tp_gather.fwd.mb0"]) == 8 * 128
+        assert _size(by[r]["L1.moe_tp_scatter.fwd.mb0"]) == 2 * 8 * 128
+        # all 12 copies through half of each expert's FFN (16 of 32): up/gate [12, 64] x [64, 2 x 16]
+        assert _flops(bundle, r, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 12 * 64 * 32
+        assert _flops(bundle, r, "L1.moe_router.fwd.mb0") == 2 * 4 * 64 * 4  # 4 local tokens
+    # EP rank 1: 2 + 6 = 8 and 4 + 8 = 12 copies
+    assert _flops(bundle, 3, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 20 * 64 * 32
+    assert _size(by[3]["L1.moe_tp_gather.fwd.mb0"]) == 12 * 128
+    names = [n.name.split(".")[1] for n in bundle.nodes[0] if n.name.startswith("L1.") and ".fwd." in n.name]
+    i = names.index("mlp_norm")
+    assert names[i : i + 12] == [
+        "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch", "moe_dispatch",
+        "moe_tp_gather", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_tp_scatter", "moe_combine",
+    ]  # fmt: skip
+    assert "mlp_tp_in" not in names and "mlp_tp_out" not in names
+
+
+def test_moe_with_tp_needs_sequence_parallelism():
+    with pytest.raises(SpecError, match="need sequence_parallel: true"):
+        load_spec({"model": _model(4), "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2}})

@@ -1,0 +1,162 @@
+"""Context parallelism: each sequence split over `cp` ranks, the attention's keys and values exchanged.
+
+Megatron-Core's context parallelism (docs: "context_parallel", Transformer Engine's attention with
+cp_comm_type "p2p"): every rank holds seq/cp tokens of each sequence for all ops but the attention core;
+the core needs every earlier key and value. Causal load balancing: the sequence is cut into 2*cp chunks
+and CP rank c takes chunks c and 2*cp - 1 - c, so every rank does the same causal work.
+
+Ring ("p2p"): cp steps per layer. Step i computes the local queries against the K/V block the rank holds
+(its own at step 0, then the block of rank c - i); the block moves one rank on along the ring while the
+step computes (exchange i, sent after the block arrived, under attention step i); step i + 1 waits for
+exchange i (send and receive, as TE waits both requests before its next step). With load balancing each
+step is two chunk x chunk blocks of full attention (step 0: one full block and two causal diagonal
+halves; a step on an earlier rank's block: both query chunks against its first chunk; a later rank's
+block: the second query chunk against both its chunks), so the per-rank total is the causal total / cp.
+Forward: cp - 1 K/V exchanges; backward: cp - 1 K/V exchanges and cp exchanges of the K/V gradient
+(accumulated on each rank, it ends at its owner), the next op waiting for the last one.
+
+All-gather (cp_comm_type "all_gather", the Llama 3 paper's section 3.3.2 form): an AllGather of K and V
+over the CP group before one attention op (local queries against the whole sequence, the causal total /
+cp), and in backward a ReduceScatter of the K/V gradient after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tracegen.ops import Ctx, Op, Step
+
+CP_COMM_TYPES = ("p2p", "all_gather")
+# P2P tags of the ring: below the MoE all-to-alls' 2^30 and above the pipeline's 2 * (chunk * M + mb) + 1.
+CP_TAG_BASE = 1 << 29
+# Ring kinds (tag = base + (layer * M + mb) * 4 * cp + kind * cp + step).
+RING_KIND = {("kv", "fwd"): 0, ("kv", "bwd"): 1, ("dkv", "bwd"): 2, ("kv", "recompute"): 3}
+
+
+@dataclass(frozen=True)
+class RingXfer:
+    """Exchange `index` of the ring: send `size` bytes to the next CP rank, receive as much from the previous.
+    `what` is "kv" (the block travels on: the send waits for the previous exchange's receive; exchange 0
+    sends the rank's own block after the op before the attention) or "dkv" (sent after the attention step
+    just emitted)."""
+
+    what: str
+    index: int
+    size: int
+
+
+@dataclass(frozen=True)
+class RingWait:
+    """The next compute op waits for the oldest pending exchange (its send and its receive)."""
+
+
+@dataclass(frozen=True)
+class CpComm:
+    """A collective over the CP group (all_gather form): kind in all_gather / reduce_scatter."""
+
+    op: str
+    kind: str
+    size: int
+
+
+CpStep = RingXfer | RingWait | CpComm
+
+
+def kv_bytes(c: Ctx) -> int:
+    """Bytes of the K and V a rank holds for its seq/cp tokens (its local KV heads), one micro-batch."""
+    return c.mb * c.s * 2 * c.sh.kv_heads * c.m.head_dim * c.b
+
+
+def ring_step_op(c: Ctx, cp: int, i: int, phase: str) -> Op:
+    """Attention step i: two chunk x chunk blocks of full attention, chunk = seq / (2 cp) (c.s = seq / cp).
+
+    FLOPs 2 x 4 mb heads chunk^2 d forward (backward twice); bytes: local Q, the K/V block, the output."""
+    d = c.m.head_dim
+    chunk2 = c.s * c.s // 4  # (s_local / 2)^2
+    flops = 2 * 4 * c.mb * c.sh.heads * chunk2 * d
+    byt = c.b * c.mb * c.s * d * (2 * c.sh.heads + 2 * c.sh.kv_heads)
+    mult = 2 if phase == "bwd" else 1
+    return Op(
+        f"attn_core_cp{i}",
+        phase,
+        mult * flops,
+        mult * byt,
+        (c.mb, c.sh.heads, c.sh.kv_heads, c.s, d, cp),
+        True,
+    )
+
+
+def gathered_attention_op(c: Ctx, cp: int, phase: str) -> Op:
+    """All-gather form: local queries (seq/cp) against the whole sequence, causal and load-balanced: the
+    causal total 2 mb heads seq^2 d over cp, i.e. 2 cp mb heads s_local^2 d (backward twice)."""
+    d = c.m.head_dim
+    flops = 2 * cp * c.mb * c.sh.heads * c.s * c.s * d
+    byt = c.b * c.mb * d * (2 * c.sh.heads * c.s + 2 * c.sh.kv_heads * c.s * cp)
+    mult = 2 if phase == "bwd" else 1
+    return Op(
+        "attn_core", phase, mult * flops, mult * byt, (c.mb, c.sh.heads, c.sh.kv_heads, c.s * cp, d, cp), True
+    )
+
+
+def cp_attention(c: Ctx, cp: int, comm: str, phase: str) -> list[Step | CpStep]:
+    """The attention core of one layer under context parallelism (c: the rank's context, s = seq / cp)."""
+    kv = kv_bytes(c)
+    if comm == "all_gather":
+        if phase == "fwd":
+            return [CpComm("cp_kv_allgather", "all_gather", kv), gathered_attention_op(c, cp, "fwd")]
+        return [
+            gathered_attention_op(c, cp, "bwd"),
+            CpComm("cp_dkv_reducescatter", "reduce_scatter", kv * cp),
+        ]
+    out: list[Step | CpStep] = []
+    for i in range(cp):
+        if i:
+            out.append(RingWait())
+            if phase == "bwd":
+                out.append(RingWait())  # the K/V gradient accumulated so far arrives with the block
+        if i < cp - 1:
+            out.append(RingXfer("kv", i, kv))
+        out.append(ring_step_op(c, cp, i, phase))
+        if phase == "bwd":
+            out.append(RingXfer("dkv", i, kv))
+    if phase == "bwd":
+        out.append(RingWait())  # the rank's own K/V gradient is back before the QKV backward
+    return out
+
+
+def with_cp(steps: list, c: Ctx, cp: int, comm: str, phase: str) -> list:
+    """A layer's steps with its fused attention core replaced by the context-parallel form."""
+    at = next(i for i, s in enumerate(steps) if isinstance(s, Op) and s.op == "attn_core")
+    return [*steps[:at], *cp_attention(c, cp, comm, phase), *steps[at + 1 :]]
+
+
+def local_ctx(c: Ctx, cp: int) -> Ctx:
+    """The context of one CP rank: seq / cp tokens of each sequence."""
+    return replace(c, s=c.s // cp)
+
+
+def cp_plan_error(dep: object) -> str:
+    """What this generator cannot do with a deployment's context parallelism ("" when it can)."""
+    from tracegen.spec import chunk_ranges, replicas
+
+    groups = list(dep.device_groups)  # type: ignore[attr-defined]
+    cps = sorted({max(1, dg.cp) for dg in groups})
+    cp = cps[-1]
+    if cp == 1:
+        return ""
+    if len(cps) > 1:
+        return f"device groups give different cp ({', '.join(map(str, cps))}): one CP degree per deployment"
+    seq = int(dep.seq_len)  # type: ignore[attr-defined]
+    if seq % (2 * cp):
+        return f"cp {cp} needs seq_len {seq} to split into 2 x cp = {2 * cp} equal chunks (causal load balancing)"
+    reps = list(replicas(dep).values())  # type: ignore[arg-type]
+    if len(reps) % cp:
+        return f"cp {cp} does not divide the {len(reps)} replicas (each data replica is cp of them)"
+    if getattr(dep, "attention", "flash") == "unfused":
+        return "context parallelism needs attention: flash (it splits the fused attention core)"
+    if getattr(dep, "recompute", "none") == "selective":
+        return "context parallelism with recompute: selective is not supported yet"
+    layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
+    if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
+        return "context parallelism with replicas cut differently (heterogeneous plans) is not supported yet"
+    return ""

@@ -1,0 +1,325 @@
+"""The ops of a mixture-of-experts layer under expert parallelism, and what a rank holds of its experts.
+
+Megatron-Core's MoELayer with the all-to-all token dispatcher (megatron/core/transformer/moe/moe_layer.py,
+token_dispatcher.py MoEAlltoAllTokenDispatcher, --moe-grouped-gemm), forward on one rank of an EP group of
+`ep` ranks, each holding E/ep consecutive experts (expert e on EP rank e div E/ep):
+
+  router (GEMM T x hidden x E) -> top-k softmax -> permute (gather the kept token copies by expert)
+  -> all-to-all dispatch (to EP rank q: the copies routed to q's experts) -> grouped GEMM up/gate over the
+  local experts -> activation -> grouped GEMM down -> all-to-all combine (each copy back to its source)
+  -> unpermute (probability-weighted sum of each token's k copies) [-> shared experts, added].
+
+Backward runs it in reverse: shared experts, unpermute's gradient scatter, the combine's all-to-all
+mirrored (sizes of the forward dispatch), the expert GEMMs (input and weight gradients, 2x), the
+dispatch's all-to-all mirrored (sizes of the forward combine), permute's gradient, the router's.
+Grouped GEMM FLOPs count the tokens each local expert really receives: 2 * R * K * N over the received
+copies R, so a skewed routing loads the EP ranks of popular experts. The all-to-all is emitted as P2P
+send/recv pairs per peer (uneven sizes: NCCL's all-to-all-v is a set of send/recv pairs in one group call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tracegen.models import ModelArch
+from tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
+from tracegen.ops import ELEM_FLOPS, Comm, Ctx, Op, Shard, Step, _elem, _gemm, _kern, layer_steps, rank_params
+
+# P2P tags of the all-to-alls: far above the pipeline's 2 * (chunk * M + mb) + direction tags.
+EP_TAG_BASE = 1 << 30
+# Which all-to-all of a layer and micro-batch (tag = base + 8 * (layer * M + mb) + index).
+A2A_INDEX = {
+    ("dispatch", "fwd"): 0,
+    ("combine", "fwd"): 1,
+    ("combine", "bwd"): 2,
+    ("dispatch", "bwd"): 3,
+    ("dispatch", "recompute"): 4,
+    ("combine", "recompute"): 5,
+}
+# The dense MLP ops a MoE layer replaces.
+DENSE_MLP_OPS = frozenset({"mlp_up_gate", "mlp_act", "mlp_down", "mlp_up_bias"})
+# Router scores are softmaxed in FP32 in Megatron-Core (moe_utils: topk_softmax_with_capacity casts
+# logits to float32), one 4-byte probability per (token, expert).
+ROUTER_PROB_BYTES = 4
+
+
+@dataclass(frozen=True)
+class AllToAll:
+    """One all-to-all of a MoE layer as seen by one EP rank: bytes it sends to and receives from each peer
+    (EP indices; the rank itself is left out: its own copies stay in memory)."""
+
+    op: str  # "moe_dispatch" | "moe_combine"
+    which: str  # "dispatch" | "combine" (the forward all-to-all whose bytes these are)
+    sends: tuple[tuple[int, int], ...]  # (peer EP index, bytes)
+    recvs: tuple[tuple[int, int], ...]
+
+
+MoeStep = Step | AllToAll
+
+
+def local_experts(moe: MoeSpec, ep: int, index: int) -> range:
+    """The experts EP rank `index` holds (E/ep consecutive ones)."""
+    n = moe.experts // ep
+    return range(index * n, (index + 1) * n)
+
+
+def a2a_bytes(
+    loads: list[tuple[int, ...]], moe: MoeSpec, ep: int, src: int, dst: int, hidden: int, b: int
+) -> int:
+    """Bytes source `src` dispatches to EP rank `dst`: its token copies routed to dst's experts, hidden x b each."""
+    return sum(loads[src][e] for e in local_experts(moe, ep, dst)) * hidden * b
+
+
+def moe_loads(moe: MoeSpec, tokens: int, layer: int, sources: int) -> list[tuple[int, ...]]:
+    """Tokens per expert routed by each source's micro-batch slice at `layer`. A source is EP rank q's TP
+    rank j (index q * tp + j): under TP with sequence parallelism each TP rank routes its own 1/tp of the
+    tokens (Megatron-Core's MoE takes the sequence-parallel input)."""
+    return [expert_tokens(moe, tokens, layer, src) for src in range(sources)]
+
+
+def moe_block(
+    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+) -> list[MoeStep]:
+    """The MoE MLP of `layer` on TP rank `local` of EP rank `me`, in execution order.
+
+    tp 1: as the module docstring says. tp > 1 (expert TP = TP, sequence parallelism on): each TP rank
+    routes its T/tp tokens and exchanges them with the same TP rank of its EP peers; the copies the TP
+    group's ranks received are all-gathered over TP (AllGather-V, emitted at the largest rank's share so all
+    ranks agree) before the grouped GEMMs, which run every gathered copy through 1/tp of each expert's FFN,
+    and reduce-scattered back after them (Megatron-Core's MoEAlltoAllTokenDispatcher with tp_size > 1).
+    Shared experts are a TP-split MLP with their own sequence-parallel AllGather and ReduceScatter.
+    """
+    m, b, t = c.m, c.b, c.tokens
+    tp = c.sh.tp
+    tl = c.norm_tokens  # tokens this TP rank routes (T / tp under sequence parallelism)
+    h, e = m.hidden, moe.experts
+    loads = moe_loads(moe, tl, layer, ep * tp)
+    src = me * tp + local
+    kept = sum(loads[src])  # this rank's token copies that survive the capacity cut
+    got = [
+        sum(loads[q * tp + j][x] for q in range(ep) for x in local_experts(moe, ep, me)) for j in range(tp)
+    ]
+    received = sum(got)  # copies every TP rank of this EP rank runs (all of them after the TP gather)
+    n_local = e // ep
+    f = moe.expert_ffn
+    fl = f // tp
+    up = (2 if m.activation == "swiglu" else 1) * fl
+    peers = [q for q in range(ep) if q != me]
+    out_b = tuple((q, a2a_bytes(loads, moe, ep, src, q, h, b)) for q in peers)  # me -> q (dispatch)
+    in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
+    nz = lambda pairs: tuple(p for p in pairs if p[1])  # noqa: E731 - a peer with no copies gets no message
+    act_f = ELEM_FLOPS[m.activation]
+    fs = moe.shared_width // tp
+    s_up = (2 if m.activation == "swiglu" else 1) * fs
+    gather = [Comm("moe_tp_gather", "all_gather", max(got) * h * b)] if tp > 1 else []
+    scatter = [Comm("moe_tp_scatter", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else []
+    if phase == "bwd":  # the gather's gradient is a reduce-scatter and the scatter's a gather
+        gather, scatter = (
+            [Comm("moe_tp_gather", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else [],
+            [Comm("moe_tp_scatter", "all_gather", max(got) * h * b)] if tp > 1 else [],
+        )
+
+    def grouped(op: str, rows: int, kk: int, nn: int) -> Op:
+        # One grouped GEMM over the local experts: 2 R K N FLOPs for R received copies; bytes: inputs, the
+        # local experts' weights, outputs (backward: input and weight gradients, twice).
+        mult = 2 if phase == "bwd" else 1
+        flops = 2 * rows * kk * nn
+        byt = b * (rows * kk + n_local * kk * nn + rows * nn)
+        return Op(op, phase, mult * flops, mult * byt, (n_local, rows, kk, nn), True, kernels=mult)
+
+    def act(op: str, rows: int, width: int) -> Op:
+        if m.activation == "swiglu":
+            return _elem(op, phase, rows * width, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
+        return _elem(op, phase, rows * width, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
+
+    shared: list[MoeStep] = []
+    if fs:
+        sp_in = [Comm("moe_shared_tp_in", "all_gather", tl * h * b)] if tp > 1 else []
+        sp_out = [Comm("moe_shared_tp_out", "reduce_scatter", t * h * b)] if tp > 1 else []
+        if phase == "bwd":
+            sp_in = [Comm("moe_shared_tp_in", "reduce_scatter", t * h * b)] if tp > 1 else []
+            sp_out = [Comm("moe_shared_tp_out", "all_gather", tl * h * b)] if tp > 1 else []
+        shared = [
+            *sp_in,
+            _gemm("moe_shared_up_gate", phase, t, h, s_up, b),
+            act("moe_shared_act", t, fs),
+            _gemm("moe_shared_down", phase, t, fs, h, b),
+            *sp_out,
+        ]
+    if phase == "fwd":
+        return [
+            _gemm("moe_router", "fwd", tl, h, e, b),
+            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
+            AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b)),
+            *gather,
+            grouped("moe_expert_up_gate", received, h, up),
+            act("moe_expert_act", received, fl),
+            grouped("moe_expert_down", received, fl, h),
+            *scatter,
+            AllToAll("moe_combine", "combine", nz(in_b), nz(out_b)),
+            Op("moe_unpermute", "fwd", 2 * kept * h, (kept + tl) * h * b + kept * ROUTER_PROB_BYTES, (kept, h), False),
+            *shared,
+            *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
+        ]  # fmt: skip
+    return [
+        *shared[::-1],
+        Op("moe_unpermute", "bwd", kept * h, (tl + kept) * h * b, (kept, h), False),
+        AllToAll("moe_combine", "combine", nz(out_b), nz(in_b)),  # gradients of the combined copies go back
+        *scatter,
+        grouped("moe_expert_down", received, fl, h),
+        act("moe_expert_act", received, fl),
+        grouped("moe_expert_up_gate", received, h, up),
+        *gather,
+        AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b)),  # input gradients to their sources
+        Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
+        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
+        _gemm("moe_router", "bwd", tl, h, e, b),
+    ]  # fmt: skip
+
+
+# The dense layer's sequence-parallel collectives around the MLP, replaced with the MoE block's own.
+DENSE_MLP_COMMS = frozenset({"mlp_tp_in", "mlp_tp_out"})
+
+
+def moe_layer_steps(
+    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+) -> list[MoeStep]:
+    """A whole MoE layer: the dense layer's steps with its MLP (GEMMs, activation and TP collectives)
+    replaced by `moe_block`, placed where the MLP's first GEMM was."""
+    dense = layer_steps(c, phase)
+    at = next(i for i, s in enumerate(dense) if isinstance(s, Op) and s.op in DENSE_MLP_OPS)
+
+    def mlp(s: Step) -> bool:
+        return (isinstance(s, Op) and s.op in DENSE_MLP_OPS) or (
+            isinstance(s, Comm) and s.op in DENSE_MLP_COMMS
+        )
+
+    before = [s for s in dense[:at] if not mlp(s)]
+    after = [s for s in dense[at:] if not mlp(s)]
+    return [*before, *moe_block(c, moe, layer, ep, me, phase, local), *after]
+
+
+def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int:
+    """Parameters of one MoE layer a rank holds outside the routed experts: its attention (its TP shard),
+    norms and router (whole on every TP rank), shared experts (1/tp of their FFN)."""
+    from tracegen.mla import mla_rank_params
+
+    if sh is None or sh.tp == 1:
+        attn, tp = m.attention_params(), 1
+    else:
+        attn, tp = (mla_rank_params(m, m.mla, sh) if m.mla else _attention_rank_params(m, sh)), sh.tp
+    shared = expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation) if moe.shared_width else 0
+    return attn + 2 * m.norm_params + m.hidden * moe.experts + shared
+
+
+def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int, tp: int = 1) -> int:
+    """Parameters of the routed experts one rank holds in one MoE layer (E/ep experts, 1/tp of each FFN)."""
+    return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation)
+
+
+def _attention_rank_params(m: ModelArch, sh: Shard) -> int:
+    """The MHA/GQA attention weights `rank_params` counts for one layer of a TP rank."""
+    d = m.head_dim
+    qkv = (sh.heads + 2 * sh.kv_heads) * d
+    return m.hidden * qkv + sh.heads * d * m.hidden + ((qkv + m.hidden) if m.linear_bias else 0)
+
+
+def layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]:
+    """(dense, expert) parameters one rank holds of `layer`: the expert part syncs over the expert-DP group.
+    MLA models count MLA's attention weights (tracegen.mla) in place of MHA's."""
+    from tracegen.mla import mla_rank_params
+
+    if m.moe is None or not m.moe.is_moe(layer):
+        fix = mla_rank_params(m, m.mla, sh) - _attention_rank_params(m, sh) if m.mla is not None else 0
+        return rank_params(m, sh, 1, False, False) + fix, 0
+    return moe_dense_params(m, m.moe, sh), moe_expert_params(m, m.moe, ep, sh.tp)
+
+
+def rank_params_ep(
+    m: ModelArch, sh: Shard, layers: list[int], ep: int, first: bool, last: bool
+) -> tuple[int, int]:
+    """(dense, expert) parameters a rank holds for `layers` plus the embedding / head on the end stages."""
+    dense = expert = 0
+    for x in layers:
+        d, e = layer_split(m, sh, x, ep)
+        dense, expert = dense + d, expert + e
+    return dense + rank_params(m, sh, 0, first, last), expert
+
+
+def _mla_error(dep: object, model: ModelArch) -> str:
+    """What is not generated with MLA attention ("" when the plan is fine)."""
+    from tracegen.spec import chunk_ranges, replicas
+
+    what = ""
+    if any(dg.cp > 1 for dg in dep.device_groups):  # type: ignore[attr-defined]
+        what = "context parallelism"
+    elif getattr(dep, "attention", "flash") == "unfused":
+        what = "attention: unfused"
+    elif getattr(dep, "precision", "") == "fp8":
+        what = "precision fp8"
+    elif getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
+        what = "sharding or overlap_param_gather"
+    else:
+        reps = list(replicas(dep).values())  # type: ignore[arg-type]
+        layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
+        if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
+            what = "replicas cut differently (heterogeneous plans)"
+    return f"model {model.name}: MLA attention with {what} is not supported yet" if what else ""
+
+
+def moe_plan_error(dep: object, model: ModelArch) -> str:
+    """What this generator cannot do with a deployment's experts ("" when it can), as one sentence."""
+    from tracegen.moe import check_routing
+    from tracegen.spec import chunk_ranges, replicas
+
+    groups = list(dep.device_groups)  # type: ignore[attr-defined]
+    eps = sorted({max(1, dg.ep) for dg in groups})
+    if model.mla is not None:
+        err = _mla_error(dep, model)
+        if err:
+            return err
+    if model.moe is None:
+        return f"ep {eps[-1]} needs a mixture-of-experts model (model: moe)" if eps[-1] > 1 else ""
+    moe = model.moe
+    if len(eps) > 1:
+        return f"device groups give different ep ({', '.join(map(str, eps))}): one EP degree per deployment"
+    ep = eps[0]
+    if moe.experts % ep:
+        return f"ep {ep} does not divide the {moe.experts} experts of {model.name}"
+    reps = list(replicas(dep).values())  # type: ignore[arg-type]
+    if len(reps) % ep:
+        return f"ep {ep} does not divide the {len(reps)} data-parallel replicas (EP is carved out of DP)"
+    if any(dg.tp > 1 for dg in groups) and not getattr(dep, "sequence_parallel", False):
+        # megatron/training/arguments.py: expert parallelism with tensor parallelism needs sequence parallelism
+        return "MoE layers with tp > 1 need sequence_parallel: true (Megatron-Core asserts it)"
+    for dg in groups:
+        if moe.expert_ffn % dg.tp or moe.shared_width % dg.tp:
+            return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
+    if getattr(dep, "precision", "") == "fp8":
+        return "MoE layers in precision fp8 are not supported yet"
+    if getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
+        return "MoE layers with sharding or overlap_param_gather are not supported yet"
+    layout = [chunk_ranges(d) for d in reps[0]]
+    if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
+        return (
+            "MoE with replicas cut differently (heterogeneous plans) is not supported yet: the planner's "
+            "rewriter syncs dense layers only"
+        )
+    for dg in groups:
+        # the tokens one source routes: its micro-batch's seq / cp, and 1/tp of them under sequence parallelism
+        tokens = dg.micro_batch * (int(getattr(dep, "seq_len", 0) or model.seq_len) // max(1, dg.cp))
+        tokens = -(-tokens // dg.tp) if dg.tp > 1 else tokens
+        err = check_routing(moe, tokens)
+        if err:
+            return f"device group {dg.id}: {err}"
+    return ""
+
+
+def moe_activation_model(m: ModelArch) -> ModelArch:
+    """The dense stand-in whose per-layer activations tracegen.memory counts for a MoE model: each token
+    passes top_k routed experts and the shared ones, so the MLP tensors are those of an FFN of width
+    top_k * expert_ffn + shared_ffn (the permuted copies of the hidden state are not counted)."""
+    if m.moe is None:
+        return m
+    return replace(m, ffn_hidden=m.moe.top_k * m.moe.expert_ffn + m.moe.shared_width)
