@@ -38,3 +38,30 @@ def catalog_name(name: object) -> str | None:
         if alias.upper() == key:
             return target
     return None
+
+
+# Kineto's deviceProperties[].name is the CUDA/ROCm device name (cudaGetDeviceProperties().name), e.g.
+# "NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB", "AMD Instinct MI300X". The
+# patterns below (checked in order, case-insensitive, on the name without spaces) map it to a catalog GPU.
+_DEVICE_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("GB200", "GB200"),
+    ("B200", "B200"),
+    ("H200", "H200"),
+    ("H100", "H100"),
+    ("H20", "H20"),
+    ("A100", "A100-80GB"),  # narrowed to 40GB below when the name says 40GB
+    ("L40S", "L40S"),
+    ("V100", "V100"),
+    ("MI300X", "MI300X"),
+)
+
+
+def from_device_name(device: str) -> str | None:
+    """The catalog GPU a recorded device name (Kineto deviceProperties) denotes, or None if none does."""
+    key = device.upper().replace(" ", "")
+    for pattern, name in _DEVICE_PATTERNS:
+        if pattern in key:
+            if name == "A100-80GB" and "80GB" not in key:
+                return "A100-40GB"
+            return name
+    return None

@@ -127,9 +127,18 @@ def _whatif(options: ComputeOptions, base: ComputeModel) -> ComputeModel:
     from tracegen.catalog import gpu
     from tracegen.errors import CatalogError
 
+    from tracegen.catalog import defined_gpus
+    from tracegen.errors import SpecError
+    from tracegen.spec import gpu_file_specs, read_gpu_file
+
     if not (options.as_gpu and options.from_gpu):
-        raise ReplayError("--as-gpu and --from-gpu go together (the target GPU and the measured one)")
+        raise ReplayError(
+            "--as-gpu and --from-gpu go together (the target GPU and the measured one; --from-gpu may be left "
+            "out when the trace's Kineto deviceProperties names the GPU)"
+        )
     try:
-        return whatif_model(gpu(options.from_gpu), gpu(options.as_gpu), base=base)
-    except CatalogError as exc:
+        defs = gpu_file_specs(read_gpu_file(options.gpu_file)) if options.gpu_file else {}
+        with defined_gpus(defs):
+            return whatif_model(gpu(options.from_gpu), gpu(options.as_gpu), base=base)
+    except (CatalogError, SpecError) as exc:
         raise ReplayError(f"what-if: {exc}") from None
