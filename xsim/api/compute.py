@@ -124,11 +124,8 @@ def build_compute(options: ComputeOptions, num_ranks: int | None = None) -> Comp
 def _whatif(options: ComputeOptions, base: ComputeModel) -> ComputeModel:
     """Measured compute rescaled by op class from from_gpu to as_gpu (catalog numbers)."""
     from replay.whatif import whatif_model
-    from tracegen.catalog import gpu
-    from tracegen.errors import CatalogError
-
-    from tracegen.catalog import defined_gpus
-    from tracegen.errors import SpecError
+    from tracegen.catalog import defined_gpus, gpu
+    from tracegen.errors import CatalogError, SpecError
     from tracegen.spec import gpu_file_specs, read_gpu_file
 
     if not (options.as_gpu and options.from_gpu):
