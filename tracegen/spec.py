@@ -1121,17 +1121,18 @@ def gpu_notes(dep: dpb.Deployment) -> list[str]:
 
 def gpu_types(dep: dpb.Deployment) -> dict[str, dict[str, Any]]:
     """A derived cluster's "gpu_types": the interconnect of each user-defined GPU (netmodels.presets)."""
-    out: dict[str, dict[str, Any]] = {}
-    for g in gpu_specs(dep).values():
-        if catalog.is_catalog_gpu(g.name):
-            continue
-        entry: dict[str, Any] = {"like": g.calibrated_as}
-        if g.nvlink_bandwidth is not None:
-            entry["scale_up_bandwidth"] = g.nvlink_bandwidth
-        if g.nic_bandwidth is not None:
-            entry["nic_bandwidth"] = g.nic_bandwidth * g.nics
-        out[g.name] = entry
-    return out
+    return {g.name: gpu_type_entry(g) for g in gpu_specs(dep).values() if not catalog.is_catalog_gpu(g.name)}
+
+
+def gpu_type_entry(g: catalog.GpuSpec) -> dict[str, Any]:
+    """A user-defined GPU's interconnect as a cluster's "gpu_types" entry: the calibrated_as GPU's row with
+    the given NVLink rate and NICs (netmodels.presets.defined_interconnect)."""
+    entry: dict[str, Any] = {"like": g.calibrated_as}
+    if g.nvlink_bandwidth is not None:
+        entry["scale_up_bandwidth"] = g.nvlink_bandwidth
+    if g.nic_bandwidth is not None:
+        entry["nic_bandwidth"] = g.nic_bandwidth * g.nics
+    return entry
 
 
 def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import os
 
 from netmodels.models import model_names
 from traces.errors import XsimError
-from xsim.verbs import add_verb
+from xsim.verbs import add_gpu_file_argument, add_verb
 
 
 def _usd(r: dict) -> tuple[bool, float]:
@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--drop-oom", action="store_true", help="leave plans that do not fit in GPU memory out of the table"
     )
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    add_gpu_file_argument(p)
     d = p.add_argument_group("sweep files (docs/decide.md)")
     d.add_argument("--workers", type=int, default=2, help="workers of the embedded Dask LocalCluster (2)")
     d.add_argument(
@@ -90,13 +91,13 @@ def _name(spec: str) -> str:
 def _row(spec: str, args: argparse.Namespace) -> dict:
     """Generate and replay one spec file through the library (xsim/explore/pipeline.py), as gen + replay do."""
     from netmodels.errors import NetworkModelError
-    from tracegen.spec import load_spec
+    from tracegen.spec import load_spec, read_gpu_file
     from xsim.api import check_cluster
     from xsim.explore.pipeline import gen_and_replay
     from xsim.explore.sweep import gpu_mix
 
     name = _name(spec)
-    dep = load_spec(spec)
+    dep = load_spec(spec, None, read_gpu_file(args.gpu_file) if args.gpu_file else None)
     check_cluster(dep, spec)
     dep.name = name
     try:
@@ -141,7 +142,10 @@ def run_file(args: argparse.Namespace) -> int:
         raise XsimError(f"--workers must be >= 1, got {args.workers}")
     plan = sw.load_sweep(args.specs[0])
     sw.check_sweep_size(plan, args.specs[0])
-    tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom)
+    from tracegen.spec import read_gpu_file
+
+    defs = read_gpu_file(args.gpu_file) if args.gpu_file else None
+    tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom, gpu_file=defs)
     done = sw.run_sweep(
         tasks,
         args.out,

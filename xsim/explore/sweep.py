@@ -208,12 +208,15 @@ def plan_key(spec_json: str, network: str) -> str:
     return hashlib.sha256(f"{network}\n{spec_json}".encode()).hexdigest()[:16]
 
 
-def resolve(spec: Mapping[str, Any], base_dir: str) -> str:
-    """The resolved spec (as `xsim gen` writes deployment.json) as canonical JSON; raises SpecError."""
+def resolve(
+    spec: Mapping[str, Any], base_dir: str, gpu_file: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """The resolved spec (as `xsim gen` writes deployment.json) as canonical JSON; raises SpecError.
+    gpu_file: hypothetical GPUs (tracegen.spec.read_gpu_file), recorded in the spec when it uses them."""
     cwd = os.getcwd()
     try:
         os.chdir(base_dir)  # relative profile / cluster files are relative to the sweep file
-        dep = load_spec({**spec, "name": "plan"})
+        dep = load_spec({**spec, "name": "plan"}, None, gpu_file)
     finally:
         os.chdir(cwd)
     return json.dumps(spec_to_mapping(dep), sort_keys=True)
@@ -235,8 +238,11 @@ def check_sweep_size(sweep: Sweep, path: str) -> int:
     return n
 
 
-def expand(sweep: Sweep, out: str, allow_oom: bool = False) -> list[PlanTask]:
-    """Every plan of the sweep (cartesian product of the axes, in file order)."""
+def expand(
+    sweep: Sweep, out: str, allow_oom: bool = False, gpu_file: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[PlanTask]:
+    """Every plan of the sweep (cartesian product of the axes, in file order); gpu_file: hypothetical GPUs
+    its axes may name (tracegen.spec.read_gpu_file)."""
     names = [a for a, _ in sweep.axes]
     tasks: list[PlanTask] = []
     seen: set[str] = set()
@@ -246,7 +252,7 @@ def expand(sweep: Sweep, out: str, allow_oom: bool = False) -> list[PlanTask]:
         axes_json = json.dumps(values, sort_keys=True)
         try:
             spec, network = apply_axes(sweep.base, values)
-            spec_json = resolve(spec, sweep.base_dir)
+            spec_json = resolve(spec, sweep.base_dir, gpu_file)
             key, err = plan_key(spec_json, network), ""
         except (XsimError, NetworkModelError) as exc:
             spec_json, network = "", str(values.get("network", "analytical"))
