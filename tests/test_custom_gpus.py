@@ -187,7 +187,7 @@ def test_whatif_reads_the_recorded_gpu_and_flags_contradictions(tmp_path: Path) 
 def test_whatif_without_a_recorded_gpu_needs_from_gpu(tmp_path: Path) -> None:
     run = _import(tmp_path, None)
     r = _xsim("replay", str(run), "--as-gpu", "H100", "--topology", "nodes:H100x2", "--no-progress")
-    assert r.returncode == 2 and "deviceProperties it names none" in r.stderr
+    assert r.returncode == 2 and "the trace names no recorded GPU (Kineto deviceProperties)" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 

@@ -47,10 +47,13 @@ def resolve_whatif(options: ComputeOptions, recorded: Recorded) -> tuple[Compute
         )
     if options.from_gpu is None:
         if found is None:
-            why = f"its device {recorded.device!r} is no catalog GPU" if recorded.device else "it names none"
+            why = (
+                f"its recorded device {recorded.device!r} is no catalog GPU"
+                if recorded.device
+                else "the trace names no recorded GPU (Kineto deviceProperties)"
+            )
             raise ReplayError(
-                f"--as-gpu needs --from-gpu (the GPU the trace was measured on): the trace's Kineto "
-                f"deviceProperties {why}"
+                f"--as-gpu and --from-gpu go together (the target GPU and the measured one): {why}"
             )
         lines.append(f"what-if: recorded GPU {found} ({recorded.source} {recorded.device!r})")
         return replace(options, from_gpu=found), tuple(lines)
