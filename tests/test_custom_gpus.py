@@ -100,6 +100,15 @@ def test_gpu_file_defines_gpus_for_gen_with_defaults_said(tmp_path: Path) -> Non
     r = _xsim("gen", str(spec), "--out", str(tmp_path / "o2"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "unknown GPU 'X1'" in r.stderr and "--gpu-file" in r.stderr and "peak_flops" in r.stderr
+    # A missing GPU file, and one that redefines a catalog GPU, are one line each.
+    r = _xsim("gen", str(spec), "--out", str(tmp_path / "o2"), "--gpu-file", str(tmp_path / "none.yaml"))
+    assert r.returncode == 2 and r.stderr.strip().endswith(
+        "none.yaml: cannot read GPU file: No such file or directory"
+    )
+    gpus.write_text("H100: {peak_flops: 1.0e+15, mem_bw: 1.0e+12, memory_bytes: 1}\n")
+    r = _xsim("gen", str(spec), "--out", str(tmp_path / "o2"), "--gpu-file", str(gpus))
+    assert r.returncode == 2 and "GPU H100 is a catalog GPU: a GPU file defines new GPUs" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_definition_errors_are_one_line() -> None:

@@ -288,8 +288,11 @@ def read_gpu_file(path: str | os.PathLike[str]) -> dict[str, Mapping[str, Any]]:
     """The GPU definitions of a --gpu-file (YAML/TOML/JSON: NAME: {peak_flops, ...}, or the same under a
     `gpus:` key), each checked (catalog.define_gpu)."""
     p = os.fspath(path)
-    raw = read_spec_file(p)
-    defs = raw["gpus"] if set(raw) == {"gpus"} else raw
+    try:
+        raw = read_spec_file(p)
+    except SpecError as exc:
+        raise SpecError(exc.message.replace("cannot read spec", "cannot read GPU file"), path=p) from None
+    defs = raw.get("gpus", raw)  # a spec file serves too: its `gpus:` definitions
     if not isinstance(defs, Mapping) or not defs:
         raise SpecError(
             "a GPU file maps GPU names to definitions {peak_flops, mem_bw, memory_bytes, ...}", path=p
@@ -300,6 +303,11 @@ def read_gpu_file(path: str | os.PathLike[str]) -> dict[str, Mapping[str, Any]]:
         try:
             if not isinstance(body, Mapping):
                 raise CatalogError(f"GPU {name}: a definition must be a mapping")
+            if catalog.is_catalog_gpu(str(name)):
+                raise CatalogError(
+                    f"GPU {name} is a catalog GPU: a GPU file defines new GPUs (override catalog numbers with "
+                    "a spec's gpus:)"
+                )
             catalog.define_gpu(str(name), body)
         except CatalogError as exc:
             raise SpecError(str(exc), path=p) from None
