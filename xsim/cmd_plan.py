@@ -75,4 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_plan(plan))
         print("memory per rank (tracegen/memory.py):")
         print(format_memory(mem))
+        from tracegen.spec import gpu_notes
+
+        for line in gpu_notes(dep):  # what hypothetical GPUs borrow from a known architecture
+            print(f"note: {line}")
     return 0

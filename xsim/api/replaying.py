@@ -151,6 +151,8 @@ def _recorded(ts: TraceSet, deployment) -> Recorded:
         gpus = {dg.gpu for dg in deployment.device_groups}
         if len(gpus) == 1:
             return Recorded(gpus.pop(), rec.runtime, "deployment.json device groups")
+        if gpus:
+            return Recorded("", rec.runtime, f"deployment.json device groups hold {len(gpus)} GPU types")
     return rec
 
 

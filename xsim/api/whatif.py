@@ -50,7 +50,7 @@ def resolve_whatif(options: ComputeOptions, recorded: Recorded) -> tuple[Compute
             why = (
                 f"its recorded device {recorded.device!r} is no catalog GPU"
                 if recorded.device
-                else "the trace names no recorded GPU (Kineto deviceProperties)"
+                else f"the trace names no recorded GPU ({recorded.source})"
             )
             raise ReplayError(
                 f"--as-gpu and --from-gpu go together (the target GPU and the measured one): {why}"
