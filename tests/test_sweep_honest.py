@@ -74,3 +74,17 @@ def test_spec_sweep_flags_plans_that_do_not_fit(tmp_path: Path) -> None:
     )  # fmt: skip
     lines = r.stdout.splitlines()
     assert not any(x.startswith("table4_c0") for x in lines) and "left out (--drop-oom)" in lines[1]
+
+
+def test_plans_replayed_with_allow_oom_are_still_flagged() -> None:
+    from xsim.explore.sweep import fits_column
+
+    rows = _rows(
+        # e: replayed with --allow-oom, fastest, but a rank is 2 GiB over its GPU; f fits; g did not resolve.
+        {"key": "e", "label": "e", "status": "ok", "tokens_per_s": 9000.0, "min_headroom_bytes": -2 * 2**30},
+        {"key": "f", "label": "f", "status": "ok", "tokens_per_s": 1000.0, "min_headroom_bytes": 0},
+        {"key": "g", "label": "g", "status": "error"},
+    )
+    out = sort_rows(rows)
+    assert out["key"].to_list() == ["f", "e", "g"]
+    assert fits_column(out) == ["yes", "NO", "-"]

@@ -155,9 +155,10 @@ def run_file(args: argparse.Namespace) -> int:
         progress=not args.no_progress and not args.json,
     )
     rows = sw.sort_rows(sw.rows_for(tasks, args.out), args.sort)
-    n_oom = int((rows["status"] == "oom").sum())
+    too_big = pl.col("min_headroom_bytes").fill_null(0) < 0  # `oom` rows, and --allow-oom plans that ran
+    n_oom = int(rows.select(too_big.sum()).item())
     if args.drop_oom:
-        rows = rows.filter(pl.col("status") != "oom")
+        rows = rows.filter(~too_big)
     front = set(sw.pareto_keys(rows))
     plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
     # Exit 1 when no plan of the sweep finished (every row oom or error, this run's or an earlier one's): a
@@ -169,9 +170,9 @@ def run_file(args: argparse.Namespace) -> int:
         return status
     print(
         f"{'plan':<32} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
-        f"{'peak GiB':>8}  key"
+        f"{'peak GiB':>8} {'fits':>4}  key"
     )
-    for r in rows.iter_rows(named=True):
+    for r, fits in zip(rows.iter_rows(named=True), sw.fits_column(rows), strict=True):
         it = "-" if r["iteration_time_ns"] is None else f"{r['iteration_time_ns'] / 1e9:.4f}"
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         usd = "-" if r["cost_usd_per_million_tokens"] is None else f"{r['cost_usd_per_million_tokens']:.4f}"
@@ -180,7 +181,7 @@ def run_file(args: argparse.Namespace) -> int:
         # The plan's name is its axis values (readable); the hash key names its folder under --out.
         print(
             f"{r['label'] + star:<32} {r['status']:<6} {r['gpus'] or '-':<20} {it:>11} {tps:>9} {usd:>8} "
-            f"{peak:>8}  {r['key']}"
+            f"{peak:>8} {fits:>4}  {r['key']}"
         )
         if r["status"] != "ok":
             print(f"{'':<33}{r['error']}")
@@ -190,7 +191,7 @@ def run_file(args: argparse.Namespace) -> int:
             + (
                 "left out (--drop-oom)"
                 if args.drop_oom
-                else "status oom, sorted last; --drop-oom leaves them out"
+                else "fits = NO, sorted last; --drop-oom leaves them out"
             )
         )
     failed = done.failed + done.failed_before

@@ -368,7 +368,10 @@ DEFAULT_SORT = "throughput"
 def sort_rows(rows: pl.DataFrame, by: str = DEFAULT_SORT) -> pl.DataFrame:
     """Finished plans first (OOM and failed rows last), ordered by throughput (descending, then $ per M
     tokens), $ per M tokens (then throughput) or iteration time."""
-    rows = rows.with_columns((pl.col("status") != "ok").alias("_failed"))
+    # A plan replayed with --allow-oom that does not fit (negative headroom) sorts with the failed rows.
+    rows = rows.with_columns(
+        ((pl.col("status") != "ok") | (pl.col("min_headroom_bytes").fill_null(0) < 0)).alias("_failed")
+    )
     if by == "throughput":
         keys = ["_failed", "tokens_per_s", "cost_usd_per_million_tokens", "key"]
         desc = [False, True, False, False]
@@ -378,6 +381,12 @@ def sort_rows(rows: pl.DataFrame, by: str = DEFAULT_SORT) -> pl.DataFrame:
     else:
         keys, desc = ["_failed", "iteration_time_ns", "key"], [False, False, False]
     return rows.sort(keys, descending=desc, nulls_last=True).drop("_failed")
+
+
+def fits_column(rows: pl.DataFrame) -> list[str]:
+    """Per row: "yes" when every rank fits in its GPU's memory, "NO" when one does not (an `oom` row, or a
+    plan replayed with --allow-oom), "-" when the plan did not resolve."""
+    return ["-" if h is None else ("yes" if h >= 0 else "NO") for h in rows["min_headroom_bytes"].to_list()]
 
 
 def pareto_keys(rows: pl.DataFrame) -> list[str]:
