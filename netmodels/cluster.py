@@ -392,9 +392,12 @@ SPEC_HELP = (
 )
 
 
-def topology_from_spec(spec: str, need: int | None = None) -> Topology:
+def topology_from_spec(
+    spec: str, need: int | None = None, gpu_types: Mapping[str, Any] | None = None
+) -> Topology:
     """Build a Topology from a compact spec string (see SPEC_HELP and docs/netmodels.md); with NEED (the
-    run's ranks), one far larger than the run is refused before building (check_topology_size)."""
+    run's ranks), one far larger than the run is refused before building (check_topology_size).
+    gpu_types: hypothetical GPUs a `nodes:` spec may name (netmodels.presets.defined_interconnect)."""
     if not isinstance(spec, str) or ":" not in spec:
         raise TopologyError(f"cannot parse topology {spec!r}; expected {SPEC_HELP}")
     if need is not None:
@@ -416,7 +419,10 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
         build = {"ring": ring_topology, "switch": switch_topology}.get(kind, fully_connected_topology)
         return build(n, bw, lat)
     if kind == "nodes":
-        return build_cluster(_nodes_desc(rest))
+        desc = _nodes_desc(rest)
+        if gpu_types:
+            desc["gpu_types"] = dict(gpu_types)
+        return build_cluster(desc)
     if kind in SYSTEM_PRESETS:
         count, *opts = rest.split(":")
         try:

@@ -226,6 +226,17 @@ def test_whatif_on_a_generated_set_prices_and_checks_memory_on_the_target(tmp_pa
     s = json.loads(r.stdout)
     assert s["memory"]["fits"] is True and s["cost"]["unpriced_gpus"] == ["B200"]
     assert math.isclose(s["memory"]["peak_bytes"] / 2**30, 75.46, abs_tol=0.01)
+    # A hypothetical target from a --gpu-file, on a `nodes:` topology of it: GEMM factor 2 (twice H100's
+    # peak at the same efficiency), 128 GiB capacity, no topology-mismatch warning.
+    (tmp_path / "gpus.yaml").write_text(
+        "X1: {peak_flops: 1.9788e+15, mem_bw: 3.35e+12, memory_bytes: 137438953472}\n"
+    )
+    r = _xsim("replay", str(tmp_path / "o"), "--as-gpu", "X1", "--gpu-file", str(tmp_path / "gpus.yaml"),
+              "--topology", "nodes:X1x2", "--no-progress", "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert "gemm=2," in s["compute_model"] and s["memory"]["per_rank_capacity_bytes"] == [128 * 2**30] * 2
+    assert "unlike the traces" not in r.stderr
 
 
 # --- searched and swept ----------------------------------------------------------------------------------

@@ -17,7 +17,14 @@ from traces.traceset import TraceSet, discover
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
 from xsim.api.options import OutputOptions, ReplayOptions
-from xsim.api.whatif import Recorded, recorded_hardware, resolve_whatif, target_deployment, target_memory
+from xsim.api.whatif import (
+    Recorded,
+    defined_gpu_types,
+    recorded_hardware,
+    resolve_whatif,
+    target_deployment,
+    target_memory,
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,7 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             deployment,
             where=os.path.join(ts.directory, DEPLOYMENT_FILE),
             ranks=ts.num_ranks,
+            gpu_types=defined_gpu_types(deployment, options.compute.gpu_file),
         )
         compute_options, whatif_lines = options.compute, ()
         if compute_options.as_gpu:
@@ -140,7 +148,8 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
         result,
         iteration_cost(priced, result.summary_dict()["iteration_time_ns"]),
         memory,
-        (*whatif_lines, *target_line, *network_warnings(network, deployment)),
+        # A what-if's GPUs are the target's: the topology is checked against them, not the recorded ones.
+        (*whatif_lines, *target_line, *network_warnings(network, priced)),
     )
 
 

@@ -109,3 +109,16 @@ def target_memory(memory: dict | None, capacity_bytes: int) -> dict | None:
         "fits": all(p <= capacity_bytes for p in peaks),
         "per_rank_capacity_bytes": [capacity_bytes] * len(peaks),
     }
+
+
+def defined_gpu_types(deployment, gpu_file: str | None) -> dict | None:
+    """Interconnect entries of the hypothetical GPUs a replay knows (the set's deployment.json and a
+    --gpu-file), for a `--topology nodes:` spec that names them; None when there are none."""
+    if deployment is None and not gpu_file:
+        return None
+    from tracegen.spec import gpu_file_specs, gpu_type_entry, gpu_types, read_gpu_file
+
+    out = dict(gpu_types(deployment)) if deployment is not None and len(deployment.device_groups) else {}
+    if gpu_file:
+        out.update({n: gpu_type_entry(g) for n, g in gpu_file_specs(read_gpu_file(gpu_file)).items()})
+    return out or None
