@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 FABRICS = ("switch", "leaf_spine", "fat_tree", "rail")
 # The keys each part of a cluster description may hold (docs/netmodels.md); anything else is a typo that
 # would otherwise fall back to a default silently.
-CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links", "collectives")
+CLUSTER_KEYS = ("name", "preset", "nodes", "fabric", "links", "collectives", "gpu_types")
 MULTI_CLUSTER_KEYS = ("name", "clusters", "inter_cluster", "links", "collectives")
 NODE_KEYS = (
     "name", "gpu", "ranks", "count", "scale_up", "nic", "scale_up_bandwidth", "scale_up_latency",
@@ -207,7 +207,10 @@ def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[s
         gpus = node["gpu"] if isinstance(node["gpu"], list) else [node["gpu"]] * len(ranks)
         if len(gpus) != len(ranks):
             raise TopologyError(f'node {name!r}: "gpu" lists {len(gpus)} types for {len(ranks)} ranks')
-        hws = [interconnect(preset, canonical_gpu(g)) for g in gpus]
+        types = desc.get("gpu_types") or {}  # user-defined GPUs (netmodels.presets.defined_interconnect)
+        if not isinstance(types, Mapping):
+            raise TopologyError('cluster "gpu_types" must map a GPU name to its interconnect')
+        hws = [interconnect(preset, g if str(g) in types else canonical_gpu(g), types) for g in gpus]
 
         def param(key: str, attr: str, j: int, parse, what: str, hws=hws, node=node, name=name):
             return parse(node.get(key, getattr(hws[j], attr)), f"node {name} {what}")
@@ -389,9 +392,12 @@ SPEC_HELP = (
 )
 
 
-def topology_from_spec(spec: str, need: int | None = None) -> Topology:
+def topology_from_spec(
+    spec: str, need: int | None = None, gpu_types: Mapping[str, Any] | None = None
+) -> Topology:
     """Build a Topology from a compact spec string (see SPEC_HELP and docs/netmodels.md); with NEED (the
-    run's ranks), one far larger than the run is refused before building (check_topology_size)."""
+    run's ranks), one far larger than the run is refused before building (check_topology_size).
+    gpu_types: hypothetical GPUs a `nodes:` spec may name (netmodels.presets.defined_interconnect)."""
     if not isinstance(spec, str) or ":" not in spec:
         raise TopologyError(f"cannot parse topology {spec!r}; expected {SPEC_HELP}")
     if need is not None:
@@ -413,7 +419,10 @@ def topology_from_spec(spec: str, need: int | None = None) -> Topology:
         build = {"ring": ring_topology, "switch": switch_topology}.get(kind, fully_connected_topology)
         return build(n, bw, lat)
     if kind == "nodes":
-        return build_cluster(_nodes_desc(rest))
+        desc = _nodes_desc(rest)
+        if gpu_types:
+            desc["gpu_types"] = dict(gpu_types)
+        return build_cluster(desc)
     if kind in SYSTEM_PRESETS:
         count, *opts = rest.split(":")
         try:

@@ -8,9 +8,12 @@ scale-up switch, so GPU->switch->GPU also costs 2x).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from netmodels.errors import TopologyError
+from traces.gpu_names import catalog_name
 
 GBIT = 1e9 / 8  # bytes/s in one Gb/s
 
@@ -43,6 +46,23 @@ _A100_NOTE = "; A100-80GB reuses the A100 40GB row (same NVLink Gen3 / PCIe Gen4
 # H200/B200 are absent from Table 6: their scale-up and PCIe rows come from Table 5 and the NIC from
 # Table 6's ConnectX-7 row (400 Gb/s, 368 ns).
 _T6_NOTE = "; H200/B200 absent from Table 6: scale-up/PCIe from Table 5, NIC from Table 6's ConnectX-7 row"
+# Datasheet GPUs absent from both tables (issue 26): scale-up bandwidth from the vendor datasheet, delays from
+# the Table 5 row of the same NVLink generation (or H100's where there is none), NIC: Table 6's ConnectX-7
+# row (400 Gb/s, 368 ns) in both presets.
+# GB200: NVLink 5 at 1.8 TB/s per GPU = 900 GB/s per direction (GB200 NVL72 datasheet: 130 TB/s over 72
+# GPUs), B200's row otherwise. H20: NVLink 4 at 900 GB/s total = 450 per direction (NVIDIA H20 product
+# brief), H100's row otherwise. L40S: no NVLink; GPUs meet over PCIe Gen4 x16, 64 GB/s bidirectional = 256
+# Gb/s per direction (L40S datasheet), with the A100 row's PCIe Gen4 delays. MI300X: 7 Infinity Fabric links
+# of 128 GB/s bidirectional (AMD Instinct MI300X datasheet) = 448 GB/s per direction in all, modelled as one
+# switch like NVLink (a transfer between two GPUs of the real full mesh gets one 64 GB/s link: optimistic
+# for point-to-point), H100's delays (no published figure), PCIe Gen5 as H100.
+_DS = "vendor datasheet (see netmodels/presets.py)"
+_DATASHEET_ROWS = {
+    "GB200": ("GB200", 7200, 10.22, 512, 143.75, 400, 368, _DS),
+    "H20": ("H20", 3600, 20.44, 512, 143.75, 400, 368, _DS),
+    "L40S": ("L40S", 256, 287.5, 256, 287.5, 400, 368, _DS),
+    "MI300X": ("MI300X", 3584, 20.44, 512, 143.75, 400, 368, _DS),
+}
 
 PRESETS: dict[str, dict[str, InterconnectPreset]] = {
     "table5": {
@@ -51,6 +71,7 @@ PRESETS: dict[str, dict[str, InterconnectPreset]] = {
         "H100": _p("H100", 3600, 20.44, 512, 143.75, 10, 1500, _T5),
         "H200": _p("H200", 3600, 20.44, 512, 143.75, 200, 368, _T5),
         "B200": _p("B200", 7200, 10.22, 512, 143.75, 200, 368, _T5),
+        **{g: _p(*row) for g, row in _DATASHEET_ROWS.items()},
     },
     "table6": {
         "A100-40GB": _p("A100-40GB", 2400, 30.66, 256, 287.5, 400, 368, _T6),
@@ -58,48 +79,64 @@ PRESETS: dict[str, dict[str, InterconnectPreset]] = {
         "H100": _p("H100", 3600, 20.44, 512, 143.75, 400, 368, _T6),
         "H200": _p("H200", 3600, 20.44, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
         "B200": _p("B200", 7200, 10.22, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
+        **{g: _p(*row) for g, row in _DATASHEET_ROWS.items()},
     },
 }
 
-# The same names and aliases as the compute catalog (tracegen.catalog; tests/test_stumbles.py checks the two
-# agree), matched case-insensitively, so one GPU name works for compute and interconnect alike.
-GPU_ALIASES: dict[str, str] = {
-    "A100": "A100-40GB",
-    "A100-40G": "A100-40GB",
-    "A100-80G": "A100-80GB",
-    "H100-80GB": "H100",
-    "H100-SXM": "H100",
-    "H200-141GB": "H200",
-    "B200-192GB": "B200",
-    "V100-32GB": "V100",
-}
-GPU_NAMES: tuple[str, ...] = ("A100-40GB", "A100-80GB", "H100", "H200", "B200")
+# The names and aliases are the compute catalog's: one table, traces/gpu_names.py.
+GPU_NAMES: tuple[str, ...] = tuple(PRESETS["table5"])
 # In the compute catalog, but neither of the paper's Tables 5 and 6 gives their interconnect.
 NO_INTERCONNECT: tuple[str, ...] = ("V100",)
 
 
 def canonical_gpu(name: str) -> str:
     """The project's GPU name for name ("A100" is the paper's A100 40GB), as the compute catalog spells it."""
-    key = str(name).strip().upper()
-    upper = {g.upper(): g for g in (*GPU_NAMES, *NO_INTERCONNECT)}
-    aliases = {a.upper(): t for a, t in GPU_ALIASES.items()}
-    g = upper.get(key) or aliases.get(key)
+    g = catalog_name(name)
     if g in NO_INTERCONNECT:
         raise TopologyError(
             f"GPU {name!r} is in the compute catalog, but the paper's Tables 5 and 6 give no interconnect for "
             "it: describe its network with --topology switch:N:BW:LAT (or a cluster's links)"
         )
     if g is None:
-        raise TopologyError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}, alias A100)")
+        raise TopologyError(
+            f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}, alias A100); a hypothetical GPU is described "
+            "in a deployment spec's gpus: or a --gpu-file (docs/tracegen.md, 'Hypothetical GPUs')"
+        )
     return g
 
 
-def interconnect(preset: str, gpu: str) -> InterconnectPreset:
-    """The interconnect parameters of gpu under the named preset ("table5" or "table6")."""
+def interconnect(preset: str, gpu: str, gpu_types: Mapping[str, Any] | None = None) -> InterconnectPreset:
+    """The interconnect parameters of gpu under the named preset ("table5" or "table6"); a GPU named in
+    `gpu_types` (a cluster description's user-defined GPUs) is that entry (defined_interconnect)."""
     table = PRESETS.get(preset)
     if table is None:
         raise TopologyError(f"unknown interconnect preset {preset!r} (known: {', '.join(PRESETS)})")
+    if gpu_types and str(gpu) in gpu_types:
+        return defined_interconnect(preset, str(gpu), gpu_types[str(gpu)])
     return table[canonical_gpu(gpu)]
+
+
+# Keys of a cluster description's "gpu_types" entry (a user-defined GPU; tracegen.spec.derive_cluster writes
+# them from the spec's `gpus:` definitions): bandwidths in bytes/s per direction.
+GPU_TYPE_KEYS = ("like", "scale_up_bandwidth", "nic_bandwidth")
+
+
+def defined_interconnect(preset: str, name: str, entry: Any) -> InterconnectPreset:
+    """The interconnect of a user-defined GPU: the `like` GPU's row with the given bandwidths."""
+    if not isinstance(entry, Mapping) or "like" not in entry or set(entry) - set(GPU_TYPE_KEYS):
+        raise TopologyError(
+            f'cluster "gpu_types" entry {name!r} must be a mapping of {", ".join(GPU_TYPE_KEYS)}'
+        )
+    row = PRESETS[preset][canonical_gpu(str(entry["like"]))]
+    out = replace(row, gpu=name, source=f"user-defined GPU, delays and unset rates from {row.gpu}'s row")
+    for k in ("scale_up_bandwidth", "nic_bandwidth"):
+        v = entry.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 1e9 <= v < float("inf"):
+            raise TopologyError(f'cluster "gpu_types" {name}: {k} must be a rate >= 1e9 bytes/s, got {v!r}')
+        out = replace(out, **{k: float(v)})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------

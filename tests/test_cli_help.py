@@ -64,7 +64,7 @@ def test_demo_help_is_whole_sentences(capsys) -> None:
         (["replay"], "default: analytical, or astra-unaware with --astra-network"),
         (["net", "collective"], "default: analytical, or astra-unaware with --astra-network"),
         (["sweep"], "(default: out/sweep)"),
-        (["sweep"], "order of the table (default: time)"),
+        (["sweep"], "order of the table (default: throughput, tokens/s then $/Mtok"),
         (["sweep"], "network model (default: analytical)"),
         (["demo"], "network model (default: flow)"),
     ],

@@ -59,7 +59,10 @@ def test_user_model_inline_and_from_base():
 
 
 def test_catalog_contract_a_uses_dense_tensor_core_peaks():
-    assert set(catalog.GPU_NAMES) == {"A100-40GB", "A100-80GB", "H100", "H200", "B200", "V100"}
+    # Issue 26 added the datasheet GPUs GB200, H20, L40S and MI300X (tests/test_custom_gpus.py pins them).
+    assert set(catalog.GPU_NAMES) == {
+        "A100-40GB", "A100-80GB", "H100", "H200", "B200", "V100", "GB200", "H20", "L40S", "MI300X"
+    }  # fmt: skip
     assert catalog.gpu("A100") == catalog.gpu("A100-40GB")
     # Datasheet dense BF16 tensor-core peaks (DESIGN.md pitfalls): not Table 2's 77.97 / 204.9.
     assert catalog.gpu("A100-40GB").peak_flops == 312e12
@@ -71,8 +74,8 @@ def test_catalog_contract_a_uses_dense_tensor_core_peaks():
     assert 0 < h.gemm_eff <= 1 and 0 < h.mem_eff <= 1
     assert h.price_per_hour == pytest.approx(98.32 / 8, abs=1e-3)
     assert catalog.gpu("B200").price_per_hour is None
-    with pytest.raises(CatalogError, match="unknown GPU"):
-        catalog.gpu("MI300X")
+    with pytest.raises(CatalogError, match="unknown GPU.*describe a new GPU"):
+        catalog.gpu("MI400")
 
 
 def test_overrides_are_checked():

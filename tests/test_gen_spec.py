@@ -152,7 +152,8 @@ BAD = [
     ("stage missing", _with(dg1_pp_stage=2), "stage 1 is missing"),
     ("stage twice", _with(dg1_pp_stage=0), "device groups 0 and 1 are both stage 0"),
     ("layers outside model", _with(dg1_layers=[17, 40]), "outside 1..32"),
-    ("unknown gpu", _with(dg1_gpu="MI300X"), "unknown GPU 'MI300X'"),
+    # MI300X joined the catalog in issue 26: an unknown GPU is now MI400 (the error says how to describe one).
+    ("unknown gpu", _with(dg1_gpu="MI400"), "unknown GPU 'MI400'"),
     ("unknown model", _with(model="llama9-1t"), "unknown model 'llama9-1t'"),
     ("micro_batch zero", _with(dg0_micro_batch=0), "micro_batch must be a positive integer, got 0"),
     ("micro_batch negative", _with(dg1_micro_batch=-2), "micro_batch must be a positive integer, got -2"),

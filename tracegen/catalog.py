@@ -8,11 +8,15 @@ which mixes non-tensor-core A100/H100 numbers with tensor-core H200/B200 ones (D
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, fields, replace
+from types import MappingProxyType
 from typing import Any
 
 from tracegen.errors import CatalogError
+from traces.gpu_names import GPU_ALIASES, catalog_name
 
 GIB = 1 << 30
 TERA = 1e12
@@ -39,6 +43,22 @@ class GpuSpec:
     fp8_flops: float | None = None  # dense FP8 tensor-core FLOP/s; None: no FP8 tensor cores
     sms: int = 0  # streaming multiprocessors (wave quantization of the calibrated GEMM model)
     overridden: frozenset[str] = frozenset()  # fields a spec's `gpus:` replaced (tracegen.gemm reads it)
+    # Whose calibration ceilings (tracegen.gemm: GEMM plateaus, measured copy efficiency) this GPU uses:
+    # "" = its own name. Datasheet entries without public microbenchmarks and user-defined GPUs borrow the
+    # nearest known architecture's (nearest_calibrated), and say so (definition_note).
+    calibrated_as: str = ""
+    # A user-defined GPU's interconnect (bytes/s per direction; None: the calibrated_as GPU's Table 5 row).
+    # Catalog GPUs keep theirs in netmodels/presets.py; a defined one reaches netmodels through the derived
+    # cluster's "gpu_types" (tracegen.spec.derive_cluster).
+    nvlink_bandwidth: float | None = None
+    nic_bandwidth: float | None = None  # one NIC's line rate
+    nics: int = 1  # NICs per GPU (modelled as one link of nics x nic_bandwidth)
+    defaulted: tuple[str, ...] = ()  # fields of a user definition filled from calibrated_as
+
+    @property
+    def calibration_key(self) -> str:
+        """The catalog name whose calibration ceilings this GPU uses."""
+        return self.calibrated_as or self.name
 
 
 _CATALOG: dict[str, GpuSpec] = {
@@ -78,35 +98,118 @@ _CATALOG: dict[str, GpuSpec] = {
     # Price: AWS p3dn.24xlarge (8x V100 32GB) $31.212/h / 8.
     # 80 SMs (NVIDIA Tesla V100 GPU Architecture whitepaper); no FP8 (Volta).
     "V100": GpuSpec("V100", 125 * TERA, 900e9, 32 * GIB, DEFAULT_GEMM_EFF, DEFAULT_MEM_EFF, 3.9015, None, 80),
+    # Datasheet GPUs users ask for (issue 26). None has a public GEMM sweep in tracegen/data, so each borrows
+    # the calibration ceilings of the nearest measured architecture (calibrated_as, an assumption said in
+    # `xsim gen`'s output and docs/compute.md). No public list price is recorded for any: set one with `gpus:`.
+    # NVIDIA GB200 NVL72 datasheet: per rack FP16/BF16 tensor core 360 PFLOPS and FP8 720 PFLOPS with
+    # sparsity over 72 Blackwell GPUs, i.e. 2.5 PFLOPS BF16 and 5 PFLOPS FP8 dense per GPU; 13.4 TB HBM3e at
+    # 576 TB/s per rack = 186 GB and 8 TB/s per GPU. The B200 die (148 SMs): B200's calibration.
+    "GB200": GpuSpec(
+        "GB200",
+        2500 * TERA,
+        8.0e12,
+        186 * GIB,
+        DEFAULT_GEMM_EFF,
+        DEFAULT_MEM_EFF,
+        None,
+        5000 * TERA,
+        148,
+        calibrated_as="B200",
+    ),  # fmt: skip
+    # NVIDIA H20 (Hopper, export-compliant; NVIDIA H20 product brief as reported by its resellers): FP16/BF16
+    # tensor 148 TFLOPS dense, FP8 296 dense, 96 GB HBM3 at 4.0 TB/s, 78 SMs enabled of GH100. Hopper tensor
+    # cores: H100's calibration.
+    "H20": GpuSpec(
+        "H20",
+        148 * TERA,
+        4.0e12,
+        96 * GIB,
+        DEFAULT_GEMM_EFF,
+        DEFAULT_MEM_EFF,
+        None,
+        296 * TERA,
+        78,
+        calibrated_as="H100",
+    ),  # fmt: skip
+    # NVIDIA L40S datasheet (Ada Lovelace): BF16 tensor core 362.05 TFLOPS dense (733 with sparsity), FP8 733
+    # dense (1,466 sparse); 48 GB GDDR6 at 864 GB/s; 142 SMs (18,176 CUDA cores, 128 per SM; 142 RT cores,
+    # one per SM). Nearest measured architecture by peak: A100 (312 TFLOPS).
+    "L40S": GpuSpec(
+        "L40S",
+        362.05 * TERA,
+        864e9,
+        48 * GIB,
+        DEFAULT_GEMM_EFF,
+        DEFAULT_MEM_EFF,
+        None,
+        733 * TERA,
+        142,
+        calibrated_as="A100-40GB",
+    ),  # fmt: skip
+    # AMD Instinct MI300X datasheet (CDNA 3): peak BF16 matrix 1,307.4 TFLOPS dense (2,614.9 with sparsity),
+    # FP8 2,614.9 dense; 192 GB HBM3 at 5.3 TB/s; 304 compute units (the "sms" of the wave model). Nearest
+    # measured architecture by peak: H100 (989.4 TFLOPS); no AMD GEMM sweep is in tracegen/data.
+    "MI300X": GpuSpec(
+        "MI300X",
+        1307.4 * TERA,
+        5.3e12,
+        192 * GIB,
+        DEFAULT_GEMM_EFF,
+        DEFAULT_MEM_EFF,
+        None,
+        2614.9 * TERA,
+        304,
+        calibrated_as="H100",
+    ),  # fmt: skip
 }
-ALIASES: dict[str, str] = {
-    "A100": "A100-40GB",
-    "A100-40G": "A100-40GB",
-    "A100-80G": "A100-80GB",
-    "H100-80GB": "H100",
-    "H100-SXM": "H100",
-    "H200-141GB": "H200",
-    "B200-192GB": "B200",
-    "V100-32GB": "V100",
-}
+ALIASES: dict[str, str] = GPU_ALIASES  # the one table (traces/gpu_names.py), shared with netmodels
 GPU_NAMES: tuple[str, ...] = tuple(_CATALOG)
+
+# User-defined GPUs visible to name look-ups (`gpus:` definitions of the spec being built, `--gpu-file`).
+# A context variable, set only inside `defined_gpus(...)`, so a definition never outlives its spec/command.
+_DEFINED: ContextVar[Mapping[str, GpuSpec]] = ContextVar("xsim_defined_gpus", default=MappingProxyType({}))
+
+# How to describe a GPU that is not in the catalog (every "unknown GPU" error ends with it).
+HOW_TO_DEFINE = (
+    "describe a new GPU in the spec (gpus: {NAME: {peak_flops: FLOP/s, mem_bw: B/s, memory_bytes: B}}) "
+    "or in a file passed with --gpu-file (docs/tracegen.md, 'Hypothetical GPUs')"
+)
+
+
+@contextmanager
+def defined_gpus(defs: Mapping[str, GpuSpec]) -> Iterator[None]:
+    """Make user-defined GPUs known to canonical_gpu_name and gpu inside the block."""
+    token = _DEFINED.set({**_DEFINED.get(), **defs})
+    try:
+        yield
+    finally:
+        _DEFINED.reset(token)
 
 
 def canonical_gpu_name(name: str) -> str:
-    """The catalog's spelling of `name` (case-insensitive, aliases resolved); raises for unknown GPUs."""
-    key = name.strip().upper()
-    for cand in (key, ALIASES.get(key, "")):
-        if cand in _CATALOG:
-            return cand
-    for alias, target in ALIASES.items():
-        if alias.upper() == key:
-            return target
-    raise CatalogError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}; alias A100 = A100-40GB)")
+    """The catalog's spelling of `name` (case-insensitive, aliases resolved) or a defined GPU's name;
+    raises for unknown GPUs, saying how to describe one."""
+    known = catalog_name(name)
+    if known is not None:
+        return known
+    defined = _DEFINED.get()
+    key = str(name).strip().upper()
+    for n in defined:
+        if n.upper() == key:
+            return n
+    names = ", ".join((*GPU_NAMES, *defined))
+    raise CatalogError(f"unknown GPU {name!r} (known: {names}; alias A100 = A100-40GB); {HOW_TO_DEFINE}")
 
 
 def gpu(name: str) -> GpuSpec:
-    """The catalog entry of a GPU by name or alias."""
-    return _CATALOG[canonical_gpu_name(name)]
+    """The catalog entry (or user definition in scope) of a GPU by name or alias."""
+    n = canonical_gpu_name(name)
+    return _CATALOG[n] if n in _CATALOG else _DEFINED.get()[n]
+
+
+def is_catalog_gpu(name: str) -> bool:
+    """Whether `name` (or an alias) names a catalog GPU rather than a user-defined one."""
+    return catalog_name(name) is not None
 
 
 _OVERRIDABLE = (
@@ -124,6 +227,129 @@ def with_overrides(spec: GpuSpec, overrides: Mapping[str, Any]) -> GpuSpec:
     out = replace(spec, **dict(overrides), overridden=spec.overridden | frozenset(overrides))
     check_gpu(out)
     return out
+
+
+# Keys of a user-defined GPU (spec `gpus:` entry of a new name, or a --gpu-file entry). The first three are
+# required; the rest default as DEFINITION_DEFAULTS says (docs/tracegen.md, "Hypothetical GPUs").
+DEFINITION_REQUIRED = ("peak_flops", "mem_bw", "memory_bytes")
+DEFINITION_KEYS = (*_OVERRIDABLE, "calibrated_as", "nvlink_bandwidth", "nic_bandwidth", "nics")
+# The GPUs tracegen/gemm.py holds public GEMM microbenchmarks (and copy benchmarks) for: the architectures a
+# definition may borrow calibration ceilings from.
+MEASURED_ARCHITECTURES = ("A100-40GB", "A100-80GB", "H100", "H200", "B200")
+
+
+def _yaml_number(v: Any) -> Any:
+    """A number written as a string in exponent form ("1.9e15"), as a float; anything else unchanged."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def nearest_calibrated(peak_flops: float, mem_bw: float, fp8: bool) -> str:
+    """The measured architecture nearest to a GPU of these rates: least |log peak ratio| + |log bandwidth
+    ratio|, among those with FP8 tensor cores when it has them (ties: catalog order)."""
+    cands = [_CATALOG[n] for n in MEASURED_ARCHITECTURES if not fp8 or _CATALOG[n].fp8_flops is not None]
+    return min(
+        cands, key=lambda g: abs(math.log(peak_flops / g.peak_flops)) + abs(math.log(mem_bw / g.mem_bw))
+    ).name
+
+
+def define_gpu(name: str, fields_: Mapping[str, Any]) -> GpuSpec:
+    """A user-defined GPU from its keys (DEFINITION_KEYS), checked, with defaults from the nearest known
+    architecture (or `calibrated_as`)."""
+    if catalog_name(name) is not None:
+        raise CatalogError(f"GPU {name}: is a catalog GPU; a definition needs a new name")
+    unknown = sorted(set(fields_) - set(DEFINITION_KEYS))
+    if unknown:
+        raise CatalogError(
+            f"GPU {name}: unknown key(s) {', '.join(map(str, unknown))} (a GPU definition takes: "
+            f"{', '.join(DEFINITION_KEYS)})"
+        )
+    missing = [k for k in DEFINITION_REQUIRED if k not in fields_]
+    if missing:
+        raise CatalogError(
+            f"GPU {name!r} is not in the catalog (known: {', '.join(GPU_NAMES)}): to describe it, give "
+            f"{', '.join(missing)} (and optionally fp8_flops, sms, nvlink_bandwidth, nic_bandwidth, nics, "
+            "calibrated_as, price_per_hour; docs/tracegen.md, 'Hypothetical GPUs')"
+        )
+    # PyYAML reads 1.9e15 (no sign in the exponent) as a string, YAML 1.1's rule: take such numbers too.
+    fields_ = {k: _yaml_number(v) if k != "calibrated_as" else v for k, v in fields_.items()}
+    for k, v in fields_.items():
+        if k == "calibrated_as":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not v > 0:
+            raise CatalogError(f"GPU {name}: {k} must be a positive number, got {v!r}")
+    for k in ("sms", "nics", "memory_bytes"):
+        if k in fields_ and fields_[k] != int(fields_[k]):
+            raise CatalogError(f"GPU {name}: {k} must be a whole number, got {fields_[k]!r}")
+    peak, bw = float(fields_["peak_flops"]), float(fields_["mem_bw"])
+    defaulted = []
+    arch = fields_.get("calibrated_as")
+    if arch is None:
+        arch = nearest_calibrated(peak, bw, "fp8_flops" in fields_)
+        defaulted.append("calibrated_as")
+    else:
+        known = catalog_name(str(arch))
+        if known not in MEASURED_ARCHITECTURES:
+            raise CatalogError(
+                f"GPU {name}: calibrated_as must be one of {', '.join(MEASURED_ARCHITECTURES)} (the GPUs with "
+                f"measured GEMM ceilings), got {arch!r}"
+            )
+        arch = known
+    base = _CATALOG[arch]
+    if "sms" not in fields_:
+        defaulted.append("sms")
+    for k in ("nvlink_bandwidth", "nic_bandwidth"):
+        if k not in fields_:
+            defaulted.append(k)
+    spec = GpuSpec(
+        name=str(name),
+        peak_flops=peak,
+        mem_bw=bw,
+        memory_bytes=int(fields_["memory_bytes"]),
+        gemm_eff=float(fields_.get("gemm_eff", DEFAULT_GEMM_EFF)),
+        mem_eff=float(fields_.get("mem_eff", DEFAULT_MEM_EFF)),
+        price_per_hour=float(fields_["price_per_hour"]) if "price_per_hour" in fields_ else None,
+        fp8_flops=float(fields_["fp8_flops"]) if "fp8_flops" in fields_ else None,
+        sms=int(fields_.get("sms", base.sms)),
+        overridden=frozenset(k for k in fields_ if k in _OVERRIDABLE),
+        calibrated_as=arch,
+        nvlink_bandwidth=float(fields_["nvlink_bandwidth"]) if "nvlink_bandwidth" in fields_ else None,
+        nic_bandwidth=float(fields_["nic_bandwidth"]) if "nic_bandwidth" in fields_ else None,
+        nics=int(fields_.get("nics", 1)),
+        defaulted=tuple(defaulted),
+    )
+    check_gpu(spec)
+    return spec
+
+
+def definition_fields(spec: GpuSpec) -> dict[str, Any]:
+    """The keys of a user-defined GPU as given (what deployment.json and the spec hold)."""
+    out: dict[str, Any] = {k: getattr(spec, k) for k in DEFINITION_REQUIRED}
+    for k in ("gemm_eff", "mem_eff", "price_per_hour", "fp8_flops"):
+        if k in spec.overridden:
+            out[k] = getattr(spec, k)
+    if "sms" not in spec.defaulted:
+        out["sms"] = spec.sms
+    if "calibrated_as" not in spec.defaulted:
+        out["calibrated_as"] = spec.calibrated_as
+    for k in ("nvlink_bandwidth", "nic_bandwidth"):
+        if getattr(spec, k) is not None:
+            out[k] = getattr(spec, k)
+    if spec.nics != 1:
+        out["nics"] = spec.nics
+    return out
+
+
+def definition_note(spec: GpuSpec) -> str:
+    """One line saying what a hypothetical (user-defined) GPU borrows from a known architecture."""
+    why = "nearest known architecture" if "calibrated_as" in spec.defaulted else "calibrated_as"
+    borrowed = ["calibration ceilings (GEMM plateau, copy efficiency)"]
+    borrowed += [k for k in spec.defaulted if k != "calibrated_as"]
+    return f"GPU {spec.name} is hypothetical: {', '.join(borrowed)} from {spec.calibrated_as} ({why})"
 
 
 def tensor_peak(spec: GpuSpec, precision: str) -> float:
@@ -145,7 +371,9 @@ def tensor_peak(spec: GpuSpec, precision: str) -> float:
 # Lowest rates accepted in a GPU entry: 1 GFLOP/s and 1 GB/s, over a hundred times below every entry of
 # this catalog (all datasheet peaks >= 1e11/s), so a smaller number is a unit slip (issue 16: peak_flops
 # 1e-300); such rates would also push op durations past int64 nanoseconds.
-_MIN_RATE = {"peak_flops": 1e9, "fp8_flops": 1e9, "mem_bw": 1e9}
+_MIN_RATE = {
+    "peak_flops": 1e9, "fp8_flops": 1e9, "mem_bw": 1e9, "nvlink_bandwidth": 1e9, "nic_bandwidth": 1e9
+}  # fmt: skip
 # Highest GPU price accepted: $1M per GPU-hour, ~1e5x cloud list prices (H100 on-demand ~$2-12/h). Below it,
 # price x ranks (<= 2^20) x hours (int64 ns) stays finite, so cost.json never holds Infinity (issue 16).
 _MAX_PRICE_PER_HOUR = 1e6
@@ -155,7 +383,9 @@ def check_gpu(spec: GpuSpec) -> None:
     """Reject impossible numbers in a (possibly user-overridden) GPU entry."""
     for f in fields(spec):
         v = getattr(spec, f.name)
-        if f.name in ("name", "overridden") or (f.name in ("price_per_hour", "fp8_flops") and v is None):
+        if f.name in ("name", "overridden", "calibrated_as", "defaulted") or (
+            f.name in ("price_per_hour", "fp8_flops", "nvlink_bandwidth", "nic_bandwidth") and v is None
+        ):
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
             raise CatalogError(f"GPU {spec.name}: {f.name} must be a positive number, got {v!r}")
@@ -169,8 +399,10 @@ def check_gpu(spec: GpuSpec) -> None:
         raise CatalogError(
             f"GPU {spec.name}: price_per_hour {spec.price_per_hour!r} is over {_MAX_PRICE_PER_HOUR:g} $ per hour"
         )
-    if not isinstance(spec.sms, int):
-        raise CatalogError(f"GPU {spec.name}: sms must be a whole number of SMs, got {spec.sms!r}")
+    if not isinstance(spec.sms, int) or not isinstance(spec.nics, int):
+        raise CatalogError(
+            f"GPU {spec.name}: sms and nics must be whole numbers, got {spec.sms!r}, {spec.nics!r}"
+        )
     for f, peak in (("gemm_eff", "peak_flops"), ("mem_eff", "mem_bw")):
         eff = getattr(spec, f)
         if eff > 1:

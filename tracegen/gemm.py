@@ -113,7 +113,7 @@ def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     (`rates` "sustained": the burst plateau x SUSTAINED_CLOCK_RATIO; "burst": the MAMF burst plateau)."""
     if "gemm_eff" in gpu.overridden:
         return gpu.gemm_eff
-    key = (gpu.name, "bf16" if precision == "fp16" else precision)
+    key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
     # GPUs without a public GEMM sweep (V100) keep the catalog's rule-of-thumb gemm_eff.
     burst = BURST_PLATEAUS.get(key)
     if burst is None:
@@ -127,7 +127,7 @@ def achieved_bandwidth(gpu: GpuSpec) -> float:
     """Bytes/s memory-bound kernels reach: a `gpus:` mem_eff override, else the measured copy fraction."""
     if "mem_eff" in gpu.overridden:
         return gpu.mem_bw * gpu.mem_eff
-    return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.name, gpu.mem_eff)
+    return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.calibration_key, gpu.mem_eff)
 
 
 def wave_count(tiles: int, sms: int) -> int:

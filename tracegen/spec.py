@@ -280,16 +280,56 @@ def read_spec_file(path: str | os.PathLike[str], max_bytes: int | None = None) -
 
 
 def load_spec(
-    source: str | os.PathLike[str] | Mapping[str, Any], max_bytes: int | None = None
+    source: str | os.PathLike[str] | Mapping[str, Any],
+    max_bytes: int | None = None,
+    gpu_file: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dpb.Deployment:
     """Load and validate a deployment from a spec file path or an already-parsed mapping (max_bytes: as
-    read_spec_file)."""
+    read_spec_file; gpu_file: GPU definitions of a --gpu-file, read_gpu_file, recorded when used)."""
     if isinstance(source, Mapping):
-        return _SpecBuilder(source, None, os.getcwd()).build()
+        return _SpecBuilder(source, None, os.getcwd(), gpu_file=gpu_file).build()
     p = os.fspath(source)
     raw = read_spec_file(p, max_bytes)
     stem = os.path.basename(p).split(".")[0]
-    return _SpecBuilder(raw, p, os.path.dirname(os.path.abspath(p)), default_name=stem).build()
+    return _SpecBuilder(
+        raw, p, os.path.dirname(os.path.abspath(p)), default_name=stem, gpu_file=gpu_file
+    ).build()
+
+
+def read_gpu_file(path: str | os.PathLike[str]) -> dict[str, Mapping[str, Any]]:
+    """The GPU definitions of a --gpu-file (YAML/TOML/JSON: NAME: {peak_flops, ...}, or the same under a
+    `gpus:` key), each checked (catalog.define_gpu)."""
+    p = os.fspath(path)
+    try:
+        raw = read_spec_file(p)
+    except SpecError as exc:
+        raise SpecError(exc.message.replace("cannot read spec", "cannot read GPU file"), path=p) from None
+    defs = raw.get("gpus", raw)  # a spec file serves too: its `gpus:` definitions
+    if not isinstance(defs, Mapping) or not defs:
+        raise SpecError(
+            "a GPU file maps GPU names to definitions {peak_flops, mem_bw, memory_bytes, ...}", path=p
+        )
+    out: dict[str, Mapping[str, Any]] = {}
+    for name in sorted(defs, key=str):
+        body = defs[name]
+        try:
+            if not isinstance(body, Mapping):
+                raise CatalogError(f"GPU {name}: a definition must be a mapping")
+            if catalog.is_catalog_gpu(str(name)):
+                raise CatalogError(
+                    f"GPU {name} is a catalog GPU: a GPU file defines new GPUs (override catalog numbers with "
+                    "a spec's gpus:)"
+                )
+            catalog.define_gpu(str(name), body)
+        except CatalogError as exc:
+            raise SpecError(str(exc), path=p) from None
+        out[str(name)] = dict(body)
+    return out
+
+
+def gpu_file_specs(defs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, catalog.GpuSpec]:
+    """The GpuSpecs of read_gpu_file's definitions (for catalog.defined_gpus)."""
+    return {n: catalog.define_gpu(n, body) for n, body in (defs or {}).items()}
 
 
 def _is_int(v: Any) -> bool:
@@ -300,12 +340,40 @@ class _SpecBuilder:
     """Turns one raw mapping into a Deployment, raising at the first problem."""
 
     def __init__(
-        self, raw: Mapping[str, Any], path: str | None, base_dir: str, default_name: str = "xsim"
+        self,
+        raw: Mapping[str, Any],
+        path: str | None,
+        base_dir: str,
+        default_name: str = "xsim",
+        gpu_file: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.raw = raw
         self.path = path
         self.base_dir = base_dir
         self.default_name = default_name
+        self.gpu_file = dict(gpu_file or {})
+        self.defined: dict[str, catalog.GpuSpec] = {}
+
+    def gpu_entries(self) -> Mapping[str, Any]:
+        """The spec's `gpus:` mapping with the --gpu-file definitions it does not itself give."""
+        gpus = self.raw.get("gpus", {}) or {}
+        if not isinstance(gpus, Mapping):
+            raise self.fail("gpus must map a GPU name to overrides, e.g. {H100: {gemm_eff: 0.6}}")
+        return {**{n: d for n, d in self.gpu_file.items() if n not in gpus}, **gpus}
+
+    def define_gpus(self) -> dict[str, catalog.GpuSpec]:
+        """User-defined GPUs of `gpus:` (names no catalog GPU has) and the --gpu-file, checked."""
+        out: dict[str, catalog.GpuSpec] = {}
+        for name, body in self.gpu_entries().items():
+            if catalog.is_catalog_gpu(str(name)):
+                continue
+            try:
+                if not isinstance(body, Mapping):
+                    raise CatalogError(f"GPU {name}: a definition must be a mapping")
+                out[str(name)] = catalog.define_gpu(str(name), body)
+            except CatalogError as exc:
+                raise self.fail(f"gpus: {exc}") from None
+        return out
 
     def fail(self, message: str) -> SpecError:
         return SpecError(message, path=self.path)
@@ -371,6 +439,25 @@ class _SpecBuilder:
             )
 
     def build(self) -> dpb.Deployment:
+        self.defined = self.define_gpus()
+        # The spec's own GPU definitions are known by name while it is built (device groups, parallel:).
+        with catalog.defined_gpus(self.defined):
+            dep = self._build()
+        # A --gpu-file may define more GPUs than this spec uses: deployment.json records the used ones.
+        used = {dg.gpu for dg in dep.device_groups}
+        spec_gpus = self.raw.get("gpus", {}) or {}
+        keep = [g for g in dep.gpus if g.name in spec_gpus or g.name in used]
+        if len(keep) != len(dep.gpus):
+            kept = [dpb.GpuOverride() for _ in keep]
+            for k, g in zip(kept, keep, strict=True):
+                k.CopyFrom(g)
+            del dep.gpus[:]
+            dep.gpus.extend(kept)
+            if dep.cluster_derived:
+                dep.cluster_json = json.dumps(derive_cluster(dep), sort_keys=True)
+        return dep
+
+    def _build(self) -> dpb.Deployment:
         raw = self.raw
         unknown = sorted(set(raw) - set(TOP_KEYS))
         if unknown:
@@ -553,11 +640,14 @@ class _SpecBuilder:
         raise self.fail("model must be a preset name (e.g. llama2-7b) or a mapping of architecture numbers")
 
     def gpus(self, dep: dpb.Deployment) -> None:
-        gpus = self.raw.get("gpus", {}) or {}
-        if not isinstance(gpus, Mapping):
-            raise self.fail("gpus must map a GPU name to overrides, e.g. {H100: {gemm_eff: 0.6}}")
+        gpus = self.gpu_entries()
         for name in sorted(gpus, key=str):
             over = gpus[name]
+            if str(name) in self.defined:
+                entry = dep.gpus.add(name=str(name))
+                for k, v in sorted(catalog.definition_fields(self.defined[str(name)]).items()):
+                    setattr(entry, k, v)
+                continue
             try:
                 spec = catalog.gpu(str(name))
                 if not isinstance(over, Mapping):
@@ -952,6 +1042,8 @@ class _SpecBuilder:
             c = self.cluster_from_string(c)
         if not isinstance(c, Mapping):
             raise self.fail("cluster must be a mapping ({preset: ..., nodes: [...]}) or a topology file path")
+        if "nodes" in c and "gpu_types" not in c and gpu_types(dep):
+            c = {**c, "gpu_types": gpu_types(dep)}  # the spec's own GPU definitions, for the cluster's nodes
         dep.cluster_json = json.dumps(c, sort_keys=True)
         dep.cluster_derived = self.bool_key("cluster_derived")
 
@@ -1032,7 +1124,11 @@ def derive_cluster(dep: dpb.Deployment) -> dict[str, Any]:
             last = {"name": f"node{len(nodes)}", "gpu": gpu_of[r], "ranks": []}
             nodes.append(last)
         last["ranks"].append(r)
-    return {"preset": CLUSTER_PRESET, "nodes": nodes, "fabric": {"kind": "switch"}}
+    out: dict[str, Any] = {"preset": CLUSTER_PRESET, "nodes": nodes, "fabric": {"kind": "switch"}}
+    types = gpu_types(dep)
+    if types:
+        out["gpu_types"] = types
+    return out
 
 
 def _framework_attention(name: str) -> str:
@@ -1058,10 +1154,36 @@ def model_arch(dep: dpb.Deployment) -> ModelArch:
 
 
 def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
-    """Catalog entries of the GPUs used, with the spec's overrides applied."""
+    """Catalog entries of the GPUs used, with the spec's overrides applied, and its user-defined GPUs."""
     over = {g.name: {f.name: v for f, v in g.ListFields() if f.name != "name"} for g in dep.gpus}
     names = sorted({dg.gpu for dg in dep.device_groups} | set(over))
-    return {n: catalog.with_overrides(catalog.gpu(n), over.get(n, {})) for n in names}
+    return {
+        n: catalog.with_overrides(catalog.gpu(n), over.get(n, {}))
+        if catalog.is_catalog_gpu(n)
+        else catalog.define_gpu(n, over.get(n, {}))
+        for n in names
+    }
+
+
+def gpu_notes(dep: dpb.Deployment) -> list[str]:
+    """One line per hypothetical GPU of the deployment: what it borrows from a known architecture."""
+    return [catalog.definition_note(g) for g in gpu_specs(dep).values() if g.calibrated_as and g.defaulted]
+
+
+def gpu_types(dep: dpb.Deployment) -> dict[str, dict[str, Any]]:
+    """A derived cluster's "gpu_types": the interconnect of each user-defined GPU (netmodels.presets)."""
+    return {g.name: gpu_type_entry(g) for g in gpu_specs(dep).values() if not catalog.is_catalog_gpu(g.name)}
+
+
+def gpu_type_entry(g: catalog.GpuSpec) -> dict[str, Any]:
+    """A user-defined GPU's interconnect as a cluster's "gpu_types" entry: the calibrated_as GPU's row with
+    the given NVLink rate and NICs (netmodels.presets.defined_interconnect)."""
+    entry: dict[str, Any] = {"like": g.calibrated_as}
+    if g.nvlink_bandwidth is not None:
+        entry["scale_up_bandwidth"] = g.nvlink_bandwidth
+    if g.nic_bandwidth is not None:
+        entry["nic_bandwidth"] = g.nic_bandwidth * g.nics
+    return entry
 
 
 def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from xsim.verbs import add_verb
+from xsim.verbs import add_gpu_file_argument, add_verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace the trace files of another set in DIR (default: refuse to mix two sets)",
     )
+    add_gpu_file_argument(p)
     p.set_defaults(func=run)
 
 
@@ -44,9 +45,17 @@ def run(args: argparse.Namespace) -> int:
 
     gen = api.generate(
         args.spec,
-        api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite, force=args.force),
+        api.GenerateOptions(
+            out=args.out,
+            name=args.name,
+            rewrite=not args.no_rewrite,
+            force=args.force,
+            gpu_file=args.gpu_file,
+        ),
     )
     _warn_oom(gen)
+    for line in gen.notes:
+        print(f"note: {line}")
     print(
         f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "
         f"comm_group.json, {DEPLOYMENT_FILE}, memory.json"

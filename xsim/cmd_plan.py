@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from xsim.verbs import add_verb
+from xsim.verbs import add_gpu_file_argument, add_verb
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--out", default="out/search", metavar="DIR", help="spec files and replays (out/search)")
     s.add_argument("--workers", type=int, default=2, help="Dask workers of the embedded cluster (2)")
     s.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler instead")
+    add_gpu_file_argument(p)
     p.set_defaults(func=run)
 
 
@@ -57,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError("plan --search needs --model M and --global-batch B")
         res = search(
             args.search, args.search_model, args.global_batch, seq=args.seq, top=args.top, out=args.out,
-            workers=args.workers, scheduler=args.scheduler, progress=not args.json,
+            workers=args.workers, scheduler=args.scheduler, progress=not args.json, gpu_file=args.gpu_file,
         )  # fmt: skip
         print(format_search(res))
         return 0
     if not args.spec:
         raise SpecError("plan: give a SPEC, or --search CLUSTER --model M --global-batch B")
-    dep = api.load_spec(args.spec)
+    dep = api.load_spec(args.spec, gpu_file=args.gpu_file)
     plan = build_plan(dep)
     mem = deployment_memory(dep)
     if not args.allow_oom:
@@ -74,4 +75,8 @@ def run(args: argparse.Namespace) -> int:
         print(format_plan(plan))
         print("memory per rank (tracegen/memory.py):")
         print(format_memory(mem))
+        from tracegen.spec import gpu_notes
+
+        for line in gpu_notes(dep):  # what hypothetical GPUs borrow from a known architecture
+            print(f"note: {line}")
     return 0

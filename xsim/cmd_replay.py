@@ -8,7 +8,7 @@ import json
 import sys
 
 from xsim.malloc import keep_freed_memory
-from xsim.verbs import add_network_arguments, add_verb, network_options
+from xsim.verbs import add_gpu_file_argument, add_network_arguments, add_verb, network_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +67,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     # What-if of a measured (imported) trace on another GPU: replay/whatif.py, docs/pytorch-import.md.
     cmp.add_argument("--as-gpu", metavar="NAME", help="what-if: replay measured compute as if on this GPU")
-    cmp.add_argument("--from-gpu", metavar="NAME", help="what-if: the GPU the trace was measured on")
+    cmp.add_argument(
+        "--from-gpu",
+        metavar="NAME",
+        help="what-if: the GPU the trace was measured on (default: the one Kineto's deviceProperties names)",
+    )
+    add_gpu_file_argument(cmp)
     res = p.add_argument_group("resources")
     res.add_argument(
         "--compute-streams", type=int, default=1, help="GPU compute ops in flight per rank (default: 1)"
@@ -159,6 +164,7 @@ def _print_summary(result, path: str) -> None:
         f"{label} {_fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {_fmt_ns(s['bubble_ns_max'])}"
     )
     cols = result.rank_arrays
+    _print_time_split(cols)
     wait = cols["wait_ns"].tolist()
     rank = cols["rank"].tolist()
     top = sorted(range(len(rank)), key=lambda i: (-wait[i], rank[i]))[:5]
@@ -170,6 +176,25 @@ def _print_summary(result, path: str) -> None:
             if wait[i] == 0:
                 break
             print(f"  {rank[i]:>6} {wait[i]:>14,} {finish[i]:>14,} {exposed[i]:>16,}")
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def _print_time_split(cols) -> None:
+    """Where the last rank to finish spent the iteration: GPU compute, CPU ops, exposed communication, idle
+    (so a what-if that rescales GPU compute and changes nothing shows why, issue 26 item 7)."""
+    finish = cols["finish_ns"].tolist()
+    if not finish:
+        return
+    i = max(range(len(finish)), key=lambda j: (finish[j], -j))
+    comp, cpu = int(cols["compute_ns"][i]), int(cols["cpu_ns"][i])
+    exposed, idle = int(cols["exposed_comm_ns"][i]), int(cols["idle_ns"][i])
+    print(
+        f"time split         rank {int(cols['rank'][i])} (last to finish): GPU compute {_ms(comp)}, CPU ops "
+        f"{_ms(cpu)}, exposed communication {_ms(exposed)}, idle {_ms(idle)}"
+    )
 
 
 def options(args: argparse.Namespace):
@@ -184,6 +209,7 @@ def options(args: argparse.Namespace):
             speed=tuple(args.speed),
             as_gpu=args.as_gpu,
             from_gpu=args.from_gpu,
+            gpu_file=args.gpu_file,
         ),
         comm_groups=args.comm_groups,
         compute_streams=args.compute_streams,

@@ -15,17 +15,21 @@ import os
 
 from netmodels.models import model_names
 from traces.errors import XsimError
-from xsim.verbs import add_verb
+from xsim.verbs import add_gpu_file_argument, add_verb
 
+
+def _usd(r: dict) -> tuple[bool, float]:
+    return r["cost_usd_per_million_tokens"] is None, r["cost_usd_per_million_tokens"] or 0.0
+
+
+# Plans that do not fit in GPU memory sort after every plan that does (issue 26 item 5); throughput ties
+# break on $ per M tokens and the other way round.
 SORT_KEYS = {
-    "time": lambda r: (r["iteration_time_ns"], r["spec"]),
-    "throughput": lambda r: (-(r["tokens_per_s"] or 0.0), r["spec"]),
-    "cost": lambda r: (
-        r["cost_usd_per_million_tokens"] is None,
-        r["cost_usd_per_million_tokens"] or 0.0,
-        r["spec"],
-    ),
+    "time": lambda r: (not r["fits"], r["iteration_time_ns"], r["spec"]),
+    "throughput": lambda r: (not r["fits"], -(r["tokens_per_s"] or 0.0), *_usd(r), r["spec"]),
+    "cost": lambda r: (not r["fits"], *_usd(r), -(r["tokens_per_s"] or 0.0), r["spec"]),
 }
+DEFAULT_SORT = "throughput"  # xsim.explore.sweep.DEFAULT_SORT: tokens/s, then $ per M tokens
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,9 +59,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "never share a link), flow shares links",
     )
     p.add_argument(
-        "--sort", choices=sorted(SORT_KEYS), default="time", help="order of the table (default: time)"
+        "--sort",
+        choices=sorted(SORT_KEYS),
+        default=DEFAULT_SORT,
+        help="order of the table (default: throughput, tokens/s then $/Mtok; plans of different global batches "
+        "compare by it, not by iteration time); plans that do not fit in memory come last",
+    )
+    p.add_argument(
+        "--drop-oom", action="store_true", help="leave plans that do not fit in GPU memory out of the table"
     )
     p.add_argument("--json", action="store_true", help="print one JSON list of rows")
+    add_gpu_file_argument(p)
     d = p.add_argument_group("sweep files (docs/decide.md)")
     d.add_argument("--workers", type=int, default=2, help="workers of the embedded Dask LocalCluster (2)")
     d.add_argument(
@@ -79,13 +91,13 @@ def _name(spec: str) -> str:
 def _row(spec: str, args: argparse.Namespace) -> dict:
     """Generate and replay one spec file through the library (xsim/explore/pipeline.py), as gen + replay do."""
     from netmodels.errors import NetworkModelError
-    from tracegen.spec import load_spec
+    from tracegen.spec import load_spec, read_gpu_file
     from xsim.api import check_cluster
     from xsim.explore.pipeline import gen_and_replay
     from xsim.explore.sweep import gpu_mix
 
     name = _name(spec)
-    dep = load_spec(spec)
+    dep = load_spec(spec, None, read_gpu_file(args.gpu_file) if args.gpu_file else None)
     check_cluster(dep, spec)
     dep.name = name
     try:
@@ -122,13 +134,18 @@ def _is_sweep_file(specs: list[str]) -> bool:
 
 def run_file(args: argparse.Namespace) -> int:
     """Expand a sweep file, run its plans on Dask, print the sorted rows and the Pareto front."""
+    import polars as pl
+
     from xsim.explore import sweep as sw
 
     if args.workers < 1:
         raise XsimError(f"--workers must be >= 1, got {args.workers}")
     plan = sw.load_sweep(args.specs[0])
     sw.check_sweep_size(plan, args.specs[0])
-    tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom)
+    from tracegen.spec import read_gpu_file
+
+    defs = read_gpu_file(args.gpu_file) if args.gpu_file else None
+    tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom, gpu_file=defs)
     done = sw.run_sweep(
         tasks,
         args.out,
@@ -138,6 +155,10 @@ def run_file(args: argparse.Namespace) -> int:
         progress=not args.no_progress and not args.json,
     )
     rows = sw.sort_rows(sw.rows_for(tasks, args.out), args.sort)
+    too_big = pl.col("min_headroom_bytes").fill_null(0) < 0  # `oom` rows, and --allow-oom plans that ran
+    n_oom = int(rows.select(too_big.sum()).item())
+    if args.drop_oom:
+        rows = rows.filter(~too_big)
     front = set(sw.pareto_keys(rows))
     plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
     # Exit 1 when no plan of the sweep finished (every row oom or error, this run's or an earlier one's): a
@@ -148,21 +169,31 @@ def run_file(args: argparse.Namespace) -> int:
         print(json.dumps(rows.drop("spec").to_dicts(), indent=1))
         return status
     print(
-        f"{'plan':<17} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
-        f"{'peak GiB':>8}  axes"
+        f"{'plan':<32} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
+        f"{'peak GiB':>8} {'fits':>4}  key"
     )
-    for r in rows.iter_rows(named=True):
+    for r, fits in zip(rows.iter_rows(named=True), sw.fits_column(rows), strict=True):
         it = "-" if r["iteration_time_ns"] is None else f"{r['iteration_time_ns'] / 1e9:.4f}"
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         usd = "-" if r["cost_usd_per_million_tokens"] is None else f"{r['cost_usd_per_million_tokens']:.4f}"
         peak = "-" if r["peak_memory_bytes"] is None else f"{r['peak_memory_bytes'] / 2**30:.1f}"
         star = "*" if r["key"] in front else " "
+        # The plan's name is its axis values (readable); the hash key names its folder under --out.
         print(
-            f"{r['key']}{star} {r['status']:<6} {r['gpus'] or '-':<20} {it:>11} {tps:>9} {usd:>8} {peak:>8}  "
-            f"{r['label']}"
+            f"{r['label'] + star:<32} {r['status']:<6} {r['gpus'] or '-':<20} {it:>11} {tps:>9} {usd:>8} "
+            f"{peak:>8} {fits:>4}  {r['key']}"
         )
         if r["status"] != "ok":
-            print(f"{'':<18}{r['error']}")
+            print(f"{'':<33}{r['error']}")
+    if n_oom:
+        print(
+            f"{n_oom} plans do not fit in GPU memory: "
+            + (
+                "left out (--drop-oom)"
+                if args.drop_oom
+                else "fits = NO, sorted last; --drop-oom leaves them out"
+            )
+        )
     failed = done.failed + done.failed_before
     before = (
         f" ({done.failed_before} in an earlier run: --retry-failed runs them again)"
@@ -205,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
             )
         seen[_name(spec)] = spec
     rows = sorted((_row(spec, args) for spec in args.specs), key=SORT_KEYS[args.sort])
+    oom = [r for r in rows if not r["fits"]]
+    if args.drop_oom:
+        rows = [r for r in rows if r["fits"]]
     if args.json:
         print(json.dumps(rows, indent=1))
         return 0
@@ -213,14 +247,25 @@ def run(args: argparse.Namespace) -> int:
         return "-" if v is None else f"{v:,.4f}"
 
     print(
-        f"{'spec':<28} {'GPUs':<22} {'iteration s':>12} {'tokens/s':>10} {'$/iter':>9} {'$/Mtok':>9} {'max wait s':>11}"
+        f"{'spec':<28} {'GPUs':<22} {'iteration s':>12} {'tokens/s':>10} {'$/iter':>9} {'$/Mtok':>9} "
+        f"{'max wait s':>11} {'peak GiB':>9} {'fits':>4}"
     )
     for r in rows:
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         print(
             f"{os.path.basename(r['spec']):<28} {r['gpus']:<22} {r['iteration_time_ns'] / 1e9:>12.4f} {tps:>10} "
             f"{money(r['cost_usd_per_iteration']):>9} {money(r['cost_usd_per_million_tokens']):>9} "
-            f"{r['wait_ns_max'] / 1e9:>11.4f}"
+            f"{r['wait_ns_max'] / 1e9:>11.4f} {r['peak_memory_bytes'] / 2**30:>9.1f} {'yes' if r['fits'] else 'NO':>4}"
+        )
+    if oom:
+        names = ", ".join(_name(r["spec"]) for r in oom)
+        print(
+            f"{len(oom)} of {len(args.specs)} plans do not fit in GPU memory ({names}): "
+            + (
+                "left out (--drop-oom)"
+                if args.drop_oom
+                else "fits = NO, sorted last; --drop-oom leaves them out"
+            )
         )
     print(f"results under {args.out}/<spec>/result; sorted by {args.sort}")
     return 0

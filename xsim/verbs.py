@@ -123,3 +123,15 @@ def network_options(args: argparse.Namespace, **extra):
         congestion_aware=args.congestion_aware,
         **extra,
     )
+
+
+GPU_FILE_HELP = (
+    "hypothetical GPUs: a YAML/TOML/JSON file of NAME: {peak_flops, mem_bw, memory_bytes, fp8_flops, sms, "
+    "nvlink_bandwidth, nic_bandwidth, nics, calibrated_as, price_per_hour} usable wherever a catalog GPU "
+    "name is (docs/tracegen.md, 'Hypothetical GPUs')"
+)
+
+
+def add_gpu_file_argument(p) -> None:
+    """The --gpu-file option (user-defined GPUs, tracegen.spec.read_gpu_file)."""
+    p.add_argument("--gpu-file", metavar="PATH", help=GPU_FILE_HELP)

@@ -124,12 +124,18 @@ def build_compute(options: ComputeOptions, num_ranks: int | None = None) -> Comp
 def _whatif(options: ComputeOptions, base: ComputeModel) -> ComputeModel:
     """Measured compute rescaled by op class from from_gpu to as_gpu (catalog numbers)."""
     from replay.whatif import whatif_model
-    from tracegen.catalog import gpu
-    from tracegen.errors import CatalogError
+    from tracegen.catalog import defined_gpus, gpu
+    from tracegen.errors import CatalogError, SpecError
+    from tracegen.spec import gpu_file_specs, read_gpu_file
 
     if not (options.as_gpu and options.from_gpu):
-        raise ReplayError("--as-gpu and --from-gpu go together (the target GPU and the measured one)")
+        raise ReplayError(
+            "--as-gpu and --from-gpu go together (the target GPU and the measured one; --from-gpu may be left "
+            "out when the trace's Kineto deviceProperties names the GPU)"
+        )
     try:
-        return whatif_model(gpu(options.from_gpu), gpu(options.as_gpu), base=base)
-    except CatalogError as exc:
+        defs = gpu_file_specs(read_gpu_file(options.gpu_file)) if options.gpu_file else {}
+        with defined_gpus(defs):
+            return whatif_model(gpu(options.from_gpu), gpu(options.as_gpu), base=base)
+    except (CatalogError, SpecError) as exc:
         raise ReplayError(f"what-if: {exc}") from None

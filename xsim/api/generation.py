@@ -21,6 +21,7 @@ class GenerateOptions:
     name: str | None = None  # file prefix (default: the spec's name)
     rewrite: bool = True  # the planner's rewrite: heterogeneous gradient sync and pipeline resharding
     force: bool = False  # replace another set's trace files in `out` (default: refuse to mix two sets)
+    gpu_file: str | None = None  # hypothetical GPUs (tracegen.spec.read_gpu_file), recorded when used
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,16 @@ class Generated:
     paths: tuple[str, ...]  # per-rank .et files (comm_group.json, deployment.json, memory.json beside them)
     nodes: int  # nodes over all ranks
     memory: tuple = ()  # tracegen.memory.RankMemory per rank (also written as memory.json)
+    notes: tuple[str, ...] = ()  # what hypothetical GPUs borrow from known ones (tracegen.spec.gpu_notes)
 
 
-def load_spec(spec: SpecSource, max_bytes: int | None = None):
+def load_spec(spec: SpecSource, max_bytes: int | None = None, gpu_file: str | None = None):
     """A deployment spec (.yaml/.toml/.json path or a mapping) as a checked tracegen Deployment (max_bytes:
-    the file's size limit, default the spec limit)."""
+    the file's size limit, default the spec limit; gpu_file: hypothetical GPUs it may use)."""
     from tracegen.spec import load_spec as load
+    from tracegen.spec import read_gpu_file
 
-    return load(spec, max_bytes)
+    return load(spec, max_bytes, read_gpu_file(gpu_file) if gpu_file else None)
 
 
 def check_cluster(dep, spec_path: str) -> None:
@@ -67,7 +70,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
     from tracegen.deployment_pb2 import Deployment
     from tracegen.errors import GeneratorError, SpecError
     from tracegen.memory import deployment_memory, write_memory
-    from tracegen.spec import NAME_RE, num_ranks, save_deployment
+    from tracegen.spec import NAME_RE, gpu_notes, num_ranks, save_deployment
     from tracegen.workload import generate as make
     from traces.outputs import prepare_set_folder
 
@@ -76,7 +79,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
         dep = Deployment()
         dep.CopyFrom(spec)  # the caller's message stays as it was (options.name may rename the copy)
     else:
-        dep = load_spec(spec)
+        dep = load_spec(spec, gpu_file=options.gpu_file)
     check_cluster(dep, os.fspath(where))
     if options.name:
         if not NAME_RE.match(options.name):
@@ -98,7 +101,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
         write_memory(mem, options.out)
     except OSError as exc:
         raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
-    return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem))
+    return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem), tuple(gpu_notes(dep)))
 
 
 def plan(spec: SpecSource):

@@ -44,12 +44,17 @@ def resolve_model(options: NetworkOptions) -> str:
 
 
 def build_network(
-    options: NetworkOptions, deployment=None, *, where: str = DEPLOYMENT_FILE, ranks: int | None = None
+    options: NetworkOptions,
+    deployment=None,
+    *,
+    where: str = DEPLOYMENT_FILE,
+    ranks: int | None = None,
+    gpu_types: dict | None = None,
 ):
     """The network model the options (or the deployment's cluster) describe; None in measured mode.
 
     `deployment` is the tracegen Deployment found beside the traces (or None); `where` names its file in
-    errors.
+    errors; `gpu_types`: hypothetical GPUs a `--topology nodes:` spec may name.
     """
     name = resolve_model(options)
     if model_info(name).built_from == "astra":
@@ -60,7 +65,9 @@ def build_network(
     if options.topology:
         from netmodels.cluster import topology_from_spec
 
-        return build_model(name, topology_from_spec(options.topology, need=ranks), **extra)
+        return build_model(
+            name, topology_from_spec(options.topology, need=ranks, gpu_types=gpu_types), **extra
+        )
     if deployment is not None and deployment.cluster_json:
         from netmodels.cluster import build_cluster
 

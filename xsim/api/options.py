@@ -32,7 +32,10 @@ class ComputeOptions:
     device_profile: str | None = None  # roofline devices per rank (docs/replay.md)
     speed: tuple[str, ...] = ()  # "RANK=FACTOR" or "A-B=FACTOR"
     as_gpu: str | None = None  # what-if: replay measured compute as if on this GPU
-    from_gpu: str | None = None  # what-if: the GPU the trace was measured on
+    from_gpu: str | None = None  # what-if: the GPU the trace was measured on (None: the recorded one)
+    gpu_file: str | None = (
+        None  # hypothetical GPUs --as-gpu/--from-gpu may name (tracegen.spec.read_gpu_file)
+    )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,14 @@ from traces.traceset import TraceSet, discover
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
 from xsim.api.options import OutputOptions, ReplayOptions
+from xsim.api.whatif import (
+    Recorded,
+    defined_gpu_types,
+    recorded_hardware,
+    resolve_whatif,
+    target_deployment,
+    target_memory,
+)
 
 
 @dataclass(frozen=True)
@@ -93,8 +101,12 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             deployment,
             where=os.path.join(ts.directory, DEPLOYMENT_FILE),
             ranks=ts.num_ranks,
+            gpu_types=defined_gpu_types(deployment, options.compute.gpu_file),
         )
-        compute = build_compute(options.compute, ts.num_ranks)
+        compute_options, whatif_lines = options.compute, ()
+        if compute_options.as_gpu:
+            compute_options, whatif_lines = resolve_whatif(compute_options, _recorded(ts, deployment))
+        compute = build_compute(compute_options, ts.num_ranks)
         with replay_progress(options.progress) as progress:
             result = replay_simulate(
                 ts,
@@ -119,14 +131,38 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
         if type(exc) is not ReplayError or ts.prefix in str(exc):
             raise
         raise ReplayError(f"{ts.prefix}: {exc}") from None
+    priced, memory, target_line = deployment, peak_memory(ts), ()
+    if compute_options.as_gpu and deployment is not None and len(deployment.device_groups):
+        # The what-if's hardware is the target: price and memory-check with it (issue 27 item 6).
+        priced, target = target_deployment(deployment, compute_options.as_gpu, compute_options.gpu_file)
+        memory = target_memory(memory, target.memory_bytes)
+        target_line = (
+            f"what-if: cost and memory lines are for the target GPU {target.name} "
+            f"({target.memory_bytes / 2**30:g} GiB, "
+            + ("no list price" if target.price_per_hour is None else f"${target.price_per_hour:g}/h")
+            + ")",
+        )
     return Replay(
         ts,
         deployment,
         result,
-        iteration_cost(deployment, result.summary_dict()["iteration_time_ns"]),
-        peak_memory(ts),
-        network_warnings(network, deployment),
+        iteration_cost(priced, result.summary_dict()["iteration_time_ns"]),
+        memory,
+        # A what-if's GPUs are the target's: the topology is checked against them, not the recorded ones.
+        (*whatif_lines, *target_line, *network_warnings(network, priced)),
     )
+
+
+def _recorded(ts: TraceSet, deployment) -> Recorded:
+    """The recorded hardware: an imported set's Kineto device, else a generated set's one GPU type."""
+    rec = recorded_hardware(ts)
+    if not rec.device and deployment is not None:
+        gpus = {dg.gpu for dg in deployment.device_groups}
+        if len(gpus) == 1:
+            return Recorded(gpus.pop(), rec.runtime, "deployment.json device groups")
+        if gpus:
+            return Recorded("", rec.runtime, f"deployment.json device groups hold {len(gpus)} GPU types")
+    return rec
 
 
 def network_warnings(network, deployment) -> tuple[str, ...]:

@@ -23,13 +23,13 @@ import math
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from netmodels.presets import interconnect
+from netmodels.presets import defined_interconnect, interconnect
 from tracegen import catalog
 from tracegen.errors import SpecError
 from tracegen.memory import OutOfMemory, check_fits, deployment_memory
@@ -45,7 +45,7 @@ from tracegen.ops import (
     shard_of,
 )
 from tracegen.ops import duration_micros as op_micros
-from tracegen.spec import NODE_SIZE, RESHARDS, load_spec
+from tracegen.spec import NODE_SIZE, RESHARDS, gpu_file_specs, gpu_type_entry, load_spec, read_gpu_file
 from traces.errors import XsimError
 from traces.limits import limit
 from xsim.explore import sweep as sw
@@ -114,9 +114,15 @@ class Candidate:
     estimate_ns: int = 0
     note: str = ""
 
-    def spec(self, model: str | ModelArch, seq: int, name: str) -> dict[str, Any]:
-        """The deployment spec mapping of this plan."""
+    def spec(
+        self, model: str | ModelArch, seq: int, name: str, gpus: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The deployment spec mapping of this plan (`gpus`: definitions of hypothetical GPUs; those the
+        plan uses are written into it)."""
+        used = {s.gpu for s in self.stages}
+        defs = {n: dict(d) for n, d in sorted((gpus or {}).items()) if n in used}
         return {
+            **({"gpus": defs} if defs else {}),
             "name": name,
             "model": model if isinstance(model, str) else model.name,
             "seq_len": seq,
@@ -239,7 +245,7 @@ class _Speed:
         key = (gpu, tp, mb)
         if key not in self.cache:
             spec = catalog.gpu(gpu)
-            bw = interconnect(INTERCONNECT, gpu).scale_up_bandwidth
+            bw = _interconnect(gpu).scale_up_bandwidth
             c = Ctx(self.m, shard_of(self.m, tp, 0), mb, self.seq, self.dtype, False)
 
             def total(steps) -> float:
@@ -450,9 +456,7 @@ def estimate_ns(c: Candidate, pools: Sequence[Pool], m: ModelArch) -> int:
         gpus = {s.gpu for s in c.stages}
         nodes = {node_of[r][1] + 1000 * node_of[r][2] for s in c.stages for r in s.ranks}
         bw = min(
-            interconnect(INTERCONNECT, g).nic_bandwidth
-            if len(nodes) > 1
-            else interconnect(INTERCONNECT, g).scale_up_bandwidth
+            _interconnect(g).nic_bandwidth if len(nodes) > 1 else _interconnect(g).scale_up_bandwidth
             for g in gpus
         )
         dp_ns = 2 * (reps - 1) / reps * grad / bw * 1e9
@@ -472,10 +476,17 @@ def estimate_ns(c: Candidate, pools: Sequence[Pool], m: ModelArch) -> int:
     return int(worst + dp_ns + opt)
 
 
+def _interconnect(gpu: str):
+    """The derived cluster's interconnect row of a GPU: the preset's, or a hypothetical GPU's own."""
+    if catalog.is_catalog_gpu(gpu):
+        return interconnect(INTERCONNECT, gpu)
+    return defined_interconnect(INTERCONNECT, gpu, gpu_type_entry(catalog.gpu(gpu)))
+
+
 def _link_bw(a: Stage, b: Stage, node_of: dict[int, tuple[str, int, int]]) -> float:
     na, nb = node_of[a.ranks[0]], node_of[b.ranks[0]]
     same = na[1:] == nb[1:]
-    pa, pb = interconnect(INTERCONNECT, a.gpu), interconnect(INTERCONNECT, b.gpu)
+    pa, pb = _interconnect(a.gpu), _interconnect(b.gpu)
     if same:
         return min(pa.scale_up_bandwidth, pb.scale_up_bandwidth)
     return min(pa.nic_bandwidth, pb.nic_bandwidth)
@@ -520,8 +531,27 @@ def search(
     workers: int = 2,
     scheduler: str | None = None,
     progress: bool = False,
+    gpu_file: str | None = None,
 ) -> SearchResult:
-    """Propose, prune, estimate and verify plans; write the verified ones as spec files under `out`."""
+    """Propose, prune, estimate and verify plans; write the verified ones as spec files under `out`
+    (gpu_file: hypothetical GPUs the cluster may name, tracegen.spec.read_gpu_file)."""
+    defs = read_gpu_file(gpu_file) if gpu_file else {}
+    with catalog.defined_gpus(gpu_file_specs(defs)):
+        return _search(cluster, model, global_batch, seq, top, out, workers, scheduler, progress, defs)
+
+
+def _search(
+    cluster: str,
+    model: str,
+    global_batch: int,
+    seq: int | None,
+    top: int,
+    out: str,
+    workers: int,
+    scheduler: str | None,
+    progress: bool,
+    defs: Mapping[str, Any],
+) -> SearchResult:
     t0 = time.perf_counter()
     pools = parse_cluster(cluster)
     try:
@@ -545,7 +575,7 @@ def search(
     oom = bad = 0
     for c in cands:
         try:
-            dep = load_spec(c.spec(model, m.seq_len, "candidate"))
+            dep = load_spec(c.spec(model, m.seq_len, "candidate", defs))
             check_fits(deployment_memory(dep), "candidate")
         except OutOfMemory:
             oom += 1
@@ -572,7 +602,7 @@ def search(
     os.makedirs(out, exist_ok=True)
     tasks = []
     for i, c in enumerate(best):
-        spec = c.spec(model, m.seq_len, "plan")
+        spec = c.spec(model, m.seq_len, "plan", defs)
         spec_json = sw.resolve(spec, os.getcwd())
         key = sw.plan_key(spec_json, "analytical")
         tasks.append(
@@ -601,7 +631,7 @@ def search(
         Verified(c, os.path.join(out, f"plan_{i:02d}.yaml"), rows[t.key]) for i, (c, t) in enumerate(order, 1)
     ]
     for v in verified:
-        _write_spec(v, model, m.seq_len, cluster)
+        _write_spec(v, model, m.seq_len, cluster, defs)
     ok = [v for v in verified if v.row["status"] == "ok"]
     breakdown, why = _explain(ok) if ok else ((), ("no verified plan replayed",))
     return SearchResult(
@@ -611,7 +641,7 @@ def search(
     )  # fmt: skip
 
 
-def _write_spec(v: Verified, model: str, seq: int, cluster: str) -> None:
+def _write_spec(v: Verified, model: str, seq: int, cluster: str, defs: Mapping[str, Any]) -> None:
     r = v.row
     name = os.path.basename(v.spec_path).split(".")[0]
     head = [f"# xsim plan --search {cluster} --model {model}: {v.candidate.describe()}"]
@@ -626,7 +656,7 @@ def _write_spec(v: Verified, model: str, seq: int, cluster: str) -> None:
         head.append(f"# replay failed: {r['error']}")
     head.append(f"# analytical estimate {v.candidate.estimate_ns / 1e9:.4f} s")
     body = yaml.safe_dump(
-        v.candidate.spec(model, seq, name), sort_keys=False, default_flow_style=None, width=120
+        v.candidate.spec(model, seq, name, defs), sort_keys=False, default_flow_style=None, width=120
     )
     with open(v.spec_path, "w", encoding="utf-8") as fh:
         fh.write("\n".join(head) + "\n" + body)

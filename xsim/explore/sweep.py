@@ -208,12 +208,15 @@ def plan_key(spec_json: str, network: str) -> str:
     return hashlib.sha256(f"{network}\n{spec_json}".encode()).hexdigest()[:16]
 
 
-def resolve(spec: Mapping[str, Any], base_dir: str) -> str:
-    """The resolved spec (as `xsim gen` writes deployment.json) as canonical JSON; raises SpecError."""
+def resolve(
+    spec: Mapping[str, Any], base_dir: str, gpu_file: Mapping[str, Mapping[str, Any]] | None = None
+) -> str:
+    """The resolved spec (as `xsim gen` writes deployment.json) as canonical JSON; raises SpecError.
+    gpu_file: hypothetical GPUs (tracegen.spec.read_gpu_file), recorded in the spec when it uses them."""
     cwd = os.getcwd()
     try:
         os.chdir(base_dir)  # relative profile / cluster files are relative to the sweep file
-        dep = load_spec({**spec, "name": "plan"})
+        dep = load_spec({**spec, "name": "plan"}, None, gpu_file)
     finally:
         os.chdir(cwd)
     return json.dumps(spec_to_mapping(dep), sort_keys=True)
@@ -235,8 +238,11 @@ def check_sweep_size(sweep: Sweep, path: str) -> int:
     return n
 
 
-def expand(sweep: Sweep, out: str, allow_oom: bool = False) -> list[PlanTask]:
-    """Every plan of the sweep (cartesian product of the axes, in file order)."""
+def expand(
+    sweep: Sweep, out: str, allow_oom: bool = False, gpu_file: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[PlanTask]:
+    """Every plan of the sweep (cartesian product of the axes, in file order); gpu_file: hypothetical GPUs
+    its axes may name (tracegen.spec.read_gpu_file)."""
     names = [a for a, _ in sweep.axes]
     tasks: list[PlanTask] = []
     seen: set[str] = set()
@@ -246,7 +252,7 @@ def expand(sweep: Sweep, out: str, allow_oom: bool = False) -> list[PlanTask]:
         axes_json = json.dumps(values, sort_keys=True)
         try:
             spec, network = apply_axes(sweep.base, values)
-            spec_json = resolve(spec, sweep.base_dir)
+            spec_json = resolve(spec, sweep.base_dir, gpu_file)
             key, err = plan_key(spec_json, network), ""
         except (XsimError, NetworkModelError) as exc:
             spec_json, network = "", str(values.get("network", "analytical"))
@@ -354,18 +360,33 @@ def read_rows(out: str) -> pl.DataFrame:
 
 
 SORTS = ("time", "throughput", "cost")
+# Plans of different global batches train different token counts per iteration: tokens/s (then $ per
+# million tokens) compares them, iteration time does not (issue 26 item 5).
+DEFAULT_SORT = "throughput"
 
 
-def sort_rows(rows: pl.DataFrame, by: str = "time") -> pl.DataFrame:
-    """Finished plans first, ordered by iteration time, throughput (descending) or $ per M tokens."""
-    rows = rows.with_columns((pl.col("status") != "ok").alias("_failed"))
+def sort_rows(rows: pl.DataFrame, by: str = DEFAULT_SORT) -> pl.DataFrame:
+    """Finished plans first (OOM and failed rows last), ordered by throughput (descending, then $ per M
+    tokens), $ per M tokens (then throughput) or iteration time."""
+    # A plan replayed with --allow-oom that does not fit (negative headroom) sorts with the failed rows.
+    rows = rows.with_columns(
+        ((pl.col("status") != "ok") | (pl.col("min_headroom_bytes").fill_null(0) < 0)).alias("_failed")
+    )
     if by == "throughput":
-        keys, desc = ["_failed", "tokens_per_s", "key"], [False, True, False]
+        keys = ["_failed", "tokens_per_s", "cost_usd_per_million_tokens", "key"]
+        desc = [False, True, False, False]
     elif by == "cost":
-        keys, desc = ["_failed", "cost_usd_per_million_tokens", "key"], [False, False, False]
+        keys = ["_failed", "cost_usd_per_million_tokens", "tokens_per_s", "key"]
+        desc = [False, False, True, False]
     else:
         keys, desc = ["_failed", "iteration_time_ns", "key"], [False, False, False]
     return rows.sort(keys, descending=desc, nulls_last=True).drop("_failed")
+
+
+def fits_column(rows: pl.DataFrame) -> list[str]:
+    """Per row: "yes" when every rank fits in its GPU's memory, "NO" when one does not (an `oom` row, or a
+    plan replayed with --allow-oom), "-" when the plan did not resolve."""
+    return ["-" if h is None else ("yes" if h >= 0 else "NO") for h in rows["min_headroom_bytes"].to_list()]
 
 
 def pareto_keys(rows: pl.DataFrame) -> list[str]:
@@ -380,6 +401,33 @@ def pareto_keys(rows: pl.DataFrame) -> list[str]:
         if not any((t2 <= t and c2 <= c) and (t2 < t or c2 < c) for t2, c2, _ in pts):
             front.append(k)
     return sorted(front)
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """One point of the Pareto plot: plans with identical time and cost merged, their names joined."""
+
+    time_s: float
+    usd_per_mtok: float
+    keys: tuple[str, ...]
+    label: str
+
+
+def merged_points(rows: pl.DataFrame) -> list[PlotPoint]:
+    """Finished, priced plans grouped by (iteration time, $ per M tokens): identical results are one point
+    labelled with every plan's name (at most 3 shown, then "+N more")."""
+    groups: dict[tuple[int, float], list[tuple[str, str]]] = {}
+    for r in rows.iter_rows(named=True):
+        if r["status"] != "ok" or r["cost_usd_per_million_tokens"] is None:
+            continue
+        at = (r["iteration_time_ns"], r["cost_usd_per_million_tokens"])
+        groups.setdefault(at, []).append((r["label"], r["key"]))
+    out = []
+    for (t, c), members in sorted(groups.items()):
+        names = sorted(m[0] for m in members)
+        label = ", ".join(names[:3]) + (f" +{len(names) - 3} more" if len(names) > 3 else "")
+        out.append(PlotPoint(t / 1e9, c, tuple(sorted(m[1] for m in members)), label))
+    return out
 
 
 def plot_path(path: str) -> str:
@@ -405,14 +453,20 @@ def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
         return None
     front = set(pareto_keys(ok))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    xs = (ok["iteration_time_ns"] / 1e9).to_list()
-    ys = ok["cost_usd_per_million_tokens"].to_list()
+    points = merged_points(ok)
+    xs = [p.time_s for p in points]
+    ys = [p.usd_per_mtok for p in points]
     ax.scatter(xs, ys, s=18, color="0.6", label="plans")
-    pf = sorted((x, y) for x, y, k in zip(xs, ys, ok["key"].to_list(), strict=True) if k in front)
+    for p in points:  # every point labelled; identical results are one point with all their names
+        ax.annotate(
+            p.label, (p.time_s, p.usd_per_mtok), fontsize=7, xytext=(4, 3), textcoords="offset points"
+        )
+    pf = sorted((p.time_s, p.usd_per_mtok) for p in points if front & set(p.keys))
     ax.plot([p[0] for p in pf], [p[1] for p in pf], "o-", color="C3", label="Pareto front")
     ax.set_xlabel("iteration time (s)")
     ax.set_ylabel("$ per million tokens")
-    ax.set_title(f"{len(ok)} plans, {len(front)} on the front")
+    on_front = sum(1 for p in points if front & set(p.keys))
+    ax.set_title(f"{len(ok)} plans at {len(points)} distinct points, {on_front} on the front")
     ax.legend()
     fig.tight_layout()
     path = plot_path(path)

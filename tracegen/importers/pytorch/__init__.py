@@ -231,6 +231,10 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
     A.set_attr(meta, "producer", "xsim import pytorch")
     A.set_attr(meta, "comm_tails", tails)
     A.set_attr(meta, "pytorch_device", "cuda" if any(g.gpu_run for g, _, _ in graphs.values()) else "cpu")
+    # The recorded GPU (Kineto deviceProperties), so a what-if needs no --from-gpu and can check one.
+    names = sorted({k.device_name for k in kinetos if k.device_name})
+    if names:
+        A.set_attr(meta, "recorded_device", names[0] if len(names) == 1 else " | ".join(names))
     return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
 
 
