@@ -55,9 +55,9 @@ def test_every_help_has_examples(capsys) -> None:
 def test_demo_help_is_whole_sentences(capsys) -> None:
     out = _help(["demo"], capsys)
     body = " ".join(out.split("\n\n")[1].split())
-    assert body.startswith("Plan, generate, validate and replay the paper's Figure 1 deployment") and body.endswith(
-        "what the paper's plan as drawn would need."
-    )
+    assert body.startswith(
+        "Plan, generate, validate and replay the paper's Figure 1 deployment"
+    ) and body.endswith("what the paper's plan as drawn would need.")
 
 
 @pytest.mark.parametrize(

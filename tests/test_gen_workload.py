@@ -249,7 +249,9 @@ def _validate(bundle, tmp_path, name):
     return files, check_all(files, groups)
 
 
-@pytest.mark.parametrize("example", ["figure1_paper.yaml", "table4_c12.yaml", "table4_c15.yaml", "table4_c16.yaml"])
+@pytest.mark.parametrize(
+    "example", ["figure1_paper.yaml", "table4_c12.yaml", "table4_c15.yaml", "table4_c16.yaml"]
+)
 def test_generated_traces_pass_the_validator(tmp_path, example):
     dep = load_spec(REPO / "examples" / example)
     files, findings = _validate(generate(dep, rewrite=False), tmp_path, dep.name)
