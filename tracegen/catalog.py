@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from tracegen.errors import CatalogError
+from traces.wording import did_you_mean
 
 GIB = 1 << 30
 TERA = 1e12
@@ -101,7 +102,9 @@ def canonical_gpu_name(name: str) -> str:
     for alias, target in ALIASES.items():
         if alias.upper() == key:
             return target
-    raise CatalogError(f"unknown GPU {name!r} (known: {', '.join(GPU_NAMES)}; alias A100 = A100-40GB)")
+    raise CatalogError(
+        f"unknown GPU {name!r}{did_you_mean(name, GPU_NAMES)} (known: {', '.join(GPU_NAMES)}; alias A100 = A100-40GB)"
+    )
 
 
 def gpu(name: str) -> GpuSpec:
