@@ -233,7 +233,9 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
     A.set_attr(meta, "pytorch_device", "cuda" if any(g.gpu_run for g, _, _ in graphs.values()) else "cpu")
     # Who recorded each rank (read by `xsim validate` to check that --real is this run, issue 26 item 3):
     # the Kineto process id and the absolute ns that `measured_start_ns` counts from, per rank in order.
-    A.set_attr(meta, "kineto_pids", [kineto_pid(kinetos[ranks.index(r)]) for r in sorted(graphs)], "int64_list")
+    A.set_attr(
+        meta, "kineto_pids", [kineto_pid(kinetos[ranks.index(r)]) for r in sorted(graphs)], "int64_list"
+    )
     A.set_attr(
         meta,
         "measured_origin_ns",
