@@ -64,7 +64,7 @@ def test_installed_package_finds_its_examples(tmp_path) -> None:
     # Our own packaging config warns of nothing (issue 26 item 8: license as a TOML table, data folders
     # missing from `packages`).
     assert "BuildBackendWarning" not in r.stdout + r.stderr, r.stderr
-    (wheel,) = tmp_path.glob("xsim-*.whl")
+    (wheel,) = tmp_path.glob("xsim_replay-*.whl")  # the distribution xsim-replay (PyPI's xsim is taken)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     assert (site / "xsim_examples" / "figure1.yaml").is_file()

@@ -39,7 +39,7 @@ def version() -> str:
     from importlib.metadata import version as dist_version
 
     try:
-        return dist_version("xsim")
+        return dist_version("xsim-replay")  # the distribution name (pyproject.toml)
     except PackageNotFoundError:
         import re
         from pathlib import Path

@@ -92,5 +92,5 @@ def run(args: argparse.Namespace) -> int:
         names = ", ".join(os.path.basename(p) for p in written)
         print(f"wrote {args.out}: {names}")
         if not any(p.endswith(".png") for p in written):
-            print("no validation.png: matplotlib is not installed (pip install 'xsim[plot]')")
+            print("no validation.png: matplotlib is not installed (pip install 'xsim-replay[plot]')")
     return 0

@@ -314,7 +314,7 @@ def render_report(run: RunTables, validation_dir: str | None = None) -> str:
     try:
         import matplotlib
     except ImportError:
-        raise ReportError("xsim report draws with matplotlib: pip install 'xsim[plot]'") from None
+        raise ReportError("xsim report draws with matplotlib: pip install 'xsim-replay[plot]'") from None
     matplotlib.use("Agg")
     n = len(run.ranks)
     br = rank_breakdown(run.ops, n)
