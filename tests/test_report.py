@@ -184,5 +184,7 @@ def test_report_numbers_are_the_summary_and_ranks_tables(tmp_path, capsys) -> No
     # The exclusive shares carry their own names; no breakdown column reuses a ranks table name.
     assert "<th>wait_share_ns</th>" in text and "<th>bubble_share_ns</th>" in text
     assert summary["bubble_ns_max"] == ranks["bubble_ns"].max()
+    # The Gantt says what its colours mean (issue 26 item 9).
+    assert "GPU compute" in text and "communication (active)" in text and "waiting for peers" in text
     # The title names the trace set and the network, not the output folder.
     assert "<title>xsim report: t, 2 ranks, analytical network: " in text

@@ -172,3 +172,21 @@ def test_spec_key_and_gpu_name_did_you_mean(tmp_path: Path, capsys) -> None:
         assert main(["plan", str(path)]) == 2
         assert hint in _one_line_error(capsys)
     assert did_you_mean("zzz", ["micro_batch"]) == ""
+
+
+def test_replay_on_other_gpus_says_so(tmp_path: Path, capsys) -> None:
+    # Figure 1's ranks 5-9 are A100s; a topology of ten H100s replays them on H100 links: one warning line.
+    from tracegen.spec import load_spec, save_deployment
+    from tracegen.workload import generate
+
+    dep = load_spec(EXAMPLES / "figure1.yaml")
+    dep.micro_batches = 1
+    generate(dep).write(tmp_path / "fig1", dep.name)
+    save_deployment(dep, tmp_path / "fig1" / "deployment.json")
+    argv = ["replay", str(tmp_path / "fig1"), "--topology", "nodes:H100x10", "--no-progress"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (
+        "5 ranks sit on GPUs unlike the traces' device groups (rank 5: topology H100, traces A100-40GB)"
+        in err
+    )
