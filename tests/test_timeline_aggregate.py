@@ -102,3 +102,16 @@ def test_speedscope_opens_the_export(tmp_path) -> None:
     r = browser.render_speedscope(tmp_path / "t.speedscope.json", tmp_path / "shot.png", view="left-heavy")
     assert r.returncode == 0 and browser.console_errors(r.stderr) == []
     assert (tmp_path / "shot.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_readme_timeline_screenshot_shows_something() -> None:
+    # Issue 26 item 6: the README's screenshot was an almost empty strip. Rendered by
+    # scripts/render_screenshots.py (speedscope, Left Heavy of every rank): 28% of its pixels are coloured
+    # frames (the rank-0 strip it replaced: 3%).
+    from tests.conftest import REPO
+
+    px = browser.png_pixels(REPO / "docs" / "img" / "timeline-speedscope.png")
+    if px is None:
+        pytest.skip("matplotlib not installed: cannot read the PNG")
+    colored = (px.max(axis=2) - px.min(axis=2) > 0.1).mean()
+    assert colored > 0.15, colored
