@@ -180,20 +180,41 @@ def trace_of(sim_dir: str) -> str:
 @dataclass(frozen=True)
 class Window:
     """What is compared when the Kineto traces have no ProfilerStep: a time range of the run (ns from the
-    origin of `measured_start_ns`, ops that start inside it) or every matched op (`matched`)."""
+    origin of `measured_start_ns`, ops that start inside it), an op range (node ids FIRST..LAST of each rank,
+    the importer's host-op order) or every matched op (`matched`)."""
 
     start_ns: int = 0
     end_ns: int | None = None
     matched: bool = False
+    ops: tuple[int, int] | None = None
+
+    def holds(self, node_id: int, start_ns: int, matched: bool) -> bool:
+        """Whether an op (its node id, its recorded start, found in --real or not) is compared."""
+        if self.matched:
+            return matched
+        if self.ops is not None:
+            return self.ops[0] <= node_id <= self.ops[1]
+        return self.start_ns <= start_ns and (self.end_ns is None or start_ns < self.end_ns)
 
 
 def parse_window(text: str) -> Window:
-    """`matched`, or `START:END` with time units (`0ms:20ms`; END may be empty: to the end)."""
+    """`matched`, `ops:FIRST:LAST` (node ids), or `START:END` with time units (`0ms:20ms`; END may be empty)."""
     from netmodels.errors import UnitError
     from netmodels.units import parse_time_ns
 
     if text.strip() == "matched":
         return Window(matched=True)
+    if text.startswith("ops:"):
+        first, _, last = text[4:].partition(":")
+        try:
+            lo, hi = int(first), int(last)
+        except ValueError:
+            raise ReplayError(
+                f"--window {text!r}: ops:FIRST:LAST takes two node ids, e.g. ops:100:900"
+            ) from None
+        if lo < 0 or hi < lo:
+            raise ReplayError(f"--window {text!r}: FIRST must be >= 0 and at most LAST")
+        return Window(ops=(lo, hi))
     lo, sep, hi = text.partition(":")
     try:
         if not sep:
@@ -202,7 +223,7 @@ def parse_window(text: str) -> Window:
         b = round(parse_time_ns(hi)) if hi.strip() else None
     except UnitError as exc:
         raise ReplayError(
-            f"--window {text!r}: not 'matched' or START:END with units, e.g. 0ms:20ms ({exc})"
+            f"--window {text!r}: not 'matched', ops:FIRST:LAST or START:END with units, e.g. 0ms:20ms ({exc})"
         ) from None
     if a < 0 or (b is not None and b <= a):
         raise ReplayError(f"--window {text!r}: START must be >= 0 and before END")
@@ -405,12 +426,7 @@ def validate(
             hit = match.found.get(node.id)
             if window is not None:
                 t = int(a.get("measured_start_ns", -1))
-                inside = (
-                    hit is not None
-                    if window.matched
-                    else (window.start_ns <= t and (window.end_ns is None or t < window.end_ns))
-                )
-                if not inside:
+                if not window.holds(node.id, t, hit is not None):
                     continue
             measured = hit[2] if hit is not None else 0
             if node.name.startswith(TAIL_PREFIX):

@@ -144,6 +144,14 @@ def test_window_for_traces_without_profiler_steps(ddp, tmp_path, capsys) -> None
     part = validate([k], res, ts, parse_window("0ms:20ms"))
     assert part.steps["measured_ns"][0] < measured
     assert int(part.layers["measured_ns"].sum()) < int(v.layers["measured_ns"].sum())
+    # An op range: the first 1,000 node ids hold fewer ops than the whole run, and more than the first 100.
+    small, large = (validate([k], res, ts, parse_window(f"ops:0:{n}")) for n in (100, 1000))
+    assert (
+        0
+        < small.layers["simulated_ns"].sum()
+        < large.layers["simulated_ns"].sum()
+        < v.layers["simulated_ns"].sum()
+    )
     assert main(["validate", "--real", k, "--sim", res, "--trace", ts.prefix, "--window", "matched"]) == 0
     assert "step-time error " in capsys.readouterr().out
 
@@ -153,7 +161,8 @@ def test_window_parse() -> None:
     assert parse_window("1ms:2ms") == Window(1_000_000, 2_000_000)
     assert parse_window(":5us") == Window(0, 5_000)
     assert parse_window("3s:") == Window(3_000_000_000, None)
-    for bad in ("5ms", "2ms:1ms", "x:y"):
+    assert parse_window("ops:10:20") == Window(ops=(10, 20))
+    for bad in ("5ms", "2ms:1ms", "x:y", "ops:5", "ops:9:3"):
         with pytest.raises(ReplayError, match="--window"):
             parse_window(bad)
 

@@ -44,7 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--window",
         metavar="RANGE",
         help="for Kineto traces without ProfilerStep#N: compare ops starting in START:END of the run "
-        "(e.g. 0ms:20ms, from its first op) or 'matched' (every op found in --real) as one step",
+        "(e.g. 0ms:20ms, from its first op), the op range ops:FIRST:LAST (node ids) or 'matched' (every op "
+        "found in --real) as one step",
     )
     p.add_argument("--json", action="store_true", help="print validation.json to stdout")
     p.set_defaults(func=run)
