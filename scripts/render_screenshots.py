@@ -1,5 +1,6 @@
-"""Render the screenshots in docs/img/ with real viewers: the Figure 1 timeline in speedscope and the HTML
-report in headless Chromium, plus the validation figure of the bundled 2-rank PyTorch run.
+"""Render the screenshots in docs/img/ with real viewers: the Figure 1 replay in speedscope (its own format,
+Left Heavy over all ranks: op kinds by summed time), the HTML report in headless Chromium, plus the
+validation figure of the bundled 2-rank PyTorch run.
 
 Needs Chromium and speedscope (`.ci/run` installs both; see tests/browser.py). Run from the repository root:
     python scripts/render_screenshots.py [--out docs/img]
@@ -45,11 +46,16 @@ def render(out: Path) -> list[Path]:
                 "--out",
                 str(t / "res"),
                 "--timeline",
-                str(t / "timeline.json"),
+                str(t / "timeline.speedscope.json"),
                 "--no-progress",
             ]
         )
-        browser.render_speedscope(t / "timeline.json", out / "timeline-speedscope.png", size="1400,500")
+        browser.render_speedscope(
+            t / "timeline.speedscope.json",
+            out / "timeline-speedscope.png",
+            size="1400,420",
+            view="left-heavy",
+        )
         made.append(out / "timeline-speedscope.png")
         ets = [str(EX / f"tinygpt_2rank_et.{r}.json.gz") for r in range(2)]
         kin = [str(EX / f"tinygpt_2rank_kineto.{r}.json.gz") for r in range(2)]

@@ -91,7 +91,7 @@ def console_errors(stderr: str) -> list[str]:
     return out
 
 
-def render_speedscope(profile: Path, screenshot: Path, size: str = "1400,900"):
+def render_speedscope(profile: Path, screenshot: Path, size: str = "1400,900", view: str = "time-ordered"):
     """Screenshot speedscope showing `profile` (loaded offline through its localProfilePath hook)."""
     d = speedscope_dir()
     assert d is not None
@@ -99,7 +99,10 @@ def render_speedscope(profile: Path, screenshot: Path, size: str = "1400,900"):
         js = Path(tmp) / "profile.js"
         b64 = base64.b64encode(profile.read_bytes()).decode("ascii")
         js.write_text(f"speedscope.loadFileFromBase64({profile.name!r}, {b64!r})\n", encoding="utf-8")
-        return run_chromium(f"{(d / 'index.html').as_uri()}#localProfilePath={js}", screenshot, size)
+        # view: speedscope's hash parameter (time-ordered, left-heavy, sandwich).
+        return run_chromium(
+            f"{(d / 'index.html').as_uri()}#localProfilePath={js}&view={view}", screenshot, size
+        )
 
 
 def png_pixels(path: Path):

@@ -335,11 +335,12 @@ def test_validate_corrupt_ops_table(w: Path) -> None:
 
 
 def test_validate_kineto_without_steps(w: Path) -> None:
-    # The step-time error printed "+nan%" with exit 0.
+    # The step-time error printed "+nan%" with exit 0. (One file per rank of the 2-rank set "ok".)
     _bad(
         w,
         "validate",
         "--real",
+        "nosteps.json",
         "nosteps.json",
         "--sim",
         "res",

@@ -128,7 +128,7 @@ def test_cross_group_order_warns_for_one_comm_slot(tmp_path: Path) -> None:
     assert all("one comm slot per rank" in f.message for f in found)
     res = _validate(ts.prefix)
     assert res.returncode == 0, res.stderr
-    assert "OK (2 warning(s))" in res.stdout
+    assert "OK (2 warnings)" in res.stdout
 
 
 def test_matched_set_has_no_replay_findings(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def test_figure1_cost_by_hand() -> None:
-    dep = load_spec(EXAMPLES / "figure1.yaml")
+    dep = load_spec(EXAMPLES / "figure1_paper.yaml")
     # One hour of iteration: 5 H100 at $98.32/8 = $12.29/h and 5 A100-40GB at $32.7726/8 = $4.0966/h
     # (catalog prices, AWS p5.48xlarge and p4d.24xlarge on-demand).
     c = iteration_cost(dep, 3_600 * 10**9)

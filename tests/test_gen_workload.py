@@ -209,7 +209,7 @@ def by_name(nodes, nid):
 
 
 def test_figure1_heterogeneous_naive_p2p_and_no_dp_sync():
-    dep = load_spec(REPO / "examples" / "figure1.yaml")
+    dep = load_spec(REPO / "examples" / "figure1_paper.yaml")
     assert not is_homogeneous(dep)
     b = generate(dep, rewrite=False)
     assert not any(A.get_str(n, A.PHASE) == "sync" for nodes in b.nodes.values() for n in nodes)
@@ -249,7 +249,9 @@ def _validate(bundle, tmp_path, name):
     return files, check_all(files, groups)
 
 
-@pytest.mark.parametrize("example", ["figure1.yaml", "table4_c12.yaml", "table4_c15.yaml", "table4_c16.yaml"])
+@pytest.mark.parametrize(
+    "example", ["figure1_paper.yaml", "table4_c12.yaml", "table4_c15.yaml", "table4_c16.yaml"]
+)
 def test_generated_traces_pass_the_validator(tmp_path, example):
     dep = load_spec(REPO / "examples" / example)
     files, findings = _validate(generate(dep, rewrite=False), tmp_path, dep.name)
@@ -288,7 +290,7 @@ def test_validator_catches_a_broken_pairing(tmp_path):
 
 
 def test_same_spec_gives_byte_identical_files(tmp_path):
-    dep = load_spec(REPO / "examples" / "figure1.yaml")
+    dep = load_spec(REPO / "examples" / "figure1_paper.yaml")
     generate(dep, rewrite=False).write(tmp_path / "a", dep.name)
     generate(dep, rewrite=False).write(tmp_path / "b", dep.name)
     names = sorted(p.name for p in (tmp_path / "a").iterdir())
@@ -297,7 +299,7 @@ def test_same_spec_gives_byte_identical_files(tmp_path):
     assert mismatch == [] and errors == []
 
 
-@pytest.mark.parametrize("example", ["figure1.yaml", "table4_c15.yaml", "table4_c16.yaml"])
+@pytest.mark.parametrize("example", ["figure1_paper.yaml", "table4_c15.yaml", "table4_c16.yaml"])
 def test_copying_a_groups_first_rank_changes_nothing(example):
     # The generator copies structurally identical ranks of a group instead of rebuilding them (speed);
     # the result must equal building every rank from scratch.

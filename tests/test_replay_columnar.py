@@ -85,7 +85,7 @@ def test_generated_figure1_with_roofline_and_recorded_durations(tmp_path: Path) 
     from replay.compute import DurationModel, RooflineModel
     from xsim.api import catalog_device
 
-    dep = load_spec(str(ROOT / "examples" / "figure1.yaml"))
+    dep = load_spec(str(ROOT / "examples" / "figure1_paper.yaml"))
     generate(dep).write(tmp_path / "f1", dep.name)
     save_deployment(dep, tmp_path / "f1" / "deployment.json")
     ts = discover(str(tmp_path / "f1"))

@@ -187,7 +187,7 @@ def test_refuses_flow_model(gen_sets) -> None:
 
 def test_refuses_heterogeneous_deployment(tmp_path: Path) -> None:
     # Figure 1: replica 0 is cut TP 3 / TP 2, replica 1 TP 2 / TP 3 (the paper's example).
-    dep = load_spec(REPO / "examples" / "figure1.yaml")
+    dep = load_spec(REPO / "examples" / "figure1_paper.yaml")
     save_deployment(dep, tmp_path / "deployment.json")
     doc = json.loads((tmp_path / "deployment.json").read_text())
     with pytest.raises(

@@ -47,7 +47,15 @@ def _ops() -> pl.DataFrame:
 
 def test_rank_breakdown_by_hand() -> None:
     br = rank_breakdown(_ops(), 2)
-    cols = ["compute_ns", "cpu_ns", "exposed_comm_ns", "wait_ns", "bubble_ns", "idle_ns", "finish_ns"]
+    cols = [
+        "compute_share_ns",
+        "cpu_share_ns",
+        "exposed_comm_share_ns",
+        "wait_share_ns",
+        "bubble_share_ns",
+        "idle_share_ns",
+        "finish_ns",
+    ]
     # rank 0: compute [0,10)+[25,30)=15, cpu 2, comm [10,20)=10 (hidden under compute until 10), the
     # collective's wait [5,8) is under compute: 0, the recv's wait [20,25) inside the compute span: bubble 5.
     assert br.row(0, named=True) | {} == dict(zip(["rank", *cols], [0, 15, 2, 10, 0, 5, 0, 32], strict=True))
@@ -61,7 +69,7 @@ def test_collective_exposure_and_layers_by_hand() -> None:
     assert exp.rows() == [(1, 10 + 3)]
     by_layer = op_time_by(_ops(), "layer")
     # Communication counts its active time: rank 0's [8,20) = 12, rank 1's [17,20) = 3.
-    assert by_layer.select("layer", "compute_ns", "comm_ns", "wait_ns").rows() == [
+    assert by_layer.select("layer", "compute_ns", "comm_ns", "wait_sum_ns").rows() == [
         (1, 12, 15, 18),
         (2, 7, 0, 0),
     ]
@@ -136,3 +144,47 @@ def test_report_loads_in_chromium_without_console_errors(tmp_path) -> None:
         & (abs(px[:, :, 2] - 0xB0 / 255) < 0.02)
     )
     assert blue.sum() > 500
+
+
+def _cells(text: str) -> dict[str, str]:
+    """The summary table's rows: header cell -> value cell."""
+    return dict(re.findall(r"<tr><th>([^<]*)</th><td>([^<]*)</td></tr>", text))
+
+
+def test_report_numbers_are_the_summary_and_ranks_tables(tmp_path, capsys) -> None:
+    # Issue 26 item 2: the report's worst-rank bubble and its per-rank columns are the replay's own.
+    pytest.importorskip("matplotlib")
+    from replay.export.report import _fmt_ns
+
+    ts = two_rank_pipeline(tmp_path)
+    out = tmp_path / "res"
+    assert (
+        main(["replay", ts.prefix, "--topology", "switch:2:50GBps:1us", "--out", str(out), "--no-progress"])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    text = (tmp_path / "r.html").read_text()
+    summary = __import__("json").loads((out / "summary.json").read_text())
+    cells = _cells(text)
+    assert cells["pipeline bubble, worst rank"] == _fmt_ns(summary["bubble_ns_max"])
+    assert cells["pipeline bubble (summed over 2 ranks)"] == _fmt_ns(summary["bubble_ns_total"])
+    assert cells["straggler waiting, worst rank"] == _fmt_ns(summary["wait_ns_max"])
+    # ... which is what `xsim replay` printed.
+    from xsim.cmd_replay import _fmt_ns as cli_ns
+
+    bubble_line = next(ln for ln in printed.splitlines() if ln.startswith("pipeline bubble"))
+    assert bubble_line.endswith(f"max per rank {cli_ns(summary['bubble_ns_max'])}")
+    ranks = pl.read_csv(out / "ranks.csv")
+    for col in ("wait_ns", "bubble_ns", "compute_ns"):
+        # The ranks table is shown under its own names, with its own values (formatted).
+        assert f"<th>{col}</th>" in text
+        for v in ranks[col]:
+            assert f">{_fmt_ns(v)}<" in text
+    # The exclusive shares carry their own names; no breakdown column reuses a ranks table name.
+    assert "<th>wait_share_ns</th>" in text and "<th>bubble_share_ns</th>" in text
+    assert summary["bubble_ns_max"] == ranks["bubble_ns"].max()
+    # The Gantt says what its colours mean (issue 26 item 9).
+    assert "GPU compute" in text and "communication (active)" in text and "waiting for peers" in text
+    # The title names the trace set and the network, not the output folder.
+    assert "<title>xsim report: t, 2 ranks, analytical network: " in text

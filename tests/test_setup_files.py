@@ -40,3 +40,31 @@ def test_torch_is_an_opt_in_target_naming_the_cpu_wheel() -> None:
     assert "$(TORCH)" in _recipes(make)["torch"]
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "make torch" in readme and CPU_WHEEL in readme
+
+
+def test_torch_comes_from_the_cpu_wheel_index() -> None:
+    # `+cpu` builds are on PyTorch's own index, not PyPI (issue 26 item 8: `make torch` failed without it).
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert "TORCH_INDEX := https://download.pytorch.org/whl/cpu" in make
+    assert "--extra-index-url $(TORCH_INDEX)" in _recipes(make)["torch"]
+
+
+def test_distribution_name_is_free_and_the_command_is_xsim() -> None:
+    # `xsim` on PyPI is an unrelated project (a command line for MTN/MCI accounts); ours is xsim-replay.
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["name"] == "xsim-replay" and project["scripts"] == {"xsim": "xsim.cli:entry"}
+
+
+def test_fast_target_lists_existing_files_and_explains_skips() -> None:
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    rules = _recipes(make)
+    assert (
+        "pytest -rs" in rules["test"]
+        and "pytest -rs" in rules["test-fast"]
+        and "tests/fast.txt" in rules["test-fast"]
+    )
+    listed = [
+        ln for ln in (REPO / "tests" / "fast.txt").read_text().splitlines() if ln and not ln.startswith("#")
+    ]
+    assert listed and all((REPO / f).is_file() for f in listed)
+    assert "tests/test_readme_tour.py" not in listed  # minutes: the full suite runs it

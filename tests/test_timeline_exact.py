@@ -46,7 +46,7 @@ def _check_exact(doc: dict, ops) -> int:
 
 def _figure1(tmp_path: Path):
     """Figure 1 generated and replayed by the CLI (its deployment's cluster); (ops table, timeline path)."""
-    dep = load_spec(str(REPO / "examples" / "figure1.yaml"))
+    dep = load_spec(str(REPO / "examples" / "figure1_paper.yaml"))
     generate(dep).write(tmp_path / "fig1", dep.name)
     save_deployment(dep, tmp_path / "fig1" / "deployment.json")
     tl = tmp_path / "timeline.json"

@@ -80,9 +80,12 @@ def test_classes_and_layers(runs) -> None:
     assert {"attention", "mlp", "norm", "embedding", "loss", "optimizer", "all_reduce", "barrier"} <= set(
         classes
     )
-    # Compute replays its measured time (whole-µs rounding only): below 0.2% per class.
-    for cls in ("attention", "mlp", "norm", "embedding", "loss", "optimizer"):
-        assert abs(classes[cls]) < 0.2, cls
+    # Measured from --real (issue 26 item 3): each op from its Kineto start to the start of its thread's next
+    # op. Compute replays that time (whole-µs rounding only) except where the importer took blocked time out
+    # of an op and replays it as a wait: rank 0's backward aten::copy_ ops (attention) spent 3.0 ms so.
+    for cls in ("mlp", "norm", "embedding", "loss", "optimizer"):
+        assert abs(classes[cls]) < 0.5, cls
+    assert classes["attention"] == pytest.approx(-7.79, abs=0.05)
     # Layers 1 and 2 are the transformer blocks (layers.0 and layers.1); 0 holds the rest.
     assert v.layers["layer"].to_list() == [0, 1, 2]
     # Collectives replay the shortest member's duration: never more than measured in total.
@@ -119,10 +122,17 @@ def test_bad_inputs(runs, tmp_path, capsys) -> None:
         validate(kin, tmp_path)
     bad = tmp_path / "k.json"
     bad.write_text('{"traceEvents": [')
-    assert (
-        main(["validate", "--real", str(bad), "--sim", str(tmp / "tinygpt_2rank_res"), "--trace", ts.prefix])
-        == 2
-    )
+    argv = [
+        "validate",
+        "--real",
+        str(bad),
+        kin[1],
+        "--sim",
+        str(tmp / "tinygpt_2rank_res"),
+        "--trace",
+        ts.prefix,
+    ]
+    assert main(argv) == 2
     assert f"{bad}: not a readable Kineto JSON trace" in capsys.readouterr().err
 
 

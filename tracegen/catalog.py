@@ -17,6 +17,7 @@ from typing import Any
 
 from tracegen.errors import CatalogError
 from traces.gpu_names import GPU_ALIASES, catalog_name
+from traces.wording import did_you_mean
 
 GIB = 1 << 30
 TERA = 1e12
@@ -198,7 +199,10 @@ def canonical_gpu_name(name: str) -> str:
         if n.upper() == key:
             return n
     names = ", ".join((*GPU_NAMES, *defined))
-    raise CatalogError(f"unknown GPU {name!r} (known: {names}; alias A100 = A100-40GB); {HOW_TO_DEFINE}")
+    hint = did_you_mean(name, (*GPU_NAMES, *defined))
+    raise CatalogError(
+        f"unknown GPU {name!r}{hint} (known: {names}; alias A100 = A100-40GB); {HOW_TO_DEFINE}"
+    )
 
 
 def gpu(name: str) -> GpuSpec:

@@ -43,6 +43,7 @@ from tracegen.moe_ops import moe_activation_model, rank_params_ep
 from tracegen.ops import rank_params, shard_of
 from tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from traces.io import MEMORY_FILE
+from traces.wording import plural
 
 RECOMPUTE = ("none", "selective", "full")
 # ZeRO section 3.1: mixed-precision Adam keeps an fp32 copy of the weights plus fp32 momentum and variance.
@@ -321,16 +322,22 @@ def _stage_activations(
 
 def check_fits(mem: list[RankMemory], where: str) -> None:
     """Raise OutOfMemory naming the first rank that does not fit (the one with the least headroom)."""
+    short = shortfall(mem)
+    if short is not None:
+        raise OutOfMemory(f"{where}: {short}; --allow-oom to go on)")
+
+
+def shortfall(mem: list[RankMemory]) -> str | None:
+    """The rank with the least headroom and its breakdown, when some rank does not fit (None when all do)."""
     bad = [r for r in mem if r.headroom < 0]
     if not bad:
-        return
+        return None
     r = min(bad, key=lambda x: (x.headroom, x.rank))
-    raise OutOfMemory(
-        f"{where}: rank {r.rank} ({r.gpu}, device group {r.device_group}, stage {r.stage}) needs "
+    return (
+        f"rank {r.rank} ({r.gpu}, device group {r.device_group}, stage {r.stage}) needs "
         f"{r.total / GIB:.1f} GiB (weights {r.weights / GIB:.1f}, gradients {r.gradients / GIB:.1f}, "
         f"optimizer {r.optimizer / GIB:.1f}, activations {r.activations / GIB:.1f}, workspace "
-        f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({len(bad)} rank(s) over; "
-        "--allow-oom to go on)"
+        f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({plural(len(bad), 'rank')} over"
     )
 
 

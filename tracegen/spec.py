@@ -39,6 +39,7 @@ from tracegen.moe import (
 from traces.io import JsonFileError, read_json
 from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
 from traces.outputs import atomic_write_text
+from traces.wording import did_you_mean
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
@@ -461,7 +462,10 @@ class _SpecBuilder:
         raw = self.raw
         unknown = sorted(set(raw) - set(TOP_KEYS))
         if unknown:
-            raise self.fail(f"unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(TOP_KEYS)})")
+            raise self.fail(
+                f"unknown key(s) {', '.join(map(str, unknown))}{did_you_mean(unknown[0], TOP_KEYS)} "
+                f"(known: {', '.join(TOP_KEYS)})"
+            )
         dep = dpb.Deployment()
         dep.name = self.name()
         model = self.model()
@@ -565,7 +569,8 @@ class _SpecBuilder:
             unknown = sorted(set(b) - set(PARALLEL_KEYS))
             if unknown:
                 raise self.fail(
-                    f"{where}unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(PARALLEL_KEYS)})"
+                    f"{where}unknown key(s) {', '.join(map(str, unknown))}{did_you_mean(unknown[0], PARALLEL_KEYS)} "
+                    f"(known: {', '.join(PARALLEL_KEYS)})"
                 )
             try:
                 gpu_name = catalog.canonical_gpu_name(str(b.get("gpu", "")))
@@ -915,7 +920,8 @@ class _SpecBuilder:
         where0 = f"device_groups[{i}]: "
         if unknown:
             raise self.fail(
-                f"{where0}unknown key(s) {', '.join(map(str, unknown))} (known: {', '.join(DG_KEYS)})"
+                f"{where0}unknown key(s) {', '.join(map(str, unknown))}{did_you_mean(unknown[0], DG_KEYS)} "
+                f"(known: {', '.join(DG_KEYS)})"
             )
         gid = self.int_key(g, "id", where0, default=id_base + i, minimum=0)
         where = f"device group {gid}: "

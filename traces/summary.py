@@ -24,7 +24,9 @@ class TraceSummary:
     nodes: int
     nodes_per_rank: tuple[int, ...]
     nodes_by_type: dict[str, int]
-    collectives: dict[str, dict[str, int]]  # comm type -> {"count", "bytes"}
+    # comm type -> {"count": nodes over all ranks, "instances": collectives as the replay counts them (one per
+    # group and issue, matched across its members), "bytes": summed over the nodes}
+    collectives: dict[str, dict[str, int]]
     p2p: dict[str, int]  # sends, recvs, send_bytes
     compute_micros: int
     process_groups: dict[str, list[int]]
@@ -40,6 +42,8 @@ class TraceSummary:
             "nodes_per_rank": list(self.nodes_per_rank),
             "nodes_by_type": dict(self.nodes_by_type),
             "collectives": {k: dict(v) for k, v in self.collectives.items()},
+            # The replay summary's `num_collectives`: one per collective of a group, not one per rank.
+            "num_collectives": sum(v["instances"] for v in self.collectives.values()),
             "p2p": dict(self.p2p),
             "compute_micros": self.compute_micros,
             "process_groups": {k: list(v) for k, v in self.process_groups.items()},
@@ -54,6 +58,9 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
     colls: dict[str, dict[str, int]] = {}
     p2p = {"sends": 0, "recvs": 0, "send_bytes": 0}
     compute = 0
+    # (comm type, group) -> nodes per rank: a collective of a group is one instance however many members
+    # issue it, so instances per group are the most any one rank issues (the replay matches by order).
+    per_rank: dict[tuple[str, str], Counter[int]] = {}
     for rank, et in enumerate(files):
         for n in et.nodes:
             by_type[pb.node_type_name(n.type)] += 1
@@ -65,6 +72,8 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
                     entry = colls.setdefault(name, {"count": 0, "bytes": 0})
                     entry["count"] += 1
                     entry["bytes"] += A.get_int(n, A.COMM_SIZE, 0)
+                    pg = A.get_str(n, A.PG_NAME, "")
+                    per_rank.setdefault((name, pg), Counter())[rank] += 1
                 elif n.type == pb.COMM_SEND_NODE:
                     p2p["sends"] += 1
                     p2p["send_bytes"] += A.get_int(n, A.COMM_SIZE, 0)
@@ -74,6 +83,9 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
                     compute += n.duration_micros
             except AttributeTypeError:
                 continue  # reported by `xsim trace validate`; info only counts
+    for (name, _), counts in per_rank.items():
+        entry = colls[name]
+        entry["instances"] = entry.get("instances", 0) + max(counts.values())
     meta: dict[str, Any] = {}
     if files:
         m = files[0].metadata
@@ -86,7 +98,10 @@ def summarize(prefix: str, files: Sequence[EtFile], groups: ProcessGroups) -> Tr
         nodes=sum(len(et.nodes) for et in files),
         nodes_per_rank=tuple(len(et.nodes) for et in files),
         nodes_by_type=dict(sorted(by_type.items())),
-        collectives=dict(sorted(colls.items())),
+        collectives={
+            k: {"count": v["count"], "instances": v["instances"], "bytes": v["bytes"]}
+            for k, v in sorted(colls.items())
+        },
         p2p=p2p,
         compute_micros=compute,
         process_groups={k: list(v) for k, v in sorted(groups.groups.items())},

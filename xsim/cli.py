@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from xsim.verbs import HelpFormatter
+from xsim.verbs import HelpFormatter, Parser
 
 # Each module defines `register(subparsers)` and sets `func(args) -> int` on its parsers. Adding a verb
 # means adding its module here; the modules stay independent of each other.
@@ -39,7 +39,7 @@ def version() -> str:
     from importlib.metadata import version as dist_version
 
     try:
-        return dist_version("xsim")
+        return dist_version("xsim-replay")  # the distribution name (pyproject.toml)
     except PackageNotFoundError:
         import re
         from pathlib import Path
@@ -63,7 +63,7 @@ class _Version(argparse.Action):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Build the argument parser with every registered verb, or with verb `only` alone when it is one
     (`xsim replay ...` need not import and build the other ten verbs' parsers: start-up)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="xsim",
         description="Replay Chakra execution traces of distributed training on (heterogeneous) hardware.",
         epilog="examples:\n  xsim demo\n  xsim gen examples/figure1.yaml --out out/fig1\n"

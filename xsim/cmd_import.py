@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from traces.wording import plural
 from xsim.verbs import add_verb
 
 
@@ -82,7 +83,7 @@ def _pytorch(args: argparse.Namespace) -> int:
         for w in r.warnings:
             print(f"     warning: {w}")
     print(
-        f"wrote {len(paths)} files: {args.out}.<rank>.et"
+        f"wrote {plural(len(paths), 'file')}: {args.out}.<rank>.et"
         + (" + comm_group.json" if len(paths) > len(result.ranks) else "")
     )
     return 0

@@ -23,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "not fit in GPU memory is refused (--allow-oom to go on). With --search, propose plans for a cluster "
         "instead (docs/decide.md).",
         examples=(
-            "xsim plan examples/figure1.yaml --allow-oom",
-            "xsim plan examples/figure1.yaml --json --allow-oom",
+            "xsim plan examples/figure1.yaml",
+            "xsim plan examples/figure1_paper.yaml --json --allow-oom  # the paper's plan as drawn: over memory",
             "xsim plan --search 4xH100+4xA100-40GB --model llama2-7b --global-batch 16 --seq 2048 --top 3",
         ),
     )
@@ -53,6 +53,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.search:
         from xsim.explore.search import format_search, search
+
+        if args.spec:
+            # A search plans for a cluster from scratch: a SPEC beside it would be silently ignored.
+            raise SpecError(
+                f"plan: give a SPEC or --search CLUSTER, not both (--search ignores {args.spec}; "
+                "`xsim plan SPEC` shows that spec's plan)"
+            )
 
         if not args.search_model or not args.global_batch:
             raise SpecError("plan --search needs --model M and --global-batch B")

@@ -7,6 +7,7 @@ import gc
 import json
 import sys
 
+from traces.wording import plural
 from xsim.malloc import keep_freed_memory
 from xsim.verbs import add_gpu_file_argument, add_network_arguments, add_verb, network_options
 
@@ -128,7 +129,7 @@ def _print_summary(result, path: str) -> None:
     s = result.summary_dict()
     perf = result.perf_dict()
     print(
-        f"replayed {s['num_nodes']:,} nodes on {s['num_ranks']} ranks of {path} "
+        f"replayed {plural(s['num_nodes'], 'node')} on {plural(s['num_ranks'], 'rank')} of {path} "
         f"(network {s['network_model']}{_contention(s['network_model'])}, compute {s['compute_model']}) "
         f"in {perf['sim_wall_s']:.2f} s"
     )
@@ -249,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _replay(api, args: argparse.Namespace) -> int:
     run = api.simulate(args.path, options(args))
-    api.write_outputs(run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate))
+    written = api.write_outputs(
+        run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate)
+    )
     if args.json:
         json.dump(run.summary(), sys.stdout)
         sys.stdout.write("\n")
@@ -259,9 +262,25 @@ def _replay(api, args: argparse.Namespace) -> int:
             _print_cost(run.cost)
         if run.memory is not None:
             _print_memory(run.memory)
+    # Where the files went (issue 26 item 9); on stderr under --json, whose stdout is one JSON document.
+    for line in written_lines(written):
+        print(line, file=sys.stderr if args.json else sys.stdout)
     for line in run.warnings:  # the network replayed on is not what the user may think (NICs, GPUs)
         print(f"xsim: warning: {line}", file=sys.stderr)
     return 0
+
+
+def written_lines(paths: list[str]) -> list[str]:
+    """One "wrote ..." line per folder written into: how many files and their names, in written order."""
+    import os
+
+    by_dir: dict[str, list[str]] = {}
+    for p in paths:
+        if os.path.isdir(p):  # --annotate: a folder of annotated traces
+            by_dir.setdefault(p, []).extend(sorted(os.listdir(p)))
+        else:
+            by_dir.setdefault(os.path.dirname(p) or ".", []).append(os.path.basename(p))
+    return [f"wrote {plural(len(names), 'file')} in {d}: {', '.join(names)}" for d, names in by_dir.items()]
 
 
 def _print_memory(mem: dict) -> None:

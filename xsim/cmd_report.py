@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "inline SVG (matplotlib), so the page needs no network.",
         examples=(
             "xsim replay out/fig1 --out out/res && xsim report out/res --out out/res/report.html",
-            "xsim report out/ddp/val --out out/ddp/report.html  # an imported run with its validation",
+            "xsim report out/ddp/res --validation out/ddp/val --out out/ddp/report.html  # with `xsim validate`'s",
         ),
     )
     p.add_argument("result", metavar="RESULTDIR", help="folder written by `xsim replay --out`")

@@ -7,7 +7,12 @@ import json
 import os
 import sys
 
+from traces.wording import plural
 from xsim.verbs import add_verb
+
+# `trace validate` lists this many findings of each code before counting the rest (issue 26 item 9: 1,292
+# warnings printed with no summary); --all lists them all.
+SHOWN_PER_CODE = 5
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,6 +59,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
     )
     val.add_argument("--json", action="store_true", help="print findings as a JSON list")
+    val.add_argument(
+        "--all",
+        action="store_true",
+        help=f"list every finding (default: the first {SHOWN_PER_CODE} of each kind, then a count by kind)",
+    )
     val.set_defaults(func=_validate)
 
     tj = add_verb(
@@ -110,15 +120,16 @@ def _info(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     con = Console()
-    con.print(f"[bold]{s.prefix}[/]: {s.ranks} rank(s), {s.nodes} nodes", soft_wrap=True)
+    con.print(f"[bold]{s.prefix}[/]: {plural(s.ranks, 'rank')}, {plural(s.nodes, 'node')}", soft_wrap=True)
     t = Table("node type", "count")
     for k, v in s.nodes_by_type.items():
         t.add_row(k, str(v))
     con.print(t)
     if s.collectives:
-        t = Table("collective", "count", "bytes")
+        # "collectives" as the replay counts them (one per group and issue); "nodes" over all ranks.
+        t = Table("collective", "collectives", "nodes (all ranks)", "bytes (all ranks)")
         for k, v in s.collectives.items():
-            t.add_row(k, str(v["count"]), f"{v['bytes']:,}")
+            t.add_row(k, f"{v['instances']:,}", f"{v['count']:,}", f"{v['bytes']:,}")
         con.print(t)
     if s.p2p["sends"] or s.p2p["recvs"]:
         con.print(f"P2P: {s.p2p['sends']} sends ({s.p2p['send_bytes']:,} B), {s.p2p['recvs']} recvs")
@@ -142,13 +153,22 @@ def _validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([f.__dict__ for f in findings], indent=1))
     else:
+        by_code: dict[str, int] = {}
         for f in findings:
-            print(f, file=sys.stderr if checks.has_invalid([f]) else sys.stdout)
-        if all(f.kind == checks.WARNING for f in findings):
-            warned = f" ({len(findings)} warning(s))" if findings else ""
-            print(
-                f"{ts.prefix}: {ts.num_ranks} rank(s), {sum(len(f.nodes) for f in files)} nodes: OK{warned}"
+            by_code[f.code] = by_code.get(f.code, 0) + 1
+            if args.all or by_code[f.code] <= SHOWN_PER_CODE:
+                print(f, file=sys.stderr if checks.has_invalid([f]) else sys.stdout)
+        if len(findings) > 1:
+            counts = ", ".join(
+                f"{n:,} {code}" for code, n in sorted(by_code.items(), key=lambda kv: (-kv[1], kv[0]))
             )
+            hidden = sum(max(0, n - SHOWN_PER_CODE) for n in by_code.values()) if not args.all else 0
+            more = f" ({hidden:,} not listed: --all lists them)" if hidden else ""
+            print(f"{plural(len(findings), 'finding')} by kind: {counts}{more}")
+        if all(f.kind == checks.WARNING for f in findings):
+            warned = f" ({plural(len(findings), 'warning')})" if findings else ""
+            nodes = sum(len(f.nodes) for f in files)
+            print(f"{ts.prefix}: {plural(ts.num_ranks, 'rank')}, {plural(nodes, 'node')}: OK{warned}")
     if checks.has_invalid(findings):
         return 2
     return 1 if any(f.kind == checks.MISMATCH for f in findings) else 0

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -24,6 +25,35 @@ class HelpFormatter(argparse.HelpFormatter):
         if text.startswith("examples:"):
             return "\n".join(indent + line for line in text.splitlines())
         return super()._fill_text(text, width, indent)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: the verb, the error, a "did you mean" when a close
+    option or choice exists, and where the usage is (issue 26 item 9: a 10-line usage before the error)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print one line and exit with status 2."""
+        hint = _did_you_mean(self, message)
+        self.exit(2, f"{self.prog}: error: {message}{hint}; see `{self.prog} --help`\n")
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    """ " (did you mean X?)" for an unknown option or an invalid choice close to a known one, else ""."""
+    import difflib
+    import re
+
+    if message.startswith("unrecognized arguments:"):
+        known = [o for a in parser._actions for o in a.option_strings]
+        wrong = [w for w in message.split(":", 1)[1].split() if w.startswith("-")]
+        pairs = [(w, difflib.get_close_matches(w.split("=", 1)[0], known, n=1)) for w in wrong]
+        close = [f"{m[0]} for {w}" if len(pairs) > 1 else m[0] for w, m in pairs if m]
+        return f" (did you mean {', '.join(close)}?)" if close else ""
+    m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if m:
+        choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+        close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.5)
+        return f" (did you mean {close[0]}?)" if close else ""
+    return ""
 
 
 def terminal_columns() -> int:

@@ -7,7 +7,8 @@ between start + wait and end, while nothing computes), wait (a collective has be
 late peer: straggler waiting), bubble (nothing runs, inside the rank's compute span [first compute start,
 last compute end]; waiting for a P2P recv counts here: that is the pipeline bubble of a pipelined run),
 idle (before the first or after the last compute).
-The `ranks` table's columns overlap (compute and comm, waiting and bubble); these do not.
+The `ranks` table's columns overlap (compute and comm, waiting and bubble); these do not, so they carry their
+own names, `<category>_share_ns` (issue 26 item 2: the report reused `wait_ns`/`bubble_ns` for these).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ import numpy as np
 import polars as pl
 
 CATEGORIES = ("compute", "cpu", "exposed_comm", "wait", "bubble", "idle")
+
+
+def share_column(category: str) -> str:
+    """The breakdown's column of a category: `compute_share_ns`, ... (never a `ranks` table name)."""
+    return f"{category}_share_ns"
 
 
 def _cover(bounds: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -28,7 +34,7 @@ def _cover(bounds: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 
 def rank_breakdown(ops: pl.DataFrame, num_ranks: int) -> pl.DataFrame:
-    """rank, compute_ns, cpu_ns, exposed_comm_ns, wait_ns, bubble_ns, idle_ns, finish_ns (shares sum to finish)."""
+    """rank, compute_share_ns, cpu_share_ns, ..., idle_share_ns, finish_ns (the shares sum to finish)."""
     rows = []
     parts = ops.select("rank", "resource", "start_ns", "end_ns", "wait_ns", "collective").partition_by(
         "rank", as_dict=True
@@ -66,7 +72,7 @@ def rank_breakdown(ops: pl.DataFrame, num_ranks: int) -> pl.DataFrame:
         )
     return pl.DataFrame(
         rows,
-        schema={"rank": pl.Int32, **{f"{k}_ns": pl.Int64 for k in CATEGORIES}, "finish_ns": pl.Int64},
+        schema={"rank": pl.Int32, **{share_column(k): pl.Int64 for k in CATEGORIES}, "finish_ns": pl.Int64},
         orient="row",
     )
 
@@ -104,7 +110,8 @@ def collective_exposure(ops: pl.DataFrame) -> pl.DataFrame:
 def op_time_by(ops: pl.DataFrame, key: str) -> pl.DataFrame:
     """Op time summed over ranks per `key` value (layer or phase), split by resource: key, compute_ns, ...
 
-    Communication counts its active time (end - (start + wait)); the waiting before it is `wait_ns`.
+    Communication counts its active time (end - (start + wait)); the waiting before it is `wait_sum_ns`, the
+    ops' `wait_ns` summed (as the collectives table's `wait_sum_ns`; not the ranks table's `wait_ns`).
     """
     df = ops.filter(pl.col(key).is_not_null() & (pl.col("resource") != "none")).with_columns(
         (pl.col("duration_ns") - pl.col("wait_ns")).alias("active_ns")
@@ -114,7 +121,7 @@ def op_time_by(ops: pl.DataFrame, key: str) -> pl.DataFrame:
             pl.col("active_ns").filter(pl.col("resource") == r).sum().alias(f"{r}_ns")
             for r in ("compute", "comm", "cpu")
         ]
-        + [pl.col("wait_ns").sum().alias("wait_ns"), pl.len().alias("ops")]
+        + [pl.col("wait_ns").sum().alias("wait_sum_ns"), pl.len().alias("ops")]
     )
     return out.sort(key)
 

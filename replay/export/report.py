@@ -21,12 +21,31 @@ from dataclasses import dataclass
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.export.breakdown import CATEGORIES, collective_exposure, is_pipelined, op_time_by, rank_breakdown
+from replay.export.breakdown import (
+    CATEGORIES,
+    collective_exposure,
+    is_pipelined,
+    op_time_by,
+    rank_breakdown,
+    share_column,
+)
 from traces.outputs import atomic_write_text
 
 MAX_BARS = 128  # ranks drawn in the stacked-bar chart; larger runs show an evenly spaced sample
 GANTT_RANKS = 4  # ranks in the Gantt: rank 0, the last to finish, the one that waited most, ...
 TOP_COLLECTIVES = 10
+# The ranks table's time columns as `ranks.csv` names them (docs/replay.md), shown under those names.
+RANK_COLUMNS = (
+    "rank",
+    "finish_ns",
+    "compute_ns",
+    "cpu_ns",
+    "comm_ns",
+    "exposed_comm_ns",
+    "idle_ns",
+    "wait_ns",
+    "bubble_ns",
+)
 COLORS = {
     "compute": "#4c72b0",
     "cpu": "#8172b3",
@@ -35,6 +54,14 @@ COLORS = {
     "wait": "#c44e52",
     "bubble": "#ccb974",
     "idle": "#d9d9d9",
+}
+
+
+GANTT_LABELS = {
+    "compute": "GPU compute",
+    "comm": "communication (active)",
+    "cpu": "CPU op",
+    "wait": "waiting for peers",
 }
 
 
@@ -135,7 +162,7 @@ def _table(df: pl.DataFrame, fmt: dict | None = None) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _summary_html(run: RunTables, br: pl.DataFrame) -> str:
+def _summary_html(run: RunTables) -> str:
     s = run.summary
     n = int(s["num_ranks"])
     bubble = (
@@ -149,9 +176,11 @@ def _summary_html(run: RunTables, br: pl.DataFrame) -> str:
         ("collectives / P2P transfers", f"{int(s['num_collectives']):,} / {int(s['num_p2p']):,}"),
         ("bytes moved", _fmt_bytes(int(s["bytes_moved"]))),
         ("network / compute model", f"{s['network_model']} / {s['compute_model']} (comm {s['comm_mode']})"),
+        # The summary's own numbers (summary.json, what `xsim replay` prints), never recomputed here.
         (f"straggler waiting (summed over {n} ranks)", _fmt_ns(s["wait_ns_total"])),
         ("straggler waiting, worst rank", _fmt_ns(s["wait_ns_max"])),
-        (f"{bubble}, worst rank", _fmt_ns(int(br["bubble_ns"].max() or 0))),
+        (f"{bubble} (summed over {n} ranks)", _fmt_ns(s["bubble_ns_total"])),
+        (f"{bubble}, worst rank", _fmt_ns(s["bubble_ns_max"])),
     ]
     if run.cost:
         c = run.cost
@@ -177,7 +206,7 @@ def _stacked_bars(br: pl.DataFrame):
     left = [0.0] * br.height
     ys = list(range(br.height))
     for cat in CATEGORIES:
-        vals = [v / 1e6 for v in br[f"{cat}_ns"]]
+        vals = [v / 1e6 for v in br[share_column(cat)]]
         ax.barh(ys, vals, left=left, color=COLORS[cat], label=cat.replace("_", " "), height=0.8)
         left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_yticks(ys, [str(r) for r in br["rank"]], fontsize=7 if br.height > 32 else 9)
@@ -248,6 +277,15 @@ def _gantt(run: RunTables, ranks: list[int]):
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
     ax.set_xlim(0, run.summary["iteration_time_ns"] / 1e6 * 1.01)
+    # What the colours mean (issue 26 item 9: the Gantt had no legend).
+    from matplotlib.patches import Patch
+
+    shown = {res for _, res in lanes}
+    keys = [k for k in ("compute", "comm", "cpu") if k in shown]
+    handles = [Patch(facecolor=COLORS[k], label=GANTT_LABELS[k]) for k in keys]
+    if "comm" in shown:
+        handles.append(Patch(facecolor=COLORS["wait"], alpha=0.5, label=GANTT_LABELS["wait"]))
+    ax.legend(handles=handles, ncol=len(handles), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     fig.tight_layout()
     return fig
 
@@ -276,26 +314,33 @@ def render_report(run: RunTables, validation_dir: str | None = None) -> str:
     try:
         import matplotlib
     except ImportError:
-        raise ReportError("xsim report draws with matplotlib: pip install 'xsim[plot]'") from None
+        raise ReportError("xsim report draws with matplotlib: pip install 'xsim-replay[plot]'") from None
     matplotlib.use("Agg")
     n = len(run.ranks)
     br = rank_breakdown(run.ops, n)
-    sections = [("Summary", _summary_html(run, br))]
+    sections = [("Summary", _summary_html(run))]
+    ranks = run.ranks.sort("rank").select([c for c in RANK_COLUMNS if c in run.ranks.columns])
+    shares = [share_column(c) for c in CATEGORIES]
     sections.append(
         (
             "Per-rank time",
-            "<p>Each rank's time from 0 to its finish, as exclusive shares (first that applies): compute, "
-            "CPU, exposed communication (active, nothing computing), wait (a collective waits for a late peer: "
-            "straggler waiting), bubble (nothing runs inside the rank's compute span, waiting for a P2P recv "
-            "included: the pipeline bubble), idle (before the first or after the last compute).</p>"
+            "<p>The ranks table (<code>ranks.csv</code>, docs/replay.md; the summary's totals and maxima are "
+            "its columns summed and maximized): its columns overlap (compute and communication, waiting and "
+            "bubble).</p>"
+            + _table(ranks, {c: _fmt_ns for c in ranks.columns if c.endswith("_ns")})
+            + "<p>The same time as exclusive shares (<code>*_share_ns</code>: each instant of a rank's "
+            "[0, finish) counted once, first that applies): compute, CPU, exposed communication (active, "
+            "nothing computing), wait (a collective waits for a late peer, nothing else runs), bubble "
+            "(nothing runs inside the rank's compute span, waiting for a P2P recv included), idle (before "
+            "the first or after the last compute). They sum to the finish time.</p>"
             + _svg(_stacked_bars(br))
-            + _table(br, {f"{c}_ns": _fmt_ns for c in (*CATEGORIES, "finish")}),
+            + _table(br, {c: _fmt_ns for c in (*shares, "finish_ns")}),
         )
     )
     for key, title in (("layer", "Per layer"), ("phase", "Per phase")):
         df = op_time_by(run.ops, key)
         if df.height:
-            fmt = {c: _fmt_ns for c in ("compute_ns", "comm_ns", "cpu_ns", "wait_ns")}
+            fmt = {c: _fmt_ns for c in ("compute_ns", "comm_ns", "cpu_ns", "wait_sum_ns")}
             sections.append((title, _svg(_key_bars(df, key, key)) + _table(df, fmt)))
     exp = collective_exposure(run.ops)
     if exp.height:
@@ -327,11 +372,21 @@ def render_report(run: RunTables, validation_dir: str | None = None) -> str:
     if validation_dir:
         sections.append(("Validation against the real run", _validation_html(validation_dir)))
     body = "".join(f"<section><h2>{html.escape(t)}</h2>{c}</section>" for t, c in sections)
-    title = f"xsim report: {os.path.basename(os.path.abspath(run.directory))}"
+    title = report_title(run)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
+
+
+def report_title(run: RunTables) -> str:
+    """What was replayed, on what, and how long an iteration took (not the output folder's name)."""
+    s = run.summary
+    name = os.path.basename(run.source) if run.source else os.path.basename(os.path.abspath(run.directory))
+    return (
+        f"xsim report: {name}, {int(s['num_ranks']):,} ranks, {s['network_model']} network: "
+        f"{_fmt_ns(s['iteration_time_ns'])} per iteration"
     )
 
 

@@ -9,6 +9,13 @@ exact decimal ns/1000 (three fraction digits, no arithmetic left to the viewer),
 the next starting at t carry the same literal and abut exactly in any viewer. (Perfetto's native protobuf
 format has integer ns, but speedscope and chrome://tracing do not read it; one JSON file serves all three.)
 
+Names aggregate (issue 26 item 6): an event is named for what the op is, its kind, layer and phase
+(`L14.mlp_up_gate.fwd`, `pp_fwd/xsim/recv`), never for which instance (micro-batch, pipeline step, peer,
+chunk, ring): those, and the op's own name (`op`), are args, which Perfetto and chrome://tracing show
+beside the slice. speedscope makes a frame of name + args, so the Chrome-trace file gives it one frame per
+op; `--timeline FILE.speedscope.json` writes speedscope's own format instead (replay.export.speedscope):
+frames shared by name, one profile per rank and lane, and a first profile summing every rank's op time.
+
 Layout: process "rank N" (with its device group and stage when the trace says), threads "compute", "comm",
 "cpu" (extra lanes "comm #2" ... when ops of one resource overlap: several streams, a recv posted while a
 send runs). Flow arrows (Perfetto's bind_id/flow_in/flow_out on the begin events) join each send to its recv
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections import defaultdict
 
 import polars as pl
@@ -29,9 +37,20 @@ import polars as pl
 from replay.result import ReplayResult
 from traces.outputs import atomic_write_text
 
+SPEEDSCOPE_SUFFIX = ".speedscope.json"
 # Thread ids: resource base + lane, so lanes of one resource sort together.
 _TID_BASE = {"compute": 100, "comm": 200, "cpu": 300}
 _ARG_COLUMNS = ("layer", "phase", "micro_batch", "stage", "device_group", "ring", "chunk", "reshard")
+
+
+# What varies between instances of one op, removed from its event name (it stays in args): the generator's
+# micro-batch suffixes (`.mb3`, `_mb3`), pipeline steps, peers (`_from5`, `_to5`), chunks (`/c1`) and rings.
+_INSTANCE = re.compile(r"\.mb\d+$|_mb\d+(?=/|$)|/step\d+|_(?:from|to)\d+|/c\d+$|/ring\d+$")
+
+
+def frame_name(name: str) -> str:
+    """An op's name without what tells its instances apart: `L14.mlp_up_gate.fwd.mb2` -> `L14.mlp_up_gate.fwd`."""
+    return _INSTANCE.sub("", name) or name
 
 
 def us(ns: int) -> float:
@@ -121,14 +140,15 @@ def timeline_events(result: ReplayResult) -> dict:
         zip(*(cols[k] for k in base), strict=True)
     ):
         tid = _TID_BASE[res] + lane_of[i]
-        args = {"node_id": nid, "type": typ, "wait_ns": wait, "start_ns": s, "end_ns": e}
+        args = {"op": name, "node_id": nid, "type": typ, "wait_ns": wait, "start_ns": s, "end_ns": e}
         if nbytes:
             args["bytes"] = nbytes
         for k, col in opt_cols:
             v = col[i]
             if v is not None:
                 args[k] = v
-        begin = {"name": name, "cat": res, "ph": "B", "ts": us(s), "pid": rank, "tid": tid, "args": args}
+        frame = frame_name(name)
+        begin = {"name": frame, "cat": res, "ph": "B", "ts": us(s), "pid": rank, "tid": tid, "args": args}
         flow = flows.get((rank, nid))
         if flow is not None:
             begin["bind_id"] = flow[0]
@@ -138,7 +158,7 @@ def timeline_events(result: ReplayResult) -> dict:
                 begin["flow_out"] = True
         lane = by_lane[(rank, tid)]
         lane.append(begin)
-        lane.append({"name": name, "cat": res, "ph": "E", "ts": us(e), "pid": rank, "tid": tid})
+        lane.append({"name": frame, "cat": res, "ph": "E", "ts": us(e), "pid": rank, "tid": tid})
     meta: list[dict] = []
     label = _rank_labels(result.ops)
     for rank in range(len(result.per_rank_finish_ns)):
@@ -195,7 +215,14 @@ def lane_spans(doc: dict) -> dict[tuple[int, int], list[tuple[float, float]]]:
 
 
 def write_timeline(result: ReplayResult, path: str | os.PathLike[str], inputs: tuple[str, ...] = ()) -> str:
-    """Write the Chrome-trace JSON timeline (temporary name, then renamed into place); returns the path."""
+    """Write the timeline (temporary name, then renamed into place): speedscope's own format when the path
+    ends in `.speedscope.json`, else Chrome-trace JSON; returns the path."""
+    if os.fspath(path).endswith(SPEEDSCOPE_SUFFIX):
+        from replay.export.speedscope import speedscope_doc
+
+        doc = speedscope_doc(result)
+    else:
+        doc = timeline_events(result)
     # dumps (one C-encoded string) is ~10x faster than dump, which encodes chunk by chunk in Python.
-    text = json.dumps(timeline_events(result), separators=(",", ":")) + "\n"
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
     return atomic_write_text(path, text, inputs=inputs or result.paths)

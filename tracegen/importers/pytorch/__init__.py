@@ -235,7 +235,25 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
     names = sorted({k.device_name for k in kinetos if k.device_name})
     if names:
         A.set_attr(meta, "recorded_device", names[0] if len(names) == 1 else " | ".join(names))
+    # Who recorded each rank (read by `xsim validate` to check that --real is this run, issue 26 item 3):
+    # the Kineto process id and the absolute ns that `measured_start_ns` counts from, per rank in order.
+    A.set_attr(
+        meta, "kineto_pids", [kineto_pid(kinetos[ranks.index(r)]) for r in sorted(graphs)], "int64_list"
+    )
+    A.set_attr(
+        meta,
+        "measured_origin_ns",
+        [origin if origin is not None else first_start_ns(graphs[r][0]) for r in sorted(graphs)],
+        "int64_list",
+    )
     return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
+
+
+def kineto_pid(k: KinetoTrace) -> int:
+    """The process that recorded a Kineto trace: its CPU ops' most common integer pid (-1 when none)."""
+
+    pids = Counter(e.pid for e in k.cpu_ops if isinstance(e.pid, int) and not isinstance(e.pid, bool))
+    return pids.most_common(1)[0][0] if pids else -1
 
 
 def _window_warning(k: KinetoTrace, lk: Link) -> list[str]:
