@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import functools
 import json
 import os
 import re
@@ -45,10 +44,10 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScal
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput
 from replay.errors import FoldRefused, ReplayError
-from replay.fold_bytes import Template, predict_many, varint, walk
+from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
-from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
+from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
 from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 from traces.errors import TraceFormatError
 from traces.groups import ProcessGroups
@@ -56,6 +55,7 @@ from traces.io import DEPLOYMENT_FILE
 from traces.limits import InputLimitError
 from traces.stream import read_bytes
 from traces.traceset import TraceSet
+from traces.wire import attribute_field, name_field
 
 _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).
@@ -311,7 +311,7 @@ def _rep_annotation(prog: Program, g: int, name: str):
 
 def _dg_pattern(value: int) -> bytes:
     """The bytes of a node's `device_group` attribute as written by the generator (int64)."""
-    return pb.Node(attr=[make_attr(DEVICE_GROUP, value, "int64_val")]).SerializeToString()
+    return attribute_field(DEVICE_GROUP, value, "int64_val")
 
 
 def verify(
@@ -561,19 +561,6 @@ def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
     return None
 
 
-def _name_field(name: str) -> bytes:
-    """A Node's name field (tag 2, length-delimited: 0x12, length, UTF-8), as protobuf writes a non-empty
-    name (tests/test_replay_fold_bytes.py checks it against protobuf)."""
-    b = name.encode("utf-8")
-    return b"\x12" + varint(len(b)) + b
-
-
-@functools.lru_cache(maxsize=4096)
-def _field(name: str, value, kind: str) -> bytes:
-    """One attribute as a whole Node field (tag, length, AttributeProto bytes), as protobuf writes it."""
-    return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
-
-
 def _verify_bytes(
     ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
 ) -> bool:
@@ -587,7 +574,7 @@ def _verify_bytes(
         kind = sl[0]
         key = None
         if kind == "dg":
-            fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
+            fb = attribute_field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
             ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
             if ck not in pg_keys:
@@ -595,12 +582,12 @@ def _verify_bytes(
             key = pg_keys[ck]
             if key is None:
                 return False
-            fb = _field(PG_NAME, key, "string_val")
+            fb = attribute_field(PG_NAME, key, "string_val")
         elif kind == "peer":
-            fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+            fb = attribute_field(sl[1], ctx.perm(k, sl[3]), sl[2])
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
-            fb = _name_field(key)
+            fb = name_field(key)
         pool.append(fb)
         keys.append(key)
     if swap_dg:
@@ -648,7 +635,7 @@ def _refuse(path: str, x: int, r: int, what: str) -> FoldRefused:
 
 
 def _pg_attr(name: str) -> bytes:
-    return pb.Node(attr=[make_attr(PG_NAME, name, "string_val")]).SerializeToString()
+    return attribute_field(PG_NAME, name, "string_val")
 
 
 def _pg_subs(ctx, k, inside: dict[int, CollInfo], prog: Program, by_members, lo: int) -> dict[int, tuple]:
