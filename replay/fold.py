@@ -42,7 +42,7 @@ from netmodels.models import capabilities_of
 from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
-from replay.engine import CollectiveRecord, EngineOutput
+from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import FoldRefused, ReplayError
 from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
@@ -978,7 +978,7 @@ def expand(
     pairs_a = np.asarray(out.p2p_pairs, dtype=np.int64).reshape(-1, 2)
     g_slot = np.searchsorted(off_a, pairs_a, side="right") - 1  # the folded program's slots
     full_pairs = shift[perm[:, rep0[g_slot]]] + pairs_a  # (copies, pairs, 2)
-    collective_of, pairs = _canonical_order(records, full_pairs.reshape(-1, 2), start)
+    collective_of, pairs = canonical_order(records, full_pairs.reshape(-1, 2), start)
     m = fold.factor
     full = Program(
         num_ranks=n_ranks,
@@ -1033,7 +1033,7 @@ def _expand_records(
     end: np.ndarray,
     num_slots: int,
 ) -> list[CollectiveRecord]:
-    """Every rank's collective records from the folded run's (unordered: `_canonical_order` numbers them).
+    """Every rank's collective records from the folded run's (unordered: `replay.engine.canonical_order` numbers them).
 
     A record of a group inside replica 0 has one copy per replica k: members pi_k(members), rows shifted to
     theirs, end the latest of its copy's nodes, group key the replica's own (`RankLabels.keys`). A record of
@@ -1067,32 +1067,6 @@ def _expand_records(
                 key = labels[members[0]].keys.get(j, rec.group)
                 out.append(_copy(rec, key, tuple(members), tuple(nodes), e))
     return out
-
-
-def _canonical_order(
-    records: list[CollectiveRecord], pairs: np.ndarray, start: np.ndarray
-) -> tuple[dict[int, int], list[tuple[int, int]]]:
-    """replay.engine.canonical_order's numbering, with numpy: collectives by (last arrival, first member's
-    node), P2P pairs by (match time, send node); both keys are unique (a node is in one record or pair).
-
-    Sorts `records` in place and numbers them; returns (node -> collective, the sorted pairs).
-    """
-    la = np.fromiter((r.last_arrival_ns for r in records), dtype=np.int64, count=len(records))
-    n0 = np.fromiter((r.nodes[0] for r in records), dtype=np.int64, count=len(records))
-    order = np.lexsort((n0, la)).tolist()
-    records[:] = [records[i] for i in order]
-    node_l: list[int] = []
-    id_l: list[int] = []
-    for i, rec in enumerate(records):
-        rec.id = i
-        node_l += rec.nodes
-        id_l += [i] * len(rec.nodes)
-    collective_of = dict(zip(node_l, id_l, strict=True))
-    if not len(pairs):
-        return collective_of, []
-    matched = np.maximum(start[pairs[:, 0]], start[pairs[:, 1]])
-    p_sorted = pairs[np.lexsort((pairs[:, 0], matched))]
-    return collective_of, list(zip(p_sorted[:, 0].tolist(), p_sorted[:, 1].tolist(), strict=True))
 
 
 def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
