@@ -68,6 +68,62 @@ class NetworkModel(Protocol):
         ...
 
 
+# Optional abilities: protocols a model may implement beside NetworkModel. The engine asks for them with
+# isinstance (replay/network_port.py) and uses them when present; docs/netmodels.md says when each applies.
+
+
+@runtime_checkable
+class FixedDurations(Protocol):
+    """A contention-free model: a transfer's time depends on the transfer alone, so the engine ends its
+    nodes at start + that time itself and never starts the transfer on the model (`analytical`)."""
+
+    def fixed_collective_ns(self, spec: CollectiveSpec) -> int:
+        """Start to the last member's finish of `spec` on an otherwise idle network."""
+        ...
+
+    def fixed_p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """Start to finish of one point-to-point transfer on an otherwise idle network."""
+        ...
+
+
+@runtime_checkable
+class StaggeredStarts(Protocol):
+    """A model with no barrier across a collective's members: each starts at its own issue time
+    (ASTRA-sim's congestion-unaware mode)."""
+
+    def start_collective_issued(self, now_ns: int, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> int:
+        """Start a collective whose last member issues at now_ns, given every member's issue time."""
+        ...
+
+
+@runtime_checkable
+class MemberFinishes(Protocol):
+    """A model that learns a collective's member finishes one by one (ASTRA-sim's congestion-aware mode)."""
+
+    def member_finishes(self) -> list[tuple[int, int, int]]:
+        """(handle, position in spec.ranks, finish ns) of the members finished since the previous call."""
+        ...
+
+
+@runtime_checkable
+class MemberStarts(Protocol):
+    """A model that must see each member of a collective as it issues (an event loop that cannot go back
+    in time: ASTRA-sim's congestion-aware mode); used when `starts_members` is True."""
+
+    @property
+    def starts_members(self) -> bool:
+        """True when members are to be started one by one (open_collective, issue_member)."""
+        ...
+
+    def open_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """The first member issues at now_ns; returns the collective's handle."""
+        ...
+
+    def issue_member(self, now_ns: int, handle: int, pos: int) -> None:
+        """Member `pos` (index in spec.ranks) of collective `handle` issues at now_ns."""
+        ...
+
+
 def ceil_ns(t: float) -> int:
     """Round a float time in ns up to an integer ns, forgiving float noise below 1e-6 ns."""
     return int(math.ceil(t - 1e-6))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from netmodels.errors import NetworkModelError, TopologyError
-from netmodels.inputs import limit, read_text
+from netmodels.inputs import read_text
 from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
 from netmodels.topology import (
     COLLECTIVE_MODES,
@@ -24,6 +24,7 @@ from netmodels.topology import (
     switch_topology,
 )
 from netmodels.units import parse_bandwidth, parse_time_ns
+from traces.limits import limit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -77,7 +78,9 @@ def check_topology_size(have: int, need: int, what: str) -> None:
     """Refuse, before building, a topology of HAVE ranks far larger than the NEED ranks of the run."""
     if have * 2 > MAX_LINKS:
         return  # past what xsim builds at all: the builder refuses it at once, naming its links
-    cap = limit("XSIM_MAX_TOPOLOGY_RANKS", max(SPARE_RANKS_FLOOR, SPARE_RANKS_FACTOR * need))
+    cap = limit(
+        "XSIM_MAX_TOPOLOGY_RANKS", max(SPARE_RANKS_FLOOR, SPARE_RANKS_FACTOR * need), NetworkModelError
+    )
     if have > cap and have > need:
         raise TopologyError(
             f"{what}: {have:,} ranks for a run of {need:,}: over the {cap:,} built "

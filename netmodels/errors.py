@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from traces.errors import XsimError
 
-class NetworkModelError(ValueError):
+
+class NetworkModelError(XsimError, ValueError):
     """Base of every error netmodels reports: bad topology, algorithm, rank, unit or config."""
 
 

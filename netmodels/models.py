@@ -23,6 +23,12 @@ class Capabilities:
     # The replay times nodes by their recorded `duration_micros` x 1000 alone, ignoring xsim's exact
     # `duration_ns` attribute, as ASTRA-sim's workload layer does (its models must agree with it node by node).
     micros_durations: bool = False
+    # One communication slot per rank (comm_streams "auto" becomes "shared"): ASTRA-sim's workload layer
+    # issues a rank's collectives one after another.
+    shared_comm_stream: bool = False
+    # BROADCAST nodes replayed by their recorded duration, not simulated (ASTRA-sim's workload layer,
+    # reference 3.2 in docs/netmodels.md).
+    broadcast_by_duration: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,9 @@ class ModelInfo:
     factory: str  # "module:callable", imported only when the model is built
     summary: str
 
+
+# The replay rules of ASTRA-sim's workload layer, shared by both of its modes.
+_ASTRA_RULES = {"micros_durations": True, "shared_comm_stream": True, "broadcast_by_duration": True}
 
 REGISTRY: dict[str, ModelInfo] = {
     m.name: m
@@ -63,7 +72,7 @@ REGISTRY: dict[str, ModelInfo] = {
         ModelInfo(
             "astra-unaware",
             "astra",
-            Capabilities(contention_free=True, foldable=True, multi_dim=True, micros_durations=True),
+            Capabilities(contention_free=True, foldable=True, multi_dim=True, **_ASTRA_RULES),
             "netmodels.astra:astra_model",
             "ASTRA-sim's congestion-unaware analytical backend, from network.yml (+ system.json)",
         ),
@@ -71,7 +80,7 @@ REGISTRY: dict[str, ModelInfo] = {
             "astra-aware",
             "astra",
             # ASTRA-sim's congestion-aware analytical backend runs 1-D networks only.
-            Capabilities(contention_free=False, foldable=False, multi_dim=False, micros_durations=True),
+            Capabilities(contention_free=False, foldable=False, multi_dim=False, **_ASTRA_RULES),
             "netmodels.astra:astra_model",
             "ASTRA-sim's congestion-aware analytical backend (1-D networks)",
         ),
@@ -102,6 +111,12 @@ def model_info(name: str) -> ModelInfo:
     if info is None:
         raise NetworkModelError(f"unknown network model {name!r} (known: {', '.join(REGISTRY)})")
     return info
+
+
+def capabilities_named(name: str | None) -> Capabilities:
+    """The registry's capabilities of a model name; none assumed for a name it does not know."""
+    info = REGISTRY.get(name) if name is not None else None
+    return info.capabilities if info is not None else UNKNOWN
 
 
 def capabilities_of(model: Any) -> Capabilities:

@@ -38,6 +38,7 @@ from traces.attrs import (
     TENSOR_SIZE,
 )
 from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+from traces.graph import unready
 
 _INT_FIELDS = (F_INT32, F_INT64, F_UINT32, F_UINT64)
 # Lookup by attribute kind + 1 (kind -1 = absent): integer value fields, and those plus bool.
@@ -368,20 +369,10 @@ def _comm_nodes(b: _Builder, rank: int, path: str, cols: RankColumns, at: _Attrs
 
 
 def _has_cycle(n: int, ndeps: np.ndarray, counts: np.ndarray, kids: np.ndarray) -> bool:
-    """Kahn's algorithm on one rank's CSR edges: True when some node can never become ready."""
-    indeg = ndeps.tolist()
+    """True when some node of one rank's CSR edges can never become ready (traces.graph.unready)."""
     ptr = np.concatenate(([0], np.cumsum(counts))).tolist()
     kl = kids.tolist()
-    stack = [i for i, c in enumerate(indeg) if c == 0]
-    seen = 0
-    while stack:
-        i = stack.pop()
-        seen += 1
-        for c in kl[ptr[i] : ptr[i + 1]]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                stack.append(c)
-    return seen != n
+    return bool(unready(ndeps.tolist(), [kl[ptr[i] : ptr[i + 1]] for i in range(n)]))
 
 
 def _roofline(b: _Builder, rank, at: _Attrs, comp, cpu, rec, dur, names) -> None:

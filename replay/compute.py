@@ -6,7 +6,6 @@ calls it once per compute node before the event loop, never inside it.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -17,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 from replay.errors import DeviceProfileError
 from traces import pb
 from traces.attrs import DURATION_NS, INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
+from traces.io import JsonFileError, read_json
 
 
 @runtime_checkable
@@ -262,12 +262,13 @@ def load_device_profile(
     """Read a device-profile JSON file (format in docs/replay.md); `resolve` maps GPU names to devices."""
     p = os.fspath(path)
     try:
-        with open(p, encoding="utf-8") as fh:
-            raw = json.load(fh)
-    except OSError as exc:
-        raise DeviceProfileError(f"{p}: cannot read device profile: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DeviceProfileError(f"{p}: device profile is not JSON: {exc}") from None
+        raw = read_json(p)
+    except JsonFileError as exc:
+        if exc.reason.startswith("cannot read"):
+            raise DeviceProfileError(
+                f"{p}: cannot read device profile: {exc.reason.removeprefix('cannot read: ')}"
+            ) from None
+        raise DeviceProfileError(f"{p}: device profile is not JSON: {exc.reason}") from None
     if not isinstance(raw, dict) or set(raw) - {"default", "ranks", "speed"}:
         raise DeviceProfileError(f'{p}: expected an object with keys "default", "ranks", "speed"')
     for key in ("ranks", "speed"):

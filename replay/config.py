@@ -69,8 +69,10 @@ def resolve_streams(config: ReplayConfig, network_name: str | None) -> ReplayCon
     """The config with comm_streams "auto" made concrete for this network model."""
     if config.comm_streams != "auto":
         return config
-    astra = network_name is not None and network_name.startswith("astra")
-    return replace(config, comm_streams="shared" if astra else "group")
+    from netmodels.models import capabilities_named
+
+    shared = capabilities_named(network_name).shared_comm_stream
+    return replace(config, comm_streams="shared" if shared else "group")
 
 
 def resolve_durations(config: ReplayConfig, network) -> ReplayConfig:

@@ -336,7 +336,8 @@ class Engine:
             for rec in records:
                 rec.end_ns = max(map(end.__getitem__, rec.nodes))
         if self.colls.simulated is None:
-            canonical_order(records, self.colls.collective_of, self.p2ps.pairs, start)
+            pairs = canonical_order(records, self.p2ps.pairs, start, self.colls.collective_of)[1]
+            self.p2ps.pairs[:] = pairs  # the list EngineOutput holds
         return EngineOutput(
             start=start,
             end=end,
@@ -590,18 +591,28 @@ def _as_list(a) -> list:
 
 def canonical_order(
     records: list[CollectiveRecord],
-    collective_of: dict[int, int],
-    pairs: list[tuple[int, int]],
-    start: list[int],
-) -> None:
-    """Number collectives by (last arrival, first member's node) and P2P pairs by (match time, send node).
+    pairs: Sequence[tuple[int, int]] | np.ndarray,
+    start: Sequence[int] | np.ndarray,
+    collective_of: dict[int, int] | None = None,
+) -> tuple[dict[int, int], list[tuple[int, int]]]:
+    """Number collectives by (last arrival, first member's node) and P2P pairs by (match time, send node):
+    the one numbering of a replay, unfolded (the engine) or expanded from a folded run (replay/fold.py).
 
     The loop appends them in time order already; only ties at one instant depend on the order events were
     processed, which a folded replay cannot reproduce, so both replays number them by this rule instead.
+    Both keys are unique (a node is in one record or one pair). Sorts `records` in place and numbers them;
+    returns (node -> collective: `collective_of` updated, or a new dict, the pairs in order).
     """
     records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
+    if collective_of is None:
+        collective_of = {}
     for i, rec in enumerate(records):
         if rec.id != i or rec.nodes[0] not in collective_of:  # most keep the id they were recorded with
             rec.id = i
             collective_of.update(dict.fromkeys(rec.nodes, i))
-    pairs.sort(key=lambda p: (max(start[p[0]], start[p[1]]), p[0]))
+    if not len(pairs):
+        return collective_of, []
+    p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    st = np.asarray(start, dtype=np.int64)
+    p = p[np.lexsort((p[:, 0], np.maximum(st[p[:, 0]], st[p[:, 1]])))]
+    return collective_of, list(zip(p[:, 0].tolist(), p[:, 1].tolist(), strict=True))

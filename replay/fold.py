@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import functools
 import json
 import os
 import re
@@ -43,12 +42,12 @@ from netmodels.models import capabilities_of
 from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
-from replay.engine import CollectiveRecord, EngineOutput
+from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import FoldRefused, ReplayError
-from replay.fold_bytes import Template, predict_many, varint, walk
+from replay.fold_bytes import Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
-from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
+from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
 from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 from traces.errors import TraceFormatError
 from traces.groups import ProcessGroups
@@ -56,6 +55,7 @@ from traces.io import DEPLOYMENT_FILE
 from traces.limits import InputLimitError
 from traces.stream import read_bytes
 from traces.traceset import TraceSet
+from traces.wire import attribute_field, name_field
 
 _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).
@@ -311,7 +311,7 @@ def _rep_annotation(prog: Program, g: int, name: str):
 
 def _dg_pattern(value: int) -> bytes:
     """The bytes of a node's `device_group` attribute as written by the generator (int64)."""
-    return pb.Node(attr=[make_attr(DEVICE_GROUP, value, "int64_val")]).SerializeToString()
+    return attribute_field(DEVICE_GROUP, value, "int64_val")
 
 
 def verify(
@@ -561,19 +561,6 @@ def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
     return None
 
 
-def _name_field(name: str) -> bytes:
-    """A Node's name field (tag 2, length-delimited: 0x12, length, UTF-8), as protobuf writes a non-empty
-    name (tests/test_replay_fold_bytes.py checks it against protobuf)."""
-    b = name.encode("utf-8")
-    return b"\x12" + varint(len(b)) + b
-
-
-@functools.lru_cache(maxsize=4096)
-def _field(name: str, value, kind: str) -> bytes:
-    """One attribute as a whole Node field (tag, length, AttributeProto bytes), as protobuf writes it."""
-    return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
-
-
 def _verify_bytes(
     ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
 ) -> bool:
@@ -587,7 +574,7 @@ def _verify_bytes(
         kind = sl[0]
         key = None
         if kind == "dg":
-            fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
+            fb = attribute_field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
             ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
             if ck not in pg_keys:
@@ -595,12 +582,12 @@ def _verify_bytes(
             key = pg_keys[ck]
             if key is None:
                 return False
-            fb = _field(PG_NAME, key, "string_val")
+            fb = attribute_field(PG_NAME, key, "string_val")
         elif kind == "peer":
-            fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
+            fb = attribute_field(sl[1], ctx.perm(k, sl[3]), sl[2])
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
-            fb = _name_field(key)
+            fb = name_field(key)
         pool.append(fb)
         keys.append(key)
     if swap_dg:
@@ -648,7 +635,7 @@ def _refuse(path: str, x: int, r: int, what: str) -> FoldRefused:
 
 
 def _pg_attr(name: str) -> bytes:
-    return pb.Node(attr=[make_attr(PG_NAME, name, "string_val")]).SerializeToString()
+    return attribute_field(PG_NAME, name, "string_val")
 
 
 def _pg_subs(ctx, k, inside: dict[int, CollInfo], prog: Program, by_members, lo: int) -> dict[int, tuple]:
@@ -991,7 +978,7 @@ def expand(
     pairs_a = np.asarray(out.p2p_pairs, dtype=np.int64).reshape(-1, 2)
     g_slot = np.searchsorted(off_a, pairs_a, side="right") - 1  # the folded program's slots
     full_pairs = shift[perm[:, rep0[g_slot]]] + pairs_a  # (copies, pairs, 2)
-    collective_of, pairs = _canonical_order(records, full_pairs.reshape(-1, 2), start)
+    collective_of, pairs = canonical_order(records, full_pairs.reshape(-1, 2), start)
     m = fold.factor
     full = Program(
         num_ranks=n_ranks,
@@ -1046,7 +1033,7 @@ def _expand_records(
     end: np.ndarray,
     num_slots: int,
 ) -> list[CollectiveRecord]:
-    """Every rank's collective records from the folded run's (unordered: `_canonical_order` numbers them).
+    """Every rank's collective records from the folded run's (unordered: `replay.engine.canonical_order` numbers them).
 
     A record of a group inside replica 0 has one copy per replica k: members pi_k(members), rows shifted to
     theirs, end the latest of its copy's nodes, group key the replica's own (`RankLabels.keys`). A record of
@@ -1080,32 +1067,6 @@ def _expand_records(
                 key = labels[members[0]].keys.get(j, rec.group)
                 out.append(_copy(rec, key, tuple(members), tuple(nodes), e))
     return out
-
-
-def _canonical_order(
-    records: list[CollectiveRecord], pairs: np.ndarray, start: np.ndarray
-) -> tuple[dict[int, int], list[tuple[int, int]]]:
-    """replay.engine.canonical_order's numbering, with numpy: collectives by (last arrival, first member's
-    node), P2P pairs by (match time, send node); both keys are unique (a node is in one record or pair).
-
-    Sorts `records` in place and numbers them; returns (node -> collective, the sorted pairs).
-    """
-    la = np.fromiter((r.last_arrival_ns for r in records), dtype=np.int64, count=len(records))
-    n0 = np.fromiter((r.nodes[0] for r in records), dtype=np.int64, count=len(records))
-    order = np.lexsort((n0, la)).tolist()
-    records[:] = [records[i] for i in order]
-    node_l: list[int] = []
-    id_l: list[int] = []
-    for i, rec in enumerate(records):
-        rec.id = i
-        node_l += rec.nodes
-        id_l += [i] * len(rec.nodes)
-    collective_of = dict(zip(node_l, id_l, strict=True))
-    if not len(pairs):
-        return collective_of, []
-    matched = np.maximum(start[pairs[:, 0]], start[pairs[:, 1]])
-    p_sorted = pairs[np.lexsort((pairs[:, 0], matched))]
-    return collective_of, list(zip(p_sorted[:, 0].tolist(), p_sorted[:, 1].tolist(), strict=True))
 
 
 def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:

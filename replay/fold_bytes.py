@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from traces.wire import NAME_TAG, read_varint32, varint
+
 _CHUNK = 1 << 13  # bytes compared per memcmp while looking for the first difference
 MAX_NODE_CHECKS = 64  # differing nodes checked one by one before the exact proof of the whole file is cheaper
 
@@ -51,19 +53,6 @@ class Prediction:
     payload_end: np.ndarray
     name_start: np.ndarray
     name_end: np.ndarray
-
-
-def varint(v: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int."""
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def predict(
@@ -234,20 +223,6 @@ def first_diff(a: bytes, ai: int, b: bytes, bi: int) -> int | None:
     return None if la == lb else m
 
 
-def _read_varint(b: bytes, pos: int) -> tuple[int, int] | None:
-    """(value, position after) of a varint32 at pos, None when it is cut off or too long."""
-    v = shift = 0
-    for k in range(5):
-        if pos + k >= len(b):
-            return None
-        c = b[pos + k]
-        v |= (c & 0x7F) << shift
-        if c < 0x80:
-            return v, pos + k + 1
-        shift += 7
-    return None
-
-
 def walk(
     xb: bytes,
     p: Prediction,
@@ -276,7 +251,7 @@ def walk(
         if j >= n or q < fs[j]:
             return False  # the header (GlobalMetadata), or past the last node
         xs = px + int(fs[j]) - pp  # every byte before it matched, so node j starts here in xb too
-        hdr = _read_varint(xb, xs)
+        hdr = read_varint32(xb, xs)
         if hdr is None or hdr[1] + hdr[0] > len(xb):
             return False
         a, end = hdr[1], hdr[1] + hdr[0]
@@ -296,12 +271,12 @@ def _other_name(xb: bytes, a: int, end: int, p: Prediction, j: int) -> str | Non
     ns, ne = int(p.name_start[j]), int(p.name_end[j])
     pa, pe = int(p.payload_start[j]), int(p.payload_end[j])
     pb_ = p.buf
-    if ns < 0 or pb_[ns] != 0x12:  # field 2 (name), length-delimited, as protobuf writes it
+    if ns < 0 or pb_[ns] != NAME_TAG:  # as protobuf writes a name
         return None
     c = a + ns - pa  # the name field's place in xb
-    if c >= end or xb[a:c] != pb_[pa:ns] or xb[c] != 0x12:
+    if c >= end or xb[a:c] != pb_[pa:ns] or xb[c] != NAME_TAG:
         return None
-    hdr = _read_varint(xb, c + 1)
+    hdr = read_varint32(xb, c + 1)
     if hdr is None or hdr[1] + hdr[0] > end or xb[hdr[1] + hdr[0] : end] != pb_[ne:pe]:
         return None
     try:

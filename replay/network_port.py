@@ -6,7 +6,14 @@ from __future__ import annotations
 from heapq import heappush
 from typing import Protocol
 
-from netmodels.api import CollectiveSpec, NetworkModel
+from netmodels.api import (
+    CollectiveSpec,
+    FixedDurations,
+    MemberFinishes,
+    MemberStarts,
+    NetworkModel,
+    StaggeredStarts,
+)
 from netmodels.errors import NetworkModelError
 from replay.errors import ReplayError
 from replay.matching import CollectiveInstance, CollectiveRecord
@@ -51,20 +58,21 @@ class NetworkPort:
         self._stalls = 0
         self._stall_t = -1
         # ASTRA-sim mode: each member starts its part when it issues the node (no barrier).
-        self._staggered = getattr(network, "start_collective_issued", None)
+        self._staggered = network.start_collective_issued if isinstance(network, StaggeredStarts) else None
         # (comm type, size, group key) -> (spec, its fixed duration or None), reused.
         self._specs: dict[tuple, tuple[CollectiveSpec, int | None]] = {}
         # A contention-free model (netmodels/analytical.py) knows a transfer's duration from the transfer
         # alone: its nodes' finishes go straight on the engine's heap, at the instants a completion would
         # report them, without a handle, a completion or an advance of the model.
-        self._fixed_coll = getattr(network, "fixed_collective_ns", None)
-        self._fixed_p2p = getattr(network, "fixed_p2p_ns", None)
+        fixed = isinstance(network, FixedDurations)
+        self._fixed_coll = network.fixed_collective_ns if fixed else None
+        self._fixed_p2p = network.fixed_p2p_ns if fixed else None
         # ASTRA-sim's congestion-aware mode: members finished ahead of their collective's last member, each
         # released at its own finish (docs/netmodels.md, the optional member_finishes); handle -> positions.
-        self._member_finishes = getattr(network, "member_finishes", None)
+        self._member_finishes = network.member_finishes if isinstance(network, MemberFinishes) else None
         self._ended: dict[int, set[int]] = {}
         # ... and each member started as it issues (no barrier): instance -> the model's handle.
-        self.starts_members = not measured and bool(getattr(network, "starts_members", False))
+        self.starts_members = not measured and isinstance(network, MemberStarts) and network.starts_members
         self._opened: dict[CollectiveInstance, int] = {}
 
     def next_event(self) -> int | None:

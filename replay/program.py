@@ -45,6 +45,7 @@ from traces.attrs import (
     duplicate_attr_error,
 )
 from traces.columnar import RankColumns
+from traces.graph import unready
 from traces.groups import ALL_RANKS_NAMES, ProcessGroups
 from traces.traceset import TraceSet
 
@@ -218,20 +219,8 @@ def _attach(children: list[list[int]], fwd: dict[int, list[int]], empty: list[in
 
 
 def _cycle_ids(ids: Sequence[int], children: list[list[int]], ndeps: list[int]) -> list[int]:
-    """Ids of nodes that can never become ready (on or behind a cycle), by Kahn's algorithm on one rank."""
-    indeg = list(ndeps)
-    stack = [i for i, c in enumerate(indeg) if c == 0]
-    seen = 0
-    while stack:
-        i = stack.pop()
-        seen += 1
-        for c in children[i]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                stack.append(c)
-    if seen == len(ids):
-        return []
-    return sorted(ids[i] for i, c in enumerate(indeg) if c > 0)
+    """Ids of nodes that can never become ready (on or behind a cycle) on one rank."""
+    return sorted(ids[i] for i in unready(ndeps, children))
 
 
 def _data_only_edges(nodes, id_to_l: dict[int, int], children, ndeps, empty) -> None:

@@ -38,7 +38,7 @@ import polars as pl
 from replay.errors import ReplayError
 from traces import pb
 from traces.attrs import attr_dict
-from traces.io import JsonFileError
+from traces.io import JsonFileError, read_json
 from traces.kineto import KinetoError, KinetoTrace, load_kineto
 from traces.outputs import install_files, staging_dir
 from traces.traceset import TraceSet, discover
@@ -169,9 +169,8 @@ def trace_of(sim_dir: str) -> str:
     """The trace set a result directory was replayed from (its source.json), or a clear error."""
     p = os.path.join(sim_dir, SOURCE_FILE)
     try:
-        with open(p, encoding="utf-8") as fh:
-            return str(json.load(fh)["trace"])
-    except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+        return str(read_json(p)["trace"])
+    except (JsonFileError, KeyError, TypeError):
         raise ReplayError(
             f"{sim_dir}: no {SOURCE_FILE} naming the replayed trace set; pass it with --trace PREFIX"
         ) from None

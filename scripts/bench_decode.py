@@ -49,7 +49,7 @@ def main() -> None:
     sim.decode_columns = timed
     ts = discover(args.dir)
     compute = build_compute(ComputeOptions(astra_system=args.astra_system), ts.num_ranks)
-    config = resolve_streams(ReplayConfig(), "astra" if args.astra_system else "analytical")
+    config = resolve_streams(ReplayConfig(), "astra-unaware" if args.astra_system else "analytical")
     gc.disable()  # as replay.simulation.simulate does while building
     for _ in range(args.repeat):
         ts = discover(args.dir)

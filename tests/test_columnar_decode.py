@@ -2,8 +2,9 @@
 
 - frame_spans (the short-prefix loop) equals frame_offsets, spans and errors, on streams with one-, two-
   and three-byte length prefixes, cut at every kind of point;
-- _dedupe groups attribute fields exactly as a Python dict of their bytes does, across the lengths where
-  its key changes form (8, 16, 24, 32 bytes) and with fields that differ in one byte only;
+- group_by_bytes groups attribute fields exactly as a Python dict of their bytes does, across the lengths
+  where its key changes form (8, 16, 24, 32 bytes, then the dict) and with fields that differ in one byte
+  only;
 - bytes protobuf rejects inside attributes the replay does not read still go to the protobuf path
   (Unsupported), as they did when every node was parsed by protobuf first;
 - node names decode as protobuf decodes them, also when they hold the separator bytes;
@@ -25,11 +26,12 @@ from replay.program import build_program
 from replay.simulation import ColumnReader, load_groups
 from traces import pb
 from traces.attrs import make_node
-from traces.columnar import Unsupported, _dedupe, decode_columns
+from traces.columnar import Unsupported, decode_columns
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
 from traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
 from traces.traceset import discover, write_trace_set
+from traces.wire import group_by_bytes
 
 ALL = frozenset({"layer", "phase", "comm_size", "pg_name", "num_ops"})
 
@@ -79,7 +81,7 @@ def _attr_field(payload: bytes) -> bytes:
     return b"\x52" + _varint(len(payload)) + payload
 
 
-def test_dedupe_groups_fields_as_a_dict_of_their_bytes() -> None:
+def test_group_by_bytes_groups_fields_as_a_dict_of_their_bytes() -> None:
     rng = random.Random(5)
     vocab = []
     for n in (0, 1, 5, 6, 7, 13, 14, 15, 21, 22, 23, 29, 30, 31, 40, 200):
@@ -101,9 +103,9 @@ def test_dedupe_groups_fields_as_a_dict_of_their_bytes() -> None:
     s = np.asarray(s, dtype=np.int64)
     e = s + np.asarray([len(f) for f in fields], dtype=np.int64)
     b = np.frombuffer(buf + b"\x00" * 40, dtype=np.uint8)
-    code, first = _dedupe(b, s, e)
-    seen: dict = {}  # fields over 32 bytes each get a group of their own (documented)
-    want_code = [seen.setdefault(f if len(f) <= 32 else i, len(seen)) for i, f in enumerate(fields)]
+    code, first = group_by_bytes(buf, b, s, e)
+    seen: dict = {}
+    want_code = [seen.setdefault(f, len(seen)) for f in fields]
     assert code.tolist() == want_code
     assert first.tolist() == [want_code.index(c) for c in range(len(seen))]
     assert len(seen) > 100

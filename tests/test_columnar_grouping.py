@@ -4,7 +4,7 @@ decode_columns decodes each distinct node payload of a batch once (and, failing 
 attribute region once) and spreads the result over the nodes that hold the same bytes; frame_spans takes
 another file's frame layout once it has checked it against the bytes. Pinned here:
 
-- _group_spans numbers spans exactly as a Python dict of their bytes does, also when told (round 5,
+- group_by_bytes numbers spans exactly as a Python dict of their bytes does, also when told (round 5,
   _same_as_previous_file) which spans repeat the one at their index in the previous file; that helper
   names every such span of files laid out alike, and no other (one byte apart, at either end, too);
 - frame_spans with any `like` (the right layout, a same-size file's, a wrong one) gives what frame_offsets
@@ -32,17 +32,18 @@ from replay.simulation import ColumnReader, simulate
 from tests.test_columnar_decode import _varint  # the hand-written encoder the decoder tests build bytes with
 from traces import pb
 from traces.attrs import make_node
-from traces.columnar import _group_spans, _same_as_previous_file, decode_columns
+from traces.columnar import _same_as_previous_file, decode_columns
 from traces.errors import TraceFormatError
 from traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
 from traces.traceset import discover, write_trace_set
+from traces.wire import group_by_bytes, padded
 
 PEER = Path(__file__).resolve().parents[1] / ".." / "shared" / "peer_traces" / "chakra_et"
 META = pb.GlobalMetadata(version="1")
 WANT = frozenset({"layer", "phase", "pg_name", "comm_size", "device_group", "ok", "big"})
 
 
-def test_group_spans_numbers_spans_as_a_dict_of_their_bytes() -> None:
+def test_group_by_bytes_numbers_spans_as_a_dict_of_their_bytes() -> None:
     rng = random.Random(3)
     vocab = [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300))) for _ in range(40)]
     vocab += [v[:-1] + bytes([v[-1] ^ 1]) for v in vocab[:10]]  # one byte apart, same length
@@ -50,12 +51,30 @@ def test_group_spans_numbers_spans_as_a_dict_of_their_bytes() -> None:
     buf = b"".join(spans)
     e = np.cumsum([len(x) for x in spans])
     s = e - np.asarray([len(x) for x in spans])
-    code, first = _group_spans(buf, s, e)
+    code, first = group_by_bytes(buf, padded(buf), s, e)
     seen: dict[bytes, int] = {}
     want = [seen.setdefault(x, len(seen)) for x in spans]
     assert code.tolist() == want
     assert first.tolist() == [want.index(c) for c in range(len(seen))]
     assert len(seen) > 40
+
+
+def test_group_by_bytes_tells_trailing_zeros_apart_and_takes_hints_across_lengths() -> None:
+    # Names are not protobuf fields (no length byte inside): "ab" and "ab\0" share their words, not their
+    # bytes. Short and long spans mixed, with `like` naming earlier twins of the long ones only.
+    spans = [b"ab", b"ab\x00", b"", b"\x00", b"ab", b"x" * 40, b"\x00", b"x" * 40, b"x" * 39 + b"\x00", b""]
+    spans += [b"y" * 33, b"x" * 40, b"y" * 32, b"y" * 33]
+    buf = b"".join(spans)
+    e = np.cumsum([len(x) for x in spans])
+    s = e - np.asarray([len(x) for x in spans])
+    seen: dict[bytes, int] = {}
+    want = [seen.setdefault(x, len(seen)) for x in spans]
+    firsts = [want.index(c) for c in range(len(seen))]
+    like = np.full(len(spans), -1, dtype=np.int64)
+    like[7], like[11], like[13] = 5, 7, 10
+    for hint in (None, like):
+        code, first = group_by_bytes(buf, padded(buf), s, e, like=hint)
+        assert code.tolist() == want and first.tolist() == firsts
 
 
 def _framed(files: list[list[bytes]]) -> tuple[bytes, np.ndarray, np.ndarray, np.ndarray]:
@@ -104,8 +123,8 @@ def test_same_as_previous_file_names_exactly_the_equal_twins() -> None:
             named += want >= 0
     assert like[: ptr[1]] == [-1] * ptr[1]
     assert named > 400  # most spans repeat; the flipped ones (about 90) and two files do not
-    plain = _group_spans(buf, s, e)
-    told = _group_spans(buf, s, e, np.asarray(like, dtype=np.int64))
+    plain = group_by_bytes(buf, b, s, e)
+    told = group_by_bytes(buf, b, s, e, like=np.asarray(like, dtype=np.int64))
     assert told[0].tolist() == plain[0].tolist() and told[1].tolist() == plain[1].tolist()
     seen: dict[bytes, int] = {}
     assert plain[0].tolist() == [seen.setdefault(buf[i:j], len(seen)) for i, j in zip(s, e, strict=True)]

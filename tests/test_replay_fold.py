@@ -477,15 +477,15 @@ def test_generated_files_equal_their_predictions(gen_sets, monkeypatch) -> None:
         assert n * 4 == res.summary_dict()["num_nodes"]
 
 
-def test_expand_numbers_records_and_pairs_as_the_engine_does() -> None:
-    # replay.fold._canonical_order is the engine's canonical_order (replay/engine.py) done with numpy, for
-    # expanded runs; on records and pairs with many ties in time both number them alike.
+def test_canonical_order_numbers_records_and_pairs_by_its_keys() -> None:
+    # The one numbering (replay/engine.py:canonical_order), used by the engine (updating its node ->
+    # collective map) and by a folded run's expansion (a fresh map, pairs as an array): on records and
+    # pairs with many ties in time both calls give what sorting by the documented keys gives.
     import random
 
     import numpy as np
 
     from replay.engine import CollectiveRecord, canonical_order
-    from replay.fold import _canonical_order
 
     rng = random.Random(7)
     nodes = rng.sample(range(5000), 2000)  # distinct rows: a row is in one record or one pair
@@ -498,12 +498,15 @@ def test_expand_numbers_records_and_pairs_as_the_engine_does() -> None:
     copies = [CollectiveRecord(**vars(r)) for r in recs]
     start = [rng.choice([0, 5, 9]) for _ in range(5000)]
     pairs = [(nodes[1200 + 2 * i], nodes[1201 + 2 * i]) for i in range(400)]
-    want_of: dict[int, int] = {}
-    want_pairs = list(pairs)
-    canonical_order(recs, want_of, want_pairs, start)
-    got_of, got_pairs = _canonical_order(copies, np.asarray(pairs, dtype=np.int64), np.asarray(start))
+    ordered = sorted(recs, key=lambda r: (r.last_arrival_ns, r.nodes[0]))
+    want_of = {g: i for i, r in enumerate(ordered) for g in r.nodes}
+    want_pairs = sorted(pairs, key=lambda p: (max(start[p[0]], start[p[1]]), p[0]))
+    engine_of: dict[int, int] = {}
+    engine_pairs = canonical_order(recs, pairs, start, engine_of)[1]
+    got_of, got_pairs = canonical_order(copies, np.asarray(pairs, dtype=np.int64), np.asarray(start))
+    assert [r.nodes for r in recs] == [r.nodes for r in ordered] and [r.id for r in recs] == list(range(300))
     assert [(r.id, r.nodes) for r in copies] == [(r.id, r.nodes) for r in recs]
-    assert got_of == want_of and got_pairs == want_pairs
+    assert engine_of == got_of == want_of and engine_pairs == got_pairs == want_pairs
 
 
 def _perturbed(gen_sets, tmp_path: Path) -> tuple[Path, int]:

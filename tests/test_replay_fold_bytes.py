@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.fold_bytes import Template, first_diff, predict, predict_many, varint, walk
+from replay.fold_bytes import Template, first_diff, predict, predict_many, walk
 from replay.program import WANT_ATTRS
 from traces import pb
 from traces.attrs import make_attr
 from traces.columnar import decode_columns
 from traces.stream import encode_stream
+from traces.wire import name_field, read_varint32, varint
 
 META = pb.GlobalMetadata(version="0.0.4")
 
@@ -168,7 +169,13 @@ def test_peer_in_name() -> None:
 
 
 def test_name_field_is_protobufs() -> None:
-    from replay.fold import _name_field
-
     for name in ("send_act.fwd.mb0.to40", "x" * 200, "ünïcode.to7"):
-        assert _name_field(name) == pb.Node(name=name).SerializeToString()
+        assert name_field(name) == pb.Node(name=name).SerializeToString()
+
+
+def test_read_varint32_reads_what_varint_writes() -> None:
+    for v in (0, 1, 127, 128, 300, 16383, 16384, 2**28, 2**32 - 1):
+        enc = varint(v)
+        assert read_varint32(b"\xff" + enc + b"\x00", 1) == (v, 1 + len(enc))
+        assert read_varint32(enc[:-1], 0) is None  # cut off
+    assert read_varint32(b"\x80" * 5 + b"\x01", 0) is None  # six bytes: not a varint32

@@ -292,3 +292,14 @@ def test_stg_style_set_groups_from_prefix_json(tmp_path: Path) -> None:
     # Without the groups file "1" and "2" are unknown names: every rank is flagged.
     bare = resolve_groups(((f.path, f.nodes) for f in files), 4)
     assert {f.code for f in check_all(files, bare)} == {"unknown-group"}
+
+
+def test_unready_is_kahns_leftover_by_hand() -> None:
+    from traces.graph import unready
+
+    # 0 -> 1 -> 2 -> 1 (a cycle of 1 and 2), 2 -> 3 (behind it), 4 alone, 0 -> 5.
+    children = [[1, 5], [2], [1, 3], [], [], []]
+    ndeps = [0, 2, 1, 1, 0, 1]
+    assert unready(ndeps, children) == [1, 2, 3]
+    assert unready([0, 1, 1], [[1], [2], []]) == []
+    assert unready([], []) == []

@@ -6,16 +6,17 @@ fractions and the spec parser it imports).
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
+
+from traces.errors import XsimError
+from traces.io import read_json
 
 
 def peak_summary(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The replay summary's `memory`: peak bytes per rank from a memory.json (None when unreadable)."""
     try:
-        with open(os.fspath(path), encoding="utf-8") as fh:
-            doc = json.load(fh)
+        doc = read_json(path)
         ranks = sorted(doc["ranks"], key=lambda r: r["rank"])
         return {
             "peak_bytes": int(doc["peak_bytes"]),
@@ -24,5 +25,5 @@ def peak_summary(path: str | os.PathLike[str]) -> dict[str, Any] | None:
             "per_rank_peak_bytes": [int(r["total"]) for r in ranks],
             "per_rank_capacity_bytes": [int(r["capacity"]) for r in ranks],
         }
-    except (OSError, ValueError, KeyError, TypeError):
+    except (XsimError, ValueError, KeyError, TypeError):
         return None  # a damaged memory.json must not stop a replay; the summary just omits it

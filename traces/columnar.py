@@ -8,7 +8,7 @@ reads, bytes that protobuf's own parser rejects) raises `Unsupported`, and the c
 with protobuf instead, so errors and edge cases keep their one implementation (traces/stream.py).
 
 Attribute fields (most of a trace's bytes) repeat: a trace holds a few hundred distinct ones. They are
-grouped by their bytes first (`_dedupe`, exact), and only the distinct ones are decoded and handed to
+grouped by their bytes first (`traces.wire.group_by_bytes`, exact), and only the distinct ones are decoded and handed to
 protobuf's parser (`_validate`), which also checks the attributes the replay does not read.
 
 Whole nodes repeat too, across the ranks of a batch: the replicas of a stage hold the same nodes byte for
@@ -26,32 +26,51 @@ from google.protobuf.message import DecodeError
 
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
-from traces.stream import _varint, frame_spans
+from traces.wire import (  # noqa: F401 (F_*, VALUE_KIND, Unsupported: this decoder's public names too)
+    ATTR_TAG,
+    F_BOOL,
+    F_INT32,
+    F_INT64,
+    F_STRING,
+    F_UINT32,
+    F_UINT64,
+    NODE_ATTR,
+    NODE_CTRL_DEPS,
+    NODE_DATA_DEPS,
+    NODE_DURATION,
+    NODE_ID,
+    NODE_INPUTS,
+    NODE_NAME,
+    NODE_OUTPUTS,
+    NODE_START,
+    NODE_TYPE,
+    VALUE_KIND,
+    WT_LEN,
+    WT_VARINT,
+    Unsupported,
+    field_keys,
+    frame_spans,
+    group_by_bytes,
+    length_field,
+    padded,
+    tag,
+    varints,
+)
 
-# AttributeProto value field numbers this decoder turns into values (et_def.proto).
-F_INT32, F_INT64, F_UINT32, F_UINT64, F_BOOL, F_STRING = 7, 9, 11, 13, 27, 29
-VALUE_KIND = {
-    F_INT32: "int32_val",
-    F_INT64: "int64_val",
-    F_UINT32: "uint32_val",
-    F_UINT64: "uint64_val",
-    F_BOOL: "bool_val",
-    F_STRING: "string_val",
-}
 _MASK32 = np.uint64(0xFFFFFFFF)
 # Node fields by their one-byte tag (field number << 3 | wire type; fields below 16) this decoder walks:
 # varints for id, type, start_time_micros, duration_micros; length-delimited for name, the dependency
 # lists (packed), inputs, outputs, attr (et_def.proto).
 _TAG_OK = np.zeros(256, dtype=bool)
-_TAG_OK[[f << 3 for f in (1, 3, 6, 7)]] = True
-_TAG_OK[[(f << 3) | 2 for f in (2, 4, 5, 8, 9, 10)]] = True
-_ATTR_TAG = (10 << 3) | 2
+_TAG_OK[[tag(f, WT_VARINT) for f in (NODE_ID, NODE_TYPE, NODE_START, NODE_DURATION)]] = True
+_TAG_OK[
+    [
+        tag(f, WT_LEN)
+        for f in (NODE_NAME, NODE_CTRL_DEPS, NODE_DATA_DEPS, NODE_INPUTS, NODE_OUTPUTS, NODE_ATTR)
+    ]
+] = True
 _VALUE_OK = np.zeros(64, dtype=bool)
 _VALUE_OK[[0, F_INT32, F_INT64, F_UINT32, F_UINT64, F_BOOL, F_STRING]] = True
-
-
-class Unsupported(Exception):
-    """The bytes use a form this decoder leaves to protobuf (not an error in the trace)."""
 
 
 @dataclass(frozen=True)
@@ -92,79 +111,6 @@ class RankColumns:
     name_end: np.ndarray | None = None
 
 
-def _varints(b: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode one varint at each position; returns (values as uint64, positions after them)."""
-    byte = b[pos]
-    val = (byte & 0x7F).astype(np.uint64)
-    end = pos + 1
-    cont = byte >= 0x80
-    if not cont.any():
-        return val, end
-    idx = np.nonzero(cont)[0]
-    p = end[idx]
-    for k in range(1, 10):
-        byte = b[p]
-        if k == 9 and (byte > 1).any():
-            raise Unsupported("10-byte varint beyond 64 bits")
-        val[idx] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-        end[idx] = p + 1
-        cont = byte >= 0x80
-        if not cont.any():
-            return val, end
-        idx = idx[cont]
-        p = p[cont] + 1
-    raise Unsupported("varint longer than 10 bytes")
-
-
-def _words(b: np.ndarray) -> np.ndarray:
-    """Every byte offset of `b` read as a little-endian uint64 (a strided view, no copy; b is padded)."""
-    return np.ndarray(shape=(len(b) - 7,), dtype="<u8", buffer=b, offset=0, strides=(1,))
-
-
-def _span_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per span (length, first 8 bytes, last 8 bytes) as 3 uint64 columns: exact for spans up to 16 bytes."""
-    n = e - s
-    w = _words(b)
-    out = np.empty((len(s), 3), dtype=np.uint64)
-    out[:, 0] = n
-    short = n < 8
-    sh = (np.minimum(n, 8) * 8).astype(np.uint64)
-    mask = np.where(short, (np.uint64(1) << (sh & np.uint64(63))) - np.uint64(1), ~np.uint64(0))
-    out[:, 1] = w[s] & mask
-    out[:, 2] = np.where(short, np.uint64(0), w[np.maximum(e - 8, s)])
-    return out
-
-
-def _intern(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(code per span, distinct strings): spans with equal bytes get one code."""
-    if len(s) == 0:
-        return np.zeros(0, dtype=np.int64), []
-    keys = _span_keys(b, s, e)
-    h = keys[:, 0] * np.uint64(0x9E3779B97F4A7C15) ^ keys[:, 1] * np.uint64(1099511628211) ^ keys[:, 2]
-    order = np.argsort(h, kind="stable")
-    hs = h[order]
-    brk = np.ones(len(hs), dtype=bool)
-    brk[1:] = hs[1:] != hs[:-1]
-    grp = np.cumsum(brk) - 1
-    first = order[brk]
-    inv = np.empty(len(s), dtype=np.int64)
-    inv[order] = grp
-    if not (keys == keys[first][inv]).all():
-        raise Unsupported("distinct strings share a key")
-    long_ = (e - s)[first] > 16
-    try:
-        strings = [b[int(s[i]) : int(e[i])].tobytes().decode("utf-8") for i in first.tolist()]
-    except UnicodeDecodeError:
-        raise Unsupported("string field is not UTF-8") from None
-    if long_.any():  # longer strings: the key covers 16 of their bytes; compare the rest exactly
-        for gi in np.nonzero(long_)[0].tolist():
-            want = strings[gi].encode("utf-8")
-            for i in np.nonzero(inv == gi)[0].tolist():
-                if b[int(s[i]) : int(e[i])].tobytes() != want:
-                    raise Unsupported("long strings differ beyond their key")
-    return inv, strings
-
-
 def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndarray, n: int):
     """Packed varint lists (one span per owner node) into CSR (ptr, values)."""
     ptr = np.zeros(n + 1, dtype=np.int64)
@@ -185,7 +131,7 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
         raise Unsupported("packed list ends inside a varint")
     end_pos = np.nonzero(ends)[0]
     start_pos = np.concatenate(([0], end_pos[:-1] + 1))
-    vals, _ = _varints(b, byte_idx[start_pos])
+    vals, _ = varints(b, byte_idx[start_pos])
     if (vals >= np.uint64(1 << 63)).any():
         raise Unsupported("dependency id >= 2**63")
     span_of = np.searchsorted(np.cumsum(body_len), end_pos, side="right")
@@ -193,105 +139,6 @@ def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndar
     ptr[1:] = np.cumsum(counts)
     order = np.argsort(owner[span_of], kind="stable")
     return ptr, vals.astype(np.int64)[order]
-
-
-_LOW_BYTES = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=np.uint64)
-
-
-# _field_keys' masks by a field's length (0..24): the bytes of each of its three words that it holds.
-_KEY_MASKS = np.array(
-    [[_LOW_BYTES[min(max(nb - 8 * j, 0), 8)] for j in range(3)] for nb in range(25)], dtype=np.uint64
-)
-
-
-def _field_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Bytes 0-7, 8-15 and 16-23 of each protobuf field [s, e) of `b`, zero past its end, as uint64 words
-    (read from the buffer's aligned 8-byte words, two shifted into one: ~2x faster than numpy's unaligned
-    8-byte loads)."""
-    al = np.frombuffer(b.data, dtype="<u8", count=len(b) // 8)
-    q = s >> 3
-    sh = ((s & 7) << 3).astype(np.uint64)
-    rs = np.uint64(64) - sh
-    masks = _KEY_MASKS[np.minimum(e - s, 24)]
-    a_next = al[q]
-    keys = []
-    for j in range(3):
-        k = a_next >> sh
-        a_next = al[q + (j + 1)]
-        k |= a_next << rs
-        k &= masks[:, j]
-        keys.append(k)
-    return tuple(keys)
-
-
-def _dedupe(
-    b: np.ndarray, s: np.ndarray, e: np.ndarray, keys: tuple[np.ndarray, ...] | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Group protobuf fields [s, e) of `b` (a one-byte tag, then the length) by their bytes, exactly:
-    (group per field, first field of each group), groups numbered in the order of their first field.
-    Fields over 32 bytes each get a group. keys: _field_keys of the fields, when already read."""
-    m = len(s)
-    ar = np.arange(m)
-    n = e - s
-    # The key: bytes 0-7, 8-15, 16-23 (zero past the end), and bytes 24-31 of fields longer than 24:
-    # equal keys are equal bytes up to 32 (the length is byte 1, inside the key).
-    k0, k1, k2 = keys if keys is not None else _field_keys(b, s, e)
-    h = k0 * np.uint64(0xC2B2AE3D27D4EB4F)
-    h ^= k1 * np.uint64(0x165667B19E3779F9)
-    h ^= k2 * np.uint64(0xD6E8FEB86659FD93)
-    rare = np.nonzero(n > 24)[0]
-    k3 = None
-    if len(rare):
-        k3 = np.zeros(m, dtype=np.uint64)
-        mid = rare[n[rare] <= 32]
-        k3[mid] = _words(b)[s[mid] + 24] & _LOW_BYTES[n[mid] - 24]
-        long_ = rare[n[rare] > 32]
-        k3[long_] = long_.astype(np.uint64) | np.uint64(1 << 63)  # unique: never merged
-        h ^= k3 * np.uint64(0xFF51AFD7ED558CCD)
-    # A round groups every field whose slot holds a field with its key; each round groups at least one key
-    # per slot, so the rounds end. The first table is small (64 KB, in the caches: a trace has a few
-    # hundred distinct fields); the fields left after it get a table of 2-4x their number (<= 32 MB).
-    bits = max(10, min(14, (2 * m).bit_length()))
-    table = np.empty(1 << bits, dtype=np.int32)
-    rep = np.empty(m, dtype=np.int64)
-    pend = ar
-    for rnd in range(_MAX_ROUNDS):
-        if rnd == 1:
-            bits = max(bits, min(22, (2 * len(pend)).bit_length()))
-            table = np.empty(1 << bits, dtype=np.int64)
-        # Each field's slot; of the fields sharing one, the first (written last) is compared with the
-        # others: equal keys join its group, the rest (another key in the same slot) try a new slot.
-        slot = ((h * _ROUND_MUL[rnd]) >> np.uint64(64 - bits)).astype(np.intp)
-        table[slot[::-1]] = pend[::-1]
-        r = table[slot]
-        if rnd == 0:
-            same = k0[r] == k0
-            same &= k1[r] == k1
-            same &= k2[r] == k2
-            if k3 is not None:
-                same &= k3[r] == k3
-        else:
-            same = (k0[r] == k0[pend]) & (k1[r] == k1[pend]) & (k2[r] == k2[pend])
-            if k3 is not None:
-                same &= k3[r] == k3[pend]
-        rep[pend[same]] = r[same]
-        if same.all():
-            break
-        keep = ~same
-        pend, h = pend[keep], h[keep]
-    else:
-        raise Unsupported("field hashes collide")
-    if not (rep <= ar).all():  # the first of each group is its representative (numpy writes in order)
-        raise Unsupported("field groups out of order")
-    first = np.nonzero(rep == ar)[0]
-    lut = np.empty(m, dtype=np.int64)
-    lut[first] = np.arange(len(first))
-    return lut[rep], first
-
-
-_MAX_ROUNDS = 64
-# One odd multiplier per round (multiples of the 64-bit golden ratio): a new slot for every field left.
-_ROUND_MUL = [np.uint64((0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1) for i in range(_MAX_ROUNDS)]
 
 
 def _gather(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -314,7 +161,7 @@ def _validate(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
         raise Unsupported("too many attribute bytes to check at once")
     body = _gather(b, s, e).tobytes()
     try:
-        NodeBatch().ParseFromString(b"\n" + _varint(len(body)) + body)
+        NodeBatch().ParseFromString(length_field(1, body))  # NodeBatch.nodes
     except DecodeError:
         raise Unsupported("protobuf rejects the bytes") from None
 
@@ -383,10 +230,10 @@ def decode_columns(
     file_ptr = np.zeros(len(bufs) + 1, dtype=np.int64)
     file_ptr[1:] = np.cumsum(counts)
     n = int(file_ptr[-1])
-    b = np.frombuffer(buf + b"\x00" * 40, dtype=np.uint8)  # padded: _varints, _dedupe read past ends
+    b = padded(buf)  # varints and group_by_bytes read past span ends
     hs = np.concatenate(hs_l) if hs_l else np.zeros(0, dtype=np.int64)
     end = np.concatenate(end_l) if end_l else np.zeros(0, dtype=np.int64)
-    _, payload_start = _varints(b, hs)  # skip each frame's length prefix
+    _, payload_start = varints(b, hs)  # skip each frame's length prefix
     if ((end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
 
@@ -489,7 +336,7 @@ def _decode_nodes(
             ptrs[fld] = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
     # Names repeat over ranks (the same op on every replica): the distinct name fields are decoded once.
     if len(kn):
-        code, first = _dedupe(b, fp[kn], fnx[kn])
+        code, first = group_by_bytes(buf, b, fp[kn], fnx[kn])
         uniq = np.asarray(_names(b, fvs[kn][first], fnx[kn][first]), dtype=object)
         named = np.full(n, "", dtype=object)
         named[fn[kn]] = uniq[code]
@@ -497,9 +344,9 @@ def _decode_nodes(
     else:
         names = [""] * n
     if reg is None:
-        attrs, distinct = _decode_attrs(b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(buf, b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
     else:
-        attrs, distinct = _decode_attrs(b, reg.count, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(buf, b, reg.count, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
         attrs = {nm: reg.to_nodes(col, n) for nm, col in attrs.items()}
     io = np.nonzero((fi == 8) | (fi == 9))[0]
     _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
@@ -536,10 +383,10 @@ def _decode_distinct(
         return None
     local = np.arange(n) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
     pick = np.nonzero(local % _SAMPLE_EVERY == 0)[0]
-    if len(_group_spans(buf, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
+    if len(group_by_bytes(buf, b, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
         return None
-    code, first = _group_spans(
-        buf, payload_start, end, _same_as_previous_file(b, payload_start, end, file_ptr)
+    code, first = group_by_bytes(
+        buf, b, payload_start, end, like=_same_as_previous_file(b, payload_start, end, file_ptr)
     )
     if len(first) > _MAX_DISTINCT * n:
         return None
@@ -596,7 +443,7 @@ def _walk(
     in rounds: each round reads the next field of every unit that has one left.
 
     Returns the non-attribute fields (unit, tag, position, varint value, value start, next position), the
-    attribute fields (unit, position, value start, next position, _field_keys, with `rounds` the round
+    attribute fields (unit, position, value start, next position, field_keys, with `rounds` the round
     of each), flat in (round, unit) order, and with cut, each unit's first attribute field (-1 without)
     and its round: the unit's walk stops there (its attribute region is walked apart).
     """
@@ -612,14 +459,14 @@ def _walk(
         t = b[pos]
         if not _TAG_OK[t].all():
             raise Unsupported("field outside the Node schema")
-        v, p2 = _varints(b, pos + 1)
+        v, p2 = varints(b, pos + 1)
         ln = np.where((t & 7) == 2, v, np.uint64(0))
         if (ln >= np.uint64(1 << 31)).any():
             raise Unsupported("field length")
         nxt = p2 + ln.astype(np.int64)
         if (nxt > lim).any():
             raise Unsupported("field runs past its node")
-        is_attr = t == _ATTR_TAG
+        is_attr = t == ATTR_TAG
         more = nxt < lim
         if cut:
             if is_attr.any():
@@ -646,7 +493,7 @@ def _walk(
             a_pos.append(pos)
             a_vs.append(p2)
             a_nxt.append(nxt)
-            a_keys.append(_field_keys(b, pos, nxt))  # while these bytes are in the caches
+            a_keys.append(field_keys(b, pos, nxt))  # while these bytes are in the caches
             if rounds:
                 a_round.append(np.full(len(act), rnd, dtype=np.int64))
         else:
@@ -655,7 +502,7 @@ def _walk(
                 a_pos.append(pos[is_attr])
                 a_vs.append(p2[is_attr])
                 a_nxt.append(nxt[is_attr])
-                a_keys.append(_field_keys(b, a_pos[-1], a_nxt[-1]))
+                a_keys.append(field_keys(b, a_pos[-1], a_nxt[-1]))
                 if rounds:
                     a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
                 other = ~is_attr
@@ -743,12 +590,12 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
     pick = act[local[act] % _SAMPLE_EVERY == 0]
     cut_at = _walk(b, pick, start, end, cut=True)[2]
     some = np.nonzero(cut_at >= 0)[0]
-    if len(_group_spans(buf, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
+    if len(group_by_bytes(buf, b, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
         return None
     f, _a, cut_at, cut_round = _walk(b, act, start, end, cut=True)
     held = np.nonzero(cut_at >= 0)[0]
     rs, re = cut_at[held], end[held]
-    code, first = _group_spans(buf, rs, re)
+    code, first = group_by_bytes(buf, b, rs, re)
     d = len(first)
     rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False, rounds=True)
     if len(rf[0]):
@@ -777,7 +624,7 @@ def _same_as_previous_file(b: np.ndarray, s: np.ndarray, e: np.ndarray, file_ptr
     bytes, else -1. The replicas of a batch sit side by side (a TP group's ranks: on the 512-rank Llama-2
     set every repeated node payload repeats the one at its index in the previous file), so one numpy
     comparison of two files' bytes settles most spans; a file whose spans do not lie as the previous
-    file's do (the same lengths at one fixed distance) is left to _group_spans' dict."""
+    file's do (the same lengths at one fixed distance) is left to group_by_bytes' dict."""
     like = np.full(len(s), -1, dtype=np.int64)
     fp = file_ptr.tolist()
     for g in range(1, len(fp) - 1):
@@ -803,49 +650,8 @@ def _same_as_previous_file(b: np.ndarray, s: np.ndarray, e: np.ndarray, file_ptr
     return like
 
 
-def _group_spans(
-    buf: bytes, s: np.ndarray, e: np.ndarray, like: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Group spans [s, e) of `buf` by their bytes, exactly (a dict of the bytes: a slice, a hash and a
-    look-up per span; measured ~2x cheaper than hashing the spans' words with numpy, whose arrays of
-    words cost more in fresh pages than the dict): (group per span, first span of each group), groups
-    numbered in the order of their first span. like: for each span an earlier span known to hold the same
-    bytes, or -1 (_same_as_previous_file); only the others go through the dict."""
-    if len(s) == 0:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    seen: dict[bytes, int] = {}
-    add = seen.setdefault
-    if like is None:
-        code = np.fromiter(
-            (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
-            dtype=np.int64,
-            count=len(s),
-        )
-    else:
-        # A span equal to an earlier one cannot open a group: the dict numbers the others in span order
-        # (so groups keep the order of their first span), and each span takes its chain's last span's code.
-        root = np.flatnonzero(like < 0)
-        code = np.empty(len(s), dtype=np.int64)
-        code[root] = np.fromiter(
-            (add(buf[i:j], len(seen)) for i, j in zip(s[root].tolist(), e[root].tolist(), strict=True)),
-            dtype=np.int64,
-            count=len(root),
-        )
-        up = np.where(like < 0, np.arange(len(s)), like)
-        while True:  # pointer jumping: each step halves what is left of every chain (like[i] < i)
-            nxt = up[up]
-            if (nxt == up).all():
-                break
-            up = nxt
-        code = code[up]
-    top = np.maximum.accumulate(code)  # a group's first span raises the highest code seen so far
-    new = np.ones(len(code), dtype=bool)
-    new[1:] = top[1:] > top[:-1]
-    return code, np.flatnonzero(new)
-
-
 def _decode_attrs(
-    b: np.ndarray, n: int, own, tag, s0, e0, want: frozenset[str], spans: bool, keys=None
+    buf: bytes, b: np.ndarray, n: int, own, tag, s0, e0, want: frozenset[str], spans: bool, keys=None
 ) -> tuple[dict[str, AttrColumn], np.ndarray]:
     """Attribute columns for the names in `want` (each at most once per node), and the first field of each
     distinct attribute (an index into own), for _validate.
@@ -856,7 +662,7 @@ def _decode_attrs(
     m = len(own)
     if m == 0:
         return {}, np.zeros(0, dtype=np.int64)
-    code, first = _dedupe(b, tag, e0, keys)
+    code, first = group_by_bytes(buf, b, tag, e0, keys=keys)
     ds, de = s0[first], e0[first]
     d = len(first)
     name_s = np.full(d, -1, dtype=np.int64)
@@ -869,7 +675,7 @@ def _decode_attrs(
     cur = ds.copy()
     act = np.nonzero(cur < de)[0]
     while len(act):
-        tg, p = _varints(b, cur[act])
+        tg, p = varints(b, cur[act])
         f = (tg >> np.uint64(3)).astype(np.int64)
         wt = tg & np.uint64(7)
         nxt = np.empty(len(act), dtype=np.int64)
@@ -881,7 +687,7 @@ def _decode_attrs(
         p2 = p.copy()
         sel = w0 | w2
         if sel.any():
-            vv, pp = _varints(b, p[sel])
+            vv, pp = varints(b, p[sel])
             v[sel] = vv
             p2[sel] = pp
         nxt[w0] = p2[w0]
@@ -909,7 +715,14 @@ def _decode_attrs(
     if (name_s < 0).any():
         name_s = np.where(name_s < 0, 0, name_s)
         name_e = np.where(name_e < 0, 0, name_e)
-    ncode, names = _intern(b, name_s, name_e)
+    ncode, nfirst = group_by_bytes(buf, b, name_s, name_e)
+    try:
+        names = [
+            buf[i:j].decode("utf-8")
+            for i, j in zip(name_s[nfirst].tolist(), name_e[nfirst].tolist(), strict=True)
+        ]
+    except UnicodeDecodeError:
+        raise Unsupported("string field is not UTF-8") from None
     out: dict[str, AttrColumn] = {}
     wanted = [ci for ci, nm in enumerate(names) if nm in want]
     if not wanted:

@@ -21,6 +21,24 @@ from traces import pb
 T = TypeVar("T")
 
 
+def unready(ndeps: Sequence[int], children: Sequence[Iterable[int]]) -> list[int]:
+    """Positions that can never become ready (on or behind a dependency cycle), ascending: Kahn's
+    algorithm over in-degrees `ndeps` and each position's `children`. The one cycle test of xsim (the
+    replay's program builders and DepGraph.cycle use it)."""
+    indeg = list(ndeps)
+    stack = [i for i, c in enumerate(indeg) if c == 0]
+    seen = len(stack)
+    while stack:
+        for c in children[stack.pop()]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                stack.append(c)
+                seen += 1
+    if seen == len(indeg):
+        return []
+    return [i for i, c in enumerate(indeg) if c > 0]
+
+
 class DepGraph:
     """The dependencies of one node list, by position; ctrl=False keeps data dependencies only."""
 
@@ -39,13 +57,16 @@ class DepGraph:
 
     def children(self, i: int) -> list[int]:
         """Positions of the nodes depending on the node at position i."""
+        return self._child_lists()[i]
+
+    def _child_lists(self) -> list[list[int]]:
         if self._children is None:
             ch: list[list[int]] = [[] for _ in self.nodes]
             for j, ds in enumerate(self.deps):
                 for d in ds:
                     ch[d].append(j)
             self._children = ch
-        return self._children[i]
+        return self._children
 
     def topological_order(self) -> list[int]:
         """Positions in the order a one-at-a-time replayer issues them: ready nodes smallest id first.
@@ -67,11 +88,9 @@ class DepGraph:
 
     def cycle(self) -> list[int] | None:
         """Node ids of one dependency cycle (dependency first, smallest id first), or None if acyclic."""
-        order = self.topological_order()
-        if len(order) == len(self.nodes):
+        left = set(unready([len(ds) for ds in self.deps], self._child_lists()))
+        if not left:
             return None
-        done = set(order)
-        left = {i for i in range(len(self.nodes)) if i not in done}
         # Every node left has a dependency left (else Kahn would have taken it): walking deps must revisit.
         ident = self.nodes
         cur = min(left, key=lambda i: ident[i].id)

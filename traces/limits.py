@@ -30,17 +30,18 @@ class InputLimitError(XsimError):
     """An input exceeds a documented size limit; the message names the limit's env var."""
 
 
-def limit(name: str, default: int) -> int:
-    """The limit in env var NAME (a positive integer), else DEFAULT; a bad value is one clear error."""
+def limit(name: str, default: int, error: type[Exception] = InputLimitError) -> int:
+    """The limit in env var NAME (a positive integer), else DEFAULT; a bad value is one clear error (of
+    type `error`: netmodels reports its own inputs' limits as NetworkModelError)."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise InputLimitError(f"{name}={raw!r}: not an integer") from None
+        raise error(f"{name}={raw!r}: not an integer") from None
     if value <= 0:
-        raise InputLimitError(f"{name}={raw!r}: must be positive")
+        raise error(f"{name}={raw!r}: must be positive")
     return value
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import io
-import json
 import os
 from dataclasses import dataclass
 
@@ -29,6 +28,8 @@ from replay.export.breakdown import (
     rank_breakdown,
     share_column,
 )
+from traces.errors import XsimError
+from traces.io import read_json
 from traces.outputs import atomic_write_text
 
 MAX_BARS = 128  # ranks drawn in the stacked-bar chart; larger runs show an evenly spaced sample
@@ -111,10 +112,9 @@ def _json(path: str, required: bool) -> dict | None:
             raise ReportError(f"{os.path.dirname(path)}: no {os.path.basename(path)}")
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"{path}: not readable JSON ({exc})") from None
+        doc = read_json(path)
+    except XsimError as exc:  # JsonFileError, InputLimitError: their messages name the file
+        raise ReportError(f"{path}: not readable JSON ({getattr(exc, 'reason', exc)})") from None
     if not isinstance(doc, dict):
         raise ReportError(f"{path}: not a JSON object")
     return doc

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from netmodels.errors import NetworkModelError
+from netmodels.models import capabilities_named
 from replay import ReplayConfig, ReplayError, ReplayResult
 from replay import simulate as replay_simulate
 from replay.errors import ReplayDeadlock
@@ -69,14 +70,14 @@ def load_deployment(trace_set: TraceSet):
 
 def replay_config(options: ReplayOptions) -> ReplayConfig:
     """The engine's resources and rules for these options."""
-    astra = resolve_model(options.network).startswith("astra")
+    caps = capabilities_named(resolve_model(options.network))
     return ReplayConfig(
         compute_streams=options.compute_streams,
         comm_channels=options.comm_channels,
         honour_stream=options.honour_stream,
         comm_mode=options.network.comm,
         # ASTRA-sim replays BROADCAST by its duration instead of simulating it (reference 3.2).
-        duration_comm_types=frozenset({pb.BROADCAST}) if astra else frozenset(),
+        duration_comm_types=frozenset({pb.BROADCAST}) if caps.broadcast_by_duration else frozenset(),
     )
 
 

@@ -47,6 +47,7 @@ from tracegen.ops import (
 from tracegen.ops import duration_micros as op_micros
 from tracegen.spec import NODE_SIZE, RESHARDS, gpu_file_specs, gpu_type_entry, load_spec, read_gpu_file
 from traces.errors import XsimError
+from traces.io import read_json
 from traces.limits import limit
 from xsim.explore import sweep as sw
 
@@ -667,8 +668,7 @@ def _explain(ok: Sequence[Verified]) -> tuple[tuple[dict[str, Any], ...], tuple[
 
     win = ok[0]
     ranks = pl.read_parquet(os.path.join(win.row["dir"], "result", "ranks.parquet")).sort("rank")
-    with open(os.path.join(win.row["dir"], "traces", "memory.json"), encoding="utf-8") as fh:
-        mem = json.load(fh)["ranks"]
+    mem = read_json(os.path.join(win.row["dir"], "traces", "memory.json"))["ranks"]
     rows = []
     for r, mm in zip(ranks.iter_rows(named=True), mem, strict=True):
         rows.append(
