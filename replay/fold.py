@@ -49,6 +49,7 @@ from replay.fold_bytes import Template, predict_many, varint, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
+from traces.classes import CLASSES_FILE
 from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 from traces.errors import TraceFormatError
 from traces.groups import ProcessGroups
@@ -71,6 +72,9 @@ class Fold:
     replicas: tuple[tuple[int, ...], ...]
     source: str
     device_groups: Mapping[int, int] = field(default_factory=dict)  # rank -> deployment device group id
+    # The generator made the replicas alike (a compact set's classes.json): verify derives each folded
+    # rank's labels from its representative without a file to compare.
+    by_construction: bool = False
 
     @property
     def factor(self) -> int:
@@ -83,6 +87,7 @@ def make_fold(
     num_ranks: int,
     source: str,
     device_groups: Mapping[int, int] | None = None,
+    by_construction: bool = False,
 ) -> Fold:
     """Check that `replicas` are equal-length lists partitioning 0..num_ranks-1."""
     reps = tuple(tuple(int(r) for r in rep) for rep in replicas)
@@ -95,7 +100,7 @@ def make_fold(
             f"fold ({source}): replicas must hold every rank 0..{num_ranks - 1} exactly once "
             f"({len(ranks)} entries, {len(set(ranks))} distinct)"
         )
-    return Fold(reps, source, dict(device_groups or {}))
+    return Fold(reps, source, dict(device_groups or {}), by_construction)
 
 
 def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
@@ -148,6 +153,18 @@ def tp_fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
 def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
+    c = trace_set.classes
+    if c is not None:
+        if not (fold is True or fold == "auto"):
+            raise FoldRefused(
+                f"{trace_set.prefix}: a compact set folds by its own classes ({CLASSES_FILE}) only, not {fold!r}"
+            )
+        dgs = {
+            r: d
+            for rep, ds in zip(c.replicas, c.device_groups, strict=True)
+            for r, d in zip(rep, ds, strict=True)
+        }
+        return make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
     if isinstance(fold, Fold):
         return make_fold(fold.replicas, n, fold.source, fold.device_groups)
     if fold == "tp":
@@ -382,6 +399,12 @@ def verify(
             x = fold.replicas[k][i]
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
+            if fold.by_construction:  # no file to compare: the labels follow from the construction
+                if templates[i] is None or not _verify_bytes(
+                    ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys, trusted=True
+                ):
+                    raise _refuse(path, x, r, "its labels do not follow from its representative's file")
+                continue
             if templates[i] is not None and _verify_bytes(
                 ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys
             ):
@@ -575,9 +598,23 @@ def _field(name: str, value, kind: str) -> bytes:
 
 
 def _verify_bytes(
-    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
+    ctx,
+    k,
+    x,
+    r,
+    i,
+    rt: _RepTemplate,
+    prog,
+    by_members,
+    lab,
+    path,
+    layouts: dict,
+    pg_keys: dict,
+    trusted=False,
 ) -> bool:
-    """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
+    """Prove rank x against the byte template of its representative r; False: prove it the exact way.
+
+    trusted: x's file is the prediction by construction (a compact set): only its labels are derived."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
     swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
@@ -612,6 +649,8 @@ def _verify_bytes(
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]
+    if trusted:
+        return True
     subs = rt.subs if swap_dg else rt.subs_no_dg
     pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
     try:

@@ -19,6 +19,7 @@ from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
 from traces import pb
+from traces.classes import CLASSES_FILE, compact_refusal
 from traces.columnar import RankColumns, Unsupported, decode_columns
 from traces.groups import ProcessGroups, resolve_groups
 from traces.jsonview import is_json_file
@@ -170,7 +171,8 @@ def rep_columns(
 def metadata_groups_files(trace_set: TraceSet):
     """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
     hold no `process_group:init` cannot declare any and is not decoded here."""
-    for r, path in enumerate(trace_set.paths):
+    for r in trace_set.written:  # a compact set's other ranks mirror these (traces/classes.py)
+        path = trace_set.paths[r]
         if is_json_file(path):
             yield path, trace_set.load(r).nodes
             continue
@@ -204,7 +206,7 @@ def simulate(
     one replica is simulated; the tables equal an unfolded replay's; `fold_factor` says by how much.
     """
     t0 = time.perf_counter()
-    ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
+    ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set, compact=True)
     args = (ts, network, compute, groups, config, progress, t0)
     if not (isinstance(fold, str) and fold == "auto"):
         return _simulate(*args, fold)
@@ -224,6 +226,8 @@ def simulate(
         return _simulate(ts, attempt, compute, groups, config, progress, t0, True)
     except FoldRefused as exc:
         reason = str(exc)
+    if ts.classes is not None:
+        raise ReplayError(f"{reason}; and {compact_refusal('an unfolded replay', ts.classes)}")
     res = _simulate(*args, None)
     res.fold_status, res.fold_reason = "unfolded", reason
     return res
@@ -248,6 +252,8 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
         plan = None  # one replica: nothing to fold
+    if plan is None and ts.classes is not None:
+        raise ReplayError(f"{ts.prefix}: {compact_refusal('an unfolded replay (--no-fold)', ts.classes)}")
     if plan is not None:
         check_models(plan, network, compute, config)
     gc_was_enabled = gc.isenabled()
@@ -304,7 +310,11 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         if fold not in (None, False):
             res.fold_status = "folded" if plan is not None else "unfolded"
             res.fold_reason = (
-                f"{plan.factor} replicas proven alike ({plan.source})"
+                (
+                    f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
+                    if plan.by_construction
+                    else f"{plan.factor} replicas proven alike ({plan.source})"
+                )
                 if plan is not None
                 else "one replica: nothing to fold"
             )

@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the planner's rewrite (heterogeneous gradient sync and pipeline resharding)",
     )
     p.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="write every rank's .et (default: a plan whose DP replicas are alike writes replica 0's files and "
+        "classes.json, which xsim replay folds by construction; other verbs need --all-ranks)",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="replace the trace files of another set in DIR (default: refuse to mix two sets)",
@@ -44,9 +50,23 @@ def run(args: argparse.Namespace) -> int:
 
     gen = api.generate(
         args.spec,
-        api.GenerateOptions(out=args.out, name=args.name, rewrite=not args.no_rewrite, force=args.force),
+        api.GenerateOptions(
+            out=args.out,
+            name=args.name,
+            rewrite=not args.no_rewrite,
+            force=args.force,
+            all_ranks=args.all_ranks,
+        ),
     )
     _warn_oom(gen)
+    if gen.classes is not None:
+        c = gen.classes
+        print(
+            f"wrote {len(gen.paths)} of {c.num_ranks} ranks (DP replica 0; the other {len(c.replicas) - 1} "
+            f"replicas mirror it, classes.json; --all-ranks writes every rank), {gen.nodes} nodes to {args.out}: "
+            f"{gen.deployment.name}.<rank>.et, comm_group.json, {DEPLOYMENT_FILE}, memory.json"
+        )
+        return 0
     print(
         f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "
         f"comm_group.json, {DEPLOYMENT_FILE}, memory.json"

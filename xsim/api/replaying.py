@@ -44,8 +44,9 @@ class Replay:
 
 
 def load_trace_set(path: str | os.PathLike[str]) -> TraceSet:
-    """The trace set at `path`: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file."""
-    return discover(os.fspath(path))
+    """The trace set at `path`: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file (a
+    compact set too: the replay folds it by construction)."""
+    return discover(os.fspath(path), compact=True)
 
 
 def load_deployment(trace_set: TraceSet):
