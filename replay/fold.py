@@ -31,7 +31,7 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -45,7 +45,7 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScal
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput
 from replay.errors import FoldRefused, ReplayError
-from replay.fold_bytes import Template, predict_many, varint, walk
+from replay.fold_bytes import Prediction, Template, predict_many, varint, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME, make_attr
@@ -374,15 +374,7 @@ def verify(
             sets[i] = (comm, safe, inside)
         return sets[i]
 
-    # A group's name from its members (None when two names share a member list: then no byte shortcut).
-    by_members: dict[tuple[int, ...], str | None] = {}
-    for key, members in groups.groups.items():
-        by_members[members] = None if members in by_members else key
-    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
-    templates = [
-        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
-        for i, r in enumerate(reps)
-    ]
+    by_members, templates = _templates(ctx, prog, rep_bytes)
     pg_keys: dict = {}  # (replica, group members) -> the key of the group pi_k(members)
     exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
 
@@ -400,8 +392,8 @@ def verify(
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if fold.by_construction:  # no file to compare: the labels follow from the construction
-                if templates[i] is None or not _verify_bytes(
-                    ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys, trusted=True
+                if templates[i] is None or not _predict(
+                    ctx, k, x, r, i, templates[i], prog, by_members, lab, layouts, pg_keys, want=False
                 ):
                     raise _refuse(path, x, r, "its labels do not follow from its representative's file")
                 continue
@@ -422,6 +414,46 @@ def verify(
         exact.pop(i, None)
         trace_set.release(r)
     return labels
+
+
+def _templates(ctx: _Ctx, prog: Program, rep_bytes) -> tuple[dict, list]:
+    """Group names by member list (None when two names share one: then no byte shortcut) and each
+    representative slot's byte template (None: proven the exact way)."""
+    by_members: dict[tuple[int, ...], str | None] = {}
+    for key, members in ctx.groups.groups.items():
+        by_members[members] = None if members in by_members else key
+    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
+    templates = [
+        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
+        for i, r in enumerate(ctx.fold.replicas[0])
+    ]
+    return by_members, templates
+
+
+def predicted_files(
+    fold: Fold, groups: ProcessGroups, prog: Program, rep_bytes: Mapping
+) -> Callable[[int], bytes]:
+    """The bytes of each folded rank's file as its representative's template predicts it (a compact set's
+    ranks that were not written: by construction their files; prog: the representatives' program)."""
+    ctx = _Ctx(fold, groups)
+    by_members, templates = _templates(ctx, prog, rep_bytes)
+    layouts: dict[int, dict] = {}
+    pg_keys: dict = {}
+
+    def bytes_of(x: int) -> bytes:
+        k, i = ctx.where[x]
+        r = fold.replicas[0][i]
+        rt = templates[i]
+        pred = (
+            _predict(ctx, k, x, r, i, rt, prog, by_members, RankLabels(), layouts.setdefault(i, {}), pg_keys)
+            if rt is not None
+            else False
+        )
+        if pred is False:
+            raise FoldRefused(f"rank {x}: its file cannot be derived from its representative rank {r}'s")
+        return pred.buf
+
+    return bytes_of
 
 
 @dataclass(frozen=True)
@@ -597,24 +629,11 @@ def _field(name: str, value, kind: str) -> bytes:
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
 
 
-def _verify_bytes(
-    ctx,
-    k,
-    x,
-    r,
-    i,
-    rt: _RepTemplate,
-    prog,
-    by_members,
-    lab,
-    path,
-    layouts: dict,
-    pg_keys: dict,
-    trusted=False,
-) -> bool:
-    """Prove rank x against the byte template of its representative r; False: prove it the exact way.
-
-    trusted: x's file is the prediction by construction (a compact set): only its labels are derived."""
+def _predict(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, layouts: dict, pg_keys: dict, want: bool = True
+) -> Prediction | bool:
+    """Rank x's labels (into lab) as its representative r's template gives them, and with `want` the file
+    x would be (replay/fold_bytes.py); False when the template cannot name x's groups."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
     swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
@@ -649,10 +668,20 @@ def _verify_bytes(
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]
-    if trusted:
+    if not want:
         return True
     subs = rt.subs if swap_dg else rt.subs_no_dg
-    pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+    return predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+
+
+def _verify_bytes(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
+) -> bool:
+    """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
+    lo = prog.rank_offset[i]
+    pred = _predict(ctx, k, x, r, i, rt, prog, by_members, lab, layouts, pg_keys)
+    if pred is False:
+        return False
     try:
         xb, _gz = read_bytes(path)
     except (TraceFormatError, InputLimitError):

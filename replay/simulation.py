@@ -19,7 +19,7 @@ from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
 from traces import pb
-from traces.classes import CLASSES_FILE, compact_refusal
+from traces.classes import CLASSES_FILE
 from traces.columnar import RankColumns, Unsupported, decode_columns
 from traces.groups import ProcessGroups, resolve_groups
 from traces.jsonview import is_json_file
@@ -79,8 +79,9 @@ class ColumnReader:
     columnar decoder does not take). Visiting ranks in ascending order reads every file once.
     """
 
-    def __init__(self, trace_set: TraceSet) -> None:
+    def __init__(self, trace_set: TraceSet, source: Callable[[int], bytes] | None = None) -> None:
         self.ts = trace_set
+        self.source = source  # rank -> its file's bytes (default: read from disk)
         self.batch: dict[int, tuple[RankColumns, int] | None] = {}
         self.next_rank = 0
         self.layouts: dict[int, np.ndarray] = {}  # frame layouts by file size, for decode_columns
@@ -102,7 +103,7 @@ class ColumnReader:
             if is_json_file(path):
                 self.batch[r] = None
             else:
-                buf, _gz = read_bytes(path)
+                buf = self.source(r) if self.source is not None else read_bytes(path)[0]
                 files.append((r, buf))
                 size += len(buf)
             r += 1
@@ -168,6 +169,25 @@ def rep_columns(
     return out
 
 
+def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
+    """Every rank's file bytes of a compact set, for an unfolded replay: the written files, and the others
+    as their representatives' files with their labels swapped in (by construction what `xsim gen
+    --all-ranks` writes; replay/fold.py, predicted_files)."""
+    from replay.fold import predicted_files, resolve_fold
+
+    plan = resolve_fold("auto", ts)
+    reps = rep_columns(ts, plan.replicas[0])
+
+    def rep_cols(rank: int) -> tuple[RankColumns, int] | None:
+        e = reps.get(rank)
+        return None if e is None else (e[0], e[1])
+
+    prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=rep_cols)
+    predict = predicted_files(plan, pgs, prog, reps)
+    written = frozenset(ts.written)
+    return lambda r: read_bytes(ts.paths[r])[0] if r in written else predict(r)
+
+
 def metadata_groups_files(trace_set: TraceSet):
     """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
     hold no `process_group:init` cannot declare any and is not decoded here."""
@@ -226,8 +246,6 @@ def simulate(
         return _simulate(ts, attempt, compute, groups, config, progress, t0, True)
     except FoldRefused as exc:
         reason = str(exc)
-    if ts.classes is not None:
-        raise ReplayError(f"{reason}; and {compact_refusal('an unfolded replay', ts.classes)}")
     res = _simulate(*args, None)
     res.fold_status, res.fold_reason = "unfolded", reason
     return res
@@ -252,8 +270,6 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
         plan = None  # one replica: nothing to fold
-    if plan is None and ts.classes is not None:
-        raise ReplayError(f"{ts.prefix}: {compact_refusal('an unfolded replay (--no-fold)', ts.classes)}")
     if plan is not None:
         check_models(plan, network, compute, config)
     gc_was_enabled = gc.isenabled()
@@ -261,7 +277,8 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     try:
         if plan is None:
             pgs = load_groups(ts, groups, scan=True)
-            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
+            source = compact_source(ts, pgs, compute, config) if ts.classes is not None else None
+            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts, source).get)
         else:
             pgs = load_groups(ts, groups, scan=True)
             reps = rep_columns(ts, plan.replicas[0])

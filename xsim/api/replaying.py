@@ -153,6 +153,14 @@ def peak_memory(trace_set: TraceSet) -> dict | None:
     return peak_summary(path)
 
 
+def check_outputs(trace_set: TraceSet, outputs: OutputOptions) -> None:
+    """Refuse, before any work, outputs a compact set cannot give (the annotated copy of every rank)."""
+    if outputs.annotate and trace_set.classes is not None:
+        from traces.classes import compact_refusal
+
+        raise ReplayError(f"{trace_set.prefix}: {compact_refusal('--annotate', trace_set.classes)}")
+
+
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths.
 
@@ -161,6 +169,7 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     """
     if not (outputs.out or outputs.timeline or outputs.annotate):
         return []  # nothing to write: the exports (and polars) are not even loaded
+    check_outputs(replay.trace_set, outputs)
     from replay.export import save_run, write_annotated, write_timeline
 
     written: list[str] = []
