@@ -154,12 +154,7 @@ def run_spec(spec: dict[str, Any], network: str = "analytical", comm_streams: st
 
     with tempfile.TemporaryDirectory(prefix="xsim_paper_") as work:
         t0 = time.perf_counter()
-        from netmodels.models import model_info
-
-        # A compact set replays only folded: contention (flow) or replay_simulate's unfolded default
-        # (comm_streams) need every rank's file.
-        every = comm_streams is not None or not model_info(network).capabilities.foldable
-        gen = api.generate(spec, api.GenerateOptions(out=work, all_ranks=every))
+        gen = api.generate(spec, api.GenerateOptions(out=work))
         t1 = time.perf_counter()
         options = api.ReplayOptions(network=api.NetworkOptions(model=network))
         if comm_streams is None:

@@ -27,13 +27,10 @@ class Replayed:
 
 def gen_and_replay(dep: dpb.Deployment, out_dir: str, network_model: str = "analytical") -> Replayed:
     """Generate `dep` into out_dir/traces (with memory.json), replay it into out_dir/result, and price it."""
-    from netmodels.models import model_info
     from xsim import api
 
     traces = os.path.join(out_dir, "traces")
-    # A compact set replays only folded: a model with contention (flow) needs every rank's file.
-    every = not model_info(network_model).capabilities.foldable
-    gen = api.generate(dep, api.GenerateOptions(out=traces, name=dep.name, force=True, all_ranks=every))
+    gen = api.generate(dep, api.GenerateOptions(out=traces, name=dep.name, force=True))
     run = api.simulate(traces, api.ReplayOptions(network=api.NetworkOptions(model=network_model)))
     api.write_outputs(run, api.OutputOptions(out=os.path.join(out_dir, "result")))
     summary = run.result.summary_dict()
