@@ -642,7 +642,10 @@ def _predict(
     for sl in rt.slots:
         kind = sl[0]
         key = None
-        if kind == "dg":
+        fb = b""
+        if kind in ("dg", "peer") and not want:
+            pass  # no bytes wanted, and neither names a label the tables take
+        elif kind == "dg":
             fb = _field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
             ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
@@ -651,12 +654,12 @@ def _predict(
             key = pg_keys[ck]
             if key is None:
                 return False
-            fb = _field(PG_NAME, key, "string_val")
+            fb = _field(PG_NAME, key, "string_val") if want else b""
         elif kind == "peer":
             fb = _field(sl[1], ctx.perm(k, sl[3]), sl[2])
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
-            fb = _name_field(key)
+            fb = _name_field(key) if want else b""
         pool.append(fb)
         keys.append(key)
     if swap_dg:
