@@ -172,3 +172,13 @@ def test_which_plans_are_written_compact():
     assert rank_classes(load_spec(hetero), rewrite=True) is None
     c = rank_classes(load_spec(_spec("ok", dp=2, gpus=("H100", "A100-80GB"))), rewrite=True)
     assert c is not None and c.replicas == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert c.device_groups == ((0, 0, 1, 1), (2, 2, 3, 3))
+    # TP 2 feeding TP 1 in every replica: alike, but the rewrite reshards the boundary (without it: alike).
+    groups = [
+        {"id": 2 * r + k, "gpu": "H100", "ranks": [3 * r, 3 * r + 1] if k == 0 else [3 * r + 2],
+         "tp": 2 - k, "layers": [16 * k + 1, 16 * k + 16], "micro_batch": 1, "pp_stage": k, "dp_replica": r}
+        for r in range(2) for k in range(2)
+    ]  # fmt: skip
+    tp_change = load_spec({**_spec("tpc", dp=1), "device_groups": groups})
+    assert rank_classes(tp_change, rewrite=True) is None
+    assert rank_classes(tp_change, rewrite=False).replicas == ((0, 1, 2), (3, 4, 5))
