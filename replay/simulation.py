@@ -169,6 +169,16 @@ def rep_columns(
     return out
 
 
+def columns_of(reps: Mapping[int, tuple | None]) -> Callable[[int], tuple[RankColumns, int] | None]:
+    """build_program's `columns` over rep_columns' entries."""
+
+    def get(rank: int) -> tuple[RankColumns, int] | None:
+        e = reps.get(rank)
+        return None if e is None else (e[0], e[1])
+
+    return get
+
+
 def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
     """Every rank's file bytes of a compact set, for an unfolded replay: the written files, and the others
     as their representatives' files with their labels swapped in (by construction what `xsim gen
@@ -177,12 +187,9 @@ def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConf
 
     plan = resolve_fold("auto", ts)
     reps = rep_columns(ts, plan.replicas[0])
-
-    def rep_cols(rank: int) -> tuple[RankColumns, int] | None:
-        e = reps.get(rank)
-        return None if e is None else (e[0], e[1])
-
-    prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=rep_cols)
+    prog = build_program(
+        ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
+    )
     predict = predicted_files(plan, pgs, prog, reps)
     written = frozenset(ts.written)
     return lambda r: read_bytes(ts.paths[r])[0] if r in written else predict(r)
@@ -282,13 +289,8 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         else:
             pgs = load_groups(ts, groups, scan=True)
             reps = rep_columns(ts, plan.replicas[0])
-
-            def rep_cols(rank: int) -> tuple[RankColumns, int] | None:
-                e = reps.get(rank)
-                return None if e is None else (e[0], e[1])
-
             prog = build_program(
-                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=rep_cols
+                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
             )
             labels = verify(plan, ts, pgs, prog, reps)
             del reps
