@@ -79,9 +79,8 @@ class ColumnReader:
     columnar decoder does not take). Visiting ranks in ascending order reads every file once.
     """
 
-    def __init__(self, trace_set: TraceSet, source: Callable[[int], bytes] | None = None) -> None:
+    def __init__(self, trace_set: TraceSet) -> None:
         self.ts = trace_set
-        self.source = source  # rank -> its file's bytes (default: read from disk)
         self.batch: dict[int, tuple[RankColumns, int] | None] = {}
         self.next_rank = 0
         self.layouts: dict[int, np.ndarray] = {}  # frame layouts by file size, for decode_columns
@@ -103,7 +102,7 @@ class ColumnReader:
             if is_json_file(path):
                 self.batch[r] = None
             else:
-                buf = self.source(r) if self.source is not None else read_bytes(path)[0]
+                buf = ts.read(r)
                 files.append((r, buf))
                 size += len(buf)
             r += 1
@@ -180,8 +179,8 @@ def columns_of(reps: Mapping[int, tuple | None]) -> Callable[[int], tuple[RankCo
 
 
 def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
-    """Every rank's file bytes of a compact set, for an unfolded replay: the written files, and the others
-    as their representatives' files with their labels swapped in (by construction what `xsim gen
+    """The unwritten ranks' file bytes of a compact set, for an unfolded replay: their representatives'
+    files with their labels swapped in (by construction what `xsim gen
     --all-ranks` writes; replay/fold.py, predicted_files)."""
     from replay.fold import predicted_files, resolve_fold
 
@@ -190,9 +189,7 @@ def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConf
     prog = build_program(
         ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
     )
-    predict = predicted_files(plan, pgs, prog, reps)
-    written = frozenset(ts.written)
-    return lambda r: read_bytes(ts.paths[r])[0] if r in written else predict(r)
+    return predicted_files(plan, pgs, prog, reps)
 
 
 def metadata_groups_files(trace_set: TraceSet):
@@ -284,8 +281,9 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     try:
         if plan is None:
             pgs = load_groups(ts, groups, scan=True)
-            source = compact_source(ts, pgs, compute, config) if ts.classes is not None else None
-            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts, source).get)
+            if ts.classes is not None:  # a compact set: its other ranks' files derived
+                ts = ts.with_source(compact_source(ts, pgs, compute, config))
+            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
             pgs = load_groups(ts, groups, scan=True)
             reps = rep_columns(ts, plan.replicas[0])

@@ -114,13 +114,17 @@ def test_compact_set_folds_by_construction(tmp_path):
     assert perf["fold_factor"] == 2 and perf["ranks_simulated"] == 4
     _replay(tmp_path / "a", tmp_path / "rn", fold=False)
     _same_tables(tmp_path / "rc", tmp_path / "rn")
-    # A contention model cannot fold: the compact set is replayed unfolded, as the full set is.
-    for d, o in (("c", "fc"), ("a", "fa")):
-        run = api.simulate(
-            str(tmp_path / d), api.ReplayOptions(network=api.NetworkOptions(model="flow"), progress=False)
-        )
-        api.write_outputs(run, api.OutputOptions(out=str(tmp_path / o)))
-    _same_tables(tmp_path / "fc", tmp_path / "fa")
+    # A contention model cannot fold, nor a compute model that speeds up one rank of replica 1 (built
+    # node by node from protobuf messages): the compact set is replayed unfolded, as the full set is.
+    for how, opts in (
+        ("flow", api.ReplayOptions(network=api.NetworkOptions(model="flow"), progress=False)),
+        ("speed", api.ReplayOptions(compute=api.ComputeOptions(speed=("5=2",)), progress=False)),
+    ):
+        for d in ("c", "a"):
+            run = api.simulate(str(tmp_path / d), opts)
+            assert run.result.perf_dict()["fold"] == "unfolded"
+            api.write_outputs(run, api.OutputOptions(out=str(tmp_path / f"{how}{d}")))
+        _same_tables(tmp_path / f"{how}c", tmp_path / f"{how}a")
 
 
 def test_verbs_that_need_every_rank_refuse_a_compact_set_in_one_line(sets, tmp_path, capsys):

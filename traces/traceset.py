@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from traces import pb
@@ -12,7 +12,7 @@ from traces.classes import CLASSES_FILE, RankClasses, compact_refusal, read_clas
 from traces.errors import TraceSetError
 from traces.filekind import non_trace_kind
 from traces.jsonview import is_json_file, load_json
-from traces.stream import EtFile, read_et, write_et
+from traces.stream import EtFile, decode_stream, read_bytes, read_et, write_et
 
 # How far past the file count a rank may go and still be reported as gaps (listing them is cheap) rather
 # than as a stray file.
@@ -36,6 +36,8 @@ class TraceSet:
     _cache: dict[int, EtFile] = field(default_factory=dict, repr=False, compare=False)
     # A compact set's class record (traces/classes.py): only its `written` ranks have files.
     classes: RankClasses | None = field(default=None, compare=False)
+    # A compact set's other ranks' file bytes (rank -> bytes; replay.simulation.compact_source), or None.
+    source: Callable[[int], bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_ranks(self) -> int:
@@ -51,9 +53,24 @@ class TraceSet:
         """Decode (once) and return one rank's file."""
         if rank not in self._cache:
             if self.classes is not None and rank not in self.classes.written:
-                raise TraceSetError(compact_refusal(f"rank {rank}", self.classes), path=self.prefix)
-            self._cache[rank] = load_trace_file(self.paths[rank])
+                if self.source is None:
+                    raise TraceSetError(compact_refusal(f"rank {rank}", self.classes), path=self.prefix)
+                path = self.paths[rank]
+                meta, nodes, offsets = decode_stream(self.source(rank), path)
+                self._cache[rank] = EtFile(path=path, metadata=meta, nodes=nodes, offsets=offsets)
+            else:
+                self._cache[rank] = load_trace_file(self.paths[rank])
         return self._cache[rank]
+
+    def with_source(self, source: Callable[[int], bytes]) -> TraceSet:
+        """This compact set with its unwritten ranks' files given by `source` (rank -> bytes)."""
+        return TraceSet(self.prefix, self.paths, classes=self.classes, source=source)
+
+    def read(self, rank: int) -> bytes:
+        """One rank's file bytes (a compact set's unwritten rank: from `source`)."""
+        if self.source is not None and self.classes is not None and rank not in self.classes.written:
+            return self.source(rank)
+        return read_bytes(self.paths[rank])[0]
 
     @property
     def written(self) -> frozenset[int] | range:
