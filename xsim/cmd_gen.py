@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--all-ranks",
         action="store_true",
         help="write every rank's .et (default: a plan whose DP replicas are alike writes replica 0's files and "
-        "classes.json, which xsim replay folds by construction; other verbs need --all-ranks)",
+        "classes.json, which xsim replay folds by construction and xsim trace reads; xsim rewrite and replay --annotate need every file)",
     )
     p.add_argument(
         "--force",
