@@ -30,7 +30,7 @@ import copy
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -44,10 +44,11 @@ from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScal
 from replay.config import ReplayConfig
 from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import FoldRefused, ReplayError
-from replay.fold_bytes import Template, predict_many, walk
+from replay.fold_bytes import Prediction, Template, predict_many, walk
 from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
+from traces.classes import CLASSES_FILE
 from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 from traces.errors import TraceFormatError
 from traces.groups import ProcessGroups
@@ -71,6 +72,9 @@ class Fold:
     replicas: tuple[tuple[int, ...], ...]
     source: str
     device_groups: Mapping[int, int] = field(default_factory=dict)  # rank -> deployment device group id
+    # The generator made the replicas alike (a compact set's classes.json): verify derives each folded
+    # rank's labels from its representative without a file to compare.
+    by_construction: bool = False
 
     @property
     def factor(self) -> int:
@@ -83,6 +87,7 @@ def make_fold(
     num_ranks: int,
     source: str,
     device_groups: Mapping[int, int] | None = None,
+    by_construction: bool = False,
 ) -> Fold:
     """Check that `replicas` are equal-length lists partitioning 0..num_ranks-1."""
     reps = tuple(tuple(int(r) for r in rep) for rep in replicas)
@@ -95,7 +100,7 @@ def make_fold(
             f"fold ({source}): replicas must hold every rank 0..{num_ranks - 1} exactly once "
             f"({len(ranks)} entries, {len(set(ranks))} distinct)"
         )
-    return Fold(reps, source, dict(device_groups or {}))
+    return Fold(reps, source, dict(device_groups or {}), by_construction)
 
 
 def fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
@@ -148,6 +153,18 @@ def tp_fold_from_deployment(doc: Mapping, where: str, num_ranks: int) -> Fold:
 def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
+    c = trace_set.classes
+    if c is not None:
+        if not (fold is True or fold == "auto"):
+            raise FoldRefused(
+                f"{trace_set.prefix}: a compact set folds by its own classes ({CLASSES_FILE}) only, not {fold!r}"
+            )
+        dgs = {
+            r: d
+            for rep, ds in zip(c.replicas, c.device_groups, strict=True)
+            for r, d in zip(rep, ds, strict=True)
+        }
+        return make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
     if isinstance(fold, Fold):
         return make_fold(fold.replicas, n, fold.source, fold.device_groups)
     if fold == "tp":
@@ -357,15 +374,7 @@ def verify(
             sets[i] = (comm, safe, inside)
         return sets[i]
 
-    # A group's name from its members (None when two names share a member list: then no byte shortcut).
-    by_members: dict[tuple[int, ...], str | None] = {}
-    for key, members in groups.groups.items():
-        by_members[members] = None if members in by_members else key
-    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
-    templates = [
-        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
-        for i, r in enumerate(reps)
-    ]
+    by_members, templates = _templates(ctx, prog, rep_bytes)
     pg_keys: dict = {}  # (replica, group members) -> the key of the group pi_k(members)
     exact: dict[int, tuple[list, list[bytes]]] = {}  # representative slot -> (sorted nodes, their bytes)
 
@@ -382,6 +391,12 @@ def verify(
             x = fold.replicas[k][i]
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
+            if fold.by_construction:  # no file to compare: the labels follow from the construction
+                if templates[i] is None or not _predict(
+                    ctx, k, x, r, i, templates[i], prog, by_members, lab, layouts, pg_keys, want=False
+                ):
+                    raise _refuse(path, x, r, "its labels do not follow from its representative's file")
+                continue
             if templates[i] is not None and _verify_bytes(
                 ctx, k, x, r, i, templates[i], prog, by_members, lab, path, layouts, pg_keys
             ):
@@ -399,6 +414,46 @@ def verify(
         exact.pop(i, None)
         trace_set.release(r)
     return labels
+
+
+def _templates(ctx: _Ctx, prog: Program, rep_bytes) -> tuple[dict, list]:
+    """Group names by member list (None when two names share one: then no byte shortcut) and each
+    representative slot's byte template (None: proven the exact way)."""
+    by_members: dict[tuple[int, ...], str | None] = {}
+    for key, members in ctx.groups.groups.items():
+        by_members[members] = None if members in by_members else key
+    colls, p2ps = _by_slot(prog, prog.coll), _by_slot(prog, prog.p2p)
+    templates = [
+        _template(ctx, prog, i, rep_bytes.get(r), colls[i], p2ps[i]) if rep_bytes is not None else None
+        for i, r in enumerate(ctx.fold.replicas[0])
+    ]
+    return by_members, templates
+
+
+def predicted_files(
+    fold: Fold, groups: ProcessGroups, prog: Program, rep_bytes: Mapping
+) -> Callable[[int], bytes]:
+    """The bytes of each folded rank's file as its representative's template predicts it (a compact set's
+    ranks that were not written: by construction their files; prog: the representatives' program)."""
+    ctx = _Ctx(fold, groups)
+    by_members, templates = _templates(ctx, prog, rep_bytes)
+    layouts: dict[int, dict] = {}
+    pg_keys: dict = {}
+
+    def bytes_of(x: int) -> bytes:
+        k, i = ctx.where[x]
+        r = fold.replicas[0][i]
+        rt = templates[i]
+        pred = (
+            _predict(ctx, k, x, r, i, rt, prog, by_members, RankLabels(), layouts.setdefault(i, {}), pg_keys)
+            if rt is not None
+            else False
+        )
+        if pred is False:
+            raise FoldRefused(f"rank {x}: its file cannot be derived from its representative rank {r}'s")
+        return pred.buf
+
+    return bytes_of
 
 
 @dataclass(frozen=True)
@@ -561,10 +616,11 @@ def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
     return None
 
 
-def _verify_bytes(
-    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
-) -> bool:
-    """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
+def _predict(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, layouts: dict, pg_keys: dict, want: bool = True
+) -> Prediction | bool:
+    """Rank x's labels (into lab) as its representative r's template gives them, and with `want` the file
+    x would be (replay/fold_bytes.py); False when the template cannot name x's groups."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
     swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
@@ -573,7 +629,10 @@ def _verify_bytes(
     for sl in rt.slots:
         kind = sl[0]
         key = None
-        if kind == "dg":
+        fb = b""
+        if kind in ("dg", "peer") and not want:
+            pass  # no bytes wanted, and neither names a label the tables take
+        elif kind == "dg":
             fb = attribute_field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
             ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
@@ -582,12 +641,12 @@ def _verify_bytes(
             key = pg_keys[ck]
             if key is None:
                 return False
-            fb = attribute_field(PG_NAME, key, "string_val")
+            fb = attribute_field(PG_NAME, key, "string_val") if want else b""
         elif kind == "peer":
             fb = attribute_field(sl[1], ctx.perm(k, sl[3]), sl[2])
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
-            fb = name_field(key)
+            fb = name_field(key) if want else b""
         pool.append(fb)
         keys.append(key)
     if swap_dg:
@@ -599,8 +658,20 @@ def _verify_bytes(
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]
+    if not want:
+        return True
     subs = rt.subs if swap_dg else rt.subs_no_dg
-    pred = predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+    return predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+
+
+def _verify_bytes(
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, path, layouts: dict, pg_keys: dict
+) -> bool:
+    """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
+    lo = prog.rank_offset[i]
+    pred = _predict(ctx, k, x, r, i, rt, prog, by_members, lab, layouts, pg_keys)
+    if pred is False:
+        return False
     try:
         xb, _gz = read_bytes(path)
     except (TraceFormatError, InputLimitError):

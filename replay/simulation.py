@@ -19,6 +19,7 @@ from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from replay.progress import progress_bar
 from replay.result import ReplayResult, build_result
 from traces import pb
+from traces.classes import CLASSES_FILE
 from traces.columnar import RankColumns, Unsupported, decode_columns
 from traces.groups import ProcessGroups, resolve_groups
 from traces.jsonview import is_json_file
@@ -101,7 +102,7 @@ class ColumnReader:
             if is_json_file(path):
                 self.batch[r] = None
             else:
-                buf, _gz = read_bytes(path)
+                buf = ts.read(r)
                 files.append((r, buf))
                 size += len(buf)
             r += 1
@@ -167,10 +168,35 @@ def rep_columns(
     return out
 
 
+def columns_of(reps: Mapping[int, tuple | None]) -> Callable[[int], tuple[RankColumns, int] | None]:
+    """build_program's `columns` over rep_columns' entries."""
+
+    def get(rank: int) -> tuple[RankColumns, int] | None:
+        e = reps.get(rank)
+        return None if e is None else (e[0], e[1])
+
+    return get
+
+
+def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
+    """The unwritten ranks' file bytes of a compact set, for an unfolded replay: their representatives'
+    files with their labels swapped in (by construction what `xsim gen
+    --all-ranks` writes; replay/fold.py, predicted_files)."""
+    from replay.fold import predicted_files, resolve_fold
+
+    plan = resolve_fold("auto", ts)
+    reps = rep_columns(ts, plan.replicas[0])
+    prog = build_program(
+        ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
+    )
+    return predicted_files(plan, pgs, prog, reps)
+
+
 def metadata_groups_files(trace_set: TraceSet):
     """(path, METADATA nodes that may declare groups) per rank, for resolve_groups: a file whose bytes
     hold no `process_group:init` cannot declare any and is not decoded here."""
-    for r, path in enumerate(trace_set.paths):
+    for r in trace_set.written:  # a compact set's other ranks mirror these (traces/classes.py)
+        path = trace_set.paths[r]
         if is_json_file(path):
             yield path, trace_set.load(r).nodes
             continue
@@ -204,7 +230,7 @@ def simulate(
     one replica is simulated; the tables equal an unfolded replay's; `fold_factor` says by how much.
     """
     t0 = time.perf_counter()
-    ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set)
+    ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set, compact=True)
     args = (ts, network, compute, groups, config, progress, t0)
     if not (isinstance(fold, str) and fold == "auto"):
         return _simulate(*args, fold)
@@ -255,17 +281,14 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     try:
         if plan is None:
             pgs = load_groups(ts, groups, scan=True)
+            if ts.classes is not None:  # a compact set: its other ranks' files derived
+                ts = ts.with_source(compact_source(ts, pgs, compute, config))
             prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
             pgs = load_groups(ts, groups, scan=True)
             reps = rep_columns(ts, plan.replicas[0])
-
-            def rep_cols(rank: int) -> tuple[RankColumns, int] | None:
-                e = reps.get(rank)
-                return None if e is None else (e[0], e[1])
-
             prog = build_program(
-                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=rep_cols
+                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
             )
             labels = verify(plan, ts, pgs, prog, reps)
             del reps
@@ -304,7 +327,11 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         if fold not in (None, False):
             res.fold_status = "folded" if plan is not None else "unfolded"
             res.fold_reason = (
-                f"{plan.factor} replicas proven alike ({plan.source})"
+                (
+                    f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
+                    if plan.by_construction
+                    else f"{plan.factor} replicas proven alike ({plan.source})"
+                )
                 if plan is not None
                 else "one replica: nothing to fold"
             )

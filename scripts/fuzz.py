@@ -391,7 +391,8 @@ def make_base(root: Path) -> Base:
     (root / "base").mkdir(parents=True, exist_ok=True)
     (root / "base" / "tiny.yaml").write_text(SPEC)
     out = root / "base" / "set"
-    res = run_cli(["gen", str(root / "base" / "tiny.yaml"), "--out", str(out)])
+    # Every rank's file: the targets mutate them one by one (the default writes one of the two replicas).
+    res = run_cli(["gen", str(root / "base" / "tiny.yaml"), "--out", str(out), "--all-ranks"])
     if res.rc != 0 or res.crash:
         raise RuntimeError(f"base set did not generate: {res.stderr}{res.crash}")
     for r in range(4):

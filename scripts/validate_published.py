@@ -16,12 +16,14 @@ A run setting one of issue 22's spec keys (framework, gemm_rates, overlap_grad_r
 overlap_param_gather, tp_comm_overlap, grad_reduce_dtype, sharding) that this checkout's tracegen does not
 accept is reported as "needs feature <key>", not replayed; the keys are written only when the run sets them.
 
-Speed: a run with data parallelism replays one DP replica (replay's fold: proven, the tables equal an
-unfolded replay's). A run whose micro-batch count would exceed --max-nodes is replayed at two smaller
-micro-batch counts m1 < m2 (multiples of the pipeline depth, where 1F1B is in steady state) and its time
-extrapolated linearly to the real count m: T(m) = T(m1) + (m - m1) (T(m2) - T(m1)) / (m2 - m1); the
-table says so on that row (tests/test_validate_published.py checks the extrapolation against a full replay).
-A run too large even so is listed as not replayed, with its node estimate.
+Speed: a run with data parallelism generates and replays one DP replica (a compact set, folded by
+construction; a fold the network model times differently for another replica is replayed unfolded, the
+tables equal either way). Every run is replayed at its real micro-batch and GPU counts; --max-nodes
+bounds the nodes of one replica, and a run over it is listed as not replayed, with its node estimate.
+Only with --extrapolate is such a run replayed at two smaller micro-batch counts m1 < m2 (multiples of the
+pipeline depth, where 1F1B is in steady state) and its time extrapolated linearly to the real count m:
+T(m) = T(m1) + (m - m1) (T(m2) - T(m1)) / (m2 - m1); the table says so on that row
+(tests/test_validate_published.py checks the extrapolation against a full replay).
 
 No calibration constant is read from or fitted to these runs: they are the validation set.
 """
@@ -95,7 +97,8 @@ NODES_PER_LAYER_STEP = {
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
 }
 SP_EXTRA_NODES = 6
-DEFAULT_MAX_NODES = 4_000_000  # generated nodes per replay: ~2 minutes of generation on the 2-core dev box
+# Nodes of one (folded) replica per replay: ~2 minutes of generation on the 2-core dev box.
+DEFAULT_MAX_NODES = 4_000_000
 
 
 class ValidationDataError(Exception):
@@ -600,49 +603,41 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool =
     when `fold`)."""
     from netmodels.cluster import build_cluster
     from netmodels.models import build_model
-    from replay import DurationModel, ReplayError, simulate
+    from replay import DurationModel, simulate
     from tracegen import generate, load_spec
+    from tracegen.compact import rank_classes
     from tracegen.spec import save_deployment
+    from traces.classes import write_classes
     from traces.traceset import discover
 
     t0 = time.perf_counter()
     dep = load_spec(spec)
     # Homogeneous deployments: the generator emits the DP gradient sync itself and the planner's rewrite
-    # adds nothing (docs/tracegen.md), so it is skipped.
-    bundle = generate(dep, rewrite=False)
+    # adds nothing (docs/tracegen.md), so it is skipped. With `fold`, DP replicas that are alike by
+    # construction are generated once (a compact set, tracegen/compact.py) and replayed folded.
+    classes = rank_classes(dep, rewrite=False) if fold else None
+    bundle = generate(dep, rewrite=False, only=None if classes is None else classes.written)
     t_gen = time.perf_counter()
-    nodes = sum(len(v) for v in bundle.nodes.values())
-    nodes_ranks = len(bundle.nodes)
-    replicas: dict[int, list[tuple[int, list[int]]]] = {}
-    for dg in dep.device_groups:
-        replicas.setdefault(dg.dp_replica, []).append((dg.pp_stage, list(dg.ranks)))
-    reps = [[r for _s, ranks in sorted(stages) for r in ranks] for _d, stages in sorted(replicas.items())]
+    nodes = bundle.node_count() * (1 if classes is None else len(classes.replicas))
     with tempfile.TemporaryDirectory(prefix="xsim-valid-") as tmp:
         bundle.write(tmp, dep.name)
         save_deployment(dep, os.path.join(tmp, "deployment.json"))
+        if classes is not None:
+            write_classes(tmp, classes)
         del bundle
         t_write = time.perf_counter()
         network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
-        # The generator's own op times (duration_micros), which carry the spec's compute model.
-        ts = discover(tmp)
-        folded = fold and len(reps) > 1
-        try:
-            result = simulate(ts, network=network, compute=DurationModel(), fold=reps if folded else None)
-        except ReplayError:
-            if not folded:
-                raise
-            # Folding is proven, never assumed: when the proof fails (a collective timing differently for
-            # another replica, e.g. a DP ring crossing nodes unevenly), the whole set is replayed; an
-            # error that is not about folding comes back from that replay.
-            folded = False
-            network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
-            result = simulate(ts, network=network, compute=DurationModel())
+        # The generator's own op times (duration_micros), which carry the spec's compute model. Folding
+        # is proven, never assumed ("auto": a fold the network model times differently for another
+        # replica, e.g. a DP ring crossing nodes unevenly, is replayed unfolded).
+        ts = discover(tmp, compact=True)
+        result = simulate(ts, network=network, compute=DurationModel(), fold="auto" if fold else None)
     summary = result.summary_dict()
     t_end = time.perf_counter()
     return Replay(
         iteration_ns=int(summary["iteration_time_ns"]),
         nodes=nodes,
-        replayed_ranks=len(reps[0]) if folded else nodes_ranks,
+        replayed_ranks=result.ranks_simulated,
         wall_s=t_end - t0,
         ops=result.ops if keep_ops else None,
         phases_s=(t_gen - t0, t_write - t_gen, t_end - t_write),
@@ -690,8 +685,11 @@ class Prediction:
         return 100.0 * (self.seconds - meas) / meas
 
 
-def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES, fold: bool = True) -> Prediction:
-    """Replay a run (or two smaller micro-batch counts and extrapolate); honours the node budget.
+def predict(
+    run: Run, max_nodes: int = DEFAULT_MAX_NODES, fold: bool = True, extrapolate_m: bool = False
+) -> Prediction:
+    """Replay a run at its real micro-batch and GPU counts (with `extrapolate_m`, a run over the node
+    budget at two smaller micro-batch counts, extrapolated); honours the node budget.
 
     A run setting a spec key this checkout lacks is reported as "needs feature <key>"; a spec that tracegen
     refuses (a value it does not know yet) as "refused by xsim: <its one-line error>": neither is replayed."""
@@ -701,25 +699,30 @@ def predict(run: Run, max_nodes: int = DEFAULT_MAX_NODES, fold: bool = True) -> 
     from traces.errors import XsimError
 
     try:
-        return _predict(run, max_nodes, fold)
+        return _predict(run, max_nodes, fold, extrapolate_m)
     except XsimError as exc:
         return Prediction(run, None, f"refused by xsim: {str(exc).splitlines()[0]}", 0, 0.0)
 
 
-def _predict(run: Run, max_nodes: int, fold: bool) -> Prediction:
+def _predict(run: Run, max_nodes: int, fold: bool, extrapolate_m: bool) -> Prediction:
     gaps = tuple(legacy_gaps(run))
-    points = extrapolation_points(run, max_nodes)
+    # A DP-folded run generates and simulates one replica (a compact set): the budget is its nodes.
+    per = run.dp if fold else 1
+    budget = max_nodes * per
+    points = extrapolation_points(run, budget) if extrapolate_m else None
     m = run.micro_batches
     if points is None:
-        if estimate_nodes(run, m) > max_nodes:
-            return Prediction(run, None, f"not replayed (~{estimate_nodes(run, m):,} nodes)", 0, 0.0, gaps)
+        if estimate_nodes(run, m) > budget:
+            return Prediction(
+                run, None, f"not replayed (~{estimate_nodes(run, m) // per:,} nodes)", 0, 0.0, gaps
+            )
         rep = replay_spec(spec_for(run), fold=fold)
         folded = f", 1 of {run.dp} DP replicas" if rep.replayed_ranks < run.gpus else ""
         return Prediction(run, rep.iteration_ns / 1e9, f"replayed{folded}", rep.nodes, rep.wall_s, gaps)
     m1, m2 = points
-    if estimate_nodes(run, m2) > max_nodes:
+    if estimate_nodes(run, m2) > budget:
         return Prediction(
-            run, None, f"not replayed (~{estimate_nodes(run, m2):,} nodes at m={m2})", 0, 0.0, gaps
+            run, None, f"not replayed (~{estimate_nodes(run, m2) // per:,} nodes at m={m2})", 0, 0.0, gaps
         )
     r1 = replay_spec(spec_for(run, micro_batches=m1), fold=fold)
     r2 = replay_spec(spec_for(run, micro_batches=m2), fold=fold)
@@ -1006,7 +1009,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data", default=str(DATA), help="dataset YAML (default: scripts/data/published_runs.yaml)"
     )
     ap.add_argument("--only", nargs="+", metavar="ID", help="replay only these run ids")
-    ap.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES, help="generated nodes per replay")
+    ap.add_argument(
+        "--max-nodes",
+        type=int,
+        default=DEFAULT_MAX_NODES,
+        help="nodes generated and simulated per replay (one DP replica of a folded run)",
+    )
+    ap.add_argument(
+        "--extrapolate",
+        action="store_true",
+        help="replay a run over --max-nodes at two smaller micro-batch counts and extrapolate (default: "
+        "every run at its real micro-batch count, or not replayed)",
+    )
     ap.add_argument(
         "--no-fold", action="store_true", help="replay every DP replica (default: fold identical replicas)"
     )
@@ -1091,7 +1105,7 @@ def _run_all(args: argparse.Namespace, data: Dataset, runs: Sequence[Run]) -> in
 def _predict_logged(run: Run, args: argparse.Namespace, measured: bool = True) -> Prediction:
     """predict() with one progress line on stderr (wall and CPU seconds of the row)."""
     c1 = time.process_time()
-    p = predict(run, args.max_nodes, fold=not args.no_fold)
+    p = predict(run, args.max_nodes, fold=not args.no_fold, extrapolate_m=args.extrapolate)
     meas = f"measured {measured_seconds(run):.3f} s, " if measured else ""
     print(
         f"{run.id}: {p.method}, {meas}predicted "

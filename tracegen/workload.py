@@ -9,7 +9,7 @@ posted receives and data-parallel AllReduces hang off that chain and overlap wit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from operator import methodcaller
@@ -91,11 +91,17 @@ EMB, HEAD = "emb", "head"  # parameter units besides the layers (FSDP units, gra
 DIST_OPT_PAD_ELEMENTS = 128
 
 
-def generate(deployment: dpb.Deployment, *, rewrite: bool = True) -> TraceBundle:
-    """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted."""
-    gen = _Generator(deployment)
+def generate(
+    deployment: dpb.Deployment, *, rewrite: bool = True, only: Collection[int] | None = None
+) -> TraceBundle:
+    """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted.
+
+    only: build just these ranks (a compact set's representatives, tracegen/compact.py, whose plans the
+    rewrite leaves alone); the process groups are those of the whole plan.
+    """
+    gen = _Generator(deployment, only=only)
     bundle = gen.run()
-    if rewrite:
+    if rewrite and only is None:
         # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
         try:
             from tracegen.planner.rewrite import rewrite_bundle
@@ -244,8 +250,11 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 
 class _Generator:
-    def __init__(self, dep: dpb.Deployment, *, clone: bool = True) -> None:
+    def __init__(
+        self, dep: dpb.Deployment, *, clone: bool = True, only: Collection[int] | None = None
+    ) -> None:
         self.dep = dep
+        self.only = None if only is None else frozenset(only)  # the ranks to build (None: every rank)
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
         # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
@@ -344,6 +353,8 @@ class _Generator:
                 st = _stage(stages, k)
                 tp_pg = tp_groups.get(dg.id, "")
                 for local, rank in enumerate(dg.ranks):
+                    if self.only is not None and rank not in self.only:
+                        continue
                     dp_pg = dp_groups.get(rank)
                     key = self._shape_key(st, local, dp_pg) if self.clone else None
                     template = templates.get(key) if key is not None else None

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from traces import pb
+from traces.classes import CLASSES_FILE, RankClasses, compact_refusal, read_classes
 from traces.errors import TraceSetError
 from traces.filekind import non_trace_kind
 from traces.jsonview import is_json_file, load_json
-from traces.stream import EtFile, read_et, write_et
+from traces.stream import EtFile, decode_stream, read_bytes, read_et, write_et
 
 # How far past the file count a rank may go and still be reported as gaps (listing them is cheap) rather
 # than as a stray file.
@@ -31,8 +32,12 @@ class TraceSet:
     """The per-rank files of one trace set; files are decoded lazily and cached."""
 
     prefix: str
-    paths: tuple[str, ...]  # indexed by rank
+    paths: tuple[str, ...]  # indexed by rank (a compact set's unwritten ranks: the names they would have)
     _cache: dict[int, EtFile] = field(default_factory=dict, repr=False, compare=False)
+    # A compact set's class record (traces/classes.py): only its `written` ranks have files.
+    classes: RankClasses | None = field(default=None, compare=False)
+    # A compact set's other ranks' file bytes (rank -> bytes; replay.simulation.compact_source), or None.
+    source: Callable[[int], bytes] | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_ranks(self) -> int:
@@ -47,8 +52,30 @@ class TraceSet:
     def load(self, rank: int) -> EtFile:
         """Decode (once) and return one rank's file."""
         if rank not in self._cache:
-            self._cache[rank] = load_trace_file(self.paths[rank])
+            if self.classes is not None and rank not in self.classes.written:
+                if self.source is None:
+                    raise TraceSetError(compact_refusal(f"rank {rank}", self.classes), path=self.prefix)
+                path = self.paths[rank]
+                meta, nodes, offsets = decode_stream(self.source(rank), path)
+                self._cache[rank] = EtFile(path=path, metadata=meta, nodes=nodes, offsets=offsets)
+            else:
+                self._cache[rank] = load_trace_file(self.paths[rank])
         return self._cache[rank]
+
+    def with_source(self, source: Callable[[int], bytes]) -> TraceSet:
+        """This compact set with its unwritten ranks' files given by `source` (rank -> bytes)."""
+        return TraceSet(self.prefix, self.paths, classes=self.classes, source=source)
+
+    def read(self, rank: int) -> bytes:
+        """One rank's file bytes (a compact set's unwritten rank: from `source`)."""
+        if self.source is not None and self.classes is not None and rank not in self.classes.written:
+            return self.source(rank)
+        return read_bytes(self.paths[rank])[0]
+
+    @property
+    def written(self) -> frozenset[int] | range:
+        """The ranks whose files exist (every rank but in a compact set)."""
+        return range(len(self.paths)) if self.classes is None else frozenset(self.classes.written)
 
     def __iter__(self) -> Iterator[EtFile]:
         for r in range(self.num_ranks):
@@ -106,10 +133,12 @@ def _as_set(prefix: str, ranks: Mapping[int, str]) -> TraceSet:
     return TraceSet(prefix=prefix, paths=tuple(ranks[r] for r in range(n)))
 
 
-def discover(path: str | os.PathLike[str]) -> TraceSet:
+def discover(path: str | os.PathLike[str], compact: bool = False) -> TraceSet:
     """Resolve PATH (a `.et` file, a `<prefix>` of `<prefix>.<rank>.et` files, or a folder) to a TraceSet.
 
-    A single file that is not named `<prefix>.<rank>.et` is a one-rank set.
+    A single file that is not named `<prefix>.<rank>.et` is a one-rank set. A compact set (classes.json,
+    `xsim gen` without `--all-ranks`) is refused in one line unless `compact`: then its TraceSet carries
+    the class record (traces/classes.py) and only its written ranks can be loaded.
     """
     p = os.fspath(path).rstrip("/") or "/"
     if os.path.isdir(p):
@@ -120,7 +149,7 @@ def discover(path: str | os.PathLike[str]) -> TraceSet:
             names = ", ".join(sorted(os.path.basename(k) for k in found))
             raise TraceSetError(f"folder holds several trace sets ({names}): pass a prefix", path=p)
         ((prefix, ranks),) = found.items()
-        return _as_set(prefix, ranks)
+        return _compact_or_whole(prefix, ranks, compact)
     if os.path.isfile(p):
         kind = non_trace_kind(p)
         if kind is not None:
@@ -130,7 +159,30 @@ def discover(path: str | os.PathLike[str]) -> TraceSet:
     found = _collect(directory, p)
     if not found:
         raise TraceSetError("no such file, folder or trace-set prefix", path=p)
-    return _as_set(p, found[p])
+    return _compact_or_whole(p, found[p], compact)
+
+
+def _compact_or_whole(prefix: str, ranks: Mapping[int, str], compact: bool) -> TraceSet:
+    """The set of `ranks`' files, or the compact set they are the written ranks of (see discover)."""
+    classes = read_classes(os.path.dirname(prefix), prefix)
+    if classes is None:
+        return _as_set(prefix, ranks)
+    if not compact:
+        raise TraceSetError(compact_refusal("this command", classes), path=prefix)
+    if sorted(ranks) != sorted(classes.written):
+        raise TraceSetError(
+            f"a compact set must hold the files of ranks {_shown(sorted(classes.written))} ({CLASSES_FILE}), "
+            f"found ranks {_shown(sorted(ranks))}: regenerate it",
+            path=f"{prefix}.<rank>.et",
+        )
+    ext = os.path.basename(ranks[min(ranks)]).rsplit(".et", 1)
+    suffix = ".et" + (ext[1] if len(ext) == 2 else "")
+    paths = tuple(ranks.get(r, f"{prefix}.{r}{suffix}") for r in range(classes.num_ranks))
+    return TraceSet(prefix=prefix, paths=paths, classes=classes)
+
+
+def _shown(ranks: Sequence[int]) -> str:
+    return ", ".join(map(str, ranks[:6])) + (" ..." if len(ranks) > 6 else "")
 
 
 def write_trace_set(

@@ -30,6 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip the planner's rewrite (heterogeneous gradient sync and pipeline resharding)",
     )
     p.add_argument(
+        "--all-ranks",
+        action="store_true",
+        help="write every rank's .et (default: a plan whose DP replicas are alike writes replica 0's files and "
+        "classes.json, which xsim replay folds by construction and xsim trace reads; xsim rewrite and replay --annotate need every file)",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="replace the trace files of another set in DIR (default: refuse to mix two sets)",
@@ -51,11 +57,20 @@ def run(args: argparse.Namespace) -> int:
             rewrite=not args.no_rewrite,
             force=args.force,
             gpu_file=args.gpu_file,
+            all_ranks=args.all_ranks,
         ),
     )
     _warn_oom(gen)
     for line in gen.notes:
         print(f"note: {line}")
+    if gen.classes is not None:
+        c = gen.classes
+        print(
+            f"wrote {len(gen.paths)} of {c.num_ranks} ranks (DP replica 0; the other {len(c.replicas) - 1} "
+            f"replicas mirror it, classes.json; --all-ranks writes every rank), {gen.nodes} nodes to {args.out}: "
+            f"{gen.deployment.name}.<rank>.et, comm_group.json, {DEPLOYMENT_FILE}, memory.json"
+        )
+        return 0
     print(
         f"wrote {len(gen.paths)} ranks, {gen.nodes} nodes to {args.out}: {gen.deployment.name}.<rank>.et, "
         f"comm_group.json, {DEPLOYMENT_FILE}, memory.json"

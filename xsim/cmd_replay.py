@@ -249,10 +249,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _replay(api, args: argparse.Namespace) -> int:
-    run = api.simulate(args.path, options(args))
-    written = api.write_outputs(
-        run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate)
-    )
+    from xsim.api import replaying
+
+    outputs = api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate)
+    ts = api.load_trace_set(args.path)
+    replaying.check_outputs(ts, outputs)
+    run = api.simulate(ts, options(args))
+    written = api.write_outputs(run, outputs)
     if args.json:
         json.dump(run.summary(), sys.stdout)
         sys.stdout.write("\n")

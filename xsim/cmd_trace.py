@@ -91,9 +91,21 @@ def _load(path: str, comm_groups: str | None = None):
     from replay.progress import track
     from traces.traceset import discover
 
-    ts = discover(path)
+    ts = discover(path, compact=True)
+    if ts.classes is not None:
+        ts = _whole(ts, comm_groups)
     n = ts.num_ranks
     return ts, list(track((ts.load(r) for r in range(n)), "reading traces", n))
+
+
+def _whole(ts, comm_groups: str | None):
+    """A compact set with its unwritten ranks' files derived from their representatives' (as `xsim gen
+    --all-ranks` writes them; replay.simulation.compact_source), so every rank can be read."""
+    from replay import DurationModel, ReplayConfig
+    from replay.simulation import compact_source, load_groups
+
+    pgs = load_groups(ts, comm_groups, scan=True)
+    return ts.with_source(compact_source(ts, pgs, DurationModel(), ReplayConfig()))
 
 
 def _groups(ts, files, comm_groups: str | None):

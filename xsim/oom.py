@@ -34,8 +34,8 @@ def out_of_memory_line(verb: str, args: argparse.Namespace) -> str:
 def _set_size(path: str) -> str:
     from traces.traceset import discover
 
-    ts = discover(path)
-    total = sum(os.path.getsize(p) for p in ts.paths)
+    ts = discover(path, compact=True)
+    total = sum(os.path.getsize(ts.paths[r]) for r in ts.written)
     return f"{ts.num_ranks:,} ranks, {total / 1e9:.2f} GB of trace files"
 
 

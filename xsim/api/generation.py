@@ -22,6 +22,8 @@ class GenerateOptions:
     rewrite: bool = True  # the planner's rewrite: heterogeneous gradient sync and pipeline resharding
     force: bool = False  # replace another set's trace files in `out` (default: refuse to mix two sets)
     gpu_file: str | None = None  # hypothetical GPUs (tracegen.spec.read_gpu_file), recorded when used
+    # Every rank's file; default: a symmetric plan writes its DP replica 0 and classes.json (compact set).
+    all_ranks: bool = False
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,10 @@ class Generated:
 
     deployment: Any  # the resolved tracegen Deployment (also written as deployment.json)
     paths: tuple[str, ...]  # per-rank .et files (comm_group.json, deployment.json, memory.json beside them)
-    nodes: int  # nodes over all ranks
+    nodes: int  # nodes over the ranks written
     memory: tuple = ()  # tracegen.memory.RankMemory per rank (also written as memory.json)
     notes: tuple[str, ...] = ()  # what hypothetical GPUs borrow from known ones (tracegen.spec.gpu_notes)
+    classes: Any = None  # traces.classes.RankClasses of a compact set (classes.json), else None
 
 
 def load_spec(spec: SpecSource, max_bytes: int | None = None, gpu_file: str | None = None):
@@ -67,6 +70,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
     """Per-rank Chakra traces, comm_group.json, deployment.json and memory.json of a spec (a SpecSource or
     an already resolved tracegen Deployment), written to options.out."""
     from replay.progress import status
+    from tracegen.compact import rank_classes
     from tracegen.deployment_pb2 import Deployment
     from tracegen.errors import GeneratorError, SpecError
     from tracegen.memory import deployment_memory, write_memory
@@ -87,9 +91,11 @@ def generate(spec, options: GenerateOptions) -> Generated:
         dep.name = options.name
     # Before any work: a folder holding another set is refused (or, with force, cleared), never mixed.
     prepare_set_folder(options.out, dep.name, num_ranks(dep), options.force)
+    classes = None if options.all_ranks else rank_classes(dep, rewrite=options.rewrite)
+    only = None if classes is None else classes.written
     try:
         with status("generating traces"):
-            bundle = make(dep, rewrite=options.rewrite)
+            bundle = make(dep, rewrite=options.rewrite, only=only)
     except GeneratorError as exc:
         raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
     try:
@@ -99,9 +105,30 @@ def generate(spec, options: GenerateOptions) -> Generated:
         # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
         mem = deployment_memory(dep)
         write_memory(mem, options.out)
+        _record_classes(options.out, dep.name, classes)
     except OSError as exc:
         raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
-    return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem), tuple(gpu_notes(dep)))
+    return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem), tuple(gpu_notes(dep)), classes)
+
+
+def _record_classes(out: str, name: str, classes) -> None:
+    """Write a compact set's classes.json and drop this set's files of ranks it does not write (an earlier
+    `--all-ranks` run's); a set with every rank drops an earlier compact run's classes.json."""
+    from traces.classes import CLASSES_FILE, write_classes
+
+    if classes is None:
+        stale = os.path.join(out, CLASSES_FILE)
+        if os.path.isfile(stale):
+            os.unlink(stale)
+        return
+    write_classes(out, classes)
+    kept = set(classes.written)
+    for r in range(classes.num_ranks):
+        if r not in kept:
+            for ext in (".et", ".json"):
+                p = os.path.join(out, f"{name}.{r}{ext}")
+                if os.path.isfile(p) and not os.path.islink(p):
+                    os.unlink(p)
 
 
 def plan(spec: SpecSource):

@@ -53,8 +53,9 @@ class Replay:
 
 
 def load_trace_set(path: str | os.PathLike[str]) -> TraceSet:
-    """The trace set at `path`: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file."""
-    return discover(os.fspath(path))
+    """The trace set at `path`: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file (a
+    compact set too: the replay folds it by construction)."""
+    return discover(os.fspath(path), compact=True)
 
 
 def load_deployment(trace_set: TraceSet):
@@ -189,6 +190,14 @@ def peak_memory(trace_set: TraceSet) -> dict | None:
     return peak_summary(path)
 
 
+def check_outputs(trace_set: TraceSet, outputs: OutputOptions) -> None:
+    """Refuse, before any work, outputs a compact set cannot give (the annotated copy of every rank)."""
+    if outputs.annotate and trace_set.classes is not None:
+        from traces.classes import compact_refusal
+
+        raise ReplayError(f"{trace_set.prefix}: {compact_refusal('--annotate', trace_set.classes)}")
+
+
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths.
 
@@ -197,6 +206,7 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     """
     if not (outputs.out or outputs.timeline or outputs.annotate):
         return []  # nothing to write: the exports (and polars) are not even loaded
+    check_outputs(replay.trace_set, outputs)
     from replay.export import save_run, write_annotated, write_timeline
 
     written: list[str] = []

@@ -1,0 +1,203 @@
+"""Compact sets (issue 24 item 1): `xsim gen` writes each class of alike DP replicas once (replica 0 and
+classes.json), the replay folds them by construction, and its tables equal those of the set with every
+rank (folded or not); a verb that needs every rank's file refuses a compact set in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracegen.compact import rank_classes
+from tracegen.spec import load_spec
+from traces.errors import TraceSetError
+from traces.traceset import discover
+from xsim import api
+from xsim.cli import main
+
+TABLES = ("ops.csv", "ranks.csv", "collectives.csv", "summary.csv", "ops.parquet", "ranks.parquet")
+
+
+def _spec(name: str, dp: int, gpus: tuple[str, ...] = ("H100", "H100"), tp: int = 2) -> dict:
+    """Llama-2 7B (32 layers, model card) over len(gpus) stages of TP `tp` x DP `dp`, stage k on gpus[k]."""
+    pp = len(gpus)
+    groups = []
+    for r in range(dp):
+        for k in range(pp):
+            first = tp * pp * r + tp * k
+            groups.append(
+                {"id": pp * r + k, "gpu": gpus[k], "ranks": list(range(first, first + tp)), "tp": tp,
+                 "layers": [32 // pp * k + 1, 32 // pp * (k + 1)], "micro_batch": 1, "pp_stage": k,
+                 "dp_replica": r}
+            )  # fmt: skip
+    return {"name": name, "model": "llama2-7b", "seq_len": 128, "micro_batches": 2, "schedule": "1f1b",
+            "device_groups": groups}  # fmt: skip
+
+
+def _gen(spec: dict, out: Path, all_ranks: bool) -> api.Generated:
+    return api.generate(spec, api.GenerateOptions(out=str(out), all_ranks=all_ranks))
+
+
+def _replay(path: Path, out: Path, fold: bool = True) -> dict:
+    run = api.simulate(str(path), api.ReplayOptions(fold=fold, progress=False))
+    api.write_outputs(run, api.OutputOptions(out=str(out)))
+    return run.result.perf_dict()
+
+
+@pytest.fixture(scope="module")
+def sets(tmp_path_factory) -> dict[str, Path]:
+    """The same plans written compact and with every rank: homogeneous, and H100 stages feeding A100 ones."""
+    root = tmp_path_factory.mktemp("compact")
+    out = {}
+    for key, gpus in (("homo", ("H100", "H100")), ("mixed", ("H100", "A100-80GB"))):
+        spec = _spec(f"c_{key}", dp=3, gpus=gpus)
+        for every in (False, True):
+            d = root / f"{key}_{'all' if every else 'compact'}"
+            _gen(spec, d, every)
+            out[d.name] = d
+    return out
+
+
+def test_compact_writes_replica_zero_and_its_classes(sets):
+    d = sets["homo_compact"]
+    # TP 2 x PP 2 = 4 ranks per replica, 3 replicas; device group ids 2r + k (the spec above).
+    assert sorted(p.name for p in d.glob("*.et")) == [f"c_homo.{r}.et" for r in range(4)]
+    doc = json.loads((d / "classes.json").read_text())
+    assert doc["num_ranks"] == 12 and doc["prefix"] == "c_homo"
+    assert doc["replicas"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert doc["device_groups"] == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5]]
+    assert not (sets["homo_all"] / "classes.json").exists()
+    assert len(list(sets["homo_all"].glob("*.et"))) == 12
+    # Built once per class: the written ranks are a third of the full set's nodes, rank for rank equal
+    # to the full set's first replica.
+    full = discover(sets["homo_all"])
+    for r in range(4):
+        assert (d / f"c_homo.{r}.et").read_bytes() == Path(full.paths[r]).read_bytes()
+
+
+def _same_tables(a: Path, b: Path) -> None:
+    for name in TABLES:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("key", ["homo", "mixed"])
+def test_compact_replay_tables_equal_every_rank_replays(sets, tmp_path, key):
+    perf = _replay(sets[f"{key}_compact"], tmp_path / "c")
+    if key == "homo":
+        # The derived cluster packs 8 GPUs of a type per node: ranks 0-7 on node 0, 8-11 on node 1, so
+        # the DP ring [2, 6, 10] is not alike for every replica and the analytical model's check refuses
+        # the fold: the compact set is replayed unfolded, its unwritten ranks' files derived from their
+        # representatives'.
+        assert perf["fold"] == "unfolded" and "finishes rank 6" in perf["fold_reason"]
+    else:  # H100 ranks 0, 1, 4, 5, 8, 9 on node 0, the A100 ones on node 1: alike
+        assert perf["fold"] == "folded" and "by construction" in perf["fold_reason"]
+        assert perf["fold_factor"] == 3 and perf["ranks_simulated"] == 4
+    _replay(sets[f"{key}_all"], tmp_path / "a")
+    _replay(sets[f"{key}_all"], tmp_path / "n", fold=False)
+    _replay(sets[f"{key}_compact"], tmp_path / "cn", fold=False)
+    for other in ("a", "n", "cn"):
+        _same_tables(tmp_path / "c", tmp_path / other)
+    ranks = (tmp_path / "c" / "ranks.csv").read_text().splitlines()
+    assert len(ranks) == 1 + 12  # every rank's row, not only the written ones
+
+
+def test_compact_set_folds_by_construction(tmp_path):
+    # DP 2: 8 ranks on one node of the derived cluster, the replicas alike for the network too.
+    spec = _spec("two", dp=2, gpus=("H100", "A100-80GB"))
+    _gen(spec, tmp_path / "c", all_ranks=False)
+    _gen(spec, tmp_path / "a", all_ranks=True)
+    perf = _replay(tmp_path / "c", tmp_path / "rc")
+    assert (
+        perf["fold"] == "folded" and perf["fold_reason"] == "2 replicas alike by construction (classes.json)"
+    )
+    assert perf["fold_factor"] == 2 and perf["ranks_simulated"] == 4
+    _replay(tmp_path / "a", tmp_path / "rn", fold=False)
+    _same_tables(tmp_path / "rc", tmp_path / "rn")
+    # A contention model cannot fold, nor a compute model that speeds up one rank of replica 1 (built
+    # node by node from protobuf messages): the compact set is replayed unfolded, as the full set is.
+    for how, opts in (
+        ("flow", api.ReplayOptions(network=api.NetworkOptions(model="flow"), progress=False)),
+        ("speed", api.ReplayOptions(compute=api.ComputeOptions(speed=("5=2",)), progress=False)),
+    ):
+        for d in ("c", "a"):
+            run = api.simulate(str(tmp_path / d), opts)
+            assert run.result.perf_dict()["fold"] == "unfolded"
+            api.write_outputs(run, api.OutputOptions(out=str(tmp_path / f"{how}{d}")))
+        _same_tables(tmp_path / f"{how}c", tmp_path / f"{how}a")
+
+
+def test_derived_files_are_the_every_rank_files(sets, tmp_path, capsys):
+    """A compact set's unwritten ranks, derived from their representatives, are byte for byte the files
+    `--all-ranks` writes; `xsim trace` reads them so (validate, info, to-json)."""
+    from xsim.cmd_trace import _whole
+
+    whole = _whole(discover(sets["homo_compact"], compact=True), None)
+    full = discover(sets["homo_all"])
+    for r in range(12):
+        assert whole.read(r) == Path(full.paths[r]).read_bytes(), r
+    assert main(["trace", "validate", str(sets["homo_compact"])]) == 0
+    assert "12 rank(s)" in capsys.readouterr().out
+    for key in ("compact", "all"):
+        assert main(["trace", "to-json", str(sets[f"homo_{key}"]), str(tmp_path / key)]) == 0
+    for r in range(12):
+        name = f"c_homo.{r}.json"
+        assert (tmp_path / "compact" / name).read_bytes() == (tmp_path / "all" / name).read_bytes()
+
+
+def test_verbs_that_need_every_rank_refuse_a_compact_set_in_one_line(sets, tmp_path, capsys):
+    d = str(sets["homo_compact"])
+    for argv in (
+        ["rewrite", d, "--out", str(tmp_path / "rw")],
+        ["replay", d, "--annotate", str(tmp_path / "ann")],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "xsim gen --all-ranks" in err[0] and "12 ranks" in err[0], (argv, err)
+    with pytest.raises(TraceSetError, match="compact set"):
+        discover(d)
+
+
+def test_a_compact_set_missing_a_file_or_with_a_stray_one_is_named(sets, tmp_path):
+    import shutil
+
+    d = tmp_path / "c"
+    shutil.copytree(sets["homo_compact"], d)
+    (d / "c_homo.3.et").unlink()
+    with pytest.raises(TraceSetError, match="must hold the files of ranks 0, 1, 2, 3"):
+        discover(d, compact=True)
+    shutil.copy(sets["homo_all"] / "c_homo.3.et", d / "c_homo.3.et")
+    shutil.copy(sets["homo_all"] / "c_homo.7.et", d / "c_homo.7.et")
+    with pytest.raises(TraceSetError, match="found ranks 0, 1, 2, 3, 7"):
+        discover(d, compact=True)
+
+
+def test_regenerating_switches_between_compact_and_every_rank(tmp_path):
+    spec = _spec("sw", dp=2)
+    _gen(spec, tmp_path, all_ranks=True)
+    assert len(list(tmp_path.glob("sw.*.et"))) == 8
+    _gen(spec, tmp_path, all_ranks=False)  # the other replica's files of the earlier run go
+    assert sorted(p.name for p in tmp_path.glob("sw.*.et")) == [f"sw.{r}.et" for r in range(4)]
+    assert discover(tmp_path, compact=True).num_ranks == 8
+    _gen(spec, tmp_path, all_ranks=True)
+    assert not (tmp_path / "classes.json").exists() and discover(tmp_path).num_ranks == 8
+
+
+def test_which_plans_are_written_compact():
+    # One replica, replicas with other stages, or a TP change the rewrite reshards: every rank.
+    assert rank_classes(load_spec(_spec("one", dp=1)), rewrite=True) is None
+    hetero = _spec("h", dp=2)
+    hetero["device_groups"][2]["gpu"] = "A100-80GB"  # replica 1's first stage on another GPU
+    assert rank_classes(load_spec(hetero), rewrite=True) is None
+    c = rank_classes(load_spec(_spec("ok", dp=2, gpus=("H100", "A100-80GB"))), rewrite=True)
+    assert c is not None and c.replicas == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert c.device_groups == ((0, 0, 1, 1), (2, 2, 3, 3))
+    # TP 2 feeding TP 1 in every replica: alike, but the rewrite reshards the boundary (without it: alike).
+    groups = [
+        {"id": 2 * r + k, "gpu": "H100", "ranks": [3 * r, 3 * r + 1] if k == 0 else [3 * r + 2],
+         "tp": 2 - k, "layers": [16 * k + 1, 16 * k + 16], "micro_batch": 1, "pp_stage": k, "dp_replica": r}
+        for r in range(2) for k in range(2)
+    ]  # fmt: skip
+    tp_change = load_spec({**_spec("tpc", dp=1), "device_groups": groups})
+    assert rank_classes(tp_change, rewrite=True) is None
+    assert rank_classes(tp_change, rewrite=False).replicas == ((0, 1, 2), (3, 4, 5))

@@ -1,0 +1,89 @@
+"""A compact set's class record (classes.json): which ranks were written and which mirror them.
+
+`xsim gen` writes only the files of DP replica 0 of a symmetric plan (every replica the same program up
+to labels) and records here how the others map onto it: replica k's i-th rank is replica 0's i-th rank
+with its device group id, its groups (replica k's copy of a group inside replica 0, the same shared
+group) and its P2P peers renamed by pi_k, the swap of replica k with replica 0 rank by rank (the fold of
+replay/fold.py). The replay folds by that construction; a verb that needs every rank's file refuses the
+set in one line naming `xsim gen --all-ranks`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from traces.errors import TraceSetError
+from traces.io import read_json
+from traces.outputs import atomic_write_text
+
+CLASSES_FILE = "classes.json"
+FORMAT = "xsim-rank-classes"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class RankClasses:
+    """Replicas of a compact set: replica 0 is written, replica k's i-th rank mirrors replica 0's i-th."""
+
+    prefix: str  # the set's file prefix (<prefix>.<rank>.et)
+    num_ranks: int
+    replicas: tuple[tuple[int, ...], ...]
+    device_groups: tuple[tuple[int, ...], ...]  # per replica, per position: the rank's device group id
+
+    @property
+    def written(self) -> tuple[int, ...]:
+        """The ranks whose files the set holds (the representatives)."""
+        return self.replicas[0]
+
+    def to_json(self) -> dict:
+        """The classes.json document."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "prefix": self.prefix,
+            "num_ranks": self.num_ranks,
+            "written": "replica 0",
+            "replicas": [list(r) for r in self.replicas],
+            "device_groups": [list(d) for d in self.device_groups],
+        }
+
+
+def compact_refusal(what: str, classes: RankClasses) -> str:
+    """The one line a verb that needs every rank's file gives on a compact set."""
+    return (
+        f"{what} needs every rank's trace file, but this is a compact set ({len(classes.written):,} of "
+        f"{classes.num_ranks:,} ranks written, the others mirror them: {CLASSES_FILE}): regenerate it with "
+        "`xsim gen --all-ranks`"
+    )
+
+
+def write_classes(directory: str, classes: RankClasses) -> str:
+    """Write DIR/classes.json (atomically); returns its path."""
+    path = os.path.join(directory, CLASSES_FILE)
+    text = json.dumps(classes.to_json(), separators=(",", ":")) + "\n"
+    return atomic_write_text(path, text)
+
+
+def read_classes(directory: str, prefix: str) -> RankClasses | None:
+    """The class record beside the files of `prefix` (a path prefix), or None when the set is complete."""
+    path = os.path.join(directory or ".", CLASSES_FILE)
+    if not os.path.isfile(path):
+        return None
+    doc = read_json(path)
+    try:
+        if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+            raise ValueError(f"format {doc.get('format')!r} version {doc.get('version')!r}")
+        if doc["prefix"] != os.path.basename(prefix):
+            return None  # another set's record
+        n = int(doc["num_ranks"])
+        reps = tuple(tuple(int(r) for r in rep) for rep in doc["replicas"])
+        dgs = tuple(tuple(int(d) for d in rep) for rep in doc["device_groups"])
+        if not reps or sorted(r for rep in reps for r in rep) != list(range(n)):
+            raise ValueError(f"the replicas do not hold ranks 0..{n - 1} once each")
+        if any(len(rep) != len(reps[0]) for rep in reps) or [len(d) for d in dgs] != [len(r) for r in reps]:
+            raise ValueError("replicas and device groups of unequal lengths")
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise TraceSetError(f"malformed rank-class record ({exc})", path=path) from None
+    return RankClasses(os.path.basename(prefix), n, reps, dgs)
