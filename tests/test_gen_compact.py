@@ -137,7 +137,7 @@ def test_derived_files_are_the_every_rank_files(sets, tmp_path, capsys):
     for r in range(12):
         assert whole.read(r) == Path(full.paths[r]).read_bytes(), r
     assert main(["trace", "validate", str(sets["homo_compact"])]) == 0
-    assert "12 rank(s)" in capsys.readouterr().out
+    assert "12 ranks," in capsys.readouterr().out
     for key in ("compact", "all"):
         assert main(["trace", "to-json", str(sets[f"homo_{key}"]), str(tmp_path / key)]) == 0
     for r in range(12):

@@ -1,8 +1,8 @@
 """The one-way package rule (issue 25 item 5): every import inside the five top-level packages, module level
 or inside a function, goes down the layers and never back up.
 
-    floor:     traces.errors, traces.limits, traces.lazy, traces.outputs (error root, limits, lazy exports,
-               atomic outputs): import nothing else of xsim; every package may import them
+    floor:     traces.errors, traces.limits, traces.lazy, traces.outputs, traces.gpu_names (error root, limits,
+               lazy exports, atomic outputs, hardware names): import nothing else of xsim; every package may import them
     traces, netmodels:  independent of each other (netmodels uses only the floor of traces)
     tracegen:  traces
     replay:    traces, netmodels
@@ -16,7 +16,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("traces", "netmodels", "tracegen", "replay", "xsim")
-FLOOR = frozenset({"traces", "traces.errors", "traces.limits", "traces.lazy", "traces.outputs"})
+FLOOR = frozenset(
+    {"traces", "traces.errors", "traces.limits", "traces.lazy", "traces.outputs", "traces.gpu_names"}
+)
 MAY_IMPORT = {
     "traces": {"traces"},
     "netmodels": {"netmodels"},
