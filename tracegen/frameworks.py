@@ -26,6 +26,9 @@ class Framework:
     # Fused attention kernel family on Hopper GPUs (tracegen/attention.py): "fa3" (a Hopper-native kernel)
     # or "fa2"; every profile runs FlashAttention-2 on Ampere.
     hopper_attention: str = "fa2"
+    # BF16 gradients copied into an FP32 accumulation buffer after every micro-batch's backward (DeepSpeed's
+    # BF16_Optimizer) rather than accumulated in FP32 by the weight-gradient GEMM (Megatron's main_grad).
+    fp32_grad_copy_per_micro_batch: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -51,7 +54,13 @@ FRAMEWORKS: dict[str, Framework] = {
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as
     # separate kernels; no Transformer Engine. Its flash attention is the flash-attn 2 package (FA2 on
     # Hopper too).
-    "megatron-deepspeed": Framework("megatron-deepspeed", "flash", False, False, False, False, False, False),
+    # Under bf16 with ZeRO stage 0 DeepSpeed runs its BF16_Optimizer, whose pipeline engine calls
+    # update_hp_grads() after every micro-batch's backward (deepspeed/runtime/pipe/engine.py
+    # _exec_backward_pass; deepspeed/runtime/bf16_optimizer.py: "we copy/accumulate to the high-precision
+    # grads now to prevent accumulating in the bf16 grads after successive backward() calls").
+    "megatron-deepspeed": Framework(
+        "megatron-deepspeed", "flash", False, False, False, False, False, False, "fa2", True
+    ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 # Without `framework:`: Megatron-Core, what Megatron-LM and NeMo run today (docs/compute.md). Its default

@@ -556,6 +556,29 @@ def optimizer_steps(
     return OptimizerStep(tuple(before), tuple(after))
 
 
+# DeepSpeed BF16_Optimizer.update_hp_grads, per parameter tensor and micro-batch:
+# hp_grad.add_(lp.grad.to(float32)): the cast reads the BF16 gradient (2) and writes an FP32 copy (4), the
+# add reads both FP32 tensors (4 + 4) and writes the sum (4) = 18 bytes per parameter in 2 kernels.
+HP_GRAD_BYTES_PER_PARAM, HP_GRAD_KERNELS_PER_TENSOR = 18, 2
+
+
+def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
+    """Parameter tensors of `layers` layers (+ embedding / head): per layer the four linear weights, their
+    biases (GPT-style models) and each norm's gain (+ bias for LayerNorm)."""
+    norm = 2 if m.norm == "layernorm" else 1
+    per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
+    return layers * per_layer + (1 if first else 0) + ((norm + 1) if last else 0)
+
+
+def hp_grad_accumulation(params: int, tensors: int) -> Op:
+    """DeepSpeed's BF16_Optimizer copy of one micro-batch's BF16 gradients into the FP32 accumulation
+    buffer (`params` parameters in `tensors` tensors, a cast and an add each)."""
+    return Op(
+        "grad_accum_fp32", "bwd", params, HP_GRAD_BYTES_PER_PARAM * params, (params,), False,
+        kernels=HP_GRAD_KERNELS_PER_TENSOR * tensors,
+    )  # fmt: skip
+
+
 def linear_params(m: ModelArch, sh: Shard, layers: int) -> int:
     """Weights of the FP8 linear layers (QKV, output, MLP up/gate and down) one TP rank holds."""
     d = m.head_dim
