@@ -328,3 +328,27 @@ def test_optimizer_step_waits_for_the_stage_sends_so_one_comm_slot_cannot_deadlo
         config=config,
     )
     assert result.summary_dict()["iteration_time_ns"] > 0
+
+
+# -- DeepSpeed's BF16_Optimizer: FP32 gradient copy after every micro-batch ---------------------------------
+def test_deepspeed_bf16_gradient_copy_per_micro_batch_by_hand():
+    # GPT-tiny (h 64, FFN 256, vocab 100, LayerNorm, biases), PP 2, 3 micro-batches, bf16, megatron-deepspeed.
+    # Stage 0: embedding 100 x 64 = 6,400 + one layer: QKV 64 x 192 + 192, out 64 x 64 + 64, up 64 x 256 + 256,
+    # down 256 x 64 + 64, two LayerNorms 2 x 128 = 12,288 + 192 + 4,096 + 64 + 16,384 + 256 + 16,384 + 64 +
+    # 256 = 49,984; 56,384 parameters in 1 + 4 + 4 + 2 x 2 = 13 tensors. Stage 1: the layer + final LayerNorm
+    # (128) + head 6,400 = 56,512 in 12 + 2 + 1 = 15 tensors. 18 bytes per parameter, 2 kernels per tensor.
+    spec = {"model": {**GPT}, "framework": "megatron-deepspeed", "precision": "bf16",
+            "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 3}}  # fmt: skip
+    b = generate(load_spec(spec), rewrite=False)
+    for rank, params, tensors in ((0, 56_384, 13), (1, 56_512, 15)):
+        acc = [n for n in b.nodes[rank] if n.name.startswith("grad_accum_fp32")]
+        assert len(acc) == 3  # one per micro-batch
+        assert {A.get_int(n, A.NUM_OPS) for n in acc} == {params}
+        assert {A.get_int(n, A.TENSOR_SIZE) for n in acc} == {18 * params}
+        # Memory-bound at the A100 80GB's measured copy bandwidth, or 2 launch floors per tensor if longer.
+        want = max(18 * params / (2039e9 * 1727.486 / 1935), 2 * tensors * 3.8e-6)
+        assert {A.get_int(n, A.DURATION_NS) for n in acc} == {int(want * 1e9 + 0.5)}
+    # Megatron-Core accumulates FP32 main gradients in the weight-gradient GEMM: no such node; nor under FP16.
+    for other in ({**spec, "framework": "megatron-core"}, {**spec, "precision": "fp16"}):
+        b = generate(load_spec(other), rewrite=False)
+        assert not [n for r in b.nodes.values() for n in r if n.name.startswith("grad_accum_fp32")]

@@ -23,6 +23,12 @@ class Framework:
     fused_bias_dropout_add: bool  # bias + dropout + residual add as one kernel (vs dropout, then add)
     fused_rope: bool  # rotary embedding as one kernel over q and k (vs the unfused elementwise chain)
     transformer_engine: bool  # FP8 linears through Transformer Engine (casts, transposes, amax updates)
+    # Fused attention kernel family on Hopper GPUs (tracegen/attention.py): "fa3" (a Hopper-native kernel)
+    # or "fa2"; every profile runs FlashAttention-2 on Ampere.
+    hopper_attention: str = "fa2"
+    # BF16 gradients copied into an FP32 accumulation buffer after every micro-batch's backward (DeepSpeed's
+    # BF16_Optimizer) rather than accumulated in FP32 by the weight-gradient GEMM (Megatron's main_grad).
+    fp32_grad_copy_per_micro_batch: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -37,13 +43,24 @@ FRAMEWORKS: dict[str, Framework] = {
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
     # fused_bias_gelu.py, fused_bias_swiglu.py); fused bias-dropout-add (fused_bias_dropout.py); fused RoPE
     # (--apply-rope-fusion, on by default); flash attention with a causal mask (TE DotProductAttention); FP8
-    # linears through TE when precision is fp8.
-    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True),
+    # linears through TE when precision is fp8. On Hopper TE's DotProductAttention picks cuDNN's fused
+    # attention over flash-attn ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for
+    # performance reasons", transformer_engine/pytorch/attention utils get_attention_backend), a Hopper-native
+    # kernel timed at FlashAttention-3's published rates (FlashAttention-3, section 4.1: FA3 matches or
+    # beats cuDNN from 1k tokens on, so these rates are cuDNN's upper bound).
+    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True, "fa3"),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as
-    # separate kernels; no Transformer Engine.
-    "megatron-deepspeed": Framework("megatron-deepspeed", "flash", False, False, False, False, False, False),
+    # separate kernels; no Transformer Engine. Its flash attention is the flash-attn 2 package (FA2 on
+    # Hopper too).
+    # Under bf16 with ZeRO stage 0 DeepSpeed runs its BF16_Optimizer, whose pipeline engine calls
+    # update_hp_grads() after every micro-batch's backward (deepspeed/runtime/pipe/engine.py
+    # _exec_backward_pass; deepspeed/runtime/bf16_optimizer.py: "we copy/accumulate to the high-precision
+    # grads now to prevent accumulating in the bf16 grads after successive backward() calls").
+    "megatron-deepspeed": Framework(
+        "megatron-deepspeed", "flash", False, False, False, False, False, False, "fa2", True
+    ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 # Without `framework:`: Megatron-Core, what Megatron-LM and NeMo run today (docs/compute.md). Its default

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tracegen.attention import flash_compute_seconds
 from tracegen.catalog import GpuSpec, tensor_peak
 from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
-from tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds
+from tracegen.gemm import LAUNCH_FLOOR_S, SUSTAINED_CLOCK_RATIO, achieved_bandwidth, gemm_seconds
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
 
@@ -115,6 +116,7 @@ class Op:
     gemm: bool  # tensor-core op (time = max(compute, memory)) vs element-wise (memory only)
     precision: str = "bf16"  # tensor-core rate of the op ("fp8": Transformer Engine linear layers)
     kernels: int = 1  # kernel launches (backward GEMMs launch two: input and weight gradient)
+    kernel: str = ""  # fused attention's kernel family ("fa2" | "fa3", tracegen/attention.py); "" otherwise
 
 
 @dataclass(frozen=True)
@@ -233,9 +235,10 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         causal = attn_flops // 2
         attn_bytes = b * mb * s * d * (2 * sh.heads + 2 * sh.kv_heads)
         shape = (mb, sh.heads, sh.kv_heads, s, d)
+        kernel = c.fw.hopper_attention
         if phase == "fwd":
-            return [Op("attn_core", "fwd", causal, attn_bytes, shape, True)]
-        return [Op("attn_core", "bwd", 2 * causal, 2 * attn_bytes, shape, True)]
+            return [Op("attn_core", "fwd", causal, attn_bytes, shape, True, kernel=kernel)]
+        return [Op("attn_core", "bwd", 2 * causal, 2 * attn_bytes, shape, True, kernel=kernel)]
     bh, scores = mb * sh.heads, mb * sh.heads * s * s
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
     mult = 2 if phase == "bwd" else 1
@@ -553,6 +556,29 @@ def optimizer_steps(
     return OptimizerStep(tuple(before), tuple(after))
 
 
+# DeepSpeed BF16_Optimizer.update_hp_grads, per parameter tensor and micro-batch:
+# hp_grad.add_(lp.grad.to(float32)): the cast reads the BF16 gradient (2) and writes an FP32 copy (4), the
+# add reads both FP32 tensors (4 + 4) and writes the sum (4) = 18 bytes per parameter in 2 kernels.
+HP_GRAD_BYTES_PER_PARAM, HP_GRAD_KERNELS_PER_TENSOR = 18, 2
+
+
+def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
+    """Parameter tensors of `layers` layers (+ embedding / head): per layer the four linear weights, their
+    biases (GPT-style models) and each norm's gain (+ bias for LayerNorm)."""
+    norm = 2 if m.norm == "layernorm" else 1
+    per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
+    return layers * per_layer + (1 if first else 0) + ((norm + 1) if last else 0)
+
+
+def hp_grad_accumulation(params: int, tensors: int) -> Op:
+    """DeepSpeed's BF16_Optimizer copy of one micro-batch's BF16 gradients into the FP32 accumulation
+    buffer (`params` parameters in `tensors` tensors, a cast and an add each)."""
+    return Op(
+        "grad_accum_fp32", "bwd", params, HP_GRAD_BYTES_PER_PARAM * params, (params,), False,
+        kernels=HP_GRAD_KERNELS_PER_TENSOR * tensors,
+    )  # fmt: skip
+
+
 def linear_params(m: ModelArch, sh: Shard, layers: int) -> int:
     """Weights of the FP8 linear layers (QKV, output, MLP up/gate and down) one TP rank holds."""
     d = m.head_dim
@@ -567,7 +593,8 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     roofline: GEMM-like ops max(FLOPs / (tensor peak of the op's precision * gemm_eff), bytes / (bw *
     mem_eff)), element-wise ops bytes / (bw * mem_eff). calibrated (tracegen.gemm): GEMMs by tile and wave
     quantization of their shape at the GPU's measured large-GEMM plateau (sustained or burst: `rates`);
-    fused attention at gemm_eff; memory-bound work at the measured copy bandwidth; every op at least one
+    fused attention at its kernel's published rate by tiles executed (tracegen.attention; gemm_eff on GPUs
+    without one), scaled to the sustained clock like the GEMMs; memory-bound work at the measured copy bandwidth; every op at least one
     launch floor per kernel.
     """
     if model == "calibrated":
@@ -576,6 +603,10 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels, rates)
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
+        if op.op == "attn_core" and len(op.shape) == 5:
+            clock = SUSTAINED_CLOCK_RATIO if rates == "sustained" else 1.0
+            flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock)
+            compute = compute if flash is None else flash
         return max(compute, op.bytes / achieved_bandwidth(gpu), floor)
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if op.gemm:

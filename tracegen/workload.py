@@ -53,9 +53,11 @@ from tracegen.ops import (
     duration_ns,
     embedding_steps,
     head_steps,
+    hp_grad_accumulation,
     layer_steps,
     linear_params,
     optimizer_steps,
+    param_tensors,
     rank_params,
     shard_of,
     with_selective_recompute,
@@ -984,6 +986,15 @@ class _RankProgram:
             self.fsdp_reduce(EMB, mb)
             if sync:
                 self.bucket_add(sh.vocab * m.hidden, 0)
+        if self.hp_grad_copy:
+            # DeepSpeed's BF16_Optimizer: this micro-batch's gradients into the FP32 buffer, before the
+            # gradient is sent to the previous stage (the pipeline engine's _exec_backward_pass).
+            emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
+            layers = ch.end - ch.start + 1
+            acc = hp_grad_accumulation(
+                rank_params(m, sh, layers, emb, head), param_tensors(m, layers, emb, head)
+            )
+            pred = self.steps([acc], pred, 0, mb)
         if sync:
             self.bucket_flush(0)
             self.expert_flush()
@@ -1240,6 +1251,11 @@ class _RankProgram:
         self.pending = 0
         self.sync_ids: list[int] = []
         self.fsdp = dep.sharding in ("zero3", "fsdp")
+        # DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0, as BLOOM ran; not ZeRO-3) copies each micro-batch's
+        # gradients into FP32 (tracegen.ops.hp_grad_accumulation).
+        self.hp_grad_copy = (
+            self.ctx.fw.fp32_grad_copy_per_micro_batch and self.ctx.precision == "bf16" and not self.fsdp
+        )
         # ZeRO-3 / FSDP also updates only the rank's shard of the optimizer state (as ZeRO-1 does).
         self.dist_opt = dep.distributed_optimizer or self.fsdp
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1

@@ -1,0 +1,99 @@
+"""Fused attention's calibrated time (tracegen/attention.py): published rates, tiles executed, kernel choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracegen import catalog
+from tracegen.attention import (
+    attention_fraction,
+    attention_points,
+    executed_flops,
+    flash_compute_seconds,
+)
+from tracegen.errors import CatalogError
+from tracegen.frameworks import FRAMEWORKS
+from tracegen.gemm import LAUNCH_FLOOR_S
+from tracegen.models import preset
+from tracegen.ops import Ctx, Op, layer_steps, op_seconds, shard_of
+
+A100, H100 = catalog.gpu("A100-80GB"), catalog.gpu("H100")
+SUSTAINED = 1305 / 1410
+
+
+def _core(framework: str, phase: str, s: int = 4096, mb: int = 1) -> Op:
+    m = preset("llama2-7b")
+    fw = FRAMEWORKS[framework]
+    c = Ctx(m, shard_of(m, 1, 0), mb, s, 2, False, "bf16", "flash", fw)
+    return next(o for o in layer_steps(c, phase) if isinstance(o, Op) and o.op == "attn_core")
+
+
+def test_calibration_rows_name_their_sources_and_derived_rows_rederive():
+    pts = {(p.gpu, p.kernel, p.phase): p for p in attention_points()}
+    assert all(p.source for p in pts.values())
+    # Published directly: FA2 on A100 73% forward, 63% backward; FA2 on H100 35%; FA3 661 TFLOP/s.
+    assert pts[("A100-80GB", "fa2", "fwd")].peak_fraction == 0.73
+    assert pts[("A100-80GB", "fa2", "bwd")].peak_fraction == 0.63
+    assert pts[("H100", "fa2", "fwd")].peak_fraction == 0.35
+    assert pts[("H100", "fa3", "fwd")].peak_fraction == pytest.approx(661 / 989.4, abs=5e-5)
+    # Derived: FA2 on H100 335 TFLOP/s forward + backward (3.5 F) with the forward at 0.35:
+    # 3.5 / 0.33859 = 1 / 0.35 + 2.5 / b  ->  b = 0.33423; FA3's backward 1.75x that = 0.58491.
+    fb = 335 / 989.4
+    b = 2.5 / (3.5 / fb - 1 / 0.35)
+    assert pts[("H100", "fa2", "bwd")].peak_fraction == pytest.approx(b, abs=5e-5)
+    assert pts[("H100", "fa3", "bwd")].peak_fraction == pytest.approx(1.75 * b, abs=5e-5)
+
+
+def test_executed_flops_count_tiles_by_hand():
+    # s 4096: 32 tiles of 128 per side, causal 32 x 33 / 2 = 528 of them, 4 * 128^2 * d FLOPs each.
+    assert executed_flops(1, 32, 4096, 128, "fwd") == 32 * 528 * 8_388_608 == 141_733_920_768
+    # 3% over the credited half (4 b s^2 h / 2 = 137,438,953,472): the diagonal tiles run whole.
+    assert executed_flops(1, 32, 4096, 128, "bwd") == int(2.5 * 141_733_920_768)
+    assert executed_flops(1, 32, 4096, 128, "fwd", causal=False) == 32 * 1024 * 8_388_608
+    # A sequence shorter than a tile still runs one whole tile.
+    assert executed_flops(2, 1, 100, 64, "fwd") == 2 * 4 * 128 * 128 * 64
+
+
+def test_llama2_7b_layer_attention_on_a100_by_hand():
+    # megatron-core on Ampere runs FlashAttention-2: forward 0.73, backward 0.63 of 312 TFLOP/s, sustained.
+    fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
+    assert (fwd.kernel, fwd.shape) == ("fa3", (1, 32, 32, 4096, 128))
+    t_fwd = 141_733_920_768 / (0.73 * 312e12 * SUSTAINED)
+    t_bwd = 2.5 * 141_733_920_768 / (0.63 * 312e12 * SUSTAINED)
+    assert op_seconds(fwd, A100, "calibrated") == pytest.approx(t_fwd) == pytest.approx(0.67238e-3, rel=1e-4)
+    assert op_seconds(bwd, A100, "calibrated") == pytest.approx(t_bwd) == pytest.approx(1.94777e-3, rel=1e-4)
+    # The burst rates (`gemm_rates: burst`) drop the clock ratio.
+    assert op_seconds(fwd, A100, "calibrated", "burst") == pytest.approx(t_fwd * SUSTAINED)
+    # The roofline model is unchanged: FLOPs at gemm_eff, or the bytes.
+    assert op_seconds(fwd, A100, "roofline") == pytest.approx(
+        max(fwd.flops / (312e12 * 0.70), fwd.bytes / (2039e9 * 0.80))
+    )
+
+
+def test_kernel_by_framework_and_gpu():
+    # Hopper: megatron-core (TE -> cuDNN) at FA3's rates, megatron-deepspeed (flash-attn 2) at FA2's.
+    fa3 = op_seconds(_core("megatron-core", "fwd"), H100, "calibrated")
+    fa2 = op_seconds(_core("megatron-deepspeed", "fwd"), H100, "calibrated")
+    assert fa3 == pytest.approx(141_733_920_768 / (0.6681 * 989.4e12 * SUSTAINED))
+    assert fa2 == pytest.approx(141_733_920_768 / (0.35 * 989.4e12 * SUSTAINED))
+    bwd3 = op_seconds(_core("megatron-core", "bwd"), H100, "calibrated")
+    assert bwd3 == pytest.approx(2.5 * 141_733_920_768 / (0.5849 * 989.4e12 * SUSTAINED))
+    # FA3 has no Ampere kernel: it falls back to FA2's row; H200 uses the H100's rows, A100 40GB the 80GB's.
+    assert attention_fraction("A100-80GB", "fa3", "fwd") == 0.73
+    assert attention_fraction("H200", "fa3", "bwd") == 0.5849
+    assert attention_fraction("A100-40GB", "fa2", "bwd") == 0.63
+    # No published rate (B200): the previous rule, FLOPs at gemm_eff.
+    assert attention_fraction("B200", "fa3", "fwd") is None
+    b200 = catalog.gpu("B200")
+    core = _core("megatron-core", "fwd")
+    assert flash_compute_seconds(core.shape, "fwd", b200, "fa3", 1.0) is None
+    assert op_seconds(core, b200, "calibrated") == pytest.approx(
+        max(core.flops / (catalog.tensor_peak(b200, "bf16") * b200.gemm_eff), LAUNCH_FLOOR_S)
+    )
+
+
+def test_bad_kernel_or_pass_is_a_catalog_error():
+    with pytest.raises(CatalogError, match="attention kernel"):
+        attention_fraction("H100", "fa9", "fwd")
+    with pytest.raises(CatalogError, match="fwd or bwd"):
+        attention_fraction("H100", "fa2", "opt")
