@@ -10,7 +10,9 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from traces.errors import XsimError
 
@@ -192,3 +194,261 @@ def prepare_set_folder(out_dir: str, name: str, num_ranks: int, force: bool) -> 
                 f"{p}: is a symbolic link; xsim does not remove or follow links (remove it first)"
             )
         os.unlink(p)
+
+
+# ---- whole folders: one writer, a fresh sibling, one rename ---------------------------------------------
+#
+# Every verb that writes a folder of files that belong together (a trace set, a replay's result tables)
+# writes them into a fresh hidden sibling `.<name>.xsim-new.<host>.<pid>.<random>` and swaps it in for the
+# folder with one rename (renameat2 RENAME_EXCHANGE where the file system has it), so a kill, a full disk or
+# a crash leaves the earlier folder as it was: never a mix of two runs. An advisory lock on a sibling
+# `.<name>.xsim-lock` (fcntl.flock) admits one writer per folder; the next waits a bounded time and is then
+# refused in one line. Leftovers of a killed run (its staging sibling, or the earlier folder set aside by a
+# two-rename swap) are cleared by the next writer of that folder, under the lock, said in one line.
+
+LOCK_WAIT_ENV = "XSIM_LOCK_WAIT_S"
+LOCK_WAIT_S = 10.0  # long enough for a sibling run to finish its rename; short enough to answer promptly
+_NEW, _OLD = "xsim-new", "xsim-old"
+
+
+def check_path_text(path: str) -> str:
+    """The path, refused in one line when it is not valid UTF-8 (JSON outputs could not name it)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        raise OutputError(f"{shown}: output path is not valid UTF-8; choose another name") from None
+    return path
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether real path `path` is `folder` or lies under it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+@dataclass(frozen=True)
+class FolderKind:
+    """What a verb's output folder holds: a name for messages and the file names it writes there."""
+
+    what: str  # "trace set", "replay result"
+    owns: Callable[[str], bool]  # names this kind of run writes (an earlier run's are replaced, not refused)
+
+
+def _sibling(out: str, tag: str) -> str:
+    parent, base = os.path.split(out)
+    return os.path.join(parent, f".{base}.{tag}.")
+
+
+def _leftovers(out: str) -> tuple[list[str], list[str]]:
+    """(staging folders, set-aside earlier folders) of runs on `out` that are gone (their pid dead, or
+    another run's and unreadable: the caller holds the lock, so no live run of this host writes them)."""
+    parent, base = os.path.split(out)
+    try:
+        names = os.listdir(parent or ".")
+    except OSError:
+        return [], []
+    host, new, old = _host(), [], []
+    for name in sorted(names):
+        for tag, into in ((_NEW, new), (_OLD, old)):
+            head = f".{base}.{tag}."
+            if not name.startswith(head):
+                continue
+            owner = name[len(head) :].split(".")
+            if len(owner) >= 3 and owner[-3] == host and owner[-2].isdigit() and _alive(int(owner[-2])):
+                continue  # a live run of this host (cannot hold the lock, but left alone all the same)
+            into.append(os.path.join(parent, name))
+    return new, old
+
+
+def _tidy(out: str, say: Callable[[str], None]) -> None:
+    """Clear a killed run's leftovers beside `out` (under the lock), restoring an earlier folder that a
+    two-rename swap had set aside when the new one never arrived; one line says what went."""
+    import shutil
+
+    new, old = _leftovers(out)
+    restored = ""
+    if old and not os.path.lexists(out):
+        os.rename(old.pop(), out)  # the kill fell between the two renames: the earlier folder comes back
+        restored = f"; restored {out} from before it"
+    for p in new + old:
+        shutil.rmtree(p, ignore_errors=True)
+    if new or old or restored:
+        say(
+            f"xsim: removed {len(new) + len(old)} leftover folder(s) of an interrupted run beside {out}"
+            f"{restored}"
+        )
+
+
+class _Lock:
+    """An exclusive advisory lock (fcntl.flock) on `.<name>.xsim-lock` beside a folder."""
+
+    def __init__(self, out: str, wait_s: float) -> None:
+        self.path = _sibling(out, "xsim-lock").rstrip(".")
+        self.out, self.wait_s, self.fd = out, wait_s, -1
+
+    def __enter__(self) -> _Lock:
+        import fcntl
+        import time
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    holder = self._holder()
+                    raise OutputError(
+                        f"{self.out}: another xsim run{holder} is writing this folder (waited "
+                        f"{self.wait_s:g} s; {LOCK_WAIT_ENV} sets the wait): try again when it is done"
+                    ) from None
+                time.sleep(0.05)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            # The holder before us may have unlinked the file after we opened it: lock the one on disk.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path, follow_symlinks=False))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            self.fd = fd
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return self
+
+    def _holder(self) -> str:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                pid = fh.read(32).strip()
+        except OSError:
+            return ""
+        return f" (pid {pid})" if pid.isdigit() else ""
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            os.unlink(self.path)  # still held: a waiter that opened it re-checks and opens the new one
+        except OSError:
+            pass
+        os.close(self.fd)
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2  # <fcntl.h> AT_FDCWD, <linux/fs.h> RENAME_EXCHANGE
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    import errno
+
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False  # this file system cannot exchange: the two-rename swap below
+    raise OSError(err, os.strerror(err), a)
+
+
+def _swap_in(stage: str, out: str) -> None:
+    """Make `stage` the folder `out`; the earlier `out`, if any, goes."""
+    import shutil
+    import tempfile
+
+    if not os.path.lexists(out):
+        os.rename(stage, out)
+        return
+    if _exchange(stage, out):
+        shutil.rmtree(stage, ignore_errors=True)  # now the earlier folder
+        return
+    parent, base = os.path.split(out)
+    aside = tempfile.mkdtemp(prefix=f".{base}.{_OLD}.{_host()}.{os.getpid()}.", dir=parent or ".")
+    os.rmdir(aside)
+    os.rename(out, aside)  # a kill here leaves `aside`, which the next writer renames back (_tidy)
+    os.rename(stage, out)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _foreign(out: str, kind: FolderKind) -> list[str]:
+    """Entries of an existing `out` that this kind of run does not write."""
+    try:
+        names = sorted(os.listdir(out))
+    except OSError as exc:
+        raise OutputError(f"{out}: cannot read the output folder: {exc.strerror or exc}") from None
+    return [n for n in names if not n.startswith(_STAGING) and not kind.owns(n)]
+
+
+@contextmanager
+def whole_folder(
+    out: str | os.PathLike[str],
+    kind: FolderKind,
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    force: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> Iterator[str]:
+    """Yield a fresh staging folder beside `out`; when the block ends without an error, swap it in.
+
+    Refused in one line, before anything is written: a path that is not UTF-8, a symbolic link, a file,
+    a folder that is or holds an input of the run, a folder holding files `kind` does not write (unless
+    `force`: the folder is then replaced as a whole); a second writer waits `XSIM_LOCK_WAIT_S` seconds.
+    """
+    import shutil
+    import sys
+    import tempfile
+
+    def _say(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    say = say or _say
+    raw = check_path_text(os.fspath(out))
+    target = os.path.abspath(raw)
+    if os.path.islink(target):
+        raise OutputError(
+            f"{raw}: is a symbolic link; xsim never writes through or over one (remove it first)"
+        )
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise OutputError(f"{raw}: is a file, not a folder; refusing to replace it")
+    real = os.path.realpath(target)
+    for src in inputs:
+        s = os.path.realpath(os.fspath(src))
+        if _inside(s, real):
+            raise OutputError(
+                f"{raw}: holds an input of this run ({os.fspath(src)}); writing the {kind.what} there would "
+                f"replace it: choose another folder"
+            )
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{parent}: cannot create the output folder: {exc.strerror or exc}") from None
+    wait = float(os.environ.get(LOCK_WAIT_ENV, LOCK_WAIT_S) or LOCK_WAIT_S)
+    with _Lock(target, wait):
+        _tidy(target, say)
+        if os.path.isdir(target) and not force:
+            alien = _foreign(target, kind)
+            if alien:
+                shown = ", ".join(alien[:3]) + (f" and {len(alien) - 3} more" if len(alien) > 3 else "")
+                raise OutputError(
+                    f"{raw}: holds {len(alien)} file(s) this command did not write ({shown}); writing the "
+                    f"{kind.what} there would replace them: choose an empty folder or pass --force to "
+                    f"replace the folder as a whole"
+                )
+        base = os.path.basename(target)
+        stage = tempfile.mkdtemp(prefix=f".{base}.{_NEW}.{_host()}.{os.getpid()}.", dir=parent)
+        try:
+            yield stage
+            os.chmod(stage, 0o755)
+            _swap_in(stage, target)
+        finally:
+            if os.path.lexists(stage):
+                shutil.rmtree(stage, ignore_errors=True)

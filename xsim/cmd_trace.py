@@ -137,6 +137,10 @@ def _validate(args: argparse.Namespace) -> int:
     from traces import checks
 
     ts, files = _load(args.path)
+    from traces.setid import check_identity
+    from xsim.api.replaying import load_deployment
+
+    check_identity(ts, load_deployment(ts))  # a file of another set is refused, named, before the checks
     with status("checking graphs, cross-rank matches and a dry replay"):
         findings = validate_set(ts, files, _groups(ts, files, args.comm_groups))
     if args.json:

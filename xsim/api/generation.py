@@ -69,7 +69,6 @@ def generate(spec, options: GenerateOptions) -> Generated:
     from tracegen.memory import deployment_memory, write_memory
     from tracegen.spec import NAME_RE, num_ranks, save_deployment
     from tracegen.workload import generate as make
-    from traces.outputs import prepare_set_folder
 
     where = spec if isinstance(spec, str | os.PathLike) else "spec"
     if isinstance(spec, Deployment):
@@ -82,23 +81,44 @@ def generate(spec, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
-    # Before any work: a folder holding another set is refused (or, with force, cleared), never mixed.
-    prepare_set_folder(options.out, dep.name, num_ranks(dep), options.force)
-    try:
-        with status("generating traces"):
-            bundle = make(dep, rewrite=options.rewrite)
-    except GeneratorError as exc:
-        raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
-    try:
-        with status("writing traces"):
-            paths = bundle.write(options.out, dep.name)
-        save_deployment(dep, os.path.join(options.out, DEPLOYMENT_FILE))
-        # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
-        mem = deployment_memory(dep)
-        write_memory(mem, options.out)
-    except OSError as exc:
-        raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
+    from traces.outputs import whole_folder
+    from traces.setid import SetIdentity, deployment_set_id, write_set_file
+
+    ranks = num_ranks(dep)
+    variant = "gen" if options.rewrite else "gen-raw"
+    ident = SetIdentity(deployment_set_id(dep, ranks, variant), ranks, dep.name, variant)
+    inputs = [os.fspath(where)] if isinstance(spec, str | os.PathLike) else []
+    # The set goes into a fresh sibling folder swapped in whole (traces.outputs.whole_folder): a kill, a
+    # full disk or a second writer leaves the earlier set as it was; a folder holding files of another
+    # set (or the user's) is refused before any work, or with force replaced as a whole.
+    with whole_folder(options.out, trace_set_kind(dep.name), inputs=inputs, force=options.force) as stage:
+        try:
+            with status("generating traces"):
+                bundle = make(dep, rewrite=options.rewrite)
+        except GeneratorError as exc:
+            raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
+        try:
+            with status("writing traces"):
+                staged = bundle.write(stage, dep.name, identity=ident)
+            save_deployment(dep, os.path.join(stage, DEPLOYMENT_FILE))
+            # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
+            mem = deployment_memory(dep)
+            write_memory(mem, stage)
+            write_set_file(stage, ident)
+        except OSError as exc:
+            raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
+    paths = [os.path.join(options.out, os.path.basename(p)) for p in staged]
     return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem))
+
+
+def trace_set_kind(name: str):
+    """The files a trace set named `name` holds (traces.outputs.FolderKind): its rank files and any file
+    named `<name>.*`, and the set's metadata beside them."""
+    from traces.outputs import FolderKind
+    from traces.setid import SET_FILE
+
+    meta = {"comm_group.json", DEPLOYMENT_FILE, "memory.json", SET_FILE}
+    return FolderKind("trace set", lambda n: n in meta or n.startswith(f"{name}."))
 
 
 def plan(spec: SpecSource):
