@@ -84,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument(
         "--annotate", metavar="DIR", help="write the trace set with simulated times written back"
     )
+    out.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an --out/--annotate folder holding files xsim did not write, as a whole",
+    )
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     out.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     # Every file it writes is closed before `run` returns, and it starts no thread: no teardown (cli.py).
@@ -223,7 +228,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _replay(api, args: argparse.Namespace) -> int:
     run = api.simulate(args.path, options(args))
-    api.write_outputs(run, api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate))
+    api.write_outputs(
+        run,
+        api.OutputOptions(
+            out=args.out,
+            timeline=args.timeline,
+            annotate=args.annotate,
+            force=args.force,
+            comm_groups=args.comm_groups,
+        ),
+    )
     if args.json:
         json.dump(run.summary(), sys.stdout)
         sys.stdout.write("\n")
