@@ -35,6 +35,7 @@ def check_target(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLik
         raise OutputError(f"{p}: is a symbolic link; xsim never writes through or over one (remove it first)")
     if os.path.isdir(p):
         raise OutputError(f"{p}: is a folder, cannot write a file there")
+    _refuse_set_member(p)
     if os.path.exists(p):
         for src in inputs:
             if os.path.exists(os.fspath(src)) and _same_file(p, os.fspath(src)):
@@ -42,6 +43,28 @@ def check_target(path: str | os.PathLike[str], inputs: Iterable[str | os.PathLik
                     f"{p}: is an input of this run ({os.fspath(src)}); refusing to overwrite it"
                 )
     return p
+
+
+def _refuse_set_member(path: str) -> None:
+    """Refuse a single-file output over a file of a trace set (a folder holding set.json): its rank files
+    and metadata belong to the set, written whole or not at all."""
+    import json
+
+    folder, name = os.path.split(os.path.abspath(path))
+    marker = os.path.join(folder, "set.json")
+    if not os.path.isfile(marker):
+        return
+    try:
+        with open(marker, encoding="utf-8") as fh:
+            prefix = str(json.load(fh).get("prefix", ""))
+    except (OSError, ValueError, AttributeError):
+        prefix = ""
+    meta = {"set.json", "deployment.json", "memory.json", "comm_group.json"}
+    if name in meta or (prefix and name.startswith(f"{prefix}.")):
+        raise OutputError(
+            f"{path}: is a file of the trace set in {folder} (set.json); refusing to overwrite it: "
+            f"write elsewhere"
+        )
 
 
 def atomic_write_bytes(

@@ -443,6 +443,9 @@ def _client(scheduler: str | None, workers: int):
     from distributed import Client, LocalCluster
 
     if scheduler:
+        from xsim.explore.scheduler import probe_scheduler
+
+        probe_scheduler(scheduler)  # a non-Dask or silent server: one line, within bounded time
         try:
             return Client(scheduler, timeout="30s"), None
         except (OSError, TimeoutError, ValueError) as exc:
