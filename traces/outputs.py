@@ -257,6 +257,27 @@ class FolderKind:
     owns: Callable[[str], bool]  # names this kind of run writes (an earlier run's are replaced, not refused)
 
 
+def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "trace set") -> FolderKind:
+    """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
+    and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
+    files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
+    from traces.setid import SET_FILE, read_set_file
+
+    meta = {"comm_group.json", "deployment.json", "memory.json", SET_FILE}
+    seen: list[bool] = []  # read once, when the folder is checked (under the writers' lock)
+
+    def ours(n: str) -> bool:
+        if not seen:
+            try:
+                prior = read_set_file(os.fspath(out)) if os.path.isdir(out) else None
+            except XsimError:
+                prior = None  # a damaged set.json: its rank files are nobody's, refused without --force
+            seen.append(prior is not None and prior.prefix == name)
+        return n in meta or (seen[0] and n.startswith(f"{name}."))
+
+    return FolderKind(what, ours)
+
+
 def _sibling(out: str, tag: str) -> str:
     parent, base = os.path.split(out)
     return os.path.join(parent, f".{base}.{tag}.")
@@ -407,7 +428,14 @@ def _foreign(out: str, kind: FolderKind) -> list[str]:
         names = sorted(os.listdir(out))
     except OSError as exc:
         raise OutputError(f"{out}: cannot read the output folder: {exc.strerror or exc}") from None
-    return [n for n in names if not n.startswith(_STAGING) and not kind.owns(n)]
+    # A symbolic link is never ours: xsim writes none (a folder of links to the inputs is the user's).
+    out_names = []
+    for n in names:
+        if os.path.islink(os.path.join(out, n)):
+            out_names.append(f"{n} (a symbolic link)")
+        elif not n.startswith(_STAGING) and not kind.owns(n):
+            out_names.append(n)
+    return out_names
 
 
 @contextmanager

@@ -30,7 +30,7 @@ def write_annotated(
     import shutil
 
     from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
-    from traces.outputs import FolderKind, whole_folder
+    from traces.outputs import trace_set_kind, whole_folder
     from traces.setid import SET_FILE
 
     d = os.fspath(out_dir)
@@ -40,8 +40,7 @@ def write_annotated(
     first = os.path.basename(result.paths[0])
     m = re.match(r"^(?P<prefix>.+)\.\d+\.(?:et|json)(?:\.gz)?$", first)
     prefix = m["prefix"] if m else first
-    meta = {"comm_group.json", DEPLOYMENT_FILE, MEMORY_FILE, SET_FILE}
-    kind = FolderKind("annotated trace set", lambda n: n in meta or n.startswith(f"{prefix}."))
+    kind = trace_set_kind(d, prefix, "annotated trace set")
     names = [os.path.basename(src) for src in result.paths]
     times = result.ops.select("rank", "node_id", "start_ns", "end_ns", "wait_ns").partition_by(
         "rank", as_dict=True, include_key=False

@@ -81,7 +81,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
-    from traces.outputs import whole_folder
+    from traces.outputs import trace_set_kind, whole_folder
     from traces.setid import SetIdentity, deployment_set_id, write_set_file
 
     ranks = num_ranks(dep)
@@ -91,7 +91,9 @@ def generate(spec, options: GenerateOptions) -> Generated:
     # The set goes into a fresh sibling folder swapped in whole (traces.outputs.whole_folder): a kill, a
     # full disk or a second writer leaves the earlier set as it was; a folder holding files of another
     # set (or the user's) is refused before any work, or with force replaced as a whole.
-    with whole_folder(options.out, trace_set_kind(dep.name), inputs=inputs, force=options.force) as stage:
+    with whole_folder(
+        options.out, trace_set_kind(options.out, dep.name), inputs=inputs, force=options.force
+    ) as stage:
         try:
             with status("generating traces"):
                 bundle = make(dep, rewrite=options.rewrite)
@@ -109,16 +111,6 @@ def generate(spec, options: GenerateOptions) -> Generated:
             raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
     paths = [os.path.join(options.out, os.path.basename(p)) for p in staged]
     return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem))
-
-
-def trace_set_kind(name: str):
-    """The files a trace set named `name` holds (traces.outputs.FolderKind): its rank files and any file
-    named `<name>.*`, and the set's metadata beside them."""
-    from traces.outputs import FolderKind
-    from traces.setid import SET_FILE
-
-    meta = {"comm_group.json", DEPLOYMENT_FILE, "memory.json", SET_FILE}
-    return FolderKind("trace set", lambda n: n in meta or n.startswith(f"{name}."))
 
 
 def plan(spec: SpecSource):
@@ -142,7 +134,7 @@ def rewrite(
     from tracegen.planner.rewrite import rewrite_trace_set
     from tracegen.spec import save_deployment
     from traces.errors import XsimError
-    from traces.outputs import whole_folder
+    from traces.outputs import trace_set_kind, whole_folder
     from traces.setid import SetIdentity, check_identity, deployment_set_id, write_set_file
     from traces.traceset import discover
 
@@ -164,7 +156,7 @@ def rewrite(
     name = os.path.basename(ts.prefix)
     ident = SetIdentity(deployment_set_id(dep, ts.num_ranks, variant), ts.num_ranks, name, variant)
     inputs = [*ts.paths, *([spec_path] if spec_path else [])]
-    with whole_folder(out, trace_set_kind(name), inputs=inputs, force=force) as stage:
+    with whole_folder(out, trace_set_kind(out, name), inputs=inputs, force=force) as stage:
         summary = rewrite_trace_set(traces, dep, dep.reshard, stage, barriers=barriers, identity=ident)
         save_deployment(dep, os.path.join(stage, DEPLOYMENT_FILE))
         write_set_file(stage, ident)
@@ -185,7 +177,7 @@ def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = N
     result = join(list(et), list(kineto))
     if out is None:
         return result, []
-    from traces.outputs import whole_folder
+    from traces.outputs import trace_set_kind, whole_folder
     from traces.setid import SetIdentity, make_set_id, write_set_file
 
     prefix = os.fspath(out)
@@ -206,7 +198,9 @@ def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = N
         sort_keys=True,
     )
     ident = SetIdentity(make_set_id(plan, ranks, "import"), ranks, name, "import")
-    with whole_folder(folder or ".", trace_set_kind(name), inputs=[*et, *kineto], force=force) as stage:
+    with whole_folder(
+        folder or ".", trace_set_kind(folder or ".", name), inputs=[*et, *kineto], force=force
+    ) as stage:
         staged = result.write(os.path.join(stage, name), identity=ident)
         write_set_file(stage, ident)
     return result, [os.path.join(folder, os.path.basename(p)) for p in staged]
