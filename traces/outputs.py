@@ -21,6 +21,43 @@ class OutputError(XsimError):
     """An output path xsim refuses to write: a symbolic link, an input file, a folder holding another set."""
 
 
+# Fault injection (tests/test_faults.py, scripts/fault_campaign.py; docs/robustness.md): with
+# XSIM_FAULT="POINT[@N]:FAULT" the Nth time (default the first) this process reaches POINT, FAULT happens
+# there: KILL, TERM or INT (the signal to this process) or ENOSPC or EROFS (the OSError a full or
+# read-only disk raises). Points: "file" (a file about to be written), "stage" (a folder's files all
+# staged, before its swap), "aside" (between the two renames of a swap without RENAME_EXCHANGE).
+# XSIM_RENAME_EXCHANGE=0 forces that two-rename swap. Unset, each check is one dictionary lookup.
+FAULT_ENV = "XSIM_FAULT"
+_fault_counts: dict[str, int] = {}
+
+
+def fault_point(point: str, path: str = "") -> None:
+    """Inject the fault XSIM_FAULT names when this is its point and count (a no-op without it)."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    where, _, fault = spec.partition(":")
+    name, _, nth = where.partition("@")
+    if name != point:
+        return
+    _fault_counts[point] = _fault_counts.get(point, 0) + 1
+    if _fault_counts[point] != (int(nth) if nth.isdigit() else 1):
+        return
+    import errno
+    import signal
+
+    if fault in ("KILL", "TERM", "INT"):
+        os.kill(os.getpid(), getattr(signal, f"SIG{fault}"))
+        if fault != "KILL":
+            import time
+
+            time.sleep(5)  # the handler raises in the main thread; a writer thread waits for it here
+        return
+    code = getattr(errno, fault, None)
+    if isinstance(code, int):
+        raise OSError(code, os.strerror(code), path or point)
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -78,6 +115,7 @@ def atomic_write_bytes(
 
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(p)}.", suffix=".tmp", dir=parent)
     try:
+        fault_point("file", p)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -411,13 +449,14 @@ def _swap_in(stage: str, out: str) -> None:
     if not os.path.lexists(out):
         os.rename(stage, out)
         return
-    if _exchange(stage, out):
+    if os.environ.get("XSIM_RENAME_EXCHANGE", "1") != "0" and _exchange(stage, out):
         shutil.rmtree(stage, ignore_errors=True)  # now the earlier folder
         return
     parent, base = os.path.split(out)
     aside = tempfile.mkdtemp(prefix=f".{base}.{_OLD}.{_host()}.{os.getpid()}.", dir=parent or ".")
     os.rmdir(aside)
     os.rename(out, aside)  # a kill here leaves `aside`, which the next writer renames back (_tidy)
+    fault_point("aside", out)
     os.rename(stage, out)
     shutil.rmtree(aside, ignore_errors=True)
 
@@ -497,7 +536,17 @@ def whole_folder(
         base = os.path.basename(target)
         stage = tempfile.mkdtemp(prefix=f".{base}.{_NEW}.{_host()}.{os.getpid()}.", dir=parent)
         try:
-            yield stage
+            try:
+                yield stage
+            except XsimError as exc:  # name the folder the user asked for, not the hidden staging one
+                if stage not in str(exc):
+                    raise
+                raise OutputError(str(exc).replace(stage, raw)) from None
+            except OSError as exc:
+                if not (isinstance(exc.filename, str) and exc.filename.startswith(stage)):
+                    raise
+                raise OSError(exc.errno, exc.strerror, raw + exc.filename[len(stage) :]) from None
+            fault_point("stage", target)
             os.chmod(stage, 0o755)
             _swap_in(stage, target)
         finally:

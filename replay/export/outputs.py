@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Mapping
 
 from replay.result import ReplayResult
-from traces.outputs import FolderKind, whole_folder
+from traces.outputs import FolderKind, fault_point, whole_folder
 
 # Every file `xsim replay --out` can write; one an earlier run wrote and this run does not is removed.
 RUN_FILES: frozenset[str] = frozenset(
@@ -27,8 +28,16 @@ RESULT_KIND = FolderKind("replay result", lambda n: n in RESULT_FILES)
 
 def stage_run(result: ReplayResult, stage: str, extras: Mapping[str, str] = {}) -> list[str]:
     """Save the tables plus `extras` (name -> text) into the staging folder `stage`; returns the names."""
-    result.save(stage)
+    import polars as pl
+
+    fault_point("file", os.path.join(stage, "ops.parquet"))
+    try:
+        result.save(stage)
+    except pl.exceptions.PolarsError as exc:  # polars reports a full disk as ComputeError, not OSError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OSError(errno.EIO, f"the result tables: {first}") from None
     for name, text in sorted(extras.items()):
+        fault_point("file", os.path.join(stage, name))
         with open(os.path.join(stage, name), "w", encoding="utf-8") as fh:
             fh.write(text)
     return sorted(os.listdir(stage))
