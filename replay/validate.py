@@ -150,6 +150,24 @@ def trace_of(sim_dir: str) -> str:
         ) from None
 
 
+def _check_same_set(sim: str, ts: TraceSet) -> None:
+    """Refuse a trace set whose files do not belong together, or that is not the set the result folder
+    replayed (source.json's set id): the comparison would join another run's nodes by id."""
+    from traces.setid import check_identity
+
+    ident = check_identity(ts)
+    try:
+        with open(os.path.join(sim, SOURCE_FILE), encoding="utf-8") as fh:
+            recorded = json.load(fh).get("set_id")
+    except (OSError, ValueError, AttributeError):
+        return
+    if ident is not None and isinstance(recorded, str) and recorded != ident.set_id:
+        raise ReplayError(
+            f"{sim}: replayed trace set {recorded}, but {ts.prefix} is set {ident.set_id} now (regenerated "
+            f"since?): replay it again or pass the set it replayed with --trace"
+        )
+
+
 def validate(
     real: Sequence[str],
     sim_dir: str | os.PathLike[str],
@@ -166,6 +184,7 @@ def validate(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReplayError(f"{ops_path}: not a replay ops table ({first})") from None
     ts = trace if isinstance(trace, TraceSet) else discover(trace if trace is not None else trace_of(sim))
+    _check_same_set(sim, ts)
     if not real:
         raise ReplayError("no Kineto trace given with --real")
     steps_by_rank: dict[int, dict[int, tuple[int, int]]] = {}

@@ -139,7 +139,7 @@ def run_file(args: argparse.Namespace) -> int:
     )
     rows = sw.sort_rows(sw.rows_for(tasks, args.out), args.sort)
     front = set(sw.pareto_keys(rows))
-    plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
+    plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"), tuple(args.specs))
     # Exit 1 when no plan of the sweep finished (every row oom or error, this run's or an earlier one's): a
     # sweep whose plans all failed has no answer. Some failures are what a sweep is for (plans that do not
     # fit, combinations that do not resolve), so one finished plan is exit 0 (docs/decide.md).

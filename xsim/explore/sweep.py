@@ -390,7 +390,7 @@ def plot_path(path: str) -> str:
     return path if os.path.splitext(path)[1] else path + ".png"
 
 
-def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
+def plot_pareto(rows: pl.DataFrame, path: str, inputs: tuple[str, ...] = ()) -> str | None:
     """Scatter of iteration time vs $ per M tokens with the Pareto front; None without matplotlib or points.
     Returns the file written (`plot_path`)."""
     try:
@@ -416,13 +416,20 @@ def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
     ax.legend()
     fig.tight_layout()
     path = plot_path(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    import io
+
+    from traces.outputs import atomic_write_bytes, check_target
+
+    # Drawn in memory, then renamed into place: never over a symbolic link, the sweep file or an input.
+    check_target(path, inputs)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=120)
+        fig.savefig(buf, dpi=120, format=os.path.splitext(path)[1][1:].lower() or "png")
     except ValueError as exc:  # a suffix matplotlib cannot write ("Format 'txt' is not supported")
         raise SweepError(f"--plot {path}: {_one_line(exc)}") from None
     finally:
         plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue(), inputs)
     return path
 
 
