@@ -295,7 +295,7 @@ class FolderKind:
     owns: Callable[[str], bool]  # names this kind of run writes (an earlier run's are replaced, not refused)
 
 
-def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "trace set") -> FolderKind:
+def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "traces") -> FolderKind:
     """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
     and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
     files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
@@ -485,6 +485,7 @@ def whole_folder(
     inputs: Iterable[str | os.PathLike[str]] = (),
     force: bool = False,
     say: Callable[[str], None] | None = None,
+    label: str | None = None,
 ) -> Iterator[str]:
     """Yield a fresh staging folder beside `out`; when the block ends without an error, swap it in.
 
@@ -501,26 +502,27 @@ def whole_folder(
 
     say = say or _say
     raw = check_path_text(os.fspath(out))
+    label = label or raw  # what the user typed (an import's PREFIX, whose folder this is)
     target = os.path.abspath(raw)
     if os.path.islink(target):
         raise OutputError(
             f"{raw}: is a symbolic link; xsim never writes through or over one (remove it first)"
         )
     if os.path.lexists(target) and not os.path.isdir(target):
-        raise OutputError(f"{raw}: is a file, not a folder; refusing to replace it")
+        raise OutputError(f"{label}: cannot write {kind.what}: {raw} is a file, not a folder")
     real = os.path.realpath(target)
     for src in inputs:
         s = os.path.realpath(os.fspath(src))
         if _inside(s, real):
             raise OutputError(
-                f"{raw}: holds an input of this run ({os.fspath(src)}); writing the {kind.what} there would "
+                f"{raw}: holds an input of this run ({os.fspath(src)}); writing {kind.what} there would "
                 f"replace it: choose another folder"
             )
     parent = os.path.dirname(target)
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{parent}: cannot create the output folder: {exc.strerror or exc}") from None
+        raise OutputError(f"{label}: cannot write {kind.what}: {exc.strerror or exc}") from None
     wait = float(os.environ.get(LOCK_WAIT_ENV, LOCK_WAIT_S) or LOCK_WAIT_S)
     with _Lock(target, wait):
         _tidy(target, say)
@@ -529,7 +531,7 @@ def whole_folder(
             if alien:
                 shown = ", ".join(alien[:3]) + (f" and {len(alien) - 3} more" if len(alien) > 3 else "")
                 raise OutputError(
-                    f"{raw}: holds {len(alien)} file(s) this command did not write ({shown}); writing the "
+                    f"{raw}: holds {len(alien)} file(s) this command did not write ({shown}); writing "
                     f"{kind.what} there would replace them: choose an empty folder or pass --force to "
                     f"replace the folder as a whole"
                 )

@@ -40,7 +40,7 @@ def write_annotated(
     first = os.path.basename(result.paths[0])
     m = re.match(r"^(?P<prefix>.+)\.\d+\.(?:et|json)(?:\.gz)?$", first)
     prefix = m["prefix"] if m else first
-    kind = trace_set_kind(d, prefix, "annotated trace set")
+    kind = trace_set_kind(d, prefix, "annotated traces")
     names = [os.path.basename(src) for src in result.paths]
     times = result.ops.select("rank", "node_id", "start_ns", "end_ns", "wait_ns").partition_by(
         "rank", as_dict=True, include_key=False

@@ -23,7 +23,7 @@ RESULT_FILES: frozenset[str] = (
     | {"timeline.json", "report.html"}
     | {"layers.csv", "classes.csv", "steps.csv", "validation.json", "validation.png"}
 )
-RESULT_KIND = FolderKind("replay result", lambda n: n in RESULT_FILES)
+RESULT_KIND = FolderKind("the replay result", lambda n: n in RESULT_FILES)
 
 
 def stage_run(result: ReplayResult, stage: str, extras: Mapping[str, str] = {}) -> list[str]:

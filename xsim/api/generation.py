@@ -199,7 +199,7 @@ def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = N
     )
     ident = SetIdentity(make_set_id(plan, ranks, "import"), ranks, name, "import")
     with whole_folder(
-        folder or ".", trace_set_kind(folder or ".", name), inputs=[*et, *kineto], force=force
+        folder or ".", trace_set_kind(folder or ".", name), inputs=[*et, *kineto], force=force, label=prefix
     ) as stage:
         staged = result.write(os.path.join(stage, name), identity=ident)
         write_set_file(stage, ident)
