@@ -338,10 +338,13 @@ def write_row(out: str, row: Mapping[str, Any]) -> str:
     d = os.path.join(out, ROWS_DIR)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{row['key']}.parquet")
-    tmp = f"{path}.tmp{os.getpid()}"
-    pl.DataFrame([dict(row)], schema=SCHEMA).write_parquet(tmp)
-    os.replace(tmp, path)
-    return path
+    import io
+
+    from traces.outputs import atomic_write_bytes
+
+    buf = io.BytesIO()
+    pl.DataFrame([dict(row)], schema=SCHEMA).write_parquet(buf)
+    return atomic_write_bytes(path, buf.getvalue())  # whole or absent, never over a link
 
 
 def read_rows(out: str) -> pl.DataFrame:
@@ -350,7 +353,21 @@ def read_rows(out: str) -> pl.DataFrame:
     files = sorted(f for f in os.listdir(d) if f.endswith(".parquet")) if os.path.isdir(d) else []
     if not files:
         return pl.DataFrame(schema=SCHEMA)
-    return pl.concat([pl.read_parquet(os.path.join(d, f)) for f in files], how="vertical")
+    frames = []
+    for f in files:
+        path = os.path.join(d, f)
+        try:
+            df = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise SweepError(
+                f"{path}: damaged sweep row ({_one_line(exc)}); delete it to rerun that plan"
+            ) from None
+        if df.schema != pl.Schema(SCHEMA) or df.height != 1:
+            raise SweepError(
+                f"{path}: not a sweep row of this xsim (other columns); delete it to rerun that plan"
+            )
+        frames.append(df)
+    return pl.concat(frames, how="vertical")
 
 
 SORTS = ("time", "throughput", "cost")
