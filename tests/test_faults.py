@@ -6,7 +6,6 @@ leftovers. The longer campaign and its counts: docs/robustness.md."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,9 @@ SEED = 2027
 
 
 def _campaign():
-    spec = importlib.util.spec_from_file_location("fault_campaign", ROOT / "scripts" / "fault_campaign.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from scripts import fault_campaign
+
+    return fault_campaign
 
 
 @pytest.mark.parametrize("verb", ["gen", "replay", "sweep"])

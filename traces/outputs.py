@@ -7,7 +7,6 @@ symbolic link or the same file as an input is refused with one clear line.
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -221,40 +220,6 @@ def staging_dir(out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
     remove_stale_staging(out_dir)
     return tempfile.mkdtemp(prefix=f"{_STAGING}{_host()}.{os.getpid()}.", dir=out_dir)
-
-
-_SET_FILE = re.compile(r"^(?P<prefix>.+)\.(?P<rank>\d+)\.et(?:\.gz)?$")
-
-
-def other_set_files(out_dir: str, name: str, num_ranks: int) -> list[str]:
-    """Trace files in `out_dir` that a set `<name>.0..N-1.et` written there would not replace."""
-    out = []
-    for p in sorted(glob.glob(os.path.join(glob.escape(out_dir), "*.et*"))):
-        m = _SET_FILE.match(os.path.basename(p))
-        if m is None:
-            continue
-        if m.group("prefix") != name or int(m.group("rank")) >= num_ranks or p.endswith(".gz"):
-            out.append(p)
-    return out
-
-
-def prepare_set_folder(out_dir: str, name: str, num_ranks: int, force: bool) -> None:
-    """Refuse (or with `force`, clear) a folder holding trace files of another set before writing one there."""
-    others = other_set_files(out_dir, name, num_ranks)
-    if not others:
-        return
-    if not force:
-        shown = ", ".join(os.path.basename(p) for p in others[:3]) + (" ..." if len(others) > 3 else "")
-        raise OutputError(
-            f"{out_dir}: holds {len(others)} trace file(s) of another set ({shown}); writing {name}.<0..."
-            f"{num_ranks - 1}>.et there would mix two sets: choose an empty folder or pass --force to replace them"
-        )
-    for p in others:
-        if os.path.islink(p):
-            raise OutputError(
-                f"{p}: is a symbolic link; xsim does not remove or follow links (remove it first)"
-            )
-        os.unlink(p)
 
 
 # ---- whole folders: one writer, a fresh sibling, one rename ---------------------------------------------
