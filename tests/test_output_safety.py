@@ -248,6 +248,23 @@ def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path: Path) -> No
     assert snapshot(tmp_path / "g") == before and hidden(tmp_path) == []
 
 
+def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path: Path) -> None:
+    from traces.outputs import folder_lock
+
+    with folder_lock(tmp_path / "o"):
+        proc = _run(
+            tmp_path,
+            "sweep",
+            str(_spec(tmp_path)),
+            "--out",
+            "o",
+            env={"XSIM_LOCK_WAIT_S": "0.5"},
+            mem=2 * GIB,
+        )
+    _one_line_exit2(proc, "another xsim run", "waited 0.5 s")
+    assert not (tmp_path / "o").exists()
+
+
 def test_two_concurrent_writers_leave_one_whole_set(tmp_path: Path) -> None:
     specs = [_spec(tmp_path, 2), _spec(tmp_path, 3)]
     for i, s in enumerate(specs):

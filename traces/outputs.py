@@ -384,6 +384,17 @@ class _Lock:
         os.close(self.fd)
 
 
+@contextmanager
+def folder_lock(out: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold the writers' lock of folder `out` (as whole_folder does) for a longer job: a sweep writing many
+    plan folders under it; a second writer waits XSIM_LOCK_WAIT_S, then is refused in one line."""
+    target = os.path.abspath(check_path_text(os.fspath(out)))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    wait = float(os.environ.get(LOCK_WAIT_ENV, LOCK_WAIT_S) or LOCK_WAIT_S)
+    with _Lock(target, wait):
+        yield
+
+
 def _exchange(a: str, b: str) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
     import ctypes

@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--retry-failed", action="store_true", help="run again plans whose row holds an error")
     d.add_argument("--plot", metavar="FILE.png", help="Pareto plot (default: <out>/pareto.png)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run_locked)
 
 
 def _name(spec: str) -> str:
@@ -176,6 +176,14 @@ def run_file(args: argparse.Namespace) -> int:
         + ("; no plan finished (exit 1)" if status else "")
     )
     return status
+
+
+def run_locked(args: argparse.Namespace) -> int:
+    """`run` holding the writers' lock of --out: a second sweep into it waits, then is refused in one line."""
+    from traces.outputs import folder_lock
+
+    with folder_lock(args.out):
+        return run(args)
 
 
 def run(args: argparse.Namespace) -> int:
