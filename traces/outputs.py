@@ -487,6 +487,12 @@ def whole_folder(
     if os.path.lexists(target) and not os.path.isdir(target):
         raise OutputError(f"{label}: cannot write {kind.what}: {raw} is a file, not a folder")
     real = os.path.realpath(target)
+    if _inside(os.path.realpath(os.getcwd()), real):
+        # The folder is replaced whole: the working folder (or one above it) would vanish under the run.
+        raise OutputError(
+            f"{label}: cannot write {kind.what}: it is the current folder or holds it, and xsim replaces "
+            f"output folders whole: choose a folder of its own (e.g. {os.path.join(raw, 'out')})"
+        )
     for src in inputs:
         s = os.path.realpath(os.fspath(src))
         if _inside(s, real):
