@@ -613,7 +613,7 @@ def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
             path.write_bytes(mutate_bytes(draw, SPEC.encode()))
         else:
             path.write_text(mutate_doc(draw, base.spec_doc, _yaml_dump, HOSTILE_YAML))
-        return Case(["gen", str(path), "--out", str(work / "imp" / "out")]  # a folder of its own: whole-set writes, [str(path), str(work)])
+        return Case(["gen", str(path), "--out", str(work / "out")], [str(path), str(work)])
     if target == "astra":
         net, sys_ = work / "net.yml", work / "sys.json"
         net.write_text(NETWORK)
@@ -648,7 +648,17 @@ def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
             dest.write_bytes(mutate_bytes(draw, json.dumps(doc).encode()))
         else:
             dest.write_text(mutate_doc(draw, doc, json.dumps, HOSTILE_JSON))
-        argv = ["import", "pytorch", "--et", str(et), "--kineto", str(kin), "--out", str(work / "imp" / "out")]  # a folder of its own: whole-set writes
+        # A prefix in a folder of its own: the import writes that folder whole (issue 27).
+        argv = [
+            "import",
+            "pytorch",
+            "--et",
+            str(et),
+            "--kineto",
+            str(kin),
+            "--out",
+            str(work / "imp" / "out"),
+        ]
         return Case(argv, [str(work)])
     raise ValueError(f"unknown target {target!r}")
 
