@@ -125,6 +125,32 @@ def test_annotate_keeps_the_sets_metadata(tmp_path: Path) -> None:
     assert _run(tmp_path, "replay", "an", "--no-progress", mem=2 * GIB).returncode == 0  # replays as is
 
 
+def test_result_folder_with_timeline_and_annotated_set_inside_reruns_whole(tmp_path: Path) -> None:
+    # docs/replay.md's own example: --out res --timeline res/timeline.json --annotate res/annotated, twice,
+    # then without the extras: the folder holds this run's files only (issue 26 item 9's stale timeline).
+    assert _gen(tmp_path, _spec(tmp_path), "g").returncode == 0
+    full = (
+        "replay",
+        "g",
+        "--no-progress",
+        "--out",
+        "res",
+        "--timeline",
+        "res/timeline.json",
+        "--annotate",
+        "res/annotated",
+    )
+    for _ in range(2):
+        proc = _run(tmp_path, *full, mem=2 * GIB)
+        assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "res" / "annotated" / "set.json").is_file() and (
+        tmp_path / "res" / "timeline.json"
+    ).is_file()
+    assert _run(tmp_path, "replay", "g", "--no-progress", "--out", "res", mem=2 * GIB).returncode == 0
+    names = {p.name for p in (tmp_path / "res").iterdir()}
+    assert "annotated" not in names and "timeline.json" not in names and hidden(tmp_path) == []
+
+
 # --- 2. set identity ----------------------------------------------------------------------------------------
 
 

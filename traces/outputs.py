@@ -437,6 +437,14 @@ def _swap_in(stage: str, out: str) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def _xsim_subfolder(path: str) -> bool:
+    """A folder an earlier run wrote inside this one (`--annotate RES/annotated` beside `--out RES`): it
+    holds a set.json or a result's source.json, and is replaced with the folder."""
+    return os.path.isdir(path) and any(
+        os.path.isfile(os.path.join(path, n)) for n in ("set.json", "source.json")
+    )
+
+
 def _foreign(out: str, kind: FolderKind) -> list[str]:
     """Entries of an existing `out` that this kind of run does not write."""
     try:
@@ -448,7 +456,7 @@ def _foreign(out: str, kind: FolderKind) -> list[str]:
     for n in names:
         if os.path.islink(os.path.join(out, n)):
             out_names.append(f"{n} (a symbolic link)")
-        elif not n.startswith(_STAGING) and not kind.owns(n):
+        elif not n.startswith(_STAGING) and not kind.owns(n) and not _xsim_subfolder(os.path.join(out, n)):
             out_names.append(n)
     return out_names
 

@@ -182,7 +182,7 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     inputs = set_inputs(replay.trace_set, outputs.comm_groups)
     written: list[str] = []
     target = ""
-    timeline = outputs.timeline
+    timeline, annotate = outputs.timeline, outputs.annotate
     try:
         for path in (outputs.out, outputs.timeline, outputs.annotate):
             if path:
@@ -197,22 +197,29 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
             extras = {"source.json": json.dumps(source) + "\n"}
             if replay.cost is not None:
                 extras["cost.json"] = json.dumps(replay.cost, indent=1) + "\n"
-            inside = timeline and os.path.dirname(os.path.abspath(timeline)) == os.path.abspath(outputs.out)
+            res = os.path.abspath(outputs.out)
+            inside = timeline and os.path.dirname(os.path.abspath(timeline)) == res
+            ann_inside = annotate and os.path.dirname(os.path.abspath(annotate)) == res
             with whole_folder(outputs.out, RESULT_KIND, inputs=inputs, force=outputs.force) as stage:
                 names = stage_run(replay.result, stage, extras)
+                # A timeline or annotated set inside the result folder is written with it, whole.
                 if inside:
-                    names.append(os.path.basename(write_timeline(
-                        replay.result, os.path.join(stage, os.path.basename(timeline)), inputs
-                    )))  # fmt: skip
-                    timeline = None  # written with the folder
+                    dst = os.path.join(stage, os.path.basename(timeline))
+                    names.append(os.path.basename(write_timeline(replay.result, dst, inputs)))
+                    timeline = None
+                if ann_inside:
+                    dst = os.path.join(stage, os.path.basename(annotate))
+                    write_annotated(replay.result, dst, inputs=inputs, force=outputs.force)
+                    names.append(os.path.basename(annotate))
+                    annotate = None
             written += [os.path.join(outputs.out, n) for n in sorted(set(names))]
         if timeline:
             target = timeline
             written.append(write_timeline(replay.result, timeline, inputs))
-        if outputs.annotate:
-            target = outputs.annotate
-            write_annotated(replay.result, outputs.annotate, inputs=inputs, force=outputs.force)
-            written.append(outputs.annotate)
+        if annotate:
+            target = annotate
+            write_annotated(replay.result, annotate, inputs=inputs, force=outputs.force)
+            written.append(annotate)
     except OSError as exc:
         raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
     return written
