@@ -296,7 +296,7 @@ def test_two_concurrent_writers_leave_one_whole_set(tmp_path: Path) -> None:
     for i, s in enumerate(specs):
         assert _gen(tmp_path, s, f"clean{i}").returncode == 0
     clean = [snapshot(tmp_path / f"clean{i}") for i in range(2)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XSIM_LOCK_WAIT_S": "300"}  # a loaded machine: wait
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "xsim", "gen", str(s), "--out", "g"],
