@@ -348,6 +348,24 @@ def _main_pid(k: KinetoTrace) -> object:
     return pids.most_common(1)[0][0] if pids else None
 
 
+def _check_same_set(sim: str, ts: TraceSet) -> None:
+    """Refuse a trace set whose files do not belong together, or that is not the set the result folder
+    replayed (source.json's set id): the comparison would join another run's nodes by id."""
+    from traces.setid import check_identity
+
+    ident = check_identity(ts)
+    try:
+        with open(os.path.join(sim, SOURCE_FILE), encoding="utf-8") as fh:
+            recorded = json.load(fh).get("set_id")
+    except (OSError, ValueError, AttributeError):
+        return
+    if ident is not None and isinstance(recorded, str) and recorded != ident.set_id:
+        raise ReplayError(
+            f"{sim}: replayed trace set {recorded}, but {ts.prefix} is set {ident.set_id} now (regenerated "
+            f"since?): replay it again or pass the set it replayed with --trace"
+        )
+
+
 def validate(
     real: Sequence[str],
     sim_dir: str | os.PathLike[str],
@@ -365,6 +383,7 @@ def validate(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ReplayError(f"{ops_path}: not a replay ops table ({first})") from None
     ts = trace if isinstance(trace, TraceSet) else discover(trace if trace is not None else trace_of(sim))
+    _check_same_set(sim, ts)
     kins, origins = _identity(ts, real)
     if window is None and not any(k.steps for k in kins):
         # Without steps the headline step-time error would have nothing to compare.

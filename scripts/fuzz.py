@@ -649,7 +649,17 @@ def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
             dest.write_bytes(mutate_bytes(draw, json.dumps(doc).encode()))
         else:
             dest.write_text(mutate_doc(draw, doc, json.dumps, HOSTILE_JSON))
-        argv = ["import", "pytorch", "--et", str(et), "--kineto", str(kin), "--out", str(work / "out")]
+        # A prefix in a folder of its own: the import writes that folder whole (issue 27).
+        argv = [
+            "import",
+            "pytorch",
+            "--et",
+            str(et),
+            "--kineto",
+            str(kin),
+            "--out",
+            str(work / "imp" / "out"),
+        ]
         return Case(argv, [str(work)])
     raise ValueError(f"unknown target {target!r}")
 

@@ -238,24 +238,26 @@ def _dead_pid() -> int:
 
 
 def test_stale_staging_folders_go_on_the_next_run(tmp_path: Path) -> None:
+    # Issue 27 replaced the per-file staging inside the result folder by a sibling folder swapped in whole:
+    # a killed run's sibling (this host, process gone) goes on the next run, said in one line; a live
+    # run's stays; the old in-folder staging folders go with the folder they were in.
     from traces.outputs import _host
 
     _unnamed_set(tmp_path, 2)
     out = tmp_path / "r"
     out.mkdir()
-    legacy = out / ".xsim-staging.k3j_x9a1"  # before owners were named
-    dead = out / f".xsim-staging.{_host()}.{_dead_pid()}.ab12cd"
-    live = out / f".xsim-staging.{_host()}.{os.getpid()}.ef34gh"  # this pytest process: alive
-    remote = out / ".xsim-staging.some-other-host.1.ij56kl"  # a Dask worker's on a shared file system
-    for d in (legacy, dead, live, remote):
+    legacy = out / ".xsim-staging.k3j_x9a1"  # the per-file staging of an earlier xsim
+    dead = tmp_path / f".r.xsim-new.{_host()}.{_dead_pid()}.ab12cd"
+    live = tmp_path / f".r.xsim-new.{_host()}.{os.getpid()}.ef34gh"  # this pytest process: alive
+    for d in (legacy, dead, live):
         d.mkdir()
         (d / "ops.parquet").write_bytes(b"partial")
     proc = _run(tmp_path, "replay", str(tmp_path), "--no-progress", "--topology", "ring:2:50GBps:500ns",
                 "--out", str(out), mem=2 * GIB, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    left = sorted(p.name for p in out.iterdir() if p.name.startswith(".xsim-staging."))
-    assert left == sorted([live.name, remote.name])
-    assert (out / "summary.json").is_file()
+    assert "removed 1 leftover folder(s) of an interrupted run" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [live.name]
+    assert not legacy.exists() and (out / "summary.json").is_file()
     assert socket.gethostname()  # the owner check compares this host's name
 
 

@@ -267,11 +267,19 @@ def test_rerun_removes_stale_files_of_an_earlier_run(tmp_path, capsys) -> None:
     res = tmp_path / "res"
     res.mkdir()
     (res / "cost.json").write_text('{"stale": true}\n')  # as a replay of a generated set wrote it
-    (res / "notes.txt").write_text("mine\n")  # not a replay output: left alone
+    (res / "timeline.json").write_text("[]\n")  # an earlier run's timeline (issue 26 item 9)
     assert main(["replay", str(tmp_path / "t"), *RING2, "--out", str(res), "--no-progress"]) == 0
     names = sorted(p.name for p in res.iterdir())
-    assert "cost.json" not in names and "notes.txt" in names
+    assert "cost.json" not in names and "timeline.json" not in names
     assert not [n for n in names if n.startswith(".")]  # no staging folder or temporary file left
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # nor beside it
+    # Not a replay output: the folder is not replaced file by file around it (issue 27 item 3), it is
+    # refused in one line, or with --force replaced as a whole.
+    (res / "notes.txt").write_text("mine\n")
+    assert main(["replay", str(tmp_path / "t"), *RING2, "--out", str(res), "--no-progress"]) == 2
+    assert "notes.txt" in _one_line_error(capsys) and (res / "notes.txt").is_file()
+    assert main(["replay", str(tmp_path / "t"), *RING2, "--out", str(res), "--force", "--no-progress"]) == 0
+    assert not (res / "notes.txt").exists() and (res / "summary.json").is_file()
 
 
 def test_gen_refuses_a_folder_holding_another_set(tmp_path, capsys) -> None:

@@ -12,6 +12,7 @@ from tracegen.errors import GeneratorError
 from tracegen.rank_nodes import RankNodes
 from traces import pb
 from traces.outputs import atomic_write_text
+from traces.setid import SetIdentity, stamp
 from traces.stream import write_et, write_et_records
 from traces.traceset import write_trace_set
 
@@ -72,10 +73,15 @@ class TraceBundle:
             return self.nodes.total()
         return sum(len(v) for v in self.nodes.values())
 
-    def write(self, out_dir: str | os.PathLike[str], name: str) -> list[str]:
-        """Write `<out>/<name>.<rank>.et` for every rank and `<out>/comm_group.json`; returns the .et paths."""
+    def write(
+        self, out_dir: str | os.PathLike[str], name: str, identity: SetIdentity | None = None
+    ) -> list[str]:
+        """Write `<out>/<name>.<rank>.et` for every rank and `<out>/comm_group.json`; returns the .et paths.
+        With `identity`, every file's metadata carries the set's id (traces.setid)."""
         out = os.fspath(out_dir)
         meta = pb.GlobalMetadata(version=METADATA_VERSION)
+        if identity is not None:
+            meta = stamp(meta, identity)
         order = sorted(self.comm_groups, key=lambda k: (not k.isdigit(), int(k) if k.isdigit() else 0, k))
         groups = {k: list(self.comm_groups[k]) for k in order}
         try:

@@ -86,9 +86,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _run(argv)[0]
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so `finally` blocks (staging folders, locks) run as for Ctrl-C."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def entry() -> None:
     """The `xsim` command and `python -m xsim`: run the command line and end the process with its code."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     code, fast = _run(None)
+    if code in (130, 143):
+        # Interrupted: the one line is printed and every `finally` ran; end now, so no library's exit
+        # hooks (Dask's, a thread pool's) print a traceback after it.
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
     if fast:
         _exit_now(code)  # returns when the process must end the usual way
     sys.exit(code)
@@ -115,6 +135,7 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     from traces.errors import XsimError
 
     try:
+        _check_output_paths(args)
         return int(args.func(args) or 0), fast
     except (XsimError, NetworkModelError) as exc:
         # Our own errors already name the file, rank and node; one line, no traceback.
@@ -134,6 +155,29 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     except KeyboardInterrupt:
         print("xsim: interrupted", file=sys.stderr)
         return 130, False
+    except Terminated:
+        print("xsim: terminated", file=sys.stderr)
+        return 143, False
+    except OSError as exc:
+        # An output (or input) the operating system refused: a full disk, a read-only file system, a
+        # permission. Verbs name their files where they can; this is the net under them: one line.
+        where = exc.filename if isinstance(exc.filename, str) else getattr(args, "command", "xsim")
+        print(f"xsim: error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT, False
+
+
+# Options that name a file or folder a verb writes: refused in one line when not valid UTF-8 (the JSON
+# and the "wrote ..." lines could not name them).
+OUTPUT_OPTIONS = ("out", "timeline", "annotate", "plot")
+
+
+def _check_output_paths(args: argparse.Namespace) -> None:
+    from traces.outputs import check_path_text
+
+    for name in OUTPUT_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_path_text(value)
 
 
 def _exit_now(code: int) -> None:

@@ -35,7 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     # --kineto is required, but checked by the importer: it then says why, naming the host trace's schema.
-    pt.usage = "xsim import pytorch [-h] --et ET.json[.gz] [...] --kineto KINETO.json[.gz] [...] --out PREFIX [--json]"
+    pt.usage = (
+        "xsim import pytorch [-h] --et ET.json[.gz] [...] --kineto KINETO.json[.gz] [...] --out PREFIX "
+        "[--json] [--force]"
+    )
     pt.add_argument("--et", nargs="+", required=True, metavar="ET.json[.gz]", help="host execution traces")
     pt.add_argument(
         "--kineto",
@@ -47,13 +50,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pt.add_argument("--out", required=True, metavar="PREFIX", help="output prefix: PREFIX.<rank>.et")
     pt.add_argument("--json", action="store_true", help="print the per-rank statistics as JSON")
+    pt.add_argument(
+        "--force",
+        action="store_true",
+        help="replace PREFIX's folder when it holds files xsim did not write, as a whole",
+    )
     pt.set_defaults(func=_pytorch)
 
 
 def _pytorch(args: argparse.Namespace) -> int:
     from xsim import api
 
-    result, paths = api.import_pytorch(args.et, args.kineto, args.out)
+    result, paths = api.import_pytorch(args.et, args.kineto, args.out, force=args.force)
     if args.json:
         rows = [
             {

@@ -90,6 +90,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     out.add_argument(
         "--annotate", metavar="DIR", help="write the trace set with simulated times written back"
     )
+    out.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an --out/--annotate folder holding files xsim did not write, as a whole",
+    )
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     out.add_argument("--no-progress", action="store_true", help="never show a progress bar")
     # Every file it writes is closed before `run` returns, and it starts no thread: no teardown (cli.py).
@@ -251,7 +256,13 @@ def run(args: argparse.Namespace) -> int:
 def _replay(api, args: argparse.Namespace) -> int:
     from xsim.api import replaying
 
-    outputs = api.OutputOptions(out=args.out, timeline=args.timeline, annotate=args.annotate)
+    outputs = api.OutputOptions(
+        out=args.out,
+        timeline=args.timeline,
+        annotate=args.annotate,
+        force=args.force,
+        comm_groups=args.comm_groups,
+    )
     ts = api.load_trace_set(args.path)
     replaying.check_outputs(ts, outputs)
     run = api.simulate(ts, options(args))

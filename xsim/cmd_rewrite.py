@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
     p.add_argument("--no-barriers", action="store_true", help="omit the DP and pipeline BARRIER collectives")
+    p.add_argument(
+        "--force", action="store_true", help="replace a DIR holding files xsim did not write, as a whole"
+    )
     p.set_defaults(func=run)
 
 
@@ -38,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
     from xsim import api
 
     dep, s = api.rewrite(
-        args.traces, args.out, spec=args.spec, reshard=args.reshard, barriers=not args.no_barriers
+        args.traces,
+        args.out,
+        spec=args.spec,
+        reshard=args.reshard,
+        barriers=not args.no_barriers,
+        force=args.force,
     )
     print(
         f"rewrote {s.ranks} ranks ({dep.reshard}): {s.nodes_before} -> {s.nodes_after} nodes, "

@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--retry-failed", action="store_true", help="run again plans whose row holds an error")
     d.add_argument("--plot", metavar="FILE.png", help="Pareto plot (default: <out>/pareto.png)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run_locked)
 
 
 def _name(spec: str) -> str:
@@ -160,7 +160,7 @@ def run_file(args: argparse.Namespace) -> int:
     if args.drop_oom:
         rows = rows.filter(~too_big)
     front = set(sw.pareto_keys(rows))
-    plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"))
+    plot = sw.plot_pareto(rows, args.plot or os.path.join(args.out, "pareto.png"), tuple(args.specs))
     # Exit 1 when no plan of the sweep finished (every row oom or error, this run's or an earlier one's): a
     # sweep whose plans all failed has no answer. Some failures are what a sweep is for (plans that do not
     # fit, combinations that do not resolve), so one finished plan is exit 0 (docs/decide.md).
@@ -207,6 +207,14 @@ def run_file(args: argparse.Namespace) -> int:
         + ("; no plan finished (exit 1)" if status else "")
     )
     return status
+
+
+def run_locked(args: argparse.Namespace) -> int:
+    """`run` holding the writers' lock of --out: a second sweep into it waits, then is refused in one line."""
+    from traces.outputs import folder_lock
+
+    with folder_lock(args.out):
+        return run(args)
 
 
 def run(args: argparse.Namespace) -> int:

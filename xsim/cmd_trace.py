@@ -160,6 +160,10 @@ def _validate(args: argparse.Namespace) -> int:
     from traces import checks
 
     ts, files = _load(args.path)
+    from traces.setid import check_identity
+    from xsim.api.replaying import load_deployment
+
+    check_identity(ts, load_deployment(ts))  # a file of another set is refused, named, before the checks
     with status("checking graphs, cross-rank matches and a dry replay"):
         findings = validate_set(ts, files, _groups(ts, files, args.comm_groups))
     if args.json:
@@ -203,28 +207,38 @@ def _write_json(ts, files, out: str) -> None:
     if ts.num_ranks == 1 and out.endswith((".json", ".json.gz")):
         dump_json(files[0], out)
         return
+    from traces.outputs import FolderKind, whole_folder
+
     base = os.path.basename(ts.prefix)
-    for rank, et in enumerate(files):
-        dump_json(et, os.path.join(out, f"{base}.{rank}.json"))
+    # One folder of per-rank documents, written whole (a kill leaves the earlier folder, never a mix).
+    kind = FolderKind("the JSON view", lambda n: n.startswith(f"{base}.") and n.endswith(".json"))
+    with whole_folder(out, kind, inputs=ts.paths) as stage:
+        for rank, et in enumerate(files):
+            dump_json(et, os.path.join(stage, f"{base}.{rank}.json"))
 
 
 def _from_json(args: argparse.Namespace) -> int:
     from traces.errors import XsimError
     from traces.jsonview import load_json
+    from traces.outputs import FolderKind, whole_folder
     from traces.stream import write_et
     from traces.traceset import discover
 
     if os.path.isfile(args.path):
-        files = [load_json(args.path)]
+        files, inputs = [load_json(args.path)], [args.path]
     else:
         ts = discover(args.path)
-        files = [load_json(p) for p in ts.paths]
+        files, inputs = [load_json(p) for p in ts.paths], list(ts.paths)
     try:
         if len(files) == 1 and args.out.endswith((".et", ".et.gz")):
             write_et(args.out, files[0].nodes, files[0].metadata)
             return 0
-        for rank, et in enumerate(files):
-            write_et(f"{args.out}.{rank}.et", et.nodes, et.metadata)
+        # A set: PREFIX's folder written whole, holding these rank files only.
+        folder, name = os.path.split(args.out)
+        kind = FolderKind("traces", lambda n: n.startswith(f"{name}.") and n.endswith(".et"))
+        with whole_folder(folder or ".", kind, inputs=inputs, label=args.out) as stage:
+            for rank, et in enumerate(files):
+                write_et(os.path.join(stage, f"{name}.{rank}.et"), et.nodes, et.metadata)
     except OSError as exc:
         raise XsimError(f"{args.out}: cannot write: {exc.strerror or exc}") from None
     return 0

@@ -9,47 +9,64 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from replay.errors import ReplayError
 from replay.result import ReplayResult
 from traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, make_attr
-from traces.outputs import atomic_write_text, check_target
 from traces.stream import read_et, write_et
 
 
-def write_annotated(result: ReplayResult, out_dir: str | os.PathLike[str]) -> list[str]:
-    """Write `<out_dir>/<same file names>` (and comm_group.json when groups were defined); returns paths."""
+def write_annotated(
+    result: ReplayResult,
+    out_dir: str | os.PathLike[str],
+    *,
+    inputs: tuple[str, ...] = (),
+    force: bool = False,
+) -> list[str]:
+    """Write `<out_dir>/<same file names>`, comm_group.json when groups were defined, and the set's
+    deployment.json, memory.json and set.json, as one folder written whole (traces.outputs.whole_folder);
+    returns the paths. The annotated set keeps its set id: the same plan, with simulated times."""
+    import shutil
+
+    from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
+    from traces.outputs import trace_set_kind, whole_folder
+    from traces.setid import SET_FILE
+
     d = os.fspath(out_dir)
     if not result.paths:
         raise ReplayError("annotated trace set: the result does not know its input files")
-    os.makedirs(d, exist_ok=True)
-    written = []
+    src_dir = os.path.dirname(result.paths[0]) or "."
+    first = os.path.basename(result.paths[0])
+    m = re.match(r"^(?P<prefix>.+)\.\d+\.(?:et|json)(?:\.gz)?$", first)
+    prefix = m["prefix"] if m else first
+    kind = trace_set_kind(d, prefix, "annotated traces")
+    names = [os.path.basename(src) for src in result.paths]
     times = result.ops.select("rank", "node_id", "start_ns", "end_ns", "wait_ns").partition_by(
         "rank", as_dict=True, include_key=False
     )
-    # Every target checked before any is written: a symbolic link (a folder of links to the inputs) or
-    # an input file itself is refused, and write_et renames each file into place.
-    targets = [os.path.join(d, os.path.basename(src)) for src in result.paths]
-    for dst in [*targets, os.path.join(d, "comm_group.json")]:
-        check_target(dst, result.paths)
-    for rank, (src, dst) in enumerate(zip(result.paths, targets, strict=True)):
-        ef = read_et(src)
-        part = times.get((rank,))
-        table = {} if part is None else {row[0]: row[1:] for row in part.iter_rows()}
-        for node in ef.nodes:
-            s, e, w = table[node.id]
-            node.duration_micros = (e - s + 500) // 1000
-            _set(node, SIM_START_NS, s)
-            _set(node, SIM_END_NS, e)
-            _set(node, SIM_WAIT_NS, w)
-        write_et(dst, ef.nodes, ef.metadata)
-        written.append(dst)
-    if result.groups is not None and result.groups.groups:
-        p = os.path.join(d, "comm_group.json")
-        groups = {k: list(v) for k, v in sorted(result.groups.groups.items())}
-        atomic_write_text(p, json.dumps(groups, indent=2) + "\n", result.paths)
-        written.append(p)
-    return written
+    with whole_folder(d, kind, inputs=inputs or result.paths, force=force) as stage:
+        for rank, (src, name) in enumerate(zip(result.paths, names, strict=True)):
+            ef = read_et(src)
+            part = times.get((rank,))
+            table = {} if part is None else {row[0]: row[1:] for row in part.iter_rows()}
+            for node in ef.nodes:
+                s, e, w = table[node.id]
+                node.duration_micros = (e - s + 500) // 1000
+                _set(node, SIM_START_NS, s)
+                _set(node, SIM_END_NS, e)
+                _set(node, SIM_WAIT_NS, w)
+            write_et(os.path.join(stage, name), ef.nodes, ef.metadata)  # metadata keeps the set id
+        if result.groups is not None and result.groups.groups:
+            groups = {k: list(v) for k, v in sorted(result.groups.groups.items())}
+            with open(os.path.join(stage, "comm_group.json"), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(groups, indent=2) + "\n")
+        # The set's metadata travels with it: the annotated set replays, costs and reports as the original.
+        for name in (DEPLOYMENT_FILE, MEMORY_FILE, SET_FILE):
+            if os.path.isfile(os.path.join(src_dir, name)):
+                shutil.copyfile(os.path.join(src_dir, name), os.path.join(stage, name))
+        written = sorted(os.listdir(stage))
+    return [os.path.join(d, n) for n in written]
 
 
 def _set(node, name: str, value: int) -> None:

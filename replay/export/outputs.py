@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 from collections.abc import Mapping
 
 from replay.result import ReplayResult
-from traces.outputs import install_files, staging_dir
+from traces.outputs import FolderKind, fault_point, whole_folder
 
 # Every file `xsim replay --out` can write; one an earlier run wrote and this run does not is removed.
 RUN_FILES: frozenset[str] = frozenset(
@@ -16,22 +16,45 @@ RUN_FILES: frozenset[str] = frozenset(
 )
 
 
-def save_run(
-    result: ReplayResult, out_dir: str | os.PathLike[str], extras: Mapping[str, str] = {}
-) -> list[str]:
-    """Save the tables plus `extras` (name -> text) into `out_dir` via a staging folder; returns the paths.
+# What else lands in a result folder from xsim's other verbs (the timeline a replay may write there, the
+# report, a validation): an earlier run's copy is replaced with the folder, not refused as foreign.
+RESULT_FILES: frozenset[str] = (
+    RUN_FILES
+    | {"timeline.json", "report.html"}
+    | {"layers.csv", "classes.csv", "steps.csv", "validation.json", "validation.png"}
+)
+RESULT_KIND = FolderKind("the replay result", lambda n: n in RESULT_FILES)
 
-    Each file is renamed into place only after all were written, a target that is a symbolic link or an
-    input of the run is refused before any is replaced, and an earlier run's file that this run does not
-    write (cost.json of a set with a deployment, replayed now without one) is removed.
-    """
-    out = os.fspath(out_dir)
-    stage = staging_dir(out)
+
+def stage_run(result: ReplayResult, stage: str, extras: Mapping[str, str] = {}) -> list[str]:
+    """Save the tables plus `extras` (name -> text) into the staging folder `stage`; returns the names."""
+    import polars as pl
+
+    fault_point("file", os.path.join(stage, "ops.parquet"))
     try:
         result.save(stage)
-        for name, text in sorted(extras.items()):
-            with open(os.path.join(stage, name), "w", encoding="utf-8") as fh:
-                fh.write(text)
-        return install_files(stage, out, RUN_FILES | set(os.listdir(stage)), inputs=result.paths)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+    except pl.exceptions.PolarsError as exc:  # polars reports a full disk as ComputeError, not OSError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise OSError(errno.EIO, f"the result tables: {first}") from None
+    for name, text in sorted(extras.items()):
+        fault_point("file", os.path.join(stage, name))
+        with open(os.path.join(stage, name), "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return sorted(os.listdir(stage))
+
+
+def save_run(
+    result: ReplayResult,
+    out_dir: str | os.PathLike[str],
+    extras: Mapping[str, str] = {},
+    *,
+    inputs: tuple[str, ...] = (),
+    force: bool = False,
+) -> list[str]:
+    """Save the tables plus `extras` (name -> text) as the folder `out_dir`, written whole: a fresh
+    sibling swapped in by one rename (traces.outputs.whole_folder), so the folder holds this run's files
+    only and a kill leaves the earlier run's as they were; returns the paths."""
+    out = os.fspath(out_dir)
+    with whole_folder(out, RESULT_KIND, inputs=inputs or result.paths, force=force) as stage:
+        names = stage_run(result, stage, extras)
+    return [os.path.join(out, n) for n in names]

@@ -405,7 +405,16 @@ def write_report(
     run = load_run(result_dir)
     if validation_dir is None and os.path.isfile(os.path.join(run.directory, "layers.csv")):
         validation_dir = run.directory
-    text = render_report(run, validation_dir)
+    try:
+        text = render_report(run, validation_dir)
+    except (KeyError, TypeError, ValueError, IndexError, pl.exceptions.PolarsError) as exc:
+        # A table or summary that parses but lacks what a replay writes (a column, a key): one line,
+        # naming the folder, not a traceback (issue 27 item 5).
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReportError(
+            f"{run.directory}: not a complete replay result ({type(exc).__name__}: {first}); rerun "
+            f"`xsim replay --out`"
+        ) from None
     read = ["ops.parquet", "ranks.parquet", "collectives.parquet", "summary.json", "cost.json", "source.json"]
     inputs = [os.path.join(run.directory, f) for f in read]
     if validation_dir:

@@ -778,9 +778,16 @@ def _short(v: Any) -> str:
 
 
 def rewrite_trace_set(
-    path: str, deployment: Any, strategy: str, out_dir: str, *, barriers: bool = True
+    path: str,
+    deployment: Any,
+    strategy: str,
+    out_dir: str,
+    *,
+    barriers: bool = True,
+    identity: Any = None,
 ) -> RewriteSummary:
-    """Read a trace set, rewrite it for `deployment` under `strategy`, write `<out>/<prefix>.<rank>.et`."""
+    """Read a trace set, rewrite it for `deployment` under `strategy`, write `<out>/<prefix>.<rank>.et`
+    (each file's metadata carrying `identity`, a traces.setid.SetIdentity, when given)."""
     bundle, name = read_bundle(path)
     _check_generated_from(path, deployment)
     before = sum(len(v) for v in bundle.nodes.values())
@@ -789,7 +796,7 @@ def rewrite_trace_set(
         rewrite_bundle(bundle, deployment, strategy, barriers=barriers)
     except RewriteError as exc:
         raise RewriteError(f"{path}: {exc}") from None  # which trace set the rank/node belongs to
-    bundle.write(out_dir, name)
+    bundle.write(out_dir, name, identity=identity)
     after = sum(len(v) for v in bundle.nodes.values())
     inserted = sum(1 for v in bundle.nodes.values() for n in v if _has_attr(n, RESHARD))
     return RewriteSummary(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from traces.io import DEPLOYMENT_FILE
@@ -76,7 +76,6 @@ def generate(spec, options: GenerateOptions) -> Generated:
     from tracegen.memory import deployment_memory, write_memory
     from tracegen.spec import NAME_RE, gpu_notes, num_ranks, save_deployment
     from tracegen.workload import generate as make
-    from traces.outputs import prepare_set_folder
 
     where = spec if isinstance(spec, str | os.PathLike) else "spec"
     if isinstance(spec, Deployment):
@@ -89,46 +88,41 @@ def generate(spec, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
-    # Before any work: a folder holding another set is refused (or, with force, cleared), never mixed.
-    prepare_set_folder(options.out, dep.name, num_ranks(dep), options.force)
+    from traces.classes import write_classes
+    from traces.outputs import trace_set_kind, whole_folder
+    from traces.setid import SetIdentity, deployment_set_id, write_set_file
+
+    ranks = num_ranks(dep)
+    variant = "gen" if options.rewrite else "gen-raw"
+    ident = SetIdentity(deployment_set_id(dep, ranks, variant), ranks, dep.name, variant)
     classes = None if options.all_ranks else rank_classes(dep, rewrite=options.rewrite)
     only = None if classes is None else classes.written
-    try:
-        with status("generating traces"):
-            bundle = make(dep, rewrite=options.rewrite, only=only)
-    except GeneratorError as exc:
-        raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
-    try:
-        with status("writing traces"):
-            paths = bundle.write(options.out, dep.name)
-        save_deployment(dep, os.path.join(options.out, DEPLOYMENT_FILE))
-        # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
-        mem = deployment_memory(dep)
-        write_memory(mem, options.out)
-        _record_classes(options.out, dep.name, classes)
-    except OSError as exc:
-        raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
+    inputs = [os.fspath(where)] if isinstance(spec, str | os.PathLike) else []
+    # The set goes into a fresh sibling folder swapped in whole (traces.outputs.whole_folder): a kill, a
+    # full disk or a second writer leaves the earlier set as it was; a folder holding files of another
+    # set (or the user's) is refused before any work, or with force replaced as a whole.
+    with whole_folder(
+        options.out, trace_set_kind(options.out, dep.name), inputs=inputs, force=options.force
+    ) as stage:
+        try:
+            with status("generating traces"):
+                bundle = make(dep, rewrite=options.rewrite, only=only)
+        except GeneratorError as exc:
+            raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
+        try:
+            with status("writing traces"):
+                staged = bundle.write(stage, dep.name, identity=ident)
+            save_deployment(dep, os.path.join(stage, DEPLOYMENT_FILE))
+            # Memory per rank beside the traces (the replay summary reads it; docs/decide.md).
+            mem = deployment_memory(dep)
+            write_memory(mem, stage)
+            write_set_file(stage, ident)
+            if classes is not None:
+                write_classes(stage, classes)
+        except OSError as exc:
+            raise GeneratorError(f"{options.out}: cannot write traces: {exc.strerror or exc}") from None
+    paths = [os.path.join(options.out, os.path.basename(p)) for p in staged]
     return Generated(dep, tuple(paths), bundle.node_count(), tuple(mem), tuple(gpu_notes(dep)), classes)
-
-
-def _record_classes(out: str, name: str, classes) -> None:
-    """Write a compact set's classes.json and drop this set's files of ranks it does not write (an earlier
-    `--all-ranks` run's); a set with every rank drops an earlier compact run's classes.json."""
-    from traces.classes import CLASSES_FILE, write_classes
-
-    if classes is None:
-        stale = os.path.join(out, CLASSES_FILE)
-        if os.path.isfile(stale):
-            os.unlink(stale)
-        return
-    write_classes(out, classes)
-    kept = set(classes.written)
-    for r in range(classes.num_ranks):
-        if r not in kept:
-            for ext in (".et", ".json"):
-                p = os.path.join(out, f"{name}.{r}{ext}")
-                if os.path.isfile(p) and not os.path.islink(p):
-                    os.unlink(p)
 
 
 def plan(spec: SpecSource):
@@ -145,35 +139,80 @@ def rewrite(
     spec: SpecSource | None = None,
     reshard: str | None = None,
     barriers: bool = True,
+    force: bool = False,
 ):
-    """Rewrite a set generated without the rewrite; writes it with deployment.json; returns the summary."""
+    """Rewrite a set generated without the rewrite; writes it with deployment.json as one folder written
+    whole (traces.outputs.whole_folder); returns the resolved deployment and the summary."""
     from tracegen.planner.rewrite import rewrite_trace_set
     from tracegen.spec import save_deployment
     from traces.errors import XsimError
+    from traces.outputs import trace_set_kind, whole_folder
+    from traces.setid import SetIdentity, check_identity, deployment_set_id, write_set_file
+    from traces.traceset import discover
 
     cap = None
+    ts = discover(traces)
+    spec_path = spec if isinstance(spec, str | os.PathLike) else None
     if spec is None:
         from traces.limits import max_set_metadata_bytes
-        from traces.traceset import discover
 
-        folder = traces if os.path.isdir(traces) else os.path.dirname(traces) or "."
-        spec = os.path.join(folder, DEPLOYMENT_FILE)
+        spec = spec_path = os.path.join(ts.directory, DEPLOYMENT_FILE)
         if not os.path.isfile(spec):
             raise XsimError(f"{traces}: no {DEPLOYMENT_FILE} beside the traces: pass --spec")
-        cap = max_set_metadata_bytes(discover(traces).num_ranks)  # the set's own: grows with it
+        cap = max_set_metadata_bytes(ts.num_ranks)  # the set's own: grows with it
     dep = load_spec(spec, cap)
+    beside = os.path.join(ts.directory, DEPLOYMENT_FILE)
+    check_identity(ts, load_spec(beside, cap) if os.path.isfile(beside) else None)
     dep.reshard = reshard or dep.reshard or "xsim"
-    summary = rewrite_trace_set(traces, dep, dep.reshard, out, barriers=barriers)
-    save_deployment(dep, os.path.join(out, DEPLOYMENT_FILE))
-    return dep, summary
+    variant = f"rewrite:{dep.reshard}" + ("" if barriers else ":no-barriers")
+    name = os.path.basename(ts.prefix)
+    ident = SetIdentity(deployment_set_id(dep, ts.num_ranks, variant), ts.num_ranks, name, variant)
+    inputs = [*ts.paths, *([spec_path] if spec_path else [])]
+    with whole_folder(out, trace_set_kind(out, name), inputs=inputs, force=force) as stage:
+        summary = rewrite_trace_set(traces, dep, dep.reshard, stage, barriers=barriers, identity=ident)
+        save_deployment(dep, os.path.join(stage, DEPLOYMENT_FILE))
+        write_set_file(stage, ident)
+    return dep, replace(summary, out_dir=out)
 
 
-def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = None):
-    """Join each rank's PyTorch execution trace with its Kineto trace; write PREFIX.<rank>.et when `out`.
+def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = None, *, force: bool = False):
+    """Join each rank's PyTorch execution trace with its Kineto trace; write PREFIX.<rank>.et when `out`,
+    the folder of PREFIX written whole (traces.outputs.whole_folder) with set.json.
 
     Returns (ImportResult, written paths).
     """
     from tracegen.importers.pytorch import import_pytorch as join
+    from traces.outputs import check_path_text
 
+    if out is not None:
+        check_path_text(os.fspath(out))
     result = join(list(et), list(kineto))
-    return result, (result.write(out) if out is not None else [])
+    if out is None:
+        return result, []
+    from traces.outputs import trace_set_kind, whole_folder
+    from traces.setid import SetIdentity, make_set_id, write_set_file
+
+    prefix = os.fspath(out)
+    folder, name = os.path.split(prefix)
+    if not name:
+        from traces.errors import XsimError
+
+        raise XsimError(f"{prefix}: --out is a prefix (e.g. out/run/run), not a folder")
+    ranks = len(result.nodes)
+    # The plan of an import is what it joined: the process groups, each rank's node count and the input
+    # files (names and sizes): the same inputs give the same id, another run's another.
+    plan = json.dumps(
+        {
+            "groups": {k: list(v) for k, v in sorted(result.comm_groups.items())},
+            "nodes": [len(result.nodes[r]) for r in sorted(result.nodes)],
+            "inputs": [[os.path.basename(p), os.path.getsize(p)] for p in (*et, *kineto)],
+        },
+        sort_keys=True,
+    )
+    ident = SetIdentity(make_set_id(plan, ranks, "import"), ranks, name, "import")
+    with whole_folder(
+        folder or ".", trace_set_kind(folder or ".", name), inputs=[*et, *kineto], force=force, label=prefix
+    ) as stage:
+        staged = result.write(os.path.join(stage, name), identity=ident)
+        write_set_file(stage, ident)
+    return result, [os.path.join(folder, os.path.basename(p)) for p in staged]

@@ -59,3 +59,5 @@ class OutputOptions:
     out: str | None = None  # ops/ranks/collectives (.parquet, .csv), summary.json, source.json, cost.json
     timeline: str | None = None  # Chrome-trace JSON
     annotate: str | None = None  # the trace set with simulated times written back
+    force: bool = False  # replace an output folder holding files xsim did not write, as a whole
+    comm_groups: str | None = None  # the replay's process groups file: an input, never overwritten

@@ -96,6 +96,9 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     options = options or ReplayOptions()
     ts = trace_set if isinstance(trace_set, TraceSet) else load_trace_set(trace_set)
     deployment = load_deployment(ts)
+    from traces.setid import check_identity
+
+    check_identity(ts, deployment)  # a stale rank, another plan's file or deployment.json: refused, named
     config = replay_config(options)
     try:
         network = build_network(
@@ -198,34 +201,72 @@ def check_outputs(trace_set: TraceSet, outputs: OutputOptions) -> None:
         raise ReplayError(f"{trace_set.prefix}: {compact_refusal('--annotate', trace_set.classes)}")
 
 
+def set_inputs(trace_set: TraceSet, comm_groups: str | None = None) -> tuple[str, ...]:
+    """The files a replay of `trace_set` reads: its rank files and the metadata beside them."""
+    from traces.setid import SET_FILE
+
+    d = trace_set.directory
+    meta = [os.path.join(d, n) for n in (DEPLOYMENT_FILE, MEMORY_FILE, "comm_group.json", SET_FILE)]
+    extra = [comm_groups] if comm_groups else []
+    return tuple(dict.fromkeys([*trace_set.paths, *(p for p in meta if os.path.exists(p)), *extra]))
+
+
 def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     """Write the tables (+ source.json, cost.json), the timeline and the annotated traces; returns paths.
 
-    The tables go through a staging folder (replay.export.save_run): a target that is a symbolic link or
-    an input is refused, and an earlier run's stale outputs are removed, so the folder holds only this run.
+    The result folder and the annotated set are written whole (traces.outputs.whole_folder): a fresh
+    sibling swapped in by one rename, refused when it would land on an input, a symbolic link or a folder
+    of files this command does not write. A timeline inside the result folder is written with it.
     """
     if not (outputs.out or outputs.timeline or outputs.annotate):
         return []  # nothing to write: the exports (and polars) are not even loaded
     check_outputs(replay.trace_set, outputs)
-    from replay.export import save_run, write_annotated, write_timeline
+    from replay.export import write_annotated, write_timeline
+    from replay.export.outputs import RESULT_KIND, stage_run
+    from traces.outputs import check_path_text, whole_folder
+    from traces.setid import read_set_file
 
+    inputs = set_inputs(replay.trace_set, outputs.comm_groups)
     written: list[str] = []
     target = ""
+    timeline, annotate = outputs.timeline, outputs.annotate
     try:
+        for path in (outputs.out, outputs.timeline, outputs.annotate):
+            if path:
+                check_path_text(path)
         if outputs.out:
             target = outputs.out
             # Which trace set this is a replay of (read by `xsim validate --sim DIR`), and the cost.
-            extras = {"source.json": json.dumps({"trace": os.path.abspath(replay.trace_set.prefix)}) + "\n"}
+            ident = read_set_file(replay.trace_set.directory)
+            source = {"trace": os.path.abspath(replay.trace_set.prefix)}
+            if ident is not None:
+                source["set_id"] = ident.set_id
+            extras = {"source.json": json.dumps(source) + "\n"}
             if replay.cost is not None:
                 extras["cost.json"] = json.dumps(replay.cost, indent=1) + "\n"
-            written += save_run(replay.result, outputs.out, extras)
-        if outputs.timeline:
-            target = outputs.timeline
-            written.append(write_timeline(replay.result, outputs.timeline))
-        if outputs.annotate:
-            target = outputs.annotate
-            write_annotated(replay.result, outputs.annotate)
-            written.append(outputs.annotate)
+            res = os.path.abspath(outputs.out)
+            inside = timeline and os.path.dirname(os.path.abspath(timeline)) == res
+            ann_inside = annotate and os.path.dirname(os.path.abspath(annotate)) == res
+            with whole_folder(outputs.out, RESULT_KIND, inputs=inputs, force=outputs.force) as stage:
+                names = stage_run(replay.result, stage, extras)
+                # A timeline or annotated set inside the result folder is written with it, whole.
+                if inside:
+                    dst = os.path.join(stage, os.path.basename(timeline))
+                    names.append(os.path.basename(write_timeline(replay.result, dst, inputs)))
+                    timeline = None
+                if ann_inside:
+                    dst = os.path.join(stage, os.path.basename(annotate))
+                    write_annotated(replay.result, dst, inputs=inputs, force=outputs.force)
+                    names.append(os.path.basename(annotate))
+                    annotate = None
+            written += [os.path.join(outputs.out, n) for n in sorted(set(names))]
+        if timeline:
+            target = timeline
+            written.append(write_timeline(replay.result, timeline, inputs))
+        if annotate:
+            target = annotate
+            write_annotated(replay.result, annotate, inputs=inputs, force=outputs.force)
+            written.append(annotate)
     except OSError as exc:
         raise ReplayError(f"{target}: cannot write: {exc.strerror or exc}") from None
     return written

@@ -344,10 +344,13 @@ def write_row(out: str, row: Mapping[str, Any]) -> str:
     d = os.path.join(out, ROWS_DIR)
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"{row['key']}.parquet")
-    tmp = f"{path}.tmp{os.getpid()}"
-    pl.DataFrame([dict(row)], schema=SCHEMA).write_parquet(tmp)
-    os.replace(tmp, path)
-    return path
+    import io
+
+    from traces.outputs import atomic_write_bytes
+
+    buf = io.BytesIO()
+    pl.DataFrame([dict(row)], schema=SCHEMA).write_parquet(buf)
+    return atomic_write_bytes(path, buf.getvalue())  # whole or absent, never over a link
 
 
 def read_rows(out: str) -> pl.DataFrame:
@@ -356,7 +359,21 @@ def read_rows(out: str) -> pl.DataFrame:
     files = sorted(f for f in os.listdir(d) if f.endswith(".parquet")) if os.path.isdir(d) else []
     if not files:
         return pl.DataFrame(schema=SCHEMA)
-    return pl.concat([pl.read_parquet(os.path.join(d, f)) for f in files], how="vertical")
+    frames = []
+    for f in files:
+        path = os.path.join(d, f)
+        try:
+            df = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise SweepError(
+                f"{path}: damaged sweep row ({_one_line(exc)}); delete it to rerun that plan"
+            ) from None
+        if df.schema != pl.Schema(SCHEMA) or df.height != 1:
+            raise SweepError(
+                f"{path}: not a sweep row of this xsim (other columns); delete it to rerun that plan"
+            )
+        frames.append(df)
+    return pl.concat(frames, how="vertical")
 
 
 SORTS = ("time", "throughput", "cost")
@@ -438,7 +455,7 @@ def plot_path(path: str) -> str:
     return path if os.path.splitext(path)[1] else path + ".png"
 
 
-def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
+def plot_pareto(rows: pl.DataFrame, path: str, inputs: tuple[str, ...] = ()) -> str | None:
     """Scatter of iteration time vs $ per M tokens with the Pareto front; None without matplotlib or points.
     Returns the file written (`plot_path`)."""
     try:
@@ -470,13 +487,20 @@ def plot_pareto(rows: pl.DataFrame, path: str) -> str | None:
     ax.legend()
     fig.tight_layout()
     path = plot_path(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    import io
+
+    from traces.outputs import atomic_write_bytes, check_target
+
+    # Drawn in memory, then renamed into place: never over a symbolic link, the sweep file or an input.
+    check_target(path, inputs)
+    buf = io.BytesIO()
     try:
-        fig.savefig(path, dpi=120)
+        fig.savefig(buf, dpi=120, format=os.path.splitext(path)[1][1:].lower() or "png")
     except ValueError as exc:  # a suffix matplotlib cannot write ("Format 'txt' is not supported")
         raise SweepError(f"--plot {path}: {_one_line(exc)}") from None
     finally:
         plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue(), inputs)
     return path
 
 
@@ -497,6 +521,9 @@ def _client(scheduler: str | None, workers: int):
     from distributed import Client, LocalCluster
 
     if scheduler:
+        from xsim.explore.scheduler import probe_scheduler
+
+        probe_scheduler(scheduler)  # a non-Dask or silent server: one line, within bounded time
         try:
             return Client(scheduler, timeout="30s"), None
         except (OSError, TimeoutError, ValueError) as exc:

@@ -14,6 +14,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tracegen.importers.pytorch.build import RankGraph, add_comm_tails, build_rank, first_start_ns, to_nodes
 from tracegen.importers.pytorch.errors import PyTorchImportError
@@ -64,14 +65,18 @@ class ImportResult:
     ranks: list[RankImport]
     metadata: pb.GlobalMetadata
 
-    def write(self, prefix: str | os.PathLike[str]) -> list[str]:
-        """Write `<prefix>.<rank>.et` for every rank and comm_group.json beside them."""
+    def write(self, prefix: str | os.PathLike[str], identity: Any = None) -> list[str]:
+        """Write `<prefix>.<rank>.et` for every rank and comm_group.json beside them (each file's metadata
+        carrying `identity`, a traces.setid.SetIdentity, when given)."""
+        from traces.setid import stamp
+
         prefix = os.fspath(prefix)
+        meta = self.metadata if identity is None else stamp(self.metadata, identity)
         folder = os.path.dirname(prefix) or "."
         numeric = {k: list(v) for k, v in self.comm_groups.items() if k.isdigit()}
         try:
             os.makedirs(folder, exist_ok=True)
-            paths = write_trace_set(prefix, self.nodes, self.metadata)
+            paths = write_trace_set(prefix, self.nodes, meta)
             if numeric:
                 path = os.path.join(folder, "comm_group.json")
                 atomic_write_text(path, json.dumps(numeric, sort_keys=True) + "\n")

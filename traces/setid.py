@@ -1,0 +1,211 @@
+"""Set identity: which trace set a rank file, a deployment.json and a result folder belong to.
+
+A set written by xsim carries an id, a hash of its plan (the resolved spec's graph-shaping keys, or what
+an import joined), its rank count and how it was made (generated with or without the rewrite, rewritten,
+imported). The id is in `set.json` beside the files and in every rank file's Chakra GlobalMetadata (attributes
+`xsim_set_id` and `xsim_set_ranks`; the schema is unchanged, Chakra readers skip them). It depends on the
+plan only, not on which files a run writes, so a compact set (one file per rank class) carries the same id.
+Readers check each file that exists against `set.json` and refuse one that does not belong, naming it: a
+stale rank of a bigger earlier set, a file of another plan, a deployment.json of another set.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from traces import pb
+from traces.errors import TraceSetError
+
+SET_FILE = "set.json"
+SET_ID_ATTR = "xsim_set_id"
+SET_RANKS_ATTR = "xsim_set_ranks"
+# Spec keys that shape the generated graph (as tracegen.planner.rewrite.GENERATION_KEYS) plus the name (the
+# files' prefix) and the reshard strategy (the rewrite's inserted collectives); cluster, GPUs, prices and
+# the compute model do not change the files, so a what-if edit of deployment.json keeps the set's id.
+PLAN_KEYS = (
+    "name", "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel",
+    "allow_uneven_tp", "dp_bucket_bytes", "device_groups", "overlap_grad_reduce", "overlap_param_gather",
+    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "reshard",
+)  # fmt: skip
+_HEAD_BYTES = 1 << 16  # a GlobalMetadata is a version string and a few attributes
+_FIRST_READ = 512  # one small read per rank file: tens of thousands of ranks stay cheap
+
+
+@dataclass(frozen=True)
+class SetIdentity:
+    """What set.json records: the id, the rank count, the file prefix and how the set was made."""
+
+    set_id: str
+    ranks: int
+    prefix: str
+    variant: str  # "gen", "gen-raw" (--no-rewrite), "rewrite:<strategy>[:no-barriers]", "import"
+
+
+def make_set_id(plan: str, ranks: int, variant: str) -> str:
+    """The id of a set: 16 hex digits of SHA-256 over its plan text, rank count and variant."""
+    h = hashlib.sha256(f"xsim-set/1\n{ranks}\n{variant}\n".encode())
+    h.update(plan.encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
+    """The id of the set a resolved Deployment generates (or rewrites) under `variant`."""
+    from tracegen.spec import spec_to_mapping
+
+    m = spec_to_mapping(dep)
+    plan = json.dumps({k: m.get(k) for k in PLAN_KEYS}, sort_keys=True, separators=(",", ":"))
+    return make_set_id(plan, ranks, variant)
+
+
+def stamp(meta: pb.GlobalMetadata | None, identity: SetIdentity) -> pb.GlobalMetadata:
+    """A copy of `meta` carrying the set's id and rank count (replacing earlier ones)."""
+    out = pb.GlobalMetadata()
+    if meta is not None:
+        out.CopyFrom(meta)
+    keep = [a for a in out.attr if a.name not in (SET_ID_ATTR, SET_RANKS_ATTR)]
+    del out.attr[:]
+    out.attr.extend(keep)
+    out.attr.add(name=SET_ID_ATTR, string_val=identity.set_id)
+    out.attr.add(name=SET_RANKS_ATTR, int64_val=identity.ranks)
+    if not out.version:
+        out.version = "1.0.0"
+    return out
+
+
+def write_set_file(folder: str, identity: SetIdentity) -> str:
+    """Write `<folder>/set.json` (the folder is a staging folder: no atomic rename needed)."""
+    path = os.path.join(folder, SET_FILE)
+    doc = {
+        "set_id": identity.set_id,
+        "ranks": identity.ranks,
+        "prefix": identity.prefix,
+        "variant": identity.variant,
+    }
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def read_set_file(folder: str) -> SetIdentity | None:
+    """The folder's set.json, or None when it has none; a damaged one is refused in one line."""
+    from traces.io import read_json
+
+    path = os.path.join(folder, SET_FILE)
+    if not os.path.isfile(path):
+        return None
+    doc = read_json(path)
+    try:
+        ident = SetIdentity(str(doc["set_id"]), int(doc["ranks"]), str(doc["prefix"]), str(doc["variant"]))
+    except (KeyError, TypeError, ValueError):
+        raise TraceSetError("not a set.json (set_id, ranks, prefix, variant)", path=path) from None
+    if ident.ranks < 1 or isinstance(doc["ranks"], bool):
+        raise TraceSetError("set.json: ranks must be a positive integer", path=path)
+    return ident
+
+
+def _varint(buf: bytes, path: str) -> tuple[int, int]:
+    value = shift = pos = 0
+    while True:
+        if pos >= len(buf) or pos >= 10:
+            raise TraceSetError("file too short for a GlobalMetadata", path=path)
+        b = buf[pos]
+        value |= (b & 0x7F) << shift
+        pos += 1
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def file_identity(path: str) -> tuple[str | None, int | None]:
+    """(set id, rank count) from a rank file's GlobalMetadata, (None, None) without them (JSON views too)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            src = gzip.open(fh) if head == b"\x1f\x8b" else fh
+            with src:
+                buf = src.read(_FIRST_READ)
+                if buf[:1] in (b"{", b"[", b" ", b"\n", b""):
+                    return None, None  # xsim's JSON view or Chakra feeder JSON (or empty): no attributes
+                try:
+                    n, pos = _varint(buf, path)
+                except TraceSetError:
+                    return None, None  # the full reader names the damage
+                if pos + n > _HEAD_BYTES:
+                    return None, None  # not xsim's small metadata: the full reader judges the file
+                if pos + n > len(buf):
+                    buf += src.read(pos + n - len(buf))
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceSetError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
+    if pos + n > len(buf):
+        return None, None  # cut short: the full reader names the damage
+    meta = pb.GlobalMetadata()
+    try:
+        meta.ParseFromString(buf[pos : pos + n])
+    except DecodeError:
+        return None, None  # the full reader names the damage
+    sid = ranks = None
+    for a in meta.attr:
+        if a.name == SET_ID_ATTR and a.WhichOneof("value") == "string_val":
+            sid = a.string_val
+        elif a.name == SET_RANKS_ATTR and a.WhichOneof("value") == "int64_val":
+            ranks = a.int64_val
+    return sid, ranks
+
+
+def check_identity(trace_set: Any, deployment: Any = None) -> SetIdentity | None:
+    """Refuse a file of `trace_set` (a traces.traceset.TraceSet) that does not belong to it, naming it:
+    each existing file's id against set.json (or, without one, against rank 0's), the rank count, and a
+    deployment.json (`deployment`, loaded) of another plan. Returns the set's identity, None for a set
+    written without ids (an older xsim, ASTRA-sim's examples)."""
+    from traces.io import DEPLOYMENT_FILE
+
+    folder = trace_set.directory
+    ident = read_set_file(folder)
+    whole = ident is not None and os.path.basename(trace_set.prefix) == ident.prefix
+    paths = list(dict.fromkeys(trace_set.paths))  # a compact set may point several ranks at one file
+    ids = [(p, *file_identity(p)) for p in paths]
+    if ident is None:
+        ref = next(((p, s) for p, s, _ in ids if s is not None), None)
+        if ref is None:
+            return None  # no file carries an id: a set from before set ids
+        for p, s, _ in ids:
+            if s != ref[1]:
+                raise TraceSetError(
+                    f"does not belong to this trace set: set id {s or 'none'}, but {os.path.basename(ref[0])} "
+                    f"has {ref[1]} (a file of another set or a stale rank?)",
+                    path=p,
+                )
+        return None
+    for p, s, r in ids:
+        if s != ident.set_id:
+            raise TraceSetError(
+                f"does not belong to the trace set in {SET_FILE} (set id {s or 'none'}, the set's is "
+                f"{ident.set_id}): a stale file or one of another plan; regenerate the set or remove the file",
+                path=p,
+            )
+        if r is not None and r != ident.ranks:
+            raise TraceSetError(f"belongs to a {r}-rank set, {SET_FILE} says {ident.ranks}", path=p)
+    if whole and trace_set.num_ranks != ident.ranks:
+        extra = trace_set.paths[ident.ranks] if trace_set.num_ranks > ident.ranks else trace_set.prefix
+        raise TraceSetError(
+            f"the set has {ident.ranks} ranks ({SET_FILE}) but {trace_set.num_ranks} rank files are here "
+            f"(a stale rank of another set?)",
+            path=extra,
+        )
+    if deployment is not None and ident.variant != "import":
+        want = deployment_set_id(deployment, ident.ranks, ident.variant)
+        if want != ident.set_id:
+            raise TraceSetError(
+                f"describes another plan than these traces (set id {want}, the traces' is {ident.set_id}): "
+                f"a deployment.json copied from another set?",
+                path=os.path.join(folder, DEPLOYMENT_FILE),
+            )
+    return ident
