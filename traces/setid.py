@@ -170,7 +170,9 @@ def check_identity(trace_set: Any, deployment: Any = None) -> SetIdentity | None
     folder = trace_set.directory
     ident = read_set_file(folder)
     whole = ident is not None and os.path.basename(trace_set.prefix) == ident.prefix
-    paths = list(dict.fromkeys(trace_set.paths))  # a compact set may point several ranks at one file
+    ranks = getattr(trace_set, "written", range(len(trace_set.paths)))
+    # A compact set (classes.json) has files for its written ranks only; the others are derived from them.
+    paths = list(dict.fromkeys(trace_set.paths[r] for r in sorted(ranks)))
     ids = [(p, *file_identity(p)) for p in paths]
     if ident is None:
         ref = next(((p, s) for p, s, _ in ids if s is not None), None)
