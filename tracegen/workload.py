@@ -1386,34 +1386,33 @@ class _RankProgram:
     def param_gathers(self, after: int) -> int | None:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
         bucket by bucket on the DP stream after node `after`; the last one's id (None when there are none)."""
-        g = self.gen
-        prev: list[int] = []
-        for i, padded in enumerate(() if self.gather_ahead or self.fsdp else self.buckets):
-            # Updated parameters go back to every DP rank: AllGather of the shard (per-rank input, the
-            # ASTRA-sim convention) in the parameters' dtype.
-            extra = [
-                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
-                g.attr(A.COMM_SIZE, padded // self.dp * self.ctx.b),
-                g.attr(A.PG_NAME, self.dp_pg or ""),
-            ]
-            nid = self._add(
-                f"dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
-                self._tags(0, "sync", NO_MICRO_BATCH) + extra,
-            )  # fmt: skip
-            self.sync_ids.append(nid)
-            prev = [nid]
-        for i, padded in enumerate(self.expert_buckets):  # the experts' shards over the expert-DP group
+        dense = () if self.gather_ahead or self.fsdp else self.buckets
+        prev = self._gathers("dp_param_allgather", dense, self.dp, self.dp_pg or "", after, [], self.sync_ids)
+        if self.expert_buckets:  # the experts' shards over the expert-DP group
             assert self.ep is not None
+            # after the dense gathers: the step's next ops then wait for the last gather of either kind
+            prev = self._gathers(
+                "expert_dp_param_allgather", self.expert_buckets, self.edp, self.ep[3], after, prev,
+                self.expert_sync_ids,
+            )  # fmt: skip
+        return prev[-1] if prev else None
+
+    def _gathers(
+        self, name: str, buckets, group: int, pg: str, after: int, prev: list[int], ids: list[int]
+    ) -> list[int]:
+        """One AllGather per bucket, in order after `prev`: each rank's shard (per-rank input, the ASTRA-sim
+        convention) in the parameters' dtype, back to every rank of the `group`-rank group `pg`."""
+        g = self.gen
+        for i, padded in enumerate(buckets):
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_GATHER),
-                g.attr(A.COMM_SIZE, padded // self.edp * self.ctx.b),
-                g.attr(A.PG_NAME, self.ep[3]),
+                g.attr(A.COMM_SIZE, padded // group * self.ctx.b),
+                g.attr(A.PG_NAME, pg),
             ]
-            # after the dense gathers: the step's next ops then wait for the last gather of either kind
             nid = self._add(
-                f"expert_dp_param_allgather.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
+                f"{name}.bucket{i}", pb.COMM_COLL_NODE, [after], prev, 0,
                 self._tags(0, "sync", NO_MICRO_BATCH) + extra,
             )  # fmt: skip
-            self.expert_sync_ids.append(nid)
+            ids.append(nid)
             prev = [nid]
-        return prev[-1] if prev else None
+        return prev
