@@ -132,6 +132,7 @@ class Ns3Model(FlowModel):
         ns, g, topo = self._ns, self._g, self.topology
         ns.Simulator.Destroy()
         g.Reset()
+        g.PeekScheduler.GetTypeId()  # registers the TypeId (cling runs no static registration)
         sched = ns.ObjectFactory()
         sched.SetTypeId("xsim_ns3::PeekScheduler")
         ns.Simulator.SetScheduler(sched)
@@ -163,14 +164,16 @@ class Ns3Model(FlowModel):
         for u, v, d in graph.edges(data=True):
             if (u, v) in done:
                 continue
-            back = graph.get_edge_data(v, u) if graph.has_edge(v, u) else None
+            back = graph[v][u] if graph.has_edge(v, u) else None
             if back is None:
                 raise NetworkModelError(f"ns3: link {u}->{v} has no reverse link (ns-3 channels are duplex)")
             if float(back["latency_ns"]) != float(d["latency_ns"]):
                 raise NetworkModelError(f"ns3: links {u}<->{v} differ in latency (one ns-3 channel each)")
             done.update(((u, v), (v, u)))
             p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(round(float(d["latency_ns"])))))
-            pair = ns.NodeContainer(self._node[u], self._node[v])
+            pair = ns.NodeContainer()
+            pair.Add(self._node[u])
+            pair.Add(self._node[v])
             devs = p2p.Install(pair)
             # Each direction at its own rate (bytes/s x 8 = bit/s).
             for i, attrs in ((0, d), (1, back)):
@@ -232,7 +235,12 @@ class Ns3Model(FlowModel):
             bulk.SetAttribute("SendSize", ns.UintegerValue(SEGMENT))
             app = bulk.Install(self._node[src]).Get(0)
             app.SetStartTime(ns.NanoSeconds(start))
-            fid = g.AddFlow(sink, n)
+            last = int(path[-1])
+            rate = float(self.topology.link_bandwidth[last])  # bytes/ns
+            # Payload that may already be past the last link's serializer: its propagation delay's worth
+            # plus the packet being serialized, rounded up to whole segments (+1 for safety).
+            pipe = (math.ceil(float(self.topology.link_latency[last]) * rate / MTU) + 2) * SEGMENT
+            fid = g.AddFlow(sink, n, rate, pipe)
             # What the flow model adds to a landing beyond the route's latency (endpoint delay, protocol
             # extras); the route latency itself is in ns-3's channels.
             self._flows[fid] = (rec, max(0.0, lat - route_lat))
@@ -247,6 +255,8 @@ class Ns3Model(FlowModel):
         if self._flows:
             nxt = int(self._g.NextEventNs())
             if nxt >= 0:
+                # No flow completes before its byte bound: ns-3 runs to there without Python stepping.
+                nxt = max(nxt, int(self._g.CompletionBoundNs()))
                 t = float(nxt) if t is None else min(t, float(nxt))
         return t
 

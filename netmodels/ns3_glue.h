@@ -42,6 +42,9 @@ struct Flows {
     std::vector<uint64_t> got;
     std::vector<int64_t> done_ns;
     std::vector<int64_t> finished;  // flow ids completed since the last Take()
+    // Per flow: the last link's rate (bytes/ns) and how much payload can already be past its serializer.
+    std::vector<double> last_rate;
+    std::vector<uint64_t> pipe_bytes;
 };
 
 inline Flows& State() {
@@ -65,6 +68,8 @@ inline void Reset() {
     f.got.clear();
     f.done_ns.clear();
     f.finished.clear();
+    f.last_rate.clear();
+    f.pipe_bytes.clear();
     f.max_queue = 0;
 }
 
@@ -81,12 +86,15 @@ inline uint32_t MaxQueue() { return State().max_queue; }
 inline uint32_t FlowCount() { return static_cast<uint32_t>(State().target.size()); }
 
 // Register a flow of `bytes` and hook its sink's Rx trace; returns the flow id.
-inline uint32_t AddFlow(ns3::Ptr<ns3::Application> sink, uint64_t bytes) {
+inline uint32_t AddFlow(ns3::Ptr<ns3::Application> sink, uint64_t bytes, double last_rate,
+                        uint64_t pipe_bytes) {
     Flows& f = State();
     uint32_t id = static_cast<uint32_t>(f.target.size());
     f.target.push_back(bytes);
     f.got.push_back(0);
     f.done_ns.push_back(-1);
+    f.last_rate.push_back(last_rate);
+    f.pipe_bytes.push_back(pipe_bytes);
     sink->TraceConnectWithoutContext("Rx", ns3::MakeBoundCallback(&OnRx, id));
     return id;
 }
@@ -100,6 +108,23 @@ inline void RunUntil(int64_t until_ns) {
     ns3::EventId stop = ns3::Simulator::Schedule(ns3::NanoSeconds(until_ns - now + 1), &ns3::Simulator::Stop);
     ns3::Simulator::Run();
     ns3::Simulator::Cancel(stop);
+}
+
+// A lower bound on the next flow completion: a flow's payload still missing at its sink must cross the
+// sink's last link at most at its rate, except what is already on that link's wire. No completion happens
+// before it, so ns-3 may run to it in C++ without Python seeing each event (exact: a completion still stops
+// ns-3 at its own instant). -1 when no flow is in flight.
+inline int64_t CompletionBoundNs() {
+    Flows& f = State();
+    int64_t now = ns3::Simulator::Now().GetNanoSeconds();
+    double best = -1;
+    for (size_t i = 0; i < f.target.size(); ++i) {
+        if (f.done_ns[i] >= 0) continue;
+        uint64_t left = f.target[i] - f.got[i];
+        double wait = left > f.pipe_bytes[i] ? double(left - f.pipe_bytes[i]) / f.last_rate[i] : 0.0;
+        if (best < 0 || wait < best) best = wait;
+    }
+    return best < 0 ? -1 : now + static_cast<int64_t>(best);  // floor: stays a lower bound
 }
 
 inline std::vector<int64_t> Take() {

@@ -87,18 +87,20 @@ def test_packet_guard():
 
 @needs_ns3
 def test_ring_all_reduce_agrees_with_flow():
-    """A ring all-reduce on one non-blocking switch: every ring step pays the same per-transfer costs."""
+    """A ring all-reduce on one non-blocking switch: 6 ring steps, each a new TCP flow per rank.
+
+    Stated margin: above the header bound, within 15% of `flow` (measured 11.9%: headers 3.7%, the ACKs of
+    the reverse ring sharing each uplink ~2.2%, and each step's handshake and slow start, docs/netmodels.md).
+    """
     p, size = 4, 8_000_000
     topo = switch_topology(p, BW, LAT)
     spec = CollectiveSpec("all_reduce", size, tuple(range(p)), "ring")
     flow = simulate_collective(FlowModel(topo), spec).finish_ns
     steps = 2 * (p - 1)
     chunk = size / p
-    assert flow == pytest.approx(steps * (1000 + chunk / 12.5), abs=steps)
+    assert flow == steps * (1000 + chunk / 12.5)  # 966,000 ns
     t = simulate_collective(build_model("ns3", topo), spec).finish_ns
-    rtt = 4 * LAT + 2 * 1502 / 12.5
-    lower = steps * (1000 + chunk * WIRE / 12.5)
-    assert lower <= t <= lower + steps * (3 * rtt + 2 * 1502 / 12.5)
+    assert steps * (1000 + chunk * WIRE / 12.5) <= t <= 1.15 * flow
 
 
 @needs_ns3
@@ -116,7 +118,9 @@ def test_incast_differs_from_flow_with_drops():
     end = max(c.finish_ns for c in _drain(m) if c.handle in hs)
     st = m.stats()
     assert st.dropped > 0 and st.max_queue_packets == 20
-    assert end > flow_end * WIRE * 1.02  # losses and retransmission timeouts cost more than headers
+    # Two senders lose their tail and wait out TCP's minimum retransmission timeout (ns-3's MinRto, 1 s,
+    # RFC 6298): the classic incast collapse; the fluid model has no losses.
+    assert flow_end < 1e6 and end > 1e9
 
 
 def _drain(model):
