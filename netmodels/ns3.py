@@ -42,6 +42,9 @@ SEGMENT = MTU - 20 - 32
 # Per-run limit on data segments (the packet-count guard): ns-3 runs ~1-2 us of CPU per packet per hop
 # (measured in docs/performance.md), so 2e6 segments bound a run to minutes.
 DEFAULT_MAX_PACKETS = 2_000_000
+# TCP's minimum retransmission timeout: ns-3's default (TcpSocketBase::MinRto, 1 s, RFC 6298's floor).
+# Datacenter stacks lower it (e.g. Linux's 200 ms, or less); an incast tail waits this out.
+DEFAULT_MIN_RTO_NS = 1_000_000_000
 # Interface metric added to a GPU's links: routes never transit a GPU, as in Topology.route.
 _GPU_METRIC = 1000
 # TCP send/receive buffers (bytes): far above any fabric's bandwidth-delay product here (400 Gb/s x 10 us =
@@ -105,6 +108,7 @@ class Ns3Model(FlowModel):
         queue_packets: int = DEFAULT_QUEUE_PACKETS,
         max_packets: int = DEFAULT_MAX_PACKETS,
         ecmp: bool = True,
+        min_rto_ns: int = DEFAULT_MIN_RTO_NS,
     ) -> None:
         ns = _load()
         if tcp not in TCP_VARIANTS:
@@ -113,7 +117,11 @@ class Ns3Model(FlowModel):
             raise NetworkModelError(f"ns3: unknown queue {queue!r} (known: {', '.join(QUEUE_DISCS)})")
         if tcp == "dctcp" and queue != "red":
             raise NetworkModelError("ns3: tcp dctcp needs ECN marking: use queue red")
-        for key, v in (("queue_packets", queue_packets), ("max_packets", max_packets)):
+        for key, v in (
+            ("queue_packets", queue_packets),
+            ("max_packets", max_packets),
+            ("min_rto_ns", min_rto_ns),
+        ):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise NetworkModelError(f"ns3: {key} must be a positive integer, got {v!r}")
         super().__init__(
@@ -125,6 +133,7 @@ class Ns3Model(FlowModel):
         self._flows: dict[int, tuple[tuple, float]] = {}  # ns-3 flow id -> (record, delay after landing)
         self._segments = 0
         self._ports: dict[str, int] = {}  # destination device -> last port used
+        self.min_rto_ns = min_rto_ns
         self._build(ecmp)
 
     # ----- building the fabric -------------------------------------------------------------------------
@@ -142,6 +151,7 @@ class Ns3Model(FlowModel):
         cfg("ns3::TcpSocket::SndBufSize", ns.UintegerValue(_SOCKET_BUFFER))
         cfg("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(_SOCKET_BUFFER))
         cfg("ns3::Ipv4GlobalRouting::RandomEcmpRouting", ns.BooleanValue(ecmp))
+        cfg("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.NanoSeconds(self.min_rto_ns)))
         if self.tcp == "dctcp":
             cfg("ns3::TcpSocketBase::UseEcn", ns.StringValue("On"))
             cfg("ns3::RedQueueDisc::UseEcn", ns.BooleanValue(True))

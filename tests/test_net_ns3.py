@@ -14,10 +14,11 @@ import sys
 import pytest
 
 from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
+from netmodels.digraph import DiGraph
 from netmodels.errors import NetworkModelError
 from netmodels.flow import FlowModel
 from netmodels.models import REGISTRY, build_model
-from netmodels.topology import switch_topology
+from netmodels.topology import Topology, add_duplex, switch_topology
 
 ns3mod = pytest.importorskip("netmodels.ns3")
 HAVE_NS3 = ns3mod.available()
@@ -121,6 +122,39 @@ def test_incast_differs_from_flow_with_drops():
     # Two senders lose their tail and wait out TCP's minimum retransmission timeout (ns-3's MinRto, 1 s,
     # RFC 6298): the classic incast collapse; the fluid model has no losses.
     assert flow_end < 1e6 and end > 1e9
+
+
+def _leaf_spine() -> Topology:
+    """4 hosts, 2 leaves, 2 spines, every link 100 Gb/s and 500 ns."""
+    g = DiGraph()
+    for i in range(4):
+        g.add_node(f"h{i}", kind="npu")
+    for s in ("leaf0", "leaf1", "spine0", "spine1"):
+        g.add_node(s, kind="switch")
+    for i in range(4):
+        add_duplex(g, f"h{i}", f"leaf{i // 2}", BW, LAT, "nic")
+    for leaf in ("leaf0", "leaf1"):
+        for s in ("spine0", "spine1"):
+            add_duplex(g, leaf, s, BW, LAT, "fabric")
+    return Topology("leafspine", g, ("h0", "h1", "h2", "h3"))
+
+
+@needs_ns3
+def test_ecmp_collision_differs_from_flow():
+    """Two 4 MB flows leaf0 -> leaf1: the flow model's CRC32 hash puts both on spine0 (they share it); ns-3's
+    per-packet random ECMP spreads both over the two spines, so both finish earlier, with no drop."""
+    topo = _leaf_spine()
+    n = 4_000_000
+    spines = {topo.links[topo.route(a, b).links[1]][1] for a, b in ((0, 2), (1, 3))}
+    assert spines == {"spine0"}  # the collision
+    fm = FlowModel(topo)
+    fm.start_p2p(0, 0, 2, n), fm.start_p2p(0, 1, 3, n)
+    assert [c.finish_ns for c in _drain(fm)] == [2000 + 2 * n / 12.5] * 2  # half rate each: 642,000 ns
+    m = build_model("ns3", topo)
+    m.start_p2p(0, 0, 2, n), m.start_p2p(0, 1, 3, n)
+    ends = [c.finish_ns for c in _drain(m)]
+    assert all(2000 + n * WIRE / 12.5 < t < 2000 + 2 * n / 12.5 for t in ends)  # between alone and shared
+    assert m.stats().dropped == 0
 
 
 def _drain(model):
