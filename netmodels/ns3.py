@@ -214,6 +214,10 @@ class Ns3Model(FlowModel):
         if not self._new_recs:
             return
         ns, g, links = self._ns, self._g, self.topology.links
+        # ns-3 idles while no flow of ours is in flight (old connections' timers stay queued): bring its
+        # clock to the start time first, so its next event is never before the engine's now.
+        if not self._flows:
+            g.RunUntil(math.floor(self._t + 1e-6))
         now = self._ns3_now()
         start = max(0, math.ceil(self._t - 1e-6) - now)
         for rec, flow in zip(self._new_recs, self._new_flows, strict=True):
@@ -265,6 +269,7 @@ class Ns3Model(FlowModel):
         if self._flows:
             nxt = int(self._g.NextEventNs())
             if nxt >= 0:
+                nxt = max(nxt, math.ceil(self._t - 1e-6))
                 # No flow completes before its byte bound: ns-3 runs to there without Python stepping.
                 nxt = max(nxt, int(self._g.CompletionBoundNs()))
                 t = float(nxt) if t is None else min(t, float(nxt))
@@ -278,7 +283,7 @@ class Ns3Model(FlowModel):
                 t = float(self._ns3_now())
                 for fid in finished:
                     rec, extra = self._flows.pop(int(fid))
-                    self._push_land(t + extra, rec)
+                    self._push_land(float(self._g.DoneNs(int(fid))) + extra, rec)
         super()._step(t)
 
     # ----- ns-3's own statistics -------------------------------------------------------------------------

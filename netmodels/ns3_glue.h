@@ -99,13 +99,14 @@ inline uint32_t AddFlow(ns3::Ptr<ns3::Application> sink, uint64_t bytes, double 
     return id;
 }
 
-// Run ns-3 until `until_ns` (inclusive) or the first flow completion, whichever comes first.
+// Run ns-3 until `until_ns` (inclusive) or the first flow completion, whichever comes first. The stop event
+// sits at until_ns itself, so ns-3's clock never passes it (a flow started then starts exactly then); events
+// at until_ns queued behind it run on the next call, at the same instant.
 inline void RunUntil(int64_t until_ns) {
     int64_t now = ns3::Simulator::Now().GetNanoSeconds();
     int64_t next = NextEventNs();
-    if (next < 0 || next > until_ns) return;
-    // Stop(delay) stops before events after now + delay; +1 ns keeps the events at until_ns themselves.
-    ns3::EventId stop = ns3::Simulator::Schedule(ns3::NanoSeconds(until_ns - now + 1), &ns3::Simulator::Stop);
+    if (next < 0 || next > until_ns || until_ns < now) return;
+    ns3::EventId stop = ns3::Simulator::Schedule(ns3::NanoSeconds(until_ns - now), &ns3::Simulator::Stop);
     ns3::Simulator::Run();
     ns3::Simulator::Cancel(stop);
 }
