@@ -70,6 +70,14 @@ REGISTRY: dict[str, ModelInfo] = {
             "flow between hosts; collectives inside one host in closed form, without contention (faster)",
         ),
         ModelInfo(
+            "ns3",
+            "topology",
+            # Packets share every queue: contention-aware, never folded; needs the optional extra `ns3`.
+            Capabilities(contention_free=False, foldable=False, multi_dim=True),
+            "netmodels.ns3:Ns3Model",
+            "packet-level, the real ns-3 simulator (TCP flows, queues, ECMP); pip install 'xsim[ns3]'",
+        ),
+        ModelInfo(
             "astra-unaware",
             "astra",
             Capabilities(contention_free=True, foldable=True, multi_dim=True, **_ASTRA_RULES),

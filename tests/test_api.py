@@ -61,7 +61,7 @@ def test_profile_rows_reach_the_replay(tmp_path: Path) -> None:
 
 
 def test_registry_lists_each_model_once_with_capabilities() -> None:
-    assert set(REGISTRY) == {"analytical", "flow", "flow-hybrid", "astra-unaware", "astra-aware"}
+    assert set(REGISTRY) == {"analytical", "flow", "flow-hybrid", "ns3", "astra-unaware", "astra-aware"}
     assert model_choices() == (*REGISTRY, "astra")
     assert [n for n, m in REGISTRY.items() if m.capabilities.foldable] == ["analytical", "astra-unaware"]
     for m in REGISTRY.values():
