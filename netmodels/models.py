@@ -75,7 +75,7 @@ REGISTRY: dict[str, ModelInfo] = {
             # Packets share every queue: contention-aware, never folded; needs the optional extra `ns3`.
             Capabilities(contention_free=False, foldable=False, multi_dim=True),
             "netmodels.ns3:Ns3Model",
-            "packet-level, the real ns-3 simulator (TCP flows, queues, ECMP); pip install 'xsim[ns3]'",
+            "packet-level, the real ns-3 simulator (TCP flows, queues, ECMP); pip install 'xsim-replay[ns3]'",
         ),
         ModelInfo(
             "astra-unaware",

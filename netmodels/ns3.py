@@ -25,7 +25,7 @@ from netmodels.errors import NetworkModelError
 from netmodels.flow import FlowModel
 from netmodels.topology import GPU, Topology
 
-EXTRA_HINT = "the ns3 model needs the optional extra: pip install 'xsim[ns3]'"
+EXTRA_HINT = "the ns3 model needs the optional extra: pip install 'xsim-replay[ns3]' (from a checkout: pip install -e '.[ns3]')"
 
 # TCP variants by option name -> ns-3 TypeId (ns-3 model library, "TCP models in ns-3").
 TCP_VARIANTS = {"newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp"}

@@ -23,7 +23,7 @@ from netmodels.topology import Topology, add_duplex, switch_topology
 ns3mod = pytest.importorskip("netmodels.ns3")
 HAVE_NS3 = ns3mod.available()
 needs_ns3 = pytest.mark.skipif(
-    not HAVE_NS3, reason="the `ns3` package is not installed (pip install 'xsim[ns3]')"
+    not HAVE_NS3, reason="the `ns3` package is not installed (pip install 'xsim-replay[ns3]')"
 )
 
 BW = 12.5e9  # 100 Gb/s in bytes/s
@@ -42,7 +42,10 @@ def test_missing_extra_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ns", None)  # `from ns import ns` raises ImportError
     with pytest.raises(NetworkModelError) as exc:
         build_model("ns3", switch_topology(2, BW, LAT))
-    assert str(exc.value) == "the ns3 model needs the optional extra: pip install 'xsim[ns3]'"
+    assert (
+        str(exc.value)
+        == "the ns3 model needs the optional extra: pip install 'xsim-replay[ns3]' (from a checkout: pip install -e '.[ns3]')"
+    )
 
 
 def test_core_never_imports_ns3():
