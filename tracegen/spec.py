@@ -529,14 +529,25 @@ class _SpecBuilder:
                 f"{per_rank * MIN_NODES_PER_STEP:,} nodes, over the {max_nodes():,} a trace file may hold "
                 "(XSIM_MAX_NODES raises the limit): lower micro_batches or the layers per device group"
             )
-        from tracegen.context_parallel import CP_COMM_TYPES, cp_plan_error
-        from tracegen.moe_ops import moe_plan_error
-
+        # The MoE and CP checks live beside their generators (which import the op builders): loaded only
+        # where a deployment uses them, so reading a dense set's deployment.json stays light (replay start-up).
+        uses_cp = any(dg.cp > 1 for dg in dep.device_groups)
         # Set only where it matters (given, or context parallelism in use): other deployments keep their bytes.
-        if "cp_comm_type" in self.raw or any(dg.cp > 1 for dg in dep.device_groups):
+        if "cp_comm_type" in self.raw or uses_cp:
+            from tracegen.context_parallel import CP_COMM_TYPES
+
             dep.cp_comm_type = self.choice("cp_comm_type", CP_COMM_TYPES, CP_COMM_TYPES[0])
 
-        err = moe_plan_error(dep, model_arch(dep)) or cp_plan_error(dep)
+        arch = model_arch(dep)
+        err = ""
+        if arch.moe is not None or arch.mla is not None or any(dg.ep > 1 for dg in dep.device_groups):
+            from tracegen.moe_ops import moe_plan_error
+
+            err = moe_plan_error(dep, arch)
+        if not err and uses_cp:
+            from tracegen.context_parallel import cp_plan_error
+
+            err = cp_plan_error(dep)
         if err:
             raise self.fail(err)
         self.cluster(dep)
