@@ -173,9 +173,10 @@ def _import(tmp_path: Path, device: str | None) -> Path:
         p.write_text(json.dumps(doc))
         kin.append(str(p))
     et = [str(EX / f"tinygpt_2rank_et.{r}.json.gz") for r in (0, 1)]
-    r = _xsim("import", "pytorch", "--et", *et, "--kineto", *kin, "--out", str(tmp_path / "run"))
+    # The set's prefix in a folder of its own: an import never writes into the folder of its inputs (issue 27).
+    r = _xsim("import", "pytorch", "--et", *et, "--kineto", *kin, "--out", str(tmp_path / "run" / "run"))
     assert r.returncode == 0, r.stderr
-    return tmp_path / "run"
+    return tmp_path / "run" / "run"
 
 
 def test_whatif_reads_the_recorded_gpu_and_flags_contradictions(tmp_path: Path) -> None:
