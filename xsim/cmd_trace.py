@@ -180,7 +180,7 @@ def _validate(args: argparse.Namespace) -> int:
             )
             hidden = sum(max(0, n - SHOWN_PER_CODE) for n in by_code.values()) if not args.all else 0
             more = f" ({hidden:,} not listed: --all lists them)" if hidden else ""
-            print(f"{plural(len(findings), 'finding')} by kind: {counts}{more}")
+            print(f"{ts.prefix}: {plural(len(findings), 'finding')} by kind: {counts}{more}")
         if all(f.kind == checks.WARNING for f in findings):
             warned = f" ({plural(len(findings), 'warning')})" if findings else ""
             nodes = sum(len(f.nodes) for f in files)
