@@ -130,9 +130,9 @@ def test_compact_set_folds_by_construction(tmp_path):
 def test_derived_files_are_the_every_rank_files(sets, tmp_path, capsys):
     """A compact set's unwritten ranks, derived from their representatives, are byte for byte the files
     `--all-ranks` writes; `xsim trace` reads them so (validate, info, to-json)."""
-    from xsim.cmd_trace import _whole
+    from xsim.cmd_trace import whole_set
 
-    whole = _whole(discover(sets["homo_compact"], compact=True), None)
+    whole = whole_set(discover(sets["homo_compact"], compact=True), None)
     full = discover(sets["homo_all"])
     for r in range(12):
         assert whole.read(r) == Path(full.paths[r]).read_bytes(), r

@@ -181,8 +181,8 @@ def test_another_sets_deployment_is_refused_by_name(tmp_path: Path) -> None:
 
 def test_set_id_does_not_depend_on_prices_or_cluster(tmp_path: Path) -> None:
     # A what-if edit of deployment.json (a GPU price, the cluster) keeps the set: only the plan counts.
+    from tracegen.set_identity import deployment_set_id
     from tracegen.spec import load_spec
-    from traces.setid import deployment_set_id
 
     spec = _spec(tmp_path)
     a = load_spec(str(spec))

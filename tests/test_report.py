@@ -171,7 +171,7 @@ def test_report_numbers_are_the_summary_and_ranks_tables(tmp_path, capsys) -> No
     assert cells["pipeline bubble (summed over 2 ranks)"] == _fmt_ns(summary["bubble_ns_total"])
     assert cells["straggler waiting, worst rank"] == _fmt_ns(summary["wait_ns_max"])
     # ... which is what `xsim replay` printed.
-    from xsim.cmd_replay import _fmt_ns as cli_ns
+    from xsim.cmd_replay import fmt_ns as cli_ns
 
     bubble_line = next(ln for ln in printed.splitlines() if ln.startswith("pipeline bubble"))
     assert bubble_line.endswith(f"max per rank {cli_ns(summary['bubble_ns_max'])}")

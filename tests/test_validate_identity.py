@@ -115,9 +115,9 @@ def test_no_nan_in_text_or_json(tmp_path, capsys) -> None:
     v.save(tmp_path, plot=False)
     text = (tmp_path / "validation.json").read_text()
     assert "NaN" not in text and json.loads(text)["step_error_pct"] is None
-    from xsim.cmd_validate import _pct
+    from xsim.cmd_validate import fmt_pct
 
-    assert _pct(None) == _pct(math.nan) == "n/a"
+    assert fmt_pct(None) == fmt_pct(math.nan) == "n/a"
 
 
 def test_window_for_traces_without_profiler_steps(ddp, tmp_path, capsys) -> None:

@@ -260,28 +260,6 @@ class FolderKind:
     owns: Callable[[str], bool]  # names this kind of run writes (an earlier run's are replaced, not refused)
 
 
-def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "traces") -> FolderKind:
-    """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
-    and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
-    files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
-    from traces.setid import SET_FILE, read_set_file
-
-    # classes.json: a compact set's class map (traces/classes.py CLASSES_FILE), written by the same `xsim gen`.
-    meta = {"comm_group.json", "deployment.json", "memory.json", "classes.json", SET_FILE}
-    seen: list[bool] = []  # read once, when the folder is checked (under the writers' lock)
-
-    def ours(n: str) -> bool:
-        if not seen:
-            try:
-                prior = read_set_file(os.fspath(out)) if os.path.isdir(out) else None
-            except XsimError:
-                prior = None  # a damaged set.json: its rank files are nobody's, refused without --force
-            seen.append(prior is not None and prior.prefix == name)
-        return n in meta or (seen[0] and n.startswith(f"{name}."))
-
-    return FolderKind(what, ours)
-
-
 def _sibling(out: str, tag: str) -> str:
     parent, base = os.path.split(out)
     return os.path.join(parent, f".{base}.{tag}.")

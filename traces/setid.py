@@ -15,23 +15,17 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from traces import pb
-from traces.errors import TraceSetError
+from traces.errors import TraceSetError, XsimError
+from traces.outputs import FolderKind
 
 SET_FILE = "set.json"
 SET_ID_ATTR = "xsim_set_id"
 SET_RANKS_ATTR = "xsim_set_ranks"
-# Spec keys that shape the generated graph (as tracegen.planner.rewrite.GENERATION_KEYS) plus the name (the
-# files' prefix) and the reshard strategy (the rewrite's inserted collectives); cluster, GPUs, prices and
-# the compute model do not change the files, so a what-if edit of deployment.json keeps the set's id.
-PLAN_KEYS = (
-    "name", "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel",
-    "allow_uneven_tp", "dp_bucket_bytes", "device_groups", "overlap_grad_reduce", "overlap_param_gather",
-    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "reshard",
-)  # fmt: skip
 _HEAD_BYTES = 1 << 16  # a GlobalMetadata is a version string and a few attributes
 _FIRST_READ = 512  # one small read per rank file: tens of thousands of ranks stay cheap
 
@@ -51,15 +45,6 @@ def make_set_id(plan: str, ranks: int, variant: str) -> str:
     h = hashlib.sha256(f"xsim-set/1\n{ranks}\n{variant}\n".encode())
     h.update(plan.encode("utf-8"))
     return h.hexdigest()[:16]
-
-
-def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
-    """The id of the set a resolved Deployment generates (or rewrites) under `variant`."""
-    from tracegen.spec import spec_to_mapping
-
-    m = spec_to_mapping(dep)
-    plan = json.dumps({k: m.get(k) for k in PLAN_KEYS}, sort_keys=True, separators=(",", ":"))
-    return make_set_id(plan, ranks, variant)
 
 
 def stamp(meta: pb.GlobalMetadata | None, identity: SetIdentity) -> pb.GlobalMetadata:
@@ -160,10 +145,10 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
     return sid, ranks
 
 
-def check_identity(trace_set: Any, deployment: Any = None) -> SetIdentity | None:
+def check_identity(trace_set: Any, plan_id: Callable[[int, str], str] | None = None) -> SetIdentity | None:
     """Refuse a file of `trace_set` (a traces.traceset.TraceSet) that does not belong to it, naming it:
     each existing file's id against set.json (or, without one, against rank 0's), the rank count, and a
-    deployment.json (`deployment`, loaded) of another plan. Returns the set's identity, None for a set
+    deployment.json of another plan (`plan_id`: its id for (ranks, variant), tracegen.set_identity.plan_id_of). Returns the set's identity, None for a set
     written without ids (an older xsim, ASTRA-sim's examples)."""
     from traces.io import DEPLOYMENT_FILE
 
@@ -202,8 +187,8 @@ def check_identity(trace_set: Any, deployment: Any = None) -> SetIdentity | None
             f"(a stale rank of another set?)",
             path=extra,
         )
-    if deployment is not None and ident.variant != "import":
-        want = deployment_set_id(deployment, ident.ranks, ident.variant)
+    if plan_id is not None and ident.variant != "import":
+        want = plan_id(ident.ranks, ident.variant)
         if want != ident.set_id:
             raise TraceSetError(
                 f"describes another plan than these traces (set id {want}, the traces' is {ident.set_id}): "
@@ -211,3 +196,23 @@ def check_identity(trace_set: Any, deployment: Any = None) -> SetIdentity | None
                 path=os.path.join(folder, DEPLOYMENT_FILE),
             )
     return ident
+
+
+def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "traces") -> FolderKind:
+    """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
+    and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
+    files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
+    # classes.json: a compact set's class map (traces/classes.py CLASSES_FILE), written by the same `xsim gen`.
+    meta = {"comm_group.json", "deployment.json", "memory.json", "classes.json", SET_FILE}
+    seen: list[bool] = []  # read once, when the folder is checked (under the writers' lock)
+
+    def ours(n: str) -> bool:
+        if not seen:
+            try:
+                prior = read_set_file(os.fspath(out)) if os.path.isdir(out) else None
+            except XsimError:
+                prior = None  # a damaged set.json: its rank files are nobody's, refused without --force
+            seen.append(prior is not None and prior.prefix == name)
+        return n in meta or (seen[0] and n.startswith(f"{name}."))
+
+    return FolderKind(what, ours)

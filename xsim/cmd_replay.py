@@ -101,7 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, fast_exit=True)
 
 
-def _fmt_ns(ns: int) -> str:
+def fmt_ns(ns: int) -> str:
+    """A duration as the summary prints it: exact ns, and in the largest unit (s, ms, us) it reaches."""
     for unit, scale in (("s", 10**9), ("ms", 10**6), ("us", 10**3)):
         if ns >= scale:
             return f"{ns:,} ns ({ns / scale:.3f} {unit})"
@@ -152,22 +153,22 @@ def _print_summary(result, path: str) -> None:
         )
     elif perf.get("fold") == "unfolded":
         print(f"not folded         {perf['fold_reason']}")
-    print(f"iteration time     {_fmt_ns(s['iteration_time_ns'])}")
+    print(f"iteration time     {fmt_ns(s['iteration_time_ns'])}")
     print(
         f"bytes moved        {_fmt_bytes(s['bytes_moved'])} in {s['num_collectives']:,} collectives "
         f"and {s['num_p2p']:,} P2P transfers"
     )
     n = s["num_ranks"]
     print(
-        f"straggler waiting  {_fmt_ns(s['wait_ns_total'])} summed over {n} ranks, "
-        f"max per rank {_fmt_ns(s['wait_ns_max'])}"
+        f"straggler waiting  {fmt_ns(s['wait_ns_total'])} summed over {n} ranks, "
+        f"max per rank {fmt_ns(s['wait_ns_max'])}"
     )
     # Idle time inside a rank's compute span is a pipeline bubble only when there is a pipeline (the rule
     # of replay.export.breakdown.is_pipelined: several stages or any P2P transfer).
     pipelined = result.num_stages > 1 or s["num_p2p"] > 0
     label = "pipeline bubble   " if pipelined else "idle in compute   "
     print(
-        f"{label} {_fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {_fmt_ns(s['bubble_ns_max'])}"
+        f"{label} {fmt_ns(s['bubble_ns_total'])} summed over {n} ranks, max per rank {fmt_ns(s['bubble_ns_max'])}"
     )
     cols = result.rank_arrays
     _print_time_split(cols)

@@ -93,12 +93,12 @@ def _load(path: str, comm_groups: str | None = None):
 
     ts = discover(path, compact=True)
     if ts.classes is not None:
-        ts = _whole(ts, comm_groups)
+        ts = whole_set(ts, comm_groups)
     n = ts.num_ranks
     return ts, list(track((ts.load(r) for r in range(n)), "reading traces", n))
 
 
-def _whole(ts, comm_groups: str | None):
+def whole_set(ts, comm_groups: str | None):
     """A compact set with its unwritten ranks' files derived from their representatives' (as `xsim gen
     --all-ranks` writes them; replay.simulation.compact_source), so every rank can be read."""
     from replay import DurationModel, ReplayConfig
@@ -160,10 +160,13 @@ def _validate(args: argparse.Namespace) -> int:
     from traces import checks
 
     ts, files = _load(args.path)
+    from tracegen.set_identity import plan_id_of
     from traces.setid import check_identity
     from xsim.api.replaying import load_deployment
 
-    check_identity(ts, load_deployment(ts))  # a file of another set is refused, named, before the checks
+    check_identity(
+        ts, plan_id_of(load_deployment(ts))
+    )  # a file of another set is refused, named, before the checks
     with status("checking graphs, cross-rank matches and a dry replay"):
         findings = validate_set(ts, files, _groups(ts, files, args.comm_groups))
     if args.json:

@@ -52,11 +52,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _row(name: str, m: int, s: int, e: float | None) -> str:
-    err = _pct(e)
+    err = fmt_pct(e)
     return f"  {name:<14} {m / 1e6:>12.3f} {s / 1e6:>12.3f} {err:>9}"
 
 
-def _pct(e: float | None) -> str:
+def fmt_pct(e: float | None) -> str:
     """A signed error, or "n/a" where none is defined (no measured time): never "nan"."""
     return "n/a" if e is None or (isinstance(e, float) and not math.isfinite(e)) else f"{e:+.2f}%"
 
@@ -88,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     for r in v.steps.iter_rows(named=True):
         who = "job" if r["rank"] == -1 else f"r{r['rank']}"
         print(_row(f"{who} step {r['step']}", r["measured_ns"], r["simulated_ns"], r["error_pct"]))
-    print(f"step-time error {_pct(v.step_error_pct())}" + (" (the --window as one step)" if window else ""))
+    print(
+        f"step-time error {fmt_pct(v.step_error_pct())}" + (" (the --window as one step)" if window else "")
+    )
     if args.out:
         names = ", ".join(os.path.basename(p) for p in written)
         print(f"wrote {args.out}: {names}")

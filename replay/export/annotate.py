@@ -30,8 +30,8 @@ def write_annotated(
     import shutil
 
     from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
-    from traces.outputs import trace_set_kind, whole_folder
-    from traces.setid import SET_FILE
+    from traces.outputs import whole_folder
+    from traces.setid import SET_FILE, trace_set_kind
 
     d = os.fspath(out_dir)
     if not result.paths:

@@ -88,9 +88,10 @@ def generate(spec, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
+    from tracegen.set_identity import deployment_set_id
     from traces.classes import write_classes
-    from traces.outputs import trace_set_kind, whole_folder
-    from traces.setid import SetIdentity, deployment_set_id, write_set_file
+    from traces.outputs import whole_folder
+    from traces.setid import SetIdentity, trace_set_kind, write_set_file
 
     ranks = num_ranks(dep)
     variant = "gen" if options.rewrite else "gen-raw"
@@ -144,10 +145,11 @@ def rewrite(
     """Rewrite a set generated without the rewrite; writes it with deployment.json as one folder written
     whole (traces.outputs.whole_folder); returns the resolved deployment and the summary."""
     from tracegen.planner.rewrite import rewrite_trace_set
+    from tracegen.set_identity import deployment_set_id, plan_id_of
     from tracegen.spec import save_deployment
     from traces.errors import XsimError
-    from traces.outputs import trace_set_kind, whole_folder
-    from traces.setid import SetIdentity, check_identity, deployment_set_id, write_set_file
+    from traces.outputs import whole_folder
+    from traces.setid import SetIdentity, check_identity, trace_set_kind, write_set_file
     from traces.traceset import discover
 
     cap = None
@@ -162,7 +164,7 @@ def rewrite(
         cap = max_set_metadata_bytes(ts.num_ranks)  # the set's own: grows with it
     dep = load_spec(spec, cap)
     beside = os.path.join(ts.directory, DEPLOYMENT_FILE)
-    check_identity(ts, load_spec(beside, cap) if os.path.isfile(beside) else None)
+    check_identity(ts, plan_id_of(load_spec(beside, cap) if os.path.isfile(beside) else None))
     dep.reshard = reshard or dep.reshard or "xsim"
     variant = f"rewrite:{dep.reshard}" + ("" if barriers else ":no-barriers")
     name = os.path.basename(ts.prefix)
@@ -189,8 +191,8 @@ def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = N
     result = join(list(et), list(kineto))
     if out is None:
         return result, []
-    from traces.outputs import trace_set_kind, whole_folder
-    from traces.setid import SetIdentity, make_set_id, write_set_file
+    from traces.outputs import whole_folder
+    from traces.setid import SetIdentity, make_set_id, trace_set_kind, write_set_file
 
     prefix = os.fspath(out)
     folder, name = os.path.split(prefix)

@@ -96,9 +96,12 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     options = options or ReplayOptions()
     ts = trace_set if isinstance(trace_set, TraceSet) else load_trace_set(trace_set)
     deployment = load_deployment(ts)
+    from tracegen.set_identity import plan_id_of
     from traces.setid import check_identity
 
-    check_identity(ts, deployment)  # a stale rank, another plan's file or deployment.json: refused, named
+    check_identity(
+        ts, plan_id_of(deployment)
+    )  # a stale rank, another plan's file or deployment.json: refused, named
     config = replay_config(options)
     try:
         network = build_network(
