@@ -592,7 +592,10 @@ def test_default_fold_writes_the_same_annotated_traces_and_timeline(gen_sets, tm
             == 0
         )
     files = sorted(p.name for p in (tmp_path / "plain").iterdir())
-    assert len(files) == 16 + 1 and files == sorted(p.name for p in (tmp_path / "folded").iterdir())
+    # 16 rank files, comm_group.json and the set's deployment.json (issue 27: --annotate keeps the metadata)
+    assert len([f for f in files if f.endswith(".et")]) == 16, files
+    assert {"comm_group.json", "deployment.json"} <= set(files), files
+    assert files == sorted(p.name for p in (tmp_path / "folded").iterdir())
     for f in files:
         assert (tmp_path / "folded" / f).read_bytes() == (tmp_path / "plain" / f).read_bytes(), f
     assert (tmp_path / "folded.json").read_bytes() == (tmp_path / "plain.json").read_bytes()
