@@ -1,6 +1,7 @@
 """Render the screenshots in docs/img/ with real viewers: the Figure 1 replay in speedscope (its own format,
 Left Heavy over all ranks: op kinds by summed time), the HTML report in headless Chromium, plus the
-validation figure of the bundled 2-rank PyTorch run.
+validation figure of the bundled 2-rank PyTorch run and the Pareto plot of the bundled sweep
+(examples/decide/sweep_a100_h100.yaml, `xsim sweep`'s own PNG).
 
 Needs Chromium and speedscope (`.ci/run` installs both; see tests/browser.py). Run from the repository root:
     python scripts/render_screenshots.py [--out docs/img]
@@ -80,11 +81,25 @@ def render(out: Path) -> list[Path]:
         if r.returncode or errors:
             raise SystemExit(f"chromium: exit {r.returncode}, console errors {errors}")
         made.append(out / "report.png")
+    made.append(render_pareto(out))
     return made
+
+
+def render_pareto(out: Path) -> Path:
+    """The bundled sweep's Pareto plot (tokens/s against $/Mtok, identical results merged and labelled)."""
+    with tempfile.TemporaryDirectory(prefix="xsim-sweep-") as tmp:
+        sweep = REPO / "examples" / "decide" / "sweep_a100_h100.yaml"
+        _run(["sweep", str(sweep), "--out", str(Path(tmp) / "sweep"), "--workers", "1"])
+        shutil.copy(Path(tmp) / "sweep" / "pareto.png", out / "sweep-pareto.png")
+    return out / "sweep-pareto.png"
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(REPO / "docs" / "img"), help="folder for the PNGs")
-    for p in render(Path(ap.parse_args().out)):
+    ap.add_argument(
+        "--only-pareto", action="store_true", help="only the sweep's Pareto plot (no browser needed)"
+    )
+    args = ap.parse_args()
+    for p in [render_pareto(Path(args.out))] if args.only_pareto else render(Path(args.out)):
         print(p)

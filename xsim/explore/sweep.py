@@ -469,23 +469,30 @@ def plot_pareto(rows: pl.DataFrame, path: str, inputs: tuple[str, ...] = ()) -> 
     if ok.is_empty():
         return None
     front = set(pareto_keys(ok))
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     points = merged_points(ok)
+    # Every point numbered on the axes (in order of time), its plans named in a key below them: long plan
+    # names beside the points ran off the figure and over each other. Identical results are one point.
+    key_lines = [f"{i}{' *' if front & set(p.keys) else ''}  {p.label}" for i, p in enumerate(points, 1)]
+    fig = plt.figure(figsize=(8.0, 4.4 + 0.17 * len(key_lines)))
+    ax = fig.add_axes(
+        (0.1, 1 - 3.6 / (4.4 + 0.17 * len(key_lines)), 0.86, 3.1 / (4.4 + 0.17 * len(key_lines)))
+    )
     xs = [p.time_s for p in points]
     ys = [p.usd_per_mtok for p in points]
     ax.scatter(xs, ys, s=18, color="0.6", label="plans")
-    for p in points:  # every point labelled; identical results are one point with all their names
-        ax.annotate(
-            p.label, (p.time_s, p.usd_per_mtok), fontsize=7, xytext=(4, 3), textcoords="offset points"
-        )
+    for i, p in enumerate(points, 1):
+        ax.annotate(str(i), (p.time_s, p.usd_per_mtok), fontsize=8, xytext=(4, 3), textcoords="offset points")
     pf = sorted((p.time_s, p.usd_per_mtok) for p in points if front & set(p.keys))
     ax.plot([p[0] for p in pf], [p[1] for p in pf], "o-", color="C3", label="Pareto front")
     ax.set_xlabel("iteration time (s)")
     ax.set_ylabel("$ per million tokens")
     on_front = sum(1 for p in points if front & set(p.keys))
-    ax.set_title(f"{len(ok)} plans at {len(points)} distinct points, {on_front} on the front")
+    ax.set_title(f"{len(ok)} plans at {len(points)} distinct points, {on_front} on the front (*)")
     ax.legend()
-    fig.tight_layout()
+    fig.text(
+        0.02, 0.01, "\n".join(line if len(line) <= 150 else line[:147] + "..." for line in key_lines),
+        fontsize=6.5, family="monospace", va="bottom",
+    )  # fmt: skip
     path = plot_path(path)
     import io
 
