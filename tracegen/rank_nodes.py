@@ -21,6 +21,7 @@ import numpy as np
 from traces import pb
 from traces.et_stream_pb2 import NodeBatch
 from traces.stream import frame_length, frame_lengths
+from traces.wire import BATCH_NODE_TAG, read_varint32
 
 
 @dataclass(frozen=True)
@@ -38,18 +39,11 @@ class Records:
         tags, bodies = [], []
         pos, end = 0, len(batch)
         while pos < end:
-            if batch[pos] != 0x0A:  # pragma: no cover - NodeBatch.SerializeToString writes only field 1
+            head = read_varint32(batch, pos + 1) if batch[pos] == BATCH_NODE_TAG else None
+            if head is None:  # pragma: no cover - NodeBatch.SerializeToString writes only field 1
                 raise ValueError(f"byte {pos}: not a NodeBatch record")
             tags.append(pos)
-            pos += 1
-            length, shift = 0, 0
-            while True:
-                b = batch[pos]
-                pos += 1
-                length |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
+            length, pos = head
             bodies.append(pos - len(tags))  # the tags before it are gone in the framed form
             pos += length
         framed = np.delete(np.frombuffer(batch, dtype=np.uint8), tags).tobytes() if tags else b""

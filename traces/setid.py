@@ -93,22 +93,11 @@ def read_set_file(folder: str) -> SetIdentity | None:
     return ident
 
 
-def _varint(buf: bytes, path: str) -> tuple[int, int]:
-    value = shift = pos = 0
-    while True:
-        if pos >= len(buf) or pos >= 10:
-            raise TraceSetError("file too short for a GlobalMetadata", path=path)
-        b = buf[pos]
-        value |= (b & 0x7F) << shift
-        pos += 1
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-
-
 def file_identity(path: str) -> tuple[str | None, int | None]:
     """(set id, rank count) from a rank file's GlobalMetadata, (None, None) without them (JSON views too)."""
     from google.protobuf.message import DecodeError
+
+    from traces.wire import read_varint32
 
     try:
         with open(path, "rb") as fh:
@@ -119,10 +108,10 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
                 buf = src.read(_FIRST_READ)
                 if buf[:1] in (b"{", b"[", b" ", b"\n", b""):
                     return None, None  # xsim's JSON view or Chakra feeder JSON (or empty): no attributes
-                try:
-                    n, pos = _varint(buf, path)
-                except TraceSetError:
+                frame = read_varint32(buf, 0)
+                if frame is None:
                     return None, None  # the full reader names the damage
+                n, pos = frame
                 if pos + n > _HEAD_BYTES:
                     return None, None  # not xsim's small metadata: the full reader judges the file
                 if pos + n > len(buf):
