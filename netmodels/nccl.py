@@ -18,7 +18,8 @@ its hardware rates; the models read the rates NCCL gets from `effective_link_ban
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -528,6 +529,9 @@ class NvlsGraph:
     channels: int
     bw_intra: float
     bw_inter: float
+    # The slowest NIC path of the heads (GB/s; inf on one node): NCCL's minNetBw, which its Blackwell
+    # multi-node NVLS tuning reads (ncclNvlsTreeSm100Tuning). Not part of the graph's identity.
+    nic_gbps: float = field(default=float("inf"), compare=False)
 
 
 def nvls_graph(arch: str, local: int, nodes: int, nvlink_gbps: float, nic_gbps: float, heads: int):
@@ -576,7 +580,7 @@ def nvls_graph(arch: str, local: int, nodes: int, nvlink_gbps: float, nic_gbps: 
     faster = [s for s in sorted(speeds) if s > inter and s <= cap]
     while faster and inter < 2 * bw:
         inter = faster.pop(0)
-    return NvlsGraph("nvls" if nodes == 1 else "nvls_tree", arch, local, nodes, k, bw, inter)
+    return NvlsGraph("nvls" if nodes == 1 else "nvls_tree", arch, local, nodes, k, bw, inter, nic_gbps)
 
 
 def nvls_parts_gbps(g: NvlsGraph, kind: str, p: int) -> tuple[float, float]:
@@ -607,6 +611,120 @@ def nvls_bytes(kind: str, size: float, p: int) -> float:
     """The bytes NCCL's model divides by the bandwidth: the whole buffer (Chakra's AllGather size is the
     per-rank input)."""
     return size * p if kind == "all_gather" else float(size)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# How NVLS's kernel pipelines a collective in chunks (NVIDIA/nccl at NCCL 2.30.7, read, not copied):
+#   src/transport/nvls.cc  ncclNvlsTuning: the CTAs (runtime channels) NVLS runs, 16 on Hopper
+#                          (NVLS_NCHANNELS_SM90), 24 on one Blackwell node (NVLS_NCHANNELS_SM100_NVL), 32
+#                          across Blackwell nodes (NVLS_NCHANNELS_SM100) unless ncclNvlsTreeSm100Tuning
+#                          changes it; NCCL_NVLS_CHUNKSIZE 128 KiB; NVLS_TREE's chunk at most 64 KiB from 4
+#                          nodes (treeMaxChunkSize's fallback).
+#   src/enqueue.cc         scheduleCollTasksToPlan: one collective's bytes split evenly over the CTAs
+#                          (contiguous blocks); calcCollChunking, called per CTA: the chunk shrinks when a
+#                          CTA's bytes are few per head (64/8/2 x heads x chunk for NVLS, 32/16/4/1 for
+#                          NVLS_TREE); the chunk starts at the Simple step, DEFAULT_BUFFSIZE 4 MiB / NCCL_STEPS 8.
+#   src/device/all_reduce.h, reduce_scatter.h, all_gather.h  the NVLS kernels: per CTA, warp groups a
+#                          chunk passes through in turn (AllReduce: scatter into the NVLS buffer, the head's
+#                          multimem reduce + multicast store, gather out; ReduceScatter: scatter, reduce;
+#                          AllGather: multicast store, gather); each loop gives every head one chunk; the
+#                          last, partial loop gives each head ceil(rest / heads) aligned up to 16 KiB (one
+#                          node; 16 bytes for NVLS_TREE), so the first heads carry it.
+#   src/graph/connect.cc   NVLS_TREE: CTA c runs tree c % 2 of NCCL's double binary tree over the nodes
+#                          (trees.cc), whose reduce warps send a chunk up and bcast warps bring it down.
+NVLS_CTAS: dict[str, int] = {"hopper": 16, "blackwell": 24}  # one node
+NVLS_CTAS_MULTI_NODE: dict[str, int] = {"hopper": 16, "blackwell": 32}
+NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE's default
+SIMPLE_STEP_BYTES = (1 << 22) // 8  # DEFAULT_BUFFSIZE / NCCL_STEPS: where calcCollChunking's chunk starts
+NVLS_LAST_ALIGN: dict[str, int] = {"nvls": 16384, "nvls_tree": 16}  # bytes, the partial loop's chunk
+NVLS_STAGES: dict[str, int] = {"all_reduce": 3, "reduce_scatter": 2, "all_gather": 2}  # one node
+
+
+@dataclass(frozen=True)
+class NvlsRuntime:
+    """How NCCL runs an NVLS collective: CTAs, chunk bytes per head and step, and warp-group stages a chunk
+    passes through on its way (fill and drain of the pipeline)."""
+
+    ctas: int
+    chunk: int
+    stages: int
+
+
+def nvls_tree_depth(nodes: int) -> int:
+    """Levels below the root of NCCL's double binary tree over `nodes` (the deeper of its two trees)."""
+    from netmodels.algorithms import in_order_tree, tree_levels
+
+    if nodes < 2:
+        return 0
+    return max(max(tree_levels(in_order_tree(nodes, r))[1]) for r in (True, False))
+
+
+def nvls_runtime(g: NvlsGraph, kind: str, nbytes: float) -> NvlsRuntime:
+    """The CTAs, chunk and pipeline stages NCCL runs an NVLS collective of `nbytes` (the whole buffer) with.
+
+    NVLS_TREE's stages: scatter, the leaf head's reduce and send up, one reduce per tree level above it to
+    the root, the root's reduce and multicast, one receive-and-multicast per level back down, gather:
+    3 + 2 x depth. Blackwell across nodes follows ncclNvlsTreeSm100Tuning with the GPUs and NICs behind one
+    PCIe switch (PATH_PXB, as on DGX systems).
+    """
+    tree = g.algorithm == "nvls_tree"
+    ctas = (NVLS_CTAS_MULTI_NODE if tree else NVLS_CTAS)[g.arch]
+    chunk = NVLS_CHUNK_BYTES
+    tree_max = 65536 if g.nodes >= 4 else chunk
+    if tree and g.arch == "blackwell":
+        nic, ppn = g.nic_gbps, g.local
+        if g.nodes == 2 and nic >= 48.0:
+            ctas, tree_max = 32, 128 * 1024
+            if ppn <= 4:
+                chunk = tree_max = 256 * 1024
+            elif ppn >= 16 or (ppn <= 8 and nic < 96.0):
+                tree_max = 65536
+        elif nic >= 96.0:
+            if ppn <= 8:
+                ctas, chunk, tree_max = 24, 256 * 1024, 256 * 1024
+            else:
+                ctas, tree_max = 32, (128 * 1024 if ppn < 32 else 65536)
+        elif nic >= 48.0:
+            ctas, tree_max = 24, 65536
+    per_cta = nbytes / ctas
+    heads = g.channels
+    if tree:
+        c = min(chunk, tree_max)
+        for times, floor in ((32, 262144), (16, 131072), (4, 65536), (1, 32768)):
+            if per_cta < times * heads * c and c > floor:
+                c = floor
+        stages = 3 + 2 * nvls_tree_depth(g.nodes)
+    else:
+        c = min(SIMPLE_STEP_BYTES, chunk)
+        for times, floor in ((64, 65536), (8, 32768), (2, 16384)):
+            if per_cta < times * heads * c and c > floor:
+                c = floor
+        stages = NVLS_STAGES[kind]
+    return NvlsRuntime(ctas, c, stages)
+
+
+def nvls_pipeline_factor(g: NvlsGraph, kind: str, nbytes: float) -> float:
+    """How much longer than its bandwidth time an NVLS collective takes as its chunks pipeline: >= 1.
+
+    Per CTA, each head's chunks stream through the kernel's warp groups one after another; in the steady
+    state every group keeps the bottleneck's pace, c / r for a chunk of c bytes at the per-head rate r.
+    With n full loops and a partial one whose largest per-head chunk is m, a CTA's heads need
+    (n c + m) / r, plus (stages - 1) x c1 / r for the first chunk (c1) to reach the last group and the
+    last to leave the first: the pipeline's fill and drain. Perfectly balanced, without fill, the CTA's
+    bytes / heads would take (bytes / heads) / r, NCCL's bandwidth time; the factor is the ratio.
+    """
+    rt = nvls_runtime(g, kind, nbytes)
+    heads = g.channels
+    per_cta = nbytes / rt.ctas
+    if per_cta <= 0:
+        return 1.0
+    loop = heads * rt.chunk
+    full = int(per_cta // loop)
+    rest = per_cta - full * loop
+    align = NVLS_LAST_ALIGN[g.algorithm]
+    last = min(math.ceil(math.ceil(rest / heads) / align) * align, rest) if rest > 0 else 0.0
+    first = rt.chunk if full else last
+    return (full * rt.chunk + last + (rt.stages - 1) * first) / (per_cta / heads)
 
 
 def predicted_nvls_ns(g: NvlsGraph, kind: str, p: int, size: float, bw_ns: float | None = None) -> float:
@@ -717,7 +835,10 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
         sizes.append(x * float((bw[idx] / used[idx]).min()) if len(idx) else 0.0)
     src = np.array([a for a, _ in pairs + inter], dtype=np.int64)
     dst = np.array([b for _, b in pairs + inter], dtype=np.int64)
-    lat = np.full(len(src), nvls_latency_us(g, p / g.nodes) * 1e3)
+    # NCCL's latency, plus the chunk pipeline's fill and drain and its last loop's imbalance
+    # (nvls_pipeline_factor) at NCCL's bandwidth: time in which the links wait, not bytes they carry.
+    fill = (nvls_pipeline_factor(g, kind, nbytes) - 1.0) * nbytes / min(intra_gbps, inter_gbps)
+    lat = np.full(len(src), nvls_latency_us(g, p / g.nodes) * 1e3 + fill)
     # reduce=False: the NVSwitch reduces (and, across nodes, the heads reduce what the tree brings in at
     # the pace of the network), so the GPUs' reduction bandwidth option does not apply.
     stage = Stage(src, dst, np.array(sizes), False, 1, False, False, lat)
