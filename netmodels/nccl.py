@@ -638,6 +638,9 @@ NVLS_CHUNK_BYTES = 128 * 1024  # NCCL_NVLS_CHUNKSIZE's default
 SIMPLE_STEP_BYTES = (1 << 22) // 8  # DEFAULT_BUFFSIZE / NCCL_STEPS: where calcCollChunking's chunk starts
 NVLS_LAST_ALIGN: dict[str, int] = {"nvls": 16384, "nvls_tree": 16}  # bytes, the partial loop's chunk
 NVLS_STAGES: dict[str, int] = {"all_reduce": 3, "reduce_scatter": 2, "all_gather": 2}  # one node
+# scheduleCollTasksToPlan's cell, the least a CTA is given: MinTrafficPerChannel 32 KiB over the traffic per
+# byte (AllReduce 2; ReduceScatter/AllGather the ranks, per rank's bytes: 32 KiB of the whole buffer).
+NVLS_MIN_CTA_BYTES: dict[str, int] = {"all_reduce": 16384, "reduce_scatter": 32768, "all_gather": 32768}
 
 
 @dataclass(frozen=True)
@@ -648,6 +651,11 @@ class NvlsRuntime:
     ctas: int
     chunk: int
     stages: int
+
+
+def nvls_cta_bytes(kind: str, nbytes: float, ctas: int) -> float:
+    """The bytes of the fullest CTA: an even share, but at least one cell (or the whole buffer)."""
+    return max(nbytes / ctas, min(float(nbytes), NVLS_MIN_CTA_BYTES[kind]))
 
 
 def nvls_tree_depth(nodes: int) -> int:
@@ -686,7 +694,7 @@ def nvls_runtime(g: NvlsGraph, kind: str, nbytes: float) -> NvlsRuntime:
                 ctas, tree_max = 32, (128 * 1024 if ppn < 32 else 65536)
         elif nic >= 48.0:
             ctas, tree_max = 24, 65536
-    per_cta = nbytes / ctas
+    per_cta = nvls_cta_bytes(kind, nbytes, ctas)
     heads = g.channels
     if tree:
         c = min(chunk, tree_max)
@@ -711,20 +719,22 @@ def nvls_pipeline_factor(g: NvlsGraph, kind: str, nbytes: float) -> float:
     With n full loops and a partial one whose largest per-head chunk is m, a CTA's heads need
     (n c + m) / r, plus (stages - 1) x c1 / r for the first chunk (c1) to reach the last group and the
     last to leave the first: the pipeline's fill and drain. Perfectly balanced, without fill, the CTA's
-    bytes / heads would take (bytes / heads) / r, NCCL's bandwidth time; the factor is the ratio.
+    bytes / heads would take (bytes / heads) / r, NCCL's bandwidth time; the factor is the ratio. A CTA
+    holds at least one cell (NVLS_MIN_CTA_BYTES), so tiny collectives run on fewer, fuller CTAs.
     """
     rt = nvls_runtime(g, kind, nbytes)
     heads = g.channels
-    per_cta = nbytes / rt.ctas
-    if per_cta <= 0:
+    balanced = nbytes / rt.ctas
+    if balanced <= 0:
         return 1.0
+    per_cta = nvls_cta_bytes(kind, nbytes, rt.ctas)
     loop = heads * rt.chunk
     full = int(per_cta // loop)
     rest = per_cta - full * loop
     align = NVLS_LAST_ALIGN[g.algorithm]
     last = min(math.ceil(math.ceil(rest / heads) / align) * align, rest) if rest > 0 else 0.0
     first = rt.chunk if full else last
-    return (full * rt.chunk + last + (rt.stages - 1) * first) / (per_cta / heads)
+    return (full * rt.chunk + last + (rt.stages - 1) * first) / (balanced / heads)
 
 
 def predicted_nvls_ns(g: NvlsGraph, kind: str, p: int, size: float, bw_ns: float | None = None) -> float:

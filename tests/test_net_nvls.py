@@ -268,6 +268,10 @@ def test_nvls_chunk_pipeline_hand_computed():
     g = nvls_group_graph(topology_from_spec("dgx-h100:1"), tuple(range(8)))
     mib = 1 << 20
     cases = {  # size: (chunk, factor)
+        # 64 KiB: a CTA holds at least one 16 KiB cell (MinTrafficPerChannel 32 KiB / 2 bytes of traffic per
+        # byte), so 4 CTAs of 16 KiB, not 16 of 4 KiB; one partial loop whose first head takes it all
+        # (2 KiB per head aligned up to 16 KiB): 3 x 16 KiB against the balanced 4 KiB / 8 heads: 96.
+        64 * 1024: (16384, 96.0),
         1 * mib: (16384, 6.0),  # 64 KiB per CTA: one partial loop, 8 KiB per head aligned up to 16 KiB: 3 x 2
         2 * mib: (16384, 3.0),  # 128 KiB per CTA: one loop of 16 KiB chunks, (1 + 2) / 1
         4 * mib: (16384, 2.0),  # 256 KiB: 2 loops, (2 + 2) / 2
