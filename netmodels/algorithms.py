@@ -24,6 +24,7 @@ ALGORITHMS: tuple[str, ...] = (
     "multi_ring",
     "nvls",
     "nvls_tree",
+    "pat",
 )
 # ASTRA-sim's spellings (system JSON) and common short names map onto ours.
 ALIASES: dict[str, str] = {
@@ -36,6 +37,7 @@ ALIASES: dict[str, str] = {
     "NVLS": "nvls",
     "NVLSTree": "nvls_tree",
     "nvlstree": "nvls_tree",
+    "PAT": "pat",
 }
 # Every kind runs as a ring or as direct transfers; the others are specialised algorithms.
 _ALL_KINDS: frozenset[str] = frozenset(COLLECTIVE_KINDS)
@@ -49,6 +51,8 @@ SUPPORTED: dict[str, frozenset[str]] = {
     # NVLink SHARP (netmodels/nccl.py): NCCL mode on NVSwitch clusters only; the models build its schedule.
     "nvls": frozenset({"all_reduce", "reduce_scatter", "all_gather"}),
     "nvls_tree": frozenset({"all_reduce"}),
+    # NCCL's PAT (netmodels/nccl.py): NCCL mode, one rank per node.
+    "pat": frozenset({"reduce_scatter", "all_gather"}),
 }
 
 
@@ -381,6 +385,15 @@ def build_schedule(
         raise AlgorithmError(
             f"algorithm {base} (NVLink SHARP) runs on NVSwitch clusters with collectives: nccl (dgx-h100)"
         )
+    if base == "pat":
+        if not nccl or hosts is None or len(set(hosts)) != p:
+            raise AlgorithmError(
+                "algorithm pat (NCCL's PAT) runs ReduceScatter/AllGather with one rank per node on clusters "
+                "with collectives: nccl (dgx-a100, dgx-h100)"
+            )
+        from netmodels.nccl import pat_schedule
+
+        return pat_schedule(Schedule(kind, "ring", p, (tuple(_ring(p, kind, size, root)),)))
     if base == "ring" and rings and kind in RAIL_KINDS:
         stages = _ring(p, kind, size / len(rings), root)
         return Schedule(kind, base, p, tuple(tuple(_permuted(stages, o)) for o in rings), shared=True)

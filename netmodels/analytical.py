@@ -30,7 +30,9 @@ from netmodels.nccl import (
     nvls_group_graph,
     nvls_schedule,
     p2p_links,
+    pat_applies,
     predicted_nvls_ns,
+    predicted_pat_ns,
     predicted_ring_ns,
     predicted_tree_ns,
     protocol_factor,
@@ -222,7 +224,18 @@ class AnalyticalModel(ClosedFormModel):
         algos = [sched.algorithm] if forced else ["ring", "double_binary_tree"]
         if not forced and nvls is not None:
             algos.append(nvls.algorithm)
+        if not forced and pat_applies(spec.kind, len(ranks), nodes):
+            algos.append("pat")
         for i, algo in enumerate(algos):
+            if algo == "pat":
+                # PAT runs Simple only (tuning.cc skips its other protocols); timed from the ring's Simple
+                # bandwidth time, as NVLS is from its own.
+                if proto not in (None, "Simple"):
+                    raise AlgorithmError(f"algorithm pat runs the Simple protocol only, not {proto}")
+                x = self._ring_ns_per_byte(spec, ranks) * spec.size_bytes
+                s = sched if algo == sched.algorithm else None
+                cands.append((predicted_pat_ns(len(ranks), x), i * 3 + 2, algo, "Simple", s, 0.0))
+                continue
             if not nccl_protocol_applies(spec.kind, algo):
                 continue
             if algo in NVLS_ALGORITHMS:
@@ -254,6 +267,9 @@ class AnalyticalModel(ClosedFormModel):
         if algo in NVLS_ALGORITHMS:
             s = s if s is not None else self._nvls(spec, ranks, algo)
             return s, algo, pr, 1.0  # the schedule carries NVLS's latency and bandwidth already
+        if algo == "pat":
+            s = s if s is not None else self._build(spec, ranks, "pat")
+            return s, algo, pr, 1.0  # the schedule carries PAT's latency and bandwidth already
         factor = protocol_factor(s, pr, nodes, spec.size_bytes, x, ll_max, caps)
         return with_protocol(s, pr, hosts, factor), algo, pr, factor
 

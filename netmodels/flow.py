@@ -545,7 +545,7 @@ class FlowModel:
                 sched = build_schedule(
                     kind, base, len(ranks), size / self.chunks, root, hosts, rings, nccl=self.nccl
                 )
-            if self.nccl and len(ranks) > 1 and proto is not None:
+            if self.nccl and len(ranks) > 1 and proto is not None and base != "pat":
                 sched = with_protocol(sched, proto, hosts, factor)
             by_stage: dict[int, _StagePlan] = {}
             chans = []

@@ -853,3 +853,70 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
     # the pace of the network), so the GPUs' reduction bandwidth option does not apply.
     stage = Stage(src, dst, np.array(sizes), False, 1, False, False, lat)
     return Schedule(kind, g.algorithm, p, ((stage,),), shared=True)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PAT ("Parallel Aggregated Trees", NCCL 2.23+) for ReduceScatter and AllGather with one GPU per node. Facts
+# from NVIDIA/nccl at NCCL 2.30.7 (read, not copied): src/graph/tuning.cc ncclPatEnable (default on where
+# every rank is on its own node, with host networking), its model (the tree graph's bus bandwidth x 0.75,
+# not converted to algorithm bandwidth for ReduceScatter/AllGather; latency baseLatencies PAT 8.0 us +
+# log2(nodes) x the network latency / 3.5 + 2.8 us per rank, the network latency being the tree's Simple
+# 14 us with one GPU per node), Simple protocol only; src/init.cc: PAT's graph is the tree graph.
+PAT_BASE_US = 8.0
+PAT_PER_RANK_US = 2.8
+PAT_LOG_DIVISOR = 3.5
+PAT_BW_SHARE = 0.75
+PAT_KINDS = ("reduce_scatter", "all_gather")
+
+
+def pat_applies(kind: str, p: int, nodes: int) -> bool:
+    """Whether NCCL's PAT is a candidate: ReduceScatter/AllGather of 2 or more ranks, one per node."""
+    return kind in PAT_KINDS and p > 1 and nodes == p
+
+
+def pat_latency_us(p: int) -> float:
+    """NCCL's PAT latency (us) for p ranks on p nodes."""
+    log2n = int(p).bit_length() - 1
+    return PAT_BASE_US + log2n * TREE_PROTOCOLS["Simple"].net_step_us / PAT_LOG_DIVISOR + PAT_PER_RANK_US * p
+
+
+def pat_wire_factor(p: int) -> float:
+    """PAT's bandwidth time over the ring's: NCCL divides the whole buffer by 0.75 x the bus bandwidth, where
+    the ring moves (p - 1)/p of it at the bus bandwidth. With one GPU per node the tree graph and the ring
+    graph both run at the node's NIC, so the ring's schedule gives the bus bandwidth."""
+    return p / ((p - 1) * PAT_BW_SHARE)
+
+
+def predicted_pat_ns(p: int, ring_bw_ns: float) -> float:
+    """NCCL's predicted PAT time (ns) from the Simple ring's bandwidth time on this fabric."""
+    return pat_latency_us(p) * 1e3 + ring_bw_ns * pat_wire_factor(p)
+
+
+def pat_schedule(ring):
+    """PAT timed as NCCL's model says on the ring's transfers: each rank's bytes x `pat_wire_factor` (PAT
+    moves the ring's bytes per NIC; its aggregated trees are not expressed), NCCL's PAT latency once, on
+    each channel's first step."""
+    from netmodels.algorithms import Schedule, Stage
+
+    factor = pat_wire_factor(ring.p)
+    lat = pat_latency_us(ring.p) * 1e3
+    channels = []
+    for channel in ring.channels:
+        stages = []
+        for k, st in enumerate(channel):
+            wire = st.nbytes * factor
+            if k == 0:
+                first = np.full(len(st.src), lat)
+                stages.append(Stage(st.src, st.dst, wire, st.reduce, 1, st.perm, st.local, first, st.first))
+                if st.repeat > 1:
+                    stages.append(
+                        Stage(
+                            st.src, st.dst, wire, st.reduce, st.repeat - 1, st.perm, st.local, None, st.first
+                        )
+                    )
+            else:
+                stages.append(
+                    Stage(st.src, st.dst, wire, st.reduce, st.repeat, st.perm, st.local, None, st.first)
+                )
+        channels.append(tuple(stages))
+    return Schedule(ring.kind, "pat", ring.p, tuple(channels), ring.shared)

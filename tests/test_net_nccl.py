@@ -9,6 +9,7 @@ import pytest
 from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
 from netmodels.algorithms import build_schedule
 from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
+from netmodels.errors import AlgorithmError
 from netmodels.nccl import rail_rings
 from tracegen import load_spec
 
@@ -388,3 +389,41 @@ def test_bad_collectives_mode_is_one_error_line():
     desc["collectives"] = "mpi"
     with pytest.raises(TopologyError, match="cluster \"collectives\" must be one of ring, nccl, got 'mpi'"):
         build_cluster(desc)
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+def test_pat_for_one_rank_per_node_reduce_scatter_all_gather_hand_computed(model):
+    # 16 DGX H100, one rank per node (a data-parallel group of a TP 8 plan): NCCL's PAT is a candidate for
+    # ReduceScatter/AllGather (tuning.cc ncclPatEnable). Its latency: 8.0 + log2(16) x 14 / 3.5 + 2.8 x 16 =
+    # 68.8 us; its bandwidth: the whole buffer over 0.75 x the bus bandwidth, i.e. the ring's (n-1)/n S / B
+    # times 16 / (15 x 0.75).
+    topo = topology_from_spec("dgx-h100:16")
+    ranks = tuple(range(0, 128, 8))
+    m = model(topo)
+    per_rank = 64 << 10
+    spec = CollectiveSpec("all_gather", per_rank, ranks)
+    # Forced, or chosen: 15 ring steps of 64 KiB over the 50 GB/s NIC, x 16/(15 x 0.75); each step pays the
+    # route's delays (2 x 287.5 ns PCIe + 2 x 368 ns NIC); the PAT latency once.
+    expect = 68_800 + 15 * per_rank / 50.0 * 16 / (15 * 0.75) + 15 * (2 * 287.5 + 2 * 368)
+    assert simulate_collective(m, spec).finish_ns == pytest.approx(expect, abs=1)
+    forced = CollectiveSpec("all_gather", per_rank, ranks, "pat")
+    assert simulate_collective(model(topo), forced).finish_ns == pytest.approx(expect, abs=1)
+    rs = CollectiveSpec("reduce_scatter", 16 * per_rank, ranks)
+    assert simulate_collective(model(topo), rs).finish_ns == pytest.approx(expect, abs=1)
+    # NCCL's choice (predictions in us, X = the ring's Simple bandwidth time 15 x S / 50 GB/s): at 64 KiB
+    # per rank PAT 68.8 + 16 S / 37.5 = 96.8 against ring/LL 6.6 + 15 x 5.0 + X / min(0.5, 20.4 / 50) =
+    # 129.8, LL128 141.5 + X / 0.92 = 162.9, Simple 218.4 + X = 238.1; at 1 MiB per rank ring/LL128
+    # 141.5 + 314.6 / 0.92 = 483.4 beats PAT 68.8 + 447.4 = 516.2.
+    chooser = AnalyticalModel(topo)
+    assert chooser.nccl_choice(spec) == ("pat", "Simple")
+    assert chooser.nccl_choice(CollectiveSpec("all_gather", 1 << 20, ranks)) == ("ring", "LL128")
+    # Not with several ranks per node, not for AllReduce, not outside NCCL mode: one error line.
+    two_per_node = CollectiveSpec("all_gather", per_rank, (0, 1, 8, 9), "pat")
+    with pytest.raises(AlgorithmError, match="one rank per node"):
+        simulate_collective(model(topo), two_per_node)
+    with pytest.raises(AlgorithmError, match="does not implement all_reduce"):
+        simulate_collective(model(topo), CollectiveSpec("all_reduce", per_rank, ranks, "pat"))
+    with pytest.raises(AlgorithmError, match="one rank per node"):
+        simulate_collective(
+            model(topology_from_spec("nodes:4*H100x1")), CollectiveSpec("all_gather", 1, (0, 1), "pat")
+        )
