@@ -38,6 +38,7 @@ from tracegen.moe_ops import (
     EP_TAG_BASE,
     AllToAll,
     MoeStep,
+    fp8_linear_params_ep,
     layer_split,
     moe_layer_steps,
     rank_params_ep,
@@ -1351,6 +1352,8 @@ class _RankProgram:
             shard = sum(b // self.dp for b in self.buckets) if self.buckets else params - expert
             shard += sum(b // self.edp for b in self.expert_buckets) if self.expert_buckets else expert
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
+        if fp8 and self.ep is not None:  # MoE ranks: attention, routed and shared expert linears (issue 28)
+            fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
