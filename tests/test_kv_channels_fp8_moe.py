@@ -104,3 +104,29 @@ def test_fp8_weight_cast_of_a_moe_rank_counts_its_experts_by_hand():
     attn = 64 * 3 * 64 + 64 * 64  # QKV and output projection (4 heads of 16, no GQA)
     experts = 2 * 3 * 64 * 32  # two local experts, SwiGLU gate, up, down
     assert _attr(cast, A.TENSOR_SIZE) == (attn + experts) * (2 + 2)  # read BF16, write FP8 and transpose
+
+
+def test_overlap_param_gather_gathers_expert_buckets_ahead_on_the_expert_dp_group_by_hand():
+    """overlap_param_gather with experts: the routed experts' bucket is all-gathered over the expert-DP group
+    ahead of its first forward use (its own chain, as Megatron-Core chains the expert bucket groups), not
+    after the optimizer step; the dense bucket as before."""
+    model = {**MOE, "layers": 2}
+    spec = {"model": model, "parallel": {"gpu": "H100", "dp": 4, "ep": 2}, "micro_batches": 2,
+            "distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True}  # fmt: skip
+    bundle = generate(load_spec(spec), rewrite=False)
+    nodes = list(bundle.nodes[0])
+    by_name = {nd.name: nd for nd in nodes}
+    gather = by_name["expert_dp_param_allgather.bucket0"]
+    # EP rank 0 holds experts 0 and 1 of both layers: 2 x 2 x 3 x 64 x 32 = 24,576 parameters, padded to a
+    # multiple of lcm(expert-DP 2, 128) (unchanged), each rank's half in BF16: 12,288 x 2 B
+    assert _attr(gather, A.COMM_SIZE) == 24_576 // 2 * 2
+    members = bundle.comm_groups[_attr(gather, A.PG_NAME)]
+    assert tuple(members) == (0, 2)  # replicas 0 and 2 hold the same experts (EP index 0)
+    first = by_name["L1.attn_norm.fwd.mb0"]
+    assert gather.id in first.data_deps  # the first MoE layer's first op waits for its experts
+    dense = by_name["dp_param_allgather.bucket0"]  # one dense bucket (small model), waited by the embedding
+    assert any(dense.id in nd.data_deps for nd in nodes if nd.name.startswith("embedding"))
+    assert (
+        sum(1 for nd in nodes if nd.name.startswith("expert_dp_param_allgather")) == 1
+    )  # none after the step
+    assert "expert_dp_grad_reducescatter.bucket0" in by_name

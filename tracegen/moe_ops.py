@@ -355,8 +355,8 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     for dg in groups:
         if moe.expert_ffn % dg.tp or moe.shared_width % dg.tp:
             return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
-    if getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
-        return "MoE layers with sharding or overlap_param_gather are not supported yet"
+    if getattr(dep, "sharding", "none") not in ("", "none"):
+        return "MoE layers with sharding are not supported yet"
     layout = [chunk_ranges(d) for d in reps[0]]
     if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
         return (
