@@ -145,7 +145,9 @@ def layer_activation_bytes(
     # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
     # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
     mlp = (6 if m.activation == "swiglu" else 4) * s * b * f
-    sharded = 2 * sbh + 4 * sbh * kv + 2 * sbh + mlp
+    # (Q and the output projection's input are heads x head_dim wide: hidden unless kv_channels sets it.)
+    sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
+    sharded = 2 * sbq + 4 * sbq * kv + 2 * sbq + mlp
     if recompute != "selective":
         if flash:
             sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)

@@ -38,11 +38,14 @@ class ModelArch:
     linear_bias: bool = False  # GPT-style biases on every linear layer
     moe: MoeSpec | None = None  # mixture of experts (tracegen/moe.py); None: a dense MLP in every layer
     mla: MlaSpec | None = None  # multi-head latent attention (DeepSeek); None: MHA / GQA
+    # Width of one attention head when it is not hidden / heads (Megatron's --kv-channels; Qwen3: 128 with
+    # hidden 2048 and 32 heads, Megatron-MoE-ModelZoo model_configs Qwen3-30B-A3B.yaml); 0: hidden / heads.
+    kv_channels: int = 0
 
     @property
     def head_dim(self) -> int:
         """Width of one attention head."""
-        return self.hidden // self.heads
+        return self.kv_channels or self.hidden // self.heads
 
     @property
     def rope(self) -> bool:
@@ -242,6 +245,7 @@ def model_from_message(model: Any) -> ModelArch:
         linear_bias=bool(bias),
         moe=moe_from_message(model.moe) if _has(model, "moe") else None,
         mla=mla_from_message(model.mla) if _has(model, "mla") else None,
+        kv_channels=int(getattr(model, "kv_channels", 0) or 0),
     )
 
 
@@ -268,6 +272,13 @@ def check_model(m: ModelArch) -> ModelArch:
             raise CatalogError(f"model {m.name!r}: {k} must be a positive 32-bit integer, got {v!r}")
     if m.hidden % m.heads:
         raise CatalogError(f"model {m.name!r}: {m.heads} heads do not divide hidden {m.hidden}")
+    kvc = m.kv_channels
+    if not isinstance(kvc, int) or isinstance(kvc, bool) or not 0 <= kvc < 2**31:
+        raise CatalogError(f"model {m.name!r}: kv_channels must be a 32-bit integer >= 0, got {kvc!r:.60}")
+    if kvc and m.mla is not None:
+        raise CatalogError(
+            f"model {m.name!r}: kv_channels does not apply to MLA attention (its own head widths)"
+        )
     if m.heads % m.kv_heads:
         raise CatalogError(f"model {m.name!r}: {m.kv_heads} KV heads do not divide {m.heads} heads")
     if m.activation not in ACTIVATIONS:

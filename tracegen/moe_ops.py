@@ -23,7 +23,21 @@ from dataclasses import dataclass, replace
 
 from tracegen.models import ModelArch
 from tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
-from tracegen.ops import ELEM_FLOPS, Comm, Ctx, Op, Shard, Step, _elem, _gemm, _kern, layer_steps, rank_params
+from tracegen.ops import (
+    ELEM_FLOPS,
+    Comm,
+    Ctx,
+    Op,
+    Shard,
+    Step,
+    _elem,
+    _fp8_cast,
+    _gemm,
+    _kern,
+    layer_steps,
+    linear_params,
+    rank_params,
+)
 
 # P2P tags of the all-to-alls: far above the pipeline's 2 * (chunk * M + mb) + direction tags.
 EP_TAG_BASE = 1 << 30
@@ -119,13 +133,22 @@ def moe_block(
             [Comm("moe_tp_scatter", "all_gather", max(got) * h * b)] if tp > 1 else [],
         )
 
+    fp8 = c.fp8
+
     def grouped(op: str, rows: int, kk: int, nn: int) -> Op:
         # One grouped GEMM over the local experts: 2 R K N FLOPs for R received copies; bytes: inputs, the
-        # local experts' weights, outputs (backward: input and weight gradients, twice).
+        # local experts' weights, outputs (backward: input and weight gradients, twice). Under FP8 the
+        # expert linears are Transformer Engine GroupedLinear modules: both operands in FP8 (1 byte), the
+        # output in `dtype_bytes`, at the FP8 tensor rate (as _gemm does for the dense linears).
         mult = 2 if phase == "bwd" else 1
         flops = 2 * rows * kk * nn
-        byt = b * (rows * kk + n_local * kk * nn + rows * nn)
-        return Op(op, phase, mult * flops, mult * byt, (n_local, rows, kk, nn), True, kernels=mult)
+        ab = 1 if fp8 else b
+        byt = ab * (rows * kk + n_local * kk * nn) + b * rows * nn
+        prec = "fp8" if fp8 else "bf16"
+        return Op(op, phase, mult * flops, mult * byt, (n_local, rows, kk, nn), True, prec, mult)
+
+    def cast(op: str, elems: int) -> list[Op]:
+        return _fp8_cast(c, op, phase, elems)
 
     def act(op: str, rows: int, width: int) -> Op:
         if m.activation == "swiglu":
@@ -139,13 +162,26 @@ def moe_block(
         if phase == "bwd":
             sp_in = [Comm("moe_shared_tp_in", "reduce_scatter", t * h * b)] if tp > 1 else []
             sp_out = [Comm("moe_shared_tp_out", "all_gather", tl * h * b)] if tp > 1 else []
-        shared = [
-            *sp_in,
-            _gemm("moe_shared_up_gate", phase, t, h, s_up, b),
-            act("moe_shared_act", t, fs),
-            _gemm("moe_shared_down", phase, t, fs, h, b),
-            *sp_out,
-        ]
+        if phase == "fwd":
+            shared = [
+                *sp_in,
+                *cast("moe_shared_up_gate", t * h),
+                _gemm("moe_shared_up_gate", phase, t, h, s_up, b, fp8),
+                act("moe_shared_act", t, fs),
+                *cast("moe_shared_down", t * fs),
+                _gemm("moe_shared_down", phase, t, fs, h, b, fp8),
+                *sp_out,
+            ]
+        else:  # run reversed below: the down projection's gradient first, each GEMM after its cast
+            shared = [
+                *sp_in,
+                _gemm("moe_shared_up_gate", phase, t, h, s_up, b, fp8),
+                *cast("moe_shared_up_gate", t * s_up),
+                act("moe_shared_act", t, fs),
+                _gemm("moe_shared_down", phase, t, fs, h, b, fp8),
+                *cast("moe_shared_down", t * h),
+                *sp_out,
+            ]
     if phase == "fwd":
         return [
             _gemm("moe_router", "fwd", tl, h, e, b),
@@ -153,8 +189,10 @@ def moe_block(
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b)),
             *gather,
+            *cast("moe_expert_up_gate", received * h),
             grouped("moe_expert_up_gate", received, h, up),
             act("moe_expert_act", received, fl),
+            *cast("moe_expert_down", received * fl),
             grouped("moe_expert_down", received, fl, h),
             *scatter,
             AllToAll("moe_combine", "combine", nz(in_b), nz(out_b)),
@@ -167,8 +205,10 @@ def moe_block(
         Op("moe_unpermute", "bwd", kept * h, (tl + kept) * h * b, (kept, h), False),
         AllToAll("moe_combine", "combine", nz(out_b), nz(in_b)),  # gradients of the combined copies go back
         *scatter,
+        *cast("moe_expert_down", received * h),  # the output gradient, cast for both backward GEMMs
         grouped("moe_expert_down", received, fl, h),
         act("moe_expert_act", received, fl),
+        *cast("moe_expert_up_gate", received * up),
         grouped("moe_expert_up_gate", received, h, up),
         *gather,
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b)),  # input gradients to their sources
@@ -216,6 +256,25 @@ def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int
 def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int, tp: int = 1) -> int:
     """Parameters of the routed experts one rank holds in one MoE layer (E/ep experts, 1/tp of each FFN)."""
     return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation)
+
+
+def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) -> int:
+    """Weights of the FP8 linear modules one rank holds for `layers` (Transformer Engine re-casts them once
+    per iteration): a dense layer's four linears (ops.linear_params); a MoE layer's attention linears, its
+    routed experts' GroupedLinear weights and its shared experts' (the router stays a BF16/FP32 GEMM)."""
+    total = 0
+    for x in layers:
+        if m.moe is None or not m.moe.is_moe(x):
+            total += linear_params(m, sh, 1)
+            continue
+        shared = (
+            expert_mlp_params(m.moe.shared_width // sh.tp, m.hidden, m.activation)
+            if m.moe.shared_width
+            else 0
+        )
+        attn = _attention_rank_params(replace(m, linear_bias=False), sh)
+        total += attn + moe_expert_params(m, m.moe, ep, sh.tp) + shared
+    return total
 
 
 def _attention_rank_params(m: ModelArch, sh: Shard) -> int:
@@ -296,10 +355,8 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     for dg in groups:
         if moe.expert_ffn % dg.tp or moe.shared_width % dg.tp:
             return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
-    if getattr(dep, "precision", "") == "fp8":
-        return "MoE layers in precision fp8 are not supported yet"
-    if getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
-        return "MoE layers with sharding or overlap_param_gather are not supported yet"
+    if getattr(dep, "sharding", "none") not in ("", "none"):
+        return "MoE layers with sharding are not supported yet"
     layout = [chunk_ranges(d) for d in reps[0]]
     if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
         return (

@@ -1159,6 +1159,7 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.name, msg.layers, msg.hidden, msg.ffn_hidden = m.name, m.layers, m.hidden, m.ffn_hidden
     msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
     msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
+    msg.kv_channels = m.kv_channels  # 0 (unset, not serialized): hidden / heads
     if m.moe is not None:
         fill_moe(msg.moe, m.moe)
     if m.mla is not None:
@@ -1211,6 +1212,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "heads": m.heads, "kv_heads": m.kv_heads, "vocab": m.vocab, "seq_len": m.seq_len,
         "activation": m.activation, "norm": m.norm, "linear_bias": m.linear_bias,
     }  # fmt: skip
+    if m.kv_channels:
+        model["kv_channels"] = m.kv_channels
     if m.HasField("moe"):
         model["moe"] = moe_to_mapping(moe_from_message(m.moe))
     if m.HasField("mla"):

@@ -38,6 +38,7 @@ from tracegen.moe_ops import (
     EP_TAG_BASE,
     AllToAll,
     MoeStep,
+    fp8_linear_params_ep,
     layer_split,
     moe_layer_steps,
     rank_params_ep,
@@ -1067,10 +1068,11 @@ class _RankProgram:
             kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "allreduce"
         extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.ep[3])]
         nid = self._add(
-            f"expert_dp_grad_{what}.bucket{len(self.expert_sync_ids)}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
+            f"expert_dp_grad_{what}.bucket{self.expert_rs}", pb.COMM_COLL_NODE, [self.frontier], ctrl,
             0, self._tags(0, "sync", NO_MICRO_BATCH) + extra,
         )  # fmt: skip
         self.expert_sync_ids.append(nid)
+        self.expert_rs += 1
 
     def _bucket_node(self, params: int, layer: int, after: int) -> None:
         g = self.gen
@@ -1114,7 +1116,10 @@ class _RankProgram:
     def _bucket_enter(self, unit: int | str) -> None:
         """overlap_param_gather: bucket j's AllGather is waited for by the first forward op of its layers;
         that wait issues the next bucket's (Megatron's forward pre-hook, next_param_gather_bucket_group);
-        the first is issued at the start of the iteration (zero_grad)."""
+        the first is issued at the start of the iteration (zero_grad). Routed experts: their own buckets
+        and chain on the expert-DP group (Megatron-Core chains the expert-parallel bucket groups apart)."""
+        if self.expert_ahead:
+            self._expert_enter(unit)
         j = self.unit_bucket.get(unit)
         if j is None or j in self.waited:
             return
@@ -1128,6 +1133,39 @@ class _RankProgram:
             nxt = self.ag_order[pos + 1]
             after = [self.frontier] if self.frontier is not None else []
             self.gathered[nxt] = self._bucket_gather(nxt, after + [self.gathered[j]])
+
+    def _expert_enter(self, unit: int | str) -> None:
+        """overlap_param_gather, routed experts: expert bucket j's AllGather over the expert-DP group is
+        waited for by the first forward op of its MoE layers; that wait issues the next expert bucket's."""
+        j = self.unit_ebucket.get(unit)
+        if j is None or j in self.ewaited:
+            return
+        pos = len(self.ewaited)
+        self.ewaited.add(j)
+        assert self.eag_order[pos] == j, "expert buckets are first used in the planned order"
+        if pos == 0:
+            self.egathered[j] = self._expert_gather(j, [])
+        self.waits.append(self.egathered[j])
+        if pos + 1 < len(self.eag_order):
+            nxt = self.eag_order[pos + 1]
+            after = [self.frontier] if self.frontier is not None else []
+            self.egathered[nxt] = self._expert_gather(nxt, after + [self.egathered[j]])
+
+    def _expert_gather(self, j: int, ctrl: list[int]) -> int:
+        """Expert bucket j's AllGather: each rank's shard of the padded bucket, after the previous expert-DP
+        collective (one communicator, issue order)."""
+        g = self.gen
+        assert self.ep is not None
+        size = self.plan_ebuckets[j][0] // self.edp * self.ctx.b
+        extra = [g.attr(A.COMM_TYPE, pb.ALL_GATHER), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.ep[3])]
+        chain = [self.expert_sync_ids[-1]] if self.expert_sync_ids else []
+        ctrl = [c for c in ctrl if c not in chain] + chain
+        nid = self._add(
+            f"expert_dp_param_allgather.bucket{j}", pb.COMM_COLL_NODE, [], ctrl, 0,
+            self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+        )  # fmt: skip
+        self.expert_sync_ids.append(nid)
+        return nid
 
     def _bucket_gather(self, j: int, ctrl: list[int]) -> int:
         padded = self.plan_buckets[j][0]
@@ -1193,7 +1231,12 @@ class _RankProgram:
             out[EMB] = sh.vocab * m.hidden
         for ch in self.st.chunks:
             for layer in range(ch.start, ch.end + 1):
-                out[layer] = rank_params(m, sh, 1, False, False)
+                # MoE layers: the dense part only (the routed experts are in their own buckets)
+                out[layer] = (
+                    layer_split(m, sh, layer, self.ep[0])[0]
+                    if self.ep is not None
+                    else rank_params(m, sh, 1, False, False)
+                )
         if self.head is not None:
             out[HEAD] = m.norm_params + sh.vocab * m.hidden
         return out
@@ -1212,6 +1255,8 @@ class _RankProgram:
             self.visit_ag = [-1] * len(visits)
             self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
             return
+        if self.expert_ahead:
+            self._plan_experts(order, last_b)
         if not self.gather_ahead:
             return
         # Megatron fills buckets in backward order and closes one when it reaches the bucket size
@@ -1245,6 +1290,32 @@ class _RankProgram:
                     first_use.append(j)
         self.ag_order = first_use
 
+    def _plan_experts(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
+        """overlap_param_gather, routed experts: one expert bucket per model chunk with MoE layers, in the
+        order expert_flush closes them (each chunk's last backward), and the order of their first forward use."""
+        m, sh = self.gen.model, self.ctx.sh
+        assert self.ep is not None
+        plan: list[tuple[int, list[int]]] = []
+        for kind, c, mb in order:
+            if kind != BWD or mb != last_b[c]:
+                continue
+            ch = self.st.chunks[c]
+            layers = [x for x in range(ch.end, ch.start - 1, -1) if layer_split(m, sh, x, self.ep[0])[1]]
+            params = sum(layer_split(m, sh, x, self.ep[0])[1] for x in layers)
+            if params:
+                plan.append((dist_opt_bucket(params, self.edp), layers))
+        self.plan_ebuckets = plan
+        self.unit_ebucket = {u: j for j, (_, members) in enumerate(plan) for u in members}
+        first_use: list[int] = []
+        for kind, c, _mb in order:
+            if kind == BWD:
+                continue
+            for u in self._pass_units(kind, self.st.chunks[c]):
+                j = self.unit_ebucket.get(u)
+                if j is not None and j not in first_use:
+                    first_use.append(j)
+        self.eag_order = first_use
+
     def setup(self) -> None:
         """The emission state of a fresh program (DP buckets, overlap and sharding switches)."""
         dep = self.gen.dep
@@ -1271,10 +1342,20 @@ class _RankProgram:
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
         self.expert_deferred: list[int] = []
         self.expert_sync_ids: list[int] = []
+        self.expert_rs = 0  # expert gradient buckets synced so far (their names' index)
         self.expert_buckets: list[int] = []  # padded elements of each expert bucket (distributed optimizer)
         self.edp = len(self.gen.bundle.comm_groups[self.ep[3]]) if self.ep and self.ep[3] else 1
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
+        # overlap_param_gather for the routed experts (their buckets over the expert-DP group)
+        self.expert_ahead = (
+            dep.overlap_param_gather
+            and dep.distributed_optimizer
+            and self.ep is not None
+            and bool(self.ep[3])
+        )
+        self.egathered: dict[int, int] = {}
+        self.ewaited: set[int] = set()
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
@@ -1351,6 +1432,8 @@ class _RankProgram:
             shard = sum(b // self.dp for b in self.buckets) if self.buckets else params - expert
             shard += sum(b // self.edp for b in self.expert_buckets) if self.expert_buckets else expert
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
+        if fp8 and self.ep is not None:  # MoE ranks: attention, routed and shared expert linears (issue 28)
+            fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
         plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
@@ -1388,7 +1471,7 @@ class _RankProgram:
         bucket by bucket on the DP stream after node `after`; the last one's id (None when there are none)."""
         dense = () if self.gather_ahead or self.fsdp else self.buckets
         prev = self._gathers("dp_param_allgather", dense, self.dp, self.dp_pg or "", after, [], self.sync_ids)
-        if self.expert_buckets:  # the experts' shards over the expert-DP group
+        if self.expert_buckets and not self.expert_ahead:  # the experts' shards over the expert-DP group
             assert self.ep is not None
             # after the dense gathers: the step's next ops then wait for the last gather of either kind
             prev = self._gathers(

@@ -1,0 +1,99 @@
+"""scripts/validate_moe_cp.py: the MoE / long-context validation rows (issue 28) — dataset integrity, the
+throughput -> time conversions by hand, page and dataset agree on the row set, and the harness (compact
+generation of EP blocks, replay) on a small MoE plan."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_SPEC = importlib.util.spec_from_file_location("validate_moe_cp", REPO / "scripts" / "validate_moe_cp.py")
+vm = importlib.util.module_from_spec(_SPEC)
+sys.modules["validate_moe_cp"] = vm  # dataclasses resolve their module by name
+_SPEC.loader.exec_module(vm)
+PAGE = REPO / "docs" / "validation.md"
+
+
+@pytest.fixture(scope="module")
+def data():
+    return vm.load_dataset()
+
+
+def test_every_run_cites_its_source_and_its_layout_counts_its_gpus(data):
+    assert {r.id for r in data.runs} >= {
+        "llama3-405b-longctx-16384xh100",
+        "mbridge2511-qwen3-30b-a3b-16xh100",
+    }
+    for r in data.runs:
+        cite, conversion = data.sources[r.source]
+        assert cite and conversion and r.where
+        p = r.parallel
+        assert r.gpus == p["tp"] * p["pp"] * p["dp"] * p.get("cp", 1)
+
+
+def test_page_and_dataset_agree_on_the_row_set(data):
+    """docs/validation.md's moe_cp block lists exactly the dataset's runs, in order (written by the script)."""
+    assert vm.page_run_ids(PAGE.read_text(encoding="utf-8")) == [r.id for r in data.runs]
+
+
+def test_llama3_long_context_time_from_380_tflops_by_hand(data):
+    run = next(r for r in data.runs if r.id == "llama3-405b-longctx-16384xh100")
+    h, f, layers, v, s = 16384, 53248, 126, 128000, 131072
+    per_layer = 2 * h * h + 2 * h * (h * 8 // 128) + 3 * h * f  # Q, O; K, V of 8 KV heads; SwiGLU
+    assert per_layer == 3_187_671_040
+    n = layers * per_layer + h * v  # + the LM head
+    assert n == 403_743_703_040
+    per_token = 6 * n + 12 * layers * h * s
+    tokens = 8 * 16 * s  # DP 8 x 16 sequences per DP replica (Table 4: 16M tokens per batch)
+    assert tokens == 16_777_216
+    seconds = per_token * tokens / (16384 * 380e12)
+    assert vm.measured_seconds(run) == pytest.approx(seconds, rel=1e-12)
+    assert round(seconds, 3) == 15.278
+    # the table's MFU: 380 TFLOP/s of the H100's 989 dense BF16 (H100 SXM datasheet) = 38%
+    assert round(100 * 380 / 989) == 38
+
+
+def test_tokens_per_second_to_time_by_hand(data):
+    run = next(r for r in data.runs if r.id == "mbridge2511-qwen3-30b-a3b-16xh100")
+    # GBS 512 x 4096 tokens over 16 GPUs at 5,275 tokens/s each
+    assert vm.measured_seconds(run) == pytest.approx(512 * 4096 / (16 * 5275), rel=1e-12)
+
+
+def test_a_run_tracegen_refuses_is_reported_in_one_line_not_rewritten(data):
+    run = vm.MoeCpRun(
+        "bad", "llama3-paper", "w", 2, "tokens_per_s_per_gpu", 1.0,
+        {"model": {"name": "x", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+                   "seq_len": 16, "rotary": 1}, "parallel": {"gpu": "H100", "dp": 2, "micro_batch": 1,
+                                                          "global_batch": 2}},
+        "dgx-h100",
+    )  # fmt: skip
+    p = vm.predict(run)
+    assert p.seconds is None and p.method.startswith("refused by xsim: ") and "rotary" in p.method
+    assert "\n" not in p.method
+
+
+def test_a_long_context_row_over_the_budget_is_listed_with_its_node_estimate(data):
+    run = next(r for r in data.runs if r.id == "llama3-405b-longctx-16384xh100")
+    p = vm.predict(run, max_nodes=1000)
+    # one compact block: CP 16 replicas x TP 8 x PP 16 = 2,048 of the 16,384 ranks are generated
+    assert p.seconds is None and "for the 2,048 ranks generated" in p.method
+
+
+def test_the_harness_replays_a_small_moe_plan_compact_as_the_full_set():
+    """A tiny MoE plan (not a published run): EP 2 over DP 4 is generated as one block of 2 replicas and
+    replayed folded; the time equals the replay of every rank unfolded."""
+    spec = {
+        "model": {"name": "tiny-moe", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+                  "seq_len": 16, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32}},
+        "seq_len": 16, "distributed_optimizer": True,
+        "parallel": {"gpu": "H100", "pp": 2, "dp": 4, "ep": 2, "micro_batch": 1, "global_batch": 8},
+    }  # fmt: skip
+    run = vm.MoeCpRun("tiny", "llama3-paper", "w", 8, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+    p = vm.predict(run)
+    assert p.method == "replayed, 4 of 8 ranks simulated", p.method
+    full = vm._validate_published().replay_spec(vm.spec_for(run), fold=False)
+    assert p.seconds == full.iteration_ns / 1e9
