@@ -18,7 +18,9 @@ from tracegen.models import preset
 from tracegen.ops import Ctx, Op, layer_steps, op_seconds, shard_of
 
 A100, H100 = catalog.gpu("A100-80GB"), catalog.gpu("H100")
-SUSTAINED = 1305 / 1410
+SUSTAINED = 1305 / 1410  # A100: NVIDIA's HPL clock at the power limit / boost clock
+# Hopper: the H200's (GH100, 700 W) measured MSMF / MAMF BF16 ratio, ml-engineering commit 082816f.
+HOPPER_SUSTAINED = 708.5 / 841.9
 
 
 def _core(framework: str, phase: str, s: int = 4096, mb: int = 1) -> Op:
@@ -74,10 +76,10 @@ def test_kernel_by_framework_and_gpu():
     # Hopper: megatron-core (TE -> cuDNN) at FA3's rates, megatron-deepspeed (flash-attn 2) at FA2's.
     fa3 = op_seconds(_core("megatron-core", "fwd"), H100, "calibrated")
     fa2 = op_seconds(_core("megatron-deepspeed", "fwd"), H100, "calibrated")
-    assert fa3 == pytest.approx(141_733_920_768 / (0.6681 * 989.4e12 * SUSTAINED))
-    assert fa2 == pytest.approx(141_733_920_768 / (0.35 * 989.4e12 * SUSTAINED))
+    assert fa3 == pytest.approx(141_733_920_768 / (0.6681 * 989.4e12 * HOPPER_SUSTAINED))
+    assert fa2 == pytest.approx(141_733_920_768 / (0.35 * 989.4e12 * HOPPER_SUSTAINED))
     bwd3 = op_seconds(_core("megatron-core", "bwd"), H100, "calibrated")
-    assert bwd3 == pytest.approx(2.5 * 141_733_920_768 / (0.5849 * 989.4e12 * SUSTAINED))
+    assert bwd3 == pytest.approx(2.5 * 141_733_920_768 / (0.5849 * 989.4e12 * HOPPER_SUSTAINED))
     # FA3 has no Ampere kernel: it falls back to FA2's row; H200 uses the H100's rows, A100 40GB the 80GB's.
     assert attention_fraction("A100-80GB", "fa3", "fwd") == 0.73
     assert attention_fraction("H200", "fa3", "bwd") == 0.5849

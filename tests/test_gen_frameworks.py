@@ -236,14 +236,24 @@ def test_grad_norm_allreduce_group_and_chain_in_generated_traces():
 # -- sustained rates ------------------------------------------------------------------------------------------
 def test_sustained_rates_are_the_burst_rates_at_the_power_limited_clock():
     assert SUSTAINED_CLOCK_RATIO == 1305 / 1410  # NVIDIA's A100 HPL clock at the power limit / boost clock
+    # Hopper and Blackwell: MSMF / MAMF of one mamf-finder run (ml-engineering commit 082816f): H200 BF16
+    # 708.5 / 841.9, FP8 1288.7 / 1491.9 (the H100's GH100 die at the same 700 W); B200 1456.3 / 1770.9 and
+    # 2795.7 / 3435.2. Every other GPU with a burst plateau (A100) keeps the HPL clock ratio.
+    ratios = {"H100": (708.5 / 841.9, 1288.7 / 1491.9), "H200": (708.5 / 841.9, 1288.7 / 1491.9),
+              "B200": (1456.3 / 1770.9, 2795.7 / 3435.2)}  # fmt: skip
     for (gpu, dtype), burst in BURST_PLATEAUS.items():
         spec = catalog.gpu(gpu)
         assert plateau(spec, dtype, "burst") == burst
-        assert plateau(spec, dtype) == pytest.approx(burst * 1305 / 1410)
+        bf16, fp8 = ratios.get(gpu, (1305 / 1410, 1305 / 1410))
+        assert plateau(spec, dtype) == pytest.approx(burst * (fp8 if dtype == "fp8" else bf16))
     # H100 FP8: its own MAMF row (1,402.6 of 1,979 TFLOP/s), not H200's 1,453.4.
     assert BURST_PLATEAUS[("H100", "fp8")] == 1402.6 / 1979 != BURST_PLATEAUS[("H200", "fp8")]
     # A100 BF16 sustained: 267.9 x 1305 / 1410 = 248.0 TFLOP/s at a full-wave shape.
     assert plateau(catalog.gpu("A100-80GB"), "bf16") * 312 == pytest.approx(247.95, abs=0.01)
+    # H100 BF16 sustained: 792.1 / 0.979 (its shape's quantization) x 708.5 / 841.9 = 680.9 TFLOP/s, 0.688.
+    assert plateau(catalog.gpu("H100"), "bf16") * 989.4 == pytest.approx(680.9, abs=0.1)
+    # fp16 runs at the bf16 rate and ratio; a GPU borrowing H100's calibration borrows its ratio too.
+    assert plateau(catalog.gpu("H100"), "fp16") == plateau(catalog.gpu("H100"), "bf16")
     with pytest.raises(catalog.CatalogError, match="gemm_rates"):
         plateau(catalog.gpu("H100"), "bf16", "peak")
 

@@ -76,7 +76,8 @@ def test_gemm_eff_override_replaces_the_plateau():
     # H100 FP8 has a row of its own (MAMF 1402.6 TFLOP/s on H100 SXM), no longer H200's 1453.4.
     assert plateau(H100, "fp8", "burst") == pytest.approx(1402.6 / 1979)
     assert plateau(catalog.gpu("H200"), "fp8", "burst") == pytest.approx(1453.4 / 1979)
-    assert plateau(H100, "fp8") == pytest.approx(1402.6 / 1979 * 1305 / 1410)
+    # Sustained: the H100's burst x the MSMF / MAMF ratio of the GH100 die at 700 W (H200: 1288.7 / 1491.9).
+    assert plateau(H100, "fp8") == pytest.approx(1402.6 / 1979 * 1288.7 / 1491.9)
     assert plateau(catalog.gpu("V100"), "bf16") == catalog.DEFAULT_GEMM_EFF  # no public sweep recorded
     assert set(PLATEAUS) >= {("A100-40GB", "bf16"), ("H100", "bf16"), ("B200", "fp8")}
 
@@ -192,10 +193,13 @@ def test_batched_attention_gemm_waves_and_fused_attention_rate():
     assert t.efficiency == pytest.approx(267.9 / 312 * SUSTAINED_CLOCK_RATIO * 4096 / (38 * 108))
     # Fused attention runs at its own published rate on the tiles it executes (tracegen/attention.py), not
     # at gemm_eff: Llama-2 7B, s 2048 = 16 tiles of 128, causal 16 x 17 / 2 = 136 tiles, 32 heads, d 128, at
-    # FlashAttention-3's 661 of 989.4 TFLOP/s (megatron-core's Hopper kernel), sustained clock 1305/1410.
+    # FlashAttention-3's 661 of 989.4 TFLOP/s (megatron-core's Hopper kernel), at the GH100's measured
+    # sustained/burst ratio (H200 BF16 MSMF 708.5 / MAMF 841.9, tracegen.gemm.SUSTAINED_RATIOS).
     core = _ops()["attn_core"]
     executed = 32 * 136 * 4 * 128 * 128 * 128
-    assert op_seconds(core, H100, "calibrated") == pytest.approx(executed / (0.6681 * 989.4e12 * 1305 / 1410))
+    assert op_seconds(core, H100, "calibrated") == pytest.approx(
+        executed / (0.6681 * 989.4e12 * 708.5 / 841.9)
+    )
     # A gemm_eff override keeps the previous rule: FLOPs / (peak x gemm_eff).
     eff = catalog.with_overrides(H100, {"gemm_eff": 0.70})
     assert op_seconds(core, eff, "calibrated") == pytest.approx(core.flops / (989.4e12 * 0.70))

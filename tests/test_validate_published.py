@@ -307,6 +307,26 @@ def test_page_and_dataset_agree_on_the_row_set(data):
         assert vp.page_block(page, name) is not None, name
 
 
+def test_the_runs_issue_22_names_are_in_the_dataset_and_on_the_page(data):
+    """Issue 22's validation set: MLPerf v4.0 GPT-3 175B on 512 H100 in FP8, NeMo's GPT-3 5B on 64 H100 and
+    at least one FSDP run (torchtitan), each as configured by its source, and each a row of the page."""
+    runs = {r.id: r for r in data.runs}
+    mlperf = runs["mlperf40-gpt3-175b-512xh100"]
+    assert (mlperf.gpus, mlperf.gpu, mlperf.precision, mlperf.layers, mlperf.hidden) == (
+        512,
+        "H100",
+        "fp8",
+        96,
+        12288,
+    )
+    nemo = runs["nemo2407-gpt3-5b-64xh100"]
+    assert (nemo.gpus, nemo.gpu, nemo.precision, nemo.hidden, nemo.layers) == (64, "H100", "fp8", 4096, 24)
+    fsdp = [r for r in data.runs if dict(r.options).get("sharding") == "fsdp"]
+    assert fsdp and all(r.id.startswith("torchtitan-") for r in fsdp)
+    page_ids = vp.page_run_ids(PAGE.read_text(encoding="utf-8"))
+    assert {mlperf.id, nemo.id, *(r.id for r in fsdp)} <= set(page_ids)
+
+
 def test_spec_writes_issue_22_keys_only_when_the_run_sets_them():
     opts = (("framework", "megatron-core"), ("tp_comm_overlap", True), ("grad_reduce_dtype", "bf16"))
     spec = vp.spec_for(tiny_run(options=opts), features=AGREED)

@@ -5,7 +5,7 @@ the A100's peak forward and 63% backward; on H100 it reaches 35%, FlashAttention
 calibrated model times `attn_core` from tracegen/data/attention_calibration.csv (public kernel benchmarks
 only; validation runs are kept apart), by GPU, kernel family and pass:
 
-    time = executed FLOPs / (peak_fraction x dense BF16 peak [x SUSTAINED_CLOCK_RATIO])
+    time = executed FLOPs / (peak_fraction x dense BF16 peak [x tracegen.gemm.sustained_ratio])
 
 Executed FLOPs follow the kernels' work decomposition: the s x s score matrix of each (sequence, head) is
 computed in BLOCK x BLOCK tiles, 4 * BLOCK^2 * d FLOPs each forward; a causal kernel skips the tiles wholly

@@ -11,7 +11,7 @@ tile or a partial last wave costs as much as a full one. The time of a GEMM is t
 taking the candidate tile (the guide's cuBLAS sizes) that minimizes it, as cuBLAS' heuristics aim to.
 `plateau` is the fraction of the dense peak that a large, perfectly quantized GEMM reaches, taken from
 public microbenchmarks (BURST_PLATEAUS), by default scaled to the sustained, power-limited clock
-(SUSTAINED_CLOCK_RATIO; `gemm_rates: burst` keeps the burst rate). `reuse` charges smaller tiles for
+(sustained_ratio; `gemm_rates: burst` keeps the burst rate). `reuse` charges smaller tiles for
 their lower operand reuse: a tile loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
 mt * nt / (mt + nt); the largest tiles (256 x 128) are taken as just compute-bound at the plateau and a
 smaller tile as bound by the same operand bandwidth (an assumption of this model, stated in
@@ -70,15 +70,33 @@ BURST_PLATEAUS: dict[tuple[str, str], float] = {
 }
 PLATEAUS = BURST_PLATEAUS  # the name tests and callers used before issue 22
 
-# Sustained (power-saturated) rate over the burst rate. The only published sustained figure found is a
-# clock ratio: NVIDIA computes the HPL Rpeak of its A100 systems at 1,305 MHz, "the clock that can be
-# sustained at a GPU's power limit while running HPL", against the 1,410 MHz boost clock the 312 TFLOP/s
-# peak (and a short MAMF burst) runs at (G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS).
-# Tensor-core throughput scales with the SM clock, so a long, power-saturated GEMM stream runs at
-# 1305 / 1410 = 0.926 of the burst. No Hopper or Blackwell sustained clock is published: the same ratio is
-# applied to them (an assumption, docs/compute.md). Condition: the GPU at its default power limit (A100 SXM
-# 400 W), all SMs busy with dense tensor-core work, thermally settled.
+# Sustained (power-saturated) rate over the burst rate. A100: the only published sustained figure is a clock
+# ratio: NVIDIA computes the HPL Rpeak of its A100 systems at 1,305 MHz, "the clock that can be sustained at a
+# GPU's power limit while running HPL", against the 1,410 MHz boost clock the 312 TFLOP/s peak (and a short
+# MAMF burst) runs at (G. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS). Tensor-core
+# throughput scales with the SM clock, so a long, power-saturated GEMM stream runs at 1305 / 1410 = 0.926 of
+# the burst. Condition: the GPU at its default power limit (A100 SXM 400 W), all SMs busy with dense
+# tensor-core work, thermally settled. GPUs without a measured ratio of their own (SUSTAINED_RATIOS) keep it.
 SUSTAINED_CLOCK_RATIO = 1305 / 1410
+# Hopper and Blackwell: the same benchmark measured both ways on one GPU, one run, siblings idle ("Maximum
+# Sustainable Matmul FLOPS", MSMF: shapes that pin the board at its TDP after a thermal soak, against MAMF,
+# the boost-clock burst): github.com/stas00/ml-engineering commit 082816f (branch fast-mamf, 2026-08-10),
+# compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS comparison table", torch 2.13.0+cu130:
+#   H200 SXM BF16 MAMF 841.9 (~176 W @ 1980 MHz), MSMF 708.5 (8192x8448x20480, ~693 W @ 1465 MHz);
+#   H200 SXM FP8 MAMF 1491.9, MSMF 1288.7 (8448x8192x16384, ~693 W @ 1374 MHz);
+#   B200 SXM BF16 MAMF 1770.9, MSMF 1456.3 (~994 W @ 1339 MHz); FP8 MAMF 3435.2, MSMF 2795.7 (~990 W).
+# The H100 SXM has the H200's GH100 die, 132 SMs, clocks and 700 W TDP (H100 and H200 datasheets), so its
+# burst plateau (measured with the CUDA 12.1-12.6 stacks of 2024 runs) is scaled by the H200's measured
+# saturated/burst ratio rather than replaced by the H200's MSMF (a torch 2.13 stack, ~6% faster at burst
+# too: 841.9 against 794.5 for the same GPU under torch 2.7). FP16 uses the BF16 ratio.
+SUSTAINED_RATIOS: dict[tuple[str, str], float] = {
+    ("H100", "bf16"): 708.5 / 841.9,
+    ("H100", "fp8"): 1288.7 / 1491.9,
+    ("H200", "bf16"): 708.5 / 841.9,
+    ("H200", "fp8"): 1288.7 / 1491.9,
+    ("B200", "bf16"): 1456.3 / 1770.9,
+    ("B200", "fp8"): 2795.7 / 3435.2,
+}
 GEMM_RATES = ("sustained", "burst")
 
 # Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
@@ -108,9 +126,16 @@ class GemmTiming:
     efficiency: float  # achieved FLOP/s over the dense peak of the dtype
 
 
+def sustained_ratio(gpu: GpuSpec, precision: str) -> float:
+    """Sustained over burst tensor-core rate of `gpu` in `precision`: the measured MSMF / MAMF ratio of its
+    architecture (SUSTAINED_RATIOS), else the A100's power-limited clock ratio SUSTAINED_CLOCK_RATIO."""
+    key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
+    return SUSTAINED_RATIOS.get(key, SUSTAINED_CLOCK_RATIO)
+
+
 def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     """Large-GEMM efficiency of `gpu` in `precision`: a `gpus:` gemm_eff override, else the measured plateau
-    (`rates` "sustained": the burst plateau x SUSTAINED_CLOCK_RATIO; "burst": the MAMF burst plateau)."""
+    (`rates` "sustained": the burst plateau x sustained_ratio; "burst": the MAMF burst plateau)."""
     if "gemm_eff" in gpu.overridden:
         return gpu.gemm_eff
     key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
@@ -120,7 +145,7 @@ def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
         return gpu.gemm_eff
     if rates not in GEMM_RATES:
         raise CatalogError(f"gemm_rates must be one of {', '.join(GEMM_RATES)}, got {rates!r}")
-    return burst if rates == "burst" else burst * SUSTAINED_CLOCK_RATIO
+    return burst if rates == "burst" else burst * sustained_ratio(gpu, precision)
 
 
 def achieved_bandwidth(gpu: GpuSpec) -> float:

@@ -19,7 +19,7 @@ from tracegen.attention import flash_compute_seconds
 from tracegen.catalog import GpuSpec, tensor_peak
 from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
-from tracegen.gemm import LAUNCH_FLOOR_S, SUSTAINED_CLOCK_RATIO, achieved_bandwidth, gemm_seconds
+from tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds, sustained_ratio
 from tracegen.models import ModelArch
 from tracegen.profile import ProfileTable
 
@@ -604,7 +604,8 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
         if op.op == "attn_core" and len(op.shape) == 5:
-            clock = SUSTAINED_CLOCK_RATIO if rates == "sustained" else 1.0
+            # The attention kernel is timed at the same power-limited clock as the BF16 GEMMs.
+            clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
             flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock)
             compute = compute if flash is None else flash
         return max(compute, op.bytes / achieved_bandwidth(gpu), floor)
