@@ -22,9 +22,9 @@ DEFAULT_TCP = "newreno"  # ns-3's own default TCP (TcpL4Protocol::SocketType)
 DEFAULT_QUEUE = "fifo"  # what ns-3's PointToPoint examples install: a drop-tail FIFO
 # Queue disc capacity per device in packets: ns-3's own default for FifoQueueDisc (1000p, its MaxSize).
 DEFAULT_QUEUE_PACKETS = 1000
-# Per-run limit on data segments (the packet-count guard): ns-3 here costs ~40-90 us of CPU per segment
-# all hops included (measured by scripts/bench_ns3.py, docs/performance.md), so 2e6 segments bound a run to
-# a few minutes.
+# Per-run limit on data segments (the packet-count guard): ns-3 here costs ~100-500 us of CPU per data
+# segment, its hops and ACK included (scripts/bench_ns3.py, docs/performance.md), so 2e6 segments bound a
+# run to minutes of CPU.
 DEFAULT_MAX_PACKETS = 2_000_000
 # TCP's minimum retransmission timeout: ns-3's default (TcpSocketBase::MinRto, 1 s, RFC 6298's floor).
 # Datacenter stacks lower it (e.g. Linux's 200 ms, or less); an incast tail waits this out.
