@@ -23,28 +23,24 @@ from dataclasses import dataclass
 
 from netmodels.errors import NetworkModelError
 from netmodels.flow import FlowModel
+from netmodels.ns3_options import (
+    DEFAULT_MAX_PACKETS,
+    DEFAULT_MIN_RTO_NS,
+    DEFAULT_QUEUE,
+    DEFAULT_QUEUE_PACKETS,
+    DEFAULT_TCP,
+    QUEUE_DISCS,
+    TCP_VARIANTS,
+    Ns3Options,
+)
 from netmodels.topology import GPU, Topology
 
 EXTRA_HINT = "the ns3 model needs the optional extra: pip install 'xsim-replay[ns3]' (from a checkout: pip install -e '.[ns3]')"
 
-# TCP variants by option name -> ns-3 TypeId (ns-3 model library, "TCP models in ns-3").
-TCP_VARIANTS = {"newreno": "ns3::TcpNewReno", "cubic": "ns3::TcpCubic", "dctcp": "ns3::TcpDctcp"}
-# Root queue discs by option name -> ns-3 TypeId (ns-3 traffic-control module).
-QUEUE_DISCS = {"fifo": "ns3::FifoQueueDisc", "red": "ns3::RedQueueDisc", "fq_codel": "ns3::FqCoDelQueueDisc"}
-DEFAULT_TCP = "newreno"
-DEFAULT_QUEUE = "fifo"
-# Queue disc capacity per device in packets: ns-3's own default for FifoQueueDisc (1000p, its MaxSize).
-DEFAULT_QUEUE_PACKETS = 1000
 # MTU of ns-3's PointToPointNetDevice (1500 B, its Mtu attribute default); a TCP segment carries MTU minus
 # the IPv4 header (20 B) and the TCP header with the timestamp option ns-3 sends by default (20 + 12 B).
 MTU = 1500
 SEGMENT = MTU - 20 - 32
-# Per-run limit on data segments (the packet-count guard): ns-3 runs ~1-2 us of CPU per packet per hop
-# (measured in docs/performance.md), so 2e6 segments bound a run to minutes.
-DEFAULT_MAX_PACKETS = 2_000_000
-# TCP's minimum retransmission timeout: ns-3's default (TcpSocketBase::MinRto, 1 s, RFC 6298's floor).
-# Datacenter stacks lower it (e.g. Linux's 200 ms, or less); an incast tail waits this out.
-DEFAULT_MIN_RTO_NS = 1_000_000_000
 # Interface metric added to a GPU's links: routes never transit a GPU, as in Topology.route.
 _GPU_METRIC = 1000
 # TCP send/receive buffers (bytes): far above any fabric's bandwidth-delay product here (400 Gb/s x 10 us =
@@ -88,6 +84,15 @@ class Ns3Stats:
     enqueued: int  # packets enqueued in all queue discs (data and ACKs, every hop)
     dropped: int  # packets the queue discs dropped
     max_queue_packets: int  # deepest any queue disc got, in packets
+    retransmissions: int  # data segments TCP sent again (fast retransmit or timeout)
+
+    def line(self) -> str:
+        """The counters as the command line prints them."""
+        return (
+            f"ns-3: {self.flows:,} TCP flows, {self.segments:,} data segments, {self.enqueued:,} packets "
+            f"queued, {self.dropped:,} dropped, deepest queue {self.max_queue_packets:,} packets, "
+            f"{self.retransmissions:,} retransmissions"
+        )
 
 
 class Ns3Model(FlowModel):
@@ -110,20 +115,16 @@ class Ns3Model(FlowModel):
         ecmp: bool = True,
         min_rto_ns: int = DEFAULT_MIN_RTO_NS,
     ) -> None:
+        # Checked before ns-3 loads (a bad option is one line, ~90 s sooner).
+        Ns3Options(
+            tcp=tcp,
+            queue=queue,
+            queue_packets=queue_packets,
+            max_packets=max_packets,
+            min_rto_ns=min_rto_ns,
+            ecmp=ecmp,
+        )
         ns = _load()
-        if tcp not in TCP_VARIANTS:
-            raise NetworkModelError(f"ns3: unknown tcp {tcp!r} (known: {', '.join(TCP_VARIANTS)})")
-        if queue not in QUEUE_DISCS:
-            raise NetworkModelError(f"ns3: unknown queue {queue!r} (known: {', '.join(QUEUE_DISCS)})")
-        if tcp == "dctcp" and queue != "red":
-            raise NetworkModelError("ns3: tcp dctcp needs ECN marking: use queue red")
-        for key, v in (
-            ("queue_packets", queue_packets),
-            ("max_packets", max_packets),
-            ("min_rto_ns", min_rto_ns),
-        ):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise NetworkModelError(f"ns3: {key} must be a positive integer, got {v!r}")
         super().__init__(
             topology, chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth, algorithms
         )
@@ -161,7 +162,11 @@ class Ns3Model(FlowModel):
         nodes = ns.NodeContainer()
         nodes.Create(len(names))
         self._node = {x: nodes.Get(i) for i, x in enumerate(names)}
-        ns.InternetStackHelper().Install(nodes)
+        stack = ns.InternetStackHelper()
+        stack.Install(nodes)
+        # Fixed random streams (ECMP's path choice, RED's drops): ns-3 numbers streams process-wide in
+        # creation order, so without this a model's results would depend on the models built before it.
+        stream = int(stack.AssignStreams(nodes, 0))
         tch = ns.TrafficControlHelper()
         size = ns.QueueSizeValue(ns.QueueSize(f"{self.queue_packets}p"))
         tch.SetRootQueueDisc(QUEUE_DISCS[self.queue], "MaxSize", size)
@@ -194,6 +199,7 @@ class Ns3Model(FlowModel):
             for i in range(2):
                 q = qd.Get(i)
                 g.WatchQueue(q)
+                stream += int(g.AssignQueueStreams(q, stream))
                 self._qdiscs.append(q)
             ifs = addr.Assign(devs)
             addr.NewNetwork()
@@ -229,7 +235,7 @@ class Ns3Model(FlowModel):
             if self._segments > self.max_packets:
                 raise NetworkModelError(
                     f"ns3: the run needs more than max_packets={self.max_packets:,} data packets "
-                    f"({self._segments:,} so far); raise max_packets or use --model flow"
+                    f"({self._segments:,} so far); raise it (--ns3-max-packets N) or use --model flow"
                 )
             port = self._ports.get(dst, 0) + 1
             if port > 65535:
@@ -249,6 +255,7 @@ class Ns3Model(FlowModel):
             bulk.SetAttribute("SendSize", ns.UintegerValue(SEGMENT))
             app = bulk.Install(self._node[src]).Get(0)
             app.SetStartTime(ns.NanoSeconds(start))
+            g.WatchSender(app, start)
             last = int(path[-1])
             rate = float(self.topology.link_bandwidth[last])  # bytes/ns
             # Payload that may already be past the last link's serializer: its propagation delay's worth
@@ -294,7 +301,12 @@ class Ns3Model(FlowModel):
             s = q.GetStats()
             enq += int(s.nTotalEnqueuedPackets)
             drop += int(s.nTotalDroppedPackets)
-        return Ns3Stats(int(self._g.FlowCount()), self._segments, enq, drop, int(self._g.MaxQueue()))
+        g = self._g
+        if int(g.Unwatched()):
+            raise NetworkModelError(f"ns3: {int(g.Unwatched())} senders' retransmissions could not be traced")
+        return Ns3Stats(
+            int(g.FlowCount()), self._segments, enq, drop, int(g.MaxQueue()), int(g.Retransmissions())
+        )
 
 
 def _glue():

@@ -38,6 +38,8 @@ inline int64_t NextEventNs() {
 
 struct Flows {
     uint32_t max_queue = 0;
+    uint64_t retransmissions = 0;  // TCP segments the senders sent again (TcpSocketBase's trace)
+    uint64_t unwatched = 0;        // senders whose socket could not be hooked (then the count is a floor)
     std::vector<uint64_t> target;
     std::vector<uint64_t> got;
     std::vector<int64_t> done_ns;
@@ -81,6 +83,8 @@ inline void Reset() {
     f.live.clear();
     f.live_at.clear();
     f.max_queue = 0;
+    f.retransmissions = 0;
+    f.unwatched = 0;
 }
 
 inline void OnQueue(uint32_t, uint32_t now) {
@@ -90,6 +94,33 @@ inline void OnQueue(uint32_t, uint32_t now) {
 
 inline void WatchQueue(ns3::Ptr<ns3::QueueDisc> q) {
     q->TraceConnectWithoutContext("PacketsInQueue", ns3::MakeCallback(&OnQueue));
+}
+
+inline void OnRetransmission(ns3::Ptr<const ns3::Packet>, const ns3::TcpHeader&, const ns3::Address&,
+                             const ns3::Address&, ns3::Ptr<const ns3::TcpSocketBase>) {
+    State().retransmissions++;
+}
+
+inline void HookSender(ns3::Ptr<ns3::Application> app) {
+    ns3::Ptr<ns3::BulkSendApplication> bulk = ns3::DynamicCast<ns3::BulkSendApplication>(app);
+    ns3::Ptr<ns3::Socket> s = bulk ? bulk->GetSocket() : nullptr;
+    if (!s || !s->TraceConnectWithoutContext("Retransmission", ns3::MakeCallback(&OnRetransmission)))
+        State().unwatched++;
+}
+
+// BulkSend creates its socket when it starts: hook its retransmission trace 1 ns later (no segment can be
+// retransmitted within 1 ns of the SYN; the extra event changes no other event's time or order).
+inline void WatchSender(ns3::Ptr<ns3::Application> app, int64_t start_ns) {
+    ns3::Simulator::Schedule(ns3::NanoSeconds(start_ns + 1), &HookSender, app);
+}
+
+inline uint64_t Retransmissions() { return State().retransmissions; }
+inline uint64_t Unwatched() { return State().unwatched; }
+
+// RED draws random numbers (its early drops): a fixed stream, like the internet stack's, per queue disc.
+inline int64_t AssignQueueStreams(ns3::Ptr<ns3::QueueDisc> q, int64_t stream) {
+    ns3::Ptr<ns3::RedQueueDisc> red = ns3::DynamicCast<ns3::RedQueueDisc>(q);
+    return red ? red->AssignStreams(stream) : 0;
 }
 
 inline uint32_t MaxQueue() { return State().max_queue; }

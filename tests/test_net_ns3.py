@@ -18,6 +18,7 @@ from netmodels.digraph import DiGraph
 from netmodels.errors import NetworkModelError
 from netmodels.flow import FlowModel
 from netmodels.models import REGISTRY, build_model
+from netmodels.ns3_options import Ns3Options
 from netmodels.topology import Topology, add_duplex, switch_topology
 
 ns3mod = pytest.importorskip("netmodels.ns3")
@@ -57,13 +58,92 @@ def test_core_never_imports_ns3():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@needs_ns3
 def test_bad_options_are_one_line():
+    """Checked before ns-3 loads: runs without the extra too."""
     topo = switch_topology(2, BW, LAT)
     with pytest.raises(NetworkModelError, match="unknown tcp 'vegas'"):
         build_model("ns3", topo, tcp="vegas")
     with pytest.raises(NetworkModelError, match="dctcp needs ECN"):
         build_model("ns3", topo, tcp="dctcp")
+    with pytest.raises(NetworkModelError, match="max_packets must be a positive integer, got 0"):
+        build_model("ns3", topo, max_packets=0)
+
+
+def test_options_dataclass_defaults():
+    """The defaults the docs state: ns-3's own (NewReno, 1000-packet FIFO, 1 s MinRto), ECMP on."""
+    o = Ns3Options()
+    assert (o.tcp, o.queue, o.queue_packets, o.max_packets, o.min_rto_ns, o.ecmp) == (
+        "newreno",
+        "fifo",
+        1000,
+        2_000_000,
+        1_000_000_000,
+        True,
+    )
+    assert o.is_default() and Ns3Options(tcp="cubic").kwargs()["tcp"] == "cubic"
+    with pytest.raises(NetworkModelError, match="unknown queue 'codel'"):
+        Ns3Options(queue="codel")
+
+
+def test_cli_flags_become_options():
+    """`--ns3-*` flags of `xsim replay` and `xsim net collective` -> NetworkOptions.ns3 (None when absent)."""
+    from xsim.cli import build_parser
+    from xsim.verbs import network_options
+
+    parser = build_parser()
+    flags = [
+        "--ns3-tcp", "dctcp", "--ns3-queue", "red", "--ns3-queue-packets", "20",
+        "--ns3-max-packets", "5000", "--ns3-min-rto", "200us", "--ns3-no-ecmp",
+    ]  # fmt: skip
+    want = Ns3Options("dctcp", "red", 20, 5000, 200_000, False)
+    net = ["net", "collective", "--collective", "all_reduce", "--size", "1MB", "--model", "ns3"]
+    for argv in (["replay", "set", "--model", "ns3", *flags], [*net, *flags]):
+        assert network_options(parser.parse_args(argv)).ns3 == want
+    assert network_options(parser.parse_args(["replay", "set"])).ns3 is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--model", "flow", "--ns3-tcp", "cubic"],
+            "xsim: error: the --ns3-* options are options of --model ns3, not of --model flow",
+        ),
+        (
+            ["--model", "ns3", "--ns3-tcp", "dctcp"],
+            "xsim: error: ns3: tcp dctcp needs ECN marking: use queue red",
+        ),
+        (
+            ["--model", "ns3", "--ns3-max-packets", "0"],
+            "xsim: error: ns3: max_packets must be a positive integer, got 0",
+        ),
+        (
+            ["--model", "ns3", "--ns3-min-rto", "1.5ns"],
+            "xsim: error: --ns3-min-rto must be whole nanoseconds, got '1.5ns'",
+        ),
+    ],
+)
+def test_cli_bad_ns3_flags_are_one_line(argv, line, capsys):
+    """Refused before any ns-3 work (and without the extra): exit 2, one line."""
+    from xsim.cli import main
+
+    rc = main(
+        [
+            "net",
+            "p2p",
+            "--topology",
+            "switch:2:100Gbps:500ns",
+            "--src",
+            "0",
+            "--dst",
+            "1",
+            "--size",
+            "1MB",
+            *argv,
+        ]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and err == line + "\n"
 
 
 @needs_ns3
@@ -121,7 +201,8 @@ def test_incast_differs_from_flow_with_drops():
     hs = [m.start_p2p(0, s, 0, n) for s in range(1, p)]
     end = max(c.finish_ns for c in _drain(m) if c.handle in hs)
     st = m.stats()
-    assert st.dropped > 0 and st.max_queue_packets == 20
+    # The reason, in ns-3's own counters: the port's queue full, packets dropped and sent again.
+    assert st.dropped > 0 and st.max_queue_packets == 20 and st.retransmissions >= 1
     # Two senders lose their tail and wait out TCP's minimum retransmission timeout (ns-3's MinRto, 1 s,
     # RFC 6298): the classic incast collapse; the fluid model has no losses.
     assert flow_end < 1e6 and end > 1e9
@@ -153,11 +234,58 @@ def test_ecmp_collision_differs_from_flow():
     fm = FlowModel(topo)
     fm.start_p2p(0, 0, 2, n), fm.start_p2p(0, 1, 3, n)
     assert [c.finish_ns for c in _drain(fm)] == [2000 + 2 * n / 12.5] * 2  # half rate each: 642,000 ns
-    m = build_model("ns3", topo)
-    m.start_p2p(0, 0, 2, n), m.start_p2p(0, 1, 3, n)
-    ends = [c.finish_ns for c in _drain(m)]
+    runs = []
+    for _ in range(2):
+        m = build_model("ns3", topo)
+        m.start_p2p(0, 0, 2, n), m.start_p2p(0, 1, 3, n)
+        runs.append(([c.finish_ns for c in _drain(m)], m.stats()))
+    ends, st = runs[0]
     assert all(2000 + n * WIRE / 12.5 < t < 2000 + 2 * n / 12.5 for t in ends)  # between alone and shared
-    assert m.stats().dropped == 0
+    # No queue builds and nothing is dropped, yet TCP retransmits: packets sprayed over two paths arrive out
+    # of order, and three duplicate ACKs trigger fast retransmit (ns-3's own counters show it).
+    assert st.dropped == 0 and st.max_queue_packets <= 2 and st.retransmissions > 0
+    # Fixed random streams: the second model, built after the first in this process, draws the same paths.
+    assert runs[1] == runs[0]
+
+
+@needs_ns3
+def test_cli_incast_shows_ns3_statistics(capsys):
+    """`xsim net collective --model ns3` with the --ns3-* flags: a direct gather is an incast (4 x 2 MB into
+    rank 0's port); the JSON carries ns-3's counters, and a 200 us minimum RTO shortens the tail."""
+    import json
+
+    from xsim.cli import main
+
+    base = ["net", "collective", "--topology", "switch:5:100Gbps:500ns", "--collective", "gather"]
+    base += ["--algorithm", "direct", "--size", "10MB", "--json"]
+    assert main([*base, "--model", "flow"]) == 0
+    flow = json.loads(capsys.readouterr().out)
+    assert flow["finish_ns"] == 1000 + 8_000_000 / 12.5 and "ns3" not in flow  # max-min: 641,000 ns
+    flags = ["--model", "ns3", "--ns3-queue-packets", "20", "--ns3-min-rto", "200us"]
+    assert main([*base, *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    st = out["ns3"]
+    assert st["flows"] == 4 and st["segments"] == 4 * -(-2_000_000 // 1448)
+    assert st["max_queue_packets"] == 20 and st["dropped"] > 0 and st["retransmissions"] > 0
+    # A lost tail waits out at least one 200 us RTO; the 1 s default would make it > 1e9 (test above).
+    assert flow["finish_ns"] + 200_000 < out["finish_ns"] < 1e7
+    assert main([*base[:-1], *flags]) == 0  # the text form ends with the counters' line
+    text = capsys.readouterr().out.splitlines()
+    assert text[-1].startswith("ns-3: 4 TCP flows, 5,528 data segments,") and "retransmissions" in text[-1]
+
+
+@needs_ns3
+def test_cli_packet_guard_is_one_line(capsys):
+    from xsim.cli import main
+
+    argv = ["net", "p2p", "--topology", "switch:2:100Gbps:500ns", "--src", "0", "--dst", "1", "--size", "1MB"]
+    assert main([*argv, "--model", "ns3", "--ns3-max-packets", "100"]) == 2
+    err = capsys.readouterr().err
+    # 1 MB needs ceil(1e6 / 1448) = 691 segments of 1448 B
+    assert err == (
+        "xsim: error: ns3: the run needs more than max_packets=100 data packets (691 so far); "
+        "raise it (--ns3-max-packets N) or use --model flow\n"
+    )
 
 
 def _drain(model):

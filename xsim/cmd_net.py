@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         examples=(
             "xsim net collective --topology switch:8:50GBps:500ns --collective all_reduce --size 1MiB",
             "xsim net p2p --topology nodes:H100x8+A100x8 --src 0 --dst 8 --size 16MiB --model flow",
+            "xsim net collective --topology switch:5:100Gbps:500ns --collective gather --algorithm direct "
+            "--size 10MB --model ns3 --ns3-queue-packets 20   # incast: drops, retransmissions",
         ),
     )
     nsub = p.add_subparsers(dest="net_command", metavar="SUBCOMMAND", required=True)
@@ -125,6 +127,7 @@ def _collective(args: argparse.Namespace) -> int:
                     "finish_ns": c.finish_ns,
                     "per_rank_finish_ns": list(c.per_rank_finish_ns),
                     **({"nccl": ran} if ran else {}),
+                    **_ns3_stats(model),
                 }
             )
         )
@@ -135,7 +138,22 @@ def _collective(args: argparse.Namespace) -> int:
     for r, t in zip(spec.ranks, c.per_rank_finish_ns, strict=True):
         print(f"  rank {r:>5}  {t:>14} ns")
     print(f"finish {c.finish_ns} ns")
+    _print_ns3_stats(model)
     return 0
+
+
+def _ns3_stats(model) -> dict:
+    """--model ns3: ns-3's own counters under the JSON key "ns3" (queue depth, drops, retransmissions)."""
+    if getattr(model, "name", None) != "ns3":
+        return {}
+    from dataclasses import asdict
+
+    return {"ns3": asdict(model.stats())}
+
+
+def _print_ns3_stats(model) -> None:
+    if getattr(model, "name", None) == "ns3":
+        print(model.stats().line())
 
 
 def _p2p(args: argparse.Namespace) -> int:
@@ -153,9 +171,11 @@ def _p2p(args: argparse.Namespace) -> int:
                     "dst": args.dst,
                     "finish_ns": c.finish_ns,
                     "per_rank_finish_ns": list(c.per_rank_finish_ns),
+                    **_ns3_stats(model),
                 }
             )
         )
     else:
         print(f"model {model.name}: {args.src} -> {args.dst}: finish {c.finish_ns} ns")
+        _print_ns3_stats(model)
     return 0

@@ -139,6 +139,47 @@ def add_network_arguments(group) -> None:
         action="store_true",
         help="ASTRA-sim's congestion-aware backend (1-D only; = --model astra-aware)",
     )
+    add_ns3_arguments(group)
+
+
+def add_ns3_arguments(group) -> None:
+    """The `--ns3-*` flags: how `--model ns3` runs its packets (defaults: netmodels/ns3_options.py)."""
+    from netmodels import ns3_options as o
+
+    group.add_argument(
+        "--ns3-tcp",
+        choices=tuple(o.TCP_VARIANTS),
+        help=f"--model ns3: TCP congestion control (default: {o.DEFAULT_TCP}; dctcp needs --ns3-queue red)",
+    )
+    group.add_argument(
+        "--ns3-queue",
+        choices=tuple(o.QUEUE_DISCS),
+        help=f"--model ns3: queue discipline of every device (default: {o.DEFAULT_QUEUE}, drop-tail)",
+    )
+    group.add_argument(
+        "--ns3-queue-packets",
+        type=int,
+        metavar="N",
+        help=f"--model ns3: each queue's capacity in packets (default: {o.DEFAULT_QUEUE_PACKETS:,})",
+    )
+    group.add_argument(
+        "--ns3-max-packets",
+        type=int,
+        metavar="N",
+        help=f"--model ns3: per-run limit on data packets; a run needing more stops with one line "
+        f"(default: {o.DEFAULT_MAX_PACKETS:,})",
+    )
+    group.add_argument(
+        "--ns3-min-rto",
+        metavar="TIME",
+        help=f"--model ns3: TCP's minimum retransmission timeout, e.g. 200us "
+        f"(default: {o.DEFAULT_MIN_RTO_NS // 10**9} s, ns-3's)",
+    )
+    group.add_argument(
+        "--ns3-no-ecmp",
+        action="store_true",
+        help="--model ns3: one route per destination instead of spreading packets over equal-cost paths",
+    )
 
 
 def network_options(args: argparse.Namespace, **extra):
@@ -151,8 +192,36 @@ def network_options(args: argparse.Namespace, **extra):
         astra_network=args.astra_network,
         astra_system=args.astra_system,
         congestion_aware=args.congestion_aware,
+        ns3=ns3_options(args),
         **extra,
     )
+
+
+def ns3_options(args: argparse.Namespace):
+    """The `--ns3-*` flags as Ns3Options, None when none was given (an unknown value: one error line)."""
+    given = {
+        "tcp": args.ns3_tcp,
+        "queue": args.ns3_queue,
+        "queue_packets": args.ns3_queue_packets,
+        "max_packets": args.ns3_max_packets,
+        "min_rto_ns": args.ns3_min_rto,
+        "ecmp": False if args.ns3_no_ecmp else None,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    from netmodels.ns3_options import Ns3Options
+
+    if "min_rto_ns" in given:
+        from netmodels.units import parse_time_ns
+
+        rto = parse_time_ns(given["min_rto_ns"])
+        if rto != int(rto):
+            from netmodels.errors import NetworkModelError
+
+            raise NetworkModelError(f"--ns3-min-rto must be whole nanoseconds, got {given['min_rto_ns']!r}")
+        given["min_rto_ns"] = int(rto)
+    return Ns3Options(**given)
 
 
 GPU_FILE_HELP = (

@@ -62,6 +62,11 @@ def build_network(
     extra = {"chunks": options.chunks, "chunks_in_flight": options.chunks_in_flight}
     if (options.chunks, options.chunks_in_flight) == (1, 1):
         extra = {}
+    if options.ns3 is not None:
+        if name == "ns3":
+            extra.update(options.ns3.kwargs())
+        elif not options.ns3.is_default():
+            raise ReplayError(f"the --ns3-* options are options of --model ns3, not of --model {name}")
     if options.topology:
         from netmodels.cluster import topology_from_spec
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from netmodels.ns3_options import Ns3Options
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,8 @@ class NetworkOptions:
     chunks: int = 1
     chunks_in_flight: int = 1
     comm: str = "network"  # "network", or "measured": communication replays its recorded duration
+    # How --model ns3 runs its packets (netmodels.ns3_options.Ns3Options); None: its defaults.
+    ns3: Ns3Options | None = None
 
 
 @dataclass(frozen=True)
