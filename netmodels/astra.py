@@ -881,7 +881,7 @@ class AstraModel(ClosedFormModel):
         world = self._aware_world()
         if world.loop.now < now_ns:
             world.loop.run_until(now_ns - 1)
-            world.loop.now = now_ns
+            world.loop.starting(now_ns)
         return world
 
     def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
@@ -939,7 +939,7 @@ class AstraModel(ClosedFormModel):
         self._members_due = [e for e in self._members_due if e[1] != handle]  # the loop reports them now
         heapq.heapify(self._members_due)
         world = self._aware_world()
-        world.loop.now = t0
+        world.loop.starting(t0)
         inject(world, handle)
 
     def _aware_start(self, now_ns: int, closed: tuple[int, ...] | None, inject) -> int:
@@ -1043,7 +1043,7 @@ class AstraModel(ClosedFormModel):
         closed = (now_ns + self.p2p_ns(src, dst, size_bytes),)
 
         def inject(world: AstraWorld, handle: int) -> None:
-            world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
+            world.net.send(src, dst, int(size_bytes), lambda _: self._finish(handle, (world.loop.now,)))
 
         return self._aware_start(now_ns, closed, inject)
 

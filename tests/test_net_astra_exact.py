@@ -430,3 +430,15 @@ def test_staggered_issue_in_a_replay(tmp_path):
     late = 50_000
     by_role = {7: late + t + 2, 3: late + 2 * t + 3, 1: late + 3 * t + 4, 5: late + 3 * t + 4}
     assert res.per_rank_finish_ns == [by_role.get(r, _dbt_late3(t, late)) for r in range(8)]
+
+
+def test_aware_three_messages_queue_behind_each_other_on_one_link():
+    # Three 1 MiB sends into rank 2 of a Switch at t = 0 (from 0, 1, 3): all reach the switch at d; the
+    # switch->2 link serves them in the order they arrived there, each waiting s per message before it:
+    # 2d, 2d + s, 2d + 2s. Pins the link's free events when more than one message waits (issue 30: frees are
+    # scheduled only while messages wait).
+    s, d = math.floor(MIB / B50), math.floor(500 + MIB / B50)
+    model = AstraModel(AstraNetwork((AstraDim("switch", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
+    hs = [model.start_p2p(0, src, 2, MIB) for src in (0, 1, 3)]
+    done = {c.handle: c.finish_ns for c in _drain(model)}
+    assert [done[h] for h in hs] == [2 * d, 2 * d + s, 2 * d + 2 * s] == [40062, 59593, 79124]
