@@ -294,7 +294,9 @@ class SysEvents:
         if lst is None:
             # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
             lst = self._lists[key] = [key, fn, arg]
-            self.loop.at(t, self._run, lst)
+            loop = self.loop
+            loop._seq += 1  # EventLoop.at, inlined
+            heapq.heappush(loop._heap, (t, loop._seq, self._run, lst))
         else:
             lst.append(fn)
             lst.append(arg)
@@ -352,6 +354,8 @@ class _Algo:
         self._sys_at = ctx.sys.at
         self._msend = ctx.matcher.send
         self._mrecv = ctx.matcher.recv
+        self._nsend = ctx.matcher.net.send
+        self._marrived = ctx.matcher._arrived
         self._general = self.general
         self._received = self.received
         self._after_bus = self._processed
@@ -383,7 +387,7 @@ class PacketAlgo(_Algo):
         self.algo = algo
         self.packets: deque = deque()
         self.free = 0
-        self.got = 0
+        self.inserted = 0  # packets inserted: `parallel` at start, then one per received message
         self.zero = 0
         self.nonzero = 0
         self.toggle = False
@@ -394,6 +398,7 @@ class PacketAlgo(_Algo):
         self.reduce_scatter = kind == "reduce_scatter"
         # AllToAll.cc's reduce window: direct AllReduce in its second half sends up to `parallel` at once.
         self.window_ar = algo == "direct" and kind == "all_reduce"
+        self._received = self.insert  # a received message inserts the next packet (Ring::run)
         if algo == "halving_doubling":
             k = int(math.log2(p))
             self.streams_left = 2 * k if kind == "all_reduce" else k
@@ -428,6 +433,7 @@ class PacketAlgo(_Algo):
             self.insert()
 
     def insert(self) -> None:
+        self.inserted += 1
         if self.zero == 0 and self.nonzero == 0:
             self.zero = self.parallel
             self.nonzero = self.nonzero_count
@@ -468,7 +474,7 @@ class PacketAlgo(_Algo):
     def general(self, _arg: object = None) -> None:
         self.free += 1
         if self.window_ar and self.streams_left <= self.p - 1:
-            if self.got < self.p - 1:
+            if self.inserted - self.parallel < self.p - 1:  # messages received so far
                 return
             # AllToAll.cc tries parallel_reduce sends; each needs a packet and a free bundle token.
             for _ in range(self.parallel):
@@ -479,8 +485,10 @@ class PacketAlgo(_Algo):
             size, dst, src = self.packets.popleft()
             tag = self.stream.tag
             members = self.members
-            self._msend(tag, self.rank, members[dst], size)
-            self._mrecv(tag, members[src], self.rank, size, self._received)
+            rank = self.rank
+            to = members[dst]
+            self._nsend(rank, to, size, self._marrived, (tag, rank, to, size))  # Matcher.send, inlined
+            self._mrecv(tag, members[src], rank, size, self._received)
             self.streams_left -= 1
             self.free -= 1
         if self.streams_left == 0 and self.free == self.parallel:
@@ -497,7 +505,6 @@ class PacketAlgo(_Algo):
         return True
 
     def received(self) -> None:
-        self.got += 1
         self.insert()
 
 
