@@ -880,8 +880,11 @@ class AstraModel(ClosedFormModel):
     def _sync(self, now_ns: int) -> AstraWorld:
         world = self._aware_world()
         if world.loop.now < now_ns:
+            # Every event before now has run; a link free reserved for now counts as run too: the engine
+            # advances the model to each event it reports (frees were reported when always scheduled)
+            # before it starts work at that time.
             world.loop.run_until(now_ns - 1)
-            world.loop.starting(now_ns)
+            world.loop.now = now_ns
         return world
 
     def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
@@ -941,6 +944,9 @@ class AstraModel(ClosedFormModel):
         world = self._aware_world()
         world.loop.starting(t0)
         inject(world, handle)
+        # Replayed up to now: its events at now (a link's free among them) run after the work started now.
+        world.loop.run_until(now_ns - 1)
+        world.loop.starting(now_ns)
 
     def _aware_start(self, now_ns: int, closed: tuple[int, ...] | None, inject) -> int:
         self._materialize(now_ns)

@@ -442,3 +442,24 @@ def test_aware_three_messages_queue_behind_each_other_on_one_link():
     hs = [model.start_p2p(0, src, 2, MIB) for src in (0, 1, 3)]
     done = {c.handle: c.finish_ns for c in _drain(model)}
     assert [done[h] for h in hs] == [2 * d, 2 * d + s, 2 * d + 2 * s] == [40062, 59593, 79124]
+
+
+def test_aware_send_at_a_links_free_time_goes_before_later_sends():
+    # 1 MiB sends 0->1 and 1->3 at t = 0 (on the event loop: two at once) hold the uplinks of ranks 0 and 1
+    # until s. The engine advances the model to every event it reports, the uplinks' frees at s included,
+    # before it starts work at s; then 0->2 and 3->2 start at s, in that order, both leave at once, reach
+    # the switch together at s + d, and switch->2 serves 0->2 first: s + 2d, then s + 2d + s. (Issue 30:
+    # a link's free is put in the event loop only when a message waits, so it must still count as run
+    # when the engine starts work at its time.)
+    s, d = math.floor(MIB / B50), math.floor(500 + MIB / B50)
+    model = AstraModel(AstraNetwork((AstraDim("switch", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
+    a = model.start_p2p(0, 0, 1, MIB)
+    b = model.start_p2p(0, 1, 3, MIB)
+    out = []
+    while model.next_event_ns() is not None and model.next_event_ns() <= s:  # the engine's protocol
+        out += model.advance(model.next_event_ns())
+    x = model.start_p2p(s, 0, 2, MIB)
+    y = model.start_p2p(s, 3, 2, MIB)
+    done = {c.handle: c.finish_ns for c in out + _drain(model)}
+    assert done == {a: 2 * d, b: 2 * d, x: s + 2 * d, y: 2 * s + 2 * d}
+    assert (done[x], done[y]) == (59593, 79124)
