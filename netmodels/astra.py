@@ -1064,6 +1064,42 @@ class AstraModel(ClosedFormModel):
                 t = w
         return t
 
+    def next_event_quiet(self, horizon_ns: int | None) -> int | None:
+        """next_event_ns(), after running the event loop's events before horizon_ns (the replay's next node
+        finish; None: no node pending), and before any pending completion or member finish, until one of them
+        completes something.
+
+        The engine would advance the model to each of these events and find nothing to do at any of them
+        (no node of its own before horizon_ns, no completion): running them here is the same run, with one
+        engine step per completion instead of one per event time. Events at horizon_ns stay for the engine.
+        """
+        world = self._world
+        if world is not None and not self._members_out:
+            # No node pending (None): the model's own events are all the replay has left.
+            until = horizon_ns - 1 if horizon_ns is not None else sys.maxsize
+            pending = self._pending
+            if pending and pending[0][0] <= until:
+                until = pending[0][0] - 1
+            due = self._members_due
+            if due and due[0][0] <= until:
+                until = due[0][0] - 1
+            loop = world.loop
+            heap = loop._heap
+            if heap and heap[0][0] <= until:
+                pop = heapq.heappop
+                n = len(pending)
+                out = self._members_out
+                while heap and heap[0][0] <= until:
+                    t, s, fn, arg = pop(heap)
+                    loop.now = t
+                    loop.cur = s
+                    fn(arg)
+                    if out or len(pending) != n:
+                        # The engine takes it from here: advance(now) runs the rest of this time and hands
+                        # over the completion or the finished members (member_finishes).
+                        return t
+        return self.next_event_ns()
+
     def advance(self, until_ns: int) -> list[Completion]:
         """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""
         if self._world is not None:
