@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+_push = heapq.heappush
+
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
 
@@ -170,7 +172,11 @@ class AwareNet:
             links = self._paths[(src, dst)] = tuple(
                 self._link(u, v) for u, v in zip(path, path[1:], strict=False)
             )
-        self._enter(links[0], [links, 0, size, cb, arg])
+        t = self._times.get(size)
+        if t is None:
+            t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
+        # In flight: [links, hop index, link hold, time to the next device, callback, its argument].
+        self._enter(links[0], [links, 0, t[0], t[1], cb, arg])
 
     def _enter(self, link: _Link, item: list) -> None:
         """A message reaches a link: sent at once when it is free, else queued behind the others (FIFO).
@@ -185,31 +191,23 @@ class AwareNet:
             link.pending.append(item)
             if not link.queued:
                 link.queued = True
-                heapq.heappush(loop._heap, (ft, link.free_seq, self._free, link))
+                _push(loop._heap, (ft, link.free_seq, self._free, link))
             return
         # _transmit, inlined (every hop of every message passes here).
-        size = item[2]
-        t = self._times.get(size)
-        if t is None:
-            t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
         loop._seq += 1
-        heapq.heappush(loop._heap, (now + t[1], loop._seq, self._arrive, item))
+        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
         loop._seq += 1
-        link.free_t = now + t[0]
+        link.free_t = now + item[2]
         link.free_seq = loop._seq
 
     def _transmit(self, link: _Link, item: list) -> None:
-        size = item[2]
-        t = self._times.get(size)
-        if t is None:
-            t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
         loop = self.loop
         now = loop.now
         # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
         loop._seq += 1
-        heapq.heappush(loop._heap, (now + t[1], loop._seq, self._arrive, item))
+        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
         loop._seq += 1
-        link.free_t = now + t[0]
+        link.free_t = now + item[2]
         link.free_seq = loop._seq
 
     def _free(self, link: _Link) -> None:
@@ -217,7 +215,7 @@ class AwareNet:
         pending = link.pending
         self._transmit(link, pending.popleft())
         if pending:
-            heapq.heappush(self.loop._heap, (link.free_t, link.free_seq, self._free, link))
+            _push(self.loop._heap, (link.free_t, link.free_seq, self._free, link))
         else:
             link.queued = False
 
@@ -225,10 +223,10 @@ class AwareNet:
         links = item[0]
         i = item[1] + 1
         if i == len(links):
-            item[3](item[4])
-        else:
-            item[1] = i
-            self._enter(links[i], item)
+            item[4](item[5])
+            return
+        item[1] = i
+        self._enter(links[i], item)
 
 
 class Matcher:
@@ -296,13 +294,14 @@ class SysEvents:
             lst = self._lists[key] = [key, fn, arg]
             loop = self.loop
             loop._seq += 1  # EventLoop.at, inlined
-            heapq.heappush(loop._heap, (t, loop._seq, self._run, lst))
+            _push(loop._heap, (t, loop._seq, self._run, lst))
         else:
             lst.append(fn)
             lst.append(arg)
 
     def _run(self, lst: list) -> None:
-        i = 1
+        lst[1](lst[2])
+        i = 3  # events registered for this tick while it runs join the list
         while i < len(lst):
             lst[i](lst[i + 1])
             i += 2
