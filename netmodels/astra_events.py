@@ -262,7 +262,10 @@ class Matcher:
 
     def recv(self, tag, src: int, dst: int, size: int, cb: Callable) -> None:
         """Post a receive; cb() when the matching message has arrived (at once, queued, if it already has)."""
-        key = (tag, src, dst, size)
+        self.recv_key((tag, src, dst, size), cb)
+
+    def recv_key(self, key: tuple, cb: Callable) -> None:
+        """recv by its key (tag, src, dst, size), for a caller that keeps it."""
         st = self._state.get(key)
         if st is None:
             self._state[key] = [0, deque((cb,))]
@@ -419,6 +422,16 @@ class PacketAlgo(_Algo):
                 self.streams_left = p - 1
             # AllToAll.cc get_non_zero_latency_packets: p-1 packets per window on a Local ring, one otherwise.
             self.nonzero_count = (p - 1) * self.parallel if fast else self.parallel
+        if algo == "ring":
+            # Ring's neighbours and message size never change: its waiting packets are a count and its
+            # matcher keys are kept (general_ring).
+            self.ring_packets = 0
+            self._general = self._general_ring
+            tag = stream.tag
+            self._send_to = members[self.send_pos]
+            self._send_key = (tag, self.rank, self._send_to, self.msg)
+            self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
+            self._mrecv_key = ctx.matcher.recv_key
 
     def _hd_partner(self) -> int:
         off = self.offset
@@ -446,7 +459,10 @@ class PacketAlgo(_Algo):
         else:
             raise RuntimeError("ASTRA-sim packet machine injected nothing")
         msg = self.msg
-        self.packets.append((msg, self.send_pos, self.recv_pos))
+        if self.moves:
+            self.packets.append((msg, self.send_pos, self.recv_pos))
+        else:
+            self.ring_packets += 1
         # The bundle carries the current message size (the packet just inserted), then the machine advances.
         self._sys_at(self.rank, self.bus, self._after_bus if processed else self._general, msg)
         if self.moves:
@@ -488,6 +504,18 @@ class PacketAlgo(_Algo):
             to = members[dst]
             self._nsend(rank, to, size, self._marrived, (tag, rank, to, size))  # Matcher.send, inlined
             self._mrecv(tag, members[src], rank, size, self._received)
+            self.streams_left -= 1
+            self.free -= 1
+        if self.streams_left == 0 and self.free == self.parallel:
+            self.exit()
+
+    def _general_ring(self, _arg: object = None) -> None:
+        """general() for Ring: the same steps with the packet count and the kept keys."""
+        self.free += 1
+        if self.ring_packets and self.streams_left:
+            self.ring_packets -= 1
+            self._nsend(self.rank, self._send_to, self.msg, self._marrived, self._send_key)  # Matcher.send
+            self._mrecv_key(self._recv_key, self._received)
             self.streams_left -= 1
             self.free -= 1
         if self.streams_left == 0 and self.free == self.parallel:
