@@ -106,6 +106,17 @@ class MemberFinishes(Protocol):
 
 
 @runtime_checkable
+class QuietLookahead(Protocol):
+    """A model with internal events that complete nothing (ASTRA-sim's congestion-aware event loop): told when
+    the replay's next node finishes, it runs those events ahead instead of being advanced to each one."""
+
+    def next_event_quiet(self, horizon_ns: int | None) -> int | None:
+        """next_event_ns(), after running internal events before horizon_ns (the replay's next node finish,
+        None when no node is pending) until one completes something."""
+        ...
+
+
+@runtime_checkable
 class MemberStarts(Protocol):
     """A model that must see each member of a collective as it issues (an event loop that cannot go back
     in time: ASTRA-sim's congestion-aware mode); used when `starts_members` is True."""

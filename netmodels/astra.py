@@ -880,6 +880,9 @@ class AstraModel(ClosedFormModel):
     def _sync(self, now_ns: int) -> AstraWorld:
         world = self._aware_world()
         if world.loop.now < now_ns:
+            # Every event before now has run; a link free reserved for now counts as run too: the engine
+            # advances the model to each event it reports (frees were reported when always scheduled)
+            # before it starts work at that time.
             world.loop.run_until(now_ns - 1)
             world.loop.now = now_ns
         return world
@@ -939,8 +942,11 @@ class AstraModel(ClosedFormModel):
         self._members_due = [e for e in self._members_due if e[1] != handle]  # the loop reports them now
         heapq.heapify(self._members_due)
         world = self._aware_world()
-        world.loop.now = t0
+        world.loop.starting(t0)
         inject(world, handle)
+        # Replayed up to now: its events at now (a link's free among them) run after the work started now.
+        world.loop.run_until(now_ns - 1)
+        world.loop.starting(now_ns)
 
     def _aware_start(self, now_ns: int, closed: tuple[int, ...] | None, inject) -> int:
         self._materialize(now_ns)
@@ -1043,7 +1049,7 @@ class AstraModel(ClosedFormModel):
         closed = (now_ns + self.p2p_ns(src, dst, size_bytes),)
 
         def inject(world: AstraWorld, handle: int) -> None:
-            world.net.send(src, dst, int(size_bytes), lambda: self._finish(handle, (world.loop.now,)))
+            world.net.send(src, dst, int(size_bytes), lambda _: self._finish(handle, (world.loop.now,)))
 
         return self._aware_start(now_ns, closed, inject)
 
@@ -1057,6 +1063,42 @@ class AstraModel(ClosedFormModel):
             if w is not None and (t is None or w < t):
                 t = w
         return t
+
+    def next_event_quiet(self, horizon_ns: int | None) -> int | None:
+        """next_event_ns(), after running the event loop's events before horizon_ns (the replay's next node
+        finish; None: no node pending), and before any pending completion or member finish, until one of them
+        completes something.
+
+        The engine would advance the model to each of these events and find nothing to do at any of them
+        (no node of its own before horizon_ns, no completion): running them here is the same run, with one
+        engine step per completion instead of one per event time. Events at horizon_ns stay for the engine.
+        """
+        world = self._world
+        if world is not None and not self._members_out:
+            # No node pending (None): the model's own events are all the replay has left.
+            until = horizon_ns - 1 if horizon_ns is not None else sys.maxsize
+            pending = self._pending
+            if pending and pending[0][0] <= until:
+                until = pending[0][0] - 1
+            due = self._members_due
+            if due and due[0][0] <= until:
+                until = due[0][0] - 1
+            loop = world.loop
+            heap = loop._heap
+            if heap and heap[0][0] <= until:
+                pop = heapq.heappop
+                n = len(pending)
+                out = self._members_out
+                while heap and heap[0][0] <= until:
+                    t, s, fn, arg = pop(heap)
+                    loop.now = t
+                    loop.cur = s
+                    fn(arg)
+                    if out or len(pending) != n:
+                        # The engine takes it from here: advance(now) runs the rest of this time and hands
+                        # over the completion or the finished members (member_finishes).
+                        return t
+        return self.next_event_ns()
 
     def advance(self, until_ns: int) -> list[Completion]:
         """Process internal events up to until_ns; return the completions, ordered by (finish_ns, handle)."""

@@ -33,22 +33,46 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+_push = heapq.heappush
+
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
 
 
+def _call(cb: Callable) -> None:
+    """Run a callback that takes no argument (events carry exactly one)."""
+    cb()
+
+
 class EventLoop:
-    """Integer-time event queue; ties run in scheduling order."""
+    """Integer-time event queue; ties run in scheduling order (ASTRA-sim's EventQueue: a FIFO list per time).
+
+    Every event is (time, sequence number, fn, arg); `cur` is the sequence number of the event running now,
+    so a caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run.
+    """
+
+    __slots__ = ("now", "cur", "_heap", "_seq")
 
     def __init__(self) -> None:
         self.now = 0
-        self._heap: list[tuple[int, int, Callable, tuple]] = []
+        self.cur = 0
+        self._heap: list[tuple[int, int, Callable, object]] = []
         self._seq = 0
 
-    def at(self, t: int, fn: Callable, *args) -> None:
-        """Run fn(*args) at time t (>= now)."""
+    def at(self, t: int, fn: Callable, arg: object = None) -> None:
+        """Run fn(arg) at time t (>= now)."""
         self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, fn, args))
+        heapq.heappush(self._heap, (t, self._seq, fn, arg))
+
+    def reserve(self) -> int:
+        """A sequence number for an event that may be scheduled later, at the place it takes now."""
+        self._seq += 1
+        return self._seq
+
+    def starting(self, t: int) -> None:
+        """Move to time t with none of t's events run yet (callers inject work at t before the loop runs it)."""
+        self.now = t
+        self.cur = 0
 
     def next_time(self) -> int | None:
         """Time of the earliest pending event."""
@@ -60,16 +84,20 @@ class EventLoop:
         pop = heapq.heappop
         if until is None:
             while heap:
-                t, _, fn, args = pop(heap)
+                t, s, fn, arg = pop(heap)
                 self.now = t
-                fn(*args)
-            return
-        while heap and heap[0][0] <= until:
-            t, _, fn, args = pop(heap)
-            self.now = t
-            fn(*args)
-        if until > self.now:
-            self.now = until
+                self.cur = s
+                fn(arg)
+        else:
+            while heap and heap[0][0] <= until:
+                t, s, fn, arg = pop(heap)
+                self.now = t
+                self.cur = s
+                fn(arg)
+            if until > self.now:
+                self.now = until
+        # Every event of this time, reserved ones included, counts as run.
+        self.cur = self._seq
 
 
 class UnawareNet:
@@ -79,16 +107,22 @@ class UnawareNet:
         self.loop = loop
         self.msg_ns = msg_ns
 
-    def send(self, src: int, dst: int, size: int, cb: Callable, *args) -> None:
-        """Deliver a message of size bytes from src to dst; cb(*args) on arrival."""
-        self.loop.at(self.loop.now + self.msg_ns(src, dst, size), cb, *args)
+    def send(self, src: int, dst: int, size: int, cb: Callable, arg: object = None) -> None:
+        """Deliver a message of size bytes from src to dst; cb(arg) on arrival."""
+        self.loop.at(self.loop.now + self.msg_ns(src, dst, size), cb, arg)
 
 
 class _Link:
-    __slots__ = ("busy", "pending")
+    """A directed link. Its free event (Link::link_become_free) is scheduled only when a message waits for it:
+    its sequence number is reserved when the transmission starts, so it runs at the very place among the
+    same-time events that an always-scheduled free would take; with nobody waiting it would only clear busy."""
+
+    __slots__ = ("free_t", "free_seq", "queued", "pending")
 
     def __init__(self) -> None:
-        self.busy = False
+        self.free_t = -1  # when the current transmission frees the link (its reserved free event's time)
+        self.free_seq = 0  # and that event's sequence number
+        self.queued = False  # the free event is in the loop (messages wait in pending)
         self.pending: deque = deque()
 
 
@@ -130,95 +164,118 @@ class AwareNet:
             link = self.links[(u, v)] = _Link()
         return link
 
-    def send(self, src: int, dst: int, size: int, cb: Callable, *args) -> None:
-        """Inject a message at src; cb(*args) when its last hop delivers it."""
+    def send(self, src: int, dst: int, size: int, cb: Callable, arg: object = None) -> None:
+        """Inject a message at src; cb(arg) when its last hop delivers it."""
         links = self._paths.get((src, dst))
         if links is None:
             path = self.route(src, dst)
             links = self._paths[(src, dst)] = tuple(
                 self._link(u, v) for u, v in zip(path, path[1:], strict=False)
             )
-        item = [links, 0, size, cb, args]
-        link = links[0]
-        if link.busy:
-            link.pending.append(item)
-        else:
-            self._transmit(link, item)
-
-    def _transmit(self, link: _Link, item: list) -> None:
-        size = item[2]
         t = self._times.get(size)
         if t is None:
             t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
-        link.busy = True
+        # In flight: [links, hop index, link hold, time to the next device, callback, its argument].
+        self._enter(links[0], [links, 0, t[0], t[1], cb, arg])
+
+    def _enter(self, link: _Link, item: list) -> None:
+        """A message reaches a link: sent at once when it is free, else queued behind the others (FIFO).
+
+        The link is busy while its free event has not run: before its time, or at its time before its place.
+        """
         loop = self.loop
         now = loop.now
-        # EventLoop.at, inlined (the hottest call of a congestion-aware run): arrival first, then the free.
+        ft = link.free_t
+        if ft > now or (ft == now and link.free_seq > loop.cur):
+            # Its free event, put in the loop at its reserved place, will start the next waiting message.
+            link.pending.append(item)
+            if not link.queued:
+                link.queued = True
+                _push(loop._heap, (ft, link.free_seq, self._free, link))
+            return
+        # _transmit, inlined (every hop of every message passes here).
         loop._seq += 1
-        heapq.heappush(loop._heap, (now + t[1], loop._seq, self._arrive, (item,)))
+        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
         loop._seq += 1
-        heapq.heappush(loop._heap, (now + t[0], loop._seq, self._free, (link,)))
+        link.free_t = now + item[2]
+        link.free_seq = loop._seq
+
+    def _transmit(self, link: _Link, item: list) -> None:
+        loop = self.loop
+        now = loop.now
+        # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
+        loop._seq += 1
+        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+        loop._seq += 1
+        link.free_t = now + item[2]
+        link.free_seq = loop._seq
 
     def _free(self, link: _Link) -> None:
-        link.busy = False
-        if link.pending:
-            self._transmit(link, link.pending.popleft())
+        # Scheduled only with messages waiting: the first goes now, and the next free is needed if more wait.
+        pending = link.pending
+        self._transmit(link, pending.popleft())
+        if pending:
+            _push(self.loop._heap, (link.free_t, link.free_seq, self._free, link))
+        else:
+            link.queued = False
 
     def _arrive(self, item: list) -> None:
         links = item[0]
         i = item[1] + 1
         if i == len(links):
-            item[3](*item[4])
-        else:
-            item[1] = i
-            link = links[i]
-            if link.busy:
-                link.pending.append(item)
-            else:
-                self._transmit(link, item)
+            item[4](item[5])
+            return
+        item[1] = i
+        self._enter(links[i], item)
 
 
 class Matcher:
-    """Pairs sends and receives by (tag, src, dst, size, sequence number), as ASTRA-sim's CallbackTracker."""
+    """Pairs sends and receives by (tag, src, dst, size, sequence number), as ASTRA-sim's CallbackTracker.
+
+    Messages of one (tag, src, dst, size) take one route at one size, so they arrive in the order they were
+    sent (FIFO links, equal times): the k-th arrival is the k-th send, and pairing arrivals and receives in
+    order is pairing them by sequence number. Per key: [arrivals not yet received, receives still waiting].
+    """
 
     def __init__(self, loop: EventLoop, net) -> None:
         self.loop = loop
         self.net = net
-        self._send_seq: dict[tuple, int] = {}
-        self._recv_seq: dict[tuple, int] = {}
-        self._entries: dict[tuple, list] = {}  # key -> [recv callback or None, arrived]
+        self._state: dict[tuple, list] = {}
 
     def send(self, tag, src: int, dst: int, size: int) -> None:
         """Start a message; it completes the matching receive when it arrives."""
-        base = (tag, src, dst, size)
-        seq = self._send_seq.get(base, 0)
-        self._send_seq[base] = seq + 1
-        key = base + (seq,)
-        self._entries.setdefault(key, [None, False])
-        self.net.send(src, dst, size, self._arrived, key)
+        self.net.send(src, dst, size, self._arrived, (tag, src, dst, size))
 
     def _arrived(self, key: tuple) -> None:
-        entry = self._entries[key]
-        if entry[0] is not None:
-            del self._entries[key]
-            entry[0]()
+        st = self._state.get(key)
+        if st is None:
+            self._state[key] = [1, deque()]
+            return
+        waiting = st[1]
+        if waiting:
+            cb = waiting.popleft()
+            if not waiting and st[0] == 0:
+                del self._state[key]
+            cb()
         else:
-            entry[1] = True
+            st[0] += 1
 
     def recv(self, tag, src: int, dst: int, size: int, cb: Callable) -> None:
         """Post a receive; cb() when the matching message has arrived (at once, queued, if it already has)."""
-        base = (tag, src, dst, size)
-        seq = self._recv_seq.get(base, 0)
-        self._recv_seq[base] = seq + 1
-        key = base + (seq,)
-        entry = self._entries.get(key)
-        if entry is None:
-            self._entries[key] = [cb, False]
-        elif entry[1]:
-            del self._entries[key]
-            self.loop.at(self.loop.now, cb)
+        self.recv_key((tag, src, dst, size), cb)
+
+    def recv_key(self, key: tuple, cb: Callable) -> None:
+        """recv by its key (tag, src, dst, size), for a caller that keeps it."""
+        st = self._state.get(key)
+        if st is None:
+            self._state[key] = [0, deque((cb,))]
+        elif st[0] > 0:
+            st[0] -= 1
+            if st[0] == 0 and not st[1]:
+                del self._state[key]
+            self.loop.at(self.loop.now, _call, cb)
         else:
-            entry[0] = cb
+            st[1].append(cb)
 
 
 class SysEvents:
@@ -230,23 +287,28 @@ class SysEvents:
         self.loop = loop
         self._lists: dict[tuple[int, int], list] = {}
 
-    def at(self, rank: int, delay: int, fn: Callable, *args) -> None:
-        """Run fn(*args) on rank's system layer delay ns from now."""
-        key = (rank, self.loop.now + delay)
+    def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
+        """Run fn(arg) on rank's system layer delay ns from now."""
+        t = self.loop.now + delay
+        key = (rank, t)
         lst = self._lists.get(key)
         if lst is None:
-            lst = self._lists[key] = []
-            self.loop.at(key[1], self._run, key)
-        lst.append((fn, args))
+            # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
+            lst = self._lists[key] = [key, fn, arg]
+            loop = self.loop
+            loop._seq += 1  # EventLoop.at, inlined
+            _push(loop._heap, (t, loop._seq, self._run, lst))
+        else:
+            lst.append(fn)
+            lst.append(arg)
 
-    def _run(self, key: tuple[int, int]) -> None:
-        lst = self._lists[key]
-        i = 0
+    def _run(self, lst: list) -> None:
+        lst[1](lst[2])
+        i = 3  # events registered for this tick while it runs join the list
         while i < len(lst):
-            fn, args = lst[i]
-            fn(*args)
-            i += 1
-        del self._lists[key]
+            lst[i](lst[i + 1])
+            i += 2
+        del self._lists[lst[0]]
 
 
 @dataclass(frozen=True)
@@ -289,23 +351,29 @@ class _Algo:
         self.idx = idx
         self.p = len(members)
         self.bus = FAST_BUS_NS if fast else ctx.ed
+        self.rank = members[idx]
+        # Bound methods kept once: the packet machine calls them for every message.
+        self._sys_at = ctx.sys.at
+        self._msend = ctx.matcher.send
+        self._mrecv = ctx.matcher.recv
+        self._nsend = ctx.matcher.net.send
+        self._marrived = ctx.matcher._arrived
+        self._general = self.general
+        self._received = self.received
+        self._after_bus = self._processed
 
     def bundle(self, size: int, processed: bool) -> None:
         """A packet bundle: memory-bus delay, then (if processed) the reduction, then a General event."""
-        rank = self.members[self.idx]
-        if processed:
-            self.ctx.sys.at(rank, self.bus, self._processed, size)
-        else:
-            self.ctx.sys.at(rank, self.bus, self.general)
+        self._sys_at(self.rank, self.bus, self._after_bus if processed else self._general, size)
 
     def _processed(self, size: int) -> None:
-        self.ctx.sys.at(self.members[self.idx], self.ctx.red_ns(size), self.general)
+        self._sys_at(self.rank, self.ctx.red_ns(size), self._general)
 
     def send(self, pos: int, size: int) -> None:
-        self.ctx.matcher.send(self.stream.tag, self.members[self.idx], self.members[pos], size)
+        self._msend(self.stream.tag, self.rank, self.members[pos], size)
 
     def recv(self, pos: int, size: int) -> None:
-        self.ctx.matcher.recv(self.stream.tag, self.members[pos], self.members[self.idx], size, self.received)
+        self._mrecv(self.stream.tag, self.members[pos], self.rank, size, self._received)
 
     def exit(self) -> None:
         self.stream.run.phase_done(self.stream)
@@ -321,11 +389,18 @@ class PacketAlgo(_Algo):
         self.algo = algo
         self.packets: deque = deque()
         self.free = 0
-        self.got = 0
+        self.inserted = 0  # packets inserted: `parallel` at start, then one per received message
         self.zero = 0
         self.nonzero = 0
         self.toggle = False
         self.parallel = 1
+        # Ring's positions and message size stay fixed; halvingDoubling and direct move them per insert.
+        self.moves = algo != "ring"
+        self.all_reduce = kind == "all_reduce"
+        self.reduce_scatter = kind == "reduce_scatter"
+        # AllToAll.cc's reduce window: direct AllReduce in its second half sends up to `parallel` at once.
+        self.window_ar = algo == "direct" and kind == "all_reduce"
+        self._received = self.insert  # a received message inserts the next packet (Ring::run)
         if algo == "halving_doubling":
             k = int(math.log2(p))
             self.streams_left = 2 * k if kind == "all_reduce" else k
@@ -347,6 +422,16 @@ class PacketAlgo(_Algo):
                 self.streams_left = p - 1
             # AllToAll.cc get_non_zero_latency_packets: p-1 packets per window on a Local ring, one otherwise.
             self.nonzero_count = (p - 1) * self.parallel if fast else self.parallel
+        if algo == "ring":
+            # Ring's neighbours and message size never change: its waiting packets are a count and its
+            # matcher keys are kept (general_ring).
+            self.ring_packets = 0
+            self._general = self._general_ring
+            tag = stream.tag
+            self._send_to = members[self.send_pos]
+            self._send_key = (tag, self.rank, self._send_to, self.msg)
+            self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
+            self._mrecv_key = ctx.matcher.recv_key
 
     def _hd_partner(self) -> int:
         off = self.offset
@@ -360,6 +445,7 @@ class PacketAlgo(_Algo):
             self.insert()
 
     def insert(self) -> None:
+        self.inserted += 1
         if self.zero == 0 and self.nonzero == 0:
             self.zero = self.parallel
             self.nonzero = self.nonzero_count
@@ -368,14 +454,19 @@ class PacketAlgo(_Algo):
             processed = False
             self.zero -= 1
         elif self.nonzero > 0:
-            processed = self.kind == "reduce_scatter" or (self.kind == "all_reduce" and self.toggle)
+            processed = self.reduce_scatter or (self.all_reduce and self.toggle)
             self.nonzero -= 1
         else:
             raise RuntimeError("ASTRA-sim packet machine injected nothing")
-        self.packets.append((self.msg, self.send_pos, self.recv_pos))
+        msg = self.msg
+        if self.moves:
+            self.packets.append((msg, self.send_pos, self.recv_pos))
+        else:
+            self.ring_packets += 1
         # The bundle carries the current message size (the packet just inserted), then the machine advances.
-        self.bundle(self.msg, processed)
-        self._advance()
+        self._sys_at(self.rank, self.bus, self._after_bus if processed else self._general, msg)
+        if self.moves:
+            self._advance()
 
     def _advance(self) -> None:
         if self.algo == "halving_doubling":
@@ -395,17 +486,38 @@ class PacketAlgo(_Algo):
             if self.recv_pos == i:
                 self.recv_pos = (self.recv_pos - 1) % p
 
-    def general(self) -> None:
+    def general(self, _arg: object = None) -> None:
         self.free += 1
-        if self.algo == "direct" and self.kind == "all_reduce" and self.streams_left <= self.p - 1:
-            if self.got < self.p - 1:
+        if self.window_ar and self.streams_left <= self.p - 1:
+            if self.inserted - self.parallel < self.p - 1:  # messages received so far
                 return
             # AllToAll.cc tries parallel_reduce sends; each needs a packet and a free bundle token.
             for _ in range(self.parallel):
                 if not self._ready():
                     break
-        else:
-            self._ready()
+        elif self.packets and self.streams_left:
+            # _ready, inlined (every message of a ring passes here); free >= 1 after the increment.
+            size, dst, src = self.packets.popleft()
+            tag = self.stream.tag
+            members = self.members
+            rank = self.rank
+            to = members[dst]
+            self._nsend(rank, to, size, self._marrived, (tag, rank, to, size))  # Matcher.send, inlined
+            self._mrecv(tag, members[src], rank, size, self._received)
+            self.streams_left -= 1
+            self.free -= 1
+        if self.streams_left == 0 and self.free == self.parallel:
+            self.exit()
+
+    def _general_ring(self, _arg: object = None) -> None:
+        """general() for Ring: the same steps with the packet count and the kept keys."""
+        self.free += 1
+        if self.ring_packets and self.streams_left:
+            self.ring_packets -= 1
+            self._nsend(self.rank, self._send_to, self.msg, self._marrived, self._send_key)  # Matcher.send
+            self._mrecv_key(self._recv_key, self._received)
+            self.streams_left -= 1
+            self.free -= 1
         if self.streams_left == 0 and self.free == self.parallel:
             self.exit()
 
@@ -420,7 +532,6 @@ class PacketAlgo(_Algo):
         return True
 
     def received(self) -> None:
-        self.got += 1
         self.insert()
 
 
@@ -444,7 +555,7 @@ class TreeAlgo(_Algo):
     def start(self) -> None:
         self._on("init")
 
-    def general(self) -> None:
+    def general(self, _arg: object = None) -> None:
         self._on("general")
 
     def received(self) -> None:

@@ -199,8 +199,8 @@ class Engine:
 
     def next_instant(self) -> int | None:
         """Phase 2: move now to the earliest node finish or network event; None when nothing is left."""
-        tn = self.port.next_event()
         heap = self.heap
+        tn = self.port.next_event(heap[0] >> self.shift if heap else None)
         if heap:
             te = heap[0] >> self.shift
             if tn is not None and tn <= te:

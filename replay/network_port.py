@@ -12,6 +12,7 @@ from netmodels.api import (
     MemberFinishes,
     MemberStarts,
     NetworkModel,
+    QuietLookahead,
     StaggeredStarts,
 )
 from netmodels.errors import NetworkModelError
@@ -74,11 +75,18 @@ class NetworkPort:
         # ... and each member started as it issues (no barrier): instance -> the model's handle.
         self.starts_members = not measured and isinstance(network, MemberStarts) and network.starts_members
         self._opened: dict[CollectiveInstance, int] = {}
+        # A model whose events before the next node finish need no advance each (netmodels/api.py).
+        self._quiet = network.next_event_quiet if isinstance(network, QuietLookahead) else None
 
-    def next_event(self) -> int | None:
-        """The model's next event time (asked again only after something changed), None when idle."""
+    def next_event(self, horizon: int | None) -> int | None:
+        """The model's next event time (asked again only after something changed), None when idle; horizon:
+        the replay's next node finish (None: no node pending), before which a QuietLookahead model may run
+        events that complete nothing."""
         if self._dirty:
-            self._next = self.network.next_event_ns() if self.network is not None else None
+            if self._quiet is not None:
+                self._next = self._quiet(horizon)
+            else:
+                self._next = self.network.next_event_ns() if self.network is not None else None
             self._dirty = False
         return self._next
 

@@ -1,6 +1,12 @@
 """Replay speed in ASTRA-sim-compatible mode: a generated 64-rank Llama-2 7B trace on ASTRA-sim configs.
 
 Usage: .venv/bin/python scripts/bench_astra.py [--ranks 64] [--repeat 3] [--root DIR]
+       .venv/bin/python scripts/bench_astra.py --set DIR [--congestion-aware] [--repeat 1]
+
+With --set, DIR is a trace set holding its own `network.yml` and `sys.json` (the case folders of
+`scripts/astra_compare.py`, docs/performance.md "ASTRA-sim congestion-aware speed"): it is replayed with
+them, congestion-aware when asked, and each run prints its CPU time and a hash of every rank's finish (equal
+hashes: equal per-rank times), for alternating runs of two checkouts against ASTRA-sim's binary.
 
 With --root, a set already generated there (r<ranks>/ with deployment.json) is reused, so alternating runs
 of two checkouts replay the very same files.
@@ -50,13 +56,41 @@ def write_network(path: Path, nodes: int) -> Path:
     return path
 
 
+def replay_set(folder: Path, aware: bool, repeat: int) -> None:
+    """Replay a set with its own ASTRA-sim configs `repeat` times; print CPU time and per-rank finish hash."""
+    import hashlib
+
+    from xsim import api
+
+    net, system = folder / "network.yml", folder / "sys.json"
+    options = api.ReplayOptions(
+        network=api.NetworkOptions(astra_network=str(net), astra_system=str(system), congestion_aware=aware),
+        compute=api.ComputeOptions(astra_system=str(system)),
+    )
+    for _ in range(repeat):
+        c = time.process_time()
+        res = api.simulate(str(folder), options).result  # read, build, run and tables, as `xsim replay`
+        cpu = time.process_time() - c
+        finish = ",".join(str(int(x)) for x in res.per_rank_finish_ns)
+        digest = hashlib.sha256(finish.encode()).hexdigest()[:16]
+        it = res.summary_dict()["iteration_time_ns"]
+        print(f"cpu {cpu:.2f} s iteration {it:,} ns per-rank finish sha256 {digest}", flush=True)
+
+
 def main() -> None:
     """Generate once, replay `--repeat` times, print one line per replay."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--root", default=None)
+    ap.add_argument("--set", default=None, help="replay this set with its own network.yml and sys.json")
+    ap.add_argument(
+        "--congestion-aware", action="store_true", help="with --set: the congestion-aware backend"
+    )
     args = ap.parse_args()
+    if args.set is not None:
+        replay_set(Path(args.set), args.congestion_aware, args.repeat)
+        return
     system = CFG / "system" / "repo_inputs_hgx_h100_32gpu.json"
     if not system.is_file():
         raise SystemExit(f"{system}: ASTRA-sim configs not found (../shared/peer_configs)")

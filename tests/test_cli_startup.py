@@ -83,6 +83,17 @@ def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:
     assert [m for m in heavy if m in loaded] == []
 
 
+def test_version_alone_builds_no_parser_and_reads_no_distribution_metadata() -> None:
+    # Issue 30 item 4: `xsim --version` printed after importing every verb's registries and
+    # importlib.metadata (email, zipfile); run from the source tree it reads pyproject.toml alone.
+    out, loaded = _replay_in_subprocess(["--version"])
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    version = next(line.split('"')[1] for line in text.splitlines() if line.startswith("version ="))
+    assert out == f"xsim {version}\n"
+    heavy = ("importlib.metadata", "netmodels.models", "netmodels.api", "tracegen.choices", "numpy")
+    assert [m for m in heavy if m in loaded] == []
+
+
 def test_help_width_is_the_terminal_width_shutil_reports(monkeypatch) -> None:
     from xsim.verbs import terminal_columns
 

@@ -430,3 +430,36 @@ def test_staggered_issue_in_a_replay(tmp_path):
     late = 50_000
     by_role = {7: late + t + 2, 3: late + 2 * t + 3, 1: late + 3 * t + 4, 5: late + 3 * t + 4}
     assert res.per_rank_finish_ns == [by_role.get(r, _dbt_late3(t, late)) for r in range(8)]
+
+
+def test_aware_three_messages_queue_behind_each_other_on_one_link():
+    # Three 1 MiB sends into rank 2 of a Switch at t = 0 (from 0, 1, 3): all reach the switch at d; the
+    # switch->2 link serves them in the order they arrived there, each waiting s per message before it:
+    # 2d, 2d + s, 2d + 2s. Pins the link's free events when more than one message waits (issue 30: frees are
+    # scheduled only while messages wait).
+    s, d = math.floor(MIB / B50), math.floor(500 + MIB / B50)
+    model = AstraModel(AstraNetwork((AstraDim("switch", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
+    hs = [model.start_p2p(0, src, 2, MIB) for src in (0, 1, 3)]
+    done = {c.handle: c.finish_ns for c in _drain(model)}
+    assert [done[h] for h in hs] == [2 * d, 2 * d + s, 2 * d + 2 * s] == [40062, 59593, 79124]
+
+
+def test_aware_send_at_a_links_free_time_goes_before_later_sends():
+    # 1 MiB sends 0->1 and 1->3 at t = 0 (on the event loop: two at once) hold the uplinks of ranks 0 and 1
+    # until s. The engine advances the model to every event it reports, the uplinks' frees at s included,
+    # before it starts work at s; then 0->2 and 3->2 start at s, in that order, both leave at once, reach
+    # the switch together at s + d, and switch->2 serves 0->2 first: s + 2d, then s + 2d + s. (Issue 30:
+    # a link's free is put in the event loop only when a message waits, so it must still count as run
+    # when the engine starts work at its time.)
+    s, d = math.floor(MIB / B50), math.floor(500 + MIB / B50)
+    model = AstraModel(AstraNetwork((AstraDim("switch", 4, 50, 500),)), CLEAN_SYSTEM, congestion_aware=True)
+    a = model.start_p2p(0, 0, 1, MIB)
+    b = model.start_p2p(0, 1, 3, MIB)
+    out = []
+    while model.next_event_ns() is not None and model.next_event_ns() <= s:  # the engine's protocol
+        out += model.advance(model.next_event_ns())
+    x = model.start_p2p(s, 0, 2, MIB)
+    y = model.start_p2p(s, 3, 2, MIB)
+    done = {c.handle: c.finish_ns for c in out + _drain(model)}
+    assert done == {a: 2 * d, b: 2 * d, x: s + 2 * d, y: 2 * s + 2 * d}
+    assert (done[x], done[y]) == (59593, 79124)
