@@ -1,8 +1,9 @@
-"""The columnar program path equals the node-by-node protobuf path, field by field, on real inputs.
+"""The one program builder over columns equals the node-by-node reference, field by field, on real inputs.
 
-traces/columnar.py + replay/build_fast.py must build exactly the program that replay/program.py's
-node-by-node path builds from protobuf messages (which is the reference: it is what every release before
-the columnar path used). Checked on a generated heterogeneous set with the roofline compute of its
+replay/build.py must build exactly the program that tests/program_reference.py (the node-by-node builder
+from protobuf messages every release before the columnar representation used) builds, both from columns
+decoded with numpy (traces/columnar.py) and from columns decoded from protobuf messages
+(traces/node_columns.py, the path of JSON traces and of forms the numpy decoder declines). Checked on a generated heterogeneous set with the roofline compute of its
 deployment (Figure 1 of the paper), the bundled tiny pipeline, ASTRA-sim's 32-rank MLP and T2D traces,
 and a bundled PyTorch import (which the columnar decoder takes too, or leaves to protobuf).
 """
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 
 from replay import ReplayConfig
-from replay.build_fast import fast_rank
 from replay.program import Program, build_program
 from replay.simulation import ColumnReader, load_groups
+from tests.program_reference import reference_program
 from tests.test_replay_support import SHARED
 from tracegen import generate, load_spec
 from tracegen.spec import save_deployment
@@ -60,25 +61,18 @@ def _annotations(p: Program) -> list[dict]:
 
 
 def _compare(ts: TraceSet, compute=None, config: ReplayConfig | None = None, groups_file=None) -> int:
-    """Build both ways; assert equal; return how many ranks the columnar path built."""
+    """Build from numpy-decoded columns, from protobuf-decoded columns and node by node (the reference);
+    assert all equal; return how many ranks the numpy decoder took."""
     config = config or ReplayConfig(comm_streams="group")
     groups = load_groups(ts, groups_file, scan=True)
     assert groups == load_groups(ts, groups_file)
     reader = ColumnReader(ts)
     fast = build_program(ts, groups, compute, config, columns=reader.get)
-    slow = build_program(ts, groups, compute, config)
-    assert _fields(fast) == _fields(slow)
-    assert _annotations(fast) == _annotations(slow)
-    from replay.program import _Builder
-
-    b = _Builder(groups, compute or fast_compute_default(), config, ts.num_ranks)
-    return sum(1 for r in range(ts.num_ranks) if reader.get(r) and fast_rank(b, r, *reader.get(r)))
-
-
-def fast_compute_default():
-    from replay.compute import DurationModel
-
-    return DurationModel()
+    from_pb = build_program(ts, groups, compute, config)
+    ref = reference_program(ts, groups, compute, config)
+    assert _fields(fast) == _fields(ref) == _fields(from_pb)
+    assert _annotations(fast) == _annotations(ref) == _annotations(from_pb)
+    return sum(1 for r in range(ts.num_ranks) if reader.get(r) is not None)
 
 
 def test_generated_figure1_with_roofline_and_recorded_durations(tmp_path: Path) -> None:
@@ -142,6 +136,7 @@ def test_left_to_protobuf_forms() -> None:
 def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path: Path) -> None:
     # Ranks 0, 1 and 3 hold the same ids and deps (names and durations differ): the builder works their
     # edges out once. Each drops 2 ctrl deps (one on an absent id, one on itself), so 3 x 2 + rank 2's 1.
+    from replay.build import build_rank
     from replay.compute import DurationModel
     from replay.program import _Builder
     from traces import pb
@@ -168,7 +163,8 @@ def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path
     groups = load_groups(ts, None)
     b = _Builder(groups, DurationModel(), ReplayConfig(), ts.num_ranks)
     reader = ColumnReader(ts)
-    assert all(fast_rank(b, r, *reader.get(r)) for r in range(4))
+    for r in range(4):
+        build_rank(b, r, *reader.get(r))
     assert len(b.deps_cache) == 2 and b.ignored_ctrl == 7
     p = build_program(ts, groups, None, ReplayConfig(), columns=ColumnReader(ts).get)
     assert p.ignored_ctrl_deps == 7

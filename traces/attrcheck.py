@@ -181,3 +181,39 @@ def columns_problem(
         elif not (k == string_field).all():
             return True
     return False
+
+
+def columns_first_problem(
+    columns: Any, sel: Any, duration_micros: np.ndarray, int_ok: np.ndarray, string_field: int
+) -> int | None:
+    """The first node (an index into `sel`) of one rank's columns that breaks a rule, or None: the lint
+    pass of the replay's builder, which then names the problem with `node_problem` on that node.
+
+    Arguments as `columns_problem`'s. Columns decoded from protobuf messages may also hold kinds the
+    decoder declines (floats, lists, a name twice: traces/node_columns.py's F_OTHER); every one of those
+    breaks the rule, and none is an integer, bool or string kind, so the checks below catch them.
+    """
+    bad = np.asarray(duration_micros >= MAX_DURATION_MICROS)
+    for name in CHECKED.intersection(columns):
+        col = columns[name]
+        k = col.kind[sel]
+        present = k >= 0
+        if not present.any():
+            continue
+        if name in INT_RULES or name == A.IS_CPU_OP:
+            is_int = int_ok[k + 1]
+            bad = bad | (present & ~is_int)
+            lo, hi = INT_RULES.get(name, (INT64_MIN, INT64_MAX))
+            if lo > INT64_MIN or hi < INT64_MAX:
+                v = col.value[sel]
+                bad = bad | (present & is_int & ((v < lo) | (v > hi)))
+        elif name == A.PG_NAME:
+            is_str = k == string_field
+            bad = bad | (present & ~(int_ok[k + 1] | is_str))
+            long = np.asarray([len(x) > MAX_PG_NAME_CHARS for x in col.strings] + [False], dtype=bool)
+            if long.any():
+                bad = bad | (is_str & long[np.where(is_str, col.value[sel], len(col.strings))])
+        else:
+            bad = bad | (present & (k != string_field))
+    hit = np.flatnonzero(bad)
+    return int(hit[0]) if len(hit) else None
