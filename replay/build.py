@@ -374,31 +374,38 @@ def _comm_one(b: _Builder, nt: int, rank: int, rec: int, where: dict, a: _CommAt
     info: CollInfo, P2PInfo, or None for a collective replayed by its duration.
     """
     if nt == pb.COMM_COLL_NODE:
-        ct = a.comm_type
-        if ct is None or isinstance(ct, str) or isinstance(ct, float) and not ct.is_integer():
-            raise TraceGraphError("collective without an integer comm_type", **where)
-        ct = int(ct)
-        if ct not in COLLECTIVE_KIND:
-            raise TraceGraphError(f"unknown comm_type {ct}", **where)
-        size = _size(a.size, where)
-        pgn = a.pg if a.pg is not None else ""
-        if ct in b.config.duration_comm_types:
-            return K_TCOMM, rec, size, ct, pgn, f"group {pgn!r}", None
-        res = resolve_group(b.groups, pgn)
-        if res is None:
-            known = ", ".join(sorted(b.groups.groups)) or "none"
-            raise TraceGraphError(
-                f"pg_name {pgn!r} is not a known process group (known: {known}; pass --comm-groups FILE)",
-                **where,
-            )
-        key, members = res
-        if rank not in members:
-            raise TraceGraphError(
-                f"pg_name {pgn!r} = ranks {list(members)} does not contain this rank", **where
-            )
-        info = CollInfo(ct, size, key, members)
-        return K_COLL, rec if b.measured else 0, size, ct, pgn, f"group {key!r}", info
-    send = nt == pb.COMM_SEND_NODE
+        return _collective(b, rank, rec, where, a)
+    return _p2p(b, nt == pb.COMM_SEND_NODE, rank, rec, where, a)
+
+
+def _collective(b: _Builder, rank: int, rec: int, where: dict, a: _CommAttrs) -> tuple:
+    """_comm_one of a collective: its type, bytes and process group checked and resolved."""
+    ct = a.comm_type
+    if ct is None or isinstance(ct, str) or isinstance(ct, float) and not ct.is_integer():
+        raise TraceGraphError("collective without an integer comm_type", **where)
+    ct = int(ct)
+    if ct not in COLLECTIVE_KIND:
+        raise TraceGraphError(f"unknown comm_type {ct}", **where)
+    size = _size(a.size, where)
+    pgn = a.pg if a.pg is not None else ""
+    if ct in b.config.duration_comm_types:
+        return K_TCOMM, rec, size, ct, pgn, f"group {pgn!r}", None
+    res = resolve_group(b.groups, pgn)
+    if res is None:
+        known = ", ".join(sorted(b.groups.groups)) or "none"
+        raise TraceGraphError(
+            f"pg_name {pgn!r} is not a known process group (known: {known}; pass --comm-groups FILE)",
+            **where,
+        )
+    key, members = res
+    if rank not in members:
+        raise TraceGraphError(f"pg_name {pgn!r} = ranks {list(members)} does not contain this rank", **where)
+    info = CollInfo(ct, size, key, members)
+    return K_COLL, rec if b.measured else 0, size, ct, pgn, f"group {key!r}", info
+
+
+def _p2p(b: _Builder, send: bool, rank: int, rec: int, where: dict, a: _CommAttrs) -> tuple:
+    """_comm_one of a send or recv: its peers (this rank on its own side), tag and bytes checked."""
     size = _size(a.size, where)
     src = rank if (send and a.src is None) else a.src
     dst = rank if (not send and a.dst is None) else a.dst

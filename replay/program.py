@@ -1,8 +1,9 @@
 """The replay program: every node of a trace set flattened once into plain per-node lists for the engine.
 
 Nodes get a global index g, rank by rank and, within a rank, in ascending node id, so "issue ready nodes
-in ascending id" is "pop the smallest g" from a per-queue heap of ints. Protobuf attributes are read here
-once; the event loop never touches a protobuf message.
+in ascending id" is "pop the smallest g" from a per-queue heap of ints. Every rank is built from its
+columns by replay/build.py (attributes read once, from columns); the event loop never touches a protobuf
+message.
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ class Program:
     pg_name: list[str | None]
     coll: dict[int, CollInfo]
     p2p: dict[int, P2PInfo]
-    annotations: dict[int, dict]  # g -> {annotation column: value}, nodes built one by one (see ann_cols)
+    annotations: dict[
+        int, dict
+    ]  # g -> {annotation column: value}: tests/program_reference.py fills it (replay/build.py fills ann_cols)
     groups: ProcessGroups
     compute_name: str
     ctrl_deps_ignored_ranks: int = 0  # ranks replayed on data deps alone (ctrl deps closed a cycle)
@@ -198,7 +201,8 @@ def resolve_group(groups: ProcessGroups, name: str) -> tuple[str, tuple[int, ...
 
 
 class _Builder:
-    """Accumulates the program rank by rank (columns of numpy chunks) and turns comm nodes into infos."""
+    """Accumulates the program rank by rank (columns of numpy chunks, queues, matching infos); replay/build.py
+    fills it."""
 
     def __init__(self, groups: ProcessGroups, compute: ComputeModel, config: ReplayConfig, n_ranks: int):
         self.groups = groups
