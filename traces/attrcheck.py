@@ -3,7 +3,7 @@
 Each verb used to read attributes its own way: info and validate took the first of two `comm_size`, replay
 the last; replay crashed on a NaN `comm_size` that validate called a type error and info skipped. Here is
 the one rule (docs/trace-format.md, "Attribute rules"), applied node by node (`node_problem`) or, on the
-replay's columnar path, to whole columns at once (`columns_problem`):
+replay's builder, to whole columns at once (`columns_first_problem`, a lint pass over a rank's columns):
 
 * a name below appears at most once per node;
 * integer names hold an integer oneof (or bool), never a float, string or list, and fit int64;
@@ -148,39 +148,14 @@ def check_node(
 def columns_problem(
     columns: Any, sel: Any, duration_micros: np.ndarray, int_ok: np.ndarray, string_field: int
 ) -> bool:
-    """True when some node of one rank's decoded columns breaks a rule (the caller then takes the
-    node-by-node path, where node_problem names it).
+    """True when some node of decoded columns breaks a rule (the replay's builder checks a whole batch of
+    files with this once; when none breaks it, no rank of the batch needs its lint pass).
 
     columns: attribute name -> column with `kind` (value field number per node, -1 absent, 0 no value),
-    `value` (int64) and `strings`; sel: the rank's nodes in those columns; int_ok: a lookup by kind + 1 that
-    is True for the integer and bool fields. Duplicates and float/list kinds never reach columns (the
-    columnar decoder declines them), so kinds and ranges are what is left to check.
+    `value` (int64) and `strings`; sel: the nodes in those columns; int_ok: a lookup by kind + 1 that is
+    True for the integer and bool fields.
     """
-    if len(duration_micros) and int(duration_micros.max()) >= MAX_DURATION_MICROS:
-        return True
-    for name in CHECKED.intersection(columns):
-        col = columns[name]
-        k = col.kind[sel]
-        present = k >= 0
-        if not present.any():
-            continue
-        k = k[present]
-        if name in INT_RULES or name == A.IS_CPU_OP:
-            if not int_ok[k + 1].all():
-                return True  # a string, or no value
-            lo, hi = INT_RULES.get(name, (INT64_MIN, INT64_MAX))
-            if lo > INT64_MIN or hi < INT64_MAX:
-                v = col.value[sel][present]
-                if int(v.min()) < lo or int(v.max()) > hi:
-                    return True
-        elif name == A.PG_NAME:
-            if not (int_ok[k + 1] | (k == string_field)).all():
-                return True
-            if any(len(x) > MAX_PG_NAME_CHARS for x in col.strings):
-                return True
-        elif not (k == string_field).all():
-            return True
-    return False
+    return columns_first_problem(columns, sel, duration_micros, int_ok, string_field) is not None
 
 
 def columns_first_problem(
