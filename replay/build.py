@@ -115,10 +115,8 @@ def build_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> None:
     d_row = n if deps.bad_row is None else deps.bad_row
     nodes, b_row = _kinds(b, view, min(a_row, d_row + 1))
     first = min(a_row, b_row, d_row)
-    comm_to = (
-        first + 1 if first == d_row < min(a_row, b_row) else first
-    )  # a node's comm checks precede its deps'
-    _comm(b, view, nodes, comm_to)
+    # A node's communication checks come before its dependencies' (and after its attributes, duration).
+    _comm(b, view, nodes, first + 1 if first == d_row < min(a_row, b_row) else first)
     if first < n:
         _raise_at(b, view, nodes, first, a_row, b_row)
     edges = _edges(b, view, deps)
@@ -184,6 +182,10 @@ def _deps(b: _Builder, view: RankView, pos_of: np.ndarray, span: tuple[int, int]
     key = None
     if isinstance(view.sel, slice):
         key = (ids.tobytes(), d_cnt.tobytes(), dd.tobytes(), c_cnt.tobytes(), cd.tobytes())
+        hit = b.deps_cache.get(key)
+        if hit is not None and not hit.check_cycle:  # the ranks of a stage: deps checked, edges known
+            z = np.zeros(0, dtype=np.int64)
+            return _Deps(z, z, z, z, np.zeros(0, dtype=bool), None, key)
     own = np.arange(n)
     d_owner = pos_of[np.repeat(own, d_cnt)]
     c_owner = pos_of[np.repeat(own, c_cnt)]
