@@ -62,7 +62,12 @@ def cases(inputs: Path) -> list[tuple[str, list[str]]]:
     # The builder's compute models (issue 25): speed factors (vectorised), a what-if GPU (the scalar loop).
     out.append(("figure1_speed", [str(inputs / "figure1"), "--model", "analytical", "--speed", "0-3=1.7"]))
     pp2 = str(inputs / "tinygpt_pp2" / "tinygpt_pp2")
-    out.append(("tinygpt_pp2_as_h100", [pp2, "--comm", "measured", "--as-gpu", "H100", "--speed", "1=0.6"]))
+    out.append(
+        (
+            "tinygpt_pp2_as_h100",
+            [pp2, "--comm", "measured", "--as-gpu", "H100", "--from-gpu", "A100", "--speed", "1=0.6"],
+        )
+    )
     if ET.is_dir() and CFG.is_dir():
         for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for n in (4, 8, 16):
