@@ -97,7 +97,9 @@ class _Nodes:
     ctype: np.ndarray
     pgs: list
     comm_rows: np.ndarray  # GPU communication rows
-    comm_stream: list  # per comm row: its stream (process group, p2p) or None
+    comm_code: np.ndarray  # per comm row: its distinct input
+    comm_firsts: list  # per distinct input: its first comm row (an index into comm_rows)
+    comm_streams: tuple  # per distinct input: its stream (process group, p2p) or None
 
 
 def build_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> None:
@@ -315,7 +317,9 @@ def _kinds(b: _Builder, view: RankView, until: int) -> tuple[_Nodes, int]:
         np.full(n, -1, dtype=np.int64),
         [None] * n,
         np.flatnonzero(is_comm & ~cpu),
+        np.zeros(0, dtype=np.int64),
         [],
+        (),
     )
     return nodes, bad
 
@@ -458,12 +462,12 @@ def _queues(b: _Builder, view: RankView, nodes: _Nodes) -> np.ndarray:
     queue[(kind == K_RECV) | (kind == K_ZERO)] = -1
     ci = nodes.comm_rows
     if len(ci) and b.group_streams:
-        # Once per distinct stream, in node order: streams get their queues in the order of first use.
-        kinds = kind[ci].tolist()
-        queue[ci] = [
+        # Once per distinct comm input, in order of first row: streams get their queues in node order.
+        q_d = [
             -1 if st is None else b.comm_queue(rank, k, st, q_comm)
-            for k, st in zip(kinds, nodes.comm_stream, strict=True)
+            for k, st in zip(kind[ci[nodes.comm_firsts]].tolist(), nodes.comm_streams, strict=True)
         ]
+        queue[ci] = np.asarray(q_d, dtype=np.int64)[nodes.comm_code]
     return queue
 
 
@@ -474,8 +478,8 @@ def _stream_queues(b: _Builder, view: RankView, nodes: _Nodes, slots: tuple[int,
     rank = view.rank
     k_st, v_st = view.kind(STREAM).tolist(), view.value(STREAM).tolist()
     comm_stream: list = [None] * view.n
-    for i, st in zip(nodes.comm_rows.tolist(), nodes.comm_stream, strict=True):
-        comm_stream[i] = st
+    for i, d in zip(nodes.comm_rows.tolist(), nodes.comm_code.tolist(), strict=True):
+        comm_stream[i] = nodes.comm_streams[d]
     stream_q: dict = {}
     out = []
     for i, k in enumerate(nodes.kind.tolist()):
@@ -522,7 +526,7 @@ def _comm(b: _Builder, view: RankView, nodes: _Nodes, until: int) -> None:
     code_l = code.tolist()
     for i, d in zip(ci.tolist(), code_l, strict=True):
         nodes.pgs[i] = p_[d]
-    nodes.comm_stream = [st_[d] for d in code_l]
+    nodes.comm_code, nodes.comm_firsts, nodes.comm_streams = code, firsts, st_
     for g, d in zip((ci + base).tolist(), code_l, strict=True):
         info = info_[d]
         if info is None:
