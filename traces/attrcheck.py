@@ -153,9 +153,34 @@ def columns_problem(
 
     columns: attribute name -> column with `kind` (value field number per node, -1 absent, 0 no value),
     `value` (int64) and `strings`; sel: the nodes in those columns; int_ok: a lookup by kind + 1 that is
-    True for the integer and bool fields.
+    True for the integer and bool fields. A yes/no with early exits (the common answer, no, costs a few
+    reductions per name); `columns_first_problem` locates the node when the answer is yes.
     """
-    return columns_first_problem(columns, sel, duration_micros, int_ok, string_field) is not None
+    if len(duration_micros) and int(duration_micros.max()) >= MAX_DURATION_MICROS:
+        return True
+    for name in CHECKED.intersection(columns):
+        col = columns[name]
+        k = col.kind[sel]
+        present = k >= 0
+        if not present.any():
+            continue
+        k = k[present]
+        if name in INT_RULES or name == A.IS_CPU_OP:
+            if not int_ok[k + 1].all():
+                return True  # a string, or no value
+            lo, hi = INT_RULES.get(name, (INT64_MIN, INT64_MAX))
+            if lo > INT64_MIN or hi < INT64_MAX:
+                v = col.value[sel][present]
+                if int(v.min()) < lo or int(v.max()) > hi:
+                    return True
+        elif name == A.PG_NAME:
+            if not (int_ok[k + 1] | (k == string_field)).all():
+                return True
+            if any(len(x) > MAX_PG_NAME_CHARS for x in col.strings):
+                return True
+        elif not (k == string_field).all():
+            return True
+    return False
 
 
 def columns_first_problem(
