@@ -1,7 +1,11 @@
 """Compute-time models: how long a COMP (or MEM) node takes on a rank, in integer nanoseconds.
 
-Contract (F): a compute model is any object with `name` and `duration_ns(rank, node) -> int`. The engine
-calls it once per compute node before the event loop, never inside it.
+Contract (F): a compute model is any object with `name` and `duration_ns(rank, node) -> int`. The program
+builder asks it once per compute node before the event loop, never inside it. A model may also implement
+`durations(rank, columns, rows)` (`VectorisedCompute`): the times of many rows of one rank at once, read
+from the rank's columns (replay/rank_view.py) with numpy, with no protobuf message per node. The builder
+calls `durations_of`, which loops the scalar `duration_ns` for a model without it. `REGISTRY` lists the
+models xsim builds and their capabilities, as netmodels/models.py does for network models.
 """
 
 from __future__ import annotations
@@ -11,12 +15,17 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from replay.errors import DeviceProfileError
 from traces import pb
 from traces.attrs import DURATION_NS, INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
 from traces.io import JsonFileError, read_json
+
+if TYPE_CHECKING:
+    from replay.rank_view import RankView
 
 
 @runtime_checkable
@@ -27,6 +36,15 @@ class ComputeModel(Protocol):
 
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """Time the node occupies its resource on `rank`, in ns."""
+        ...
+
+
+@runtime_checkable
+class VectorisedCompute(Protocol):
+    """The optional ability: durations of many rows of one rank at once, from its columns."""
+
+    def durations(self, rank: int, columns: RankView, rows: np.ndarray) -> np.ndarray:
+        """int64 ns of `rows` (ascending row indices of `columns`), each what duration_ns gives its node."""
         ...
 
 
@@ -55,6 +73,10 @@ class DurationModel:
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """duration_micros x 1000, 0 -> 1 ns (or the exact duration_ns)."""
         return replay_duration_ns(node, self.exact)
+
+    def durations(self, rank: int, columns: RankView, rows: np.ndarray) -> np.ndarray:
+        """duration_ns of many rows: the recorded durations, read from the columns."""
+        return columns.recorded_as(self.exact)[rows]
 
 
 @dataclass(frozen=True)
@@ -145,6 +167,41 @@ class RooflineModel:
             return recorded
         return roofline_ns(ops, size, prof)
 
+    def durations(self, rank: int, columns: RankView, rows: np.ndarray) -> np.ndarray:
+        """duration_ns of many rows: comp_duration_ns once per distinct (device, cpu, num_ops, tensor_size,
+        recorded) of the build, and once per distinct rank content (the ranks of a stage, TP peers and DP
+        replicas, run the same ops on the same device)."""
+        from replay.rank_view import IS_INT
+
+        rec = columns.recorded_as(self.exact)
+        out = rec[rows].copy()
+        comp = rows[columns.node_type[rows] == pb.COMP_NODE]
+        if not len(comp):
+            return out
+        k_ops, k_size = columns.kind(NUM_OPS)[comp], columns.kind(TENSOR_SIZE)[comp]
+        has_ops, has_size = IS_INT[k_ops + 1], IS_INT[k_size + 1]
+        ops_a = np.where(has_ops, columns.value(NUM_OPS)[comp], -1)
+        size_a = np.where(has_size, columns.value(TENSOR_SIZE)[comp], -1)
+        cpu = columns.is_cpu()[comp]
+        prof = self.profile(rank)
+        memo = columns.memo.setdefault(("roofline", id(self)), ({}, {}))
+        by_rank, by_op = memo
+        rank_key = (prof, ops_a.tobytes(), size_a.tobytes(), cpu.tobytes(), rec[comp].tobytes())
+        got = by_rank.get(rank_key)
+        if got is None:
+            ops, size, c_, r_ = ops_a.tolist(), size_a.tolist(), cpu.tolist(), rec[comp].tolist()
+            ho, hs = has_ops.tolist(), has_size.tolist()
+            vals = []
+            for j in range(len(comp)):
+                key = (prof, c_[j], ops[j] if ho[j] else None, size[j] if hs[j] else None, r_[j])
+                d = by_op.get(key)
+                if d is None:
+                    d = by_op[key] = self.comp_duration_ns(rank, *key[1:])
+                vals.append(d)
+            got = by_rank[rank_key] = np.asarray(vals, dtype=np.int64)
+        out[np.searchsorted(rows, comp)] = got
+        return out
+
 
 @dataclass(frozen=True)
 class SpeedScaled:
@@ -171,6 +228,83 @@ class SpeedScaled:
         if _roofline_attrs(node)[0]:
             return d
         return max(1, int(d / f + 0.5))
+
+    def durations(self, rank: int, columns: RankView, rows: np.ndarray) -> np.ndarray:
+        """duration_ns of many rows: the base model's, then GPU compute rows divided by the factor (float64
+        division and truncation, as Python's int(d / f + 0.5) on these ints below 2^53)."""
+        d = np.asarray(durations_of(self.base, rank, columns, rows), dtype=np.int64)
+        f = self.factors.get(rank)
+        if f is None or f == 1.0:
+            return d
+        scale = (columns.node_type[rows] == pb.COMP_NODE) & (d != 0) & ~columns.is_cpu()[rows]
+        d = d.copy()
+        d[scale] = np.maximum(1, (d[scale] / f + 0.5).astype(np.int64))
+        return d
+
+
+@dataclass(frozen=True)
+class ComputeCapabilities:
+    """What a compute model guarantees, queried instead of its type (by the program builder)."""
+
+    # durations(rank, columns, rows) from columns; else the builder asks duration_ns node by node, each
+    # node decoded into a message first (correct for any model, slower).
+    vectorised: bool
+    # A wrapper of `base` (SpeedScaled): vectorised only when its base is.
+    wraps_base: bool = False
+
+
+@dataclass(frozen=True)
+class ComputeInfo:
+    """One compute model xsim builds (xsim/api/compute.py:build_compute chooses among them)."""
+
+    model: str  # "module:class", imported only when asked for
+    capabilities: ComputeCapabilities
+    summary: str
+
+
+REGISTRY: dict[str, ComputeInfo] = {
+    "duration": ComputeInfo(
+        "replay.compute:DurationModel",
+        ComputeCapabilities(vectorised=True),
+        "the recorded durations (duration_ns, else duration_micros x 1000)",
+    ),
+    "roofline": ComputeInfo(
+        "replay.compute:RooflineModel",
+        ComputeCapabilities(vectorised=True),
+        "ASTRA-sim's roofline from num_ops / tensor_size and a device per rank",
+    ),
+    "speed": ComputeInfo(
+        "replay.compute:SpeedScaled",
+        ComputeCapabilities(vectorised=True, wraps_base=True),
+        "another model's GPU compute divided by a per-rank speed factor (--speed)",
+    ),
+    "whatif": ComputeInfo(
+        "replay.whatif:WhatIfModel",
+        ComputeCapabilities(vectorised=False),
+        "measured compute rescaled per op class, from one GPU to another (--as-gpu)",
+    ),
+}
+_BY_CLASS = {info.model.rpartition(":")[2]: info for info in REGISTRY.values()}
+
+
+def capabilities_of(model: ComputeModel) -> ComputeCapabilities:
+    """The registered capabilities of a model; an unregistered model is vectorised when it implements
+    `durations` (VectorisedCompute)."""
+    info = _BY_CLASS.get(type(model).__name__)
+    if info is None or f"{type(model).__module__}:{type(model).__name__}" != info.model:
+        return ComputeCapabilities(vectorised=isinstance(model, VectorisedCompute))
+    caps = info.capabilities
+    if caps.wraps_base and not capabilities_of(model.base).vectorised:
+        return replace(caps, vectorised=False)
+    return caps
+
+
+def durations_of(model: ComputeModel, rank: int, columns: RankView, rows: np.ndarray) -> np.ndarray | list:
+    """Durations of `rows` of one rank: the model's `durations` when it is vectorised (an int64 array),
+    else its `duration_ns` looped over the rows' messages (a list of whatever it returns)."""
+    if capabilities_of(model).vectorised:
+        return model.durations(rank, columns, rows)
+    return [model.duration_ns(rank, columns.node(i)) for i in rows.tolist()]
 
 
 def with_exact(model: ComputeModel, exact: bool) -> ComputeModel:

@@ -40,7 +40,7 @@ def make_inputs(inputs: Path) -> None:
         if not (inputs / name).is_dir():
             ets = [str(PT / f"{name}_et.{r}.json.gz") for r in range(2)]
             kin = [str(PT / f"{name}_kineto.{r}.json.gz") for r in range(2)]
-            _xsim("import", "pytorch", "--et", *ets, "--kineto", *kin, "--out", str(inputs / name))
+            _xsim("import", "pytorch", "--et", *ets, "--kineto", *kin, "--out", str(inputs / name / name))
 
 
 def cases(inputs: Path) -> list[tuple[str, list[str]]]:
@@ -53,10 +53,21 @@ def cases(inputs: Path) -> list[tuple[str, list[str]]]:
     out.append(("table4_c01_fold", [str(inputs / "table4_c01"), "--model", "analytical", "--fold"]))
     out.append(("figure1_chan2", [str(inputs / "figure1"), "--model", "analytical", "--comm-channels", "2"]))
     for name in ("tinygpt_2rank", "tinygpt_pp2"):
-        out.append((f"{name}_measured", [str(inputs / name), "--comm", "measured"]))
-        out.append((f"{name}_ring", [str(inputs / name), "--topology", "ring:2:50GBps:500ns"]))
+        # The importer's --out is a prefix: each import gets its own folder (two in one folder collide).
+        pre = str(inputs / name / name)
+        out.append((f"{name}_measured", [pre, "--comm", "measured"]))
+        out.append((f"{name}_ring", [pre, "--topology", "ring:2:50GBps:500ns"]))
     tiny = ROOT / "traces" / "examples" / "tiny_pipeline"
     out.append(("tiny_pipeline", [str(tiny), "--topology", "ring:4:50GBps:500ns"]))
+    # The builder's compute models (issue 25): speed factors (vectorised), a what-if GPU (the scalar loop).
+    out.append(("figure1_speed", [str(inputs / "figure1"), "--model", "analytical", "--speed", "0-3=1.7"]))
+    pp2 = str(inputs / "tinygpt_pp2" / "tinygpt_pp2")
+    out.append(
+        (
+            "tinygpt_pp2_as_h100",
+            [pp2, "--comm", "measured", "--as-gpu", "H100", "--from-gpu", "A100", "--speed", "1=0.6"],
+        )
+    )
     if ET.is_dir() and CFG.is_dir():
         for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for n in (4, 8, 16):

@@ -24,6 +24,7 @@ from replay import ReplayConfig
 from replay.errors import TraceGraphError
 from replay.program import build_program
 from replay.simulation import ColumnReader, load_groups
+from tests.program_reference import reference_program
 from traces import pb
 from traces.attrs import make_node
 from traces.columnar import Unsupported, decode_columns
@@ -201,7 +202,10 @@ def test_comm_nodes_fail_at_the_node_by_node_paths_node(tmp_path: Path, rank0, b
         with pytest.raises(TraceGraphError) as exc:
             build_program(ts, groups, None, ReplayConfig(), columns=columns)
         errors.append(str(exc.value))
-    assert errors[0] == errors[1]
+    with pytest.raises(TraceGraphError) as exc:
+        reference_program(ts, groups, None, ReplayConfig())
+    errors.append(str(exc.value))
+    assert errors[0] == errors[1] == errors[2]
     assert f"id {bad_id}:" in errors[0] and "is not a known process group" in errors[0]
 
 
@@ -210,7 +214,7 @@ def test_comm_nodes_share_their_matching_data_in_node_order(tmp_path: Path) -> N
     write_trace_set(str(tmp_path / "t"), [rank, rank])
     ts = discover(str(tmp_path / "t"))
     groups = load_groups(ts, None)
-    slow = build_program(ts, groups, None, ReplayConfig())
+    slow = reference_program(ts, groups, None, ReplayConfig())
     fast = build_program(ts, groups, None, ReplayConfig(), columns=ColumnReader(ts).get)
     assert list(fast.coll.items()) == list(slow.coll.items())
     assert list(fast.coll) == list(range(8))

@@ -151,14 +151,13 @@ def _edge_set(tmp: Path, size: int) -> None:
 
 
 def test_columnar_path_takes_exactly_what_the_rule_accepts(tmp_path: Path) -> None:
-    # At the bounds both ranks take the columnar path and build the same program as node by node
-    # (tests/test_replay_columnar._compare); one byte past MAX_BYTES and the columnar path declines, so the
-    # node-by-node path raises the rule's message.
+    # At the bounds both ranks are decoded as columns and build the same program as the node-by-node
+    # reference (tests/test_replay_columnar._compare); one byte past MAX_BYTES and the builder's lint pass
+    # raises the rule's message, from numpy-decoded columns and protobuf-decoded ones alike.
     from replay import ReplayConfig
-    from replay.build_fast import fast_rank
-    from replay.program import _Builder, build_program
+    from replay.program import build_program
     from replay.simulation import ColumnReader, load_groups
-    from tests.test_replay_columnar import _compare, fast_compute_default
+    from tests.test_replay_columnar import _compare
     from traces.traceset import discover
 
     _edge_set(tmp_path / "ok", MAX_BYTES)
@@ -166,10 +165,10 @@ def test_columnar_path_takes_exactly_what_the_rule_accepts(tmp_path: Path) -> No
     _edge_set(tmp_path / "bad", MAX_BYTES + 1)
     ts = discover(str(tmp_path / "bad" / "t"))
     groups = load_groups(ts, None)
-    b = _Builder(groups, fast_compute_default(), ReplayConfig(), ts.num_ranks)
-    assert fast_rank(b, 0, *ColumnReader(ts).get(0)) is False
-    with pytest.raises(Exception, match=r"t\.0\.et, rank 0, id 2: comm_size 1099511627777 is past 2\^40"):
-        build_program(ts, groups, None, ReplayConfig())
+    assert ColumnReader(ts).get(0) is not None
+    for columns in (ColumnReader(ts).get, None):
+        with pytest.raises(Exception, match=r"t\.0\.et, rank 0, id 2: comm_size 1099511627777 is past 2\^40"):
+            build_program(ts, groups, None, ReplayConfig(), columns=columns)
 
 
 def _meta(ranks) -> list[pb.Node]:

@@ -19,6 +19,7 @@ from replay.compute import DeviceProfile, SpeedScaled, replay_duration_ns, with_
 from replay.errors import ReplayError
 from replay.program import build_program
 from replay.simulation import ColumnReader, load_groups
+from tests.program_reference import reference_program
 from traces import pb
 from traces.attrs import DURATION_NS, make_node
 from traces.traceset import discover, write_trace_set
@@ -136,7 +137,7 @@ def test_micros_rule_is_the_same_on_the_columnar_and_protobuf_builders(tmp_path:
     cfg = ReplayConfig(durations="micros", comm_streams="shared")
     for compute in (None, RooflineModel(profiles={}, default=DeviceProfile(1e15, 3e12), exact=False)):
         fast = build_program(ts, groups, compute, cfg, release=False, columns=ColumnReader(ts).get)
-        slow = build_program(discover(out), groups, compute, cfg)
+        slow = reference_program(discover(out), groups, compute, cfg)
         assert list(fast.dur) == list(slow.dur) and list(fast.recorded_ns) == list(slow.recorded_ns)
     assert all(r % 1000 == 0 or r == 1 for r in fast.recorded_ns)
 

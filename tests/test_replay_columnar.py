@@ -1,8 +1,9 @@
-"""The columnar program path equals the node-by-node protobuf path, field by field, on real inputs.
+"""The one program builder over columns equals the node-by-node reference, field by field, on real inputs.
 
-traces/columnar.py + replay/build_fast.py must build exactly the program that replay/program.py's
-node-by-node path builds from protobuf messages (which is the reference: it is what every release before
-the columnar path used). Checked on a generated heterogeneous set with the roofline compute of its
+replay/build.py must build exactly the program that tests/program_reference.py (the node-by-node builder
+from protobuf messages every release before the columnar representation used) builds, both from columns
+decoded with numpy (traces/columnar.py) and from columns decoded from protobuf messages
+(traces/node_columns.py, the path of JSON traces and of forms the numpy decoder declines). Checked on a generated heterogeneous set with the roofline compute of its
 deployment (Figure 1 of the paper), the bundled tiny pipeline, ASTRA-sim's 32-rank MLP and T2D traces,
 and a bundled PyTorch import (which the columnar decoder takes too, or leaves to protobuf).
 """
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 
 from replay import ReplayConfig
-from replay.build_fast import fast_rank
 from replay.program import Program, build_program
 from replay.simulation import ColumnReader, load_groups
+from tests.program_reference import reference_program
 from tests.test_replay_support import SHARED
 from tracegen import generate, load_spec
 from tracegen.spec import save_deployment
@@ -60,25 +61,18 @@ def _annotations(p: Program) -> list[dict]:
 
 
 def _compare(ts: TraceSet, compute=None, config: ReplayConfig | None = None, groups_file=None) -> int:
-    """Build both ways; assert equal; return how many ranks the columnar path built."""
+    """Build from numpy-decoded columns, from protobuf-decoded columns and node by node (the reference);
+    assert all equal; return how many ranks the numpy decoder took."""
     config = config or ReplayConfig(comm_streams="group")
     groups = load_groups(ts, groups_file, scan=True)
     assert groups == load_groups(ts, groups_file)
     reader = ColumnReader(ts)
     fast = build_program(ts, groups, compute, config, columns=reader.get)
-    slow = build_program(ts, groups, compute, config)
-    assert _fields(fast) == _fields(slow)
-    assert _annotations(fast) == _annotations(slow)
-    from replay.program import _Builder
-
-    b = _Builder(groups, compute or fast_compute_default(), config, ts.num_ranks)
-    return sum(1 for r in range(ts.num_ranks) if reader.get(r) and fast_rank(b, r, *reader.get(r)))
-
-
-def fast_compute_default():
-    from replay.compute import DurationModel
-
-    return DurationModel()
+    from_pb = build_program(ts, groups, compute, config)
+    ref = reference_program(ts, groups, compute, config)
+    assert _fields(fast) == _fields(ref) == _fields(from_pb)
+    assert _annotations(fast) == _annotations(ref) == _annotations(from_pb)
+    return sum(1 for r in range(ts.num_ranks) if reader.get(r) is not None)
 
 
 def test_generated_figure1_with_roofline_and_recorded_durations(tmp_path: Path) -> None:
@@ -142,6 +136,7 @@ def test_left_to_protobuf_forms() -> None:
 def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path: Path) -> None:
     # Ranks 0, 1 and 3 hold the same ids and deps (names and durations differ): the builder works their
     # edges out once. Each drops 2 ctrl deps (one on an absent id, one on itself), so 3 x 2 + rank 2's 1.
+    from replay.build import build_rank
     from replay.compute import DurationModel
     from replay.program import _Builder
     from traces import pb
@@ -168,10 +163,135 @@ def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path
     groups = load_groups(ts, None)
     b = _Builder(groups, DurationModel(), ReplayConfig(), ts.num_ranks)
     reader = ColumnReader(ts)
-    assert all(fast_rank(b, r, *reader.get(r)) for r in range(4))
+    for r in range(4):
+        build_rank(b, r, *reader.get(r))
     assert len(b.deps_cache) == 2 and b.ignored_ctrl == 7
     p = build_program(ts, groups, None, ReplayConfig(), columns=ColumnReader(ts).get)
     assert p.ignored_ctrl_deps == 7
     # Node 4 waits for 2 and 3 on ranks 0, 1, 3 and for 3 only on rank 2; node 1 has two children.
     assert np.asarray(p.ndeps).tolist() == [0, 1, 1, 2] * 2 + [0, 1, 1, 1] + [0, 1, 1, 2]
     assert np.diff(p.child_ptr).tolist() == [2, 1, 1, 0] * 2 + [2, 0, 1, 0] + [2, 1, 1, 0]
+
+
+def _json_copy(ts: TraceSet, out: Path) -> TraceSet:
+    """The same set with every rank written as a JSON trace (decoded with protobuf, then into columns)."""
+    import shutil
+
+    from traces.jsonview import dump_json
+
+    out.mkdir()
+    for r in range(ts.num_ranks):
+        dump_json(ts.load(r), out / f"j.{r}.json")
+    for extra in ("comm_group.json",):
+        if (Path(ts.directory) / extra).exists():
+            shutil.copy(Path(ts.directory) / extra, out / extra)
+    return discover(str(out / "j"))
+
+
+def test_features_of_the_old_node_by_node_path_go_through_the_one_builder(tmp_path: Path) -> None:
+    # --speed (SpeedScaled, vectorised over a vectorised base), --as-gpu (WhatIfModel: the default loop
+    # of its scalar duration_ns), a model outside the registry, --honour-stream, and JSON traces: each
+    # built by replay/build.py equals the node-by-node reference field by field.
+    from replay.compute import DeviceProfile, DurationModel, RooflineModel, SpeedScaled, capabilities_of
+    from replay.whatif import WhatIfModel
+    from tests.test_replay_support import coll, comp, recv, send, write_set
+
+    tiny = discover(str(ROOT / "traces" / "examples" / "tiny_pipeline"))
+    speed = SpeedScaled(DurationModel(), {0: 2.0, 1: 0.3, 3: 1.0})
+    roof = RooflineModel(profiles={1: DeviceProfile(1e12, 1e9)}, default=DeviceProfile(3e11, 2e9))
+    whatif = WhatIfModel({"gemm": 2.5, "memory": 1.5})
+
+    class Scalar:
+        name = "scalar"
+
+        def duration_ns(self, rank: int, node) -> int:
+            return 7 * rank + len(node.name) + node.duration_micros
+
+    assert capabilities_of(speed).vectorised and capabilities_of(SpeedScaled(roof, {0: 2.0})).vectorised
+    assert not capabilities_of(whatif).vectorised and not capabilities_of(Scalar()).vectorised
+    assert not capabilities_of(SpeedScaled(whatif, {0: 2.0})).vectorised
+    for compute in (
+        speed,
+        SpeedScaled(roof, {0: 2.0, 2: 0.7}),
+        whatif,
+        SpeedScaled(whatif, {1: 3.0}),
+        Scalar(),
+    ):
+        assert _compare(tiny, compute) == 4
+    # SpeedScaled's rounding, by hand: rank 1 at factor 0.3 runs a 10 us op in int(10000 / 0.3 + 0.5) ns.
+    p = build_program(tiny, load_groups(tiny, None), speed, ReplayConfig(), columns=ColumnReader(tiny).get)
+    base = build_program(tiny, load_groups(tiny, None), None, ReplayConfig(), columns=ColumnReader(tiny).get)
+    r1 = range(p.rank_offset[1], p.rank_offset[2])
+    scaled = [(int(base.dur[g]), int(p.dur[g])) for g in r1 if p.kind[g] == 0 and base.dur[g]]
+    assert scaled and all(d == max(1, int(b / 0.3 + 0.5)) for b, d in scaled)
+
+    # --honour-stream: compute and comm nodes on `stream` queues, numbered in node order with the process
+    # groups' comm streams.
+    r0 = [comp(1, 10, stream=7), coll(2, 64, deps=[1], stream=3), comp(3, 5, stream=7), send(4, 1, 0, 8)]
+    r1 = [comp(1, 10), coll(2, 64, deps=[1]), comp(3, 5, stream=1), recv(4, 0, 0, 8)]
+    r1[0].attr.add(name="stream", bool_val=True)  # a bool stream: its queue is labelled as Python prints it
+    ts = write_set(tmp_path, [r0, r1])
+    for streams in ("group", "shared"):
+        assert _compare(ts, config=ReplayConfig(honour_stream=True, comm_streams=streams)) == 2
+    p = build_program(ts, load_groups(ts, None), None, ReplayConfig(honour_stream=True, comm_streams="group"))
+    assert "rank 1 stream True" in p.queue_label and "rank 1 stream 1" not in p.queue_label
+
+    # JSON traces: no numpy-decoded columns at all.
+    assert _compare(_json_copy(tiny, tmp_path / "json"), speed) == 0
+
+
+def test_errors_come_in_node_order_across_the_lint_and_the_builder(tmp_path: Path) -> None:
+    # One file, several broken nodes: the error reported is the first node's (by id), whichever stage of
+    # the builder finds it, and the reference's message, from numpy and protobuf columns alike.
+    from replay.errors import ReplayError
+    from tests.test_replay_support import coll, comp, write_set
+
+    def bad(node, name: str, **value):
+        node.attr.add(name=name, **value)
+        return node
+
+    cases = {
+        "comm before lint": [comp(1, 1), coll(2, 8, pg="nope"), bad(comp(3, 1), "comm_size", int64_val=-4)],
+        "lint before comm": [comp(1, 1), bad(comp(2, 1), "layer", string_val="x"), coll(3, 8, pg="nope")],
+        "float": [comp(1, 1), bad(comp(2, 1), "num_ops", double_val=1.5), coll(3, 8, pg="nope")],
+        "twice": [comp(1, 1), bad(comp(2, 1, stage=1), "stage", int64_val=2), coll(3, 8, pg="nope")],
+        "dep after comm": [comp(1, 1), coll(2, 8, deps=[9], pg="nope"), comp(3, 1)],
+        "dep before comm": [comp(1, 1, deps=[9]), coll(2, 8, pg="nope")],
+        "self dep": [comp(1, 1), comp(2, 1, deps=[2, 1]), coll(3, 8, ctype=99)],
+        "duplicate id": [comp(2, 1), coll(1, 8, ctype=99), comp(2, 1)],
+        "cycle after nodes": [
+            comp(1, 1, deps=[2]),
+            comp(2, 1, deps=[1]),
+            bad(comp(3, 1), "is_cpu_op", string_val="y"),
+        ],
+        "cycle": [comp(1, 1, deps=[3]), comp(2, 1, deps=[1]), comp(3, 1, deps=[2]), comp(4, 1)],
+    }
+    for i, (label, nodes) in enumerate(cases.items()):
+        ts = write_set(tmp_path, [nodes], name=f"c{i}")
+        groups = load_groups(ts, {"0": (0,)})
+        got = []
+        for way in ("numpy", "protobuf", "reference"):
+            with pytest.raises(ReplayError) as exc:
+                if way == "reference":
+                    reference_program(ts, groups, None, ReplayConfig())
+                else:
+                    cols = ColumnReader(ts).get if way == "numpy" else None
+                    build_program(ts, groups, None, ReplayConfig(), columns=cols)
+            got.append(str(exc.value))
+        assert got[0] == got[1] == got[2], (label, got)
+
+
+def test_a_bad_compute_model_is_named_at_its_node(tmp_path: Path) -> None:
+    from replay.errors import ReplayError
+    from tests.test_replay_support import comp, write_set
+
+    class Negative:
+        name = "neg"
+
+        def duration_ns(self, rank: int, node) -> int:
+            return -1 if node.id == 3 else 5
+
+    ts = write_set(tmp_path, [[comp(1, 1), comp(3, 1), comp(2, 1)]])
+    groups = load_groups(ts, None)
+    with pytest.raises(ReplayError, match="compute model 'neg' gave -1 ns for 'comp3': need int >= 0"):
+        build_program(ts, groups, Negative(), ReplayConfig(), columns=ColumnReader(ts).get)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from operator import methodcaller
 from typing import Any
@@ -208,6 +208,22 @@ def peer_locals(my_tp: int, other_tp: int, local: int, send: bool) -> tuple[int,
     if send:
         return tuple(d for s, d in p2p_sources(my_tp, other_tp) if s == local)
     return tuple(s for s, d in p2p_sources(other_tp, my_tp) if d == local)
+
+
+@dataclass(frozen=True)
+class _Overlap:
+    """One overlapped pair of a TP collective and its GEMM (Transformer Engine's tp_comm_overlap), cut into
+    chunks: what every chunk of the pair shares, and the GEMM chunks' node ids as they are added."""
+
+    gemm: Op
+    comm: Comm
+    k: int  # GEMM chunks
+    layer: int
+    mb: int
+    label: str  # "L{layer}." or "" (node name prefix)
+    gemm_tag: str  # phase tag of the GEMM's nodes
+    comm_tag: str
+    gemm_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -780,87 +796,59 @@ class _RankProgram:
         """
         gemm, comm = (b, a) if method == "ring_exchange" else (a, b)
         assert isinstance(gemm, Op) and isinstance(comm, Comm)
-        gtag, ctag = self._tag_of(gemm, phase), self._tag_of(comm, phase)
+        k = self.st.dg.tp if method == "ring_exchange" else TE_PIPELINE_SPLITS if method == "pipeline" else 2
+        ov = _Overlap(gemm, comm, k, layer, mb, label, self._tag_of(gemm, phase), self._tag_of(comm, phase))
         chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         after = [] if pred is None else [pred]
-        k = self.st.dg.tp if method == "ring_exchange" else TE_PIPELINE_SPLITS if method == "pipeline" else 2
-        g = [-1] * k
-
-        def gemm_chunk(i: int, data: list[int], ctrl: list[int]) -> int:
-            g[i] = self._gemm_chunk(gemm, i, k, data, ctrl, layer, mb, label, gtag)
-            return g[i]
-
         if method == "ring_exchange":
-            steps = k - 1
-            gemm_chunk(0, after + self._take_waits(), chain)
+            self._gemm_chunk(ov, 0, after + self._take_waits(), chain)
             prev: list[int] = chain
             for j in range(1, k):
-                c = self._comm_chunk(comm, j - 1, steps, after, prev, layer, mb, label, ctag)
+                c = self._comm_chunk(ov, j - 1, k - 1, after, prev)  # the TP - 1 exchange steps
                 prev = [c]
-                gemm_chunk(j, [c], [g[j - 1]])
-            self.frontier = g[-1]
-            return g[-1]
+                self._gemm_chunk(ov, j, [c], [ov.gemm_ids[j - 1]])
+            self.frontier = ov.gemm_ids[-1]
+            return ov.gemm_ids[-1]
         if method == "pipeline":
             prev = []
             for i in range(k):
-                gemm_chunk(i, after + self._take_waits(), [g[i - 1]] if i else chain)
-                c = self._comm_chunk(comm, i, k, [g[i]], prev, layer, mb, label, ctag)
+                ctrl = [ov.gemm_ids[i - 1]] if i else chain
+                self._gemm_chunk(ov, i, after + self._take_waits(), ctrl)
+                c = self._comm_chunk(ov, i, k, [ov.gemm_ids[i]], prev)
                 prev = [c]
             self.frontier = c
             return c
-        gemm_chunk(0, after + self._take_waits(), chain)  # bulk: dgrad half
-        c = self._comm_chunk(comm, 0, 1, [g[0]], [], layer, mb, label, ctag)
-        self.frontier = gemm_chunk(1, [], [g[0]])  # wgrad half, under the ReduceScatter
+        self._gemm_chunk(ov, 0, after + self._take_waits(), chain)  # bulk: dgrad half
+        c = self._comm_chunk(ov, 0, 1, [ov.gemm_ids[0]], [])
+        self.frontier = self._gemm_chunk(ov, 1, [], [ov.gemm_ids[0]])  # wgrad half, under the ReduceScatter
         return c
 
-    def _gemm_chunk(
-        self,
-        s: Op,
-        i: int,
-        k: int,
-        data: list[int],
-        ctrl: list[int],
-        layer: int,
-        mb: int,
-        label: str,
-        tag: str,
-    ) -> int:
-        """Chunk i of k of a GEMM: 1/k of its FLOPs, bytes and exact duration (the parts sum to the whole)."""
-        g = self.gen
+    def _gemm_chunk(self, ov: _Overlap, i: int, data: list[int], ctrl: list[int]) -> int:
+        """Chunk i of ov.k of the GEMM: 1/k of its FLOPs, bytes and exact duration (the parts sum to the
+        whole)."""
+        g, s, k = self.gen, ov.gemm, ov.k
         ns = part(g.duration_ns(self.gpu, s), k, i)
         extra = [g.attr(A.NUM_OPS, part(s.flops, k, i)), g.attr(A.TENSOR_SIZE, part(s.bytes, k, i))]
         extra.append(g.attr(A.DURATION_NS, ns))
         micros = max(1, (ns + 500) // 1000) if ns else 0
-        tags = self._tags(layer, tag, mb)
-        nid = self._add(
-            f"{label}{s.op}.{tag}.mb{mb}.chunk{i}", pb.COMP_NODE, data, ctrl, micros, tags + extra
-        )
+        tags = self._tags(ov.layer, ov.gemm_tag, ov.mb)
+        name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
+        nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
+        ov.gemm_ids.append(nid)
         self.frontier = nid
         return nid
 
-    def _comm_chunk(
-        self,
-        c: Comm,
-        i: int,
-        k: int,
-        data: list[int],
-        ctrl: list[int],
-        layer: int,
-        mb: int,
-        label: str,
-        tag: str,
-    ) -> int:
-        """Chunk i of k of a TP collective (1/k of its bytes) on the TP group."""
-        g = self.gen
+    def _comm_chunk(self, ov: _Overlap, i: int, k: int, data: list[int], ctrl: list[int]) -> int:
+        """Chunk i of k of the TP collective (1/k of its bytes) on the TP group."""
+        g, c = self.gen, ov.comm
         extra = [
             g.attr(A.COMM_TYPE, COMM_KIND[c.kind]),
             g.attr(A.COMM_SIZE, part(c.size, k, i)),
             g.attr(A.PG_NAME, self.tp_pg),
         ]
-        tags = self._tags(layer, tag, mb)
-        nid = self._add(
-            f"{label}{c.op}.{tag}.mb{mb}.chunk{i}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra
-        )
+        tags = self._tags(ov.layer, ov.comm_tag, ov.mb)
+        name = f"{ov.label}{c.op}.{ov.comm_tag}.mb{ov.mb}.chunk{i}"
+        nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra)
         self.tp_ids.append(nid)
         return nid
 

@@ -3,7 +3,7 @@
 Each verb used to read attributes its own way: info and validate took the first of two `comm_size`, replay
 the last; replay crashed on a NaN `comm_size` that validate called a type error and info skipped. Here is
 the one rule (docs/trace-format.md, "Attribute rules"), applied node by node (`node_problem`) or, on the
-replay's columnar path, to whole columns at once (`columns_problem`):
+replay's builder, to whole columns at once (`columns_first_problem`, a lint pass over a rank's columns):
 
 * a name below appears at most once per node;
 * integer names hold an integer oneof (or bool), never a float, string or list, and fit int64;
@@ -148,13 +148,13 @@ def check_node(
 def columns_problem(
     columns: Any, sel: Any, duration_micros: np.ndarray, int_ok: np.ndarray, string_field: int
 ) -> bool:
-    """True when some node of one rank's decoded columns breaks a rule (the caller then takes the
-    node-by-node path, where node_problem names it).
+    """True when some node of decoded columns breaks a rule (the replay's builder checks a whole batch of
+    files with this once; when none breaks it, no rank of the batch needs its lint pass).
 
     columns: attribute name -> column with `kind` (value field number per node, -1 absent, 0 no value),
-    `value` (int64) and `strings`; sel: the rank's nodes in those columns; int_ok: a lookup by kind + 1 that
-    is True for the integer and bool fields. Duplicates and float/list kinds never reach columns (the
-    columnar decoder declines them), so kinds and ranges are what is left to check.
+    `value` (int64) and `strings`; sel: the nodes in those columns; int_ok: a lookup by kind + 1 that is
+    True for the integer and bool fields. A yes/no with early exits (the common answer, no, costs a few
+    reductions per name); `columns_first_problem` locates the node when the answer is yes.
     """
     if len(duration_micros) and int(duration_micros.max()) >= MAX_DURATION_MICROS:
         return True
@@ -181,3 +181,39 @@ def columns_problem(
         elif not (k == string_field).all():
             return True
     return False
+
+
+def columns_first_problem(
+    columns: Any, sel: Any, duration_micros: np.ndarray, int_ok: np.ndarray, string_field: int
+) -> int | None:
+    """The first node (an index into `sel`) of one rank's columns that breaks a rule, or None: the lint
+    pass of the replay's builder, which then names the problem with `node_problem` on that node.
+
+    Arguments as `columns_problem`'s. Columns decoded from protobuf messages may also hold kinds the
+    decoder declines (floats, lists, a name twice: traces/node_columns.py's F_OTHER); every one of those
+    breaks the rule, and none is an integer, bool or string kind, so the checks below catch them.
+    """
+    bad = np.asarray(duration_micros >= MAX_DURATION_MICROS)
+    for name in CHECKED.intersection(columns):
+        col = columns[name]
+        k = col.kind[sel]
+        present = k >= 0
+        if not present.any():
+            continue
+        if name in INT_RULES or name == A.IS_CPU_OP:
+            is_int = int_ok[k + 1]
+            bad = bad | (present & ~is_int)
+            lo, hi = INT_RULES.get(name, (INT64_MIN, INT64_MAX))
+            if lo > INT64_MIN or hi < INT64_MAX:
+                v = col.value[sel]
+                bad = bad | (present & is_int & ((v < lo) | (v > hi)))
+        elif name == A.PG_NAME:
+            is_str = k == string_field
+            bad = bad | (present & ~(int_ok[k + 1] | is_str))
+            long = np.asarray([len(x) > MAX_PG_NAME_CHARS for x in col.strings] + [False], dtype=bool)
+            if long.any():
+                bad = bad | (is_str & long[np.where(is_str, col.value[sel], len(col.strings))])
+        else:
+            bad = bad | (present & (k != string_field))
+    hit = np.flatnonzero(bad)
+    return int(hit[0]) if len(hit) else None

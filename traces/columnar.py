@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from traces import pb
 from traces.errors import TraceFormatError
 from traces.et_stream_pb2 import NodeBatch
 from traces.wire import (  # noqa: F401 (F_*, VALUE_KIND, Unsupported: this decoder's public names too)
@@ -58,6 +59,11 @@ from traces.wire import (  # noqa: F401 (F_*, VALUE_KIND, Unsupported: this deco
 )
 
 _MASK32 = np.uint64(0xFFFFFFFF)
+# AttrColumn.kind of a value the columns do not hold: a float, list or bytes value, an integer past int64,
+# or the name given twice on one node. Only columns decoded from protobuf messages hold it
+# (traces/node_columns.py), and every such value breaks a rule of traces/attrcheck.py, which names it.
+F_OTHER = 63
+
 # Node fields by their one-byte tag (field number << 3 | wire type; fields below 16) this decoder walks:
 # varints for id, type, start_time_micros, duration_micros; length-delimited for name, the dependency
 # lists (packed), inputs, outputs, attr (et_def.proto).
@@ -109,6 +115,15 @@ class RankColumns:
     frame_start: np.ndarray | None = None
     name_start: np.ndarray | None = None
     name_end: np.ndarray | None = None
+    # Columns decoded from protobuf messages (traces/node_columns.py) keep them; `buf` is then empty.
+    messages: tuple[pb.Node, ...] | None = None
+
+    def node(self, i: int) -> pb.Node:
+        """Node i as a protobuf message (for the few readers of whole nodes: a rule's message, a scalar
+        compute model)."""
+        if self.messages is not None:
+            return self.messages[i]
+        return pb.Node.FromString(self.buf[int(self.payload_start[i]) : int(self.payload_end[i])])
 
 
 def _csr(owner: np.ndarray, spans_s: np.ndarray, spans_e: np.ndarray, b: np.ndarray, n: int):
