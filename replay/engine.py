@@ -589,6 +589,18 @@ def _as_list(a) -> list:
     return a.tolist() if hasattr(a, "tolist") else list(a)
 
 
+def canonical_ids(time: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """The canonical number of each entry: its place in the order by (time, node), both int64 arrays.
+
+    The one numbering of collectives (last arrival, first member's node) and P2P pairs (match time, send
+    node), for the engine's records (`canonical_order`) and a folded run's copies (replay/fold_tables.py).
+    """
+    order = np.lexsort((node, time))
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.arange(len(order), dtype=np.int64)
+    return ids
+
+
 def canonical_order(
     records: list[CollectiveRecord],
     pairs: Sequence[tuple[int, int]] | np.ndarray,
@@ -603,7 +615,14 @@ def canonical_order(
     Both keys are unique (a node is in one record or one pair). Sorts `records` in place and numbers them;
     returns (node -> collective: `collective_of` updated, or a new dict, the pairs in order).
     """
-    records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
+    try:
+        ids = canonical_ids(
+            np.fromiter((r.last_arrival_ns for r in records), np.int64, len(records)),
+            np.fromiter((r.nodes[0] for r in records), np.int64, len(records)),
+        )
+        records[:] = [records[j] for j in np.argsort(ids).tolist()]
+    except OverflowError:  # times past int64 (a corrupt trace; refused after the run): the same order
+        records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
     if collective_of is None:
         collective_of = {}
     for i, rec in enumerate(records):
@@ -614,5 +633,5 @@ def canonical_order(
         return collective_of, []
     p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     st = np.asarray(start, dtype=np.int64)
-    p = p[np.lexsort((p[:, 0], np.maximum(st[p[:, 0]], st[p[:, 1]])))]
+    p = p[np.argsort(canonical_ids(np.maximum(st[p[:, 0]], st[p[:, 1]]), p[:, 0]))]
     return collective_of, list(zip(p[:, 0].tolist(), p[:, 1].tolist(), strict=True))

@@ -269,7 +269,7 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     plan = None
     if fold not in (None, False):
         # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
-        from replay.fold import NetCheck, check_models, expand, resolve_fold, verify
+        from replay.fold import NetCheck, check_models, resolve_fold, verify
 
         plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
@@ -308,20 +308,16 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
         simulated = prog.num_ranks
-        source = None
-        if plan is not None:
-            prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
-            source = np.zeros(ts.num_ranks, dtype=np.int64)  # each rank's representative
-            for rep in plan.replicas:
-                source[list(rep)] = plan.replicas[0]
-        res = build_result(
-            prog,
-            out,
-            network_name=name,
-            comm_mode=config.comm_mode,
-            sim_wall_s=time.perf_counter() - t0,
-            rank_source=source,
-        )
+        if plan is not None:  # expand: every rank's rows derived from its representative's, streamed
+            from replay.fold_tables import FoldedTables
+
+            res = FoldedTables(plan, pgs, prog, out, labels, ts.paths).result(
+                network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            )
+        else:
+            res = build_result(
+                prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            )
         res.ranks_simulated = simulated
         res.fold_factor = plan.factor if plan is not None else 1
         if fold not in (None, False):
