@@ -25,10 +25,10 @@ from replay.config import ReplayConfig
 from replay.deadlock import explain_deadlock
 from replay.errors import ReplayError
 from replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
-from replay.network_port import FoldNetCheck, NetworkPort
+from replay.network_port import NetworkPort
 from replay.program import K_COLL, K_SEND, K_ZERO, Program
 
-__all__ = ["CollectiveRecord", "EngineOutput", "Engine", "FoldNetCheck", "canonical_order", "run_engine"]
+__all__ = ["CollectiveRecord", "EngineOutput", "Engine", "canonical_order", "run_engine"]
 
 
 @dataclass
@@ -58,7 +58,6 @@ class Engine:
         network: NetworkModel | None,
         config: ReplayConfig,
         progress: Callable[[int, int], None] | None = None,
-        fold_check: FoldNetCheck | None = None,
     ) -> None:
         self.prog = prog
         n = self.n = prog.num_nodes
@@ -108,9 +107,7 @@ class Engine:
         self.progress = progress
         self.colls = CollectiveMatcher(prog)
         self.p2ps = P2PMatcher(prog)
-        self.port = NetworkPort(
-            prog, network, config.comm_mode == "measured", self.heap, self.shift, fold_check
-        )
+        self.port = NetworkPort(prog, network, config.comm_mode == "measured", self.heap, self.shift)
 
     def run(self) -> EngineOutput:
         """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run."""
@@ -357,15 +354,15 @@ def run_engine(
     network: NetworkModel | None,
     config: ReplayConfig,
     progress: Callable[[int, int], None] | None = None,
-    fold_check: FoldNetCheck | None = None,
 ) -> EngineOutput:
     """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run.
 
     A folded program (prog.rank_ids set) simulates only representative ranks: a collective completes when
     its simulated members have issued it (the folded ones issue at the same instants, by symmetry), the
-    network still gets every member, and `fold_check` proves each distinct transfer symmetric first.
+    network still gets every member (a folded run's model is wrapped by replay.fold.fold_checked, which
+    proves each distinct transfer symmetric first).
     """
-    return Engine(prog, network, config, progress, fold_check).run()
+    return Engine(prog, network, config, progress).run()
 
 
 def _issue_durations(prog: Program) -> np.ndarray | list[int]:

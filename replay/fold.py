@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from netmodels.api import CollectiveSpec, NetworkModel, TimingClasses
+from netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, StaggeredStarts, TimingClasses
 from netmodels.errors import NetworkModelError
 from netmodels.models import capabilities_of
 from netmodels.topology import Topology
@@ -876,7 +876,7 @@ class NetCheck:
         c = next(c for c in comps if c.handle == h)
         return tuple(c.per_rank_finish_ns) or (c.finish_ns,)
 
-    def collective(self, spec: CollectiveSpec, where: str) -> None:
+    def collective(self, spec: CollectiveSpec) -> None:
         """Same per-rank times for every replica's version of `spec` (and inside a shared group)."""
         if spec in self.done:
             return
@@ -888,7 +888,7 @@ class NetCheck:
             kk, i = ctx.where[rk]
             if kk and base[p] != base[pos[reps[0][i]]]:
                 raise FoldRefused(
-                    f"{where}: cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
+                    f"cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
                     f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
                     f"over {list(spec.ranks)}"
                 )
@@ -907,13 +907,13 @@ class NetCheck:
                 got = self._times(lambda ren=ren: m.start_collective(0, ren))
                 if got != base:
                     raise FoldRefused(
-                        f"{where}: cannot fold: network model {m.name!r} times {spec.kind} over "
+                        f"cannot fold: network model {m.name!r} times {spec.kind} over "
                         f"{list(ren.ranks)} (replica {k}) differently from {list(spec.ranks)}: "
                         f"{max(got)} vs {max(base)} ns"
                     )
         self.done.add(spec)
 
-    def p2p(self, src: int, dst: int, size: int, where: str) -> None:
+    def p2p(self, src: int, dst: int, size: int) -> None:
         """Same time for every replica's version of a send."""
         key = (src, dst, size)
         if key in self.done:
@@ -925,16 +925,80 @@ class NetCheck:
             got = self._times(lambda s=s, d=d: m.start_p2p(0, s, d, size))
             if got != base:
                 raise FoldRefused(
-                    f"{where}: cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
+                    f"cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
                     f"(replica {k}) as {got[0]} ns but {src}->{dst} as {base[0]} ns"
                 )
         self.done.add(key)
+
+
+class FoldChecked:
+    """The network model of a folded run, as a decorator: the model itself, each distinct transfer first
+    proven to time alike on every replica (NetCheck). Implements the NetworkModel API and the optional
+    abilities a foldable model may have (FixedDurations, StaggeredStarts) when the model has them."""
+
+    def __init__(self, inner: NetworkModel, check: NetCheck) -> None:
+        self.inner, self.check = inner, check
+        self.name, self.num_ranks = inner.name, inner.num_ranks
+
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """netmodels.api.NetworkModel, after the check."""
+        self.check.collective(spec)
+        return self.inner.start_collective(now_ns, spec)
+
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """netmodels.api.NetworkModel, after the check."""
+        self.check.p2p(src, dst, size_bytes)
+        return self.inner.start_p2p(now_ns, src, dst, size_bytes)
+
+    def next_event_ns(self) -> int | None:
+        """netmodels.api.NetworkModel."""
+        return self.inner.next_event_ns()
+
+    def advance(self, until_ns: int) -> list:
+        """netmodels.api.NetworkModel."""
+        return self.inner.advance(until_ns)
+
+
+class _FixedChecked(FoldChecked):
+    def fixed_collective_ns(self, spec: CollectiveSpec) -> int:
+        """netmodels.api.FixedDurations, after the check."""
+        self.check.collective(spec)
+        return self.inner.fixed_collective_ns(spec)
+
+    def fixed_p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """netmodels.api.FixedDurations, after the check."""
+        self.check.p2p(src, dst, size_bytes)
+        return self.inner.fixed_p2p_ns(src, dst, size_bytes)
+
+
+class _StaggeredChecked(FoldChecked):
+    def start_collective_issued(self, now_ns: int, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> int:
+        """netmodels.api.StaggeredStarts, after the check."""
+        self.check.collective(spec)
+        return self.inner.start_collective_issued(now_ns, spec, issue_ns)
+
+
+class _FixedStaggeredChecked(_FixedChecked, _StaggeredChecked):
+    pass
+
+
+def fold_checked(network: NetworkModel, fold: Fold, groups: ProcessGroups) -> FoldChecked:
+    """`network` wrapped for a folded run (FoldChecked), with the optional abilities it has."""
+    fixed, stag = isinstance(network, FixedDurations), isinstance(network, StaggeredStarts)
+    cls = {
+        (False, False): FoldChecked,
+        (True, False): _FixedChecked,
+        (False, True): _StaggeredChecked,
+        (True, True): _FixedStaggeredChecked,
+    }[fixed, stag]
+    return cls(network, NetCheck(fold, groups, network))
 
 
 __all__ = [
     "Fold",
     "NetCheck",
     "check_models",
+    "fold_checked",
     "fold_from_deployment",
     "make_fold",
     "private_model",
