@@ -268,8 +268,26 @@ class ReplayResult:
             out["fold_reason"] = self.fold_reason
         return out
 
-    def _stream(self, schema: str) -> pl.LazyFrame:
-        return _source(self._ops_chunks, _schema(schema))
+    def _stream_ops(self, parquet: str, csv: str) -> None:
+        """Write the ops table from its chunks in one pass: the Parquet writer pulls them, each chunk's CSV
+        rows are appended as it passes. With a fixed row-group size the Parquet bytes do not depend on how
+        the rows arrive, and CSV rows are written one by one: both equal the table written whole."""
+        import polars as pl
+
+        with open(csv, "wb") as fh:
+            header = [True]
+
+            def chunks() -> Iterator[pl.DataFrame]:
+                for df in self._ops_chunks():
+                    df.write_csv(fh, include_header=header[0])
+                    header[0] = False
+                    yield df
+
+            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(
+                parquet, compression="zstd", statistics=True, row_group_size=ROW_GROUP
+            )
+            if header[0]:  # no rows: the header alone, as an empty table writes it
+                pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv(fh)
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -283,12 +301,7 @@ class ReplayResult:
             p = os.path.join(d, f"{name}.parquet")
             c = os.path.join(d, f"{name}.csv")
             if name == "ops" and self._ops_chunks is not None and self._tables[0] is None:
-                # Streamed: the writers pull the chunks; with a fixed row-group size the bytes do not
-                # depend on how the rows arrive (the same as writing the table whole).
-                self._stream("OPS_SCHEMA").sink_parquet(
-                    p, compression="zstd", statistics=True, row_group_size=ROW_GROUP
-                )
-                self._stream("OPS_SCHEMA").sink_csv(c)
+                self._stream_ops(p, c)
             else:
                 df = self._table(("ops", "ranks", "collectives").index(name))
                 df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
