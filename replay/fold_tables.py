@@ -64,6 +64,15 @@ class FoldedTables:
         self.start = np.asarray(out.start, dtype=np.int64)
         self.end = np.asarray(out.end, dtype=np.int64)
         self.wait = np.asarray(out.wait, dtype=np.int64)
+        # The representatives' columns as numpy arrays, once (the program may hold lists).
+        self.cols = {
+            k: np.asarray(getattr(prog, k), dtype=t)
+            for k, t in (
+                ("node_id", np.int64), ("node_type", np.int64), ("kind", np.int8), ("nbytes", np.int64),
+                ("comm_type", np.int64),
+            )
+        }  # fmt: skip
+        self.ready = np.asarray(out.ready, dtype=np.int64)
         self.delta = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
         self._collectives()
         self._pairs()
@@ -236,16 +245,16 @@ class FoldedTables:
             lab = self.labels[x]
             if lab is None:
                 continue
-            for j, v in lab.names.items():
-                name_at.append(b + j)
-                name_v.append(v)
-            for j, v in lab.pg_names.items():
-                pg_at.append(b + j)
-                pg_v.append(v)
+            if lab.names:
+                name_at.append(np.fromiter(lab.names, np.int64, len(lab.names)) + b)
+                name_v.extend(lab.names.values())
+            if lab.pg_names:
+                pg_at.append(np.fromiter(lab.pg_names, np.int64, len(lab.pg_names)) + b)
+                pg_v.extend(lab.pg_names.values())
             if lab.device_group is not None and len(lab.dg_nodes):
                 own = lab.device_group[1]
                 rows = b + np.asarray(lab.dg_nodes, dtype=np.int64)
-                for g in rows.tolist():
+                for g in rows.tolist() if dicts else ():  # only the representatives' dicts hold these rows
                     if g in dicts:
                         a = dict(dicts[g])
                         a[DEVICE_GROUP] = own
@@ -272,30 +281,33 @@ class FoldedTables:
                 codes, table = ann[k]
                 if len(rows_n):
                     codes[rows_n] = -1
-                obj = np.asarray([*table, None], dtype=object)[codes]
-                for g, a in dicts.items():
-                    v = a.get(k)
-                    if v is not None:
+                over = [(g, a[k]) for g, a in dicts.items() if a.get(k) is not None]
+                if over:
+                    obj = np.asarray([*table, None], dtype=object)[codes]
+                    for g, v in over:
                         obj[g] = v
-                out_ann[k] = obj
+                    out_ann[k] = obj
+                else:  # the table's strings gathered by code (code -1: the trailing null)
+                    lut = pl.Series([*table, None], dtype=pl.String)
+                    out_ann[k] = lut.gather(np.where(codes < 0, len(table), codes))
         name = names.gather(idx)
         if name_at:
-            name = name.scatter(name_at, pl.Series(name_v, dtype=pl.String))
+            name = name.scatter(np.concatenate(name_at), pl.Series(name_v, dtype=pl.String))
         pg = pgs.gather(idx)
         if pg_at:
-            pg = pg.scatter(pg_at, pl.Series(pg_v, dtype=pl.String))
+            pg = pg.scatter(np.concatenate(pg_at), pl.Series(pg_v, dtype=pl.String))
         return OpsColumns(
             rank=np.repeat(ranks, ln).astype(np.int32),
-            node_id=np.asarray(prog.node_id, dtype=np.int64)[idx] + np.repeat(self.delta[ranks], ln),
+            node_id=self.cols["node_id"][idx] + np.repeat(self.delta[ranks], ln),
             name=name,
-            node_type=np.asarray(prog.node_type, dtype=np.int64)[idx],
-            kind=np.asarray(prog.kind, dtype=np.int8)[idx],
+            node_type=self.cols["node_type"][idx],
+            kind=self.cols["kind"][idx],
             start=self.start[idx],
             end=self.end[idx],
-            ready=np.asarray(self.out.ready, dtype=np.int64)[idx],
+            ready=self.ready[idx],
             wait=self.wait[idx],
-            nbytes=np.asarray(prog.nbytes, dtype=np.int64)[idx],
-            comm_type=np.asarray(prog.comm_type, dtype=np.int64)[idx],
+            nbytes=self.cols["nbytes"][idx],
+            comm_type=self.cols["comm_type"][idx],
             pg_name=pg,
             collective=coll,
             p2p=p2p,

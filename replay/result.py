@@ -438,7 +438,10 @@ def ops_frame(c: OpsColumns) -> pl.DataFrame:
     }
     for k, typ in ANNOTATION_COLUMNS.items():
         v = c.annotations[k]
-        cols[k] = _nullable(*v, pl.Int64) if typ == "int" else pl.Series(v.tolist(), dtype=pl.String)
+        if typ == "int":
+            cols[k] = _nullable(*v, pl.Int64)
+        else:  # an object array (None: null) or a String Series already
+            cols[k] = pl.Series(v.tolist(), dtype=pl.String) if isinstance(v, np.ndarray) else v
     schema = _schema("OPS_SCHEMA")
     return pl.DataFrame({k: pl.Series(k, v, dtype=schema[k]) for k, v in cols.items()}, schema=schema)
 
