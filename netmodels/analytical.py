@@ -398,6 +398,17 @@ class AnalyticalModel(ClosedFormModel):
         )
         return (spec.kind, spec.size_bytes, spec.algorithm, root_index(spec), per_rank)
 
+    def timing_key(self, spec: CollectiveSpec) -> tuple | None:
+        """netmodels.api.TimingClasses: the shape key (NCCL mode; None where groups cannot be shown alike)."""
+        return self._shape_key(spec) if self.nccl else None
+
+    def memo_tables(self) -> tuple[dict, ...]:
+        """netmodels.api.TimingClasses: every cache here is keyed by a transfer or rank alone."""
+        return (
+            self._offsets, self._p2p_ns, self._choices, self._tree_rate, self._ring_rate, self._by_shape,
+            self._sigs, self._nsigs,
+        )  # fmt: skip
+
     def _single_switch(self) -> bool:
         """Whether every NIC of the cluster hangs off one switch (fabric kind "switch")."""
         c = self.topology._cache

@@ -87,6 +87,21 @@ class FixedDurations(Protocol):
 
 
 @runtime_checkable
+class TimingClasses(Protocol):
+    """A contention-free model that names which collectives it times alike, and whose memo tables depend on
+    the transfers alone (no clock, no pending transfer): folding (replay/fold.py) proves a replica's copy of
+    a collective by its class instead of timing it, and a private copy of the model shares the tables."""
+
+    def timing_key(self, spec: CollectiveSpec) -> object | None:
+        """A hashable key, equal for collectives this model times alike position by position, or None."""
+        ...
+
+    def memo_tables(self) -> tuple[object, ...]:
+        """The model's memo tables (shared by a copy of the model made for checking)."""
+        ...
+
+
+@runtime_checkable
 class StaggeredStarts(Protocol):
     """A model with no barrier across a collective's members: each starts at its own issue time
     (ASTRA-sim's congestion-unaware mode)."""

@@ -25,10 +25,10 @@ from replay.config import ReplayConfig
 from replay.deadlock import explain_deadlock
 from replay.errors import ReplayError
 from replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
-from replay.network_port import FoldNetCheck, NetworkPort
+from replay.network_port import NetworkPort
 from replay.program import K_COLL, K_SEND, K_ZERO, Program
 
-__all__ = ["CollectiveRecord", "EngineOutput", "Engine", "FoldNetCheck", "canonical_order", "run_engine"]
+__all__ = ["CollectiveRecord", "EngineOutput", "Engine", "canonical_order", "run_engine"]
 
 
 @dataclass
@@ -58,7 +58,6 @@ class Engine:
         network: NetworkModel | None,
         config: ReplayConfig,
         progress: Callable[[int, int], None] | None = None,
-        fold_check: FoldNetCheck | None = None,
     ) -> None:
         self.prog = prog
         n = self.n = prog.num_nodes
@@ -108,9 +107,7 @@ class Engine:
         self.progress = progress
         self.colls = CollectiveMatcher(prog)
         self.p2ps = P2PMatcher(prog)
-        self.port = NetworkPort(
-            prog, network, config.comm_mode == "measured", self.heap, self.shift, fold_check
-        )
+        self.port = NetworkPort(prog, network, config.comm_mode == "measured", self.heap, self.shift)
 
     def run(self) -> EngineOutput:
         """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run."""
@@ -357,15 +354,15 @@ def run_engine(
     network: NetworkModel | None,
     config: ReplayConfig,
     progress: Callable[[int, int], None] | None = None,
-    fold_check: FoldNetCheck | None = None,
 ) -> EngineOutput:
     """Run the program to completion; raises ReplayDeadlock when nodes remain that can never run.
 
     A folded program (prog.rank_ids set) simulates only representative ranks: a collective completes when
     its simulated members have issued it (the folded ones issue at the same instants, by symmetry), the
-    network still gets every member, and `fold_check` proves each distinct transfer symmetric first.
+    network still gets every member (a folded run's model is wrapped by replay.fold.fold_checked, which
+    proves each distinct transfer symmetric first).
     """
-    return Engine(prog, network, config, progress, fold_check).run()
+    return Engine(prog, network, config, progress).run()
 
 
 def _issue_durations(prog: Program) -> np.ndarray | list[int]:
@@ -589,6 +586,18 @@ def _as_list(a) -> list:
     return a.tolist() if hasattr(a, "tolist") else list(a)
 
 
+def canonical_ids(time: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """The canonical number of each entry: its place in the order by (time, node), both int64 arrays.
+
+    The one numbering of collectives (last arrival, first member's node) and P2P pairs (match time, send
+    node), for the engine's records (`canonical_order`) and a folded run's copies (replay/fold_tables.py).
+    """
+    order = np.lexsort((node, time))
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.arange(len(order), dtype=np.int64)
+    return ids
+
+
 def canonical_order(
     records: list[CollectiveRecord],
     pairs: Sequence[tuple[int, int]] | np.ndarray,
@@ -603,7 +612,14 @@ def canonical_order(
     Both keys are unique (a node is in one record or one pair). Sorts `records` in place and numbers them;
     returns (node -> collective: `collective_of` updated, or a new dict, the pairs in order).
     """
-    records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
+    try:
+        ids = canonical_ids(
+            np.fromiter((r.last_arrival_ns for r in records), np.int64, len(records)),
+            np.fromiter((r.nodes[0] for r in records), np.int64, len(records)),
+        )
+        records[:] = [records[j] for j in np.argsort(ids).tolist()]
+    except OverflowError:  # times past int64 (a corrupt trace; refused after the run): the same order
+        records.sort(key=lambda r: (r.last_arrival_ns, r.nodes[0]))
     if collective_of is None:
         collective_of = {}
     for i, rec in enumerate(records):
@@ -614,5 +630,5 @@ def canonical_order(
         return collective_of, []
     p = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     st = np.asarray(start, dtype=np.int64)
-    p = p[np.lexsort((p[:, 0], np.maximum(st[p[:, 0]], st[p[:, 1]])))]
+    p = p[np.argsort(canonical_ids(np.maximum(st[p[:, 0]], st[p[:, 1]]), p[:, 0]))]
     return collective_of, list(zip(p[:, 0].tolist(), p[:, 1].tolist(), strict=True))

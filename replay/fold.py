@@ -25,7 +25,6 @@ and for the whole file the old way when the byte comparison cannot decide.
 
 from __future__ import annotations
 
-import bisect
 import copy
 import json
 import os
@@ -36,16 +35,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from netmodels.api import CollectiveSpec, NetworkModel
+from netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, StaggeredStarts, TimingClasses
 from netmodels.errors import NetworkModelError
 from netmodels.models import capabilities_of
 from netmodels.topology import Topology
 from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
 from replay.config import ReplayConfig
-from replay.engine import CollectiveRecord, EngineOutput, canonical_order
 from replay.errors import FoldRefused, ReplayError
 from replay.fold_bytes import Prediction, Template, predict_many, walk
-from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, P2PInfo, Program, resolve_group
+from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, Program, resolve_group
 from traces import pb
 from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
 from traces.classes import CLASSES_FILE
@@ -851,9 +849,12 @@ def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
 
 
 def private_model(network: NetworkModel) -> NetworkModel:
-    """A copy of the model with its own pending transfers and handles, sharing the topology: routes are a
-    function of the topology alone, so both copies reuse the ones either has found."""
+    """A copy of the model with its own pending transfers and handles, sharing the topology (routes are a
+    function of the topology alone) and, for a model with TimingClasses, its memo tables (a function of the
+    transfers alone): what either copy has timed, the other looks up."""
     memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
+    if isinstance(network, TimingClasses):
+        memo.update((id(t), t) for t in network.memo_tables())
     return copy.deepcopy(network, memo)
 
 
@@ -863,6 +864,7 @@ class NetCheck:
     def __init__(self, fold: Fold, groups: ProcessGroups, network: NetworkModel) -> None:
         self.ctx = _Ctx(fold, groups)
         self.model = private_model(network)
+        self.keyed = isinstance(self.model, TimingClasses)
         self.done: set = set()
 
     def _times(self, start) -> tuple[int, ...]:
@@ -874,7 +876,7 @@ class NetCheck:
         c = next(c for c in comps if c.handle == h)
         return tuple(c.per_rank_finish_ns) or (c.finish_ns,)
 
-    def collective(self, spec: CollectiveSpec, where: str) -> None:
+    def collective(self, spec: CollectiveSpec) -> None:
         """Same per-rank times for every replica's version of `spec` (and inside a shared group)."""
         if spec in self.done:
             return
@@ -886,27 +888,32 @@ class NetCheck:
             kk, i = ctx.where[rk]
             if kk and base[p] != base[pos[reps[0][i]]]:
                 raise FoldRefused(
-                    f"{where}: cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
+                    f"cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
                     f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
                     f"over {list(spec.ranks)}"
                 )
         if all(ctx.where[rk][0] == 0 for rk in spec.ranks):
+            # Each replica's copy: proven by its timing class where the model names one (the model's own
+            # rule for collectives it times alike), else timed.
+            key = m.timing_key(spec) if self.keyed else None
             for k in range(1, ctx.fold.factor):
                 ren = replace(
                     spec,
                     ranks=tuple(ctx.perm(k, rk) for rk in spec.ranks),
                     root=None if spec.root is None else ctx.perm(k, spec.root),
                 )
+                if key is not None and m.timing_key(ren) == key:
+                    continue
                 got = self._times(lambda ren=ren: m.start_collective(0, ren))
                 if got != base:
                     raise FoldRefused(
-                        f"{where}: cannot fold: network model {m.name!r} times {spec.kind} over "
+                        f"cannot fold: network model {m.name!r} times {spec.kind} over "
                         f"{list(ren.ranks)} (replica {k}) differently from {list(spec.ranks)}: "
                         f"{max(got)} vs {max(base)} ns"
                     )
         self.done.add(spec)
 
-    def p2p(self, src: int, dst: int, size: int, where: str) -> None:
+    def p2p(self, src: int, dst: int, size: int) -> None:
         """Same time for every replica's version of a send."""
         key = (src, dst, size)
         if key in self.done:
@@ -918,254 +925,80 @@ class NetCheck:
             got = self._times(lambda s=s, d=d: m.start_p2p(0, s, d, size))
             if got != base:
                 raise FoldRefused(
-                    f"{where}: cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
+                    f"cannot fold: network model {m.name!r} times a {size} B send {s}->{d} "
                     f"(replica {k}) as {got[0]} ns but {src}->{dst} as {base[0]} ns"
                 )
         self.done.add(key)
 
 
-def expand(
-    fold: Fold,
-    groups: ProcessGroups,
-    prog: Program,
-    out: EngineOutput,
-    labels: list[RankLabels | None],
-    paths,
-) -> tuple[Program, EngineOutput]:
-    """The unfolded program and run: every rank's rows, its own labels, its representative's times.
+class FoldChecked:
+    """The network model of a folded run, as a decorator: the model itself, each distinct transfer first
+    proven to time alike on every replica (NetCheck). Implements the NetworkModel API and the optional
+    abilities a foldable model may have (FixedDurations, StaggeredStarts) when the model has them."""
 
-    Columns are gathered from the representative's with numpy; only labels that differ are set one by one.
-    """
-    ctx = _Ctx(fold, groups)
-    reps = fold.replicas[0]
-    n_ranks = len(labels)
-    off = prog.rank_offset
-    off_a = np.asarray(off, dtype=np.int64)
-    slot = np.asarray([ctx.where[x][1] for x in range(n_ranks)], dtype=np.int64)
-    lens = off_a[slot + 1] - off_a[slot]
-    full_off_a = np.zeros(n_ranks + 1, dtype=np.int64)
-    np.cumsum(lens, out=full_off_a[1:])
-    full_off = full_off_a.tolist()
-    # Ranks in replica order, replica after replica (as DP replicas usually are): every column is the
-    # folded one repeated (a copy); otherwise gathered row by row.
-    tiled = np.array_equal(slot, np.tile(np.arange(len(reps), dtype=np.int64), fold.factor))
-    idx = None if tiled else _ramp_ranges(off_a[slot], lens)
+    def __init__(self, inner: NetworkModel, check: NetCheck) -> None:
+        self.inner, self.check = inner, check
+        self.name, self.num_ranks = inner.name, inner.num_ranks
 
-    def take(col, dtype=np.int64) -> np.ndarray:
-        a = np.asarray(col, dtype=dtype)
-        if idx is not None:
-            return a[idx]
-        full = np.empty(fold.factor * len(a), dtype=a.dtype)  # owns its data, as a gather's result does
-        full.reshape(fold.factor, len(a))[:] = a
-        return full
+    def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
+        """netmodels.api.NetworkModel, after the check."""
+        self.check.collective(spec)
+        return self.inner.start_collective(now_ns, spec)
 
-    start, end, ready, wait = take(out.start), take(out.end), take(out.ready), take(out.wait)
-    deltas = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
-    node_id = take(prog.node_id)
-    if deltas.any():
-        node_id += np.repeat(deltas, lens)
-    # Names and process group names: each rank's run of its representative's (C-level list copies), then
-    # the labels that differ set one by one.
-    names: list[str] = []
-    pg_l: list[str | None] = []
-    name_l, pg_src = prog.name, prog.pg_name
-    for i in slot.tolist():
-        names += name_l[off[i] : off[i + 1]]
-        pg_l += pg_src[off[i] : off[i + 1]]
-    # Annotation columns gathered; nodes the representative holds as dicts stay dicts, rank by rank.
-    ann_cols: dict[str, tuple] = {}
-    for k_, col in prog.ann_cols.items():
-        if ANNOTATION_COLUMNS[k_] == "int":
-            ann_cols[k_] = (take(col[0], col[0].dtype), take(col[1], col[1].dtype))
-        else:
-            ann_cols[k_] = (take(col[0], col[0].dtype), col[1])
-    ann: dict[int, dict] = {}
-    p2p: dict[int, P2PInfo] = {}
-    rep_ann: list[list] = [[] for _ in reps]  # per representative slot, its nodes' dicts and P2P infos
-    rep_p2p: list[list] = [[] for _ in reps]
-    for g, a in sorted(prog.annotations.items()):
-        rep_ann[bisect.bisect_right(off, g) - 1].append((g, a))
-    for g, info in sorted(prog.p2p.items()):
-        rep_p2p[bisect.bisect_right(off, g) - 1].append((g, info))
-    dg_rows: list[np.ndarray] = []  # device_group labels: rows and each rank's own value, set at once
-    dg_vals: list[tuple[int, int]] = []
-    null_rows: list[int] = []  # nodes given as dicts (read field by field): null in the columns
-    for x in range(n_ranks):
-        k, i = ctx.where[x]
-        lo, base = off[i], full_off[x]
-        for g, a in rep_ann[i]:
-            ann[base + g - lo] = a
-        for g, info in rep_p2p[i]:
-            p2p[base + g - lo] = (
-                info if k == 0 else P2PInfo(ctx.perm(k, info.src), ctx.perm(k, info.dst), info.tag, info.size)
-            )
-        lab = labels[x]
-        if lab is None:
-            continue
-        for j, v in lab.names.items():
-            names[base + j] = v
-        for j, v in lab.pg_names.items():
-            pg_l[base + j] = v
-        if lab.device_group is not None and len(lab.dg_nodes):
-            own = lab.device_group[1]
-            rows = base + np.asarray(lab.dg_nodes, dtype=np.int64)
-            if rep_ann[i]:  # only the representative's dicts can hold these rows yet
-                for g in rows.tolist():
-                    if g in ann:
-                        a = dict(ann[g])
-                        a[DEVICE_GROUP] = own
-                        ann[g] = a
-            dg_rows.append(rows)
-            dg_vals.append((own, len(rows)))
-        if lab.annotations:
-            for j, v in lab.annotations.items():
-                ann[base + j] = v
-                null_rows.append(base + j)
-    # Each row takes its own rank's labels only, so setting them all at once (device groups first, then
-    # the nulls of nodes given as dicts, as rank by rank) gives the same columns.
-    if dg_rows and DEVICE_GROUP in ann_cols:
-        rows = np.concatenate(dg_rows)
-        own_v = np.repeat(np.asarray([v for v, _n in dg_vals], dtype=np.int64), [n for _v, n in dg_vals])
-        vals_c, ok_c = ann_cols[DEVICE_GROUP]
-        vals_c[rows] = np.where(ok_c[rows], own_v, 0)
-    if null_rows:
-        rows_n = np.asarray(null_rows, dtype=np.int64)
-        for k_, col in ann_cols.items():
-            if ANNOTATION_COLUMNS[k_] == "int":
-                col[0][rows_n] = 0
-                col[1][rows_n] = False
-            else:
-                col[0][rows_n] = -1
+    def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
+        """netmodels.api.NetworkModel, after the check."""
+        self.check.p2p(src, dst, size_bytes)
+        return self.inner.start_p2p(now_ns, src, dst, size_bytes)
 
-    # perm[k][rank] = pi_k(rank), and each rank's first full row minus its representative's first g.
-    perm = np.tile(np.arange(n_ranks, dtype=np.int64), (fold.factor, 1))
-    rep0 = np.asarray(reps, dtype=np.int64)
-    for k in range(1, fold.factor):
-        rk = np.asarray(fold.replicas[k], dtype=np.int64)
-        perm[k, rep0], perm[k, rk] = rk, rep0
-    shift = full_off_a[:-1] - off_a[slot]
-    records = _expand_records(out.collectives, labels, perm, shift, slot, off_a, end, len(reps))
-    # P2P pairs: each copy k pairs pi_k of the representatives' ranks, at the same rows within them.
-    pairs_a = np.asarray(out.p2p_pairs, dtype=np.int64).reshape(-1, 2)
-    g_slot = np.searchsorted(off_a, pairs_a, side="right") - 1  # the folded program's slots
-    full_pairs = shift[perm[:, rep0[g_slot]]] + pairs_a  # (copies, pairs, 2)
-    collective_of, pairs = canonical_order(records, full_pairs.reshape(-1, 2), start)
-    m = fold.factor
-    full = Program(
-        num_ranks=n_ranks,
-        rank_offset=full_off,
-        node_id=node_id,
-        name=names,
-        node_type=take(prog.node_type),
-        kind=take(prog.kind, np.int8),
-        dur=[],
-        ndeps=[],
-        child_ptr=[0] * (len(node_id) + 1),
-        child_idx=[],
-        queue=[],
-        queue_cap=[],
-        queue_label=[],
-        recorded_ns=[],
-        nbytes=take(prog.nbytes),
-        comm_type=take(prog.comm_type),
-        pg_name=pg_l,
-        coll={},
-        p2p=p2p,
-        annotations=ann,
-        groups=prog.groups,
-        compute_name=prog.compute_name,
-        ctrl_deps_ignored_ranks=prog.ctrl_deps_ignored_ranks * m,
-        ignored_ctrl_deps=prog.ignored_ctrl_deps * m,
-        paths=tuple(paths),
-        ann_cols=ann_cols,
-    )
-    full_out = EngineOutput(
-        start=start,
-        end=end,
-        ready=ready,
-        wait=wait,
-        collectives=records,
-        collective_of=collective_of,
-        p2p_pairs=pairs,
-        events=len(start),
-        wall_s=out.wall_s,
-        cpu_s=out.cpu_s,
-    )
-    return full, full_out
+    def next_event_ns(self) -> int | None:
+        """netmodels.api.NetworkModel."""
+        return self.inner.next_event_ns()
+
+    def advance(self, until_ns: int) -> list:
+        """netmodels.api.NetworkModel."""
+        return self.inner.advance(until_ns)
 
 
-def _expand_records(
-    recs: Sequence[CollectiveRecord],
-    labels: Sequence[RankLabels | None],
-    perm: np.ndarray,
-    shift: np.ndarray,
-    slot: np.ndarray,
-    off_a: np.ndarray,
-    end: np.ndarray,
-    num_slots: int,
-) -> list[CollectiveRecord]:
-    """Every rank's collective records from the folded run's (unordered: `replay.engine.canonical_order` numbers them).
+class _FixedChecked(FoldChecked):
+    def fixed_collective_ns(self, spec: CollectiveSpec) -> int:
+        """netmodels.api.FixedDurations, after the check."""
+        self.check.collective(spec)
+        return self.inner.fixed_collective_ns(spec)
 
-    A record of a group inside replica 0 has one copy per replica k: members pi_k(members), rows shifted to
-    theirs, end the latest of its copy's nodes, group key the replica's own (`RankLabels.keys`). A record of
-    a shared group holds every member: each folded member's node is its representative's row shifted.
-    """
-    out: list[CollectiveRecord] = []
-    inside: dict[int, list[CollectiveRecord]] = {}  # by member count, to copy all at once
-    for rec in recs:
-        if rec.positions is None or len(rec.positions) == len(rec.members):
-            inside.setdefault(len(rec.members), []).append(rec)
-            continue
-        sim = np.asarray(rec.members, dtype=np.int64)[list(rec.positions)]
-        lut = np.full(num_slots, -1, dtype=np.int64)
-        lut[slot[sim]] = rec.nodes
-        mem = np.asarray(rec.members, dtype=np.int64)
-        nodes = shift[mem] + lut[slot[mem]]
-        out.append(_copy(rec, rec.group, rec.members, tuple(nodes.tolist()), int(end[nodes].max())))
-    for batch in inside.values():
-        mem_r = np.asarray([r.members for r in batch], dtype=np.int64)  # (records, members)
-        mem = perm[:, mem_r]  # (copies, records, members)
-        nodes_all = shift[mem] + np.asarray([r.nodes for r in batch], dtype=np.int64)
-        ends = end[nodes_all].max(axis=2).tolist()
-        # Node j0 of each record's first member, within its rank: where the copy's group key is labelled.
-        j0 = (np.asarray([r.nodes[0] for r in batch], dtype=np.int64) - off_a[slot[mem_r[:, 0]]]).tolist()
-        for rec, nodes, e in zip(batch, nodes_all[0].tolist(), ends[0], strict=True):
-            out.append(_copy(rec, rec.group, rec.members, tuple(nodes), e))
-        for k in range(1, len(perm)):
-            for rec, members, nodes, e, j in zip(
-                batch, mem[k].tolist(), nodes_all[k].tolist(), ends[k], j0, strict=True
-            ):
-                key = labels[members[0]].keys.get(j, rec.group)
-                out.append(_copy(rec, key, tuple(members), tuple(nodes), e))
-    return out
+    def fixed_p2p_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """netmodels.api.FixedDurations, after the check."""
+        self.check.p2p(src, dst, size_bytes)
+        return self.inner.fixed_p2p_ns(src, dst, size_bytes)
 
 
-def _ramp_ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Concatenated ranges [s, s + l) for each (s, l)."""
-    total = int(lens.sum())
-    offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-    return offs + np.arange(total, dtype=np.int64)
+class _StaggeredChecked(FoldChecked):
+    def start_collective_issued(self, now_ns: int, spec: CollectiveSpec, issue_ns: tuple[int, ...]) -> int:
+        """netmodels.api.StaggeredStarts, after the check."""
+        self.check.collective(spec)
+        return self.inner.start_collective_issued(now_ns, spec, issue_ns)
 
 
-def _copy(rec: CollectiveRecord, key: str, members, nodes, end_ns: int) -> CollectiveRecord:
-    return CollectiveRecord(
-        id=-1,
-        group=key,
-        comm_type=rec.comm_type,
-        members=members,
-        nodes=nodes,
-        size=rec.size,
-        first_arrival_ns=rec.first_arrival_ns,
-        last_arrival_ns=rec.last_arrival_ns,
-        end_ns=end_ns,
-    )
+class _FixedStaggeredChecked(_FixedChecked, _StaggeredChecked):
+    pass
+
+
+def fold_checked(network: NetworkModel, fold: Fold, groups: ProcessGroups) -> FoldChecked:
+    """`network` wrapped for a folded run (FoldChecked), with the optional abilities it has."""
+    fixed, stag = isinstance(network, FixedDurations), isinstance(network, StaggeredStarts)
+    cls = {
+        (False, False): FoldChecked,
+        (True, False): _FixedChecked,
+        (False, True): _StaggeredChecked,
+        (True, True): _FixedStaggeredChecked,
+    }[fixed, stag]
+    return cls(network, NetCheck(fold, groups, network))
 
 
 __all__ = [
     "Fold",
     "NetCheck",
     "check_models",
-    "expand",
+    "fold_checked",
     "fold_from_deployment",
     "make_fold",
     "private_model",

@@ -4,7 +4,6 @@ their recorded durations) and turns the model's completions back into node finis
 from __future__ import annotations
 
 from heapq import heappush
-from typing import Protocol
 
 from netmodels.api import (
     CollectiveSpec,
@@ -23,14 +22,6 @@ from replay.program import COLLECTIVE_KIND, Program
 _STALL_LIMIT = 10_000  # polls at one instant without a completion before the model is declared stalled
 
 
-class FoldNetCheck(Protocol):
-    """Proves, once per distinct transfer, that the network times it the same on every replica."""
-
-    def collective(self, spec: CollectiveSpec, where: str) -> None: ...
-
-    def p2p(self, src: int, dst: int, size: int, where: str) -> None: ...
-
-
 class NetworkPort:
     """Starts transfers at the engine's now and reports node finishes on the engine's event heap.
 
@@ -44,7 +35,6 @@ class NetworkPort:
         measured: bool,
         heap: list[int],
         shift: int,
-        fold_check: FoldNetCheck | None = None,
     ) -> None:
         self.prog = prog
         self.network = network
@@ -52,7 +42,6 @@ class NetworkPort:
         self.recorded = prog.recorded_ns
         self.heap = heap
         self.shift = shift
-        self.fold_check = fold_check
         self.handles: dict[int, object] = {}  # network handle -> CollectiveRecord | send g
         self._dirty = False  # a transfer started or the model advanced: its next event may have moved
         self._next: int | None = None
@@ -159,8 +148,6 @@ class NetworkPort:
             d = None
         else:
             spec, d = hit
-        if self.fold_check is not None:
-            self.fold_check.collective(spec, self.prog.describe(g0))
         try:
             # Members that all issued at t (the first arrival is the last) start together: no stagger.
             if self._staggered is not None and len(inst.sim) == len(inst.members) and inst.first != t:
@@ -194,8 +181,6 @@ class NetworkPort:
             self.finish(t + self.recorded[g], g)
             return
         net = self._need("a send", g)
-        if self.fold_check is not None:
-            self.fold_check.p2p(info.src, info.dst, info.size, self.prog.describe(g))
         try:
             if self._fixed_p2p is not None:
                 self.finish(t + self._fixed_p2p(info.src, info.dst, info.size), g)

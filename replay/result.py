@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
@@ -115,6 +116,9 @@ _PERF_TYPES: dict[str, str] = {
     "engine_cpu_s": "Float64",
     "events_per_s": "Float64",
 }
+# Rows per Parquet row group, fixed so a table written whole and one streamed in chunks of ranks (a folded
+# replay) are the same bytes; 512^2 is polars' documented default row-group size (DataFrame.write_parquet).
+ROW_GROUP = 512**2
 _RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
 _SCHEMA_TYPES = {
     "OPS_SCHEMA": _OPS_TYPES,
@@ -162,8 +166,12 @@ class ReplayResult:
         summary_row: dict | None = None,
         rank_arrays: dict[str, np.ndarray] | None = None,
         num_stages: int | None = None,
+        ops_chunks: Callable[[], Iterator[pl.DataFrame]] | None = None,
     ) -> None:
         self._tables = (ops, ranks, collectives, summary)
+        # The ops table as chunks of ranks (a folded replay's expansion, replay/fold_tables.py): written
+        # chunk by chunk, never held whole unless a caller reads `ops`.
+        self._ops_chunks = ops_chunks
         self._build = tables
         self.per_rank_finish_ns = per_rank_finish_ns
         self.paths = paths
@@ -184,6 +192,10 @@ class ReplayResult:
         if self._build is not None:
             self._tables = self._build()
             self._build = None  # drops the program and engine output the builder held
+        if self._tables[i] is None and i == 0 and self._ops_chunks is not None:
+            import polars as pl
+
+            self._tables = (pl.concat(list(self._ops_chunks())), *self._tables[1:])
         return self._tables[i]
 
     @property
@@ -256,6 +268,27 @@ class ReplayResult:
             out["fold_reason"] = self.fold_reason
         return out
 
+    def _stream_ops(self, parquet: str, csv: str) -> None:
+        """Write the ops table from its chunks in one pass: the Parquet writer pulls them, each chunk's CSV
+        rows are appended as it passes. With a fixed row-group size the Parquet bytes do not depend on how
+        the rows arrive, and CSV rows are written one by one: both equal the table written whole."""
+        import polars as pl
+
+        with open(csv, "wb") as fh:
+            header = [True]
+
+            def chunks() -> Iterator[pl.DataFrame]:
+                for df in self._ops_chunks():
+                    df.write_csv(fh, include_header=header[0])
+                    header[0] = False
+                    yield df
+
+            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(
+                parquet, compression="zstd", statistics=True, row_group_size=ROW_GROUP
+            )
+            if header[0]:  # no rows: the header alone, as an empty table writes it
+                pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv(fh)
+
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
 
@@ -264,11 +297,15 @@ class ReplayResult:
         d = os.fspath(out_dir)
         os.makedirs(d, exist_ok=True)
         written = []
-        for name, df in (("ops", self.ops), ("ranks", self.ranks), ("collectives", self.collectives)):
+        for name in ("ops", "ranks", "collectives"):
             p = os.path.join(d, f"{name}.parquet")
-            df.write_parquet(p, compression="zstd", statistics=True)
             c = os.path.join(d, f"{name}.csv")
-            df.write_csv(c)
+            if name == "ops" and self._ops_chunks is not None and self._tables[0] is None:
+                self._stream_ops(p, c)
+            else:
+                df = self._table(("ops", "ranks", "collectives").index(name))
+                df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
+                df.write_csv(c)
             written += [p, c]
         s = self.summary_dict()
         p = os.path.join(d, "summary.json")
@@ -282,6 +319,17 @@ class ReplayResult:
             json.dump(self.perf_dict(), fh, indent=2)
             fh.write("\n")
         return [*written, p, c, perf]
+
+
+def _source(chunks: Callable[[], Iterator[pl.DataFrame]], schema: dict) -> pl.LazyFrame:
+    """A lazy frame whose rows are `chunks()`' frames in order (a polars IO source: the writers stream it)."""
+    from polars.io.plugins import register_io_source
+
+    def gen(with_columns, predicate, n_rows, batch_size):
+        for df in chunks():
+            yield df if with_columns is None else df.select(with_columns)
+
+    return register_io_source(gen, schema=schema)
 
 
 def _nullable(values: np.ndarray, valid: np.ndarray, dtype: pl.DataType) -> pl.Series:
@@ -326,13 +374,10 @@ def _annotation_ints(prog: Program, k: str, n: int) -> tuple[np.ndarray, np.ndar
     return vals, ok
 
 
-def _annotation_column(prog: Program, k: str, typ: str, n: int) -> pl.Series:
-    """One annotation column from the program's columns, with node-by-node ranks' values laid over."""
-    import polars as pl
-
+def _annotation_strings(prog: Program, k: str, n: int) -> np.ndarray:
+    """A string annotation's values (object array, None for null) from the program's columns, node-by-node
+    ranks' laid over."""
     col = prog.ann_cols.get(k)
-    if typ == "int":
-        return _nullable(*_annotation_ints(prog, k, n), pl.Int64)
     if col is not None:
         codes, table = col
         obj = np.asarray([*table, None], dtype=object)[codes]  # code -1 = the trailing None
@@ -342,7 +387,166 @@ def _annotation_column(prog: Program, k: str, typ: str, n: int) -> pl.Series:
         v = a.get(k)
         if v is not None:
             obj[g] = v
-    return pl.Series(obj.tolist(), dtype=pl.String)
+    return obj
+
+
+@dataclass(frozen=True)
+class OpsColumns:
+    """The ops table's rows as columns (numpy, or lists / polars Series for the strings): what `ops_frame`
+    turns into the table, whole (an unfolded replay) or a chunk of ranks (replay/fold_tables.py)."""
+
+    rank: np.ndarray
+    node_id: np.ndarray
+    name: object  # list[str] or a polars String Series
+    node_type: np.ndarray
+    kind: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ready: np.ndarray
+    wait: np.ndarray
+    nbytes: np.ndarray
+    comm_type: np.ndarray
+    pg_name: object  # list[str | None] or a polars String Series
+    collective: np.ndarray  # -1: null
+    p2p: np.ndarray
+    peer: np.ndarray
+    annotations: dict  # int columns: (values, valid); string columns: object array (None: null)
+
+
+def ops_frame(c: OpsColumns) -> pl.DataFrame:
+    """The ops table (OPS_SCHEMA) of the rows in `c`; the one place its columns are made."""
+    import polars as pl
+
+    res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
+    cols = {
+        "rank": pl.Series(np.asarray(c.rank, dtype=np.int32), dtype=pl.Int32),
+        "node_id": pl.Series(np.asarray(c.node_id, dtype=np.int64).astype(np.uint64), dtype=pl.UInt64),
+        "name": pl.Series(c.name, dtype=pl.String),
+        "type": _labels(c.node_type, pb.node_type_name),
+        "resource": _labels(c.kind.astype(np.int64), lambda k: res_names[k]),
+        "start_ns": c.start,
+        "end_ns": c.end,
+        "duration_ns": c.end - c.start,
+        "ready_ns": c.ready,
+        "wait_ns": c.wait,
+        "bytes": c.nbytes,
+        "comm_type": _labels(c.comm_type, lambda v: pb.comm_type_name(v) if v >= 0 else None),
+        "pg_name": pl.Series(c.pg_name, dtype=pl.String),
+        "collective": _nullable(c.collective, c.collective >= 0, pl.Int64),
+        "p2p": _nullable(c.p2p, c.p2p >= 0, pl.Int64),
+        "peer": _nullable(c.peer, c.peer >= 0, pl.Int32),
+    }
+    for k, typ in ANNOTATION_COLUMNS.items():
+        v = c.annotations[k]
+        if typ == "int":
+            cols[k] = _nullable(*v, pl.Int64)
+        else:  # an object array (None: null) or a String Series already
+            cols[k] = pl.Series(v.tolist(), dtype=pl.String) if isinstance(v, np.ndarray) else v
+    schema = _schema("OPS_SCHEMA")
+    return pl.DataFrame({k: pl.Series(k, v, dtype=schema[k]) for k, v in cols.items()}, schema=schema)
+
+
+def collectives_frame(c: dict) -> pl.DataFrame:
+    """The collectives table (COLLECTIVES_SCHEMA) from its columns (comm_type as codes; start is the last
+    arrival, duration end minus it)."""
+    import polars as pl
+
+    last = np.asarray(c["last_arrival_ns"], dtype=np.int64)
+    end = np.asarray(c["end_ns"], dtype=np.int64)
+    codes = np.asarray(c["comm_type"], dtype=np.int64)
+    cols = {
+        "collective": c["collective"],
+        "pg_name": pl.Series(c["pg_name"], dtype=pl.String),
+        "comm_type": _labels(codes, pb.comm_type_name),
+        "ranks": c["ranks"],
+        "bytes": c["bytes"],
+        "first_arrival_ns": c["first_arrival_ns"],
+        "last_arrival_ns": last,
+        "start_ns": last,
+        "end_ns": end,
+        "duration_ns": end - last,
+        "wait_sum_ns": c["wait_sum_ns"],
+    }
+    schema = _schema("COLLECTIVES_SCHEMA")
+    return pl.DataFrame({k: pl.Series(k, v, dtype=schema[k]) for k, v in cols.items()}, schema=schema)
+
+
+def rank_columns(
+    prog: Program, start: np.ndarray, end: np.ndarray, wait: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The ranks table's columns (RANKS_SCHEMA) of a program's run, one entry per program rank."""
+    n, nr = prog.num_nodes, prog.num_ranks
+    rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
+    kind = np.asarray(prog.kind, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
+    res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
+    res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
+    acc = _accounting(rank, start, end, wait, res_code, nr)
+    comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
+    bytes_r = np.zeros(nr, dtype=np.int64)
+    np.add.at(bytes_r, rank[comm_mask], np.asarray(prog.nbytes, dtype=np.int64)[comm_mask])
+    return {
+        "rank": np.arange(nr, dtype=np.int32),
+        "finish_ns": acc["finish_ns"],
+        "compute_ns": acc["compute_ns"],
+        "cpu_ns": acc["cpu_ns"],
+        "comm_ns": acc["comm_ns"],
+        "exposed_comm_ns": acc["exposed_comm_ns"],
+        "idle_ns": acc["idle_ns"],
+        "wait_ns": acc["wait_ns"],
+        "bubble_ns": acc["bubble_ns"],
+        "ops": np.bincount(rank, minlength=nr).astype(np.int64),
+        "comm_bytes": bytes_r,
+    }
+
+
+def summary_row(
+    rank_cols: dict[str, np.ndarray],
+    out: EngineOutput,
+    *,
+    num_nodes: int,
+    num_collectives: int,
+    num_p2p: int,
+    bytes_moved: int,
+    events: int,
+    ignored_ctrl_deps: int,
+    ctrl_deps_ignored_ranks: int,
+    names: tuple[str, str, str],
+    sim_wall_s: float,
+) -> dict:
+    """The summary row (SUMMARY_SCHEMA then PERF_SCHEMA); names: (network model, compute model, comm mode)."""
+    nr = len(rank_cols["rank"])
+    finish = rank_cols["finish_ns"]
+    wait_r, bubble = rank_cols["wait_ns"], rank_cols["bubble_ns"]
+    compute, comm, exposed = (int(rank_cols[k].sum()) for k in ("compute_ns", "comm_ns", "exposed_comm_ns"))
+    engine_wall = out.wall_s
+    return {
+        "iteration_time_ns": int(finish.max()) if nr else 0,
+        "num_ranks": nr,
+        "num_nodes": num_nodes,
+        "num_collectives": num_collectives,
+        "num_p2p": num_p2p,
+        "bytes_moved": bytes_moved,
+        "compute_ns": compute,
+        "comm_ns": comm,
+        "exposed_comm_ns": exposed,
+        "compute_ns_total": compute,
+        "comm_ns_total": comm,
+        "exposed_comm_ns_total": exposed,
+        "wait_ns_total": int(wait_r.sum()),
+        "wait_ns_max": int(wait_r.max()) if nr else 0,
+        "bubble_ns_total": int(bubble.sum()),
+        "bubble_ns_max": int(bubble.max()) if nr else 0,
+        "events": events,
+        "ignored_ctrl_deps": ignored_ctrl_deps,
+        "ctrl_deps_ignored_ranks": ctrl_deps_ignored_ranks,
+        "network_model": names[0],
+        "compute_model": names[1],
+        "comm_mode": names[2],
+        "sim_wall_s": sim_wall_s,
+        "engine_wall_s": engine_wall,
+        "engine_cpu_s": out.cpu_s,
+        "events_per_s": events / engine_wall if engine_wall > 0 else 0.0,
+    }
 
 
 def build_result(
@@ -352,13 +556,8 @@ def build_result(
     network_name: str,
     comm_mode: str,
     sim_wall_s: float,
-    rank_source: np.ndarray | None = None,
 ) -> ReplayResult:
-    """Assemble the summary and per-rank columns from a finished run; the four tables on first access.
-
-    rank_source (a folded run): per rank, a rank whose rows have the same times, kinds and bytes in the
-    same order (its representative), so its per-rank accounting is computed once per source and copied.
-    """
+    """Assemble the summary and per-rank columns from a finished run; the four tables on first access."""
     n = prog.num_nodes
     nr = prog.num_ranks
     rank = np.repeat(np.arange(nr, dtype=np.int32), np.diff(np.asarray(prog.rank_offset, dtype=np.int64)))
@@ -366,70 +565,22 @@ def build_result(
     end = np.asarray(out.end, dtype=np.int64)
     wait = np.asarray(out.wait, dtype=np.int64)
     kind = np.asarray(prog.kind, dtype=np.int8) if n else np.zeros(0, dtype=np.int8)
-    res_names = [KIND_RESOURCE[k] for k in range(len(KIND_RESOURCE))]
-    res_code = np.asarray([_RESOURCE_CODE[r] for r in res_names], dtype=np.int8)[kind] if n else kind
-
-    if rank_source is not None:  # account the source ranks' rows only, then copy to every rank
-        src = np.asarray(rank_source, dtype=np.int64)
-        uniq = np.asarray(sorted(set(src.tolist())), dtype=np.int64)  # not np.unique: it imports numpy.ma
-        lut = np.full(nr, -1, dtype=np.int64)
-        lut[uniq] = np.arange(len(uniq))
-        rows = lut[rank] >= 0
-        sub = _accounting(lut[rank[rows]], start[rows], end[rows], wait[rows], res_code[rows], len(uniq))
-        acc = {k: v[lut[src]] for k, v in sub.items()}
-    else:
-        acc = _accounting(rank, start, end, wait, res_code, nr)
-    wait_r = acc.pop("wait_ns")
-    ops_r = np.bincount(rank, minlength=nr).astype(np.int64)
-    comm_mask = (kind == K_COLL) | (kind == K_SEND) | (kind == K_RECV)
-    bytes_r = np.zeros(nr, dtype=np.int64)
-    np.add.at(bytes_r, rank[comm_mask], np.asarray(prog.nbytes, dtype=np.int64)[comm_mask])
-    rank_cols = {
-        "rank": np.arange(nr, dtype=np.int32),
-        "finish_ns": acc["finish_ns"],
-        "compute_ns": acc["compute_ns"],
-        "cpu_ns": acc["cpu_ns"],
-        "comm_ns": acc["comm_ns"],
-        "exposed_comm_ns": acc["exposed_comm_ns"],
-        "idle_ns": acc["idle_ns"],
-        "wait_ns": wait_r,
-        "bubble_ns": acc["bubble_ns"],
-        "ops": ops_r,
-        "comm_bytes": bytes_r,
-    }
-
+    rank_cols = rank_columns(prog, start, end, wait)
     recs = out.collectives
-    finish = [int(x) for x in acc["finish_ns"]]
-    bytes_moved = sum(r.size for r in recs) + sum(prog.p2p[s].size for s, _r in out.p2p_pairs)
-    engine_wall = out.wall_s
-    summary = {
-        "iteration_time_ns": max(finish) if finish else 0,
-        "num_ranks": nr,
-        "num_nodes": n,
-        "num_collectives": len(recs),
-        "num_p2p": len(out.p2p_pairs),
-        "bytes_moved": bytes_moved,
-        "compute_ns": int(acc["compute_ns"].sum()),
-        "comm_ns": int(acc["comm_ns"].sum()),
-        "exposed_comm_ns": int(acc["exposed_comm_ns"].sum()),
-        "compute_ns_total": int(acc["compute_ns"].sum()),
-        "comm_ns_total": int(acc["comm_ns"].sum()),
-        "exposed_comm_ns_total": int(acc["exposed_comm_ns"].sum()),
-        "wait_ns_total": int(wait_r.sum()),
-        "wait_ns_max": int(wait_r.max()) if nr else 0,
-        "bubble_ns_total": int(acc["bubble_ns"].sum()),
-        "bubble_ns_max": int(acc["bubble_ns"].max()) if nr else 0,
-        "events": out.events,
-        "ignored_ctrl_deps": prog.ignored_ctrl_deps,
-        "ctrl_deps_ignored_ranks": prog.ctrl_deps_ignored_ranks,
-        "network_model": network_name,
-        "compute_model": prog.compute_name,
-        "comm_mode": comm_mode,
-        "sim_wall_s": sim_wall_s,
-        "engine_wall_s": engine_wall,
-        "engine_cpu_s": out.cpu_s,
-        "events_per_s": out.events / engine_wall if engine_wall > 0 else 0.0,
-    }
+    finish = [int(x) for x in rank_cols["finish_ns"]]
+    summary = summary_row(
+        rank_cols,
+        out,
+        num_nodes=n,
+        num_collectives=len(recs),
+        num_p2p=len(out.p2p_pairs),
+        bytes_moved=sum(r.size for r in recs) + sum(prog.p2p[s].size for s, _r in out.p2p_pairs),
+        events=out.events,
+        ignored_ctrl_deps=prog.ignored_ctrl_deps,
+        ctrl_deps_ignored_ranks=prog.ctrl_deps_ignored_ranks,
+        names=(network_name, prog.compute_name, comm_mode),
+        sim_wall_s=sim_wall_s,
+    )
     stage, stage_ok = _annotation_ints(prog, "stage", n)
 
     def tables() -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -450,48 +601,42 @@ def build_result(
             p2p[pr[:, 1]] = ids
             peer[pr[:, 0]] = [prog.p2p[s].dst for s in pr[:, 0].tolist()]
             peer[pr[:, 1]] = [prog.p2p[r].src for r in pr[:, 1].tolist()]
-        node_type = np.asarray(prog.node_type, dtype=np.int64)
-        comm_type = np.asarray(prog.comm_type, dtype=np.int64)
-        cols = {
-            "rank": pl.Series(rank, dtype=pl.Int32),
-            "node_id": pl.Series(np.asarray(prog.node_id, dtype=np.int64).astype(np.uint64), dtype=pl.UInt64),
-            "name": pl.Series(prog.name, dtype=pl.String),
-            "type": _labels(node_type, pb.node_type_name),
-            "resource": _labels(kind.astype(np.int64), lambda k: res_names[k]),
-            "start_ns": start,
-            "end_ns": end,
-            "duration_ns": end - start,
-            "ready_ns": np.asarray(out.ready, dtype=np.int64),
-            "wait_ns": wait,
-            "bytes": np.asarray(prog.nbytes, dtype=np.int64),
-            "comm_type": _labels(comm_type, lambda v: pb.comm_type_name(v) if v >= 0 else None),
-            "pg_name": pl.Series(prog.pg_name, dtype=pl.String),
-            "collective": _nullable(collective, collective >= 0, pl.Int64),
-            "p2p": _nullable(p2p, p2p >= 0, pl.Int64),
-            "peer": _nullable(peer, peer >= 0, pl.Int32),
-        }
+        ann: dict[str, object] = {}
         for k, typ in ANNOTATION_COLUMNS.items():
-            cols[k] = _annotation_column(prog, k, typ, n)
-        ops_schema = _schema("OPS_SCHEMA")
-        ops = pl.DataFrame(
-            {k: pl.Series(k, v, dtype=ops_schema[k]) for k, v in cols.items()}, schema=ops_schema
+            ann[k] = _annotation_ints(prog, k, n) if typ == "int" else _annotation_strings(prog, k, n)
+        ops = ops_frame(
+            OpsColumns(
+                rank=rank,
+                node_id=np.asarray(prog.node_id, dtype=np.int64),
+                name=prog.name,
+                node_type=np.asarray(prog.node_type, dtype=np.int64),
+                kind=kind,
+                start=start,
+                end=end,
+                ready=np.asarray(out.ready, dtype=np.int64),
+                wait=wait,
+                nbytes=np.asarray(prog.nbytes, dtype=np.int64),
+                comm_type=np.asarray(prog.comm_type, dtype=np.int64),
+                pg_name=prog.pg_name,
+                collective=collective,
+                p2p=p2p,
+                peer=peer,
+                annotations=ann,
+            )
         )
         ranks = pl.DataFrame(rank_cols, schema=_schema("RANKS_SCHEMA"))
-        collectives = pl.DataFrame(
+        collectives = collectives_frame(
             {
                 "collective": [r.id for r in recs],
                 "pg_name": [r.group for r in recs],
-                "comm_type": [pb.comm_type_name(r.comm_type) for r in recs],
+                "comm_type": [r.comm_type for r in recs],
                 "ranks": [len(r.members) for r in recs],
                 "bytes": [r.size for r in recs],
                 "first_arrival_ns": [r.first_arrival_ns for r in recs],
                 "last_arrival_ns": [r.last_arrival_ns for r in recs],
-                "start_ns": [r.last_arrival_ns for r in recs],
                 "end_ns": [r.end_ns for r in recs],
-                "duration_ns": [r.end_ns - r.last_arrival_ns for r in recs],
                 "wait_sum_ns": _wait_sums(recs, out.wait),
-            },
-            schema=_schema("COLLECTIVES_SCHEMA"),
+            }
         )
         summary_df = pl.DataFrame([summary], schema={**_schema("SUMMARY_SCHEMA"), **_schema("PERF_SCHEMA")})
         return ops, ranks, collectives, summary_df

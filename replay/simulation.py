@@ -269,7 +269,7 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     plan = None
     if fold not in (None, False):
         # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
-        from replay.fold import NetCheck, check_models, expand, resolve_fold, verify
+        from replay.fold import check_models, fold_checked, resolve_fold, verify
 
         plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
@@ -297,31 +297,27 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
         if config.comm_mode == "measured":
             _check_measured(prog, ts)
-        check = None
+        run_net = network
         if plan is not None and network is not None and config.comm_mode != "measured":
-            check = NetCheck(plan, pgs, network)
+            run_net = fold_checked(network, plan, pgs)  # the network-side proof, as a model decorator
         if callable(progress):
-            out = run_engine(prog, network, config, progress, check)
+            out = run_engine(prog, run_net, config, progress)
         else:
             with progress_bar(enabled=bool(progress)) as cb:
-                out = run_engine(prog, network, config, cb, check)
+                out = run_engine(prog, run_net, config, cb)
         name = network.name if network is not None else "none"
         _check_int64(prog, out, ts)
         simulated = prog.num_ranks
-        source = None
-        if plan is not None:
-            prog, out = expand(plan, pgs, prog, out, labels, ts.paths)
-            source = np.zeros(ts.num_ranks, dtype=np.int64)  # each rank's representative
-            for rep in plan.replicas:
-                source[list(rep)] = plan.replicas[0]
-        res = build_result(
-            prog,
-            out,
-            network_name=name,
-            comm_mode=config.comm_mode,
-            sim_wall_s=time.perf_counter() - t0,
-            rank_source=source,
-        )
+        if plan is not None:  # expand: every rank's rows derived from its representative's, streamed
+            from replay.fold_tables import FoldedTables
+
+            res = FoldedTables(plan, pgs, prog, out, labels, ts.paths).result(
+                network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            )
+        else:
+            res = build_result(
+                prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+            )
         res.ranks_simulated = simulated
         res.fold_factor = plan.factor if plan is not None else 1
         if fold not in (None, False):
