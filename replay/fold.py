@@ -541,11 +541,18 @@ def _template(
         if c is None:
             return None, None, None, None
         if not reordered:
-            return c, c.kind[lo_c:hi_c], c.value[lo_c:hi_c], (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c])
+            return (
+                c,
+                c.kind[lo_c:hi_c],
+                c.value[lo_c:hi_c],
+                (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c]),
+            )
         at = fi + lo_c  # in program order
         return c, c.kind[at], c.value[at], (c.field_start[at], c.field_end[at])
 
-    name_s, name_e = (tmpl.name_start[fi], tmpl.name_end[fi]) if reordered else (tmpl.name_start, tmpl.name_end)
+    name_s, name_e = (
+        (tmpl.name_start[fi], tmpl.name_end[fi]) if reordered else (tmpl.name_start, tmpl.name_end)
+    )
 
     r = ctx.fold.replicas[0][i]
     dg_r = ctx.fold.device_groups.get(r)

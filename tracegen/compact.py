@@ -60,7 +60,9 @@ def _plan_symmetric(dep: dpb.Deployment, supers: tuple[tuple[int, ...], ...]) ->
 
             if any(frozenset(map(pi, s)) != s for s in sets):
                 return False
-            if any(dp.rings_of(x) != dp.rings_of(r) for x, r in zip(rep, supers[0], strict=True) if x in sets[0]):
+            if any(
+                dp.rings_of(x) != dp.rings_of(r) for x, r in zip(rep, supers[0], strict=True) if x in sets[0]
+            ):
                 return False
     return True
 
@@ -85,7 +87,9 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     return _record(dep, ranks, dgs)
 
 
-def _hetero_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]], rewrite: bool) -> RankClasses | None:
+def _hetero_classes(
+    dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]], rewrite: bool
+) -> RankClasses | None:
     """Super-replicas of a plan with several classes of replica (module docstring), or None."""
     kinds = _kinds(reps)
     g = 0
@@ -94,7 +98,10 @@ def _hetero_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]], rewr
     if g < 2 or dep.virtual_stages > 1:
         return None
     # Super-replica k: replicas [k*m_c, (k+1)*m_c) of each class c, m_c = n_c / g, classes in first-seen order.
-    parts = [[members[k * (len(members) // g) : (k + 1) * (len(members) // g)] for members in kinds] for k in range(g)]
+    parts = [
+        [members[k * (len(members) // g) : (k + 1) * (len(members) // g)] for members in kinds]
+        for k in range(g)
+    ]
     order = [[j for part in sup for j in part] for sup in parts]
     ranks = tuple(tuple(r for j in sup for dg in reps[j] for r in dg.ranks) for sup in order)
     dgs = tuple(tuple(dg.id for j in sup for dg in reps[j] for _r in dg.ranks) for sup in order)
