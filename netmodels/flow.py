@@ -510,7 +510,7 @@ class FlowModel:
                         if link not in seen:
                             seen.add(link)
                             stack.append(link)
-        rates = self._rate.copy()
+        rates = self._rate  # a fresh array: _settle and _finish replace it whenever flows change
         if hit:
             at = np.searchsorted(self._ids, list(hit))
             rates[at] = self._mincap[at]
