@@ -40,6 +40,9 @@ from netmodels.maxmin import (
     _max_min_numpy,
     _max_min_small,
     max_min_rates,
+    shared_flows,
+    shared_flows_small,
+    sub_csr,
 )
 from netmodels.nccl import (
     NVLS_ALGORITHMS,
@@ -168,12 +171,11 @@ class FlowModel:
         # Whether every rate is > 0 (no division by zero to silence); links of no bandwidth would break it.
         self._rate_pos = True
         self._cap_pos = bool((self._cap > 0).all())
-        # Which flows in flight (by serial number) cross each link, each flow's links, and the links whose
-        # flows changed since the rates were last computed: only the flows connected to those through
-        # shared links (their components) get new rates (_ensure_rates).
-        self._link_flows: dict[int, set[int]] = {}
-        self._flow_links: dict[int, tuple[int, ...]] = {}
-        self._touched: set[int] = set()
+        # The flows that share a link with another flow, by serial number, and their max-min rates: while
+        # that set is unchanged (only flows alone on their links came and went) so are its rates.
+        self._shared_ids = _NO_INTS
+        self._shared_rates = _NO_FLOATS
+        self._shared_pos = True
         self._new_recs: list[tuple] = []
         self._new_flows: list[tuple] = []
         self._done: list[tuple[int, int, Completion]] = []
@@ -231,7 +233,7 @@ class FlowModel:
             self._push_land(self._t + lat, rec)
         else:
             self._new_recs.append(rec)
-            self._new_flows.append((nbytes, links, len(links), lat, mincap, tuple(links.tolist())))
+            self._new_flows.append((nbytes, links, len(links), lat, mincap))
         self._settle()
         return handle
 
@@ -379,12 +381,6 @@ class FlowModel:
 
     def _finish(self, recs: list, done: np.ndarray, t: float) -> None:
         """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
-        lf, fl, touched = self._link_flows, self._flow_links, self._touched
-        for serial in (self._ids if done.all() else self._ids[done]).tolist():
-            tup = fl.pop(serial)
-            touched.update(tup)
-            for link in tup:
-                lf[link].discard(serial)
         if done.all():
             finished, lat = recs, self._lat
             self._recs = []
@@ -437,20 +433,10 @@ class FlowModel:
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new_recs:
-            nbytes, links, counts, lat, mincap, tups = zip(*self._new_flows, strict=True)
+            nbytes, links, counts, lat, mincap = zip(*self._new_flows, strict=True)
             n = len(nbytes)
             k = self._next_id
             self._next_id = k + n
-            lf, fl, touched = self._link_flows, self._flow_links, self._touched
-            for serial, tup in enumerate(tups, k):
-                fl[serial] = tup
-                touched.update(tup)
-                for link in tup:
-                    on = lf.get(link)
-                    if on is None:
-                        lf[link] = {serial}
-                    else:
-                        on.add(serial)
             if self._recs:
                 self._recs += self._new_recs
                 self._rem = np.concatenate((self._rem, nbytes))
@@ -476,62 +462,34 @@ class FlowModel:
             self._dirty = True
 
     def _ensure_rates(self) -> None:
-        """Recompute max-min rates if the set of flows changed since the last computation.
-
-        Exact as max_min_rates on all flows (netmodels/maxmin.py): progressive filling never couples flows
-        that share no link, directly or through other flows, so the rates of a component (flows connected
-        through shared links) depend on its flows alone, in their order. Only the components holding a
-        link whose flows changed (a flow started or finished on it) are computed again: every other
-        component has the same flows as when its rates were computed. A flow alone on its links gets its
-        narrowest link; progressive filling runs on the others of those components.
-        """
+        """Recompute max-min rates if the set of flows changed since the last computation."""
         if not self._dirty:
             return
         self._dirty = False
-        touched, self._touched = self._touched, set()
-        if not self._recs:
-            return
-        lf, fl = self._link_flows, self._flow_links
-        # The changed components: flows reachable from the touched links through the links they cross.
-        seen = set(touched)
-        stack = list(touched)
-        hit: set[int] = set()
-        shared: set[int] = set()  # of those, the flows with a link they share
-        while stack:
-            on = lf.get(stack.pop())
-            if not on:
-                continue
-            if len(on) > 1:
-                shared.update(on)
-            for f in on:
-                if f not in hit:
-                    hit.add(f)
-                    for link in fl[f]:
-                        if link not in seen:
-                            seen.add(link)
-                            stack.append(link)
-        rates = self._rate  # a fresh array: _settle and _finish replace it whenever flows change
-        if hit:
-            at = np.searchsorted(self._ids, list(hit))
-            rates[at] = self._mincap[at]
-            if shared:
-                serials = sorted(shared)  # flow order: serial numbers grow with the start order
-                ptr = [0]
-                links: list[int] = []
-                for f in serials:
-                    links += fl[f]
-                    ptr.append(len(links))
-                if len(links) <= _SMALL_ENTRIES:
-                    sub = _max_min_small(ptr, links, self._cap)
-                else:
-                    sub = _max_min_numpy(
-                        np.array(ptr, dtype=np.int64), np.array(links, dtype=np.int64), self._cap
-                    )
-                rates[np.searchsorted(self._ids, serials)] = sub
-        self._rate = rates
-        self._rate_pos = bool((rates > 0).all())
-        self._q_ok = False
-        self.rate_recomputations += 1
+        if self._recs:
+            # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
+            # narrowest link; progressive filling runs on the flows that share links, when that set changed.
+            cnt, flat = self._cnt, self._flat
+            if len(flat) <= _SMALL_ENTRIES:
+                # Few flows: the same steps on Python lists beat numpy's per-call cost.
+                shared = shared_flows_small(cnt.tolist(), flat.tolist())
+            else:
+                shared = shared_flows(cnt, flat)
+            rates = self._mincap
+            pos = self._cap_pos
+            if shared is not None:
+                rates = rates.copy()
+                ids = self._ids[shared]
+                if not np.array_equal(ids, self._shared_ids):
+                    self._shared_ids = ids
+                    self._shared_rates = max_min_rates(*sub_csr(cnt, flat, shared), self._cap)
+                    self._shared_pos = bool((self._shared_rates > 0).all())
+                rates[shared] = self._shared_rates
+                pos = pos and self._shared_pos
+            self._rate = rates
+            self._rate_pos = pos
+            self._q_ok = False
+            self.rate_recomputations += 1
 
     # ----- collectives -------------------------------------------------------------------------------
     def _path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
@@ -627,8 +585,7 @@ class FlowModel:
         for i, (a, b, nb) in enumerate(zip(src, dst, nbytes, strict=True)):
             links, lat, mincap = self._path(ranks[a], ranks[b])
             lat = lat + delay if extra is None else lat + delay + extra[i]
-            flow = (nb, links, len(links), lat, mincap, tuple(links.tolist()))
-            sends[a].append((b, nb <= 0 or len(links) == 0, lat, flow))
+            sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
         reduce = bool(stage.reduce) and bool(self.reduction_bpns)
