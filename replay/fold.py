@@ -73,6 +73,9 @@ class Fold:
     # The generator made the replicas alike (a compact set's classes.json): verify derives each folded
     # rank's labels from its representative without a file to compare.
     by_construction: bool = False
+    # rank -> its DP replica number, where node names carry it (a heterogeneous compact set's pipeline
+    # barriers, "pipeline_barrier[replica 3]", tracegen/planner/rewrite.py); empty otherwise.
+    dp_replicas: Mapping[int, int] = field(default_factory=dict)
 
     @property
     def factor(self) -> int:
@@ -162,7 +165,15 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             for rep, ds in zip(c.replicas, c.device_groups, strict=True)
             for r, d in zip(rep, ds, strict=True)
         }
-        return make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
+        fold = make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
+        if c.dp_replicas:
+            reps = {
+                r: d
+                for rep, ds in zip(c.replicas, c.dp_replicas, strict=True)
+                for r, d in zip(rep, ds, strict=True)
+            }
+            fold = replace(fold, dp_replicas=reps)
+        return fold
     if isinstance(fold, Fold):
         return make_fold(fold.replicas, n, fold.source, fold.device_groups)
     if fold == "tp":
@@ -464,12 +475,13 @@ class _RepTemplate:
     subs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     subs_no_dg: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     # Replacement slots: ("dg", value kind), ("pg", group members), ("peer", attribute, value kind, value) or
-    # ("name", text before the peer, text after, peer).
+    # ("name", text before the peer, text after, peer; None: the rank's DP replica number in brackets).
     slots: list[tuple]
     pg_nodes: list[int]  # collectives on groups inside replica 0, and their slots
     pg_slots: list[int]
     name_nodes: list[int]  # P2P nodes whose name carries the peer, and their slots
     name_slots: list[int]
+    reordered: bool = False  # the file's nodes are not in the program's (id) order
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
@@ -496,8 +508,22 @@ def _template(
     lo_c, hi_c = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
     lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
     ids = cols.node_id[lo_c:hi_c]
-    if hi_c - lo_c != hi - lo or not np.array_equal(ids, np.asarray(prog.node_id[lo:hi], dtype=np.int64)):
-        return None  # not in id order as built (or built another way): node j would not be node j
+    want = np.asarray(prog.node_id[lo:hi], dtype=np.int64)
+    if hi_c - lo_c != hi - lo:
+        return None
+    # fi[j]: the file position of the program's node j. The generator writes nodes in id order but the
+    # rewriter splices the nodes it inserts in place (a heterogeneous set's sync): the template keeps the
+    # file's byte order, and node j's fields are read at its file position.
+    fi = np.arange(hi - lo, dtype=np.int64)
+    if not np.array_equal(ids, want):
+        fi = np.argsort(ids, kind="stable")
+        pos = np.searchsorted(ids[fi], want)
+        if (pos >= len(fi)).any():
+            return None
+        fi = fi[pos]
+        if not np.array_equal(ids[fi], want) or len(np.unique(ids)) != len(ids):
+            return None  # built another way: node j would not be node j
+    reordered = not np.array_equal(fi, np.arange(hi - lo))
     ns, ne = cols.name_start[lo_c:hi_c], cols.name_end[lo_c:hi_c]
     tmpl = Template(
         rb,
@@ -512,7 +538,19 @@ def _template(
         c = cols.attrs.get(name)
         if c is None:
             return None, None, None, None
-        return c, c.kind[lo_c:hi_c], c.value[lo_c:hi_c], (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c])
+        if not reordered:
+            return (
+                c,
+                c.kind[lo_c:hi_c],
+                c.value[lo_c:hi_c],
+                (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c]),
+            )
+        at = fi + lo_c  # in program order
+        return c, c.kind[at], c.value[at], (c.field_start[at], c.field_end[at])
+
+    name_s, name_e = (
+        (tmpl.name_start[fi], tmpl.name_end[fi]) if reordered else (tmpl.name_start, tmpl.name_end)
+    )
 
     r = ctx.fold.replicas[0][i]
     dg_r = ctx.fold.device_groups.get(r)
@@ -527,6 +565,7 @@ def _template(
     cg, cgk, _v, _s = col("comm_group")
     pg = []
     pg_j, pg_info = [], []
+    names = []  # (node, name field start, end, text before the peer's number, text after, peer)
     for g in colls:
         info = prog.coll[g]
         cls = ctx.group_class(info.group, info.members)
@@ -535,6 +574,14 @@ def _template(
         if cls == "inside":
             pg_j.append(g - lo)
             pg_info.append(info)
+            rep_no = ctx.fold.dp_replicas.get(r)
+            if rep_no is not None and name_s[g - lo] >= 0:
+                word = f"[replica {rep_no}]"
+                at = prog.name[g].rfind(word)
+                if at >= 0:
+                    j = g - lo
+                    nm = prog.name[g]
+                    names.append((j, int(name_s[j]), int(name_e[j]), nm[:at], nm[at + len(word) :], None))
     pg = []
     if pg_j:
         js = np.asarray(pg_j, dtype=np.int64)
@@ -545,7 +592,6 @@ def _template(
         s0, e0 = (pgspan[0][js] - base).tolist(), (pgspan[1][js] - base).tolist()
         pg = list(zip(pg_j, s0, e0, pg_info, strict=True))
     peers = []
-    names = []  # (node, name field start, end, text before the peer's number, text after, peer)
     for g in p2ps:
         info = prog.p2p.get(g)
         if info is None:
@@ -554,9 +600,9 @@ def _template(
             return None  # a P2P with another replica: refused by the exact proof
         j = g - lo
         peer = info.dst if info.src == r else info.src
-        parts = _peer_in_name(prog.name[g], peer) if tmpl.name_start[j] >= 0 else None
+        parts = _peer_in_name(prog.name[g], peer) if name_s[j] >= 0 else None
         if parts is not None:
-            names.append((j, int(tmpl.name_start[j]), int(tmpl.name_end[j]), *parts, peer))
+            names.append((j, int(name_s[j]), int(name_e[j]), *parts, peer))
         for name in (COMM_SRC, COMM_DST):
             c, kind, val, span = col(name)
             if c is None or kind[j] < 0:
@@ -588,16 +634,17 @@ def _template(
     r_s = np.asarray([t[1] for t in rest], dtype=np.int64)
     r_e = np.asarray([t[2] for t in rest], dtype=np.int64)
     r_sl = np.asarray([t[3] for t in rest], dtype=np.int64)
-    no_dg = (r_s, r_e, r_j, r_sl)
+    no_dg = (r_s, r_e, fi[r_j], r_sl)  # owners: the nodes' file positions
     with_dg = (
         np.concatenate([dg_s, r_s]),
         np.concatenate([dg_e, r_e]),
-        np.concatenate([dg_js, r_j]),
+        np.concatenate([fi[dg_js], fi[r_j]]),
         np.concatenate([dg_slot, r_sl]),
     )
     return _RepTemplate(
-        tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots, [t[0] for t in names], name_slots
-    )
+        tmpl, dg_js, with_dg, no_dg, slots, [t[0] for t in pg], pg_slots, [t[0] for t in names], name_slots,
+        reordered,
+    )  # fmt: skip
 
 
 def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
@@ -642,6 +689,9 @@ def _predict(
             fb = attribute_field(PG_NAME, key, "string_val") if want else b""
         elif kind == "peer":
             fb = attribute_field(sl[1], ctx.perm(k, sl[3]), sl[2])
+        elif sl[3] is None:
+            key = f"{sl[1]}[replica {ctx.fold.dp_replicas[x]}]{sl[2]}"
+            fb = name_field(key) if want else b""
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
             fb = name_field(key) if want else b""
@@ -667,6 +717,8 @@ def _verify_bytes(
 ) -> bool:
     """Prove rank x against the byte template of its representative r; False: prove it the exact way."""
     lo = prog.rank_offset[i]
+    if rt.reordered:
+        return False  # the byte walk names nodes by file position: the exact proof
     pred = _predict(ctx, k, x, r, i, rt, prog, by_members, lab, layouts, pg_keys)
     if pred is False:
         return False

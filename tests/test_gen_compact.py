@@ -201,3 +201,56 @@ def test_which_plans_are_written_compact():
     tp_change = load_spec({**_spec("tpc", dp=1), "device_groups": groups})
     assert rank_classes(tp_change, rewrite=True) is None
     assert rank_classes(tp_change, rewrite=False).replicas == ((0, 1, 2), (3, 4, 5))
+
+
+def _two_class_spec(name: str, tps: tuple[int, ...] = (2, 2, 1, 1)) -> dict:
+    """Llama-2 7B on two classes of replica, two of each: H100 TP 2 feeding A100 TP 2 (ranks 0-1 / 6-7 and
+    2-3 / 8-9), and H100 TP 1 feeding A100 TP 1 (4 / 10 and 5 / 11); layers 1-16 on the H100 stage."""
+    groups, h, a = [], 0, sum(tps)
+    for r, tp in enumerate(tps):
+        for k, gpu in enumerate(("H100", "A100-80GB")):
+            first = h if k == 0 else a
+            groups.append(
+                {"id": 2 * r + k, "gpu": gpu, "ranks": list(range(first, first + tp)), "tp": tp,
+                 "layers": [16 * k + 1, 16 * k + 16], "micro_batch": 1, "pp_stage": k, "dp_replica": r}
+            )  # fmt: skip
+            h, a = (h + tp, a) if k == 0 else (h, a + tp)
+    return {"name": name, "model": "llama2-7b", "seq_len": 128, "micro_batches": 2, "schedule": "1f1b",
+            "device_groups": groups}  # fmt: skip
+
+
+def test_a_heterogeneous_plan_is_written_once_per_class(tmp_path):
+    spec = _two_class_spec("hc")
+    c = rank_classes(load_spec(spec), rewrite=True)
+    # gcd(2, 2) = 2 super-replicas, each one replica of each class in first-seen order: replica 0 (ranks
+    # 0, 1, 6, 7) with replica 2 (4, 10), and replica 1 (2, 3, 8, 9) with replica 3 (5, 11).
+    assert c is not None and c.replicas == ((0, 1, 6, 7, 4, 10), (2, 3, 8, 9, 5, 11))
+    assert c.device_groups == ((0, 0, 1, 1, 4, 5), (2, 2, 3, 3, 6, 7))
+    assert c.classes == ((0, 1), (2, 3)) and c.dp_replicas == ((0, 0, 0, 0, 2, 2), (1, 1, 1, 1, 3, 3))
+    # Three of one class and two of the other: gcd 1, no super-replica to fold: written whole.
+    odd = _two_class_spec("odd", (2, 2, 2, 1, 1))
+    assert rank_classes(load_spec(odd), rewrite=True) is None
+    _gen(spec, tmp_path / "c", all_ranks=False)
+    _gen(spec, tmp_path / "a", all_ranks=True)
+    assert sorted(int(p.name.split(".")[1]) for p in (tmp_path / "c").glob("*.et")) == [0, 1, 4, 6, 7, 10]
+    doc = json.loads((tmp_path / "c" / "classes.json").read_text())
+    assert doc["classes"] == [[0, 1], [2, 3]] and doc["replicas"][1] == [2, 3, 8, 9, 5, 11]
+    from xsim.cmd_trace import whole_set
+
+    # The unwritten ranks' files, derived (the rewriter's gradient sync and pipeline barriers, whose names
+    # carry the replica number, included), are the --all-ranks files byte for byte.
+    whole = whole_set(discover(tmp_path / "c", compact=True), None)
+    full = discover(tmp_path / "a")
+    for r in range(12):
+        assert whole.read(r) == Path(full.paths[r]).read_bytes(), r
+    assert b"pipeline_barrier[replica 3]" in whole.read(11)
+    perf = _replay(tmp_path / "c", tmp_path / "rc")
+    assert perf["fold"] == "folded" and "by construction" in perf["fold_reason"], perf["fold_reason"]
+    assert perf["fold_factor"] == 2 and perf["ranks_simulated"] == 6
+    _replay(tmp_path / "a", tmp_path / "ra", fold=False)
+    _same_tables(tmp_path / "rc", tmp_path / "ra")
+    flow = api.ReplayOptions(network=api.NetworkOptions(model="flow"), progress=False)
+    for d in ("c", "a"):
+        run = api.simulate(str(tmp_path / d), flow)
+        api.write_outputs(run, api.OutputOptions(out=str(tmp_path / f"flow{d}")))
+    _same_tables(tmp_path / "flowc", tmp_path / "flowa")

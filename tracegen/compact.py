@@ -1,6 +1,6 @@
 """Which plans `xsim gen` may write compact: DP replicas that are one program up to labels.
 
-The generator builds a rank of replica k as a copy of replica 0's rank of the same shape with its device
+The generator builds a rank of replica k as a copy of the first rank built of the same shape with its device
 group id, group names and P2P peers patched in (workload._Generator._clone); when every replica has the
 same stages (GPU, TP degree, layers, micro-batch, model chunks) and nothing rewrites one replica apart
 from another, replica k's i-th rank is therefore replica 0's i-th rank renamed by pi_k (replay/fold.py),
@@ -14,6 +14,16 @@ i-th rank is block 0's i-th rank renamed by the swap of the two blocks, which ma
 ring of block 0 onto the one of block k member for member (same EP/CP index, so the same experts, token
 counts per expert and ring position) and leaves the expert-DP and DP gradient groups (one member per
 block position) as they are.
+
+A heterogeneous plan has several classes of replica (replicas with the same stages are one class;
+examples/hetero1024.yaml has two). Its replicas are grouped into g = gcd(class sizes) super-replicas,
+each holding n_c / g replicas of every class c in one order, so super-replica k's i-th rank has the same
+stage, GPU and TP position as super-replica 0's; the fold machinery then folds the super-replicas as it
+folds replicas. The generator's copies make them alike rank by rank; the rewriter (the heterogeneous
+gradient sync, tracegen/planner/rewrite.py) makes them alike when every DP group and ring it adds is
+mapped onto itself by each swap pi_k and gives a rank the rings its representative has (checked here on
+the plan); a TP change at a stage boundary (resharding numbers its messages with set-wide tags) keeps
+the plan whole.
 """
 
 from __future__ import annotations
@@ -41,12 +51,48 @@ def replica_block(dep: dpb.Deployment) -> int:
     )
 
 
+def _kinds(reps: list[list[dpb.DeviceGroup]]) -> list[list[int]]:
+    """Indices of the replicas of each class (replicas with the same stage shapes), in first-seen order."""
+    by_shape: dict[tuple, list[int]] = {}
+    for k, rep in enumerate(reps):
+        by_shape.setdefault(tuple(_stage_shape(dg) for dg in rep), []).append(k)
+    return list(by_shape.values())
+
+
+def _plan_symmetric(dep: dpb.Deployment, supers: tuple[tuple[int, ...], ...]) -> bool:
+    """Whether the rewriter's DP groups and rings are mapped onto themselves by every super-replica swap
+    and give each rank the rings of its representative (so its edits are the representative's, renamed)."""
+    from tracegen.planner import build_plan  # the planner builds on the generator, not the other way round
+
+    plan = build_plan(dep)
+    if any(b.reshard for b in plan.boundaries):
+        return False
+    where = {r: (k, i) for k, rep in enumerate(supers) for i, r in enumerate(rep)}
+    for dp in plan.dp_groups:
+        sets = [frozenset(dp.ranks), *(frozenset(ring) for ring in dp.rings)]
+        for k, rep in enumerate(supers[1:], 1):
+
+            def pi(r: int, k: int = k) -> int:
+                kk, i = where[r]
+                return supers[k][i] if kk == 0 else supers[0][i] if kk == k else r
+
+            if any(frozenset(map(pi, s)) != s for s in sets):
+                return False
+            if any(
+                dp.rings_of(x) != dp.rings_of(r) for x, r in zip(rep, supers[0], strict=True) if x in sets[0]
+            ):
+                return False
+    return True
+
+
 def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     """The DP replicas of `dep` (blocks of replica_block replicas) as a class record when they are alike by
     construction, else None."""
     reps = list(replicas(dep).values())
-    if len(reps) < 2 or not is_homogeneous(dep):
+    if len(reps) < 2:
         return None
+    if not is_homogeneous(dep):
+        return _hetero_classes(dep, reps, rewrite)
     shape = [_stage_shape(dg) for dg in reps[0]]
     if any([_stage_shape(dg) for dg in rep] != shape for rep in reps[1:]):
         return None
@@ -61,7 +107,44 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     blocks = [[dg for rep in reps[b : b + block] for dg in rep] for b in range(0, len(reps), block)]
     ranks = tuple(tuple(r for dg in blk for r in dg.ranks) for blk in blocks)
     dgs = tuple(tuple(dg.id for dg in blk for _r in dg.ranks) for blk in blocks)
+    return _record(dep, ranks, dgs)
+
+
+def _hetero_classes(
+    dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]], rewrite: bool
+) -> RankClasses | None:
+    """Super-replicas of a plan with several classes of replica (module docstring), or None."""
+    kinds = _kinds(reps)
+    g = 0
+    for members in kinds:
+        g = math.gcd(g, len(members))
+    # Expert / context parallelism ties replicas into blocks (above); their heterogeneous plans stay whole.
+    if g < 2 or dep.virtual_stages > 1 or replica_block(dep) > 1:
+        return None
+    # Super-replica k: replicas [k*m_c, (k+1)*m_c) of each class c, m_c = n_c / g, classes in first-seen order.
+    parts = [
+        [members[k * (len(members) // g) : (k + 1) * (len(members) // g)] for members in kinds]
+        for k in range(g)
+    ]
+    order = [[j for part in sup for j in part] for sup in parts]
+    ranks = tuple(tuple(r for j in sup for dg in reps[j] for r in dg.ranks) for sup in order)
+    dgs = tuple(tuple(dg.id for j in sup for dg in reps[j] for _r in dg.ranks) for sup in order)
+    dprs = tuple(tuple(dg.dp_replica for j in sup for dg in reps[j] for _r in dg.ranks) for sup in order)
+    if rewrite and not _plan_symmetric(dep, ranks):
+        return None
+    replica_ids = [reps[j][0].dp_replica for j in range(len(reps))]
+    classes = tuple(tuple(replica_ids[j] for j in members) for members in kinds)
+    return _record(dep, ranks, dgs, classes, dprs)
+
+
+def _record(
+    dep: dpb.Deployment,
+    ranks: tuple[tuple[int, ...], ...],
+    dgs: tuple[tuple[int, ...], ...],
+    classes: tuple[tuple[int, ...], ...] = (),
+    dprs: tuple[tuple[int, ...], ...] = (),
+) -> RankClasses | None:
     n = sum(len(r) for r in ranks)
     if sorted(r for rep in ranks for r in rep) != list(range(n)):
         return None
-    return RankClasses(dep.name, n, ranks, dgs)
+    return RankClasses(dep.name, n, ranks, dgs, classes, dprs)

@@ -99,12 +99,15 @@ def generate(
 ) -> TraceBundle:
     """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted.
 
-    only: build just these ranks (a compact set's representatives, tracegen/compact.py, whose plans the
-    rewrite leaves alone); the process groups are those of the whole plan.
+    only: keep just these ranks (a compact set's representatives, tracegen/compact.py); the process
+    groups are those of the whole plan. A homogeneous plan, which the rewrite leaves alone, builds only
+    them; a heterogeneous one is built and rewritten whole (the rewriter numbers the groups it adds in
+    rank order over every rank) and the others dropped before writing.
     """
-    gen = _Generator(deployment, only=only)
+    whole = rewrite and only is not None and not is_homogeneous(deployment)
+    gen = _Generator(deployment, only=None if whole else only)
     bundle = gen.run()
-    if rewrite and only is None:
+    if rewrite and (only is None or whole):
         # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
         try:
             from tracegen.planner.rewrite import rewrite_bundle
@@ -119,6 +122,11 @@ def generate(
             # Interleaved plans are homogeneous with one TP degree (the spec checks it): the rewriter would
             # insert nothing, and its planner reads one contiguous layer range per stage.
             bundle = rewrite_bundle(bundle, deployment, deployment.reshard or "xsim", twins=gen.twins())
+    if whole:
+        keep = frozenset(only)
+        for r in [r for r in bundle.nodes if r not in keep]:
+            del bundle.nodes[r]
+            bundle.next_id.pop(r, None)
     return bundle
 
 

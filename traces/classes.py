@@ -5,7 +5,8 @@ to labels) and records here how the others map onto it: replica k's i-th rank is
 with its device group id, its groups (replica k's copy of a group inside replica 0, the same shared
 group) and its P2P peers renamed by pi_k, the swap of replica k with replica 0 rank by rank (the fold of
 replay/fold.py). The replay folds by that construction; a verb that needs every rank's file refuses the
-set in one line naming `xsim gen --all-ranks`.
+set in one line naming `xsim gen --all-ranks`. A heterogeneous plan's entries are super-replicas, each
+holding replicas of every class in one order (tracegen/compact.py); `classes` lists them by class.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ class RankClasses:
     num_ranks: int
     replicas: tuple[tuple[int, ...], ...]
     device_groups: tuple[tuple[int, ...], ...]  # per replica, per position: the rank's device group id
+    # A heterogeneous plan's classes of DP replica (the deployment's dp_replica numbers of each), whose
+    # replicas the entries of `replicas` group into super-replicas (tracegen/compact.py); () when one class.
+    classes: tuple[tuple[int, ...], ...] = ()
+    # Per replica, per position: the rank's DP replica number, which names of nodes the rewriter adds carry
+    # (a folded rank's is predicted from it); () when one class.
+    dp_replicas: tuple[tuple[int, ...], ...] = ()
 
     @property
     def written(self) -> tuple[int, ...]:
@@ -39,7 +46,7 @@ class RankClasses:
 
     def to_json(self) -> dict:
         """The classes.json document."""
-        return {
+        doc = {
             "format": FORMAT,
             "version": VERSION,
             "prefix": self.prefix,
@@ -48,6 +55,10 @@ class RankClasses:
             "replicas": [list(r) for r in self.replicas],
             "device_groups": [list(d) for d in self.device_groups],
         }
+        if self.classes:
+            doc["classes"] = [list(c) for c in self.classes]
+            doc["dp_replicas"] = [list(d) for d in self.dp_replicas]
+        return doc
 
 
 def compact_refusal(what: str, classes: RankClasses) -> str:
@@ -80,10 +91,14 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
         n = int(doc["num_ranks"])
         reps = tuple(tuple(int(r) for r in rep) for rep in doc["replicas"])
         dgs = tuple(tuple(int(d) for d in rep) for rep in doc["device_groups"])
+        kinds = tuple(tuple(int(j) for j in c) for c in doc.get("classes", ()))
+        dprs = tuple(tuple(int(d) for d in rep) for rep in doc.get("dp_replicas", ()))
+        if dprs and [len(d) for d in dprs] != [len(r) for r in reps]:
+            raise ValueError("replicas and DP replica numbers of unequal lengths")
         if not reps or sorted(r for rep in reps for r in rep) != list(range(n)):
             raise ValueError(f"the replicas do not hold ranks 0..{n - 1} once each")
         if any(len(rep) != len(reps[0]) for rep in reps) or [len(d) for d in dgs] != [len(r) for r in reps]:
             raise ValueError("replicas and device groups of unequal lengths")
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise TraceSetError(f"malformed rank-class record ({exc})", path=path) from None
-    return RankClasses(os.path.basename(prefix), n, reps, dgs)
+    return RankClasses(os.path.basename(prefix), n, reps, dgs, kinds, dprs)

@@ -65,9 +65,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {line}")
     if gen.classes is not None:
         c = gen.classes
+        what = (
+            f"DP replica 0; the other {len(c.replicas) - 1} replicas mirror it"
+            if not c.classes
+            else f"super-replica 0 of {len(c.classes)} classes of DP replica; the other {len(c.replicas) - 1} "
+            "mirror it"
+        )
         print(
-            f"wrote {len(gen.paths)} of {c.num_ranks} ranks (DP replica 0; the other {len(c.replicas) - 1} "
-            f"replicas mirror it, classes.json; --all-ranks writes every rank), {gen.nodes} nodes to {args.out}: "
+            f"wrote {len(gen.paths)} of {c.num_ranks} ranks ({what}, classes.json; --all-ranks writes every "
+            f"rank), {gen.nodes} nodes to {args.out}: "
             f"{gen.deployment.name}.<rank>.et, comm_group.json, {DEPLOYMENT_FILE}, memory.json"
         )
         return 0
