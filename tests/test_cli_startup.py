@@ -79,7 +79,7 @@ def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:
     out, loaded = _replay_in_subprocess(["--help"])
     assert "replay" in out and "COMMAND" in out
     # The verbs' choices come from import-free registries (netmodels.models, tracegen.choices).
-    heavy = ("numpy", "google.protobuf", "traces.pb", "xsim.api", "replay", "tracegen.planner", *LAZY)
+    heavy = ("numpy", "google.protobuf", "traces.pb", "xsim.api", "xsim.replay", "tracegen.planner", *LAZY)
     assert [m for m in heavy if m in loaded] == []
 
 

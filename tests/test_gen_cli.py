@@ -56,17 +56,6 @@ def test_gen_rewrites_by_default(tmp_path):
 
 def test_committed_deployment_pb2_is_what_protoc_generates(tmp_path):
     pytest.importorskip("grpc_tools")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{REPO}",
-            f"--python_out={tmp_path}",
-            "tracegen/deployment.proto",
-        ],
-        check=True,
-        cwd=REPO,
-    )
+    subprocess.run([sys.executable, str(REPO / "scripts" / "protos.py"), "--out", str(tmp_path)], check=True)
     fresh = (tmp_path / "tracegen" / "deployment_pb2.py").read_bytes()
     assert fresh == (REPO / "tracegen" / "deployment_pb2.py").read_bytes()

@@ -1,6 +1,9 @@
 """The one-way package rule (issue 25 item 5): every import inside the five top-level packages, module level
 or inside a function, goes down the layers and never back up.
 
+The four library folders install as `xsim.traces`, `xsim.netmodels`, `xsim.tracegen` and `xsim.replay`; the rule
+names them by folder (an import of `xsim.replay.engine` is the folder `replay`'s module `replay.engine`).
+
     floor:     traces.errors, traces.limits, traces.lazy, traces.outputs, traces.gpu_names (error root, limits,
                lazy exports, atomic outputs, hardware names): import nothing else of xsim; every package may import them
     traces, netmodels:  independent of each other (netmodels uses only the floor of traces)
@@ -9,9 +12,12 @@ or inside a function, goes down the layers and never back up.
     xsim:      the application layer, may import everything
 """
 
+# ns-codemod: skip (names modules by folder on purpose)
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,14 +34,28 @@ MAY_IMPORT = {
 }
 
 
+LIBRARIES = ("traces", "netmodels", "tracegen", "replay")
+
+
+def _folder_name(module: str) -> str:
+    """`xsim.replay.engine` -> `replay.engine`: the module named by its folder in the repository."""
+    head, _, rest = module.partition(".")
+    if head == "xsim" and rest.split(".")[0] in LIBRARIES:
+        return rest
+    return module
+
+
 def _imports(path: Path) -> list[str]:
-    """Every absolute module name imported by the file, anywhere in it."""
+    """Every absolute module name imported by the file, anywhere in it, named by folder."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
+            out += [_folder_name(a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append(node.module)
+            if node.module == "xsim":  # `from xsim import replay` imports the library itself
+                out += [a.name if a.name in LIBRARIES else "xsim" for a in node.names]
+            else:
+                out.append(_folder_name(node.module))
     return out
 
 
@@ -75,5 +95,38 @@ def test_the_floor_imports_only_the_floor() -> None:
 
 def test_the_rule_sees_an_upward_import(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
-    f.write_text("def f():\n    from replay.engine import Engine\n    import xsim.cli\n")
-    assert _imports(f) == ["replay.engine", "xsim.cli"]
+    f.write_text(
+        "def f():\n    from xsim.replay.engine import Engine\n    import xsim.cli\n    from xsim import tracegen\n"
+    )
+    assert _imports(f) == ["replay.engine", "xsim.cli", "tracegen"]
+
+
+def test_libraries_are_imported_under_the_one_namespace() -> None:
+    """Issue 25 item 5: `xsim.traces`, never `traces` (which an unrelated distribution may own)."""
+    bad = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] in (".venv", ".ci", ".git") or path.name.endswith("_pb2.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            bad += [f"{rel}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in LIBRARIES]
+    assert bad == []
+
+
+def test_a_replay_loads_no_top_level_library(tmp_path: Path) -> None:
+    code = (
+        "import sys; from xsim.cli import main\n"
+        f"rc = main(['replay', {str(ROOT / 'traces' / 'examples' / 'tiny_pipeline')!r}, '--no-progress', '--topology', 'switch:8:50GBps:500ns'])\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r})\n"
+        "print('BAD', bad, file=sys.stderr); raise SystemExit(rc)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert "BAD []" in r.stderr

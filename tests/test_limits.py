@@ -466,8 +466,8 @@ def test_out_of_memory_is_one_line_with_the_runs_size(
 ) -> None:
     """A MemoryError anywhere under a verb is one stderr line naming the run's size and what to try, exit 2
     (issue 24: a numpy MemoryError traceback at 16 GB)."""
-    import replay.simulation
-    import tracegen.workload
+    import replay.simulation as simulation
+    import tracegen.workload as workload
     from xsim import api
     from xsim.cli import main
 
@@ -479,7 +479,7 @@ def test_out_of_memory_is_one_line_with_the_runs_size(
     def no_memory(*_a, **_k):
         raise MemoryError
 
-    monkeypatch.setattr(replay.simulation, "_simulate", no_memory)
+    monkeypatch.setattr(simulation, "_simulate", no_memory)
     assert main(["replay", str(tmp_path / "set"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
@@ -488,7 +488,7 @@ def test_out_of_memory_is_one_line_with_the_runs_size(
         "of trace files); try: keep folding on (the default; not --no-fold)"
     )
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    monkeypatch.setattr(tracegen.workload, "generate", no_memory)
+    monkeypatch.setattr(workload, "generate", no_memory)
     assert main(["gen", str(tmp_path / "spec.json"), "--out", str(tmp_path / "g")]) == 2
     err = capsys.readouterr().err
     assert err == (

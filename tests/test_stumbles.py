@@ -67,12 +67,15 @@ def test_installed_package_finds_its_examples(tmp_path) -> None:
     (wheel,) = tmp_path.glob("xsim_replay-*.whl")  # the distribution xsim-replay (PyPI's xsim is taken)
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    assert (site / "xsim_examples" / "figure1.yaml").is_file()
+    assert (site / "xsim" / "examples" / "figure1.yaml").is_file()
+    # One namespace (issue 25 item 5): the wheel's only top-level names are `xsim` and its metadata.
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"xsim"}
     # From another folder, with only the installed copy importable: the demo's spec is found and plans.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     code = (
-        "from tracegen.bundled import example_spec; from xsim.cli import main; p = example_spec('figure1.yaml');"
+        "from xsim.tracegen.bundled import example_spec; from xsim.cli import main; p = example_spec('figure1.yaml');"
         "print(p); raise SystemExit(main(['plan', p, '--allow-oom']))"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
@@ -80,7 +83,7 @@ def test_installed_package_finds_its_examples(tmp_path) -> None:
         [sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[0] == str(site / "xsim_examples" / "figure1.yaml")
+    assert r.stdout.splitlines()[0] == str(site / "xsim" / "examples" / "figure1.yaml")
 
 
 # --- item 3: a bandwidth needs its unit --------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The bundled example specs (the repository's examples/ folder), found in a checkout or an installed xsim.
 
-An installed xsim carries examples/ as the data package `xsim_examples` (setup.py maps the folder), found
-through importlib (find_spec); a source checkout run without installing reads the folder itself.
+An installed xsim carries examples/ as the data package `xsim.examples` (setup.py maps the folder), found
+through importlib (find_spec); in a checkout `xsim.examples` is the folder itself (xsim/__init__.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def examples_dir() -> str:
     """Folder holding the bundled example specs."""
     # importlib finds the installed data package (a plain folder without __init__.py, so a namespace
     # package: its search locations are real folders in site-packages).
-    spec = importlib.util.find_spec("xsim_examples")
+    spec = importlib.util.find_spec("xsim.examples")
     for loc in (spec.submodule_search_locations or []) if spec is not None else []:
         if os.path.isfile(os.path.join(loc, "figure1.yaml")):
             return os.fspath(loc)
