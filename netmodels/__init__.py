@@ -5,7 +5,7 @@ docs/netmodels.md. The names below are imported on first use (traces/lazy.py, PE
 registry (`netmodels.models`) loads no numpy: the command line starts fast.
 """
 
-from traces.lazy import lazy_exports
+from xsim.traces.lazy import lazy_exports
 
 _FROM = {
     "analytical": "AnalyticalModel",

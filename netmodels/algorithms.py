@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from netmodels.api import COLLECTIVE_KINDS
-from netmodels.errors import AlgorithmError
+from xsim.netmodels.api import COLLECTIVE_KINDS
+from xsim.netmodels.errors import AlgorithmError
 
 ALGORITHMS: tuple[str, ...] = (
     "ring",
@@ -391,7 +390,7 @@ def build_schedule(
                 "algorithm pat (NCCL's PAT) runs ReduceScatter/AllGather with one rank per node on clusters "
                 "with collectives: nccl (dgx-a100, dgx-h100)"
             )
-        from netmodels.nccl import pat_schedule
+        from xsim.netmodels.nccl import pat_schedule
 
         return pat_schedule(Schedule(kind, "ring", p, (tuple(_ring(p, kind, size, root)),)))
     if base == "ring" and rings and kind in RAIL_KINDS:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-
-from netmodels.algorithms import Schedule, Stage, build_schedule, canonical_algorithm, default_algorithm
-from netmodels.api import (
+from xsim.netmodels.algorithms import Schedule, Stage, build_schedule, canonical_algorithm, default_algorithm
+from xsim.netmodels.api import (
     CollectiveSpec,
     ceil_ns,
     check_size,
@@ -15,10 +14,10 @@ from netmodels.api import (
     validate_ranks,
     validate_spec,
 )
-from netmodels.closed_form import ClosedFormModel
-from netmodels.errors import AlgorithmError, NetworkModelError
-from netmodels.executor import run_chunked
-from netmodels.nccl import (
+from xsim.netmodels.closed_form import ClosedFormModel
+from xsim.netmodels.errors import AlgorithmError, NetworkModelError
+from xsim.netmodels.executor import run_chunked
+from xsim.netmodels.nccl import (
     NVLS_ALGORITHMS,
     PROTOCOL_NAMES,
     channel_caps,
@@ -40,8 +39,8 @@ from netmodels.nccl import (
     split_protocol,
     with_protocol,
 )
-from netmodels.topology import Topology
-from netmodels.units import parse_bandwidth, parse_time_ns
+from xsim.netmodels.topology import Topology
+from xsim.netmodels.units import parse_bandwidth, parse_time_ns
 
 
 def resolve_options(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from netmodels.errors import AlgorithmError, NetworkModelError, RankError
+from xsim.netmodels.errors import AlgorithmError, NetworkModelError, RankError
 
 COLLECTIVE_KINDS: tuple[str, ...] = (
     "all_reduce",

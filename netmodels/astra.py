@@ -21,10 +21,23 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
-from netmodels.algorithms import Schedule, Stage, canonical_algorithm, in_order_tree, ring_stage, tree_stages
-from netmodels.api import CollectiveSpec, Completion, check_size, root_index, validate_ranks, validate_spec
-from netmodels.astra_events import (
+from xsim.netmodels.algorithms import (
+    Schedule,
+    Stage,
+    canonical_algorithm,
+    in_order_tree,
+    ring_stage,
+    tree_stages,
+)
+from xsim.netmodels.api import (
+    CollectiveSpec,
+    Completion,
+    check_size,
+    root_index,
+    validate_ranks,
+    validate_spec,
+)
+from xsim.netmodels.astra_events import (
     FAST_BUS_NS,
     AstraWorld,
     AwareNet,
@@ -33,10 +46,10 @@ from netmodels.astra_events import (
     TreeAlgo,
     UnawareNet,
 )
-from netmodels.closed_form import ClosedFormModel
-from netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
-from netmodels.executor import run_chunked
-from netmodels.inputs import read_text
+from xsim.netmodels.closed_form import ClosedFormModel
+from xsim.netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
+from xsim.netmodels.executor import run_chunked
+from xsim.netmodels.inputs import read_text
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
 # Hops a message crosses inside one dimension (reference section 3.1); Ring depends on the distance.

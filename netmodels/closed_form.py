@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import heapq
 
-from netmodels.api import Completion, is_int
-from netmodels.errors import NetworkModelError
+from xsim.netmodels.api import Completion, is_int
+from xsim.netmodels.errors import NetworkModelError
 
 
 class ClosedFormModel:

@@ -8,11 +8,11 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
-from netmodels.errors import NetworkModelError, TopologyError
-from netmodels.inputs import read_text
-from netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
-from netmodels.topology import (
+from xsim.netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
+from xsim.netmodels.errors import NetworkModelError, TopologyError
+from xsim.netmodels.inputs import read_text
+from xsim.netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
+from xsim.netmodels.topology import (
     COLLECTIVE_MODES,
     GPU,
     MAX_LINKS,
@@ -23,8 +23,8 @@ from netmodels.topology import (
     ring_topology,
     switch_topology,
 )
-from netmodels.units import parse_bandwidth, parse_time_ns
-from traces.limits import limit
+from xsim.netmodels.units import parse_bandwidth, parse_time_ns
+from xsim.traces.limits import limit
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -439,7 +439,7 @@ def topology_from_spec(
     if kind == "cluster":
         return build_cluster(load_cluster_json(rest))
     if kind == "astra":
-        from netmodels.astra import load_network_yml
+        from xsim.netmodels.astra import load_network_yml
 
         net = load_network_yml(rest)
         return multi_dim_topology(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-
-from netmodels.algorithms import Schedule, Stage
+from xsim.netmodels.algorithms import Schedule, Stage
 
 # (stage) -> (duration of each transfer, reduction time the receiver of each transfer pays)
 CostFn = Callable[[Stage], tuple[np.ndarray, np.ndarray]]

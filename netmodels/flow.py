@@ -21,10 +21,9 @@ import itertools
 from collections.abc import Mapping
 
 import numpy as np
-
-from netmodels.algorithms import build_schedule, default_algorithm
-from netmodels.analytical import resolve_options
-from netmodels.api import (
+from xsim.netmodels.algorithms import build_schedule, default_algorithm
+from xsim.netmodels.analytical import resolve_options
+from xsim.netmodels.api import (
     CollectiveSpec,
     Completion,
     ceil_ns,
@@ -34,8 +33,8 @@ from netmodels.api import (
     validate_ranks,
     validate_spec,
 )
-from netmodels.errors import AlgorithmError, NetworkModelError
-from netmodels.maxmin import (
+from xsim.netmodels.errors import AlgorithmError, NetworkModelError
+from xsim.netmodels.maxmin import (
     _SMALL_ENTRIES,
     _max_min_numpy,
     _max_min_small,
@@ -44,7 +43,7 @@ from netmodels.maxmin import (
     shared_flows_small,
     sub_csr,
 )
-from netmodels.nccl import (
+from xsim.netmodels.nccl import (
     NVLS_ALGORITHMS,
     effective_link_bandwidth,
     p2p_links,
@@ -52,7 +51,7 @@ from netmodels.nccl import (
     split_protocol,
     with_protocol,
 )
-from netmodels.topology import Topology
+from xsim.netmodels.topology import Topology
 
 __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_max_min_small"]
 
@@ -568,7 +567,7 @@ class FlowModel:
     def _chooser(self):
         """An analytical model of the same topology: NCCL's protocol choice needs the Simple ring's time."""
         if getattr(self, "_choice_model", None) is None:
-            from netmodels.analytical import AnalyticalModel
+            from xsim.netmodels.analytical import AnalyticalModel
 
             self._choice_model = AnalyticalModel(
                 self.topology, self.chunks, self.in_flight, self.endpoint_delay_ns, None, self.algorithms
@@ -723,7 +722,7 @@ class HybridFlowModel(FlowModel):
         super().__init__(
             topology, chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth, algorithms
         )
-        from netmodels.analytical import AnalyticalModel
+        from xsim.netmodels.analytical import AnalyticalModel
 
         self._local = AnalyticalModel(
             topology, chunks, chunks_in_flight, endpoint_delay_ns, reduction_bandwidth, algorithms

@@ -10,8 +10,8 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from netmodels.errors import NetworkModelError
-from traces.limits import DEFAULT_MAX_JSON_BYTES, limit
+from xsim.netmodels.errors import NetworkModelError
+from xsim.traces.limits import DEFAULT_MAX_JSON_BYTES, limit
 
 if TYPE_CHECKING:  # pathlib (with fnmatch and urllib.parse) is not needed to read a file: start-up
     from pathlib import Path

@@ -10,7 +10,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from netmodels.errors import NetworkModelError
+from xsim.netmodels.errors import NetworkModelError
 
 
 @dataclass(frozen=True)
@@ -52,21 +52,21 @@ REGISTRY: dict[str, ModelInfo] = {
             "analytical",
             "topology",
             Capabilities(contention_free=True, foldable=True, multi_dim=True),
-            "netmodels.analytical:AnalyticalModel",
+            "xsim.netmodels.analytical:AnalyticalModel",
             "latency + size/bottleneck bandwidth along the route, no contention (the default)",
         ),
         ModelInfo(
             "flow",
             "topology",
             Capabilities(contention_free=False, foldable=False, multi_dim=True),
-            "netmodels.flow:FlowModel",
+            "xsim.netmodels.flow:FlowModel",
             "flow-level, max-min fair sharing of every link by concurrent flows",
         ),
         ModelInfo(
             "flow-hybrid",
             "topology",
             Capabilities(contention_free=False, foldable=False, multi_dim=True),
-            "netmodels.flow:HybridFlowModel",
+            "xsim.netmodels.flow:HybridFlowModel",
             "flow between hosts; collectives inside one host in closed form, without contention (faster)",
         ),
         ModelInfo(
@@ -74,14 +74,14 @@ REGISTRY: dict[str, ModelInfo] = {
             "topology",
             # Packets share every queue: contention-aware, never folded; needs the optional extra `ns3`.
             Capabilities(contention_free=False, foldable=False, multi_dim=True),
-            "netmodels.ns3:Ns3Model",
+            "xsim.netmodels.ns3:Ns3Model",
             "packet-level, the real ns-3 simulator (TCP flows, queues, ECMP); pip install 'xsim-replay[ns3]'",
         ),
         ModelInfo(
             "astra-unaware",
             "astra",
             Capabilities(contention_free=True, foldable=True, multi_dim=True, **_ASTRA_RULES),
-            "netmodels.astra:astra_model",
+            "xsim.netmodels.astra:astra_model",
             "ASTRA-sim's congestion-unaware analytical backend, from network.yml (+ system.json)",
         ),
         ModelInfo(
@@ -89,7 +89,7 @@ REGISTRY: dict[str, ModelInfo] = {
             "astra",
             # ASTRA-sim's congestion-aware analytical backend runs 1-D networks only.
             Capabilities(contention_free=False, foldable=False, multi_dim=False, **_ASTRA_RULES),
-            "netmodels.astra:astra_model",
+            "xsim.netmodels.astra:astra_model",
             "ASTRA-sim's congestion-aware analytical backend (1-D networks)",
         ),
     )
@@ -149,7 +149,7 @@ def build_model(name: str, topology: Any, **options: Any):
             f"unknown network model {name!r} (known: {', '.join(model_names('topology'))}; "
             "ASTRA-sim: build_astra_model())"
         )
-    from netmodels.topology import Topology
+    from xsim.netmodels.topology import Topology
 
     if not isinstance(topology, Topology):
         raise NetworkModelError(f"model {name} needs a Topology, got {type(topology).__name__}")

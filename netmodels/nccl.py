@@ -22,8 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from netmodels.topology import GPU, Topology
+from xsim.netmodels.topology import GPU, Topology
 
 # Per-NVLink bandwidth NCCL assumes (GB/s, NVIDIA/nccl src/graph/topo.h) / line rate per link and
 # direction (GB/s, NVIDIA A100/H100/B200 datasheets).
@@ -93,8 +92,8 @@ def topology_warnings(topology: Topology, rank_gpus: dict[int, str] | None = Non
 
     `rank_gpus` maps a rank to the GPU type the traces were generated for (deployment device groups).
     """
-    from netmodels.errors import TopologyError
-    from netmodels.presets import canonical_gpu
+    from xsim.netmodels.errors import TopologyError
+    from xsim.netmodels.presets import canonical_gpu
 
     out: list[str] = []
     graph = topology.graph
@@ -312,7 +311,7 @@ def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
     base, _, proto = str(algorithm).partition("/")
     names = {n.lower(): n for n in PROTOCOL_NAMES}
     if proto.lower() not in names:
-        from netmodels.errors import AlgorithmError
+        from xsim.netmodels.errors import AlgorithmError
 
         raise AlgorithmError(
             f"unknown NCCL protocol {proto!r} in {algorithm!r} (known: {', '.join(PROTOCOL_NAMES)})"
@@ -409,7 +408,7 @@ def with_protocol(sched, protocol: str, hosts: list[str], factor: float | None =
     """The schedule as `protocol` runs it: bytes on the wire / bandwidth share (`factor`, default the
     protocol's share without llMaxBw), each transfer plus its step latency (network where it crosses
     hosts), each channel's first stage plus the base latency."""
-    from netmodels.algorithms import Schedule, Stage
+    from xsim.netmodels.algorithms import Schedule, Stage
 
     nodes = len(set(hosts))
     ppn = sched.p / nodes
@@ -660,7 +659,7 @@ def nvls_cta_bytes(kind: str, nbytes: float, ctas: int) -> float:
 
 def nvls_tree_depth(nodes: int) -> int:
     """Levels below the root of NCCL's double binary tree over `nodes` (the deeper of its two trees)."""
-    from netmodels.algorithms import in_order_tree, tree_levels
+    from xsim.netmodels.algorithms import in_order_tree, tree_levels
 
     if nodes < 2:
         return 0
@@ -806,7 +805,7 @@ def nvls_schedule(topology: Topology, ranks: tuple[int, ...], kind: str, size: f
     analytical model the collective then takes NCCL's predicted time (plus route latency); in the flow model
     the same transfers share NVLink and NICs with other traffic.
     """
-    from netmodels.algorithms import Schedule, Stage
+    from xsim.netmodels.algorithms import Schedule, Stage
 
     p = len(ranks)
     hosts = topology.hosts_of(ranks)
@@ -896,7 +895,7 @@ def pat_schedule(ring):
     """PAT timed as NCCL's model says on the ring's transfers: each rank's bytes x `pat_wire_factor` (PAT
     moves the ring's bytes per NIC; its aggregated trees are not expressed), NCCL's PAT latency once, on
     each channel's first step."""
-    from netmodels.algorithms import Schedule, Stage
+    from xsim.netmodels.algorithms import Schedule, Stage
 
     factor = pat_wire_factor(ring.p)
     lat = pat_latency_us(ring.p) * 1e3

@@ -21,9 +21,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from netmodels.errors import NetworkModelError
-from netmodels.flow import FlowModel
-from netmodels.ns3_options import (
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.flow import FlowModel
+from xsim.netmodels.ns3_options import (
     DEFAULT_MAX_PACKETS,
     DEFAULT_MIN_RTO_NS,
     DEFAULT_QUEUE,
@@ -33,7 +33,7 @@ from netmodels.ns3_options import (
     TCP_VARIANTS,
     Ns3Options,
 )
-from netmodels.topology import GPU, Topology
+from xsim.netmodels.topology import GPU, Topology
 
 EXTRA_HINT = "the ns3 model needs the optional extra: pip install 'xsim-replay[ns3]' (from a checkout: pip install -e '.[ns3]')"
 

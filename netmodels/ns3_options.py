@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from netmodels.errors import NetworkModelError
+from xsim.netmodels.errors import NetworkModelError
 
 # TCP variants by option name -> ns-3 TypeId (ns-3 model library, "TCP models in ns-3"). ns-3 3.44 has
 # no DCQCN / RoCE module, so no DCQCN-like option (issue 29: only if an existing ns-3 module provides it);

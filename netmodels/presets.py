@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from netmodels.errors import TopologyError
-from traces.gpu_names import catalog_name
+from xsim.netmodels.errors import TopologyError
+from xsim.traces.gpu_names import catalog_name
 
 GBIT = 1e9 / 8  # bytes/s in one Gb/s
 

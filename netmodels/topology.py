@@ -14,10 +14,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from netmodels.api import validate_ranks
-from netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
-from netmodels.errors import RankError, TopologyError
+from xsim.netmodels.api import validate_ranks
+from xsim.netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
+from xsim.netmodels.errors import RankError, TopologyError
 
 GPU = "gpu"
 # How a topology's collectives run (Topology.collectives).

@@ -6,7 +6,7 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
-from netmodels.errors import UnitError
+from xsim.netmodels.errors import UnitError
 
 # Decimal (SI) and binary (IEC) prefixes, as the IEC 80000-13 standard names them.
 _SIZE_UNITS: dict[str, int] = {

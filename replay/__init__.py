@@ -1,6 +1,6 @@
 """The replay engine: dependency-driven discrete-event replay of Chakra trace sets (contract F)."""
 
-from replay.compute import (
+from xsim.replay.compute import (
     ComputeModel,
     DeviceProfile,
     DurationModel,
@@ -9,8 +9,8 @@ from replay.compute import (
     load_device_profile,
     parse_speed,
 )
-from replay.config import ReplayConfig
-from replay.errors import (
+from xsim.replay.config import ReplayConfig
+from xsim.replay.errors import (
     DeviceProfileError,
     FoldRefused,
     ReplayDeadlock,
@@ -18,8 +18,8 @@ from replay.errors import (
     StuckNode,
     TraceGraphError,
 )
-from replay.result import ReplayResult
-from replay.simulation import simulate
+from xsim.replay.result import ReplayResult
+from xsim.replay.simulation import simulate
 
 __all__ = [
     "ComputeModel",

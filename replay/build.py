@@ -24,10 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from replay.compute import durations_of
-from replay.errors import ReplayError, TraceGraphError
-from replay.program import (
+from xsim.replay.compute import durations_of
+from xsim.replay.errors import ReplayError, TraceGraphError
+from xsim.replay.program import (
     ANNOTATION_COLUMNS,
     COLLECTIVE_KIND,
     K_COLL,
@@ -43,12 +42,12 @@ from replay.program import (
     _Builder,
     resolve_group,
 )
-from replay.rank_view import IS_INT, IS_INT_OR_BOOL, RankView
-from traces import pb
-from traces.attrcheck import columns_first_problem, columns_problem, node_problem
-from traces.attrs import COMM_DST, COMM_SIZE, COMM_SRC, COMM_TAG, COMM_TYPE, PG_NAME, STREAM
-from traces.columnar import F_BOOL, F_STRING, RankColumns
-from traces.graph import unready
+from xsim.replay.rank_view import IS_INT, IS_INT_OR_BOOL, RankView
+from xsim.traces import pb
+from xsim.traces.attrcheck import columns_first_problem, columns_problem, node_problem
+from xsim.traces.attrs import COMM_DST, COMM_SIZE, COMM_SRC, COMM_TAG, COMM_TYPE, PG_NAME, STREAM
+from xsim.traces.columnar import F_BOOL, F_STRING, RankColumns
+from xsim.traces.graph import unready
 
 
 def _py(kind: int, value: int, strings: tuple[str, ...]):

@@ -18,14 +18,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
-
-from replay.errors import DeviceProfileError
-from traces import pb
-from traces.attrs import DURATION_NS, INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
-from traces.io import JsonFileError, read_json
+from xsim.replay.errors import DeviceProfileError
+from xsim.traces import pb
+from xsim.traces.attrs import DURATION_NS, INT_KINDS, IS_CPU_OP, NUM_OPS, TENSOR_SIZE
+from xsim.traces.io import JsonFileError, read_json
 
 if TYPE_CHECKING:
-    from replay.rank_view import RankView
+    from xsim.replay.rank_view import RankView
 
 
 @runtime_checkable
@@ -171,7 +170,7 @@ class RooflineModel:
         """duration_ns of many rows: comp_duration_ns once per distinct (device, cpu, num_ops, tensor_size,
         recorded) of the build, and once per distinct rank content (the ranks of a stage, TP peers and DP
         replicas, run the same ops on the same device)."""
-        from replay.rank_view import IS_INT
+        from xsim.replay.rank_view import IS_INT
 
         rec = columns.recorded_as(self.exact)
         out = rec[rows].copy()
@@ -264,22 +263,22 @@ class ComputeInfo:
 
 REGISTRY: dict[str, ComputeInfo] = {
     "duration": ComputeInfo(
-        "replay.compute:DurationModel",
+        "xsim.replay.compute:DurationModel",
         ComputeCapabilities(vectorised=True),
         "the recorded durations (duration_ns, else duration_micros x 1000)",
     ),
     "roofline": ComputeInfo(
-        "replay.compute:RooflineModel",
+        "xsim.replay.compute:RooflineModel",
         ComputeCapabilities(vectorised=True),
         "ASTRA-sim's roofline from num_ops / tensor_size and a device per rank",
     ),
     "speed": ComputeInfo(
-        "replay.compute:SpeedScaled",
+        "xsim.replay.compute:SpeedScaled",
         ComputeCapabilities(vectorised=True, wraps_base=True),
         "another model's GPU compute divided by a per-rank speed factor (--speed)",
     ),
     "whatif": ComputeInfo(
-        "replay.whatif:WhatIfModel",
+        "xsim.replay.whatif:WhatIfModel",
         ComputeCapabilities(vectorised=False),
         "measured compute rescaled per op class, from one GPU to another (--as-gpu)",
     ),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from replay.errors import ReplayError
+from xsim.replay.errors import ReplayError
 
 COMM_MODES = ("network", "measured")
 COMM_STREAMS = ("auto", "group", "shared")
@@ -69,7 +69,7 @@ def resolve_streams(config: ReplayConfig, network_name: str | None) -> ReplayCon
     """The config with comm_streams "auto" made concrete for this network model."""
     if config.comm_streams != "auto":
         return config
-    from netmodels.models import capabilities_named
+    from xsim.netmodels.models import capabilities_named
 
     shared = capabilities_named(network_name).shared_comm_stream
     return replace(config, comm_streams="shared" if shared else "group")
@@ -79,7 +79,7 @@ def resolve_durations(config: ReplayConfig, network) -> ReplayConfig:
     """The config with durations "auto" made concrete: what the network model declares it needs."""
     if config.durations != "auto":
         return config
-    from netmodels.models import capabilities_of
+    from xsim.netmodels.models import capabilities_of
 
     micros = network is not None and capabilities_of(network).micros_durations
     return replace(config, durations="micros" if micros else "exact")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from replay.errors import ReplayDeadlock, StuckNode
-from replay.matching import CollectiveMatcher, P2PMatcher
-from replay.program import Program
-from traces import pb
+from xsim.replay.errors import ReplayDeadlock, StuckNode
+from xsim.replay.matching import CollectiveMatcher, P2PMatcher
+from xsim.replay.program import Program
+from xsim.traces import pb
 
 
 def explain_deadlock(

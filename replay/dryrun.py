@@ -13,15 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from replay.config import ReplayConfig
-from replay.engine import run_engine
-from replay.errors import ReplayDeadlock, ReplayError
-from replay.program import build_program
-from traces.checks import INVALID, WARNING, Finding
-from traces.errors import TraceError
-from traces.groups import ProcessGroups
-from traces.stream import EtFile
-from traces.traceset import TraceSet
+from xsim.replay.config import ReplayConfig
+from xsim.replay.engine import run_engine
+from xsim.replay.errors import ReplayDeadlock, ReplayError
+from xsim.replay.program import build_program
+from xsim.traces.checks import INVALID, WARNING, Finding
+from xsim.traces.errors import TraceError
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile
+from xsim.traces.traceset import TraceSet
 
 # comm_streams "group" is the default replay's rule (analytical, flow models); "shared" (one comm slot per
 # rank, ASTRA-sim's rule) is what the astra* models use. A set that deadlocks only under "shared" replays on
@@ -77,7 +77,7 @@ def _finding(
 
 def validate_set(ts: TraceSet, files: Sequence[EtFile], groups: ProcessGroups) -> list[Finding]:
     """`xsim trace validate`: the static checks, then, when they find nothing wrong, the dry replays."""
-    from traces.checks import MISMATCH, check_all
+    from xsim.traces.checks import MISMATCH, check_all
 
     findings = check_all(files, groups)
     if any(f.kind in (INVALID, MISMATCH) for f in findings):

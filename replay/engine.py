@@ -19,14 +19,13 @@ from heapq import heapify, heappop, heappush
 from itertools import chain
 
 import numpy as np
-
-from netmodels.api import NetworkModel
-from replay.config import ReplayConfig
-from replay.deadlock import explain_deadlock
-from replay.errors import ReplayError
-from replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
-from replay.network_port import NetworkPort
-from replay.program import K_COLL, K_SEND, K_ZERO, Program
+from xsim.netmodels.api import NetworkModel
+from xsim.replay.config import ReplayConfig
+from xsim.replay.deadlock import explain_deadlock
+from xsim.replay.errors import ReplayError
+from xsim.replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
+from xsim.replay.network_port import NetworkPort
+from xsim.replay.program import K_COLL, K_SEND, K_ZERO, Program
 
 __all__ = ["CollectiveRecord", "EngineOutput", "Engine", "canonical_order", "run_engine"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traces.errors import TraceError, XsimError
+from xsim.traces.errors import TraceError, XsimError
 
 
 class ReplayError(XsimError):

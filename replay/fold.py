@@ -34,27 +34,26 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from google.protobuf.message import DecodeError
-
-from netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, StaggeredStarts, TimingClasses
-from netmodels.errors import NetworkModelError
-from netmodels.models import capabilities_of
-from netmodels.topology import Topology
-from replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
-from replay.config import ReplayConfig
-from replay.errors import FoldRefused, ReplayError
-from replay.fold_bytes import Prediction, Template, predict_many, walk
-from replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, Program, resolve_group
-from traces import pb
-from traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
-from traces.classes import CLASSES_FILE
-from traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
-from traces.errors import TraceFormatError
-from traces.groups import ProcessGroups
-from traces.io import DEPLOYMENT_FILE
-from traces.limits import InputLimitError
-from traces.stream import read_bytes
-from traces.traceset import TraceSet
-from traces.wire import attribute_field, name_field
+from xsim.netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, StaggeredStarts, TimingClasses
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.models import capabilities_of
+from xsim.netmodels.topology import Topology
+from xsim.replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
+from xsim.replay.config import ReplayConfig
+from xsim.replay.errors import FoldRefused, ReplayError
+from xsim.replay.fold_bytes import Prediction, Template, predict_many, walk
+from xsim.replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, Program, resolve_group
+from xsim.traces import pb
+from xsim.traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
+from xsim.traces.classes import CLASSES_FILE
+from xsim.traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.io import DEPLOYMENT_FILE
+from xsim.traces.limits import InputLimitError
+from xsim.traces.stream import read_bytes
+from xsim.traces.traceset import TraceSet
+from xsim.traces.wire import attribute_field, name_field
 
 _SCALAR_KINDS = frozenset(INT_KINDS | FLOAT_KINDS | {"bool_val", "string_val"})
 # Attributes that may differ between a rank and its representative (checked separately where they matter).

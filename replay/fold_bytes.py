@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-
-from traces.wire import NAME_TAG, read_varint32, varint
+from xsim.traces.wire import NAME_TAG, read_varint32, varint
 
 _CHUNK = 1 << 13  # bytes compared per memcmp while looking for the first difference
 MAX_NODE_CHECKS = 64  # differing nodes checked one by one before the exact proof of the whole file is cheaper

@@ -15,10 +15,9 @@ import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-
-from replay.engine import EngineOutput, canonical_ids
-from replay.program import ANNOTATION_COLUMNS, Program
-from replay.result import (
+from xsim.replay.engine import EngineOutput, canonical_ids
+from xsim.replay.program import ANNOTATION_COLUMNS, Program
+from xsim.replay.result import (
     OpsColumns,
     ReplayResult,
     collectives_frame,
@@ -26,8 +25,8 @@ from replay.result import (
     rank_columns,
     summary_row,
 )
-from traces.attrs import DEVICE_GROUP
-from traces.groups import ProcessGroups
+from xsim.traces.attrs import DEVICE_GROUP
+from xsim.traces.groups import ProcessGroups
 
 # Rows per ops chunk: big enough that polars' per-call costs vanish, small enough (~200 MB of columns)
 # that the expansion of a 16,384-rank run stays far under the memory of a laptop.
@@ -348,8 +347,7 @@ class FoldedTables:
 
         def tables():
             import polars as pl
-
-            from replay.result import _schema
+            from xsim.replay.result import _schema
 
             ranks = pl.DataFrame(rank_cols, schema=_schema("RANKS_SCHEMA"))
             summary_df = pl.DataFrame(
@@ -374,7 +372,7 @@ class FoldedTables:
 
     def _stages(self) -> set[int]:
         """Distinct `stage` values of every rank: the representatives' and any a folded rank's own labels set."""
-        from replay.result import _annotation_ints
+        from xsim.replay.result import _annotation_ints
 
         stage, ok = _annotation_ints(self.prog, "stage", self.prog.num_nodes)
         out = set(stage[ok].tolist())

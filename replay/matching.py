@@ -11,10 +11,9 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-
-from replay.errors import ReplayError
-from replay.program import CollInfo, Program
-from traces import pb
+from xsim.replay.errors import ReplayError
+from xsim.replay.program import CollInfo, Program
+from xsim.traces import pb
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from heapq import heappush
 
-from netmodels.api import (
+from xsim.netmodels.api import (
     CollectiveSpec,
     FixedDurations,
     MemberFinishes,
@@ -14,10 +14,10 @@ from netmodels.api import (
     QuietLookahead,
     StaggeredStarts,
 )
-from netmodels.errors import NetworkModelError
-from replay.errors import ReplayError
-from replay.matching import CollectiveInstance, CollectiveRecord
-from replay.program import COLLECTIVE_KIND, Program
+from xsim.netmodels.errors import NetworkModelError
+from xsim.replay.errors import ReplayError
+from xsim.replay.matching import CollectiveInstance, CollectiveRecord
+from xsim.replay.program import COLLECTIVE_KIND, Program
 
 _STALL_LIMIT = 10_000  # polls at one instant without a completion before the model is declared stalled
 

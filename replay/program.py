@@ -14,11 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from replay.compute import ComputeModel, DurationModel
-from replay.config import ReplayConfig
-from traces import pb
-from traces.attrs import (
+from xsim.replay.compute import ComputeModel, DurationModel
+from xsim.replay.config import ReplayConfig
+from xsim.traces import pb
+from xsim.traces.attrs import (
     CHUNK,
     COMM_DST,
     COMM_SIZE,
@@ -39,10 +38,10 @@ from traces.attrs import (
     STREAM,
     TENSOR_SIZE,
 )
-from traces.columnar import RankColumns
-from traces.groups import ALL_RANKS_NAMES, ProcessGroups
-from traces.node_columns import columns_from_nodes
-from traces.traceset import TraceSet
+from xsim.traces.columnar import RankColumns
+from xsim.traces.groups import ALL_RANKS_NAMES, ProcessGroups
+from xsim.traces.node_columns import columns_from_nodes
+from xsim.traces.traceset import TraceSet
 
 # Node kinds as the engine sees them.
 K_COMP, K_CPU, K_COLL, K_SEND, K_RECV, K_MEM, K_ZERO, K_TCOMM = range(8)
@@ -347,7 +346,7 @@ def build_program(
     a rank it has none for (a JSON trace, a form the columnar decoder declines, or no `columns` at all) is
     decoded with protobuf into the same columns. Every rank is built by replay/build.py:build_rank.
     """
-    from replay.build import build_rank
+    from xsim.replay.build import build_rank
 
     compute = compute or DurationModel(exact=config.durations != "micros")
     b = _Builder(groups, compute, config, trace_set.num_ranks)

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from traces import pb
-from traces.attrs import DURATION_NS, IS_CPU_OP
-from traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+from xsim.traces import pb
+from xsim.traces.attrs import DURATION_NS, IS_CPU_OP
+from xsim.traces.columnar import F_BOOL, F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
 
 # Lookup by attribute kind + 1 (kind -1 = absent): integer value fields, and those plus bool.
 IS_INT = np.zeros(65, dtype=bool)

@@ -13,12 +13,11 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from replay.engine import EngineOutput
-from replay.metrics import rank_accounting, union_length
-from replay.program import ANNOTATION_COLUMNS, K_COLL, K_RECV, K_SEND, KIND_RESOURCE, Program
-from traces import pb
-from traces.groups import ProcessGroups
+from xsim.replay.engine import EngineOutput
+from xsim.replay.metrics import rank_accounting, union_length
+from xsim.replay.program import ANNOTATION_COLUMNS, K_COLL, K_RECV, K_SEND, KIND_RESOURCE, Program
+from xsim.traces import pb
+from xsim.traces.groups import ProcessGroups
 
 if TYPE_CHECKING:
     import polars as pl

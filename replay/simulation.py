@@ -9,25 +9,24 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from netmodels.api import NetworkModel
-from replay.compute import ComputeModel, DurationModel, with_exact
-from replay.config import ReplayConfig, resolve_durations, resolve_streams
-from replay.engine import run_engine
-from replay.errors import FoldRefused, ReplayError
-from replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
-from replay.progress import progress_bar
-from replay.result import ReplayResult, build_result
-from traces import pb
-from traces.classes import CLASSES_FILE
-from traces.columnar import RankColumns, Unsupported, decode_columns
-from traces.groups import ProcessGroups, resolve_groups
-from traces.jsonview import is_json_file
-from traces.stream import read_bytes
-from traces.traceset import TraceSet, discover
+from xsim.netmodels.api import NetworkModel
+from xsim.replay.compute import ComputeModel, DurationModel, with_exact
+from xsim.replay.config import ReplayConfig, resolve_durations, resolve_streams
+from xsim.replay.engine import run_engine
+from xsim.replay.errors import FoldRefused, ReplayError
+from xsim.replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
+from xsim.replay.progress import progress_bar
+from xsim.replay.result import ReplayResult, build_result
+from xsim.traces import pb
+from xsim.traces.classes import CLASSES_FILE
+from xsim.traces.columnar import RankColumns, Unsupported, decode_columns
+from xsim.traces.groups import ProcessGroups, resolve_groups
+from xsim.traces.jsonview import is_json_file
+from xsim.traces.stream import read_bytes
+from xsim.traces.traceset import TraceSet, discover
 
 if TYPE_CHECKING:
-    from replay.fold import Fold
+    from xsim.replay.fold import Fold
 
 
 # Files decoded together as columns: numpy calls amortized over ~12k nodes, and a batch that stays in the
@@ -182,7 +181,7 @@ def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConf
     """The unwritten ranks' file bytes of a compact set, for an unfolded replay: their representatives'
     files with their labels swapped in (by construction what `xsim gen
     --all-ranks` writes; replay/fold.py, predicted_files)."""
-    from replay.fold import predicted_files, resolve_fold
+    from xsim.replay.fold import predicted_files, resolve_fold
 
     plan = resolve_fold("auto", ts)
     reps = rep_columns(ts, plan.replicas[0])
@@ -240,8 +239,8 @@ def simulate(
     # The attempt runs on a private copy of the network model: a proof that fails inside the event loop
     # (NetCheck) leaves transfers pending in the model it ran on.
     # (A model that cannot fold is refused before it is used: no copy.)
-    from netmodels.models import capabilities_of
-    from replay.fold import private_model
+    from xsim.netmodels.models import capabilities_of
+    from xsim.replay.fold import private_model
 
     reason = None
     try:
@@ -269,7 +268,7 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     plan = None
     if fold not in (None, False):
         # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
-        from replay.fold import check_models, fold_checked, resolve_fold, verify
+        from xsim.replay.fold import check_models, fold_checked, resolve_fold, verify
 
         plan = resolve_fold(fold, ts)
     if plan is not None and plan.factor == 1:
@@ -309,7 +308,7 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
         _check_int64(prog, out, ts)
         simulated = prog.num_ranks
         if plan is not None:  # expand: every rank's rows derived from its representative's, streamed
-            from replay.fold_tables import FoldedTables
+            from xsim.replay.fold_tables import FoldedTables
 
             res = FoldedTables(plan, pgs, prog, out, labels, ts.paths).result(
                 network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0

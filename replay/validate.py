@@ -34,14 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
-
-from replay.errors import ReplayError
-from traces import pb
-from traces.attrs import attr_dict
-from traces.io import JsonFileError, read_json
-from traces.kineto import KinetoError, KinetoTrace, load_kineto
-from traces.outputs import install_files, staging_dir
-from traces.traceset import TraceSet, discover
+from xsim.replay.errors import ReplayError
+from xsim.traces import pb
+from xsim.traces.attrs import attr_dict
+from xsim.traces.io import JsonFileError, read_json
+from xsim.traces.kineto import KinetoError, KinetoTrace, load_kineto
+from xsim.traces.outputs import install_files, staging_dir
+from xsim.traces.traceset import TraceSet, discover
 
 TAIL_PREFIX = "xsim::comm_tail:"  # the importer's per-rank late completion of a collective
 SYNTHETIC_PREFIX = (
@@ -198,8 +197,8 @@ class Window:
 
 def parse_window(text: str) -> Window:
     """`matched`, `ops:FIRST:LAST` (node ids), or `START:END` with time units (`0ms:20ms`; END may be empty)."""
-    from netmodels.errors import UnitError
-    from netmodels.units import parse_time_ns
+    from xsim.netmodels.errors import UnitError
+    from xsim.netmodels.units import parse_time_ns
 
     if text.strip() == "matched":
         return Window(matched=True)
@@ -351,7 +350,7 @@ def _main_pid(k: KinetoTrace) -> object:
 def _check_same_set(sim: str, ts: TraceSet) -> None:
     """Refuse a trace set whose files do not belong together, or that is not the set the result folder
     replayed (source.json's set id): the comparison would join another run's nodes by id."""
-    from traces.setid import check_identity
+    from xsim.traces.setid import check_identity
 
     ident = check_identity(ts)
     try:

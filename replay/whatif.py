@@ -34,10 +34,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from replay.compute import ComputeModel, DurationModel
-from replay.errors import DeviceProfileError
-from traces import pb
-from traces.attrs import INT_KINDS, IS_CPU_OP
+from xsim.replay.compute import ComputeModel, DurationModel
+from xsim.replay.errors import DeviceProfileError
+from xsim.traces import pb
+from xsim.traces.attrs import INT_KINDS, IS_CPU_OP
 
 CLASSES = ("host", "gemm", "memory")
 DURATION_NS = "duration_ns"  # exact measured duration written by the PyTorch importer

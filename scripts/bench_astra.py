@@ -95,9 +95,9 @@ def main() -> None:
     if not system.is_file():
         raise SystemExit(f"{system}: ASTRA-sim configs not found (../shared/peer_configs)")
     from bench_scale import spec  # noqa: E402  (scripts/ sibling)
+    from xsim.tracegen import generate, load_spec
+    from xsim.tracegen.spec import save_deployment
 
-    from tracegen import generate, load_spec
-    from tracegen.spec import save_deployment
     from xsim import api
 
     root = Path(args.root or tempfile.mkdtemp(prefix="bench_astra_"))

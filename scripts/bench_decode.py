@@ -29,10 +29,11 @@ def main() -> None:
     ap.add_argument("--astra-system", default=None)
     args = ap.parse_args()
 
-    import replay.simulation as sim
-    from replay.config import ReplayConfig, resolve_streams
-    from replay.program import build_program
-    from traces.traceset import discover
+    import xsim.replay.simulation as sim
+    from xsim.replay.config import ReplayConfig, resolve_streams
+    from xsim.replay.program import build_program
+    from xsim.traces.traceset import discover
+
     from xsim.api import ComputeOptions
     from xsim.api.compute import build_compute
 

@@ -21,7 +21,8 @@ import time
 
 def record(trace_dir: str, out: str) -> None:
     """Replay trace_dir under --model flow and pickle the flow model's calls and answers."""
-    from netmodels import flow
+    from xsim.netmodels import flow
+
     from xsim.cli import main
 
     calls: list[tuple] = []
@@ -67,7 +68,7 @@ def record(trace_dir: str, out: str) -> None:
 
 def replay(path: str) -> int:
     """Make the recorded calls on a fresh FlowModel; print CPU seconds; exit 1 on any different answer."""
-    from netmodels.flow import FlowModel
+    from xsim.netmodels.flow import FlowModel
 
     with open(path, "rb") as f:
         rec = pickle.load(f)

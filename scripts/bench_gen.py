@@ -21,8 +21,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tracegen import generate, load_spec  # noqa: E402
-from tracegen.spec import save_deployment  # noqa: E402
+from xsim.tracegen import generate, load_spec  # noqa: E402
+from xsim.tracegen.spec import save_deployment  # noqa: E402
 
 
 def spec(schedule: str) -> dict:
@@ -74,7 +74,7 @@ def main() -> None:
         t_gen, bundle = best(lambda d=dep: generate(d, rewrite=False), args.repeat)
         t_rw = float("nan")
         try:
-            from tracegen.planner.rewrite import rewrite_bundle
+            from xsim.tracegen.planner.rewrite import rewrite_bundle
 
             t_rw, bundle = best(lambda d=dep: rewrite_bundle(generate(d, rewrite=False), d, d.reshard), 1)
             t_rw -= t_gen  # the lambda regenerates: subtract the generate time measured above

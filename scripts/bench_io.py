@@ -16,9 +16,9 @@ import sys
 import tempfile
 import time
 
-from traces import pb
-from traces.attrs import make_node
-from traces.stream import read_et, write_et
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.stream import read_et, write_et
 
 
 def synthetic_nodes(n: int) -> list[pb.Node]:

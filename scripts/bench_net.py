@@ -19,11 +19,11 @@ import numpy as np
 # Run from a checkout: the repository root goes first so `netmodels` is this tree's package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from netmodels import CollectiveSpec, FlowModel, simulate_collective, topology_from_spec
-from netmodels.analytical import AnalyticalModel
-from netmodels.astra import AstraDim, AstraModel, AstraNetwork, AstraSystem
-from netmodels.flow import max_min_rates
-from netmodels.topology import ring_topology
+from xsim.netmodels import CollectiveSpec, FlowModel, simulate_collective, topology_from_spec
+from xsim.netmodels.analytical import AnalyticalModel
+from xsim.netmodels.astra import AstraDim, AstraModel, AstraNetwork, AstraSystem
+from xsim.netmodels.flow import max_min_rates
+from xsim.netmodels.topology import ring_topology
 
 MIB = 1 << 20
 # ASTRA-sim's Ring_4chunks.json profile ("ex" in the reference, section 2).

@@ -46,10 +46,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer, smaller cases")
     args = ap.parse_args()
 
-    from netmodels import ns3
-    from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
-    from netmodels.models import build_model
-    from netmodels.topology import switch_topology
+    from xsim.netmodels import ns3
+    from xsim.netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
+    from xsim.netmodels.models import build_model
+    from xsim.netmodels.topology import switch_topology
 
     w, c = time.perf_counter(), time.process_time()
     if not ns3.available():

@@ -23,11 +23,12 @@ from pathlib import Path
 # Appended, not prepended: PYTHONPATH=<another checkout> times that checkout with this script.
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from replay.config import resolve_streams  # noqa: E402
-from replay.engine import EngineOutput, run_engine  # noqa: E402
-from replay.program import build_program  # noqa: E402
-from replay.result import build_result  # noqa: E402
-from replay.simulation import ColumnReader, load_groups  # noqa: E402
+from xsim.replay.config import resolve_streams  # noqa: E402
+from xsim.replay.engine import EngineOutput, run_engine  # noqa: E402
+from xsim.replay.program import build_program  # noqa: E402
+from xsim.replay.result import build_result  # noqa: E402
+from xsim.replay.simulation import ColumnReader, load_groups  # noqa: E402
+
 from xsim.api.replaying import (  # noqa: E402
     ReplayOptions,
     build_compute,

@@ -18,15 +18,15 @@ import sys
 import tempfile
 import time
 
-from netmodels.cluster import topology_from_spec
-from netmodels.models import build_model
-from replay import simulate
-from replay.engine import run_engine
-from replay.program import build_program
-from replay.simulation import load_groups
-from traces import pb
-from traces.attrs import make_attr
-from traces.traceset import discover, write_trace_set
+from xsim.netmodels.cluster import topology_from_spec
+from xsim.netmodels.models import build_model
+from xsim.replay import simulate
+from xsim.replay.engine import run_engine
+from xsim.replay.program import build_program
+from xsim.replay.simulation import load_groups
+from xsim.traces import pb
+from xsim.traces.attrs import make_attr
+from xsim.traces.traceset import discover, write_trace_set
 
 DP = 8  # data-parallel group size
 COLL_EVERY = 32
@@ -113,8 +113,7 @@ def main() -> int:
     t_read = time.perf_counter() - t0
     if args.profile:
         from pyinstrument import Profiler
-
-        from replay.config import ReplayConfig
+        from xsim.replay.config import ReplayConfig
 
         groups = load_groups(ts, None)
         prog = build_program(ts, groups, None, ReplayConfig(), release=False)

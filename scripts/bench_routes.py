@@ -11,7 +11,7 @@ import argparse
 import hashlib
 import time
 
-from netmodels import topology_from_spec
+from xsim.netmodels import topology_from_spec
 
 
 def bench(ranks: int, repeats: int) -> tuple[float, str]:

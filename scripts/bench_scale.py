@@ -77,11 +77,12 @@ def rss_mib() -> float:
 
 def one_size(args: argparse.Namespace, n: int) -> list[dict]:
     """Generate, write, read and replay one size in this process; one dict per network model."""
-    from replay import ReplayConfig, simulate
-    from tracegen import generate, load_spec
-    from tracegen.spec import save_deployment
-    from traces.io import DEPLOYMENT_FILE
-    from traces.traceset import discover
+    from xsim.replay import ReplayConfig, simulate
+    from xsim.tracegen import generate, load_spec
+    from xsim.tracegen.spec import save_deployment
+    from xsim.traces.io import DEPLOYMENT_FILE
+    from xsim.traces.traceset import discover
+
     from xsim import api
 
     out = Path(args.root) / f"r{n}"
@@ -170,7 +171,7 @@ HETERO_SPEC = REPO / "examples" / "hetero1024.yaml"
 
 def scenario_spec(args: argparse.Namespace, n: int):
     """The Deployment of one benchmark size: the DP-growing Llama-2 spec or the bundled hetero1024 example."""
-    from tracegen import load_spec
+    from xsim.tracegen import load_spec
 
     if args.scenario == "hetero1024":
         return load_spec(str(HETERO_SPEC))
@@ -199,9 +200,9 @@ def _save_profile(profiler, path: str) -> None:
 
 def gen_child(args: argparse.Namespace, n: int) -> dict:
     """Generate (with the rewrite) and write one size in this process: wall, CPU and peak RSS of that alone."""
-    from tracegen import generate
-    from tracegen.spec import save_deployment
-    from traces.io import DEPLOYMENT_FILE
+    from xsim.tracegen import generate
+    from xsim.tracegen.spec import save_deployment
+    from xsim.traces.io import DEPLOYMENT_FILE
 
     out = Path(args.root) / f"r{n}"
     dep = scenario_spec(args, n)
@@ -226,8 +227,9 @@ def gen_child(args: argparse.Namespace, n: int) -> dict:
 
 def replay_child(args: argparse.Namespace, n: int, model: str) -> dict:
     """Replay one written size with one network model in this process (read + build + run + tables)."""
-    from replay import ReplayConfig, simulate
-    from traces.traceset import discover
+    from xsim.replay import ReplayConfig, simulate
+    from xsim.traces.traceset import discover
+
     from xsim import api
 
     out = Path(args.root) / f"r{n}"

@@ -25,9 +25,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from traces import pb  # noqa: E402
-from traces.attrs import make_attr, make_node  # noqa: E402
-from traces.stream import write_et  # noqa: E402
+from xsim.traces import pb  # noqa: E402
+from xsim.traces.attrs import make_attr, make_node  # noqa: E402
+from xsim.traces.stream import write_et  # noqa: E402
 
 
 def rank_nodes(colls: int, named: bool) -> list[pb.Node]:

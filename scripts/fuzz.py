@@ -212,7 +212,7 @@ def mutate_bytes(draw: Draw, data: bytes) -> bytes:
 
 def mutate_nodes(draw: Draw, nodes: list) -> list:
     """Protobuf-level edits of one rank's nodes: attribute values, types, deps, ids, duplicates."""
-    from traces import pb
+    from xsim.traces import pb
 
     nodes = [pb.Node.FromString(n.SerializeToString()) for n in nodes]
     for _ in range(draw.int(1, 3)):
@@ -383,8 +383,7 @@ class Base:
 def make_base(root: Path) -> Base:
     """Generate the 4-rank set from SPEC (checked to validate and replay cleanly) and the other inputs."""
     import yaml
-
-    from traces.stream import read_et
+    from xsim.traces.stream import read_et
 
     b = Base(root)
     b.spec_doc = yaml.safe_load(SPEC)
@@ -502,8 +501,8 @@ class Case:
 
 def run_lib(label: list[str], fn: Callable[[], object]) -> Outcome:
     """A library reader in-process, judged like the CLI: our own error is exit 2 with one line."""
-    from netmodels.errors import NetworkModelError
-    from traces.errors import XsimError
+    from xsim.netmodels.errors import NetworkModelError
+    from xsim.traces.errors import XsimError
 
     t0, c0 = time.perf_counter(), time.process_time()
     rc, err, crash = 0, "", ""
@@ -520,9 +519,9 @@ def run_lib(label: list[str], fn: Callable[[], object]) -> Outcome:
 
 def _read_set(setdir: Path) -> None:
     """What `trace validate` reads and checks before its dry replay: files, groups, graph and matches."""
-    from traces.checks import check_all
-    from traces.groups import resolve_groups
-    from traces.traceset import discover
+    from xsim.traces.checks import check_all
+    from xsim.traces.groups import resolve_groups
+    from xsim.traces.traceset import discover
 
     ts = discover(setdir)
     files = [ts.load(r) for r in range(ts.num_ranks)]
@@ -552,28 +551,28 @@ def prepare(target: str, draw: Draw, base: Base, work: Path, lib_share: int = 0)
 def _library_call(target: str, work: Path, focus: Path | None = None) -> Callable[[], object]:
     """The reader behind the target's verb, on the case's files (et: the mutated file alone)."""
     if target == "et" and focus is not None:
-        from traces.checks import check_file
-        from traces.stream import read_et
+        from xsim.traces.checks import check_file
+        from xsim.traces.stream import read_et
 
         return lambda: check_file(read_et(focus), 0)
     if target in ("et", "commgroup"):
         return lambda: _read_set(work / "set")
     if target == "spec":
-        from tracegen.spec import load_spec
+        from xsim.tracegen.spec import load_spec
 
         return lambda: load_spec(work / "spec.yaml")
     if target == "astra":
-        from netmodels.astra import load_network_yml, load_system_json
+        from xsim.netmodels.astra import load_network_yml, load_system_json
 
         return lambda: (load_network_yml(work / "net.yml"), load_system_json(work / "sys.json"))
-    from tracegen.importers.pytorch.hostet import load_host_trace
-    from traces.kineto import load_kineto
+    from xsim.tracegen.importers.pytorch.hostet import load_host_trace
+    from xsim.traces.kineto import load_kineto
 
     return lambda: (load_host_trace(work / "host.json"), load_kineto(work / "kineto.json"))
 
 
 def _prepare(target: str, draw: Draw, base: Base, work: Path) -> Case:
-    from traces.stream import write_et
+    from xsim.traces.stream import write_et
 
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traces import attrs as A
-from traces import pb
-from traces.traceset import write_trace_set
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.traceset import write_trace_set
 
 OUT = Path(__file__).resolve().parents[1] / "traces" / "examples"
 MIB = 1 << 20

@@ -130,7 +130,7 @@ def with_preset(spec: dict[str, Any], preset: str) -> dict[str, Any]:
     """The spec on interconnect preset table5/table6: its own `cluster:` (the Table 4 examples give Table 4's
     nodes) or else the derived one (8 GPUs of one type per node, one switch), with the preset replaced;
     "table5-testbed" is table5 with every node on PCIe and one NIC per node, as the paper's testbed."""
-    from tracegen.spec import derive_cluster, load_spec
+    from xsim.tracegen.spec import derive_cluster, load_spec
 
     given = spec.get("cluster")
     desc = dict(given) if isinstance(given, dict) else derive_cluster(load_spec(spec))
@@ -161,7 +161,8 @@ def run_spec(spec: dict[str, Any], network: str = "analytical", comm_streams: st
             rep = api.simulate(work, options)
             result, cost = rep.result, rep.cost
         else:
-            from replay import simulate as replay_simulate
+            from xsim.replay import simulate as replay_simulate
+
             from xsim.api.replaying import iteration_cost, replay_config
 
             ts = api.load_trace_set(work)
@@ -187,7 +188,7 @@ def run_spec(spec: dict[str, Any], network: str = "analytical", comm_streams: st
 
 
 def _union(rank, s, e, n):
-    from replay.metrics import union_length
+    from xsim.replay.metrics import union_length
 
     return union_length(rank, s, e, n)
 
@@ -643,7 +644,7 @@ def c15_scaled(gpus: int, model: str, global_batch: int) -> dict[str, Any]:
     Layers split 3:1 as in examples/table4_c15.yaml; micro-batches of one sequence, as many as the fixed
     global batch gives each of the gpus/4 replicas.
     """
-    from tracegen.models import preset
+    from xsim.tracegen.models import preset
 
     layers = preset(model).layers
     cut = layers * 3 // 4

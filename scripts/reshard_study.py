@@ -19,12 +19,13 @@ import tempfile
 import time
 from typing import Any
 
-from tracegen.planner.reshard import STRATEGY_NAMES
-from tracegen.spec import derive_cluster, load_spec, save_deployment
-from tracegen.workload import generate
-from traces import pb
-from traces.attrs import PP_BOUNDARY, comm_size, get_int
-from traces.io import DEPLOYMENT_FILE
+from xsim.tracegen.planner.reshard import STRATEGY_NAMES
+from xsim.tracegen.spec import derive_cluster, load_spec, save_deployment
+from xsim.tracegen.workload import generate
+from xsim.traces import pb
+from xsim.traces.attrs import PP_BOUNDARY, comm_size, get_int
+from xsim.traces.io import DEPLOYMENT_FILE
+
 from xsim import api
 
 MODEL = "llama2-7b"  # the paper's Figure 12 model family (section 5 runs Llama 2 7B)
@@ -108,7 +109,7 @@ def run_one(spec: dict[str, Any], strategy: str, work: str, model: str) -> dict[
 
 def bench(mb: int = 8) -> None:
     """Time generate and rewrite_bundle on 4 replicas x 2 stages (TP 8/8 and 8/4, cuts 16|16 and 20|12)."""
-    from tracegen.planner.rewrite import rewrite_bundle
+    from xsim.tracegen.planner.rewrite import rewrite_bundle
 
     dgs, rank = [], 0
     for rep in range(4):

@@ -36,7 +36,7 @@ class KindTime:
 
 def kind_of(op: str, phase: str) -> str:
     """The kind of a compute op named `op` (its name without layer, phase and micro-batch) in `phase`."""
-    from tracegen.ops import ATTN_CORE_OPS, GEMM_OPS
+    from xsim.tracegen.ops import ATTN_CORE_OPS, GEMM_OPS
 
     if phase == "opt":
         return "optimizer"

@@ -194,8 +194,8 @@ def spec_for(run: MoeCpRun) -> dict[str, Any]:
 def estimate_nodes(dep: Any) -> tuple[int, int]:
     """(nodes of the ranks that are generated, ranks generated): one block of a compact set, every rank
     otherwise; a budget decision only."""
-    from tracegen.compact import rank_classes
-    from tracegen.spec import chunk_ranges, model_arch
+    from xsim.tracegen.compact import rank_classes
+    from xsim.tracegen.spec import chunk_ranges, model_arch
 
     classes = rank_classes(dep, rewrite=False)
     written = set(classes.written) if classes is not None else None
@@ -248,8 +248,8 @@ def _validate_published() -> Any:
 
 def predict(run: MoeCpRun, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
     """Generate (compact) and replay a run within the node budget, or say why not in one line."""
-    from tracegen import load_spec
-    from traces.errors import XsimError
+    from xsim.tracegen import load_spec
+    from xsim.traces.errors import XsimError
 
     spec = spec_for(run)
     try:

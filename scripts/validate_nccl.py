@@ -84,9 +84,9 @@ def chakra_size(kind: str, size: int, n: int) -> int:
 
 def evaluate(row: Row) -> Result:
     """Time one row on xsim's analytical model in NCCL mode."""
-    from netmodels import AnalyticalModel, build_cluster
-    from netmodels.api import CollectiveSpec, simulate_collective
-    from netmodels.cluster import system_cluster
+    from xsim.netmodels import AnalyticalModel, build_cluster
+    from xsim.netmodels.api import CollectiveSpec, simulate_collective
+    from xsim.netmodels.cluster import system_cluster
 
     n = 8 * row.nodes
     topo = build_cluster(system_cluster(row.system, n, [row.gpu] * n))

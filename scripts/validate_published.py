@@ -439,7 +439,7 @@ def _layer_benchmark(path: str, raw: Any, sources: Mapping, defaults_of: Mapping
 
 def spec_features() -> frozenset[str]:
     """The spec keys this checkout of tracegen accepts, of those the validation needs."""
-    from tracegen.spec import TOP_KEYS
+    from xsim.tracegen.spec import TOP_KEYS
 
     return frozenset(TOP_KEYS)
 
@@ -559,8 +559,8 @@ def legacy_gaps(run: Run, features: frozenset[str] | None = None, recompute: str
 
 def _has_cluster_preset(name: str) -> bool:
     """Whether netmodels knows the cluster preset `name` (dgx-a100 / dgx-h100 arrive with issue 10)."""
-    from netmodels import presets
-    from tracegen import spec
+    from xsim.netmodels import presets
+    from xsim.tracegen import spec
 
     return name in getattr(spec, "CLUSTER_SYSTEMS", ()) and name in getattr(presets, "SYSTEM_PRESETS", {})
 
@@ -601,14 +601,14 @@ class Replay:
 def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True) -> Replay:
     """Generate a spec's traces and replay them on the analytical network model (folding DP replicas
     when `fold`)."""
-    from netmodels.cluster import build_cluster
-    from netmodels.models import build_model
-    from replay import DurationModel, simulate
-    from tracegen import generate, load_spec
-    from tracegen.compact import rank_classes
-    from tracegen.spec import save_deployment
-    from traces.classes import write_classes
-    from traces.traceset import discover
+    from xsim.netmodels.cluster import build_cluster
+    from xsim.netmodels.models import build_model
+    from xsim.replay import DurationModel, simulate
+    from xsim.tracegen import generate, load_spec
+    from xsim.tracegen.compact import rank_classes
+    from xsim.tracegen.spec import save_deployment
+    from xsim.traces.classes import write_classes
+    from xsim.traces.traceset import discover
 
     t0 = time.perf_counter()
     dep = load_spec(spec)
@@ -696,7 +696,7 @@ def predict(
     missing = needed_features(run)
     if missing:
         return Prediction(run, None, f"needs feature {', '.join(missing)}", 0, 0.0)
-    from traces.errors import XsimError
+    from xsim.traces.errors import XsimError
 
     try:
         return _predict(run, max_nodes, fold, extrapolate_m)
@@ -881,7 +881,7 @@ def mfu_run() -> Run:
     """Issue 22's MFU case: data-parallel Llama-2 7B on 8 A100-80GB, bf16, flash attention, distributed
     optimizer; sizes from tracegen's llama2-7b preset; micro-batch 1 and global batch 128 as NeMo's Llama-2
     7B performance row (8 GPUs, GBS 128, MBS 1, s 4096); every other setting is tracegen's default."""
-    from tracegen.models import preset
+    from xsim.tracegen.models import preset
 
     m = preset("llama2-7b")
     return Run(
@@ -1046,7 +1046,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"validate_published: error: unknown run id(s) {', '.join(unknown)}", file=sys.stderr)
             return 2
         runs = tuple(r for r in runs if r.id in set(args.only))
-    from traces.errors import XsimError
+    from xsim.traces.errors import XsimError
 
     try:
         return _run_all(args, data, runs)

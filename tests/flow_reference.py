@@ -14,10 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
-from netmodels.analytical import resolve_options
-from netmodels.api import (
+from xsim.netmodels.algorithms import Schedule, Stage, build_schedule, default_algorithm
+from xsim.netmodels.analytical import resolve_options
+from xsim.netmodels.api import (
     CollectiveSpec,
     Completion,
     ceil_ns,
@@ -27,9 +26,9 @@ from netmodels.api import (
     validate_ranks,
     validate_spec,
 )
-from netmodels.errors import NetworkModelError
-from netmodels.maxmin import max_min_rates
-from netmodels.topology import Topology
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.maxmin import max_min_rates
+from xsim.netmodels.topology import Topology
 
 # A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
 _DONE_NS = 1e-6

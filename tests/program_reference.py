@@ -11,11 +11,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from replay.compute import ComputeModel, DurationModel, RooflineModel
-from replay.config import ReplayConfig
-from replay.errors import ReplayError, TraceGraphError
-from replay.program import (
+from xsim.replay.compute import ComputeModel, DurationModel, RooflineModel
+from xsim.replay.config import ReplayConfig
+from xsim.replay.errors import ReplayError, TraceGraphError
+from xsim.replay.program import (
     ANNOTATION_COLUMNS,
     COLLECTIVE_KIND,
     K_COLL,
@@ -32,9 +31,9 @@ from replay.program import (
     _Builder,
     resolve_group,
 )
-from traces import pb
-from traces.attrcheck import node_problem
-from traces.attrs import (
+from xsim.traces import pb
+from xsim.traces.attrcheck import node_problem
+from xsim.traces.attrs import (
     COMM_DST,
     COMM_SIZE,
     COMM_SRC,
@@ -50,9 +49,9 @@ from traces.attrs import (
     TENSOR_SIZE,
     duplicate_attr_error,
 )
-from traces.graph import unready
-from traces.groups import ProcessGroups
-from traces.traceset import TraceSet
+from xsim.traces.graph import unready
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.traceset import TraceSet
 
 _SCANNED = frozenset(
     {

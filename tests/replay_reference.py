@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from traces import pb
-from traces.attrs import comm_dst, comm_size, comm_src, comm_tag, comm_type, is_cpu_op, pg_name
+from xsim.traces import pb
+from xsim.traces.attrs import comm_dst, comm_size, comm_src, comm_tag, comm_type, is_cpu_op, pg_name
 
 # Chakra CollectiveCommType -> contract-E kind names, written out here (not taken from replay/).
 KIND_NAME = {

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from xsim.netmodels.models import REGISTRY, capabilities_of, model_choices
+from xsim.replay.errors import ReplayError
 
-from netmodels.models import REGISTRY, capabilities_of, model_choices
-from replay.errors import ReplayError
 from xsim import api
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.netmodels.errors import UnitError
+from xsim.netmodels.units import parse_size
+from xsim.traces import pb
+from xsim.traces.attrs import make_attr, make_node
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import write_et
 
-from netmodels.errors import UnitError
-from netmodels.units import parse_size
 from tests.test_limits import GIB, _one_line_exit2, _run
-from traces import pb
-from traces.attrs import make_attr, make_node
-from traces.groups import ProcessGroups
-from traces.stream import write_et
 
 MIB = 1 << 20
 
@@ -52,7 +52,7 @@ def _unnamed_set(folder: Path, ranks: int) -> None:
 
 
 def test_every_rank_group_is_one_shared_tuple() -> None:
-    from replay.program import resolve_group
+    from xsim.replay.program import resolve_group
 
     g = ProcessGroups(num_ranks=5, groups={"1": (0, 1)})
     names = ("", "0", "0.0", "+0")
@@ -99,7 +99,8 @@ def test_search_plan_count_is_bounded(tmp_path: Path) -> None:
 
 
 def test_search_limits_edges_and_count_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tracegen.models import preset
+    from xsim.tracegen.models import preset
+
     from xsim.explore import search as se
 
     m = preset("llama2-7b")
@@ -241,7 +242,7 @@ def test_stale_staging_folders_go_on_the_next_run(tmp_path: Path) -> None:
     # Issue 27 replaced the per-file staging inside the result folder by a sibling folder swapped in whole:
     # a killed run's sibling (this host, process gone) goes on the next run, said in one line; a live
     # run's stays; the old in-folder staging folders go with the folder they were in.
-    from traces.outputs import _host
+    from xsim.traces.outputs import _host
 
     _unnamed_set(tmp_path, 2)
     out = tmp_path / "r"

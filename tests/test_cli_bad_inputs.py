@@ -11,10 +11,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.traceset import write_trace_set
 
-from traces import pb
-from traces.attrs import make_node
-from traces.traceset import write_trace_set
 from xsim.cli import main as xsim_main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -94,7 +94,7 @@ def test_import_pytorch_usage_shows_kineto_required(capsys) -> None:
 
 
 def test_model_choices_come_from_the_registry(capsys) -> None:
-    from netmodels.models import model_choices, model_names
+    from xsim.netmodels.models import model_choices, model_names
 
     for argv in (["replay"], ["net", "p2p"]):
         assert "{" + ",".join(model_choices()) + "}" in _help(argv, capsys)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+from xsim.netmodels.cluster import topology_from_spec
+from xsim.netmodels.digraph import DiGraph
 
-from netmodels.cluster import topology_from_spec
-from netmodels.digraph import DiGraph
 from xsim import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,13 @@ REPO = Path(__file__).resolve().parents[1]
 LAZY = ("polars", "networkx", "yaml", "rich", "matplotlib", "numpy.ma")
 # Reading deployment.json and memory.json needs neither the op cost model, the reshard strategies, the
 # profile reader, the memory model nor a TOML parser (tracegen/choices.py, tracegen/memory_summary.py).
-LAZY += ("tracegen.ops", "tracegen.planner.reshard", "tracegen.profile", "tracegen.memory", "tomllib")
+LAZY += (
+    "xsim.tracegen.ops",
+    "xsim.tracegen.planner.reshard",
+    "xsim.tracegen.profile",
+    "xsim.tracegen.memory",
+    "tomllib",
+)
 # Writing outputs (tempfile) and JSON traces (protobuf's json_format) load on first use only.
 LAZY += ("tempfile", "google.protobuf.json_format")
 # Round 4: argparse's terminal width without shutil (and its zlib siblings bz2, lzma), no pathlib (with
@@ -79,7 +85,15 @@ def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:
     out, loaded = _replay_in_subprocess(["--help"])
     assert "replay" in out and "COMMAND" in out
     # The verbs' choices come from import-free registries (netmodels.models, tracegen.choices).
-    heavy = ("numpy", "google.protobuf", "traces.pb", "xsim.api", "xsim.replay", "tracegen.planner", *LAZY)
+    heavy = (
+        "numpy",
+        "google.protobuf",
+        "xsim.traces.pb",
+        "xsim.api",
+        "xsim.replay",
+        "xsim.tracegen.planner",
+        *LAZY,
+    )
     assert [m for m in heavy if m in loaded] == []
 
 
@@ -90,7 +104,13 @@ def test_version_alone_builds_no_parser_and_reads_no_distribution_metadata() -> 
     text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     version = next(line.split('"')[1] for line in text.splitlines() if line.startswith("version ="))
     assert out == f"xsim {version}\n"
-    heavy = ("importlib.metadata", "netmodels.models", "netmodels.api", "tracegen.choices", "numpy")
+    heavy = (
+        "importlib.metadata",
+        "xsim.netmodels.models",
+        "xsim.netmodels.api",
+        "xsim.tracegen.choices",
+        "numpy",
+    )
     assert [m for m in heavy if m in loaded] == []
 
 
@@ -115,8 +135,8 @@ def test_help_width_is_the_terminal_width_shutil_reports(monkeypatch) -> None:
 
 def test_spec_choices_equal_their_registries() -> None:
     # spec.py checks deployment.json against tracegen/choices.py, which imports no registry: same names.
-    from tracegen import choices, ops
-    from tracegen.planner.reshard import STRATEGIES
+    from xsim.tracegen import choices, ops
+    from xsim.tracegen.planner.reshard import STRATEGIES
 
     assert choices.RESHARD_STRATEGIES == tuple(STRATEGIES)
     assert (ops.PRECISIONS, ops.ATTENTIONS, ops.COMPUTE_MODELS) == (
@@ -181,8 +201,8 @@ def test_digraph_orders_like_networkx(spec: str, monkeypatch) -> None:
     topo = topology_from_spec(spec)
     assert isinstance(topo.graph, DiGraph)
     # The reference: the same builders on a real networkx.DiGraph (what they used before).
-    monkeypatch.setattr("netmodels.topology.DiGraph", nx.DiGraph)
-    monkeypatch.setattr("netmodels.cluster.DiGraph", nx.DiGraph)
+    monkeypatch.setattr("xsim.netmodels.topology.DiGraph", nx.DiGraph)
+    monkeypatch.setattr("xsim.netmodels.cluster.DiGraph", nx.DiGraph)
     twin = topology_from_spec(spec)
     ref = twin.graph
     assert type(ref) is nx.DiGraph

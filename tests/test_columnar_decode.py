@@ -19,20 +19,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
+from xsim.replay import ReplayConfig
+from xsim.replay.errors import TraceGraphError
+from xsim.replay.program import build_program
+from xsim.replay.simulation import ColumnReader, load_groups
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.columnar import Unsupported, decode_columns
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
+from xsim.traces.traceset import discover, write_trace_set
+from xsim.traces.wire import group_by_bytes
 
-from replay import ReplayConfig
-from replay.errors import TraceGraphError
-from replay.program import build_program
-from replay.simulation import ColumnReader, load_groups
 from tests.program_reference import reference_program
-from traces import pb
-from traces.attrs import make_node
-from traces.columnar import Unsupported, decode_columns
-from traces.errors import TraceFormatError
-from traces.et_stream_pb2 import NodeBatch
-from traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
-from traces.traceset import discover, write_trace_set
-from traces.wire import group_by_bytes
 
 ALL = frozenset({"layer", "phase", "comm_size", "pg_name", "num_ops"})
 

@@ -25,18 +25,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xsim.traces.columnar as columnar
+from xsim.replay.program import WANT_ATTRS
+from xsim.replay.simulation import ColumnReader, simulate
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.columnar import _same_as_previous_file, decode_columns
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
+from xsim.traces.traceset import discover, write_trace_set
+from xsim.traces.wire import group_by_bytes, padded
 
-import traces.columnar as columnar
-from replay.program import WANT_ATTRS
-from replay.simulation import ColumnReader, simulate
 from tests.test_columnar_decode import _varint  # the hand-written encoder the decoder tests build bytes with
-from traces import pb
-from traces.attrs import make_node
-from traces.columnar import _same_as_previous_file, decode_columns
-from traces.errors import TraceFormatError
-from traces.stream import decode_stream, encode_stream, frame_offsets, frame_spans
-from traces.traceset import discover, write_trace_set
-from traces.wire import group_by_bytes, padded
 
 PEER = Path(__file__).resolve().parents[1] / ".." / "shared" / "peer_traces" / "chakra_et"
 META = pb.GlobalMetadata(version="1")

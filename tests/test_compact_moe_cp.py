@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xsim.tracegen.compact import rank_classes, replica_block
+from xsim.tracegen.spec import load_spec
 
-from tracegen.compact import rank_classes, replica_block
-from tracegen.spec import load_spec
 from xsim import api
 
 TABLES = ("ops.csv", "ranks.csv", "collectives.csv", "summary.csv")

@@ -4,13 +4,12 @@ overlap), the all-gather form, CP in the DP gradient group, tokens and memory, a
 from __future__ import annotations
 
 import pytest
-
-from tracegen import generate, load_spec
-from tracegen.cost import iteration_cost
-from tracegen.errors import SpecError
-from tracegen.memory import deployment_memory
-from traces import attrs as A
-from traces import pb
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.cost import iteration_cost
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.memory import deployment_memory
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
 # hidden 64, 4 heads of 16 (no GQA), seq 64 over cp 4: 16 tokens per rank, chunks of 8
 MODEL = {

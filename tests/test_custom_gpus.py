@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.tracegen import catalog
+from xsim.tracegen.errors import CatalogError
+from xsim.traces.stream import read_et
 
 from tests.conftest import REPO
-from tracegen import catalog
-from tracegen.errors import CatalogError
-from traces.stream import read_et
 
 EX = REPO / "traces" / "examples" / "pytorch"
 H100_PEAK = 989.4e12
@@ -126,8 +126,8 @@ def test_definition_errors_are_one_line() -> None:
 
 
 def test_datasheet_gpus_and_one_name_table() -> None:
-    from netmodels.presets import GBIT, canonical_gpu, interconnect
-    from traces.gpu_names import GPU_ALIASES, GPU_NAMES, from_device_name
+    from xsim.netmodels.presets import GBIT, canonical_gpu, interconnect
+    from xsim.traces.gpu_names import GPU_ALIASES, GPU_NAMES, from_device_name
 
     # Dense figures = the datasheets' sparse ones / 2 (GB200 NVL72: 360 PFLOPS BF16 sparse / 72 GPUs / 2).
     assert catalog.gpu("GB200").peak_flops == pytest.approx(360e15 / 72 / 2)

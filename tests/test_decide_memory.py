@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from tracegen.memory import (
+from xsim.tracegen.memory import (
     MemoryOptions,
     deployment_memory,
     in_flight,
@@ -20,8 +19,8 @@ from tracegen.memory import (
     layer_activation_bytes,
     optimizer_bytes,
 )
-from tracegen.models import preset, with_seq_len
-from tracegen.spec import load_spec
+from xsim.tracegen.models import preset, with_seq_len
+from xsim.tracegen.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 DP8 = REPO / "examples" / "decide" / "llama2_7b_dp8_a100_80gb.yaml"

@@ -8,8 +8,9 @@ import pytest
 
 pytest.importorskip("distributed")
 
-from tracegen.memory import deployment_memory  # noqa: E402
-from tracegen.spec import load_spec  # noqa: E402
+from xsim.tracegen.memory import deployment_memory  # noqa: E402
+from xsim.tracegen.spec import load_spec  # noqa: E402
+
 from xsim.explore.pipeline import gen_and_replay  # noqa: E402
 from xsim.explore.search import SearchError, parse_cluster, proportional_cuts, search  # noqa: E402
 

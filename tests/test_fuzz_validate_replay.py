@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.replay.config import ReplayConfig
+from xsim.replay.dryrun import validate_set
+from xsim.replay.errors import ReplayDeadlock
+from xsim.replay.simulation import simulate
+from xsim.traces import pb
+from xsim.traces.checks import INVALID, WARNING, check_all
+from xsim.traces.groups import resolve_groups
 
-from replay.config import ReplayConfig
-from replay.dryrun import validate_set
-from replay.errors import ReplayDeadlock
-from replay.simulation import simulate
 from tests.test_replay_support import FakeNet, coll, comp, recv, send, write_set
-from traces import pb
-from traces.checks import INVALID, WARNING, check_all
-from traces.groups import resolve_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import pytest
-
-from tracegen import catalog
-from tracegen.attention import (
+from xsim.tracegen import catalog
+from xsim.tracegen.attention import (
     attention_fraction,
     attention_points,
     executed_flops,
     flash_compute_seconds,
 )
-from tracegen.errors import CatalogError
-from tracegen.frameworks import FRAMEWORKS
-from tracegen.gemm import LAUNCH_FLOOR_S
-from tracegen.models import preset
-from tracegen.ops import Ctx, Op, layer_steps, op_seconds, shard_of
+from xsim.tracegen.errors import CatalogError
+from xsim.tracegen.frameworks import FRAMEWORKS
+from xsim.tracegen.gemm import LAUNCH_FLOOR_S
+from xsim.tracegen.models import preset
+from xsim.tracegen.ops import Ctx, Op, layer_steps, op_seconds, shard_of
 
 A100, H100 = catalog.gpu("A100-80GB"), catalog.gpu("H100")
 SUSTAINED = 1305 / 1410  # A100: NVIDIA's HPL clock at the power limit / boost clock

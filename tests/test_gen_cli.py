@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.tracegen import generate, load_spec
+from xsim.traces.groups import load_comm_groups
+from xsim.traces.traceset import discover
 
-from tracegen import generate, load_spec
-from traces.groups import load_comm_groups
-from traces.traceset import discover
 from xsim.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def test_gen_writes_traces_groups_and_resolved_spec(tmp_path, capsys):
 
 
 def test_gen_rewrites_by_default(tmp_path):
-    pytest.importorskip("tracegen.planner.rewrite")
+    pytest.importorskip("xsim.tracegen.planner.rewrite")
     spec = REPO / "examples" / "figure1.yaml"
     assert main(["gen", str(spec), "--out", str(tmp_path / "a")]) == 0
     assert main(["gen", str(spec), "--out", str(tmp_path / "b"), "--no-rewrite", "--name", "plain"]) == 0

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+from xsim.tracegen.compact import rank_classes
+from xsim.tracegen.spec import load_spec
+from xsim.traces.errors import TraceSetError
+from xsim.traces.traceset import discover
 
-from tracegen.compact import rank_classes
-from tracegen.spec import load_spec
-from traces.errors import TraceSetError
-from traces.traceset import discover
 from xsim import api
 from xsim.cli import main
 

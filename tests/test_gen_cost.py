@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tracegen import load_spec
-from tracegen.cost import iteration_cost
+from xsim.tracegen import load_spec
+from xsim.tracegen.cost import iteration_cost
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -13,14 +13,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.ops import ATTN_CORE_OPS
+from xsim.tracegen.schedule import interleaved
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
-from tracegen import generate, load_spec
-from tracegen.errors import SpecError
-from tracegen.ops import ATTN_CORE_OPS
-from tracegen.schedule import interleaved
-from tracegen.spec import spec_to_mapping
-from traces import attrs as A
-from traces import pb
 from xsim.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -525,8 +525,9 @@ FEATURES = {
 
 
 def test_feature_traces_pass_the_validator_and_copies_equal_rebuilds(tmp_path):
+    from xsim.tracegen.workload import _Generator
+
     from tests.test_gen_workload import _validate
-    from tracegen.workload import _Generator
 
     dep = load_spec(FEATURES)
     bundle = generate(dep)

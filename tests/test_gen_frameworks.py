@@ -7,11 +7,10 @@ BF16: 2 bytes), not read back from the code.
 from __future__ import annotations
 
 import pytest
-
-from tracegen import catalog, choices, load_spec
-from tracegen.errors import SpecError
-from tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, FRAMEWORKS
-from tracegen.gemm import (
+from xsim.tracegen import catalog, choices, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORK_NAMES, FRAMEWORKS
+from xsim.tracegen.gemm import (
     BURST_PLATEAUS,
     GEMM_RATES,
     LAUNCH_FLOOR_S,
@@ -20,8 +19,8 @@ from tracegen.gemm import (
     achieved_bandwidth,
     plateau,
 )
-from tracegen.models import model_from_mapping, preset
-from tracegen.ops import (
+from xsim.tracegen.models import model_from_mapping, preset
+from xsim.tracegen.ops import (
     Ctx,
     Op,
     embedding_steps,
@@ -31,10 +30,10 @@ from tracegen.ops import (
     optimizer_steps,
     shard_of,
 )
-from tracegen.spec import spec_to_mapping
-from tracegen.workload import generate
-from traces import attrs as A
-from traces import pb
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.tracegen.workload import generate
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
 # GPT-style: GELU, LayerNorm, biases (no RoPE). h 64, FFN 256, 4 heads of 16, QKV width 192.
 GPT = {"name": "gpt-tiny", "layers": 2, "hidden": 64, "ffn_hidden": 256, "heads": 4, "kv_heads": 4, "vocab": 100,
@@ -307,7 +306,8 @@ def test_optimizer_step_waits_for_the_stage_sends_so_one_comm_slot_cannot_deadlo
     # schedule waits for its sends before the step, and so does the step's first node.
     import dataclasses
 
-    from replay import simulate
+    from xsim.replay import simulate
+
     from xsim import api
     from xsim.api.replaying import replay_config
 

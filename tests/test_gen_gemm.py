@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from tracegen import catalog, load_spec
-from tracegen.errors import SpecError
-from tracegen.gemm import (
+from xsim.tracegen import catalog, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.gemm import (
     LAUNCH_FLOOR_S,
     PLATEAUS,
     SUSTAINED_CLOCK_RATIO,
@@ -15,10 +14,10 @@ from tracegen.gemm import (
     gemm_seconds,
     plateau,
 )
-from tracegen.models import preset
-from tracegen.ops import ATTN_CORE_OPS, Ctx, Op, duration_micros, layer_steps, op_seconds, shard_of
-from tracegen.profile import ProfileRow, build_table
-from tracegen.workload import generate
+from xsim.tracegen.models import preset
+from xsim.tracegen.ops import ATTN_CORE_OPS, Ctx, Op, duration_micros, layer_steps, op_seconds, shard_of
+from xsim.tracegen.profile import ProfileRow, build_table
+from xsim.tracegen.workload import generate
 
 A100, H100 = catalog.gpu("A100"), catalog.gpu("H100")
 
@@ -120,7 +119,7 @@ def test_fp8_spec_generates_and_round_trips(tmp_path):
     }
     dep = load_spec(spec)
     assert (dep.precision, dep.attention, dep.compute_model) == ("fp8", "unfused", "calibrated")
-    from tracegen.spec import spec_to_mapping
+    from xsim.tracegen.spec import spec_to_mapping
 
     again = load_spec(spec_to_mapping(dep))
     assert again == dep

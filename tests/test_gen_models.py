@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from tracegen import catalog
-from tracegen.errors import CatalogError, ProfileError
-from tracegen.models import MODEL_NAMES, model_from_mapping, preset
-from tracegen.ops import Ctx, Op, duration_micros, layer_steps, shard_of
-from tracegen.profile import build_table, make_row, read_profile_csv
+from xsim.tracegen import catalog
+from xsim.tracegen.errors import CatalogError, ProfileError
+from xsim.tracegen.models import MODEL_NAMES, model_from_mapping, preset
+from xsim.tracegen.ops import Ctx, Op, duration_micros, layer_steps, shard_of
+from xsim.tracegen.profile import build_table, make_row, read_profile_csv
 
 
 def test_llama2_parameter_counts_match_the_released_checkpoints():

@@ -4,16 +4,16 @@ hand-computed graphs and replays of tiny models."""
 from __future__ import annotations
 
 import pytest
+from xsim.replay import simulate
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.ops import ADAM_FLOPS_PER_PARAM, Comm, Op, layer_steps
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.tracegen.workload import _Generator, _RankProgram, _stage
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
-from replay import simulate
 from tests.test_replay_support import FakeNet, write_set
-from tracegen import generate, load_spec
-from tracegen.errors import SpecError
-from tracegen.ops import ADAM_FLOPS_PER_PARAM, Comm, Op, layer_steps
-from tracegen.spec import spec_to_mapping
-from tracegen.workload import _Generator, _RankProgram, _stage
-from traces import attrs as A
-from traces import pb
 
 # Two layers; per rank at TP 1: a layer 4*64^2 + 3*64*128 + 2*64 = 41,088 parameters, the embedding
 # 100*64 = 6,400, final norm + LM head 64 + 6,400 = 6,464.
@@ -342,7 +342,7 @@ def test_overlap_param_gather_charges_only_what_the_forward_cannot_hide(tmp_path
     # (6,400 B -> 64 ns) opens the iteration and delays everything by its 64 ns; bucket 0's (88,704 B ->
     # 887 ns) runs under the embedding's forward (microseconds) and costs nothing. Off, both follow the
     # optimizer: 64 + 887 ns after it. So off - on = 887 ns exactly, and on, the embedding starts at 64 ns.
-    from traces.traceset import discover
+    from xsim.traces.traceset import discover
 
     spec = dp2(distributed_optimizer=True, overlap_grad_reduce=True, dp_bucket_bytes=200_000)
     ends, starts = {}, {}

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.bundle import TraceBundle
+from xsim.tracegen.planner.rewrite import rewrite_bundle
+from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
+from xsim.tracegen.workload import _Generator
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.graph import DepGraph, GraphEdit
+from xsim.traces.stream import encode_stream, read_et
+
 from tests.test_scale_hetero import scaled
-from tracegen import generate, load_spec
-from tracegen.bundle import TraceBundle
-from tracegen.planner.rewrite import rewrite_bundle
-from tracegen.rank_nodes import CopiedRank, RankNodes, Records
-from tracegen.workload import _Generator
-from traces import pb
-from traces.attrs import make_node
-from traces.et_stream_pb2 import NodeBatch
-from traces.graph import DepGraph, GraphEdit
-from traces.stream import encode_stream, read_et
 
 META = pb.GlobalMetadata(version="0.0.4")
 
@@ -146,7 +147,7 @@ def test_the_general_patch_paths_write_the_same_files(tmp_path: Path, monkeypatc
     # Group records by parsing every node (taken when an attribute's bytes are not found exactly once per
     # node: b"" is found len + 1 times) and P2P peers found by name (position 0 holds `layer`, not
     # comm_src) must give the bytes of the fast paths.
-    import tracegen.workload as workload
+    import xsim.tracegen.workload as workload
 
     dep = load_spec(scaled(2))  # two replicas of each kind: device groups copied from another's template
     generate(dep).write(tmp_path / "fast", dep.name)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.spec import derive_cluster, load_spec, spec_to_mapping
 
-from tracegen.errors import SpecError
-from tracegen.spec import derive_cluster, load_spec, spec_to_mapping
 from xsim.cli import main
 
 REPO = Path(__file__).resolve().parents[1]

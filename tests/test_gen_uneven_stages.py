@@ -4,9 +4,8 @@ and --decoder-last-pipeline-num-layers): layer ranges per stage, worked out by h
 from __future__ import annotations
 
 import pytest
-
-from tracegen.errors import SpecError
-from tracegen.spec import load_spec, replicas
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.spec import load_spec, replicas
 
 # Llama 3 405B (Llama 3 paper, arXiv:2407.21783, Table 3 and section 3.3.2): 126 layers, hidden 16,384,
 # FFN 53,248, 128 heads, 8 KV heads, vocabulary 128,256; 16 pipeline stages with one layer fewer on the

@@ -7,15 +7,14 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
-from tracegen import generate, load_spec
-from tracegen.schedule import one_f_one_b
-from tracegen.workload import _Generator, is_homogeneous, p2p_sources
-from traces import attrs as A
-from traces import pb
-from traces.checks import check_all
-from traces.groups import resolve_groups
-from traces.traceset import discover
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.schedule import one_f_one_b
+from xsim.tracegen.workload import _Generator, is_homogeneous, p2p_sources
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.checks import check_all
+from xsim.traces.groups import resolve_groups
+from xsim.traces.traceset import discover
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 4, "vocab": 100, "seq_len": 16}

@@ -9,10 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-
-from tests.test_limits import GIB, _one_line_exit2, _run
-from traces import pb
-from traces.attrcheck import (
+from xsim.traces import pb
+from xsim.traces.attrcheck import (
     MAX_BYTES,
     MAX_DURATION_MICROS,
     MAX_DURATION_NS,
@@ -20,8 +18,10 @@ from traces.attrcheck import (
     MAX_PG_NAME_CHARS,
     node_problem,
 )
-from traces.attrs import make_attr, make_node
-from traces.traceset import write_trace_set
+from xsim.traces.attrs import make_attr, make_node
+from xsim.traces.traceset import write_trace_set
+
+from tests.test_limits import GIB, _one_line_exit2, _run
 
 VERBS = (
     ("trace", "info"),
@@ -154,11 +154,12 @@ def test_columnar_path_takes_exactly_what_the_rule_accepts(tmp_path: Path) -> No
     # At the bounds both ranks are decoded as columns and build the same program as the node-by-node
     # reference (tests/test_replay_columnar._compare); one byte past MAX_BYTES and the builder's lint pass
     # raises the rule's message, from numpy-decoded columns and protobuf-decoded ones alike.
-    from replay import ReplayConfig
-    from replay.program import build_program
-    from replay.simulation import ColumnReader, load_groups
+    from xsim.replay import ReplayConfig
+    from xsim.replay.program import build_program
+    from xsim.replay.simulation import ColumnReader, load_groups
+    from xsim.traces.traceset import discover
+
     from tests.test_replay_columnar import _compare
-    from traces.traceset import discover
 
     _edge_set(tmp_path / "ok", MAX_BYTES)
     assert _compare(discover(str(tmp_path / "ok" / "t"))) == 2
@@ -299,7 +300,7 @@ def test_hostile_spec_values_are_one_line(tmp_path: Path, case: str) -> None:
 
 def test_yaml_bare_yes_is_a_boolean() -> None:
     # YAML 1.1 (PyYAML) reads a bare `yes` as true: `linear_bias: yes` is a valid spelling of true.
-    from tracegen.spec import load_spec
+    from xsim.tracegen.spec import load_spec
 
     spec = _SPEC.replace("MODEL", _TINY[:-1] + ", linear_bias: yes}")
     import yaml
@@ -317,8 +318,8 @@ def test_replay_topology_far_larger_than_the_run(tmp_path: Path) -> None:
 
 
 def test_topology_size_cap_is_exact(monkeypatch) -> None:
-    from netmodels.cluster import check_topology_size, cluster_ranks, topology_ranks
-    from netmodels.errors import TopologyError
+    from xsim.netmodels.cluster import check_topology_size, cluster_ranks, topology_ranks
+    from xsim.netmodels.errors import TopologyError
 
     check_topology_size(4096, 2, "x")  # the floor
     with pytest.raises(TopologyError, match="4,097 ranks for a run of 2"):
@@ -337,8 +338,8 @@ def test_topology_size_cap_is_exact(monkeypatch) -> None:
 
 
 def test_profile_rows_limit_is_exact(tmp_path: Path, monkeypatch) -> None:
-    from tracegen.errors import ProfileError
-    from tracegen.profile import read_profile_csv
+    from xsim.tracegen.errors import ProfileError
+    from xsim.tracegen.profile import read_profile_csv
 
     rows = "".join(f"H100,gemm,fwd,{i + 1}x2,1.5\n" for i in range(3))
     (tmp_path / "p.csv").write_text("gpu,op,phase,shape,micros\n" + rows)
@@ -370,9 +371,9 @@ def test_end_time_past_int64_names_the_node(tmp_path: Path) -> None:
 def test_network_side_files_are_read_bounded(tmp_path: Path, monkeypatch) -> None:
     # Cluster JSON and ASTRA-sim configs: /dev/zero stops at XSIM_MAX_JSON_BYTES, a 100,000-deep cluster
     # file is one TopologyError (it was a RecursionError traceback).
-    from netmodels.astra import load_network_yml
-    from netmodels.cluster import load_cluster_json
-    from netmodels.errors import AstraConfigError, TopologyError
+    from xsim.netmodels.astra import load_network_yml
+    from xsim.netmodels.cluster import load_cluster_json
+    from xsim.netmodels.errors import AstraConfigError, TopologyError
 
     deep = tmp_path / "deep.json"
     deep.write_text('{"nodes": ' + "[" * 100_000 + "]" * 100_000 + "}")
@@ -390,8 +391,8 @@ def test_network_side_files_are_read_bounded(tmp_path: Path, monkeypatch) -> Non
 def test_price_per_hour_is_bounded_so_cost_stays_finite() -> None:
     # $1M per GPU-hour is accepted, one cent more is not; .inf was already refused (tests/test_limits.py);
     # 1e308 was finite but overflowed to Infinity once multiplied by ranks and hours in cost.json.
-    from tracegen import catalog
-    from tracegen.errors import CatalogError
+    from xsim.tracegen import catalog
+    from xsim.tracegen.errors import CatalogError
 
     h100 = catalog.gpu("H100")
     assert catalog.with_overrides(h100, {"price_per_hour": 1e6}).price_per_hour == 1e6

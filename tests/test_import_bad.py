@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
+from xsim.tracegen.importers.pytorch import PyTorchImportError, import_pytorch
 
 from tests.conftest import REPO, need_shared
-from tracegen.importers.pytorch import PyTorchImportError, import_pytorch
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"

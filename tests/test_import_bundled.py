@@ -7,14 +7,14 @@ import json
 from collections import Counter
 
 import pytest
+from xsim.tracegen.importers.pytorch import import_pytorch
+from xsim.tracegen.importers.pytorch.build import MODULE
+from xsim.traces import attrs as A
+from xsim.traces import checks, pb
+from xsim.traces.groups import resolve_groups
+from xsim.traces.traceset import discover
 
 from tests.conftest import REPO
-from tracegen.importers.pytorch import import_pytorch
-from tracegen.importers.pytorch.build import MODULE
-from traces import attrs as A
-from traces import checks, pb
-from traces.groups import resolve_groups
-from traces.traceset import discover
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"

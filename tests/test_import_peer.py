@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xsim.replay import ReplayConfig, simulate
+from xsim.replay.validate import validate
+from xsim.tracegen.importers.pytorch import import_pytorch
+from xsim.traces import attrs as A
+from xsim.traces import checks, pb
+from xsim.traces.groups import resolve_groups
+from xsim.traces.traceset import discover
 
-from replay import ReplayConfig, simulate
-from replay.validate import validate
 from tests.conftest import need_shared
-from tracegen.importers.pytorch import import_pytorch
-from traces import attrs as A
-from traces import checks, pb
-from traces.groups import resolve_groups
-from traces.traceset import discover
 
 PAIRS = "peer_traces/pytorch_host_plus_kineto"
 

@@ -7,13 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-
-from replay import ReplayConfig, simulate
-from tracegen.importers.pytorch import PyTorchImportError, import_pytorch
-from tracegen.importers.pytorch.build import DURATION_NS, MODULE
-from traces import attrs as A
-from traces import pb
-from traces.traceset import discover
+from xsim.replay import ReplayConfig, simulate
+from xsim.tracegen.importers.pytorch import PyTorchImportError, import_pytorch
+from xsim.tracegen.importers.pytorch.build import DURATION_NS, MODULE
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.traceset import discover
 
 PID = 4242
 

@@ -5,12 +5,11 @@ width other than hidden / heads, Megatron's --kv-channels, as Qwen3 uses) and Mo
 from __future__ import annotations
 
 import pytest
-
-from tracegen import generate, load_spec
-from tracegen.errors import SpecError
-from tracegen.models import model_from_mapping
-from tracegen.spec import spec_to_mapping
-from traces import attrs as A
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.models import model_from_mapping
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.traces import attrs as A
 
 # hidden 64, 4 heads, 2 KV heads, heads 32 wide (hidden / heads would be 16)
 QK = {"name": "wide-heads", "layers": 1, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 2,

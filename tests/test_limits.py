@@ -12,9 +12,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-
-from traces import pb
-from traces.stream import write_et
+from xsim.traces import pb
+from xsim.traces.stream import write_et
 
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
@@ -136,8 +135,8 @@ def test_gzip_bomb_kineto_json(tmp_path: Path) -> None:
             fh.write(comp.compress(block))
         fh.write(comp.compress(b'"}'))
         fh.write(comp.flush())
-    from traces.io import read_json
-    from traces.limits import InputLimitError
+    from xsim.traces.io import read_json
+    from xsim.traces.limits import InputLimitError
 
     os.environ["XSIM_MAX_INFLATE_BYTES"] = str(64 << 20)
     try:
@@ -148,7 +147,7 @@ def test_gzip_bomb_kineto_json(tmp_path: Path) -> None:
 
 
 def test_inflate_matches_gzip_and_concatenated_members(tmp_path: Path) -> None:
-    from traces.limits import inflate
+    from xsim.traces.limits import inflate
 
     a, b = b"hello " * 1000, b"world" * 7
     both = gzip.compress(a, mtime=0) + gzip.compress(b, mtime=0)
@@ -159,7 +158,7 @@ def test_inflate_matches_gzip_and_concatenated_members(tmp_path: Path) -> None:
 
 def test_deep_json_is_one_line(tmp_path: Path) -> None:
     # 100,000 nested arrays: json's recursion limit, and a 100-deep one past the default depth of 64.
-    from traces.io import JsonFileError, read_json
+    from xsim.traces.io import JsonFileError, read_json
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)
@@ -227,13 +226,13 @@ def test_hostile_spec_is_one_line(tmp_path: Path, case: str) -> None:
 
 
 def test_name_regex_refuses_trailing_newline() -> None:
-    from tracegen.spec import NAME_RE
+    from xsim.tracegen.spec import NAME_RE
 
     assert NAME_RE.match("abc") and not NAME_RE.match("abc\n")
 
 
 def test_yaml_spec_without_aliases_still_loads(tmp_path: Path) -> None:
-    from tracegen.spec import read_spec_file
+    from xsim.tracegen.spec import read_spec_file
 
     (tmp_path / "s.yaml").write_text(_BASE + "name: ok\n" + _DG)
     assert read_spec_file(tmp_path / "s.yaml")["device_groups"][0]["layers"] == [1, 32]
@@ -287,7 +286,7 @@ def test_hostile_astra_config_cli(tmp_path: Path, case: str) -> None:
 
 
 def test_astra_loader_bounds(tmp_path: Path) -> None:
-    from netmodels.astra import AstraConfigError, load_network_yml, system_from_dict
+    from xsim.netmodels.astra import AstraConfigError, load_network_yml, system_from_dict
 
     ok = system_from_dict({**SYSTEM, "preferred-dataset-splits": 1024, "endpoint-delay": 10**12})
     assert (ok.preferred_dataset_splits, ok.endpoint_delay_ns) == (1024, 10**12)
@@ -303,7 +302,8 @@ def test_astra_loader_bounds(tmp_path: Path) -> None:
 
 
 def test_astra_roofline_rates_finite(tmp_path: Path) -> None:
-    from replay.errors import ReplayError
+    from xsim.replay.errors import ReplayError
+
     from xsim.api.compute import astra_roofline
 
     path = tmp_path / "sys.json"
@@ -314,7 +314,7 @@ def test_astra_roofline_rates_finite(tmp_path: Path) -> None:
 
 
 def _dup_set(tmp_path: Path, both: bool) -> None:
-    from traces.attrs import make_attr, make_node
+    from xsim.traces.attrs import make_attr, make_node
 
     for r in range(2):
         ar = make_node(2, "ar", pb.COMM_COLL_NODE, data_deps=[1], attrs={"comm_type": pb.ALL_REDUCE})
@@ -336,7 +336,7 @@ def test_duplicate_comm_size_is_one_error_everywhere(tmp_path: Path, verb: tuple
 
 
 def test_single_comm_size_still_replays(tmp_path: Path) -> None:
-    from traces import attrs as A
+    from xsim.traces import attrs as A
 
     node = pb.Node(id=3)
     node.attr.append(A.make_attr("comm_size", 5))
@@ -347,8 +347,8 @@ def test_single_comm_size_still_replays(tmp_path: Path) -> None:
 
 
 def test_json_text_limit_and_dev_zero(tmp_path: Path, monkeypatch) -> None:
-    from traces.io import read_json
-    from traces.limits import InputLimitError
+    from xsim.traces.io import read_json
+    from xsim.traces.limits import InputLimitError
 
     monkeypatch.setenv("XSIM_MAX_JSON_BYTES", "100")
     (tmp_path / "a.json").write_text('{"x": "' + "y" * 91 + '"}')  # exactly 100 bytes: read
@@ -393,8 +393,8 @@ def test_one_rank_with_a_million_layers_is_refused_before_building(tmp_path: Pat
 
 def test_spec_size_limit_is_exact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A spec of exactly XSIM_MAX_SPEC_BYTES loads; one byte more is one line naming the limit."""
-    from tracegen.errors import SpecError
-    from tracegen.spec import read_spec_file
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import read_spec_file
 
     body = (_BASE + "name: sz\n" + _DG).encode()
     monkeypatch.setenv("XSIM_MAX_SPEC_BYTES", str(len(body)))
@@ -414,8 +414,8 @@ def test_spec_from_dev_zero_stops_at_the_limit(tmp_path: Path) -> None:
 
 def test_yaml_checks_hold_on_the_event_stream(tmp_path: Path) -> None:
     """Aliases anywhere, nesting one past the limit, and duplicate keys are refused; a key-rich spec loads."""
-    from tracegen.errors import SpecError
-    from tracegen.spec import read_spec_file
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import read_spec_file
 
     cases = {
         "alias.yaml": ("x: &a 1\ny: *a\n", r"YAML aliases \(\*a\).*line 2"),
@@ -439,9 +439,10 @@ def test_a_sets_own_deployment_json_scales_with_the_set(
     """`xsim replay` reads the deployment.json `xsim gen` wrote under 1 KiB per rank of the set, even past
     the spec limit (issue 24: 895 KB for 16,384 ranks tripped 512 KiB); the same file as a hand-written
     spec keeps the spec limit, and a deployment.json past 1 KiB per rank is still refused."""
-    from tracegen.errors import SpecError
-    from tracegen.spec import load_spec
-    from traces.limits import max_set_metadata_bytes
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import load_spec
+    from xsim.traces.limits import max_set_metadata_bytes
+
     from xsim import api
 
     spec = {"name": "meta", "model": "llama2-7b", "seq_len": 128, "micro_batches": 1,
@@ -466,8 +467,9 @@ def test_out_of_memory_is_one_line_with_the_runs_size(
 ) -> None:
     """A MemoryError anywhere under a verb is one stderr line naming the run's size and what to try, exit 2
     (issue 24: a numpy MemoryError traceback at 16 GB)."""
-    import replay.simulation as simulation
-    import tracegen.workload as workload
+    import xsim.replay.simulation as simulation
+    import xsim.tracegen.workload as workload
+
     from xsim import api
     from xsim.cli import main
 

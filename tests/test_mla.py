@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tracegen import generate, load_spec
-from tracegen.spec import model_arch
-from traces import attrs as A
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.spec import model_arch
+from xsim.traces import attrs as A
 
 # hidden 64, 4 heads; q latent 16, kv latent 8, nope 8 + rope 4 = qk 12, v 8; 16 tokens
 MLA = {"q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}

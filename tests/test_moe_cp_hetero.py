@@ -5,11 +5,10 @@ different GPU types with one EP degree generate."""
 from __future__ import annotations
 
 import pytest
-
-from tracegen import generate, load_spec
-from tracegen.errors import SpecError
-from traces import attrs as A
-from traces import pb
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
 MOE = {"name": "tiny-moe", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256, "seq_len": 16,
        "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32}}  # fmt: skip

@@ -4,12 +4,11 @@ groups and memory, each against a hand count."""
 from __future__ import annotations
 
 import pytest
-
-from tracegen import generate, load_spec
-from tracegen.errors import SpecError
-from tracegen.memory import deployment_memory
-from traces import attrs as A
-from traces import pb
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.memory import deployment_memory
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
 H, B = 64, 2  # hidden and BF16 bytes of the small models: one token copy is 128 B
 TABLE = [

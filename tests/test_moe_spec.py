@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from tracegen import deployment_pb2 as dpb
-from tracegen.errors import SpecError
-from tracegen.models import preset
-from tracegen.moe import (
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.models import preset
+from xsim.tracegen.moe import (
     MoeSpec,
     Routing,
     capacity,
@@ -20,7 +19,7 @@ from tracegen.moe import (
     mla_from_message,
     moe_from_message,
 )
-from tracegen.spec import load_spec, model_arch, spec_to_mapping
+from xsim.tracegen.spec import load_spec, model_arch, spec_to_mapping
 
 
 def test_mixtral_8x7b_parameters_by_hand():

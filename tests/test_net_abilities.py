@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netmodels import AnalyticalModel
-from netmodels.api import FixedDurations, MemberFinishes, MemberStarts, StaggeredStarts
-from netmodels.astra import astra_model
-from netmodels.models import REGISTRY, capabilities_named
-from netmodels.topology import ring_topology
-from replay import simulate
-from replay.config import ReplayConfig, resolve_streams
+from xsim.netmodels import AnalyticalModel
+from xsim.netmodels.api import FixedDurations, MemberFinishes, MemberStarts, StaggeredStarts
+from xsim.netmodels.astra import astra_model
+from xsim.netmodels.models import REGISTRY, capabilities_named
+from xsim.netmodels.topology import ring_topology
+from xsim.replay import simulate
+from xsim.replay.config import ReplayConfig, resolve_streams
+
 from tests.test_replay_fixed_durations import HandlesOnly
 from tests.test_replay_support import coll, comp, write_set
 

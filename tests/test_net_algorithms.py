@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from netmodels import AnalyticalModel, CollectiveSpec, FlowModel, simulate_collective, topology_from_spec
-from netmodels.algorithms import build_schedule, in_order_tree
-from netmodels.errors import AlgorithmError
-from netmodels.topology import ring_topology, switch_topology
+from xsim.netmodels import AnalyticalModel, CollectiveSpec, FlowModel, simulate_collective, topology_from_spec
+from xsim.netmodels.algorithms import build_schedule, in_order_tree
+from xsim.netmodels.errors import AlgorithmError
+from xsim.netmodels.topology import ring_topology, switch_topology
 
 A, BW = 100.0, 1e9  # 100 ns per hop, 1 GB/s = 1 byte/ns
 S = 1_200_000

@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 import pytest
-
-from netmodels import (
+from xsim.netmodels import (
     AlgorithmError,
     AstraConfigError,
     CollectiveSpec,
@@ -17,7 +16,7 @@ from netmodels import (
     simulate_collective,
     simulate_p2p,
 )
-from netmodels.astra import CLEAN_SYSTEM, AstraDim, AstraModel, AstraNetwork, AstraSystem
+from xsim.netmodels.astra import CLEAN_SYSTEM, AstraDim, AstraModel, AstraNetwork, AstraSystem
 
 B50 = 50 * 2**30 / 1e9  # 50 GB/s in bytes/ns, GB = 2^30 (reference section 2)
 MIB = 1 << 20

@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from netmodels import CollectiveSpec, simulate_collective
-from netmodels.astra import (
+from xsim.netmodels import CollectiveSpec, simulate_collective
+from xsim.netmodels.astra import (
     CLEAN_SYSTEM,
     AstraDim,
     AstraModel,
@@ -21,6 +20,7 @@ from netmodels.astra import (
     load_network_yml,
     load_system_json,
 )
+
 from tests.test_replay_support import SHARED
 
 CFG = SHARED / "peer_configs" / "astra-sim"
@@ -140,7 +140,7 @@ def test_double_binary_tree_one_chunk_with_reductions_by_hand():
     # Switch-8 (every message 2 hops), 1 chunk, ed 1, L 100: leaves wait ed, send up; every inner node and
     # the root pay ed + reduction per bundle; leaves end ed after the data comes down:
     # 6 T + 7 ed + 5 reductions of the whole chunk.
-    from netmodels.astra import AstraSystem
+    from xsim.netmodels.astra import AstraSystem
 
     system = AstraSystem(1, 1, 1, 100.0, "localBWAware", "LIFO", ())
     model = AstraModel(AstraNetwork((AstraDim("switch", 8, 50, 500),)), system)
@@ -240,7 +240,7 @@ def _events_only(monkeypatch):
 @pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"])
 @pytest.mark.parametrize("ranks", [tuple(range(8)), (0, 2, 4, 6), (1, 2)])
 def test_aware_ring_closed_form_equals_event_run(monkeypatch, topo, kind, ranks):
-    from netmodels.astra import AstraSystem
+    from xsim.netmodels.astra import AstraSystem
 
     system = AstraSystem(4, 1, 10, 1600.0, "localBWAware", "LIFO", ())
     spec = CollectiveSpec(kind, MIB + 12345, ranks)
@@ -258,8 +258,8 @@ def test_aware_ring_closed_form_equals_event_run(monkeypatch, topo, kind, ranks)
 def test_unaware_ring_closed_form_equals_packet_machine(kind, n, ranks):
     # The ring closed form reproduced ASTRA-sim's 182 ring runs (reference 3.3 item 5); the packet machine
     # that runs halvingDoubling and direct must give the same numbers for ring.
-    from netmodels.astra import AstraSystem
-    from netmodels.astra_events import AstraWorld, CollectiveRun, PacketAlgo, UnawareNet
+    from xsim.netmodels.astra import AstraSystem
+    from xsim.netmodels.astra_events import AstraWorld, CollectiveRun, PacketAlgo, UnawareNet
 
     system = AstraSystem(4, 2, 10, 1600.0, "localBWAware", "LIFO", ())
     model = AstraModel(AstraNetwork((AstraDim("ring", n, 50, 500),)), system)
@@ -308,7 +308,7 @@ def test_multi_dim_two_chunks_pipeline_across_dimension_queues():
     # B starts its RS on dim 0 when A leaves for dim 1; A's AG waits for B's RS (one chunk per queue); B's AG
     # waits for A's AG: 2R + 2G instead of 2(R + AR + G) back to back.
     net = AstraNetwork((AstraDim("ring", 4, 50, 1000), AstraDim("ring", 4, 50, 1000)))
-    from netmodels.astra import AstraSystem
+    from xsim.netmodels.astra import AstraSystem
 
     model = AstraModel(net, AstraSystem(2, 1, 1, 1e9, "localBWAware", "LIFO", ()))
     r = 3 * math.floor(1000 + 131072 / B50) + 4
@@ -322,7 +322,7 @@ def test_multi_dim_reduce_scatter_and_all_gather_sizes_and_order(opt):
     # [Ring 4 (1000 ns), Ring 2 (3000 ns)], clean, 1 MiB. RS: dim 0 on S (3 steps of S/4), then dim 1 on
     # the S/4 it produced (1 step of S/8). AG walks the dims backwards: dim 1 on S (1 step of S), then dim 0
     # on 2S (3 steps of 2S). Each phase pays steps + 1 bus crossings of 1 ns.
-    from netmodels.astra import AstraSystem
+    from xsim.netmodels.astra import AstraSystem
 
     net = AstraNetwork((AstraDim("ring", 4, 50, 1000), AstraDim("ring", 2, 50, 3000)))
     model = AstraModel(net, AstraSystem(1, 1, 1, 1e9, opt, "LIFO", ()))
@@ -344,7 +344,7 @@ def test_multi_dim_double_binary_tree_on_the_last_dimension():
     # RS on dim 0 (1 step of 512 KiB), a tree AllReduce of the 512 KiB over the rank's dim-1 line (the DBMAX
     # tree of 4: root 3 -> 1 -> {0, 2}), AG on dim 0 (1 step of 512 KiB). Every message costs
     # t = floor(1000 + 512 KiB / B). Tree finishes by position: root 2t + 3, middle 3t + 4, leaves 4t + 5.
-    from netmodels.astra import AstraSystem
+    from xsim.netmodels.astra import AstraSystem
 
     impl = (("all_reduce", ("ring", "doubleBinaryTree")),)
     net = AstraNetwork((AstraDim("ring", 2, 50, 1000), AstraDim("switch", 4, 50, 500)))
@@ -404,8 +404,9 @@ def test_staggered_issue_in_a_replay(tmp_path):
     # The replay engine hands each member's issue time to the model: rank 3 computes 50 us first.
     import json
 
-    from netmodels.astra import astra_model
-    from replay import simulate
+    from xsim.netmodels.astra import astra_model
+    from xsim.replay import simulate
+
     from tests.test_replay_support import coll, comp, write_set
 
     net = tmp_path / "net.yml"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from netmodels import CollectiveSpec
-from netmodels.astra import CLEAN_SYSTEM, AstraDim, AstraModel, AstraNetwork
+from xsim.netmodels import CollectiveSpec
+from xsim.netmodels.astra import CLEAN_SYSTEM, AstraDim, AstraModel, AstraNetwork
 
 SIZE = 4 << 20  # 4 MiB: m = 1 MiB per ring step on 4 ranks
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-
-from netmodels import (
+from xsim.netmodels import (
     AnalyticalModel,
     CollectiveSpec,
     FlowModel,
@@ -17,8 +16,8 @@ from netmodels import (
     simulate_p2p,
     topology_from_spec,
 )
-from netmodels.api import COLLECTIVE_KINDS
-from netmodels.topology import Topology, add_duplex, ring_topology, switch_topology
+from xsim.netmodels.api import COLLECTIVE_KINDS
+from xsim.netmodels.topology import Topology, add_duplex, ring_topology, switch_topology
 
 
 def csr(flows):
@@ -251,7 +250,7 @@ def test_small_max_min_path_gives_the_numpy_paths_numbers_bit_for_bit():
     # max_min_rates takes a plain-Python path up to _SMALL_ENTRIES (flow, link) entries; replay outputs
     # stay byte-identical only if it returns exactly the vectorized path's floats (same operations in the
     # same order), so compare the bytes, on shared links, repeated capacities and flows without links.
-    from netmodels.flow import _max_min_numpy, _max_min_small
+    from xsim.netmodels.flow import _max_min_numpy, _max_min_small
 
     rng = np.random.default_rng(11)
     for _ in range(500):

@@ -6,12 +6,12 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
+from xsim.netmodels import CollectiveSpec, FlowModel, topology_from_spec
+from xsim.netmodels.algorithms import SUPPORTED
+from xsim.netmodels.api import COLLECTIVE_KINDS
+from xsim.netmodels.maxmin import max_min_rates, max_min_rates_split, shared_flows, shared_flows_small
+from xsim.netmodels.topology import Topology, add_duplex, ring_topology, switch_topology
 
-from netmodels import CollectiveSpec, FlowModel, topology_from_spec
-from netmodels.algorithms import SUPPORTED
-from netmodels.api import COLLECTIVE_KINDS
-from netmodels.maxmin import max_min_rates, max_min_rates_split, shared_flows, shared_flows_small
-from netmodels.topology import Topology, add_duplex, ring_topology, switch_topology
 from tests.flow_reference import ReferenceFlowModel
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
-from netmodels.algorithms import build_schedule
-from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
-from netmodels.errors import AlgorithmError
-from netmodels.nccl import rail_rings
-from tracegen import load_spec
+from xsim.netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
+from xsim.netmodels.algorithms import build_schedule
+from xsim.netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
+from xsim.netmodels.errors import AlgorithmError
+from xsim.netmodels.nccl import rail_rings
+from xsim.tracegen import load_spec
 
 GB = 1e9
 S = 1 << 30
@@ -152,7 +151,7 @@ def test_one_gib_allreduce_on_two_dgx_h100_three_ways_one_time_near_published(tm
 
 
 def test_replay_warnings_name_slow_nics_and_foreign_gpus():
-    from netmodels.nccl import topology_warnings
+    from xsim.netmodels.nccl import topology_warnings
 
     # Table 5's H100 row: 10 Gb/s NICs (the default of a nodes: cluster): one line saying so.
     slow = topology_warnings(topology_from_spec("nodes:2*H100x4"))
@@ -170,7 +169,7 @@ def test_replay_warnings_name_slow_nics_and_foreign_gpus():
 
 
 def test_nccl_protocol_choice_switches_ll_ll128_simple_at_hand_computed_sizes():
-    from netmodels.nccl import choose_protocol, predicted_ns
+    from xsim.netmodels.nccl import choose_protocol, predicted_ns
 
     # 8 H100 on one node, AllReduce, X = the Simple ring's bandwidth time (us) at NCCL's 370.8 GB/s busBw.
     # tuning.cc (NCCL 2.30.7): LL 6.6 + 14 x 0.6 + X / f with f = min(0.5, llMaxBw 141 / 370.8) = 0.3803;
@@ -217,7 +216,7 @@ def test_forced_protocol_small_allreduce_is_nccl_latency_plus_bytes(model):
 
 
 def test_protocols_are_refused_outside_nccl_mode():
-    from netmodels.errors import AlgorithmError
+    from xsim.netmodels.errors import AlgorithmError
 
     spec = CollectiveSpec("all_reduce", 1 << 20, tuple(range(4)), algorithm="ring/LL")
     with pytest.raises(AlgorithmError, match="NCCL protocols run on clusters with collectives: nccl"):
@@ -344,7 +343,7 @@ def test_cross_node_p2p_relays_through_the_destinations_rail_pxn(model):
     # of node 0 (2 x 20.44 ns, NCCL's 370.8 GB/s), through NIC 4 (PCIe 287.5 ns at 64 GB/s, NIC 368 ns at
     # 50 GB/s) on rail switch 4, never the spine: 64 MiB at the narrowest, 50 GB/s.
     topo = topology_from_spec("dgx-h100:2:fabric=rail")
-    from netmodels.nccl import p2p_links, pxn_relay
+    from xsim.netmodels.nccl import p2p_links, pxn_relay
 
     assert pxn_relay(topo, 3, 12) == 4 and pxn_relay(topo, 3, 11) is None and pxn_relay(topo, 3, 5) is None
     links, lat = p2p_links(topo, 3, 12)
@@ -383,7 +382,7 @@ def test_groups_across_hosts_of_equal_shape_share_one_evaluation_on_a_single_swi
 
 
 def test_bad_collectives_mode_is_one_error_line():
-    from netmodels.errors import TopologyError
+    from xsim.netmodels.errors import TopologyError
 
     desc = _two_nodes(2, "nccl")
     desc["collectives"] = "mpi"

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
-from netmodels.api import CollectiveSpec, simulate_collective
+from xsim.netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
+from xsim.netmodels.api import CollectiveSpec, simulate_collective
 
 SIZE = 127_000_000  # 127 MB
 NIC_BPS = 200e9 / 8  # one 200 Gb/s NIC per GPU, bytes/s

@@ -12,16 +12,15 @@ import subprocess
 import sys
 
 import pytest
+from xsim.netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
+from xsim.netmodels.digraph import DiGraph
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.flow import FlowModel
+from xsim.netmodels.models import REGISTRY, build_model
+from xsim.netmodels.ns3_options import Ns3Options
+from xsim.netmodels.topology import Topology, add_duplex, switch_topology
 
-from netmodels.api import CollectiveSpec, simulate_collective, simulate_p2p
-from netmodels.digraph import DiGraph
-from netmodels.errors import NetworkModelError
-from netmodels.flow import FlowModel
-from netmodels.models import REGISTRY, build_model
-from netmodels.ns3_options import Ns3Options
-from netmodels.topology import Topology, add_duplex, switch_topology
-
-ns3mod = pytest.importorskip("netmodels.ns3")
+ns3mod = pytest.importorskip("xsim.netmodels.ns3")
 HAVE_NS3 = ns3mod.available()
 needs_ns3 = pytest.mark.skipif(
     not HAVE_NS3, reason="the `ns3` package is not installed (pip install 'xsim-replay[ns3]')"
@@ -34,7 +33,7 @@ WIRE = 1502 / 1448  # bytes on the wire per payload byte (full segments)
 
 def test_registry_entry():
     info = REGISTRY["ns3"]
-    assert info.factory == "netmodels.ns3:Ns3Model"
+    assert info.factory == "xsim.netmodels.ns3:Ns3Model"
     assert not info.capabilities.contention_free and not info.capabilities.foldable
 
 
@@ -52,7 +51,7 @@ def test_missing_extra_is_one_line(monkeypatch):
 def test_core_never_imports_ns3():
     code = (
         "import sys, xsim.cli, netmodels.models, netmodels.flow, replay.engine\n"
-        "bad = [m for m in ('ns', 'cppyy', 'netmodels.ns3') if m in sys.modules]\n"
+        "bad = [m for m in ('ns', 'cppyy', 'xsim.netmodels.ns3') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

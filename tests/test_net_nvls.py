@@ -7,12 +7,11 @@ NCCL 2.30.7) and the DGX presets' link rates, and checked against published meas
 from __future__ import annotations
 
 import pytest
-
-from netmodels import CollectiveSpec, build_cluster, simulate_collective, topology_from_spec
-from netmodels.analytical import AnalyticalModel
-from netmodels.errors import AlgorithmError
-from netmodels.flow import FlowModel
-from netmodels.nccl import (
+from xsim.netmodels import CollectiveSpec, build_cluster, simulate_collective, topology_from_spec
+from xsim.netmodels.analytical import AnalyticalModel
+from xsim.netmodels.errors import AlgorithmError
+from xsim.netmodels.flow import FlowModel
+from xsim.netmodels.nccl import (
     NvlsRuntime,
     nvls_graph,
     nvls_group_graph,
@@ -178,7 +177,7 @@ def test_nvls_bad_requests_are_one_error_line():
 
 
 def test_per_channel_caps_from_nccls_graph_channels():
-    from netmodels.nccl import channel_caps, graph_channels
+    from xsim.netmodels.nccl import channel_caps, graph_channels
 
     # Across nodes with a NIC per GPU, NCCL's ring/tree graphs hold one channel per NIC: 8 on a DGX.
     assert graph_channels(topology_from_spec("dgx-h100:2"), tuple(range(16))) == 8

@@ -13,10 +13,9 @@ import zlib
 import networkx as nx
 import numpy as np
 import pytest
-
-from netmodels import TopologyError, topology_from_spec
-from netmodels.digraph import DiGraph
-from netmodels.topology import Topology, add_duplex, multi_dim_topology, ring_topology
+from xsim.netmodels import TopologyError, topology_from_spec
+from xsim.netmodels.digraph import DiGraph
+from xsim.netmodels.topology import Topology, add_duplex, multi_dim_topology, ring_topology
 
 
 def _cost(attrs: dict) -> int:

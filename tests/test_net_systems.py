@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
-from netmodels.api import CollectiveSpec, simulate_collective
-from netmodels.errors import TopologyError
-from netmodels.presets import SYSTEM_PRESETS
-from tracegen import load_spec
-from tracegen.spec import CLUSTER_SYSTEMS
+from xsim.netmodels import AnalyticalModel, FlowModel, build_cluster, topology_from_spec
+from xsim.netmodels.api import CollectiveSpec, simulate_collective
+from xsim.netmodels.errors import TopologyError
+from xsim.netmodels.presets import SYSTEM_PRESETS
+from xsim.tracegen import load_spec
+from xsim.tracegen.spec import CLUSTER_SYSTEMS
 
 GB = 1e9
 SIZE = 1 << 30

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from netmodels import (
+from xsim.netmodels import (
     AnalyticalModel,
     CollectiveSpec,
     FlowModel,
@@ -16,8 +15,8 @@ from netmodels import (
     simulate_collective,
     topology_from_spec,
 )
-from netmodels.presets import interconnect
-from netmodels.units import parse_bandwidth, parse_size, parse_time_ns
+from xsim.netmodels.presets import interconnect
+from xsim.netmodels.units import parse_bandwidth, parse_size, parse_time_ns
 
 
 def test_units():
@@ -265,8 +264,7 @@ def test_cluster_distances_equal_networkx_shortest_paths_where_gpus_never_relay(
     # Route distances of a cluster graph (numpy level search) against networkx's Dijkstra on
     # the graph in which a link may enter a GPU only when that GPU is the destination.
     import networkx as nx
-
-    from netmodels.topology import link_cost
+    from xsim.netmodels.topology import link_cost
 
     topo = topology_from_spec("nodes:12*H100x8:fabric=fat_tree:k=8:oversubscription=2")  # 96 ranks: 2 blocks
     g = topo.graph
@@ -287,7 +285,7 @@ def test_analytical_repeated_transfer_keeps_its_time_and_bad_ranks_still_fail():
     # ring:4 at 50 GB/s and 500 ns per link: 1 MB to the neighbour = 500 + 1e6 / 50 = 20,500 ns. The
     # duration is remembered per (src, dst, size); a later repeat adds it to its own start, and a rank
     # outside the topology is still an error after the cache is warm.
-    from netmodels import RankError
+    from xsim.netmodels import RankError
 
     model = AnalyticalModel(topology_from_spec("ring:4:50GBps:500ns"))
     h0 = model.start_p2p(0, 0, 1, 1_000_000)

@@ -181,8 +181,8 @@ def test_another_sets_deployment_is_refused_by_name(tmp_path: Path) -> None:
 
 def test_set_id_does_not_depend_on_prices_or_cluster(tmp_path: Path) -> None:
     # A what-if edit of deployment.json (a GPU price, the cluster) keeps the set: only the plan counts.
-    from tracegen.set_identity import deployment_set_id
-    from tracegen.spec import load_spec
+    from xsim.tracegen.set_identity import deployment_set_id
+    from xsim.tracegen.spec import load_spec
 
     spec = _spec(tmp_path)
     a = load_spec(str(spec))
@@ -261,7 +261,7 @@ def test_symbolic_links_are_never_written_through(tmp_path: Path) -> None:
 
 def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path: Path) -> None:
     # Before: two concurrent `xsim gen --out SAME` both exited 0 and left 14 + 1,013 files of two plans.
-    from traces.outputs import _Lock
+    from xsim.traces.outputs import _Lock
 
     assert _gen(tmp_path, _spec(tmp_path), "g").returncode == 0
     before = snapshot(tmp_path / "g")
@@ -275,7 +275,7 @@ def test_a_second_writer_waits_then_is_refused_in_one_line(tmp_path: Path) -> No
 
 
 def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path: Path) -> None:
-    from traces.outputs import folder_lock
+    from xsim.traces.outputs import folder_lock
 
     with folder_lock(tmp_path / "o"):
         proc = _run(

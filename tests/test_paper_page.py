@@ -85,7 +85,7 @@ def test_phase_wait_and_exposed_pp_comm_by_hand(rp):
 
 
 def test_c15_scaled_keeps_the_global_batch(rp):
-    from tracegen.spec import load_spec
+    from xsim.tracegen.spec import load_spec
 
     for n, mbs in ((128, 8), (1024, 1)):
         spec = rp.c15_scaled(n, "llama2-13b", 256)

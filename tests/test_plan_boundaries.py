@@ -5,10 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
-from tracegen.models import preset
-from tracegen.planner import PlanError, build_plan, layer_grad_bytes, plan_groups, view_device_groups
-from tracegen.spec import load_spec
+from xsim.tracegen.models import preset
+from xsim.tracegen.planner import PlanError, build_plan, layer_grad_bytes, plan_groups, view_device_groups
+from xsim.tracegen.spec import load_spec
 
 
 def test_boundaries_of_a_resharding_pair():

@@ -6,8 +6,7 @@ import itertools
 from types import SimpleNamespace
 
 import pytest
-
-from tracegen.planner import (
+from xsim.tracegen.planner import (
     PlanError,
     boundary_points,
     build_rings,

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from tracegen.planner import chunk_extent, plan_groups, view_device_groups
+from xsim.tracegen.planner import chunk_extent, plan_groups, view_device_groups
 
 
 @st.composite

@@ -10,13 +10,13 @@ import json
 import math
 
 import pytest
+from xsim.netmodels.astra import astra_model
+from xsim.replay import DeviceProfile, ReplayConfig, RooflineModel, simulate
+from xsim.replay.compute import roofline_ns
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
 
-from netmodels.astra import astra_model
-from replay import DeviceProfile, ReplayConfig, RooflineModel, simulate
-from replay.compute import roofline_ns
 from tests.test_replay_support import SHARED, comp, write_set
-from traces import pb
-from traces.attrs import make_node
 
 ET = SHARED / "peer_traces" / "chakra_et"
 CFG = SHARED / "peer_configs" / "astra-sim"

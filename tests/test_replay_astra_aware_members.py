@@ -14,10 +14,10 @@ import math
 from pathlib import Path
 
 import pytest
+from xsim.netmodels import CollectiveSpec, simulate_collective
+from xsim.netmodels.astra import astra_model
+from xsim.replay import simulate
 
-from netmodels import CollectiveSpec, simulate_collective
-from netmodels.astra import astra_model
-from replay import simulate
 from tests.test_replay_support import SHARED, coll, comp, recv, send, write_set
 
 MIB = 1 << 20
@@ -158,7 +158,7 @@ def test_members_start_as_they_issue_on_the_aware_switch(tmp_path) -> None:
 
 
 def test_open_and_issue_refuse_misuse(configs) -> None:
-    from netmodels.errors import NetworkModelError
+    from xsim.netmodels.errors import NetworkModelError
 
     spec = CollectiveSpec("all_reduce", MIB, tuple(range(8)))
     with pytest.raises(NetworkModelError, match="congestion-aware"):

@@ -11,18 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from xsim.netmodels.astra import astra_model
+from xsim.netmodels.models import REGISTRY, capabilities_of
+from xsim.replay import DurationModel, ReplayConfig, RooflineModel, simulate
+from xsim.replay.compute import DeviceProfile, SpeedScaled, replay_duration_ns, with_exact
+from xsim.replay.errors import ReplayError
+from xsim.replay.program import build_program
+from xsim.replay.simulation import ColumnReader, load_groups
+from xsim.traces import pb
+from xsim.traces.attrs import DURATION_NS, make_node
+from xsim.traces.traceset import discover, write_trace_set
 
-from netmodels.astra import astra_model
-from netmodels.models import REGISTRY, capabilities_of
-from replay import DurationModel, ReplayConfig, RooflineModel, simulate
-from replay.compute import DeviceProfile, SpeedScaled, replay_duration_ns, with_exact
-from replay.errors import ReplayError
-from replay.program import build_program
-from replay.simulation import ColumnReader, load_groups
 from tests.program_reference import reference_program
-from traces import pb
-from traces.attrs import DURATION_NS, make_node
-from traces.traceset import discover, write_trace_set
 from xsim import api
 
 # One layer of a tiny model; `{ranks}` and `{tp}` filled in per test.

@@ -6,11 +6,11 @@ import json
 import math
 
 import pytest
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
 
 import xsim.cli
 from tests.test_replay_support import SHARED, coll, comp, recv, write_set
-from traces import pb
-from traces.attrs import make_node
 
 ET = SHARED / "peer_traces" / "chakra_et"
 CFG = SHARED / "peer_configs" / "astra-sim"
@@ -125,9 +125,9 @@ def test_deployment_json_gives_cluster_and_recorded_durations(tmp_path, capsys) 
     # A folder written as `xsim gen` writes it: the cluster comes from deployment.json and every op replays
     # the exact time its generator recorded (duration_ns); with `compute_model: roofline` that is the
     # roofline of its device group's catalog GPU (achieved = peak x efficiency), rounded to the ns.
-    from tracegen.catalog import gpu
-    from tracegen.spec import load_spec, save_deployment
-    from tracegen.workload import generate
+    from xsim.tracegen.catalog import gpu
+    from xsim.tracegen.spec import load_spec, save_deployment
+    from xsim.tracegen.workload import generate
 
     model = {"name": "toy", "layers": 4, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "kv_heads": 8}
     model |= {"vocab": 32000, "seq_len": 512}
@@ -192,7 +192,7 @@ def test_astra_system_roofline(tmp_path, capsys) -> None:
 def test_device_profile_by_gpu_name(tmp_path, capsys) -> None:
     # Devices may be catalog GPU names (contract A): the CLI resolves them to achieved rates
     # (peak_flops x gemm_eff, mem_bw x mem_eff). 1e12 FLOP over 1e12 B is memory-bound on every GPU.
-    from tracegen.catalog import gpu
+    from xsim.tracegen.catalog import gpu
 
     node = make_node(1, "copy", pb.COMP_NODE, attrs={"num_ops": 10**12, "tensor_size": 10**12})
     ts = write_set(tmp_path, [[node], [node]])

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xsim.replay import ReplayConfig
+from xsim.replay.program import Program, build_program
+from xsim.replay.simulation import ColumnReader, load_groups
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.spec import save_deployment
+from xsim.traces.columnar import Unsupported, decode_columns
+from xsim.traces.traceset import TraceSet, discover
 
-from replay import ReplayConfig
-from replay.program import Program, build_program
-from replay.simulation import ColumnReader, load_groups
 from tests.program_reference import reference_program
 from tests.test_replay_support import SHARED
-from tracegen import generate, load_spec
-from tracegen.spec import save_deployment
-from traces.columnar import Unsupported, decode_columns
-from traces.traceset import TraceSet, discover
 
 ROOT = Path(__file__).resolve().parents[1]
 ET = SHARED / "peer_traces" / "chakra_et"
@@ -76,7 +76,8 @@ def _compare(ts: TraceSet, compute=None, config: ReplayConfig | None = None, gro
 
 
 def test_generated_figure1_with_roofline_and_recorded_durations(tmp_path: Path) -> None:
-    from replay.compute import DurationModel, RooflineModel
+    from xsim.replay.compute import DurationModel, RooflineModel
+
     from xsim.api import catalog_device
 
     dep = load_spec(str(ROOT / "examples" / "figure1_paper.yaml"))
@@ -106,7 +107,7 @@ def test_astra_sim_traces(name: str) -> None:
 
 
 def test_pytorch_import(tmp_path: Path) -> None:
-    from tracegen.importers.pytorch import import_pytorch
+    from xsim.tracegen.importers.pytorch import import_pytorch
 
     ex = ROOT / "traces" / "examples" / "pytorch"
     ets = [str(ex / f"tinygpt_pp2_et.{r}.json.gz") for r in range(2)]
@@ -117,9 +118,9 @@ def test_pytorch_import(tmp_path: Path) -> None:
 
 def test_left_to_protobuf_forms() -> None:
     # A float attribute value the replay reads, and an unknown Node field: the columnar decoder declines.
-    from traces import pb
-    from traces.attrs import make_node
-    from traces.stream import encode_stream
+    from xsim.traces import pb
+    from xsim.traces.attrs import make_node
+    from xsim.traces.stream import encode_stream
 
     n = make_node(1, "c", pb.COMP_NODE)
     n.attr.add(name="num_ops", double_val=1.5)
@@ -136,12 +137,12 @@ def test_left_to_protobuf_forms() -> None:
 def test_ranks_with_the_same_edges_share_them_and_still_count_their_own(tmp_path: Path) -> None:
     # Ranks 0, 1 and 3 hold the same ids and deps (names and durations differ): the builder works their
     # edges out once. Each drops 2 ctrl deps (one on an absent id, one on itself), so 3 x 2 + rank 2's 1.
-    from replay.build import build_rank
-    from replay.compute import DurationModel
-    from replay.program import _Builder
-    from traces import pb
-    from traces.attrs import make_node
-    from traces.traceset import write_trace_set
+    from xsim.replay.build import build_rank
+    from xsim.replay.compute import DurationModel
+    from xsim.replay.program import _Builder
+    from xsim.traces import pb
+    from xsim.traces.attrs import make_node
+    from xsim.traces.traceset import write_trace_set
 
     def rank(tag: str, last_deps: list[int], ctrl: list[int]) -> list:
         return [
@@ -177,7 +178,7 @@ def _json_copy(ts: TraceSet, out: Path) -> TraceSet:
     """The same set with every rank written as a JSON trace (decoded with protobuf, then into columns)."""
     import shutil
 
-    from traces.jsonview import dump_json
+    from xsim.traces.jsonview import dump_json
 
     out.mkdir()
     for r in range(ts.num_ranks):
@@ -192,8 +193,9 @@ def test_features_of_the_old_node_by_node_path_go_through_the_one_builder(tmp_pa
     # --speed (SpeedScaled, vectorised over a vectorised base), --as-gpu (WhatIfModel: the default loop
     # of its scalar duration_ns), a model outside the registry, --honour-stream, and JSON traces: each
     # built by replay/build.py equals the node-by-node reference field by field.
-    from replay.compute import DeviceProfile, DurationModel, RooflineModel, SpeedScaled, capabilities_of
-    from replay.whatif import WhatIfModel
+    from xsim.replay.compute import DeviceProfile, DurationModel, RooflineModel, SpeedScaled, capabilities_of
+    from xsim.replay.whatif import WhatIfModel
+
     from tests.test_replay_support import coll, comp, recv, send, write_set
 
     tiny = discover(str(ROOT / "traces" / "examples" / "tiny_pipeline"))
@@ -243,7 +245,8 @@ def test_features_of_the_old_node_by_node_path_go_through_the_one_builder(tmp_pa
 def test_errors_come_in_node_order_across_the_lint_and_the_builder(tmp_path: Path) -> None:
     # One file, several broken nodes: the error reported is the first node's (by id), whichever stage of
     # the builder finds it, and the reference's message, from numpy and protobuf columns alike.
-    from replay.errors import ReplayError
+    from xsim.replay.errors import ReplayError
+
     from tests.test_replay_support import coll, comp, write_set
 
     def bad(node, name: str, **value):
@@ -282,7 +285,8 @@ def test_errors_come_in_node_order_across_the_lint_and_the_builder(tmp_path: Pat
 
 
 def test_a_bad_compute_model_is_named_at_its_node(tmp_path: Path) -> None:
-    from replay.errors import ReplayError
+    from xsim.replay.errors import ReplayError
+
     from tests.test_replay_support import comp, write_set
 
     class Negative:

@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from xsim.replay import ReplayConfig, simulate
+from xsim.replay.errors import ReplayDeadlock
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.errors import XsimError
+from xsim.traces.traceset import discover, write_trace_set
 
-from replay import ReplayConfig, simulate
-from replay.errors import ReplayDeadlock
 from tests.replay_reference import KIND_NAME, RefDeadlock, collective_ns, p2p_ns, reference_replay
 from tests.test_replay_support import FakeNet
-from traces import pb
-from traces.attrs import make_node
-from traces.errors import XsimError
-from traces.traceset import discover, write_trace_set
 
 COMM_TYPES = sorted(KIND_NAME)
 SIZES = (0, 4000, 8000, 16000, 40000)  # multiples of 8000 / 4 ns or 8 ns: comm times collide with compute

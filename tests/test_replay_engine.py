@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from replay import (
+from xsim.replay import (
     DurationModel,
     ReplayConfig,
     ReplayDeadlock,
@@ -13,9 +12,10 @@ from replay import (
     TraceGraphError,
     simulate,
 )
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+
 from tests.test_replay_support import FakeNet, coll, comp, recv, send, write_set
-from traces import pb
-from traces.attrs import make_node
 
 
 def test_straggler_wait_exact(tmp_path) -> None:
@@ -259,7 +259,7 @@ def test_duration_comm_types_replay_without_matching(tmp_path) -> None:
     ],
 )
 def test_hostile_comm_attributes(tmp_path, node_type, attrs, bad, message) -> None:
-    from traces.attrs import make_attr
+    from xsim.traces.attrs import make_attr
 
     n = make_node(1, "bad", node_type, attrs=attrs)
     n.attr.append(make_attr(*bad))

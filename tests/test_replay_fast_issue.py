@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+from xsim.replay import simulate
+from xsim.replay.engine import FAST, _fast_queues
 
-from replay import simulate
-from replay.engine import FAST, _fast_queues
 from tests.test_replay_support import FakeNet, coll, comp, write_set
 
 
@@ -77,7 +77,7 @@ def test_a_run_of_compute_nodes_is_one_event_with_every_node_timed(tmp_path):
 def test_children_of_multi_child_nodes_in_csr_order():
     # Node 0 has children 3, 1; node 1 has one (2); node 2 none; node 3 has 4, 2, 1: the engine reads the
     # one child from child1 and the others' from `many`, in the CSR order the node-by-node loop used.
-    from replay.engine import _MANY, _NONE, _many_children, _single_child
+    from xsim.replay.engine import _MANY, _NONE, _many_children, _single_child
 
     ptr = np.array([0, 2, 3, 3, 6, 6])
     idx = np.array([3, 1, 2, 4, 2, 1])

@@ -4,12 +4,13 @@ the handle path (start, next event, advance) that every other model takes."""
 
 from __future__ import annotations
 
-from netmodels import AnalyticalModel
-from netmodels.api import CollectiveSpec
-from netmodels.topology import ring_topology
-from replay import simulate
+from xsim.netmodels import AnalyticalModel
+from xsim.netmodels.api import CollectiveSpec
+from xsim.netmodels.topology import ring_topology
+from xsim.replay import simulate
+from xsim.traces import pb
+
 from tests.test_replay_support import coll, comp, recv, send, write_set
-from traces import pb
 
 
 class HandlesOnly:

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 from polars.testing import assert_frame_equal
+from xsim.replay import ReplayConfig, ReplayError, simulate
+from xsim.replay.fold import fold_from_deployment, resolve_fold
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.spec import save_deployment
+from xsim.traces import pb
+from xsim.traces.attrs import COMM_DST, COMM_SIZE, PG_NAME, get_int, get_str, set_attr
+from xsim.traces.stream import write_et
+from xsim.traces.traceset import discover
 
-from replay import ReplayConfig, ReplayError, simulate
-from replay.fold import fold_from_deployment, resolve_fold
-from tracegen import generate, load_spec
-from tracegen.spec import save_deployment
-from traces import pb
-from traces.attrs import COMM_DST, COMM_SIZE, PG_NAME, get_int, get_str, set_attr
-from traces.stream import write_et
-from traces.traceset import discover
 from xsim import api
 from xsim.cli import build_parser
 from xsim.cmd_replay import options
@@ -108,7 +108,7 @@ def test_generated_fold_equals_unfolded(gen_sets, sched: str, tmp_path: Path) ->
 def test_streamed_chunks_of_any_size(gen_sets, tmp_path: Path, monkeypatch) -> None:
     # The expansion streams the ops table in chunks of whole ranks; rows per chunk from 1 (every rank its
     # own chunk) to more than the table: the same bytes as the unfolded replay's table written whole.
-    import replay.fold_tables as ft
+    import xsim.replay.fold_tables as ft
 
     a, _ = _replay(gen_sets["1f1b"])
     for rows in (1, 1000, 10**9):
@@ -290,7 +290,7 @@ def _edit_byte(path: Path, marker: bytes, nth: int) -> int:
 
 def _node_at(path: Path, offset: int) -> pb.Node:
     """The node whose frame holds byte `offset` of a framed .et file."""
-    from traces.stream import frame_offsets
+    from xsim.traces.stream import frame_offsets
 
     buf = path.read_bytes()
     s, e = next((s, e) for s, e in frame_offsets(buf) if s <= offset < e)
@@ -338,7 +338,7 @@ def test_one_byte_in_a_label_folds_with_the_ranks_own_label(gen_sets, tmp_path: 
 def test_generated_set_is_proven_by_bytes_alone(gen_sets, monkeypatch) -> None:
     # On a generated set every folded rank is shown equal by the byte comparison (device groups, TP
     # groups, P2P peers and P2P node names swapped in), never by decoding its file.
-    import replay.fold as fold_mod
+    import xsim.replay.fold as fold_mod
 
     def no_exact(*_a, **_k):
         raise AssertionError("exact proof used")
@@ -378,7 +378,7 @@ def test_tp_fold_equals_unfolded(tmp_path: Path) -> None:
 def test_labels_of_other_lengths_are_proven_by_bytes(tmp_path: Path, monkeypatch) -> None:
     # DP 6: replica 5's TP groups are "11" and "12" where replica 0's are "1" and "2", and its P2P names
     # say "to22" where rank 2's say "to2": node lengths change, and the byte proof still covers them.
-    import replay.fold as fold_mod
+    import xsim.replay.fold as fold_mod
 
     dep = load_spec(_spec("fold_dp6", "1f1b", dp=6))
     d = tmp_path / "set"
@@ -482,7 +482,7 @@ def test_labels_in_the_last_replica_fold_with_its_own_values(gen_sets, tmp_path:
 def test_generated_files_equal_their_predictions(gen_sets, monkeypatch) -> None:
     # P2P names are predicted from the peer (pi_k of "to2" is "to6", "to10", "to14"), so every folded file
     # of a generated set equals its prediction byte for byte: no difference is ever looked for.
-    import replay.fold_bytes as fold_bytes
+    import xsim.replay.fold_bytes as fold_bytes
 
     def no_diff(*_a, **_k):
         raise AssertionError("a file differs from its prediction")
@@ -500,8 +500,7 @@ def test_canonical_order_numbers_records_and_pairs_by_its_keys() -> None:
     import random
 
     import numpy as np
-
-    from replay.engine import CollectiveRecord, canonical_order
+    from xsim.replay.engine import CollectiveRecord, canonical_order
 
     rng = random.Random(7)
     nodes = rng.sample(range(5000), 2000)  # distinct rows: a row is in one record or one pair

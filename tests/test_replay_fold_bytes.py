@@ -8,14 +8,13 @@ fields must be byte-identical to the file protobuf writes for the nodes with tho
 from __future__ import annotations
 
 import numpy as np
-
-from replay.fold_bytes import Template, first_diff, predict, predict_many, walk
-from replay.program import WANT_ATTRS
-from traces import pb
-from traces.attrs import make_attr
-from traces.columnar import decode_columns
-from traces.stream import encode_stream
-from traces.wire import name_field, read_varint32, varint
+from xsim.replay.fold_bytes import Template, first_diff, predict, predict_many, walk
+from xsim.replay.program import WANT_ATTRS
+from xsim.traces import pb
+from xsim.traces.attrs import make_attr
+from xsim.traces.columnar import decode_columns
+from xsim.traces.stream import encode_stream
+from xsim.traces.wire import name_field, read_varint32, varint
 
 META = pb.GlobalMetadata(version="0.0.4")
 
@@ -161,7 +160,7 @@ def test_layouts_mix_in_place_and_moving_replacements() -> None:
 
 
 def test_peer_in_name() -> None:
-    from replay.fold import _peer_in_name
+    from xsim.replay.fold import _peer_in_name
 
     assert _peer_in_name("send_act.fwd.mb0.to8", 8) == ("send_act.fwd.mb0.to", "")
     assert _peer_in_name("recv.mb8.from8.x", 8) == ("recv.mb8.from", ".x")  # the last run equal to it

@@ -9,12 +9,11 @@ the model's own statement that it times them alike), and the copy is not timed.
 from __future__ import annotations
 
 import pytest
-
-from netmodels.api import CollectiveSpec, Completion, FixedDurations, TimingClasses
-from netmodels.cluster import topology_from_spec
-from replay.errors import FoldRefused
-from replay.fold import FoldChecked, fold_checked, make_fold, private_model
-from traces.groups import ProcessGroups
+from xsim.netmodels.api import CollectiveSpec, Completion, FixedDurations, TimingClasses
+from xsim.netmodels.cluster import topology_from_spec
+from xsim.replay.errors import FoldRefused
+from xsim.replay.fold import FoldChecked, fold_checked, make_fold, private_model
+from xsim.traces.groups import ProcessGroups
 
 
 class Toy:
@@ -82,7 +81,7 @@ def test_check_proves_a_copy_by_its_class() -> None:
 
 
 def test_analytical_copy_shares_memos_and_classes() -> None:
-    from netmodels.analytical import AnalyticalModel
+    from xsim.netmodels.analytical import AnalyticalModel
 
     m = AnalyticalModel(topology_from_spec("dgx-h100:2"))
     copy = private_model(m)

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from replay.errors import ReplayError
-from replay.matching import CollectiveMatcher, P2PMatcher
-from replay.program import CollInfo, P2PInfo
-from traces import pb
+from xsim.replay.errors import ReplayError
+from xsim.replay.matching import CollectiveMatcher, P2PMatcher
+from xsim.replay.program import CollInfo, P2PInfo
+from xsim.traces import pb
 
 
 class _Prog:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-from replay.metrics import union_length
+from xsim.replay.metrics import union_length
 
 
 def _merge(intervals: list[tuple[int, int]]) -> int:

@@ -6,15 +6,15 @@ import json
 
 import polars as pl
 import pytest
+from xsim.replay import ReplayConfig, simulate
+from xsim.replay.export import write_annotated, write_timeline
+from xsim.replay.export.timeline import lane_spans
+from xsim.replay.result import COLLECTIVES_SCHEMA, OPS_SCHEMA, RANKS_SCHEMA, SUMMARY_SCHEMA
+from xsim.traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, get_int
+from xsim.traces.checks import check_all
+from xsim.traces.traceset import discover
 
-from replay import ReplayConfig, simulate
-from replay.export import write_annotated, write_timeline
-from replay.export.timeline import lane_spans
-from replay.result import COLLECTIVES_SCHEMA, OPS_SCHEMA, RANKS_SCHEMA, SUMMARY_SCHEMA
 from tests.test_replay_support import SHARED, FakeNet, two_rank_pipeline
-from traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, get_int
-from traces.checks import check_all
-from traces.traceset import discover
 
 REAL = SHARED / "peer_traces" / "chakra_et" / "chakra_feeder_test_real_trace"
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from xsim.netmodels.astra import astra_model
+from xsim.replay import ReplayConfig, ReplayError, simulate
+from xsim.traces import pb
 
-from netmodels.astra import astra_model
-from replay import ReplayConfig, ReplayError, simulate
 from tests.test_replay_support import FakeNet, coll, comp, recv, send, write_set
-from traces import pb
 
 GROUPS = {"1": (0, 1), "2": (0, 1)}  # two communicators over the same two ranks
 
@@ -144,8 +144,8 @@ def test_flow_model_streams_share_links(tmp_path, second) -> None:
     # 500 + 1e6 / 50 = 20500 ns. A second 1 MB transfer on another stream (group 2's all-gather, or a
     # send on the pipeline stream) crosses the same links at the same time: max-min fairness halves both
     # rates, so both end at 500 + 2e6 / 50 = 40500 ns; the contention-free analytical model keeps 20500.
-    from netmodels.cluster import topology_from_spec
-    from netmodels.models import build_model
+    from xsim.netmodels.cluster import topology_from_spec
+    from xsim.netmodels.models import build_model
 
     size = 1_000_000
     if second == "collective":

@@ -5,10 +5,10 @@ from __future__ import annotations
 import heapq
 from pathlib import Path
 
-from netmodels.api import CollectiveSpec, Completion
-from traces import pb
-from traces.attrs import make_node
-from traces.traceset import discover, write_trace_set
+from xsim.netmodels.api import CollectiveSpec, Completion
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.traceset import discover, write_trace_set
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.replay import simulate
+from xsim.replay.export.breakdown import collective_exposure, op_time_by, rank_breakdown
 
-from replay import simulate
-from replay.export.breakdown import collective_exposure, op_time_by, rank_breakdown
 from tests import browser
 from tests.test_replay_support import FakeNet, coll, comp, two_rank_pipeline, write_set
 from xsim.cli import main
@@ -154,7 +154,7 @@ def _cells(text: str) -> dict[str, str]:
 def test_report_numbers_are_the_summary_and_ranks_tables(tmp_path, capsys) -> None:
     # Issue 26 item 2: the report's worst-rank bubble and its per-rank columns are the replay's own.
     pytest.importorskip("matplotlib")
-    from replay.export.report import _fmt_ns
+    from xsim.replay.export.report import _fmt_ns
 
     ts = two_rank_pipeline(tmp_path)
     out = tmp_path / "res"

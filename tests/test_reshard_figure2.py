@@ -7,9 +7,8 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from tracegen.planner import PlanError
-from tracegen.planner.reshard import (
+from xsim.tracegen.planner import PlanError
+from xsim.tracegen.planner.reshard import (
     STRATEGY_NAMES,
     cutpoint_union,
     reshard_plan,

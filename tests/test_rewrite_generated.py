@@ -6,16 +6,16 @@ import argparse
 import json
 
 import pytest
+from xsim.tracegen.planner import build_plan
+from xsim.tracegen.planner.rewrite import read_bundle, rewrite_bundle
+from xsim.tracegen.spec import load_spec
+from xsim.tracegen.workload import generate
+from xsim.traces import pb
+from xsim.traces.attrs import RESHARD, RING, get_int, get_str
+from xsim.traces.checks import check_all
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile, encode_stream
 
-from tracegen.planner import build_plan
-from tracegen.planner.rewrite import read_bundle, rewrite_bundle
-from tracegen.spec import load_spec
-from tracegen.workload import generate
-from traces import pb
-from traces.attrs import RESHARD, RING, get_int, get_str
-from traces.checks import check_all
-from traces.groups import ProcessGroups
-from traces.stream import EtFile, encode_stream
 from xsim import cmd_plan, cmd_rewrite
 
 # Figure 1 / section 4.3: 5 x H100 (DG0 TP3 layers 1-20, DG2 TP2 layers 1-15) and 5 x A100 (DG1 TP2 layers

@@ -12,12 +12,11 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-
-from tracegen.bundle import TraceBundle
-from tracegen.planner import plan_groups, view_device_groups
-from tracegen.planner.rewrite import RewriteError, rewrite_bundle
-from traces import pb
-from traces.attrs import (
+from xsim.tracegen.bundle import TraceBundle
+from xsim.tracegen.planner import plan_groups, view_device_groups
+from xsim.tracegen.planner.rewrite import RewriteError, rewrite_bundle
+from xsim.traces import pb
+from xsim.traces.attrs import (
     CHUNK,
     LAYER,
     MICRO_BATCH,
@@ -28,9 +27,9 @@ from traces.attrs import (
     attr_dict,
     make_node,
 )
-from traces.checks import check_all
-from traces.groups import ProcessGroups
-from traces.stream import EtFile
+from xsim.traces.checks import check_all
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile
 
 DGS = [
     SimpleNamespace(id=0, ranks=[0], tp=1, layer_start=1, layer_end=2, pp_stage=0, dp_replica=0),

@@ -4,17 +4,17 @@ itself on a hand-made graph."""
 from __future__ import annotations
 
 import pytest
+from xsim.tracegen.planner.rewrite import rewrite_bundle
+from xsim.tracegen.spec import load_spec
+from xsim.tracegen.workload import generate
+from xsim.traces import pb
+from xsim.traces.attrs import RESHARD
+from xsim.traces.checks import check_all
+from xsim.traces.graph import DepGraph, GraphEdit
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile
 
 from tests.test_rewrite_generated import FIG1
-from tracegen.planner.rewrite import rewrite_bundle
-from tracegen.spec import load_spec
-from tracegen.workload import generate
-from traces import pb
-from traces.attrs import RESHARD
-from traces.checks import check_all
-from traces.graph import DepGraph, GraphEdit
-from traces.groups import ProcessGroups
-from traces.stream import EtFile
 
 
 @pytest.mark.parametrize("strategy", ["xsim", "hetauto", "alpacomm", "naive"])

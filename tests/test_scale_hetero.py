@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from netmodels import AnalyticalModel, CollectiveSpec, FlowModel, build_model, simulate_collective
-from netmodels.cluster import build_cluster
-from netmodels.flow import HybridFlowModel
-from tracegen import generate, load_spec
-from tracegen.planner import build_plan
-from tracegen.planner.rewrite import rewrite_bundle
-from tracegen.workload import _Generator
-from traces import pb
-from traces.attrs import PP_BOUNDARY, RESHARD, get_int, get_str
+from xsim.netmodels import AnalyticalModel, CollectiveSpec, FlowModel, build_model, simulate_collective
+from xsim.netmodels.cluster import build_cluster
+from xsim.netmodels.flow import HybridFlowModel
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.planner import build_plan
+from xsim.tracegen.planner.rewrite import rewrite_bundle
+from xsim.tracegen.workload import _Generator
+from xsim.traces import pb
+from xsim.traces.attrs import PP_BOUNDARY, RESHARD, get_int, get_str
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "examples" / "hetero1024.yaml"
@@ -173,7 +172,7 @@ def done_finish(done, handle: int) -> int:
 
 
 def test_hybrid_rejects_times_going_backwards():
-    from netmodels import NetworkModelError
+    from xsim.netmodels import NetworkModelError
 
     model = HybridFlowModel(two_hosts())
     model.start_collective(100, CollectiveSpec("all_reduce", 1024, (0, 1)))

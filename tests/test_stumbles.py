@@ -14,10 +14,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.traces.outputs import OutputError, atomic_write_bytes
 
 from tests.conftest import REPO, SHARED
 from tests.test_replay_support import coll, comp, recv, send, write_set
-from traces.outputs import OutputError, atomic_write_bytes
 from xsim.cli import main
 
 RING2 = ["--topology", "switch:2:50GBps:1us"]
@@ -166,7 +166,7 @@ class _FakeTTY(io.StringIO):
 
 
 def test_phase_progress_on_a_tty_only(monkeypatch) -> None:
-    from replay import progress
+    from xsim.replay import progress
 
     tty = _FakeTTY()
     monkeypatch.setattr(sys, "stderr", tty)
@@ -189,9 +189,9 @@ def test_phase_progress_on_a_tty_only(monkeypatch) -> None:
 
 
 def test_gpu_names_agree_between_compute_and_interconnect(capsys) -> None:
-    from netmodels.errors import TopologyError
-    from netmodels.presets import canonical_gpu
-    from tracegen.catalog import ALIASES, GPU_NAMES, canonical_gpu_name
+    from xsim.netmodels.errors import TopologyError
+    from xsim.netmodels.presets import canonical_gpu
+    from xsim.tracegen.catalog import ALIASES, GPU_NAMES, canonical_gpu_name
 
     for name in [*GPU_NAMES, *ALIASES, *(n.lower() for n in GPU_NAMES)]:
         try:

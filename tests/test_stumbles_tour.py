@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from xsim.traces.wording import did_you_mean, plural
 
 from tests.conftest import REPO
 from tests.test_replay_support import coll, comp, write_set
-from traces.wording import did_you_mean, plural
 from xsim.cli import main
 
 EXAMPLES = REPO / "examples"
@@ -33,7 +33,7 @@ def test_figure1_plan_fits_and_the_paper_plan_as_drawn_does_not(capsys) -> None:
 
 
 def test_figure1_is_the_paper_plan_with_1f1b_and_full_recompute() -> None:
-    from tracegen.spec import load_spec
+    from xsim.tracegen.spec import load_spec
 
     fit, paper = load_spec(EXAMPLES / "figure1.yaml"), load_spec(EXAMPLES / "figure1_paper.yaml")
     assert (fit.schedule, fit.recompute, paper.schedule, paper.recompute) == ("1f1b", "full", "gpipe", "none")
@@ -46,8 +46,8 @@ def test_figure1_is_the_paper_plan_with_1f1b_and_full_recompute() -> None:
 def test_figure1_rank7_activations_by_hand() -> None:
     # Korthikanti et al. 2022 section 4: with full recompute a layer keeps only its input, 2*s*b*h bytes; under
     # 1F1B the last of 2 stages holds 1 micro-batch. Rank 7: 17 layers, b = 16, s = 2048, h = 4096.
-    from tracegen.memory import deployment_memory
-    from tracegen.spec import load_spec
+    from xsim.tracegen.memory import deployment_memory
+    from xsim.tracegen.spec import load_spec
 
     fit = {r.rank: r for r in deployment_memory(load_spec(EXAMPLES / "figure1.yaml"))}
     paper = {r.rank: r for r in deployment_memory(load_spec(EXAMPLES / "figure1_paper.yaml"))}
@@ -177,8 +177,8 @@ def test_spec_key_and_gpu_name_did_you_mean(tmp_path: Path, capsys) -> None:
 
 def test_replay_on_other_gpus_says_so(tmp_path: Path, capsys) -> None:
     # Figure 1's ranks 5-9 are A100s; a topology of ten H100s replays them on H100 links: one warning line.
-    from tracegen.spec import load_spec, save_deployment
-    from tracegen.workload import generate
+    from xsim.tracegen.spec import load_spec, save_deployment
+    from xsim.tracegen.workload import generate
 
     dep = load_spec(EXAMPLES / "figure1.yaml")
     dep.micro_batches = 1

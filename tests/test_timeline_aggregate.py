@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from xsim.replay import simulate
+from xsim.replay.export import write_timeline
+from xsim.replay.export.speedscope import speedscope_doc
+from xsim.replay.export.timeline import frame_name, timeline_events
 
-from replay import simulate
-from replay.export import write_timeline
-from replay.export.speedscope import speedscope_doc
-from replay.export.timeline import frame_name, timeline_events
 from tests import browser
 from tests.test_replay_support import FakeNet, coll, comp, write_set
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.replay import DurationModel, ReplayConfig, SpeedScaled, simulate
+from xsim.replay.export import write_timeline
+from xsim.replay.export.timeline import lane_spans
+from xsim.tracegen.spec import load_spec, save_deployment
+from xsim.tracegen.workload import generate
 
-from replay import DurationModel, ReplayConfig, SpeedScaled, simulate
-from replay.export import write_timeline
-from replay.export.timeline import lane_spans
 from tests import browser
 from tests.conftest import REPO
 from tests.test_replay_support import FakeNet, comp, write_set
-from tracegen.spec import load_spec, save_deployment
-from tracegen.workload import generate
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"
@@ -91,7 +91,7 @@ def test_names_flows_and_counters(tmp_path) -> None:
 
 
 def test_timeline_refuses_an_input_file(tmp_path) -> None:
-    from traces.outputs import OutputError
+    from xsim.traces.outputs import OutputError
 
     ts = write_set(tmp_path, [[comp(1, 1)], [comp(1, 2)]])
     res = simulate(ts, network=FakeNet(2))
@@ -118,7 +118,7 @@ def test_speedscope_renders_one_level_per_lane(tmp_path) -> None:
 
 
 def test_comm_rate_counter_by_hand() -> None:
-    from replay.export.timeline import _counters
+    from xsim.replay.export.timeline import _counters
 
     # Rank 0: 1,000 B active over [0, 100) ns = 10 GB/s; 3,000 B over [50, 150) after 0 wait = 30 GB/s;
     # a recv that waits 40 ns then moves 600 B over [140, 200) = 10 GB/s.

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.stream import decode_stream
 
 from tests.conftest import need_shared
-from traces.errors import TraceFormatError
-from traces.stream import decode_stream
 
 HOSTILE = Path(__file__).resolve().parent / "data" / "hostile"
 

@@ -9,16 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.checks import MISMATCH, check_all, check_file, check_set, find_cycle
+from xsim.traces.errors import AttributeTypeError, TraceSetError
+from xsim.traces.groups import ProcessGroups, load_comm_groups, parse_metadata_node, resolve_groups
+from xsim.traces.jsonview import dump_json, from_json_dict, load_json, to_json_dict
+from xsim.traces.stream import EtFile, encode_stream, read_et
+from xsim.traces.traceset import discover, write_trace_set
 
 from tests.conftest import need_shared
-from traces import attrs as A
-from traces import pb
-from traces.checks import MISMATCH, check_all, check_file, check_set, find_cycle
-from traces.errors import AttributeTypeError, TraceSetError
-from traces.groups import ProcessGroups, load_comm_groups, parse_metadata_node, resolve_groups
-from traces.jsonview import dump_json, from_json_dict, load_json, to_json_dict
-from traces.stream import EtFile, encode_stream, read_et
-from traces.traceset import discover, write_trace_set
 
 INT_KINDS = sorted(A.INT_KINDS)
 
@@ -301,7 +301,7 @@ def test_stg_style_set_groups_from_prefix_json(tmp_path: Path) -> None:
 
 
 def test_unready_is_kahns_leftover_by_hand() -> None:
-    from traces.graph import unready
+    from xsim.traces.graph import unready
 
     # 0 -> 1 -> 2 -> 1 (a cycle of 1 and 2), 2 -> 3 (behind it), 4 alone, 0 -> 5.
     children = [[1, 5], [2], [1, 3], [], [], []]

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.traces import pb
+from xsim.traces.attrs import make_node
+from xsim.traces.stream import decode_stream, encode_stream, read_bytes, read_et, write_et
 
 from tests.conftest import PEER, need_shared
-from traces import pb
-from traces.attrs import make_node
-from traces.stream import decode_stream, encode_stream, read_bytes, read_et, write_et
 
 
 def independent_count(buf: bytes) -> int:

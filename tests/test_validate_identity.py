@@ -9,9 +9,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.replay import ReplayError
+from xsim.replay.validate import (
+    MIN_MATCHED,
+    Validation,
+    Window,
+    _identity,
+    _match_rank,
+    parse_window,
+    validate,
+)
 
-from replay import ReplayError
-from replay.validate import MIN_MATCHED, Validation, Window, _identity, _match_rank, parse_window, validate
 from tests.test_validate_pytorch import EX, _run
 from xsim.cli import main
 
@@ -60,7 +68,7 @@ def test_matched_op_fraction_refuses_a_stranger_without_recorded_pids(ddp) -> No
     # An import older than the recorded pids and origins: the matched-op fraction alone tells the runs apart
     # (the pipeline run's rank 0 has 3 of the 4,172 ops at the same relative start).
     tmp, ts, kin, *_ = ddp
-    from traces.kineto import load_kineto
+    from xsim.traces.kineto import load_kineto
 
     other = load_kineto(str(EX / "tinygpt_pp2_kineto.0.json.gz"))
     with pytest.raises(ReplayError, match=r"rank 0: only \d+ of 4172 ops .* at least 90% needed"):
@@ -136,7 +144,7 @@ def test_window_for_traces_without_profiler_steps(ddp, tmp_path, capsys) -> None
     v = validate([k], res, ts, parse_window("matched"))
     # One step, 0: from the first to the last matched op, measured on the Kineto clock.
     assert v.steps["step"].to_list() == [0]
-    k0 = __import__("traces.kineto", fromlist=["load_kineto"]).load_kineto(kin[0])
+    k0 = __import__("xsim.traces.kineto", fromlist=["load_kineto"]).load_kineto(kin[0])
     whole = min(e.ts for e in k0.steps.values()), max(e.end for e in k0.steps.values())
     measured = int(v.steps["measured_ns"][0])
     assert 0.95 * (whole[1] - whole[0]) < measured  # the window holds both profiled steps

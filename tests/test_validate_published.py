@@ -189,10 +189,10 @@ def test_spec_with_todays_keys_uses_megatron_rank_order():
 
 
 def test_harness_replays_one_dp_replica_and_equals_the_unfolded_replay(tmp_path):
-    from netmodels.cluster import build_cluster
-    from netmodels.models import build_model
-    from replay import DurationModel, simulate
-    from tracegen import generate, load_spec
+    from xsim.netmodels.cluster import build_cluster
+    from xsim.netmodels.models import build_model
+    from xsim.replay import DurationModel, simulate
+    from xsim.tracegen import generate, load_spec
 
     run = tiny_run()
     spec = vp.spec_for(run, micro_batches=4)

@@ -6,12 +6,12 @@ import json
 
 import polars as pl
 import pytest
+from xsim.replay import ReplayConfig, ReplayError, simulate
+from xsim.replay.validate import op_class, validate
+from xsim.tracegen.importers.pytorch import import_pytorch
+from xsim.traces.traceset import discover
 
-from replay import ReplayConfig, ReplayError, simulate
-from replay.validate import op_class, validate
 from tests.conftest import REPO
-from tracegen.importers.pytorch import import_pytorch
-from traces.traceset import discover
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"
@@ -137,7 +137,7 @@ def test_bad_inputs(runs, tmp_path, capsys) -> None:
 
 
 def _hand_validation():
-    from replay.validate import Validation
+    from xsim.replay.validate import Validation
 
     ms = 1_000_000
     layers = pl.DataFrame(
@@ -180,7 +180,7 @@ def _hand_validation():
 def test_validation_figure_is_figure_11_like() -> None:
     # Issue 13 item 11: layer 0 apart, x labels, error labels, log axis for a wide span, worst class named.
     pytest.importorskip("matplotlib")
-    from replay.validate import validation_figure
+    from xsim.replay.validate import validation_figure
 
     fig = validation_figure(_hand_validation())
     per_layer, outside, per_class = fig.axes

@@ -7,17 +7,17 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from xsim.netmodels.cluster import topology_from_spec
+from xsim.netmodels.models import build_model
+from xsim.replay import ReplayConfig, simulate
+from xsim.replay.whatif import WhatIfModel, class_factors, classify, whatif_model
+from xsim.tracegen.catalog import gpu
+from xsim.tracegen.importers.pytorch import import_pytorch
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.traceset import discover
 
-from netmodels.cluster import topology_from_spec
-from netmodels.models import build_model
-from replay import ReplayConfig, simulate
-from replay.whatif import WhatIfModel, class_factors, classify, whatif_model
 from tests.conftest import REPO
-from tracegen.catalog import gpu
-from tracegen.importers.pytorch import import_pytorch
-from traces import attrs as A
-from traces import pb
-from traces.traceset import discover
 from xsim.cli import main
 
 EX = REPO / "traces" / "examples" / "pytorch"

@@ -4,9 +4,13 @@ The names below are imported on first use (traces/lazy.py): importing a sub-modu
 strategy names for the command line's choices) does not load the generator.
 """
 
-from traces.lazy import lazy_exports
+from xsim.traces.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
-    {"tracegen.bundle": ["TraceBundle"], "tracegen.spec": ["load_spec"], "tracegen.workload": ["generate"]},
+    {
+        "xsim.tracegen.bundle": ["TraceBundle"],
+        "xsim.tracegen.spec": ["load_spec"],
+        "xsim.tracegen.workload": ["generate"],
+    },
 )

@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tracegen.catalog import GpuSpec, tensor_peak
-from tracegen.errors import CatalogError
+from xsim.tracegen.catalog import GpuSpec, tensor_peak
+from xsim.tracegen.errors import CatalogError
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_calibration.csv")
 # Square tile of query rows x key columns: FlashAttention-2 section 3.3 "we choose blocks of size

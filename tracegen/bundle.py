@@ -8,13 +8,13 @@ from collections.abc import Iterable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from tracegen.errors import GeneratorError
-from tracegen.rank_nodes import RankNodes
-from traces import pb
-from traces.outputs import atomic_write_text
-from traces.setid import SetIdentity, stamp
-from traces.stream import write_et, write_et_records
-from traces.traceset import write_trace_set
+from xsim.tracegen.errors import GeneratorError
+from xsim.tracegen.rank_nodes import RankNodes
+from xsim.traces import pb
+from xsim.traces.outputs import atomic_write_text
+from xsim.traces.setid import SetIdentity, stamp
+from xsim.traces.stream import write_et, write_et_records
+from xsim.traces.traceset import write_trace_set
 
 # Files written at once by TraceBundle.write: enough to overlap the fsync waits of a few thousand files
 # (measured in docs/performance.md, generation round 3), few enough to keep memory flat.

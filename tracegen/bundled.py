@@ -10,7 +10,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from tracegen.errors import SpecError
+from xsim.tracegen.errors import SpecError
 
 _CHECKOUT = Path(__file__).resolve().parents[1] / "examples"
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, fields, replace
 from types import MappingProxyType
 from typing import Any
 
-from tracegen.errors import CatalogError
-from traces.gpu_names import GPU_ALIASES, catalog_name
-from traces.wording import did_you_mean
+from xsim.tracegen.errors import CatalogError
+from xsim.traces.gpu_names import GPU_ALIASES, catalog_name
+from xsim.traces.wording import did_you_mean
 
 GIB = 1 << 30
 TERA = 1e12

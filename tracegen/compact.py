@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import math
 
-from tracegen import deployment_pb2 as dpb
-from tracegen.spec import replicas
-from tracegen.workload import is_homogeneous
-from traces.classes import RankClasses
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.spec import replicas
+from xsim.tracegen.workload import is_homogeneous
+from xsim.traces.classes import RankClasses
 
 
 def _stage_shape(dg: dpb.DeviceGroup) -> tuple:
@@ -62,7 +62,9 @@ def _kinds(reps: list[list[dpb.DeviceGroup]]) -> list[list[int]]:
 def _plan_symmetric(dep: dpb.Deployment, supers: tuple[tuple[int, ...], ...]) -> bool:
     """Whether the rewriter's DP groups and rings are mapped onto themselves by every super-replica swap
     and give each rank the rings of its representative (so its edits are the representative's, renamed)."""
-    from tracegen.planner import build_plan  # the planner builds on the generator, not the other way round
+    from xsim.tracegen.planner import (
+        build_plan,  # the planner builds on the generator, not the other way round
+    )
 
     plan = build_plan(dep)
     if any(b.reshard for b in plan.boundaries):

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tracegen.ops import Ctx, Op, Step
+from xsim.tracegen.ops import Ctx, Op, Step
 
 CP_COMM_TYPES = ("p2p", "all_gather")
 # P2P tags of the ring: below the MoE all-to-alls' 2^30 and above the pipeline's 2 * (chunk * M + mb) + 1.
@@ -137,7 +137,7 @@ def local_ctx(c: Ctx, cp: int) -> Ctx:
 
 def cp_plan_error(dep: object) -> str:
     """What this generator cannot do with a deployment's context parallelism ("" when it can)."""
-    from tracegen.spec import chunk_ranges, replicas
+    from xsim.tracegen.spec import chunk_ranges, replicas
 
     groups = list(dep.device_groups)  # type: ignore[attr-defined]
     cps = sorted({max(1, dg.cp) for dg in groups})

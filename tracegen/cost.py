@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegen import deployment_pb2 as dpb
-from tracegen.spec import gpu_specs, replicas
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.spec import gpu_specs, replicas
 
 NS_PER_HOUR = 3_600 * 10**9
 

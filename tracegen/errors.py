@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traces.errors import XsimError
+from xsim.traces.errors import XsimError
 
 
 class SpecError(XsimError):

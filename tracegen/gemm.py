@@ -31,8 +31,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from tracegen.catalog import GpuSpec, tensor_peak
-from tracegen.errors import CatalogError
+from xsim.tracegen.catalog import GpuSpec, tensor_peak
+from xsim.tracegen.errors import CatalogError
 
 # CTA tile sizes (mt, nt) of cuBLAS tensor-core GEMMs listed by NVIDIA's Matrix Multiplication Background
 # User's Guide ("cuBLAS ... 256x128, 128x256, 128x128, 64x128, 128x64, 64x64").

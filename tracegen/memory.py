@@ -33,17 +33,17 @@ from dataclasses import dataclass, fields
 from fractions import Fraction
 from typing import Any
 
-from tracegen import deployment_pb2 as dpb
-from tracegen.catalog import GIB
-from tracegen.choices import GRAD_REDUCE_BYTES
-from tracegen.errors import XsimError
-from tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
-from tracegen.models import ModelArch
-from tracegen.moe_ops import moe_activation_model, rank_params_ep
-from tracegen.ops import rank_params, shard_of
-from tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
-from traces.io import MEMORY_FILE
-from traces.wording import plural
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.catalog import GIB
+from xsim.tracegen.choices import GRAD_REDUCE_BYTES
+from xsim.tracegen.errors import XsimError
+from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
+from xsim.tracegen.models import ModelArch
+from xsim.tracegen.moe_ops import moe_activation_model, rank_params_ep
+from xsim.tracegen.ops import rank_params, shard_of
+from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
+from xsim.traces.io import MEMORY_FILE
+from xsim.traces.wording import plural
 
 RECOMPUTE = ("none", "selective", "full")
 # ZeRO section 3.1: mixed-precision Adam keeps an fp32 copy of the weights plus fp32 momentum and variance.

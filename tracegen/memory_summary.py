@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from traces.errors import XsimError
-from traces.io import read_json
+from xsim.traces.errors import XsimError
+from xsim.traces.io import read_json
 
 
 def peak_summary(path: str | os.PathLike[str]) -> dict[str, Any] | None:

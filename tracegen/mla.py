@@ -14,9 +14,9 @@ attention kernel reads Q, K (qk wide) and V, writes O (v wide).
 
 from __future__ import annotations
 
-from tracegen.models import ModelArch
-from tracegen.moe import MlaSpec
-from tracegen.ops import ELEM_FLOPS, Ctx, Op, Shard, _elem, _gemm, _kern
+from xsim.tracegen.models import ModelArch
+from xsim.tracegen.moe import MlaSpec
+from xsim.tracegen.ops import ELEM_FLOPS, Ctx, Op, Shard, _elem, _gemm, _kern
 
 # The dense ops MLA replaces (in either pass).
 REPLACED = ("qkv_proj", "rope", "attn_core", "attn_out_proj")

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from tracegen.errors import CatalogError
-from tracegen.moe import (
+from xsim.tracegen.errors import CatalogError
+from xsim.tracegen.moe import (
     MlaSpec,
     MoeSpec,
     mla_from_mapping,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
-from tracegen.errors import CatalogError
+from xsim.tracegen.errors import CatalogError
 
 DISTRIBUTIONS = ("uniform", "zipf", "weights", "tokens")
 

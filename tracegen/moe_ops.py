@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tracegen.models import ModelArch
-from tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
-from tracegen.ops import (
+from xsim.tracegen.models import ModelArch
+from xsim.tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
+from xsim.tracegen.ops import (
     ELEM_FLOPS,
     Comm,
     Ctx,
@@ -243,7 +243,7 @@ def moe_layer_steps(
 def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int:
     """Parameters of one MoE layer a rank holds outside the routed experts: its attention (its TP shard),
     norms and router (whole on every TP rank), shared experts (1/tp of their FFN)."""
-    from tracegen.mla import mla_rank_params
+    from xsim.tracegen.mla import mla_rank_params
 
     if sh is None or sh.tp == 1:
         attn, tp = m.attention_params(), 1
@@ -287,7 +287,7 @@ def _attention_rank_params(m: ModelArch, sh: Shard) -> int:
 def layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]:
     """(dense, expert) parameters one rank holds of `layer`: the expert part syncs over the expert-DP group.
     MLA models count MLA's attention weights (tracegen.mla) in place of MHA's."""
-    from tracegen.mla import mla_rank_params
+    from xsim.tracegen.mla import mla_rank_params
 
     if m.moe is None or not m.moe.is_moe(layer):
         fix = mla_rank_params(m, m.mla, sh) - _attention_rank_params(m, sh) if m.mla is not None else 0
@@ -308,7 +308,7 @@ def rank_params_ep(
 
 def _mla_error(dep: object, model: ModelArch) -> str:
     """What is not generated with MLA attention ("" when the plan is fine)."""
-    from tracegen.spec import chunk_ranges, replicas
+    from xsim.tracegen.spec import chunk_ranges, replicas
 
     what = ""
     if any(dg.cp > 1 for dg in dep.device_groups):  # type: ignore[attr-defined]
@@ -329,8 +329,8 @@ def _mla_error(dep: object, model: ModelArch) -> str:
 
 def moe_plan_error(dep: object, model: ModelArch) -> str:
     """What this generator cannot do with a deployment's experts ("" when it can), as one sentence."""
-    from tracegen.moe import check_routing
-    from tracegen.spec import chunk_ranges, replicas
+    from xsim.tracegen.moe import check_routing
+    from xsim.tracegen.spec import chunk_ranges, replicas
 
     groups = list(dep.device_groups)  # type: ignore[attr-defined]
     eps = sorted({max(1, dg.ep) for dg in groups})

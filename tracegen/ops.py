@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegen.attention import flash_compute_seconds
-from tracegen.catalog import GpuSpec, tensor_peak
-from tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
-from tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
-from tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds, sustained_ratio
-from tracegen.models import ModelArch
-from tracegen.profile import ProfileTable
+from xsim.tracegen.attention import flash_compute_seconds
+from xsim.tracegen.catalog import GpuSpec, tensor_peak
+from xsim.tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
+from xsim.tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds, sustained_ratio
+from xsim.tracegen.models import ModelArch
+from xsim.tracegen.profile import ProfileTable
 
 # Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
 # layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).

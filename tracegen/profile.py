@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.catalog import canonical_gpu_name
-from tracegen.errors import ProfileError
-from traces.limits import limit, short_repr
+from xsim.tracegen.catalog import canonical_gpu_name
+from xsim.tracegen.errors import ProfileError
+from xsim.traces.limits import limit, short_repr
 
 # Profiled tables hold one row per (GPU, op, phase, shape): the paper profiles a few GPUs x ~20 op kinds x a
 # few shapes, hundreds of rows. These bounds sit ~1000x above that and keep a wrong file (/dev/zero, a

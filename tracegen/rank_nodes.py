@@ -17,11 +17,10 @@ from itertools import accumulate, chain, repeat
 from operator import add
 
 import numpy as np
-
-from traces import pb
-from traces.et_stream_pb2 import NodeBatch
-from traces.stream import frame_length, frame_lengths
-from traces.wire import BATCH_NODE_TAG, read_varint32
+from xsim.traces import pb
+from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.stream import frame_length, frame_lengths
+from xsim.traces.wire import BATCH_NODE_TAG, read_varint32
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from traces.setid import make_set_id
+from xsim.traces.setid import make_set_id
 
 # Spec keys that shape the generated graph (as tracegen.planner.rewrite.GENERATION_KEYS) plus the name (the
 # files' prefix) and the reshard strategy (the rewrite's inserted collectives); cluster, GPUs, prices and
@@ -22,7 +22,7 @@ PLAN_KEYS = (
 
 def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
     """The id of the set a resolved Deployment generates (or rewrites) under `variant`."""
-    from tracegen.spec import spec_to_mapping
+    from xsim.tracegen.spec import spec_to_mapping
 
     m = spec_to_mapping(dep)
     plan = json.dumps({k: m.get(k) for k in PLAN_KEYS}, sort_keys=True, separators=(",", ":"))

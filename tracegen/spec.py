@@ -14,9 +14,9 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from tracegen import catalog
-from tracegen import deployment_pb2 as dpb
-from tracegen.choices import (
+from xsim.tracegen import catalog
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.choices import (
     ATTENTIONS,
     COMPUTE_MODELS,
     FRAMEWORKS,
@@ -26,9 +26,9 @@ from tracegen.choices import (
     RESHARD_STRATEGIES,
     SHARDINGS,
 )
-from tracegen.errors import CatalogError, ProfileError, SpecError
-from tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
-from tracegen.moe import (
+from xsim.tracegen.errors import CatalogError, ProfileError, SpecError
+from xsim.tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
+from xsim.tracegen.moe import (
     fill_mla,
     fill_moe,
     mla_from_message,
@@ -36,10 +36,10 @@ from tracegen.moe import (
     moe_from_message,
     moe_to_mapping,
 )
-from traces.io import JsonFileError, read_json
-from traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
-from traces.outputs import atomic_write_text
-from traces.wording import did_you_mean
+from xsim.traces.io import JsonFileError, read_json
+from xsim.traces.limits import InputLimitError, json_depth_error, max_json_depth, max_nodes, max_spec_bytes
+from xsim.traces.outputs import atomic_write_text
+from xsim.traces.wording import did_you_mean
 
 Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
@@ -534,18 +534,18 @@ class _SpecBuilder:
         uses_cp = any(dg.cp > 1 for dg in dep.device_groups)
         # Set only where it matters (given, or context parallelism in use): other deployments keep their bytes.
         if "cp_comm_type" in self.raw or uses_cp:
-            from tracegen.context_parallel import CP_COMM_TYPES
+            from xsim.tracegen.context_parallel import CP_COMM_TYPES
 
             dep.cp_comm_type = self.choice("cp_comm_type", CP_COMM_TYPES, CP_COMM_TYPES[0])
 
         arch = model_arch(dep)
         err = ""
         if arch.moe is not None or arch.mla is not None or any(dg.ep > 1 for dg in dep.device_groups):
-            from tracegen.moe_ops import moe_plan_error
+            from xsim.tracegen.moe_ops import moe_plan_error
 
             err = moe_plan_error(dep, arch)
         if not err and uses_cp:
-            from tracegen.context_parallel import cp_plan_error
+            from xsim.tracegen.context_parallel import cp_plan_error
 
             err = cp_plan_error(dep)
         if err:
@@ -682,7 +682,7 @@ class _SpecBuilder:
         prof = self.raw.get("profile")
         if prof is None:
             return
-        from tracegen.profile import COLUMNS, make_row, read_profile_csv  # only a spec with profile rows
+        from xsim.tracegen.profile import COLUMNS, make_row, read_profile_csv  # only a spec with profile rows
 
         sources = [prof] if isinstance(prof, str) else prof
         if not isinstance(sources, list):
@@ -1150,7 +1150,7 @@ def derive_cluster(dep: dpb.Deployment) -> dict[str, Any]:
 
 def _framework_attention(name: str) -> str:
     """The attention kernel framework `name` runs by default (tracegen.frameworks)."""
-    from tracegen.frameworks import framework
+    from xsim.tracegen.frameworks import framework
 
     return framework(name).attention
 

@@ -15,11 +15,11 @@ from functools import cache
 from operator import methodcaller
 from typing import Any
 
-from tracegen import deployment_pb2 as dpb
-from tracegen.bundle import RankTwins, TraceBundle
-from tracegen.catalog import GpuSpec
-from tracegen.choices import GRAD_REDUCE_BYTES
-from tracegen.context_parallel import (
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.bundle import RankTwins, TraceBundle
+from xsim.tracegen.catalog import GpuSpec
+from xsim.tracegen.choices import GRAD_REDUCE_BYTES
+from xsim.tracegen.context_parallel import (
     CP_TAG_BASE,
     RING_KIND,
     CpComm,
@@ -29,11 +29,11 @@ from tracegen.context_parallel import (
     local_ctx,
     with_cp,
 )
-from tracegen.errors import GeneratorError
-from tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-from tracegen.mla import with_mla
-from tracegen.models import ModelArch
-from tracegen.moe_ops import (
+from xsim.tracegen.errors import GeneratorError
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from xsim.tracegen.mla import with_mla
+from xsim.tracegen.models import ModelArch
+from xsim.tracegen.moe_ops import (
     A2A_INDEX,
     EP_TAG_BASE,
     AllToAll,
@@ -43,7 +43,7 @@ from tracegen.moe_ops import (
     moe_layer_steps,
     rank_params_ep,
 )
-from tracegen.ops import (
+from xsim.tracegen.ops import (
     LINEAR_OPS,
     Comm,
     Ctx,
@@ -63,13 +63,13 @@ from tracegen.ops import (
     shard_of,
     with_selective_recompute,
 )
-from tracegen.profile import ProfileTable, build_table, make_row
-from tracegen.rank_nodes import CopiedRank, RankNodes, Records
-from tracegen.schedule import BWD, interleaved, stage_order
-from tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
-from traces import attrs as A
-from traces import pb
-from traces.et_stream_pb2 import NodeBatch
+from xsim.tracegen.profile import ProfileTable, build_table, make_row
+from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
+from xsim.tracegen.schedule import BWD, interleaved, stage_order
+from xsim.tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.et_stream_pb2 import NodeBatch
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
@@ -110,9 +110,9 @@ def generate(
     if rewrite and (only is None or whole):
         # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
         try:
-            from tracegen.planner.rewrite import rewrite_bundle
+            from xsim.tracegen.planner.rewrite import rewrite_bundle
         except ModuleNotFoundError as exc:
-            if exc.name != "tracegen.planner.rewrite":
+            if exc.name != "xsim.tracegen.planner.rewrite":
                 raise
             raise GeneratorError(
                 "the graph rewriter (tracegen.planner.rewrite) is not installed: generate without rewrite"

@@ -18,10 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
-from traces import attrs as A
-from traces.errors import AttributeTypeError, DuplicateAttributeError
-from traces.limits import short_repr
+from xsim.traces import attrs as A
+from xsim.traces.errors import AttributeTypeError, DuplicateAttributeError
+from xsim.traces.limits import short_repr
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from traces import pb
-from traces.errors import AttributeTypeError, DuplicateAttributeError
+from xsim.traces import pb
+from xsim.traces.errors import AttributeTypeError, DuplicateAttributeError
 
 INT_KINDS = frozenset(
     {

@@ -6,13 +6,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from traces import attrs as A
-from traces import pb
-from traces.attrcheck import node_problem
-from traces.errors import AttributeTypeError
-from traces.graph import DepGraph
-from traces.groups import ProcessGroups
-from traces.stream import EtFile
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.attrcheck import node_problem
+from xsim.traces.errors import AttributeTypeError
+from xsim.traces.graph import DepGraph
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile
 
 # "invalid" findings make a file unusable as a trace (a replay must refuse it); "mismatch" findings are
 # cross-rank inconsistencies of files that are each valid on their own.

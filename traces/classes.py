@@ -15,9 +15,9 @@ import json
 import os
 from dataclasses import dataclass
 
-from traces.errors import TraceSetError
-from traces.io import read_json
-from traces.outputs import atomic_write_text
+from xsim.traces.errors import TraceSetError
+from xsim.traces.io import read_json
+from xsim.traces.outputs import atomic_write_text
 
 CLASSES_FILE = "classes.json"
 FORMAT = "xsim-rank-classes"

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from google.protobuf.message import DecodeError
-
-from traces import pb
-from traces.errors import TraceFormatError
-from traces.et_stream_pb2 import NodeBatch
-from traces.wire import (  # noqa: F401 (F_*, VALUE_KIND, Unsupported: this decoder's public names too)
+from xsim.traces import pb
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.wire import (  # noqa: F401 (F_*, VALUE_KIND, Unsupported: this decoder's public names too)
     ATTR_TAG,
     F_BOOL,
     F_INT32,

@@ -16,7 +16,7 @@ import heapq
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
-from traces import pb
+from xsim.traces import pb
 
 T = TypeVar("T")
 

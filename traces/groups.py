@@ -9,10 +9,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
-from traces import pb
-from traces.errors import TraceError, XsimError
-from traces.io import JsonFileError, read_json
-from traces.limits import json_depth_error, short_repr
+from xsim.traces import pb
+from xsim.traces.errors import TraceError, XsimError
+from xsim.traces.io import JsonFileError, read_json
+from xsim.traces.limits import json_depth_error, short_repr
 
 ALL_RANKS_NAMES = frozenset({"", "0"})  # ASTRA-sim: pg_name "" or "0" means every rank
 _LEADING_INT = re.compile(r"^\s*[+-]?\d+")

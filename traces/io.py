@@ -8,8 +8,8 @@ import stat
 import zlib
 from typing import Any
 
-from traces.errors import XsimError
-from traces.limits import (
+from xsim.traces.errors import XsimError
+from xsim.traces.limits import (
     InputLimitError,
     inflate,
     json_depth_error,

@@ -7,12 +7,12 @@ import json
 import os
 from typing import Any
 
-from traces import attrs as A
-from traces import pb
-from traces.errors import TraceFormatError
-from traces.io import JsonFileError, read_json
-from traces.outputs import atomic_write_bytes
-from traces.stream import GZIP_MAGIC, EtFile
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.io import JsonFileError, read_json
+from xsim.traces.outputs import atomic_write_bytes
+from xsim.traces.stream import GZIP_MAGIC, EtFile
 
 FORMAT = "xsim-chakra-json/1"
 

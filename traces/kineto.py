@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from traces.errors import XsimError
-from traces.io import read_json
+from xsim.traces.errors import XsimError
+from xsim.traces.io import read_json
 
 CPU_CATS = frozenset({"cpu_op", "user_annotation"})
 GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import zlib
 
-from traces.errors import XsimError
+from xsim.traces.errors import XsimError
 
 # Defaults: far above any trace we know of, far below what exhausts a workstation's memory. A decoded node
 # costs ~0.3-0.5 KB in memory, so 2^23 nodes per file is a few GB; the largest per-rank files we have

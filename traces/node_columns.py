@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-from traces import pb
-from traces.attrcheck import CHECKED
-from traces.attrs import INT_KINDS
-from traces.columnar import F_OTHER, AttrColumn, RankColumns
-from traces.errors import TraceFormatError
-from traces.wire import F_BOOL, F_INT64, F_STRING
+from xsim.traces import pb
+from xsim.traces.attrcheck import CHECKED
+from xsim.traces.attrs import INT_KINDS
+from xsim.traces.columnar import F_OTHER, AttrColumn, RankColumns
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.wire import F_BOOL, F_INT64, F_STRING
 
 _INT64_MAX = (1 << 63) - 1
 # Out-of-range dependency ids: no node has a negative id, so they never match one (and are reported as

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from traces.errors import XsimError
+from xsim.traces.errors import XsimError
 
 
 class OutputError(XsimError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traces import et_def_pb2 as _m
+from xsim.traces import et_def_pb2 as _m
 
 Node = _m.Node
 GlobalMetadata = _m.GlobalMetadata

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from traces import pb
-from traces.errors import TraceSetError, XsimError
-from traces.outputs import FolderKind
+from xsim.traces import pb
+from xsim.traces.errors import TraceSetError, XsimError
+from xsim.traces.outputs import FolderKind
 
 SET_FILE = "set.json"
 SET_ID_ATTR = "xsim_set_id"
@@ -78,7 +78,7 @@ def write_set_file(folder: str, identity: SetIdentity) -> str:
 
 def read_set_file(folder: str) -> SetIdentity | None:
     """The folder's set.json, or None when it has none; a damaged one is refused in one line."""
-    from traces.io import read_json
+    from xsim.traces.io import read_json
 
     path = os.path.join(folder, SET_FILE)
     if not os.path.isfile(path):
@@ -96,8 +96,7 @@ def read_set_file(folder: str) -> SetIdentity | None:
 def file_identity(path: str) -> tuple[str | None, int | None]:
     """(set id, rank count) from a rank file's GlobalMetadata, (None, None) without them (JSON views too)."""
     from google.protobuf.message import DecodeError
-
-    from traces.wire import read_varint32
+    from xsim.traces.wire import read_varint32
 
     try:
         with open(path, "rb") as fh:
@@ -139,7 +138,7 @@ def check_identity(trace_set: Any, plan_id: Callable[[int, str], str] | None = N
     each existing file's id against set.json (or, without one, against rank 0's), the rank count, and a
     deployment.json of another plan (`plan_id`: its id for (ranks, variant), tracegen.set_identity.plan_id_of). Returns the set's identity, None for a set
     written without ids (an older xsim, ASTRA-sim's examples)."""
-    from traces.io import DEPLOYMENT_FILE
+    from xsim.traces.io import DEPLOYMENT_FILE
 
     folder = trace_set.directory
     ident = read_set_file(folder)

@@ -13,13 +13,12 @@ from operator import methodcaller
 
 import numpy as np
 from google.protobuf.message import DecodeError
-
-from traces import pb
-from traces.errors import TraceFormatError
-from traces.et_stream_pb2 import NodeBatch
-from traces.limits import InputLimitError, inflate
-from traces.outputs import atomic_write_bytes
-from traces.wire import (  # noqa: F401 (frame_offsets, frame_spans: the framing's public names here too)
+from xsim.traces import pb
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.limits import InputLimitError, inflate
+from xsim.traces.outputs import atomic_write_bytes
+from xsim.traces.wire import (  # noqa: F401 (frame_offsets, frame_spans: the framing's public names here too)
     batch_records,
     frame_length,
     frame_lengths,

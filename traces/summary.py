@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from traces import attrs as A
-from traces import pb
-from traces.attrcheck import check_node
-from traces.errors import AttributeTypeError
-from traces.groups import ProcessGroups
-from traces.stream import EtFile
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.attrcheck import check_node
+from xsim.traces.errors import AttributeTypeError
+from xsim.traces.groups import ProcessGroups
+from xsim.traces.stream import EtFile
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,12 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from traces import pb
-from traces.classes import CLASSES_FILE, RankClasses, compact_refusal, read_classes
-from traces.errors import TraceSetError
-from traces.filekind import non_trace_kind
-from traces.jsonview import is_json_file, load_json
-from traces.stream import EtFile, decode_stream, read_bytes, read_et, write_et
+from xsim.traces import pb
+from xsim.traces.classes import CLASSES_FILE, RankClasses, compact_refusal, read_classes
+from xsim.traces.errors import TraceSetError
+from xsim.traces.filekind import non_trace_kind
+from xsim.traces.jsonview import is_json_file, load_json
+from xsim.traces.stream import EtFile, decode_stream, read_bytes, read_et, write_et
 
 # How far past the file count a rank may go and still be reported as gaps (listing them is cheap) rather
 # than as a stray file.

@@ -13,10 +13,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-
-from traces import pb
-from traces.errors import TraceFormatError
-from traces.limits import max_nodes
+from xsim.traces import pb
+from xsim.traces.errors import TraceFormatError
+from xsim.traces.limits import max_nodes
 
 # Wire types (protobuf encoding guide, "Message Structure").
 WT_VARINT, WT_I64, WT_LEN, WT_I32 = 0, 1, 2, 5
@@ -142,7 +141,7 @@ def name_field(name: str) -> bytes:
 @functools.lru_cache(maxsize=4096)
 def attribute_field(name: str, value, kind: str) -> bytes:
     """One attribute as a whole Node field (tag, length, AttributeProto bytes), as protobuf writes it."""
-    from traces.attrs import make_attr  # attrs imports the messages; wire stays importable without them
+    from xsim.traces.attrs import make_attr  # attrs imports the messages; wire stays importable without them
 
     return pb.Node(attr=[make_attr(name, value, kind)]).SerializeToString()
 

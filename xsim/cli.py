@@ -144,8 +144,8 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
         parser.print_help()
         return EXIT_BAD_INPUT, False
     fast = bool(getattr(args, "fast_exit", False))
-    from netmodels.errors import NetworkModelError
-    from traces.errors import XsimError
+    from xsim.netmodels.errors import NetworkModelError
+    from xsim.traces.errors import XsimError
 
     try:
         _check_output_paths(args)
@@ -185,7 +185,7 @@ OUTPUT_OPTIONS = ("out", "timeline", "annotate", "plot")
 
 
 def _check_output_paths(args: argparse.Namespace) -> None:
-    from traces.outputs import check_path_text
+    from xsim.traces.outputs import check_path_text
 
     for name in OUTPUT_OPTIONS:
         value = getattr(args, name, None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from netmodels.models import model_names
+from xsim.netmodels.models import model_names
 from xsim.verbs import add_verb
 
 # Figure 1 exactly as the paper draws it (examples/figure1_paper.yaml); figure1.yaml is it made to fit.
@@ -45,7 +45,7 @@ def _step(title: str, argv: list[str]) -> int:
 def _demo(args: argparse.Namespace) -> int:
     bundled = args.spec is None
     if bundled:
-        from tracegen.bundled import example_spec
+        from xsim.tracegen.bundled import example_spec
 
         args.spec = example_spec("figure1.yaml")
     traces = os.path.join(args.out, "traces")
@@ -96,9 +96,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def paper_plan_line() -> str:
     """One line: what the paper's Figure 1 plan as drawn (GPipe, no recompute) would need, and what fits."""
-    from tracegen.bundled import example_spec
-    from tracegen.memory import deployment_memory, shortfall
     from xsim import api
+    from xsim.tracegen.bundled import example_spec
+    from xsim.tracegen.memory import deployment_memory, shortfall
 
     spec = example_spec(PAPER_SPEC)
     short = shortfall(deployment_memory(api.load_spec(spec)))

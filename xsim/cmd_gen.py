@@ -46,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and write; errors surface as one line through the CLI."""
-    from traces.io import DEPLOYMENT_FILE
     from xsim import api
+    from xsim.traces.io import DEPLOYMENT_FILE
 
     gen = api.generate(
         args.spec,
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def _warn_oom(gen) -> None:
     """A plan that does not fit is one warning line, not an error, so the paper's own configurations (most
     hold full Adam state per GPU) still generate; `xsim plan` and `xsim sweep` refuse them (docs/decide.md)."""
-    from tracegen.memory import OutOfMemory, check_fits
+    from xsim.tracegen.memory import OutOfMemory, check_fits
 
     try:
         check_fits(list(gen.memory), gen.deployment.name)

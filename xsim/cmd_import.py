@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from traces.wording import plural
+from xsim.traces.wording import plural
 from xsim.verbs import add_verb
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from netmodels.api import COLLECTIVE_KINDS
+from xsim.netmodels.api import COLLECTIVE_KINDS
 from xsim.verbs import add_network_arguments, add_verb, network_options
 
 
@@ -79,8 +79,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _model(args: argparse.Namespace):
-    from netmodels.errors import NetworkModelError
     from xsim.api import build_network
+    from xsim.netmodels.errors import NetworkModelError
 
     if not (args.topology or args.astra_network):
         raise NetworkModelError("give --topology SPEC (or --astra-network NETWORK.yml)")
@@ -88,7 +88,7 @@ def _model(args: argparse.Namespace):
 
 
 def _ranks(text: str | None, n: int) -> tuple[int, ...]:
-    from netmodels.errors import NetworkModelError
+    from xsim.netmodels.errors import NetworkModelError
 
     if not text:
         return tuple(range(n))
@@ -103,8 +103,8 @@ def _ranks(text: str | None, n: int) -> tuple[int, ...]:
 
 
 def _collective(args: argparse.Namespace) -> int:
-    from netmodels.api import CollectiveSpec, simulate_collective
-    from netmodels.units import parse_size
+    from xsim.netmodels.api import CollectiveSpec, simulate_collective
+    from xsim.netmodels.units import parse_size
 
     model = _model(args)
     spec = CollectiveSpec(
@@ -157,8 +157,8 @@ def _print_ns3_stats(model) -> None:
 
 
 def _p2p(args: argparse.Namespace) -> int:
-    from netmodels.api import simulate_p2p
-    from netmodels.units import parse_size
+    from xsim.netmodels.api import simulate_p2p
+    from xsim.netmodels.units import parse_size
 
     model = _model(args)
     c = simulate_p2p(model, args.src, args.dst, parse_size(args.size))

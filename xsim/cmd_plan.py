@@ -46,10 +46,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan and print (or search)."""
-    from tracegen.errors import SpecError
-    from tracegen.memory import check_fits, deployment_memory, format_memory, memory_json
-    from tracegen.planner import build_plan, format_plan, plan_to_json
     from xsim import api
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.memory import check_fits, deployment_memory, format_memory, memory_json
+    from xsim.tracegen.planner import build_plan, format_plan, plan_to_json
 
     if args.search:
         from xsim.explore.search import format_search, search
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_plan(plan))
         print("memory per rank (tracegen/memory.py):")
         print(format_memory(mem))
-        from tracegen.spec import gpu_notes
+        from xsim.tracegen.spec import gpu_notes
 
         for line in gpu_notes(dep):  # what hypothetical GPUs borrow from a known architecture
             print(f"note: {line}")

@@ -7,8 +7,8 @@ import gc
 import json
 import sys
 
-from traces.wording import plural
 from xsim.malloc import keep_freed_memory
+from xsim.traces.wording import plural
 from xsim.verbs import add_gpu_file_argument, add_network_arguments, add_verb, network_options
 
 
@@ -122,7 +122,7 @@ CONTENTION_FREE = ", contention-free"
 def _contention(model: str) -> str:
     """What the summary says of a model's contention: ", contention-free", ", links shared" or nothing
     (no network model, or one the registry does not know)."""
-    from netmodels.models import REGISTRY
+    from xsim.netmodels.models import REGISTRY
 
     info = REGISTRY.get(model)
     if info is None:

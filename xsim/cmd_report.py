@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the report and say where."""
-    from replay.export.report import write_report
+    from xsim.replay.export.report import write_report
 
     path = write_report(args.result, args.out, args.validation)
     print(f"wrote {path}")

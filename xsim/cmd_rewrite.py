@@ -6,7 +6,7 @@ import argparse
 
 # The strategy names from the import-free tuple (equal to tracegen.planner.reshard.STRATEGY_NAMES, a test
 # checks): `xsim --help` need not load the strategies.
-from tracegen.choices import RESHARD_STRATEGIES
+from xsim.tracegen.choices import RESHARD_STRATEGIES
 from xsim.verbs import add_verb
 
 

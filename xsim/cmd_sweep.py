@@ -13,8 +13,8 @@ import argparse
 import json
 import os
 
-from netmodels.models import model_names
-from traces.errors import XsimError
+from xsim.netmodels.models import model_names
+from xsim.traces.errors import XsimError
 from xsim.verbs import add_gpu_file_argument, add_verb
 
 
@@ -90,11 +90,11 @@ def _name(spec: str) -> str:
 
 def _row(spec: str, args: argparse.Namespace) -> dict:
     """Generate and replay one spec file through the library (xsim/explore/pipeline.py), as gen + replay do."""
-    from netmodels.errors import NetworkModelError
-    from tracegen.spec import load_spec, read_gpu_file
     from xsim.api import check_cluster
     from xsim.explore.pipeline import gen_and_replay
     from xsim.explore.sweep import gpu_mix
+    from xsim.netmodels.errors import NetworkModelError
+    from xsim.tracegen.spec import load_spec, read_gpu_file
 
     name = _name(spec)
     dep = load_spec(spec, None, read_gpu_file(args.gpu_file) if args.gpu_file else None)
@@ -127,7 +127,7 @@ def _row(spec: str, args: argparse.Namespace) -> dict:
 def _is_sweep_file(specs: list[str]) -> bool:
     if len(specs) != 1 or not os.path.isfile(specs[0]):
         return False
-    from tracegen.spec import read_spec_file
+    from xsim.tracegen.spec import read_spec_file
 
     return "axes" in read_spec_file(specs[0])
 
@@ -142,7 +142,7 @@ def run_file(args: argparse.Namespace) -> int:
         raise XsimError(f"--workers must be >= 1, got {args.workers}")
     plan = sw.load_sweep(args.specs[0])
     sw.check_sweep_size(plan, args.specs[0])
-    from tracegen.spec import read_gpu_file
+    from xsim.tracegen.spec import read_gpu_file
 
     defs = read_gpu_file(args.gpu_file) if args.gpu_file else None
     tasks = sw.expand(plan, args.out, allow_oom=args.allow_oom, gpu_file=defs)
@@ -211,7 +211,7 @@ def run_file(args: argparse.Namespace) -> int:
 
 def run_locked(args: argparse.Namespace) -> int:
     """`run` holding the writers' lock of --out: a second sweep into it waits, then is refused in one line."""
-    from traces.outputs import folder_lock
+    from xsim.traces.outputs import folder_lock
 
     with folder_lock(args.out):
         return run(args)
@@ -219,7 +219,7 @@ def run_locked(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Generate and replay every spec, then print the comparison."""
-    from tracegen.spec import NAME_RE
+    from xsim.tracegen.spec import NAME_RE
 
     if _is_sweep_file(args.specs):
         return run_file(args)

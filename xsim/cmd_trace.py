@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from traces.wording import plural
+from xsim.traces.wording import plural
 from xsim.verbs import add_verb
 
 # `trace validate` lists this many findings of each code before counting the rest (issue 26 item 9: 1,292
@@ -88,8 +88,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: str, comm_groups: str | None = None):
-    from replay.progress import track
-    from traces.traceset import discover
+    from xsim.replay.progress import track
+    from xsim.traces.traceset import discover
 
     ts = discover(path, compact=True)
     if ts.classes is not None:
@@ -101,15 +101,15 @@ def _load(path: str, comm_groups: str | None = None):
 def whole_set(ts, comm_groups: str | None):
     """A compact set with its unwritten ranks' files derived from their representatives' (as `xsim gen
     --all-ranks` writes them; replay.simulation.compact_source), so every rank can be read."""
-    from replay import DurationModel, ReplayConfig
-    from replay.simulation import compact_source, load_groups
+    from xsim.replay import DurationModel, ReplayConfig
+    from xsim.replay.simulation import compact_source, load_groups
 
     pgs = load_groups(ts, comm_groups, scan=True)
     return ts.with_source(compact_source(ts, pgs, DurationModel(), ReplayConfig()))
 
 
 def _groups(ts, files, comm_groups: str | None):
-    from traces.groups import resolve_groups
+    from xsim.traces.groups import resolve_groups
 
     return resolve_groups(
         ((f.path, f.nodes) for f in files),
@@ -121,7 +121,7 @@ def _groups(ts, files, comm_groups: str | None):
 
 
 def _info(args: argparse.Namespace) -> int:
-    from traces.summary import summarize
+    from xsim.traces.summary import summarize
 
     ts, files = _load(args.path)
     s = summarize(ts.prefix, files, _groups(ts, files, args.comm_groups))
@@ -155,14 +155,14 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from replay.dryrun import validate_set
-    from replay.progress import status
-    from traces import checks
+    from xsim.replay.dryrun import validate_set
+    from xsim.replay.progress import status
+    from xsim.traces import checks
 
     ts, files = _load(args.path)
-    from tracegen.set_identity import plan_id_of
-    from traces.setid import check_identity
     from xsim.api.replaying import load_deployment
+    from xsim.tracegen.set_identity import plan_id_of
+    from xsim.traces.setid import check_identity
 
     check_identity(
         ts, plan_id_of(load_deployment(ts))
@@ -194,7 +194,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _to_json(args: argparse.Namespace) -> int:
-    from traces.errors import XsimError
+    from xsim.traces.errors import XsimError
 
     ts, files = _load(args.path)
     try:
@@ -205,12 +205,12 @@ def _to_json(args: argparse.Namespace) -> int:
 
 
 def _write_json(ts, files, out: str) -> None:
-    from traces.jsonview import dump_json
+    from xsim.traces.jsonview import dump_json
 
     if ts.num_ranks == 1 and out.endswith((".json", ".json.gz")):
         dump_json(files[0], out)
         return
-    from traces.outputs import FolderKind, whole_folder
+    from xsim.traces.outputs import FolderKind, whole_folder
 
     base = os.path.basename(ts.prefix)
     # One folder of per-rank documents, written whole (a kill leaves the earlier folder, never a mix).
@@ -221,11 +221,11 @@ def _write_json(ts, files, out: str) -> None:
 
 
 def _from_json(args: argparse.Namespace) -> int:
-    from traces.errors import XsimError
-    from traces.jsonview import load_json
-    from traces.outputs import FolderKind, whole_folder
-    from traces.stream import write_et
-    from traces.traceset import discover
+    from xsim.traces.errors import XsimError
+    from xsim.traces.jsonview import load_json
+    from xsim.traces.outputs import FolderKind, whole_folder
+    from xsim.traces.stream import write_et
+    from xsim.traces.traceset import discover
 
     if os.path.isfile(args.path):
         files, inputs = [load_json(args.path)], [args.path]

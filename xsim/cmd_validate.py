@@ -63,7 +63,7 @@ def fmt_pct(e: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the comparison, print the tables and write the files."""
-    from replay.validate import parse_window, validate
+    from xsim.replay.validate import parse_window, validate
 
     window = parse_window(args.window) if args.window else None
     v = validate(args.real, args.sim, args.trace, window)

@@ -32,7 +32,7 @@ def out_of_memory_line(verb: str, args: argparse.Namespace) -> str:
 
 
 def _set_size(path: str) -> str:
-    from traces.traceset import discover
+    from xsim.traces.traceset import discover
 
     ts = discover(path, compact=True)
     total = sum(os.path.getsize(ts.paths[r]) for r in ts.written)
@@ -40,7 +40,7 @@ def _set_size(path: str) -> str:
 
 
 def _spec_size(spec: str) -> str:
-    from tracegen.spec import load_spec, num_ranks
+    from xsim.tracegen.spec import load_spec, num_ranks
 
     dep = load_spec(spec)
     return f"{num_ranks(dep):,} ranks, {len(dep.device_groups):,} device groups, {dep.micro_batches} micro-batches"

@@ -112,7 +112,7 @@ def lazy_help(template: str, module: str, attr: str) -> type[argparse.Action]:
 
 def add_network_arguments(group) -> None:
     """The network flags every verb that builds a network model shares, with one meaning everywhere."""
-    from netmodels.models import model_choices
+    from xsim.netmodels.models import model_choices
 
     group.add_argument(
         "--model",
@@ -125,7 +125,7 @@ def add_network_arguments(group) -> None:
     group.add_argument(
         "--topology",
         metavar="SPEC",
-        action=lazy_help("topology spec: {}", "netmodels.cluster", "SPEC_HELP"),
+        action=lazy_help("topology spec: {}", "xsim.netmodels.cluster", "SPEC_HELP"),
         help="",
     )
     group.add_argument(
@@ -144,7 +144,7 @@ def add_network_arguments(group) -> None:
 
 def add_ns3_arguments(group) -> None:
     """The `--ns3-*` flags: how `--model ns3` runs its packets (defaults: netmodels/ns3_options.py)."""
-    from netmodels import ns3_options as o
+    from xsim.netmodels import ns3_options as o
 
     group.add_argument(
         "--ns3-tcp",
@@ -210,14 +210,14 @@ def ns3_options(args: argparse.Namespace):
     given = {k: v for k, v in given.items() if v is not None}
     if not given:
         return None
-    from netmodels.ns3_options import Ns3Options
+    from xsim.netmodels.ns3_options import Ns3Options
 
     if "min_rto_ns" in given:
-        from netmodels.units import parse_time_ns
+        from xsim.netmodels.units import parse_time_ns
 
         rto = parse_time_ns(given["min_rto_ns"])
         if rto != int(rto):
-            from netmodels.errors import NetworkModelError
+            from xsim.netmodels.errors import NetworkModelError
 
             raise NetworkModelError(f"--ns3-min-rto must be whole nanoseconds, got {given['min_rto_ns']!r}")
         given["min_rto_ns"] = int(rto)

@@ -11,10 +11,10 @@ import json
 import os
 import re
 
-from replay.errors import ReplayError
-from replay.result import ReplayResult
-from traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, make_attr
-from traces.stream import read_et, write_et
+from xsim.replay.errors import ReplayError
+from xsim.replay.result import ReplayResult
+from xsim.traces.attrs import SIM_END_NS, SIM_START_NS, SIM_WAIT_NS, make_attr
+from xsim.traces.stream import read_et, write_et
 
 
 def write_annotated(
@@ -29,9 +29,9 @@ def write_annotated(
     returns the paths. The annotated set keeps its set id: the same plan, with simulated times."""
     import shutil
 
-    from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
-    from traces.outputs import whole_folder
-    from traces.setid import SET_FILE, trace_set_kind
+    from xsim.traces.io import DEPLOYMENT_FILE, MEMORY_FILE
+    from xsim.traces.outputs import whole_folder
+    from xsim.traces.setid import SET_FILE, trace_set_kind
 
     d = os.fspath(out_dir)
     if not result.paths:

@@ -6,8 +6,8 @@ import errno
 import os
 from collections.abc import Mapping
 
-from replay.result import ReplayResult
-from traces.outputs import FolderKind, fault_point, whole_folder
+from xsim.replay.result import ReplayResult
+from xsim.traces.outputs import FolderKind, fault_point, whole_folder
 
 # Every file `xsim replay --out` can write; one an earlier run wrote and this run does not is removed.
 RUN_FILES: frozenset[str] = frozenset(

@@ -18,9 +18,8 @@ import os
 from dataclasses import dataclass
 
 import polars as pl
-
-from replay.errors import ReplayError
-from replay.export.breakdown import (
+from xsim.replay.errors import ReplayError
+from xsim.replay.export.breakdown import (
     CATEGORIES,
     collective_exposure,
     is_pipelined,
@@ -28,9 +27,9 @@ from replay.export.breakdown import (
     rank_breakdown,
     share_column,
 )
-from traces.errors import XsimError
-from traces.io import read_json
-from traces.outputs import atomic_write_text
+from xsim.traces.errors import XsimError
+from xsim.traces.io import read_json
+from xsim.traces.outputs import atomic_write_text
 
 MAX_BARS = 128  # ranks drawn in the stacked-bar chart; larger runs show an evenly spaced sample
 GANTT_RANKS = 4  # ranks in the Gantt: rank 0, the last to finish, the one that waited most, ...
@@ -291,7 +290,7 @@ def _gantt(run: RunTables, ranks: list[int]):
 
 
 def _validation_html(val_dir: str) -> str:
-    from replay.validate import Validation, validation_figure
+    from xsim.replay.validate import Validation, validation_figure
 
     def csv(name: str) -> pl.DataFrame:
         p = os.path.join(val_dir, f"{name}.csv")

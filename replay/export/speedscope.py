@@ -17,9 +17,8 @@ import re
 from collections import defaultdict
 
 import polars as pl
-
-from replay.export.timeline import _lanes, frame_name
-from replay.result import ReplayResult
+from xsim.replay.export.timeline import _lanes, frame_name
+from xsim.replay.result import ReplayResult
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 # The generator's layer prefix (`L14.`): the all-ranks profile stacks an op kind over its layers.

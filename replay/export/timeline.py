@@ -33,9 +33,8 @@ import re
 from collections import defaultdict
 
 import polars as pl
-
-from replay.result import ReplayResult
-from traces.outputs import atomic_write_text
+from xsim.replay.result import ReplayResult
+from xsim.traces.outputs import atomic_write_text
 
 SPEEDSCOPE_SUFFIX = ".speedscope.json"
 # Thread ids: resource base + lane, so lanes of one resource sort together.
@@ -218,7 +217,7 @@ def write_timeline(result: ReplayResult, path: str | os.PathLike[str], inputs: t
     """Write the timeline (temporary name, then renamed into place): speedscope's own format when the path
     ends in `.speedscope.json`, else Chrome-trace JSON; returns the path."""
     if os.fspath(path).endswith(SPEEDSCOPE_SUFFIX):
-        from replay.export.speedscope import speedscope_doc
+        from xsim.replay.export.speedscope import speedscope_doc
 
         doc = speedscope_doc(result)
     else:

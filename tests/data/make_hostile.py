@@ -9,9 +9,9 @@ import gzip
 import random
 from pathlib import Path
 
-from traces import pb
-from traces.attrs import make_attr, make_node
-from traces.stream import encode_stream
+from xsim.traces import pb
+from xsim.traces.attrs import make_attr, make_node
+from xsim.traces.stream import encode_stream
 
 HERE = Path(__file__).resolve().parent / "hostile"
 

@@ -4,19 +4,19 @@ pipeline boundaries; the reshard strategies (`reshard/`) and the rewriter (`rewr
 The names below are imported on first use (traces/lazy.py): importing one planner module loads only that.
 """
 
-from traces.lazy import lazy_exports
+from xsim.traces.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "tracegen.planner.chunking": ["ChunkShare", "chunk_bytes", "chunk_extent", "chunk_shares"],
-        "tracegen.planner.device_groups": ["DeviceGroupView", "view_device_groups"],
-        "tracegen.planner.errors": ["PlanError"],
-        "tracegen.planner.gradients": ["layer_grad_bytes"],
-        "tracegen.planner.plan": ["DpGroup", "PipelineBoundary", "Plan", "RouteEntry", "build_plan"]
+        "xsim.tracegen.planner.chunking": ["ChunkShare", "chunk_bytes", "chunk_extent", "chunk_shares"],
+        "xsim.tracegen.planner.device_groups": ["DeviceGroupView", "view_device_groups"],
+        "xsim.tracegen.planner.errors": ["PlanError"],
+        "xsim.tracegen.planner.gradients": ["layer_grad_bytes"],
+        "xsim.tracegen.planner.plan": ["DpGroup", "PipelineBoundary", "Plan", "RouteEntry", "build_plan"]
         + ["plan_groups"],
-        "tracegen.planner.render": ["format_plan", "plan_to_json"],
-        "tracegen.planner.rings": ["build_rings", "chunks_of_rank", "lcm_of"],
-        "tracegen.planner.sweep": ["Segment", "boundary_points", "segments", "sync_segments"],
+        "xsim.tracegen.planner.render": ["format_plan", "plan_to_json"],
+        "xsim.tracegen.planner.rings": ["build_rings", "chunks_of_rank", "lcm_of"],
+        "xsim.tracegen.planner.sweep": ["Segment", "boundary_points", "segments", "sync_segments"],
     },
 )

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tracegen.planner.device_groups import DeviceGroupView
-from tracegen.planner.errors import PlanError
+from xsim.tracegen.planner.device_groups import DeviceGroupView
+from xsim.tracegen.planner.errors import PlanError
 
 if TYPE_CHECKING:
-    from tracegen.planner.plan import DpGroup
+    from xsim.tracegen.planner.plan import DpGroup
 
 
 def replica_stages(groups: Sequence[DeviceGroupView]) -> dict[int, list[DeviceGroupView]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracegen.planner.rings import lcm_of
+from xsim.tracegen.planner.rings import lcm_of
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.planner.errors import PlanError
+from xsim.tracegen.planner.errors import PlanError
 
 
 @dataclass(frozen=True)

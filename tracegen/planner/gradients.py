@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracegen.models import ModelArch
+from xsim.tracegen.models import ModelArch
 
 
 def layer_grad_bytes(arch: ModelArch, dtype_bytes: int) -> dict[int, int]:

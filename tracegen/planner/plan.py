@@ -6,14 +6,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.models import model_from_message
-from tracegen.planner.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
-from tracegen.planner.chunking import chunk_bytes
-from tracegen.planner.device_groups import DeviceGroupView, view_device_groups
-from tracegen.planner.errors import PlanError
-from tracegen.planner.gradients import layer_grad_bytes
-from tracegen.planner.rings import build_rings, lcm_of
-from tracegen.planner.sweep import Segment, sync_segments
+from xsim.tracegen.models import model_from_message
+from xsim.tracegen.planner.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
+from xsim.tracegen.planner.chunking import chunk_bytes
+from xsim.tracegen.planner.device_groups import DeviceGroupView, view_device_groups
+from xsim.tracegen.planner.errors import PlanError
+from xsim.tracegen.planner.gradients import layer_grad_bytes
+from xsim.tracegen.planner.rings import build_rings, lcm_of
+from xsim.tracegen.planner.sweep import Segment, sync_segments
 
 
 @dataclass(frozen=True)

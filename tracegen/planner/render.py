@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracegen.planner.plan import Plan
+from xsim.tracegen.planner.plan import Plan
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from operator import methodcaller
 from typing import Any
 
-from tracegen.bundle import RankTwins
-from tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
-from tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
-from tracegen.rank_nodes import CopiedRank, RankNodes
-from traces import pb
-from traces.attrs import (
+from xsim.tracegen.bundle import RankTwins
+from xsim.tracegen.planner import DpGroup, PipelineBoundary, Plan, PlanError, build_plan
+from xsim.tracegen.planner.reshard import STRATEGY_NAMES, Message, reshard_plan
+from xsim.tracegen.rank_nodes import CopiedRank, RankNodes
+from xsim.traces import pb
+from xsim.traces.attrs import (
     CHUNK,
     COMM_DST,
     COMM_SIZE,
@@ -53,9 +53,9 @@ from traces.attrs import (
     make_attr,
     pg_name,
 )
-from traces.errors import XsimError
-from traces.graph import DepGraph, GraphEdit, unique
-from traces.io import DEPLOYMENT_FILE
+from xsim.traces.errors import XsimError
+from xsim.traces.graph import DepGraph, GraphEdit, unique
+from xsim.traces.io import DEPLOYMENT_FILE
 
 SYNC = "sync"
 P2P_TYPES = (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
@@ -730,9 +730,9 @@ class RewriteSummary:
 
 def read_bundle(path: str) -> tuple[Any, str]:
     """A trace set (folder, `<prefix>` or one file) as a TraceBundle with its process groups, and its prefix."""
-    from tracegen.bundle import TraceBundle
-    from traces.groups import resolve_groups
-    from traces.traceset import discover
+    from xsim.tracegen.bundle import TraceBundle
+    from xsim.traces.groups import resolve_groups
+    from xsim.traces.traceset import discover
 
     ts = discover(path)
     files = [ts.load(r) for r in range(ts.num_ranks)]
@@ -754,9 +754,9 @@ GENERATION_KEYS = (
 def _check_generated_from(path: str, deployment: Any) -> None:
     """A spec other than the one `xsim gen` wrote beside the traces would size the inserted collectives
     for another model or micro-batch count, silently; refuse it, naming the first differing key."""
-    from tracegen.spec import load_spec, spec_to_mapping
-    from traces.limits import max_set_metadata_bytes
-    from traces.traceset import discover
+    from xsim.tracegen.spec import load_spec, spec_to_mapping
+    from xsim.traces.limits import max_set_metadata_bytes
+    from xsim.traces.traceset import discover
 
     ts = discover(path)
     beside = os.path.join(ts.directory, DEPLOYMENT_FILE)

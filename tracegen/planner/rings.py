@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from tracegen.planner.device_groups import DeviceGroupView
+from xsim.tracegen.planner.device_groups import DeviceGroupView
 
 
 def lcm_of(degrees: Iterable[int]) -> int:

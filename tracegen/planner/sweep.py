@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracegen.planner.device_groups import DeviceGroupView
+from xsim.tracegen.planner.device_groups import DeviceGroupView
 
 
 @dataclass(frozen=True)

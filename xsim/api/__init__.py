@@ -9,7 +9,7 @@ Every function takes frozen dataclasses (or paths), never parsed command-line ar
 first use (traces/lazy.py): a replay does not import the generation side.
 """
 
-from traces.lazy import lazy_exports
+from xsim.traces.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,

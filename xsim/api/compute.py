@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from replay.compute import (
+from xsim.api.options import ComputeOptions
+from xsim.replay.compute import (
     ComputeModel,
     DeviceProfile,
     DurationModel,
@@ -20,16 +21,15 @@ from replay.compute import (
     load_device_profile,
     parse_speed,
 )
-from replay.errors import ReplayError
-from traces.io import JsonFileError, read_json
-from xsim.api.options import ComputeOptions
+from xsim.replay.errors import ReplayError
+from xsim.traces.io import JsonFileError, read_json
 
 
 def catalog_device(name: str, overrides: Mapping | None = None) -> DeviceProfile:
     """Roofline device of a catalog GPU: achieved rates (datasheet peak x the catalog's efficiency, after
     the spec's overrides), as the generator times ops."""
-    from tracegen.catalog import gpu, with_overrides
-    from tracegen.errors import CatalogError
+    from xsim.tracegen.catalog import gpu, with_overrides
+    from xsim.tracegen.errors import CatalogError
 
     try:
         spec = gpu(name)
@@ -65,7 +65,7 @@ def _astra_number(doc: dict, key: str, path: str) -> float:
 
 def _astra_rate(doc: dict, key: str, path: str, unit: str) -> float:
     """A rate key of the roofline (TFLOPS or GB/s), at least MIN_GBPS of its unit."""
-    from netmodels.astra import MIN_GBPS
+    from xsim.netmodels.astra import MIN_GBPS
 
     v = _astra_number(doc, key, path)
     if v < MIN_GBPS:
@@ -123,10 +123,10 @@ def build_compute(options: ComputeOptions, num_ranks: int | None = None) -> Comp
 
 def _whatif(options: ComputeOptions, base: ComputeModel) -> ComputeModel:
     """Measured compute rescaled by op class from from_gpu to as_gpu (catalog numbers)."""
-    from replay.whatif import whatif_model
-    from tracegen.catalog import defined_gpus, gpu
-    from tracegen.errors import CatalogError, SpecError
-    from tracegen.spec import gpu_file_specs, read_gpu_file
+    from xsim.replay.whatif import whatif_model
+    from xsim.tracegen.catalog import defined_gpus, gpu
+    from xsim.tracegen.errors import CatalogError, SpecError
+    from xsim.tracegen.spec import gpu_file_specs, read_gpu_file
 
     if not (options.as_gpu and options.from_gpu):
         raise ReplayError(

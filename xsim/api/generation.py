@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from traces.io import DEPLOYMENT_FILE
+from xsim.traces.io import DEPLOYMENT_FILE
 
 SpecSource = str | os.PathLike[str] | Mapping[str, Any]
 
@@ -41,18 +41,18 @@ class Generated:
 def load_spec(spec: SpecSource, max_bytes: int | None = None, gpu_file: str | None = None):
     """A deployment spec (.yaml/.toml/.json path or a mapping) as a checked tracegen Deployment (max_bytes:
     the file's size limit, default the spec limit; gpu_file: hypothetical GPUs it may use)."""
-    from tracegen.spec import load_spec as load
-    from tracegen.spec import read_gpu_file
+    from xsim.tracegen.spec import load_spec as load
+    from xsim.tracegen.spec import read_gpu_file
 
     return load(spec, max_bytes, read_gpu_file(gpu_file) if gpu_file else None)
 
 
 def check_cluster(dep, spec_path: str) -> None:
     """Build a spec's explicit cluster now, so a typo in it fails here, naming the spec, not at replay."""
-    from netmodels.cluster import build_cluster
-    from netmodels.errors import NetworkModelError
-    from tracegen.errors import SpecError
-    from tracegen.spec import num_ranks
+    from xsim.netmodels.cluster import build_cluster
+    from xsim.netmodels.errors import NetworkModelError
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import num_ranks
 
     if dep.cluster_derived:
         return  # derived from the device groups; V100-only sets have no preset and are replayed with --topology
@@ -69,13 +69,13 @@ def check_cluster(dep, spec_path: str) -> None:
 def generate(spec, options: GenerateOptions) -> Generated:
     """Per-rank Chakra traces, comm_group.json, deployment.json and memory.json of a spec (a SpecSource or
     an already resolved tracegen Deployment), written to options.out."""
-    from replay.progress import status
-    from tracegen.compact import rank_classes
-    from tracegen.deployment_pb2 import Deployment
-    from tracegen.errors import GeneratorError, SpecError
-    from tracegen.memory import deployment_memory, write_memory
-    from tracegen.spec import NAME_RE, gpu_notes, num_ranks, save_deployment
-    from tracegen.workload import generate as make
+    from xsim.replay.progress import status
+    from xsim.tracegen.compact import rank_classes
+    from xsim.tracegen.deployment_pb2 import Deployment
+    from xsim.tracegen.errors import GeneratorError, SpecError
+    from xsim.tracegen.memory import deployment_memory, write_memory
+    from xsim.tracegen.spec import NAME_RE, gpu_notes, num_ranks, save_deployment
+    from xsim.tracegen.workload import generate as make
 
     where = spec if isinstance(spec, str | os.PathLike) else "spec"
     if isinstance(spec, Deployment):
@@ -88,10 +88,10 @@ def generate(spec, options: GenerateOptions) -> Generated:
         if not NAME_RE.match(options.name):
             raise SpecError(f"--name {options.name!r} is not a file-name-safe word (letters, digits, . _ -)")
         dep.name = options.name
-    from tracegen.set_identity import deployment_set_id
-    from traces.classes import write_classes
-    from traces.outputs import whole_folder
-    from traces.setid import SetIdentity, trace_set_kind, write_set_file
+    from xsim.tracegen.set_identity import deployment_set_id
+    from xsim.traces.classes import write_classes
+    from xsim.traces.outputs import whole_folder
+    from xsim.traces.setid import SetIdentity, trace_set_kind, write_set_file
 
     ranks = num_ranks(dep)
     variant = "gen" if options.rewrite else "gen-raw"
@@ -128,7 +128,7 @@ def generate(spec, options: GenerateOptions) -> Generated:
 
 def plan(spec: SpecSource):
     """The heterogeneity-aware plan of a spec (DP groups, rings, chunks, barrier groups, boundaries)."""
-    from tracegen.planner import build_plan
+    from xsim.tracegen.planner import build_plan
 
     return build_plan(load_spec(spec))
 
@@ -144,19 +144,19 @@ def rewrite(
 ):
     """Rewrite a set generated without the rewrite; writes it with deployment.json as one folder written
     whole (traces.outputs.whole_folder); returns the resolved deployment and the summary."""
-    from tracegen.planner.rewrite import rewrite_trace_set
-    from tracegen.set_identity import deployment_set_id, plan_id_of
-    from tracegen.spec import save_deployment
-    from traces.errors import XsimError
-    from traces.outputs import whole_folder
-    from traces.setid import SetIdentity, check_identity, trace_set_kind, write_set_file
-    from traces.traceset import discover
+    from xsim.tracegen.planner.rewrite import rewrite_trace_set
+    from xsim.tracegen.set_identity import deployment_set_id, plan_id_of
+    from xsim.tracegen.spec import save_deployment
+    from xsim.traces.errors import XsimError
+    from xsim.traces.outputs import whole_folder
+    from xsim.traces.setid import SetIdentity, check_identity, trace_set_kind, write_set_file
+    from xsim.traces.traceset import discover
 
     cap = None
     ts = discover(traces)
     spec_path = spec if isinstance(spec, str | os.PathLike) else None
     if spec is None:
-        from traces.limits import max_set_metadata_bytes
+        from xsim.traces.limits import max_set_metadata_bytes
 
         spec = spec_path = os.path.join(ts.directory, DEPLOYMENT_FILE)
         if not os.path.isfile(spec):
@@ -183,21 +183,21 @@ def import_pytorch(et: Sequence[str], kineto: Sequence[str], out: str | None = N
 
     Returns (ImportResult, written paths).
     """
-    from tracegen.importers.pytorch import import_pytorch as join
-    from traces.outputs import check_path_text
+    from xsim.tracegen.importers.pytorch import import_pytorch as join
+    from xsim.traces.outputs import check_path_text
 
     if out is not None:
         check_path_text(os.fspath(out))
     result = join(list(et), list(kineto))
     if out is None:
         return result, []
-    from traces.outputs import whole_folder
-    from traces.setid import SetIdentity, make_set_id, trace_set_kind, write_set_file
+    from xsim.traces.outputs import whole_folder
+    from xsim.traces.setid import SetIdentity, make_set_id, trace_set_kind, write_set_file
 
     prefix = os.fspath(out)
     folder, name = os.path.split(prefix)
     if not name:
-        from traces.errors import XsimError
+        from xsim.traces.errors import XsimError
 
         raise XsimError(f"{prefix}: --out is a prefix (e.g. out/run/run), not a folder")
     ranks = len(result.nodes)

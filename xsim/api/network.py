@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from netmodels.errors import NetworkModelError
-from netmodels.models import ASTRA_FAMILY, build_astra_model, build_model, model_info, model_names
-from replay.errors import ReplayError
-from traces.io import DEPLOYMENT_FILE
 from xsim.api.options import NetworkOptions
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.models import ASTRA_FAMILY, build_astra_model, build_model, model_info, model_names
+from xsim.replay.errors import ReplayError
+from xsim.traces.io import DEPLOYMENT_FILE
 
 
 def resolve_model(options: NetworkOptions) -> str:
@@ -68,13 +68,13 @@ def build_network(
         elif not options.ns3.is_default():
             raise ReplayError(f"the --ns3-* options are options of --model ns3, not of --model {name}")
     if options.topology:
-        from netmodels.cluster import topology_from_spec
+        from xsim.netmodels.cluster import topology_from_spec
 
         return build_model(
             name, topology_from_spec(options.topology, need=ranks, gpu_types=gpu_types), **extra
         )
     if deployment is not None and deployment.cluster_json:
-        from netmodels.cluster import build_cluster
+        from xsim.netmodels.cluster import build_cluster
 
         try:
             return build_model(name, build_cluster(json.loads(deployment.cluster_json), need=ranks), **extra)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from netmodels.ns3_options import Ns3Options
+    from xsim.netmodels.ns3_options import Ns3Options
 
 
 @dataclass(frozen=True)

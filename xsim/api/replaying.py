@@ -6,15 +6,6 @@ import json
 import os
 from dataclasses import dataclass
 
-from netmodels.errors import NetworkModelError
-from netmodels.models import capabilities_named
-from replay import ReplayConfig, ReplayError, ReplayResult
-from replay import simulate as replay_simulate
-from replay.errors import ReplayDeadlock
-from replay.progress import replay_progress
-from traces import pb
-from traces.io import DEPLOYMENT_FILE, MEMORY_FILE
-from traces.traceset import TraceSet, discover
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
 from xsim.api.options import OutputOptions, ReplayOptions
@@ -26,6 +17,15 @@ from xsim.api.whatif import (
     target_deployment,
     target_memory,
 )
+from xsim.netmodels.errors import NetworkModelError
+from xsim.netmodels.models import capabilities_named
+from xsim.replay import ReplayConfig, ReplayError, ReplayResult
+from xsim.replay import simulate as replay_simulate
+from xsim.replay.errors import ReplayDeadlock
+from xsim.replay.progress import replay_progress
+from xsim.traces import pb
+from xsim.traces.io import DEPLOYMENT_FILE, MEMORY_FILE
+from xsim.traces.traceset import TraceSet, discover
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ def load_deployment(trace_set: TraceSet):
     path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
     if not os.path.isfile(path):
         return None
-    from tracegen.spec import load_spec
-    from traces.limits import max_set_metadata_bytes
+    from xsim.tracegen.spec import load_spec
+    from xsim.traces.limits import max_set_metadata_bytes
 
     return load_spec(path, max_set_metadata_bytes(trace_set.num_ranks))
 
@@ -86,7 +86,7 @@ def iteration_cost(deployment, iteration_ns: int) -> dict | None:
     """TCO of one iteration when the traces come with a deployment (GPU types and prices), else None."""
     if deployment is None or not len(deployment.device_groups):
         return None
-    from tracegen.cost import iteration_cost as cost_of
+    from xsim.tracegen.cost import iteration_cost as cost_of
 
     return cost_of(deployment, iteration_ns).to_json()
 
@@ -96,8 +96,8 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     options = options or ReplayOptions()
     ts = trace_set if isinstance(trace_set, TraceSet) else load_trace_set(trace_set)
     deployment = load_deployment(ts)
-    from tracegen.set_identity import plan_id_of
-    from traces.setid import check_identity
+    from xsim.tracegen.set_identity import plan_id_of
+    from xsim.traces.setid import check_identity
 
     check_identity(
         ts, plan_id_of(deployment)
@@ -178,7 +178,7 @@ def network_warnings(network, deployment) -> tuple[str, ...]:
     topology = getattr(network, "topology", None)
     if topology is None:
         return ()
-    from netmodels.nccl import topology_warnings
+    from xsim.netmodels.nccl import topology_warnings
 
     rank_gpus = None
     if deployment is not None and len(deployment.device_groups):
@@ -191,7 +191,7 @@ def peak_memory(trace_set: TraceSet) -> dict | None:
     path = os.path.join(trace_set.directory, MEMORY_FILE)
     if not os.path.isfile(path):
         return None  # not a generated set
-    from tracegen.memory_summary import peak_summary  # not tracegen.memory: its model need not load
+    from xsim.tracegen.memory_summary import peak_summary  # not tracegen.memory: its model need not load
 
     return peak_summary(path)
 
@@ -199,14 +199,14 @@ def peak_memory(trace_set: TraceSet) -> dict | None:
 def check_outputs(trace_set: TraceSet, outputs: OutputOptions) -> None:
     """Refuse, before any work, outputs a compact set cannot give (the annotated copy of every rank)."""
     if outputs.annotate and trace_set.classes is not None:
-        from traces.classes import compact_refusal
+        from xsim.traces.classes import compact_refusal
 
         raise ReplayError(f"{trace_set.prefix}: {compact_refusal('--annotate', trace_set.classes)}")
 
 
 def set_inputs(trace_set: TraceSet, comm_groups: str | None = None) -> tuple[str, ...]:
     """The files a replay of `trace_set` reads: its rank files and the metadata beside them."""
-    from traces.setid import SET_FILE
+    from xsim.traces.setid import SET_FILE
 
     d = trace_set.directory
     meta = [os.path.join(d, n) for n in (DEPLOYMENT_FILE, MEMORY_FILE, "comm_group.json", SET_FILE)]
@@ -224,10 +224,10 @@ def write_outputs(replay: Replay, outputs: OutputOptions) -> list[str]:
     if not (outputs.out or outputs.timeline or outputs.annotate):
         return []  # nothing to write: the exports (and polars) are not even loaded
     check_outputs(replay.trace_set, outputs)
-    from replay.export import write_annotated, write_timeline
-    from replay.export.outputs import RESULT_KIND, stage_run
-    from traces.outputs import check_path_text, whole_folder
-    from traces.setid import read_set_file
+    from xsim.replay.export import write_annotated, write_timeline
+    from xsim.replay.export.outputs import RESULT_KIND, stage_run
+    from xsim.traces.outputs import check_path_text, whole_folder
+    from xsim.traces.setid import read_set_file
 
     inputs = set_inputs(replay.trace_set, outputs.comm_groups)
     written: list[str] = []

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from replay.errors import ReplayError
-from traces.gpu_names import catalog_name, from_device_name
 from xsim.api.options import ComputeOptions
+from xsim.replay.errors import ReplayError
+from xsim.traces.gpu_names import catalog_name, from_device_name
 
 RECORDED_DEVICE = "recorded_device"  # GlobalMetadata attribute written by `xsim import pytorch`
 PYTORCH_DEVICE = "pytorch_device"  # "cuda" | "cpu", written by `xsim import pytorch`
@@ -26,7 +26,7 @@ class Recorded:
 
 def recorded_hardware(trace_set) -> Recorded:
     """The recorded device and runtime of a set, from rank 0's metadata."""
-    from traces.attrs import attr_dict
+    from xsim.traces.attrs import attr_dict
 
     meta = attr_dict(trace_set.load(0).metadata)
     trace_set.release(0)
@@ -66,8 +66,8 @@ def resolve_whatif(options: ComputeOptions, recorded: Recorded) -> tuple[Compute
 
 
 def _canonical(name: str) -> str:
-    from tracegen.catalog import canonical_gpu_name
-    from tracegen.errors import CatalogError
+    from xsim.tracegen.catalog import canonical_gpu_name
+    from xsim.tracegen.errors import CatalogError
 
     try:
         return canonical_gpu_name(name)
@@ -78,9 +78,9 @@ def _canonical(name: str) -> str:
 def target_deployment(deployment, as_gpu: str, gpu_file: str | None = None):
     """A copy of a generated set's deployment with every device group on the what-if's target GPU (so cost
     uses its price and memory its capacity), its definition recorded when it is a hypothetical GPU."""
-    from tracegen import catalog
-    from tracegen.deployment_pb2 import Deployment
-    from tracegen.spec import gpu_file_specs, read_gpu_file
+    from xsim.tracegen import catalog
+    from xsim.tracegen.deployment_pb2 import Deployment
+    from xsim.tracegen.spec import gpu_file_specs, read_gpu_file
 
     defs = gpu_file_specs(read_gpu_file(gpu_file)) if gpu_file else {}
     with catalog.defined_gpus(defs):
@@ -116,7 +116,7 @@ def defined_gpu_types(deployment, gpu_file: str | None) -> dict | None:
     --gpu-file), for a `--topology nodes:` spec that names them; None when there are none."""
     if deployment is None and not gpu_file:
         return None
-    from tracegen.spec import gpu_file_specs, gpu_type_entry, gpu_types, read_gpu_file
+    from xsim.tracegen.spec import gpu_file_specs, gpu_type_entry, gpu_types, read_gpu_file
 
     out = dict(gpu_types(deployment)) if deployment is not None and len(deployment.device_groups) else {}
     if gpu_file:

@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen import deployment_pb2 as dpb
-from tracegen.memory import RankMemory
+from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.memory import RankMemory
 
 
 @dataclass(frozen=True)

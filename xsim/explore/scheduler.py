@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from traces.errors import XsimError
+from xsim.traces.errors import XsimError
 
 CONNECT_TIMEOUT_S = 5.0  # a scheduler on a reachable host accepts at once
 HANDSHAKE_TIMEOUT_S = 5.0  # and sends its handshake at once (a ~100-byte dict)

@@ -29,12 +29,13 @@ from typing import Any
 
 import yaml
 
-from netmodels.presets import defined_interconnect, interconnect
-from tracegen import catalog
-from tracegen.errors import SpecError
-from tracegen.memory import OutOfMemory, check_fits, deployment_memory
-from tracegen.models import ModelArch, preset, with_seq_len
-from tracegen.ops import (
+from xsim.explore import sweep as sw
+from xsim.netmodels.presets import defined_interconnect, interconnect
+from xsim.tracegen import catalog
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.memory import OutOfMemory, check_fits, deployment_memory
+from xsim.tracegen.models import ModelArch, preset, with_seq_len
+from xsim.tracegen.ops import (
     Comm,
     Ctx,
     embedding_steps,
@@ -44,12 +45,11 @@ from tracegen.ops import (
     rank_params,
     shard_of,
 )
-from tracegen.ops import duration_micros as op_micros
-from tracegen.spec import NODE_SIZE, RESHARDS, gpu_file_specs, gpu_type_entry, load_spec, read_gpu_file
-from traces.errors import XsimError
-from traces.io import read_json
-from traces.limits import limit
-from xsim.explore import sweep as sw
+from xsim.tracegen.ops import duration_micros as op_micros
+from xsim.tracegen.spec import NODE_SIZE, RESHARDS, gpu_file_specs, gpu_type_entry, load_spec, read_gpu_file
+from xsim.traces.errors import XsimError
+from xsim.traces.io import read_json
+from xsim.traces.limits import limit
 
 MICRO_BATCH_SIZES = (1, 2, 4)
 SPLIT_MICRO_BATCHES = (4, 8, 16)  # micro-batch counts the `split` family tries

@@ -33,12 +33,12 @@ from typing import Any
 
 import polars as pl
 
-from netmodels.errors import NetworkModelError
-from tracegen.errors import SpecError
-from tracegen.memory import OutOfMemory, check_fits, deployment_memory
-from tracegen.spec import load_spec, read_spec_file, spec_to_mapping
-from traces.errors import XsimError
-from traces.limits import limit
+from xsim.netmodels.errors import NetworkModelError
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.memory import OutOfMemory, check_fits, deployment_memory
+from xsim.tracegen.spec import load_spec, read_spec_file, spec_to_mapping
+from xsim.traces.errors import XsimError
+from xsim.traces.limits import limit
 
 NETWORKS = ("analytical", "flow")
 SPECIAL_AXES = ("gpus", "tp", "cuts", "micro_batch", "network", "cluster")
@@ -183,7 +183,7 @@ def _cut(spec: Mapping[str, Any], groups: list[dict[str, Any]], cuts: Any) -> No
     model = spec.get("model")
     layers = model.get("layers") if isinstance(model, Mapping) else None
     if layers is None:
-        from tracegen.models import preset
+        from xsim.tracegen.models import preset
 
         layers = preset(str(model)).layers
     bounds = [0, *cuts, layers]
@@ -346,7 +346,7 @@ def write_row(out: str, row: Mapping[str, Any]) -> str:
     path = os.path.join(d, f"{row['key']}.parquet")
     import io
 
-    from traces.outputs import atomic_write_bytes
+    from xsim.traces.outputs import atomic_write_bytes
 
     buf = io.BytesIO()
     pl.DataFrame([dict(row)], schema=SCHEMA).write_parquet(buf)
@@ -496,7 +496,7 @@ def plot_pareto(rows: pl.DataFrame, path: str, inputs: tuple[str, ...] = ()) -> 
     path = plot_path(path)
     import io
 
-    from traces.outputs import atomic_write_bytes, check_target
+    from xsim.traces.outputs import atomic_write_bytes, check_target
 
     # Drawn in memory, then renamed into place: never over a symbolic link, the sweep file or an input.
     check_target(path, inputs)

@@ -16,16 +16,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.importers.pytorch.build import RankGraph, add_comm_tails, build_rank, first_start_ns, to_nodes
-from tracegen.importers.pytorch.errors import PyTorchImportError
-from tracegen.importers.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
-from tracegen.importers.pytorch.link import Link, link
-from traces import attrs as A
-from traces import pb
-from traces.kineto import KinetoTrace, load_kineto
-from traces.limits import short_repr
-from traces.outputs import atomic_write_text
-from traces.traceset import write_trace_set
+from xsim.tracegen.importers.pytorch.build import (
+    RankGraph,
+    add_comm_tails,
+    build_rank,
+    first_start_ns,
+    to_nodes,
+)
+from xsim.tracegen.importers.pytorch.errors import PyTorchImportError
+from xsim.tracegen.importers.pytorch.hostet import PG_INIT, HostTrace, load_host_trace
+from xsim.tracegen.importers.pytorch.link import Link, link
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.kineto import KinetoTrace, load_kineto
+from xsim.traces.limits import short_repr
+from xsim.traces.outputs import atomic_write_text
+from xsim.traces.traceset import write_trace_set
 
 __all__ = ["ImportResult", "RankImport", "PyTorchImportError", "import_pytorch", "MIN_MATCH_RATE"]
 
@@ -68,7 +74,7 @@ class ImportResult:
     def write(self, prefix: str | os.PathLike[str], identity: Any = None) -> list[str]:
         """Write `<prefix>.<rank>.et` for every rank and comm_group.json beside them (each file's metadata
         carrying `identity`, a traces.setid.SetIdentity, when given)."""
-        from traces.setid import stamp
+        from xsim.traces.setid import stamp
 
         prefix = os.fspath(prefix)
         meta = self.metadata if identity is None else stamp(self.metadata, identity)

@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracegen.importers.pytorch.comms import (
+from xsim.tracegen.importers.pytorch.comms import (
     SEND,
     CommKind,
     comm_kind,
@@ -38,14 +38,14 @@ from tracegen.importers.pytorch.comms import (
     p2p_peer_tag,
     payload_bytes,
 )
-from tracegen.importers.pytorch.errors import PyTorchImportError
-from tracegen.importers.pytorch.hostet import HostTrace
-from tracegen.importers.pytorch.labels import Label, label_ops
-from tracegen.importers.pytorch.link import Link
-from traces import attrs as A
-from traces import pb
-from traces.kineto import SYNC_CALLS, KEvent, KinetoTrace
-from traces.limits import short_repr
+from xsim.tracegen.importers.pytorch.errors import PyTorchImportError
+from xsim.tracegen.importers.pytorch.hostet import HostTrace
+from xsim.tracegen.importers.pytorch.labels import Label, label_ops
+from xsim.tracegen.importers.pytorch.link import Link
+from xsim.traces import attrs as A
+from xsim.traces import pb
+from xsim.traces.kineto import SYNC_CALLS, KEvent, KinetoTrace
+from xsim.traces.limits import short_repr
 
 # Attribute names the importer writes besides the standard ones (documented in docs/pytorch-import.md).
 MODULE = "module"  # string: nn.Module path or scope the op ran in

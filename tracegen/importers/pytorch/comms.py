@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from traces import pb
+from xsim.traces import pb
 
 SEND, RECV = "send", "recv"
 

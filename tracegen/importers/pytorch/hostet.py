@@ -7,8 +7,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from tracegen.importers.pytorch.errors import PyTorchImportError
-from traces.io import read_json
+from xsim.tracegen.importers.pytorch.errors import PyTorchImportError
+from xsim.traces.io import read_json
 
 # Base versions of the ExecutionTraceObserver schema this importer reads. 1.0.1 (PyTorch <= 2.0) stores
 # `parent`, flat `inputs`/`input_types` and per-node rf_id/tid fields; 1.0.2 and later store `ctrl_deps`,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tracegen.importers.pytorch.comms import comm_kind
-from tracegen.importers.pytorch.hostet import HostTrace
+from xsim.tracegen.importers.pytorch.comms import comm_kind
+from xsim.tracegen.importers.pytorch.hostet import HostTrace
 
 MODULE_PREFIX = "nn.Module: "  # the profiler's spelling of module scopes (python_function events)
 # Transformer/ResNet container names whose index is the layer number: GPT-2 `h.3`, Llama `layers.3`,

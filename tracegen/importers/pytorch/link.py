@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tracegen.importers.pytorch.hostet import PG_INIT, HostTrace
-from traces.kineto import KEvent, KinetoTrace
+from xsim.tracegen.importers.pytorch.hostet import PG_INIT, HostTrace
+from xsim.traces.kineto import KEvent, KinetoTrace
 
 LOOKAHEAD = 64  # how far the order aligner searches past a mismatch (ops) before calling both unmatched
 RARE = 4  # names occurring at most this often in the host trace vote for the alignment offset

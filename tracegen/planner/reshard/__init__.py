@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tracegen.planner.errors import PlanError
-from tracegen.planner.reshard.alpacomm import alpacomm_reshard, cutpoint_union
-from tracegen.planner.reshard.hetauto import hetauto_reshard, virtual_groups
-from tracegen.planner.reshard.message import Message, ReshardPlan, VirtualGroup, shard_bounds
-from tracegen.planner.reshard.naive import naive_reshard
-from tracegen.planner.reshard.xsim import xsim_reshard
+from xsim.tracegen.planner.errors import PlanError
+from xsim.tracegen.planner.reshard.alpacomm import alpacomm_reshard, cutpoint_union
+from xsim.tracegen.planner.reshard.hetauto import hetauto_reshard, virtual_groups
+from xsim.tracegen.planner.reshard.message import Message, ReshardPlan, VirtualGroup, shard_bounds
+from xsim.tracegen.planner.reshard.naive import naive_reshard
+from xsim.tracegen.planner.reshard.xsim import xsim_reshard
 
 STRATEGIES: dict[str, Callable[[Sequence[int], Sequence[int], int], ReshardPlan]] = {
     "xsim": xsim_reshard,

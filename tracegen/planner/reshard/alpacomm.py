@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from tracegen.planner.reshard.message import Message, ReshardPlan, check_layouts, shard_bounds
+from xsim.tracegen.planner.reshard.message import Message, ReshardPlan, check_layouts, shard_bounds
 
 
 def cutpoint_union(a: int, b: int, tensor_bytes: int) -> tuple[int, ...]:

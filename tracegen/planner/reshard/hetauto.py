@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tracegen.planner.reshard.message import Message, ReshardPlan, VirtualGroup, check_layouts, shard_bounds
+from xsim.tracegen.planner.reshard.message import (
+    Message,
+    ReshardPlan,
+    VirtualGroup,
+    check_layouts,
+    shard_bounds,
+)
 
 
 def virtual_groups(src_ranks: Sequence[int], dst_ranks: Sequence[int]) -> tuple[VirtualGroup, ...]:

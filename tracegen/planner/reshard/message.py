@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracegen.planner.errors import PlanError
+from xsim.tracegen.planner.errors import PlanError
 
 
 @dataclass(frozen=True)

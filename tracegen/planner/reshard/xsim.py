@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tracegen.planner.reshard.message import Message, ReshardPlan, check_layouts, shard_bounds
+from xsim.tracegen.planner.reshard.message import Message, ReshardPlan, check_layouts, shard_bounds
 
 
 def xsim_reshard(src_ranks: Sequence[int], dst_ranks: Sequence[int], tensor_bytes: int) -> ReshardPlan:
