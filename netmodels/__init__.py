@@ -18,5 +18,5 @@ _FROM = {
     "topology": "Topology",
 }
 __getattr__, __dir__, __all__ = lazy_exports(
-    __name__, {f"netmodels.{module}": names.split() for module, names in _FROM.items()}
+    __name__, {f"{__name__}.{module}": names.split() for module, names in _FROM.items()}
 )

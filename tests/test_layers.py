@@ -130,3 +130,20 @@ def test_a_replay_loads_no_top_level_library(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "BAD []" in r.stderr
+
+
+def test_lazy_exports_load_under_the_namespace() -> None:
+    """Every name a library exports lazily (PEP 562) resolves inside `xsim.*`, never a second copy of a
+    module under its folder name (two copies mean two classes per error type: `except` stops matching)."""
+    code = (
+        "import importlib, sys\n"
+        f"for lib in {LIBRARIES!r}:\n"
+        "    m = importlib.import_module('xsim.' + lib)\n"
+        "    for name in getattr(m, '__all__', ()):\n"
+        "        getattr(m, name)\n"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in {LIBRARIES!r})\n"
+        "print('BAD', bad)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "BAD []" in r.stdout
