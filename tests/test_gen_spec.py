@@ -114,9 +114,13 @@ def test_given_cluster_is_kept_and_resolved_spec_round_trips(tmp_path):
 
 def test_every_bundled_example_loads():
     names = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
-    assert names == ["figure1.yaml", "figure1_paper.yaml", "hetero1024.yaml", "mixtral_8x7b_ep8.yaml"] + [
-        f"table4_c{i:02d}.yaml" for i in range(1, 17)
-    ]
+    assert names == [
+        "figure1.yaml",
+        "figure1_paper.yaml",
+        "hetero1024.yaml",
+        "hetero192.yaml",
+        "mixtral_8x7b_ep8.yaml",
+    ] + [f"table4_c{i:02d}.yaml" for i in range(1, 17)]
     assert len(load_spec(EXAMPLES / "hetero1024.yaml").device_groups) > 0
     fig = load_spec(EXAMPLES / "figure1.yaml")
     got = [(g.id, g.gpu, list(g.ranks), g.tp, g.layer_start, g.layer_end) for g in fig.device_groups]
