@@ -47,6 +47,22 @@ class VectorisedCompute(Protocol):
         ...
 
 
+@runtime_checkable
+class RankTimed(Protocol):
+    """The optional ability a folded replay needs: what, besides a node, a rank's durations depend on."""
+
+    def timing_key(self, rank: int) -> tuple | None:
+        """A value equal for two ranks exactly when the model times their equal nodes alike; None: unknown."""
+        ...
+
+
+def timing_key_of(model: ComputeModel | None, rank: int) -> tuple | None:
+    """The model's timing key of `rank`: () without a model; None for a model that cannot say (no fold)."""
+    if model is None:
+        return ()
+    return model.timing_key(rank) if isinstance(model, RankTimed) else None
+
+
 def replay_duration_ns(node: pb.Node, exact: bool = True) -> int:
     """ASTRA-sim's replay rule: duration_micros x 1000 ns, a zero duration becoming 1 ns; with `exact`,
     xsim's exact `duration_ns` attribute (an integer kind, written by the generator) takes its place when
@@ -68,6 +84,10 @@ class DurationModel:
 
     name: str = "duration"
     exact: bool = True
+
+    def timing_key(self, rank: int) -> tuple:
+        """Every rank alike: durations are the recorded ones."""
+        return ()
 
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """duration_micros x 1000, 0 -> 1 ns (or the exact duration_ns)."""
@@ -148,6 +168,10 @@ class RooflineModel:
         """The device profile of `rank` (its own, else the default)."""
         return self.profiles.get(rank, self.default)
 
+    def timing_key(self, rank: int) -> tuple:
+        """Ranks on the same device profile are timed alike."""
+        return (self.profile(rank),)
+
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """Roofline time of a GPU compute node, else its replayed duration."""
         if node.type != pb.COMP_NODE:
@@ -217,6 +241,11 @@ class SpeedScaled:
         """Base model's name with the speed factors."""
         shown = ",".join(f"{r}={f:g}" for r, f in sorted(self.factors.items()))
         return f"{self.base.name}+speed({shown})"
+
+    def timing_key(self, rank: int) -> tuple | None:
+        """The rank's speed factor with its base model's key (None when the base cannot say)."""
+        inner = timing_key_of(self.base, rank)
+        return None if inner is None else (self.factors.get(rank), inner)
 
     def duration_ns(self, rank: int, node: pb.Node) -> int:
         """Base duration divided by the rank's factor, rounded to the nearest ns."""

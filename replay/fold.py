@@ -38,7 +38,7 @@ from xsim.netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, Sta
 from xsim.netmodels.errors import NetworkModelError
 from xsim.netmodels.models import capabilities_of
 from xsim.netmodels.topology import Topology
-from xsim.replay.compute import ComputeModel, DurationModel, RooflineModel, SpeedScaled
+from xsim.replay.compute import ComputeModel, timing_key_of
 from xsim.replay.config import ReplayConfig
 from xsim.replay.errors import FoldRefused, ReplayError
 from xsim.replay.fold_bytes import Prediction, Template, predict_many, walk
@@ -198,17 +198,6 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     raise ReplayError(f"fold must be True, 'auto', 'tp', a Fold or a list of replicas, got {fold!r}")
 
 
-def _compute_key(compute: ComputeModel | None, rank: int):
-    if compute is None or type(compute) is DurationModel:
-        return ()
-    if type(compute) is RooflineModel:
-        return (compute.profile(rank),)
-    if type(compute) is SpeedScaled:
-        inner = _compute_key(compute.base, rank)
-        return None if inner is None else (compute.factors.get(rank), inner)
-    return None
-
-
 def check_models(
     fold: Fold, network: NetworkModel | None, compute: ComputeModel | None, config: ReplayConfig
 ) -> None:
@@ -222,7 +211,7 @@ def check_models(
             )
     for k, rep in enumerate(fold.replicas[1:], 1):
         for x, r in zip(rep, fold.replicas[0], strict=True):
-            kx, kr = _compute_key(compute, x), _compute_key(compute, r)
+            kx, kr = timing_key_of(compute, x), timing_key_of(compute, r)
             if kx is None:
                 raise FoldRefused(
                     f"cannot fold with compute model {compute.name!r}: it cannot be shown to time ranks alike"

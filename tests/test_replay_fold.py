@@ -268,6 +268,33 @@ def test_refuses_asymmetric_compute_and_network(gen_sets) -> None:
         _replay(gen_sets["1f1b"], "--topology", "nodes:H100x6,H100x10", fold=True)
 
 
+def test_a_compute_model_folds_by_its_timing_key(gen_sets, tmp_path: Path) -> None:
+    """A folded replay asks the compute model how it times a rank (`timing_key`, the RankTimed ability)
+    instead of checking its type: a user model that declares a key folds, one that does not is refused."""
+    from xsim.replay.compute import DurationModel
+
+    class Plain:
+        name = "plain"
+
+        def duration_ns(self, rank: int, node) -> int:
+            return DurationModel().duration_ns(rank, node)
+
+    class Keyed(Plain):
+        name = "keyed"
+
+        def timing_key(self, rank: int) -> tuple:
+            return ()
+
+    ts = discover(gen_sets["1f1b"])
+    kw = {"network": api.build_network(options(build_parser().parse_args(["replay", str(gen_sets["1f1b"])])).network,
+                                       api.load_deployment(ts)), "config": ReplayConfig()}  # fmt: skip
+    with pytest.raises(ReplayError, match="cannot fold with compute model 'plain'"):
+        simulate(ts, compute=Plain(), fold=True, **kw)
+    folded = simulate(ts, compute=Keyed(), fold=True, **kw)
+    assert folded.fold_factor == 4
+    _assert_same(folded, simulate(ts, compute=Keyed(), fold=False, **kw), tmp_path)
+
+
 def test_refuses_bad_replicas(gen_sets) -> None:
     with pytest.raises(ReplayError, match="same number of ranks"):
         _replay(gen_sets["1f1b"], fold=[[0, 1, 2], list(range(3, 16))])
