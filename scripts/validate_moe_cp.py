@@ -43,10 +43,10 @@ DEFAULT_MAX_NODES = 4_000_000
 # Generated nodes per (rank, layer, micro-batch) used only to decide the budget (never in a result):
 # Megatron-Core's dense layer with sequence parallelism (validate_published.NODES_PER_LAYER_STEP, 32 + 6),
 # the CP exchange (all-gather form: 2 collectives; ring: 2 cp P2P + waits forward and backward, ~6 cp), and
-# per MoE layer 4 all-to-alls of (ep - 1) sends and as many receives plus ~16 router / permute / grouped
+# per MoE layer 4 all-to-alls of (ep - 1) sends and as many receives plus ~20 router / permute / sort / grouped
 # GEMM ops.
 DENSE_STEP_NODES = 38
-MOE_STEP_NODES = 16
+MOE_STEP_NODES = 20
 
 
 class MoeCpDataError(Exception):

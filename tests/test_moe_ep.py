@@ -100,21 +100,32 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
     fwd = [
         "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj", "attn_bias_dropout_add", "mlp_norm",
         "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1",
-        "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_combine.fwd.mb0.from1",
+        "moe_sort_chunks", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_unsort_chunks",
+        "moe_combine.fwd.mb0.from1",
         "moe_combine.fwd.mb0.to1", "moe_unpermute", "mlp_bias_dropout_add",
     ]  # fmt: skip
     bwd = [
         "mlp_bias_dropout_add", "moe_unpermute", "moe_combine.bwd.mb0.from1", "moe_combine.bwd.mb0.to1",
-        "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_dispatch.bwd.mb0.from1",
+        "moe_unsort_chunks", "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_sort_chunks",
+        "moe_dispatch.bwd.mb0.from1",
         "moe_dispatch.bwd.mb0.to1", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
         "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_proj", "attn_norm", "attn_residual",
     ]  # fmt: skip
     full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
     assert names == full(fwd, "fwd") + full(bwd, "bwd")
-    assert (len(fwd), len(bwd)) == (19, 21)  # 15 + 4 P2P forward, 17 + 4 P2P backward
+    # 17 + 4 P2P forward, 19 + 4 P2P backward: two local experts per EP rank, so the received copies are
+    # sorted by expert before the grouped GEMMs and back after them (Megatron-Core's permutation 2)
+    assert (len(fwd), len(bwd)) == (21, 23)
     by = {n.name: n for n in bundle.nodes[0]}
-    # the expert GEMM waits for the permute and for both halves of the dispatch; the send leaves after the permute
-    up = by["L1.moe_expert_up_gate.fwd.mb0"]
+    # the sort by expert waits for the permute and for both halves of the dispatch; the send leaves after the
+    # permute; the expert GEMM follows the sort
+    up = by["L1.moe_sort_chunks.fwd.mb0"]
+    assert list(by["L1.moe_expert_up_gate.fwd.mb0"].data_deps) == [up.id]
+    # rank 0 (experts 0, 1) receives 8 + 4 of its own copies and 4 + 4 of rank 1's: 20; the sort reads and
+    # writes each copy (64 x 2 B) and its FP32 probability, the unsort the copies only
+    size = lambda name: _attrs(by[name])[A.TENSOR_SIZE].uint64_val  # noqa: E731
+    assert size("L1.moe_sort_chunks.fwd.mb0") == 2 * 20 * (H * B + 4)
+    assert size("L1.moe_unsort_chunks.bwd.mb0") == 2 * 20 * H * B
     ids = {
         by[f"L1.{k}"].id
         for k in ("moe_permute.fwd.mb0", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1")
@@ -209,7 +220,8 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     bundle.write(str(tmp_path), "moe")
     assert main(["trace", "validate", str(tmp_path)]) == 0
     assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
-    assert "replayed 748 nodes on 4" in capsys.readouterr().out
+    # 748 before the sorts by expert: + 4 ranks x 2 layers x 2 mbs x 4 (sort, unsort; forward, backward)
+    assert "replayed 812 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
@@ -266,9 +278,10 @@ def test_moe_under_tp2_with_sequence_parallelism_by_hand():
     assert _size(by[3]["L1.moe_tp_gather.fwd.mb0"]) == 12 * 128
     names = [n.name.split(".")[1] for n in bundle.nodes[0] if n.name.startswith("L1.") and ".fwd." in n.name]
     i = names.index("mlp_norm")
-    assert names[i : i + 12] == [
+    assert names[i : i + 14] == [
         "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch", "moe_dispatch",
-        "moe_tp_gather", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_tp_scatter", "moe_combine",
+        "moe_tp_gather", "moe_sort_chunks", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down",
+        "moe_unsort_chunks", "moe_tp_scatter", "moe_combine",
     ]  # fmt: skip
     assert "mlp_tp_in" not in names and "mlp_tp_out" not in names
 

@@ -155,6 +155,16 @@ def moe_block(
             return _elem(op, phase, rows * width, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
         return _elem(op, phase, rows * width, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
 
+    # Permutation 2 (Megatron-Core's sort_chunks_by_idxs, with more than one local expert): the received
+    # copies arrive grouped by source rank and are re-sorted by local expert before the grouped GEMMs, and
+    # back by source after them (combine_preprocess); one read and one write of every copy and its FP32
+    # probability. Backward runs the inverse sorts on the gradients (same bytes).
+    sort_b = 2 * received * (h * b + ROUTER_PROB_BYTES)
+    sort = [Op("moe_sort_chunks", phase, 0, sort_b, (received, h), False)] if n_local > 1 else []
+    unsort = (
+        [Op("moe_unsort_chunks", phase, 0, 2 * received * h * b, (received, h), False)] if n_local > 1 else []
+    )
+
     shared: list[MoeStep] = []
     if fs:
         sp_in = [Comm("moe_shared_tp_in", "all_gather", tl * h * b)] if tp > 1 else []
@@ -189,11 +199,13 @@ def moe_block(
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b)),
             *gather,
+            *sort,
             *cast("moe_expert_up_gate", received * h),
             grouped("moe_expert_up_gate", received, h, up),
             act("moe_expert_act", received, fl),
             *cast("moe_expert_down", received * fl),
             grouped("moe_expert_down", received, fl, h),
+            *unsort,
             *scatter,
             AllToAll("moe_combine", "combine", nz(in_b), nz(out_b)),
             Op("moe_unpermute", "fwd", 2 * kept * h, (kept + tl) * h * b + kept * ROUTER_PROB_BYTES, (kept, h), False),
@@ -205,11 +217,13 @@ def moe_block(
         Op("moe_unpermute", "bwd", kept * h, (tl + kept) * h * b, (kept, h), False),
         AllToAll("moe_combine", "combine", nz(out_b), nz(in_b)),  # gradients of the combined copies go back
         *scatter,
+        *unsort,
         *cast("moe_expert_down", received * h),  # the output gradient, cast for both backward GEMMs
         grouped("moe_expert_down", received, fl, h),
         act("moe_expert_act", received, fl),
         *cast("moe_expert_up_gate", received * up),
         grouped("moe_expert_up_gate", received, h, up),
+        *sort,
         *gather,
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b)),  # input gradients to their sources
         Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),

@@ -20,6 +20,7 @@ from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from xsim.tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds, sustained_ratio
+from xsim.tracegen.grouped_gemm import GROUPED_GEMM_OPS, grouped_gemm_seconds
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.profile import ProfileTable
 
@@ -598,6 +599,8 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     launch floor per kernel.
     """
     if model == "calibrated":
+        if op.gemm and op.op in GROUPED_GEMM_OPS and len(op.shape) == 4:
+            return grouped_gemm_seconds(op.shape, op.bytes, gpu, op.precision, op.kernels, rates)
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
             return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels, rates)
