@@ -184,7 +184,8 @@ def test_mixtral_memory_fit_matches_a_hand_count_per_rank():
     ("parallel", "model", "message"),
     [
         ({"dp": 4, "ep": 3}, None, "ep 3 does not divide dp x cp 4"),
-        ({"dp": 2, "ep": 2, "tp": 2, "etp": 1}, None, "etp 1 differs from tp 2"),
+        ({"dp": 2, "ep": 3, "tp": 2, "etp": 1}, None, "ep 3 does not divide dp x cp x tp 4"),
+        ({"dp": 2, "ep": 2, "tp": 4, "etp": 3}, None, "etp 3: only 1 or tp (4)"),
         ({"dp": 2, "tp": 2}, None, "tp > 1"),
         ({"dp": 2, "ep": 2}, "llama2-7b", "ep 2 needs a mixture-of-experts model"),
         ({"dp": 8, "ep": 8}, None, "ep 8 does not divide the 4 experts"),
@@ -289,3 +290,35 @@ def test_moe_under_tp2_with_sequence_parallelism_by_hand():
 def test_moe_with_tp_needs_sequence_parallelism():
     with pytest.raises(SpecError, match="need sequence_parallel: true"):
         load_spec({"model": _model(4), "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2}})
+
+
+def test_expert_tp_1_under_tp2_by_hand():
+    """etp 1, tp 2, dp 2, ep 4: every TP rank is an EP rank of its own (slot = replica x 2 + TP index, so
+    ranks 0..3 are EP ranks 0..3, one expert each), routes its 4 of 8 tokens and runs whole experts."""
+    table = [[4, 2, 1, 1], [2, 2, 2, 2], [1, 1, 2, 4], [0, 0, 4, 4]]  # row s: the tokens of EP rank s
+    spec = {"model": _model(4, {"tokens": table}), "sequence_parallel": True,
+            "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 4, "etp": 1}}  # fmt: skip
+    dep = load_spec(spec)
+    assert [dg.etp for dg in dep.device_groups] == [1, 1]
+    bundle = generate(dep, rewrite=False)
+    by = [{n.name: n for n in bundle.nodes[r]} for r in range(4)]
+    # rank 0 (expert 0) sends rank q its copies for expert q: 2, 1, 1; receives q's for expert 0: 2, 1, 0
+    assert [_size(by[0][f"L1.moe_dispatch.fwd.mb0.to{q}"]) for q in (1, 2, 3)] == [2 * 128, 128, 128]
+    assert [_size(by[0][f"L1.moe_dispatch.fwd.mb0.from{q}"]) for q in (1, 2)] == [2 * 128, 128]
+    assert "L1.moe_dispatch.fwd.mb0.from3" not in by[0]  # source 3 routes nothing to expert 0
+    # whole experts (FFN 32, up/gate 64 wide): rank 0 runs 4 + 2 + 1 + 0 = 7 copies, rank 3 1 + 2 + 4 + 4 = 11
+    assert _flops(bundle, 0, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 7 * 64 * 64
+    assert _flops(bundle, 3, "L1.moe_expert_up_gate.fwd.mb0") == 2 * 11 * 64 * 64
+    assert _flops(bundle, 1, "L1.moe_router.fwd.mb0") == 2 * 4 * 64 * 4  # 4 sequence-parallel tokens
+    names = {n.split(".")[1] for n in by[0] if n.startswith("L1.")}
+    assert not names & {"moe_tp_gather", "moe_tp_scatter", "moe_sort_chunks"}  # no expert TP, 1 local expert
+
+    # memory: etp 1 at ep 4 holds one whole expert (3 x 64 x 32) per rank, as etp 2 at ep 2 holds half of
+    # two; etp 1 at ep 2 holds two whole experts: 3 x 64 x 32 parameters more
+    def par(**p):
+        return {
+            m.params for m in deployment_memory(load_spec({**spec, "parallel": {**spec["parallel"], **p}}))
+        }
+
+    assert par() == par(ep=2, etp=2)
+    assert len(par(ep=2)) == 1 and par(ep=2).pop() - par().pop() == 3 * 64 * 32

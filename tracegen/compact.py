@@ -45,9 +45,11 @@ def _stage_shape(dg: dpb.DeviceGroup) -> tuple:
 
 
 def replica_block(dep: dpb.Deployment) -> int:
-    """DP replicas per class unit: lcm of the EP and CP degrees (1 without expert or context parallelism)."""
+    """DP replicas per class unit: lcm of the replicas an EP group spans (ep, or ep / tp under etp 1) and the
+    CP degree (1 without expert or context parallelism)."""
     return math.lcm(
-        *(max(1, dg.ep) for dg in dep.device_groups), *(max(1, dg.cp) for dg in dep.device_groups)
+        *(max(1, dg.ep // (dg.tp if dg.etp == 1 else 1)) for dg in dep.device_groups),
+        *(max(1, dg.cp) for dg in dep.device_groups),
     )
 
 

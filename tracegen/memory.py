@@ -39,8 +39,8 @@ from xsim.tracegen.choices import GRAD_REDUCE_BYTES
 from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
-from xsim.tracegen.moe_ops import moe_activation_model, rank_params_ep
-from xsim.tracegen.ops import rank_params, shard_of
+from xsim.tracegen.moe_ops import group_shard, moe_activation_model, rank_params_ep
+from xsim.tracegen.ops import rank_params
 from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
@@ -250,7 +250,7 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
             gpu = specs[dg.gpu]
             for local, r in enumerate(dg.ranks):
-                sh = shard_of(m, t, local)
+                sh = group_shard(m, dg, local)
                 params = rank_params(m, sh, n, first, last)
                 expert = 0
                 if (

@@ -37,6 +37,7 @@ from xsim.tracegen.ops import (
     layer_steps,
     linear_params,
     rank_params,
+    shard_of,
 )
 
 # P2P tags of the all-to-alls: far above the pipeline's 2 * (chunk * M + mb) + direction tags.
@@ -71,6 +72,16 @@ class AllToAll:
 MoeStep = Step | AllToAll
 
 
+def expert_tp(sh: Shard) -> int:
+    """The expert tensor-parallel degree of a rank's MoE layers: 1 (whole experts) or its TP degree."""
+    return sh.etp or sh.tp
+
+
+def group_shard(m: ModelArch, dg: object, local: int) -> Shard:
+    """The shard of TP rank `local` of device group `dg`, with the group's expert TP degree."""
+    return replace(shard_of(m, dg.tp, local), etp=dg.etp)  # type: ignore[attr-defined]
+
+
 def local_experts(moe: MoeSpec, ep: int, index: int) -> range:
     """The experts EP rank `index` holds (E/ep consecutive ones)."""
     n = moe.experts // ep
@@ -102,9 +113,15 @@ def moe_block(
     ranks agree) before the grouped GEMMs, which run every gathered copy through 1/tp of each expert's FFN,
     and reduce-scattered back after them (Megatron-Core's MoEAlltoAllTokenDispatcher with tp_size > 1).
     Shared experts are a TP-split MLP with their own sequence-parallel AllGather and ReduceScatter.
+
+    etp 1 under tp > 1 (Megatron-Core's expert_tensor_parallel_size 1): the expert layer has no TP group;
+    each TP rank is an EP rank of its own (the EP group spans DP x TP, tracegen.workload.ep_groups), routes
+    its T/tp sequence-parallel tokens, exchanges them with its EP peers and runs whole experts: no TP
+    gather or scatter around the grouped GEMMs. `tp` below is the expert TP degree.
     """
     m, b, t = c.m, c.b, c.tokens
-    tp = c.sh.tp
+    tp = expert_tp(c.sh)
+    local = local % tp  # the rank's place in its expert TP group (0 with whole experts)
     tl = c.norm_tokens  # tokens this TP rank routes (T / tp under sequence parallelism)
     h, e = m.hidden, moe.experts
     loads = moe_loads(moe, tl, layer, ep * tp)
@@ -123,7 +140,7 @@ def moe_block(
     in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
     nz = lambda pairs: tuple(p for p in pairs if p[1])  # noqa: E731 - a peer with no copies gets no message
     act_f = ELEM_FLOPS[m.activation]
-    fs = moe.shared_width // tp
+    fs = moe.shared_width // c.sh.tp  # shared experts: split over the attention's TP group
     s_up = (2 if m.activation == "swiglu" else 1) * fs
     gather = [Comm("moe_tp_gather", "all_gather", max(got) * h * b)] if tp > 1 else []
     scatter = [Comm("moe_tp_scatter", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else []
@@ -167,11 +184,12 @@ def moe_block(
 
     shared: list[MoeStep] = []
     if fs:
-        sp_in = [Comm("moe_shared_tp_in", "all_gather", tl * h * b)] if tp > 1 else []
-        sp_out = [Comm("moe_shared_tp_out", "reduce_scatter", t * h * b)] if tp > 1 else []
+        stp = c.sh.tp
+        sp_in = [Comm("moe_shared_tp_in", "all_gather", tl * h * b)] if stp > 1 else []
+        sp_out = [Comm("moe_shared_tp_out", "reduce_scatter", t * h * b)] if stp > 1 else []
         if phase == "bwd":
-            sp_in = [Comm("moe_shared_tp_in", "reduce_scatter", t * h * b)] if tp > 1 else []
-            sp_out = [Comm("moe_shared_tp_out", "all_gather", tl * h * b)] if tp > 1 else []
+            sp_in = [Comm("moe_shared_tp_in", "reduce_scatter", t * h * b)] if stp > 1 else []
+            sp_out = [Comm("moe_shared_tp_out", "all_gather", tl * h * b)] if stp > 1 else []
         if phase == "fwd":
             shared = [
                 *sp_in,
@@ -287,7 +305,7 @@ def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) ->
             else 0
         )
         attn = _attention_rank_params(replace(m, linear_bias=False), sh)
-        total += attn + moe_expert_params(m, m.moe, ep, sh.tp) + shared
+        total += attn + moe_expert_params(m, m.moe, ep, expert_tp(sh)) + shared
     return total
 
 
@@ -306,7 +324,7 @@ def layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]
     if m.moe is None or not m.moe.is_moe(layer):
         fix = mla_rank_params(m, m.mla, sh) - _attention_rank_params(m, sh) if m.mla is not None else 0
         return rank_params(m, sh, 1, False, False) + fix, 0
-    return moe_dense_params(m, m.moe, sh), moe_expert_params(m, m.moe, ep, sh.tp)
+    return moe_dense_params(m, m.moe, sh), moe_expert_params(m, m.moe, ep, expert_tp(sh))
 
 
 def rank_params_ep(
@@ -361,13 +379,15 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     if moe.experts % ep:
         return f"ep {ep} does not divide the {moe.experts} experts of {model.name}"
     reps = list(replicas(dep).values())  # type: ignore[arg-type]
-    if len(reps) % ep:
-        return f"ep {ep} does not divide the {len(reps)} data-parallel replicas (EP is carved out of DP)"
+    # EP slots per stage: the replicas, times tp with whole experts (etp 1: each TP rank is an EP rank)
+    slots = {len(reps) * (dg.tp if dg.etp == 1 else 1) for dg in groups}
+    if any(n % ep for n in slots):
+        return f"ep {ep} does not divide the {len(reps)} data-parallel replicas (x tp under etp 1: EP is carved out of DP)"
     if any(dg.tp > 1 for dg in groups) and not getattr(dep, "sequence_parallel", False):
         # megatron/training/arguments.py: expert parallelism with tensor parallelism needs sequence parallelism
         return "MoE layers with tp > 1 need sequence_parallel: true (Megatron-Core asserts it)"
     for dg in groups:
-        if moe.expert_ffn % dg.tp or moe.shared_width % dg.tp:
+        if moe.expert_ffn % (1 if dg.etp == 1 else dg.tp) or moe.shared_width % dg.tp:
             return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
     if getattr(dep, "sharding", "none") not in ("", "none"):
         return "MoE layers with sharding are not supported yet"

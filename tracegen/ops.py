@@ -90,6 +90,7 @@ class Shard:
     kv_heads: int
     ffn: int
     vocab: int
+    etp: int = 0  # expert tensor-parallel degree of MoE layers (0 = tp; tracegen.moe_ops)
 
 
 def split(total: int, parts: int, index: int) -> int:

@@ -100,7 +100,7 @@ TOP_KEYS = (
     "parallel",
     "device_groups",
 )
-DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep", "cp")
+DG_KEYS = ("id", "gpu", "ranks", "tp", "layers", "micro_batch", "pp_stage", "dp_replica", "ep", "cp", "etp")
 PARALLEL_KEYS = (
     "gpu",
     "tp",
@@ -593,15 +593,18 @@ class _SpecBuilder:
             blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
             for k in ("tp", "pp", "dp", "micro_batch", "ep", "cp"):
                 blk[k] = self.int_key(b, k, where, default=1)
-            # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; only that is generated.
-            if self.int_key(b, "etp", where, default=blk["tp"]) != blk["tp"]:
+            # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; etp 1 (whole experts,
+            # the EP group spanning DP x TP) is the other form generated (tracegen.moe_ops).
+            blk["etp"] = self.int_key(b, "etp", where, default=blk["tp"])
+            if blk["etp"] not in (1, blk["tp"]):
+                raise self.fail(f"{where}etp {blk['etp']}: only 1 or tp ({blk['tp']}) is supported yet")
+            slots = int(blk["dp"]) * int(blk["cp"]) * int(blk["tp"]) // int(blk["etp"])
+            if slots % int(blk["ep"]) or int(blk["ep"]) % (int(blk["tp"]) // int(blk["etp"])):
                 raise self.fail(
-                    f"{where}etp {b['etp']} differs from tp {blk['tp']}: not supported yet (etp = tp)"
-                )
-            if int(blk["dp"]) * int(blk["cp"]) % int(blk["ep"]):
-                raise self.fail(
-                    f"{where}ep {blk['ep']} does not divide dp x cp {int(blk['dp']) * int(blk['cp'])} "
-                    "(EP is carved out of DP x CP)"
+                    f"{where}ep {blk['ep']} does not divide dp x cp {slots} (EP is carved out of DP x CP)"
+                    if blk["etp"] == blk["tp"]
+                    else f"{where}ep {blk['ep']} does not divide dp x cp x tp {slots} or is not a multiple of "
+                    f"tp (etp 1: EP is carved out of DP x CP x TP)"
                 )
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
@@ -804,7 +807,7 @@ class _SpecBuilder:
                             id=len(out), gpu=str(b["gpu"]), ranks=range(base, base + tp), tp=tp,
                             layer_start=start, layer_end=end, micro_batch=int(b["micro_batch"]),
                             pp_stage=s, dp_replica=first_replica + d, ep=int(b["ep"]) if int(b["ep"]) > 1 else 0,
-                            cp=cp if cp > 1 else 0,
+                            cp=cp if cp > 1 else 0, etp=1 if int(b["etp"]) < tp else 0,
                         )
                     )  # fmt: skip
             first_rank += tp * pp * dp
@@ -990,6 +993,9 @@ class _SpecBuilder:
         replica = self.int_key(g, "dp_replica", where, default=0, minimum=0)
         ep = self.int_key(g, "ep", where, default=1)
         cp = self.int_key(g, "cp", where, default=1)
+        etp = self.int_key(g, "etp", where, default=tp)
+        if etp not in (1, tp):
+            raise self.fail(f"{where}etp {etp}: only 1 or tp ({tp}) is supported yet")
         dg = dpb.DeviceGroup(
             id=gid,
             gpu=gpu_name,
@@ -1002,6 +1008,7 @@ class _SpecBuilder:
             dp_replica=replica,
             ep=ep if ep > 1 else 0,
             cp=cp if cp > 1 else 0,
+            etp=1 if etp < tp else 0,
         )
         if ranges is not None:
             _set_chunks(dg, ranges, v)
@@ -1272,6 +1279,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             "dp_replica": dg.dp_replica,
             **({"ep": dg.ep} if dg.ep > 1 else {}),
             **({"cp": dg.cp} if dg.cp > 1 else {}),
+            **({"etp": dg.etp} if dg.etp else {}),
         }  # fmt: skip
         for dg in dep.device_groups
     ]

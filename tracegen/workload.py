@@ -39,6 +39,7 @@ from xsim.tracegen.moe_ops import (
     AllToAll,
     MoeStep,
     fp8_linear_params_ep,
+    group_shard,
     layer_split,
     moe_layer_steps,
     rank_params_ep,
@@ -60,7 +61,6 @@ from xsim.tracegen.ops import (
     optimizer_steps,
     param_tensors,
     rank_params,
-    shard_of,
     with_selective_recompute,
 )
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
@@ -138,18 +138,21 @@ def ep_groups(
     Megatron-Core carves EP out of DP with EP fastest: replicas d with equal d div ep form an EP group
     (EP index d mod ep), replicas with equal d mod ep hold the same experts and sync their gradients (the
     expert-data-parallel group, apart from the dense DP group). Each TP rank pairs with the same TP rank
-    of its peers (expert TP = TP).
+    of its peers (expert TP = TP). With etp 1 every TP rank is an EP slot of its own, slot x = replica
+    position * tp + TP index (Megatron-Core's expert rank order etp-ep-edp with etp fastest): slots with
+    equal x div ep form an EP group, slots with equal x mod ep the expert-DP group.
     """
     order = sorted(reps)
     place: dict[int, tuple[int, int, tuple[int, ...], tuple[int, ...]]] = {}
     for pos, d in enumerate(order):
         for k, dg in enumerate(reps[d]):
-            ep = max(1, dg.ep)
-            base = pos - pos % ep
-            for local, rank in enumerate(dg.ranks):  # the same TP rank of each replica
-                members = tuple(reps[order[base + i]][k].ranks[local] for i in range(ep))
-                edp = tuple(reps[order[j]][k].ranks[local] for j in range(pos % ep, len(order), ep))
-                place[rank] = (ep, pos % ep, members, edp)
+            ep, slots = max(1, dg.ep), (dg.tp if dg.etp == 1 else 1)
+            for local, rank in enumerate(dg.ranks):
+                x, tl = pos * slots + local // (dg.tp // slots), local % (dg.tp // slots)
+                at = lambda y: reps[order[y // slots]][k].ranks[(y % slots) + tl]  # noqa: B023, E731
+                members = tuple(at(x - x % ep + i) for i in range(ep))
+                edp = tuple(at(y) for y in range(x % ep, len(order) * slots, ep))
+                place[rank] = (ep, x % ep, members, edp)
     names: dict[tuple[int, ...], str] = {}
     out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
     for r in sorted(place):
@@ -431,7 +434,8 @@ class _Generator:
             for ch in st.chunks
         )
         dp = len(self.dp_members.get(dp_pg, ())) if dp_pg else None
-        return (dg.gpu, tp, dg.micro_batch, shard_of(self.model, tp, local), st.index, st.count, chunks, dp)
+        sh = group_shard(self.model, dg, local)
+        return (dg.gpu, tp, dg.micro_batch, sh, st.index, st.count, chunks, dp)
 
     def _clone(
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
@@ -545,7 +549,7 @@ class _RankProgram:
         self.gpu = dg.gpu
         self.ctx = Ctx(
             gen.model,
-            shard_of(gen.model, dg.tp, local),
+            group_shard(gen.model, dg, local),
             dg.micro_batch,
             dep.seq_len,
             dep.dtype_bytes,
