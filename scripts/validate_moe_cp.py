@@ -43,8 +43,8 @@ DEFAULT_MAX_NODES = 4_000_000
 # Generated nodes per (rank, layer, micro-batch) used only to decide the budget (never in a result):
 # Megatron-Core's dense layer with sequence parallelism (validate_published.NODES_PER_LAYER_STEP, 32 + 6),
 # the CP exchange (all-gather form: 2 collectives; ring: 2 cp P2P + waits forward and backward, ~6 cp), and
-# per MoE layer 4 all-to-alls of (ep - 1) sends and as many receives plus ~20 router / permute / sort / grouped
-# GEMM ops.
+# per MoE layer 4 all-to-alls (one collective each under uniform routing, else (ep - 1) sends and as many
+# receives) plus ~20 router / permute / sort / grouped GEMM ops.
 DENSE_STEP_NODES = 38
 MOE_STEP_NODES = 20
 
@@ -210,8 +210,9 @@ def estimate_nodes(dep: Any) -> tuple[int, int]:
         per = DENSE_STEP_NODES
         if dg.cp > 1:
             per += 2 if dep.cp_comm_type == "all_gather" else 6 * dg.cp
-        if moe is not None:
-            per += MOE_STEP_NODES + 8 * (max(1, dg.ep) - 1)
+        if moe is not None:  # a uniform routing's all-to-alls are one collective each, else P2P pairs
+            uniform = moe.routing.distribution == "uniform"
+            per += MOE_STEP_NODES + (4 if uniform else 8 * (max(1, dg.ep) - 1))
         total += n * layers * dep.micro_batches * per
         ranks += n
     return total, ranks

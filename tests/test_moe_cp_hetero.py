@@ -53,13 +53,16 @@ def test_a_parallel_list_with_another_ep_per_gpu_type_fails_in_one_line():
 def test_replicas_on_different_gpus_with_one_ep_degree_generate():
     # H100 replicas 0, 1 and A100 replicas 2, 3, cut alike: EP groups {0, 1} and {2, 3}. Uniform routing of
     # 16 tokens x top-2 = 32 copies, 8 per expert: each rank sends its peer the 16 copies for the peer's two
-    # experts, 16 x hidden 64 x 2 B = 2,048 B, and nothing leaves its group.
+    # experts, 16 x hidden 64 x 2 B = 2,048 B, and nothing leaves its group. Balanced, so the dispatch is one
+    # ALL_TO_ALL collective over the EP group of 2 x 2,048 B.
     groups = [_g(d, d, [1, 2], 0, d, gpu="H100" if d < 2 else "A100-80GB", ep=2) for d in range(4)]
     bundle = generate(load_spec({"model": MOE, "micro_batches": 1, "device_groups": groups}), rewrite=False)
-    sends = {}
+    a2a = {}
     for r in range(4):
         for n in bundle.nodes[r]:
-            if n.name.startswith("L1.moe_dispatch.fwd") and n.type == pb.COMM_SEND_NODE:
+            if n.name == "L1.moe_dispatch.fwd.mb0":
                 at = {a.name: a for a in n.attr}
-                sends[r] = (at[A.COMM_DST].int32_val, at[A.COMM_SIZE].int64_val)
-    assert sends == {0: (1, 2048), 1: (0, 2048), 2: (3, 2048), 3: (2, 2048)}
+                members = tuple(bundle.comm_groups[at[A.PG_NAME].string_val])
+                a2a[r] = (n.type, at[A.COMM_TYPE].int64_val, members, at[A.COMM_SIZE].int64_val)
+    coll = (pb.COMM_COLL_NODE, pb.ALL_TO_ALL)
+    assert a2a == {r: (*coll, (0, 1) if r < 2 else (2, 3), 4096) for r in range(4)}

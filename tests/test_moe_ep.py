@@ -214,15 +214,24 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
         {"model": _model(4, None, 2), "parallel": {"gpu": "H100", "dp": 4, "ep": 2}, "micro_batches": 2}
     )
     bundle = generate(dep)  # with the planner's rewrite, as xsim gen does
-    sends = sum(1 for r in bundle.nodes for n in bundle.nodes[r] if n.type == pb.COMM_SEND_NODE)
-    recvs = sum(1 for r in bundle.nodes for n in bundle.nodes[r] if n.type == pb.COMM_RECV_NODE)
-    # uniform routing: every rank sends its EP peer 8 copies per all-to-all; 4 all-to-alls x 2 layers x 2 mbs
-    assert sends == recvs == 4 * 4 * 2 * 2
+    p2p = sum(
+        1 for r in bundle.nodes for n in bundle.nodes[r] if n.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE)
+    )
+    a2a = [
+        {a.name: a for a in n.attr}[A.COMM_SIZE].int64_val
+        for r in bundle.nodes
+        for n in bundle.nodes[r]
+        if n.type == pb.COMM_COLL_NODE and ".moe_" in n.name
+    ]
+    # uniform routing: every rank sends its EP peer 8 copies per all-to-all, so each all-to-all is one
+    # ALL_TO_ALL collective of 2 x 8 x 128 B: 4 all-to-alls x 2 layers x 2 mbs x 4 ranks, no P2P
+    assert p2p == 0 and a2a == [2 * 8 * 128] * (4 * 2 * 2 * 4)
     bundle.write(str(tmp_path), "moe")
     assert main(["trace", "validate", str(tmp_path)]) == 0
     assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
-    # 748 before the sorts by expert: + 4 ranks x 2 layers x 2 mbs x 4 (sort, unsort; forward, backward)
-    assert "replayed 812 nodes on 4" in capsys.readouterr().out
+    # 748 before the sorts by expert and the collective all-to-alls: + 4 ranks x 2 layers x 2 mbs x 4 (sort,
+    # unsort; forward, backward), - as many for the 4 all-to-alls' send + receive pairs now one node each
+    assert "replayed 748 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
@@ -322,3 +331,16 @@ def test_expert_tp_1_under_tp2_by_hand():
 
     assert par() == par(ep=2, etp=2)
     assert len(par(ep=2)) == 1 and par(ep=2).pop() - par().pop() == 3 * 64 * 32
+
+
+def test_balanced_all_to_all_bytes_by_hand():
+    """The all-to-all is one collective only when every source sends every EP peer the same bytes."""
+    from xsim.tracegen.moe import MoeSpec
+    from xsim.tracegen.moe_ops import even_bytes
+
+    moe = MoeSpec(experts=8, top_k=2, expert_ffn=32)
+    # 8 tokens x top-2 spread 2 per expert: each of 4 EP ranks (2 experts) gets 4 copies of 64 x 2 B
+    assert even_bytes([(2,) * 8] * 4, moe, 4, H, B) == 4 * H * B
+    assert even_bytes([tuple(r) for r in TABLE], moe, 4, H, B) == 0  # skewed rows: P2P pairs
+    assert even_bytes([(4, 0) * 4] * 4, moe, 4, H, B) == 4 * H * B  # equal per EP rank, not per expert
+    assert even_bytes([(2,) * 8], moe, 1, H, B) == 0  # no EP peers

@@ -67,6 +67,10 @@ class AllToAll:
     which: str  # "dispatch" | "combine" (the forward all-to-all whose bytes these are)
     sends: tuple[tuple[int, int], ...]  # (peer EP index, bytes)
     recvs: tuple[tuple[int, int], ...]
+    # Bytes per peer when every EP rank exchanges the same with every peer (a balanced routing): the
+    # all-to-all is then one ALL_TO_ALL collective of ep x even bytes over the EP group, its transfers
+    # concurrent as NCCL runs them; 0: uneven, emitted as P2P pairs.
+    even: int = 0
 
 
 MoeStep = Step | AllToAll
@@ -93,6 +97,15 @@ def a2a_bytes(
 ) -> int:
     """Bytes source `src` dispatches to EP rank `dst`: its token copies routed to dst's experts, hidden x b each."""
     return sum(loads[src][e] for e in local_experts(moe, ep, dst)) * hidden * b
+
+
+def even_bytes(loads: list[tuple[int, ...]], moe: MoeSpec, ep: int, hidden: int, b: int) -> int:
+    """Bytes every source sends every other EP rank when they are all the same (0 otherwise): every
+    source routes the same tokens per expert and each EP rank's experts get the same share of them."""
+    if ep < 2 or any(row != loads[0] for row in loads):
+        return 0
+    per = {sum(loads[0][e] for e in local_experts(moe, ep, q)) for q in range(ep)}
+    return per.pop() * hidden * b if len(per) == 1 else 0
 
 
 def moe_loads(moe: MoeSpec, tokens: int, layer: int, sources: int) -> list[tuple[int, ...]]:
@@ -139,6 +152,7 @@ def moe_block(
     out_b = tuple((q, a2a_bytes(loads, moe, ep, src, q, h, b)) for q in peers)  # me -> q (dispatch)
     in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
     nz = lambda pairs: tuple(p for p in pairs if p[1])  # noqa: E731 - a peer with no copies gets no message
+    even = even_bytes(loads, moe, ep, h, b)
     act_f = ELEM_FLOPS[m.activation]
     fs = moe.shared_width // c.sh.tp  # shared experts: split over the attention's TP group
     s_up = (2 if m.activation == "swiglu" else 1) * fs
@@ -215,7 +229,7 @@ def moe_block(
             _gemm("moe_router", "fwd", tl, h, e, b),
             _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
-            AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b)),
+            AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b), even),
             *gather,
             *sort,
             *cast("moe_expert_up_gate", received * h),
@@ -225,7 +239,7 @@ def moe_block(
             grouped("moe_expert_down", received, fl, h),
             *unsort,
             *scatter,
-            AllToAll("moe_combine", "combine", nz(in_b), nz(out_b)),
+            AllToAll("moe_combine", "combine", nz(in_b), nz(out_b), even),
             Op("moe_unpermute", "fwd", 2 * kept * h, (kept + tl) * h * b + kept * ROUTER_PROB_BYTES, (kept, h), False),
             *shared,
             *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
@@ -233,7 +247,7 @@ def moe_block(
     return [
         *shared[::-1],
         Op("moe_unpermute", "bwd", kept * h, (tl + kept) * h * b, (kept, h), False),
-        AllToAll("moe_combine", "combine", nz(out_b), nz(in_b)),  # gradients of the combined copies go back
+        AllToAll("moe_combine", "combine", nz(out_b), nz(in_b), even),  # gradients of the combined copies go back
         *scatter,
         *unsort,
         *cast("moe_expert_down", received * h),  # the output gradient, cast for both backward GEMMs
@@ -243,7 +257,7 @@ def moe_block(
         grouped("moe_expert_up_gate", received, h, up),
         *sort,
         *gather,
-        AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b)),  # input gradients to their sources
+        AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b), even),  # input gradients to their sources
         Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
         _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
         _gemm("moe_router", "bwd", tl, h, e, b),

@@ -132,8 +132,9 @@ def generate(
 
 def ep_groups(
     bundle: TraceBundle, reps: dict[int, list[dpb.DeviceGroup]]
-) -> dict[int, tuple[int, int, tuple[int, ...], str]]:
-    """Each rank's expert-parallel place: (ep, EP index, EP group ranks, expert-DP group name).
+) -> dict[int, tuple[int, int, tuple[int, ...], str, str]]:
+    """Each rank's expert-parallel place: (ep, EP index, EP group ranks, expert-DP group name, EP group
+    name; the latter for the balanced all-to-alls, emitted as collectives).
 
     Megatron-Core carves EP out of DP with EP fastest: replicas d with equal d div ep form an EP group
     (EP index d mod ep), replicas with equal d mod ep hold the same experts and sync their gradients (the
@@ -154,12 +155,13 @@ def ep_groups(
                 edp = tuple(at(y) for y in range(x % ep, len(order) * slots, ep))
                 place[rank] = (ep, x % ep, members, edp)
     names: dict[tuple[int, ...], str] = {}
-    out: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
+    out: dict[int, tuple[int, int, tuple[int, ...], str, str]] = {}
     for r in sorted(place):
         ep, i, members, edp = place[r]
-        if len(edp) > 1 and edp not in names:
-            names[edp] = bundle.new_group(list(edp))
-        out[r] = (ep, i, members, names.get(edp, ""))
+        for grp in (edp, members):
+            if len(grp) > 1 and grp not in names:
+                names[grp] = bundle.new_group(list(grp))
+        out[r] = (ep, i, members, names.get(edp, ""), names.get(members, ""))
     return out
 
 
@@ -290,8 +292,8 @@ class _Generator:
         # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
         self.clone = clone and self.model.moe is None
         self.ep_of: dict[
-            int, tuple[int, int, tuple[int, ...], str]
-        ] = {}  # rank -> (ep, index, members, edp pg)
+            int, tuple[int, int, tuple[int, ...], str, str]
+        ] = {}  # rank -> (ep, index, members, edp pg, ep pg)
         # rank -> (cp, index, members, cp pg); ring peers are not patched by _clone either
         self.cp_of: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
         if any(dg.cp > 1 for dg in dep.device_groups):
@@ -731,6 +733,18 @@ class _RankProgram:
         members = self.ep[2]
         tag_phase = phase or self._phase
         tag = EP_TAG_BASE + 8 * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
+        if s.even:  # balanced: one ALL_TO_ALL collective over the EP group (ep x the bytes per peer)
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_TO_ALL),
+                g.attr(A.COMM_SIZE, len(members) * s.even),
+                g.attr(A.PG_NAME, self.ep[4]),
+            ]
+            name = f"L{layer}.{s.op}.{tag_phase}.mb{mb}"
+            data = [] if pred is None else [pred]
+            self.waits.append(
+                self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
+            )
+            return
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
                 peer = members[q]
