@@ -330,6 +330,12 @@ def test_expert_tp_1_under_tp2_by_hand():
         }
 
     assert par() == par(ep=2, etp=2)
+    # an EP group of 4 slots spans 2 replicas of 2 TP ranks: the compact block is 2 replicas (4 under etp 2)
+    from xsim.tracegen.compact import replica_block
+
+    wide = {**spec, "parallel": {**spec["parallel"], "dp": 4}}
+    assert replica_block(load_spec(wide)) == 2
+    assert replica_block(load_spec({**wide, "parallel": {**wide["parallel"], "etp": 2}})) == 4
     assert len(par(ep=2)) == 1 and par(ep=2).pop() - par().pop() == 3 * 64 * 32
 
 
