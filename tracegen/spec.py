@@ -97,6 +97,7 @@ TOP_KEYS = (
     "grad_reduce_dtype",
     "sharding",
     "cp_comm_type",
+    "comm_sm_contention",
     "parallel",
     "device_groups",
 )
@@ -420,6 +421,11 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
+        v = self.raw.get("comm_sm_contention", True)
+        if not isinstance(v, bool):
+            raise self.fail(f"comm_sm_contention must be true or false, got {v!r}")
+        dep.comm_sm_contention = "" if v else "off"
         # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
         if dep.overlap_param_gather and not dep.distributed_optimizer:
             raise self.fail(
@@ -1243,6 +1249,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
+        **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,

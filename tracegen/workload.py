@@ -19,6 +19,7 @@ from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.bundle import RankTwins, TraceBundle
 from xsim.tracegen.catalog import GpuSpec
 from xsim.tracegen.choices import GRAD_REDUCE_BYTES
+from xsim.tracegen.contention import NCCL_DP_CTAS, TE_UB_SMS, covered, with_free_sms
 from xsim.tracegen.context_parallel import (
     CP_TAG_BASE,
     RING_KIND,
@@ -231,6 +232,7 @@ class _Overlap:
     label: str  # "L{layer}." or "" (node name prefix)
     gemm_tag: str  # phase tag of the GEMM's nodes
     comm_tag: str
+    method: str  # TE's overlap method: ring_exchange, pipeline or bulk
     gemm_ids: list[int] = field(default_factory=list)
 
 
@@ -306,6 +308,7 @@ class _Generator:
         self.bundle = TraceBundle(nodes=RankNodes())
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
+        self._contended: dict[tuple[str, Op, int], int] = {}
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
@@ -341,6 +344,16 @@ class _Generator:
     def duration_ns(self, gpu: str, op: Op) -> int:
         """The exact duration of `op` on `gpu` in ns (the `duration_ns` attribute's value), cached."""
         return int(self.duration(gpu, op)[1].int64_val)
+
+    def contended_ns(self, gpu: str, op: Op, busy: int) -> int:
+        """ns of `op` on `gpu` while communication kernels hold `busy` of its SMs (tracegen.contention)."""
+        key = (gpu, op, busy)
+        ns = self._contended.get(key)
+        if ns is None:
+            spec = with_free_sms(self.gpus[gpu], busy)
+            model, rates = self.dep.compute_model or "roofline", self.dep.gemm_rates or "sustained"
+            ns = self._contended[key] = duration_ns(op, spec, self.profile, model, rates)
+        return ns
 
     def run(self) -> TraceBundle:
         reps = replicas(self.dep)
@@ -623,6 +636,7 @@ class _RankProgram:
             micros, exact = g.duration(self.gpu, s)
             extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
             nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMP_NODE, data, ctrl, micros, tags + extra)
+            self.comp_ops[nid] = (s, 0, 1)
         else:
             extra = [
                 g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
@@ -805,7 +819,8 @@ class _RankProgram:
         gemm, comm = (b, a) if method == "ring_exchange" else (a, b)
         assert isinstance(gemm, Op) and isinstance(comm, Comm)
         k = self.st.dg.tp if method == "ring_exchange" else TE_PIPELINE_SPLITS if method == "pipeline" else 2
-        ov = _Overlap(gemm, comm, k, layer, mb, label, self._tag_of(gemm, phase), self._tag_of(comm, phase))
+        tags = (self._tag_of(gemm, phase), self._tag_of(comm, phase))
+        ov = _Overlap(gemm, comm, k, layer, mb, label, *tags, method)
         chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         after = [] if pred is None else [pred]
         if method == "ring_exchange":
@@ -843,6 +858,11 @@ class _RankProgram:
         name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
         nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
         ov.gemm_ids.append(nid)
+        self.comp_ops[nid] = (s, i, k)
+        # TE launches the GEMM on the SMs its userbuffers kernels leave (pipeline: every chunk; bulk: the
+        # wgrad half, under the ReduceScatter).
+        if ov.method == "pipeline" or (ov.method == "bulk" and i == 1):
+            self.te_busy[nid] = TE_UB_SMS
         self.frontier = nid
         return nid
 
@@ -1355,6 +1375,8 @@ class _RankProgram:
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
+        self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
+        self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
         dep = self.gen.dep
@@ -1380,7 +1402,39 @@ class _RankProgram:
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
         self.finish()
+        if self.gen.dep.comm_sm_contention != "off":
+            self.contend()
         return self.nodes
+
+    def contend(self) -> None:
+        """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
+        collective (gradient bucket, parameter gather, FSDP) from its issue to the first node that waits
+        for it, and the GEMM chunks TE's userbuffers overlap."""
+        sync = set(self.sync_ids) | set(self.expert_sync_ids)
+        first: dict[int, int] = {}
+        for n in self.nodes:
+            if n.id in sync:
+                continue
+            for d in (*n.data_deps, *n.ctrl_deps):
+                if d in sync and d not in first:
+                    first[d] = n.id
+        # One NCCL stream: a collective is done by the time a later one in the chain is waited for.
+        windows, end = [], len(self.nodes)
+        for c in sorted(sync, reverse=True):
+            end = min(end, first.get(c, end))
+            windows.append((c, end))
+        under = covered(len(self.nodes), windows)
+        g = self.gen
+        for nid, (op, i, k) in self.comp_ops.items():
+            busy = self.te_busy.get(nid, 0) + (NCCL_DP_CTAS if under[nid] else 0)
+            if not busy:
+                continue
+            ns = part(g.contended_ns(self.gpu, op, busy), k, i)
+            node = self.nodes[nid]
+            node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
+            for j, a in enumerate(node.attr):
+                if a.name == A.DURATION_NS:
+                    node.attr[j].CopyFrom(g.attr(A.DURATION_NS, ns))
 
     def finish(self) -> None:
         g, m, dg = self.gen, self.gen.model, self.st.dg

@@ -1,0 +1,118 @@
+"""Compute slowed by concurrent communication (tracegen/contention.py, docs/compute.md "Communication
+holds SMs"): hand-computed wave counts and the generator's choice of which nodes run under a collective."""
+
+from __future__ import annotations
+
+import pytest
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.catalog import gpu as gpu_spec
+from xsim.tracegen.contention import NCCL_DP_CTAS, TE_UB_SMS, covered, with_free_sms
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.gemm import gemm_compute
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.traces import attrs as A
+from xsim.traces import pb
+
+
+def test_one_wave_gemm_next_to_a_24_block_allgather_takes_twice_as_long():
+    # NVIDIA developer forum ("Compute-Communication Overlap Causes Severe GEMM Performance Degradation
+    # because of Tail Effect"): a GEMM of exactly 132 blocks on an H100 nearly doubles next to a 24-block
+    # ncclAllGather. 3072 x 1408 outputs = 12 x 11 = 132 tiles of 256 x 128: one wave on 132 SMs, two on
+    # the 108 left; each SM keeps its own rate (peak / 132 per SM either way), so exactly 2x.
+    h100 = gpu_spec("H100")
+    alone = gemm_compute(3072, 4096, 1408, h100)
+    shared = gemm_compute(3072, 4096, 1408, with_free_sms(h100, 24))
+    assert (alone.waves, alone.tile) == (1, (256, 128))
+    assert shared.waves == 2 and shared.seconds == pytest.approx(2 * alone.seconds, rel=1e-12)
+
+
+def test_free_sms_scale_the_peaks_per_sm():
+    a100 = gpu_spec("A100-80GB")
+    left = with_free_sms(a100, NCCL_DP_CTAS)
+    assert left.sms == 92 and left.peak_flops == pytest.approx(312e12 * 92 / 108)
+    h100 = with_free_sms(gpu_spec("H100"), TE_UB_SMS)
+    assert h100.sms == 116 and h100.fp8_flops == pytest.approx(1979e12 * 116 / 132, rel=1e-3)
+    # A 6912 x 16384 GEMM is 54 x 128 = 6,912 tiles of 256 x 128: 64 waves on 108 SMs, 76 on 92 (75.1 of
+    # work), each wave at the same per-SM rate: 76 / 64 of the time.
+    r = gemm_compute(6912, 2048, 16384, left).seconds / gemm_compute(6912, 2048, 16384, a100).seconds
+    assert r == pytest.approx(76 / 64, rel=1e-12)
+
+
+def test_windows_cover_the_nodes_between_issue_and_first_wait():
+    assert covered(8, [(1, 4), (3, 6)]) == [False, False, True, True, True, True, False, False]
+    assert covered(3, [(0, 1), (2, 9)]) == [False, False, False]
+
+
+# Big enough that the GEMMs are compute-bound in the roofline model (time = FLOPs / (peak x gemm_eff)).
+MODEL = {"layers": 2, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 1024, "seq_len": 2048}
+
+
+def _spec(**extra) -> dict:
+    return {
+        "model": MODEL,
+        "parallel": {"gpu": "H100", "dp": 2, "global_batch": 4},
+        "compute_model": "roofline",
+        "overlap_grad_reduce": True,
+        "dp_bucket_bytes": 1,  # a bucket per layer: the first is issued after layer 2's last backward
+        **extra,
+    }
+
+
+def _ns(n: pb.Node) -> int:
+    return A.get_int(n, A.DURATION_NS, 0)
+
+
+def test_compute_under_a_gradient_bucket_runs_on_the_sms_nccl_leaves():
+    on = generate(load_spec(_spec()), rewrite=False).nodes[0]
+    off = generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    assert [n.name for n in on] == [n.name for n in off]
+    first_bucket = next(n.id for n in on if n.name.startswith("dp_grad_allreduce.bucket0"))
+    grad_norm = next(n.id for n in on if n.name == "grad_norm.opt")
+    changed = {n.name for n, m in zip(on, off, strict=True) if _ns(n) != _ns(m)}
+    # Only compute between the first bucket's issue (the head's, after final_norm's backward of the last
+    # micro-batch) and the optimizer step (which waits for the last bucket): the layers' backward of
+    # micro-batch 1; its memory-bound kernels keep their time, its GEMMs and attention take 132/116 of it
+    # (roofline: FLOPs over the peak the 116 free SMs give).
+    under = [n for n in on if first_bucket < n.id < grad_norm and n.type == pb.COMP_NODE]
+    assert changed and changed <= {n.name for n in under}
+    assert {n.split(".")[0] for n in changed} == {"L1", "L2"}
+    assert all(n.endswith(".bwd.mb1") for n in changed)
+    by = {m.name: m for m in off}
+    for n in under:
+        if n.name.startswith(("L1.mlp_up_gate", "L2.mlp_down", "L1.attn_core")):
+            assert _ns(n) == pytest.approx(_ns(by[n.name]) * 132 / 116, abs=2)
+        if n.name.startswith(("L1.mlp_act", "L2.rope", "L1.attn_norm")):
+            assert _ns(n) == _ns(by[n.name])
+    # The same GEMM of micro-batch 0 ran before any collective: untouched.
+    assert "L1.mlp_up_gate.bwd.mb0" in by and "L1.mlp_up_gate.bwd.mb0" not in changed
+
+
+def test_te_pipeline_and_bulk_gemm_chunks_run_on_the_sms_userbuffers_leave():
+    spec = {
+        "model": MODEL, "device_groups": [{"gpu": "H100", "ranks": [0, 1]}], "compute_model": "roofline",
+        "sequence_parallel": True, "tp_comm_overlap": True,
+    }  # fmt: skip
+    on = generate(load_spec(spec), rewrite=False).nodes[0]
+    off = {
+        n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
+    }
+    # pipeline (forward GEMM then its ReduceScatter): every chunk on 132 - 16 SMs; bulk (backward): the
+    # wgrad half only; ring_exchange (AllGather then GEMM, copy engines): none.
+    for n in on:
+        if ".chunk" not in n.name or n.type != pb.COMP_NODE:
+            continue
+        ratio = _ns(n) / _ns(off[n.name])
+        pipeline = "attn_out_proj.fwd" in n.name or "mlp_down.fwd" in n.name
+        bulk_wgrad = (
+            ".bwd." in n.name and n.name.endswith("chunk1") and ("qkv_proj" in n.name or "mlp_up" in n.name)
+        )
+        want = 132 / 116 if pipeline or bulk_wgrad else 1.0
+        assert ratio == pytest.approx(want, abs=1e-3), n.name  # chunk parts round to ns
+
+
+def test_comm_sm_contention_key():
+    dep = load_spec(_spec(comm_sm_contention=False))
+    assert dep.comm_sm_contention == "off" and spec_to_mapping(dep)["comm_sm_contention"] is False
+    assert "comm_sm_contention" not in spec_to_mapping(load_spec(_spec()))
+    with pytest.raises(SpecError, match="comm_sm_contention must be true or false"):
+        load_spec(_spec(comm_sm_contention="yes"))
