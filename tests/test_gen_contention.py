@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.catalog import gpu as gpu_spec
-from xsim.tracegen.contention import NCCL_DP_CTAS, TE_UB_SMS, covered, with_free_sms
+from xsim.tracegen.contention import (
+    NCCL_DP_CTAS,
+    SYSTEM_LINKS,
+    TE_UB_SMS,
+    CommWindow,
+    busy_fractions,
+    wire_seconds,
+    with_free_sms,
+)
 from xsim.tracegen.errors import SpecError
 from xsim.tracegen.gemm import gemm_compute
 from xsim.tracegen.spec import spec_to_mapping
@@ -38,9 +46,37 @@ def test_free_sms_scale_the_peaks_per_sm():
     assert r == pytest.approx(76 / 64, rel=1e-12)
 
 
-def test_windows_cover_the_nodes_between_issue_and_first_wait():
-    assert covered(8, [(1, 4), (3, 6)]) == [False, False, True, True, True, True, False, False]
-    assert covered(3, [(0, 1), (2, 9)]) == [False, False, False]
+def test_busy_fractions_hand_computed():
+    # Compute nodes 0, 1, 3, 4 of 100 ns each: on the compute-time axis [0,100], [100,200], [200,300],
+    # [300,400]. Collective A (node 2, issued after node 1: t = 200) would last 150 ns, but node 4 waits
+    # for it at t = 300: in flight over [200, 300], and done at 300 on the axis (the wait is not on it).
+    # Collective B, issued at node 2 too, starts when A is done (t = 300) and lasts 50 ns: [300, 350],
+    # half of node 4.
+    comp = [(0, 100), (1, 100), (3, 100), (4, 100)]
+    windows = [CommWindow(2, 4, 150e-9), CommWindow(2, 10, 50e-9)]
+    assert busy_fractions(comp, windows) == {3: 1.0, 4: 0.5}
+
+
+def test_wire_seconds_at_the_line_rate():
+    h100 = SYSTEM_LINKS["dgx-h100"]
+    # ReduceScatter of 1.6 GB over 16 ranks on 2 nodes: each rank sends 15/16 of it over its 400 Gb/s NIC.
+    assert wire_seconds("reduce_scatter", 1_600_000_000, range(16), h100) == pytest.approx(1.5e9 / 50e9)
+    # AllGather of 1 GB per rank inside one node: 7 GB over NVLink at 450 GB/s; AllReduce twice the RS.
+    assert wire_seconds("all_gather", 10**9, range(8), h100) == pytest.approx(7e9 / 450e9)
+    assert wire_seconds("all_reduce", 800, range(8, 16), h100) == pytest.approx(2 * 700 / 450e9)
+    assert wire_seconds("all_reduce", 800, range(8), None) == float("inf")
+
+
+def test_system_links_agree_with_netmodels_presets():
+    from xsim.netmodels.presets import system_preset
+
+    for name, links in SYSTEM_LINKS.items():
+        p = system_preset(name)
+        assert (links.gpus_per_node, links.nvlink, links.nic) == (
+            p.gpus_per_node,
+            p.nvlink_bandwidth,
+            p.nic_bandwidth,
+        )
 
 
 # Big enough that the GEMMs are compute-bound in the roofline model (time = FLOPs / (peak x gemm_eff)).
@@ -85,6 +121,20 @@ def test_compute_under_a_gradient_bucket_runs_on_the_sms_nccl_leaves():
             assert _ns(n) == _ns(by[n.name])
     # The same GEMM of micro-batch 0 ran before any collective: untouched.
     assert "L1.mlp_up_gate.bwd.mb0" in by and "L1.mlp_up_gate.bwd.mb0" not in changed
+
+
+def test_the_line_rate_estimate_narrows_the_window():
+    # On a DGX H100 the DP2 AllReduce of a layer's ~50 M gradients takes ~0.2 ms at NVLink's 450 GB/s,
+    # less than the layer's backward: only the compute right after each issue is charged, part of it.
+    plain = {
+        n.name: _ns(n) for n in generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    }
+    bound = generate(load_spec(_spec()), rewrite=False).nodes[0]
+    timed = generate(load_spec(_spec(cluster="dgx-h100")), rewrite=False).nodes[0]
+    changed_bound = {n.name for n in bound if _ns(n) != plain[n.name]}
+    changed_timed = {n.name for n in timed if _ns(n) != plain[n.name]}
+    assert changed_timed and changed_timed < changed_bound
+    assert sum(_ns(n) for n in timed) < sum(_ns(n) for n in bound)
 
 
 def test_te_pipeline_and_bulk_gemm_chunks_run_on_the_sms_userbuffers_leave():

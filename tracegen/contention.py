@@ -17,7 +17,10 @@ emitted program, not of the replay, so the engine stays a plain dependency-drive
 
 from __future__ import annotations
 
-from dataclasses import replace
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 
@@ -56,17 +59,76 @@ def with_free_sms(gpu: GpuSpec, busy: int) -> GpuSpec:
     )
 
 
-def covered(n_nodes: int, windows: list[tuple[int, int]]) -> list[bool]:
-    """For node ids 0..n_nodes-1: whether a window (start, end) holds it, start < id < end (the nodes the
-    compute stream runs after a collective is issued and before the first node that waits for it)."""
-    diff = [0] * (n_nodes + 1)
-    for start, end in windows:
-        lo, hi = start + 1, min(end, n_nodes)
-        if lo < hi:
-            diff[lo] += 1
-            diff[hi] -= 1
-    out, run = [], 0
-    for i in range(n_nodes):
-        run += diff[i]
-        out.append(run > 0)
+@dataclass(frozen=True)
+class SystemLinks:
+    """Line rates a DP collective's time is estimated from: per GPU per direction, bytes/s."""
+
+    gpus_per_node: int
+    nvlink: float
+    nic: float
+
+
+# The DGX presets' line rates (netmodels/presets.py SYSTEM_PRESETS, from the DGX A100 / H100 datasheets;
+# tracegen does not import netmodels, tests/test_gen_contention.py checks the two agree). A cluster without
+# a system preset has no estimate: its DP collectives are taken in flight up to their first consumer.
+SYSTEM_LINKS: dict[str, SystemLinks] = {
+    "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8),
+    "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8),
+}
+
+
+@dataclass(frozen=True)
+class CommWindow:
+    """One DP collective on the rank's DP stream: the node it is issued after, its first consumer, and its
+    estimated seconds (inf: unknown)."""
+
+    issue: int
+    consumer: int
+    seconds: float
+
+
+def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLinks | None) -> float:
+    """Time of a ring collective at the line rate: the bytes each rank sends ((p-1)/p of the buffer; an
+    AllReduce twice; Chakra's AllGather size is the per-rank input) over its NIC when the group spans
+    nodes (ranks fill nodes in order), else over NVLink. inf without `links`."""
+    p = len(members)
+    if links is None:
+        return math.inf
+    if p < 2:
+        return 0.0
+    sent = {"all_gather": size * (p - 1), "all_reduce": 2 * size * (p - 1) / p}.get(kind, size * (p - 1) / p)
+    nodes = {r // links.gpus_per_node for r in members}
+    return sent / (links.nic if len(nodes) > 1 else links.nvlink)
+
+
+def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow]) -> dict[int, float]:
+    """For compute nodes `comp` ((id, ns) in stream order): the fraction of each node's time a DP collective
+    is in flight. On the stream's compute-time axis (idle time not counted), a collective starts when it is
+    issued and the previous one is done, and lasts its seconds, or until its first consumer, which waits
+    for it (the axis stands still meanwhile)."""
+    ids = [n for n, _ in comp]
+    t = [0]
+    for _, ns in comp:
+        t.append(t[-1] + ns)
+    spans, prev_end = [], 0.0
+    for w in windows:
+        start = max(float(t[bisect.bisect_left(ids, w.issue)]), prev_end)
+        end = start + w.seconds * 1e9
+        # A consumer that waits stops the axis until the collective is done: it ends there on the axis.
+        stop = prev_end = min(end, float(t[bisect.bisect_left(ids, w.consumer)]))
+        if stop > start:
+            spans.append((start, stop))
+    spans.sort()
+    out: dict[int, float] = {}
+    j = 0
+    for k, (nid, ns) in enumerate(comp):
+        lo, hi = t[k], t[k] + ns
+        while j < len(spans) and spans[j][1] <= lo:
+            j += 1
+        busy, i = 0.0, j
+        while i < len(spans) and spans[i][0] < hi:
+            busy += min(hi, spans[i][1]) - max(lo, spans[i][0])
+            i += 1
+        if busy > 0 and ns > 0:
+            out[nid] = min(1.0, busy / ns)
     return out

@@ -8,6 +8,7 @@ posted receives and data-parallel AllReduces hang off that chain and overlap wit
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,15 @@ from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.bundle import RankTwins, TraceBundle
 from xsim.tracegen.catalog import GpuSpec
 from xsim.tracegen.choices import GRAD_REDUCE_BYTES
-from xsim.tracegen.contention import NCCL_DP_CTAS, TE_UB_SMS, covered, with_free_sms
+from xsim.tracegen.contention import (
+    NCCL_DP_CTAS,
+    SYSTEM_LINKS,
+    TE_UB_SMS,
+    CommWindow,
+    busy_fractions,
+    wire_seconds,
+    with_free_sms,
+)
 from xsim.tracegen.context_parallel import (
     CP_TAG_BASE,
     RING_KIND,
@@ -73,6 +82,7 @@ from xsim.traces import pb
 from xsim.traces.et_stream_pb2 import NodeBatch
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
+COMM_NAME = {v: k for k, v in COMM_KIND.items()}
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
@@ -309,6 +319,10 @@ class _Generator:
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self._contended: dict[tuple[str, Op, int], int] = {}
+        # DGX line rates for the DP collectives' time estimate (tracegen.contention), None: no system preset
+        cluster = json.loads(dep.cluster_json or "{}")
+        system = cluster.get("system", "") if isinstance(cluster, dict) else ""
+        self.links = SYSTEM_LINKS.get(str(system).lower())
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
@@ -1408,33 +1422,46 @@ class _RankProgram:
 
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
-        collective (gradient bucket, parameter gather, FSDP) from its issue to the first node that waits
-        for it, and the GEMM chunks TE's userbuffers overlap."""
-        sync = set(self.sync_ids) | set(self.expert_sync_ids)
-        first: dict[int, int] = {}
-        for n in self.nodes:
-            if n.id in sync:
-                continue
-            for d in (*n.data_deps, *n.ctrl_deps):
-                if d in sync and d not in first:
-                    first[d] = n.id
-        # One NCCL stream: a collective is done by the time a later one in the chain is waited for.
-        windows, end = [], len(self.nodes)
-        for c in sorted(sync, reverse=True):
-            end = min(end, first.get(c, end))
-            windows.append((c, end))
-        under = covered(len(self.nodes), windows)
+        collective (gradient bucket, parameter gather, FSDP) for its estimated time from its issue, until
+        the first node that waits for it at the latest, and the GEMM chunks TE's userbuffers overlap."""
         g = self.gen
+        sync = sorted(set(self.sync_ids) | set(self.expert_sync_ids))
+        comp = [(nid, g.duration_ns(self.gpu, op) if k == 1 else part(g.duration_ns(self.gpu, op), k, i))
+                for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
+        busy = busy_fractions(comp, self._windows(sync)) if sync else {}
         for nid, (op, i, k) in self.comp_ops.items():
-            busy = self.te_busy.get(nid, 0) + (NCCL_DP_CTAS if under[nid] else 0)
-            if not busy:
+            te, frac = self.te_busy.get(nid, 0), busy.get(nid, 0.0)
+            if not te and not frac:
                 continue
-            ns = part(g.contended_ns(self.gpu, op, busy), k, i)
+            plain = part(g.duration_ns(self.gpu, op), k, i)
+            ns = part(g.contended_ns(self.gpu, op, te), k, i) if te else plain
+            if frac:  # the share of the node under a DP collective loses NCCL's CTAs as well
+                full = part(g.contended_ns(self.gpu, op, te + NCCL_DP_CTAS), k, i)
+                ns = round(ns + (full - ns) * frac)
             node = self.nodes[nid]
             node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
             for j, a in enumerate(node.attr):
                 if a.name == A.DURATION_NS:
                     node.attr[j].CopyFrom(g.attr(A.DURATION_NS, ns))
+
+    def _windows(self, sync: list[int]) -> list[CommWindow]:
+        """The DP collectives of this rank in issue order (one NCCL stream) with their first consumers and
+        estimated times; a collective without a consumer of its own is done when a later one is waited for."""
+        g, syncset = self.gen, set(sync)
+        first: dict[int, int] = {}
+        for n in self.nodes:
+            if n.id not in syncset:
+                for d in (*n.data_deps, *n.ctrl_deps):
+                    if d in syncset and d not in first:
+                        first[d] = n.id
+        out, end = [], len(self.nodes)
+        for c in reversed(sync):
+            end = min(end, first.get(c, end))
+            n = self.nodes[c]
+            kind = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), "")
+            members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
+            out.append(CommWindow(c, end, wire_seconds(kind, A.comm_size(n), members, g.links)))
+        return out[::-1]
 
     def finish(self) -> None:
         g, m, dg = self.gen, self.gen.model, self.st.dg
