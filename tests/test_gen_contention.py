@@ -166,3 +166,42 @@ def test_comm_sm_contention_key():
     assert "comm_sm_contention" not in spec_to_mapping(load_spec(_spec()))
     with pytest.raises(SpecError, match="comm_sm_contention must be true or false"):
         load_spec(_spec(comm_sm_contention="yes"))
+
+
+def test_launch_script_sm_counts_reach_the_durations():
+    # MLPerf's NVIDIA GPT-3 configs set them: DP communicator max_ctas 8, TE proj_fprop num_sm 24,
+    # fc2_fprop 1 (conf/nccl/custom_communicator_cta.yaml, conf/tp_overlap/h100tp4mbs2.yaml).
+    spec = {
+        "model": MODEL, "device_groups": [{"gpu": "H100", "ranks": [0, 1]}], "compute_model": "roofline",
+        "sequence_parallel": True, "tp_comm_overlap": True, "tp_overlap_sms": {"proj_fprop": 24, "fc2_fprop": 1},
+    }  # fmt: skip
+    on = generate(load_spec(spec), rewrite=False).nodes[0]
+    off = {
+        n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
+    }
+    ratio = {n.name: _ns(n) / _ns(off[n.name]) for n in on if ".chunk" in n.name and n.type == pb.COMP_NODE}
+    assert ratio["L1.attn_out_proj.fwd.mb0.chunk0"] == pytest.approx(132 / 108, abs=1e-3)
+    assert ratio["L1.mlp_down.fwd.mb0.chunk0"] == pytest.approx(132 / 131, abs=1e-3)
+    assert ratio["L1.qkv_proj.bwd.mb0.chunk1"] == pytest.approx(132 / 116, abs=1e-3)  # default 16
+    dp = generate(load_spec(_spec(dp_comm_ctas=8)), rewrite=False).nodes[0]
+    plain = {
+        n.name: _ns(n) for n in generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    }
+    n = next(n for n in dp if n.name == "L1.mlp_up_gate.bwd.mb1")
+    assert _ns(n) / plain[n.name] == pytest.approx(132 / 124, abs=1e-4)
+    mapping = spec_to_mapping(load_spec({**spec, "dp_comm_ctas": 8}))
+    assert mapping["tp_overlap_sms"] == {"fc2_fprop": 1, "proj_fprop": 24} and mapping["dp_comm_ctas"] == 8
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"dp_comm_ctas": 0}, "dp_comm_ctas must be >= 1"),
+        ({"tp_overlap_sms": {"qkv_fprop": 2}}, "tp_overlap_sms: unknown layer 'qkv_fprop'"),
+        ({"tp_overlap_sms": {"proj_fprop": -1}}, "tp_overlap_sms: proj_fprop must be >= 0"),
+        ({"tp_overlap_sms": 16}, "tp_overlap_sms must be a mapping"),
+    ],
+)
+def test_bad_sm_counts_are_one_line(extra, message):
+    with pytest.raises(SpecError, match=message):
+        load_spec(_spec(**extra))

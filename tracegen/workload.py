@@ -83,6 +83,14 @@ from xsim.traces.et_stream_pb2 import NodeBatch
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
 COMM_NAME = {v: k for k, v in COMM_KIND.items()}
+# Transformer Engine's userbuffers layer names (tracegen.spec.TP_OVERLAP_LAYERS) of the overlapped GEMMs that
+# hold SMs: the pipeline forward GEMMs and the bulk methods' wgrad halves.
+TE_LAYER_NAMES = {
+    ("attn_out_proj", "fwd"): "proj_fprop",
+    ("mlp_down", "fwd"): "fc2_fprop",
+    ("qkv_proj", "bwd"): "qkv_wgrad",
+    ("mlp_up_gate", "bwd"): "fc1_wgrad",
+}
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
@@ -876,7 +884,8 @@ class _RankProgram:
         # TE launches the GEMM on the SMs its userbuffers kernels leave (pipeline: every chunk; bulk: the
         # wgrad half, under the ReduceScatter).
         if ov.method == "pipeline" or (ov.method == "bulk" and i == 1):
-            self.te_busy[nid] = TE_UB_SMS
+            te_name = TE_LAYER_NAMES.get((s.op, s.phase))
+            self.te_busy[nid] = self.gen.dep.tp_overlap_sms.get(te_name, TE_UB_SMS) if te_name else TE_UB_SMS
         self.frontier = nid
         return nid
 
@@ -1436,7 +1445,7 @@ class _RankProgram:
             plain = part(g.duration_ns(self.gpu, op), k, i)
             ns = part(g.contended_ns(self.gpu, op, te), k, i) if te else plain
             if frac:  # the share of the node under a DP collective loses NCCL's CTAs as well
-                full = part(g.contended_ns(self.gpu, op, te + NCCL_DP_CTAS), k, i)
+                full = part(g.contended_ns(self.gpu, op, te + (g.dep.dp_comm_ctas or NCCL_DP_CTAS)), k, i)
                 ns = round(ns + (full - ns) * frac)
             node = self.nodes[nid]
             node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
