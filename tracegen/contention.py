@@ -34,7 +34,7 @@ TE_SM_MARGIN_METHODS = ("pipeline", "bulk")
 
 # NCCL's CTAs of a DP collective across DGX nodes: one ring graph channel per NIC (8 per DGX A100/H100
 # node; netmodels/nccl.py graph_channels, NCCL src/graph/search.cc), which ncclTopoPostset duplicates
-# ("Duplication should be complete now": nChannels * 2, src/graph/connect.cc) into 16 runtime channels,
+# ("Duplication should be complete now": nChannels * 2, NCCL 2.30.7 src/graph/connect.cc) into 16 runtime channels,
 # one CTA each. Hopper's further doubling applies only under 16 channels (same file), so 16 on both.
 NCCL_DP_CTAS = 16
 
