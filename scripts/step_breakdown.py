@@ -3,6 +3,7 @@
 
     python scripts/step_breakdown.py mfu                          # the Llama-2 7B DP8 A100 MFU case
     python scripts/step_breakdown.py nemo2407-llama2-7b-8xh100    # any run id of published_runs.yaml
+    python scripts/step_breakdown.py torchtitan-llama2-70b-fsdp64 --no-contention   # compute at full SMs
 
 Kinds: GEMMs (tracegen.ops.GEMM_OPS), attention (the fused or unfused attention core, ATTN_CORE_OPS
 less its GEMMs), Transformer Engine FP8 casts and scale updates, the optimizer step (phase `opt`), every
@@ -49,11 +50,15 @@ def kind_of(op: str, phase: str) -> str:
     return "memory-bound"
 
 
-def breakdown(run: vp.Run, rank: int = 0) -> tuple[float, list[KindTime]]:
-    """Replay `run` at its real micro-batch count and return the step (s) and the busy time per kind."""
+def breakdown(run: vp.Run, rank: int = 0, contention: bool = True) -> tuple[float, list[KindTime]]:
+    """Replay `run` at its real micro-batch count and return the step (s) and the busy time per kind
+    (`contention` False: with `comm_sm_contention: false`, compute at full SMs under communication)."""
     import polars as pl
 
-    rep = vp.replay_spec(vp.spec_for(run), keep_ops=True)
+    spec = dict(vp.spec_for(run))
+    if not contention:
+        spec["comm_sm_contention"] = False
+    rep = vp.replay_spec(spec, keep_ops=True)
     ops = rep.ops.filter(pl.col("rank") == rank)
     comp = ops.filter(pl.col("type") == "COMP_NODE").with_columns(
         pl.col("name").str.split(".").list.get(0).alias("head"), pl.col("name").str.split(".").alias("parts")
@@ -91,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", help="a run id of the dataset, or 'mfu' for the Llama-2 7B DP8 A100 case")
     ap.add_argument("--rank", type=int, default=0, help="the rank to break down (default 0)")
+    ap.add_argument(
+        "--no-contention",
+        action="store_true",
+        help="replay with comm_sm_contention: false (compute keeps every SM under communication)",
+    )
     args = ap.parse_args(argv)
     if args.run == "mfu":
         run = vp.mfu_run()
@@ -100,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step_breakdown: error: unknown run id {args.run}", file=sys.stderr)
             return 2
         run = runs[args.run]
-    step_s, kinds = breakdown(run, args.rank)
+    step_s, kinds = breakdown(run, args.rank, contention=not args.no_contention)
     print(f"{run.id}: {step_s:.3f} s per iteration, rank {args.rank}\n")
     print(table(step_s, kinds))
     return 0

@@ -73,10 +73,14 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "sharding": ("zero3", "fsdp"),
     "distributed_optimizer": (True, False),
 }
+# SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
+# NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
+SM_OPTIONS = ("dp_comm_ctas", "tp_overlap_sms")
 MEASURED_KINDS = ("iteration_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 RUN_KEYS = (
     "id", "source", "where", "config_source", "config_where", "model", "parallel", "recompute",
     "sequence_parallel", "precision", "measured", "notes", "gpu", "cluster", "attention", *OPTION_VALUES,
+    *SM_OPTIONS,
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
@@ -282,6 +286,7 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
                     path, where, f"{key} must be one of {', '.join(map(str, allowed))}, got {raw[key]!r}"
                 )
             options.append((key, raw[key]))
+    options += _sm_options(path, where, raw)
     arch = _architecture(path, where, model)
     stage_layers = par.get("stage_layers", [])
     if not isinstance(stage_layers, list) or not all(isinstance(n, int) and n > 0 for n in stage_layers):
@@ -444,6 +449,32 @@ def spec_features() -> frozenset[str]:
     return frozenset(TOP_KEYS)
 
 
+def _option_text(v: Any) -> str:
+    """An option's value in the configuration column: on/off, name:count pairs, or the value."""
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, tuple):
+        return " ".join(f"{k}:{n}" for k, n in v)
+    return str(v)
+
+
+def _sm_options(path: str, where: str, raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """A run's SM_OPTIONS: dp_comm_ctas a positive integer, tp_overlap_sms a mapping of names to integers
+    (kept as sorted pairs: a Run is frozen)."""
+    out: list[tuple[str, Any]] = []
+    if "dp_comm_ctas" in raw:
+        v = raw["dp_comm_ctas"]
+        if type(v) is not int or v < 1:
+            raise _fail(path, where, f"dp_comm_ctas must be a positive integer, got {v!r}")
+        out.append(("dp_comm_ctas", v))
+    if "tp_overlap_sms" in raw:
+        v = raw["tp_overlap_sms"]
+        if not isinstance(v, Mapping) or not all(type(n) is int and n >= 0 for n in v.values()):
+            raise _fail(path, where, f"tp_overlap_sms must map TE layer names to SM counts, got {v!r}")
+        out.append(("tp_overlap_sms", tuple(sorted(v.items()))))
+    return out
+
+
 def _explicit_dgx_cluster(run: Run) -> dict[str, Any]:
     """Nodes of 8 GPUs in today's description keys: a DGX cluster on checkouts without its preset, or a
     cluster xsim has no preset for (CLUSTER_NICS).
@@ -520,7 +551,7 @@ def spec_for(
         spec["compute_model"] = "calibrated"
     # Issue 22's keys exactly as the run's YAML sets them (none invented): `needed_features` says which of
     # them this checkout's tracegen lacks, and such a run is reported, not replayed.
-    spec.update(run.options)
+    spec.update({k: dict(v) if k == "tp_overlap_sms" else v for k, v in run.options})
     spec["cluster"] = run.cluster if _has_cluster_preset(run.cluster) else _explicit_dgx_cluster(run)
     if run.stage_layers:
         # Uneven pipeline stages (Megatron-DeepSpeed's partition counting embeddings as layers) are written
@@ -788,7 +819,7 @@ def config_text(run: Run) -> str:
         parts.insert(
             2, f"ffn{run.ffn} kv{run.kv_heads or run.heads} {run.activation} {run.norm} v{run.vocab}"
         )
-    parts += [f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in run.options]
+    parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 
 

@@ -46,3 +46,21 @@ def test_unknown_run_is_one_line_exit_2(capsys):
     assert sb.main(["no-such-run"]) == 2
     err = capsys.readouterr().err
     assert err.strip() == "step_breakdown: error: unknown run id no-such-run"
+
+
+def test_no_contention_replays_with_the_key_off(monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_replay(spec, keep_ops=False):
+        seen.append(spec)
+        raise Stop
+
+    monkeypatch.setattr(sb.vp, "replay_spec", fake_replay)
+    run = sb.vp.mfu_run()
+    for contention in (True, False):
+        with pytest.raises(Stop):
+            sb.breakdown(run, contention=contention)
+    assert "comm_sm_contention" not in seen[0] and seen[1]["comm_sm_contention"] is False

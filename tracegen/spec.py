@@ -56,6 +56,11 @@ CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table
 CLUSTER_SYSTEMS = ("dgx-a100", "dgx-h100")
 
 
+# Transformer Engine's userbuffers layer names whose overlap holds SMs in xsim (tracegen.contention): the
+# forward GEMMs before a ReduceScatter ("pipeline") and the wgrad GEMMs under the dgrad ReduceScatter ("bulk").
+TP_OVERLAP_LAYERS = ("proj_fprop", "fc2_fprop", "qkv_wgrad", "fc1_wgrad")
+
+
 def default_grad_reduce_dtype(precision: str) -> str:
     """Megatron-LM's gradient-reduction width for a precision: FP32 for BF16 (and FP8, which trains with
     --bf16) runs, FP16 for FP16 runs.
@@ -97,6 +102,9 @@ TOP_KEYS = (
     "grad_reduce_dtype",
     "sharding",
     "cp_comm_type",
+    "comm_sm_contention",
+    "dp_comm_ctas",
+    "tp_overlap_sms",
     "parallel",
     "device_groups",
 )
@@ -411,6 +419,21 @@ class _SpecBuilder:
             raise self.fail(f"{key} must be one of {', '.join(options)}, got {v!r}")
         return v.lower()
 
+    def comm_sms(self, dep: dpb.Deployment) -> None:
+        """SMs communication holds (tracegen.contention): the DP communicator's NCCL CTAs and TE userbuffers'
+        num_sm per layer name, as a launch script sets them."""
+        if "dp_comm_ctas" in self.raw:
+            dep.dp_comm_ctas = self.int_key(self.raw, "dp_comm_ctas", "", maximum=1024)
+        sms = self.raw.get("tp_overlap_sms", {})
+        if not isinstance(sms, Mapping):
+            raise self.fail(f"tp_overlap_sms must be a mapping of TE layer names to SM counts, got {sms!r}")
+        for name in sms:
+            if name not in TP_OVERLAP_LAYERS:
+                raise self.fail(
+                    f"tp_overlap_sms: unknown layer {name!r} (known: {', '.join(TP_OVERLAP_LAYERS)})"
+                )
+            dep.tp_overlap_sms[name] = self.int_key(sms, name, "tp_overlap_sms: ", minimum=0, maximum=1024)
+
     def overlap(self, dep: dpb.Deployment) -> None:
         """The overlap keys, gradient-reduction width and sharding, with Megatron-LM's own checks."""
         dep.overlap_grad_reduce = self.bool_key("overlap_grad_reduce")
@@ -420,6 +443,12 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
+        v = self.raw.get("comm_sm_contention", True)
+        if not isinstance(v, bool):
+            raise self.fail(f"comm_sm_contention must be true or false, got {v!r}")
+        dep.comm_sm_contention = "" if v else "off"
+        self.comm_sms(dep)
         # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
         if dep.overlap_param_gather and not dep.distributed_optimizer:
             raise self.fail(
@@ -1250,6 +1279,9 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
+        **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
+        **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
+        **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,

@@ -8,6 +8,7 @@ posted receives and data-parallel AllReduces hang off that chain and overlap wit
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,15 @@ from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.bundle import RankTwins, TraceBundle
 from xsim.tracegen.catalog import GpuSpec
 from xsim.tracegen.choices import GRAD_REDUCE_BYTES
+from xsim.tracegen.contention import (
+    NCCL_DP_CTAS,
+    SYSTEM_LINKS,
+    TE_UB_SMS,
+    CommWindow,
+    busy_fractions,
+    wire_seconds,
+    with_free_sms,
+)
 from xsim.tracegen.context_parallel import (
     CP_TAG_BASE,
     RING_KIND,
@@ -72,6 +82,15 @@ from xsim.traces import pb
 from xsim.traces.et_stream_pb2 import NodeBatch
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
+COMM_NAME = {v: k for k, v in COMM_KIND.items()}
+# Transformer Engine's userbuffers layer names (tracegen.spec.TP_OVERLAP_LAYERS) of the overlapped GEMMs that
+# hold SMs: the pipeline forward GEMMs and the bulk methods' wgrad halves.
+TE_LAYER_NAMES = {
+    ("attn_out_proj", "fwd"): "proj_fprop",
+    ("mlp_down", "fwd"): "fc2_fprop",
+    ("qkv_proj", "bwd"): "qkv_wgrad",
+    ("mlp_up_gate", "bwd"): "fc1_wgrad",
+}
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
@@ -236,6 +255,7 @@ class _Overlap:
     label: str  # "L{layer}." or "" (node name prefix)
     gemm_tag: str  # phase tag of the GEMM's nodes
     comm_tag: str
+    method: str  # TE's overlap method: ring_exchange, pipeline or bulk
     gemm_ids: list[int] = field(default_factory=list)
 
 
@@ -311,6 +331,11 @@ class _Generator:
         self.bundle = TraceBundle(nodes=RankNodes())
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
+        self._contended: dict[tuple[str, Op, int], int] = {}
+        # DGX line rates for the DP collectives' time estimate (tracegen.contention), None: no system preset
+        cluster = json.loads(dep.cluster_json or "{}")
+        system = cluster.get("system", "") if isinstance(cluster, dict) else ""
+        self.links = SYSTEM_LINKS.get(str(system).lower())
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
@@ -346,6 +371,16 @@ class _Generator:
     def duration_ns(self, gpu: str, op: Op) -> int:
         """The exact duration of `op` on `gpu` in ns (the `duration_ns` attribute's value), cached."""
         return int(self.duration(gpu, op)[1].int64_val)
+
+    def contended_ns(self, gpu: str, op: Op, busy: int) -> int:
+        """ns of `op` on `gpu` while communication kernels hold `busy` of its SMs (tracegen.contention)."""
+        key = (gpu, op, busy)
+        ns = self._contended.get(key)
+        if ns is None:
+            spec = with_free_sms(self.gpus[gpu], busy)
+            model, rates = self.dep.compute_model or "roofline", self.dep.gemm_rates or "sustained"
+            ns = self._contended[key] = duration_ns(op, spec, self.profile, model, rates)
+        return ns
 
     def run(self) -> TraceBundle:
         reps = replicas(self.dep)
@@ -629,6 +664,7 @@ class _RankProgram:
             micros, exact = g.duration(self.gpu, s)
             extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
             nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMP_NODE, data, ctrl, micros, tags + extra)
+            self.comp_ops[nid] = (s, 0, 1)
         else:
             extra = [
                 g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
@@ -823,7 +859,8 @@ class _RankProgram:
         gemm, comm = (b, a) if method == "ring_exchange" else (a, b)
         assert isinstance(gemm, Op) and isinstance(comm, Comm)
         k = self.st.dg.tp if method == "ring_exchange" else TE_PIPELINE_SPLITS if method == "pipeline" else 2
-        ov = _Overlap(gemm, comm, k, layer, mb, label, self._tag_of(gemm, phase), self._tag_of(comm, phase))
+        tags = (self._tag_of(gemm, phase), self._tag_of(comm, phase))
+        ov = _Overlap(gemm, comm, k, layer, mb, label, *tags, method)
         chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         after = [] if pred is None else [pred]
         if method == "ring_exchange":
@@ -861,6 +898,12 @@ class _RankProgram:
         name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
         nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
         ov.gemm_ids.append(nid)
+        self.comp_ops[nid] = (s, i, k)
+        # TE launches the GEMM on the SMs its userbuffers kernels leave (pipeline: every chunk; bulk: the
+        # wgrad half, under the ReduceScatter).
+        if ov.method == "pipeline" or (ov.method == "bulk" and i == 1):
+            te_name = TE_LAYER_NAMES.get((s.op, s.phase))
+            self.te_busy[nid] = self.gen.dep.tp_overlap_sms.get(te_name, TE_UB_SMS) if te_name else TE_UB_SMS
         self.frontier = nid
         return nid
 
@@ -1373,6 +1416,8 @@ class _RankProgram:
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
+        self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
+        self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
         dep = self.gen.dep
@@ -1398,7 +1443,52 @@ class _RankProgram:
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
         self.finish()
+        if self.gen.dep.comm_sm_contention != "off":
+            self.contend()
         return self.nodes
+
+    def contend(self) -> None:
+        """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
+        collective (gradient bucket, parameter gather, FSDP) for its estimated time from its issue, until
+        the first node that waits for it at the latest, and the GEMM chunks TE's userbuffers overlap."""
+        g = self.gen
+        sync = sorted(set(self.sync_ids) | set(self.expert_sync_ids))
+        comp = [(nid, g.duration_ns(self.gpu, op) if k == 1 else part(g.duration_ns(self.gpu, op), k, i))
+                for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
+        busy = busy_fractions(comp, self._windows(sync)) if sync else {}
+        for nid, (op, i, k) in self.comp_ops.items():
+            te, frac = self.te_busy.get(nid, 0), busy.get(nid, 0.0)
+            if not te and not frac:
+                continue
+            plain = part(g.duration_ns(self.gpu, op), k, i)
+            ns = part(g.contended_ns(self.gpu, op, te), k, i) if te else plain
+            if frac:  # the share of the node under a DP collective loses NCCL's CTAs as well
+                full = part(g.contended_ns(self.gpu, op, te + (g.dep.dp_comm_ctas or NCCL_DP_CTAS)), k, i)
+                ns = round(ns + (full - ns) * frac)
+            node = self.nodes[nid]
+            node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
+            for j, a in enumerate(node.attr):
+                if a.name == A.DURATION_NS:
+                    node.attr[j].CopyFrom(g.attr(A.DURATION_NS, ns))
+
+    def _windows(self, sync: list[int]) -> list[CommWindow]:
+        """The DP collectives of this rank in issue order (one NCCL stream) with their first consumers and
+        estimated times; a collective without a consumer of its own is done when a later one is waited for."""
+        g, syncset = self.gen, set(sync)
+        first: dict[int, int] = {}
+        for n in self.nodes:
+            if n.id not in syncset:
+                for d in (*n.data_deps, *n.ctrl_deps):
+                    if d in syncset and d not in first:
+                        first[d] = n.id
+        out, end = [], len(self.nodes)
+        for c in reversed(sync):
+            end = min(end, first.get(c, end))
+            n = self.nodes[c]
+            kind = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), "")
+            members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
+            out.append(CommWindow(c, end, wire_seconds(kind, A.comm_size(n), members, g.links)))
+        return out[::-1]
 
     def finish(self) -> None:
         g, m, dg = self.gen, self.gen.model, self.st.dg

@@ -1,0 +1,207 @@
+"""Compute slowed by concurrent communication (tracegen/contention.py, docs/compute.md "Communication
+holds SMs"): hand-computed wave counts and the generator's choice of which nodes run under a collective."""
+
+from __future__ import annotations
+
+import pytest
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.catalog import gpu as gpu_spec
+from xsim.tracegen.contention import (
+    NCCL_DP_CTAS,
+    SYSTEM_LINKS,
+    TE_UB_SMS,
+    CommWindow,
+    busy_fractions,
+    wire_seconds,
+    with_free_sms,
+)
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.gemm import gemm_compute
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.traces import attrs as A
+from xsim.traces import pb
+
+
+def test_one_wave_gemm_next_to_a_24_block_allgather_takes_twice_as_long():
+    # NVIDIA developer forum ("Compute-Communication Overlap Causes Severe GEMM Performance Degradation
+    # because of Tail Effect"): a GEMM of exactly 132 blocks on an H100 nearly doubles next to a 24-block
+    # ncclAllGather. 3072 x 1408 outputs = 12 x 11 = 132 tiles of 256 x 128: one wave on 132 SMs, two on
+    # the 108 left; each SM keeps its own rate (peak / 132 per SM either way), so exactly 2x.
+    h100 = gpu_spec("H100")
+    alone = gemm_compute(3072, 4096, 1408, h100)
+    shared = gemm_compute(3072, 4096, 1408, with_free_sms(h100, 24))
+    assert (alone.waves, alone.tile) == (1, (256, 128))
+    assert shared.waves == 2 and shared.seconds == pytest.approx(2 * alone.seconds, rel=1e-12)
+
+
+def test_free_sms_scale_the_peaks_per_sm():
+    a100 = gpu_spec("A100-80GB")
+    left = with_free_sms(a100, NCCL_DP_CTAS)
+    assert left.sms == 92 and left.peak_flops == pytest.approx(312e12 * 92 / 108)
+    h100 = with_free_sms(gpu_spec("H100"), TE_UB_SMS)
+    assert h100.sms == 116 and h100.fp8_flops == pytest.approx(1979e12 * 116 / 132, rel=1e-3)
+    # A 6912 x 16384 GEMM is 54 x 128 = 6,912 tiles of 256 x 128: 64 waves on 108 SMs, 76 on 92 (75.1 of
+    # work), each wave at the same per-SM rate: 76 / 64 of the time.
+    r = gemm_compute(6912, 2048, 16384, left).seconds / gemm_compute(6912, 2048, 16384, a100).seconds
+    assert r == pytest.approx(76 / 64, rel=1e-12)
+
+
+def test_busy_fractions_hand_computed():
+    # Compute nodes 0, 1, 3, 4 of 100 ns each: on the compute-time axis [0,100], [100,200], [200,300],
+    # [300,400]. Collective A (node 2, issued after node 1: t = 200) would last 150 ns, but node 4 waits
+    # for it at t = 300: in flight over [200, 300], and done at 300 on the axis (the wait is not on it).
+    # Collective B, issued at node 2 too, starts when A is done (t = 300) and lasts 50 ns: [300, 350],
+    # half of node 4.
+    comp = [(0, 100), (1, 100), (3, 100), (4, 100)]
+    windows = [CommWindow(2, 4, 150e-9), CommWindow(2, 10, 50e-9)]
+    assert busy_fractions(comp, windows) == {3: 1.0, 4: 0.5}
+
+
+def test_wire_seconds_at_the_line_rate():
+    h100 = SYSTEM_LINKS["dgx-h100"]
+    # ReduceScatter of 1.6 GB over 16 ranks on 2 nodes: each rank sends 15/16 of it over its 400 Gb/s NIC.
+    assert wire_seconds("reduce_scatter", 1_600_000_000, range(16), h100) == pytest.approx(1.5e9 / 50e9)
+    # AllGather of 1 GB per rank inside one node: 7 GB over NVLink at 450 GB/s; AllReduce twice the RS.
+    assert wire_seconds("all_gather", 10**9, range(8), h100) == pytest.approx(7e9 / 450e9)
+    assert wire_seconds("all_reduce", 800, range(8, 16), h100) == pytest.approx(2 * 700 / 450e9)
+    assert wire_seconds("all_reduce", 800, range(8), None) == float("inf")
+
+
+def test_system_links_agree_with_netmodels_presets():
+    from xsim.netmodels.presets import system_preset
+
+    for name, links in SYSTEM_LINKS.items():
+        p = system_preset(name)
+        assert (links.gpus_per_node, links.nvlink, links.nic) == (
+            p.gpus_per_node,
+            p.nvlink_bandwidth,
+            p.nic_bandwidth,
+        )
+
+
+# Big enough that the GEMMs are compute-bound in the roofline model (time = FLOPs / (peak x gemm_eff)).
+MODEL = {"layers": 2, "hidden": 2048, "ffn_hidden": 8192, "heads": 16, "vocab": 1024, "seq_len": 2048}
+
+
+def _spec(**extra) -> dict:
+    return {
+        "model": MODEL,
+        "parallel": {"gpu": "H100", "dp": 2, "global_batch": 4},
+        "compute_model": "roofline",
+        "overlap_grad_reduce": True,
+        "dp_bucket_bytes": 1,  # a bucket per layer: the first is issued after layer 2's last backward
+        **extra,
+    }
+
+
+def _ns(n: pb.Node) -> int:
+    return A.get_int(n, A.DURATION_NS, 0)
+
+
+def test_compute_under_a_gradient_bucket_runs_on_the_sms_nccl_leaves():
+    on = generate(load_spec(_spec()), rewrite=False).nodes[0]
+    off = generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    assert [n.name for n in on] == [n.name for n in off]
+    first_bucket = next(n.id for n in on if n.name.startswith("dp_grad_allreduce.bucket0"))
+    grad_norm = next(n.id for n in on if n.name == "grad_norm.opt")
+    changed = {n.name for n, m in zip(on, off, strict=True) if _ns(n) != _ns(m)}
+    # Only compute between the first bucket's issue (the head's, after final_norm's backward of the last
+    # micro-batch) and the optimizer step (which waits for the last bucket): the layers' backward of
+    # micro-batch 1; its memory-bound kernels keep their time, its GEMMs and attention take 132/116 of it
+    # (roofline: FLOPs over the peak the 116 free SMs give).
+    under = [n for n in on if first_bucket < n.id < grad_norm and n.type == pb.COMP_NODE]
+    assert changed and changed <= {n.name for n in under}
+    assert {n.split(".")[0] for n in changed} == {"L1", "L2"}
+    assert all(n.endswith(".bwd.mb1") for n in changed)
+    by = {m.name: m for m in off}
+    for n in under:
+        if n.name.startswith(("L1.mlp_up_gate", "L2.mlp_down", "L1.attn_core")):
+            assert _ns(n) == pytest.approx(_ns(by[n.name]) * 132 / 116, abs=2)
+        if n.name.startswith(("L1.mlp_act", "L2.rope", "L1.attn_norm")):
+            assert _ns(n) == _ns(by[n.name])
+    # The same GEMM of micro-batch 0 ran before any collective: untouched.
+    assert "L1.mlp_up_gate.bwd.mb0" in by and "L1.mlp_up_gate.bwd.mb0" not in changed
+
+
+def test_the_line_rate_estimate_narrows_the_window():
+    # On a DGX H100 the DP2 AllReduce of a layer's ~50 M gradients takes ~0.2 ms at NVLink's 450 GB/s,
+    # less than the layer's backward: only the compute right after each issue is charged, part of it.
+    plain = {
+        n.name: _ns(n) for n in generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    }
+    bound = generate(load_spec(_spec()), rewrite=False).nodes[0]
+    timed = generate(load_spec(_spec(cluster="dgx-h100")), rewrite=False).nodes[0]
+    changed_bound = {n.name for n in bound if _ns(n) != plain[n.name]}
+    changed_timed = {n.name for n in timed if _ns(n) != plain[n.name]}
+    assert changed_timed and changed_timed < changed_bound
+    assert sum(_ns(n) for n in timed) < sum(_ns(n) for n in bound)
+
+
+def test_te_pipeline_and_bulk_gemm_chunks_run_on_the_sms_userbuffers_leave():
+    spec = {
+        "model": MODEL, "device_groups": [{"gpu": "H100", "ranks": [0, 1]}], "compute_model": "roofline",
+        "sequence_parallel": True, "tp_comm_overlap": True,
+    }  # fmt: skip
+    on = generate(load_spec(spec), rewrite=False).nodes[0]
+    off = {
+        n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
+    }
+    # pipeline (forward GEMM then its ReduceScatter): every chunk on 132 - 16 SMs; bulk (backward): the
+    # wgrad half only; ring_exchange (AllGather then GEMM, copy engines): none.
+    for n in on:
+        if ".chunk" not in n.name or n.type != pb.COMP_NODE:
+            continue
+        ratio = _ns(n) / _ns(off[n.name])
+        pipeline = "attn_out_proj.fwd" in n.name or "mlp_down.fwd" in n.name
+        bulk_wgrad = (
+            ".bwd." in n.name and n.name.endswith("chunk1") and ("qkv_proj" in n.name or "mlp_up" in n.name)
+        )
+        want = 132 / 116 if pipeline or bulk_wgrad else 1.0
+        assert ratio == pytest.approx(want, abs=1e-3), n.name  # chunk parts round to ns
+
+
+def test_comm_sm_contention_key():
+    dep = load_spec(_spec(comm_sm_contention=False))
+    assert dep.comm_sm_contention == "off" and spec_to_mapping(dep)["comm_sm_contention"] is False
+    assert "comm_sm_contention" not in spec_to_mapping(load_spec(_spec()))
+    with pytest.raises(SpecError, match="comm_sm_contention must be true or false"):
+        load_spec(_spec(comm_sm_contention="yes"))
+
+
+def test_launch_script_sm_counts_reach_the_durations():
+    # MLPerf's NVIDIA GPT-3 configs set them: DP communicator max_ctas 8, TE proj_fprop num_sm 24,
+    # fc2_fprop 1 (conf/nccl/custom_communicator_cta.yaml, conf/tp_overlap/h100tp4mbs2.yaml).
+    spec = {
+        "model": MODEL, "device_groups": [{"gpu": "H100", "ranks": [0, 1]}], "compute_model": "roofline",
+        "sequence_parallel": True, "tp_comm_overlap": True, "tp_overlap_sms": {"proj_fprop": 24, "fc2_fprop": 1},
+    }  # fmt: skip
+    on = generate(load_spec(spec), rewrite=False).nodes[0]
+    off = {
+        n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
+    }
+    ratio = {n.name: _ns(n) / _ns(off[n.name]) for n in on if ".chunk" in n.name and n.type == pb.COMP_NODE}
+    assert ratio["L1.attn_out_proj.fwd.mb0.chunk0"] == pytest.approx(132 / 108, abs=1e-3)
+    assert ratio["L1.mlp_down.fwd.mb0.chunk0"] == pytest.approx(132 / 131, abs=1e-3)
+    assert ratio["L1.qkv_proj.bwd.mb0.chunk1"] == pytest.approx(132 / 116, abs=1e-3)  # default 16
+    dp = generate(load_spec(_spec(dp_comm_ctas=8)), rewrite=False).nodes[0]
+    plain = {
+        n.name: _ns(n) for n in generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
+    }
+    n = next(n for n in dp if n.name == "L1.mlp_up_gate.bwd.mb1")
+    assert _ns(n) / plain[n.name] == pytest.approx(132 / 124, abs=1e-4)
+    mapping = spec_to_mapping(load_spec({**spec, "dp_comm_ctas": 8}))
+    assert mapping["tp_overlap_sms"] == {"fc2_fprop": 1, "proj_fprop": 24} and mapping["dp_comm_ctas"] == 8
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"dp_comm_ctas": 0}, "dp_comm_ctas must be >= 1"),
+        ({"tp_overlap_sms": {"qkv_fprop": 2}}, "tp_overlap_sms: unknown layer 'qkv_fprop'"),
+        ({"tp_overlap_sms": {"proj_fprop": -1}}, "tp_overlap_sms: proj_fprop must be >= 0"),
+        ({"tp_overlap_sms": 16}, "tp_overlap_sms must be a mapping"),
+    ],
+)
+def test_bad_sm_counts_are_one_line(extra, message):
+    with pytest.raises(SpecError, match=message):
+        load_spec(_spec(**extra))
