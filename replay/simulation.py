@@ -280,9 +280,12 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
     try:
         if plan is None:
             pgs = load_groups(ts, groups, scan=True)
-            if ts.classes is not None:  # a compact set: its other ranks' files derived
-                ts = ts.with_source(compact_source(ts, pgs, compute, config))
-            prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
+            # A compact set: its other ranks' files derived. The source (replica 0's columns, bytes,
+            # program and templates) is read only while building: not kept for the run (~0.8 KiB per
+            # replica-0 node, docs/performance.md round 24w).
+            src = ts.with_source(compact_source(ts, pgs, compute, config)) if ts.classes is not None else ts
+            prog = build_program(src, pgs, compute, config, columns=ColumnReader(src).get)
+            del src
         else:
             pgs = load_groups(ts, groups, scan=True)
             reps = rep_columns(ts, plan.replicas[0])

@@ -60,3 +60,39 @@ def test_the_replay_verb_asks_for_it_and_the_library_does_not() -> None:
     for lib in ("replay", "traces", "netmodels", "tracegen", "xsim/api"):
         for path in (REPO / lib).rglob("*.py"):
             assert "keep_freed_memory" not in path.read_text(encoding="utf-8"), path
+
+
+# In a child process: polars' allocator threads after table work, by the library alone or under the CLI.
+_THREADS = textwrap.dedent(
+    """
+    import io, os, sys
+    if sys.argv[1] == "cli":
+        from xsim.cli import _run
+        _run([])  # no verb: the usage, and the settings a verb would run under
+    import polars as pl
+    pl.DataFrame({"a": list(range(100_000))}).write_parquet(io.BytesIO())
+    names = {open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")}
+    print("jemalloc_bg_thd" in names)
+    """
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_the_cli_starts_polars_without_jemalloc_background_threads() -> None:
+    """Under an address-space limit jemalloc's background threads could not start and it printed so without
+    end, ignoring SIGTERM (docs/performance.md, round 24w): the CLI turns them off before polars loads."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    env["PYTHONPATH"] = str(REPO)
+
+    def probe(mode: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", _THREADS, mode], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=60, check=True,
+        )  # fmt: skip
+        return done.stdout.strip().splitlines()[-1]
+
+    if probe("lib") != "True":
+        pytest.skip("this polars build starts no jemalloc background thread")
+    assert probe("cli") == "False"

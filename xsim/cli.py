@@ -123,6 +123,11 @@ def entry() -> None:
     sys.exit(code)
 
 
+# jemalloc (polars' allocator, built with the `_rjem_` prefix) reads its options from this variable.
+POLARS_MALLOC_ENV = "_RJEM_MALLOC_CONF"
+POLARS_MALLOC_CONF = "background_thread:false"
+
+
 def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
     """The exit code, and whether the verb that ran lets the process end without interpreter teardown."""
     if "numpy" not in sys.modules:
@@ -130,6 +135,12 @@ def _run(argv: Sequence[str] | None) -> tuple[int, bool]:
         # `xsim replay` on a 2-core machine (docs/performance.md, round 3c). No verb does BLAS work (no
         # matmul or linalg in the project), so one thread unless the caller chose otherwise.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if "polars" not in sys.modules:
+        # polars' jemalloc starts background purging threads; where a thread's stack cannot be mapped (an
+        # address-space limit near the run's size) it printed "background thread creation failed" without
+        # end (3 GB of stderr in 13 minutes) and ignored SIGTERM, where the run otherwise finished or ended
+        # in the one out-of-memory line (docs/performance.md, round 24w). Read when polars loads.
+        os.environ.setdefault(POLARS_MALLOC_ENV, POLARS_MALLOC_CONF)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:
         # Alone, --version needs no parser (building it imports the verbs' option registries).
