@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from xsim.netmodels.algorithms import (
     Schedule,
     Stage,
@@ -175,22 +174,72 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+# The network files' usual shape: top-level `key: [ item, ... ]` lines, comments, blank lines. Items: decimal
+# ints, floats with digits on both sides of the dot, and bare words that YAML 1.1 reads as strings (not its
+# booleans or null). Anything else goes to PyYAML.
+_FLOW_ITEM = r"(?:0|[1-9][0-9]{0,99}|[0-9]{1,100}\.[0-9]{1,100}|[A-Za-z][A-Za-z0-9_]{0,99})"
+_FLOW_LINE = re.compile(
+    rf"([A-Za-z_][A-Za-z0-9_]*): +\[ *({_FLOW_ITEM}(?: *, *{_FLOW_ITEM})*)? *\](?: +#.*)? *|(?: *#.*)? *"
+)
+_YAML_WORDS = {"yes", "no", "true", "false", "on", "off", "null", "empty"}
+
+
+def _simple_flow_yaml(text: str) -> dict | None:
+    """yaml.safe_load's result for a file of the usual shape (no PyYAML import: ~30-90 ms of a small
+    replay's start-up), or None for any other text."""
+    doc: dict = {}
+    for line in text.split("\n"):
+        m = _FLOW_LINE.fullmatch(line)
+        if m is None:
+            return None
+        key = m.group(1)
+        if key is None:
+            continue  # blank or comment
+        if key.lower() in _YAML_WORDS:
+            return None  # a boolean or null key
+        items: list = []
+        for it in m.group(2).split(",") if m.group(2) else ():
+            it = it.strip()
+            if it[0].isdigit():
+                items.append(float(it) if "." in it else int(it))
+            elif it.lower() in _YAML_WORDS:
+                return None
+            else:
+                items.append(it)
+        doc[key] = items  # a repeated key: the last one, as PyYAML
+    return doc or None
+
+
 def load_network_yml(path: str | Path) -> AstraNetwork:
     """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
     text = _read(path, "network config")
+    doc = _simple_flow_yaml(text)
+    if doc is None:
+        doc = _load_yaml(text, path)
+    if not isinstance(doc, Mapping):
+        raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+    return _network_from_doc(doc, path)
+
+
+def _load_yaml(text: str, path: str | Path) -> object:
+    """PyYAML's safe_load of a network file, its errors as one line."""
+    import yaml  # only for files _simple_flow_yaml does not take
+
     if _flow_depth(text) > _MAX_YAML_DEPTH:
         # PyYAML's scanner is quadratic in flow nesting (20,000 '[' take seconds): refused before parsing.
         raise AstraConfigError(f"{path}: not valid YAML (nesting deeper than {_MAX_YAML_DEPTH} levels)")
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except RecursionError:
         raise AstraConfigError(f"{path}: not valid YAML (nesting too deep)") from None
     except yaml.YAMLError as exc:
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except ValueError as exc:  # an integer past Python's int-string digit limit
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).split(';')[0]})") from None
-    if not isinstance(doc, Mapping):
-        raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+
+
+def _network_from_doc(doc: Mapping, path: str | Path) -> AstraNetwork:
+    """The checked AstraNetwork of a network file's mapping."""
     # ASTRA-sim's analytical backend reads these four keys and nothing else: another key is a typo
     # (`bandwith: [...]`) that would leave the intended value unused.
     unknown = sorted(str(k) for k in doc if k not in NETWORK_KEYS)
