@@ -345,6 +345,8 @@ class AstraModel(ClosedFormModel):
         super().__init__()
         if congestion_aware and len(network.dims) > 1:
             raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
+        if network.num_npus > MAX_NPUS:  # the event machine packs (time, rank) into one int below 2^21 ranks
+            raise AstraConfigError(f"{network.num_npus:,} NPUs, over the {MAX_NPUS:,} xsim models")
         self.network = network
         self.system = system
         self.congestion_aware = bool(congestion_aware)
@@ -362,6 +364,7 @@ class AstraModel(ClosedFormModel):
         # Congestion-aware collectives release each member at its own finish (member_finishes): members
         # finished since the last drain, closed-form members still ahead, and what was reported per handle.
         self._members_out: list[tuple[int, int, int]] = []
+        self._fresh: list[int] = []  # handles completed on the event loop (next_event_quiet's stop)
         self._members_due: list[tuple[int, int, int]] = []
         self._members_seen: dict[int, set[int]] = {}
         # Congestion-aware collectives opened by their first member, each member issued as it arrives.
@@ -952,6 +955,7 @@ class AstraModel(ClosedFormModel):
     def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
         finish = max(per_rank)
         heapq.heappush(self._pending, (finish, handle, Completion(handle, finish, per_rank)))
+        self._fresh.append(handle)  # next_event_quiet stops at a completion
 
     def _new_handle(self) -> int:
         handle = self._next_handle
@@ -1149,14 +1153,19 @@ class AstraModel(ClosedFormModel):
             heap = loop._heap
             if heap and heap[0][0] <= until:
                 pop = heapq.heappop
-                n = len(pending)
                 out = self._members_out
-                while heap and heap[0][0] <= until:
-                    t, s, fn, arg = pop(heap)
+                fresh = self._fresh
+                fresh.clear()
+                while heap:
+                    e = pop(heap)
+                    if e[0] > until:
+                        heapq.heappush(heap, e)  # (time, sequence) keys are unique: the same heap order
+                        break
+                    t, s, fn, arg = e
                     loop.now = t
                     loop.cur = s
                     fn(arg)
-                    if out or len(pending) != n:
+                    if out or fresh:
                         # The engine takes it from here: advance(now) runs the rest of this time and hands
                         # over the completion or the finished members (member_finishes).
                         return t

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 _push = heapq.heappush
 
+_RANK_BITS = 21
+
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
 
@@ -196,10 +198,27 @@ class AwareNet:
     def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
         """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
         links, hold, hop = self._shape(src, dst, size)
-        first, last, enter = links[0], len(links) - 1, self._enter
+        link, last, loop, arrive, free = links[0], len(links) - 1, self.loop, self._arrive, self._free
+        heap = loop._heap
 
         def send(cb: Callable, arg: object) -> None:
-            enter(first, [links, 0, hold, hop, cb, arg, last])
+            # _enter of the first link, inlined (a ring sends every message here).
+            now = loop.now
+            ft = link.free_t
+            if ft > now or (ft == now and link.free_seq > loop.cur):
+                link.pending.append([links, 0, hold, hop, cb, arg, last])
+                if not link.queued:
+                    link.queued = True
+                    _push(heap, (ft, link.free_seq, free, link))
+                return
+            loop._seq += 1
+            if last:
+                _push(heap, (now + hop, loop._seq, arrive, [links, 0, hold, hop, cb, arg, last]))
+            else:
+                _push(heap, (now + hop, loop._seq, cb, arg))
+            loop._seq += 1
+            link.free_t = now + hold
+            link.free_seq = loop._seq
 
         return send
 
@@ -252,10 +271,27 @@ class AwareNet:
             link.queued = False
 
     def _arrive(self, item: list) -> None:
-        # A hop before the last: the message enters its next link.
+        # A hop before the last: the message enters its next link (_enter, inlined: half the hops pass here).
         i = item[1] + 1
         item[1] = i
-        self._enter(item[0][i], item)
+        link = item[0][i]
+        loop = self.loop
+        now = loop.now
+        ft = link.free_t
+        if ft > now or (ft == now and link.free_seq > loop.cur):
+            link.pending.append(item)
+            if not link.queued:
+                link.queued = True
+                _push(loop._heap, (ft, link.free_seq, self._free, link))
+            return
+        loop._seq += 1
+        if i == item[6]:
+            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        else:
+            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+        loop._seq += 1
+        link.free_t = now + item[2]
+        link.free_seq = loop._seq
 
 
 class Matcher:
@@ -323,12 +359,12 @@ class SysEvents:
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self._lists: dict[tuple[int, int], list] = {}
+        self._lists: dict[int, list] = {}
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
         t = self.loop.now + delay
-        key = (rank, t)
+        key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
         lst = self._lists.get(key)
         if lst is None:
             # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
