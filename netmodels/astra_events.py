@@ -629,6 +629,10 @@ class PacketAlgo(_Algo):
             self.free -= 1
         if self.streams_left == 0 and self.free == self.parallel:
             self.exit()
+            # No event is left for a ring after its exit (its last receive's bundle came back first): drop
+            # its references to itself (bound methods, the stream) so it is freed now, not by the cycle
+            # collector after the replay (~9% of a congestion-aware replay's CPU on the 32-rank set).
+            self.__dict__.clear()
 
     def _insert_ring(self) -> None:
         """insert() for Ring: no positions to move, the waiting packet is a count."""
