@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import yaml
 from xsim.netmodels.algorithms import (
     Schedule,
     Stage,
@@ -175,22 +174,72 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+# The network files' usual shape: top-level `key: [ item, ... ]` lines, comments, blank lines. Items: decimal
+# ints, floats with digits on both sides of the dot, and bare words that YAML 1.1 reads as strings (not its
+# booleans or null). Anything else goes to PyYAML.
+_FLOW_ITEM = r"(?:0|[1-9][0-9]{0,99}|[0-9]{1,100}\.[0-9]{1,100}|[A-Za-z][A-Za-z0-9_]{0,99})"
+_FLOW_LINE = re.compile(
+    rf"([A-Za-z_][A-Za-z0-9_]*): +\[ *({_FLOW_ITEM}(?: *, *{_FLOW_ITEM})*)? *\](?: +#.*)? *|(?: *#.*)? *"
+)
+_YAML_WORDS = {"yes", "no", "true", "false", "on", "off", "null", "empty"}
+
+
+def _simple_flow_yaml(text: str) -> dict | None:
+    """yaml.safe_load's result for a file of the usual shape (no PyYAML import: ~30-90 ms of a small
+    replay's start-up), or None for any other text."""
+    doc: dict = {}
+    for line in text.split("\n"):
+        m = _FLOW_LINE.fullmatch(line)
+        if m is None:
+            return None
+        key = m.group(1)
+        if key is None:
+            continue  # blank or comment
+        if key.lower() in _YAML_WORDS:
+            return None  # a boolean or null key
+        items: list = []
+        for it in m.group(2).split(",") if m.group(2) else ():
+            it = it.strip()
+            if it[0].isdigit():
+                items.append(float(it) if "." in it else int(it))
+            elif it.lower() in _YAML_WORDS:
+                return None
+            else:
+                items.append(it)
+        doc[key] = items  # a repeated key: the last one, as PyYAML
+    return doc or None
+
+
 def load_network_yml(path: str | Path) -> AstraNetwork:
     """Read an ASTRA-sim analytical network YAML (topology, npus_count, bandwidth GB/s, latency ns)."""
     text = _read(path, "network config")
+    doc = _simple_flow_yaml(text)
+    if doc is None:
+        doc = _load_yaml(text, path)
+    if not isinstance(doc, Mapping):
+        raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+    return _network_from_doc(doc, path)
+
+
+def _load_yaml(text: str, path: str | Path) -> object:
+    """PyYAML's safe_load of a network file, its errors as one line."""
+    import yaml  # only for files _simple_flow_yaml does not take
+
     if _flow_depth(text) > _MAX_YAML_DEPTH:
         # PyYAML's scanner is quadratic in flow nesting (20,000 '[' take seconds): refused before parsing.
         raise AstraConfigError(f"{path}: not valid YAML (nesting deeper than {_MAX_YAML_DEPTH} levels)")
     try:
-        doc = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except RecursionError:
         raise AstraConfigError(f"{path}: not valid YAML (nesting too deep)") from None
     except yaml.YAMLError as exc:
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     except ValueError as exc:  # an integer past Python's int-string digit limit
         raise AstraConfigError(f"{path}: not valid YAML ({str(exc).split(';')[0]})") from None
-    if not isinstance(doc, Mapping):
-        raise AstraConfigError(f"{path}: expected a mapping with topology, npus_count, bandwidth, latency")
+
+
+def _network_from_doc(doc: Mapping, path: str | Path) -> AstraNetwork:
+    """The checked AstraNetwork of a network file's mapping."""
     # ASTRA-sim's analytical backend reads these four keys and nothing else: another key is a typo
     # (`bandwith: [...]`) that would leave the intended value unused.
     unknown = sorted(str(k) for k in doc if k not in NETWORK_KEYS)
@@ -296,6 +345,8 @@ class AstraModel(ClosedFormModel):
         super().__init__()
         if congestion_aware and len(network.dims) > 1:
             raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
+        if network.num_npus > MAX_NPUS:  # the event machine packs (time, rank) into one int below 2^21 ranks
+            raise AstraConfigError(f"{network.num_npus:,} NPUs, over the {MAX_NPUS:,} xsim models")
         self.network = network
         self.system = system
         self.congestion_aware = bool(congestion_aware)
@@ -313,6 +364,7 @@ class AstraModel(ClosedFormModel):
         # Congestion-aware collectives release each member at its own finish (member_finishes): members
         # finished since the last drain, closed-form members still ahead, and what was reported per handle.
         self._members_out: list[tuple[int, int, int]] = []
+        self._fresh: list[int] = []  # handles completed on the event loop (next_event_quiet's stop)
         self._members_due: list[tuple[int, int, int]] = []
         self._members_seen: dict[int, set[int]] = {}
         # Congestion-aware collectives opened by their first member, each member issued as it arrives.
@@ -903,6 +955,7 @@ class AstraModel(ClosedFormModel):
     def _finish(self, handle: int, per_rank: tuple[int, ...]) -> None:
         finish = max(per_rank)
         heapq.heappush(self._pending, (finish, handle, Completion(handle, finish, per_rank)))
+        self._fresh.append(handle)  # next_event_quiet stops at a completion
 
     def _new_handle(self) -> int:
         handle = self._next_handle
@@ -1100,14 +1153,19 @@ class AstraModel(ClosedFormModel):
             heap = loop._heap
             if heap and heap[0][0] <= until:
                 pop = heapq.heappop
-                n = len(pending)
                 out = self._members_out
-                while heap and heap[0][0] <= until:
-                    t, s, fn, arg = pop(heap)
+                fresh = self._fresh
+                fresh.clear()
+                while heap:
+                    e = pop(heap)
+                    if e[0] > until:
+                        heapq.heappush(heap, e)  # (time, sequence) keys are unique: the same heap order
+                        break
+                    t, s, fn, arg = e
                     loop.now = t
                     loop.cur = s
                     fn(arg)
-                    if out or len(pending) != n:
+                    if out or fresh:
                         # The engine takes it from here: advance(now) runs the rest of this time and hands
                         # over the completion or the finished members (member_finishes).
                         return t

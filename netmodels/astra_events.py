@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 _push = heapq.heappush
 
+_RANK_BITS = 21
+
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
 
@@ -111,6 +113,16 @@ class UnawareNet:
         """Deliver a message of size bytes from src to dst; cb(arg) on arrival."""
         self.loop.at(self.loop.now + self.msg_ns(src, dst, size), cb, arg)
 
+    def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
+        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
+        d = self.msg_ns(src, dst, size)
+        loop = self.loop
+
+        def send(cb: Callable, arg: object) -> None:
+            loop.at(loop.now + d, cb, arg)
+
+        return send
+
 
 class _Link:
     """A directed link. Its free event (Link::link_become_free) is scheduled only when a message waits for it:
@@ -164,8 +176,8 @@ class AwareNet:
             link = self.links[(u, v)] = _Link()
         return link
 
-    def send(self, src: int, dst: int, size: int, cb: Callable, arg: object = None) -> None:
-        """Inject a message at src; cb(arg) when its last hop delivers it."""
+    def _shape(self, src: int, dst: int, size: int) -> tuple[tuple[_Link, ...], int, int]:
+        """A message's links, link hold and time to the next device (kept per route and per size)."""
         links = self._paths.get((src, dst))
         if links is None:
             path = self.route(src, dst)
@@ -175,8 +187,40 @@ class AwareNet:
         t = self._times.get(size)
         if t is None:
             t = self._times[size] = (math.floor(size / self.bpns), math.floor(self.lat + size / self.bpns))
-        # In flight: [links, hop index, link hold, time to the next device, callback, its argument].
-        self._enter(links[0], [links, 0, t[0], t[1], cb, arg])
+        return links, t[0], t[1]
+
+    def send(self, src: int, dst: int, size: int, cb: Callable, arg: object = None) -> None:
+        """Inject a message at src; cb(arg) when its last hop delivers it."""
+        links, hold, hop = self._shape(src, dst, size)
+        # In flight: [links, hop index, link hold, time to the next device, callback, its argument, last index].
+        self._enter(links[0], [links, 0, hold, hop, cb, arg, len(links) - 1])
+
+    def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
+        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
+        links, hold, hop = self._shape(src, dst, size)
+        link, last, loop, arrive, free = links[0], len(links) - 1, self.loop, self._arrive, self._free
+        heap = loop._heap
+
+        def send(cb: Callable, arg: object) -> None:
+            # _enter of the first link, inlined (a ring sends every message here).
+            now = loop.now
+            ft = link.free_t
+            if ft > now or (ft == now and link.free_seq > loop.cur):
+                link.pending.append([links, 0, hold, hop, cb, arg, last])
+                if not link.queued:
+                    link.queued = True
+                    _push(heap, (ft, link.free_seq, free, link))
+                return
+            loop._seq += 1
+            if last:
+                _push(heap, (now + hop, loop._seq, arrive, [links, 0, hold, hop, cb, arg, last]))
+            else:
+                _push(heap, (now + hop, loop._seq, cb, arg))
+            loop._seq += 1
+            link.free_t = now + hold
+            link.free_seq = loop._seq
+
+        return send
 
     def _enter(self, link: _Link, item: list) -> None:
         """A message reaches a link: sent at once when it is free, else queued behind the others (FIFO).
@@ -193,9 +237,13 @@ class AwareNet:
                 link.queued = True
                 _push(loop._heap, (ft, link.free_seq, self._free, link))
             return
-        # _transmit, inlined (every hop of every message passes here).
+        # _transmit, inlined (every hop of every message passes here). The last hop's arrival is the
+        # message's callback itself (the event _arrive would run it at the same place).
         loop._seq += 1
-        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+        if item[1] == item[6]:
+            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        else:
+            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
         loop._seq += 1
         link.free_t = now + item[2]
         link.free_seq = loop._seq
@@ -205,7 +253,10 @@ class AwareNet:
         now = loop.now
         # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
         loop._seq += 1
-        _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+        if item[1] == item[6]:
+            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        else:
+            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
         loop._seq += 1
         link.free_t = now + item[2]
         link.free_seq = loop._seq
@@ -220,13 +271,27 @@ class AwareNet:
             link.queued = False
 
     def _arrive(self, item: list) -> None:
-        links = item[0]
+        # A hop before the last: the message enters its next link (_enter, inlined: half the hops pass here).
         i = item[1] + 1
-        if i == len(links):
-            item[4](item[5])
-            return
         item[1] = i
-        self._enter(links[i], item)
+        link = item[0][i]
+        loop = self.loop
+        now = loop.now
+        ft = link.free_t
+        if ft > now or (ft == now and link.free_seq > loop.cur):
+            link.pending.append(item)
+            if not link.queued:
+                link.queued = True
+                _push(loop._heap, (ft, link.free_seq, self._free, link))
+            return
+        loop._seq += 1
+        if i == item[6]:
+            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        else:
+            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+        loop._seq += 1
+        link.free_t = now + item[2]
+        link.free_seq = loop._seq
 
 
 class Matcher:
@@ -278,6 +343,15 @@ class Matcher:
             st[1].append(cb)
 
 
+def _cell_arrived(cell: list) -> None:
+    """Matcher._arrived on a ring's cell: a waiting receive completes now, else the arrival is counted."""
+    if cell[1]:
+        cell[1] -= 1
+        cell[2]()
+    else:
+        cell[0] += 1
+
+
 class SysEvents:
     """Sys::try_register_event: a rank's events of one tick form one list, run together by a single loop
     event (scheduled when the tick's first event is registered); events added to a tick whose list is running
@@ -285,12 +359,12 @@ class SysEvents:
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self._lists: dict[tuple[int, int], list] = {}
+        self._lists: dict[int, list] = {}
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
         t = self.loop.now + delay
-        key = (rank, t)
+        key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
         lst = self._lists.get(key)
         if lst is None:
             # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
@@ -423,15 +497,39 @@ class PacketAlgo(_Algo):
             # AllToAll.cc get_non_zero_latency_packets: p-1 packets per window on a Local ring, one otherwise.
             self.nonzero_count = (p - 1) * self.parallel if fast else self.parallel
         if algo == "ring":
-            # Ring's neighbours and message size never change: its waiting packets are a count and its
-            # matcher keys are kept (general_ring).
-            self.ring_packets = 0
-            self._general = self._general_ring
-            tag = stream.tag
-            self._send_to = members[self.send_pos]
-            self._send_key = (tag, self.rank, self._send_to, self.msg)
-            self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
-            self._mrecv_key = ctx.matcher.recv_key
+            self._ring_init(ctx, stream, members)
+
+    def _ring_init(self, ctx: Ctx, stream: Stream, members: tuple[int, ...]) -> None:
+        """Ring's neighbours and message size never change: its waiting packets are a count, its reduction
+        time and message route are computed once, and in a run of one phase per chunk its messages are
+        matched through cells the two neighbours share (general_ring, insert_ring)."""
+        self.ring_packets = 0
+        self._general = self._general_ring
+        self._received = self._insert_ring
+        self._red = ctx.red_ns(self.msg)
+        self._after_bus = self._processed_ring
+        tag = stream.tag
+        self._send_to = members[self.send_pos]
+        self._send_key = (tag, self.rank, self._send_to, self.msg)
+        self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
+        self._mrecv_key = ctx.matcher.recv_key
+        self._sender = ctx.matcher.net.sender(self.rank, self._send_to, self.msg)
+        cells = stream.run.cells
+        if cells is None:
+            self._send_cell = None
+            return
+        # A cell is the Matcher's state for one key: [arrivals not yet received, receives waiting, the
+        # receiver's callback]. Only this ring's neighbours use these keys (one algorithm per run, the tag
+        # names run and chunk), so pairing by counts in the cell is the Matcher's pairing.
+        send_cell = cells.get(self._send_key)
+        if send_cell is None:
+            send_cell = cells[self._send_key] = [0, 0, None]
+        recv_cell = cells.get(self._recv_key)
+        if recv_cell is None:
+            recv_cell = cells[self._recv_key] = [0, 0, None]
+        recv_cell[2] = self._insert_ring
+        self._send_cell = send_cell
+        self._recv_cell = recv_cell
 
     def _hd_partner(self) -> int:
         off = self.offset
@@ -510,16 +608,55 @@ class PacketAlgo(_Algo):
             self.exit()
 
     def _general_ring(self, _arg: object = None) -> None:
-        """general() for Ring: the same steps with the packet count and the kept keys."""
+        """general() for Ring: the same steps with the packet count and the kept keys (or cells)."""
         self.free += 1
         if self.ring_packets and self.streams_left:
             self.ring_packets -= 1
-            self._nsend(self.rank, self._send_to, self.msg, self._marrived, self._send_key)  # Matcher.send
-            self._mrecv_key(self._recv_key, self._received)
+            cell = self._send_cell
+            if cell is None:
+                self._sender(self._marrived, self._send_key)  # Matcher.send
+                self._mrecv_key(self._recv_key, self._received)
+            else:
+                self._sender(_cell_arrived, cell)
+                cell = self._recv_cell
+                if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
+                    cell[0] -= 1
+                    loop = self.ctx.loop
+                    loop.at(loop.now, _call, self._insert_ring)
+                else:
+                    cell[1] += 1
             self.streams_left -= 1
             self.free -= 1
         if self.streams_left == 0 and self.free == self.parallel:
             self.exit()
+            # No event is left for a ring after its exit (its last receive's bundle came back first): drop
+            # its references to itself (bound methods, the stream) so it is freed now, not by the cycle
+            # collector after the replay (~9% of a congestion-aware replay's CPU on the 32-rank set).
+            self.__dict__.clear()
+
+    def _insert_ring(self) -> None:
+        """insert() for Ring: no positions to move, the waiting packet is a count."""
+        if self.zero == 0 and self.nonzero == 0:
+            self.zero = self.parallel
+            self.nonzero = self.nonzero_count
+            self.toggle = not self.toggle
+        if self.zero > 0:
+            self.zero -= 1
+            self.ring_packets += 1
+            self._sys_at(self.rank, self.bus, self._general_ring, self.msg)
+            return
+        if self.nonzero > 0:
+            self.nonzero -= 1
+            self.ring_packets += 1
+            processed = self.reduce_scatter or (self.all_reduce and self.toggle)
+            self._sys_at(
+                self.rank, self.bus, self._processed_ring if processed else self._general_ring, self.msg
+            )
+            return
+        raise RuntimeError("ASTRA-sim packet machine injected nothing")
+
+    def _processed_ring(self, _size: int) -> None:
+        self._sys_at(self.rank, self._red, self._general_ring)
 
     def _ready(self) -> bool:
         if not self.packets or self.streams_left == 0 or self.free == 0:
@@ -664,6 +801,8 @@ class CollectiveRun:
         self.finish = [0] * len(members)
         self.remaining = len(members)
         self.done = done  # called with the run when its last member finishes
+        # Rings' matching cells (PacketAlgo._ring_init), where every chunk has one phase (one algorithm).
+        self.cells: dict | None = {} if all(len(phases) == 1 for phases in chunks) else None
         self.member = member  # called (handle, position, ns) as each earlier member finishes
 
     def start(self, issue_at: tuple[int, ...] | None = None) -> None:
