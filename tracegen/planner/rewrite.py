@@ -210,6 +210,47 @@ class _Rank:
         return CopiedRank.of_refs(held.records, refs)
 
 
+@dataclass(frozen=True)
+class _BoundaryPass:
+    """One micro-batch crossing one pipeline boundary in one direction, as resharded: per involved rank,
+    what its new transfers depend on, where they go (before its old transfers, or after those
+    dependencies) and the old transfer whose layer they take (None: no old one on that side)."""
+
+    b: PipelineBoundary
+    direction: str
+    mb: int
+    base: dict[int, list[int]]
+    pos: dict[int, tuple[str, int]]
+    template: dict[int, pb.Node | None]
+
+
+def _old_by_rank(
+    old: list[tuple[int, pb.Node]], senders: Sequence[int], receivers: Sequence[int], where: str
+) -> dict[int, list[pb.Node]]:
+    """The pass's old transfers per rank, each a send on a sender or a receive on a receiver."""
+    old_on: dict[int, list[pb.Node]] = defaultdict(list)
+    for r, n in old:
+        want = pb.COMM_SEND_NODE if r in senders else pb.COMM_RECV_NODE
+        if n.type != want or r not in (*senders, *receivers):
+            raise RewriteError(
+                f"rank {r}: node {n.id} ({n.name}): unexpected {pb.node_type_name(n.type)} in {where}"
+            )
+        old_on[r].append(n)
+    return old_on
+
+
+def _templates(
+    old_on: dict[int, list[pb.Node]], senders: Sequence[int], receivers: Sequence[int]
+) -> dict[int, pb.Node | None]:
+    """Per rank, its first old transfer, else the first of its side's."""
+    template: dict[int, pb.Node | None] = {}
+    for side in (senders, receivers):
+        first = next((old_on[x][0] for x in side if old_on[x]), None)
+        for r in side:
+            template[r] = old_on[r][0] if old_on[r] else first
+    return template
+
+
 class _Rewriter:
     def __init__(
         self,
@@ -530,22 +571,7 @@ class _Rewriter:
     ) -> None:
         senders, receivers = (b.src_ranks, b.dst_ranks) if direction == "fwd" else (b.dst_ranks, b.src_ranks)
         where = f"replica {b.replica} stages {b.src_stage}->{b.dst_stage} {direction} micro-batch {mb}"
-        old_on: dict[int, list[pb.Node]] = defaultdict(list)
-        for r, n in old:
-            want = pb.COMM_SEND_NODE if r in senders else pb.COMM_RECV_NODE
-            if n.type != want or r not in (*senders, *receivers):
-                raise RewriteError(
-                    f"rank {r}: node {n.id} ({n.name}): unexpected {pb.node_type_name(n.type)} in {where}"
-                )
-            old_on[r].append(n)
-        template: dict[int, pb.Node | None] = {}
-        for side in (senders, receivers):
-            first = next((old_on[x][0] for x in side if old_on[x]), None)
-            for r in side:
-                template[r] = old_on[r][0] if old_on[r] else first
-        plan = reshard_plan(self.strategy, senders, receivers, b.tensor_bytes)
-        msgs = [m for m in plan.messages if m.nbytes > 0]
-
+        old_on = _old_by_rank(old, senders, receivers, where)
         base: dict[int, list[int]] = {}
         for r in (*senders, *receivers):
             deps = unique(d for n in old_on[r] for d in (*n.data_deps, *n.ctrl_deps))
@@ -558,32 +584,13 @@ class _Rewriter:
             else self._after(r, base[r])
             for r in base
         }
-        recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
-        sends: dict[int, list[int]] = defaultdict(list)
-        for m in sorted(msgs, key=lambda m: (m.step, m.ring, m.chunk, m.src, m.dst)):
-            tag = self.next_tag
-            self.next_tag += 1
-            earlier = [i for s, i in recvs[m.src] if s < m.step]
-            sends[m.src].append(
-                self._p2p(
-                    m,
-                    m.src,
-                    True,
-                    tag,
-                    unique([*base[m.src], *earlier]),
-                    pos[m.src],
-                    template[m.src],
-                    direction,
-                    mb,
-                )
-            )
-            recvs[m.dst].append((m.step, self._p2p(m, m.dst, False, tag, base[m.dst], pos[m.dst], template[m.dst], direction, mb)))  # fmt: skip
+        bp = _BoundaryPass(b, direction, mb, base, pos, _templates(old_on, senders, receivers))
+        plan = reshard_plan(self.strategy, senders, receivers, b.tensor_bytes)
+        sends, recvs = self._messages(bp, [m for m in plan.messages if m.nbytes > 0])
         gathered = {}
         if not self.sequence_parallel and len(receivers) > 1:
             for r in receivers:
-                gathered[r] = self._gather(
-                    r, b, direction, mb, [i for _, i in recvs[r]], old_on[r], template[r]
-                )
+                gathered[r] = self._gather(r, bp, [i for _, i in recvs[r]], old_on[r])
         for r, nodes in old_on.items():
             if r in senders:
                 rep = sends[r]
@@ -594,14 +601,27 @@ class _Rewriter:
             for n in nodes:
                 self.ranks[r].edit.replace_all_uses(n.id, rep or unique([*n.data_deps, *n.ctrl_deps]))
 
-    def _gather(
-        self, r: int, b: PipelineBoundary, direction: str, mb: int, recvs: list[int], old: list[pb.Node],
-        template: pb.Node | None,
-    ) -> int:  # fmt: skip
+    def _messages(
+        self, bp: _BoundaryPass, msgs: list[Message]
+    ) -> tuple[dict[int, list[int]], dict[int, list[tuple[int, int]]]]:
+        """Each message as a send and its receive, in step order: (rank -> send ids, rank -> (step, recv
+        id)); a send waits for its rank's receives of earlier steps."""
+        recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
+        sends: dict[int, list[int]] = defaultdict(list)
+        for m in sorted(msgs, key=lambda m: (m.step, m.ring, m.chunk, m.src, m.dst)):
+            tag = self.next_tag
+            self.next_tag += 1
+            earlier = [i for s, i in recvs[m.src] if s < m.step]
+            sends[m.src].append(self._p2p(bp, m, True, tag, unique([*bp.base[m.src], *earlier])))
+            recvs[m.dst].append((m.step, self._p2p(bp, m, False, tag, bp.base[m.dst])))
+        return sends, recvs
+
+    def _gather(self, r: int, bp: _BoundaryPass, recvs: list[int], old: list[pb.Node]) -> int:
         """Without sequence parallelism every TP rank computes on the full activation (the generator sends
         it whole to each rank), so after receiving its 1/t shard a rank all-gathers it over its TP group,
         as Megatron's scatter-gather P2P does. The gather also waits for the consumer's predecessor in the
         rank's chain, so it takes the same place among the TP group's collectives on every member."""
+        b, direction, mb, template = bp.b, bp.direction, bp.mb, bp.template[r]
         old_ids = {n.id for n in old}
         g = self.ranks[r]
         consumers = unique(c for o in old_ids for c in g.children(o) if c not in old_ids)
@@ -629,10 +649,11 @@ class _Rewriter:
 
         return list(g.structure(f"producer {direction} {mb}", last))
 
-    def _p2p(
-        self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: tuple[str, int],
-        template: pb.Node | None, direction: str, mb: int,
-    ) -> int:  # fmt: skip
+    def _p2p(self, bp: _BoundaryPass, m: Message, send: bool, tag: int, deps: list[int]) -> int:
+        """Message m's send (on its source) or receive (on its destination), inserted at the pass's place."""
+        r = m.src if send else m.dst
+        template = bp.template[r]
+        direction, mb = bp.direction, bp.mb
         layer = get_int(template, LAYER, 0) if template is not None else 0
         kind = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
         verb = f"send_to{m.dst}" if send else f"recv_from{m.src}"
@@ -653,7 +674,7 @@ class _Rewriter:
                 ),
             },
         )
-        return self._add(r, node, pos)
+        return self._add(r, node, bp.pos[r])
 
     # ---- commit ----------------------------------------------------------------------------------------
     def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:
