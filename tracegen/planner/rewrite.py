@@ -251,6 +251,33 @@ def _templates(
     return template
 
 
+def _backward_and_sends(g: _Rank) -> tuple[list[tuple[int, int]], list[int]]:
+    """A rank's backward compute and collectives as (node id, layer) in node order, and its stage-boundary
+    sends (edited ones included)."""
+    tags = g._tags
+    bwd = g.structure(
+        "bwd",
+        lambda g=g, tags=tags: [
+            (n.id, tags[i][1])
+            for i, n in enumerate(g.nodes)
+            if tags[i][0] == "bwd" and n.type not in P2P_TYPES
+        ],
+    )
+    # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
+    # rank's communication slot must not starve a send its peers need to finish their backward.
+    # (pp_boundary is an attribute, yet the generator sets it alike on twins: same node, same value.)
+    pp_sends = g.structure(
+        "pp_sends",
+        lambda g=g: [
+            n.id for n in g.nodes if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1
+        ],
+    )
+    sends = [i for i in pp_sends if not g.edit.replaced(i)] + [
+        n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE
+    ]
+    return bwd, sends
+
+
 class _Rewriter:
     def __init__(
         self,
@@ -418,65 +445,48 @@ class _Rewriter:
             replica_stages[g.dp_replica].add(g.pp_stage)
         pbg_of = {r: pbg for pbg in self.plan.pipeline_barrier_groups for r in pbg}
         for r, g in self.ranks.items():
-            tags = g._tags
-            # (node id, layer) of the backward compute and collectives, in node order.
-            bwd = g.structure(
-                "bwd",
-                lambda g=g, tags=tags: [
-                    (n.id, tags[i][1])
-                    for i, n in enumerate(g.nodes)
-                    if tags[i][0] == "bwd" and n.type not in P2P_TYPES
-                ],
-            )
-            # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
-            # rank's communication slot must not starve a send its peers need to finish their backward.
-            # (pp_boundary is an attribute, yet the generator sets it alike on twins: same node, same value.)
-            pp_sends = g.structure(
-                "pp_sends",
-                lambda g=g: [
-                    n.id for n in g.nodes if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1
-                ],
-            )
-            sends = [i for i in pp_sends if not g.edit.replaced(i)] + [
-                n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE
-            ]
+            bwd, sends = _backward_and_sends(g)
             # Sync starts once the rank's whole local backward is done (the DP barrier group of section
             # 4.5), not right after the covered layers: with one communication op in flight per rank
             # (ASTRA-sim's rule), a sync collective issued mid-backward holds the slot while a TP peer that
             # got there later waits on a TP collective of the next layer from this rank: a deadlock.
-            done = g.frontier([i for i, _ in bwd])
-            synced: list[int] = []
-            previous: list[int] = []
-            # Groups in backward order (highest layers first), each after the previous one's rings: every
-            # rank issues the sync collectives in one global order, so they cannot wait on each other in a cycle.
-            for dp in sorted(self.plan.dp_groups, key=lambda d: -d.layers[0]):
-                if r not in dp.ranks:
-                    continue
-                lo, hi = dp.layers
-                if not any(lo <= layer <= hi for _, layer in bwd):
-                    raise RewriteError(
-                        f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
-                        "missing?): cannot anchor the gradient synchronization"
-                    )
-                anchor = unique([*done, *sends, *previous])
-                previous = self._sync_group(r, dp, anchor, barriers)
-                synced.extend(previous)
+            ready = [*g.frontier([i for i, _ in bwd]), *sends]
+            synced = self._sync_groups(r, bwd, ready, barriers)
             dg = self._group_of[r]
             final = synced
             if barriers and len(replica_stages[dg.dp_replica]) > 1:
-                anchor = synced or unique([*done, *sends])
-                pbg = pbg_of[r]
+                anchor = synced or unique(ready)
                 final = [
                     self._collective(
-                        r, f"pipeline_barrier[replica {dg.dp_replica}]", pb.BARRIER, 0, pbg, anchor,
+                        r, f"pipeline_barrier[replica {dg.dp_replica}]", pb.BARRIER, 0, pbg_of[r], anchor,
                         **{LAYER: 0, PHASE: SYNC, MICRO_BATCH: -1, RING: -1, CHUNK: -1},
                     )
                 ]  # fmt: skip
+            tags = g._tags
             opt = g.structure(
                 "opt", lambda g=g, tags=tags: [n.id for i, n in enumerate(g.nodes) if tags[i][0] == "opt"]
             )
             for nid in opt:
                 g.edit.add_deps(nid, final)
+
+    def _sync_groups(self, r: int, bwd: list[tuple[int, int]], ready: list[int], barriers: bool) -> list[int]:
+        """Rank r's sync collectives of every DP group it is in, after `ready`; their ids."""
+        synced: list[int] = []
+        previous: list[int] = []
+        # Groups in backward order (highest layers first), each after the previous one's rings: every
+        # rank issues the sync collectives in one global order, so they cannot wait on each other in a cycle.
+        for dp in sorted(self.plan.dp_groups, key=lambda d: -d.layers[0]):
+            if r not in dp.ranks:
+                continue
+            lo, hi = dp.layers
+            if not any(lo <= layer <= hi for _, layer in bwd):
+                raise RewriteError(
+                    f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
+                    "missing?): cannot anchor the gradient synchronization"
+                )
+            previous = self._sync_group(r, dp, unique([*ready, *previous]), barriers)
+            synced.extend(previous)
+        return synced
 
     def _sync_group(self, r: int, dp: DpGroup, anchor: list[int], barrier: bool) -> list[int]:
         lo, hi = dp.layers
