@@ -278,6 +278,38 @@ def _backward_and_sends(g: _Rank) -> tuple[list[tuple[int, int]], list[int]]:
     return bwd, sends
 
 
+def _twin_rank(r: int, first: _Rank | None, source: Any, tags: list) -> _Rank:
+    """Rank r, which the generator built as a copy of another rank (`first`: that rank, when read already;
+    tags: its tags): same ids, dependencies and tags, and no node carries `reshard` (the generator never
+    writes it)."""
+    if first is not None:
+        return _Rank(r, None, first.pos, first._tags, first, source)
+    nodes = source[r]
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    if len(pos) != len(nodes):
+        raise RewriteError(f"rank {r}: a node id appears twice")
+    return _Rank(r, nodes, pos, tags, source=source)
+
+
+def _read_rank(r: int, source: Any) -> _Rank:
+    """Rank r read node by node: each node's position and (phase, layer, micro-batch) tags; a node id seen
+    twice, or a node already rewritten, refused."""
+    nodes = source[r]
+    pos: dict[int, int] = {}
+    tags = []
+    for i, n in enumerate(nodes):
+        if n.id in pos:
+            raise RewriteError(f"rank {r}: node id {n.id} appears twice")
+        phase, layer, mb, rewritten = _read_tags(n)
+        if rewritten:
+            raise RewriteError(
+                f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
+            )
+        pos[n.id] = i
+        tags.append((phase, layer, mb))
+    return _Rank(r, nodes, pos, tags, source=source)
+
+
 class _Rewriter:
     def __init__(
         self,
@@ -295,32 +327,9 @@ class _Rewriter:
             src = twins.of.get(r) if twins is not None else None
             count = source.count(r) if isinstance(source, RankNodes) else len(source[r])
             if src is not None and len(twins.tags[src]) == count:
-                # The generator built `src` and copied it to r: same ids, dependencies and tags, and no
-                # node carries `reshard` (the generator never writes it).
-                first = self.ranks.get(src)
-                if first is not None:
-                    self.ranks[r] = _Rank(r, None, first.pos, first._tags, first, source)
-                else:
-                    nodes = source[r]
-                    pos = {n.id: i for i, n in enumerate(nodes)}
-                    if len(pos) != len(nodes):
-                        raise RewriteError(f"rank {r}: a node id appears twice")
-                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src], source=source)
-                continue
-            nodes = source[r]
-            pos: dict[int, int] = {}
-            tags = []
-            for i, n in enumerate(nodes):
-                if n.id in pos:
-                    raise RewriteError(f"rank {r}: node id {n.id} appears twice")
-                phase, layer, mb, rewritten = _read_tags(n)
-                if rewritten:
-                    raise RewriteError(
-                        f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
-                    )
-                pos[n.id] = i
-                tags.append((phase, layer, mb))
-            self.ranks[r] = _Rank(r, nodes, pos, tags, source=source)
+                self.ranks[r] = _twin_rank(r, self.ranks.get(src), source, twins.tags[src])
+            else:
+                self.ranks[r] = _read_rank(r, source)
         known = {r for g in plan.device_groups for r in g.ranks}
         if set(self.ranks) != known:
             raise RewriteError(
