@@ -576,14 +576,7 @@ def add_comm_tails(graphs: list[RankGraph]) -> int:
     """
     if len(graphs) < 2 or any(g.gpu_run for g in graphs):
         return 0
-    per_rank: list[dict[tuple[Any, Any], list[int]]] = []
-    for g in graphs:
-        kinds: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-        for vi in sorted(range(len(g.vertices)), key=lambda i: g.vertices[i].id):
-            v = g.vertices[vi]
-            if v.kind == "comm" and v.comm is not None and v.comm.p2p is None:
-                kinds[(v.comm.coll, v.comm.p2p)].append(vi)
-        per_rank.append(kinds)
+    per_rank = [_collectives_by_kind(g) for g in graphs]
     added = 0
     for key in sorted(set().union(*per_rank), key=str):
         lists = [k.get(key, []) for k in per_rank]
@@ -601,30 +594,47 @@ def add_comm_tails(graphs: list[RankGraph]) -> int:
             for v, end in zip(vs, ends, strict=True):
                 v.measured = v.dur
                 v.dur = end - last_start
-            for g, vi, v in zip(graphs, inst, vs, strict=True):
-                tail = v.ts + v.measured - common_end
-                if tail <= 0:
-                    continue
-                name = f"{TAIL_PREFIX}{pb.comm_type_name(v.comm.coll).lower()}"
-                t = Vertex(
-                    key=(common_end, 3, len(g.vertices)),
-                    name=name,
-                    ts=common_end,
-                    dur=tail,
-                    kind="tail",
-                    host_id=v.host_id,
-                    deps={vi},
-                )
-                ti = len(g.vertices)
-                for u in g.vertices:
-                    if vi in u.deps:
-                        u.deps.discard(vi)
-                        u.deps.add(ti)
-                g.vertices.append(t)
-                added += 1
+            for g, vi in zip(graphs, inst, strict=True):
+                added += _add_tail(g, vi, common_end)
     for g in graphs:
         number(g.vertices)
     return added
+
+
+def _collectives_by_kind(g: RankGraph) -> dict[tuple[Any, Any], list[int]]:
+    """A rank's CPU collectives (vertex indices in id order) by kind."""
+    kinds: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for vi in sorted(range(len(g.vertices)), key=lambda i: g.vertices[i].id):
+        v = g.vertices[vi]
+        if v.kind == "comm" and v.comm is not None and v.comm.p2p is None:
+            kinds[(v.comm.coll, v.comm.p2p)].append(vi)
+    return kinds
+
+
+def _add_tail(g: RankGraph, vi: int, common_end: int) -> int:
+    """Collective vertex vi's tail (its real end - the collective's common end) between it and what waited
+    for it; 1 when added, 0 when the rank finished at the common end."""
+    v = g.vertices[vi]
+    tail = v.ts + v.measured - common_end
+    if tail <= 0:
+        return 0
+    name = f"{TAIL_PREFIX}{pb.comm_type_name(v.comm.coll).lower()}"
+    t = Vertex(
+        key=(common_end, 3, len(g.vertices)),
+        name=name,
+        ts=common_end,
+        dur=tail,
+        kind="tail",
+        host_id=v.host_id,
+        deps={vi},
+    )
+    ti = len(g.vertices)
+    for u in g.vertices:
+        if vi in u.deps:
+            u.deps.discard(vi)
+            u.deps.add(ti)
+    g.vertices.append(t)
+    return 1
 
 
 def _await(
