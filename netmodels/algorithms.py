@@ -354,6 +354,16 @@ def pipelined_tree_stages(parent: list[int], nbytes: float, chunks: int) -> list
     return stages
 
 
+@dataclass(frozen=True)
+class _Collective:
+    """One collective to schedule: its kind, positions, bytes (Chakra comm_size semantics) and root."""
+
+    kind: str
+    p: int
+    size: float
+    root: int
+
+
 def build_schedule(
     kind: str,
     algorithm: str,
@@ -377,7 +387,7 @@ def build_schedule(
         raise AlgorithmError(
             f"algorithm {base} does not implement {kind} (it does: {', '.join(sorted(SUPPORTED[base]))})"
         )
-    size = float(size_bytes)
+    c = _Collective(kind, p, float(size_bytes), root)
     if p == 1:
         return Schedule(kind, base, 1, ())
     if base in ("nvls", "nvls_tree"):
@@ -392,42 +402,42 @@ def build_schedule(
             )
         from xsim.netmodels.nccl import pat_schedule
 
-        return pat_schedule(Schedule(kind, "ring", p, (tuple(_ring(p, kind, size, root)),)))
+        return pat_schedule(Schedule(kind, "ring", p, (tuple(_ring(p, kind, c.size, root)),)))
     if base == "ring" and rings and kind in RAIL_KINDS:
-        stages = _ring(p, kind, size / len(rings), root)
+        stages = _ring(p, kind, c.size / len(rings), root)
         return Schedule(kind, base, p, tuple(tuple(_permuted(stages, o)) for o in rings), shared=True)
-    if base == "ring":
-        channels = (tuple(_ring(p, kind, size, root)),)
-    elif base == "direct":
-        channels = (tuple(_direct(p, kind, size, root)),)
-        if nccl:
-            # NCCL runs AllToAll as concurrent P2P sends to every peer: in the analytical model the
-            # transfers of a stage split the links they share (a GPU's NVLink among its node peers, its
-            # NIC among its remote peers), as the flow model's concurrent flows do.
-            return Schedule(kind, base, p, channels, shared=True)
-    elif base == "halving_doubling":
-        if kind == "barrier":
-            k = (p - 1).bit_length()
-            channels = (tuple(ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
-        else:
-            channels = (tuple(_hd(p, kind, size)),)
-    elif base == "double_binary_tree" and nccl and hosts is not None:
+    if base == "double_binary_tree" and nccl and hosts is not None:
         parents = nccl_tree_parents(hosts)
-        part = size / len(parents)
+        part = c.size / len(parents)
         k = tree_chunks or max(1, min(TREE_MAX_CHUNKS, -(-int(part) // TREE_CHUNK_BYTES)))
         channels = tuple(tuple(pipelined_tree_stages(par, part, k)) for par in parents)
         return Schedule(kind, base, p, channels, shared=True)
-    elif base == "double_binary_tree":
-        channels = tuple(tuple(tree_stages(in_order_tree(p, rm), size / 2)) for rm in (True, False))
-    elif base == "hierarchical":
-        channels = (tuple(_hierarchical(p, size, hosts)),)
-    else:
-        # One ring per channel, each carrying 1/k of the data; odd rings run the other way round so both
-        # directions of every link carry traffic.
-        channels = tuple(
-            tuple(_ring(p, kind, size / arg, root, 1 if c % 2 == 0 else p - 1)) for c in range(arg)
-        )
-    return Schedule(kind, base, p, channels)
+    # NCCL runs AllToAll as concurrent P2P sends to every peer: in the analytical model the transfers of a
+    # stage split the links they share (a GPU's NVLink among its node peers, its NIC among its remote
+    # peers), as the flow model's concurrent flows do.
+    shared = bool(nccl) and base == "direct"
+    return Schedule(kind, base, p, _channels(c, base, arg, hosts), shared=shared)
+
+
+def _channels(c: _Collective, base: str, arg: int, hosts: list[str] | None) -> tuple[tuple[Stage, ...], ...]:
+    """The stages of each channel of algorithm `base` (arg: its ring count, for `rings`)."""
+    kind, p, size = c.kind, c.p, c.size
+    if base == "ring":
+        return (tuple(_ring(p, kind, size, c.root)),)
+    if base == "direct":
+        return (tuple(_direct(p, kind, size, c.root)),)
+    if base == "halving_doubling":
+        if kind == "barrier":
+            k = (p - 1).bit_length()
+            return (tuple(ring_stage(p, 0.0, False, 1, step=1 << i) for i in range(k)),)
+        return (tuple(_hd(p, kind, size)),)
+    if base == "double_binary_tree":
+        return tuple(tuple(tree_stages(in_order_tree(p, rm), size / 2)) for rm in (True, False))
+    if base == "hierarchical":
+        return (tuple(_hierarchical(p, size, hosts)),)
+    # One ring per channel, each carrying 1/k of the data; odd rings run the other way round so both
+    # directions of every link carry traffic.
+    return tuple(tuple(_ring(p, kind, size / arg, c.root, 1 if i % 2 == 0 else p - 1)) for i in range(arg))
 
 
 def default_algorithm(kind: str) -> str:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from xsim.netmodels.digraph import DiGraph  # networkx.DiGraph's layout and order, without its import time
 from xsim.netmodels.errors import NetworkModelError, TopologyError
 from xsim.netmodels.inputs import read_text
-from xsim.netmodels.presets import SYSTEM_PRESETS, canonical_gpu, interconnect, system_preset
+from xsim.netmodels.presets import (
+    SYSTEM_PRESETS,
+    InterconnectPreset,
+    canonical_gpu,
+    interconnect,
+    system_preset,
+)
 from xsim.netmodels.topology import (
     COLLECTIVE_MODES,
     GPU,
@@ -176,12 +183,33 @@ def _finish(name: str, g: DiGraph, placed: dict[int, tuple[str, str]], collectiv
     return Topology(name, g, tuple(placed[r][0] for r in range(n)), hosts, collectives)
 
 
-def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[tuple]:
+Nic = tuple[str, int, float, float]  # (NIC device, local index, bandwidth, latency)
+
+
+@dataclass(frozen=True)
+class _NodeHardware:
+    """One node of a cluster description: its name, its mapping and the interconnect of each local GPU."""
+
+    name: str
+    node: Mapping
+    hws: list[InterconnectPreset]
+
+    def param(self, key: str, attr: str, j: int, parse: Callable[[Any, str], float], what: str) -> float:
+        """The node's `key` when given, else local GPU j's preset `attr`, parsed."""
+        return parse(self.node.get(key, getattr(self.hws[j], attr)), f"node {self.name} {what}")
+
+    def nic(self, dev: str, j: int) -> Nic:
+        """NIC device dev with local GPU j's NIC bandwidth and latency."""
+        bw = self.param("nic_bandwidth", "nic_bandwidth", j, _bw, "nic_bandwidth")
+        return (dev, j, bw, self.param("nic_latency", "nic_latency_ns", j, _lat, "nic_latency"))
+
+
+def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[str, str]]) -> list[Nic]:
     preset = str(desc.get("preset", "table5"))
     nodes = desc.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise TopologyError('cluster description needs a non-empty "nodes" list')
-    nics: list[tuple] = []  # (nic device, local index, bandwidth, latency)
+    nics: list[Nic] = []
     next_rank = max(placed) + 1 if placed else 0
     for i, node in enumerate(nodes):
         if not isinstance(node, Mapping):
@@ -192,74 +220,100 @@ def _add_nodes(g: DiGraph, desc: Mapping, prefix: str, placed: dict[int, tuple[s
             raise TopologyError(f"node name {name!r} is used twice")
         if "gpu" not in node:
             raise TopologyError(f'node {name!r} has no "gpu" type')
-        ranks = node.get("ranks")
-        if ranks is None:
-            count = node.get("count")
-            if not isinstance(count, int) or count < 1:
-                raise TopologyError(f'node {name!r} needs "ranks" (list) or "count" (positive integer)')
-            if next_rank + count > MAX_CLUSTER_RANKS:
-                raise TopologyError(
-                    f'node {name!r}: "count" {count:,} is over the {MAX_CLUSTER_RANKS:,} GPUs xsim builds'
-                )
-            ranks = list(range(next_rank, next_rank + count))
-        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
-            raise TopologyError(f'node {name!r}: "ranks" must be a non-empty list of non-negative integers')
+        ranks = _node_ranks(node, name, next_rank)
         next_rank = max(next_rank, max(ranks) + 1)
-        # "gpu" is one type for the whole node, or a list with one type per rank (mixed nodes such as the
-        # paper's 2xA100 + 4xH100 testbed servers).
-        gpus = node["gpu"] if isinstance(node["gpu"], list) else [node["gpu"]] * len(ranks)
-        if len(gpus) != len(ranks):
-            raise TopologyError(f'node {name!r}: "gpu" lists {len(gpus)} types for {len(ranks)} ranks')
-        types = desc.get("gpu_types") or {}  # user-defined GPUs (netmodels.presets.defined_interconnect)
-        if not isinstance(types, Mapping):
-            raise TopologyError('cluster "gpu_types" must map a GPU name to its interconnect')
-        hws = [interconnect(preset, g if str(g) in types else canonical_gpu(g), types) for g in gpus]
-
-        def param(key: str, attr: str, j: int, parse, what: str, hws=hws, node=node, name=name):
-            return parse(node.get(key, getattr(hws[j], attr)), f"node {name} {what}")
-
-        scale_up = node.get("scale_up", "nvlink")
-        nic_mode = node.get("nic", "per_gpu")
-        if scale_up not in ("nvlink", "pcie"):
-            raise TopologyError(f"node {name!r}: scale_up must be nvlink or pcie, got {scale_up!r}")
-        if nic_mode not in ("per_gpu", "per_node"):
-            raise TopologyError(f"node {name!r}: nic must be per_gpu or per_node, got {nic_mode!r}")
-        hub = f"{name}/nvswitch" if scale_up == "nvlink" else f"{name}/pcie"
-        if len(ranks) > 1:
-            g.add_node(hub, kind="switch")
-        if nic_mode == "per_node":
-            g.add_node(f"{name}/nic", kind="nic")
-            nic_bw = param("nic_bandwidth", "nic_bandwidth", 0, _bw, "nic_bandwidth")
-            nics.append(
-                (f"{name}/nic", 0, nic_bw, param("nic_latency", "nic_latency_ns", 0, _lat, "nic_latency"))
-            )
-        for j, r in enumerate(ranks):
-            su_bw = param("scale_up_bandwidth", "scale_up_bandwidth", j, _bw, "scale_up_bandwidth")
-            su_lat = param("scale_up_latency", "scale_up_latency_ns", j, _lat, "scale_up_latency")
-            pcie_bw = param("pcie_bandwidth", "pcie_bandwidth", j, _bw, "pcie_bandwidth")
-            pcie_lat = param("pcie_latency", "pcie_latency_ns", j, _lat, "pcie_latency")
-            if r in placed:
-                raise TopologyError(f"rank {r} is placed on both {placed[r][1]} and {name}")
-            dev = f"{name}/gpu{j}"
-            g.add_node(dev, kind=GPU, gpu=hws[j].gpu, host=name, local_index=j)
-            placed[r] = (dev, name)
-            if len(ranks) > 1:
-                # NVLink: one hop GPU->NVSwitch at the table's delay; PCIe: each crossing is half of the 2x delay.
-                lat = su_lat if scale_up == "nvlink" else pcie_lat / 2
-                bw = su_bw if scale_up == "nvlink" else pcie_bw
-                add_duplex(g, dev, hub, bw, lat, "scaleup")
-            if nic_mode == "per_gpu":
-                nic = f"{name}/nic{j}"
-                g.add_node(nic, kind="nic")
-                nic_bw = param("nic_bandwidth", "nic_bandwidth", j, _bw, "nic_bandwidth")
-                nics.append((nic, j, nic_bw, param("nic_latency", "nic_latency_ns", j, _lat, "nic_latency")))
-            else:
-                nic = f"{name}/nic"
-            add_duplex(g, dev, nic, pcie_bw, pcie_lat, "pcie")
+        hw = _NodeHardware(name, node, _node_gpus(desc, node, name, len(ranks), preset))
+        nics += _add_node(g, hw, ranks, placed)
     return nics
 
 
-def _add_fabric(g: DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> list[str]:
+def _node_ranks(node: Mapping, name: str, next_rank: int) -> list[int]:
+    """The node's ranks: its "ranks" list, or "count" ranks from next_rank on."""
+    ranks = node.get("ranks")
+    if ranks is None:
+        count = node.get("count")
+        if not isinstance(count, int) or count < 1:
+            raise TopologyError(f'node {name!r} needs "ranks" (list) or "count" (positive integer)')
+        if next_rank + count > MAX_CLUSTER_RANKS:
+            raise TopologyError(
+                f'node {name!r}: "count" {count:,} is over the {MAX_CLUSTER_RANKS:,} GPUs xsim builds'
+            )
+        ranks = list(range(next_rank, next_rank + count))
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and r >= 0 for r in ranks):
+        raise TopologyError(f'node {name!r}: "ranks" must be a non-empty list of non-negative integers')
+    return ranks
+
+
+def _node_gpus(desc: Mapping, node: Mapping, name: str, n: int, preset: str) -> list[InterconnectPreset]:
+    """The interconnect of each of the node's n GPUs, under the preset or the description's gpu_types."""
+    # "gpu" is one type for the whole node, or a list with one type per rank (mixed nodes such as the
+    # paper's 2xA100 + 4xH100 testbed servers).
+    gpus = node["gpu"] if isinstance(node["gpu"], list) else [node["gpu"]] * n
+    if len(gpus) != n:
+        raise TopologyError(f'node {name!r}: "gpu" lists {len(gpus)} types for {n} ranks')
+    types = desc.get("gpu_types") or {}  # user-defined GPUs (netmodels.presets.defined_interconnect)
+    if not isinstance(types, Mapping):
+        raise TopologyError('cluster "gpu_types" must map a GPU name to its interconnect')
+    return [interconnect(preset, g if str(g) in types else canonical_gpu(g), types) for g in gpus]
+
+
+def _add_node(
+    g: DiGraph, hw: _NodeHardware, ranks: list[int], placed: dict[int, tuple[str, str]]
+) -> list[Nic]:
+    """The node's GPUs, scale-up hub and NICs into g (ranks placed on its GPUs); its NICs."""
+    name, node = hw.name, hw.node
+    scale_up = node.get("scale_up", "nvlink")
+    nic_mode = node.get("nic", "per_gpu")
+    if scale_up not in ("nvlink", "pcie"):
+        raise TopologyError(f"node {name!r}: scale_up must be nvlink or pcie, got {scale_up!r}")
+    if nic_mode not in ("per_gpu", "per_node"):
+        raise TopologyError(f"node {name!r}: nic must be per_gpu or per_node, got {nic_mode!r}")
+    nics: list[Nic] = []
+    hub = f"{name}/nvswitch" if scale_up == "nvlink" else f"{name}/pcie"
+    if len(ranks) > 1:
+        g.add_node(hub, kind="switch")
+    if nic_mode == "per_node":
+        g.add_node(f"{name}/nic", kind="nic")
+        nics.append(hw.nic(f"{name}/nic", 0))
+    for j, r in enumerate(ranks):
+        su_bw = hw.param("scale_up_bandwidth", "scale_up_bandwidth", j, _bw, "scale_up_bandwidth")
+        su_lat = hw.param("scale_up_latency", "scale_up_latency_ns", j, _lat, "scale_up_latency")
+        pcie_bw = hw.param("pcie_bandwidth", "pcie_bandwidth", j, _bw, "pcie_bandwidth")
+        pcie_lat = hw.param("pcie_latency", "pcie_latency_ns", j, _lat, "pcie_latency")
+        if r in placed:
+            raise TopologyError(f"rank {r} is placed on both {placed[r][1]} and {name}")
+        dev = f"{name}/gpu{j}"
+        g.add_node(dev, kind=GPU, gpu=hw.hws[j].gpu, host=name, local_index=j)
+        placed[r] = (dev, name)
+        if len(ranks) > 1:
+            # NVLink: one hop GPU->NVSwitch at the table's delay; PCIe: each crossing is half of the 2x delay.
+            lat = su_lat if scale_up == "nvlink" else pcie_lat / 2
+            bw = su_bw if scale_up == "nvlink" else pcie_bw
+            add_duplex(g, dev, hub, bw, lat, "scaleup")
+        if nic_mode == "per_gpu":
+            nic = f"{name}/nic{j}"
+            g.add_node(nic, kind="nic")
+            nics.append(hw.nic(nic, j))
+        else:
+            nic = f"{name}/nic"
+        add_duplex(g, dev, nic, pcie_bw, pcie_lat, "pcie")
+    return nics
+
+
+@dataclass(frozen=True)
+class _Fabric:
+    """What a fabric kind is built from: the graph, the NICs to attach, the switch names' prefix, and the
+    fabric's switch-to-switch link bandwidth, latency and oversubscription."""
+
+    g: DiGraph
+    nics: list[Nic]
+    prefix: str
+    link_bw: float
+    link_lat: float
+    over: float
+
+
+def _add_fabric(g: DiGraph, fabric: Mapping, nics: list[Nic], prefix: str) -> list[str]:
     if not isinstance(fabric, Mapping):
         raise TopologyError('"fabric" must be a mapping such as {"kind": "switch"}')
     _known_keys(fabric, FABRIC_KEYS, "fabric")
@@ -272,72 +326,98 @@ def _add_fabric(g: DiGraph, fabric: Mapping, nics: list[tuple], prefix: str) -> 
     # Switch-to-switch links default to the fastest NIC's speed: a non-blocking fabric unless oversubscribed.
     max_nic = max(bw for _, _, bw, _ in nics)
     link_bw = _bw(fabric.get("link_bandwidth", max_nic), "fabric link_bandwidth")
-    if kind == "switch":
-        sw = prefix + "switch"
-        g.add_node(sw, kind="switch")
-        for nic, _, bw, lat in nics:
-            add_duplex(g, nic, sw, bw, lat, "nic")
-        return [sw]
-    if kind == "rail":
-        spine = prefix + "spine"
-        g.add_node(spine, kind="switch")
-        rails: dict[int, float] = {}
-        for nic, j, bw, lat in nics:
-            rail = f"{prefix}rail{j}"
-            g.add_node(rail, kind="switch")
-            add_duplex(g, nic, rail, bw, lat, "nic")
-            rails[j] = rails.get(j, 0.0) + bw
-        # Cross-rail traffic climbs to one spine; its links carry a whole rail's NIC bandwidth / oversubscription.
-        for j, total in sorted(rails.items()):
-            add_duplex(g, f"{prefix}rail{j}", spine, total / over, link_lat, "fabric")
-        return [spine]
-    if kind == "leaf_spine":
-        # The shape has no natural default: both numbers must be given.
-        per_leaf, spines = fabric.get("nics_per_leaf"), fabric.get("spines")
-        for key, v in (("nics_per_leaf", per_leaf), ("spines", spines)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise TopologyError(f"leaf_spine {key} must be a positive integer, got {v!r}")
-        spine_names = [f"{prefix}spine{j}" for j in range(spines)]
-        for sp in spine_names:
-            g.add_node(sp, kind="switch")
-        # A leaf's uplinks together carry its NICs' bandwidth divided by the oversubscription ratio.
-        up_bw = per_leaf * link_bw / spines / over
-        for i, (nic, _, bw, lat) in enumerate(nics):
-            leaf = f"{prefix}leaf{i // per_leaf}"
-            if leaf not in g:
-                g.add_node(leaf, kind="switch")
-                for sp in spine_names:
-                    add_duplex(g, leaf, sp, up_bw, link_lat, "fabric")
-            add_duplex(g, nic, leaf, bw, lat, "nic")
-        return spine_names
-    if kind == "fat_tree":
-        k = fabric.get("k")
-        if not isinstance(k, int) or k < 2 or k % 2:
-            raise TopologyError(f"fat_tree needs an even integer k >= 2, got {k!r}")
-        half = k // 2
-        if len(nics) > k**3 // 4:
-            raise TopologyError(f"fat_tree k={k} holds {k**3 // 4} NICs, the cluster has {len(nics)}")
-        pods = math.ceil(len(nics) / (half * half))
-        up_bw = link_bw / over
-        cores = [f"{prefix}core{c}" for c in range(half * half)]
-        for c in cores:
-            g.add_node(c, kind="switch")
-        for p in range(pods):
-            aggs = [f"{prefix}pod{p}/agg{a}" for a in range(half)]
-            for a, agg in enumerate(aggs):
-                g.add_node(agg, kind="switch")
-                for c in range(half):
-                    add_duplex(g, agg, cores[a * half + c], up_bw, link_lat, "fabric")
-            for e in range(half):
-                edge = f"{prefix}pod{p}/edge{e}"
-                g.add_node(edge, kind="switch")
-                for agg in aggs:
-                    add_duplex(g, edge, agg, up_bw, link_lat, "fabric")
-        for i, (nic, _, bw, lat) in enumerate(nics):
-            p, e = divmod(i // half, half)
-            add_duplex(g, nic, f"{prefix}pod{p}/edge{e}", bw, lat, "nic")
-        return cores
-    raise TopologyError(f"unknown fabric kind {kind!r} (known: {', '.join(FABRICS)})")
+    build = _FABRIC_BUILDERS.get(kind)
+    if build is None:
+        raise TopologyError(f"unknown fabric kind {kind!r} (known: {', '.join(FABRICS)})")
+    return build(_Fabric(g, nics, prefix, link_bw, link_lat, over), fabric)
+
+
+def _switch_fabric(f: _Fabric, fabric: Mapping) -> list[str]:
+    """One switch holding every NIC."""
+    sw = f.prefix + "switch"
+    f.g.add_node(sw, kind="switch")
+    for nic, _, bw, lat in f.nics:
+        add_duplex(f.g, nic, sw, bw, lat, "nic")
+    return [sw]
+
+
+def _rail_fabric(f: _Fabric, fabric: Mapping) -> list[str]:
+    """A switch per local NIC index (rail), the rails joined by one spine."""
+    g, prefix = f.g, f.prefix
+    spine = prefix + "spine"
+    g.add_node(spine, kind="switch")
+    rails: dict[int, float] = {}
+    for nic, j, bw, lat in f.nics:
+        rail = f"{prefix}rail{j}"
+        g.add_node(rail, kind="switch")
+        add_duplex(g, nic, rail, bw, lat, "nic")
+        rails[j] = rails.get(j, 0.0) + bw
+    # Cross-rail traffic climbs to one spine; its links carry a whole rail's NIC bandwidth / oversubscription.
+    for j, total in sorted(rails.items()):
+        add_duplex(g, f"{prefix}rail{j}", spine, total / f.over, f.link_lat, "fabric")
+    return [spine]
+
+
+def _leaf_spine_fabric(f: _Fabric, fabric: Mapping) -> list[str]:
+    """Leaves of nics_per_leaf NICs, each linked to every one of `spines` spines."""
+    g, prefix = f.g, f.prefix
+    # The shape has no natural default: both numbers must be given.
+    per_leaf, spines = fabric.get("nics_per_leaf"), fabric.get("spines")
+    for key, v in (("nics_per_leaf", per_leaf), ("spines", spines)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TopologyError(f"leaf_spine {key} must be a positive integer, got {v!r}")
+    spine_names = [f"{prefix}spine{j}" for j in range(spines)]
+    for sp in spine_names:
+        g.add_node(sp, kind="switch")
+    # A leaf's uplinks together carry its NICs' bandwidth divided by the oversubscription ratio.
+    up_bw = per_leaf * f.link_bw / spines / f.over
+    for i, (nic, _, bw, lat) in enumerate(f.nics):
+        leaf = f"{prefix}leaf{i // per_leaf}"
+        if leaf not in g:
+            g.add_node(leaf, kind="switch")
+            for sp in spine_names:
+                add_duplex(g, leaf, sp, up_bw, f.link_lat, "fabric")
+        add_duplex(g, nic, leaf, bw, lat, "nic")
+    return spine_names
+
+
+def _fat_tree_fabric(f: _Fabric, fabric: Mapping) -> list[str]:
+    """A k-ary fat tree: pods of k/2 edge and k/2 aggregation switches, (k/2)^2 cores."""
+    g, prefix, nics = f.g, f.prefix, f.nics
+    k = fabric.get("k")
+    if not isinstance(k, int) or k < 2 or k % 2:
+        raise TopologyError(f"fat_tree needs an even integer k >= 2, got {k!r}")
+    half = k // 2
+    if len(nics) > k**3 // 4:
+        raise TopologyError(f"fat_tree k={k} holds {k**3 // 4} NICs, the cluster has {len(nics)}")
+    pods = math.ceil(len(nics) / (half * half))
+    up_bw = f.link_bw / f.over
+    cores = [f"{prefix}core{c}" for c in range(half * half)]
+    for c in cores:
+        g.add_node(c, kind="switch")
+    for p in range(pods):
+        aggs = [f"{prefix}pod{p}/agg{a}" for a in range(half)]
+        for a, agg in enumerate(aggs):
+            g.add_node(agg, kind="switch")
+            for c in range(half):
+                add_duplex(g, agg, cores[a * half + c], up_bw, f.link_lat, "fabric")
+        for e in range(half):
+            edge = f"{prefix}pod{p}/edge{e}"
+            g.add_node(edge, kind="switch")
+            for agg in aggs:
+                add_duplex(g, edge, agg, up_bw, f.link_lat, "fabric")
+    for i, (nic, _, bw, lat) in enumerate(nics):
+        p, e = divmod(i // half, half)
+        add_duplex(g, nic, f"{prefix}pod{p}/edge{e}", bw, lat, "nic")
+    return cores
+
+
+_FABRIC_BUILDERS: dict[str, Callable[[_Fabric, Mapping], list[str]]] = {
+    "switch": _switch_fabric,
+    "rail": _rail_fabric,
+    "leaf_spine": _leaf_spine_fabric,
+    "fat_tree": _fat_tree_fabric,
+}
 
 
 def _apply_overrides(g: DiGraph, links: list) -> None:

@@ -271,20 +271,28 @@ def ring_busbw_gbps(kind: str, p: int, size: float, simple_bw_ns: float) -> floa
     return total / simple_bw_ns * steps / p if simple_bw_ns > 0 else 0.0
 
 
+@dataclass(frozen=True)
+class RingCase:
+    """A ring collective as NCCL's tuning model sees it: its kind, ranks, nodes and bytes (0: none given)."""
+
+    kind: str
+    p: int
+    nodes: int
+    size: float = 0
+
+
 def predicted_ns(
     protocol: str,
-    kind: str,
-    p: int,
-    nodes: int,
+    case: RingCase,
     simple_bw_ns: float,
     ll_max: float = float("inf"),
-    size: float = 0,
     caps: ChannelCaps = NO_CAPS,
 ) -> float:
     """NCCL's predicted time of a ring collective: latency + Simple's bandwidth time / the protocol's share."""
+    kind, p, size = case.kind, case.p, case.size
     busbw = ring_busbw_gbps(kind, p, size, simple_bw_ns) if size else 0.0
     factor = bandwidth_factor(protocol, busbw, ll_max, caps)
-    return ring_latency_us(protocol, kind, p, nodes) * 1e3 + simple_bw_ns / factor
+    return ring_latency_us(protocol, kind, p, case.nodes) * 1e3 + simple_bw_ns / factor
 
 
 def nccl_protocol_applies(kind: str, algorithm: str) -> bool:
@@ -301,7 +309,8 @@ def choose_protocol(
     kind: str, p: int, nodes: int, simple_bw_ns: float, ll_max: float = float("inf"), size: float = 0
 ) -> str:
     """The ring protocol NCCL picks: the fastest predicted (ties to the earlier of LL, LL128, Simple)."""
-    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, kind, p, nodes, simple_bw_ns, ll_max, size))
+    case = RingCase(kind, p, nodes, size)
+    return min(PROTOCOL_NAMES, key=lambda pr: predicted_ns(pr, case, simple_bw_ns, ll_max))
 
 
 def split_protocol(algorithm: str | None) -> tuple[str | None, str | None]:
@@ -365,7 +374,7 @@ def predicted_ring_ns(
 ) -> float:
     """NCCL's predicted ring time, with ncclTopoGetAlgoTime's "plateau effect" (Simple AllReduce across
     nodes, at least 64 bytes per channel and rank: latency x 1.4 on Ampere and later)."""
-    t = predicted_ns(protocol, kind, p, nodes, ring_bw_ns, ll_max, size, caps)
+    t = predicted_ns(protocol, RingCase(kind, p, nodes, size), ring_bw_ns, ll_max, caps)
     if protocol == "Simple" and kind == "all_reduce" and nodes > 1 and size / (channels * p) >= 64:
         t += 0.4 * ring_latency_us(protocol, kind, p, nodes) * 1e3
     return t

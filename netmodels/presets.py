@@ -32,9 +32,14 @@ class InterconnectPreset:
     source: str
 
 
-def _p(gpu, su_gbps, su_ns, pcie_gbps, pcie_half_ns, nic_gbps, nic_ns, source) -> InterconnectPreset:
+# A link as the paper's tables give it: (Gb/s per direction, delay in ns).
+_Link = tuple[float, float]
+
+
+def _p(gpu: str, scale_up: _Link, pcie: _Link, nic: _Link, source: str) -> InterconnectPreset:
+    """A preset from a table row in the paper's units (pcie: the delay of one PCIe crossing, "d" of 2 x d)."""
     return InterconnectPreset(
-        gpu, su_gbps * GBIT, su_ns, pcie_gbps * GBIT, 2 * pcie_half_ns, nic_gbps * GBIT, nic_ns, source
+        gpu, scale_up[0] * GBIT, scale_up[1], pcie[0] * GBIT, 2 * pcie[1], nic[0] * GBIT, nic[1], source
     )
 
 
@@ -58,27 +63,27 @@ _T6_NOTE = "; H200/B200 absent from Table 6: scale-up/PCIe from Table 5, NIC fro
 # for point-to-point), H100's delays (no published figure), PCIe Gen5 as H100.
 _DS = "vendor datasheet (see netmodels/presets.py)"
 _DATASHEET_ROWS = {
-    "GB200": ("GB200", 7200, 10.22, 512, 143.75, 400, 368, _DS),
-    "H20": ("H20", 3600, 20.44, 512, 143.75, 400, 368, _DS),
-    "L40S": ("L40S", 256, 287.5, 256, 287.5, 400, 368, _DS),
-    "MI300X": ("MI300X", 3584, 20.44, 512, 143.75, 400, 368, _DS),
+    "GB200": ("GB200", (7200, 10.22), (512, 143.75), (400, 368), _DS),
+    "H20": ("H20", (3600, 20.44), (512, 143.75), (400, 368), _DS),
+    "L40S": ("L40S", (256, 287.5), (256, 287.5), (400, 368), _DS),
+    "MI300X": ("MI300X", (3584, 20.44), (512, 143.75), (400, 368), _DS),
 }
 
 PRESETS: dict[str, dict[str, InterconnectPreset]] = {
     "table5": {
-        "A100-40GB": _p("A100-40GB", 2400, 30.66, 256, 287.5, 10, 3000, _T5),
-        "A100-80GB": _p("A100-80GB", 2400, 30.66, 256, 287.5, 10, 3000, _T5 + _A100_NOTE),
-        "H100": _p("H100", 3600, 20.44, 512, 143.75, 10, 1500, _T5),
-        "H200": _p("H200", 3600, 20.44, 512, 143.75, 200, 368, _T5),
-        "B200": _p("B200", 7200, 10.22, 512, 143.75, 200, 368, _T5),
+        "A100-40GB": _p("A100-40GB", (2400, 30.66), (256, 287.5), (10, 3000), _T5),
+        "A100-80GB": _p("A100-80GB", (2400, 30.66), (256, 287.5), (10, 3000), _T5 + _A100_NOTE),
+        "H100": _p("H100", (3600, 20.44), (512, 143.75), (10, 1500), _T5),
+        "H200": _p("H200", (3600, 20.44), (512, 143.75), (200, 368), _T5),
+        "B200": _p("B200", (7200, 10.22), (512, 143.75), (200, 368), _T5),
         **{g: _p(*row) for g, row in _DATASHEET_ROWS.items()},
     },
     "table6": {
-        "A100-40GB": _p("A100-40GB", 2400, 30.66, 256, 287.5, 400, 368, _T6),
-        "A100-80GB": _p("A100-80GB", 2400, 30.66, 256, 287.5, 400, 368, _T6 + _A100_NOTE),
-        "H100": _p("H100", 3600, 20.44, 512, 143.75, 400, 368, _T6),
-        "H200": _p("H200", 3600, 20.44, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
-        "B200": _p("B200", 7200, 10.22, 512, 143.75, 400, 368, _T6 + _T6_NOTE),
+        "A100-40GB": _p("A100-40GB", (2400, 30.66), (256, 287.5), (400, 368), _T6),
+        "A100-80GB": _p("A100-80GB", (2400, 30.66), (256, 287.5), (400, 368), _T6 + _A100_NOTE),
+        "H100": _p("H100", (3600, 20.44), (512, 143.75), (400, 368), _T6),
+        "H200": _p("H200", (3600, 20.44), (512, 143.75), (400, 368), _T6 + _T6_NOTE),
+        "B200": _p("B200", (7200, 10.22), (512, 143.75), (400, 368), _T6 + _T6_NOTE),
         **{g: _p(*row) for g, row in _DATASHEET_ROWS.items()},
     },
 }

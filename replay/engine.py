@@ -21,7 +21,7 @@ from itertools import chain
 import numpy as np
 from xsim.netmodels.api import NetworkModel
 from xsim.replay.config import ReplayConfig
-from xsim.replay.deadlock import explain_deadlock
+from xsim.replay.deadlock import StoppedRun, explain_deadlock
 from xsim.replay.errors import ReplayError
 from xsim.replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
 from xsim.replay.network_port import NetworkPort
@@ -305,16 +305,18 @@ class Engine:
                 self.start, self.end, self.ready = (a.tolist() for a in arrays)
             self.runs.fill_remaining(self.start, self.remaining)
             raise explain_deadlock(
-                prog,
-                self.now,
-                n - self.done,
-                self.start,
-                self.end,
-                self.ready,
-                self.remaining,
-                self.colls,
-                self.p2ps,
-                self.port.in_flight(),
+                StoppedRun(
+                    prog,
+                    self.now,
+                    n - self.done,
+                    self.start,
+                    self.end,
+                    self.ready,
+                    self.remaining,
+                    self.colls,
+                    self.p2ps,
+                    self.port.in_flight(),
+                )
             )
         self.p2ps.check_all_received()
         if self.progress is not None:

@@ -6,6 +6,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -210,6 +211,19 @@ def metadata_groups_files(trace_set: TraceSet):
             yield path, trace_set.load(r).nodes
 
 
+@dataclass(frozen=True)
+class _Replay:
+    """What one replay runs on: simulate()'s arguments with the trace set discovered, and its start time."""
+
+    ts: TraceSet
+    network: NetworkModel | None
+    compute: ComputeModel | None
+    groups: ProcessGroups | Mapping[str, tuple[int, ...]] | str | os.PathLike[str] | None
+    config: ReplayConfig | None
+    progress: bool | Callable[[int, int], None]
+    t0: float
+
+
 def simulate(
     trace_set: TraceSet | str | os.PathLike[str],
     *,
@@ -230,9 +244,9 @@ def simulate(
     """
     t0 = time.perf_counter()
     ts = trace_set if isinstance(trace_set, TraceSet) else discover(trace_set, compact=True)
-    args = (ts, network, compute, groups, config, progress, t0)
+    run = _Replay(ts, network, compute, groups, config, progress, t0)
     if not (isinstance(fold, str) and fold == "auto"):
-        return _simulate(*args, fold)
+        return _simulate(run, fold)
     # Folding as a wrapper: the proven fold, or (its proof failed) the same replay unfolded. The refused
     # attempt's program is dropped with its frame before the unfolded one is built (only the message is
     # kept, not the exception and its traceback).
@@ -246,54 +260,44 @@ def simulate(
     try:
         foldable = network is not None and capabilities_of(network).foldable
         attempt = private_model(network) if foldable else network
-        return _simulate(ts, attempt, compute, groups, config, progress, t0, True)
+        return _simulate(replace(run, network=attempt), True)
     except FoldRefused as exc:
         reason = str(exc)
-    res = _simulate(*args, None)
+    res = _simulate(run, None)
     res.fold_status, res.fold_reason = "unfolded", reason
     return res
 
 
-def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: float, fold) -> ReplayResult:
+@dataclass(frozen=True)
+class _Built:
+    """A replay's program: the trace set it read (a compact set's with its derived files), its groups, the
+    program and, folded, the fold plan and the proof's labels."""
+
+    ts: TraceSet
+    pgs: ProcessGroups
+    prog: object  # replay.program.Program
+    plan: object | None  # replay.fold.FoldPlan
+    labels: object | None
+
+
+def _simulate(run: _Replay, fold) -> ReplayResult:
     """One replay: folded (fold given: proven or FoldRefused) or not (fold None)."""
-    config = resolve_streams(config or ReplayConfig(), network.name if network is not None else None)
+    network, ts = run.network, run.ts
+    config = resolve_streams(run.config or ReplayConfig(), network.name if network is not None else None)
     config = resolve_durations(config, network)
-    compute = with_exact(compute or DurationModel(), config.durations != "micros")
+    compute = with_exact(run.compute or DurationModel(), config.durations != "micros")
     if network is not None and network.num_ranks < ts.num_ranks:
         raise ReplayError(
             f"network model {network.name!r} has {network.num_ranks} ranks but the trace set has {ts.num_ranks}"
         )
+    plan = _fold_plan(fold, run, compute, config)
     # The program holds millions of small lists and ints and no reference cycles: the cyclic GC would
     # rescan them over and over (measured: 5.9 s -> 3.3 s to build 1M nodes), so it is paused here.
-    plan = None
-    if fold not in (None, False):
-        # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
-        from xsim.replay.fold import check_models, fold_checked, resolve_fold, verify
-
-        plan = resolve_fold(fold, ts)
-    if plan is not None and plan.factor == 1:
-        plan = None  # one replica: nothing to fold
-    if plan is not None:
-        check_models(plan, network, compute, config)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        if plan is None:
-            pgs = load_groups(ts, groups, scan=True)
-            # A compact set: its other ranks' files derived. The source (replica 0's columns, bytes,
-            # program and templates) is read only while building: not kept for the run (~0.8 KiB per
-            # replica-0 node, docs/performance.md round 24w).
-            src = ts.with_source(compact_source(ts, pgs, compute, config)) if ts.classes is not None else ts
-            prog = build_program(src, pgs, compute, config, columns=ColumnReader(src).get)
-            del src
-        else:
-            pgs = load_groups(ts, groups, scan=True)
-            reps = rep_columns(ts, plan.replicas[0])
-            prog = build_program(
-                ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
-            )
-            labels = verify(plan, ts, pgs, prog, reps)
-            del reps
+        built = _build(run, plan, compute, config)
+        prog, ts = built.prog, built.ts
         if prog.num_nodes == 0:
             # An iteration time of 0 would look like a result; an empty set is almost always a wrong path.
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
@@ -301,42 +305,91 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
             _check_measured(prog, ts)
         run_net = network
         if plan is not None and network is not None and config.comm_mode != "measured":
-            run_net = fold_checked(network, plan, pgs)  # the network-side proof, as a model decorator
-        if callable(progress):
-            out = run_engine(prog, run_net, config, progress)
-        else:
-            with progress_bar(enabled=bool(progress)) as cb:
-                out = run_engine(prog, run_net, config, cb)
-        name = network.name if network is not None else "none"
-        _check_int64(prog, out, ts)
-        simulated = prog.num_ranks
-        if plan is not None:  # expand: every rank's rows derived from its representative's, streamed
-            from xsim.replay.fold_tables import FoldedTables
+            from xsim.replay.fold import fold_checked
 
-            res = FoldedTables(plan, pgs, prog, out, labels, ts.paths).result(
-                network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
-            )
+            run_net = fold_checked(network, plan, built.pgs)  # the network-side proof, as a model decorator
+        if callable(run.progress):
+            out = run_engine(prog, run_net, config, run.progress)
         else:
-            res = build_result(
-                prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
-            )
-        res.ranks_simulated = simulated
-        res.fold_factor = plan.factor if plan is not None else 1
-        if fold not in (None, False):
-            res.fold_status = "folded" if plan is not None else "unfolded"
-            res.fold_reason = (
-                (
-                    f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
-                    if plan.by_construction
-                    else f"{plan.factor} replicas proven alike ({plan.source})"
-                )
-                if plan is not None
-                else "one replica: nothing to fold"
-            )
+            with progress_bar(enabled=bool(run.progress)) as cb:
+                out = run_engine(prog, run_net, config, cb)
+        _check_int64(prog, out, ts)
+        res = _tables(built, out, network.name if network is not None else "none", config, run.t0)
+        _mark_fold(res, fold, plan)
         return res
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+def _fold_plan(fold, run: _Replay, compute: ComputeModel, config: ReplayConfig):
+    """The fold plan asked for and checked against the models; None unfolded (or one replica)."""
+    if fold in (None, False):
+        return None
+    # Folding (and the model classes it checks) loads only when asked for: start-up of a plain replay.
+    from xsim.replay.fold import check_models, resolve_fold
+
+    plan = resolve_fold(fold, run.ts)
+    if plan is None or plan.factor == 1:
+        return None  # one replica: nothing to fold
+    check_models(plan, run.network, compute, config)
+    return plan
+
+
+def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _Built:
+    """The program of every rank, or folded, of the first replica's, with the trace side of the proof."""
+    ts = run.ts
+    pgs = load_groups(ts, run.groups, scan=True)
+    if plan is None:
+        # A compact set: its other ranks' files derived. The source (replica 0's columns, bytes, program
+        # and templates) is read only while building: not kept for the run (~0.8 KiB per replica-0 node,
+        # docs/performance.md round 24w).
+        src = ts.with_source(compact_source(ts, pgs, compute, config)) if ts.classes is not None else ts
+        prog = build_program(src, pgs, compute, config, columns=ColumnReader(src).get)
+        return _Built(ts, pgs, prog, None, None)
+    from xsim.replay.fold import verify
+
+    reps = rep_columns(ts, plan.replicas[0])
+    prog = build_program(
+        ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
+    )
+    labels = verify(plan, ts, pgs, prog, reps)
+    del reps
+    return _Built(ts, pgs, prog, plan, labels)
+
+
+def _tables(built: _Built, out, name: str, config: ReplayConfig, t0: float) -> ReplayResult:
+    """The result tables: built from the run, or folded, every rank's rows from its representative's."""
+    prog, plan = built.prog, built.plan
+    if plan is not None:  # expand: every rank's rows derived from its representative's, streamed
+        from xsim.replay.fold_tables import FoldedTables
+
+        res = FoldedTables(plan, built.pgs, prog, out, built.labels, built.ts.paths).result(
+            network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+        )
+    else:
+        res = build_result(
+            prog, out, network_name=name, comm_mode=config.comm_mode, sim_wall_s=time.perf_counter() - t0
+        )
+    res.ranks_simulated = prog.num_ranks
+    res.fold_factor = plan.factor if plan is not None else 1
+    return res
+
+
+def _mark_fold(res: ReplayResult, fold, plan) -> None:
+    """A replay that was asked to fold says whether it did, and why."""
+    if fold in (None, False):
+        return
+    res.fold_status = "folded" if plan is not None else "unfolded"
+    res.fold_reason = (
+        (
+            f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
+            if plan.by_construction
+            else f"{plan.factor} replicas proven alike ({plan.source})"
+        )
+        if plan is not None
+        else "one replica: nothing to fold"
+    )
 
 
 INT64_MAX = 2**63 - 1  # the result tables hold nanoseconds as int64

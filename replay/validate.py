@@ -31,7 +31,7 @@ import os
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 from xsim.replay.errors import ReplayError
@@ -365,6 +365,51 @@ def _check_same_set(sim: str, ts: TraceSet) -> None:
         )
 
 
+@dataclass
+class _Totals:
+    """What validate sums over ranks: [measured, simulated] ns per layer and per op class, the step rows,
+    and each step's window over the ranks (shared host clock), measured and simulated: step -> [min start,
+    max end]."""
+
+    by_layer: dict[int, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    by_class: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    step_rows: list[tuple] = field(default_factory=list)
+    real_window: dict[int, list[int]] = field(default_factory=dict)
+    sim_window: dict[int, list[int]] = field(default_factory=dict)
+
+    def add_op(self, node: pb.Node, a: dict, measured: int, dur: int) -> None:
+        """One op's measured and simulated ns, to its op class and its layer."""
+        if node.name.startswith(TAIL_PREFIX):
+            # A rank's late completion of a collective: part of the collective's measured time
+            # already, so it adds only simulated time to that collective's class.
+            measured, ctype = 0, node.name[len(TAIL_PREFIX) :]
+        elif node.type == pb.COMM_COLL_NODE:
+            ctype = pb.comm_type_name(a["comm_type"]).lower()
+        elif node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
+            ctype = "send" if node.type == pb.COMM_SEND_NODE else "recv"
+        else:
+            ctype = None
+        cls = op_class(str(a.get("module", "")), str(a.get("phase", "")), node.name, ctype)
+        self.by_class[cls][0] += measured
+        self.by_class[cls][1] += dur
+        layer = int(a.get("layer", 0) or 0)
+        self.by_layer[layer][0] += measured
+        self.by_layer[layer][1] += dur
+
+
+@dataclass(frozen=True)
+class _RankRun:
+    """One rank as validate compares it: its trace file and nodes, each node's replayed (start, end,
+    duration) ns, its Kineto trace and the nodes found there."""
+
+    rank: int
+    path: str
+    nodes: Sequence[pb.Node]
+    times: dict[int, tuple[int, int, int]]
+    k: KinetoTrace
+    match: _RankMatch
+
+
 def validate(
     real: Sequence[str],
     sim_dir: str | os.PathLike[str],
@@ -373,14 +418,7 @@ def validate(
 ) -> Validation:
     """Check that --real is the replayed run, then compare per layer, op class and step (or `window`)."""
     sim = os.fspath(sim_dir)
-    ops_path = os.path.join(sim, "ops.parquet")
-    if not os.path.isfile(ops_path):
-        raise ReplayError(f"{sim}: no ops.parquet (pass the folder `xsim replay --out` wrote)")
-    try:
-        ops = pl.read_parquet(ops_path, columns=["rank", "node_id", "start_ns", "end_ns", "duration_ns"])
-    except (pl.exceptions.PolarsError, OSError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ReplayError(f"{ops_path}: not a replay ops table ({first})") from None
+    ops, ops_path = _read_ops(sim)
     ts = trace if isinstance(trace, TraceSet) else discover(trace if trace is not None else trace_of(sim))
     _check_same_set(sim, ts)
     kins, origins = _identity(ts, real)
@@ -390,24 +428,10 @@ def validate(
             f"{kins[0].path}: no ProfilerStep#N events in the Kineto trace(s) (profile with torch.profiler "
             "and call prof.step() each iteration), or compare a window: --window matched, --window 0ms:20ms"
         )
-    by_layer: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    by_class: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    step_rows = []
+    totals = _Totals()
     matched_counts = []
-    real_window: dict[int, list[int]] = {}  # step -> [min start, max end] over ranks (shared host clock)
-    sim_window: dict[int, list[int]] = {}
     for rank in range(ts.num_ranks):
-        sim_rank = ops.filter(pl.col("rank") == rank)
-        times = {
-            int(n): (int(s), int(e), int(d))
-            for n, s, e, d in zip(
-                sim_rank["node_id"],
-                sim_rank["start_ns"],
-                sim_rank["end_ns"],
-                sim_rank["duration_ns"],
-                strict=True,
-            )
-        }
+        times = _rank_times(ops, rank)
         if not times:
             raise ReplayError(f"{ops_path}: no ops of rank {rank}; was it replayed from {ts.prefix}?")
         nodes = ts.load(rank).nodes
@@ -415,83 +439,18 @@ def validate(
         match = _match_rank(nodes, k, origins[rank], k.path, rank, ts.prefix)
         matched_counts.append((rank, len(match.found), match.compared))
         if window is None:
-            want = {
-                int(a["profiler_step"])
-                for n in nodes
-                if int((a := attr_dict(n)).get("profiler_step", -1)) >= 0
-            }
-            missing = sorted(want - set(k.steps))
-            if missing:
-                raise ReplayError(
-                    f"{k.path}: rank {rank}: the trace set's step(s) {', '.join(map(str, missing))} are not in "
-                    f"this Kineto trace (its ProfilerStep#: {', '.join(map(str, sorted(k.steps))) or 'none'}): "
-                    "another run"
-                )
-        span: dict[int, list[int]] = {}
-        real_span: list[int] = []
-        for node in nodes:
-            if node.type == pb.METADATA_NODE or node.id not in times:
-                continue
-            if node.name.startswith(SYNTHETIC_PREFIX) and not node.name.startswith(TAIL_PREFIX):
-                continue  # the importer's start offset: time before the rank's first op, not an op
-            a = attr_dict(node)
-            if "duration_ns" not in a:
-                raise ReplayError(
-                    f"{ts.paths[rank]}: node {node.id} has no measured duration_ns (not an imported trace)"
-                )
-            start, end, dur = times[node.id]
-            hit = match.found.get(node.id)
-            if window is not None:
-                t = int(a.get("measured_start_ns", -1))
-                if not window.holds(node.id, t, hit is not None):
-                    continue
-            measured = hit[2] if hit is not None else 0
-            if node.name.startswith(TAIL_PREFIX):
-                # A rank's late completion of a collective: part of the collective's measured time
-                # already, so it adds only simulated time to that collective's class.
-                measured, ctype = 0, node.name[len(TAIL_PREFIX) :]
-            elif node.type == pb.COMM_COLL_NODE:
-                ctype = pb.comm_type_name(a["comm_type"]).lower()
-            elif node.type in (pb.COMM_SEND_NODE, pb.COMM_RECV_NODE):
-                ctype = "send" if node.type == pb.COMM_SEND_NODE else "recv"
-            else:
-                ctype = None
-            cls = op_class(str(a.get("module", "")), str(a.get("phase", "")), node.name, ctype)
-            by_class[cls][0] += measured
-            by_class[cls][1] += dur
-            layer = int(a.get("layer", 0) or 0)
-            by_layer[layer][0] += measured
-            by_layer[layer][1] += dur
-            step = 0 if window is not None else int(a.get("profiler_step", -1))
-            if step >= 0:
-                s = span.setdefault(step, [start, end])
-                s[0], s[1] = min(s[0], start), max(s[1], end)
-                if window is not None and hit is not None:
-                    real_span = (
-                        [min(real_span[0], hit[0]), max(real_span[1], hit[1])]
-                        if real_span
-                        else [hit[0], hit[1]]
-                    )
-        if window is not None:
-            # The window's measured span, on the run's clock (origin-relative ns, shared across ranks).
-            real_steps = {0: (real_span[0], real_span[1] - real_span[0])} if real_span else {}
-        else:
-            real_steps = {n: (e.ts, e.dur) for n, e in k.steps.items()}
-        for step, (t0, dur) in sorted(real_steps.items()):
-            if step in span:
-                simulated = span[step][1] - span[step][0]
-                step_rows.append((rank, step, dur, simulated, _err(dur, simulated)))
-                for w, lo, hi in ((real_window, t0, t0 + dur), (sim_window, *span[step])):
-                    x = w.setdefault(step, [lo, hi])
-                    x[0], x[1] = min(x[0], lo), max(x[1], hi)
+            _check_steps(nodes, k, rank)
+        run = _RankRun(rank, ts.paths[rank], nodes, times, k, match)
+        span, real_span = _rank_spans(totals, run, window)
+        _add_steps(totals, run, span, real_span, window)
     if ts.num_ranks > 1:
         # The job's step: from the first rank entering it to the last one leaving it (rank -1).
-        for step in sorted(set(real_window) & set(sim_window)):
-            m = real_window[step][1] - real_window[step][0]
-            sv = sim_window[step][1] - sim_window[step][0]
-            step_rows.append((-1, step, m, sv, _err(m, sv)))
+        for step in sorted(set(totals.real_window) & set(totals.sim_window)):
+            m = totals.real_window[step][1] - totals.real_window[step][0]
+            sv = totals.sim_window[step][1] - totals.sim_window[step][0]
+            totals.step_rows.append((-1, step, m, sv, _err(m, sv)))
     steps = pl.DataFrame(
-        step_rows,
+        totals.step_rows,
         schema={
             "rank": pl.Int32,
             "step": pl.Int64,
@@ -502,11 +461,104 @@ def validate(
         orient="row",
     )
     return Validation(
-        _table("layer", by_layer, pl.Int64),
-        _table("op_class", by_class, pl.String),
+        _table("layer", totals.by_layer, pl.Int64),
+        _table("op_class", totals.by_class, pl.String),
         steps,
         tuple(matched_counts),
     )
+
+
+def _read_ops(sim: str) -> tuple[pl.DataFrame, str]:
+    """The replay's ops table (the columns validate compares) and its path."""
+    ops_path = os.path.join(sim, "ops.parquet")
+    if not os.path.isfile(ops_path):
+        raise ReplayError(f"{sim}: no ops.parquet (pass the folder `xsim replay --out` wrote)")
+    try:
+        ops = pl.read_parquet(ops_path, columns=["rank", "node_id", "start_ns", "end_ns", "duration_ns"])
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ReplayError(f"{ops_path}: not a replay ops table ({first})") from None
+    return ops, ops_path
+
+
+def _rank_times(ops: pl.DataFrame, rank: int) -> dict[int, tuple[int, int, int]]:
+    """node id -> (start, end, duration) ns of one rank's replayed ops."""
+    sim_rank = ops.filter(pl.col("rank") == rank)
+    return {
+        int(n): (int(s), int(e), int(d))
+        for n, s, e, d in zip(
+            sim_rank["node_id"],
+            sim_rank["start_ns"],
+            sim_rank["end_ns"],
+            sim_rank["duration_ns"],
+            strict=True,
+        )
+    }
+
+
+def _check_steps(nodes: Sequence[pb.Node], k: KinetoTrace, rank: int) -> None:
+    """Every profiler step of the rank's nodes is a ProfilerStep# of its Kineto trace (else another run)."""
+    want = {int(a["profiler_step"]) for n in nodes if int((a := attr_dict(n)).get("profiler_step", -1)) >= 0}
+    missing = sorted(want - set(k.steps))
+    if missing:
+        raise ReplayError(
+            f"{k.path}: rank {rank}: the trace set's step(s) {', '.join(map(str, missing))} are not in "
+            f"this Kineto trace (its ProfilerStep#: {', '.join(map(str, sorted(k.steps))) or 'none'}): "
+            "another run"
+        )
+
+
+def _rank_spans(
+    totals: _Totals, run: _RankRun, window: Window | None
+) -> tuple[dict[int, list[int]], list[int]]:
+    """Add the rank's ops to the totals; each step's simulated [start, end] and, with a window, the
+    window's measured [start, end] ([] when no op of it was found)."""
+    span: dict[int, list[int]] = {}
+    real_span: list[int] = []
+    for node in run.nodes:
+        if node.type == pb.METADATA_NODE or node.id not in run.times:
+            continue
+        if node.name.startswith(SYNTHETIC_PREFIX) and not node.name.startswith(TAIL_PREFIX):
+            continue  # the importer's start offset: time before the rank's first op, not an op
+        a = attr_dict(node)
+        if "duration_ns" not in a:
+            raise ReplayError(
+                f"{run.path}: node {node.id} has no measured duration_ns (not an imported trace)"
+            )
+        start, end, dur = run.times[node.id]
+        hit = run.match.found.get(node.id)
+        if window is not None:
+            t = int(a.get("measured_start_ns", -1))
+            if not window.holds(node.id, t, hit is not None):
+                continue
+        totals.add_op(node, a, hit[2] if hit is not None else 0, dur)
+        step = 0 if window is not None else int(a.get("profiler_step", -1))
+        if step >= 0:
+            s = span.setdefault(step, [start, end])
+            s[0], s[1] = min(s[0], start), max(s[1], end)
+            if window is not None and hit is not None:
+                real_span = (
+                    [min(real_span[0], hit[0]), max(real_span[1], hit[1])] if real_span else [hit[0], hit[1]]
+                )
+    return span, real_span
+
+
+def _add_steps(
+    totals: _Totals, run: _RankRun, span: dict[int, list[int]], real_span: list[int], window: Window | None
+) -> None:
+    """The rank's step rows (measured against simulated), and its steps into the job's windows."""
+    if window is not None:
+        # The window's measured span, on the run's clock (origin-relative ns, shared across ranks).
+        real_steps = {0: (real_span[0], real_span[1] - real_span[0])} if real_span else {}
+    else:
+        real_steps = {n: (e.ts, e.dur) for n, e in run.k.steps.items()}
+    for step, (t0, dur) in sorted(real_steps.items()):
+        if step in span:
+            simulated = span[step][1] - span[step][0]
+            totals.step_rows.append((run.rank, step, dur, simulated, _err(dur, simulated)))
+            for w, lo, hi in ((totals.real_window, t0, t0 + dur), (totals.sim_window, *span[step])):
+                x = w.setdefault(step, [lo, hi])
+                x[0], x[1] = min(x[0], lo), max(x[1], hi)
 
 
 LOG_SPAN = 30.0  # a panel's bars use a log axis when its largest value exceeds its smallest this many times

@@ -12,7 +12,7 @@ from xsim.tracegen.memory import deployment_memory  # noqa: E402
 from xsim.tracegen.spec import load_spec  # noqa: E402
 
 from xsim.explore.pipeline import gen_and_replay  # noqa: E402
-from xsim.explore.search import SearchError, parse_cluster, proportional_cuts, search  # noqa: E402
+from xsim.explore.search import SearchError, SearchRequest, parse_cluster, proportional_cuts, search  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -24,7 +24,11 @@ def test_search_beats_table4_on_its_cluster(tmp_path: Path) -> None:
         dep = load_spec(EXAMPLES / f"table4_{c}.yaml")
         table4[c] = gen_and_replay(dep, str(tmp_path / c))
     # C14 and C15 train 16 sequences per iteration (2 replicas x 4 micro-batches x 2): search the same.
-    res = search("4xA100-40GB+4xH100", "llama2-7b", 16, seq=2048, top=2, out=str(tmp_path / "s"), workers=1)
+    res = search(
+        SearchRequest(
+            "4xA100-40GB+4xH100", "llama2-7b", 16, seq=2048, top=2, out=str(tmp_path / "s"), workers=1
+        )
+    )
     win = res.verified[0].row
     assert win["status"] == "ok"
     same_batch = min(table4[c].summary["iteration_time_ns"] for c in ("c14", "c15"))

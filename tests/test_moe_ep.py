@@ -200,10 +200,10 @@ def test_unsupported_expert_plans_fail_in_one_line(parallel, model, message):
 
 
 def test_plan_search_refuses_expert_models_in_one_line(tmp_path):
-    from xsim.explore.search import SearchError, search
+    from xsim.explore.search import SearchError, SearchRequest, search
 
     with pytest.raises(SearchError) as exc:
-        search("8xH100", "mixtral-8x7b", 8, out=str(tmp_path))
+        search(SearchRequest("8xH100", "mixtral-8x7b", 8, out=str(tmp_path)))
     assert "does not place experts (ep)" in str(exc.value) and "\n" not in str(exc.value)
 
 

@@ -169,13 +169,13 @@ def test_replay_warnings_name_slow_nics_and_foreign_gpus():
 
 
 def test_nccl_protocol_choice_switches_ll_ll128_simple_at_hand_computed_sizes():
-    from xsim.netmodels.nccl import choose_protocol, predicted_ns
+    from xsim.netmodels.nccl import RingCase, choose_protocol, predicted_ns
 
     # 8 H100 on one node, AllReduce, X = the Simple ring's bandwidth time (us) at NCCL's 370.8 GB/s busBw.
     # tuning.cc (NCCL 2.30.7): LL 6.6 + 14 x 0.6 + X / f with f = min(0.5, llMaxBw 141 / 370.8) = 0.3803;
     # LL128 14.0 + 14 x 1.9 + X / 0.92; Simple 8.4 + 14 x 3.4 + X.
     # LL = LL128 at X (1/f - 1/0.92) = 25.6 -> X = 16.59 us; LL128 = Simple at X (1/0.92 - 1) = 15.4 -> 177.1 us.
-    assert predicted_ns("Simple", "all_reduce", 8, 1, 0.0) == pytest.approx(56_000)
+    assert predicted_ns("Simple", RingCase("all_reduce", 8, 1), 0.0) == pytest.approx(56_000)
     f = 141 / 370.8
     ll_ll128 = 25.6 / (1 / f - 1 / 0.92) * 1e3
     ll128_simple = 15.4 / (1 / 0.92 - 1) * 1e3

@@ -264,45 +264,9 @@ def nearest_calibrated(peak_flops: float, mem_bw: float, fp8: bool) -> str:
 def define_gpu(name: str, fields_: Mapping[str, Any]) -> GpuSpec:
     """A user-defined GPU from its keys (DEFINITION_KEYS), checked, with defaults from the nearest known
     architecture (or `calibrated_as`)."""
-    if catalog_name(name) is not None:
-        raise CatalogError(f"GPU {name}: is a catalog GPU; a definition needs a new name")
-    unknown = sorted(set(fields_) - set(DEFINITION_KEYS))
-    if unknown:
-        raise CatalogError(
-            f"GPU {name}: unknown key(s) {', '.join(map(str, unknown))} (a GPU definition takes: "
-            f"{', '.join(DEFINITION_KEYS)})"
-        )
-    missing = [k for k in DEFINITION_REQUIRED if k not in fields_]
-    if missing:
-        raise CatalogError(
-            f"GPU {name!r} is not in the catalog (known: {', '.join(GPU_NAMES)}): to describe it, give "
-            f"{', '.join(missing)} (and optionally fp8_flops, sms, nvlink_bandwidth, nic_bandwidth, nics, "
-            "calibrated_as, price_per_hour; docs/tracegen.md, 'Hypothetical GPUs')"
-        )
-    # PyYAML reads 1.9e15 (no sign in the exponent) as a string, YAML 1.1's rule: take such numbers too.
-    fields_ = {k: _yaml_number(v) if k != "calibrated_as" else v for k, v in fields_.items()}
-    for k, v in fields_.items():
-        if k == "calibrated_as":
-            continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not v > 0:
-            raise CatalogError(f"GPU {name}: {k} must be a positive number, got {v!r}")
-    for k in ("sms", "nics", "memory_bytes"):
-        if k in fields_ and fields_[k] != int(fields_[k]):
-            raise CatalogError(f"GPU {name}: {k} must be a whole number, got {fields_[k]!r}")
+    fields_ = _definition_fields(name, fields_)
     peak, bw = float(fields_["peak_flops"]), float(fields_["mem_bw"])
-    defaulted = []
-    arch = fields_.get("calibrated_as")
-    if arch is None:
-        arch = nearest_calibrated(peak, bw, "fp8_flops" in fields_)
-        defaulted.append("calibrated_as")
-    else:
-        known = catalog_name(str(arch))
-        if known not in MEASURED_ARCHITECTURES:
-            raise CatalogError(
-                f"GPU {name}: calibrated_as must be one of {', '.join(MEASURED_ARCHITECTURES)} (the GPUs with "
-                f"measured GEMM ceilings), got {arch!r}"
-            )
-        arch = known
+    arch, defaulted = _calibrated_as(name, fields_, peak, bw)
     base = _CATALOG[arch]
     if "sms" not in fields_:
         defaulted.append("sms")
@@ -328,6 +292,51 @@ def define_gpu(name: str, fields_: Mapping[str, Any]) -> GpuSpec:
     )
     check_gpu(spec)
     return spec
+
+
+def _definition_fields(name: str, fields_: Mapping[str, Any]) -> dict[str, Any]:
+    """A GPU definition's keys checked (known, the required ones given, positive numbers, whole counts)."""
+    if catalog_name(name) is not None:
+        raise CatalogError(f"GPU {name}: is a catalog GPU; a definition needs a new name")
+    unknown = sorted(set(fields_) - set(DEFINITION_KEYS))
+    if unknown:
+        raise CatalogError(
+            f"GPU {name}: unknown key(s) {', '.join(map(str, unknown))} (a GPU definition takes: "
+            f"{', '.join(DEFINITION_KEYS)})"
+        )
+    missing = [k for k in DEFINITION_REQUIRED if k not in fields_]
+    if missing:
+        raise CatalogError(
+            f"GPU {name!r} is not in the catalog (known: {', '.join(GPU_NAMES)}): to describe it, give "
+            f"{', '.join(missing)} (and optionally fp8_flops, sms, nvlink_bandwidth, nic_bandwidth, nics, "
+            "calibrated_as, price_per_hour; docs/tracegen.md, 'Hypothetical GPUs')"
+        )
+    # PyYAML reads 1.9e15 (no sign in the exponent) as a string, YAML 1.1's rule: take such numbers too.
+    fields_ = {k: _yaml_number(v) if k != "calibrated_as" else v for k, v in fields_.items()}
+    for k, v in fields_.items():
+        if k == "calibrated_as":
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not v > 0:
+            raise CatalogError(f"GPU {name}: {k} must be a positive number, got {v!r}")
+    for k in ("sms", "nics", "memory_bytes"):
+        if k in fields_ and fields_[k] != int(fields_[k]):
+            raise CatalogError(f"GPU {name}: {k} must be a whole number, got {fields_[k]!r}")
+    return fields_
+
+
+def _calibrated_as(name: str, fields_: Mapping[str, Any], peak: float, bw: float) -> tuple[str, list[str]]:
+    """The measured architecture a definition takes its defaults from: its `calibrated_as`, else the
+    nearest by peak and bandwidth; and the defaulted keys so far."""
+    arch = fields_.get("calibrated_as")
+    if arch is None:
+        return nearest_calibrated(peak, bw, "fp8_flops" in fields_), ["calibrated_as"]
+    known = catalog_name(str(arch))
+    if known not in MEASURED_ARCHITECTURES:
+        raise CatalogError(
+            f"GPU {name}: calibrated_as must be one of {', '.join(MEASURED_ARCHITECTURES)} (the GPUs with "
+            f"measured GEMM ceilings), got {arch!r}"
+        )
+    return known, []
 
 
 def definition_fields(spec: GpuSpec) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xsim.traces import attrs as A
 from xsim.traces import pb
@@ -132,112 +132,124 @@ def issue_order(nodes: Sequence[pb.Node]) -> list[int]:
     return DepGraph(nodes).topological_order()
 
 
+P2PKey = tuple[int, int, int, int]  # (src, dst, tag, size)
+
+
+@dataclass(frozen=True)
+class _At:
+    """A node's place in the set, for a finding about it."""
+
+    path: str
+    rank: int
+    index: int
+    node_id: int
+
+    def mismatch(self, code: str, message: str) -> Finding:
+        """A MISMATCH finding located at this node."""
+        return Finding(MISMATCH, code, message, self.path, self.rank, self.index, self.node_id)
+
+
+@dataclass
+class _Tally:
+    """What the cross-rank checks gather over every rank's nodes in issue order: P2P keys counted per side
+    (with the first node of each) and each group's collective sequence per rank; findings in node order."""
+
+    n_ranks: int
+    groups: ProcessGroups
+    out: list[Finding] = field(default_factory=list)
+    sends: Counter[P2PKey] = field(default_factory=Counter)
+    recvs: Counter[P2PKey] = field(default_factory=Counter)
+    where: dict[tuple[str, P2PKey], tuple[int, int, int]] = field(default_factory=dict)
+    # Keyed by the resolved member list: "1" and "1.0" name the same communicator.
+    seqs: dict[str, dict[int, list[tuple[int, int, int, int]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+
+    def p2p(self, n: pb.Node, at: _At) -> None:
+        """A send or receive: its own rank and its peer's range checked, its key counted."""
+        send = n.type == pb.COMM_SEND_NODE
+        try:
+            src = A.get_int(n, A.COMM_SRC, at.rank if send else None)
+            dst = A.get_int(n, A.COMM_DST, None if send else at.rank)
+            tag = A.get_int(n, A.COMM_TAG, None)
+            size = A.get_int(n, A.COMM_SIZE, None)
+        except AttributeTypeError:
+            return  # reported by check_file
+        if None in (src, dst, tag, size):
+            return
+        if (src if send else dst) != at.rank:
+            role = "sender comm_src" if send else "receiver comm_dst"
+            self.out.append(at.mismatch("p2p-wrong-rank", f"{role} is {src if send else dst}, not this rank"))
+            return
+        for r in (src, dst):
+            if not 0 <= r < self.n_ranks:
+                self.out.append(at.mismatch("p2p-peer-range", f"peer rank {r} outside 0..{self.n_ranks - 1}"))
+        key = (src, dst, tag, size)
+        (self.sends if send else self.recvs)[key] += 1
+        self.where.setdefault(("send" if send else "recv", key), (at.rank, at.index, at.node_id))
+
+    def collective(self, n: pb.Node, at: _At) -> None:
+        """A collective: its group known and holding this rank, appended to the group's sequence."""
+        try:
+            ct = A.get_int(n, A.COMM_TYPE, None)
+            size = A.get_int(n, A.COMM_SIZE, None)
+            pg = A.pg_name(n)
+        except AttributeTypeError:
+            return
+        if ct is None or size is None:
+            return
+        members = self.groups.members(pg)
+        if members is None:
+            self.out.append(at.mismatch("unknown-group", f"pg_name {pg!r} is not a known process group"))
+            return
+        if at.rank not in members:
+            msg = f"rank issues a collective on group {pg!r} it is not a member of"
+            self.out.append(at.mismatch("not-a-member", msg))
+            return
+        self.seqs[",".join(map(str, members))][at.rank].append((ct, size, at.index, at.node_id))
+
+
 def check_set(files: Sequence[EtFile], groups: ProcessGroups) -> list[Finding]:
     """Cross-rank checks: P2P pairs (src, dst, tag, size) and per-group collective sequences."""
-    out: list[Finding] = []
-    n_ranks = len(files)
-    sends: Counter[tuple[int, int, int, int]] = Counter()
-    recvs: Counter[tuple[int, int, int, int]] = Counter()
-    where: dict[tuple[str, tuple[int, int, int, int]], tuple[int, int, int]] = {}
-    seqs: dict[str, dict[int, list[tuple[int, int, int, int]]]] = defaultdict(lambda: defaultdict(list))
+    tally = _Tally(len(files), groups)
     for rank, et in enumerate(files):
         for index in issue_order(et.nodes):
             n = et.nodes[index]
             if n.type == pb.COMM_SEND_NODE or n.type == pb.COMM_RECV_NODE:
-                send = n.type == pb.COMM_SEND_NODE
-                try:
-                    src = A.get_int(n, A.COMM_SRC, rank if send else None)
-                    dst = A.get_int(n, A.COMM_DST, None if send else rank)
-                    tag = A.get_int(n, A.COMM_TAG, None)
-                    size = A.get_int(n, A.COMM_SIZE, None)
-                except AttributeTypeError:
-                    continue  # reported by check_file
-                if None in (src, dst, tag, size):
-                    continue
-                if (src if send else dst) != rank:
-                    role = "sender comm_src" if send else "receiver comm_dst"
-                    out.append(
-                        Finding(
-                            MISMATCH,
-                            "p2p-wrong-rank",
-                            f"{role} is {src if send else dst}, not this rank",
-                            et.path,
-                            rank,
-                            index,
-                            n.id,
-                        )
-                    )
-                    continue
-                for r in (src, dst):
-                    if not 0 <= r < n_ranks:
-                        out.append(
-                            Finding(
-                                MISMATCH,
-                                "p2p-peer-range",
-                                f"peer rank {r} outside 0..{n_ranks - 1}",
-                                et.path,
-                                rank,
-                                index,
-                                n.id,
-                            )
-                        )
-                key = (src, dst, tag, size)
-                (sends if send else recvs)[key] += 1
-                where.setdefault(("send" if send else "recv", key), (rank, index, n.id))
+                tally.p2p(n, _At(et.path, rank, index, n.id))
             elif n.type == pb.COMM_COLL_NODE and not (
                 A.is_cpu_op(n) and A.get_int(n, A.COMM_SIZE, None) is None
             ):
-                try:
-                    ct = A.get_int(n, A.COMM_TYPE, None)
-                    size = A.get_int(n, A.COMM_SIZE, None)
-                    pg = A.pg_name(n)
-                except AttributeTypeError:
-                    continue
-                if ct is None or size is None:
-                    continue
-                members = groups.members(pg)
-                if members is None:
-                    out.append(
-                        Finding(
-                            MISMATCH,
-                            "unknown-group",
-                            f"pg_name {pg!r} is not a known process group",
-                            et.path,
-                            rank,
-                            index,
-                            n.id,
-                        )
-                    )
-                    continue
-                if rank not in members:
-                    out.append(
-                        Finding(
-                            MISMATCH,
-                            "not-a-member",
-                            f"rank issues a collective on group {pg!r} it is not a member of",
-                            et.path,
-                            rank,
-                            index,
-                            n.id,
-                        )
-                    )
-                    continue
-                # Keyed by the resolved member list: "1" and "1.0" name the same communicator.
-                seqs[",".join(map(str, members))][rank].append((ct, size, index, n.id))
+                tally.collective(n, _At(et.path, rank, index, n.id))
+    return tally.out + _unmatched_p2p(tally, files) + _sequence_mismatches(tally.seqs, files)
+
+
+def _unmatched_p2p(tally: _Tally, files: Sequence[EtFile]) -> list[Finding]:
+    """Sends without as many matching receives, then receives without as many sends."""
+    out: list[Finding] = []
     for kind, mine, other, code in (
-        ("send", sends, recvs, "unmatched-send"),
-        ("recv", recvs, sends, "unmatched-recv"),
+        ("send", tally.sends, tally.recvs, "unmatched-send"),
+        ("recv", tally.recvs, tally.sends, "unmatched-recv"),
     ):
         for key, count in sorted(mine.items()):
             missing = count - other.get(key, 0)
             if missing > 0:
-                rank, index, node_id = where[(kind, key)]
+                rank, index, node_id = tally.where[(kind, key)]
                 src, dst, tag, size = key
                 peer = "receive" if kind == "send" else "send"
                 msg = (
                     f"{missing} {kind}(s) src={src} dst={dst} tag={tag} size={size} without a matching {peer}"
                 )
                 out.append(Finding(MISMATCH, code, msg, files[rank].path, rank, index, node_id))
+    return out
+
+
+def _sequence_mismatches(
+    seqs: dict[str, dict[int, list[tuple[int, int, int, int]]]], files: Sequence[EtFile]
+) -> list[Finding]:
+    """Each group's members against its least rank: the count of collectives, then the first that differs."""
+    out: list[Finding] = []
+    n_ranks = len(files)
     for pg in sorted(seqs):
         members = tuple(int(r) for r in pg.split(","))
         per_rank = seqs[pg]
@@ -247,15 +259,8 @@ def check_set(files: Sequence[EtFile], groups: ProcessGroups) -> list[Finding]:
             seq = per_rank.get(r, [])
             path = files[r].path if 0 <= r < n_ranks else None
             if len(seq) != len(ref):
-                out.append(
-                    Finding(
-                        MISMATCH,
-                        "coll-count",
-                        f"group [{pg}]: {len(seq)} collectives here, {len(ref)} on rank {ref_rank}",
-                        path,
-                        r,
-                    )
-                )
+                msg = f"group [{pg}]: {len(seq)} collectives here, {len(ref)} on rank {ref_rank}"
+                out.append(Finding(MISMATCH, "coll-count", msg, path, r))
             for k, (a, b) in enumerate(zip(seq, ref, strict=False)):
                 if (a[0], a[1]) != (b[0], b[1]):
                     msg = (

@@ -208,6 +208,34 @@ def _names(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[str]:
         raise Unsupported("node name is not UTF-8") from None
 
 
+@dataclass(frozen=True)
+class _Bytes:
+    """A batch's bytes twice: `buf` (slices, UTF-8, group_by_bytes' dict) and `b`, the same bytes padded, as
+    numpy (varints and group_by_bytes read past span ends)."""
+
+    buf: bytes
+    b: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Units:
+    """The units to decode: unit i is the bytes [start[i], end[i]); those of file f are
+    [file_ptr[f], file_ptr[f+1])."""
+
+    start: np.ndarray
+    end: np.ndarray
+    file_ptr: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Framed:
+    """Files' frames over their bytes concatenated: each node's frame start (its length prefix) and end."""
+
+    file_ptr: np.ndarray
+    frame_start: np.ndarray
+    end: np.ndarray
+
+
 def decode_columns(
     bufs: list[bytes],
     paths: list[str],
@@ -225,10 +253,42 @@ def decode_columns(
     same nodes), else each distinct attribute region (a node's attribute fields, which writers put last);
     False walks every node's fields (the reference the tests compare with). Same columns either way.
     """
+    framed = _frame(bufs, paths, {} if layouts is None else layouts)
+    buf = b"".join(bufs)
+    src = _Bytes(buf, padded(buf))
+    _, payload_start = varints(src.b, framed.frame_start)  # skip each frame's length prefix
+    if ((framed.end - payload_start) >= (1 << 31) - 1).any():
+        raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
+    units = _Units(payload_start, framed.end, framed.file_ptr)
+    nodes = _decode_distinct(src, units, want, spans) if group else None
+    if nodes is None:
+        nodes = _decode_nodes(src, units, want, spans, group)
+    return RankColumns(
+        paths=tuple(paths),
+        file_ptr=framed.file_ptr,
+        num_nodes=int(framed.file_ptr[-1]),
+        node_id=nodes.node_id,
+        node_type=nodes.node_type,
+        duration_micros=nodes.duration_micros,
+        names=nodes.names,
+        data_ptr=nodes.data_ptr,
+        data_idx=nodes.data_idx,
+        ctrl_ptr=nodes.ctrl_ptr,
+        ctrl_idx=nodes.ctrl_idx,
+        attrs=nodes.attrs,
+        payload_start=payload_start,
+        payload_end=framed.end,
+        buf=buf,
+        frame_start=framed.frame_start if spans else None,
+        name_start=nodes.name_start,
+        name_end=nodes.name_end,
+    )
+
+
+def _frame(bufs: list[bytes], paths: list[str], layouts: dict[int, np.ndarray]) -> _Framed:
+    """Every node's frame in the files, at its offset in their concatenation (layouts: updated)."""
     hs_l, end_l, counts = [], [], []
     base = 0
-    if layouts is None:
-        layouts = {}
     for buf, path in zip(bufs, paths, strict=True):
         if not buf:
             raise TraceFormatError("empty file: no GlobalMetadata", path=path, offset=0)
@@ -240,40 +300,11 @@ def decode_columns(
         hs_l.append(fh[1:] + base)
         end_l.append(fe[1:] + base)
         base += len(buf)
-    buf = b"".join(bufs)
     file_ptr = np.zeros(len(bufs) + 1, dtype=np.int64)
     file_ptr[1:] = np.cumsum(counts)
-    n = int(file_ptr[-1])
-    b = padded(buf)  # varints and group_by_bytes read past span ends
     hs = np.concatenate(hs_l) if hs_l else np.zeros(0, dtype=np.int64)
     end = np.concatenate(end_l) if end_l else np.zeros(0, dtype=np.int64)
-    _, payload_start = varints(b, hs)  # skip each frame's length prefix
-    if ((end - payload_start) >= (1 << 31) - 1).any():
-        raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
-
-    nodes = _decode_distinct(buf, b, payload_start, end, file_ptr, want, spans) if group else None
-    if nodes is None:
-        nodes = _decode_nodes(buf, b, payload_start, end, file_ptr, want, spans, group)
-    return RankColumns(
-        paths=tuple(paths),
-        file_ptr=file_ptr,
-        num_nodes=n,
-        node_id=nodes.node_id,
-        node_type=nodes.node_type,
-        duration_micros=nodes.duration_micros,
-        names=nodes.names,
-        data_ptr=nodes.data_ptr,
-        data_idx=nodes.data_idx,
-        ctrl_ptr=nodes.ctrl_ptr,
-        ctrl_idx=nodes.ctrl_idx,
-        attrs=nodes.attrs,
-        payload_start=payload_start,
-        payload_end=end,
-        buf=buf,
-        frame_start=hs if spans else None,
-        name_start=nodes.name_start,
-        name_end=nodes.name_end,
-    )
+    return _Framed(file_ptr, hs, end)
 
 
 @dataclass(frozen=True)
@@ -293,132 +324,162 @@ class _Nodes:
     name_end: np.ndarray | None
 
 
-def _decode_nodes(
-    buf: bytes,
-    b: np.ndarray,
-    payload_start: np.ndarray,
-    end: np.ndarray,
-    file_ptr: np.ndarray,
-    want: frozenset[str],
-    spans: bool,
-    regions: bool,
-) -> _Nodes:
-    """The columns of the nodes whose payloads are [payload_start, end) of buf (b: buf padded, as numpy)."""
-    n = len(payload_start)
-    walked = None
-    if regions:
-        walked = _walk_regions(buf, b, payload_start, end, file_ptr)
+@dataclass(frozen=True)
+class _Fields:
+    """Non-attribute fields a _walk met, flat: unit, tag byte, field start, varint value (a length for
+    length-delimited fields), value start, next field's start."""
+
+    unit: np.ndarray
+    tag: np.ndarray
+    pos: np.ndarray
+    val: np.ndarray
+    vs: np.ndarray
+    nxt: np.ndarray
+
+
+@dataclass(frozen=True)
+class _AttrFields:
+    """Attribute fields a _walk met, flat: unit, field start (its tag), value start, next field's start,
+    their field_keys (None when there are none) and, when asked for, the round of each."""
+
+    unit: np.ndarray
+    pos: np.ndarray
+    vs: np.ndarray
+    nxt: np.ndarray
+    keys: tuple[np.ndarray, ...] | None
+    rounds: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """A _walk's result; with cut, each unit's first attribute field (-1 without) and its round."""
+
+    fields: _Fields
+    attrs: _AttrFields
+    cut_at: np.ndarray | None
+    cut_round: np.ndarray | None
+
+
+def _decode_nodes(src: _Bytes, units: _Units, want: frozenset[str], spans: bool, regions: bool) -> _Nodes:
+    """The columns of the nodes whose payloads are `units` (regions: walk each distinct attribute region
+    once when a sample says it pays)."""
+    n = len(units.start)
+    walked = _walk_regions(src, units) if regions else None
     if walked is None:
-        f, a, _c, _r = _walk(b, np.nonzero(end > payload_start)[0], payload_start, end, cut=False)
-        reg = None
+        w = _walk(src.b, np.nonzero(units.end > units.start)[0], units.start, units.end, cut=False)
+        f, a, reg = w.fields, w.attrs, None
     else:
         f, a, reg = walked
-    fn, ft, fp, fv, fvs, fnx = f
-    a_node, a_pos, a_vs, a_nxt, keys, _rounds = a
-    cat = np.concatenate
-    fi = (ft >> 3).astype(np.int64)
+    fi = (f.tag >> 3).astype(np.int64)
     one = fi <= 7  # singular fields, and the dependency lists (which writers pack into one field)
-    if one.any() and np.bincount(fn[one] * 8 + fi[one]).max() > 1:
+    if one.any() and np.bincount(f.unit[one] * 8 + fi[one]).max() > 1:
         raise Unsupported("a singular Node field appears twice")
-
-    def field(number: int) -> np.ndarray:
-        return np.nonzero(fi == number)[0]
-
-    nid = np.zeros(n, dtype=np.uint64)
-    ntype = np.zeros(n, dtype=np.uint64)
-    dur = np.zeros(n, dtype=np.uint64)
-    for fld, arr in ((1, nid), (3, ntype), (7, dur)):
-        k = field(fld)
-        arr[fn[k]] = fv[k]
-    if (nid >= np.uint64(1 << 63)).any() or (dur >= np.uint64(1 << 43)).any():
-        raise Unsupported("id or duration out of the int64 range")
-    if (ntype > np.uint64(1 << 31)).any():
-        raise Unsupported("node type out of range")
-    name_s = np.zeros(n, dtype=np.int64)
+    nid, ntype, dur = _varint_fields(f, fi, n)
+    kn = np.nonzero(fi == NODE_NAME)[0]
     name_e = np.zeros(n, dtype=np.int64)
     name_tag = np.full(n, -1, dtype=np.int64)
-    kn = field(2)
-    name_s[fn[kn]] = fvs[kn]
-    name_e[fn[kn]] = fnx[kn]
-    name_tag[fn[kn]] = fp[kn]
-    ptrs = {}
-    for fld in (4, 5):
-        k = field(fld)
-        if len(k):
-            ptrs[fld] = _csr(fn[k], fvs[k], fnx[k], b, n)
-        else:
-            ptrs[fld] = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    # Names repeat over ranks (the same op on every replica): the distinct name fields are decoded once.
-    if len(kn):
-        code, first = group_by_bytes(buf, b, fp[kn], fnx[kn])
-        uniq = np.asarray(_names(b, fvs[kn][first], fnx[kn][first]), dtype=object)
-        named = np.full(n, "", dtype=object)
-        named[fn[kn]] = uniq[code]
-        names = named.tolist()
-    else:
-        names = [""] * n
+    name_e[f.unit[kn]] = f.nxt[kn]
+    name_tag[f.unit[kn]] = f.pos[kn]
+    ctrl = _dep_list(src.b, f, fi == NODE_CTRL_DEPS, n)
+    data = _dep_list(src.b, f, fi == NODE_DATA_DEPS, n)
+    names = _node_names(src, f, kn, n)
     if reg is None:
-        attrs, distinct = _decode_attrs(buf, b, n, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(src, n, a, want, spans)
     else:
-        attrs, distinct = _decode_attrs(buf, b, reg.count, a_node, a_pos, a_vs, a_nxt, want, spans, keys)
+        attrs, distinct = _decode_attrs(src, reg.count, a, want, spans)
         attrs = {nm: reg.to_nodes(col, n) for nm, col in attrs.items()}
-    io = np.nonzero((fi == 8) | (fi == 9))[0]
-    _validate(b, cat((a_pos[distinct], fp[io])), cat((a_nxt[distinct], fnx[io])))
+    io = np.nonzero((fi == NODE_INPUTS) | (fi == NODE_OUTPUTS))[0]
+    cat = np.concatenate
+    _validate(src.b, cat((a.pos[distinct], f.pos[io])), cat((a.nxt[distinct], f.nxt[io])))
     return _Nodes(
         node_id=nid.astype(np.int64),
         node_type=ntype.astype(np.int64),
         duration_micros=dur.astype(np.int64),
         names=names,
-        data_ptr=ptrs[5][0],
-        data_idx=ptrs[5][1],
-        ctrl_ptr=ptrs[4][0],
-        ctrl_idx=ptrs[4][1],
+        data_ptr=data[0],
+        data_idx=data[1],
+        ctrl_ptr=ctrl[0],
+        ctrl_idx=ctrl[1],
         attrs=attrs,
         name_start=name_tag if spans else None,
         name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
     )
 
 
-def _decode_distinct(
-    buf: bytes,
-    b: np.ndarray,
-    payload_start: np.ndarray,
-    end: np.ndarray,
-    file_ptr: np.ndarray,
-    want: frozenset[str],
-    spans: bool,
-) -> _Nodes | None:
+def _varint_fields(f: _Fields, fi: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each node's id, type and duration_micros (uint64; 0 when absent), checked against the int64 ranges
+    the columns hold."""
+    out = []
+    for number in (NODE_ID, NODE_TYPE, NODE_DURATION):
+        arr = np.zeros(n, dtype=np.uint64)
+        k = np.nonzero(fi == number)[0]
+        arr[f.unit[k]] = f.val[k]
+        out.append(arr)
+    nid, ntype, dur = out
+    if (nid >= np.uint64(1 << 63)).any() or (dur >= np.uint64(1 << 43)).any():
+        raise Unsupported("id or duration out of the int64 range")
+    if (ntype > np.uint64(1 << 31)).any():
+        raise Unsupported("node type out of range")
+    return nid, ntype, dur
+
+
+def _dep_list(b: np.ndarray, f: _Fields, is_list: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """One dependency list (the fields where is_list) of every node, in CSR form."""
+    k = np.nonzero(is_list)[0]
+    if len(k):
+        return _csr(f.unit[k], f.vs[k], f.nxt[k], b, n)
+    return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def _node_names(src: _Bytes, f: _Fields, kn: np.ndarray, n: int) -> list[str]:
+    """Each node's name ('' without), from its name field (fields kn)."""
+    if not len(kn):
+        return [""] * n
+    # Names repeat over ranks (the same op on every replica): the distinct name fields are decoded once.
+    code, first = group_by_bytes(src.buf, src.b, f.pos[kn], f.nxt[kn])
+    uniq = np.asarray(_names(src.b, f.vs[kn][first], f.nxt[kn][first]), dtype=object)
+    named = np.full(n, "", dtype=object)
+    named[f.unit[kn]] = uniq[code]
+    return named.tolist()
+
+
+def _decode_distinct(src: _Bytes, units: _Units, want: frozenset[str], spans: bool) -> _Nodes | None:
     """_decode_nodes of the distinct node payloads only, spread over the nodes holding each: the ranks of
     a replicated set hold the same nodes (the same ids, names, dependencies and attributes on every
     replica of a stage). None when a sample (every _SAMPLE_EVERY-th node of each file) is mostly distinct,
     as on a set whose ranks differ in every node (Table 4's device_group)."""
-    n = len(payload_start)
+    grouped = _distinct_payloads(src, units)
+    if grouped is None:
+        return None
+    code, first = grouped
+    ps = units.start[first]
+    one = _decode_nodes(src, _Units(ps, units.end[first], np.array([0, len(first)])), want, spans, True)
+    return _spread(one, code, units.start - ps[code], spans)
+
+
+def _distinct_payloads(src: _Bytes, units: _Units) -> tuple[np.ndarray, np.ndarray] | None:
+    """group_by_bytes of the node payloads; None when a sample, or the whole, is mostly distinct."""
+    s, e, file_ptr = units.start, units.end, units.file_ptr
+    n = len(s)
     if n == 0:
         return None
     local = np.arange(n) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
     pick = np.nonzero(local % _SAMPLE_EVERY == 0)[0]
-    if len(group_by_bytes(buf, b, payload_start[pick], end[pick])[1]) > _MAX_DISTINCT * len(pick):
+    if len(group_by_bytes(src.buf, src.b, s[pick], e[pick])[1]) > _MAX_DISTINCT * len(pick):
         return None
-    code, first = group_by_bytes(
-        buf, b, payload_start, end, like=_same_as_previous_file(b, payload_start, end, file_ptr)
-    )
+    code, first = group_by_bytes(src.buf, src.b, s, e, like=_same_as_previous_file(src.b, s, e, file_ptr))
     if len(first) > _MAX_DISTINCT * n:
         return None
-    ps = payload_start[first]
-    one = _decode_nodes(buf, b, ps, end[first], np.array([0, len(first)]), want, spans, True)
-    shift = payload_start - ps[code]  # each node's bytes lie this far after its first holder's
+    return code, first
+
+
+def _spread(one: _Nodes, code: np.ndarray, shift: np.ndarray, spans: bool) -> _Nodes:
+    """The columns of distinct nodes `one` over the nodes holding each (node i holds distinct node code[i],
+    its bytes `shift[i]` after that one's)."""
 
     def moved(at: np.ndarray) -> np.ndarray:
         x = at[code]
         return np.where(x >= 0, x + shift, -1)
-
-    def spread(ptr: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        cnt = np.diff(ptr)[code]
-        out = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(cnt, out=out[1:])
-        total = int(out[-1])
-        src = np.repeat(ptr[:-1][code] - out[:-1], cnt) + np.arange(total)
-        return out, idx[src]
 
     attrs = {}
     for nm, col in one.attrs.items():
@@ -426,8 +487,8 @@ def _decode_distinct(
         if col.field_start is not None:
             fs, fe = moved(col.field_start), moved(col.field_end)
         attrs[nm] = AttrColumn(col.kind[code], col.value[code], col.strings, fs, fe)
-    data_ptr, data_idx = spread(one.data_ptr, one.data_idx)
-    ctrl_ptr, ctrl_idx = spread(one.ctrl_ptr, one.ctrl_idx)
+    data_ptr, data_idx = _spread_csr(one.data_ptr, one.data_idx, code)
+    ctrl_ptr, ctrl_idx = _spread_csr(one.ctrl_ptr, one.ctrl_idx, code)
     return _Nodes(
         node_id=one.node_id[code],
         node_type=one.node_type[code],
@@ -443,6 +504,16 @@ def _decode_distinct(
     )
 
 
+def _spread_csr(ptr: np.ndarray, idx: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A CSR list over distinct nodes as the same list over the nodes holding each (node i: code[i])."""
+    cnt = np.diff(ptr)[code]
+    out = np.zeros(len(code) + 1, dtype=np.int64)
+    np.cumsum(cnt, out=out[1:])
+    total = int(out[-1])
+    src = np.repeat(ptr[:-1][code] - out[:-1], cnt) + np.arange(total)
+    return out, idx[src]
+
+
 # Frame layouts kept per trace set (by file size): a set has a few sizes per role (the 512-rank Llama-2 set
 # has 7 among the 32 ranks of a replica, 19 in all). Past this many layouts, or frames (32 MB of starts),
 # the cache starts over: bounded memory, at worst the loop of frame_spans again.
@@ -452,102 +523,90 @@ _MAX_LAYOUT_FRAMES = 1 << 22
 
 def _walk(
     b: np.ndarray, act: np.ndarray, start: np.ndarray, lim: np.ndarray, cut: bool, rounds: bool = False
-):
+) -> _Walk:
     """The fields of units (nodes, or attribute regions) `act`, each its bytes [start, lim) of b, walked
     in rounds: each round reads the next field of every unit that has one left.
 
-    Returns the non-attribute fields (unit, tag, position, varint value, value start, next position), the
-    attribute fields (unit, position, value start, next position, field_keys, with `rounds` the round
-    of each), flat in (round, unit) order, and with cut, each unit's first attribute field (-1 without)
-    and its round: the unit's walk stops there (its attribute region is walked apart).
+    The non-attribute and the attribute fields come out flat in (round, unit) order (with `rounds`, the
+    round of each attribute field too); with cut, each unit's walk stops at its first attribute field
+    (its attribute region is walked apart), which is returned with its round.
     """
     pos, lim = start[act], lim[act]
-    f_node, f_tag, f_pos, f_val, f_vs, f_nxt = [], [], [], [], [], []
-    a_node, a_pos, a_vs, a_nxt, a_keys, a_round = [], [], [], [], [], []
+    fields: list[tuple[np.ndarray, ...]] = []
+    attrs: list[tuple] = []
     cut_at = cut_round = None
     if cut:
         cut_at = np.full(len(start), -1, dtype=np.int64)
         cut_round = np.zeros(len(start), dtype=np.int64)
     rnd = 0
     while len(act):
-        t = b[pos]
-        if not _TAG_OK[t].all():
-            raise Unsupported("field outside the Node schema")
-        v, p2 = varints(b, pos + 1)
-        ln = np.where((t & 7) == 2, v, np.uint64(0))
-        if (ln >= np.uint64(1 << 31)).any():
-            raise Unsupported("field length")
-        nxt = p2 + ln.astype(np.int64)
-        if (nxt > lim).any():
-            raise Unsupported("field runs past its node")
+        t, v, p2, nxt = _next_fields(b, pos, lim)
         is_attr = t == ATTR_TAG
         more = nxt < lim
-        if cut:
-            if is_attr.any():
-                ca = act[is_attr]
-                cut_at[ca] = pos[is_attr]
-                cut_round[ca] = rnd
-                other = ~is_attr
-                f_node.append(act[other])
-                f_tag.append(t[other])
-                f_pos.append(pos[other])
-                f_val.append(v[other])
-                f_vs.append(p2[other])
-                f_nxt.append(nxt[other])
-                more &= other
-            else:
-                f_node.append(act)
-                f_tag.append(t)
-                f_pos.append(pos)
-                f_val.append(v)
-                f_vs.append(p2)
-                f_nxt.append(nxt)
+        row = (act, t, pos, v, p2, nxt)
+        if not is_attr.any():
+            fields.append(row)
+        elif cut:
+            ca = act[is_attr]
+            cut_at[ca] = pos[is_attr]
+            cut_round[ca] = rnd
+            other = ~is_attr
+            fields.append(tuple(x[other] for x in row))
+            more &= other
         elif is_attr.all():
-            a_node.append(act)
-            a_pos.append(pos)
-            a_vs.append(p2)
-            a_nxt.append(nxt)
-            a_keys.append(field_keys(b, pos, nxt))  # while these bytes are in the caches
-            if rounds:
-                a_round.append(np.full(len(act), rnd, dtype=np.int64))
+            attrs.append(_attr_part(b, (act, pos, p2, nxt), rnd if rounds else None))
         else:
-            if is_attr.any():
-                a_node.append(act[is_attr])
-                a_pos.append(pos[is_attr])
-                a_vs.append(p2[is_attr])
-                a_nxt.append(nxt[is_attr])
-                a_keys.append(field_keys(b, a_pos[-1], a_nxt[-1]))
-                if rounds:
-                    a_round.append(np.full(len(a_pos[-1]), rnd, dtype=np.int64))
-                other = ~is_attr
-                f_node.append(act[other])
-                f_tag.append(t[other])
-                f_pos.append(pos[other])
-                f_val.append(v[other])
-                f_vs.append(p2[other])
-                f_nxt.append(nxt[other])
-            else:
-                f_node.append(act)
-                f_tag.append(t)
-                f_pos.append(pos)
-                f_val.append(v)
-                f_vs.append(p2)
-                f_nxt.append(nxt)
+            attrs.append(
+                _attr_part(
+                    b, (act[is_attr], pos[is_attr], p2[is_attr], nxt[is_attr]), rnd if rounds else None
+                )
+            )
+            other = ~is_attr
+            fields.append(tuple(x[other] for x in row))
         act, pos, lim = act[more], nxt[more], lim[more]
         rnd += 1
+    return _Walk(_joined_fields(fields), _joined_attrs(attrs, rounds), cut_at, cut_round)
+
+
+def _next_fields(b: np.ndarray, pos: np.ndarray, lim: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fields starting at `pos` (each inside [pos, lim)): tag byte, varint value, value start, end."""
+    t = b[pos]
+    if not _TAG_OK[t].all():
+        raise Unsupported("field outside the Node schema")
+    v, p2 = varints(b, pos + 1)
+    ln = np.where((t & 7) == 2, v, np.uint64(0))
+    if (ln >= np.uint64(1 << 31)).any():
+        raise Unsupported("field length")
+    nxt = p2 + ln.astype(np.int64)
+    if (nxt > lim).any():
+        raise Unsupported("field runs past its node")
+    return t, v, p2, nxt
+
+
+def _attr_part(b: np.ndarray, part: tuple[np.ndarray, ...], rnd: int | None) -> tuple:
+    """One round's attribute fields (unit, start, value start, end) with their field_keys and round."""
+    unit, pos, _vs, nxt = part
+    keys = field_keys(b, pos, nxt)  # while these bytes are in the caches
+    return (*part, keys, None if rnd is None else np.full(len(unit), rnd, dtype=np.int64))
+
+
+def _joined_fields(parts: list[tuple[np.ndarray, ...]]) -> _Fields:
+    """The rounds' non-attribute fields as one flat _Fields."""
+    if not parts:
+        z = np.zeros(0, dtype=np.int64)
+        return _Fields(z, np.zeros(0, dtype=np.uint8), z, np.zeros(0, dtype=np.uint64), z, z)
+    return _Fields(*(np.concatenate(col) for col in zip(*parts, strict=True)))
+
+
+def _joined_attrs(parts: list[tuple], rounds: bool) -> _AttrFields:
+    """The rounds' attribute fields as one flat _AttrFields."""
+    if not parts:
+        z = np.zeros(0, dtype=np.int64)
+        return _AttrFields(z, z, z, z, None, z)
     cat = np.concatenate
-    if f_node:
-        f = (cat(f_node), cat(f_tag), cat(f_pos), cat(f_val), cat(f_vs), cat(f_nxt))
-    else:
-        z = np.zeros(0, dtype=np.int64)
-        f = (z, np.zeros(0, dtype=np.uint8), z, np.zeros(0, dtype=np.uint64), z, z)
-    if a_node:
-        keys = tuple(cat([k[j] for k in a_keys]) for j in range(3))
-        a = (cat(a_node), cat(a_pos), cat(a_vs), cat(a_nxt), keys, cat(a_round) if rounds else None)
-    else:
-        z = np.zeros(0, dtype=np.int64)
-        a = (z, z, z, z, None, z)
-    return f, a, cut_at, cut_round
+    keys = tuple(cat([p[4][j] for p in parts]) for j in range(3))
+    unit, pos, vs, nxt = (cat([p[j] for p in parts]) for j in range(4))
+    return _AttrFields(unit, pos, vs, nxt, keys, cat([p[5] for p in parts]) if rounds else None)
 
 
 @dataclass(frozen=True)
@@ -589,7 +648,7 @@ _SAMPLE_EVERY = 32
 _MAX_DISTINCT = 0.5
 
 
-def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray, file_ptr: np.ndarray):
+def _walk_regions(src: _Bytes, units: _Units) -> tuple[_Fields, _AttrFields, _Regions] | None:
     """_walk for nodes whose attribute fields end them (as protobuf writes a Node: field 10 is its last):
     each node is walked up to its first attribute field, its attribute region (that field to the node's
     end) is grouped with the byte-identical ones of other nodes (across ranks: the same op on every
@@ -597,37 +656,43 @@ def _walk_regions(buf: bytes, b: np.ndarray, start: np.ndarray, end: np.ndarray,
     of the distinct regions, _Regions), the attribute fields ordered by the first (round, node) at which
     _walk over all nodes meets each (so distinct attributes and string tables come out in _walk's order);
     None when a region holds another field, or when a sample says grouping would not pay."""
+    b, start, end, file_ptr = src.b, units.start, units.end, units.file_ptr
     act = np.nonzero(end > start)[0]
     # A sample first (every _SAMPLE_EVERY-th node of each file): when most of its regions
     # are distinct, grouping them all would not pay, and every node's fields are walked instead.
     local = np.arange(len(start)) - np.repeat(file_ptr[:-1], np.diff(file_ptr))
     pick = act[local[act] % _SAMPLE_EVERY == 0]
-    cut_at = _walk(b, pick, start, end, cut=True)[2]
+    cut_at = _walk(b, pick, start, end, cut=True).cut_at
     some = np.nonzero(cut_at >= 0)[0]
-    if len(group_by_bytes(buf, b, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
+    if len(group_by_bytes(src.buf, b, cut_at[some], end[some])[1]) > _MAX_DISTINCT * len(some):
         return None
-    f, _a, cut_at, cut_round = _walk(b, act, start, end, cut=True)
-    held = np.nonzero(cut_at >= 0)[0]
-    rs, re = cut_at[held], end[held]
-    code, first = group_by_bytes(buf, b, rs, re)
+    w = _walk(b, act, start, end, cut=True)
+    held = np.nonzero(w.cut_at >= 0)[0]
+    rs, re = w.cut_at[held], end[held]
+    code, first = group_by_bytes(src.buf, b, rs, re)
     d = len(first)
-    rf, ra, _c, _r = _walk(b, np.arange(d), rs[first], re[first], cut=False, rounds=True)
-    if len(rf[0]):
+    r = _walk(b, np.arange(d), rs[first], re[first], cut=False, rounds=True)
+    if len(r.fields.unit):
         return None  # a field after an attribute: every node's fields are walked instead
-    a_unit, a_pos, a_vs, a_nxt, keys, a_round = ra
-    if len(a_unit):
-        # (round, node) of each distinct region's first appearance: least round, then least node.
-        pre = cut_round[held]
-        pre_best = np.full(d, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(pre_best, code, pre)
-        at = np.nonzero(pre == pre_best[code])[0][::-1]
-        node_best = np.empty(d, dtype=np.int64)
-        node_best[code[at]] = held[at]  # the last write wins: the least node
-        order = np.lexsort((node_best[a_unit], pre_best[a_unit] + a_round))
-        a_unit, a_pos, a_vs, a_nxt = a_unit[order], a_pos[order], a_vs[order], a_nxt[order]
-        keys = tuple(k[order] for k in keys)
-    regs = _Regions(d, held, code, rs - rs[first][code])
-    return f, (a_unit, a_pos, a_vs, a_nxt, keys, a_round), regs
+    a = r.attrs
+    if len(a.unit):
+        a = _in_first_seen_order(a, code, held, w.cut_round[held])
+    return w.fields, a, _Regions(d, held, code, rs - rs[first][code])
+
+
+def _in_first_seen_order(a: _AttrFields, code: np.ndarray, held: np.ndarray, pre: np.ndarray) -> _AttrFields:
+    """The distinct regions' attribute fields `a` ordered by the (round, node) of each region's first
+    appearance: least round, then least node (node held[i] holds region code[i], which starts in round
+    pre[i] of its node's walk)."""
+    d = int(code.max()) + 1
+    pre_best = np.full(d, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(pre_best, code, pre)
+    at = np.nonzero(pre == pre_best[code])[0][::-1]
+    node_best = np.empty(d, dtype=np.int64)
+    node_best[code[at]] = held[at]  # the last write wins: the least node
+    order = np.lexsort((node_best[a.unit], pre_best[a.unit] + a.rounds))
+    keys = tuple(k[order] for k in a.keys)
+    return _AttrFields(a.unit[order], a.pos[order], a.vs[order], a.nxt[order], keys, a.rounds[order])
 
 
 _EIGHT = np.arange(8, dtype=np.int64)
@@ -664,21 +729,66 @@ def _same_as_previous_file(b: np.ndarray, s: np.ndarray, e: np.ndarray, file_ptr
     return like
 
 
+@dataclass(frozen=True)
+class _Inner:
+    """The fields inside each distinct attribute: its name's span (-1 when absent), its value's field number
+    (0 when none), how many value fields it holds, the value's raw varint and its span."""
+
+    name_s: np.ndarray
+    name_e: np.ndarray
+    vkind: np.ndarray
+    nvals: np.ndarray
+    vraw: np.ndarray
+    vs: np.ndarray
+    ve: np.ndarray
+
+
+@dataclass(frozen=True)
+class _AttrTable:
+    """A batch's attribute fields grouped by their bytes, for the wanted columns over n units: field i is
+    distinct attribute code[i], whose name is distinct name ncode[code[i]]."""
+
+    src: _Bytes
+    n: int
+    fields: _AttrFields
+    code: np.ndarray
+    inner: _Inner
+    ncode: np.ndarray
+    val: np.ndarray  # each distinct attribute's integer or bool value as int64 (strings: per column)
+    spans: bool  # keep each wanted field's span
+
+
 def _decode_attrs(
-    buf: bytes, b: np.ndarray, n: int, own, tag, s0, e0, want: frozenset[str], spans: bool, keys=None
+    src: _Bytes, n: int, a: _AttrFields, want: frozenset[str], spans: bool
 ) -> tuple[dict[str, AttrColumn], np.ndarray]:
-    """Attribute columns for the names in `want` (each at most once per node), and the first field of each
-    distinct attribute (an index into own), for _validate.
+    """Attribute columns over n units for the names in `want` (each at most once per unit), and the first
+    field of each distinct attribute (an index into a), for _validate.
 
     Fields are grouped by their bytes (tag to end) first: a trace repeats a few hundred distinct attributes
     over and over, and only the distinct ones are decoded. With spans, every wanted attribute's field span.
     """
-    m = len(own)
-    if m == 0:
+    if len(a.unit) == 0:
         return {}, np.zeros(0, dtype=np.int64)
-    code, first = group_by_bytes(buf, b, tag, e0, keys=keys)
-    ds, de = s0[first], e0[first]
-    d = len(first)
+    code, first = group_by_bytes(src.buf, src.b, a.pos, a.nxt, keys=a.keys)
+    inner = _inner_fields(src.b, a.vs[first], a.nxt[first])
+    ncode, names = _attr_names(src, inner)
+    wanted = [ci for ci, nm in enumerate(names) if nm in want]
+    if not wanted:
+        return {}, first
+    tab = _AttrTable(src, n, a, code, inner, ncode, _int_values(inner), spans)
+    # The fields grouped by name: one stable sort of small codes.
+    fname = ncode[code]
+    order = np.argsort(fname.astype(np.int16) if len(names) < 1 << 15 else fname, kind="stable")
+    bounds = np.searchsorted(fname[order], np.arange(len(names) + 1))
+    out: dict[str, AttrColumn] = {}
+    for ci in wanted:
+        out[names[ci]] = _attr_column(tab, ci, names[ci], order[bounds[ci] : bounds[ci + 1]])
+    return out, first
+
+
+def _inner_fields(b: np.ndarray, ds: np.ndarray, de: np.ndarray) -> _Inner:
+    """Walk the fields inside the distinct attributes (values [ds, de) of b), all of them a field a round."""
+    d = len(ds)
     name_s = np.full(d, -1, dtype=np.int64)
     name_e = np.full(d, -1, dtype=np.int64)
     vkind = np.zeros(d, dtype=np.int64)  # value field number, 0 = none
@@ -726,23 +836,30 @@ def _decode_attrs(
         ve[a[isval]] = nxt[isval]
         cur[a] = nxt
         act = a[nxt < de[a]]
+    return _Inner(name_s, name_e, vkind, nvals, vraw, vs, ve)
+
+
+def _attr_names(src: _Bytes, inner: _Inner) -> tuple[np.ndarray, list[str]]:
+    """Each distinct attribute's name as a code into the distinct names (an absent name reads as '')."""
+    name_s, name_e = inner.name_s, inner.name_e
     if (name_s < 0).any():
         name_s = np.where(name_s < 0, 0, name_s)
         name_e = np.where(name_e < 0, 0, name_e)
-    ncode, nfirst = group_by_bytes(buf, b, name_s, name_e)
+    ncode, nfirst = group_by_bytes(src.buf, src.b, name_s, name_e)
     try:
         names = [
-            buf[i:j].decode("utf-8")
+            src.buf[i:j].decode("utf-8")
             for i, j in zip(name_s[nfirst].tolist(), name_e[nfirst].tolist(), strict=True)
         ]
     except UnicodeDecodeError:
         raise Unsupported("string field is not UTF-8") from None
-    out: dict[str, AttrColumn] = {}
-    wanted = [ci for ci, nm in enumerate(names) if nm in want]
-    if not wanted:
-        return out, first
-    # Each distinct attribute's value as an int64 (strings: per name, below).
-    val = np.zeros(d, dtype=np.int64)
+    return ncode, names
+
+
+def _int_values(inner: _Inner) -> np.ndarray:
+    """Each distinct attribute's integer or bool value as an int64, by its value's field type."""
+    vkind, vraw = inner.vkind, inner.vraw
+    val = np.zeros(len(vkind), dtype=np.int64)
     mk = vkind == F_INT64
     val[mk] = vraw[mk].view(np.int64)
     mk = vkind == F_INT32
@@ -753,46 +870,49 @@ def _decode_attrs(
     val[mk] = vraw[mk].astype(np.int64)
     mk = vkind == F_BOOL
     val[mk] = (vraw[mk] != 0).astype(np.int64)
-    # The fields grouped by name: one stable sort of small codes.
-    fname = ncode[code]
-    order = np.argsort(fname.astype(np.int16) if len(names) < 1 << 15 else fname, kind="stable")
-    bounds = np.searchsorted(fname[order], np.arange(len(names) + 1))
-    for ci in wanted:
-        nm = names[ci]
-        sel = order[bounds[ci] : bounds[ci + 1]]
-        owners = own[sel]
-        if len(owners) > 1 and np.bincount(owners, minlength=n).max() > 1:
-            raise Unsupported(f"attribute {nm!r} twice on one node")
-        dc = np.nonzero(ncode == ci)[0]  # its distinct attributes
-        if (nvals[dc] > 1).any():
-            raise Unsupported("attribute with two values")
-        k = vkind[dc]
-        if not _VALUE_OK[np.minimum(k, 63)].all():
-            raise Unsupported(f"attribute {nm!r} of a kind left to protobuf")
-        if ((k == F_UINT64) & (vraw[dc] >= np.uint64(1 << 63))).any():
-            raise Unsupported("uint64 attribute beyond int64")
-        dval = val
-        strings: list[str] = []
-        sc = dc[k == F_STRING]
-        if len(sc):
-            dval = val.copy()
-            table: dict[str, int] = {}
-            try:
-                for i, x, y in zip(sc.tolist(), vs[sc].tolist(), ve[sc].tolist(), strict=True):
-                    dval[i] = table.setdefault(b[x:y].tobytes().decode("utf-8"), len(table))
-            except UnicodeDecodeError:
-                raise Unsupported("string field is not UTF-8") from None
-            strings = list(table)
-        c = code[sel]
-        kind = np.full(n, -1, dtype=np.int8)
-        value = np.zeros(n, dtype=np.int64)
-        kind[owners] = vkind[c]
-        value[owners] = dval[c]
-        fs = fe = None
-        if spans:
-            fs = np.full(n, -1, dtype=np.int64)
-            fe = np.full(n, -1, dtype=np.int64)
-            fs[owners] = tag[sel]
-            fe[owners] = e0[sel]
-        out[nm] = AttrColumn(kind, value, tuple(strings), fs, fe)
-    return out, first
+    return val
+
+
+def _attr_column(tab: _AttrTable, ci: int, nm: str, sel: np.ndarray) -> AttrColumn:
+    """The column of attribute name nm (distinct name ci), whose fields are `sel`."""
+    inner, n = tab.inner, tab.n
+    owners = tab.fields.unit[sel]
+    if len(owners) > 1 and np.bincount(owners, minlength=n).max() > 1:
+        raise Unsupported(f"attribute {nm!r} twice on one node")
+    dc = np.nonzero(tab.ncode == ci)[0]  # its distinct attributes
+    if (inner.nvals[dc] > 1).any():
+        raise Unsupported("attribute with two values")
+    k = inner.vkind[dc]
+    if not _VALUE_OK[np.minimum(k, 63)].all():
+        raise Unsupported(f"attribute {nm!r} of a kind left to protobuf")
+    if ((k == F_UINT64) & (inner.vraw[dc] >= np.uint64(1 << 63))).any():
+        raise Unsupported("uint64 attribute beyond int64")
+    dval, strings = _string_values(tab, dc[k == F_STRING])
+    c = tab.code[sel]
+    kind = np.full(n, -1, dtype=np.int8)
+    value = np.zeros(n, dtype=np.int64)
+    kind[owners] = inner.vkind[c]
+    value[owners] = dval[c]
+    fs = fe = None
+    if tab.spans:
+        fs = np.full(n, -1, dtype=np.int64)
+        fe = np.full(n, -1, dtype=np.int64)
+        fs[owners] = tab.fields.pos[sel]
+        fe[owners] = tab.fields.nxt[sel]
+    return AttrColumn(kind, value, strings, fs, fe)
+
+
+def _string_values(tab: _AttrTable, sc: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The distinct attributes' values with string ones (sc) as indices into one name's string table, in
+    the order of first appearance, and that table."""
+    if not len(sc):
+        return tab.val, ()
+    dval = tab.val.copy()
+    table: dict[str, int] = {}
+    b, inner = tab.src.b, tab.inner
+    try:
+        for i, x, y in zip(sc.tolist(), inner.vs[sc].tolist(), inner.ve[sc].tolist(), strict=True):
+            dval[i] = table.setdefault(b[x:y].tobytes().decode("utf-8"), len(table))
+    except UnicodeDecodeError:
+        raise Unsupported("string field is not UTF-8") from None
+    return dval, tuple(table)

@@ -145,38 +145,17 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
         if isinstance(doc, dict) and "nodes" in doc:
             raise KinetoError("this is a host execution trace; pass it with --et, not --kineto", path=p)
         raise KinetoError("not a Kineto trace (no 'traceEvents' list)", path=p)
-    thread_names: dict[tuple[Any, Any], str] = {}
-    for e in doc["traceEvents"]:
-        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
-            args = e.get("args") if isinstance(e.get("args"), dict) else {}
-            name = str(args.get("name", ""))
-            key = (e.get("pid"), e.get("tid"))
-            if not all(isinstance(x, (int, float, str, type(None))) for x in key):
-                continue  # an unhashable pid/tid (a list) names no thread
-            # A thread is renamed when the gloo runloop starts; keep the more specific name.
-            if "gloo" in name or key not in thread_names:
-                thread_names[key] = name
+    thread_names = _thread_names(doc["traceEvents"])
     cpu, rt, gpu, comm = [], [], [], []
     steps: dict[int, KEvent] = {}
     for i, e in enumerate(doc["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
-        ev = _event(i, e, p)
-        if not all(_id_ok(x) for x in (ev.pid, ev.tid)):
-            raise KinetoError(f"Kineto event #{i}: pid and tid must be int64 numbers or strings", path=p)
-        bad = next((k for k in _ID_ARGS if not _id_ok(ev.args.get(k))), None)
-        if bad is not None:
-            raise KinetoError(f"Kineto event #{i}: args {bad!r} must be an int64 number or a string", path=p)
+        ev = _checked_event(i, e, p)
         if ev.cat in CPU_CATS:
-            m = STEP_RE.match(ev.name)
-            if m:
-                if len(m.group(1)) > MAX_STEP_DIGITS:
-                    raise KinetoError(
-                        f"Kineto event #{i}: step number of {len(m.group(1))} digits in ProfilerStep#"
-                        f" (at most {MAX_STEP_DIGITS})",
-                        path=p,
-                    )
-                steps[int(m.group(1))] = ev
+            step = _step_number(i, ev, p)
+            if step is not None:
+                steps[step] = ev
             if ev.name.startswith("gloo:") or "gloo" in thread_names.get((ev.pid, ev.tid), ""):
                 comm.append(ev)
             else:
@@ -199,3 +178,44 @@ def load_kineto(path: str | os.PathLike[str]) -> KinetoTrace:
         pg_config=[c for c in _as_list(info.get("pg_config")) if isinstance(c, dict)],
         device_name=str(devices[0].get("name")) if devices and isinstance(devices[0], dict) else None,
     )
+
+
+def _thread_names(events: list) -> dict[tuple[Any, Any], str]:
+    """(pid, tid) -> the thread's name, from the trace's thread_name metadata events."""
+    thread_names: dict[tuple[Any, Any], str] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M" and e.get("name") == "thread_name":
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            name = str(args.get("name", ""))
+            key = (e.get("pid"), e.get("tid"))
+            if not all(isinstance(x, (int, float, str, type(None))) for x in key):
+                continue  # an unhashable pid/tid (a list) names no thread
+            # A thread is renamed when the gloo runloop starts; keep the more specific name.
+            if "gloo" in name or key not in thread_names:
+                thread_names[key] = name
+    return thread_names
+
+
+def _checked_event(i: int, e: dict, p: str) -> KEvent:
+    """Complete event #i as a KEvent, its ids (pid, tid and the id args) int64 numbers or strings."""
+    ev = _event(i, e, p)
+    if not all(_id_ok(x) for x in (ev.pid, ev.tid)):
+        raise KinetoError(f"Kineto event #{i}: pid and tid must be int64 numbers or strings", path=p)
+    bad = next((k for k in _ID_ARGS if not _id_ok(ev.args.get(k))), None)
+    if bad is not None:
+        raise KinetoError(f"Kineto event #{i}: args {bad!r} must be an int64 number or a string", path=p)
+    return ev
+
+
+def _step_number(i: int, ev: KEvent, p: str) -> int | None:
+    """N of a ProfilerStep#N event, None for any other event."""
+    m = STEP_RE.match(ev.name)
+    if not m:
+        return None
+    if len(m.group(1)) > MAX_STEP_DIGITS:
+        raise KinetoError(
+            f"Kineto event #{i}: step number of {len(m.group(1))} digits in ProfilerStep#"
+            f" (at most {MAX_STEP_DIGITS})",
+            path=p,
+        )
+    return int(m.group(1))

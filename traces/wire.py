@@ -11,6 +11,7 @@ message preceded by its length as a varint32).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 from xsim.traces import pb
@@ -414,35 +415,84 @@ _MAX_ROUNDS = 64
 _ROUND_MUL = [np.uint64((0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1) for i in range(_MAX_ROUNDS)]
 
 
+@dataclass(frozen=True)
+class _SpanKeys:
+    """Spans' comparison keys: bytes 0-7, 8-15, 16-23 (zero past the end), bytes 24-31 of spans longer than
+    24 (k3, None when none is), and the length: equal keys are equal bytes."""
+
+    k0: np.ndarray
+    k1: np.ndarray
+    k2: np.ndarray
+    k3: np.ndarray | None
+    n: np.ndarray
+
+    def equal(self, r: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+        """Whether span r[i] holds the same bytes as span at[i] (at None: span i)."""
+        if at is None:
+            same = self.k0[r] == self.k0
+            same &= self.k1[r] == self.k1
+            same &= self.k2[r] == self.k2
+            same &= self.n[r] == self.n
+            if self.k3 is not None:
+                same &= self.k3[r] == self.k3
+            return same
+        k0, k1, k2, n = self.k0, self.k1, self.k2, self.n
+        same = (k0[r] == k0[at]) & (k1[r] == k1[at]) & (k2[r] == k2[at]) & (n[r] == n[at])
+        if self.k3 is not None:
+            same &= self.k3[r] == self.k3[at]
+        return same
+
+
 def _group_short(
     b: np.ndarray, s: np.ndarray, e: np.ndarray, keys: tuple[np.ndarray, ...] | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """group_by_bytes of spans of at most 32 bytes, by a numpy hash table of their words."""
-    m = len(s)
-    ar = np.arange(m)
+    k = _span_keys(b, s, e, keys)
+    rep = _representatives(k, _span_hash(k))
+    ar = np.arange(len(s))
+    if not (rep <= ar).all():  # the first of each group is its representative (numpy writes in order)
+        raise Unsupported("span groups out of order")
+    first = np.flatnonzero(rep == ar)
+    lut = np.empty(len(s), dtype=np.int64)
+    lut[first] = np.arange(len(first))
+    return lut[rep], first
+
+
+def _span_keys(b: np.ndarray, s: np.ndarray, e: np.ndarray, keys: tuple[np.ndarray, ...] | None) -> _SpanKeys:
+    """The keys of spans [s, e) of b (keys: their field_keys, when already read)."""
     n = e - s
-    # The key: bytes 0-7, 8-15, 16-23 (zero past the end), the length, and bytes 24-31 of spans longer
-    # than 24: equal keys are equal bytes.
     k0, k1, k2 = keys if keys is not None else field_keys(b, s, e)
-    h = k0 * np.uint64(0xC2B2AE3D27D4EB4F)
-    h ^= k1 * np.uint64(0x165667B19E3779F9)
-    h ^= k2 * np.uint64(0xD6E8FEB86659FD93)
     rare = np.flatnonzero(n > 24)
     k3 = None
     if len(rare):
-        k3 = np.zeros(m, dtype=np.uint64)
+        k3 = np.zeros(len(s), dtype=np.uint64)
         k3[rare] = words(b)[s[rare] + 24] & _LOW_BYTES[n[rare] - 24]
-        h ^= k3 * np.uint64(0xFF51AFD7ED558CCD)
+    return _SpanKeys(k0, k1, k2, k3, n)
+
+
+def _span_hash(k: _SpanKeys) -> np.ndarray:
+    """A 64-bit hash of each span's keys."""
+    h = k.k0 * np.uint64(0xC2B2AE3D27D4EB4F)
+    h ^= k.k1 * np.uint64(0x165667B19E3779F9)
+    h ^= k.k2 * np.uint64(0xD6E8FEB86659FD93)
+    if k.k3 is not None:
+        h ^= k.k3 * np.uint64(0xFF51AFD7ED558CCD)
     # Spans of equal words but other lengths (trailing zero bytes) differ in their length: hashed and
     # compared too (a protobuf field holds its length in byte 1 already; a name does not).
-    h ^= n.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    h ^= k.n.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    return h
+
+
+def _representatives(k: _SpanKeys, h: np.ndarray) -> np.ndarray:
+    """Each span's representative: the first span of its keys, found by rounds of a hash table."""
     # A round groups every span whose slot holds a span with its key; each round groups at least one key
     # per slot, so the rounds end. The first table is small (64 KB, in the caches: a trace has a few
     # hundred distinct fields); the spans left after it get a table of 2-4x their number (<= 32 MB).
+    m = len(h)
     bits = max(10, min(14, (2 * m).bit_length()))
     table = np.empty(1 << bits, dtype=np.int32)
     rep = np.empty(m, dtype=np.int64)
-    pend = ar
+    pend = np.arange(m)
     for rnd in range(_MAX_ROUNDS):
         if rnd == 1:
             bits = max(bits, min(22, (2 * len(pend)).bit_length()))
@@ -452,27 +502,10 @@ def _group_short(
         slot = ((h * _ROUND_MUL[rnd]) >> np.uint64(64 - bits)).astype(np.intp)
         table[slot[::-1]] = pend[::-1]
         r = table[slot]
-        if rnd == 0:
-            same = k0[r] == k0
-            same &= k1[r] == k1
-            same &= k2[r] == k2
-            same &= n[r] == n
-            if k3 is not None:
-                same &= k3[r] == k3
-        else:
-            same = (k0[r] == k0[pend]) & (k1[r] == k1[pend]) & (k2[r] == k2[pend]) & (n[r] == n[pend])
-            if k3 is not None:
-                same &= k3[r] == k3[pend]
+        same = k.equal(r) if rnd == 0 else k.equal(r, pend)
         rep[pend[same]] = r[same]
         if same.all():
-            break
+            return rep
         keep = ~same
         pend, h = pend[keep], h[keep]
-    else:
-        raise Unsupported("span hashes collide")
-    if not (rep <= ar).all():  # the first of each group is its representative (numpy writes in order)
-        raise Unsupported("span groups out of order")
-    first = np.flatnonzero(rep == ar)
-    lut = np.empty(m, dtype=np.int64)
-    lut[first] = np.arange(len(first))
-    return lut[rep], first
+    raise Unsupported("span hashes collide")

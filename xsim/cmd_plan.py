@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from xsim.tracegen.planner import build_plan, format_plan, plan_to_json
 
     if args.search:
-        from xsim.explore.search import format_search, search
+        from xsim.explore.search import SearchRequest, format_search, search
 
         if args.spec:
             # A search plans for a cluster from scratch: a SPEC beside it would be silently ignored.
@@ -64,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
         if not args.search_model or not args.global_batch:
             raise SpecError("plan --search needs --model M and --global-batch B")
         res = search(
-            args.search, args.search_model, args.global_batch, seq=args.seq, top=args.top, out=args.out,
-            workers=args.workers, scheduler=args.scheduler, progress=not args.json, gpu_file=args.gpu_file,
+            SearchRequest(
+                args.search, args.search_model, args.global_batch, seq=args.seq, top=args.top, out=args.out,
+                workers=args.workers, scheduler=args.scheduler, progress=not args.json, gpu_file=args.gpu_file,
+            )
         )  # fmt: skip
         print(format_search(res))
         return 0

@@ -30,6 +30,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path", help="trace set: a folder, a <prefix> of <prefix>.<rank>.et files, or one .et file"
     )
+    _add_network_options(p)
+    _add_compute_options(p)
+    _add_output_options(p)
+    # Every file it writes is closed before `run` returns, and it starts no thread: no teardown (cli.py).
+    p.set_defaults(func=run, fast_exit=True)
+
+
+def _add_network_options(p: argparse.ArgumentParser) -> None:
+    """The network model, how communication is timed, the process groups, and folding."""
     net = p.add_argument_group("network (one of; a deployment.json beside the traces gives the cluster)")
     add_network_arguments(net)
     net.add_argument(
@@ -55,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fold.add_argument(
         "--no-fold", dest="fold", action="store_const", const=False, help="replay every rank, never fold"
     )
+
+
+def _add_compute_options(p: argparse.ArgumentParser) -> None:
+    """The compute model (devices, speeds, what-if GPU) and the resources in flight per rank."""
     cmp = p.add_argument_group("compute")
     cmp.add_argument(
         "--device-profile", metavar="FILE.json", help="roofline devices per rank (format: docs/replay.md)"
@@ -82,6 +95,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--comm-channels", type=int, default=1, help="GPU communication ops in flight per rank (default: 1)"
     )
     res.add_argument("--honour-stream", action="store_true", help="one in-order queue per `stream` attribute")
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """What the replay writes and prints."""
     out = p.add_argument_group("output")
     out.add_argument(
         "--out", metavar="DIR", help="write ops/ranks/collectives (.parquet, .csv) and summary.json"
@@ -97,8 +114,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     out.add_argument("--json", action="store_true", help="print one JSON object instead of the text summary")
     out.add_argument("--no-progress", action="store_true", help="never show a progress bar")
-    # Every file it writes is closed before `run` returns, and it starts no thread: no teardown (cli.py).
-    p.set_defaults(func=run, fast_exit=True)
 
 
 def fmt_ns(ns: int) -> str:

@@ -168,11 +168,18 @@ def run_file(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows.drop("spec").to_dicts(), indent=1))
         return status
+    _print_table(rows, sw.fits_column(rows), front)
+    _print_footer(args, done, n_oom, plot, status)
+    return status
+
+
+def _print_table(rows, fits_column, front: set) -> None:
+    """One line per plan (and its error under a failed one); * marks the Pareto front."""
     print(
         f"{'plan':<32} {'status':<6} {'GPUs':<20} {'iteration s':>11} {'tokens/s':>9} {'$/Mtok':>8} "
         f"{'peak GiB':>8} {'fits':>4}  key"
     )
-    for r, fits in zip(rows.iter_rows(named=True), sw.fits_column(rows), strict=True):
+    for r, fits in zip(rows.iter_rows(named=True), fits_column, strict=True):
         it = "-" if r["iteration_time_ns"] is None else f"{r['iteration_time_ns'] / 1e9:.4f}"
         tps = "-" if r["tokens_per_s"] is None else f"{r['tokens_per_s']:,.0f}"
         usd = "-" if r["cost_usd_per_million_tokens"] is None else f"{r['cost_usd_per_million_tokens']:.4f}"
@@ -185,6 +192,10 @@ def run_file(args: argparse.Namespace) -> int:
         )
         if r["status"] != "ok":
             print(f"{'':<33}{r['error']}")
+
+
+def _print_footer(args: argparse.Namespace, done, n_oom: int, plot: str | None, status: int) -> None:
+    """The plans left out or sorted last for memory, then what ran, what failed and where the plot is."""
     if n_oom:
         print(
             f"{n_oom} plans do not fit in GPU memory: "
@@ -206,7 +217,6 @@ def run_file(args: argparse.Namespace) -> int:
         + (f"; plot {plot}" if plot else "")
         + ("; no plan finished (exit 1)" if status else "")
     )
-    return status
 
 
 def run_locked(args: argparse.Namespace) -> int:

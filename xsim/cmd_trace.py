@@ -15,6 +15,9 @@ from xsim.verbs import add_verb
 SHOWN_PER_CODE = 5
 
 
+PATH_HELP = "a .et/.json file, a <prefix> of <prefix>.<rank>.et files, or a folder holding one trace set"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `trace` verb and its sub-commands."""
     p = add_verb(
@@ -28,21 +31,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     tsub = p.add_subparsers(dest="trace_command", metavar="SUBCOMMAND", required=True)
-    path_help = "a .et/.json file, a <prefix> of <prefix>.<rank>.et files, or a folder holding one trace set"
 
+    _add_info(tsub)
+    _add_validate(tsub)
+    _add_conversions(tsub)
+
+
+def _add_info(tsub: argparse._SubParsersAction) -> None:
+    """`trace info`."""
     info = add_verb(
         tsub,
         "info",
         help="ranks, nodes by type, collectives, process groups",
         examples=("xsim trace info out/fig1 --json",),
     )
-    info.add_argument("path", help=path_help)
+    info.add_argument("path", help=PATH_HELP)
     info.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
     )
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_info)
 
+
+def _add_validate(tsub: argparse._SubParsersAction) -> None:
+    """`trace validate`."""
     val = add_verb(
         tsub,
         "validate",
@@ -54,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it: one line per stuck rank).",
         examples=("xsim trace validate out/fig1 --json",),
     )
-    val.add_argument("path", help=path_help)
+    val.add_argument("path", help=PATH_HELP)
     val.add_argument(
         "--comm-groups", metavar="FILE", help='process groups {"<id>": [ranks]} (ASTRA-sim format)'
     )
@@ -66,13 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     val.set_defaults(func=_validate)
 
+
+def _add_conversions(tsub: argparse._SubParsersAction) -> None:
+    """`trace to-json` and `trace from-json`."""
     tj = add_verb(
         tsub,
         "to-json",
         help="write the lossless JSON view (one document per rank)",
         examples=("xsim trace to-json out/fig1/figure1.0.et rank0.json",),
     )
-    tj.add_argument("path", help=path_help)
+    tj.add_argument("path", help=PATH_HELP)
     tj.add_argument("out", help="output .json file (one rank) or folder (<name>.<rank>.json per rank)")
     tj.set_defaults(func=_to_json)
 

@@ -315,57 +315,15 @@ def render_report(run: RunTables, validation_dir: str | None = None) -> str:
     except ImportError:
         raise ReportError("xsim report draws with matplotlib: pip install 'xsim-replay[plot]'") from None
     matplotlib.use("Agg")
-    n = len(run.ranks)
-    br = rank_breakdown(run.ops, n)
-    sections = [("Summary", _summary_html(run))]
-    ranks = run.ranks.sort("rank").select([c for c in RANK_COLUMNS if c in run.ranks.columns])
-    shares = [share_column(c) for c in CATEGORIES]
-    sections.append(
-        (
-            "Per-rank time",
-            "<p>The ranks table (<code>ranks.csv</code>, docs/replay.md; the summary's totals and maxima are "
-            "its columns summed and maximized): its columns overlap (compute and communication, waiting and "
-            "bubble).</p>"
-            + _table(ranks, {c: _fmt_ns for c in ranks.columns if c.endswith("_ns")})
-            + "<p>The same time as exclusive shares (<code>*_share_ns</code>: each instant of a rank's "
-            "[0, finish) counted once, first that applies): compute, CPU, exposed communication (active, "
-            "nothing computing), wait (a collective waits for a late peer, nothing else runs), bubble "
-            "(nothing runs inside the rank's compute span, waiting for a P2P recv included), idle (before "
-            "the first or after the last compute). They sum to the finish time.</p>"
-            + _svg(_stacked_bars(br))
-            + _table(br, {c: _fmt_ns for c in (*shares, "finish_ns")}),
-        )
-    )
+    sections = [("Summary", _summary_html(run)), ("Per-rank time", _rank_time_html(run))]
     for key, title in (("layer", "Per layer"), ("phase", "Per phase")):
         df = op_time_by(run.ops, key)
         if df.height:
             fmt = {c: _fmt_ns for c in ("compute_ns", "comm_ns", "cpu_ns", "wait_sum_ns")}
             sections.append((title, _svg(_key_bars(df, key, key)) + _table(df, fmt)))
-    exp = collective_exposure(run.ops)
-    if exp.height:
-        top = (
-            run.collectives.join(exp, on="collective", how="inner")
-            .sort(["exposed_ns", "collective"], descending=[True, False])
-            .head(TOP_COLLECTIVES)
-            .select(
-                "collective",
-                "comm_type",
-                "pg_name",
-                "ranks",
-                "bytes",
-                "duration_ns",
-                "exposed_ns",
-                "wait_sum_ns",
-            )
-        )
-        fmt = {"duration_ns": _fmt_ns, "exposed_ns": _fmt_ns, "wait_sum_ns": _fmt_ns, "bytes": _fmt_bytes}
-        sections.append(
-            (
-                "Top collectives by exposed time",
-                "<p>exposed = summed over the members, the time the collective was active on a rank while "
-                "that rank computed nothing.</p>" + _table(top, fmt),
-            )
-        )
+    top = _top_collectives_html(run)
+    if top is not None:
+        sections.append(("Top collectives by exposed time", top))
     picks = gantt_ranks(run)
     sections.append((f"Timeline of ranks {', '.join(map(str, picks))}", _svg(_gantt(run, picks))))
     if validation_dir:
@@ -376,6 +334,46 @@ def render_report(run: RunTables, validation_dir: str | None = None) -> str:
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
         f"<body><h1>{html.escape(title)}</h1>{body}</body></html>\n"
+    )
+
+
+def _rank_time_html(run: RunTables) -> str:
+    """The ranks table, then the same time as exclusive shares (bars and table)."""
+    br = rank_breakdown(run.ops, len(run.ranks))
+    ranks = run.ranks.sort("rank").select([c for c in RANK_COLUMNS if c in run.ranks.columns])
+    shares = [share_column(c) for c in CATEGORIES]
+    return (
+        "<p>The ranks table (<code>ranks.csv</code>, docs/replay.md; the summary's totals and maxima are "
+        "its columns summed and maximized): its columns overlap (compute and communication, waiting and "
+        "bubble).</p>"
+        + _table(ranks, {c: _fmt_ns for c in ranks.columns if c.endswith("_ns")})
+        + "<p>The same time as exclusive shares (<code>*_share_ns</code>: each instant of a rank's "
+        "[0, finish) counted once, first that applies): compute, CPU, exposed communication (active, "
+        "nothing computing), wait (a collective waits for a late peer, nothing else runs), bubble "
+        "(nothing runs inside the rank's compute span, waiting for a P2P recv included), idle (before "
+        "the first or after the last compute). They sum to the finish time.</p>"
+        + _svg(_stacked_bars(br))
+        + _table(br, {c: _fmt_ns for c in (*shares, "finish_ns")})
+    )
+
+
+def _top_collectives_html(run: RunTables) -> str | None:
+    """The collectives most exposed (active on a rank computing nothing); None without any."""
+    exp = collective_exposure(run.ops)
+    if not exp.height:
+        return None
+    top = (
+        run.collectives.join(exp, on="collective", how="inner")
+        .sort(["exposed_ns", "collective"], descending=[True, False])
+        .head(TOP_COLLECTIVES)
+        .select(
+            "collective", "comm_type", "pg_name", "ranks", "bytes", "duration_ns", "exposed_ns", "wait_sum_ns"
+        )
+    )
+    fmt = {"duration_ns": _fmt_ns, "exposed_ns": _fmt_ns, "wait_sum_ns": _fmt_ns, "bytes": _fmt_bytes}
+    return (
+        "<p>exposed = summed over the members, the time the collective was active on a rank while "
+        "that rank computed nothing.</p>" + _table(top, fmt)
     )
 
 

@@ -210,6 +210,106 @@ class _Rank:
         return CopiedRank.of_refs(held.records, refs)
 
 
+@dataclass(frozen=True)
+class _BoundaryPass:
+    """One micro-batch crossing one pipeline boundary in one direction, as resharded: per involved rank,
+    what its new transfers depend on, where they go (before its old transfers, or after those
+    dependencies) and the old transfer whose layer they take (None: no old one on that side)."""
+
+    b: PipelineBoundary
+    direction: str
+    mb: int
+    base: dict[int, list[int]]
+    pos: dict[int, tuple[str, int]]
+    template: dict[int, pb.Node | None]
+
+
+def _old_by_rank(
+    old: list[tuple[int, pb.Node]], senders: Sequence[int], receivers: Sequence[int], where: str
+) -> dict[int, list[pb.Node]]:
+    """The pass's old transfers per rank, each a send on a sender or a receive on a receiver."""
+    old_on: dict[int, list[pb.Node]] = defaultdict(list)
+    for r, n in old:
+        want = pb.COMM_SEND_NODE if r in senders else pb.COMM_RECV_NODE
+        if n.type != want or r not in (*senders, *receivers):
+            raise RewriteError(
+                f"rank {r}: node {n.id} ({n.name}): unexpected {pb.node_type_name(n.type)} in {where}"
+            )
+        old_on[r].append(n)
+    return old_on
+
+
+def _templates(
+    old_on: dict[int, list[pb.Node]], senders: Sequence[int], receivers: Sequence[int]
+) -> dict[int, pb.Node | None]:
+    """Per rank, its first old transfer, else the first of its side's."""
+    template: dict[int, pb.Node | None] = {}
+    for side in (senders, receivers):
+        first = next((old_on[x][0] for x in side if old_on[x]), None)
+        for r in side:
+            template[r] = old_on[r][0] if old_on[r] else first
+    return template
+
+
+def _backward_and_sends(g: _Rank) -> tuple[list[tuple[int, int]], list[int]]:
+    """A rank's backward compute and collectives as (node id, layer) in node order, and its stage-boundary
+    sends (edited ones included)."""
+    tags = g._tags
+    bwd = g.structure(
+        "bwd",
+        lambda g=g, tags=tags: [
+            (n.id, tags[i][1])
+            for i, n in enumerate(g.nodes)
+            if tags[i][0] == "bwd" and n.type not in P2P_TYPES
+        ],
+    )
+    # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
+    # rank's communication slot must not starve a send its peers need to finish their backward.
+    # (pp_boundary is an attribute, yet the generator sets it alike on twins: same node, same value.)
+    pp_sends = g.structure(
+        "pp_sends",
+        lambda g=g: [
+            n.id for n in g.nodes if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1
+        ],
+    )
+    sends = [i for i in pp_sends if not g.edit.replaced(i)] + [
+        n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE
+    ]
+    return bwd, sends
+
+
+def _twin_rank(r: int, first: _Rank | None, source: Any, tags: list) -> _Rank:
+    """Rank r, which the generator built as a copy of another rank (`first`: that rank, when read already;
+    tags: its tags): same ids, dependencies and tags, and no node carries `reshard` (the generator never
+    writes it)."""
+    if first is not None:
+        return _Rank(r, None, first.pos, first._tags, first, source)
+    nodes = source[r]
+    pos = {n.id: i for i, n in enumerate(nodes)}
+    if len(pos) != len(nodes):
+        raise RewriteError(f"rank {r}: a node id appears twice")
+    return _Rank(r, nodes, pos, tags, source=source)
+
+
+def _read_rank(r: int, source: Any) -> _Rank:
+    """Rank r read node by node: each node's position and (phase, layer, micro-batch) tags; a node id seen
+    twice, or a node already rewritten, refused."""
+    nodes = source[r]
+    pos: dict[int, int] = {}
+    tags = []
+    for i, n in enumerate(nodes):
+        if n.id in pos:
+            raise RewriteError(f"rank {r}: node id {n.id} appears twice")
+        phase, layer, mb, rewritten = _read_tags(n)
+        if rewritten:
+            raise RewriteError(
+                f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
+            )
+        pos[n.id] = i
+        tags.append((phase, layer, mb))
+    return _Rank(r, nodes, pos, tags, source=source)
+
+
 class _Rewriter:
     def __init__(
         self,
@@ -227,32 +327,9 @@ class _Rewriter:
             src = twins.of.get(r) if twins is not None else None
             count = source.count(r) if isinstance(source, RankNodes) else len(source[r])
             if src is not None and len(twins.tags[src]) == count:
-                # The generator built `src` and copied it to r: same ids, dependencies and tags, and no
-                # node carries `reshard` (the generator never writes it).
-                first = self.ranks.get(src)
-                if first is not None:
-                    self.ranks[r] = _Rank(r, None, first.pos, first._tags, first, source)
-                else:
-                    nodes = source[r]
-                    pos = {n.id: i for i, n in enumerate(nodes)}
-                    if len(pos) != len(nodes):
-                        raise RewriteError(f"rank {r}: a node id appears twice")
-                    self.ranks[r] = _Rank(r, nodes, pos, twins.tags[src], source=source)
-                continue
-            nodes = source[r]
-            pos: dict[int, int] = {}
-            tags = []
-            for i, n in enumerate(nodes):
-                if n.id in pos:
-                    raise RewriteError(f"rank {r}: node id {n.id} appears twice")
-                phase, layer, mb, rewritten = _read_tags(n)
-                if rewritten:
-                    raise RewriteError(
-                        f"rank {r}: node {n.id} ({n.name}) already carries {RESHARD!r}: trace is already rewritten"
-                    )
-                pos[n.id] = i
-                tags.append((phase, layer, mb))
-            self.ranks[r] = _Rank(r, nodes, pos, tags, source=source)
+                self.ranks[r] = _twin_rank(r, self.ranks.get(src), source, twins.tags[src])
+            else:
+                self.ranks[r] = _read_rank(r, source)
         known = {r for g in plan.device_groups for r in g.ranks}
         if set(self.ranks) != known:
             raise RewriteError(
@@ -377,65 +454,48 @@ class _Rewriter:
             replica_stages[g.dp_replica].add(g.pp_stage)
         pbg_of = {r: pbg for pbg in self.plan.pipeline_barrier_groups for r in pbg}
         for r, g in self.ranks.items():
-            tags = g._tags
-            # (node id, layer) of the backward compute and collectives, in node order.
-            bwd = g.structure(
-                "bwd",
-                lambda g=g, tags=tags: [
-                    (n.id, tags[i][1])
-                    for i, n in enumerate(g.nodes)
-                    if tags[i][0] == "bwd" and n.type not in P2P_TYPES
-                ],
-            )
-            # The sync also waits for the rank's stage-boundary sends: a blocking collective holding the
-            # rank's communication slot must not starve a send its peers need to finish their backward.
-            # (pp_boundary is an attribute, yet the generator sets it alike on twins: same node, same value.)
-            pp_sends = g.structure(
-                "pp_sends",
-                lambda g=g: [
-                    n.id for n in g.nodes if n.type == pb.COMM_SEND_NODE and get_int(n, PP_BOUNDARY, 0) == 1
-                ],
-            )
-            sends = [i for i in pp_sends if not g.edit.replaced(i)] + [
-                n.id for n in g.edit.inserted if n.type == pb.COMM_SEND_NODE
-            ]
+            bwd, sends = _backward_and_sends(g)
             # Sync starts once the rank's whole local backward is done (the DP barrier group of section
             # 4.5), not right after the covered layers: with one communication op in flight per rank
             # (ASTRA-sim's rule), a sync collective issued mid-backward holds the slot while a TP peer that
             # got there later waits on a TP collective of the next layer from this rank: a deadlock.
-            done = g.frontier([i for i, _ in bwd])
-            synced: list[int] = []
-            previous: list[int] = []
-            # Groups in backward order (highest layers first), each after the previous one's rings: every
-            # rank issues the sync collectives in one global order, so they cannot wait on each other in a cycle.
-            for dp in sorted(self.plan.dp_groups, key=lambda d: -d.layers[0]):
-                if r not in dp.ranks:
-                    continue
-                lo, hi = dp.layers
-                if not any(lo <= layer <= hi for _, layer in bwd):
-                    raise RewriteError(
-                        f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
-                        "missing?): cannot anchor the gradient synchronization"
-                    )
-                anchor = unique([*done, *sends, *previous])
-                previous = self._sync_group(r, dp, anchor, barriers)
-                synced.extend(previous)
+            ready = [*g.frontier([i for i, _ in bwd]), *sends]
+            synced = self._sync_groups(r, bwd, ready, barriers)
             dg = self._group_of[r]
             final = synced
             if barriers and len(replica_stages[dg.dp_replica]) > 1:
-                anchor = synced or unique([*done, *sends])
-                pbg = pbg_of[r]
+                anchor = synced or unique(ready)
                 final = [
                     self._collective(
-                        r, f"pipeline_barrier[replica {dg.dp_replica}]", pb.BARRIER, 0, pbg, anchor,
+                        r, f"pipeline_barrier[replica {dg.dp_replica}]", pb.BARRIER, 0, pbg_of[r], anchor,
                         **{LAYER: 0, PHASE: SYNC, MICRO_BATCH: -1, RING: -1, CHUNK: -1},
                     )
                 ]  # fmt: skip
+            tags = g._tags
             opt = g.structure(
                 "opt", lambda g=g, tags=tags: [n.id for i, n in enumerate(g.nodes) if tags[i][0] == "opt"]
             )
             for nid in opt:
                 g.edit.add_deps(nid, final)
+
+    def _sync_groups(self, r: int, bwd: list[tuple[int, int]], ready: list[int], barriers: bool) -> list[int]:
+        """Rank r's sync collectives of every DP group it is in, after `ready`; their ids."""
+        synced: list[int] = []
+        previous: list[int] = []
+        # Groups in backward order (highest layers first), each after the previous one's rings: every
+        # rank issues the sync collectives in one global order, so they cannot wait on each other in a cycle.
+        for dp in sorted(self.plan.dp_groups, key=lambda d: -d.layers[0]):
+            if r not in dp.ranks:
+                continue
+            lo, hi = dp.layers
+            if not any(lo <= layer <= hi for _, layer in bwd):
+                raise RewriteError(
+                    f"rank {r}: no backward node of layers {lo}-{hi} (attributes {LAYER!r}/{PHASE!r} "
+                    "missing?): cannot anchor the gradient synchronization"
+                )
+            previous = self._sync_group(r, dp, unique([*ready, *previous]), barriers)
+            synced.extend(previous)
+        return synced
 
     def _sync_group(self, r: int, dp: DpGroup, anchor: list[int], barrier: bool) -> list[int]:
         lo, hi = dp.layers
@@ -530,22 +590,7 @@ class _Rewriter:
     ) -> None:
         senders, receivers = (b.src_ranks, b.dst_ranks) if direction == "fwd" else (b.dst_ranks, b.src_ranks)
         where = f"replica {b.replica} stages {b.src_stage}->{b.dst_stage} {direction} micro-batch {mb}"
-        old_on: dict[int, list[pb.Node]] = defaultdict(list)
-        for r, n in old:
-            want = pb.COMM_SEND_NODE if r in senders else pb.COMM_RECV_NODE
-            if n.type != want or r not in (*senders, *receivers):
-                raise RewriteError(
-                    f"rank {r}: node {n.id} ({n.name}): unexpected {pb.node_type_name(n.type)} in {where}"
-                )
-            old_on[r].append(n)
-        template: dict[int, pb.Node | None] = {}
-        for side in (senders, receivers):
-            first = next((old_on[x][0] for x in side if old_on[x]), None)
-            for r in side:
-                template[r] = old_on[r][0] if old_on[r] else first
-        plan = reshard_plan(self.strategy, senders, receivers, b.tensor_bytes)
-        msgs = [m for m in plan.messages if m.nbytes > 0]
-
+        old_on = _old_by_rank(old, senders, receivers, where)
         base: dict[int, list[int]] = {}
         for r in (*senders, *receivers):
             deps = unique(d for n in old_on[r] for d in (*n.data_deps, *n.ctrl_deps))
@@ -558,32 +603,13 @@ class _Rewriter:
             else self._after(r, base[r])
             for r in base
         }
-        recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
-        sends: dict[int, list[int]] = defaultdict(list)
-        for m in sorted(msgs, key=lambda m: (m.step, m.ring, m.chunk, m.src, m.dst)):
-            tag = self.next_tag
-            self.next_tag += 1
-            earlier = [i for s, i in recvs[m.src] if s < m.step]
-            sends[m.src].append(
-                self._p2p(
-                    m,
-                    m.src,
-                    True,
-                    tag,
-                    unique([*base[m.src], *earlier]),
-                    pos[m.src],
-                    template[m.src],
-                    direction,
-                    mb,
-                )
-            )
-            recvs[m.dst].append((m.step, self._p2p(m, m.dst, False, tag, base[m.dst], pos[m.dst], template[m.dst], direction, mb)))  # fmt: skip
+        bp = _BoundaryPass(b, direction, mb, base, pos, _templates(old_on, senders, receivers))
+        plan = reshard_plan(self.strategy, senders, receivers, b.tensor_bytes)
+        sends, recvs = self._messages(bp, [m for m in plan.messages if m.nbytes > 0])
         gathered = {}
         if not self.sequence_parallel and len(receivers) > 1:
             for r in receivers:
-                gathered[r] = self._gather(
-                    r, b, direction, mb, [i for _, i in recvs[r]], old_on[r], template[r]
-                )
+                gathered[r] = self._gather(r, bp, [i for _, i in recvs[r]], old_on[r])
         for r, nodes in old_on.items():
             if r in senders:
                 rep = sends[r]
@@ -594,14 +620,27 @@ class _Rewriter:
             for n in nodes:
                 self.ranks[r].edit.replace_all_uses(n.id, rep or unique([*n.data_deps, *n.ctrl_deps]))
 
-    def _gather(
-        self, r: int, b: PipelineBoundary, direction: str, mb: int, recvs: list[int], old: list[pb.Node],
-        template: pb.Node | None,
-    ) -> int:  # fmt: skip
+    def _messages(
+        self, bp: _BoundaryPass, msgs: list[Message]
+    ) -> tuple[dict[int, list[int]], dict[int, list[tuple[int, int]]]]:
+        """Each message as a send and its receive, in step order: (rank -> send ids, rank -> (step, recv
+        id)); a send waits for its rank's receives of earlier steps."""
+        recvs: dict[int, list[tuple[int, int]]] = defaultdict(list)  # rank -> (step, recv id)
+        sends: dict[int, list[int]] = defaultdict(list)
+        for m in sorted(msgs, key=lambda m: (m.step, m.ring, m.chunk, m.src, m.dst)):
+            tag = self.next_tag
+            self.next_tag += 1
+            earlier = [i for s, i in recvs[m.src] if s < m.step]
+            sends[m.src].append(self._p2p(bp, m, True, tag, unique([*bp.base[m.src], *earlier])))
+            recvs[m.dst].append((m.step, self._p2p(bp, m, False, tag, bp.base[m.dst])))
+        return sends, recvs
+
+    def _gather(self, r: int, bp: _BoundaryPass, recvs: list[int], old: list[pb.Node]) -> int:
         """Without sequence parallelism every TP rank computes on the full activation (the generator sends
         it whole to each rank), so after receiving its 1/t shard a rank all-gathers it over its TP group,
         as Megatron's scatter-gather P2P does. The gather also waits for the consumer's predecessor in the
         rank's chain, so it takes the same place among the TP group's collectives on every member."""
+        b, direction, mb, template = bp.b, bp.direction, bp.mb, bp.template[r]
         old_ids = {n.id for n in old}
         g = self.ranks[r]
         consumers = unique(c for o in old_ids for c in g.children(o) if c not in old_ids)
@@ -629,10 +668,11 @@ class _Rewriter:
 
         return list(g.structure(f"producer {direction} {mb}", last))
 
-    def _p2p(
-        self, m: Message, r: int, send: bool, tag: int, deps: list[int], pos: tuple[str, int],
-        template: pb.Node | None, direction: str, mb: int,
-    ) -> int:  # fmt: skip
+    def _p2p(self, bp: _BoundaryPass, m: Message, send: bool, tag: int, deps: list[int]) -> int:
+        """Message m's send (on its source) or receive (on its destination), inserted at the pass's place."""
+        r = m.src if send else m.dst
+        template = bp.template[r]
+        direction, mb = bp.direction, bp.mb
         layer = get_int(template, LAYER, 0) if template is not None else 0
         kind = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
         verb = f"send_to{m.dst}" if send else f"recv_from{m.src}"
@@ -653,7 +693,7 @@ class _Rewriter:
                 ),
             },
         )
-        return self._add(r, node, pos)
+        return self._add(r, node, bp.pos[r])
 
     # ---- commit ----------------------------------------------------------------------------------------
     def edited(self, *, copy: bool = False) -> dict[int, list[pb.Node]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
@@ -26,6 +27,10 @@ from xsim.replay.progress import replay_progress
 from xsim.traces import pb
 from xsim.traces.io import DEPLOYMENT_FILE, MEMORY_FILE
 from xsim.traces.traceset import TraceSet, discover
+
+if TYPE_CHECKING:
+    from xsim.api.options import ComputeOptions
+    from xsim.netmodels.api import NetworkModel
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,33 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     check_identity(
         ts, plan_id_of(deployment)
     )  # a stale rank, another plan's file or deployment.json: refused, named
+    ran = _run(ts, deployment, options)
+    result = ran.result
+    priced, memory, target_line = _priced_target(ts, deployment, ran.compute_options)
+    return Replay(
+        ts,
+        deployment,
+        result,
+        iteration_cost(priced, result.summary_dict()["iteration_time_ns"]),
+        memory,
+        # A what-if's GPUs are the target's: the topology is checked against them, not the recorded ones.
+        (*ran.whatif_lines, *target_line, *network_warnings(ran.network, priced)),
+    )
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """A replay run: its result, the network model it ran on, the compute options it ran with (a
+    what-if's resolved) and the what-if's lines."""
+
+    result: ReplayResult
+    network: NetworkModel
+    compute_options: ComputeOptions
+    whatif_lines: tuple[str, ...]
+
+
+def _run(ts: TraceSet, deployment, options: ReplayOptions) -> _Ran:
+    """Build the models and replay; an error names the trace set (file, rank and node) in one line."""
     config = replay_config(options)
     try:
         network = build_network(
@@ -139,6 +171,14 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
         if type(exc) is not ReplayError or ts.prefix in str(exc):
             raise
         raise ReplayError(f"{ts.prefix}: {exc}") from None
+    return _Ran(result, network, compute_options, tuple(whatif_lines))
+
+
+def _priced_target(
+    ts: TraceSet, deployment, compute_options: ComputeOptions
+) -> tuple[Any, Any, tuple[str, ...]]:
+    """The deployment to price, the peak memory to check and a note: a what-if's target GPU's, else the
+    recorded run's."""
     priced, memory, target_line = deployment, peak_memory(ts), ()
     if compute_options.as_gpu and deployment is not None and len(deployment.device_groups):
         # The what-if's hardware is the target: price and memory-check with it (issue 27 item 6).
@@ -150,15 +190,7 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
             + ("no list price" if target.price_per_hour is None else f"${target.price_per_hour:g}/h")
             + ")",
         )
-    return Replay(
-        ts,
-        deployment,
-        result,
-        iteration_cost(priced, result.summary_dict()["iteration_time_ns"]),
-        memory,
-        # A what-if's GPUs are the target's: the topology is checked against them, not the recorded ones.
-        (*whatif_lines, *target_line, *network_warnings(network, priced)),
-    )
+    return priced, memory, target_line
 
 
 def _recorded(ts: TraceSet, deployment) -> Recorded:

@@ -521,39 +521,35 @@ class SearchResult:
     bound: int = 0  # the plan count estimated before enumerating (count_bound), at least `enumerated`
 
 
-def search(
-    cluster: str,
-    model: str,
-    global_batch: int,
-    *,
-    seq: int | None = None,
-    top: int = 3,
-    out: str = "out/search",
-    workers: int = 2,
-    scheduler: str | None = None,
-    progress: bool = False,
-    gpu_file: str | None = None,
-) -> SearchResult:
-    """Propose, prune, estimate and verify plans; write the verified ones as spec files under `out`
-    (gpu_file: hypothetical GPUs the cluster may name, tracegen.spec.read_gpu_file)."""
-    defs = read_gpu_file(gpu_file) if gpu_file else {}
+@dataclass(frozen=True)
+class SearchRequest:
+    """A plan search (`xsim plan --search`): the cluster, model and global batch (sequences per
+    iteration), the sequence length (None: the model's), how many plans to verify, where to write them,
+    the sweep's workers and Dask scheduler, whether to show progress, and a file of hypothetical GPUs the
+    cluster may name (tracegen.spec.read_gpu_file)."""
+
+    cluster: str
+    model: str
+    global_batch: int
+    seq: int | None = None
+    top: int = 3
+    out: str = "out/search"
+    workers: int = 2
+    scheduler: str | None = None
+    progress: bool = False
+    gpu_file: str | None = None
+
+
+def search(request: SearchRequest) -> SearchResult:
+    """Propose, prune, estimate and verify plans; write the verified ones as spec files under `out`."""
+    defs = read_gpu_file(request.gpu_file) if request.gpu_file else {}
     with catalog.defined_gpus(gpu_file_specs(defs)):
-        return _search(cluster, model, global_batch, seq, top, out, workers, scheduler, progress, defs)
+        return _search(request, defs)
 
 
-def _search(
-    cluster: str,
-    model: str,
-    global_batch: int,
-    seq: int | None,
-    top: int,
-    out: str,
-    workers: int,
-    scheduler: str | None,
-    progress: bool,
-    defs: Mapping[str, Any],
-) -> SearchResult:
+def _search(req: SearchRequest, defs: Mapping[str, Any]) -> SearchResult:
     t0 = time.perf_counter()
+    cluster, model, global_batch, seq = req.cluster, req.model, req.global_batch, req.seq
     pools = parse_cluster(cluster)
     try:
         base = preset(model)
@@ -565,18 +561,40 @@ def _search(
             "with parallel: {ep: ...}"
         )
     m = with_seq_len(base, seq or base.seq_len)
-    if global_batch < 1 or top < 1 or (seq is not None and seq < 1):
+    if global_batch < 1 or req.top < 1 or (seq is not None and seq < 1):
         raise SearchError("--global-batch, --seq and --top must be >= 1")
     bound = check_search_size(cluster, pools, m, global_batch)
     cands = enumerate_candidates(pools, m, global_batch)
     if not cands:
         raise SearchError(f"no plan of {cluster} divides a global batch of {global_batch} sequences")
     t_enum = time.perf_counter()
+    fits, oom, bad = _fitting(cands, model, m.seq_len, defs)
+    t_mem = time.perf_counter()
+    scored = sorted(
+        (Candidate(c.family, c.stages, c.micro_batches, c.reshard, estimate_ns(c, pools, m)) for c in fits),
+        key=lambda c: (c.estimate_ns, c.describe()),
+    )
+    t_est = time.perf_counter()
+    verified = _verify(req, _best_layouts(scored, req.top), m.seq_len, defs)
+    t_rep = time.perf_counter()
+    ok = [v for v in verified if v.row["status"] == "ok"]
+    breakdown, why = _explain(ok) if ok else ((), ("no verified plan replayed",))
+    return SearchResult(
+        cluster, m.name, global_batch, m.seq_len, len(cands), oom, bad, len(scored), tuple(verified),
+        {"enumerate": t_enum - t0, "memory": t_mem - t_enum, "estimate": t_est - t_mem, "replay": t_rep - t_est, "total": t_rep - t0},
+        breakdown, why, bound,
+    )  # fmt: skip
+
+
+def _fitting(
+    cands: list[Candidate], model: str, seq: int, defs: Mapping[str, Any]
+) -> tuple[list[Candidate], int, int]:
+    """The candidates whose memory fits, and how many did not fit and how many were not valid specs."""
     fits: list[Candidate] = []
     oom = bad = 0
     for c in cands:
         try:
-            dep = load_spec(c.spec(model, m.seq_len, "candidate", defs))
+            dep = load_spec(c.spec(model, seq, "candidate", defs))
             check_fits(deployment_memory(dep), "candidate")
         except OutOfMemory:
             oom += 1
@@ -585,12 +603,11 @@ def _search(
             bad += 1
             continue
         fits.append(c)
-    t_mem = time.perf_counter()
-    scored = sorted(
-        (Candidate(c.family, c.stages, c.micro_batches, c.reshard, estimate_ns(c, pools, m)) for c in fits),
-        key=lambda c: (c.estimate_ns, c.describe()),
-    )
-    t_est = time.perf_counter()
+    return fits, oom, bad
+
+
+def _best_layouts(scored: list[Candidate], top: int) -> list[Candidate]:
+    """The `top` best-estimated candidates of different layouts."""
     # Verify K different layouts: reshard variants of one layout share its estimate (the strategies differ
     # only at TP-changing boundaries), so only the first of them is replayed.
     best, layouts = [], set()
@@ -600,10 +617,16 @@ def _search(
             best.append(c)
         if len(best) == top:
             break
+    return best
+
+
+def _verify(req: SearchRequest, best: list[Candidate], seq: int, defs: Mapping[str, Any]) -> list[Verified]:
+    """Replay the chosen plans (a sweep) and write each as plan_NN.yaml, NN its rank by replayed time."""
+    out = req.out
     os.makedirs(out, exist_ok=True)
     tasks = []
     for i, c in enumerate(best):
-        spec = c.spec(model, m.seq_len, "plan", defs)
+        spec = c.spec(req.model, seq, "plan", defs)
         spec_json = sw.resolve(spec, os.getcwd())
         key = sw.plan_key(spec_json, "analytical")
         tasks.append(
@@ -616,9 +639,8 @@ def _search(
                 os.path.join(out, sw.PLANS_DIR, key),
             )
         )
-    sw.run_sweep(tasks, out, workers=workers, scheduler=scheduler, progress=progress)
+    sw.run_sweep(tasks, out, workers=req.workers, scheduler=req.scheduler, progress=req.progress)
     rows = {r["key"]: r for r in sw.rows_for(tasks, out).iter_rows(named=True)}
-    t_rep = time.perf_counter()
     order = sorted(
         zip(best, tasks, strict=True),
         key=lambda ct: (
@@ -632,14 +654,8 @@ def _search(
         Verified(c, os.path.join(out, f"plan_{i:02d}.yaml"), rows[t.key]) for i, (c, t) in enumerate(order, 1)
     ]
     for v in verified:
-        _write_spec(v, model, m.seq_len, cluster, defs)
-    ok = [v for v in verified if v.row["status"] == "ok"]
-    breakdown, why = _explain(ok) if ok else ((), ("no verified plan replayed",))
-    return SearchResult(
-        cluster, m.name, global_batch, m.seq_len, len(cands), oom, bad, len(scored), tuple(verified),
-        {"enumerate": t_enum - t0, "memory": t_mem - t_enum, "estimate": t_est - t_mem, "replay": t_rep - t_est, "total": t_rep - t0},
-        breakdown, why, bound,
-    )  # fmt: skip
+        _write_spec(v, req.model, seq, req.cluster, defs)
+    return verified
 
 
 def _write_spec(v: Verified, model: str, seq: int, cluster: str, defs: Mapping[str, Any]) -> None:

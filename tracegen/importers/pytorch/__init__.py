@@ -178,21 +178,7 @@ def _check_pair(h: HostTrace, k: KinetoTrace, rank: int, rate: float, pid: int |
 
 def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> ImportResult:
     """Import one (host ET, Kineto) pair per rank; ranks from Kineto distributedInfo, else file order."""
-    if not et_paths:
-        raise PyTorchImportError("no host execution trace given")
-    hosts = [load_host_trace(p) for p in et_paths]
-    if not kineto_paths:
-        h = hosts[0]
-        raise PyTorchImportError(
-            f"host-only trace (schema {h.schema}, {len(h.ops)} ops) is rejected: host execution traces carry"
-            " no op durations (times come from Kineto); pass each rank's Kineto trace with --kineto",
-            path=h.path,
-        )
-    if len(et_paths) != len(kineto_paths):
-        raise PyTorchImportError(
-            f"{len(et_paths)} host traces but {len(kineto_paths)} Kineto traces: give one pair per rank"
-        )
-    kinetos = [load_kineto(p) for p in kineto_paths]
+    hosts, kinetos = _load_pairs(et_paths, kineto_paths)
     ranks = _rank_order(kinetos)
     world = len(hosts)
     for k in kinetos:
@@ -237,8 +223,42 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
                 warnings=tuple(warnings),
             )
         )
+    meta = _global_metadata(hosts[0].schema, tails, graphs, kinetos, ranks, origin)
+    return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
+
+
+def _load_pairs(
+    et_paths: Sequence[str], kineto_paths: Sequence[str]
+) -> tuple[list[HostTrace], list[KinetoTrace]]:
+    """Every rank's host trace and Kineto trace, read; one of each per rank."""
+    if not et_paths:
+        raise PyTorchImportError("no host execution trace given")
+    hosts = [load_host_trace(p) for p in et_paths]
+    if not kineto_paths:
+        h = hosts[0]
+        raise PyTorchImportError(
+            f"host-only trace (schema {h.schema}, {len(h.ops)} ops) is rejected: host execution traces carry"
+            " no op durations (times come from Kineto); pass each rank's Kineto trace with --kineto",
+            path=h.path,
+        )
+    if len(et_paths) != len(kineto_paths):
+        raise PyTorchImportError(
+            f"{len(et_paths)} host traces but {len(kineto_paths)} Kineto traces: give one pair per rank"
+        )
+    return hosts, [load_kineto(p) for p in kineto_paths]
+
+
+def _global_metadata(
+    schema: str,
+    tails: int,
+    graphs: dict[int, tuple[RankGraph, HostTrace, list[str]]],
+    kinetos: list[KinetoTrace],
+    ranks: list[int],
+    origin: int | None,
+) -> pb.GlobalMetadata:
+    """The set's GlobalMetadata: producer, device, recorded GPU, and who recorded each rank from when."""
     meta = pb.GlobalMetadata(version="0.0.4")
-    A.set_attr(meta, "schema", hosts[0].schema)
+    A.set_attr(meta, "schema", schema)
     A.set_attr(meta, "producer", "xsim import pytorch")
     A.set_attr(meta, "comm_tails", tails)
     A.set_attr(meta, "pytorch_device", "cuda" if any(g.gpu_run for g, _, _ in graphs.values()) else "cpu")
@@ -257,7 +277,7 @@ def import_pytorch(et_paths: Sequence[str], kineto_paths: Sequence[str]) -> Impo
         [origin if origin is not None else first_start_ns(graphs[r][0]) for r in sorted(graphs)],
         "int64_list",
     )
-    return ImportResult(nodes=nodes, comm_groups=groups, ranks=infos, metadata=meta)
+    return meta
 
 
 def kineto_pid(k: KinetoTrace) -> int:

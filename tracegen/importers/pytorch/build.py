@@ -576,14 +576,7 @@ def add_comm_tails(graphs: list[RankGraph]) -> int:
     """
     if len(graphs) < 2 or any(g.gpu_run for g in graphs):
         return 0
-    per_rank: list[dict[tuple[Any, Any], list[int]]] = []
-    for g in graphs:
-        kinds: dict[tuple[Any, Any], list[int]] = defaultdict(list)
-        for vi in sorted(range(len(g.vertices)), key=lambda i: g.vertices[i].id):
-            v = g.vertices[vi]
-            if v.kind == "comm" and v.comm is not None and v.comm.p2p is None:
-                kinds[(v.comm.coll, v.comm.p2p)].append(vi)
-        per_rank.append(kinds)
+    per_rank = [_collectives_by_kind(g) for g in graphs]
     added = 0
     for key in sorted(set().union(*per_rank), key=str):
         lists = [k.get(key, []) for k in per_rank]
@@ -601,30 +594,47 @@ def add_comm_tails(graphs: list[RankGraph]) -> int:
             for v, end in zip(vs, ends, strict=True):
                 v.measured = v.dur
                 v.dur = end - last_start
-            for g, vi, v in zip(graphs, inst, vs, strict=True):
-                tail = v.ts + v.measured - common_end
-                if tail <= 0:
-                    continue
-                name = f"{TAIL_PREFIX}{pb.comm_type_name(v.comm.coll).lower()}"
-                t = Vertex(
-                    key=(common_end, 3, len(g.vertices)),
-                    name=name,
-                    ts=common_end,
-                    dur=tail,
-                    kind="tail",
-                    host_id=v.host_id,
-                    deps={vi},
-                )
-                ti = len(g.vertices)
-                for u in g.vertices:
-                    if vi in u.deps:
-                        u.deps.discard(vi)
-                        u.deps.add(ti)
-                g.vertices.append(t)
-                added += 1
+            for g, vi in zip(graphs, inst, strict=True):
+                added += _add_tail(g, vi, common_end)
     for g in graphs:
         number(g.vertices)
     return added
+
+
+def _collectives_by_kind(g: RankGraph) -> dict[tuple[Any, Any], list[int]]:
+    """A rank's CPU collectives (vertex indices in id order) by kind."""
+    kinds: dict[tuple[Any, Any], list[int]] = defaultdict(list)
+    for vi in sorted(range(len(g.vertices)), key=lambda i: g.vertices[i].id):
+        v = g.vertices[vi]
+        if v.kind == "comm" and v.comm is not None and v.comm.p2p is None:
+            kinds[(v.comm.coll, v.comm.p2p)].append(vi)
+    return kinds
+
+
+def _add_tail(g: RankGraph, vi: int, common_end: int) -> int:
+    """Collective vertex vi's tail (its real end - the collective's common end) between it and what waited
+    for it; 1 when added, 0 when the rank finished at the common end."""
+    v = g.vertices[vi]
+    tail = v.ts + v.measured - common_end
+    if tail <= 0:
+        return 0
+    name = f"{TAIL_PREFIX}{pb.comm_type_name(v.comm.coll).lower()}"
+    t = Vertex(
+        key=(common_end, 3, len(g.vertices)),
+        name=name,
+        ts=common_end,
+        dur=tail,
+        kind="tail",
+        host_id=v.host_id,
+        deps={vi},
+    )
+    ti = len(g.vertices)
+    for u in g.vertices:
+        if vi in u.deps:
+            u.deps.discard(vi)
+            u.deps.add(ti)
+    g.vertices.append(t)
+    return 1
 
 
 def _await(
@@ -684,46 +694,8 @@ def to_nodes(
         )
     base = start if origin_ns is None else origin_ns
     for v in sorted(g.vertices, key=lambda v: v.id):
-        lab = g.labels.get(v.host_id) if v.host_id is not None else None
-        attrs: dict[str, Any] = {}
-        if v.comm is not None:
-            if v.comm.p2p is not None:
-                peer = v.peer
-                if peer is not None and group_ranks is not None and 0 <= peer < len(group_ranks):
-                    peer = group_ranks[peer]
-                ntype = pb.COMM_SEND_NODE if v.comm.p2p == SEND else pb.COMM_RECV_NODE
-                attrs[A.COMM_SRC] = g.rank if v.comm.p2p == SEND else (peer if peer is not None else -1)
-                attrs[A.COMM_DST] = (peer if peer is not None else -1) if v.comm.p2p == SEND else g.rank
-                attrs[A.COMM_TAG] = int(v.tag)
-            else:
-                ntype = pb.COMM_COLL_NODE
-                attrs[A.COMM_TYPE] = int(v.comm.coll)
-            attrs[A.COMM_SIZE] = int(v.comm_bytes)
-            attrs[A.PG_NAME] = pg_name
-            attrs[A.IS_CPU_OP] = False
-        else:
-            ntype = pb.COMP_NODE
-            # In a CPU-only run the host ops are the device work; in a GPU run they launch it.
-            # Tails are rank-local completion of communication: on the CPU slot, never blocking compute.
-            attrs[A.IS_CPU_OP] = (v.kind == "cpu" and g.gpu_run) or v.kind == "tail"
-        attrs[A.LAYER] = lab.layer if lab else 0
-        attrs[A.PHASE] = (
-            ("sync" if v.comm is not None and lab and lab.phase in ("bwd", "") else lab.phase) if lab else ""
-        )
-        attrs[MODULE] = lab.module if lab else ""
-        if v.source_op:
-            attrs[SOURCE_OP] = v.source_op
-        attrs[DURATION_NS] = int(v.dur)
-        if v.measured is not None:
-            attrs[KINETO_DUR_NS] = int(v.measured)
-        attrs[MEASURED_START_NS] = int(v.ts - base)
-        attrs[PROFILER_STEP] = _step_of(g.steps, v.ts)
-        if v.kind == "cpu":
-            attrs[TID] = int(v.thread[1]) if isinstance(v.thread[1], int) else 0
-        if v.stream is not None and isinstance(v.stream[1], int):
-            attrs[A.STREAM] = int(v.stream[1])
-        if v.host_id is not None and v.kind == "cpu":
-            attrs[RF_ID] = int(host.ops[v.host_id].rf_id)
+        ntype, attrs = _kind_attrs(g, v, pg_name, group_ranks)
+        _add_measured_attrs(g, v, host, base, attrs)
         try:
             node = A.make_node(
                 v.id,
@@ -738,6 +710,58 @@ def to_nodes(
             raise _field_error(v, attrs, host.path, g.rank) from None
         nodes.append(node)
     return nodes
+
+
+def _kind_attrs(
+    g: RankGraph, v: Vertex, pg_name: str, group_ranks: tuple[int, ...] | None
+) -> tuple[int, dict[str, Any]]:
+    """A vertex's node type and the attributes that go with it: a P2P's peers and tag, a collective's
+    type, their size and group; where it runs (CPU or GPU)."""
+    attrs: dict[str, Any] = {}
+    if v.comm is None:
+        # In a CPU-only run the host ops are the device work; in a GPU run they launch it.
+        # Tails are rank-local completion of communication: on the CPU slot, never blocking compute.
+        attrs[A.IS_CPU_OP] = (v.kind == "cpu" and g.gpu_run) or v.kind == "tail"
+        return pb.COMP_NODE, attrs
+    if v.comm.p2p is not None:
+        peer = v.peer
+        if peer is not None and group_ranks is not None and 0 <= peer < len(group_ranks):
+            peer = group_ranks[peer]
+        ntype = pb.COMM_SEND_NODE if v.comm.p2p == SEND else pb.COMM_RECV_NODE
+        attrs[A.COMM_SRC] = g.rank if v.comm.p2p == SEND else (peer if peer is not None else -1)
+        attrs[A.COMM_DST] = (peer if peer is not None else -1) if v.comm.p2p == SEND else g.rank
+        attrs[A.COMM_TAG] = int(v.tag)
+    else:
+        ntype = pb.COMM_COLL_NODE
+        attrs[A.COMM_TYPE] = int(v.comm.coll)
+    attrs[A.COMM_SIZE] = int(v.comm_bytes)
+    attrs[A.PG_NAME] = pg_name
+    attrs[A.IS_CPU_OP] = False
+    return ntype, attrs
+
+
+def _add_measured_attrs(g: RankGraph, v: Vertex, host: HostTrace, base: int, attrs: dict[str, Any]) -> None:
+    """A vertex's label (layer, phase, module), its measured times (base: the ns its start counts from),
+    its step and where it ran (thread, stream, record function id)."""
+    lab = g.labels.get(v.host_id) if v.host_id is not None else None
+    attrs[A.LAYER] = lab.layer if lab else 0
+    attrs[A.PHASE] = (
+        ("sync" if v.comm is not None and lab and lab.phase in ("bwd", "") else lab.phase) if lab else ""
+    )
+    attrs[MODULE] = lab.module if lab else ""
+    if v.source_op:
+        attrs[SOURCE_OP] = v.source_op
+    attrs[DURATION_NS] = int(v.dur)
+    if v.measured is not None:
+        attrs[KINETO_DUR_NS] = int(v.measured)
+    attrs[MEASURED_START_NS] = int(v.ts - base)
+    attrs[PROFILER_STEP] = _step_of(g.steps, v.ts)
+    if v.kind == "cpu":
+        attrs[TID] = int(v.thread[1]) if isinstance(v.thread[1], int) else 0
+    if v.stream is not None and isinstance(v.stream[1], int):
+        attrs[A.STREAM] = int(v.stream[1])
+    if v.host_id is not None and v.kind == "cpu":
+        attrs[RF_ID] = int(host.ops[v.host_id].rf_id)
 
 
 def _field_error(v: Vertex, attrs: dict[str, Any], path: str, rank: int) -> PyTorchImportError:
