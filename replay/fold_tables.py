@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xsim.replay.engine import EngineOutput, canonical_ids
+from xsim.replay.fold import Copies
 from xsim.replay.program import ANNOTATION_COLUMNS, Program
 from xsim.replay.result import (
     OpsColumns,
@@ -73,14 +74,14 @@ class FoldedTables:
         }  # fmt: skip
         self.ready = np.asarray(out.ready, dtype=np.int64)
         self.delta = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
-        self._collectives()
+        self._collectives(fold, groups)
         self._pairs()
 
     def _full(self, ranks: np.ndarray, g: np.ndarray) -> np.ndarray:
         """The full (unfolded) node index of representative node g on rank(s) `ranks` of the same slot."""
         return self.full_off[ranks] + g - self.off[self.slot_of[ranks]]
 
-    def _collectives(self) -> None:
+    def _collectives(self, fold, groups: ProcessGroups) -> None:
         """Records inside replica 0 (one copy per replica) and shared ones (one record), numbered."""
         prog, out, m = self.prog, self.out, self.m
         inside, shared = [], []
@@ -100,24 +101,36 @@ class FoldedTables:
         g0 = np.asarray([r.nodes[0] for r in inside], dtype=np.int64)
         # Copy k of an inside record: members pi_k(members), first node on rep[k][slot of member 0].
         f0_in = self._full(self.rep[:, self.slot_of[m0]], g0[None, :]) if len(inside) else np.zeros((m, 0))
-        la_sh, f0_sh, wait_sh = [], [], []
-        for rec in shared:
+        # A shared record has one copy, or (a rank-class fold, fold.tp > 1) one per distinct image of its
+        # group (replay/fold.py Copies): entry sh_at[k, r] is replica k's copy of record r.
+        copies = Copies(fold, groups) if fold.tp > 1 else None
+        la_sh, f0_sh, wait_sh, kc_sh = [], [], [], []
+        sh_at = np.zeros((m, len(shared)), dtype=np.int64)
+        for r, rec in enumerate(shared):
             lut = {}
             mem = np.asarray(rec.members, dtype=np.int64)
             sim = mem[list(rec.positions)]
             for sl, g in zip(self.slot_of[sim].tolist(), rec.nodes, strict=True):
                 lut[sl] = g
             gm = np.asarray([lut[sl] for sl in self.slot_of[mem].tolist()], dtype=np.int64)
-            la_sh.append(rec.last_arrival_ns)
-            f0_sh.append(int(self._full(mem[:1], gm[:1])[0]))
+            cp = copies(rec.members) if copies is not None else np.zeros(m, dtype=np.int64)
+            kc = np.zeros(int(cp.max()) + 1, dtype=np.int64)
+            kc[cp[::-1]] = np.arange(m - 1, -1, -1)  # the first replica of each copy
+            sh_at[:, r] = len(la_sh) + cp
             wait_sh.append(int(self.wait[gm].sum()))
+            for k in kc.tolist():
+                m0 = copies.first(k, rec.members) if k else int(mem[0])
+                g0 = lut[int(self.slot_of[m0])]
+                la_sh.append(rec.last_arrival_ns)
+                f0_sh.append(int(self._full(np.asarray([m0]), np.asarray([g0]))[0]))
+                kc_sh.append((r, k))
         ids = canonical_ids(
             np.concatenate([np.tile(la_in, m), np.asarray(la_sh, dtype=np.int64)]),
             np.concatenate([f0_in.reshape(-1).astype(np.int64), np.asarray(f0_sh, dtype=np.int64)]),
         )
         n_in = len(inside)
         self.id_in = ids[: m * n_in].reshape(m, n_in)
-        self.id_sh = ids[m * n_in :]
+        self.id_sh = ids[m * n_in :][sh_at]
         self.num_collectives = len(ids)
         # The collectives table, rows in id order.
         total = len(ids)
@@ -143,10 +156,17 @@ class FoldedTables:
             for k in range(1, m):
                 first = int(self.rep[k, self.slot_of[rec.members[0]]])
                 names[int(at[k])] = self.labels[first].keys.get(j0, rec.group)
-        for r, rec in enumerate(shared):
-            at = self.id_sh[r : r + 1]
-            put(at, rec, wait_sh[r])
-            names[int(at[0])] = rec.group
+        sh_ids = ids[m * n_in :]
+        for e, (r, k) in enumerate(kc_sh):
+            rec = shared[r]
+            put(sh_ids[e : e + 1], rec, wait_sh[r])
+            name = rec.group
+            if k:  # the group's copy: named by the label of the first simulated member's mirror
+                s0 = rec.members[rec.positions[0]]
+                y0 = copies.ctx.perm(k, s0)
+                j0 = rec.nodes[0] - int(self.off[self.slot_of[s0]])
+                name = self.labels[y0].keys.get(j0, rec.group)
+            names[int(sh_ids[e])] = name
         self.coll_cols = {
             "collective": np.arange(total, dtype=np.int64),
             "pg_name": names,
@@ -212,7 +232,7 @@ class FoldedTables:
         if self.id_in.size:
             coll = np.where(ci >= 0, self.id_in[krow, np.maximum(ci, 0)], coll)
         if self.id_sh.size:
-            coll = np.where(cs >= 0, self.id_sh[np.maximum(cs, 0)], coll)
+            coll = np.where(cs >= 0, self.id_sh[krow, np.maximum(cs, 0)], coll)
         pp = self.pp[idx]
         has = pp >= 0
         p2p = np.where(has, self.id_p[krow, np.maximum(pp, 0)], -1) if self.id_p.size else pp
