@@ -158,6 +158,16 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
     c = trace_set.classes
+    if c is not None and fold == "dp" and c.tp > 1:
+        # A rank-class set folded by its DP replicas only (the rank classes were refused): replica d holds
+        # its entries d*tp .. d*tp + tp - 1, and pi_d is the construction's swap of DP replica d with 0.
+        ent = [[r for rep in c.replicas[d : d + c.tp] for r in rep] for d in range(0, len(c.replicas), c.tp)]
+        dgs = {
+            r: d
+            for rep, ds in zip(c.replicas, c.device_groups, strict=True)
+            for r, d in zip(rep, ds, strict=True)
+        }
+        return make_fold(ent, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
     if c is not None:
         if not (fold is True or fold == "auto"):
             raise FoldRefused(

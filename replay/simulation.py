@@ -157,7 +157,7 @@ def rep_columns(
         if is_json_file(path):
             out[r] = None
             continue
-        buf, _gz = read_bytes(path)
+        buf = trace_set.read(r)  # a rank-class set folded by DP only: its unwritten ranks' derived bytes
         batch.append((r, buf))
         size += len(buf)
         if size >= _BATCH_BYTES:
@@ -249,6 +249,12 @@ def simulate(
         return _simulate(ts, attempt, compute, groups, config, progress, t0, True)
     except FoldRefused as exc:
         reason = str(exc)
+    if ts.classes is not None and ts.classes.tp > 1 and len(ts.classes.replicas) > ts.classes.tp:
+        try:  # a rank-class set whose TP positions are not alike here: its DP replicas may still be
+            attempt = private_model(network) if foldable else network
+            return _simulate(ts, attempt, compute, groups, config, progress, t0, "dp")
+        except FoldRefused as exc:
+            reason = str(exc)
     res = _simulate(*args, None)
     res.fold_status, res.fold_reason = "unfolded", reason
     return res
@@ -285,6 +291,8 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
             prog = build_program(ts, pgs, compute, config, columns=ColumnReader(ts).get)
         else:
             pgs = load_groups(ts, groups, scan=True)
+            if ts.classes is not None and ts.classes.tp > plan.tp:  # a rank-class set folded by DP only
+                ts = ts.with_source(compact_source(ts, pgs, compute, config))
             reps = rep_columns(ts, plan.replicas[0])
             prog = build_program(
                 ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
