@@ -265,11 +265,17 @@ def test_a_heterogeneous_plan_is_written_once_per_class(tmp_path):
     _same_tables(tmp_path / "flowc", tmp_path / "flowa")
 
 
-def test_rank_classes_fold_tp_positions_and_replicas(tmp_path):
+@pytest.mark.parametrize("how", ["1f1b", "interleaved-2021"])
+def test_rank_classes_fold_tp_positions_and_replicas(tmp_path, how):
     """TP 4 x PP 2 x DP 2 (issue 24 item 4): one rank per stage written (ranks 0 and 4: TP position 0 of
     each stage of replica 0, rank 8r + 4k + t), 8 classes simulated as one; the tables equal an unfolded
-    replay of every rank's files, and the derived files equal them byte for byte."""
+    replay of every rank's files and of the derived ones. Also interleaved (2 chunks per stage) on the
+    Megatron 2021 profile, as Narayanan et al.'s and Korthikanti et al.'s large rows run."""
     spec = _spec("tp4", dp=2, tp=4)
+    if how != "1f1b":
+        spec.update(virtual_stages=2, micro_batches=4, framework="megatron-2021")
+        for g in spec["device_groups"]:
+            g.pop("layers")  # Megatron's equal split into 2 chunks per stage
     _gen(spec, tmp_path / "c", all_ranks=False)
     _gen(spec, tmp_path / "a", all_ranks=True)
     assert sorted(p.name for p in (tmp_path / "c").glob("*.et")) == ["tp4.0.et", "tp4.4.et"]

@@ -119,9 +119,9 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
 def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankClasses | None:
     """Rank classes (DP replica x TP position, module docstring) of a plan whose TP ranks are alike by
     construction, or None: one TP degree T > 1 everywhere, one TP group per device group, replicas of
-    one shape, no expert or context parallelism, no interleaving (and so no resharding)."""
+    one shape, no expert or context parallelism (and so no resharding; interleaved plans fold alike)."""
     tps = {dg.tp for dg in dep.device_groups}
-    if len(tps) != 1 or (tp := tps.pop()) < 2 or replica_block(dep) > 1 or dep.virtual_stages > 1:
+    if len(tps) != 1 or (tp := tps.pop()) < 2 or replica_block(dep) > 1:
         return None
     if not is_homogeneous(dep) or any(len(dg.ranks) != tp for dg in dep.device_groups):
         return None
