@@ -358,6 +358,11 @@ class Copies:
         key = self.ctx.by_set().get(img)
         return self.ctx.groups.groups[key][0] if key is not None else self.ctx.perm(k, members[0])
 
+    def name(self, k: int, members: tuple[int, ...], group: str) -> str:
+        """The key of the group pi_k maps `group` onto (the group's own where no one group holds it)."""
+        key = self.ctx.image_key(k, members, group, {})
+        return group if key is None else key
+
     def __call__(self, members: Sequence[int]) -> np.ndarray:
         """The copy index of each replica's image of `members` (all zeros: one copy, all distinct: m)."""
         key = tuple(members)

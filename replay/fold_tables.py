@@ -101,36 +101,15 @@ class FoldedTables:
         g0 = np.asarray([r.nodes[0] for r in inside], dtype=np.int64)
         # Copy k of an inside record: members pi_k(members), first node on rep[k][slot of member 0].
         f0_in = self._full(self.rep[:, self.slot_of[m0]], g0[None, :]) if len(inside) else np.zeros((m, 0))
-        # A shared record has one copy, or (a rank-class fold, fold.tp > 1) one per distinct image of its
-        # group (replay/fold.py Copies): entry sh_at[k, r] is replica k's copy of record r.
-        copies = Copies(fold, groups) if fold.tp > 1 else None
-        la_sh, f0_sh, wait_sh, kc_sh = [], [], [], []
-        sh_at = np.zeros((m, len(shared)), dtype=np.int64)
-        for r, rec in enumerate(shared):
-            lut = {}
-            mem = np.asarray(rec.members, dtype=np.int64)
-            sim = mem[list(rec.positions)]
-            for sl, g in zip(self.slot_of[sim].tolist(), rec.nodes, strict=True):
-                lut[sl] = g
-            gm = np.asarray([lut[sl] for sl in self.slot_of[mem].tolist()], dtype=np.int64)
-            cp = copies(rec.members) if copies is not None else np.zeros(m, dtype=np.int64)
-            kc = np.zeros(int(cp.max()) + 1, dtype=np.int64)
-            kc[cp[::-1]] = np.arange(m - 1, -1, -1)  # the first replica of each copy
-            sh_at[:, r] = len(la_sh) + cp
-            wait_sh.append(int(self.wait[gm].sum()))
-            for k in kc.tolist():
-                m0 = copies.first(k, rec.members) if k else int(mem[0])
-                g0 = lut[int(self.slot_of[m0])]
-                la_sh.append(rec.last_arrival_ns)
-                f0_sh.append(int(self._full(np.asarray([m0]), np.asarray([g0]))[0]))
-                kc_sh.append((r, k))
+        sh = _SharedEntries(self, shared, Copies(fold, groups) if fold.tp > 1 else None)
+        la_sh, f0_sh = sh.la, sh.f0
         ids = canonical_ids(
             np.concatenate([np.tile(la_in, m), np.asarray(la_sh, dtype=np.int64)]),
             np.concatenate([f0_in.reshape(-1).astype(np.int64), np.asarray(f0_sh, dtype=np.int64)]),
         )
         n_in = len(inside)
         self.id_in = ids[: m * n_in].reshape(m, n_in)
-        self.id_sh = ids[m * n_in :][sh_at]
+        self.id_sh = ids[m * n_in :][sh.at]
         self.num_collectives = len(ids)
         # The collectives table, rows in id order.
         total = len(ids)
@@ -157,16 +136,10 @@ class FoldedTables:
                 first = int(self.rep[k, self.slot_of[rec.members[0]]])
                 names[int(at[k])] = self.labels[first].keys.get(j0, rec.group)
         sh_ids = ids[m * n_in :]
-        for e, (r, k) in enumerate(kc_sh):
-            rec = shared[r]
-            put(sh_ids[e : e + 1], rec, wait_sh[r])
-            name = rec.group
-            if k:  # the group's copy: named by the label of the first simulated member's mirror
-                s0 = rec.members[rec.positions[0]]
-                y0 = copies.ctx.perm(k, s0)
-                j0 = rec.nodes[0] - int(self.off[self.slot_of[s0]])
-                name = self.labels[y0].keys.get(j0, rec.group)
-            names[int(sh_ids[e])] = name
+        for key, vals in sh.table().items():
+            cols[key][sh_ids] = vals
+        for e, name in zip(sh_ids.tolist(), sh.names, strict=True):
+            names[e] = name
         self.coll_cols = {
             "collective": np.arange(total, dtype=np.int64),
             "pg_name": names,
@@ -403,3 +376,65 @@ class FoldedTables:
 
 
 __all__ = ["CHUNK_ROWS", "FoldedTables"]
+
+
+class _SharedEntries:
+    """The copies of the records on groups with folded members (one each, or in a rank-class fold one
+    per distinct image of the group: replay/fold.py Copies), worked out on arrays a group at a time."""
+
+    def __init__(self, ft: FoldedTables, shared: list, copies) -> None:
+        m = ft.m
+        self.at = np.zeros((m, len(shared)), dtype=np.int64)  # replica k's copy of record r: its entry
+        by: dict[tuple, list[int]] = {}
+        for r, rec in enumerate(shared):
+            by.setdefault((rec.group, rec.members, tuple(sorted(rec.positions))), []).append(r)
+        la, f0, rec_of, names = [], [], [], []
+        self.end = np.zeros(len(shared), dtype=np.int64)
+        self.wait = np.zeros(len(shared), dtype=np.int64)
+        e0 = 0
+        for (group, members, pos), rs in by.items():
+            recs = [shared[r] for r in rs]
+            mem = np.asarray(members, dtype=np.int64)
+            # nodes[i, j]: record i's node of its j-th simulated member (in member order).
+            pp = np.asarray([rec.positions for rec in recs], dtype=np.int64)
+            nodes = np.take_along_axis(
+                np.asarray([rec.nodes for rec in recs], dtype=np.int64), np.argsort(pp, axis=1), axis=1
+            )
+            col_of = {sl: j for j, sl in enumerate(ft.slot_of[mem[list(pos)]].tolist())}
+            cp = copies(members) if copies is not None else np.zeros(m, dtype=np.int64)
+            kc = np.zeros(int(cp.max()) + 1, dtype=np.int64)
+            kc[cp[::-1]] = np.arange(m - 1, -1, -1)  # the first replica of each copy
+            fm = np.asarray([copies.first(k, members) if k else members[0] for k in kc.tolist()], np.int64)
+            fsl = ft.slot_of[fm]
+            g0 = nodes[:, [col_of[sl] for sl in fsl.tolist()]]  # (records, copies)
+            f0.append((ft.full_off[fm][None, :] + g0 - ft.off[fsl][None, :]).reshape(-1))
+            la.append(np.repeat(np.asarray([rec.last_arrival_ns for rec in recs], dtype=np.int64), len(kc)))
+            rec_of.append(np.repeat(np.asarray(rs, dtype=np.int64), len(kc)))
+            self.at[:, rs] = e0 + np.arange(len(rs), dtype=np.int64)[None, :] * len(kc) + cp[:, None]
+            e0 += len(rs) * len(kc)
+            # Every member waits as long as the simulated one of its slot.
+            cnt = np.bincount([col_of[sl] for sl in ft.slot_of[mem].tolist()], minlength=nodes.shape[1])
+            self.end[rs] = ft.end[nodes].max(axis=1)
+            self.wait[rs] = ft.wait[nodes] @ cnt
+            own = [group] + [copies.name(k, members, group) for k in kc.tolist()[1:]]
+            names.extend(own * len(rs))
+        empty = np.zeros(0, dtype=np.int64)
+        self.la = np.concatenate(la) if la else empty
+        self.f0 = np.concatenate(f0) if f0 else empty
+        self.rec_of = np.concatenate(rec_of) if rec_of else empty
+        self.names = names
+        self.shared = shared
+
+    def table(self) -> dict[str, np.ndarray]:
+        """The collectives-table columns of every entry, in entry order."""
+        shared = self.shared
+        per = {
+            "ct": [rec.comm_type for rec in shared],
+            "ranks": [len(rec.members) for rec in shared],
+            "bytes": [rec.size for rec in shared],
+            "first": [rec.first_arrival_ns for rec in shared],
+            "last": [rec.last_arrival_ns for rec in shared],
+        }
+        out = {k: np.asarray(v, dtype=np.int64)[self.rec_of] for k, v in per.items()}
+        out["end"], out["w"] = self.end[self.rec_of], self.wait[self.rec_of]
+        return out
