@@ -18,6 +18,17 @@ rank. It is used only when it is proven:
 By induction over the event loop, every folded rank then runs each node at its representative's instants,
 so the result tables are the representative's rows under the folded ranks' own numbers and labels.
 
+Rank classes (Fold.tp = T > 1, a compact set's `tp_positions`, traces/classes.py): replica k is TP
+position k mod T of every stage of DP replica k div T, and pi_k swaps DP replica k div T with 0 and TP
+position k mod T with 0 in every stage at once (an involution that also renames other replicas). A group
+with folded members is then accepted ('partial') when it is fixed by the renamings that fix replica 0 rank
+by rank (so the representatives' program is unchanged by them), each folded member's representative is a
+member and the member's own pi maps the group onto itself (so it joins the same collective, issuing when
+its representative does); each distinct image pi_k(group) is another group of the set, named by the
+folded rank's file (or, by construction, its member set), timed once by the network check with its own
+member order (rank pi_k(x) must finish when x does), and is a copy of the collective in the tables
+(a TP group: one per DP replica; a DP group: one per TP position).
+
 The trace condition is shown first on raw bytes (replay/fold_bytes.py: the folded file equals the
 representative's with its labels swapped in), node by node with protobuf only where the bytes differ,
 and for the whole file the old way when the byte comparison cannot decide.
