@@ -331,7 +331,8 @@ def _simulate(ts: TraceSet, network, compute, groups, config, progress, t0: floa
             res.fold_status = "folded" if plan is not None else "unfolded"
             res.fold_reason = (
                 (
-                    f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
+                    f"{plan.factor} {'rank classes' if plan.tp > 1 else 'replicas'} alike by construction "
+                    f"({CLASSES_FILE})"
                     if plan.by_construction
                     else f"{plan.factor} replicas proven alike ({plan.source})"
                 )

@@ -284,6 +284,7 @@ def test_rank_classes_fold_tp_positions_and_replicas(tmp_path, how):
     assert doc["replicas"] == [[8 * r + t, 8 * r + 4 + t] for r in range(2) for t in range(4)]
     perf = _replay(tmp_path / "c", tmp_path / "rc")
     assert perf["fold"] == "folded" and perf["fold_factor"] == 8 and perf["ranks_simulated"] == 2
+    assert perf["fold_reason"] == "8 rank classes alike by construction (classes.json)"
     _replay(tmp_path / "a", tmp_path / "rn", fold=False)
     _replay(tmp_path / "c", tmp_path / "rcn", fold=False)
     _same_tables(tmp_path / "rc", tmp_path / "rn")
