@@ -42,6 +42,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -387,6 +388,37 @@ class Copies:
         return out
 
 
+class SlotNames(Mapping):
+    """node -> name, each node's name that of its slot: a folded rank's labels by construction, held as the
+    representative's node and slot lists (shared by every rank of its class) and this rank's names per
+    slot, not a dict per rank (3,072 ranks x thousands of collectives). Read-only."""
+
+    __slots__ = ("_nodes", "_pos", "_slot", "_names")
+
+    def __init__(
+        self, nodes: Sequence[int], pos: Mapping[int, int], slot: Sequence[int], names: Sequence
+    ) -> None:
+        self._nodes, self._pos, self._slot, self._names = nodes, pos, slot, names
+
+    def __getitem__(self, j: int):
+        return self._names[self._slot[self._pos[j]]]
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def values(self) -> list:  # type: ignore[override]
+        """The names in node order."""
+        names = self._names
+        return [names[s] for s in self._slot]
+
+    def copy(self) -> SlotNames:
+        """Itself (read-only)."""
+        return self
+
+
 @dataclass
 class RankLabels:
     """What a folded rank's ops rows take from its own trace instead of its representative's."""
@@ -598,6 +630,25 @@ class _RepTemplate:
     name_nodes: list[int]  # P2P nodes whose name carries the peer, and their slots
     name_slots: list[int]
     reordered: bool = False  # the file's nodes are not in the program's (id) order
+
+    @cached_property
+    def pg_pos(self) -> dict[int, int]:
+        """pg node -> its index in pg_nodes."""
+        return {j: p for p, j in enumerate(self.pg_nodes)}
+
+    @cached_property
+    def name_pos(self) -> dict[int, int]:
+        """Named P2P node -> its index in name_nodes."""
+        return {j: p for p, j in enumerate(self.name_nodes)}
+
+    @cached_property
+    def name_first(self) -> list[tuple[int, int]]:
+        """One (node, slot) per distinct name slot: a slot's name differs from the representative's
+        node name for all its nodes or none (the name is the slot's text around the renamed peer)."""
+        seen: dict[int, int] = {}
+        for j, sl in zip(self.name_nodes, self.name_slots, strict=True):
+            seen.setdefault(sl, j)
+        return [(j, sl) for sl, j in seen.items()]
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
@@ -816,14 +867,22 @@ def _predict(
     if swap_dg:
         lab.device_group = (dgs[r], dgs[x])
         lab.dg_nodes = rt.dg_nodes
+    if not want:  # by construction: nothing changes the labels later, so they are held per slot
+        if rt.pg_nodes:
+            lab.pg_names = lab.keys = SlotNames(rt.pg_nodes, rt.pg_pos, rt.pg_slots, keys)
+        if rt.name_nodes and all(keys[sl] != prog.name[lo + j] for j, sl in rt.name_first):
+            lab.names = SlotNames(rt.name_nodes, rt.name_pos, rt.name_slots, keys)
+            return True
+        for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
+            if keys[sl] != prog.name[lo + j]:
+                lab.names[j] = keys[sl]
+        return True
     if rt.pg_nodes:
         lab.pg_names = dict(zip(rt.pg_nodes, [keys[sl] for sl in rt.pg_slots], strict=True))
         lab.keys = lab.pg_names.copy()
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]
-    if not want:
-        return True
     subs = rt.subs if swap_dg else rt.subs_no_dg
     return predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
 
