@@ -171,15 +171,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     n = trace_set.num_ranks
     c = trace_set.classes
     if c is not None and fold == "dp" and c.tp > 1:
-        # A rank-class set folded by its DP replicas only (the rank classes were refused): replica d holds
-        # its entries d*tp .. d*tp + tp - 1, and pi_d is the construction's swap of DP replica d with 0.
-        ent = [[r for rep in c.replicas[d : d + c.tp] for r in rep] for d in range(0, len(c.replicas), c.tp)]
-        dgs = {
-            r: d
-            for rep, ds in zip(c.replicas, c.device_groups, strict=True)
-            for r, d in zip(rep, ds, strict=True)
-        }
-        return make_fold(ent, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
+        return _dp_of_classes(c, n)
     if c is not None:
         if not (fold is True or fold == "auto"):
             raise FoldRefused(
@@ -227,6 +219,18 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     if isinstance(fold, Sequence) and not isinstance(fold, str):
         return make_fold(fold, n, "given replicas")
     raise ReplayError(f"fold must be True, 'auto', 'tp', a Fold or a list of replicas, got {fold!r}")
+
+
+def _dp_of_classes(c, n: int) -> Fold:
+    """A rank-class set folded by its DP replicas only (its rank classes refused): replica d holds its
+    entries d*tp .. d*tp + tp - 1, and pi_d is the construction's swap of DP replica d with 0."""
+    ent = [[r for rep in c.replicas[d : d + c.tp] for r in rep] for d in range(0, len(c.replicas), c.tp)]
+    dgs = {
+        r: d
+        for rep, ds in zip(c.replicas, c.device_groups, strict=True)
+        for r, d in zip(rep, ds, strict=True)
+    }
+    return make_fold(ent, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
 
 
 def check_models(
@@ -1069,18 +1073,11 @@ def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
                 f"{info.group!r} = {list(info.members)}",
             )
         lab.keys[j] = key
-    elif cls == "partial" and ctx.image(k, info.members) == frozenset(info.members):
-        if key != info.group:
-            raise _refuse(path, x, r, f"{where}: group {key!r}, representative's {info.group!r}")
-    elif cls == "partial":
-        if frozenset(members) != ctx.image(k, info.members):
-            raise _refuse(
-                path,
-                x,
-                r,
-                f"{where}: group {key!r} = {list(members)} is not replica {k}'s copy of "
-                f"{info.group!r} = {list(info.members)}",
-            )
+    elif cls == "partial":  # the group pi_k maps it onto: itself (same key) or another (its copy)
+        img = ctx.image(k, info.members)
+        if frozenset(members) != img or (img == frozenset(info.members) and key != info.group):
+            what = f"group {key!r} = {list(members)} is not replica {k}'s image of {info.group!r}"
+            raise _refuse(path, x, r, f"{where}: {what} = {list(info.members)}")
         lab.keys[j] = key
     else:
         raise _refuse(
