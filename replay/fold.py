@@ -18,6 +18,17 @@ rank. It is used only when it is proven:
 By induction over the event loop, every folded rank then runs each node at its representative's instants,
 so the result tables are the representative's rows under the folded ranks' own numbers and labels.
 
+Rank classes (Fold.tp = T > 1, a compact set's `tp_positions`, traces/classes.py): replica k is TP
+position k mod T of every stage of DP replica k div T, and pi_k swaps DP replica k div T with 0 and TP
+position k mod T with 0 in every stage at once (an involution that also renames other replicas). A group
+with folded members is then accepted ('partial') when it is fixed by the renamings that fix replica 0 rank
+by rank (so the representatives' program is unchanged by them), each folded member's representative is a
+member and the member's own pi maps the group onto itself (so it joins the same collective, issuing when
+its representative does); each distinct image pi_k(group) is another group of the set, named by the
+folded rank's file (or, by construction, its member set), timed once by the network check with its own
+member order (rank pi_k(x) must finish when x does), and is a copy of the collective in the tables
+(a TP group: one per DP replica; a DP group: one per TP position).
+
 The trace condition is shown first on raw bytes (replay/fold_bytes.py: the folded file equals the
 representative's with its labels swapped in), node by node with protobuf only where the bytes differ,
 and for the whole file the old way when the byte comparison cannot decide.
@@ -31,6 +42,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 from google.protobuf.message import DecodeError
@@ -75,6 +87,10 @@ class Fold:
     # rank -> its DP replica number, where node names carry it (a heterogeneous compact set's pipeline
     # barriers, "pipeline_barrier[replica 3]", tracegen/planner/rewrite.py); empty otherwise.
     dp_replicas: Mapping[int, int] = field(default_factory=dict)
+    # TP positions folded per DP replica (a rank-class fold, traces/classes.py): replica k is position
+    # k % tp of DP replica k // tp, and pi_k swaps DP replica 0 with k // tp and TP position 0 with k % tp
+    # in every stage at once (the module docstring); 1: replica k is a DP replica, pi_k the plain swap.
+    tp: int = 1
 
     @property
     def factor(self) -> int:
@@ -154,6 +170,8 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
     c = trace_set.classes
+    if c is not None and fold == "dp" and c.tp > 1:
+        return _dp_of_classes(c, n)
     if c is not None:
         if not (fold is True or fold == "auto"):
             raise FoldRefused(
@@ -165,6 +183,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             for r, d in zip(rep, ds, strict=True)
         }
         fold = make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
+        fold = replace(fold, tp=c.tp)
         if c.dp_replicas:
             reps = {
                 r: d
@@ -174,7 +193,11 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             fold = replace(fold, dp_replicas=reps)
         return fold
     if isinstance(fold, Fold):
-        return make_fold(fold.replicas, n, fold.source, fold.device_groups)
+        if fold.tp < 1 or len(fold.replicas) % fold.tp:
+            raise FoldRefused(
+                f"fold ({fold.source}): {len(fold.replicas)} replicas are not DP x TP {fold.tp}"
+            )
+        return replace(make_fold(fold.replicas, n, fold.source, fold.device_groups), tp=fold.tp)
     if fold == "tp":
         path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
         try:
@@ -196,6 +219,18 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     if isinstance(fold, Sequence) and not isinstance(fold, str):
         return make_fold(fold, n, "given replicas")
     raise ReplayError(f"fold must be True, 'auto', 'tp', a Fold or a list of replicas, got {fold!r}")
+
+
+def _dp_of_classes(c, n: int) -> Fold:
+    """A rank-class set folded by its DP replicas only (its rank classes refused): replica d holds its
+    entries d*tp .. d*tp + tp - 1, and pi_d is the construction's swap of DP replica d with 0."""
+    ent = [[r for rep in c.replicas[d : d + c.tp] for r in rep] for d in range(0, len(c.replicas), c.tp)]
+    dgs = {
+        r: d
+        for rep, ds in zip(c.replicas, c.device_groups, strict=True)
+        for r, d in zip(rep, ds, strict=True)
+    }
+    return make_fold(ent, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
 
 
 def check_models(
@@ -235,22 +270,41 @@ class _Ctx:
         self._cls: dict[str, str] = {}
 
     def perm(self, k: int, rank: int) -> int:
-        """pi_k: swap replica k with replica 0, rank by rank."""
+        """pi_k: swap replica k with replica 0, rank by rank (a rank-class fold: swap the DP replica and
+        the TP position of k with 0 in every stage, Fold.tp)."""
         kk, i = self.where[rank]
         reps = self.fold.replicas
+        tp = self.fold.tp
+        if tp > 1:
+            (d, t), (d2, t2) = divmod(k, tp), divmod(kk, tp)
+            d2 = d if d2 == 0 else 0 if d2 == d else d2
+            t2 = t if t2 == 0 else 0 if t2 == t else t2
+            return reps[d2 * tp + t2][i]
         if kk == 0:
             return reps[k][i]
         if kk == k:
             return reps[0][i]
         return rank
 
+    def _stab(self, rank: int, axis: int, b: int) -> int:
+        """The swap of coordinate `axis` (0: DP replica, 1: TP position) values 1 and b: generators of the
+        renamings that fix replica 0 rank by rank (a rank-class fold)."""
+        kk, i = self.where[rank]
+        c = list(divmod(kk, self.fold.tp))
+        c[axis] = b if c[axis] == 1 else 1 if c[axis] == b else c[axis]
+        return self.fold.replicas[c[0] * self.fold.tp + c[1]][i]
+
     def group_class(self, key: str, members: tuple[int, ...]) -> str:
-        """'inside' (all members in replica 0), 'shared' (closed under every pi_k) or 'uneven'."""
+        """'inside' (all members in replica 0), 'shared' (closed under every pi_k), 'partial' (a rank-class
+        fold's group with folded members, mapped by some pi_k onto another group: its copies) or
+        'uneven'."""
         c = self._cls.get(key)
         if c is None:
             ks = {self.where[r][0] for r in members}
             if ks == {0}:
                 c = "inside"
+            elif self.fold.tp > 1:
+                c = self._classify(members)
             else:
                 s = set(members)
                 reps = self.fold.replicas
@@ -258,6 +312,115 @@ class _Ctx:
                 c = "shared" if closed else "uneven"
             self._cls[key] = c
         return c
+
+    def _classify(self, members: tuple[int, ...]) -> str:
+        """A rank-class fold's group with folded members: fixed by the renamings that fix replica 0 (so its
+        representatives' program is the same under them), each folded member's representative a member and
+        the member's own renaming mapping the group onto itself (so it joins the same collective)."""
+        fs = frozenset(members)
+        d, tp = len(self.fold.replicas) // self.fold.tp, self.fold.tp
+        for axis, n in ((0, d), (1, tp)):
+            for b in range(2, n):
+                if frozenset(self._stab(r, axis, b) for r in members) != fs:
+                    return "uneven"
+        reps0 = self.fold.replicas[0]
+        for x in members:
+            kx, i = self.where[x]
+            if kx and (reps0[i] not in fs or self.image(kx, members) != fs):
+                return "uneven"
+        if all(self.image(k, members) == fs for k in range(1, len(self.fold.replicas))):
+            return "shared"
+        return "partial"
+
+    def image(self, k: int, members: Sequence[int]) -> frozenset[int]:
+        """pi_k of a member set."""
+        return frozenset(self.perm(k, m) for m in members)
+
+    def by_set(self) -> dict[frozenset[int], str | None]:
+        """Group keys by member set (None where two groups share one)."""
+        if not hasattr(self, "_by_set"):
+            out: dict[frozenset[int], str | None] = {}
+            for key, members in self.groups.groups.items():
+                fs = frozenset(members)
+                out[fs] = None if fs in out else key
+            self._by_set = out
+        return self._by_set
+
+    def image_key(self, k: int, members: tuple[int, ...], group: str, by_members: Mapping) -> str | None:
+        """The key of the group pi_k maps `group` onto (None: no such group, or no one name for it): the
+        group itself, a partial group's image by member set (its own member order), an inside group's
+        copy by member list."""
+        img = self.image(k, members)
+        if img == frozenset(members):
+            return group
+        if self.group_class(group, members) == "partial":
+            return self.by_set().get(img)
+        return by_members.get(tuple(self.perm(k, m) for m in members))
+
+
+class Copies:
+    """Per replica k, which copy of a simulated group pi_k's image is (copies numbered by the first k
+    giving each image; 0: the group itself), cached by group: the expansion's count of a record's copies."""
+
+    def __init__(self, fold: Fold, groups: ProcessGroups) -> None:
+        self.ctx = _Ctx(fold, groups)
+        self._memo: dict[tuple[int, ...], np.ndarray] = {}
+
+    def first(self, k: int, members: tuple[int, ...]) -> int:
+        """The first member, in its own order, of the group pi_k maps `members` onto."""
+        img = self.ctx.image(k, members)
+        if img == frozenset(members):
+            return members[0]
+        key = self.ctx.by_set().get(img)
+        return self.ctx.groups.groups[key][0] if key is not None else self.ctx.perm(k, members[0])
+
+    def name(self, k: int, members: tuple[int, ...], group: str) -> str:
+        """The key of the group pi_k maps `group` onto (the group's own where no one group holds it)."""
+        key = self.ctx.image_key(k, members, group, {})
+        return group if key is None else key
+
+    def __call__(self, members: Sequence[int]) -> np.ndarray:
+        """The copy index of each replica's image of `members` (all zeros: one copy, all distinct: m)."""
+        key = tuple(members)
+        out = self._memo.get(key)
+        if out is None:
+            out = np.zeros(self.ctx.fold.factor, dtype=np.int64)
+            seen: dict[frozenset[int], int] = {frozenset(key): 0}
+            for k in range(1, self.ctx.fold.factor):
+                out[k] = seen.setdefault(self.ctx.image(k, key), len(seen))
+            self._memo[key] = out
+        return out
+
+
+class SlotNames(Mapping):
+    """node -> name, each node's name that of its slot: a folded rank's labels by construction, held as the
+    representative's node and slot lists (shared by every rank of its class) and this rank's names per
+    slot, not a dict per rank (3,072 ranks x thousands of collectives). Read-only."""
+
+    __slots__ = ("_nodes", "_pos", "_slot", "_names")
+
+    def __init__(
+        self, nodes: Sequence[int], pos: Mapping[int, int], slot: Sequence[int], names: Sequence
+    ) -> None:
+        self._nodes, self._pos, self._slot, self._names = nodes, pos, slot, names
+
+    def __getitem__(self, j: int):
+        return self._names[self._slot[self._pos[j]]]
+
+    def __iter__(self):
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def values(self) -> list:  # type: ignore[override]
+        """The names in node order."""
+        names = self._names
+        return [names[s] for s in self._slot]
+
+    def copy(self) -> SlotNames:
+        """Itself (read-only)."""
+        return self
 
 
 @dataclass
@@ -366,7 +529,8 @@ def verify(
             inside = {
                 g - lo: c
                 for g in range(lo, hi)
-                if (c := prog.coll.get(g)) is not None and ctx.group_class(c.group, c.members) == "inside"
+                if (c := prog.coll.get(g)) is not None
+                and ctx.group_class(c.group, c.members) in ("inside", "partial")
             }
             sets[i] = (comm, safe, inside)
         return sets[i]
@@ -471,6 +635,25 @@ class _RepTemplate:
     name_slots: list[int]
     reordered: bool = False  # the file's nodes are not in the program's (id) order
 
+    @cached_property
+    def pg_pos(self) -> dict[int, int]:
+        """pg node -> its index in pg_nodes."""
+        return {j: p for p, j in enumerate(self.pg_nodes)}
+
+    @cached_property
+    def name_pos(self) -> dict[int, int]:
+        """Named P2P node -> its index in name_nodes."""
+        return {j: p for p, j in enumerate(self.name_nodes)}
+
+    @cached_property
+    def name_first(self) -> list[tuple[int, int]]:
+        """One (node, slot) per distinct name slot: a slot's name differs from the representative's
+        node name for all its nodes or none (the name is the slot's text around the renamed peer)."""
+        seen: dict[int, int] = {}
+        for j, sl in zip(self.name_nodes, self.name_slots, strict=True):
+            seen.setdefault(sl, j)
+        return [(j, sl) for sl, j in seen.items()]
+
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
 
@@ -559,7 +742,7 @@ def _template(
         cls = ctx.group_class(info.group, info.members)
         if cls == "uneven":
             return None  # refused by the exact proof, with its message
-        if cls == "inside":
+        if cls in ("inside", "partial"):
             pg_j.append(g - lo)
             pg_info.append(info)
             rep_no = ctx.fold.dp_replicas.get(r)
@@ -612,7 +795,7 @@ def _template(
     dg_slot = np.zeros(len(dg_k), dtype=np.int64)
     for kd in sorted(set(dg_k.tolist())):  # the value kinds (one, as the generator writes int64)
         dg_slot[dg_k == kd] = slot(("dg", _INT_VALUE[kd]))
-    pg_slots = [slot(("pg", info.members)) for _j, _s0, _e0, info in pg]
+    pg_slots = [slot(("pg", info.members, info.group)) for _j, _s0, _e0, info in pg]
     peer_slots = [slot(("peer", name, kd, v)) for _j, name, _s0, _e0, kd, v in peers]
     name_slots = [slot(("name", pre, post, peer)) for _j, _s0, _e0, pre, post, peer in names]
     rest = [(j, s0, e0, sl) for (j, s0, e0, _i), sl in zip(pg, pg_slots, strict=True)]
@@ -670,7 +853,7 @@ def _predict(
         elif kind == "pg":
             ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
             if ck not in pg_keys:
-                pg_keys[ck] = by_members.get(tuple(ctx.perm(k, m) for m in sl[1]))
+                pg_keys[ck] = ctx.image_key(k, sl[1], sl[2], by_members)
             key = pg_keys[ck]
             if key is None:
                 return False
@@ -688,14 +871,22 @@ def _predict(
     if swap_dg:
         lab.device_group = (dgs[r], dgs[x])
         lab.dg_nodes = rt.dg_nodes
+    if not want:  # by construction: nothing changes the labels later, so they are held per slot
+        if rt.pg_nodes:
+            lab.pg_names = lab.keys = SlotNames(rt.pg_nodes, rt.pg_pos, rt.pg_slots, keys)
+        if rt.name_nodes and all(keys[sl] != prog.name[lo + j] for j, sl in rt.name_first):
+            lab.names = SlotNames(rt.name_nodes, rt.name_pos, rt.name_slots, keys)
+            return True
+        for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
+            if keys[sl] != prog.name[lo + j]:
+                lab.names[j] = keys[sl]
+        return True
     if rt.pg_nodes:
         lab.pg_names = dict(zip(rt.pg_nodes, [keys[sl] for sl in rt.pg_slots], strict=True))
         lab.keys = lab.pg_names.copy()
     for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
         if keys[sl] != prog.name[lo + j]:
             lab.names[j] = keys[sl]
-    if not want:
-        return True
     subs = rt.subs if swap_dg else rt.subs_no_dg
     return predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
 
@@ -756,7 +947,7 @@ def _pg_subs(ctx, k, inside: dict[int, CollInfo], prog: Program, by_members, lo:
         s_r = prog.pg_name[lo + j]
         ck = (s_r, c.group)
         if ck not in cache:
-            key = by_members.get(tuple(ctx.perm(k, m) for m in c.members))
+            key = ctx.image_key(k, c.members, c.group, by_members)
             cache[ck] = None if key is None or s_r != c.group else (_pg_attr(key), _pg_attr(s_r), key, key)
         if cache[ck] is not None:
             out[j] = cache[ck]
@@ -882,6 +1073,12 @@ def _verify_comm(ctx, k, x, r, a, g, j, prog, lab, path) -> None:
                 f"{info.group!r} = {list(info.members)}",
             )
         lab.keys[j] = key
+    elif cls == "partial":  # the group pi_k maps it onto: itself (same key) or another (its copy)
+        img = ctx.image(k, info.members)
+        if frozenset(members) != img or (img == frozenset(info.members) and key != info.group):
+            what = f"group {key!r} = {list(members)} is not replica {k}'s image of {info.group!r}"
+            raise _refuse(path, x, r, f"{where}: {what} = {list(info.members)}")
+        lab.keys[j] = key
     else:
         raise _refuse(
             path, x, r, f"{where}: group {info.group!r} = {list(info.members)} spans the replicas unevenly"
@@ -932,19 +1129,32 @@ class NetCheck:
                     f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
                     f"over {list(spec.ranks)}"
                 )
-        if all(ctx.where[rk][0] == 0 for rk in spec.ranks):
+        inside = all(ctx.where[rk][0] == 0 for rk in spec.ranks)
+        if inside or ctx.fold.tp > 1:
             # Each replica's copy: proven by its timing class where the model names one (the model's own
-            # rule for collectives it times alike), else timed.
+            # rule for collectives it times alike), else timed. A rank-class fold's group with folded
+            # members has a copy per distinct image (a TP group: one per DP replica).
             key = m.timing_key(spec) if self.keyed else None
+            seen = {frozenset(spec.ranks)}
             for k in range(1, ctx.fold.factor):
-                ren = replace(
-                    spec,
-                    ranks=tuple(ctx.perm(k, rk) for rk in spec.ranks),
-                    root=None if spec.root is None else ctx.perm(k, spec.root),
-                )
+                if not inside:
+                    img = ctx.image(k, spec.ranks)
+                    if img in seen:
+                        continue
+                    seen.add(img)
+                ranks = tuple(ctx.perm(k, rk) for rk in spec.ranks)
+                if not inside:  # the image group in its own member order
+                    gk = ctx.by_set().get(img)
+                    if gk is None:
+                        raise FoldRefused(f"cannot fold: no one process group holds ranks {sorted(img)}")
+                    ranks = ctx.groups.groups[gk]
+                ren = replace(spec, ranks=ranks, root=None if spec.root is None else ctx.perm(k, spec.root))
                 if key is not None and m.timing_key(ren) == key:
                     continue
                 got = self._times(lambda ren=ren: m.start_collective(0, ren))
+                if not inside and len(got) == len(ranks):  # rank pi_k(x) finishes when x does
+                    at = {rk: p for p, rk in enumerate(ranks)}
+                    got = tuple(got[at[ctx.perm(k, rk)]] for rk in spec.ranks)
                 if got != base:
                     raise FoldRefused(
                         f"cannot fold: network model {m.name!r} times {spec.kind} over "
@@ -1035,6 +1245,7 @@ def fold_checked(network: NetworkModel, fold: Fold, groups: ProcessGroups) -> Fo
 
 
 __all__ = [
+    "Copies",
     "Fold",
     "NetCheck",
     "check_models",

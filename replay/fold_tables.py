@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xsim.replay.engine import EngineOutput, canonical_ids
+from xsim.replay.fold import Copies
 from xsim.replay.program import ANNOTATION_COLUMNS, Program
 from xsim.replay.result import (
     OpsColumns,
@@ -73,14 +74,14 @@ class FoldedTables:
         }  # fmt: skip
         self.ready = np.asarray(out.ready, dtype=np.int64)
         self.delta = np.asarray([lab.id_delta if lab is not None else 0 for lab in labels], dtype=np.int64)
-        self._collectives()
+        self._collectives(fold, groups)
         self._pairs()
 
     def _full(self, ranks: np.ndarray, g: np.ndarray) -> np.ndarray:
         """The full (unfolded) node index of representative node g on rank(s) `ranks` of the same slot."""
         return self.full_off[ranks] + g - self.off[self.slot_of[ranks]]
 
-    def _collectives(self) -> None:
+    def _collectives(self, fold, groups: ProcessGroups) -> None:
         """Records inside replica 0 (one copy per replica) and shared ones (one record), numbered."""
         prog, out, m = self.prog, self.out, self.m
         inside, shared = [], []
@@ -100,24 +101,15 @@ class FoldedTables:
         g0 = np.asarray([r.nodes[0] for r in inside], dtype=np.int64)
         # Copy k of an inside record: members pi_k(members), first node on rep[k][slot of member 0].
         f0_in = self._full(self.rep[:, self.slot_of[m0]], g0[None, :]) if len(inside) else np.zeros((m, 0))
-        la_sh, f0_sh, wait_sh = [], [], []
-        for rec in shared:
-            lut = {}
-            mem = np.asarray(rec.members, dtype=np.int64)
-            sim = mem[list(rec.positions)]
-            for sl, g in zip(self.slot_of[sim].tolist(), rec.nodes, strict=True):
-                lut[sl] = g
-            gm = np.asarray([lut[sl] for sl in self.slot_of[mem].tolist()], dtype=np.int64)
-            la_sh.append(rec.last_arrival_ns)
-            f0_sh.append(int(self._full(mem[:1], gm[:1])[0]))
-            wait_sh.append(int(self.wait[gm].sum()))
+        sh = _SharedEntries(self, shared, Copies(fold, groups) if fold.tp > 1 else None)
+        la_sh, f0_sh = sh.la, sh.f0
         ids = canonical_ids(
             np.concatenate([np.tile(la_in, m), np.asarray(la_sh, dtype=np.int64)]),
             np.concatenate([f0_in.reshape(-1).astype(np.int64), np.asarray(f0_sh, dtype=np.int64)]),
         )
         n_in = len(inside)
         self.id_in = ids[: m * n_in].reshape(m, n_in)
-        self.id_sh = ids[m * n_in :]
+        self.id_sh = ids[m * n_in :][sh.at]
         self.num_collectives = len(ids)
         # The collectives table, rows in id order.
         total = len(ids)
@@ -143,10 +135,11 @@ class FoldedTables:
             for k in range(1, m):
                 first = int(self.rep[k, self.slot_of[rec.members[0]]])
                 names[int(at[k])] = self.labels[first].keys.get(j0, rec.group)
-        for r, rec in enumerate(shared):
-            at = self.id_sh[r : r + 1]
-            put(at, rec, wait_sh[r])
-            names[int(at[0])] = rec.group
+        sh_ids = ids[m * n_in :]
+        for key, vals in sh.table().items():
+            cols[key][sh_ids] = vals
+        for e, name in zip(sh_ids.tolist(), sh.names, strict=True):
+            names[e] = name
         self.coll_cols = {
             "collective": np.arange(total, dtype=np.int64),
             "pg_name": names,
@@ -212,7 +205,7 @@ class FoldedTables:
         if self.id_in.size:
             coll = np.where(ci >= 0, self.id_in[krow, np.maximum(ci, 0)], coll)
         if self.id_sh.size:
-            coll = np.where(cs >= 0, self.id_sh[np.maximum(cs, 0)], coll)
+            coll = np.where(cs >= 0, self.id_sh[krow, np.maximum(cs, 0)], coll)
         pp = self.pp[idx]
         has = pp >= 0
         p2p = np.where(has, self.id_p[krow, np.maximum(pp, 0)], -1) if self.id_p.size else pp
@@ -383,3 +376,65 @@ class FoldedTables:
 
 
 __all__ = ["CHUNK_ROWS", "FoldedTables"]
+
+
+class _SharedEntries:
+    """The copies of the records on groups with folded members (one each, or in a rank-class fold one
+    per distinct image of the group: replay/fold.py Copies), worked out on arrays a group at a time."""
+
+    def __init__(self, ft: FoldedTables, shared: list, copies) -> None:
+        m = ft.m
+        self.at = np.zeros((m, len(shared)), dtype=np.int64)  # replica k's copy of record r: its entry
+        by: dict[tuple, list[int]] = {}
+        for r, rec in enumerate(shared):
+            by.setdefault((rec.group, rec.members, tuple(sorted(rec.positions))), []).append(r)
+        la, f0, rec_of, names = [], [], [], []
+        self.end = np.zeros(len(shared), dtype=np.int64)
+        self.wait = np.zeros(len(shared), dtype=np.int64)
+        e0 = 0
+        for (group, members, pos), rs in by.items():
+            recs = [shared[r] for r in rs]
+            mem = np.asarray(members, dtype=np.int64)
+            # nodes[i, j]: record i's node of its j-th simulated member (in member order).
+            pp = np.asarray([rec.positions for rec in recs], dtype=np.int64)
+            nodes = np.take_along_axis(
+                np.asarray([rec.nodes for rec in recs], dtype=np.int64), np.argsort(pp, axis=1), axis=1
+            )
+            col_of = {sl: j for j, sl in enumerate(ft.slot_of[mem[list(pos)]].tolist())}
+            cp = copies(members) if copies is not None else np.zeros(m, dtype=np.int64)
+            kc = np.zeros(int(cp.max()) + 1, dtype=np.int64)
+            kc[cp[::-1]] = np.arange(m - 1, -1, -1)  # the first replica of each copy
+            fm = np.asarray([copies.first(k, members) if k else members[0] for k in kc.tolist()], np.int64)
+            fsl = ft.slot_of[fm]
+            g0 = nodes[:, [col_of[sl] for sl in fsl.tolist()]]  # (records, copies)
+            f0.append((ft.full_off[fm][None, :] + g0 - ft.off[fsl][None, :]).reshape(-1))
+            la.append(np.repeat(np.asarray([rec.last_arrival_ns for rec in recs], dtype=np.int64), len(kc)))
+            rec_of.append(np.repeat(np.asarray(rs, dtype=np.int64), len(kc)))
+            self.at[:, rs] = e0 + np.arange(len(rs), dtype=np.int64)[None, :] * len(kc) + cp[:, None]
+            e0 += len(rs) * len(kc)
+            # Every member waits as long as the simulated one of its slot.
+            cnt = np.bincount([col_of[sl] for sl in ft.slot_of[mem].tolist()], minlength=nodes.shape[1])
+            self.end[rs] = ft.end[nodes].max(axis=1)
+            self.wait[rs] = ft.wait[nodes] @ cnt
+            own = [group] + [copies.name(k, members, group) for k in kc.tolist()[1:]]
+            names.extend(own * len(rs))
+        empty = np.zeros(0, dtype=np.int64)
+        self.la = np.concatenate(la) if la else empty
+        self.f0 = np.concatenate(f0) if f0 else empty
+        self.rec_of = np.concatenate(rec_of) if rec_of else empty
+        self.names = names
+        self.shared = shared
+
+    def table(self) -> dict[str, np.ndarray]:
+        """The collectives-table columns of every entry, in entry order."""
+        shared = self.shared
+        per = {
+            "ct": [rec.comm_type for rec in shared],
+            "ranks": [len(rec.members) for rec in shared],
+            "bytes": [rec.size for rec in shared],
+            "first": [rec.first_arrival_ns for rec in shared],
+            "last": [rec.last_arrival_ns for rec in shared],
+        }
+        out = {k: np.asarray(v, dtype=np.int64)[self.rec_of] for k, v in per.items()}
+        out["end"], out["w"] = self.end[self.rec_of], self.wait[self.rec_of]
+        return out

@@ -158,7 +158,7 @@ def rep_columns(
         if is_json_file(path):
             out[r] = None
             continue
-        buf, _gz = read_bytes(path)
+        buf = trace_set.read(r)  # a rank-class set folded by DP only: its unwritten ranks' derived bytes
         batch.append((r, buf))
         size += len(buf)
         if size >= _BATCH_BYTES:
@@ -263,6 +263,12 @@ def simulate(
         return _simulate(replace(run, network=attempt), True)
     except FoldRefused as exc:
         reason = str(exc)
+    if ts.classes is not None and ts.classes.tp > 1 and len(ts.classes.replicas) > ts.classes.tp:
+        try:  # a rank-class set whose TP positions are not alike here: its DP replicas may still be
+            attempt = private_model(network) if foldable else network
+            return _simulate(replace(run, network=attempt), "dp")
+        except FoldRefused as exc:
+            reason = str(exc)
     res = _simulate(run, None)
     res.fold_status, res.fold_reason = "unfolded", reason
     return res
@@ -349,6 +355,8 @@ def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _
         return _Built(ts, pgs, prog, None, None)
     from xsim.replay.fold import verify
 
+    if ts.classes is not None and ts.classes.tp > plan.tp:  # a rank-class set folded by DP only
+        ts = ts.with_source(compact_source(ts, pgs, compute, config))
     reps = rep_columns(ts, plan.replicas[0])
     prog = build_program(
         ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
@@ -383,7 +391,8 @@ def _mark_fold(res: ReplayResult, fold, plan) -> None:
     res.fold_status = "folded" if plan is not None else "unfolded"
     res.fold_reason = (
         (
-            f"{plan.factor} replicas alike by construction ({CLASSES_FILE})"
+            f"{plan.factor} {'rank classes' if plan.tp > 1 else 'replicas'} alike by construction "
+            f"({CLASSES_FILE})"
             if plan.by_construction
             else f"{plan.factor} replicas proven alike ({plan.source})"
         )

@@ -737,8 +737,9 @@ def predict(
 
 def _predict(run: Run, max_nodes: int, fold: bool, extrapolate_m: bool) -> Prediction:
     gaps = tuple(legacy_gaps(run))
-    # A DP-folded run generates and simulates one replica (a compact set): the budget is its nodes.
-    per = run.dp if fold else 1
+    # A folded run generates and simulates one rank per rank class (a compact set, tracegen/compact.py:
+    # one rank per stage where TP ranks are alike, else one DP replica): the budget is its nodes.
+    per = fold_factor(run) if fold else 1
     budget = max_nodes * per
     points = extrapolation_points(run, budget) if extrapolate_m else None
     m = run.micro_batches
@@ -749,6 +750,8 @@ def _predict(run: Run, max_nodes: int, fold: bool, extrapolate_m: bool) -> Predi
             )
         rep = replay_spec(spec_for(run), fold=fold)
         folded = f", 1 of {run.dp} DP replicas" if rep.replayed_ranks < run.gpus else ""
+        if rep.replayed_ranks == run.pp and per > run.dp:
+            folded = f", 1 of {per} rank classes (DP replica x TP position)"
         return Prediction(run, rep.iteration_ns / 1e9, f"replayed{folded}", rep.nodes, rep.wall_s, gaps)
     m1, m2 = points
     if estimate_nodes(run, m2) > budget:
@@ -761,6 +764,16 @@ def _predict(run: Run, max_nodes: int, fold: bool, extrapolate_m: bool) -> Predi
     return Prediction(
         run, seconds, f"m={m1},{m2} extrapolated to {m}", r1.nodes + r2.nodes, r1.wall_s + r2.wall_s, gaps
     )
+
+
+def fold_factor(run: Run) -> int:
+    """Ranks each generated rank of a folded replay stands for: the set's rank classes (DP replicas x TP
+    positions where a stage's TP ranks are alike, tracegen/compact.py), 1 when nothing folds."""
+    from xsim.tracegen import load_spec
+    from xsim.tracegen.compact import rank_classes
+
+    classes = rank_classes(load_spec(spec_for(run)), rewrite=False)
+    return 1 if classes is None else len(classes.replicas)
 
 
 def extrapolate(m: int, p1: tuple[int, int], p2: tuple[int, int]) -> float:

@@ -61,18 +61,21 @@ def sets(tmp_path_factory) -> dict[str, Path]:
 
 def test_compact_writes_replica_zero_and_its_classes(sets):
     d = sets["homo_compact"]
-    # TP 2 x PP 2 = 4 ranks per replica, 3 replicas; device group ids 2r + k (the spec above).
-    assert sorted(p.name for p in d.glob("*.et")) == [f"c_homo.{r}.et" for r in range(4)]
+    # TP 2 x PP 2 = 4 ranks per replica, 3 replicas; device group ids 2r + k, rank 4r + 2k + t at TP
+    # position t of stage k of replica r (the spec above). The TP ranks of a stage are alike, so the rank
+    # classes are (replica r, position t): entry 2r + t holds ranks 4r + t and 4r + 2 + t; only entry 0
+    # (one rank per stage) is written.
+    assert sorted(p.name for p in d.glob("*.et")) == ["c_homo.0.et", "c_homo.2.et"]
     doc = json.loads((d / "classes.json").read_text())
-    assert doc["num_ranks"] == 12 and doc["prefix"] == "c_homo"
-    assert doc["replicas"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
-    assert doc["device_groups"] == [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5]]
+    assert doc["num_ranks"] == 12 and doc["prefix"] == "c_homo" and doc["tp_positions"] == 2
+    assert doc["replicas"] == [[0, 2], [1, 3], [4, 6], [5, 7], [8, 10], [9, 11]]
+    assert doc["device_groups"] == [[0, 1], [0, 1], [2, 3], [2, 3], [4, 5], [4, 5]]
     assert not (sets["homo_all"] / "classes.json").exists()
     assert len(list(sets["homo_all"].glob("*.et"))) == 12
-    # Built once per class: the written ranks are a third of the full set's nodes, rank for rank equal
-    # to the full set's first replica.
+    # Built once per class: the written ranks are a sixth of the full set's nodes, rank for rank equal
+    # to the full set's.
     full = discover(sets["homo_all"])
-    for r in range(4):
+    for r in (0, 2):
         assert (d / f"c_homo.{r}.et").read_bytes() == Path(full.paths[r]).read_bytes()
 
 
@@ -163,12 +166,12 @@ def test_a_compact_set_missing_a_file_or_with_a_stray_one_is_named(sets, tmp_pat
 
     d = tmp_path / "c"
     shutil.copytree(sets["homo_compact"], d)
-    (d / "c_homo.3.et").unlink()
-    with pytest.raises(TraceSetError, match="must hold the files of ranks 0, 1, 2, 3"):
+    (d / "c_homo.2.et").unlink()
+    with pytest.raises(TraceSetError, match="must hold the files of ranks 0, 2"):
         discover(d, compact=True)
-    shutil.copy(sets["homo_all"] / "c_homo.3.et", d / "c_homo.3.et")
+    shutil.copy(sets["homo_all"] / "c_homo.2.et", d / "c_homo.2.et")
     shutil.copy(sets["homo_all"] / "c_homo.7.et", d / "c_homo.7.et")
-    with pytest.raises(TraceSetError, match="found ranks 0, 1, 2, 3, 7"):
+    with pytest.raises(TraceSetError, match="found ranks 0, 2, 7"):
         discover(d, compact=True)
 
 
@@ -177,21 +180,27 @@ def test_regenerating_switches_between_compact_and_every_rank(tmp_path):
     _gen(spec, tmp_path, all_ranks=True)
     assert len(list(tmp_path.glob("sw.*.et"))) == 8
     _gen(spec, tmp_path, all_ranks=False)  # the other replica's files of the earlier run go
-    assert sorted(p.name for p in tmp_path.glob("sw.*.et")) == [f"sw.{r}.et" for r in range(4)]
+    assert sorted(p.name for p in tmp_path.glob("sw.*.et")) == ["sw.0.et", "sw.2.et"]
     assert discover(tmp_path, compact=True).num_ranks == 8
     _gen(spec, tmp_path, all_ranks=True)
     assert not (tmp_path / "classes.json").exists() and discover(tmp_path).num_ranks == 8
 
 
 def test_which_plans_are_written_compact():
-    # One replica, replicas with other stages, or a TP change the rewrite reshards: every rank.
-    assert rank_classes(load_spec(_spec("one", dp=1)), rewrite=True) is None
+    # One replica of TP 1, replicas with other stages, or a TP change the rewrite reshards: every rank.
+    assert rank_classes(load_spec(_spec("one", dp=1, tp=1)), rewrite=True) is None
+    # One replica of TP 2: its TP positions are the classes (ranks 2k + t, stage k, position t).
+    one = rank_classes(load_spec(_spec("one", dp=1)), rewrite=True)
+    assert one is not None and one.tp == 2 and one.replicas == ((0, 2), (1, 3))
     hetero = _spec("h", dp=2)
     hetero["device_groups"][2]["gpu"] = "A100-80GB"  # replica 1's first stage on another GPU
     assert rank_classes(load_spec(hetero), rewrite=True) is None
     c = rank_classes(load_spec(_spec("ok", dp=2, gpus=("H100", "A100-80GB"))), rewrite=True)
-    assert c is not None and c.replicas == ((0, 1, 2, 3), (4, 5, 6, 7))
-    assert c.device_groups == ((0, 0, 1, 1), (2, 2, 3, 3))
+    assert c is not None and c.tp == 2 and c.replicas == ((0, 2), (1, 3), (4, 6), (5, 7))
+    assert c.device_groups == ((0, 1), (0, 1), (2, 3), (2, 3))
+    # TP 1: the DP replicas are the classes, as before rank classes.
+    c1 = rank_classes(load_spec(_spec("ok1", dp=2, tp=1)), rewrite=True)
+    assert c1 is not None and c1.tp == 1 and c1.replicas == ((0, 1), (2, 3))
     # TP 2 feeding TP 1 in every replica: alike, but the rewrite reshards the boundary (without it: alike).
     groups = [
         {"id": 2 * r + k, "gpu": "H100", "ranks": [3 * r, 3 * r + 1] if k == 0 else [3 * r + 2],
@@ -254,3 +263,43 @@ def test_a_heterogeneous_plan_is_written_once_per_class(tmp_path):
         run = api.simulate(str(tmp_path / d), flow)
         api.write_outputs(run, api.OutputOptions(out=str(tmp_path / f"flow{d}")))
     _same_tables(tmp_path / "flowc", tmp_path / "flowa")
+
+
+@pytest.mark.parametrize("how", ["1f1b", "interleaved-2021"])
+def test_rank_classes_fold_tp_positions_and_replicas(tmp_path, how):
+    """TP 4 x PP 2 x DP 2 (issue 24 item 4): one rank per stage written (ranks 0 and 4: TP position 0 of
+    each stage of replica 0, rank 8r + 4k + t), 8 classes simulated as one; the tables equal an unfolded
+    replay of every rank's files and of the derived ones. Also interleaved (2 chunks per stage) on the
+    Megatron 2021 profile, as Narayanan et al.'s and Korthikanti et al.'s large rows run."""
+    spec = _spec("tp4", dp=2, tp=4)
+    if how != "1f1b":
+        spec.update(virtual_stages=2, micro_batches=4, framework="megatron-2021")
+        for g in spec["device_groups"]:
+            g.pop("layers")  # Megatron's equal split into 2 chunks per stage
+    _gen(spec, tmp_path / "c", all_ranks=False)
+    _gen(spec, tmp_path / "a", all_ranks=True)
+    assert sorted(p.name for p in (tmp_path / "c").glob("*.et")) == ["tp4.0.et", "tp4.4.et"]
+    doc = json.loads((tmp_path / "c" / "classes.json").read_text())
+    assert doc["tp_positions"] == 4 and doc["written"] == "TP position 0 of replica 0"
+    assert doc["replicas"] == [[8 * r + t, 8 * r + 4 + t] for r in range(2) for t in range(4)]
+    perf = _replay(tmp_path / "c", tmp_path / "rc")
+    assert perf["fold"] == "folded" and perf["fold_factor"] == 8 and perf["ranks_simulated"] == 2
+    assert perf["fold_reason"] == "8 rank classes alike by construction (classes.json)"
+    _replay(tmp_path / "a", tmp_path / "rn", fold=False)
+    _replay(tmp_path / "c", tmp_path / "rcn", fold=False)
+    _same_tables(tmp_path / "rc", tmp_path / "rn")
+    _same_tables(tmp_path / "rcn", tmp_path / "rn")
+    # Every TP all-reduce of replica 1 is a collective of its own: as many rows as unfolded.
+    coll = (tmp_path / "rc" / "collectives.csv").read_text().splitlines()
+    assert len(coll) == len((tmp_path / "rn" / "collectives.csv").read_text().splitlines())
+
+
+def test_rank_class_record_with_a_bad_tp_count_is_named(tmp_path):
+    _gen(_spec("bad", dp=1), tmp_path, all_ranks=False)
+    doc = json.loads((tmp_path / "classes.json").read_text())
+    doc["tp_positions"] = 3  # 2 entries are not a whole number of replicas of 3 positions
+    (tmp_path / "classes.json").write_text(json.dumps(doc))
+    with pytest.raises(
+        TraceSetError, match=r"malformed rank-class record \(tp_positions 3 does not divide 2"
+    ):
+        discover(tmp_path, compact=True)

@@ -197,7 +197,9 @@ def test_harness_replays_one_dp_replica_and_equals_the_unfolded_replay(tmp_path)
     run = tiny_run()
     spec = vp.spec_for(run, micro_batches=4)
     rep = vp.replay_spec(spec)
-    assert rep.replayed_ranks == run.tp * run.pp  # one of the two DP replicas simulated
+    # One rank per stage simulated: TP 2 x DP 2 rank classes (tracegen/compact.py), 16 ranks by 4.
+    assert rep.replayed_ranks == run.pp
+    assert vp.fold_factor(run) == run.tp * run.dp
     dep = load_spec(spec)
     generate(dep, rewrite=False).write(tmp_path, dep.name)
     import json

@@ -29,6 +29,7 @@ the plan whole.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.spec import replicas
@@ -94,7 +95,7 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     construction, else None."""
     reps = list(replicas(dep).values())
     if len(reps) < 2:
-        return None
+        return _tp_classes(dep, reps)
     if not is_homogeneous(dep):
         return _hetero_classes(dep, reps, rewrite)
     shape = [_stage_shape(dg) for dg in reps[0]]
@@ -105,6 +106,9 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     tps = [dg.tp for dg in reps[0]]
     if rewrite and dep.virtual_stages <= 1 and any(a != b for a, b in zip(tps, tps[1:], strict=False)):
         return None
+    tpc = _tp_classes(dep, reps)
+    if tpc is not None:
+        return tpc
     block = replica_block(dep)
     if len(reps) % block or len(reps) // block < 2:
         return None
@@ -112,6 +116,24 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     ranks = tuple(tuple(r for dg in blk for r in dg.ranks) for blk in blocks)
     dgs = tuple(tuple(dg.id for dg in blk for _r in dg.ranks) for blk in blocks)
     return _record(dep, ranks, dgs)
+
+
+def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankClasses | None:
+    """Rank classes (DP replica x TP position, module docstring) of a plan whose TP ranks are alike by
+    construction, or None: one TP degree T > 1 everywhere, one TP group per device group, replicas of
+    one shape, no expert or context parallelism (and so no resharding; interleaved plans fold alike)."""
+    tps = {dg.tp for dg in dep.device_groups}
+    if len(tps) != 1 or (tp := tps.pop()) < 2 or replica_block(dep) > 1:
+        return None
+    if not is_homogeneous(dep) or any(len(dg.ranks) != tp for dg in dep.device_groups):
+        return None
+    shape = [_stage_shape(dg) for dg in reps[0]]
+    if any([_stage_shape(dg) for dg in rep] != shape for rep in reps[1:]):
+        return None
+    ranks = tuple(tuple(dg.ranks[t] for dg in rep) for rep in reps for t in range(tp))
+    dgs = tuple(tuple(dg.id for dg in rep) for rep in reps for _t in range(tp))
+    rc = _record(dep, ranks, dgs)
+    return None if rc is None else replace(rc, tp=tp)
 
 
 def _hetero_classes(

@@ -307,6 +307,12 @@ class _Generator:
     ) -> None:
         self.dep = dep
         self.only = None if only is None else frozenset(only)  # the ranks to build (None: every rank)
+        # At most one rank built per device group (a compact set of rank classes, tracegen/compact.py):
+        # no built rank is a copy of another, so each is serialized as soon as it is built and its
+        # messages dropped (~10x less memory held: generation streams rank by rank).
+        self.stream = self.only is not None and all(
+            len(self.only.intersection(dg.ranks)) <= 1 for dg in dep.device_groups
+        )
         self.clone = clone  # copy a group's first rank for structurally identical ranks (speed only)
         self.model: ModelArch = model_arch(dep)
         # MoE ranks differ by their EP index and routing, and their all-to-all peers are not patched by _clone.
@@ -432,6 +438,14 @@ class _Generator:
                     else:
                         template = _RankProgram(self, st, local, rank, tp_pg, dp_pg)
                         nodes = template.build()
+                        if self.stream:
+                            recs = Records.of_nodes([n.SerializeToString() for n in nodes])
+                            self.bundle.nodes.set_copy(rank, CopiedRank(recs, [(0, len(recs))]))
+                            self.bundle.next_id[rank] = len(nodes)
+                            self._twin_of[rank] = template.rank
+                            self._tags_of.setdefault(template.rank, template.tags)
+                            del template, nodes
+                            continue
                         if key is not None:
                             templates[key] = template
                         self.bundle.nodes[rank] = nodes

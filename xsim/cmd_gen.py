@@ -32,7 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--all-ranks",
         action="store_true",
-        help="write every rank's .et (default: a plan whose DP replicas are alike writes replica 0's files and "
+        help="write every rank's .et (default: a plan whose DP replicas are alike writes replica 0's files, or one "
+        "rank per stage where its TP ranks are alike too, and "
         "classes.json, which xsim replay folds by construction and xsim trace reads; xsim rewrite and replay --annotate need every file)",
     )
     p.add_argument(
@@ -66,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if gen.classes is not None:
         c = gen.classes
         what = (
-            f"DP replica 0; the other {len(c.replicas) - 1} replicas mirror it"
+            f"TP position 0 of each stage of DP replica 0: {len(c.replicas)} rank classes (DP replica x TP "
+            f"position), the others mirror it"
+            if c.tp > 1
+            else f"DP replica 0; the other {len(c.replicas) - 1} replicas mirror it"
             if not c.classes
             else f"super-replica 0 of {len(c.classes)} classes of DP replica; the other {len(c.replicas) - 1} "
             "mirror it"
