@@ -57,6 +57,9 @@ _DONE_NS = 1e-6
 # ~1.1e-15 tf): the margin is 10 x _DONE_NS plus 1e-12 tf, ~1,000 times that rounding.
 _CLEAR_NS = 10 * _DONE_NS
 _CLEAR_REL = 1e-12
+# Beyond this many flow batches started or finished between two rate computations, the links they touched
+# are not tracked and every flow sharing links gets new rates (a long run of flows alone on their links).
+_TOUCH_MAX = 256
 
 # Heap entries are (time, seq, kind, payload): a list of transfers landing at that time, or (run, position)
 # whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
@@ -179,6 +182,9 @@ class FlowModel:
         # link), and _ensure_rates has nothing to compute. self._has_shared: whether any flow shares.
         self._clean = True
         self._has_shared = False
+        # Link rows of the flows started or finished since the shared flows' rates were last computed (None
+        # when too many to track): only the components holding one of those links need new rates.
+        self._touched: list[np.ndarray] | None = []
         self._new_recs: list[tuple] = []
         self._new_flows: list[int] = []  # their templates
         self._done: list[tuple[int, int, Completion]] = []
@@ -411,6 +417,7 @@ class FlowModel:
         if self._clean and not tpl.alone(rows):
             self._clean = False
         tpl.occupy(rows, -1)
+        self._touch(rows)
         self._q_ok = False
         self._dirty = True
         lands = (t + lat).tolist()
@@ -455,6 +462,7 @@ class FlowModel:
             tpl = self._tpl
             rows = tpl.flow_links(tids)
             tpl.occupy(rows, 1)
+            self._touch(rows)
             if self._clean and tpl.alone(rows):
                 rate = tpl.mincap[tids]  # alone on every link: its narrowest link, as _ensure_rates gives
             else:
@@ -501,8 +509,8 @@ class FlowModel:
             if self._has_shared:
                 ids = self._ids[shared]
                 if not np.array_equal(ids, self._shared_ids):
+                    self._shared_rates = self._shared_max_min(ids, rows[shared])
                     self._shared_ids = ids
-                    self._shared_rates = max_min_rates(*tpl.csr(rows[shared]), self._cap)
                     self._shared_pos = bool((self._shared_rates > 0).all())
                 rates[shared] = self._shared_rates
                 pos = pos and self._shared_pos
@@ -510,6 +518,40 @@ class FlowModel:
             self._rate_pos = pos
             self._q_ok = False
             self.rate_recomputations += 1
+            self._touched = []
+
+    def _touch(self, rows: np.ndarray) -> None:
+        touched = self._touched
+        if touched is not None:
+            if len(touched) < _TOUCH_MAX:
+                touched.append(rows)
+            else:
+                self._touched = None
+
+    def _shared_max_min(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Max-min rates of the flows that share links (serials ids, padded link rows), recomputed only for
+        the components (flows connected through shared links) that hold a link touched since the last time.
+
+        Exact as max_min_rates on them all (netmodels/maxmin.py: progressive filling never couples flows that
+        share no link, directly or through other flows, and sums a link's frozen rates in flow order, which
+        a subset keeps). A component with no touched link has the flows it had then (a flow that came or
+        went would have touched a link of it), so the rates computed then are its rates now.
+        """
+        tpl = self._tpl
+        if self._touched is None or not self._touched or not len(self._shared_ids):
+            return max_min_rates(*tpl.csr(rows), self._cap)
+        hit = tpl.reach(rows, np.concatenate(self._touched).ravel())
+        keep = ~hit
+        old = self._shared_ids
+        at = np.searchsorted(old, ids[keep])
+        at[at == len(old)] = 0
+        if not np.array_equal(old[at], ids[keep]):
+            return max_min_rates(*tpl.csr(rows), self._cap)  # not reached: see the docstring
+        rates = np.empty(len(ids))
+        rates[keep] = self._shared_rates[at]
+        if hit.any():
+            rates[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
+        return rates
 
     # ----- collectives -------------------------------------------------------------------------------
     def _flow_info(self, tid: int) -> tuple[float, np.ndarray, int, float, float]:

@@ -88,3 +88,20 @@ class FlowTemplates:
         ptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(real.sum(axis=1), out=ptr[1:])
         return ptr, rows[real]
+
+    def reach(self, rows: np.ndarray, touched: np.ndarray) -> np.ndarray:
+        """Which flows (padded link rows) connect to a touched link through links they share, as a mask."""
+        mark = np.zeros(self.pad + 1, dtype=bool)
+        mark[touched] = True
+        mark[self.pad] = False
+        hit = mark[rows].any(axis=1)
+        n = int(np.count_nonzero(hit))
+        while n:
+            mark[rows[hit]] = True
+            mark[self.pad] = False
+            hit = mark[rows].any(axis=1)
+            m = int(np.count_nonzero(hit))
+            if m == n:
+                break
+            n = m
+        return hit
