@@ -492,8 +492,10 @@ class FlowModel:
             return
         self._dirty = False
         if self._recs and self._clean:
-            # The flows sharing links are those of the last computation (self._clean): same rates.
+            # The flows sharing links are those of the last computation (self._clean): same rates. The
+            # links touched since were alone's, in no component: as good as computed now.
             self._rate_pos = self._cap_pos and (self._shared_pos or not self._has_shared)
+            self._touched = []
             self._q_ok = False
             self.rate_recomputations += 1
         elif self._recs:
