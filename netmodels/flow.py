@@ -34,15 +34,8 @@ from xsim.netmodels.api import (
     validate_spec,
 )
 from xsim.netmodels.errors import AlgorithmError, NetworkModelError
-from xsim.netmodels.maxmin import (
-    _SMALL_ENTRIES,
-    _max_min_numpy,
-    _max_min_small,
-    max_min_rates,
-    shared_flows,
-    shared_flows_small,
-    sub_csr,
-)
+from xsim.netmodels.flow_tables import FlowTemplates
+from xsim.netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates
 from xsim.netmodels.nccl import (
     NVLS_ALGORITHMS,
     effective_link_bandwidth,
@@ -57,6 +50,16 @@ __all__ = ["FlowModel", "HybridFlowModel", "max_min_rates", "_max_min_numpy", "_
 
 # A flow is done when it would finish within this many ns at its current rate (float noise, not physics).
 _DONE_NS = 1e-6
+# A step at t < tf - (_CLEAR_NS + tf * _CLEAR_REL), tf the earliest projected finish, finishes no flow, so
+# _step skips both tests. Why exact: float addition is monotone, so fl_t + q_i >= tf for every flow (no flow
+# is due); and rem_i - rate_i * dt > rate_i * _DONE_NS holds in floats once t + _DONE_NS is below
+# fl_t + q_i by more than the rounding of q_i, dt, tf and the two products (a few units of 2^-53 of tf,
+# ~1.1e-15 tf): the margin is 10 x _DONE_NS plus 1e-12 tf, ~1,000 times that rounding.
+_CLEAR_NS = 10 * _DONE_NS
+_CLEAR_REL = 1e-12
+# Beyond this many flow batches started or finished between two rate computations, the links they touched
+# are not tracked and every flow sharing links gets new rates (a long run of flows alone on their links).
+_TOUCH_MAX = 256
 
 # Heap entries are (time, seq, kind, payload): a list of transfers landing at that time, or (run, position)
 # whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
@@ -151,16 +154,14 @@ class FlowModel:
         self._last_t = 0.0
         # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
         # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns:
-        # bytes left (valid at self._fl_t), rate, latency, narrowest link capacity (the rate of a flow alone
-        # on its links), serial number (never reused) and route (link count per flow, links concatenated).
+        # bytes left (valid at self._fl_t), rate, serial number (never reused) and template (flow_tables.py:
+        # bytes, latency, route, narrowest link capacity, the rate of a flow alone on its links).
+        self._tpl = FlowTemplates(self._cap)
         self._recs: list[tuple] = []
         self._rem = _NO_FLOATS
         self._rate = _NO_FLOATS
-        self._lat = _NO_FLOATS
-        self._mincap = _NO_FLOATS
         self._ids = _NO_INTS
-        self._cnt = _NO_INTS
-        self._flat = _NO_INTS
+        self._tid = _NO_INTS
         self._next_id = 0
         self._fl_t = 0.0
         # Bytes left / rate and the earliest finish it gives, kept until bytes, rates or flows change.
@@ -175,14 +176,24 @@ class FlowModel:
         self._shared_ids = _NO_INTS
         self._shared_rates = _NO_FLOATS
         self._shared_pos = True
+        # Whether the flows that share links are the ones the rates were last computed for, because every
+        # flow started or finished since was alone on all its links at that moment (it changed no other
+        # flow's sharing); then the rates in self._rate are already right (new flows got their narrowest
+        # link), and _ensure_rates has nothing to compute. self._has_shared: whether any flow shares.
+        self._clean = True
+        self._has_shared = False
+        # Link rows of the flows started or finished since the shared flows' rates were last computed (None
+        # when too many to track): only the components holding one of those links need new rates.
+        self._touched: list[np.ndarray] | None = []
         self._new_recs: list[tuple] = []
-        self._new_flows: list[tuple] = []
+        self._new_flows: list[int] = []  # their templates
         self._done: list[tuple[int, int, Completion]] = []
         self.rate_recomputations = 0
         self._dirty = False
-        # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity).
-        self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}
-        self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float]] = {}  # NCCL mode P2P
+        # (src rank, dst rank) -> (route links as an int64 array, route latency, narrowest link capacity,
+        # route number in self._tpl).
+        self._paths: dict[tuple[int, int], tuple[np.ndarray, float, float, int]] = {}
+        self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float, int]] = {}  # NCCL mode P2P
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
         # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
@@ -225,14 +236,14 @@ class FlowModel:
         check_size(size_bytes)
         self._catch_up(now_ns)
         handle = next(self._handles)
-        links, lat, mincap = self._p2p_path(src, dst) if self.nccl else self._path(src, dst)
+        links, lat, _, route = self._p2p_path(src, dst) if self.nccl else self._path(src, dst)
         nbytes = float(size_bytes)
         rec = (None, handle, 0, 0)
         if nbytes <= 0 or len(links) == 0:
             self._push_land(self._t + lat, rec)
         else:
             self._new_recs.append(rec)
-            self._new_flows.append((nbytes, links, len(links), lat, mincap))
+            self._new_flows.append(self._tpl.p2p(nbytes, route, lat))
         self._settle()
         return handle
 
@@ -315,12 +326,19 @@ class FlowModel:
             # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
             # that set t is always among the finished, even where t is so large (~1e10 ns) that its float
             # spacing exceeds _DONE_NS and the leftover bytes stay above the noise threshold.
-            due = self._fl_t + self._ratio() <= t
-            self._progress(t)
-            self._t = t
-            done = due | (self._rem <= self._rate * _DONE_NS)
-            if done.any():
-                self._finish(recs, done, t)
+            q = self._ratio()
+            tf = self._tf
+            if t < tf - (_CLEAR_NS + tf * _CLEAR_REL):
+                # No flow can be done (module note on _CLEAR_NS): skip the tests, not the progress.
+                self._progress(t)
+                self._t = t
+            else:
+                due = self._fl_t + q <= t
+                self._progress(t)
+                self._t = t
+                done = due | (self._rem <= self._rate * _DONE_NS)
+                if done.any():
+                    self._finish(recs, done, t)
         else:
             self._fl_t = self._t = t
         heap = self._heap
@@ -380,21 +398,26 @@ class FlowModel:
 
     def _finish(self, recs: list, done: np.ndarray, t: float) -> None:
         """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
+        tpl = self._tpl
         if done.all():
-            finished, lat = recs, self._lat
+            finished, gone = recs, self._tid
             self._recs = []
-            self._rem = self._rate = self._lat = self._mincap = _NO_FLOATS
-            self._cnt = self._flat = self._ids = _NO_INTS
+            self._rem = self._rate = _NO_FLOATS
+            self._ids = self._tid = _NO_INTS
         else:
             idx = np.flatnonzero(done)
             finished = [recs[k] for k in idx.tolist()]
-            lat = self._lat[idx]
+            gone = self._tid[idx]
             keep = ~done
             self._recs = list(itertools.compress(recs, keep.tolist()))
-            self._rem, self._rate, self._lat = self._rem[keep], self._rate[keep], self._lat[keep]
-            self._mincap, self._ids = self._mincap[keep], self._ids[keep]
-            self._flat = self._flat[np.repeat(keep, self._cnt)]
-            self._cnt = self._cnt[keep]
+            self._rem, self._rate = self._rem[keep], self._rate[keep]
+            self._ids, self._tid = self._ids[keep], self._tid[keep]
+        lat = tpl.lat[gone]
+        rows = tpl.flow_links(gone)
+        if self._clean and not tpl.alone(rows):
+            self._clean = False
+        tpl.occupy(rows, -1)
+        self._touch(rows)
         self._q_ok = False
         self._dirty = True
         lands = (t + lat).tolist()
@@ -432,28 +455,31 @@ class FlowModel:
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new_recs:
-            nbytes, links, counts, lat, mincap = zip(*self._new_flows, strict=True)
-            n = len(nbytes)
+            tids = np.array(self._new_flows, dtype=np.int64)
+            n = len(tids)
             k = self._next_id
             self._next_id = k + n
+            tpl = self._tpl
+            rows = tpl.flow_links(tids)
+            tpl.occupy(rows, 1)
+            self._touch(rows)
+            if self._clean and tpl.alone(rows):
+                rate = tpl.mincap[tids]  # alone on every link: its narrowest link, as _ensure_rates gives
+            else:
+                self._clean = False
+                rate = np.zeros(n)  # set by _ensure_rates
             if self._recs:
                 self._recs += self._new_recs
-                self._rem = np.concatenate((self._rem, nbytes))
-                self._lat = np.concatenate((self._lat, lat))
-                self._mincap = np.concatenate((self._mincap, mincap))
-                self._rate = np.concatenate((self._rate, np.zeros(n)))
+                self._rem = np.concatenate((self._rem, tpl.nbytes[tids]))
+                self._rate = np.concatenate((self._rate, rate))
                 self._ids = np.concatenate((self._ids, np.arange(k, k + n)))
-                self._cnt = np.concatenate((self._cnt, np.array(counts, dtype=np.int64)))
-                self._flat = np.concatenate((self._flat, *links))
+                self._tid = np.concatenate((self._tid, tids))
             else:
                 self._recs = self._new_recs
-                self._rem = np.array(nbytes, dtype=np.float64)
-                self._lat = np.array(lat, dtype=np.float64)
-                self._mincap = np.array(mincap, dtype=np.float64)
-                self._rate = np.zeros(n)
+                self._rem = tpl.nbytes[tids]
+                self._rate = rate
                 self._ids = np.arange(k, k + n)
-                self._cnt = np.array(counts, dtype=np.int64)
-                self._flat = np.concatenate(links)
+                self._tid = tids
             self._new_recs = []
             self._new_flows = []
             self._q_ok = False
@@ -465,23 +491,28 @@ class FlowModel:
         if not self._dirty:
             return
         self._dirty = False
-        if self._recs:
+        if self._recs and self._clean:
+            # The flows sharing links are those of the last computation (self._clean): same rates. The
+            # links touched since were alone's, in no component: as good as computed now.
+            self._rate_pos = self._cap_pos and (self._shared_pos or not self._has_shared)
+            self._touched = []
+            self._q_ok = False
+            self.rate_recomputations += 1
+        elif self._recs:
             # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
             # narrowest link; progressive filling runs on the flows that share links, when that set changed.
-            cnt, flat = self._cnt, self._flat
-            if len(flat) <= _SMALL_ENTRIES:
-                # Few flows: the same steps on Python lists beat numpy's per-call cost.
-                shared = shared_flows_small(cnt.tolist(), flat.tolist())
-            else:
-                shared = shared_flows(cnt, flat)
-            rates = self._mincap
+            self._clean = True
+            tpl = self._tpl
+            rows = tpl.flow_links(self._tid)
+            shared = (tpl.on[rows] > 1).any(axis=1)
+            rates = tpl.mincap[self._tid]
             pos = self._cap_pos
-            if shared is not None:
-                rates = rates.copy()
+            self._has_shared = bool(shared.any())
+            if self._has_shared:
                 ids = self._ids[shared]
                 if not np.array_equal(ids, self._shared_ids):
+                    self._shared_rates = self._shared_max_min(ids, rows[shared])
                     self._shared_ids = ids
-                    self._shared_rates = max_min_rates(*sub_csr(cnt, flat, shared), self._cap)
                     self._shared_pos = bool((self._shared_rates > 0).all())
                 rates[shared] = self._shared_rates
                 pos = pos and self._shared_pos
@@ -489,19 +520,60 @@ class FlowModel:
             self._rate_pos = pos
             self._q_ok = False
             self.rate_recomputations += 1
+            self._touched = []
+
+    def _touch(self, rows: np.ndarray) -> None:
+        touched = self._touched
+        if touched is not None:
+            if len(touched) < _TOUCH_MAX:
+                touched.append(rows)
+            else:
+                self._touched = None
+
+    def _shared_max_min(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Max-min rates of the flows that share links (serials ids, padded link rows), recomputed only for
+        the components (flows connected through shared links) that hold a link touched since the last time.
+
+        Exact as max_min_rates on them all (netmodels/maxmin.py: progressive filling never couples flows that
+        share no link, directly or through other flows, and sums a link's frozen rates in flow order, which
+        a subset keeps). A component with no touched link has the flows it had then (a flow that came or
+        went would have touched a link of it), so the rates computed then are its rates now.
+        """
+        tpl = self._tpl
+        if self._touched is None or not self._touched or not len(self._shared_ids):
+            return max_min_rates(*tpl.csr(rows), self._cap)
+        hit = tpl.reach(rows, np.concatenate(self._touched).ravel())
+        keep = ~hit
+        old = self._shared_ids
+        at = np.searchsorted(old, ids[keep])
+        at[at == len(old)] = 0
+        if not np.array_equal(old[at], ids[keep]):
+            return max_min_rates(*tpl.csr(rows), self._cap)  # not reached: see the docstring
+        rates = np.empty(len(ids))
+        rates[keep] = self._shared_rates[at]
+        if hit.any():
+            rates[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
+        return rates
 
     # ----- collectives -------------------------------------------------------------------------------
-    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
+    def _flow_info(self, tid: int) -> tuple[float, np.ndarray, int, float, float]:
+        """A flow template as (bytes, route links, link count, latency, narrowest link capacity)."""
+        tpl = self._tpl
+        links = tpl.links[tpl.route[tid]]
+        links = links[links != tpl.pad]
+        return float(tpl.nbytes[tid]), links, len(links), float(tpl.lat[tid]), float(tpl.mincap[tid])
+
+    def _path(self, src: int, dst: int) -> tuple[np.ndarray, float, float, int]:
         pair = (src, dst)
         path = self._paths.get(pair)
         if path is None:
             r = self.topology.route(src, dst)
             links = np.array(r.links, dtype=np.int64)
             mincap = float(self._cap[links].min()) if len(links) else float("inf")
-            path = self._paths[pair] = (links, r.latency_ns, mincap)
+            path = self._paths[pair] = (links, r.latency_ns, mincap, self._tpl.add_route(links))
         return path
 
-    def _p2p_path(self, src: int, dst: int) -> tuple[np.ndarray, float, float]:
+    def _p2p_path(self, src: int, dst: int) -> tuple[np.ndarray, float, float, int]:
         """NCCL mode: a P2P's links via its PXN relay (netmodels.nccl.p2p_links), cached per pair."""
         pair = (src, dst)
         path = self._pxn_paths.get(pair)
@@ -509,7 +581,7 @@ class FlowModel:
             links, lat = p2p_links(self.topology, src, dst)
             arr = np.array(links, dtype=np.int64)
             mincap = float(self._cap[arr].min()) if len(arr) else float("inf")
-            path = self._pxn_paths[pair] = (arr, lat, mincap)
+            path = self._pxn_paths[pair] = (arr, lat, mincap, self._tpl.add_route(arr))
         return path
 
     def _plan(self, kind: str, algo: str, ranks: tuple[int, ...], size: int, root: int) -> tuple:
@@ -582,9 +654,10 @@ class FlowModel:
         src, dst = stage.src.tolist(), stage.dst.tolist()
         extra = stage.extra_ns.tolist() if stage.extra_ns is not None else None
         for i, (a, b, nb) in enumerate(zip(src, dst, nbytes, strict=True)):
-            links, lat, mincap = self._path(ranks[a], ranks[b])
+            links, lat, _, route = self._path(ranks[a], ranks[b])
             lat = lat + delay if extra is None else lat + delay + extra[i]
-            sends[a].append((b, nb <= 0 or len(links) == 0, lat, (nb, links, len(links), lat, mincap)))
+            instant = nb <= 0 or len(links) == 0
+            sends[a].append((b, instant, lat, -1 if instant else self._tpl.add(nb, route, lat)))
         recv = np.bincount(stage.dst, minlength=p).tolist()
         red = np.bincount(stage.dst, weights=stage.nbytes, minlength=p).tolist()
         reduce = bool(stage.reduce) and bool(self.reduction_bpns)

@@ -227,7 +227,7 @@ class Ns3Model(FlowModel):
         now = self._ns3_now()
         start = max(0, math.ceil(self._t - 1e-6) - now)
         for rec, flow in zip(self._new_recs, self._new_flows, strict=True):
-            nbytes, path, _, lat, _ = flow
+            nbytes, path, _, lat, _ = self._flow_info(flow)
             route_lat = float(self.topology.link_latency[path].sum())
             src, dst = links[int(path[0])][0], links[int(path[-1])][1]
             n = int(nbytes)
