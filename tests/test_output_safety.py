@@ -117,7 +117,7 @@ def test_reimport_to_the_same_prefix_drops_the_stale_rank(tmp_path: Path) -> Non
 
 def test_annotate_keeps_the_sets_metadata(tmp_path: Path) -> None:
     # Issue 26 item 9: --annotate dropped deployment.json/memory.json (the annotated set lost its cluster).
-    assert _gen(tmp_path, _spec(tmp_path), "g").returncode == 0
+    assert _gen(tmp_path, _spec(tmp_path), "g", None, "--all-ranks").returncode == 0
     proc = _run(tmp_path, "replay", "g", "--no-progress", "--annotate", "an", mem=2 * GIB)
     assert proc.returncode == 0, proc.stderr
     names = sorted(p.name for p in (tmp_path / "an").iterdir())
@@ -128,7 +128,7 @@ def test_annotate_keeps_the_sets_metadata(tmp_path: Path) -> None:
 def test_result_folder_with_timeline_and_annotated_set_inside_reruns_whole(tmp_path: Path) -> None:
     # docs/replay.md's own example: --out res --timeline res/timeline.json --annotate res/annotated, twice,
     # then without the extras: the folder holds this run's files only (issue 26 item 9's stale timeline).
-    assert _gen(tmp_path, _spec(tmp_path), "g").returncode == 0
+    assert _gen(tmp_path, _spec(tmp_path), "g", None, "--all-ranks").returncode == 0
     full = (
         "replay",
         "g",
@@ -165,7 +165,7 @@ def test_a_file_of_another_plan_is_refused_by_name(tmp_path: Path) -> None:
 
 
 def test_a_stale_rank_is_refused_by_name(tmp_path: Path) -> None:
-    assert _gen(tmp_path, _spec(tmp_path), "a").returncode == 0
+    assert _gen(tmp_path, _spec(tmp_path), "a", None, "--all-ranks").returncode == 0
     (tmp_path / "a" / "tiny.4.et").write_bytes((tmp_path / "a" / "tiny.3.et").read_bytes())
     _one_line_exit2(_run(tmp_path, "replay", "a", *RING4, mem=2 * GIB), "tiny.4.et", "4 ranks")
 
@@ -199,7 +199,7 @@ def test_set_id_does_not_depend_on_prices_or_cluster(tmp_path: Path) -> None:
 
 
 def test_outputs_over_inputs_are_refused(tmp_path: Path) -> None:
-    assert _gen(tmp_path, _spec(tmp_path), "g", None, "--no-rewrite").returncode == 0
+    assert _gen(tmp_path, _spec(tmp_path), "g", None, "--no-rewrite", "--all-ranks").returncode == 0
     before = snapshot(tmp_path / "g")
     cases = [
         # Before: replaced the set's own metadata (the set no longer replayed).

@@ -45,7 +45,7 @@ def _generate(tmp_path: Path, ranks: list[int], tp: int) -> tuple[str, str]:
     spec = tmp_path / "one.yaml"
     spec.write_text(SPEC.format(ranks=ranks, tp=tp))
     out = str(tmp_path / "gen")
-    api.generate(str(spec), api.GenerateOptions(out=out))
+    api.generate(str(spec), api.GenerateOptions(out=out, all_ranks=True))  # every rank: what ASTRA-sim reads
     net = tmp_path / "net.yml"
     net.write_text(SWITCH.format(n=max(2, len(ranks))))
     return out, str(net)
