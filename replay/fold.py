@@ -91,11 +91,29 @@ class Fold:
     # k % tp of DP replica k // tp, and pi_k swaps DP replica 0 with k // tp and TP position 0 with k % tp
     # in every stage at once (the module docstring); 1: replica k is a DP replica, pi_k the plain swap.
     tp: int = 1
+    # CP positions folded too (a compact set's `cp_positions`): the DP replica number d of k // tp is CP
+    # position d % cp of data replica d // cp, and pi_k swaps the data replica and the CP position of k
+    # with 0 as well; 1: none.
+    cp: int = 1
 
     @property
     def factor(self) -> int:
         """How many replicas one simulated replica stands for."""
         return len(self.replicas)
+
+    @property
+    def positions(self) -> bool:
+        """Whether replicas are rank classes (TP and/or CP positions folded), not whole DP replicas."""
+        return self.tp > 1 or self.cp > 1
+
+    def coords(self, k: int) -> tuple[int, int, int]:
+        """Replica k's (data replica, CP position, TP position) in a rank-class fold."""
+        d, t = divmod(k, self.tp)
+        return (*divmod(d, self.cp), t)
+
+    def index(self, c: Sequence[int]) -> int:
+        """The replica at coordinates (data replica, CP position, TP position)."""
+        return (c[0] * self.cp + c[1]) * self.tp + c[2]
 
 
 def make_fold(
@@ -170,7 +188,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
     """The candidate fold: given, from deployment.json beside the traces, or every rank its own replica."""
     n = trace_set.num_ranks
     c = trace_set.classes
-    if c is not None and fold == "dp" and c.tp > 1:
+    if c is not None and fold == "dp" and c.tp * c.cp > 1:
         return _dp_of_classes(c, n)
     if c is not None:
         if not (fold is True or fold == "auto"):
@@ -183,7 +201,7 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             for r, d in zip(rep, ds, strict=True)
         }
         fold = make_fold(c.replicas, n, f"by construction, {CLASSES_FILE}", dgs, by_construction=True)
-        fold = replace(fold, tp=c.tp)
+        fold = replace(fold, tp=c.tp, cp=c.cp)
         if c.dp_replicas:
             reps = {
                 r: d
@@ -193,11 +211,11 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
             fold = replace(fold, dp_replicas=reps)
         return fold
     if isinstance(fold, Fold):
-        if fold.tp < 1 or len(fold.replicas) % fold.tp:
+        if fold.tp < 1 or fold.cp < 1 or len(fold.replicas) % (fold.tp * fold.cp):
             raise FoldRefused(
-                f"fold ({fold.source}): {len(fold.replicas)} replicas are not DP x TP {fold.tp}"
+                f"fold ({fold.source}): {len(fold.replicas)} replicas are not DP x CP {fold.cp} x TP {fold.tp}"
             )
-        return replace(make_fold(fold.replicas, n, fold.source, fold.device_groups), tp=fold.tp)
+        return replace(make_fold(fold.replicas, n, fold.source, fold.device_groups), tp=fold.tp, cp=fold.cp)
     if fold == "tp":
         path = os.path.join(trace_set.directory, DEPLOYMENT_FILE)
         try:
@@ -222,9 +240,10 @@ def resolve_fold(fold, trace_set: TraceSet) -> Fold:
 
 
 def _dp_of_classes(c, n: int) -> Fold:
-    """A rank-class set folded by its DP replicas only (its rank classes refused): replica d holds its
-    entries d*tp .. d*tp + tp - 1, and pi_d is the construction's swap of DP replica d with 0."""
-    ent = [[r for rep in c.replicas[d : d + c.tp] for r in rep] for d in range(0, len(c.replicas), c.tp)]
+    """A rank-class set folded by its data replicas only (its rank classes refused): replica d holds its
+    entries d*w .. d*w + w - 1 (w = tp x cp), and pi_d is the construction's swap of data replica d with 0."""
+    w = c.tp * c.cp
+    ent = [[r for rep in c.replicas[d : d + w] for r in rep] for d in range(0, len(c.replicas), w)]
     dgs = {
         r: d
         for rep, ds in zip(c.replicas, c.device_groups, strict=True)
@@ -270,16 +289,16 @@ class _Ctx:
         self._cls: dict[str, str] = {}
 
     def perm(self, k: int, rank: int) -> int:
-        """pi_k: swap replica k with replica 0, rank by rank (a rank-class fold: swap the DP replica and
-        the TP position of k with 0 in every stage, Fold.tp)."""
+        """pi_k: swap replica k with replica 0, rank by rank (a rank-class fold: swap the data replica, the
+        CP position and the TP position of k with 0 in every stage, each on its own, Fold.tp / Fold.cp)."""
         kk, i = self.where[rank]
         reps = self.fold.replicas
-        tp = self.fold.tp
-        if tp > 1:
-            (d, t), (d2, t2) = divmod(k, tp), divmod(kk, tp)
-            d2 = d if d2 == 0 else 0 if d2 == d else d2
-            t2 = t if t2 == 0 else 0 if t2 == t else t2
-            return reps[d2 * tp + t2][i]
+        if self.fold.positions:
+            c = [
+                b if a == 0 else 0 if a == b else a
+                for a, b in zip(self.fold.coords(kk), self.fold.coords(k), strict=True)
+            ]
+            return reps[self.fold.index(c)][i]
         if kk == 0:
             return reps[k][i]
         if kk == k:
@@ -287,12 +306,12 @@ class _Ctx:
         return rank
 
     def _stab(self, rank: int, axis: int, b: int) -> int:
-        """The swap of coordinate `axis` (0: DP replica, 1: TP position) values 1 and b: generators of the
-        renamings that fix replica 0 rank by rank (a rank-class fold)."""
+        """The swap of coordinate `axis` (0: data replica, 1: CP position, 2: TP position) values 1 and b:
+        generators of the renamings that fix replica 0 rank by rank (a rank-class fold)."""
         kk, i = self.where[rank]
-        c = list(divmod(kk, self.fold.tp))
+        c = list(self.fold.coords(kk))
         c[axis] = b if c[axis] == 1 else 1 if c[axis] == b else c[axis]
-        return self.fold.replicas[c[0] * self.fold.tp + c[1]][i]
+        return self.fold.replicas[self.fold.index(c)][i]
 
     def group_class(self, key: str, members: tuple[int, ...]) -> str:
         """'inside' (all members in replica 0), 'shared' (closed under every pi_k), 'partial' (a rank-class
@@ -303,7 +322,7 @@ class _Ctx:
             ks = {self.where[r][0] for r in members}
             if ks == {0}:
                 c = "inside"
-            elif self.fold.tp > 1:
+            elif self.fold.positions:
                 c = self._classify(members)
             else:
                 s = set(members)
@@ -318,8 +337,8 @@ class _Ctx:
         representatives' program is the same under them), each folded member's representative a member and
         the member's own renaming mapping the group onto itself (so it joins the same collective)."""
         fs = frozenset(members)
-        d, tp = len(self.fold.replicas) // self.fold.tp, self.fold.tp
-        for axis, n in ((0, d), (1, tp)):
+        f = self.fold
+        for axis, n in enumerate((len(f.replicas) // (f.tp * f.cp), f.cp, f.tp)):
             for b in range(2, n):
                 if frozenset(self._stab(r, axis, b) for r in members) != fs:
                     return "uneven"
@@ -1130,7 +1149,7 @@ class NetCheck:
                     f"over {list(spec.ranks)}"
                 )
         inside = all(ctx.where[rk][0] == 0 for rk in spec.ranks)
-        if inside or ctx.fold.tp > 1:
+        if inside or ctx.fold.positions:
             # Each replica's copy: proven by its timing class where the model names one (the model's own
             # rule for collectives it times alike), else timed. A rank-class fold's group with folded
             # members has a copy per distinct image (a TP group: one per DP replica).
