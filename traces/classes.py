@@ -116,9 +116,8 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
         dprs = tuple(tuple(int(d) for d in rep) for rep in doc.get("dp_replicas", ()))
         tp, cp = int(doc.get("tp_positions", 1)), int(doc.get("cp_positions", 1))
         if tp < 1 or cp < 1 or len(reps) % (tp * cp) or (tp * cp > 1 and (kinds or dprs)):
-            raise ValueError(
-                f"tp_positions {tp} x cp_positions {cp} does not divide {len(reps)} entries of one class"
-            )
+            both = f"tp_positions {tp}" + (f" x cp_positions {cp}" if cp != 1 else "")
+            raise ValueError(f"{both} does not divide {len(reps)} entries of one class")
         if dprs and [len(d) for d in dprs] != [len(r) for r in reps]:
             raise ValueError("replicas and DP replica numbers of unequal lengths")
         if not reps or sorted(r for rep in reps for r in rep) != list(range(n)):
