@@ -15,6 +15,13 @@ ring of block 0 onto the one of block k member for member (same EP/CP index, so 
 counts per expert and ring position) and leaves the expert-DP and DP gradient groups (one member per
 block position) as they are.
 
+The all-gather form of context parallelism (cp_comm_type "all_gather") is the exception: its CP ranks run
+one program (each the same attention op under causal load balancing, the K/V AllGather and ReduceScatter
+over the whole CP group, which every swap of CP positions maps onto itself), so its positions are rank
+classes like TP positions (_tp_classes, classes.json cp_positions). The ring form's CP ranks are alike up
+to labels too, but only under rotations (rank c sends to c + 1 and receives from c - 1), which the fold's
+swaps are not, and a representative's ring peers would be folded ranks: it keeps blocks.
+
 A heterogeneous plan has several classes of replica (replicas with the same stages are one class;
 examples/hetero1024.yaml has two). Its replicas are grouped into g = gcd(class sizes) super-replicas,
 each holding n_c / g replicas of every class c in one order, so super-replica k's i-th rank has the same
