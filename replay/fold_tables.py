@@ -101,7 +101,7 @@ class FoldedTables:
         g0 = np.asarray([r.nodes[0] for r in inside], dtype=np.int64)
         # Copy k of an inside record: members pi_k(members), first node on rep[k][slot of member 0].
         f0_in = self._full(self.rep[:, self.slot_of[m0]], g0[None, :]) if len(inside) else np.zeros((m, 0))
-        sh = _SharedEntries(self, shared, Copies(fold, groups) if fold.tp > 1 else None)
+        sh = _SharedEntries(self, shared, Copies(fold, groups) if fold.positions else None)
         la_sh, f0_sh = sh.la, sh.f0
         ids = canonical_ids(
             np.concatenate([np.tile(la_in, m), np.asarray(la_sh, dtype=np.int64)]),

@@ -263,7 +263,7 @@ def simulate(
         return _simulate(replace(run, network=attempt), True)
     except FoldRefused as exc:
         reason = str(exc)
-    if ts.classes is not None and ts.classes.tp > 1 and len(ts.classes.replicas) > ts.classes.tp:
+    if ts.classes is not None and (w := ts.classes.tp * ts.classes.cp) > 1 and len(ts.classes.replicas) > w:
         try:  # a rank-class set whose TP positions are not alike here: its DP replicas may still be
             attempt = private_model(network) if foldable else network
             return _simulate(replace(run, network=attempt), "dp")
@@ -355,7 +355,7 @@ def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _
         return _Built(ts, pgs, prog, None, None)
     from xsim.replay.fold import verify
 
-    if ts.classes is not None and ts.classes.tp > plan.tp:  # a rank-class set folded by DP only
+    if ts.classes is not None and ts.classes.tp * ts.classes.cp > plan.tp * plan.cp:  # folded by DP only
         ts = ts.with_source(compact_source(ts, pgs, compute, config))
     reps = rep_columns(ts, plan.replicas[0])
     prog = build_program(
@@ -391,7 +391,7 @@ def _mark_fold(res: ReplayResult, fold, plan) -> None:
     res.fold_status = "folded" if plan is not None else "unfolded"
     res.fold_reason = (
         (
-            f"{plan.factor} {'rank classes' if plan.tp > 1 else 'replicas'} alike by construction "
+            f"{plan.factor} {'rank classes' if plan.positions else 'replicas'} alike by construction "
             f"({CLASSES_FILE})"
             if plan.by_construction
             else f"{plan.factor} replicas proven alike ({plan.source})"

@@ -218,6 +218,14 @@ def estimate_nodes(dep: Any) -> tuple[int, int]:
     return total, ranks
 
 
+def _positions(dep: Any) -> int:
+    """Rank classes per data replica of the compact set (tp x cp positions folded; 1 for whole blocks)."""
+    from xsim.tracegen.compact import rank_classes
+
+    c = rank_classes(dep, rewrite=False)
+    return 1 if c is None else c.tp * c.cp
+
+
 @dataclass(frozen=True)
 class Prediction:
     """xsim's time per iteration for a run (None when not replayed) and how it was obtained."""
@@ -265,8 +273,11 @@ def predict(run: MoeCpRun, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
             None,
             f"not replayed: ~{nodes:,} nodes for the {ranks:,} ranks generated (budget {max_nodes:,})",
         )
+    # A rank-class fold (one rank per stage) the network check refuses falls back to one data replica
+    # (tp x cp entries): where that is over the budget, the refusal is reported instead of run.
+    strict = nodes * _positions(dep) > max_nodes
     try:
-        rep = _validate_published().replay_spec(spec, fold=True)
+        rep = _validate_published().replay_spec(spec, fold=True, strict=strict)
     except XsimError as exc:
         return Prediction(run, None, f"refused by xsim: {str(exc).splitlines()[0]}")
     folded = (

@@ -629,9 +629,11 @@ class Replay:
     phases_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # generate, write, replay (wall seconds)
 
 
-def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True) -> Replay:
+def replay_spec(
+    spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True, strict: bool = False
+) -> Replay:
     """Generate a spec's traces and replay them on the analytical network model (folding DP replicas
-    when `fold`)."""
+    when `fold`; `strict`: a fold the network check refuses is an error, not a larger replay)."""
     from xsim.netmodels.cluster import build_cluster
     from xsim.netmodels.models import build_model
     from xsim.replay import DurationModel, simulate
@@ -662,7 +664,9 @@ def replay_spec(spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool =
         # is proven, never assumed ("auto": a fold the network model times differently for another
         # replica, e.g. a DP ring crossing nodes unevenly, is replayed unfolded).
         ts = discover(tmp, compact=True)
-        result = simulate(ts, network=network, compute=DurationModel(), fold="auto" if fold else None)
+        result = simulate(
+            ts, network=network, compute=DurationModel(), fold=(True if strict else "auto") if fold else None
+        )
     summary = result.summary_dict()
     t_end = time.perf_counter()
     return Replay(

@@ -4,6 +4,7 @@ gives the tables of the set with every rank, table for table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,23 @@ SPECS = {
     # the all-gather form (Llama 3), TP 2: CP groups of 4, two of them
     "cpag": {"name": "cpag", "model": CP_MODEL, "attention": "flash", "micro_batches": 2,
              "cp_comm_type": "all_gather", "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "cp": 4}},
+    # the all-gather form with pipeline stages: TP 2 x CP 4 x PP 2 x DP 2 = 32 ranks, rank classes of
+    # (data replica, CP position, TP position): one rank per stage written
+    "cpag_pp": {"name": "cpagpp", "model": CP_MODEL, "attention": "flash", "micro_batches": 2, "schedule": "1f1b",
+                "cp_comm_type": "all_gather", "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "cp": 4}},
 }  # fmt: skip
+# Per spec: (ranks, files written, fold factor, what the fold reason counts, ranks simulated). The
+# all-gather form folds CP positions as rank classes (data replica x CP position x TP position, one rank
+# per stage written); the ring and EP plans keep blocks of lcm(ep, cp) replicas (two blocks). cpag's rank
+# classes are refused by the network check (the analytical model finishes the DP gradient AllReduce over
+# ranks 0, 2, .., 14 at different instants per member: rank 2, CP position 1, before rank 0), so it folds
+# by its two data replicas (8 ranks simulated), still table for table equal.
+EXPECT = {
+    "ep": (16, 8, 2, "2 replicas", 8),
+    "cp": (8, 4, 2, "2 replicas", 4),
+    "cpag": (16, 1, 2, "2 replicas", 8),
+    "cpag_pp": (32, 2, 16, "16 rank classes", 2),
+}
 
 
 def test_the_class_unit_is_a_block_of_whole_ep_groups_and_cp_rings():
@@ -82,12 +99,12 @@ def test_compact_and_every_rank_replays_are_table_for_table_equal(tmp_path, key)
     spec = SPECS[key]
     compact = api.generate(spec, api.GenerateOptions(out=str(tmp_path / "c")))
     every = api.generate(spec, api.GenerateOptions(out=str(tmp_path / "a"), all_ranks=True))
-    ranks = {"ep": 16, "cp": 8, "cpag": 16}[key]
-    assert compact.classes is not None and len(compact.paths) == ranks // 2 and len(every.paths) == ranks
+    ranks, written, factor, what, simulated = EXPECT[key]
+    assert compact.classes is not None and len(compact.paths) == written and len(every.paths) == ranks
     perf = _replay(tmp_path / "c", tmp_path / "rc", fold=True)
     assert perf["fold"] == "folded", perf["fold_reason"]
-    assert perf["fold_reason"] == "2 replicas alike by construction (classes.json)"
-    assert perf["fold_factor"] == 2 and perf["ranks_simulated"] == ranks // 2
+    assert perf["fold_reason"] == f"{what} alike by construction (classes.json)"
+    assert perf["fold_factor"] == factor and perf["ranks_simulated"] == simulated
     _replay(tmp_path / "a", tmp_path / "ra", fold=False)
     _replay(tmp_path / "c", tmp_path / "rcn", fold=False)  # the unwritten ranks derived from block 0's
     for other in ("ra", "rcn"):
@@ -97,3 +114,37 @@ def test_compact_and_every_rank_replays_are_table_for_table_equal(tmp_path, key)
                 name,
             )
     assert len((tmp_path / "rc" / "ranks.csv").read_text().splitlines()) == 1 + ranks
+
+
+def test_all_gather_cp_positions_are_rank_classes_and_the_ring_keeps_blocks(tmp_path):
+    from xsim.replay.fold import _Ctx, make_fold
+    from xsim.traces.classes import read_classes, write_classes
+    from xsim.traces.groups import ProcessGroups
+
+    dep = load_spec(SPECS["cpag_pp"])
+    c = rank_classes(dep, rewrite=True)
+    # The parallel: block's default order: stage s of DP replica d (= data replica d // 4, CP position
+    # d % 4) is TP group [4 d + 2 s, 4 d + 2 s + 1]; entry k = 2 d + t holds TP position t of both stages.
+    assert (c.tp, c.cp, len(c.replicas)) == (2, 4, 16)
+    assert c.replicas[:3] == ((0, 2), (1, 3), (4, 6)) and c.replicas[15] == (29, 31)
+    write_classes(str(tmp_path), c)
+    assert read_classes(str(tmp_path), str(tmp_path / "cpagpp")) == c
+    assert '"cp_positions":4' in (tmp_path / "classes.json").read_text()
+    # The ring form's neighbours map onto each other only under rotations: it keeps blocks of cp replicas.
+    ring = load_spec({**SPECS["cpag_pp"], "cp_comm_type": "p2p"})
+    rc = rank_classes(ring, rewrite=True)
+    assert (rc.tp, rc.cp, len(rc.replicas)) == (1, 1, 2)
+    # pi_13 (data replica 1, CP position 2, TP position 1) swaps each coordinate with 0 on its own:
+    # rank 0 (0, 0, 0, stage 0) -> (1, 2, 1) = DP replica 6: 4*6 + 1 = 25; rank 26 (1, 2, 0, stage 1) ->
+    # (0, 0, 1, stage 1) = 3; rank 13 (0, 3, 1, stage 0) -> (1, 3, 0) = DP replica 7: 28.
+    fold = replace(make_fold(c.replicas, 32, "test"), tp=2, cp=4)
+    cp_group, dp_group = (0, 4, 8, 12), tuple(range(0, 32, 4))
+    ctx = _Ctx(fold, ProcessGroups(32, {"cp": cp_group, "dp": dp_group}))
+    assert [ctx.perm(13, r) for r in (0, 26, 13)] == [25, 3, 28]
+    # Rank 0's CP group: onto itself under a CP swap, onto data replica 1's under pi_8: copies.
+    assert ctx.image(2, cp_group) == frozenset(cp_group) and ctx.image(8, cp_group) == {16, 20, 24, 28}
+    # The DP gradient group (CP folded into it, every DP replica's stage-0 TP-0 rank): onto itself under
+    # a CP or data-replica swap, onto TP position 1's group under pi_1.
+    assert ctx.image(2, dp_group) == ctx.image(8, dp_group) == frozenset(dp_group)
+    assert ctx.image(1, dp_group) == frozenset(range(1, 32, 4))
+    assert ctx.group_class("cp", cp_group) == "partial" and ctx.group_class("dp", dp_group) == "partial"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from xsim.tracegen import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 _SPEC = importlib.util.spec_from_file_location("validate_moe_cp", REPO / "scripts" / "validate_moe_cp.py")
@@ -79,8 +80,9 @@ def test_a_run_tracegen_refuses_is_reported_in_one_line_not_rewritten(data):
 def test_a_long_context_row_over_the_budget_is_listed_with_its_node_estimate(data):
     run = next(r for r in data.runs if r.id == "llama3-405b-longctx-16384xh100")
     p = vm.predict(run, max_nodes=1000)
-    # one compact block: CP 16 replicas x TP 8 x PP 16 = 2,048 of the 16,384 ranks are generated
-    assert p.seconds is None and "for the 2,048 ranks generated" in p.method
+    # rank classes (all-gather CP, issue 28): one rank per stage, 16 of the 16,384 ranks, are generated;
+    # 126 layers x 16 micro-batches x (38 dense + 2 CP collectives) nodes a layer step = 80,640
+    assert p.seconds is None and p.method.startswith("not replayed: ~80,640 nodes for the 16 ranks generated")
 
 
 def test_the_harness_replays_a_small_moe_plan_compact_as_the_full_set():
@@ -97,3 +99,23 @@ def test_the_harness_replays_a_small_moe_plan_compact_as_the_full_set():
     assert p.method == "replayed, 4 of 8 ranks simulated", p.method
     full = vm._validate_published().replay_spec(vm.spec_for(run), fold=False)
     assert p.seconds == full.iteration_ns / 1e9
+
+
+def test_a_refused_rank_class_fold_over_the_budget_is_reported_not_run_unfolded():
+    """A tiny all-gather CP plan (not a published run): DP 3 x CP 4 = 12 ranks on DGX H100 nodes of 8, so
+    the DP gradient AllReduce over all 12 finishes rank 1 (CP position 1) apart from rank 0 and the
+    network check refuses the rank classes. Within a budget that holds the one written rank but not the
+    fallback's data replica (4 CP positions), the refusal is the row's one line; with room, the fallback
+    replays."""
+    spec = {
+        "model": {"name": "tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+                  "seq_len": 32},
+        "seq_len": 32, "attention": "flash", "cp_comm_type": "all_gather",
+        "parallel": {"gpu": "H100", "tp": 1, "dp": 3, "cp": 4, "micro_batch": 1, "global_batch": 6},
+    }  # fmt: skip
+    run = vm.MoeCpRun("tiny", "llama3-paper", "w", 12, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+    # one rank written: 2 layers x 2 micro-batches (6 / DP 3) x (38 + 2) nodes
+    assert vm.estimate_nodes(load_spec(vm.spec_for(run))) == (160, 1)
+    p = vm.predict(run, max_nodes=160)
+    assert p.seconds is None and p.method.startswith("refused by xsim: cannot fold: network model"), p.method
+    assert vm.predict(run, max_nodes=10_000).seconds is not None

@@ -15,6 +15,13 @@ ring of block 0 onto the one of block k member for member (same EP/CP index, so 
 counts per expert and ring position) and leaves the expert-DP and DP gradient groups (one member per
 block position) as they are.
 
+The all-gather form of context parallelism (cp_comm_type "all_gather") is the exception: its CP ranks run
+one program (each the same attention op under causal load balancing, the K/V AllGather and ReduceScatter
+over the whole CP group, which every swap of CP positions maps onto itself), so its positions are rank
+classes like TP positions (_tp_classes, classes.json cp_positions). The ring form's CP ranks are alike up
+to labels too, but only under rotations (rank c sends to c + 1 and receives from c - 1), which the fold's
+swaps are not, and a representative's ring peers would be folded ranks: it keeps blocks.
+
 A heterogeneous plan has several classes of replica (replicas with the same stages are one class;
 examples/hetero1024.yaml has two). Its replicas are grouped into g = gcd(class sizes) super-replicas,
 each holding n_c / g replicas of every class c in one order, so super-replica k's i-th rank has the same
@@ -118,12 +125,25 @@ def rank_classes(dep: dpb.Deployment, *, rewrite: bool) -> RankClasses | None:
     return _record(dep, ranks, dgs)
 
 
+def _ep_block(dep: dpb.Deployment) -> int:
+    """DP replicas an EP group spans (1 without expert parallelism)."""
+    return math.lcm(*(max(1, dg.ep // (dg.tp if dg.etp == 1 else 1)) for dg in dep.device_groups))
+
+
 def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankClasses | None:
-    """Rank classes (DP replica x TP position, module docstring) of a plan whose TP ranks are alike by
-    construction, or None: one TP degree T > 1 everywhere, one TP group per device group, replicas of
-    one shape, no expert or context parallelism (and so no resharding; interleaved plans fold alike)."""
+    """Rank classes (DP replica x TP position, and CP position under context parallelism; module
+    docstring) of a plan whose positions are alike by construction, or None: one TP degree T everywhere,
+    T > 1 or CP C > 1, one TP group per device group, replicas of one shape, no expert parallelism, and
+    context parallelism only in its all-gather form (so no resharding; interleaved plans fold alike)."""
     tps = {dg.tp for dg in dep.device_groups}
-    if len(tps) != 1 or (tp := tps.pop()) < 2 or replica_block(dep) > 1:
+    cp = max(max(1, dg.cp) for dg in dep.device_groups)
+    if len(tps) != 1 or _ep_block(dep) > 1 or replica_block(dep) != cp:
+        return None
+    if (tp := tps.pop()) < 2 and cp < 2:
+        return None
+    # The ring form's neighbours map onto each other only under rotations of the CP positions, which the
+    # fold's swaps are not (and a representative's ring peers are folded ranks): it keeps whole blocks.
+    if cp > 1 and (dep.cp_comm_type or "p2p") != "all_gather":
         return None
     if not is_homogeneous(dep) or any(len(dg.ranks) != tp for dg in dep.device_groups):
         return None
@@ -133,7 +153,7 @@ def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankC
     ranks = tuple(tuple(dg.ranks[t] for dg in rep) for rep in reps for t in range(tp))
     dgs = tuple(tuple(dg.id for dg in rep) for rep in reps for _t in range(tp))
     rc = _record(dep, ranks, dgs)
-    return None if rc is None else replace(rc, tp=tp)
+    return None if rc is None else replace(rc, tp=tp, cp=cp)
 
 
 def _hetero_classes(

@@ -6,7 +6,10 @@ with its device group id, its groups (replica k's copy of a group inside replica
 group) and its P2P peers renamed by pi_k, the swap of replica k with replica 0 rank by rank (the fold of
 replay/fold.py). Where a stage's TP ranks are alike too (`tp_positions` T > 1), the entries are rank
 classes: entry k holds TP position k % T of every stage of DP replica k // T, only entry 0 (one rank per
-stage) is written, and pi_k swaps DP replica k // T with 0 and TP position k % T with 0 at once. The replay folds by that construction; a verb that needs every rank's file refuses the
+stage) is written, and pi_k swaps DP replica k // T with 0 and TP position k % T with 0 at once. With
+`cp_positions` C > 1 (context parallelism, all-gather form) DP replica d is CP position d % C of data
+replica d // C, and pi_k swaps data replica, CP position and TP position with 0 at once. The replay
+folds by that construction; a verb that needs every rank's file refuses the
 set in one line naming `xsim gen --all-ranks`. A heterogeneous plan's entries are super-replicas, each
 holding replicas of every class in one order (tracegen/compact.py); `classes` lists them by class.
 """
@@ -44,6 +47,10 @@ class RankClasses:
     # stage of DP replica k // tp, and mirrors entry 0 under the swap of DP replica k // tp with 0 and of
     # TP position k % tp with 0 in every stage at once (replay/fold.py); 1: entries are DP replicas.
     tp: int = 1
+    # CP positions folded too (`cp_positions` C > 1, issue 28, the all-gather form): an entry's DP replica
+    # number d (k // tp) is CP position d % C of data replica d // C, and pi_k swaps the data replica, the
+    # CP position and the TP position of k with 0 at once; 1: no CP positions folded.
+    cp: int = 1
 
     @property
     def written(self) -> tuple[int, ...]:
@@ -57,7 +64,11 @@ class RankClasses:
             "version": VERSION,
             "prefix": self.prefix,
             "num_ranks": self.num_ranks,
-            "written": "replica 0" if self.tp == 1 else "TP position 0 of replica 0",
+            "written": "replica 0"
+            if self.tp == 1 and self.cp == 1
+            else "TP position 0 of replica 0"
+            if self.cp == 1
+            else "TP and CP position 0 of data replica 0",
             "replicas": [list(r) for r in self.replicas],
             "device_groups": [list(d) for d in self.device_groups],
         }
@@ -66,6 +77,8 @@ class RankClasses:
             doc["dp_replicas"] = [list(d) for d in self.dp_replicas]
         if self.tp > 1:
             doc["tp_positions"] = self.tp
+        if self.cp > 1:
+            doc["cp_positions"] = self.cp
         return doc
 
 
@@ -101,9 +114,10 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
         dgs = tuple(tuple(int(d) for d in rep) for rep in doc["device_groups"])
         kinds = tuple(tuple(int(j) for j in c) for c in doc.get("classes", ()))
         dprs = tuple(tuple(int(d) for d in rep) for rep in doc.get("dp_replicas", ()))
-        tp = int(doc.get("tp_positions", 1))
-        if tp < 1 or len(reps) % tp or (tp > 1 and (kinds or dprs)):
-            raise ValueError(f"tp_positions {tp} does not divide {len(reps)} entries of one class")
+        tp, cp = int(doc.get("tp_positions", 1)), int(doc.get("cp_positions", 1))
+        if tp < 1 or cp < 1 or len(reps) % (tp * cp) or (tp * cp > 1 and (kinds or dprs)):
+            both = f"tp_positions {tp}" + (f" x cp_positions {cp}" if cp != 1 else "")
+            raise ValueError(f"{both} does not divide {len(reps)} entries of one class")
         if dprs and [len(d) for d in dprs] != [len(r) for r in reps]:
             raise ValueError("replicas and DP replica numbers of unequal lengths")
         if not reps or sorted(r for rep in reps for r in rep) != list(range(n)):
@@ -112,4 +126,4 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
             raise ValueError("replicas and device groups of unequal lengths")
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise TraceSetError(f"malformed rank-class record ({exc})", path=path) from None
-    return RankClasses(os.path.basename(prefix), n, reps, dgs, kinds, dprs, tp)
+    return RankClasses(os.path.basename(prefix), n, reps, dgs, kinds, dprs, tp, cp)

@@ -67,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if gen.classes is not None:
         c = gen.classes
         what = (
-            f"TP position 0 of each stage of DP replica 0: {len(c.replicas)} rank classes (DP replica x TP "
+            f"TP and CP position 0 of each stage of data replica 0: {len(c.replicas)} rank classes (data "
+            f"replica x CP position x TP position), the others mirror it"
+            if c.cp > 1
+            else f"TP position 0 of each stage of DP replica 0: {len(c.replicas)} rank classes (DP replica x TP "
             f"position), the others mirror it"
             if c.tp > 1
             else f"DP replica 0; the other {len(c.replicas) - 1} replicas mirror it"
