@@ -39,7 +39,7 @@ class EngineOutput:
     start: Sequence[int]
     end: Sequence[int]
     ready: Sequence[int]
-    wait: list[int]
+    wait: np.ndarray | list[int]  # int64; a list once a wait passed int64 (a corrupt trace, refused)
     collectives: list[CollectiveRecord]
     collective_of: dict[int, int]  # g -> collective id
     p2p_pairs: list[tuple[int, int]]  # (send g, recv g) in match order
@@ -98,7 +98,9 @@ class Engine:
         self.start = [-1] * n
         self.end = [-1] * n
         self.ready = [-1] * n
-        self.wait = [0] * n
+        # Waits are written for collective members and P2P nodes only, a few per instant, so an int64 array
+        # (8 bytes a node, no int objects) costs the loop nothing measurable; see _wait_list for overflow.
+        self.wait: np.ndarray | list[int] = np.zeros(n, dtype=np.int64)
         self.mask = (1 << self.shift) - 1
         self.heap: list[int] = []  # node finishes as (t << shift) | g
         self.now = 0
@@ -275,16 +277,32 @@ class Engine:
     def collective_started(self, inst: CollectiveInstance, t: int) -> None:
         """The last member of a collective instance issued it at t: the members' waits, and it starts."""
         if inst.first != t:  # else every member issued at t and waited 0 (wait's initial value)
-            wait = self.wait
-            for gm, ta in zip(inst.nodes, inst.times, strict=True):
-                wait[gm] = t - ta
+            try:
+                wait = self.wait
+                for gm, ta in zip(inst.nodes, inst.times, strict=True):
+                    wait[gm] = t - ta
+            except OverflowError:
+                wait = self._wait_list()
+                for gm, ta in zip(inst.nodes, inst.times, strict=True):
+                    wait[gm] = t - ta
         self.port.start_collective(inst, t)
+
+    def _wait_list(self) -> list[int]:
+        """The waits as a list of Python ints, from the first wait past int64 on (a time past int64: a
+        corrupt duration, which the replay refuses after the run, simulation._check_int64)."""
+        if isinstance(self.wait, np.ndarray):
+            self.wait = self.wait.tolist()
+        return self.wait
 
     def send_issued(self, g: int, t: int) -> None:
         """Send g issues at t: it pairs with a waiting recv, if any, and its transfer starts."""
         r = self.p2ps.send(g)
         if r >= 0:
-            self.wait[r] = max(0, t - self.start[r])
+            w = max(0, t - self.start[r])
+            try:
+                self.wait[r] = w
+            except OverflowError:
+                self._wait_list()[r] = w
         self.port.start_send(g, t)
 
     def recv_issued(self, g: int, t: int) -> None:
@@ -292,7 +310,11 @@ class Engine:
         self.start[g] = t
         s = self.p2ps.recv(g)
         if s >= 0:
-            self.wait[g] = max(0, self.start[s] - t)
+            w = max(0, self.start[s] - t)
+            try:
+                self.wait[g] = w
+            except OverflowError:
+                self._wait_list()[g] = w
             if self.end[s] >= 0:  # the data already arrived
                 heappush(self.heap, (t << self.shift) | g)
 
