@@ -39,7 +39,7 @@ class EngineOutput:
     start: Sequence[int]
     end: Sequence[int]
     ready: Sequence[int]
-    wait: np.ndarray | list[int]  # int64; a list once a wait passed int64 (a corrupt trace, refused)
+    wait: np.ndarray | list[int]  # int64; a list when a wait is past int64 (a corrupt trace, refused)
     collectives: list[CollectiveRecord]
     collective_of: dict[int, int]  # g -> collective id
     p2p_pairs: list[tuple[int, int]]  # (send g, recv g) in match order
@@ -65,7 +65,7 @@ class Engine:
         # Issue-time durations: -1 marks the nodes the network times (collectives, sends), so the common
         # case, a timed node, costs one comparison in issue_ready. Kept as an array for the set-up below.
         dur_a = _issue_durations(prog)
-        self.dur = dur_a.tolist() if isinstance(dur_a, np.ndarray) else dur_a
+        self.dur = _shared_ints(dur_a) if isinstance(dur_a, np.ndarray) else dur_a
         # Most nodes have exactly one child (a chain per queue): the loop reads it without slicing the CSR;
         # the few with several read their children from `many`.
         child1 = _single_child(prog.child_ptr, prog.child_idx, n)
@@ -98,9 +98,7 @@ class Engine:
         self.start = [-1] * n
         self.end = [-1] * n
         self.ready = [-1] * n
-        # Waits are written for collective members and P2P nodes only, a few per instant, so an int64 array
-        # (8 bytes a node, no int objects) costs the loop nothing measurable; see _wait_list for overflow.
-        self.wait: np.ndarray | list[int] = np.zeros(n, dtype=np.int64)
+        self.wait = [0] * n
         self.mask = (1 << self.shift) - 1
         self.heap: list[int] = []  # node finishes as (t << shift) | g
         self.now = 0
@@ -277,32 +275,16 @@ class Engine:
     def collective_started(self, inst: CollectiveInstance, t: int) -> None:
         """The last member of a collective instance issued it at t: the members' waits, and it starts."""
         if inst.first != t:  # else every member issued at t and waited 0 (wait's initial value)
-            try:
-                wait = self.wait
-                for gm, ta in zip(inst.nodes, inst.times, strict=True):
-                    wait[gm] = t - ta
-            except OverflowError:
-                wait = self._wait_list()
-                for gm, ta in zip(inst.nodes, inst.times, strict=True):
-                    wait[gm] = t - ta
+            wait = self.wait
+            for gm, ta in zip(inst.nodes, inst.times, strict=True):
+                wait[gm] = t - ta
         self.port.start_collective(inst, t)
-
-    def _wait_list(self) -> list[int]:
-        """The waits as a list of Python ints, from the first wait past int64 on (a time past int64: a
-        corrupt duration, which the replay refuses after the run, simulation._check_int64)."""
-        if isinstance(self.wait, np.ndarray):
-            self.wait = self.wait.tolist()
-        return self.wait
 
     def send_issued(self, g: int, t: int) -> None:
         """Send g issues at t: it pairs with a waiting recv, if any, and its transfer starts."""
         r = self.p2ps.send(g)
         if r >= 0:
-            w = max(0, t - self.start[r])
-            try:
-                self.wait[r] = w
-            except OverflowError:
-                self._wait_list()[r] = w
+            self.wait[r] = max(0, t - self.start[r])
         self.port.start_send(g, t)
 
     def recv_issued(self, g: int, t: int) -> None:
@@ -310,11 +292,7 @@ class Engine:
         self.start[g] = t
         s = self.p2ps.recv(g)
         if s >= 0:
-            w = max(0, self.start[s] - t)
-            try:
-                self.wait[g] = w
-            except OverflowError:
-                self._wait_list()[g] = w
+            self.wait[g] = max(0, self.start[s] - t)
             if self.end[s] >= 0:  # the data already arrived
                 heappush(self.heap, (t << self.shift) | g)
 
@@ -345,6 +323,9 @@ class Engine:
             self.progress(n, n)
         # The times as the int64 arrays the fill made (no list round trip), else the loop's lists.
         start, end, ready = arrays if arrays is not None else (self.start, self.end, self.ready)
+        # The loop writes waits into a list (a list store is ~4x cheaper than an array item's); the result
+        # keeps them as int64 (8 bytes a node, no int objects), a list only past int64 (refused later).
+        wait = _int64_or_list(self.wait)
         records = self.colls.records
         if arrays is not None and records:  # each record's last member's end, in one reduction
             nodes = np.fromiter(chain.from_iterable(r.nodes for r in records), np.int64)
@@ -362,7 +343,7 @@ class Engine:
             start=start,
             end=end,
             ready=ready,
-            wait=self.wait,
+            wait=wait,
             collectives=records,
             collective_of=self.colls.collective_of,
             p2p_pairs=self.p2ps.pairs,
@@ -602,6 +583,24 @@ class Runs:
         for g, f in zip(self.inner.tolist(), self.inner_first.tolist(), strict=True):
             if start[f] >= 0:
                 remaining[g] = 0
+
+
+def _shared_ints(a: np.ndarray) -> list[int]:
+    """a.tolist() with one int object per distinct value: tolist makes one per element (~32 bytes a node
+    besides the slot), while a trace repeats a few durations many times."""
+    if not len(a):
+        return []
+    s = np.sort(a)
+    u = s[np.r_[True, s[1:] != s[:-1]]]
+    return np.asarray(u.tolist(), dtype=object)[np.searchsorted(u, a)].tolist()
+
+
+def _int64_or_list(values: list[int]) -> np.ndarray | list[int]:
+    """values as an int64 array, or the list itself when one is past int64."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return values
 
 
 def _as_list(a) -> list:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from xsim.replay import ReplayConfig
-from xsim.replay.engine import Engine, run_engine
+from xsim.replay.engine import _int64_or_list, _shared_ints, run_engine
 from xsim.replay.program import NodeStrings, build_program, strings_series
 from xsim.replay.simulation import ColumnReader, load_groups
 from xsim.traces.traceset import discover
@@ -54,17 +54,18 @@ def test_engine_waits_are_int64() -> None:
     assert len(out.wait) == prog.num_nodes and (out.wait >= 0).all()
 
 
-def test_a_wait_past_int64_turns_the_waits_into_ints() -> None:
-    """A wait past int64 (a corrupt duration, refused after the run) is kept exact, the others kept."""
-    _ts, prog = _program()
-    eng = Engine(prog, None, ReplayConfig(comm_mode="measured"))
-    g = int(next(iter(prog.p2p)))
-    eng.wait[g - 1] = 5
-    big = 1 << 64
-    try:
-        eng.wait[g] = big
-        raise AssertionError("an int64 array took 2**64")
-    except OverflowError:
-        eng._wait_list()[g] = big
-    assert isinstance(eng.wait, list) and eng.wait[g] == big and eng.wait[g - 1] == 5
-    assert sum(eng.wait) == big + 5
+def test_a_wait_past_int64_stays_a_list_of_ints() -> None:
+    """A wait past int64 (a corrupt duration, refused after the run) is kept exact, as Python ints."""
+    fits = _int64_or_list([0, 5, (1 << 63) - 1])
+    assert isinstance(fits, np.ndarray) and fits.dtype == np.int64 and fits.tolist() == [0, 5, (1 << 63) - 1]
+    past = [0, 5, 1 << 63]
+    assert _int64_or_list(past) is past
+
+
+def test_engine_durations_share_one_int_per_value() -> None:
+    """The loop's duration list: the same values as tolist(), one int object per distinct value."""
+    a = np.asarray([1000, -1, 7_000_000, 1000, 7_000_000, 1000, 0], dtype=np.int64)
+    got = _shared_ints(a)
+    assert got == a.tolist()
+    assert len({id(x) for x in got}) == 4
+    assert _shared_ints(np.zeros(0, dtype=np.int64)) == []
