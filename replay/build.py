@@ -94,7 +94,7 @@ class _Nodes:
     dur: np.ndarray
     nbytes: np.ndarray
     ctype: np.ndarray
-    pgs: list
+    pgs: np.ndarray  # int32 codes into the builder's pg_table (-1: None)
     comm_rows: np.ndarray  # GPU communication rows
     comm_code: np.ndarray  # per comm row: its distinct input
     comm_firsts: list  # per distinct input: its first comm row (an index into comm_rows)
@@ -135,7 +135,7 @@ def build_rank(b: _Builder, rank: int, cols: RankColumns, f: int) -> None:
             "nbytes": nodes.nbytes,
             "ctype": nodes.ctype,
         },
-        view.names,
+        batch["names"][view.sel],
         nodes.pgs,
         edges.counts,
         edges.kids + b.n,
@@ -314,7 +314,7 @@ def _kinds(b: _Builder, view: RankView, until: int) -> tuple[_Nodes, int]:
         dur,
         np.zeros(n, dtype=np.int64),
         np.full(n, -1, dtype=np.int64),
-        [None] * n,
+        np.full(n, -1, dtype=np.int32),
         np.flatnonzero(is_comm & ~cpu),
         np.zeros(0, dtype=np.int64),
         [],
@@ -522,9 +522,8 @@ def _comm(b: _Builder, view: RankView, nodes: _Nodes, until: int) -> None:
     k_, d_, s_, c_, p_, st_, info_ = zip(*res, strict=True)
     nums = np.asarray([k_, d_, s_, c_], dtype=np.int64)
     nodes.kind[ci], nodes.dur[ci], nodes.nbytes[ci], nodes.ctype[ci] = nums[:, code]
+    nodes.pgs[ci] = np.asarray([b.pg_table.code(p) for p in p_], dtype=np.int32)[code]
     code_l = code.tolist()
-    for i, d in zip(ci.tolist(), code_l, strict=True):
-        nodes.pgs[i] = p_[d]
     nodes.comm_code, nodes.comm_firsts, nodes.comm_streams = code, firsts, st_
     for g, d in zip((ci + base).tolist(), code_l, strict=True):
         info = info_[d]
@@ -580,14 +579,15 @@ def _distinct_comm(
 
 def _batch(b: _Builder, cols: RankColumns) -> dict:
     """What build_rank computes once per batch of decoded files (the builder keeps the last batch's):
-    whether any node of it breaks traces.attrcheck's rule (when none does, no rank of it can), and its
-    annotation columns."""
+    whether any node of it breaks traces.attrcheck's rule (when none does, no rank of it can), its nodes'
+    names as codes into the builder's name table, and its annotation columns."""
     if b.batch is not None and b.batch[0] is cols:
         return b.batch[1]
     n = cols.num_nodes
     every = slice(0, n)
     out: dict = {
-        "problem": columns_problem(cols.attrs, every, cols.duration_micros, IS_INT_OR_BOOL, F_STRING)
+        "problem": columns_problem(cols.attrs, every, cols.duration_micros, IS_INT_OR_BOOL, F_STRING),
+        "names": np.fromiter(map(b.name_table.code, cols.names), dtype=np.int32, count=n),
     }
     for name, typ in ANNOTATION_COLUMNS.items():
         c = cols.attrs.get(name)

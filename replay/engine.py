@@ -39,7 +39,7 @@ class EngineOutput:
     start: Sequence[int]
     end: Sequence[int]
     ready: Sequence[int]
-    wait: list[int]
+    wait: np.ndarray | list[int]  # int64; a list when a wait is past int64 (a corrupt trace, refused)
     collectives: list[CollectiveRecord]
     collective_of: dict[int, int]  # g -> collective id
     p2p_pairs: list[tuple[int, int]]  # (send g, recv g) in match order
@@ -65,7 +65,7 @@ class Engine:
         # Issue-time durations: -1 marks the nodes the network times (collectives, sends), so the common
         # case, a timed node, costs one comparison in issue_ready. Kept as an array for the set-up below.
         dur_a = _issue_durations(prog)
-        self.dur = dur_a.tolist() if isinstance(dur_a, np.ndarray) else dur_a
+        self.dur = _shared_ints(dur_a) if isinstance(dur_a, np.ndarray) else dur_a
         # Most nodes have exactly one child (a chain per queue): the loop reads it without slicing the CSR;
         # the few with several read their children from `many`.
         child1 = _single_child(prog.child_ptr, prog.child_idx, n)
@@ -323,6 +323,9 @@ class Engine:
             self.progress(n, n)
         # The times as the int64 arrays the fill made (no list round trip), else the loop's lists.
         start, end, ready = arrays if arrays is not None else (self.start, self.end, self.ready)
+        # The loop writes waits into a list (a list store is ~4x cheaper than an array item's); the result
+        # keeps them as int64 (8 bytes a node, no int objects), a list only past int64 (refused later).
+        wait = _int64_or_list(self.wait)
         records = self.colls.records
         if arrays is not None and records:  # each record's last member's end, in one reduction
             nodes = np.fromiter(chain.from_iterable(r.nodes for r in records), np.int64)
@@ -340,7 +343,7 @@ class Engine:
             start=start,
             end=end,
             ready=ready,
-            wait=self.wait,
+            wait=wait,
             collectives=records,
             collective_of=self.colls.collective_of,
             p2p_pairs=self.p2ps.pairs,
@@ -580,6 +583,24 @@ class Runs:
         for g, f in zip(self.inner.tolist(), self.inner_first.tolist(), strict=True):
             if start[f] >= 0:
                 remaining[g] = 0
+
+
+def _shared_ints(a: np.ndarray) -> list[int]:
+    """a.tolist() with one int object per distinct value: tolist makes one per element (~32 bytes a node
+    besides the slot), while a trace repeats a few durations many times."""
+    if not len(a):
+        return []
+    s = np.sort(a)
+    u = s[np.r_[True, s[1:] != s[:-1]]]
+    return np.asarray(u.tolist(), dtype=object)[np.searchsorted(u, a)].tolist()
+
+
+def _int64_or_list(values: list[int]) -> np.ndarray | list[int]:
+    """values as an int64 array, or the list itself when one is past int64."""
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return values
 
 
 def _as_list(a) -> list:

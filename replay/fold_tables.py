@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from xsim.replay.engine import EngineOutput, canonical_ids
 from xsim.replay.fold import Copies
-from xsim.replay.program import ANNOTATION_COLUMNS, Program
+from xsim.replay.program import ANNOTATION_COLUMNS, Program, strings_series
 from xsim.replay.result import (
     OpsColumns,
     ReplayResult,
@@ -176,11 +176,9 @@ class FoldedTables:
 
     def ops_chunks(self) -> Iterator:
         """The ops table, a chunk of whole ranks at a time (rank order)."""
-        import polars as pl
-
         prog = self.prog
-        names = pl.Series(prog.name, dtype=pl.String)
-        pgs = pl.Series(prog.pg_name, dtype=pl.String)
+        names = strings_series(prog.name)
+        pgs = strings_series(prog.pg_name)
         cum = self.full_off
         n = len(self.lens)
         x0 = 0

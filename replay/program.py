@@ -111,6 +111,62 @@ class P2PInfo:
     size: int
 
 
+class NodeStrings(Sequence):
+    """Per-node strings held as int32 codes into a table of distinct strings (code -1: None): a name list
+    costs 8 bytes a slot plus a string object per decoded node (~80 B), a code 4 bytes; the text is
+    decoded only where a table or a message needs it (`series`, indexing)."""
+
+    __slots__ = ("codes", "table")
+
+    def __init__(self, codes: np.ndarray, table: list[str]) -> None:
+        self.codes = codes
+        self.table = table
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def __getitem__(self, g):
+        if isinstance(g, slice):
+            return [None if c < 0 else self.table[c] for c in self.codes[g].tolist()]
+        c = self.codes[g]
+        return None if c < 0 else self.table[c]
+
+    def __iter__(self):
+        lut = [*self.table, None]  # code -1 reads the trailing None
+        return map(lut.__getitem__, self.codes.tolist())
+
+    def series(self):
+        """The strings as a polars String Series (null for code -1): the table gathered by code."""
+        import polars as pl
+
+        lut = pl.Series([*self.table, None], dtype=pl.String)
+        return lut.gather(np.where(self.codes < 0, len(self.table), self.codes))
+
+
+def strings_series(v):
+    """A polars String Series of per-node strings held as NodeStrings or as a list."""
+    import polars as pl
+
+    return v.series() if isinstance(v, NodeStrings) else pl.Series(v, dtype=pl.String)
+
+
+class _Table(dict):
+    """Distinct strings -> their codes, in first-seen order."""
+
+    def code(self, s: str | None) -> int:
+        """The code of s (-1 for None), adding it when new."""
+        if s is None:
+            return -1
+        c = self.get(s)
+        if c is None:
+            c = self[s] = len(self)
+        return c
+
+    def strings(self) -> list[str]:
+        """The distinct strings in code order."""
+        return list(self)
+
+
 @dataclass
 class Program:
     """Flattened trace set. Lists are indexed by global node index g unless named otherwise."""
@@ -118,7 +174,7 @@ class Program:
     num_ranks: int
     rank_offset: list[int]  # rank r owns g in [rank_offset[r], rank_offset[r+1])
     node_id: list[int]
-    name: list[str]
+    name: NodeStrings | list[str]  # NodeStrings from replay/build.py; tests/program_reference.py: a list
     node_type: list[int]
     kind: list[int]
     dur: list[int]  # ns for timed kinds (compute, cpu, mem, duration-replayed comm); 0 otherwise
@@ -131,7 +187,7 @@ class Program:
     recorded_ns: list[int]  # duration_micros x 1000 (0 -> 1), for measured communication
     nbytes: list[int]
     comm_type: list[int]  # -1 when not a collective
-    pg_name: list[str | None]
+    pg_name: NodeStrings | list[str | None]
     coll: dict[int, CollInfo]
     p2p: dict[int, P2PInfo]
     annotations: dict[
@@ -169,7 +225,10 @@ class Program:
                 total += v.nbytes
             elif isinstance(v, list) and len(v) == self.num_nodes:
                 total += 8 * len(v)
-        total += sum(sys.getsizeof(x) for x in self.name)  # an upper bound: shared strings count per node
+            elif isinstance(v, NodeStrings):
+                total += v.codes.nbytes + sum(sys.getsizeof(x) for x in v.table)
+        if isinstance(self.name, list):  # an upper bound: shared strings count per node
+            total += sum(sys.getsizeof(x) for x in self.name)
         for cols in self.ann_cols.values():
             total += sum(c.nbytes for c in cols if isinstance(c, np.ndarray))
         return total
@@ -220,8 +279,10 @@ class _Builder:
         }
         self.child_counts: list[np.ndarray] = []
         self.child_idx: list[np.ndarray] = []
-        self.names: list[str] = []
-        self.pgs: list[str | None] = []
+        self.names: list[np.ndarray] = []  # per rank: int32 codes into name_table
+        self.pgs: list[np.ndarray] = []  # per rank: int32 codes into pg_table (-1: None)
+        self.name_table = _Table()
+        self.pg_table = _Table()
         self.queue_cap: list[int] = []
         self.queue_label: list[str] = []
         self.coll: dict[int, CollInfo] = {}
@@ -260,12 +321,18 @@ class _Builder:
             self.queue_label.append(f"rank {rank} {stream} stream")
         return q
 
-    def add_rank(self, cols: dict[str, np.ndarray], names: list[str], pgs: list, counts, cidx) -> None:
-        """Append one rank's columns (children as per-node counts and flat global indices)."""
+    def add_rank(self, cols: dict[str, np.ndarray], names, pgs, counts, cidx) -> None:
+        """Append one rank's columns (names and process-group names: int32 codes into the builder's
+        tables, or the strings; children as per-node counts and flat global indices)."""
         for k, v in cols.items():
             self.chunks[k].append(v)
-        self.names.extend(names)
-        self.pgs.extend(pgs)
+        # Strings (tests/program_reference.py's node-by-node builder) are coded here.
+        if not isinstance(names, np.ndarray):
+            names = np.fromiter(map(self.name_table.code, names), dtype=np.int32, count=len(names))
+        if not isinstance(pgs, np.ndarray):
+            pgs = np.fromiter(map(self.pg_table.code, pgs), dtype=np.int32, count=len(pgs))
+        self.names.append(names)
+        self.pgs.append(pgs)
         self.child_counts.append(counts)
         self.child_idx.append(cidx)
         self.n += len(names)
@@ -299,7 +366,7 @@ class _Builder:
             num_ranks=len(self.rank_offset) - 1,
             rank_offset=self.rank_offset,
             node_id=cat("node_id", np.int64),
-            name=self.names,
+            name=NodeStrings(_codes(self.names), self.name_table.strings()),
             node_type=cat("node_type", np.int64),
             kind=cat("kind", np.int8),
             dur=cat("dur", np.int64),
@@ -312,7 +379,7 @@ class _Builder:
             recorded_ns=cat("recorded", np.int64),
             nbytes=cat("nbytes", np.int64),
             comm_type=cat("ctype", np.int64),
-            pg_name=self.pgs,
+            pg_name=NodeStrings(_codes(self.pgs), self.pg_table.strings()),
             coll=self.coll,
             p2p=self.p2p,
             annotations=self.ann,
@@ -324,6 +391,10 @@ class _Builder:
             rank_ids=() if ranks is None else tuple(ranks),
             ann_cols=ann_cols,
         )
+
+
+def _codes(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int32, copy=False) if parts else np.zeros(0, dtype=np.int32)
 
 
 # Attributes the columnar decoder extracts (everything the builder reads).

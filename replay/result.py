@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xsim.replay.engine import EngineOutput
 from xsim.replay.metrics import rank_accounting, union_length
-from xsim.replay.program import ANNOTATION_COLUMNS, K_COLL, K_RECV, K_SEND, KIND_RESOURCE, Program
+from xsim.replay.program import (
+    ANNOTATION_COLUMNS,
+    K_COLL,
+    K_RECV,
+    K_SEND,
+    KIND_RESOURCE,
+    Program,
+    strings_series,
+)
 from xsim.traces import pb
 from xsim.traces.groups import ProcessGroups
 
@@ -607,7 +615,7 @@ def build_result(
             OpsColumns(
                 rank=rank,
                 node_id=np.asarray(prog.node_id, dtype=np.int64),
-                name=prog.name,
+                name=strings_series(prog.name),
                 node_type=np.asarray(prog.node_type, dtype=np.int64),
                 kind=kind,
                 start=start,
@@ -616,7 +624,7 @@ def build_result(
                 wait=wait,
                 nbytes=np.asarray(prog.nbytes, dtype=np.int64),
                 comm_type=np.asarray(prog.comm_type, dtype=np.int64),
-                pg_name=prog.pg_name,
+                pg_name=strings_series(prog.pg_name),
                 collective=collective,
                 p2p=p2p,
                 peer=peer,
