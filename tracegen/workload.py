@@ -369,7 +369,7 @@ class _Generator:
         for a in attrs:
             got = cache.get(id(a))
             if got is None:
-                got = cache[id(a)] = (a, _attr_bytes(a))
+                got = cache[id(a)] = (a, pb.Node(attr=[a]).SerializeToString())  # as _attr_bytes
             out.append(got[1])
         return b"".join(out)
 
