@@ -115,7 +115,7 @@ def test_tp_overlap_on_a_two_gemm_chain_by_hand(tmp_path, tp, rs, ag, want):
     assert replay_ns(tmp_path / "on", [p.nodes for p in progs], tp) == want
     # Without the key: every step in turn, 40,000 + R + S + 30,000.
     for p in progs:
-        p.tp_overlap, p.nodes, p.frontier, p.tags, p.tp_ids = False, [], None, [], []
+        p.tp_overlap, p.payloads, p.deps, p.frontier, p.tags, p.tp_ids = False, [], [], None, [], []
         p.steps(chain, None, 1, 0)
     assert replay_ns(tmp_path / "off", [p.nodes for p in progs], tp) == 70_000 + rs + ag
 

@@ -80,6 +80,7 @@ from xsim.tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_spec
 from xsim.traces import attrs as A
 from xsim.traces import pb
 from xsim.traces.et_stream_pb2 import NodeBatch
+from xsim.traces.wire import node_bytes
 
 COMM_KIND = {"all_reduce": pb.ALL_REDUCE, "all_gather": pb.ALL_GATHER, "reduce_scatter": pb.REDUCE_SCATTER}
 COMM_NAME = {v: k for k, v in COMM_KIND.items()}
@@ -336,6 +337,8 @@ class _Generator:
             )
         self.bundle = TraceBundle(nodes=RankNodes())
         self._attr_cache: dict[tuple[str, type, Any], pb.AttributeProto] = {}
+        # id of an attribute from `attr` (held alive by _attr_cache) -> (it, its bytes inside a node)
+        self._attr_bytes: dict[int, tuple[pb.AttributeProto, bytes]] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self._contended: dict[tuple[str, Op, int], int] = {}
         # DGX line rates for the DP collectives' time estimate (tracegen.contention), None: no system preset
@@ -359,6 +362,16 @@ class _Generator:
                     "large (hidden, ffn_hidden, seq_len x micro_batch)"
                 ) from None
         return a
+
+    def attrs_bytes(self, attrs: Sequence[pb.AttributeProto]) -> bytes:
+        """Attributes (from `attr`) as the attribute fields of a serialized node, each encoded once."""
+        cache, out = self._attr_bytes, []
+        for a in attrs:
+            got = cache.get(id(a))
+            if got is None:
+                got = cache[id(a)] = (a, pb.Node(attr=[a]).SerializeToString())  # as _attr_bytes
+            out.append(got[1])
+        return b"".join(out)
 
     def duration(self, gpu: str, op: Op) -> tuple[int, pb.AttributeProto]:
         """(duration_micros, the exact `duration_ns` attribute) of `op` on `gpu`, cached."""
@@ -437,19 +450,18 @@ class _Generator:
                         self.bundle.next_id[rank] = len(copy)
                     else:
                         template = _RankProgram(self, st, local, rank, tp_pg, dp_pg)
-                        nodes = template.build()
+                        # Held as bytes (a list of messages only when someone asks for it: the rewriter)
+                        recs = Records.of_nodes(template.build_payloads())
+                        self.bundle.nodes.set_copy(rank, CopiedRank(recs, [(0, len(recs))]))
+                        self.bundle.next_id[rank] = len(recs)
                         if self.stream:
-                            recs = Records.of_nodes([n.SerializeToString() for n in nodes])
-                            self.bundle.nodes.set_copy(rank, CopiedRank(recs, [(0, len(recs))]))
-                            self.bundle.next_id[rank] = len(nodes)
                             self._twin_of[rank] = template.rank
                             self._tags_of.setdefault(template.rank, template.tags)
-                            del template, nodes
+                            del template, recs
                             continue
+                        template.blobs[(dg.id, tp_pg)] = recs
                         if key is not None:
                             templates[key] = template
-                        self.bundle.nodes[rank] = nodes
-                        self.bundle.next_id[rank] = len(nodes)
                     self._twin_of[rank] = template.rank
                     self._tags_of.setdefault(template.rank, template.tags)
         self.bundle.nodes.sort()
@@ -501,8 +513,6 @@ class _Generator:
             # (the group's other ranks then only need their peers and DP group patched). Patched on a parse
             # of the template's own batch: one C-level parse and serialization instead of a copy per node.
             own = (template.st.dg.id, template.tp_pg)
-            if own not in template.blobs:
-                template.blobs[own] = Records.of_batch(NodeBatch(nodes=template.nodes).SerializeToString())
             records = template.blobs[key] = self._group_records(template, template.blobs[own], dg.id, tp_pg)
         # Node ids are positions (_RankProgram._add): the patched nodes are parsed alone, patched and
         # serialized again; every other node stays the group's bytes.
@@ -620,7 +630,13 @@ class _RankProgram:
         self.mp_ids: list[
             int
         ] = []  # grad-norm (and found-inf) AllReduces: PG_NAME is the model-parallel group
-        self.nodes: list[pb.Node] = []
+        # The nodes as protobuf serializes them (wire.node_bytes), and each node's (data, ctrl) deps.
+        self.payloads: list[bytes] = []
+        self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
+        self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
+        # id of a Step of this rank's step lists -> (the step, duration_micros, its trailing attributes' bytes)
+        self._step_tail: dict[int, tuple[Step, int, bytes]] = {}
+        self._plain: dict[int, tuple[list, bool]] = {}  # id of a step list -> (it, only plain steps?)
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
         self.first = st.chunks[0].first
@@ -651,16 +667,30 @@ class _RankProgram:
         self._tag = (phase, layer, mb)  # taken by the _add this list is made for
         return [g.attr(A.LAYER, layer), g.attr(A.PHASE, phase), g.attr(A.MICRO_BATCH, mb), *self.base]
 
+    def _head(self, layer: int, phase: str, mb: int) -> bytes:
+        """`_tags` as the bytes of those attribute fields (each (layer, phase, mb) encoded once)."""
+        key = (layer, phase, mb)
+        got = self._heads.get(key)
+        if got is None:
+            got = self._heads[key] = self.gen.attrs_bytes(self._tags(layer, phase, mb))
+        self._tag = (phase, layer, mb)
+        return got
+
+    @property
+    def nodes(self) -> list[pb.Node]:
+        """The nodes emitted so far as messages (parsed copies: changing them changes nothing here)."""
+        return list(NodeBatch.FromString(Records.of_nodes(self.payloads).batch).nodes)
+
     def _add(
-        self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list
+        self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list | bytes
     ) -> int:
-        nid = len(self.nodes)
+        """Append a node (its id is its position); `attrs` as messages from `attr` or as their bytes."""
+        nid = len(self.payloads)
         self.tags.append(self._tag)
-        self.nodes.append(
-            pb.Node(
-                id=nid, name=name, type=ntype, duration_micros=dur, data_deps=data, ctrl_deps=ctrl, attr=attrs
-            )
-        )
+        if attrs.__class__ is not bytes:
+            attrs = self.gen.attrs_bytes(attrs)
+        self.payloads.append(node_bytes(nid, name, ntype, ctrl, data, dur, attrs))
+        self.deps.append((data, ctrl))
         return nid
 
     def step(self, s: Step, pred: int | None, layer: int, mb: int, label: str, phase: str = "") -> int:
@@ -668,27 +698,36 @@ class _RankProgram:
 
         `phase` overrides the step's own phase tag (recomputed forward ops keep their forward cost).
         """
-        g = self.gen
         # Gathered parameters are waited for by the unit's first compute op (a TP collective needs none).
         data = ([] if pred is None else [pred]) + (self._take_waits() if isinstance(s, Op) else [])
         ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         tag = self._tag_of(s, phase)
-        tags = self._tags(layer, tag, mb)
+        head = self._head(layer, tag, mb)
+        tail = self._step_tail.get(id(s))
+        if tail is None:
+            tail = self._step_tail[id(s)] = (s, *self._tail(s))
+        name = f"{label}{s.op}.{tag}.mb{mb}"
         if isinstance(s, Op):
-            micros, exact = g.duration(self.gpu, s)
-            extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
-            nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMP_NODE, data, ctrl, micros, tags + extra)
+            nid = self._add(name, pb.COMP_NODE, data, ctrl, tail[1], head + tail[2])
             self.comp_ops[nid] = (s, 0, 1)
         else:
-            extra = [
-                g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
-                g.attr(A.COMM_SIZE, s.size),
-                g.attr(A.PG_NAME, self.tp_pg),
-            ]
-            nid = self._add(f"{label}{s.op}.{tag}.mb{mb}", pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra)
+            nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, head + tail[2])
             self.tp_ids.append(nid)
         self.frontier = nid
         return nid
+
+    def _tail(self, s: Step) -> tuple[int, bytes]:
+        """(duration_micros, the bytes of the attributes after the _tags) of a step's node."""
+        g = self.gen
+        if isinstance(s, Op):
+            micros, exact = g.duration(self.gpu, s)
+            return micros, g.attrs_bytes([g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact])
+        extra = [
+            g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
+            g.attr(A.COMM_SIZE, s.size),
+            g.attr(A.PG_NAME, self.tp_pg),
+        ]
+        return 0, g.attrs_bytes(extra)
 
     def _tag_of(self, s: Step, phase: str) -> str:
         """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
@@ -816,6 +855,14 @@ class _RankProgram:
         self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
     ) -> int | None:
         label = f"L{layer}." if layer else ""
+        plain = self._plain.get(id(steps))
+        if plain is None:  # no CP, MoE all-to-all or TE overlap step: each step one node (most lists)
+            ok = not any(isinstance(s, RingXfer | RingWait | CpComm | AllToAll) for s in steps)
+            plain = self._plain[id(steps)] = (steps, ok)
+        if plain[1] and not self.tp_overlap:
+            for s in steps:
+                pred = self.step(s, pred, layer, mb, label, phase)
+            return pred
         i = 0
         while i < len(steps):
             s = steps[i]
@@ -1434,6 +1481,12 @@ class _RankProgram:
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
+        """The rank's nodes as messages."""
+        self.build_payloads()
+        return self.nodes
+
+    def build_payloads(self) -> list[bytes]:
+        """Emit the rank's program; its nodes serialized, in order."""
         dep = self.gen.dep
         self.setup()
         v = len(self.st.chunks)
@@ -1459,7 +1512,7 @@ class _RankProgram:
         self.finish()
         if self.gen.dep.comm_sm_contention != "off":
             self.contend()
-        return self.nodes
+        return self.payloads
 
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
@@ -1467,7 +1520,11 @@ class _RankProgram:
         the first node that waits for it at the latest, and the GEMM chunks TE's userbuffers overlap."""
         g = self.gen
         sync = sorted(set(self.sync_ids) | set(self.expert_sync_ids))
-        comp = [(nid, g.duration_ns(self.gpu, op) if k == 1 else part(g.duration_ns(self.gpu, op), k, i))
+        ns_of: dict[int, int] = {}  # id(op) -> its duration (ops repeat: hashing an Op costs more)
+        for op, _, _ in self.comp_ops.values():
+            if id(op) not in ns_of:
+                ns_of[id(op)] = g.duration_ns(self.gpu, op)
+        comp = [(nid, ns_of[id(op)] if k == 1 else part(ns_of[id(op)], k, i))
                 for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
         busy = busy_fractions(comp, self._windows(sync)) if sync else {}
         for nid, (op, i, k) in self.comp_ops.items():
@@ -1479,26 +1536,27 @@ class _RankProgram:
             if frac:  # the share of the node under a DP collective loses NCCL's CTAs as well
                 full = part(g.contended_ns(self.gpu, op, te + (g.dep.dp_comm_ctas or NCCL_DP_CTAS)), k, i)
                 ns = round(ns + (full - ns) * frac)
-            node = self.nodes[nid]
+            node = pb.Node.FromString(self.payloads[nid])
             node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
             for j, a in enumerate(node.attr):
                 if a.name == A.DURATION_NS:
                     node.attr[j].CopyFrom(g.attr(A.DURATION_NS, ns))
+            self.payloads[nid] = node.SerializeToString()
 
     def _windows(self, sync: list[int]) -> list[CommWindow]:
         """The DP collectives of this rank in issue order (one NCCL stream) with their first consumers and
         estimated times; a collective without a consumer of its own is done when a later one is waited for."""
         g, syncset = self.gen, set(sync)
         first: dict[int, int] = {}
-        for n in self.nodes:
-            if n.id not in syncset:
-                for d in (*n.data_deps, *n.ctrl_deps):
+        for nid, (data, ctrl) in enumerate(self.deps):
+            if nid not in syncset:
+                for d in (*data, *ctrl):
                     if d in syncset and d not in first:
-                        first[d] = n.id
-        out, end = [], len(self.nodes)
+                        first[d] = nid
+        out, end = [], len(self.payloads)
         for c in reversed(sync):
             end = min(end, first.get(c, end))
-            n = self.nodes[c]
+            n = pb.Node.FromString(self.payloads[c])
             kind = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), "")
             members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
             out.append(CommWindow(c, end, wire_seconds(kind, A.comm_size(n), members, g.links)))
