@@ -151,7 +151,7 @@ def test_the_general_patch_paths_write_the_same_files(tmp_path: Path, monkeypatc
 
     dep = load_spec(scaled(2))  # two replicas of each kind: device groups copied from another's template
     generate(dep).write(tmp_path / "fast", dep.name)
-    monkeypatch.setattr(workload, "_attr_bytes", lambda attr: b"")
+    monkeypatch.setattr(workload._Generator, "attr_bytes", lambda self, attr: b"")
     monkeypatch.setattr(workload, "_COMM_SRC_AT", 0)
     parsed = []
     general = workload._Generator._group_records_parsed

@@ -369,9 +369,14 @@ class _Generator:
         for a in attrs:
             got = cache.get(id(a))
             if got is None:
-                got = cache[id(a)] = (a, pb.Node(attr=[a]).SerializeToString())  # as _attr_bytes
+                got = cache[id(a)] = (a, _attr_bytes(a))
             out.append(got[1])
         return b"".join(out)
+
+    def attr_bytes(self, a: pb.AttributeProto) -> bytes:
+        """One attribute (from `attr`) as the bytes it is serialized to inside a node (the patch paths'
+        search key; tests replace it to force the general, parsing path)."""
+        return self.attrs_bytes((a,))
 
     def duration(self, gpu: str, op: Op) -> tuple[int, pb.AttributeProto]:
         """(duration_micros, the exact `duration_ns` attribute) of `op` on `gpu`, cached."""
@@ -559,15 +564,15 @@ class _Generator:
         """
         payloads = own.payloads
         if dg_id != template.st.dg.id:
-            old = _attr_bytes(self.attr(A.DEVICE_GROUP, template.st.dg.id))
+            old = self.attr_bytes(self.attr(A.DEVICE_GROUP, template.st.dg.id))
             counts = list(map(methodcaller("count", old), payloads))
             if counts.count(1) != len(counts):
                 return self._group_records_parsed(template, own, dg_id, tp_pg)
             payloads = list(
-                map(methodcaller("replace", old, _attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))), payloads)
+                map(methodcaller("replace", old, self.attr_bytes(self.attr(A.DEVICE_GROUP, dg_id))), payloads)
             )
         if tp_pg != template.tp_pg:
-            old, new = (_attr_bytes(self.attr(A.PG_NAME, pg)) for pg in (template.tp_pg, tp_pg))
+            old, new = (self.attr_bytes(self.attr(A.PG_NAME, pg)) for pg in (template.tp_pg, tp_pg))
             if any(payloads[i].count(old) != 1 for i in template.tp_ids):
                 return self._group_records_parsed(template, own, dg_id, tp_pg)
             payloads = list(payloads)
