@@ -153,3 +153,37 @@ def test_length_rows_name_their_sources():
     pts = length_points()
     assert len(pts) == 48 and all(p.source and p.gpu == "H100" and p.kernel == "cudnn" for p in pts)
     assert {(p.phase, p.causal) for p in pts} == {("fwd", True), ("fwd", False), ("bwd", False)}
+
+
+def test_attention_kernel_key_selects_the_hopper_kernel():
+    from xsim.tracegen import choices, generate, load_spec
+    from xsim.tracegen.attention import KERNELS
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import spec_to_mapping
+    from xsim.traces import attrs as A
+
+    assert choices.ATTENTION_KERNELS == KERNELS
+    base = {"model": {"base": "llama2-7b", "layers": 1}, "seq_len": 4096,
+            "device_groups": [{"gpu": "H100", "ranks": [0]}]}  # fmt: skip
+    dep = load_spec(base)
+    assert dep.attention_kernel == ""  # the framework's: cuDNN for megatron-core on Hopper
+    assert load_spec({**base, "attention_kernel": "auto"}).attention_kernel == ""
+    fa3 = load_spec({**base, "attention_kernel": "fa3"})
+    assert fa3.attention_kernel == "fa3" and load_spec(spec_to_mapping(fa3)) == fa3
+    with pytest.raises(SpecError, match="attention_kernel must be one of"):
+        load_spec({**base, "attention_kernel": "fa4"})
+
+    def core_ns(d) -> tuple[int, int]:
+        nodes = generate(d, rewrite=False).nodes[0]
+        by = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
+        return by["L1.attn_core.fwd.mb0"], by["L1.attn_core.bwd.mb0"]
+
+    # Default (cuDNN by length): 315.28 us forward; `attention_kernel: fa3`: FA3's 0.6681 on executed tiles.
+    assert core_ns(dep)[0] == pytest.approx(137_438_953_472 / (518e12 * HOPPER_SUSTAINED) * 1e9, abs=1)
+    assert core_ns(fa3)[0] == pytest.approx(
+        141_733_920_768 / (0.6681 * 989.4e12 * HOPPER_SUSTAINED) * 1e9, abs=1
+    )
+    fa2 = core_ns(load_spec({**base, "attention_kernel": "fa2"}))
+    assert fa2[1] == pytest.approx(
+        2.5 * 141_733_920_768 / (0.3342 * 989.4e12 * HOPPER_SUSTAINED) * 1e9, abs=1
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from operator import methodcaller
 from typing import Any
@@ -40,7 +40,7 @@ from xsim.tracegen.context_parallel import (
     with_cp,
 )
 from xsim.tracegen.errors import GeneratorError
-from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -300,6 +300,12 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
     return _Stage(
         stages[k], k, p, stages[k - 1] if k else None, stages[k + 1] if k + 1 < p else None, tuple(chunks)
     )
+
+
+def _framework_of(dep: dpb.Deployment) -> Framework:
+    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`."""
+    fw = framework(dep.framework or DEFAULT_FRAMEWORK)
+    return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
 class _Generator:
@@ -617,7 +623,7 @@ class _RankProgram:
             dep.sequence_parallel,
             dep.precision or "bf16",
             dep.attention or "flash",
-            framework(dep.framework or DEFAULT_FRAMEWORK),
+            _framework_of(dep),
         )
         self.cp = gen.cp_of.get(
             rank
