@@ -27,6 +27,9 @@ from xsim.tracegen.profile import ProfileTable
 # Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
 # layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).
 LINEAR_OPS: frozenset[str] = frozenset({"qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"})
+# TP collectives in front of a LayerNormLinear (QKV and MLP up/gate): under TE FP8 with sequence parallelism
+# they gather the norm's FP8 output.
+FP8_GATHERED: frozenset[str] = frozenset({"attn_tp_in", "mlp_tp_in"})
 # Ops whose shape key is a GEMM: (M, K, N) for one GEMM, (BATCH, M, K, N) for the batched attention GEMMs.
 GEMM_OPS: frozenset[str] = LINEAR_OPS | {"lm_head", "attn_scores", "attn_context"}
 
@@ -197,11 +200,10 @@ def _tp_in(c: Ctx, op: str, fwd: bool) -> list[Step]:
         return []
     full = c.tokens * c.m.hidden * c.b
     if c.sp:
-        return (
-            [Comm(op, "all_gather", c.norm_tokens * c.m.hidden * c.b)]
-            if fwd
-            else [Comm(op, "reduce_scatter", full)]
-        )
+        # Under TE FP8 the norm wrote FP8 and LayerNormLinear gathers that (TE 1.8: gather_along_first_dim
+        # of the uint8 `ln_out`): 1 byte per element.
+        gather = c.norm_tokens * c.m.hidden * (1 if c.te_fp8 and op in FP8_GATHERED else c.b)
+        return [Comm(op, "all_gather", gather)] if fwd else [Comm(op, "reduce_scatter", full)]
     return [] if fwd else [Comm(op, "all_reduce", full)]
 
 
@@ -263,6 +265,24 @@ def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
     if not c.te_fp8:
         return []
     return [_kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2)]
+
+
+def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
+    """A pre-linear norm's forward on the rank's tokens: reads `dtype_bytes`, writes the same, or under
+    Transformer Engine FP8 the FP8 input of the linear that follows (1 byte): TE's LayerNormLinear fuses the
+    norm and the cast (layernorm_linear.py, TE 1.8: `ln_out` allocated as uint8 and written by the FP8
+    normalization kernel), so that linear has no forward cast of its own (`fused` False: a plain norm)."""
+    e, b = c.norm_tokens * c.m.hidden, c.b
+    out = 1 if c.te_fp8 and fused else b
+    return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
+
+
+def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
+    """The FP8 transpose of a LayerNormLinear's saved FP8 input for its weight-gradient GEMM (TE 1.8
+    layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte."""
+    if not c.te_fp8:
+        return []
+    return [_kern(f"{op}_fp8_transpose", "bwd", elems, 0, 2)]
 
 
 def _bias(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
@@ -341,8 +361,9 @@ def _te_scale_update(c: Ctx, phase: str) -> list[Op]:
     return [Op("fp8_scale_update", phase, 0, 4 * TE_SCALE_BYTES_PER_MODULE, (4,), False, kernels=4)]
 
 
-def layer_steps(c: Ctx, phase: str) -> list[Step]:
-    """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it."""
+def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
+    """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it
+    (`dense_mlp` False: the MLP is replaced by a MoE block, whose pre-MLP norm is not a LayerNormLinear's)."""
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens
@@ -353,9 +374,8 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
     fused_out_bias = c.fw.fused_bias_dropout_add  # row-parallel biases ride in bias-dropout-add
     if phase == "fwd":
         return [
-            _elem("attn_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            _norm_fwd(c, "attn_norm"),
             *_tp_in(c, "attn_tp_in", True),
-            *_fp8_cast(c, "qkv_proj", "fwd", t * m.hidden),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
             *_rope(c, "fwd"),
@@ -364,9 +384,8 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
             _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
             *_tp_out(c, "attn_tp_out", True),
             *_dropout_add(c, "attn", "fwd", fused_out_bias),
-            _elem("mlp_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            _norm_fwd(c, "mlp_norm", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
-            *_fp8_cast(c, "mlp_up_gate", "fwd", t * m.hidden),
             _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
             *_activation(c, "fwd"),
             *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
@@ -383,6 +402,7 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
         _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
         *_activation(c, "bwd"),
         *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
+        *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
         _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
         *_tp_in(c, "mlp_tp_in", False),
         _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
@@ -395,6 +415,7 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
         *_rope(c, "bwd"),
         *_bias(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
+        *_fp8_transpose(c, "qkv_proj", t * m.hidden),
         _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
         *_tp_in(c, "attn_tp_in", False),
         _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
