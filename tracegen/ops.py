@@ -71,10 +71,19 @@ SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
 #   (read 4, write dtype) = dtype + 12 in 2 kernels.
 XENT_FWD_BYTES, XENT_FWD_KERNELS = 36, 6
 XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
-# Transformer Engine keeps an amax history and scale per FP8 tensor of each linear module and updates
-# them once per module call (Megatron's default --fp8-amax-history-len 1): one small kernel per module,
-# 3 FP32 scalars (input, weight, gradient) read and written.
-TE_SCALE_BYTES_PER_MODULE = 3 * FP32 * 2
+# Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
+# once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
+# at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
+# region's modules are concatenated (torch.cat, one kernel), all-reduced (MAX) over the amax reduction
+# group (Megatron-Core 0.8 get_amax_reduction_group: the TP x CP group; nothing for one rank) and handed
+# to one tex.fused_amax_and_scale_update_after_reduction kernel (one block per module: roll the amax
+# history, take its max, write scale and scale_inv). FP8 tensors per GEMM: input, weight, output forward;
+# output gradient, input gradient backward (TE's fp8_meta scaling_fwd / scaling_bwd).
+TE_SCALES_PER_MODULE = {"fwd": 3, "bwd": 2}
+TE_MODULES_PER_LAYER = 4  # QKV, output projection, MLP up/gate, MLP down
+# Amax history length: NeMo's fp8_amax_history_len (NeMo-Framework-Launcher 24.07 conf/training
+# gpt3/5b.yaml and llama/llama2_7b.yaml: 1024); the kernels are launch-bound at any length.
+TE_AMAX_HISTORY = 1024
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
@@ -354,11 +363,18 @@ def _activation(c: Ctx, phase: str) -> list[Op]:
     return [act, *grad_bias]
 
 
-def _te_scale_update(c: Ctx, phase: str) -> list[Op]:
-    """Transformer Engine's per-module amax/scale update of one layer's four FP8 linear modules."""
+def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
+    """Transformer Engine's amax reduction and scale update of one model chunk of `layers` layers for one
+    micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
+    the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
+    write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8."""
     if not c.te_fp8:
         return []
-    return [Op("fp8_scale_update", phase, 0, 4 * TE_SCALE_BYTES_PER_MODULE, (4,), False, kernels=4)]
+    scales = TE_SCALES_PER_MODULE[phase] * TE_MODULES_PER_LAYER * layers
+    cat = Op("fp8_amax_concat", phase, 0, 2 * FP32 * scales, (scales,), False)
+    reduce = [Comm("fp8_amax_allreduce", "all_reduce", FP32 * scales)] if c.sh.tp > 1 else []
+    update_bytes = scales * FP32 * (1 + 2 * TE_AMAX_HISTORY + 2)
+    return [cat, *reduce, Op("fp8_scale_update", phase, 0, update_bytes, (scales,), False)]
 
 
 def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
@@ -392,10 +408,8 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
             *_tp_out(c, "mlp_tp_out", True),
             *_dropout_add(c, "mlp", "fwd", fused_out_bias),
-            *_te_scale_update(c, "fwd"),
         ]
     return [
-        *_te_scale_update(c, "bwd"),
         *_tp_out(c, "mlp_tp_out", False),
         *_dropout_add(c, "mlp", "bwd", fused_out_bias),
         *_fp8_cast(c, "mlp_down", "bwd", t * m.hidden),
