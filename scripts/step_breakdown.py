@@ -45,7 +45,7 @@ def kind_of(op: str, phase: str) -> str:
         return "GEMM"
     if op in ATTN_CORE_OPS:
         return "attention"
-    if op.endswith("_fp8_cast") or op == "fp8_scale_update":
+    if op.endswith(("_fp8_cast", "_fp8_transpose")) or op in ("fp8_scale_update", "fp8_amax_concat"):
         return "FP8 casts/scales"
     return "memory-bound"
 

@@ -9,6 +9,9 @@ from xsim.tracegen.attention import (
     attention_points,
     executed_flops,
     flash_compute_seconds,
+    length_points,
+    length_rate,
+    source_flops,
 )
 from xsim.tracegen.errors import CatalogError
 from xsim.tracegen.frameworks import FRAMEWORKS
@@ -58,7 +61,7 @@ def test_executed_flops_count_tiles_by_hand():
 def test_llama2_7b_layer_attention_on_a100_by_hand():
     # megatron-core on Ampere runs FlashAttention-2: forward 0.73, backward 0.63 of 312 TFLOP/s, sustained.
     fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
-    assert (fwd.kernel, fwd.shape) == ("fa3", (1, 32, 32, 4096, 128))
+    assert (fwd.kernel, fwd.shape) == ("cudnn", (1, 32, 32, 4096, 128))
     t_fwd = 141_733_920_768 / (0.73 * 312e12 * SUSTAINED)
     t_bwd = 2.5 * 141_733_920_768 / (0.63 * 312e12 * SUSTAINED)
     assert op_seconds(fwd, A100, "calibrated") == pytest.approx(t_fwd) == pytest.approx(0.67238e-3, rel=1e-4)
@@ -72,12 +75,14 @@ def test_llama2_7b_layer_attention_on_a100_by_hand():
 
 
 def test_kernel_by_framework_and_gpu():
-    # Hopper: megatron-core (TE -> cuDNN) at FA3's rates, megatron-deepspeed (flash-attn 2) at FA2's.
-    fa3 = op_seconds(_core("megatron-core", "fwd"), H100, "calibrated")
+    # Hopper: megatron-core (TE -> cuDNN) at cuDNN's published rates by length, megatron-deepspeed
+    # (flash-attn 2) at FA2's; FA3's fraction-of-peak rows stay selectable (kernel "fa3").
+    core = _core("megatron-core", "fwd")
+    fa3 = flash_compute_seconds(core.shape, "fwd", H100, "fa3", HOPPER_SUSTAINED)
     fa2 = op_seconds(_core("megatron-deepspeed", "fwd"), H100, "calibrated")
     assert fa3 == pytest.approx(141_733_920_768 / (0.6681 * 989.4e12 * HOPPER_SUSTAINED))
     assert fa2 == pytest.approx(141_733_920_768 / (0.35 * 989.4e12 * HOPPER_SUSTAINED))
-    bwd3 = op_seconds(_core("megatron-core", "bwd"), H100, "calibrated")
+    bwd3 = flash_compute_seconds(core.shape, "bwd", H100, "fa3", HOPPER_SUSTAINED)
     assert bwd3 == pytest.approx(2.5 * 141_733_920_768 / (0.5849 * 989.4e12 * HOPPER_SUSTAINED))
     # FA3 has no Ampere kernel: it falls back to FA2's row; H200 uses the H100's rows, A100 40GB the 80GB's.
     assert attention_fraction("A100-80GB", "fa3", "fwd") == 0.73
@@ -88,6 +93,7 @@ def test_kernel_by_framework_and_gpu():
     b200 = catalog.gpu("B200")
     core = _core("megatron-core", "fwd")
     assert flash_compute_seconds(core.shape, "fwd", b200, "fa3", 1.0) is None
+    assert flash_compute_seconds(core.shape, "fwd", b200, "cudnn", 1.0) is None
     assert op_seconds(core, b200, "calibrated") == pytest.approx(
         max(core.flops / (catalog.tensor_peak(b200, "bf16") * b200.gemm_eff), LAUNCH_FLOOR_S)
     )
@@ -98,3 +104,86 @@ def test_bad_kernel_or_pass_is_a_catalog_error():
         attention_fraction("H100", "fa9", "fwd")
     with pytest.raises(CatalogError, match="fwd or bwd"):
         attention_fraction("H100", "fa2", "opt")
+
+
+def test_cudnn_rates_by_length_by_hand():
+    # FlashAttention-3 paper, Figures 5d / 5c / 6b (cuDNN 9.1.1, H100 SXM5, head dim 128): forward causal
+    # 484 (2k), 518 (4k) TFLOP/s; forward without mask 617, 609; backward without mask 465, 499.
+    assert length_rate("H100", "cudnn", "fwd", True, 128, 4096) == 518
+    assert length_rate("H100", "cudnn", "fwd", False, 128, 2048) == 617
+    # Causal backward (not published): the non-causal backward x the forward's causal / non-causal ratio.
+    assert length_rate("H100", "cudnn", "bwd", True, 128, 4096) == pytest.approx(499 * 518 / 609)
+    assert length_rate("H100", "cudnn", "bwd", True, 128, 2048) == pytest.approx(465 * 484 / 617)
+    # Between recorded lengths: linear in log2(s); 3000 is 0.55075 of the way from 2k to 4k.
+    w = 0.550746785
+    assert length_rate("H100", "cudnn", "fwd", True, 128, 3000) == pytest.approx(484 + w * 34, rel=1e-6)
+    # Held beyond the ends; the nearest head dimension in log2 (96 -> 128; backward 256 -> 128); H200 = H100.
+    assert length_rate("H100", "cudnn", "fwd", True, 128, 256) == 315
+    assert length_rate("H100", "cudnn", "fwd", True, 128, 65536) == 539
+    assert length_rate("H100", "cudnn", "fwd", True, 96, 4096) == 518
+    assert length_rate("H200", "cudnn", "bwd", False, 256, 4096) == 499
+    assert length_rate("A100-80GB", "cudnn", "fwd", True, 128, 4096) is None
+
+
+def test_llama2_7b_layer_on_h100_runs_cudnn_at_its_published_rate():
+    # One Llama-2 7B layer, s 4096, 32 heads of 128: the sources' causal FLOPs 4 s^2 d h / 2 =
+    # 137,438,953,472 forward at 518 TFLOP/s x the Hopper sustained ratio = 315.28 us (FA3's rate on
+    # executed tiles gave 254.8 us); backward 2.5x the FLOPs at 499 x 518 / 609 = 424.44 TFLOP/s: 961.95 us.
+    fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
+    assert source_flops(1, 32, 4096, 128, "fwd") == 137_438_953_472
+    t_fwd = op_seconds(fwd, H100, "calibrated")
+    assert (
+        t_fwd
+        == pytest.approx(137_438_953_472 / (518e12 * HOPPER_SUSTAINED))
+        == pytest.approx(315.28e-6, rel=1e-4)
+    )
+    t_bwd = op_seconds(bwd, H100, "calibrated")
+    assert t_bwd == pytest.approx(2.5 * 137_438_953_472 / (499e12 * 518 / 609 * HOPPER_SUSTAINED))
+    assert t_bwd == pytest.approx(961.95e-6, rel=1e-4)
+    # GPT-3 5B's layer (micro-batch 4, s 2048): the same FLOPs at 484 TFLOP/s forward: 337.4 us.
+    gpt = _core("megatron-core", "fwd", s=2048, mb=4)
+    assert op_seconds(gpt, H100, "calibrated") == pytest.approx(137_438_953_472 / (484e12 * HOPPER_SUSTAINED))
+    # Burst rates drop the clock ratio; a peak_flops override scales the rate with the peak.
+    assert op_seconds(fwd, H100, "calibrated", "burst") == pytest.approx(t_fwd * HOPPER_SUSTAINED)
+    half = catalog.with_overrides(H100, {"peak_flops": 989.4e12 / 2})
+    assert op_seconds(fwd, half, "calibrated") == pytest.approx(2 * t_fwd)
+
+
+def test_length_rows_name_their_sources():
+    pts = length_points()
+    assert len(pts) == 48 and all(p.source and p.gpu == "H100" and p.kernel == "cudnn" for p in pts)
+    assert {(p.phase, p.causal) for p in pts} == {("fwd", True), ("fwd", False), ("bwd", False)}
+
+
+def test_attention_kernel_key_selects_the_hopper_kernel():
+    from xsim.tracegen import choices, generate, load_spec
+    from xsim.tracegen.attention import KERNELS
+    from xsim.tracegen.errors import SpecError
+    from xsim.tracegen.spec import spec_to_mapping
+    from xsim.traces import attrs as A
+
+    assert choices.ATTENTION_KERNELS == KERNELS
+    base = {"model": {"base": "llama2-7b", "layers": 1}, "seq_len": 4096,
+            "device_groups": [{"gpu": "H100", "ranks": [0]}]}  # fmt: skip
+    dep = load_spec(base)
+    assert dep.attention_kernel == ""  # the framework's: cuDNN for megatron-core on Hopper
+    assert load_spec({**base, "attention_kernel": "auto"}).attention_kernel == ""
+    fa3 = load_spec({**base, "attention_kernel": "fa3"})
+    assert fa3.attention_kernel == "fa3" and load_spec(spec_to_mapping(fa3)) == fa3
+    with pytest.raises(SpecError, match="attention_kernel must be one of"):
+        load_spec({**base, "attention_kernel": "fa4"})
+
+    def core_ns(d) -> tuple[int, int]:
+        nodes = generate(d, rewrite=False).nodes[0]
+        by = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
+        return by["L1.attn_core.fwd.mb0"], by["L1.attn_core.bwd.mb0"]
+
+    # Default (cuDNN by length): 315.28 us forward; `attention_kernel: fa3`: FA3's 0.6681 on executed tiles.
+    assert core_ns(dep)[0] == pytest.approx(137_438_953_472 / (518e12 * HOPPER_SUSTAINED) * 1e9, abs=1)
+    assert core_ns(fa3)[0] == pytest.approx(
+        141_733_920_768 / (0.6681 * 989.4e12 * HOPPER_SUSTAINED) * 1e9, abs=1
+    )
+    fa2 = core_ns(load_spec({**base, "attention_kernel": "fa2"}))
+    assert fa2[1] == pytest.approx(
+        2.5 * 141_733_920_768 / (0.3342 * 989.4e12 * HOPPER_SUSTAINED) * 1e9, abs=1
+    )

@@ -29,6 +29,7 @@ from xsim.tracegen.ops import (
     op_seconds,
     optimizer_steps,
     shard_of,
+    te_amax_update,
 )
 from xsim.tracegen.spec import spec_to_mapping
 from xsim.tracegen.workload import generate
@@ -137,15 +138,20 @@ def test_llama_layer_rope_and_swiglu_per_profile_by_hand():
 
 def test_te_fp8_casts_transposes_and_scale_updates_by_hand():
     fwd = table(LLAMA, "megatron-core", "fwd", precision="fp8")
-    # Cast-transpose of each linear's input: read 2 B, write FP8 and its transpose (1 + 1 B).
-    assert fwd["qkv_proj_fp8_cast"][0] == fwd["attn_out_proj_fp8_cast"][0] == fwd["mlp_up_gate_fp8_cast"][0]
-    assert fwd["qkv_proj_fp8_cast"][0] == 16 * 64 * 4 and fwd["mlp_down_fp8_cast"][0] == 16 * 128 * 4
-    # Four TE modules per layer, one amax/scale update each: 3 FP32 scalars read and written.
-    assert fwd["fp8_scale_update"] == (4 * 3 * 4 * 2, 0, 4)
+    # Cast-transpose of a Linear's input: read 2 B, write FP8 and its transpose (1 + 1 B).
+    assert fwd["attn_out_proj_fp8_cast"][0] == 16 * 64 * 4 and fwd["mlp_down_fp8_cast"][0] == 16 * 128 * 4
+    # QKV and MLP up/gate are LayerNormLinears: the norm writes their FP8 input (read 2 B, write 1 B) and
+    # no cast runs; backward transposes the saved FP8 input for the weight gradient (read 1, write 1 B).
+    assert "qkv_proj_fp8_cast" not in fwd and "mlp_up_gate_fp8_cast" not in fwd
+    assert fwd["attn_norm"][0] == fwd["mlp_norm"][0] == 16 * 64 * 3
+    assert table(LLAMA, "megatron-core", "fwd")["attn_norm"][0] == 16 * 64 * 4  # BF16: read 2, write 2
+    # The amax/scale update is not a layer's: once per model chunk (te_amax_update, below).
+    assert "fp8_scale_update" not in fwd
     bwd = table(LLAMA, "megatron-core", "bwd", precision="fp8")
     # Gradients of the outputs: QKV 16 x 192, MLP up/gate 16 x 256, projections 16 x 64.
     assert bwd["qkv_proj_fp8_cast"][0] == 16 * 192 * 4 and bwd["mlp_up_gate_fp8_cast"][0] == 16 * 256 * 4
     assert bwd["mlp_down_fp8_cast"][0] == bwd["attn_out_proj_fp8_cast"][0] == 16 * 64 * 4
+    assert bwd["qkv_proj_fp8_transpose"] == bwd["mlp_up_gate_fp8_transpose"] == (16 * 64 * 2, 0, 1)
     # Megatron-DeepSpeed has no Transformer Engine: FP8 GEMMs without TE's casts.
     assert not [n for n in table(LLAMA, "megatron-deepspeed", "fwd", precision="fp8") if "fp8" in n]
 
@@ -153,16 +159,54 @@ def test_te_fp8_casts_transposes_and_scale_updates_by_hand():
 def test_te_fp8_overhead_of_a_llama2_7b_layer_is_derived_from_bytes():
     # Issue 22: ~0.4 ms per layer per micro-batch on Llama-2 7B (H100, TP 1, one 4096-token sequence).
     # By hand, per element 4 B (read BF16, write FP8 and its transpose), at H100's measured 2,903 GB/s:
-    # forward casts 4096 x (3 x 4096 + 11008) = 95.4 M elements, backward 4096 x (4096 + 22016 + 4096 +
-    # 12288) = 174.1 M -> 1.078 GB -> 371.3 us; plus 2 x 4 scale updates at the 3.8 us launch floor = 401.7 us.
+    # forward casts of the two Linears' inputs 4096 x (4096 + 11008) = 61.9 M elements (the LayerNormLinears'
+    # are fused into their norms), backward 4096 x (4096 + 22016 + 4096 + 12288) = 174.1 M -> 943.7 MB; the
+    # two LayerNormLinears' FP8 input transposes 2 x 4096 x 4096 x 2 B = 67.1 MB -> 348.2 us in all (401.7 us
+    # before the norm-cast fusion and the per-chunk scale update, which took 8 launch floors per layer).
     m = preset("llama2-7b")
     c = Ctx(m, shard_of(m, 1, 0), 1, 4096, 2, False, "fp8", "flash", FRAMEWORKS["megatron-core"])
     h100 = catalog.gpu("H100")
     te = [o for p in ("fwd", "bwd") for o in layer_steps(c, p) if isinstance(o, Op) and "fp8_" in o.op]
     seconds = sum(op_seconds(o, h100, "calibrated") for o in te)
-    elems = 4096 * (3 * 4096 + 11008) + 4096 * (4096 + 22016 + 4096 + 12288)
-    assert seconds == pytest.approx(elems * 4 / 2903e9 + 8 * LAUNCH_FLOOR_S, rel=1e-9)
-    assert 0.35e-3 < seconds < 0.45e-3
+    elems = 4096 * (4096 + 11008) + 4096 * (4096 + 22016 + 4096 + 12288)
+    transposed = 2 * 4096 * 4096 * 2
+    assert seconds == pytest.approx((elems * 4 + transposed) / 2903e9, rel=1e-9)
+    assert seconds == pytest.approx(348.2e-6, rel=1e-3)  # the issue's "~0.4 ms"
+    # The chunk's amax reduction and scale update per micro-batch and pass: 32 layers x 4 modules x 3 FP8
+    # tensors = 384 forward; concatenation 384 x 8 B, update 384 x 4 x (1 + 2 x 1024 + 2) B = 3.15 MB
+    # (1.09 us at 2,903 GB/s): both at the launch floor, 4 x 3.8 = 15.2 us per micro-batch for the whole
+    # model, where a per-module update had cost 32 x 8 x 3.8 = 973 us.
+    amax = [o for p in ("fwd", "bwd") for o in te_amax_update(c, p, 32)]
+    assert [o.op for o in amax] == ["fp8_amax_concat", "fp8_scale_update"] * 2  # TP 1: no AllReduce
+    assert (amax[0].bytes, amax[1].bytes) == (384 * 8, 384 * 4 * 2051)
+    assert sum(op_seconds(o, h100, "calibrated") for o in amax) == pytest.approx(4 * LAUNCH_FLOOR_S)
+
+
+def test_te_amax_reduction_once_per_chunk_and_micro_batch_in_generated_traces():
+    # TP 2, PP 2 with 2 virtual stages (4 chunks of 1 layer), 2 micro-batches, FP8: per rank and micro-batch
+    # each of its 2 chunks concatenates its amaxes, all-reduces them over the TP group (MAX; Megatron-Core's
+    # amax reduction group is TP x CP) and updates the scales, after forward and after backward.
+    spec = {"model": {**LLAMA, "layers": 4}, "precision": "fp8", "parallel": {"gpu": "H100", "tp": 2, "pp": 2,
+            "dp": 1, "global_batch": 2, "micro_batch": 1, "virtual_stages": 2}}  # fmt: skip
+    b = generate(load_spec(spec), rewrite=False)
+    for rank in range(4):
+        names = [n.name for n in b.nodes[rank]]
+        upd = [x for x in names if ".fp8_scale_update." in x]
+        assert len(upd) == 2 * 2 * 2 and len([x for x in names if ".fp8_amax_allreduce." in x]) == 8
+        ar = [n for n in b.nodes[rank] if ".fp8_amax_allreduce.fwd" in n.name]
+        # One chunk of one layer: 4 modules x 3 forward FP8 tensors x 4 B.
+        assert {A.comm_size(n) for n in ar} == {4 * 3 * 4} and {b.comm_groups[A.pg_name(n)] for n in ar} == {
+            (0, 1) if rank < 2 else (2, 3)
+        }
+        # Forward: right after the chunk's last layer (before anything of the next layer or the head).
+        i = names.index(upd[0])
+        assert (
+            names[i - 2].split(".")[1] == "fp8_amax_concat"
+            and names[i - 3].split(".")[1] == "mlp_bias_dropout_add"
+        )
+    # BF16: none of it.
+    plain = generate(load_spec({**spec, "precision": "bf16"}), rewrite=False)
+    assert not [n for n in plain.nodes[0] if "fp8" in n.name]
 
 
 def test_loss_is_megatrons_fp32_cross_entropy_by_hand():

@@ -190,14 +190,14 @@ def test_batched_attention_gemm_waves_and_fused_attention_rate():
     t = gemm_compute(2048, 128, 2048, A100, batch=32)
     assert (t.tile, t.waves) == ((256, 128), 38)
     assert t.efficiency == pytest.approx(267.9 / 312 * SUSTAINED_CLOCK_RATIO * 4096 / (38 * 108))
-    # Fused attention runs at its own published rate on the tiles it executes (tracegen/attention.py), not
-    # at gemm_eff: Llama-2 7B, s 2048 = 16 tiles of 128, causal 16 x 17 / 2 = 136 tiles, 32 heads, d 128, at
-    # FlashAttention-3's 661 of 989.4 TFLOP/s (megatron-core's Hopper kernel), at the GH100's measured
+    # Fused attention runs at its own published rate (tracegen/attention.py), not at gemm_eff: megatron-core's
+    # Hopper kernel is cuDNN's, at its causal forward rate for head dim 128 at s 2048 (FlashAttention-3
+    # paper, Figure 5d: 484 TFLOP/s on the causal half, 4 a s^2 d / 2), at the GH100's measured
     # sustained/burst ratio (H200 BF16 MSMF 708.5 / MAMF 841.9, tracegen.gemm.SUSTAINED_RATIOS).
     core = _ops()["attn_core"]
-    executed = 32 * 136 * 4 * 128 * 128 * 128
+    assert core.kernel == "cudnn"
     assert op_seconds(core, H100, "calibrated") == pytest.approx(
-        executed / (0.6681 * 989.4e12 * 708.5 / 841.9)
+        4 * 2048 * 2048 * 128 * 32 / 2 / (484e12 * 708.5 / 841.9)
     )
     # A gemm_eff override keeps the previous rule: FLOPs / (peak x gemm_eff).
     eff = catalog.with_overrides(H100, {"gemm_eff": 0.70})
@@ -208,3 +208,49 @@ def test_batched_attention_gemm_waves_and_fused_attention_rate():
     assert op_seconds(tiny, H100, "roofline") == pytest.approx(4 / (3.35e12 * 0.8))
     small_bwd = Op("qkv_proj", "bwd", 2 * 2 * 64**3, 2 * 3 * 2 * 64**2, (64, 64, 64), True, kernels=2)
     assert op_seconds(small_bwd, H100, "calibrated") == 2 * LAUNCH_FLOOR_S
+
+
+# -- FP8 dense GEMMs: per-tile cost K0 on each GEMM's own reduction dimension (issue 22, fp8gap) -------------
+def test_fp8_dense_gemm_pays_the_tile_cost_k0_by_hand():
+    from xsim.tracegen.gemm import FP8_CALIBRATION_K, FP8_TILE_K0, fp8_k_terms
+    from xsim.tracegen.grouped_gemm import K0_FP8
+
+    assert FP8_TILE_K0 == K0_FP8 == 718 and FP8_CALIBRATION_K == {"H100": 14336}
+    # Per column of K the tile runs at plateau x (14336 + 718) / 14336, so a GEMM of the calibration K
+    # (MAMF's FP8 best shape 1024 x 9216 x 14336) keeps the measured rate: time(K + K0) / scale = time(K).
+    assert fp8_k_terms(H100, "fp8") == (718, (14336 + 718) / 14336)
+    assert fp8_k_terms(H100, "bf16") == (0, 1.0) and fp8_k_terms(catalog.gpu("H200"), "fp8") == (0, 1.0)
+    assert fp8_k_terms(catalog.with_overrides(H100, {"gemm_eff": 0.7}), "fp8") == (0, 1.0)
+    scale = (14336 + 718) / 14336
+    at_cal = gemm_compute(1024, 14336 + 718, 9216, H100, "fp8").seconds / scale
+    assert at_cal == pytest.approx(gemm_compute(1024, 14336, 9216, H100, "fp8").seconds)
+    # Llama-2 7B QKV forward, FP8, H100: 4096 x 4096 x 12288 = 16 x 96 tiles of 256 x 128 = 1,536 -> 12
+    # waves on 132 SMs, each SM at 1979 x (1402.6 / 1979) x (1288.7 / 1491.9) / 132 TFLOP/s; the K loop
+    # 4096 + 718 columns: 392.80 us (351.0 us without K0).
+    per_sm = 1979e12 * (1402.6 / 1979) * (1288.7 / 1491.9) / 132
+    tile = 2 * 256 * 128
+    ops = {o.op: o for o in layer_steps(_ctx8(), "fwd") if isinstance(o, Op)}
+    qkv = op_seconds(ops["qkv_proj"], H100, "calibrated")
+    assert (
+        qkv == pytest.approx(12 * tile * (4096 + 718) / per_sm / scale) == pytest.approx(392.80e-6, rel=1e-4)
+    )
+    # mlp_down backward, [4096 x 11008] x [11008 x 4096]: dgrad [4096 x 4096] x [4096 x 11008] reduces over
+    # 4096 (16 x 86 tiles -> 11 waves), wgrad [11008 x 4096] x [4096 x 4096] over the 4096 tokens (43 x 32
+    # tiles -> 11 waves): 22 waves of 4096 + 718 columns = 720.13 us (628.8 us as twice the forward shape).
+    bwd = {o.op: o for o in layer_steps(_ctx8(), "bwd") if isinstance(o, Op)}
+    down = op_seconds(bwd["mlp_down"], H100, "calibrated")
+    assert (
+        down == pytest.approx(22 * tile * (4096 + 718) / per_sm / scale) == pytest.approx(720.13e-6, rel=1e-4)
+    )
+    # BF16 GEMMs and the BF16 LM head keep the K-independent model.
+    head = _ops()["qkv_proj"]
+    assert op_seconds(head, H100, "calibrated") == pytest.approx(
+        max(
+            gemm_compute(2048, 4096, 12288, H100).seconds, head.bytes / (3350e9 * 2903 / 3350), LAUNCH_FLOOR_S
+        )
+    )
+
+
+def _ctx8() -> Ctx:
+    m = preset("llama2-7b")
+    return Ctx(m, shard_of(m, 1, 0), 1, 4096, 2, False, "fp8", "flash")

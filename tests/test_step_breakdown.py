@@ -22,6 +22,7 @@ import step_breakdown as sb  # noqa: E402
         ("attn_core", "bwd", "attention"),
         ("attn_softmax", "fwd", "attention"),
         ("mlp_up_gate_fp8_cast", "bwd", "FP8 casts/scales"),
+        ("qkv_proj_fp8_transpose", "bwd", "FP8 casts/scales"),
         ("fp8_scale_update", "fwd", "FP8 casts/scales"),
         ("fp8_weight_cast", "opt", "optimizer"),  # the optimizer step's phase wins
         ("optimizer", "opt", "optimizer"),

@@ -15,9 +15,19 @@ masked halves are executed work too (FlashAttention-2, section 3.1.1 "Causal mas
 backward rates are stated in (FlashAttention-2 and -3, section 4.1), so the rate and the work agree.
 The published rates are measured on non-causal shapes, so the tile count is what carries causality.
 
-Which kernel: `Op.kernel` ("fa2" or "fa3", from the framework profile); a GPU without a row for "fa3"
-(Ampere) runs "fa2". GPUs without any row, or with a `gpus:` gemm_eff override, keep the previous rule
-(FLOPs at the GEMM-like efficiency gemm_eff).
+Which kernel: `Op.kernel` ("fa2", "fa3" or "cudnn", from the framework profile or the `attention_kernel`
+key); a GPU without a row for "cudnn" falls back to "fa3", then to "fa2" (Ampere runs "fa2"). GPUs without
+any row, or with a `gpus:` gemm_eff override, keep the previous rule (FLOPs at the GEMM-like efficiency
+gemm_eff).
+
+cuDNN's fused attention (what Transformer Engine runs on Hopper) has published rates by sequence length,
+head dimension and mask (tracegen/data/attention_by_length.csv: FlashAttention-3 paper, Figures 5 and 6,
+cuDNN 9.1.1): there its time is the sources' own FLOP count, 4 s^2 d per (sequence, head), halved under a
+causal mask, x 2.5 backward, over the rate at that length (interpolated in log2 s, held beyond the ends),
+at the recorded head dimension nearest in log2. A short causal kernel runs well below the long non-causal
+rate (cuDNN forward, head dim 128: 484 TFLOP/s causal at 2k, 617 without the mask). The sources give no
+causal backward: it is the non-causal backward times the forward's causal / non-causal ratio at the same
+length and head dimension (an assumption: the mask costs the backward what it costs the forward).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_calibration.csv")
+BY_LENGTH_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_by_length.csv")
 # Square tile of query rows x key columns: FlashAttention-2 section 3.3 "we choose blocks of size
 # {64,128} x {64,128}"; FlashAttention-3 uses 128-row tiles for head dimension 128 (section 3.1). 128 is
 # the tile of the head dimensions these models use (64-256).
@@ -43,7 +54,12 @@ BWD_OVER_FWD = 2.5
 # the same 312 TFLOPS dense BF16); the H200 has the H100 SXM5's 132 SMs and clocks (H200 datasheet: the
 # same 989 TFLOPS dense BF16), attention being compute-bound at these lengths.
 CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100"}
-KERNELS = ("fa2", "fa3")
+KERNELS = ("fa2", "fa3", "cudnn")
+# The fraction-of-peak rows a kernel without rows of its own on a GPU falls back to, in order.
+FALLBACK = {"fa2": ("fa2",), "fa3": ("fa3", "fa2"), "cudnn": ("fa3", "fa2")}
+# Dense BF16 peak of the GPU the by-length rates were measured on (H100 SXM5, catalog): a rate is kept as
+# a fraction of it, so a `gpus:` peak_flops override scales it as it scales the GEMMs.
+SOURCE_PEAK = {"H100": 989.4e12}
 
 
 @dataclass(frozen=True)
@@ -73,14 +89,14 @@ def _table() -> dict[tuple[str, str, str], float]:
 
 def attention_fraction(gpu_name: str, kernel: str, phase: str) -> float | None:
     """Published fraction of the dense BF16 peak of `kernel` on `gpu_name` in `phase` (fwd | bwd), or
-    None where no benchmark is recorded; "fa3" falls back to "fa2" on GPUs without a Hopper kernel."""
+    None where no benchmark is recorded; "cudnn" and "fa3" fall back as FALLBACK says."""
     if kernel not in KERNELS:
         raise CatalogError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     if phase not in ("fwd", "bwd"):
         raise CatalogError(f"attention pass must be fwd or bwd, got {phase!r}")
     name = CALIBRATED_AS.get(gpu_name, gpu_name)
     table = _table()
-    for k in (kernel, "fa2") if kernel == "fa3" else (kernel,):
+    for k in FALLBACK[kernel]:
         if (name, k, phase) in table:
             return table[(name, k, phase)]
     return None
@@ -95,6 +111,78 @@ def executed_flops(batch: int, heads: int, s: int, d: int, phase: str, causal: b
     return fwd if phase == "fwd" else int(BWD_OVER_FWD * fwd)
 
 
+@dataclass(frozen=True)
+class LengthPoint:
+    """One published attention-kernel rate at a sequence length: TFLOP/s as its source counts FLOPs."""
+
+    gpu: str
+    kernel: str
+    phase: str
+    causal: bool
+    head_dim: int
+    seq_len: int
+    tflops: float
+    source: str
+
+
+def length_points(path: str = BY_LENGTH_FILE) -> list[LengthPoint]:
+    """The by-length attention calibration data set (tracegen/data/attention_by_length.csv)."""
+    with open(path, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return [
+        LengthPoint(
+            r["gpu"], r["kernel"], r["pass"], r["causal"] == "1", int(r["head_dim"]), int(r["seq_len"]),
+            float(r["tflops"]), r["source"],
+        )
+        for r in rows
+    ]  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _curves() -> dict[tuple[str, str, str, bool, int], tuple[tuple[int, float], ...]]:
+    curves: dict[tuple[str, str, str, bool, int], list[tuple[int, float]]] = {}
+    for p in length_points():
+        curves.setdefault((p.gpu, p.kernel, p.phase, p.causal, p.head_dim), []).append((p.seq_len, p.tflops))
+    return {k: tuple(sorted(v)) for k, v in curves.items()}
+
+
+def _along(curve: tuple[tuple[int, float], ...], s: int) -> float:
+    """The curve's rate at length `s`: linear in log2(s) between recorded lengths, held beyond the ends."""
+    if s <= curve[0][0]:
+        return curve[0][1]
+    for (s0, r0), (s1, r1) in zip(curve, curve[1:], strict=False):
+        if s <= s1:
+            w = (math.log2(s) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return r0 + w * (r1 - r0)
+    return curve[-1][1]
+
+
+def length_rate(gpu_name: str, kernel: str, phase: str, causal: bool, d: int, s: int) -> float | None:
+    """Published TFLOP/s (the sources' FLOP count) of `kernel` on `gpu_name` at sequence length `s` and the
+    recorded head dimension nearest `d`, or None without rows; a causal backward without rows of its own is
+    the non-causal backward x the forward's causal / non-causal ratio at the same length."""
+    name = CALIBRATED_AS.get(gpu_name, gpu_name)
+    curves = _curves()
+    dims = sorted({k[4] for k in curves if k[:3] == (name, kernel, phase)})
+    if not dims:
+        return None
+    hd = min(dims, key=lambda x: (abs(math.log2(x) - math.log2(max(d, 1))), x))
+    if (name, kernel, phase, causal, hd) in curves:
+        return _along(curves[(name, kernel, phase, causal, hd)], s)
+    fwd = [curves.get((name, kernel, "fwd", c, hd)) for c in (True, False)]
+    if phase != "bwd" or not causal or None in fwd or (name, kernel, phase, False, hd) not in curves:
+        return None
+    mask = _along(fwd[0], s) / _along(fwd[1], s)  # type: ignore[arg-type]
+    return _along(curves[(name, kernel, phase, False, hd)], s) * mask
+
+
+def source_flops(batch: int, heads: int, s: int, d: int, phase: str, causal: bool = True) -> float:
+    """FLOPs as the attention benchmarks count them: 4 s^2 d per (sequence, head), halved under a causal
+    mask, x 2.5 backward (FlashAttention-2/-3 section 4.1)."""
+    fwd = 4.0 * batch * heads * s * s * d / (2 if causal else 1)
+    return fwd if phase == "fwd" else BWD_OVER_FWD * fwd
+
+
 def flash_compute_seconds(
     shape: tuple[int, ...], phase: str, gpu: GpuSpec, kernel: str, clock_ratio: float
 ) -> float | None:
@@ -102,9 +190,17 @@ def flash_compute_seconds(
     the calibration has no row for it (the caller keeps its previous rule)."""
     if "gemm_eff" in gpu.overridden:
         return None
-    frac = attention_fraction(gpu.name, kernel or "fa2", phase)
+    kernel = kernel or "fa2"
+    if kernel not in KERNELS:
+        raise CatalogError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
+    batch, heads, _kv, s, d = shape
+    name = CALIBRATED_AS.get(gpu.name, gpu.name)
+    tflops = length_rate(gpu.name, kernel, phase, True, d, s)
+    if tflops is not None and name in SOURCE_PEAK:
+        rate = tflops * 1e12 / SOURCE_PEAK[name] * tensor_peak(gpu, "bf16") * clock_ratio
+        return source_flops(batch, heads, s, d, phase) / rate
+    frac = attention_fraction(gpu.name, kernel, phase)
     if frac is None:
         return None
-    batch, heads, _kv, s, d = shape
     rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
     return executed_flops(batch, heads, s, d, phase) / rate

@@ -13,6 +13,8 @@ COMPUTE_MODELS = ("roofline", "calibrated")
 FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-deepspeed")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
+# tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel on Hopper.
+ATTENTION_KERNELS = ("fa2", "fa3", "cudnn")
 # Width of the data-parallel gradient reduction (`grad_reduce_dtype`) and its bytes per element.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCE_DTYPES = tuple(GRAD_REDUCE_BYTES)

@@ -48,7 +48,7 @@ FRAMEWORKS: dict[str, Framework] = {
     # performance reasons", transformer_engine/pytorch/attention utils get_attention_backend), a Hopper-native
     # kernel timed at FlashAttention-3's published rates (FlashAttention-3, section 4.1: FA3 matches or
     # beats cuDNN from 1k tokens on, so these rates are cuDNN's upper bound).
-    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True, "fa3"),
+    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True, "cudnn"),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as

@@ -99,6 +99,17 @@ SUSTAINED_RATIOS: dict[tuple[str, str], float] = {
 }
 GEMM_RATES = ("sustained", "burst")
 
+# FP8 dense GEMMs on Hopper: a fixed cost per output tile outside the K loop (prologue, scaling and storing
+# the tile), written as K0 extra columns of K, so the rate grows with K as K / (K + K0). K0 = 718: DeepGEMM's
+# normal (dense) FP8 GEMMs at M 4096 on H800 (H100's SMs and FP8 rate), README performance table as first
+# published (Feb 2025): K 512 590 TFLOPS, K 16384 1358 (the fit of tracegen.grouped_gemm.K0_FP8, which
+# the MoE expert GEMMs use; a test keeps the two equal). The MAMF plateau was measured at one K (the
+# H100's FP8 best shape 1024x9216x14336, M x N x K), so per column of K the tile runs at
+# plateau x (K_cal + K0) / K_cal, and a GEMM of that K keeps the measured rate. GPUs whose FP8 calibration
+# shape is not recorded (H200: "best shape of the sweep"; Blackwell) keep the K-independent rate.
+FP8_TILE_K0 = 718
+FP8_CALIBRATION_K: dict[str, int] = {"H100": 14336}
+
 # Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
 # datasheet bandwidth (tracegen/catalog.py):
 #   A100-40GB: device-to-device copy 1,355 of 1,555 GB/s (PTsolvers/gpu-workshop-JuliaCon23 issue 7).
@@ -153,6 +164,15 @@ def achieved_bandwidth(gpu: GpuSpec) -> float:
     if "mem_eff" in gpu.overridden:
         return gpu.mem_bw * gpu.mem_eff
     return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.calibration_key, gpu.mem_eff)
+
+
+def fp8_k_terms(gpu: GpuSpec, precision: str) -> tuple[int, float]:
+    """(K0, plateau scale) of a dense GEMM in `precision` on `gpu`: (FP8_TILE_K0, (K_cal + K0) / K_cal) for
+    FP8 on a GPU with a recorded FP8 calibration K, else (0, 1.0); a `gpus:` gemm_eff override: (0, 1.0)."""
+    kc = FP8_CALIBRATION_K.get(gpu.calibration_key)
+    if precision != "fp8" or kc is None or "gemm_eff" in gpu.overridden:
+        return 0, 1.0
+    return FP8_TILE_K0, (kc + FP8_TILE_K0) / kc
 
 
 def wave_count(tiles: int, sms: int) -> int:

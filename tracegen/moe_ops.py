@@ -273,7 +273,7 @@ def moe_layer_steps(
 ) -> list[MoeStep]:
     """A whole MoE layer: the dense layer's steps with its MLP (GEMMs, activation and TP collectives)
     replaced by `moe_block`, placed where the MLP's first GEMM was."""
-    dense = layer_steps(c, phase)
+    dense = layer_steps(c, phase, dense_mlp=False)
     at = next(i for i, s in enumerate(dense) if isinstance(s, Op) and s.op in DENSE_MLP_OPS)
 
     def mlp(s: Step) -> bool:

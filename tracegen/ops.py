@@ -19,7 +19,14 @@ from xsim.tracegen.attention import flash_compute_seconds
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
-from xsim.tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds, sustained_ratio
+from xsim.tracegen.gemm import (
+    LAUNCH_FLOOR_S,
+    achieved_bandwidth,
+    fp8_k_terms,
+    gemm_compute,
+    gemm_seconds,
+    sustained_ratio,
+)
 from xsim.tracegen.grouped_gemm import GROUPED_GEMM_OPS, grouped_gemm_seconds
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.profile import ProfileTable
@@ -27,6 +34,9 @@ from xsim.tracegen.profile import ProfileTable
 # Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
 # layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).
 LINEAR_OPS: frozenset[str] = frozenset({"qkv_proj", "attn_out_proj", "mlp_up_gate", "mlp_down"})
+# TP collectives in front of a LayerNormLinear (QKV and MLP up/gate): under TE FP8 with sequence parallelism
+# they gather the norm's FP8 output.
+FP8_GATHERED: frozenset[str] = frozenset({"attn_tp_in", "mlp_tp_in"})
 # Ops whose shape key is a GEMM: (M, K, N) for one GEMM, (BATCH, M, K, N) for the batched attention GEMMs.
 GEMM_OPS: frozenset[str] = LINEAR_OPS | {"lm_head", "attn_scores", "attn_context"}
 
@@ -68,10 +78,19 @@ SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
 #   (read 4, write dtype) = dtype + 12 in 2 kernels.
 XENT_FWD_BYTES, XENT_FWD_KERNELS = 36, 6
 XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
-# Transformer Engine keeps an amax history and scale per FP8 tensor of each linear module and updates
-# them once per module call (Megatron's default --fp8-amax-history-len 1): one small kernel per module,
-# 3 FP32 scalars (input, weight, gradient) read and written.
-TE_SCALE_BYTES_PER_MODULE = 3 * FP32 * 2
+# Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
+# once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
+# at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
+# region's modules are concatenated (torch.cat, one kernel), all-reduced (MAX) over the amax reduction
+# group (Megatron-Core 0.8 get_amax_reduction_group: the TP x CP group; nothing for one rank) and handed
+# to one tex.fused_amax_and_scale_update_after_reduction kernel (one block per module: roll the amax
+# history, take its max, write scale and scale_inv). FP8 tensors per GEMM: input, weight, output forward;
+# output gradient, input gradient backward (TE's fp8_meta scaling_fwd / scaling_bwd).
+TE_SCALES_PER_MODULE = {"fwd": 3, "bwd": 2}
+TE_MODULES_PER_LAYER = 4  # QKV, output projection, MLP up/gate, MLP down
+# Amax history length: NeMo's fp8_amax_history_len (NeMo-Framework-Launcher 24.07 conf/training
+# gpt3/5b.yaml and llama/llama2_7b.yaml: 1024); the kernels are launch-bound at any length.
+TE_AMAX_HISTORY = 1024
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
@@ -197,11 +216,10 @@ def _tp_in(c: Ctx, op: str, fwd: bool) -> list[Step]:
         return []
     full = c.tokens * c.m.hidden * c.b
     if c.sp:
-        return (
-            [Comm(op, "all_gather", c.norm_tokens * c.m.hidden * c.b)]
-            if fwd
-            else [Comm(op, "reduce_scatter", full)]
-        )
+        # Under TE FP8 the norm wrote FP8 and LayerNormLinear gathers that (TE 1.8: gather_along_first_dim
+        # of the uint8 `ln_out`): 1 byte per element.
+        gather = c.norm_tokens * c.m.hidden * (1 if c.te_fp8 and op in FP8_GATHERED else c.b)
+        return [Comm(op, "all_gather", gather)] if fwd else [Comm(op, "reduce_scatter", full)]
     return [] if fwd else [Comm(op, "all_reduce", full)]
 
 
@@ -263,6 +281,24 @@ def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
     if not c.te_fp8:
         return []
     return [_kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2)]
+
+
+def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
+    """A pre-linear norm's forward on the rank's tokens: reads `dtype_bytes`, writes the same, or under
+    Transformer Engine FP8 the FP8 input of the linear that follows (1 byte): TE's LayerNormLinear fuses the
+    norm and the cast (layernorm_linear.py, TE 1.8: `ln_out` allocated as uint8 and written by the FP8
+    normalization kernel), so that linear has no forward cast of its own (`fused` False: a plain norm)."""
+    e, b = c.norm_tokens * c.m.hidden, c.b
+    out = 1 if c.te_fp8 and fused else b
+    return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
+
+
+def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
+    """The FP8 transpose of a LayerNormLinear's saved FP8 input for its weight-gradient GEMM (TE 1.8
+    layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte."""
+    if not c.te_fp8:
+        return []
+    return [_kern(f"{op}_fp8_transpose", "bwd", elems, 0, 2)]
 
 
 def _bias(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
@@ -334,15 +370,23 @@ def _activation(c: Ctx, phase: str) -> list[Op]:
     return [act, *grad_bias]
 
 
-def _te_scale_update(c: Ctx, phase: str) -> list[Op]:
-    """Transformer Engine's per-module amax/scale update of one layer's four FP8 linear modules."""
+def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
+    """Transformer Engine's amax reduction and scale update of one model chunk of `layers` layers for one
+    micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
+    the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
+    write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8."""
     if not c.te_fp8:
         return []
-    return [Op("fp8_scale_update", phase, 0, 4 * TE_SCALE_BYTES_PER_MODULE, (4,), False, kernels=4)]
+    scales = TE_SCALES_PER_MODULE[phase] * TE_MODULES_PER_LAYER * layers
+    cat = Op("fp8_amax_concat", phase, 0, 2 * FP32 * scales, (scales,), False)
+    reduce = [Comm("fp8_amax_allreduce", "all_reduce", FP32 * scales)] if c.sh.tp > 1 else []
+    update_bytes = scales * FP32 * (1 + 2 * TE_AMAX_HISTORY + 2)
+    return [cat, *reduce, Op("fp8_scale_update", phase, 0, update_bytes, (scales,), False)]
 
 
-def layer_steps(c: Ctx, phase: str) -> list[Step]:
-    """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it."""
+def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
+    """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it
+    (`dense_mlp` False: the MLP is replaced by a MoE block, whose pre-MLP norm is not a LayerNormLinear's)."""
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens
@@ -353,9 +397,8 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
     fused_out_bias = c.fw.fused_bias_dropout_add  # row-parallel biases ride in bias-dropout-add
     if phase == "fwd":
         return [
-            _elem("attn_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            _norm_fwd(c, "attn_norm"),
             *_tp_in(c, "attn_tp_in", True),
-            *_fp8_cast(c, "qkv_proj", "fwd", t * m.hidden),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
             *_rope(c, "fwd"),
@@ -364,25 +407,23 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
             _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
             *_tp_out(c, "attn_tp_out", True),
             *_dropout_add(c, "attn", "fwd", fused_out_bias),
-            _elem("mlp_norm", "fwd", nt * m.hidden, norm, 1, 1, b),
+            _norm_fwd(c, "mlp_norm", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
-            *_fp8_cast(c, "mlp_up_gate", "fwd", t * m.hidden),
             _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
             *_activation(c, "fwd"),
             *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
             _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
             *_tp_out(c, "mlp_tp_out", True),
             *_dropout_add(c, "mlp", "fwd", fused_out_bias),
-            *_te_scale_update(c, "fwd"),
         ]
     return [
-        *_te_scale_update(c, "bwd"),
         *_tp_out(c, "mlp_tp_out", False),
         *_dropout_add(c, "mlp", "bwd", fused_out_bias),
         *_fp8_cast(c, "mlp_down", "bwd", t * m.hidden),
         _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
         *_activation(c, "bwd"),
         *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
+        *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
         _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
         *_tp_in(c, "mlp_tp_in", False),
         _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
@@ -395,6 +436,7 @@ def layer_steps(c: Ctx, phase: str) -> list[Step]:
         *_rope(c, "bwd"),
         *_bias(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
+        *_fp8_transpose(c, "qkv_proj", t * m.hidden),
         _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
         *_tp_in(c, "attn_tp_in", False),
         _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
@@ -604,6 +646,8 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             return grouped_gemm_seconds(op.shape, op.bytes, gpu, op.precision, op.kernels, rates)
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
+            if fp8_k_terms(gpu, op.precision)[0] and batch == 1:
+                return _fp8_linear_seconds(op, gpu, rates)
             return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels, rates)
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
@@ -617,6 +661,17 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     if op.gemm:
         return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
     return mem
+
+
+def _fp8_linear_seconds(op: Op, gpu: GpuSpec, rates: str) -> float:
+    """A dense FP8 linear's GEMMs with the per-tile cost K0 on their own reduction dimension
+    (tracegen.gemm.fp8_k_terms): forward [M,K]x[K,N] reduces over K; backward is Transformer Engine's dgrad
+    [M,N]x[N,K] (reduces over N) and wgrad [K,M]x[M,N] (reduces over the M tokens), timed each."""
+    k0, scale = fp8_k_terms(gpu, op.precision)
+    mm, k, n = op.shape
+    shapes = [(mm, n, k), (k, mm, n)] if op.phase == "bwd" else [(mm, k, n)] * op.kernels
+    compute = sum(gemm_compute(a, r + k0, c, gpu, op.precision, 1, rates).seconds for a, r, c in shapes)
+    return max(compute / scale, op.bytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
 
 
 def op_time_seconds(

@@ -17,6 +17,7 @@ from typing import Any
 from xsim.tracegen import catalog
 from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.choices import (
+    ATTENTION_KERNELS,
     ATTENTIONS,
     COMPUTE_MODELS,
     FRAMEWORKS,
@@ -103,6 +104,7 @@ TOP_KEYS = (
     "sharding",
     "cp_comm_type",
     "comm_sm_contention",
+    "attention_kernel",
     "dp_comm_ctas",
     "tp_overlap_sms",
     "parallel",
@@ -516,6 +518,9 @@ class _SpecBuilder:
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
+        # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
+        kernel = self.choice("attention_kernel", ("auto", *ATTENTION_KERNELS), "auto")
+        dep.attention_kernel = "" if kernel == "auto" else kernel
         self.gpus(dep)
         self.profile(dep)
         self.recompute(dep)
@@ -1283,6 +1288,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
+        **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

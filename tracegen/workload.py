@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from operator import methodcaller
 from typing import Any
@@ -40,7 +40,7 @@ from xsim.tracegen.context_parallel import (
     with_cp,
 )
 from xsim.tracegen.errors import GeneratorError
-from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -71,6 +71,7 @@ from xsim.tracegen.ops import (
     optimizer_steps,
     param_tensors,
     rank_params,
+    te_amax_update,
     with_selective_recompute,
 )
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
@@ -300,6 +301,12 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
     return _Stage(
         stages[k], k, p, stages[k - 1] if k else None, stages[k + 1] if k + 1 < p else None, tuple(chunks)
     )
+
+
+def _framework_of(dep: dpb.Deployment) -> Framework:
+    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`."""
+    fw = framework(dep.framework or DEFAULT_FRAMEWORK)
+    return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
 class _Generator:
@@ -622,7 +629,7 @@ class _RankProgram:
             dep.sequence_parallel,
             dep.precision or "bf16",
             dep.attention or "flash",
-            framework(dep.framework or DEFAULT_FRAMEWORK),
+            _framework_of(dep),
         )
         self.cp = gen.cp_of.get(
             rank
@@ -656,6 +663,13 @@ class _RankProgram:
         self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
         self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
+        # Transformer Engine's amax reduction and scale update, once per model chunk, micro-batch and pass
+        # (tracegen.ops.te_amax_update): each list made once, as the step caches key on the list.
+        self.amax = {
+            (ch.index, p): te_amax_update(self.ctx, p, ch.end - ch.start + 1)
+            for ch in st.chunks
+            for p in ("fwd", "bwd")
+        }
         self.num_layers = sum(ch.end - ch.start + 1 for ch in st.chunks)
         self.last_fwd: dict[tuple[int, int], int] = {}
         # (node, send?, model chunk, "prev" | "next" neighbour of that chunk, k-th peer)
@@ -1058,6 +1072,8 @@ class _RankProgram:
         for layer in range(ch.start, ch.end + 1):
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "fwd"), pred, layer, mb)
+        if self.amax[(ch.index, "fwd")]:  # at the exit of the chunk's fp8_autocast
+            pred = self.steps(self.amax[(ch.index, "fwd")], pred, ch.end, mb)
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["fwd"], pred, 0, mb)
@@ -1104,6 +1120,8 @@ class _RankProgram:
                     dense, expert = layer_grad, 0
                 self.expert_pending += expert
                 self.bucket_add(dense, layer)
+        if self.amax[(ch.index, "bwd")]:  # after the backward of the chunk's first FP8 module
+            pred = self.steps(self.amax[(ch.index, "bwd")], pred, ch.start, mb)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
