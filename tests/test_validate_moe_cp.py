@@ -153,3 +153,22 @@ def test_qwen3_30b_ep_groups_fill_one_dgx_and_the_dispatch_runs_at_nvlink_rate(d
     t = net.fixed_collective_ns(CollectiveSpec("all_to_all", size, tuple(ep_group)))
     assert t == pytest.approx(7 / 8 * size / 370.8 + 2 * 20.44, abs=1)
     assert t == pytest.approx(633_485, abs=1)
+
+
+def test_rows_not_replayed_keep_the_pages_line(data):
+    """--only with --out: the rows not replayed keep the page's previous numbers, marked as kept."""
+    page = PAGE.read_text(encoding="utf-8")
+    kept = vm.kept_predictions(page, data.runs)
+    assert set(kept) == {r.id for r in data.runs}
+    llama = kept["llama3-405b-longctx-16384xh100"]
+    assert llama.seconds is not None and llama.method.endswith("(kept from the page's previous run)")
+    assert (
+        vm.kept_predictions(page.replace("14.845", "x"), data.runs)["llama3-405b-longctx-16384xh100"].seconds
+        is None
+    )
+
+
+def test_the_table_says_dropless_or_padded_capacity(data):
+    text = {r.id: vm.config_text(r) for r in data.runs}
+    assert "128 experts top-8 ffn768 dropless uniform" in text["mbridge2511-qwen3-30b-a3b-16xh100"]
+    assert "ffn768 capacity 1.0 padded" in text["mbridge2509-qwen3-30b-a3b-tokendrop-16xh100"]
