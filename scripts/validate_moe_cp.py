@@ -10,7 +10,8 @@ the generated block "moe_cp" of docs/validation.md (--out), which tests/test_val
 against the dataset's row set.
 
     python scripts/validate_moe_cp.py --out docs/validation.md
-    python scripts/validate_moe_cp.py --only mbridge2511-qwen3-30b-a3b-16xh100
+    python scripts/validate_moe_cp.py --only mbridge2511-qwen3-30b-a3b-16xh100 --out docs/validation.md
+        (the rows not replayed keep the page's previous line, marked as kept)
 
 No calibration constant is read from or fitted to these runs: they are validation data.
 """
@@ -296,6 +297,15 @@ def config_text(run: MoeCpRun) -> str:
     arch = f"L{m['layers']} h{m['hidden']} a{m['heads']} kv{m.get('kv_heads', m['heads'])} s{run.seq_len}"
     if moe:
         arch += f", {moe['experts']} experts top-{moe['top_k']} ffn{moe['expert_ffn']}"
+        # what the run's routing was: dropless (xsim's routing named) or capacity, padded or not
+        cf = moe.get("capacity_factor") or 0
+        routing = moe.get("routing", "uniform")
+        routing = routing if isinstance(routing, str) else routing.get("distribution", "routing table")
+        arch += (
+            f" capacity {cf}{' padded' if moe.get('pad_to_capacity') else ''}"
+            if cf
+            else f" dropless {routing}"
+        )
     lay = " ".join(
         f"{k.upper()}{p[k]}"
         for k in ("tp", "pp", "dp", "cp", "ep", "etp")
@@ -344,6 +354,23 @@ def page_run_ids(page: str) -> list[str]:
     return [cells[0] for cells in vp.table_rows(vp.page_block(page, BLOCK, SCRIPT) or "")]
 
 
+def kept_predictions(page: str, runs: Sequence[MoeCpRun]) -> dict[str, Prediction]:
+    """The page's previous predictions of `runs` (the rows an --only invocation does not replay keep their
+    line, marked as kept, as scripts/validate_published.py does)."""
+    vp = _validate_published()
+    by_id = {r.id: r for r in runs}
+    out = {}
+    for cells in vp.table_rows(vp.page_block(page, BLOCK, SCRIPT) or ""):
+        if len(cells) == 7 and cells[0] in by_id:
+            try:
+                seconds = None if cells[4] == "-" else float(cells[4])
+            except ValueError:  # a hand-edited cell: nothing to keep but the row
+                seconds = None
+            how = cells[6] if cells[6].endswith(vp.KEPT) else cells[6] + vp.KEPT
+            out[cells[0]] = Prediction(by_id[cells[0]], seconds, how)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Predict the runs, print the table, and with --out write it into the page's block."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -364,10 +391,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"validate_moe_cp: error: unknown run id(s) {', '.join(unknown)}", file=sys.stderr)
         return 2
+    page = Path(args.out).read_text(encoding="utf-8") if args.out and Path(args.out).exists() else ""
+    kept = kept_predictions(page, data.runs) if args.out else {}
     preds = []
     for run in data.runs:
         if run.id not in only:
-            preds.append(Prediction(run, None, "not run in this invocation"))
+            preds.append(kept.get(run.id) or Prediction(run, None, "not run in this invocation"))
             continue
         t0, c0 = time.perf_counter(), time.process_time()
         p = predict(run, args.max_nodes)
@@ -381,7 +410,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = runs_table(preds)
     print(table)
     if args.out:
-        page = Path(args.out).read_text(encoding="utf-8")
         vp = _validate_published()
         try:
             Path(args.out).write_text(

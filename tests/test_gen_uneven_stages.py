@@ -14,12 +14,12 @@ LLAMA3_405B = {"name": "llama3-405b", "layers": 126, "hidden": 16384, "ffn_hidde
                "kv_heads": 8, "vocab": 128256, "seq_len": 8192}  # fmt: skip
 
 
-def _dep(parallel: dict, model=None):
+def _dep(parallel: dict, model=None, micro_batches: int = 1):
     return load_spec(
         {
             "name": "u",
             "model": model or LLAMA3_405B,
-            "micro_batches": 1,
+            "micro_batches": micro_batches,
             "parallel": {"gpu": "H100", **parallel},
         }
     )
@@ -66,3 +66,56 @@ def test_only_one_side_given() -> None:
 def test_refusals(parallel: dict, match: str) -> None:
     with pytest.raises(SpecError, match=match):
         _dep(parallel, "llama2-7b")
+
+
+# Qwen3-235B-A22B's shape (Megatron-MoE-ModelZoo Qwen3-235B-A22B.yaml): 94 layers; dense here (the split
+# does not depend on the MLP), hidden and heads small so the spec stays cheap.
+QWEN3_94 = {"name": "q94", "layers": 94, "hidden": 256, "ffn_hidden": 512, "heads": 4, "kv_heads": 4,
+            "vocab": 1024, "seq_len": 256}  # fmt: skip
+ACCOUNT = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+
+
+def _chunks(dep) -> list[list[tuple[int, int]]]:
+    from xsim.tracegen.spec import chunk_ranges
+
+    return [chunk_ranges(dg) for dg in replicas(dep)[0]]
+
+
+def test_qwen3_235b_94_layers_plus_embedding_and_loss_over_8_stages_x_4_chunks() -> None:
+    """Megatron-Bridge's Qwen3-235B recipe (account_for_embedding/loss_in_pipeline_split) at PP 8, VP 4:
+    94 + 2 = 96 slots, 32 model chunks of 3; chunk j = 8 c + s (stage s, model chunk c). Chunk 0 holds the
+    embedding and layers 1-2, chunk j in 1..30 layers 3j .. 3j+2, chunk 31 layers 93-94 and the loss."""
+    dep = _dep({"pp": 8, "dp": 1, "virtual_stages": 4, **ACCOUNT}, QWEN3_94, 8)
+    got = _chunks(dep)
+    assert got[0] == [(1, 2), (24, 26), (48, 50), (72, 74)]  # chunks 0, 8, 16, 24
+    assert got[1] == [(3, 5), (27, 29), (51, 53), (75, 77)]  # chunks 1, 9, 17, 25
+    assert got[7] == [(21, 23), (45, 47), (69, 71), (93, 94)]  # chunks 7, 15, 23, 31
+    flat = sorted(r for stage in got for r in stage)
+    assert flat[0] == (1, 2) and flat[-1] == (93, 94) and sum(e - s + 1 for s, e in flat) == 94
+    assert all(flat[i][1] + 1 == flat[i + 1][0] for i in range(31))  # contiguous, each layer once
+    # without interleaving: 96 / 8 = 12 slots per stage, 11 layers on the first and on the last
+    plain = _chunks(_dep({"pp": 8, **ACCOUNT}, QWEN3_94))
+    assert plain[0] == [(1, 11)] and plain[1] == [(12, 23)] and plain[7] == [(84, 94)]
+    # one flag: 94 + 1 = 95 does not split over 8 stages
+    with pytest.raises(SpecError, match=r"94 layers \+ 1 \(embedding\) = 95 do not split into 8 stages"):
+        _dep({"pp": 8, "account_for_embedding_in_pipeline_split": True}, QWEN3_94)
+
+
+@pytest.mark.parametrize(
+    ("parallel", "match"),
+    [
+        ({"pp": 2, "first_stage_layers": 15, **ACCOUNT}, "cannot be combined with first_stage_layers"),
+        (
+            {"pp": 2, "virtual_stages": 4, **ACCOUNT},
+            "= 34 do not split into 2 stages x 4",
+        ),
+        (
+            {"pp": 3, "virtual_stages": 11, "account_for_loss_in_pipeline_split": True},
+            "leave a model chunk of 1 slots",
+        ),
+        ({"pp": 2, "account_for_loss_in_pipeline_split": "yes"}, "must be true or false"),
+    ],
+)
+def test_accounted_split_refusals(parallel: dict, match: str) -> None:
+    with pytest.raises(SpecError, match=match):
+        _dep(parallel, "llama2-7b", 2)

@@ -74,6 +74,48 @@ def test_capacity_factor_drops_tokens_past_megatron_capacity():
     assert capacity(MoeSpec(8, 2, 16, capacity_factor=1.25), 4096) == 1280
 
 
+def test_pad_to_capacity_gives_every_expert_the_capacity_whatever_the_routing():
+    """Megatron-Bridge's token-drop recipe (apply_moe_token_drop: capacity factor 1.0, expert input padded to
+    capacity) on Qwen3-30B-A3B's layer: a source routes 2 x 4,096 tokens x top-8 over 128 experts, capacity
+    ceil(8,192 x 8 / 128 x 1.0) = 512 per expert; padded, every expert takes exactly 512 of them however
+    skewed the routing (the dispatcher's drop_and_pad counts), so EP 8's 16 local experts get 8 x 16 x 512
+    = 65,536 rows, the dropless uniform routing's count."""
+    skew = Routing("zipf", skew=1.2, seed=7)
+    padded = MoeSpec(128, 8, 768, capacity_factor=1.0, pad_to_capacity=True, routing=skew)
+    assert capacity(padded, 8192) == 512
+    assert expert_tokens(padded, 8192, 5, 3) == (512,) * 128
+    cut = MoeSpec(128, 8, 768, capacity_factor=1.0, routing=skew)  # dropped, not padded: the cold experts
+    loads = expert_tokens(cut, 8192, 5, 3)
+    assert max(loads) == 512 and min(loads) < 512 and sum(loads) < 8192 * 8
+    # the small case above, padded: capacity 3 for each of the 8 experts, the unrouted ones included
+    w = MoeSpec(
+        8,
+        2,
+        16,
+        capacity_factor=1.0,
+        pad_to_capacity=True,
+        routing=Routing("weights", weights=(4, 2, 1, 1, 0, 0, 0, 0)),
+    )
+    assert expert_tokens(w, 10, 1, 0) == (3,) * 8
+
+
+def test_pad_to_capacity_needs_a_capacity_and_one_within_the_tokens():
+    from xsim.tracegen.errors import CatalogError
+    from xsim.tracegen.moe import check_routing, moe_from_mapping
+
+    with pytest.raises(CatalogError, match="pad_to_capacity .* needs a capacity_factor"):
+        moe_from_mapping({"experts": 8, "top_k": 2, "expert_ffn": 16, "pad_to_capacity": True}, 2)
+    m = moe_from_mapping(
+        {"experts": 4, "top_k": 2, "expert_ffn": 16, "capacity_factor": 4.0, "pad_to_capacity": True}, 2
+    )
+    # ceil(4 x 2 / 4 x 4.0) = 8 > 4 tokens: Megatron-Core's top-capacity over the tokens cannot pad that far
+    assert "capacity 8 exceeds the 4 tokens" in check_routing(m, 4)
+    ok = moe_from_mapping(
+        {"experts": 4, "top_k": 2, "expert_ffn": 16, "capacity_factor": 1.5, "pad_to_capacity": True}, 2
+    )
+    assert check_routing(ok, 4) == ""  # ceil(4 x 2 / 4 x 1.5) = 3 <= 4
+
+
 def test_zipf_routing_is_seeded_and_follows_its_weights():
     moe = MoeSpec(4, 1, 16, routing=Routing("zipf", skew=1.0, seed=5))
     # weights 1, 1/2, 1/3, 1/4 of 25/12: 48, 24, 16, 12 of 100 tokens, in a seeded expert order
@@ -108,6 +150,12 @@ def test_moe_spec_round_trips_through_deployment_json():
     )
     again = load_spec(json.loads(json.dumps(spec_to_mapping(dep))))
     assert again == dep
+    model["moe"] = dict(model["moe"], pad_to_capacity=True)
+    padded = load_spec(_spec(model))
+    assert model_arch(padded).moe.pad_to_capacity
+    assert spec_to_mapping(padded)["model"]["moe"]["pad_to_capacity"] is True
+    assert "pad_to_capacity" not in spec_to_mapping(dep)["model"]["moe"]  # unset: not written
+    assert load_spec(json.loads(json.dumps(spec_to_mapping(padded)))) == padded
     # MLA models are refused by the generator (not yet generated) but their ModelSpec round-trips
     ds, msg = preset("deepseek-v3"), dpb.ModelSpec()
     fill_moe(msg.moe, ds.moe)

@@ -119,3 +119,56 @@ def test_a_refused_rank_class_fold_over_the_budget_is_reported_not_run_unfolded(
     p = vm.predict(run, max_nodes=160)
     assert p.seconds is None and p.method.startswith("refused by xsim: cannot fold: network model"), p.method
     assert vm.predict(run, max_nodes=10_000).seconds is not None
+
+
+def test_qwen3_30b_ep_groups_fill_one_dgx_and_the_dispatch_runs_at_nvlink_rate(data):
+    """Megatron-Bridge initializes Megatron-Core with order tp-cp-ep-dp-pp (xsim's `order: tp-dp-pp`), so
+    at TP 1, PP 2, DP 8, EP 8 stage 0's EP group is GPUs 0-7 (node 0) and stage 1's GPUs 8-15. One
+    all-to-all of a micro-batch (2 x 4,096 tokens, top-8 of 128 experts, hidden 2,048, BF16: FP8 runs
+    dispatch the BF16 hidden states, Megatron-Core token_dispatcher.py) sends every rank 8,192 x 8 / 8
+    copies of 2,048 x 2 B per peer, 268,435,456 B per rank in all; on one DGX H100 the 7 peers share the
+    GPU's NVLink at NCCL's 370.8 GB/s: T = 7/8 x S / 370.8 GB/s + 2 x 20.44 ns = 633,485 ns. (The
+    default order tp-pp-dp put stage 0 on the even ranks of both nodes: 4 of 7 peers behind the 50 GB/s
+    NIC, 4 x S/8 / 50 GB/s = 2.68 ms, the 2.69 ms the table's earlier rows paid.)"""
+    from xsim.netmodels.api import CollectiveSpec
+    from xsim.netmodels.cluster import topology_from_spec
+    from xsim.netmodels.models import build_model
+    from xsim.tracegen.moe_ops import even_bytes, moe_loads
+    from xsim.tracegen.spec import model_arch
+
+    run = next(r for r in data.runs if r.id == "mbridge2511-qwen3-30b-a3b-16xh100")
+    dep = load_spec(vm.spec_for(run))
+    stage_ranks = {
+        s: sorted(r for dg in dep.device_groups if dg.pp_stage == s for r in dg.ranks) for s in (0, 1)
+    }
+    assert stage_ranks == {0: list(range(8)), 1: list(range(8, 16))}
+    ep_group = sorted(dg.ranks[0] for dg in dep.device_groups if dg.pp_stage == 0 and dg.dp_replica // 8 == 0)
+    assert ep_group == list(range(8))
+    moe = model_arch(dep).moe
+    per_peer = even_bytes(moe_loads(moe, 2 * 4096, 1, 8), moe, 8, 2048, dep.dtype_bytes)
+    assert per_peer == 2 * 4096 * 8 // 8 * 2048 * 2 == 33_554_432
+    size = 8 * per_peer
+    assert size == 268_435_456
+    net = build_model("analytical", topology_from_spec("dgx-h100:2"))
+    t = net.fixed_collective_ns(CollectiveSpec("all_to_all", size, tuple(ep_group)))
+    assert t == pytest.approx(7 / 8 * size / 370.8 + 2 * 20.44, abs=1)
+    assert t == pytest.approx(633_485, abs=1)
+
+
+def test_rows_not_replayed_keep_the_pages_line(data):
+    """--only with --out: the rows not replayed keep the page's previous numbers, marked as kept."""
+    page = PAGE.read_text(encoding="utf-8")
+    kept = vm.kept_predictions(page, data.runs)
+    assert set(kept) == {r.id for r in data.runs}
+    llama = kept["llama3-405b-longctx-16384xh100"]
+    assert llama.seconds is not None and llama.method.endswith("(kept from the page's previous run)")
+    assert (
+        vm.kept_predictions(page.replace("14.845", "x"), data.runs)["llama3-405b-longctx-16384xh100"].seconds
+        is None
+    )
+
+
+def test_the_table_says_dropless_or_padded_capacity(data):
+    text = {r.id: vm.config_text(r) for r in data.runs}
+    assert "128 experts top-8 ffn768 dropless uniform" in text["mbridge2511-qwen3-30b-a3b-16xh100"]
+    assert "ffn768 capacity 1.0 padded" in text["mbridge2509-qwen3-30b-a3b-tokendrop-16xh100"]

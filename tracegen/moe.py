@@ -12,7 +12,11 @@ counts, not the average. The counts of one source rank's micro-batch at one laye
 rank j of EP rank q is row q * tp + j, mod the rows).
 Each expert receives at most T tokens (a token picks k distinct experts); with a capacity factor, tokens
 past Megatron-Core's capacity ceil(T*k/E * factor) are dropped (moe_utils.get_capacity, called with
-num_tokens * topk by topk_softmax_with_capacity, drop policy "probs").
+num_tokens * topk by topk_softmax_with_capacity, drop policy "probs"). With `pad_to_capacity` as well
+(Megatron-Core's moe_pad_expert_input_to_capacity) every expert takes exactly `capacity` tokens of every
+source whatever the routing: apply_router_token_dropping keeps the capacity mask itself (the top-capacity
+tokens by probability, zero-probability ones included) and the all-to-all dispatcher's preprocess sets
+every expert's count to the capacity (token_dispatcher.py, drop_and_pad), so shapes are fixed.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class MoeSpec:
     layers: tuple[int, ...] = ()  # 1-based MoE layers; () = every layer
     capacity_factor: float = 0.0  # 0 = dropless
     routing: Routing = field(default_factory=Routing)
+    pad_to_capacity: bool = False  # every expert gets exactly the capacity from every source (needs a factor)
 
     @property
     def shared_width(self) -> int:
@@ -157,7 +162,7 @@ def expert_tokens(moe: MoeSpec, tokens: int, layer: int, source: int) -> tuple[i
         loads = _apportion(w, total, tokens)
     if moe.capacity_factor:
         cap = capacity(moe, tokens)
-        loads = [min(x, cap) for x in loads]
+        loads = [cap] * e if moe.pad_to_capacity else [min(x, cap) for x in loads]
     return tuple(loads)
 
 
@@ -170,6 +175,12 @@ def check_routing(moe: MoeSpec, tokens: int) -> str:
     """ "" when the routing fits micro-batches of `tokens` tokens, else what is wrong (a table row whose sum
     is not T*k or an expert over T tokens)."""
     r = moe.routing
+    if moe.pad_to_capacity and capacity(moe, tokens) > tokens:
+        # apply_router_token_dropping takes the top-capacity tokens of each expert: at most the T it has
+        return (
+            f"pad_to_capacity: capacity {capacity(moe, tokens)} exceeds the {tokens} tokens a source routes "
+            "(Megatron-Core pads each expert to the capacity from its own tokens)"
+        )
     if r.distribution != "tokens":
         return ""
     for i, row in enumerate(r.tokens):
@@ -291,6 +302,11 @@ def moe_from_mapping(raw: Any, layers: int, base: MoeSpec | None = None) -> MoeS
         raise CatalogError(
             f"model: moe capacity_factor must be a number > 0 (or 0 / dropless), got {cf!r:.60}"
         )
+    pad = v.get("pad_to_capacity", False)
+    if not isinstance(pad, bool) or (pad and not cf):
+        raise CatalogError(
+            f"model: moe pad_to_capacity must be true or false and needs a capacity_factor, got {pad!r:.60}"
+        )
     moe_layers = _layers(v.get("layers"))
     if moe_layers and moe_layers[-1] > layers:
         raise CatalogError(f"model: moe layer {moe_layers[-1]} is past the model's {layers} layers")
@@ -303,6 +319,7 @@ def moe_from_mapping(raw: Any, layers: int, base: MoeSpec | None = None) -> MoeS
         layers=moe_layers,
         capacity_factor=float(cf),
         routing=routing_from_mapping(v.get("routing", "uniform"), experts),
+        pad_to_capacity=pad,
     )
 
 
@@ -326,6 +343,7 @@ def fill_moe(msg: Any, moe: MoeSpec) -> None:
         moe.capacity_factor,
     )
     msg.layers[:] = list(moe.layers)
+    msg.pad_to_capacity = moe.pad_to_capacity
     r = moe.routing
     msg.routing.distribution, msg.routing.skew, msg.routing.seed = r.distribution, r.skew, r.seed
     msg.routing.weights[:] = list(r.weights)
@@ -341,7 +359,7 @@ def moe_from_message(msg: Any) -> MoeSpec:
     routing = Routing(r.distribution or "uniform", float(r.skew), int(r.seed), tuple(r.weights), rows)
     return MoeSpec(
         e, int(msg.top_k), int(msg.expert_ffn), int(msg.shared_experts), int(msg.shared_ffn),
-        tuple(msg.layers), float(msg.capacity_factor), routing,
+        tuple(msg.layers), float(msg.capacity_factor), routing, bool(msg.pad_to_capacity),
     )  # fmt: skip
 
 
@@ -366,11 +384,14 @@ def moe_to_mapping(moe: MoeSpec) -> dict[str, Any]:
         routing["weights"] = list(r.weights)
     elif r.distribution == "tokens":
         routing["tokens"] = [list(row) for row in r.tokens]
-    return {
+    out = {
         "experts": moe.experts, "top_k": moe.top_k, "expert_ffn": moe.expert_ffn,
         "shared_experts": moe.shared_experts, "shared_ffn": moe.shared_ffn,
         "layers": list(moe.layers) or "all", "capacity_factor": moe.capacity_factor, "routing": routing,
     }  # fmt: skip
+    if moe.pad_to_capacity:  # written only when set, so earlier deployment.json files stay byte-identical
+        out["pad_to_capacity"] = True
+    return out
 
 
 def mla_to_mapping(mla: MlaSpec) -> dict[str, int]:

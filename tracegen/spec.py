@@ -122,10 +122,15 @@ PARALLEL_KEYS = (
     "order",
     "first_stage_layers",
     "last_stage_layers",
+    "account_for_embedding_in_pipeline_split",
+    "account_for_loss_in_pipeline_split",
     "ep",
     "etp",
     "cp",
 )
+# `parallel:` flags of Megatron-Core's TransformerConfig that count the embedding / the loss as one layer
+# of the first / last model chunk when the layers are cut (transformer_block.get_num_layers_to_build).
+ACCOUNT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 # Rank orders of `parallel:` (fastest first). The default, "tp-pp-dp" (tp fastest, then pp, then dp: the
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
 # "tp-dp-pp" is initialize_model_parallel's own default `order` (pipeline stages furthest apart).
@@ -645,6 +650,11 @@ class _SpecBuilder:
             for k in ("first_stage_layers", "last_stage_layers"):
                 if k in b:
                     blk[k] = self.int_key(b, k, where)
+            for k in ACCOUNT_KEYS:
+                if not isinstance(b.get(k, False), bool):
+                    raise self.fail(f"{where}{k} must be true or false, got {b[k]!r}")
+                if b.get(k):
+                    blk[k] = 1
             if "global_batch" in b:
                 gb = self.int_key(b, "global_batch", where)
                 per = int(blk["micro_batch"]) * int(blk["dp"])
@@ -830,11 +840,13 @@ class _SpecBuilder:
                 )
             self.check_tp(model, tp, uneven, str(b["where"]))
             cut = self.uneven_stages(b, model.layers)
+            v = self.virtual_stages(blocks)
+            chunks = self.accounted_chunks(b, model.layers, v)
             for s in range(pp):
                 start, end = cut[s] if cut is not None else (1, model.layers)
                 for d in range(dp):
                     base = first_rank + tp * ((d + dp * s) if b["order"] == "tp-dp-pp" else (s + pp * d))
-                    if cut is not None:
+                    if cut is not None or chunks is not None:
                         self.parallel_layered.add(len(out))
                     out.append(
                         dpb.DeviceGroup(
@@ -844,9 +856,50 @@ class _SpecBuilder:
                             cp=cp if cp > 1 else 0, etp=1 if int(b["etp"]) < tp else 0,
                         )
                     )  # fmt: skip
+                    if chunks is not None:
+                        _set_chunks(out[-1], chunks[s], v)
             first_rank += tp * pp * dp
             first_replica += dp
         return out
+
+    def accounted_chunks(
+        self, b: Mapping[str, int | str], layers: int, v: int
+    ) -> list[list[tuple[int, int]]] | None:
+        """Layer ranges of each stage's V model chunks when a `parallel:` block counts the embedding and/or
+        the loss as a layer (else None).
+
+        Megatron-Core (transformer_block.get_num_layers_to_build, transformer_config.py's checks): N = L
+        + 1 per flag must divide by PP and N / PP by V; every model chunk holds N / (PP V) slots, the first
+        chunk (stage 0, model chunk 0) one layer fewer for the embedding, the last (stage PP-1, chunk V-1)
+        one fewer for the loss; the chunks take the layers in order, chunk j on stage j mod PP. Qwen3-235B
+        (Megatron-Bridge's recipe, both flags): 94 + 2 = 96 over PP 8 x V 4, chunks of 3, 2 at either end.
+        """
+        flags = [k for k in ACCOUNT_KEYS if b.get(k)]
+        if not flags:
+            return None
+        where, pp = str(b["where"]), int(b["pp"])
+        if "first_stage_layers" in b or "last_stage_layers" in b:
+            raise self.fail(
+                f"{where}{' and '.join(flags)} cannot be combined with first_stage_layers / last_stage_layers "
+                "(Megatron-Core asserts it)"
+            )
+        n = layers + len(flags)
+        if n % (pp * v):
+            raise self.fail(
+                f"{where}{layers} layers + {len(flags)} ({', '.join(f.split('_')[2] for f in flags)}) = {n} do "
+                f"not split into {pp} stages x {v} virtual stages = {pp * v} equal chunks (Megatron-Core)"
+            )
+        size, last = n // (pp * v), pp * v - 1
+        sizes = [size - (j == 0 and ACCOUNT_KEYS[0] in flags) - (j == last and ACCOUNT_KEYS[1] in flags)
+                 for j in range(pp * v)]  # fmt: skip
+        if min(sizes) < 1:
+            raise self.fail(
+                f"{where}{' and '.join(flags)} leave a model chunk of {n // (pp * v)} slots without layers "
+                "(a chunk of only the embedding or the loss is not generated)"
+            )
+        ends = [sum(sizes[: j + 1]) for j in range(pp * v)]
+        ranges = [(e - sz + 1, e) for e, sz in zip(ends, sizes, strict=True)]
+        return [[ranges[c * pp + s] for c in range(v)] for s in range(pp)]
 
     def uneven_stages(self, b: Mapping[str, int | str], layers: int) -> list[tuple[int, int]] | None:
         """Layer ranges per stage of a `parallel:` block giving first_stage_layers / last_stage_layers,
