@@ -64,7 +64,7 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stage
 # Spec keys of issue 22 (and the distributed optimizer), written into a run's spec only when its YAML sets
 # them: tracegen rejects unknown keys, so a checkout without one reports "needs feature <key>".
 OPTION_VALUES: dict[str, tuple[Any, ...]] = {
-    "framework": ("megatron-2021", "megatron-core", "megatron-deepspeed"),
+    "framework": ("megatron-2021", "megatron-2022", "megatron-core", "megatron-deepspeed"),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
@@ -97,6 +97,7 @@ GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datash
 # (AllGather / ReduceScatter pairs, recomputed ones too).
 NODES_PER_LAYER_STEP = {
     "megatron-2021": {"none": 35, "selective": 39, "full": 51},
+    "megatron-2022": {"none": 35, "selective": 39, "full": 51},  # the same layer (tracegen.frameworks)
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
 }
