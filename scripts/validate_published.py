@@ -51,7 +51,9 @@ DATA = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 RECOMPUTE = ("none", "selective", "full")
 # The dataset's precision words: "fp16" and "bf16" as the source's launch flags say; "mixed16" where the
 # paper says only "mixed precision" (16-bit). The A100's dense FP16 and BF16 tensor peaks are equal
-# (312 TFLOP/s, NVIDIA A100 datasheet), so mapping "mixed16" to bf16 cannot change a prediction.
+# (312 TFLOP/s, NVIDIA A100 datasheet), so the GEMMs do not depend on the mapping; Megatron-LM's gradient
+# path does (tracegen/grad_path.py: under megatron-2022, fp16 accumulates every micro-batch's gradients in
+# a kernel of its own, bf16 in the weight-gradient GEMM). "mixed16" stays bf16, as before that path existed.
 PRECISION_SPEC = {"fp16": "fp16", "bf16": "bf16", "mixed16": "bf16", "fp8": "fp8"}
 ATTENTION = ("flash", "unfused")
 MODEL_KEYS = ("layers", "hidden", "heads")
