@@ -1471,9 +1471,11 @@ class _RankProgram:
         self.dist_opt = dep.distributed_optimizer or self.fsdp
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
         self.grad_bytes = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
-        # Megatron-LM before Megatron-Core (megatron-2021 / -2022 profiles), without a sharded optimizer.
+        # Megatron-LM before Megatron-Core (megatron-2021 / -2022 profiles), without a sharded optimizer; that
+        # code had no MoE or MLA layers (a MoE model under these profiles keeps the Megatron-Core path).
         code = self.ctx.fw.grad_path
-        self.gpath = grad_path(code, self.ctx.precision, self.ctx.b) if code and not self.dist_opt else None
+        legacy = code and not self.dist_opt and self.gen.model.moe is None and self.gen.model.mla is None
+        self.gpath = grad_path(code, self.ctx.precision, self.ctx.b) if legacy else None
         self.overlap_grad = dep.overlap_grad_reduce
         # overlap_param_gather: the parameter AllGathers of the previous optimizer step run under this
         # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
