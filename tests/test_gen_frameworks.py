@@ -83,6 +83,25 @@ def test_gpt_layer_megatron_2021_kernels_by_hand():
     assert bwd["mlp_act"] == (16 * 256 * 6, 2 * 16 * 256 * 8, 1)
 
 
+def test_megatron_causal_softmax_reads_the_lower_triangle_by_hand():
+    # GPT-tiny, s 16, 4 heads: 4 x 16^2 = 1,024 scores, of which the lower triangle holds 4 x 16 x 17 / 2 = 544.
+    # Megatron's fused causal softmax reads the triangle and writes every element: forward 2 x (544 + 1,024) =
+    # 3,136 B; backward reads gradient and probabilities of the triangle, writes the gradient: 2 x (2 x 544 +
+    # 1,024) = 4,224 B. Without the kernel (an unfused softmax under megatron-core): 4,096 and 6,144 B.
+    for fw in ("megatron-2021", "megatron-2022"):
+        assert table(GPT, fw, "fwd")["attn_softmax"][0] == 3_136
+        assert table(GPT, fw, "bwd")["attn_softmax"][0] == 4_224
+    assert table(GPT, "megatron-core", "fwd", attention="unfused")["attn_softmax"][0] == 4_096
+    assert table(GPT, "megatron-core", "bwd", attention="unfused")["attn_softmax"][0] == 6_144
+    # Past the kernel's sequence limit (2,048 in the 2021 code) the whole row is read.
+    long = {**GPT, "seq_len": 4096}
+    m = model_from_mapping(long)
+    f = FRAMEWORKS["megatron-2021"]
+    c = Ctx(m, shard_of(m, 1, 0), 1, 4096, 2, False, "bf16", "unfused", f)
+    (sm,) = [o for o in layer_steps(c, "fwd") if isinstance(o, Op) and o.op == "attn_softmax"]
+    assert sm.bytes == 2 * 2 * 4 * 4096 * 4096
+
+
 def test_gpt_layer_megatron_core_kernels_by_hand():
     fwd = [o.op for o in ops(GPT, "megatron-core", "fwd")]
     # TE adds biases in the GEMM epilogue; flash attention; fused bias-GeLU and bias-dropout-add.

@@ -245,10 +245,14 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
     mult = 2 if phase == "bwd" else 1
     gemm_flops = mult * attn_flops // 2
+    # Elements the softmax reads per input (forward: scores; backward: gradient and probabilities): all of
+    # them, or under Megatron's fused causal kernel the lower triangle only (it writes every element).
+    tri = 0 < s <= c.fw.causal_softmax_max_seq
+    read = bh * s * (s + 1) // 2 if tri else scores
     ops = [
         Op("attn_scores", phase, gemm_flops, mult * b * (q + kv + scores), (bh, s, d, s), True, kernels=mult),
         Op(
-            "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, (3 if mult == 2 else 2) * b * scores,
+            "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, b * (mult * read + scores),
             (scores,), False,
         ),
         Op("attn_dropout", phase, mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1), (scores,), False),
