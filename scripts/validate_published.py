@@ -98,8 +98,8 @@ GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datash
 # unfused attention) without / selective / full recompute, +6 at most with sequence parallelism
 # (AllGather / ReduceScatter pairs, recomputed ones too).
 NODES_PER_LAYER_STEP = {
-    "megatron-2021": {"none": 35, "selective": 39, "full": 51},
-    "megatron-2022": {"none": 35, "selective": 39, "full": 51},  # the same layer (tracegen.frameworks)
+    "megatron-2021": {"none": 37, "selective": 42, "full": 54},
+    "megatron-2022": {"none": 37, "selective": 42, "full": 54},  # the same layer (tracegen.frameworks)
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
 }

@@ -60,10 +60,17 @@ def test_gpt_layer_megatron_2021_kernels_by_hand():
     fwd = [o.op for o in ops(GPT, "megatron-2021", "fwd")]
     assert fwd == [
         "attn_norm", "qkv_proj", "qkv_proj_bias", "attn_scores", "attn_softmax", "attn_dropout", "attn_context",
-        "attn_out_proj", "attn_bias_dropout_add", "mlp_norm", "mlp_up_gate", "mlp_act", "mlp_down",
-        "mlp_bias_dropout_add",
+        "attn_context_permute", "attn_out_proj", "attn_bias_dropout_add", "mlp_norm", "mlp_up_gate", "mlp_act",
+        "mlp_down", "mlp_bias_dropout_add",
     ]  # fmt: skip
     t = table(GPT, "megatron-2021", "fwd")
+    # The context back to [s, b, h] (permute + contiguous): read + write 16 x 64 BF16 = 4,096 B.
+    assert t["attn_context_permute"] == (16 * 64 * 2 * 2, 0, 1)
+    # Backward: the Q/K/V gradients concatenated into the projection's (torch.split's backward), right
+    # after the attention core's backward: read + write 16 x 192 BF16 = 12,288 B.
+    bwd_ops = [o.op for o in ops(GPT, "megatron-2021", "bwd")]
+    assert bwd_ops[bwd_ops.index("attn_scores") + 1] == "qkv_grad_cat"
+    assert table(GPT, "megatron-2021", "bwd")["qkv_grad_cat"] == (16 * 192 * 2 * 2, 0, 1)
     # QKV bias outside the GEMM (F.linear): read + write 16 x 192 BF16 = 12,288 B, 1 FLOP each.
     assert t["qkv_proj_bias"] == (16 * 192 * 2 * 2, 16 * 192, 1)
     # Bias-dropout-add (JIT-fused): read branch and residual, write sum (3 x 2 B) + 1-byte mask = 7 B per

@@ -38,6 +38,10 @@ class Framework:
     # backward reads the gradient and the probabilities of the triangle and writes the whole row
     # (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h, `local_seq = blockIdx.x + 1`).
     causal_softmax_max_seq: int = 0
+    # Megatron-LM's unfused attention on [s, b, np, hn] tensors (megatron/model/transformer.py,
+    # ParallelAttention): the context is copied back to [s, b, h] (`permute(2, 0, 1, 3).contiguous()`) and
+    # the Q/K/V gradients are concatenated into the fused projection's (backward of `torch.split`).
+    attn_layout_copies: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -62,7 +66,8 @@ FRAMEWORKS: dict[str, Framework] = {
         False,
         grad_path="megatron-2021",
         causal_softmax_max_seq=2048,
-    ),  # fmt: skip
+        attn_layout_copies=True,
+    ),
     # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
     # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
     # FP32 accumulation (bf16), the weight-gradient GEMM accumulating into the buffer (tracegen.grad_path).
@@ -77,7 +82,8 @@ FRAMEWORKS: dict[str, Framework] = {
         False,
         grad_path="megatron-2022",
         causal_softmax_max_seq=4096,
-    ),  # fmt: skip
+        attn_layout_copies=True,
+    ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
     # fused_bias_gelu.py, fused_bias_swiglu.py); fused bias-dropout-add (fused_bias_dropout.py); fused RoPE

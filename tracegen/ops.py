@@ -75,8 +75,10 @@ TE_SCALE_BYTES_PER_MODULE = 3 * FP32 * 2
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
+# Megatron-LM's CoreAttention ends with the context's permute to [s, b, h] (attn_context_permute), so it is
+# recomputed with the rest.
 ATTN_CORE_OPS: frozenset[str] = frozenset(
-    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context"}
+    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context", "attn_context_permute"}
 )
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -258,7 +260,14 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         Op("attn_dropout", phase, mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1), (scores,), False),
         Op("attn_context", phase, gemm_flops, mult * b * (scores + kv + q), (bh, s, s, d), True, kernels=mult),
     ]  # fmt: skip
-    return ops if phase == "fwd" else ops[::-1]
+    if not c.fw.attn_layout_copies:
+        return ops if phase == "fwd" else ops[::-1]
+    if phase == "fwd":
+        # context [b, np, s, hn] -> [s, b, np, hn]: permute(...).contiguous(), a copy (read, write)
+        return [*ops, Op("attn_context_permute", "fwd", 0, 2 * b * q, (q,), False)]
+    # backward of the Q/K/V split of the fused projection (torch.split views): one cat of the three
+    # gradients into the projection's output gradient (read, write); the permute's backward is a view
+    return [*ops[::-1], Op("qkv_grad_cat", "bwd", 0, 2 * b * (q + 2 * kv), (q + 2 * kv,), False)]
 
 
 def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
