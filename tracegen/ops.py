@@ -231,6 +231,9 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     a memory-bound scale-mask-softmax and dropout over b*heads*s^2 elements, and a batched GEMM of the
     probabilities with V; these GEMMs compute the full matrix (2*b*s^2*h each). Backward: each GEMM twice,
     softmax reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
+    Megatron-LM's profiles (Framework.causal_softmax_max_seq, attn_layout_copies): its causal softmax
+    kernel reads only the lower triangle, and its [s, b, np, hn] layout adds the context's permute copy
+    forward and the Q/K/V gradients' cat backward.
     """
     m, sh, b, s, mb = c.m, c.sh, c.b, c.s, c.mb
     d = m.head_dim
