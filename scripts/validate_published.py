@@ -51,7 +51,9 @@ DATA = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 RECOMPUTE = ("none", "selective", "full")
 # The dataset's precision words: "fp16" and "bf16" as the source's launch flags say; "mixed16" where the
 # paper says only "mixed precision" (16-bit). The A100's dense FP16 and BF16 tensor peaks are equal
-# (312 TFLOP/s, NVIDIA A100 datasheet), so mapping "mixed16" to bf16 cannot change a prediction.
+# (312 TFLOP/s, NVIDIA A100 datasheet), so the GEMMs do not depend on the mapping; Megatron-LM's gradient
+# path does (tracegen/grad_path.py: under megatron-2022, fp16 accumulates every micro-batch's gradients in
+# a kernel of its own, bf16 in the weight-gradient GEMM). "mixed16" stays bf16, as before that path existed.
 PRECISION_SPEC = {"fp16": "fp16", "bf16": "bf16", "mixed16": "bf16", "fp8": "fp8"}
 ATTENTION = ("flash", "unfused")
 MODEL_KEYS = ("layers", "hidden", "heads")
@@ -64,7 +66,7 @@ PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stage
 # Spec keys of issue 22 (and the distributed optimizer), written into a run's spec only when its YAML sets
 # them: tracegen rejects unknown keys, so a checkout without one reports "needs feature <key>".
 OPTION_VALUES: dict[str, tuple[Any, ...]] = {
-    "framework": ("megatron-2021", "megatron-core", "megatron-deepspeed"),
+    "framework": ("megatron-2021", "megatron-2022", "megatron-core", "megatron-deepspeed"),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
@@ -96,7 +98,8 @@ GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datash
 # unfused attention) without / selective / full recompute, +6 at most with sequence parallelism
 # (AllGather / ReduceScatter pairs, recomputed ones too).
 NODES_PER_LAYER_STEP = {
-    "megatron-2021": {"none": 35, "selective": 39, "full": 51},
+    "megatron-2021": {"none": 37, "selective": 42, "full": 54},
+    "megatron-2022": {"none": 37, "selective": 42, "full": 54},  # the same layer (tracegen.frameworks)
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
 }

@@ -61,10 +61,17 @@ def test_gpt_layer_megatron_2021_kernels_by_hand():
     fwd = [o.op for o in ops(GPT, "megatron-2021", "fwd")]
     assert fwd == [
         "attn_norm", "qkv_proj", "qkv_proj_bias", "attn_scores", "attn_softmax", "attn_dropout", "attn_context",
-        "attn_out_proj", "attn_bias_dropout_add", "mlp_norm", "mlp_up_gate", "mlp_act", "mlp_down",
-        "mlp_bias_dropout_add",
+        "attn_context_permute", "attn_out_proj", "attn_bias_dropout_add", "mlp_norm", "mlp_up_gate", "mlp_act",
+        "mlp_down", "mlp_bias_dropout_add",
     ]  # fmt: skip
     t = table(GPT, "megatron-2021", "fwd")
+    # The context back to [s, b, h] (permute + contiguous): read + write 16 x 64 BF16 = 4,096 B.
+    assert t["attn_context_permute"] == (16 * 64 * 2 * 2, 0, 1)
+    # Backward: the Q/K/V gradients concatenated into the projection's (torch.split's backward), right
+    # after the attention core's backward: read + write 16 x 192 BF16 = 12,288 B.
+    bwd_ops = [o.op for o in ops(GPT, "megatron-2021", "bwd")]
+    assert bwd_ops[bwd_ops.index("attn_scores") + 1] == "qkv_grad_cat"
+    assert table(GPT, "megatron-2021", "bwd")["qkv_grad_cat"] == (16 * 192 * 2 * 2, 0, 1)
     # QKV bias outside the GEMM (F.linear): read + write 16 x 192 BF16 = 12,288 B, 1 FLOP each.
     assert t["qkv_proj_bias"] == (16 * 192 * 2 * 2, 16 * 192, 1)
     # Bias-dropout-add (JIT-fused): read branch and residual, write sum (3 x 2 B) + 1-byte mask = 7 B per
@@ -82,6 +89,25 @@ def test_gpt_layer_megatron_2021_kernels_by_hand():
     assert bwd["mlp_bias_dropout_add"] == (16 * 64 * 5, 16 * 64 * 2, 1)
     assert bwd["mlp_up_bias"][0] == 16 * 256 * 2 and bwd["qkv_proj_bias"][0] == 16 * 192 * 2
     assert bwd["mlp_act"] == (16 * 256 * 6, 2 * 16 * 256 * 8, 1)
+
+
+def test_megatron_causal_softmax_reads_the_lower_triangle_by_hand():
+    # GPT-tiny, s 16, 4 heads: 4 x 16^2 = 1,024 scores, of which the lower triangle holds 4 x 16 x 17 / 2 = 544.
+    # Megatron's fused causal softmax reads the triangle and writes every element: forward 2 x (544 + 1,024) =
+    # 3,136 B; backward reads gradient and probabilities of the triangle, writes the gradient: 2 x (2 x 544 +
+    # 1,024) = 4,224 B. Without the kernel (an unfused softmax under megatron-core): 4,096 and 6,144 B.
+    for fw in ("megatron-2021", "megatron-2022"):
+        assert table(GPT, fw, "fwd")["attn_softmax"][0] == 3_136
+        assert table(GPT, fw, "bwd")["attn_softmax"][0] == 4_224
+    assert table(GPT, "megatron-core", "fwd", attention="unfused")["attn_softmax"][0] == 4_096
+    assert table(GPT, "megatron-core", "bwd", attention="unfused")["attn_softmax"][0] == 6_144
+    # Past the kernel's sequence limit (2,048 in the 2021 code) the whole row is read.
+    long = {**GPT, "seq_len": 4096}
+    m = model_from_mapping(long)
+    f = FRAMEWORKS["megatron-2021"]
+    c = Ctx(m, shard_of(m, 1, 0), 1, 4096, 2, False, "bf16", "unfused", f)
+    (sm,) = [o for o in layer_steps(c, "fwd") if isinstance(o, Op) and o.op == "attn_softmax"]
+    assert sm.bytes == 2 * 2 * 4 * 4096 * 4096
 
 
 def test_gpt_layer_megatron_core_kernels_by_hand():

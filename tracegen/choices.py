@@ -10,7 +10,7 @@ PRECISIONS = ("bf16", "fp16", "fp8")
 ATTENTIONS = ("flash", "unfused")
 COMPUTE_MODELS = ("roofline", "calibrated")
 # tracegen.frameworks.FRAMEWORK_NAMES (a test keeps them equal); the first is the default.
-FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-deepspeed")
+FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-2022", "megatron-deepspeed")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel on Hopper.

@@ -29,6 +29,19 @@ class Framework:
     # BF16 gradients copied into an FP32 accumulation buffer after every micro-batch's backward (DeepSpeed's
     # BF16_Optimizer) rather than accumulated in FP32 by the weight-gradient GEMM (Megatron's main_grad).
     fp32_grad_copy_per_micro_batch: bool = False
+    # Megatron-LM before Megatron-Core: its gradient accumulation, the copies around the DP all-reduce and
+    # the optimizer's FP32 main-gradient copy as that year's code ran them (tracegen.grad_path); "" = the
+    # Megatron-Core path (fused accumulation into the gradient buffer, no copies).
+    grad_path: str = ""
+    # Megatron's fused causal softmax (ScaledUpperTriangMaskedSoftmax) for sequences up to this length (0: no
+    # such kernel): row i reads only its first i + 1 scores (the lower triangle) and writes the whole row;
+    # backward reads the gradient and the probabilities of the triangle and writes the whole row
+    # (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h, `local_seq = blockIdx.x + 1`).
+    causal_softmax_max_seq: int = 0
+    # Megatron-LM's unfused attention on [s, b, np, hn] tensors (megatron/model/transformer.py,
+    # ParallelAttention): the context is copied back to [s, b, h] (`permute(2, 0, 1, 3).contiguous()`) and
+    # the Q/K/V gradients are concatenated into the fused projection's (backward of `torch.split`).
+    attn_layout_copies: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -37,8 +50,40 @@ FRAMEWORKS: dict[str, Framework] = {
     # over V); bias + GeLU and bias + dropout + add fused with PyTorch JIT (section 4.2: "fused kernels for
     # a sequence of element-wise operations (bias + GeLU and bias + dropout + add)"); the QKV projection's
     # bias added by torch.nn.functional.linear outside the GEMM (ColumnParallelLinear, skip_bias_add=False);
-    # no FP8, no RoPE or SwiGLU in that code (if a model asks for them they run unfused).
-    "megatron-2021": Framework("megatron-2021", "unfused", False, True, False, True, False, False),
+    # no FP8, no RoPE or SwiGLU in that code (if a model asks for them they run unfused). Its gradient path
+    # is the code of Narayanan et al.'s examples/sc21 scripts (Megatron-LM de7dc40f88): no fused gradient
+    # accumulation, FP16 gradients accumulated by autograd and coalesced around the all-reduce.
+    # The fused causal softmax serves 16 < s <= 2048 in that code (megatron/model/fused_softmax.py,
+    # custom_kernel_constraint), 16 < s <= 4096 in 2022 (is_kernel_available).
+    "megatron-2021": Framework(
+        "megatron-2021",
+        "unfused",
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        grad_path="megatron-2021",
+        causal_softmax_max_seq=2048,
+        attn_layout_copies=True,
+    ),
+    # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
+    # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
+    # FP32 accumulation (bf16), the weight-gradient GEMM accumulating into the buffer (tracegen.grad_path).
+    "megatron-2022": Framework(
+        "megatron-2022",
+        "unfused",
+        False,
+        True,
+        False,
+        True,
+        False,
+        False,
+        grad_path="megatron-2022",
+        causal_softmax_max_seq=4096,
+        attn_layout_copies=True,
+    ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
     # fused_bias_gelu.py, fused_bias_swiglu.py); fused bias-dropout-add (fused_bias_dropout.py); fused RoPE

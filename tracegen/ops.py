@@ -94,8 +94,10 @@ TE_AMAX_HISTORY = 1024
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
+# Megatron-LM's CoreAttention ends with the context's permute to [s, b, h] (attn_context_permute), so it is
+# recomputed with the rest.
 ATTN_CORE_OPS: frozenset[str] = frozenset(
-    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context"}
+    {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context", "attn_context_permute"}
 )
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -247,6 +249,9 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     a memory-bound scale-mask-softmax and dropout over b*heads*s^2 elements, and a batched GEMM of the
     probabilities with V; these GEMMs compute the full matrix (2*b*s^2*h each). Backward: each GEMM twice,
     softmax reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
+    Megatron-LM's profiles (Framework.causal_softmax_max_seq, attn_layout_copies): its causal softmax
+    kernel reads only the lower triangle, and its [s, b, np, hn] layout adds the context's permute copy
+    forward and the Q/K/V gradients' cat backward.
     """
     m, sh, b, s, mb = c.m, c.sh, c.b, c.s, c.mb
     d = m.head_dim
@@ -263,16 +268,27 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
     mult = 2 if phase == "bwd" else 1
     gemm_flops = mult * attn_flops // 2
+    # Elements the softmax reads per input (forward: scores; backward: gradient and probabilities): all of
+    # them, or under Megatron's fused causal kernel the lower triangle only (it writes every element).
+    tri = 0 < s <= c.fw.causal_softmax_max_seq
+    read = bh * s * (s + 1) // 2 if tri else scores
     ops = [
         Op("attn_scores", phase, gemm_flops, mult * b * (q + kv + scores), (bh, s, d, s), True, kernels=mult),
         Op(
-            "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, (3 if mult == 2 else 2) * b * scores,
+            "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, b * (mult * read + scores),
             (scores,), False,
         ),
         Op("attn_dropout", phase, mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1), (scores,), False),
         Op("attn_context", phase, gemm_flops, mult * b * (scores + kv + q), (bh, s, s, d), True, kernels=mult),
     ]  # fmt: skip
-    return ops if phase == "fwd" else ops[::-1]
+    if not c.fw.attn_layout_copies:
+        return ops if phase == "fwd" else ops[::-1]
+    if phase == "fwd":
+        # context [b, np, s, hn] -> [s, b, np, hn]: permute(...).contiguous(), a copy (read, write)
+        return [*ops, Op("attn_context_permute", "fwd", 0, 2 * b * q, (q,), False)]
+    # backward of the Q/K/V split of the fused projection (torch.split views): one cat of the three
+    # gradients into the projection's output gradient (read, write); the permute's backward is a view
+    return [*ops[::-1], Op("qkv_grad_cat", "bwd", 0, 2 * b * (q + 2 * kv), (q + 2 * kv,), False)]
 
 
 def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:

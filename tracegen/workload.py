@@ -41,6 +41,7 @@ from xsim.tracegen.context_parallel import (
 )
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
+from xsim.tracegen.grad_path import accumulation_op, grad_path, legacy_optimizer, pre_reduce_op
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -1137,6 +1138,19 @@ class _RankProgram:
                 rank_params(m, sh, layers, emb, head), param_tensors(m, layers, emb, head)
             )
             pred = self.steps([acc], pred, 0, mb)
+        if self.gpath is not None:
+            # Megatron-LM 2021/2022: this micro-batch's gradients into the accumulated ones, inside
+            # torch.autograd.backward and so before the send (tracegen.grad_path).
+            emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
+            layers = ch.end - ch.start + 1
+            acc = accumulation_op(
+                self.gpath,
+                rank_params(m, sh, layers, emb, head),
+                param_tensors(m, layers, emb, head),
+                mb == 0,
+            )
+            if acc is not None:
+                pred = self.steps([acc], pred, 0, mb)
         if sync:
             self.bucket_flush(0)
             self.expert_flush()
@@ -1172,6 +1186,14 @@ class _RankProgram:
 
     def flush_deferred(self) -> None:
         """overlap_grad_reduce off: every bucket after the whole backward (Megatron's finish_grad_sync)."""
+        if self.gpath is not None and self.gpath.pre_reduce_bytes and self.frontier is not None:
+            # Megatron-LM 2021/2022's allreduce_gradients: coalesce and divide by DP first (on every rank,
+            # DP 1 included: train_step calls it whenever --DDP-impl is local).
+            op = pre_reduce_op(self.gpath, self._all_params())
+            micros, exact = self.gen.duration(self.gpu, op)
+            extra = [self.gen.attr(A.NUM_OPS, op.flops), self.gen.attr(A.TENSOR_SIZE, op.bytes), exact]
+            tags = self._tags(0, "opt", NO_MICRO_BATCH)
+            self.frontier = self._add(f"{op.op}.opt", pb.COMP_NODE, [self.frontier], [], micros, tags + extra)
         for params, layer in self.deferred:
             assert self.frontier is not None
             self._bucket_node(params, layer, self.frontier)
@@ -1472,6 +1494,11 @@ class _RankProgram:
         self.dist_opt = dep.distributed_optimizer or self.fsdp
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
         self.grad_bytes = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
+        # Megatron-LM before Megatron-Core (megatron-2021 / -2022 profiles), without a sharded optimizer; that
+        # code had no MoE or MLA layers (a MoE model under these profiles keeps the Megatron-Core path).
+        code = self.ctx.fw.grad_path
+        legacy = code and not self.dist_opt and self.gen.model.moe is None and self.gen.model.mla is None
+        self.gpath = grad_path(code, self.ctx.precision, self.ctx.b) if legacy else None
         self.overlap_grad = dep.overlap_grad_reduce
         # overlap_param_gather: the parameter AllGathers of the previous optimizer step run under this
         # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
@@ -1585,6 +1612,14 @@ class _RankProgram:
             out.append(CommWindow(c, end, wire_seconds(kind, A.comm_size(n), members, g.links)))
         return out[::-1]
 
+    def _all_params(self) -> int:
+        """Parameters the rank holds (every chunk, embedding and head included)."""
+        return rank_params(self.gen.model, self.ctx.sh, self.num_layers, self.first, self.last)
+
+    def _all_tensors(self) -> int:
+        """Parameter tensors the rank holds (one kernel each in per-tensor gradient copies)."""
+        return param_tensors(self.gen.model, self.num_layers, self.first, self.last)
+
     def finish(self) -> None:
         g, m, dg = self.gen, self.gen.model, self.st.dg
         deps = [self.frontier] if self.frontier is not None else []
@@ -1633,7 +1668,12 @@ class _RankProgram:
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         if fp8 and self.ep is not None:  # MoE ranks: attention, routed and shared expert linears (issue 28)
             fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
-        plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
+        if self.gpath is None:
+            plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
+        else:
+            gw = self.gpath.optimizer_grad_bytes
+            plan = optimizer_steps(params, shard, self.ctx.b, gw, self.ctx.precision, fp8)
+            plan = legacy_optimizer(plan, self.gpath, params, self._all_tensors())
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
         # Without the edge, a one-op-at-a-time communication slot (ASTRA-sim's rule) could take the
