@@ -29,6 +29,9 @@ class Framework:
     # BF16 gradients copied into an FP32 accumulation buffer after every micro-batch's backward (DeepSpeed's
     # BF16_Optimizer) rather than accumulated in FP32 by the weight-gradient GEMM (Megatron's main_grad).
     fp32_grad_copy_per_micro_batch: bool = False
+    # A host thread per rank launches the kernels and waits at the framework's syncs (tracegen.host):
+    # every profile here is PyTorch eager, launched from Python.
+    host_dispatch: bool = True
 
 
 FRAMEWORKS: dict[str, Framework] = {

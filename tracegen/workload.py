@@ -41,6 +41,7 @@ from xsim.tracegen.context_parallel import (
 )
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+from xsim.tracegen.host import HostGate, RankKernels, host_costs, host_gates
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -93,6 +94,11 @@ TE_LAYER_NAMES = {
     ("mlp_up_gate", "bwd"): "fc1_wgrad",
 }
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
+# Optimizer results the host reads (tracegen.host): Megatron's get_grad_norm_fp32 returns
+# `total_norm.item()` after the model-parallel AllReduce (megatron/core/optimizer/clip_grads.py), and
+# fp16's MixedPrecisionOptimizer reads `found_inf.item()` after its AllReduce (optimizer.py,
+# _unscale_main_grads_and_check_for_nan).
+HOST_READS = frozenset({"grad_norm_allreduce", "found_inf_allreduce"})
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
 _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
@@ -633,6 +639,7 @@ class _RankProgram:
         # The nodes as protobuf serializes them (wire.node_bytes), and each node's (data, ctrl) deps.
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
+        self.types: list[int] = []  # node type of every node
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
         # id of a Step of this rank's step lists -> (the step, duration_micros, its trailing attributes' bytes)
         self._step_tail: dict[int, tuple[Step, int, bytes]] = {}
@@ -691,6 +698,7 @@ class _RankProgram:
             attrs = self.gen.attrs_bytes(attrs)
         self.payloads.append(node_bytes(nid, name, ntype, ctrl, data, dur, attrs))
         self.deps.append((data, ctrl))
+        self.types.append(ntype)
         return nid
 
     def step(self, s: Step, pred: int | None, layer: int, mb: int, label: str, phase: str = "") -> int:
@@ -834,6 +842,7 @@ class _RankProgram:
                 self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
             )
             return
+        start = len(self.payloads)
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
                 peer = members[q]
@@ -850,6 +859,7 @@ class _RankProgram:
                 self.waits.append(
                     self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
                 )
+        self.a2a_groups.append(range(start, len(self.payloads)))
 
     def steps(
         self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
@@ -871,6 +881,7 @@ class _RankProgram:
                 i += 1
                 continue
             if isinstance(s, AllToAll):
+                self.moe_sync(s, pred, phase)
                 self.all_to_all(s, pred, layer, mb, phase)
                 i += 1
                 continue
@@ -1478,6 +1489,12 @@ class _RankProgram:
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
+        self.host = host_costs(
+            dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
+        )
+        self.host_syncs: list[int] = []  # kernels whose result the host reads right after launching them
+        self.opt_kernels: dict[int, tuple[int, int]] = {}  # optimizer compute node -> (kernels, ns)
+        self.a2a_groups: list[range] = []  # the nodes of each all-to-all emitted as P2P pairs
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
@@ -1512,6 +1529,8 @@ class _RankProgram:
         self.finish()
         if self.gen.dep.comm_sm_contention != "off":
             self.contend()
+        if self.host is not None:
+            self.host_timeline()
         return self.payloads
 
     def contend(self) -> None:
@@ -1623,6 +1642,7 @@ class _RankProgram:
                 micros, exact = g.duration(self.gpu, s)
                 extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
                 nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
+                self.opt_kernels[nid] = (s.kernels, int(exact.int64_val))
                 if s.op == "param_copy":
                     # The updated parameters exist from here. Without overlap_param_gather, Megatron's
                     # optimizer.step() all-gathers them before it returns, and the next iteration (its
@@ -1639,8 +1659,93 @@ class _RankProgram:
                 nid = self._add(f"{s.op}.opt", pb.COMM_COLL_NODE, pred, [], 0, tags + extra)
                 self.mp_ids.append(nid)
             else:
+                self.read_on_host(s.op, pred[-1])
                 continue
             pred = [nid]
+            self.read_on_host(s.op, nid)
+
+    # -- the host thread (tracegen.host) ------------------------------------------------------------------
+    def read_on_host(self, op: str, nid: int) -> None:
+        """The host reads the result of the optimizer's `op` (ending at node `nid`) if Megatron does."""
+        if self.host is not None and op in HOST_READS:
+            self.host_syncs.append(nid)
+
+    def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
+        """Megatron-Core's dropless all-to-all dispatcher synchronises before the dispatch all-to-all of
+        every forward (and recomputed forward): its sizes are the routing's token counts, copied to the host
+        (MoEAlltoAllTokenDispatcher.preprocess, cuda_sync_point "before_ep_alltoall"; with one local expert
+        and no EP "before_finish", the end of the permutation: here the same point). Token dropping with a
+        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync."""
+        moe = self.gen.model.moe
+        if (
+            self.host is not None
+            and moe is not None
+            and not moe.capacity_factor
+            and s.op == "moe_dispatch"
+            and (phase or self._phase) != "bwd"
+            and pred is not None
+        ):
+            self.host_syncs.append(pred)
+
+    def launches(self) -> list[int]:
+        """Kernel launches the host makes for every node: a compute node its op's kernels (a chunk one), a
+        collective or send one, a receive none (posted in the same NCCL group launch as its sends: Megatron's
+        batched isend/irecv, NCCL's grouped all-to-all), an all-to-all's P2P pairs one in all."""
+        out = []
+        for nid, t in enumerate(self.types):
+            if t == pb.COMP_NODE:
+                got = self.comp_ops.get(nid)
+                out.append(
+                    got[0].kernels
+                    if got and got[2] == 1
+                    else 1
+                    if got
+                    else self.opt_kernels.get(nid, (1, 0))[0]
+                )
+            else:
+                out.append(0 if t == pb.COMM_RECV_NODE else 1)
+        for group in self.a2a_groups:
+            for i in group:
+                out[i] = 1 if i == group[0] else 0
+        return out
+
+    def host_timeline(self) -> None:
+        """Append this rank's host nodes (tracegen.host) and make each a data dep of the kernel it gates."""
+        g, n = self.gen, len(self.payloads)
+        lb = [0] * n
+        for nid, (op, i, k) in self.comp_ops.items():
+            lb[nid] = part(g.duration_ns(self.gpu, op), k, i)
+        for nid, (_, ns) in self.opt_kernels.items():
+            lb[nid] = ns
+        assert self.host is not None
+        rank = RankKernels(list(self.deps), self.launches(), lb, frozenset(self.host_syncs))
+        prev = -1
+        for gate in host_gates(rank, self.host):
+            prev = self._host_node(gate, prev)
+
+    def _host_node(self, gate: HostGate, prev: int) -> int:
+        """One host node (a CPU op of `gate.dur_ns`) after `prev` and its sync; it gates its kernel."""
+        g, k = self.gen, gate.kernel
+        kernel = pb.Node.FromString(self.payloads[k])
+        phase, layer, mb = self.tags[k]
+        ns = gate.dur_ns
+        extra = [g.attr(A.IS_CPU_OP, True), g.attr(A.DURATION_NS, ns)]
+        name = "host:" + (kernel.name if self.types[k] == pb.COMP_NODE else kernel.name.rsplit(".", 1)[0])
+        data = [gate.after_sync] if gate.after_sync >= 0 else []
+        micros = max(1, (ns + 500) // 1000) if ns else 0
+        hid = self._add(
+            name,
+            pb.COMP_NODE,
+            data,
+            [prev] if prev >= 0 else [],
+            micros,
+            self._tags(layer, phase, mb) + extra,
+        )
+        kernel.data_deps.append(hid)
+        self.payloads[k] = kernel.SerializeToString()
+        data_k, ctrl_k = self.deps[k]
+        self.deps[k] = ([*data_k, hid], ctrl_k)
+        return hid
 
     def param_gathers(self, after: int) -> int | None:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
