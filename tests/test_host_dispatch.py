@@ -1,0 +1,134 @@
+"""The host thread (tracegen/host.py, docs/tracegen.md "Host dispatch"): CPU nodes that launch the kernels,
+syncs where the framework reads a GPU result, and the replayed times they give, worked out by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from xsim.replay import ReplayConfig, simulate
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, RankKernels, host_gates
+from xsim.traces import attrs as A
+
+from xsim import api
+
+SYNC = 15_000  # ns: HOST_SYNC_NS, the DLRM trace's D2H cudaMemcpyAsync 8 us + cudaStreamSynchronize 7 us
+DENSE = {
+    "model": {"name": "tiny", "layers": 2, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "vocab": 1024,
+              "seq_len": 1024},
+    "micro_batches": 2,
+    "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1, "micro_batch": 1}],
+}  # fmt: skip
+
+
+def _replay(tmp_path: Path, spec: dict, name: str, ranks: int = 1):
+    out = str(tmp_path / name)
+    api.generate(load_spec({**spec, "name": name}), api.GenerateOptions(out=out, all_ranks=True))
+    if ranks == 1:
+        return simulate(out, network=None, config=ReplayConfig(comm_mode="measured"))
+    net = api.build_network(api.NetworkOptions(topology=f"switch:{ranks}:50GBps:500ns"))
+    return simulate(out, network=net)
+
+
+def _op(res, name: str, rank: int = 0) -> dict:
+    rows = [r for r in res.ops.iter_rows(named=True) if r["name"] == name and r["rank"] == rank]
+    assert len(rows) == 1, name
+    return rows[0]
+
+
+def test_constants_are_the_named_measurements() -> None:
+    assert HOST_LAUNCH_NS == 13_480  # TransformerEngine #2053: torch Linear forward, DGX H100 CPU, 13.48 us
+    assert HOST_SYNC_NS == SYNC
+
+
+def test_short_kernels_after_a_sync_are_host_bound(tmp_path: Path) -> None:
+    # The grad-norm read (.item()) is the sync; after it the host launches grad_clip, Adam, param_copy and
+    # zero_grad at 1 ms each, longer than any of them: each waits for its launch, so the step ends at
+    # sync + read + 4 launches + the last kernel.
+    on = _replay(tmp_path, {**DENSE, "host_dispatch": "on", "host_launch_us": 1000}, "on")
+    sync = _op(on, "grad_norm.opt")["end_ns"]
+    last = _op(on, "zero_grad.opt")
+    assert last["end_ns"] == sync + SYNC + 4 * 1_000_000 + last["duration_ns"]
+    assert on.per_rank_finish_ns == [last["end_ns"]]
+    for k, name in enumerate(("grad_clip", "optimizer", "param_copy", "zero_grad")):
+        assert _op(on, f"{name}.opt")["start_ns"] == sync + SYNC + (k + 1) * 1_000_000
+    # Before the sync the host is ahead (nothing gated): the same times as without the host.
+    off = _replay(tmp_path, DENSE, "off")
+    assert _op(off, "grad_norm.opt")["end_ns"] == sync
+
+
+def test_long_kernels_hide_the_host(tmp_path: Path) -> None:
+    # 1 us per launch: grad_clip (98 us) outlasts the next launch, so only the read and grad_clip's own
+    # launch are exposed; one host node in all.
+    spec = {**DENSE, "host_dispatch": "on", "host_launch_us": 1}
+    nodes = generate(load_spec(spec)).nodes[0]
+    hosts = [n for n in nodes if n.name.startswith("host:")]
+    assert [n.name for n in hosts] == ["host:grad_clip.opt"]
+    assert A.get_int(hosts[0], A.DURATION_NS) == SYNC + 1_000
+    on, off = _replay(tmp_path, spec, "on"), _replay(tmp_path, DENSE, "off")
+    clip = _op(off, "grad_clip.opt")["duration_ns"]
+    assert clip > 1_000 + 1_000  # the next launch (1 us) is hidden under it
+    assert on.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + SYNC + 1_000
+
+
+def test_default_off_and_spec_errors() -> None:
+    plain = generate(load_spec(DENSE)).nodes[0]
+    assert not any(n.name.startswith("host") for n in plain)
+    with pytest.raises(SpecError, match="host_dispatch must be on or off"):
+        load_spec({**DENSE, "host_dispatch": "maybe"})
+    with pytest.raises(SpecError, match="host_launch_us must be a number"):
+        load_spec({**DENSE, "host_launch_us": -1})
+
+
+MOE = {
+    "model": {"name": "tiny-moe", "layers": 1, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+              "seq_len": 8, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 32, "routing": "uniform"}},
+    "parallel": {"gpu": "H100", "dp": 2, "ep": 2},
+    "micro_batches": 2,
+    "host_dispatch": "on",
+    "host_launch_us": 10_000,
+}  # fmt: skip
+
+
+def test_dropless_moe_syncs_before_each_forward_dispatch() -> None:
+    nodes = generate(load_spec(MOE), rewrite=False).nodes[0]
+    by_id = {n.id: n for n in nodes}
+    # a host node's data dep is the sync kernel it waits for (its launch chain is a ctrl dep)
+    synced = sorted(by_id[d].name for n in nodes if n.name.startswith("host:") for d in n.data_deps)
+    # Megatron-Core's "before_ep_alltoall": the host reads the token counts after permutation 1, once per
+    # forward per micro-batch; backward reuses the splits; then the grad-norm read.
+    assert synced == ["L1.moe_permute.fwd.mb0", "L1.moe_permute.fwd.mb1", "grad_norm.opt"]
+    # token drop with a capacity factor (drop and pad: fixed sizes) does not sync in the dispatcher
+    drop = {**MOE, "model": {**MOE["model"], "moe": {**MOE["model"]["moe"], "capacity_factor": 1.0}}}
+    nodes = generate(load_spec(drop), rewrite=False).nodes[0]
+    assert not any("moe_permute" in n.name for n in nodes if n.name.startswith("host:"))
+
+
+def test_dropless_moe_layer_waits_for_the_host_after_its_sync(tmp_path: Path) -> None:
+    # 10 ms per launch, far above every kernel of this tiny layer: after the token-count read the GPU
+    # idles until the host has launched the dispatch all-to-all (the read, then one launch), on both
+    # EP ranks alike; the next micro-batch's forward waits for its own launches behind it.
+    on = _replay(tmp_path, MOE, "moe_on", 2)
+    off = _replay(tmp_path, {**MOE, "host_dispatch": "off"}, "moe_off", 2)
+    for rank in (0, 1):
+        permute = _op(on, "L1.moe_permute.fwd.mb0", rank)["end_ns"]
+        assert permute == _op(off, "L1.moe_permute.fwd.mb0", rank)["end_ns"]  # nothing gated before it
+        assert _op(on, "L1.moe_dispatch.fwd.mb0", rank)["start_ns"] == permute + SYNC + 10_000_000
+    # the second micro-batch's sync comes after every launch between the two permutes
+    assert _op(on, "L1.moe_permute.fwd.mb1")["end_ns"] > permute + SYNC + 10_000_000
+    assert on.per_rank_finish_ns[0] > off.per_rank_finish_ns[0] + 2 * (SYNC + 10_000_000)
+
+
+def test_host_gates_by_hand() -> None:
+    # s (100 ns) then a chain a, b, c of 5 ns kernels, one launch each at 20 ns, read 10 ns: the host
+    # launches a at end(s) + 30, b at + 50, c at + 70; each kernel is shorter than a launch, so every one
+    # is gated, and so is d (launched at + 90, after c's end at + 75); d runs 1,000 ns, so e (launched at
+    # + 110) finds the GPU busy until + 1,090: not gated.
+    deps = [((), ()), ((0,), ()), ((1,), ()), ((2,), ()), ((3,), ()), ((4,), ())]
+    rank = RankKernels(deps, [1] * 6, [100, 5, 5, 5, 1000, 5], frozenset({0}))
+    gates = host_gates(rank, HostCosts(20, 10))
+    assert [(g.kernel, g.dur_ns, g.after_sync) for g in gates] == [
+        (1, 30, 0), (2, 20, -1), (3, 20, -1), (4, 20, -1),
+    ]  # fmt: skip
