@@ -132,3 +132,28 @@ def test_host_gates_by_hand() -> None:
     assert [(g.kernel, g.dur_ns, g.after_sync) for g in gates] == [
         (1, 30, 0), (2, 20, -1), (3, 20, -1), (4, 20, -1),
     ]  # fmt: skip
+
+
+def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:
+    from xsim.tracegen.spec import spec_to_mapping
+
+    spec = {
+        **DENSE,
+        "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1}, {"gpu": "H100", "ranks": [1], "tp": 1,
+                                                                   "dp_replica": 1}],
+        "distributed_optimizer": True,
+        "host_dispatch": "on",
+        "host_launch_us": 2.5,
+    }  # fmt: skip
+    dep = load_spec(spec)
+    assert (dep.host_dispatch, dep.host_launch_us) == ("on", 2.5)
+    again = load_spec(dict(spec_to_mapping(dep)))
+    assert (again.host_dispatch, again.host_launch_us) == ("on", 2.5)
+    # Under the distributed optimizer the grad-norm AllReduce spans both ranks: rank 1 (a copy of rank 0's
+    # program) reads its own AllReduce's result.
+    bundle = generate(dep)
+    for rank in (0, 1):
+        nodes = {n.id: n for n in bundle.nodes[rank]}
+        hosts = [n for n in nodes.values() if n.name.startswith("host:")]
+        assert [nodes[d].name for n in hosts for d in n.data_deps] == ["grad_norm_allreduce.opt"]
+        assert A.get_int(hosts[0], A.DURATION_NS) == SYNC + 2_500
