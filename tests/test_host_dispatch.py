@@ -157,3 +157,17 @@ def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:
         hosts = [n for n in nodes.values() if n.name.startswith("host:")]
         assert [nodes[d].name for n in hosts for d in n.data_deps] == ["grad_norm_allreduce.opt"]
         assert A.get_int(hosts[0], A.DURATION_NS) == SYNC + 2_500
+
+
+def test_fp16_reads_found_inf_then_the_grad_norm() -> None:
+    # fp16's dynamic loss scale: found_inf.item() after its AllReduce (no model-parallel group here: after
+    # the unscale kernel), then the grad-norm read; read + one launch each (launches of 1 us are hidden
+    # behind the unscale and norm kernels' own lengths).
+    spec = {**DENSE, "precision": "fp16", "host_dispatch": "on", "host_launch_us": 1}
+    nodes = {n.id: n for n in generate(load_spec(spec)).nodes[0]}
+    hosts = [n for n in nodes.values() if n.name.startswith("host:")]
+    assert [(n.name, [nodes[d].name for d in n.data_deps]) for n in hosts] == [
+        ("host:grad_norm.opt", ["grad_unscale.opt"]),
+        ("host:grad_clip.opt", ["grad_norm.opt"]),
+    ]
+    assert [A.get_int(n, A.DURATION_NS) for n in hosts] == [SYNC + 1_000, SYNC + 1_000]
