@@ -1713,8 +1713,12 @@ class _RankProgram:
         """Append this rank's host nodes (tracegen.host) and make each a data dep of the kernel it gates."""
         g, n = self.gen, len(self.payloads)
         lb = [0] * n
+        ns_of: dict[int, int] = {}  # id(op) -> its duration (ops repeat: hashing an Op costs more)
         for nid, (op, i, k) in self.comp_ops.items():
-            lb[nid] = part(g.duration_ns(self.gpu, op), k, i)
+            ns = ns_of.get(id(op))
+            if ns is None:
+                ns = ns_of[id(op)] = g.duration_ns(self.gpu, op)
+            lb[nid] = ns if k == 1 else part(ns, k, i)
         for nid, (_, ns) in self.opt_kernels.items():
             lb[nid] = ns
         assert self.host is not None
