@@ -9,7 +9,7 @@ import pytest
 from xsim.replay import ReplayConfig, simulate
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.errors import SpecError
-from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, RankKernels, host_gates
+from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, HostTimeline
 from xsim.traces import attrs as A
 
 from xsim import api
@@ -125,13 +125,21 @@ def test_host_gates_by_hand() -> None:
     # s (100 ns) then a chain a, b, c of 5 ns kernels, one launch each at 20 ns, read 10 ns: the host
     # launches a at end(s) + 30, b at + 50, c at + 70; each kernel is shorter than a launch, so every one
     # is gated, and so is d (launched at + 90, after c's end at + 75); d runs 1,000 ns, so e (launched at
-    # + 110) finds the GPU busy until + 1,090: not gated.
-    deps = [((), ()), ((0,), ()), ((1,), ()), ((2,), ()), ((3,), ()), ((4,), ())]
-    rank = RankKernels(deps, [1] * 6, [100, 5, 5, 5, 1000, 5], frozenset({0}))
-    gates = host_gates(rank, HostCosts(20, 10))
-    assert [(g.kernel, g.dur_ns, g.after_sync) for g in gates] == [
-        (1, 30, 0), (2, 20, -1), (3, 20, -1), (4, 20, -1),
-    ]  # fmt: skip
+    # + 110) finds the GPU busy until + 1,090: not gated. Host nodes get ids 100, 101, ...
+    line = HostTimeline(HostCosts(20, 10))
+    assert line.launch([], 1) is None  # before the first sync the host is ahead
+    line.placed(0, 100)
+    assert line.sync(0) is None  # no host node carries the launches before the first read
+    got, host_id = [], 100
+    for k, dur in ((1, 5), (2, 5), (3, 5), (4, 1000), (5, 5)):
+        gate = line.launch([k - 1], 1)
+        got.append(gate)
+        line.placed(k, dur, host_id if gate else -1)
+        host_id += 1 if gate else 0
+    assert got == [(30, 0, -1), (20, -1, 100), (20, -1, 101), (20, -1, 102), None]
+    # a second read: a host node carries the launch of e (20 ns) to the read, then the next kernel waits
+    # for the read's end + 10 + its own launch
+    assert line.sync(5) == (20, -1, 103)
 
 
 def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:

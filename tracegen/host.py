@@ -17,9 +17,9 @@ and the replay starts i no earlier than end(s) + rel_i, where rel_i is the longe
 durations from s's end to i's start (a lower bound whatever else delays i: peers, queues, contention).
 Where rel_i >= H_i - end(s) the host never binds and i needs no host node; elsewhere a host node ending
 at H_i gates i (and rel_i becomes that). So the replay equals one in which every kernel waits for its own
-launch, with host nodes only at the kernels that can be host-bound. The sync kernel itself is gated (its
-host node ends where the host reaches the sync, so the host's wait starts at max of both, which is
-end(s)). Before the first sync the host is taken to be ahead (the steady state: the previous step's last
+launch, with host nodes only at the kernels that can be host-bound. At a sync a host node carries the launches up
+to the read, so the host node after it starts at max(host reaching the read, end(s)). Host nodes are
+emitted in place, right before the kernel they gate, so every dependency points to an earlier node. Before the first sync the host is taken to be ahead (the steady state: the previous step's last
 sync, the gradient norm in the optimizer, leaves the GPU a queue of optimizer work while the host launches
 the next forward), so nothing before it is gated. Durations are the generated ones: a replay that rescales
 compute (what-if speed factors) keeps the gates computed for them.
@@ -28,7 +28,7 @@ compute (what-if speed factors) keeps the gates computed for them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 NEVER = -(1 << 62)  # "no lower bound" (a node not reachable from the current sync)
 
@@ -41,59 +41,58 @@ class HostCosts:
     sync_ns: int
 
 
-@dataclass(frozen=True)
-class HostGate:
-    """One host node: it launches the kernels since the previous one (`dur_ns` of host time, a sync's read
-    included) and gates kernel `kernel`; `after_sync` is the sync kernel it waits for (-1: none)."""
+@dataclass
+class HostTimeline:
+    """The host thread of one rank while its nodes are emitted in program order (launch order).
 
-    kernel: int
-    dur_ns: int
-    after_sync: int
+    `launch` accounts each kernel as it is emitted and says whether it needs a host node; `placed` records
+    where it went; `sync` starts a new epoch after a kernel whose result the host reads. Nodes are only
+    looked up in the current epoch (`end_rel`: lower bound of their end relative to the sync's end).
+    """
 
+    costs: HostCosts
+    epoch: int = -1  # the current sync kernel (-1: none yet, the host is ahead)
+    host: int = 0  # host time since the epoch's sync end
+    acc: int = 0  # host time not yet carried by a host node
+    wait: int = -1  # the sync kernel the next host node waits for
+    prev: int = -1  # the last host node
+    end_rel: dict[int, int] = field(default_factory=dict)
+    _start: int = NEVER  # lower bound of the kernel being placed
 
-@dataclass(frozen=True)
-class RankKernels:
-    """A rank's nodes in program (launch) order, as the host pass sees them."""
+    def launch(self, deps: Sequence[int], launches: int) -> tuple[int, int, int] | None:
+        """Account the next kernel's launches; (host ns, sync kernel or -1, previous host node or -1) of the
+        host node that must gate it, or None when the host cannot delay it."""
+        cost = launches * self.costs.launch_ns
+        self.host += cost
+        self.acc += cost
+        if self.epoch < 0:
+            self._start = NEVER
+            return None
+        got = [self.end_rel[d] for d in deps if d in self.end_rel]
+        r = max(got) if got else NEVER
+        if launches and r < self.host:
+            gate = (self.acc, self.wait, self.prev)
+            self.acc, self.wait, self._start = 0, -1, self.host
+            return gate
+        self._start = r
+        return None
 
-    deps: Sequence[tuple[Sequence[int], Sequence[int]]]  # (data, ctrl) of every node
-    launches: Sequence[int]  # kernel launches of every node (0: the host launches nothing for it)
-    dur_lb: Sequence[int]  # a lower bound of every node's replayed duration, ns
-    syncs: frozenset[int]  # nodes whose result the host reads right after launching them
+    def placed(self, nid: int, dur_lb: int, host_node: int = -1) -> None:
+        """The kernel accounted by the last `launch` is node `nid` (gated by `host_node`, if any)."""
+        if host_node >= 0:
+            self.prev = host_node
+        if self._start != NEVER:
+            self.end_rel[nid] = self._start + dur_lb
 
-
-def host_gates(rank: RankKernels, costs: HostCosts) -> list[HostGate]:
-    """The host nodes of one rank, in host order (see the module docstring for the rule)."""
-    n = len(rank.launches)
-    rel = [NEVER] * n  # lower bound of a node's start relative to its epoch's sync end
-    epoch_of = [-2] * n
-    epoch = -1  # the current sync (-1: none yet, the host is ahead)
-    host = 0  # host time since the epoch's sync end
-    acc = 0  # host time not yet carried by a host node
-    wait = -1  # the sync kernel the next host node waits for
-    out: list[HostGate] = []
-    for i in range(n):
-        cost = rank.launches[i] * costs.launch_ns
-        host += cost
-        acc += cost
-        if epoch < 0:
-            if i in rank.syncs:
-                epoch, host, acc, wait = i, costs.sync_ns, costs.sync_ns, i
-                rel[i], epoch_of[i] = -rank.dur_lb[i], i
-            continue
-        r = NEVER
-        data, ctrl = rank.deps[i]
-        for d in (*data, *ctrl):
-            if d < i and epoch_of[d] == epoch and rel[d] != NEVER:
-                r = max(r, rel[d] + rank.dur_lb[d])
-        if rank.launches[i] and (r < host or i in rank.syncs):
-            out.append(HostGate(i, acc, wait))
-            acc, wait = 0, -1
-            r = max(r, host)
-        rel[i], epoch_of[i] = r, epoch
-        if i in rank.syncs:
-            epoch, host, acc, wait = i, costs.sync_ns, acc + costs.sync_ns, i
-            rel[i], epoch_of[i] = -rank.dur_lb[i], i
-    return out
+    def sync(self, kernel: int) -> tuple[int, int, int] | None:
+        """The host reads `kernel`'s result: a new epoch. (host ns, sync kernel or -1, previous host node)
+        of the host node that carries the launches up to the read (the host reaches the read at its end),
+        or None before the first sync (the host is ahead there)."""
+        out = None if self.epoch < 0 else (self.acc, self.wait, self.prev)
+        self.epoch, self.end_rel = kernel, {kernel: 0}
+        self.host = self.acc = self.costs.sync_ns
+        self.wait = kernel
+        return out
 
 
 # Host cost of one kernel launch: torch.nn.Linear's forward (one cuBLAS GEMM launch through PyTorch's

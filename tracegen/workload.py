@@ -41,7 +41,7 @@ from xsim.tracegen.context_parallel import (
 )
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-from xsim.tracegen.host import HostGate, RankKernels, host_costs, host_gates
+from xsim.tracegen.host import HostTimeline, host_costs
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -639,10 +639,12 @@ class _RankProgram:
         # The nodes as protobuf serializes them (wire.node_bytes), and each node's (data, ctrl) deps.
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
-        self.types: list[int] = []  # node type of every node
+        self.hostline: HostTimeline | None = None  # the host thread (tracegen.host), set up by `setup`
+        self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
+        self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
         # id of a Step of this rank's step lists -> (the step, duration_micros, its trailing attributes' bytes)
-        self._step_tail: dict[int, tuple[Step, int, bytes]] = {}
+        self._step_tail: dict[int, tuple[Step, int, bytes, int]] = {}
         self._plain: dict[int, tuple[list, bool]] = {}  # id of a step list -> (it, only plain steps?)
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
@@ -691,14 +693,31 @@ class _RankProgram:
     def _add(
         self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list | bytes
     ) -> int:
-        """Append a node (its id is its position); `attrs` as messages from `attr` or as their bytes."""
+        """Append a node (its id is its position); `attrs` as messages from `attr` or as their bytes. With a
+        host timeline, the host node that launches it goes right before it when the host can delay it."""
+        line = self.hostline
+        if line is None:
+            return self._append(name, ntype, data, ctrl, dur, attrs)
+        launches, lb = self._launch_cost(ntype)
+        gate = line.launch([*data, *ctrl], launches)
+        hid = -1
+        if gate is not None:
+            hid = self._host_node(name if ntype == pb.COMP_NODE else name.rsplit(".", 1)[0], gate)
+            data = [*data, hid]
+        nid = self._append(name, ntype, data, ctrl, dur, attrs)
+        line.placed(nid, lb, hid)
+        return nid
+
+    def _append(
+        self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list | bytes
+    ) -> int:
+        """Append a node as it is (its id is its position)."""
         nid = len(self.payloads)
         self.tags.append(self._tag)
         if attrs.__class__ is not bytes:
             attrs = self.gen.attrs_bytes(attrs)
         self.payloads.append(node_bytes(nid, name, ntype, ctrl, data, dur, attrs))
         self.deps.append((data, ctrl))
-        self.types.append(ntype)
         return nid
 
     def step(self, s: Step, pred: int | None, layer: int, mb: int, label: str, phase: str = "") -> int:
@@ -716,6 +735,8 @@ class _RankProgram:
             tail = self._step_tail[id(s)] = (s, *self._tail(s))
         name = f"{label}{s.op}.{tag}.mb{mb}"
         if isinstance(s, Op):
+            if self.hostline is not None:
+                self._cost = (s.kernels, tail[3])
             nid = self._add(name, pb.COMP_NODE, data, ctrl, tail[1], head + tail[2])
             self.comp_ops[nid] = (s, 0, 1)
         else:
@@ -724,18 +745,19 @@ class _RankProgram:
         self.frontier = nid
         return nid
 
-    def _tail(self, s: Step) -> tuple[int, bytes]:
-        """(duration_micros, the bytes of the attributes after the _tags) of a step's node."""
+    def _tail(self, s: Step) -> tuple[int, bytes, int]:
+        """(duration_micros, the bytes of the attributes after the _tags, exact ns) of a step's node."""
         g = self.gen
         if isinstance(s, Op):
             micros, exact = g.duration(self.gpu, s)
-            return micros, g.attrs_bytes([g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact])
+            extra = g.attrs_bytes([g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact])
+            return micros, extra, int(exact.int64_val)
         extra = [
             g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
             g.attr(A.COMM_SIZE, s.size),
             g.attr(A.PG_NAME, self.tp_pg),
         ]
-        return 0, g.attrs_bytes(extra)
+        return 0, g.attrs_bytes(extra), 0
 
     def _tag_of(self, s: Step, phase: str) -> str:
         """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
@@ -842,7 +864,7 @@ class _RankProgram:
                 self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
             )
             return
-        start = len(self.payloads)
+        self._a2a = "first"
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
                 peer = members[q]
@@ -859,7 +881,7 @@ class _RankProgram:
                 self.waits.append(
                     self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
                 )
-        self.a2a_groups.append(range(start, len(self.payloads)))
+        self._a2a = ""
 
     def steps(
         self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
@@ -968,6 +990,7 @@ class _RankProgram:
         micros = max(1, (ns + 500) // 1000) if ns else 0
         tags = self._tags(ov.layer, ov.gemm_tag, ov.mb)
         name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
+        self._cost = (1, ns)
         nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
         ov.gemm_ids.append(nid)
         self.comp_ops[nid] = (s, i, k)
@@ -1489,12 +1512,10 @@ class _RankProgram:
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
-        self.host = host_costs(
+        costs = host_costs(
             dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
         )
-        self.host_syncs: list[int] = []  # kernels whose result the host reads right after launching them
-        self.opt_kernels: dict[int, tuple[int, int]] = {}  # optimizer compute node -> (kernels, ns)
-        self.a2a_groups: list[range] = []  # the nodes of each all-to-all emitted as P2P pairs
+        self.hostline = HostTimeline(costs) if costs is not None else None
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
@@ -1529,8 +1550,6 @@ class _RankProgram:
         self.finish()
         if self.gen.dep.comm_sm_contention != "off":
             self.contend()
-        if self.host is not None:
-            self.host_timeline()
         return self.payloads
 
     def contend(self) -> None:
@@ -1641,8 +1660,8 @@ class _RankProgram:
             if isinstance(s, Op):
                 micros, exact = g.duration(self.gpu, s)
                 extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
+                self._cost = (s.kernels, int(exact.int64_val))
                 nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
-                self.opt_kernels[nid] = (s.kernels, int(exact.int64_val))
                 if s.op == "param_copy":
                     # The updated parameters exist from here. Without overlap_param_gather, Megatron's
                     # optimizer.step() all-gathers them before it returns, and the next iteration (its
@@ -1667,8 +1686,16 @@ class _RankProgram:
     # -- the host thread (tracegen.host) ------------------------------------------------------------------
     def read_on_host(self, op: str, nid: int) -> None:
         """The host reads the result of the optimizer's `op` (ending at node `nid`) if Megatron does."""
-        if self.host is not None and op in HOST_READS:
-            self.host_syncs.append(nid)
+        if self.hostline is not None and op in HOST_READS:
+            self.host_sync(nid)
+
+    def host_sync(self, kernel: int) -> None:
+        """The host waits for `kernel` here: the launches up to the read go into a host node of their own."""
+        assert self.hostline is not None
+        gate = self.hostline.sync(kernel)
+        # none when the last host node already ends where the host reaches the read
+        if gate is not None and (gate[0] or gate[1] >= 0):
+            self.hostline.prev = self._host_node("read", gate)
 
     def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
         """Megatron-Core's dropless all-to-all dispatcher synchronises before the dispatch all-to-all of
@@ -1678,78 +1705,38 @@ class _RankProgram:
         capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync."""
         moe = self.gen.model.moe
         if (
-            self.host is not None
+            self.hostline is not None
             and moe is not None
             and not moe.capacity_factor
             and s.op == "moe_dispatch"
             and (phase or self._phase) != "bwd"
             and pred is not None
         ):
-            self.host_syncs.append(pred)
+            self.host_sync(pred)
 
-    def launches(self) -> list[int]:
-        """Kernel launches the host makes for every node: a compute node its op's kernels (a chunk one), a
-        collective or send one, a receive none (posted in the same NCCL group launch as its sends: Megatron's
-        batched isend/irecv, NCCL's grouped all-to-all), an all-to-all's P2P pairs one in all."""
-        out = []
-        for nid, t in enumerate(self.types):
-            if t == pb.COMP_NODE:
-                got = self.comp_ops.get(nid)
-                out.append(
-                    got[0].kernels
-                    if got and got[2] == 1
-                    else 1
-                    if got
-                    else self.opt_kernels.get(nid, (1, 0))[0]
-                )
-            else:
-                out.append(0 if t == pb.COMM_RECV_NODE else 1)
-        for group in self.a2a_groups:
-            for i in group:
-                out[i] = 1 if i == group[0] else 0
-        return out
+    def _launch_cost(self, ntype: int) -> tuple[int, int]:
+        """(kernel launches, a lower bound of its time in ns) of the node `_add` emits next: a compute node
+        its op's kernels (set by its caller in `_cost`), a collective or send one, a receive none (posted in
+        the same NCCL group launch as its sends: Megatron's batched isend/irecv), an all-to-all's P2P pairs
+        one in all (NCCL's grouped all-to-all)."""
+        if ntype == pb.COMP_NODE:
+            cost, self._cost = self._cost or (1, 0), None
+            return cost
+        if self._a2a:
+            first, self._a2a = self._a2a == "first", "rest"
+            return (1 if first else 0), 0
+        return (0 if ntype == pb.COMM_RECV_NODE else 1), 0
 
-    def host_timeline(self) -> None:
-        """Append this rank's host nodes (tracegen.host) and make each a data dep of the kernel it gates."""
-        g, n = self.gen, len(self.payloads)
-        lb = [0] * n
-        ns_of: dict[int, int] = {}  # id(op) -> its duration (ops repeat: hashing an Op costs more)
-        for nid, (op, i, k) in self.comp_ops.items():
-            ns = ns_of.get(id(op))
-            if ns is None:
-                ns = ns_of[id(op)] = g.duration_ns(self.gpu, op)
-            lb[nid] = ns if k == 1 else part(ns, k, i)
-        for nid, (_, ns) in self.opt_kernels.items():
-            lb[nid] = ns
-        assert self.host is not None
-        rank = RankKernels(list(self.deps), self.launches(), lb, frozenset(self.host_syncs))
-        prev = -1
-        for gate in host_gates(rank, self.host):
-            prev = self._host_node(gate, prev)
-
-    def _host_node(self, gate: HostGate, prev: int) -> int:
-        """One host node (a CPU op of `gate.dur_ns`) after `prev` and its sync; it gates its kernel."""
-        g, k = self.gen, gate.kernel
-        kernel = pb.Node.FromString(self.payloads[k])
-        phase, layer, mb = self.tags[k]
-        ns = gate.dur_ns
+    def _host_node(self, kernel: str, gate: tuple[int, int, int]) -> int:
+        """A host node (a CPU op of gate's ns) after the previous one and the sync it waits for."""
+        g = self.gen
+        ns, wait, prev = gate
+        phase, layer, mb = self._tag
         extra = [g.attr(A.IS_CPU_OP, True), g.attr(A.DURATION_NS, ns)]
-        name = "host:" + (kernel.name if self.types[k] == pb.COMP_NODE else kernel.name.rsplit(".", 1)[0])
-        data = [gate.after_sync] if gate.after_sync >= 0 else []
         micros = max(1, (ns + 500) // 1000) if ns else 0
-        hid = self._add(
-            name,
-            pb.COMP_NODE,
-            data,
-            [prev] if prev >= 0 else [],
-            micros,
-            self._tags(layer, phase, mb) + extra,
-        )
-        kernel.data_deps.append(hid)
-        self.payloads[k] = kernel.SerializeToString()
-        data_k, ctrl_k = self.deps[k]
-        self.deps[k] = ([*data_k, hid], ctrl_k)
-        return hid
+        data, ctrl = ([wait] if wait >= 0 else []), ([prev] if prev >= 0 else [])
+        head = self._head(layer, phase, mb)
+        return self._append(f"host:{kernel}", pb.COMP_NODE, data, ctrl, micros, head + g.attrs_bytes(extra))
 
     def param_gathers(self, after: int) -> int | None:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
