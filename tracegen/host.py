@@ -17,9 +17,10 @@ and the replay starts i no earlier than end(s) + rel_i, where rel_i is the longe
 durations from s's end to i's start (a lower bound whatever else delays i: peers, queues, contention).
 Where rel_i >= H_i - end(s) the host never binds and i needs no host node; elsewhere a host node ending
 at H_i gates i (and rel_i becomes that). So the replay equals one in which every kernel waits for its own
-launch, with host nodes only at the kernels that can be host-bound. At a sync a host node carries the launches up
-to the read, so the host node after it starts at max(host reaching the read, end(s)). Host nodes are
-emitted in place, right before the kernel they gate, so every dependency points to an earlier node. Before the first sync the host is taken to be ahead (the steady state: the previous step's last
+launch, with host nodes only at the kernels that can be host-bound. At a sync a host node carries the
+launches up to the read, so the host node after it starts at max(host reaching the read, end(s)). Host
+nodes are emitted in place, right before the kernel they gate, so every dependency points to an earlier
+node. Before the first sync the host is taken to be ahead (the steady state: the previous step's last
 sync, the gradient norm in the optimizer, leaves the GPU a queue of optimizer work while the host launches
 the next forward), so nothing before it is gated. Durations are the generated ones: a replay that rescales
 compute (what-if speed factors) keeps the gates computed for them.
