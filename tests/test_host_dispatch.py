@@ -200,3 +200,25 @@ def test_dropless_moe_step_time_by_hand(tmp_path: Path) -> None:
     assert grad_norm["start_ns"] == t0 + SYNC + 52 * L
     want = t0 + SYNC + 52 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
     assert on.per_rank_finish_ns == [want, want]
+
+
+def test_host_nodes_sit_before_their_kernels_and_the_set_validates(tmp_path: Path) -> None:
+    # Two micro-batches of the tiny MoE at EP 2 (nearly every kernel gated) and a TP 2 plan with the
+    # distributed optimizer: dense ids, every dependency an earlier node, the validator finds nothing.
+    from xsim.traces.checks import check_all
+    from xsim.traces.groups import resolve_groups
+    from xsim.traces.traceset import discover
+
+    tp = {**DENSE, "device_groups": [{"gpu": "H100", "ranks": [0, 1], "tp": 2}], "sequence_parallel": True}
+    for k, spec in enumerate((MOE, {**tp, "host_dispatch": "on", "host_launch_us": 50})):
+        out = tmp_path / str(k)
+        generate(load_spec(spec)).write(out, "h")
+        ts = discover(out)
+        files = list(ts)
+        groups = resolve_groups(((f.path, f.nodes) for f in files), ts.num_ranks, directory=str(out))
+        assert [str(f) for f in check_all(files, groups)] == []
+        for et in files:
+            assert [n.id for n in et.nodes] == list(range(len(et.nodes)))
+            for n in et.nodes:
+                assert all(d < n.id for d in (*n.data_deps, *n.ctrl_deps)), n.name
+            assert any(n.name.startswith("host:") for n in et.nodes)
