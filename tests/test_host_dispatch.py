@@ -222,3 +222,29 @@ def test_host_nodes_sit_before_their_kernels_and_the_set_validates(tmp_path: Pat
             for n in et.nodes:
                 assert all(d < n.id for d in (*n.data_deps, *n.ctrl_deps)), n.name
             assert any(n.name.startswith("host:") for n in et.nodes)
+
+
+def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch) -> None:
+    # The rule gates only kernels the host can delay; gating every kernel after the first read must give
+    # the same replay to the nanosecond (every GPU node's start and end), with more nodes.
+    spec = {**MOE, "micro_batches": 3, "host_launch_us": 2}
+
+    def starts(res) -> dict:
+        return {(r["rank"], r["name"]): (r["start_ns"], r["end_ns"]) for r in res.ops.iter_rows(named=True)
+                if not r["name"].startswith("host:")}  # fmt: skip
+
+    bounded = _replay(tmp_path, spec, "bounded", 2)
+    launch = HostTimeline.launch
+
+    def every(self, deps, launches):
+        got = launch(self, deps, launches)
+        if got is None and self.epoch >= 0 and launches:
+            got = (self.acc, self.wait, self.prev)
+            self.acc, self.wait, self._start = 0, -1, self.host
+        return got
+
+    monkeypatch.setattr(HostTimeline, "launch", every)
+    full = _replay(tmp_path, spec, "every", 2)
+    assert starts(full) == starts(bounded)
+    assert full.per_rank_finish_ns == bounded.per_rank_finish_ns
+    assert len(full.ops) > len(bounded.ops)
