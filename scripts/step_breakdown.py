@@ -50,17 +50,22 @@ def kind_of(op: str, phase: str) -> str:
     return "memory-bound"
 
 
-def breakdown(run: vp.Run, rank: int = 0, contention: bool = True) -> tuple[float, list[KindTime]]:
+def breakdown(
+    run: vp.Run, rank: int = 0, contention: bool = True, host: bool = False
+) -> tuple[float, list[KindTime]]:
     """Replay `run` at its real micro-batch count and return the step (s) and the busy time per kind
-    (`contention` False: with `comm_sm_contention: false`, compute at full SMs under communication)."""
+    (`contention` False: with `comm_sm_contention: false`, compute at full SMs under communication;
+    `host`: with `host_dispatch: on`, whose host-bound GPU idle lands in the last kind)."""
     import polars as pl
 
     spec = dict(vp.spec_for(run))
     if not contention:
         spec["comm_sm_contention"] = False
+    if host:
+        spec["host_dispatch"] = "on"
     rep = vp.replay_spec(spec, keep_ops=True)
     ops = rep.ops.filter(pl.col("rank") == rank)
-    comp = ops.filter(pl.col("type") == "COMP_NODE").with_columns(
+    comp = ops.filter((pl.col("type") == "COMP_NODE") & (pl.col("resource") != "cpu")).with_columns(
         pl.col("name").str.split(".").list.get(0).alias("head"), pl.col("name").str.split(".").alias("parts")
     )
     # Names are [L<n>.]<op>.<phase>[.mb<k>][...]: the op is the first part after an optional layer prefix.
@@ -101,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="replay with comm_sm_contention: false (compute keeps every SM under communication)",
     )
+    ap.add_argument(
+        "--host-dispatch",
+        action="store_true",
+        help="replay with host_dispatch: on (host launch costs and syncs, docs/tracegen.md)",
+    )
     args = ap.parse_args(argv)
     if args.run == "mfu":
         run = vp.mfu_run()
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step_breakdown: error: unknown run id {args.run}", file=sys.stderr)
             return 2
         run = runs[args.run]
-    step_s, kinds = breakdown(run, args.rank, contention=not args.no_contention)
+    step_s, kinds = breakdown(run, args.rank, contention=not args.no_contention, host=args.host_dispatch)
     print(f"{run.id}: {step_s:.3f} s per iteration, rank {args.rank}\n")
     print(table(step_s, kinds))
     return 0

@@ -42,6 +42,12 @@ class Framework:
     # ParallelAttention): the context is copied back to [s, b, h] (`permute(2, 0, 1, 3).contiguous()`) and
     # the Q/K/V gradients are concatenated into the fused projection's (backward of `torch.split`).
     attn_layout_copies: bool = False
+    # A host thread per rank launches the kernels and waits at the framework's syncs (tracegen.host). Every
+    # profile here is PyTorch eager, launched from Python, but the timeline is generated only when a spec
+    # sets `host_dispatch: on` for now: on by default it would add host nodes and ~30 us (the grad-norm
+    # read) to every generated iteration, and the tests that pin generated node lists and iteration times
+    # to the nanosecond would all need re-deriving (docs/tracegen.md, "Host dispatch").
+    host_dispatch: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {

@@ -107,6 +107,8 @@ TOP_KEYS = (
     "attention_kernel",
     "dp_comm_ctas",
     "tp_overlap_sms",
+    "host_dispatch",
+    "host_launch_us",
     "parallel",
     "device_groups",
 )
@@ -441,6 +443,22 @@ class _SpecBuilder:
                 )
             dep.tp_overlap_sms[name] = self.int_key(sms, name, "tp_overlap_sms: ", minimum=0, maximum=1024)
 
+    def host(self, dep: dpb.Deployment) -> None:
+        """The host thread's keys (tracegen.host): `host_dispatch` on | off (absent: the framework
+        profile's default) and `host_launch_us`, the host cost of one kernel launch."""
+        v = self.raw.get("host_dispatch")
+        if v is not None:
+            if isinstance(v, bool):
+                v = "on" if v else "off"
+            if v not in ("on", "off"):
+                raise self.fail(f"host_dispatch must be on or off, got {v!r}")
+            dep.host_dispatch = v
+        us = self.raw.get("host_launch_us")
+        if us is not None:
+            if isinstance(us, bool) or not isinstance(us, int | float) or not 0 < us <= 1e6:
+                raise self.fail(f"host_launch_us must be a number of microseconds > 0, got {us!r}")
+            dep.host_launch_us = float(us)
+
     def overlap(self, dep: dpb.Deployment) -> None:
         """The overlap keys, gradient-reduction width and sharding, with Megatron-LM's own checks."""
         dep.overlap_grad_reduce = self.bool_key("overlap_grad_reduce")
@@ -531,6 +549,7 @@ class _SpecBuilder:
         self.recompute(dep)
         dep.distributed_optimizer = self.bool_key("distributed_optimizer")
         self.overlap(dep)
+        self.host(dep)
         blocks = self.parallel_blocks()
         dep.virtual_stages = self.virtual_stages(blocks)
         dep.micro_batches = self.micro_batches(blocks)
@@ -1340,6 +1359,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
         **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),
+        **({"host_dispatch": dep.host_dispatch} if dep.host_dispatch else {}),
+        **({"host_launch_us": dep.host_launch_us} if dep.host_launch_us else {}),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         "cluster": json.loads(dep.cluster_json),

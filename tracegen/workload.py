@@ -42,6 +42,7 @@ from xsim.tracegen.context_parallel import (
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
 from xsim.tracegen.grad_path import accumulation_op, grad_path, legacy_optimizer, pre_reduce_op
+from xsim.tracegen.host import HostTimeline, host_costs
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -95,6 +96,11 @@ TE_LAYER_NAMES = {
     ("mlp_up_gate", "bwd"): "fc1_wgrad",
 }
 RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
+# Optimizer results the host reads (tracegen.host): Megatron's get_grad_norm_fp32 returns
+# `total_norm.item()` after the model-parallel AllReduce (megatron/core/optimizer/clip_grads.py), and
+# fp16's MixedPrecisionOptimizer reads `found_inf.item()` after its AllReduce (optimizer.py,
+# _unscale_main_grads_and_check_for_nan).
+HOST_READS = frozenset({"grad_norm_allreduce", "found_inf_allreduce"})
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
 _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
@@ -646,9 +652,12 @@ class _RankProgram:
         # The nodes as protobuf serializes them (wire.node_bytes), and each node's (data, ctrl) deps.
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
+        self.hostline: HostTimeline | None = None  # the host thread (tracegen.host), set up by `setup`
+        self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
+        self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
         # id of a Step of this rank's step lists -> (the step, duration_micros, its trailing attributes' bytes)
-        self._step_tail: dict[int, tuple[Step, int, bytes]] = {}
+        self._step_tail: dict[int, tuple[Step, int, bytes, int]] = {}
         self._plain: dict[int, tuple[list, bool]] = {}  # id of a step list -> (it, only plain steps?)
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
@@ -704,7 +713,25 @@ class _RankProgram:
     def _add(
         self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list | bytes
     ) -> int:
-        """Append a node (its id is its position); `attrs` as messages from `attr` or as their bytes."""
+        """Append a node (its id is its position); `attrs` as messages from `attr` or as their bytes. With a
+        host timeline, the host node that launches it goes right before it when the host can delay it."""
+        line = self.hostline
+        if line is None:
+            return self._append(name, ntype, data, ctrl, dur, attrs)
+        launches, lb = self._launch_cost(ntype)
+        gate = line.launch([*data, *ctrl], launches)
+        hid = -1
+        if gate is not None:
+            hid = self._host_node(name if ntype == pb.COMP_NODE else name.rsplit(".", 1)[0], gate)
+            data = [*data, hid]
+        nid = self._append(name, ntype, data, ctrl, dur, attrs)
+        line.placed(nid, lb, hid)
+        return nid
+
+    def _append(
+        self, name: str, ntype: int, data: Sequence[int], ctrl: Sequence[int], dur: int, attrs: list | bytes
+    ) -> int:
+        """Append a node as it is (its id is its position)."""
         nid = len(self.payloads)
         self.tags.append(self._tag)
         if attrs.__class__ is not bytes:
@@ -728,6 +755,8 @@ class _RankProgram:
             tail = self._step_tail[id(s)] = (s, *self._tail(s))
         name = f"{label}{s.op}.{tag}.mb{mb}"
         if isinstance(s, Op):
+            if self.hostline is not None:
+                self._cost = (s.kernels, tail[3])
             nid = self._add(name, pb.COMP_NODE, data, ctrl, tail[1], head + tail[2])
             self.comp_ops[nid] = (s, 0, 1)
         else:
@@ -736,18 +765,19 @@ class _RankProgram:
         self.frontier = nid
         return nid
 
-    def _tail(self, s: Step) -> tuple[int, bytes]:
-        """(duration_micros, the bytes of the attributes after the _tags) of a step's node."""
+    def _tail(self, s: Step) -> tuple[int, bytes, int]:
+        """(duration_micros, the bytes of the attributes after the _tags, exact ns) of a step's node."""
         g = self.gen
         if isinstance(s, Op):
             micros, exact = g.duration(self.gpu, s)
-            return micros, g.attrs_bytes([g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact])
+            extra = g.attrs_bytes([g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact])
+            return micros, extra, int(exact.int64_val)
         extra = [
             g.attr(A.COMM_TYPE, COMM_KIND[s.kind]),
             g.attr(A.COMM_SIZE, s.size),
             g.attr(A.PG_NAME, self.tp_pg),
         ]
-        return 0, g.attrs_bytes(extra)
+        return 0, g.attrs_bytes(extra), 0
 
     def _tag_of(self, s: Step, phase: str) -> str:
         """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
@@ -854,6 +884,7 @@ class _RankProgram:
                 self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
             )
             return
+        self._a2a = "first"
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
                 peer = members[q]
@@ -870,6 +901,7 @@ class _RankProgram:
                 self.waits.append(
                     self._add(name, ntype, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
                 )
+        self._a2a = ""
 
     def steps(
         self, steps: list[MoeStep], pred: int | None, layer: int, mb: int, phase: str = ""
@@ -891,6 +923,7 @@ class _RankProgram:
                 i += 1
                 continue
             if isinstance(s, AllToAll):
+                self.moe_sync(s, pred, phase)
                 self.all_to_all(s, pred, layer, mb, phase)
                 i += 1
                 continue
@@ -977,6 +1010,7 @@ class _RankProgram:
         micros = max(1, (ns + 500) // 1000) if ns else 0
         tags = self._tags(ov.layer, ov.gemm_tag, ov.mb)
         name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
+        self._cost = (1, ns)
         nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
         ov.gemm_ids.append(nid)
         self.comp_ops[nid] = (s, i, k)
@@ -1528,6 +1562,10 @@ class _RankProgram:
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
+        costs = host_costs(
+            dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
+        )
+        self.hostline = HostTimeline(costs) if costs is not None else None
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
@@ -1685,6 +1723,7 @@ class _RankProgram:
             if isinstance(s, Op):
                 micros, exact = g.duration(self.gpu, s)
                 extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
+                self._cost = (s.kernels, int(exact.int64_val))
                 nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
                 if s.op == "param_copy":
                     # The updated parameters exist from here. Without overlap_param_gather, Megatron's
@@ -1702,8 +1741,65 @@ class _RankProgram:
                 nid = self._add(f"{s.op}.opt", pb.COMM_COLL_NODE, pred, [], 0, tags + extra)
                 self.mp_ids.append(nid)
             else:
+                self.read_on_host(s.op, pred[-1])
                 continue
             pred = [nid]
+            self.read_on_host(s.op, nid)
+
+    # -- the host thread (tracegen.host) ------------------------------------------------------------------
+    def read_on_host(self, op: str, nid: int) -> None:
+        """The host reads the result of the optimizer's `op` (ending at node `nid`) if Megatron does."""
+        if self.hostline is not None and op in HOST_READS:
+            self.host_sync(nid)
+
+    def host_sync(self, kernel: int) -> None:
+        """The host waits for `kernel` here: the launches up to the read go into a host node of their own."""
+        assert self.hostline is not None
+        gate = self.hostline.sync(kernel)
+        # none when the last host node already ends where the host reaches the read
+        if gate is not None and (gate[0] or gate[1] >= 0):
+            self.hostline.prev = self._host_node("read", gate)
+
+    def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
+        """Megatron-Core's dropless all-to-all dispatcher synchronises before the dispatch all-to-all of
+        every forward (and recomputed forward): its sizes are the routing's token counts, copied to the host
+        (MoEAlltoAllTokenDispatcher.preprocess, cuda_sync_point "before_ep_alltoall"; with one local expert
+        and no EP "before_finish", the end of the permutation: here the same point). Token dropping with a
+        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync."""
+        moe = self.gen.model.moe
+        if (
+            self.hostline is not None
+            and moe is not None
+            and not moe.capacity_factor
+            and s.op == "moe_dispatch"
+            and (phase or self._phase) != "bwd"
+            and pred is not None
+        ):
+            self.host_sync(pred)
+
+    def _launch_cost(self, ntype: int) -> tuple[int, int]:
+        """(kernel launches, a lower bound of its time in ns) of the node `_add` emits next: a compute node
+        its op's kernels (set by its caller in `_cost`), a collective or send one, a receive none (posted in
+        the same NCCL group launch as its sends: Megatron's batched isend/irecv), an all-to-all's P2P pairs
+        one in all (NCCL's grouped all-to-all)."""
+        if ntype == pb.COMP_NODE:
+            cost, self._cost = self._cost or (1, 0), None
+            return cost
+        if self._a2a:
+            first, self._a2a = self._a2a == "first", "rest"
+            return (1 if first else 0), 0
+        return (0 if ntype == pb.COMM_RECV_NODE else 1), 0
+
+    def _host_node(self, kernel: str, gate: tuple[int, int, int]) -> int:
+        """A host node (a CPU op of gate's ns) after the previous one and the sync it waits for."""
+        g = self.gen
+        ns, wait, prev = gate
+        phase, layer, mb = self._tag
+        extra = [g.attr(A.IS_CPU_OP, True), g.attr(A.DURATION_NS, ns)]
+        micros = max(1, (ns + 500) // 1000) if ns else 0
+        data, ctrl = ([wait] if wait >= 0 else []), ([prev] if prev >= 0 else [])
+        head = self._head(layer, phase, mb)
+        return self._append(f"host:{kernel}", pb.COMP_NODE, data, ctrl, micros, head + g.attrs_bytes(extra))
 
     def param_gathers(self, after: int) -> int | None:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,

@@ -1,0 +1,250 @@
+"""The host thread (tracegen/host.py, docs/tracegen.md "Host dispatch"): CPU nodes that launch the kernels,
+syncs where the framework reads a GPU result, and the replayed times they give, worked out by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from xsim.replay import ReplayConfig, simulate
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
+from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, HostTimeline
+from xsim.traces import attrs as A
+
+from xsim import api
+
+SYNC = 15_000  # ns: HOST_SYNC_NS, the DLRM trace's D2H cudaMemcpyAsync 8 us + cudaStreamSynchronize 7 us
+DENSE = {
+    "model": {"name": "tiny", "layers": 2, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "vocab": 1024,
+              "seq_len": 1024},
+    "micro_batches": 2,
+    "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1, "micro_batch": 1}],
+}  # fmt: skip
+
+
+def _replay(tmp_path: Path, spec: dict, name: str, ranks: int = 1):
+    out = str(tmp_path / name)
+    api.generate(load_spec({**spec, "name": name}), api.GenerateOptions(out=out, all_ranks=True))
+    if ranks == 1:
+        return simulate(out, network=None, config=ReplayConfig(comm_mode="measured"))
+    net = api.build_network(api.NetworkOptions(topology=f"switch:{ranks}:50GBps:500ns"))
+    return simulate(out, network=net)
+
+
+def _op(res, name: str, rank: int = 0) -> dict:
+    rows = [r for r in res.ops.iter_rows(named=True) if r["name"] == name and r["rank"] == rank]
+    assert len(rows) == 1, name
+    return rows[0]
+
+
+def test_constants_are_the_named_measurements() -> None:
+    assert HOST_LAUNCH_NS == 13_480  # TransformerEngine #2053: torch Linear forward, DGX H100 CPU, 13.48 us
+    assert HOST_SYNC_NS == SYNC
+
+
+def test_short_kernels_after_a_sync_are_host_bound(tmp_path: Path) -> None:
+    # The grad-norm read (.item()) is the sync; after it the host launches grad_clip, Adam, param_copy and
+    # zero_grad at 1 ms each, longer than any of them: each waits for its launch, so the step ends at
+    # sync + read + 4 launches + the last kernel.
+    on = _replay(tmp_path, {**DENSE, "host_dispatch": "on", "host_launch_us": 1000}, "on")
+    sync = _op(on, "grad_norm.opt")["end_ns"]
+    last = _op(on, "zero_grad.opt")
+    assert last["end_ns"] == sync + SYNC + 4 * 1_000_000 + last["duration_ns"]
+    assert on.per_rank_finish_ns == [last["end_ns"]]
+    for k, name in enumerate(("grad_clip", "optimizer", "param_copy", "zero_grad")):
+        assert _op(on, f"{name}.opt")["start_ns"] == sync + SYNC + (k + 1) * 1_000_000
+    # Before the sync the host is ahead (nothing gated): the same times as without the host.
+    off = _replay(tmp_path, DENSE, "off")
+    assert _op(off, "grad_norm.opt")["end_ns"] == sync
+
+
+def test_long_kernels_hide_the_host(tmp_path: Path) -> None:
+    # 1 us per launch: grad_clip (98 us) outlasts the next launch, so only the read and grad_clip's own
+    # launch are exposed; one host node in all.
+    spec = {**DENSE, "host_dispatch": "on", "host_launch_us": 1}
+    nodes = generate(load_spec(spec)).nodes[0]
+    hosts = [n for n in nodes if n.name.startswith("host:")]
+    assert [n.name for n in hosts] == ["host:grad_clip.opt"]
+    assert A.get_int(hosts[0], A.DURATION_NS) == SYNC + 1_000
+    on, off = _replay(tmp_path, spec, "on"), _replay(tmp_path, DENSE, "off")
+    clip = _op(off, "grad_clip.opt")["duration_ns"]
+    assert clip > 1_000 + 1_000  # the next launch (1 us) is hidden under it
+    assert on.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + SYNC + 1_000
+
+
+def test_default_off_and_spec_errors() -> None:
+    plain = generate(load_spec(DENSE)).nodes[0]
+    assert not any(n.name.startswith("host") for n in plain)
+    with pytest.raises(SpecError, match="host_dispatch must be on or off"):
+        load_spec({**DENSE, "host_dispatch": "maybe"})
+    with pytest.raises(SpecError, match="host_launch_us must be a number"):
+        load_spec({**DENSE, "host_launch_us": -1})
+
+
+MOE = {
+    "model": {"name": "tiny-moe", "layers": 1, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+              "seq_len": 8, "moe": {"experts": 8, "top_k": 2, "expert_ffn": 32, "routing": "uniform"}},
+    "parallel": {"gpu": "H100", "dp": 2, "ep": 2},
+    "micro_batches": 2,
+    "host_dispatch": "on",
+    "host_launch_us": 10_000,
+}  # fmt: skip
+
+
+def test_dropless_moe_syncs_before_each_forward_dispatch() -> None:
+    nodes = generate(load_spec(MOE), rewrite=False).nodes[0]
+    by_id = {n.id: n for n in nodes}
+    # a host node's data dep is the sync kernel it waits for (its launch chain is a ctrl dep)
+    synced = sorted(by_id[d].name for n in nodes if n.name.startswith("host:") for d in n.data_deps)
+    # Megatron-Core's "before_ep_alltoall": the host reads the token counts after permutation 1, once per
+    # forward per micro-batch; backward reuses the splits; then the grad-norm read.
+    assert synced == ["L1.moe_permute.fwd.mb0", "L1.moe_permute.fwd.mb1", "grad_norm.opt"]
+    # token drop with a capacity factor (drop and pad: fixed sizes) does not sync in the dispatcher
+    drop = {**MOE, "model": {**MOE["model"], "moe": {**MOE["model"]["moe"], "capacity_factor": 1.0}}}
+    nodes = generate(load_spec(drop), rewrite=False).nodes[0]
+    assert not any("moe_permute" in n.name for n in nodes if n.name.startswith("host:"))
+
+
+def test_dropless_moe_layer_waits_for_the_host_after_its_sync(tmp_path: Path) -> None:
+    # 10 ms per launch, far above every kernel of this tiny layer: after the token-count read the GPU
+    # idles until the host has launched the dispatch all-to-all (the read, then one launch), on both
+    # EP ranks alike; the next micro-batch's forward waits for its own launches behind it.
+    on = _replay(tmp_path, MOE, "moe_on", 2)
+    off = _replay(tmp_path, {**MOE, "host_dispatch": "off"}, "moe_off", 2)
+    for rank in (0, 1):
+        permute = _op(on, "L1.moe_permute.fwd.mb0", rank)["end_ns"]
+        assert permute == _op(off, "L1.moe_permute.fwd.mb0", rank)["end_ns"]  # nothing gated before it
+        assert _op(on, "L1.moe_dispatch.fwd.mb0", rank)["start_ns"] == permute + SYNC + 10_000_000
+    # the second micro-batch's sync comes after every launch between the two permutes
+    assert _op(on, "L1.moe_permute.fwd.mb1")["end_ns"] > permute + SYNC + 10_000_000
+    assert on.per_rank_finish_ns[0] > off.per_rank_finish_ns[0] + 2 * (SYNC + 10_000_000)
+
+
+def test_host_gates_by_hand() -> None:
+    # s (100 ns) then a chain a, b, c of 5 ns kernels, one launch each at 20 ns, read 10 ns: the host
+    # launches a at end(s) + 30, b at + 50, c at + 70; each kernel is shorter than a launch, so every one
+    # is gated, and so is d (launched at + 90, after c's end at + 75); d runs 1,000 ns, so e (launched at
+    # + 110) finds the GPU busy until + 1,090: not gated. Host nodes get ids 100, 101, ...
+    line = HostTimeline(HostCosts(20, 10))
+    assert line.launch([], 1) is None  # before the first sync the host is ahead
+    line.placed(0, 100)
+    assert line.sync(0) is None  # no host node carries the launches before the first read
+    got, host_id = [], 100
+    for k, dur in ((1, 5), (2, 5), (3, 5), (4, 1000), (5, 5)):
+        gate = line.launch([k - 1], 1)
+        got.append(gate)
+        line.placed(k, dur, host_id if gate else -1)
+        host_id += 1 if gate else 0
+    assert got == [(30, 0, -1), (20, -1, 100), (20, -1, 101), (20, -1, 102), None]
+    # a second read: a host node carries the launch of e (20 ns) to the read, then the next kernel waits
+    # for the read's end + 10 + its own launch
+    assert line.sync(5) == (20, -1, 103)
+
+
+def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:
+    from xsim.tracegen.spec import spec_to_mapping
+
+    spec = {
+        **DENSE,
+        "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1}, {"gpu": "H100", "ranks": [1], "tp": 1,
+                                                                   "dp_replica": 1}],
+        "distributed_optimizer": True,
+        "host_dispatch": "on",
+        "host_launch_us": 2.5,
+    }  # fmt: skip
+    dep = load_spec(spec)
+    assert (dep.host_dispatch, dep.host_launch_us) == ("on", 2.5)
+    again = load_spec(dict(spec_to_mapping(dep)))
+    assert (again.host_dispatch, again.host_launch_us) == ("on", 2.5)
+    # Under the distributed optimizer the grad-norm AllReduce spans both ranks: rank 1 (a copy of rank 0's
+    # program) reads its own AllReduce's result.
+    bundle = generate(dep)
+    for rank in (0, 1):
+        nodes = {n.id: n for n in bundle.nodes[rank]}
+        hosts = [n for n in nodes.values() if n.name.startswith("host:")]
+        assert [nodes[d].name for n in hosts for d in n.data_deps] == ["grad_norm_allreduce.opt"]
+        assert A.get_int(hosts[0], A.DURATION_NS) == SYNC + 2_500
+
+
+def test_fp16_reads_found_inf_then_the_grad_norm() -> None:
+    # fp16's dynamic loss scale: found_inf.item() after its AllReduce (no model-parallel group here: after
+    # the unscale kernel), then the grad-norm read; read + one launch each (launches of 1 us are hidden
+    # behind the unscale and norm kernels' own lengths).
+    spec = {**DENSE, "precision": "fp16", "host_dispatch": "on", "host_launch_us": 1}
+    nodes = {n.id: n for n in generate(load_spec(spec)).nodes[0]}
+    hosts = [n for n in nodes.values() if n.name.startswith("host:")]
+    assert [(n.name, [nodes[d].name for d in n.data_deps]) for n in hosts] == [
+        ("host:grad_norm.opt", ["grad_unscale.opt"]),
+        ("host:grad_clip.opt", ["grad_norm.opt"]),
+    ]
+    assert [A.get_int(n, A.DURATION_NS) for n in hosts] == [SYNC + 1_000, SYNC + 1_000]
+
+
+def test_dropless_moe_step_time_by_hand(tmp_path: Path) -> None:
+    # One micro-batch of the tiny MoE layer at EP 2, 10 ms a launch: from the token-count read on, every
+    # kernel waits for its launch, so the step is the permute's end + read + the launches up to the
+    # grad-norm kernel + its run + read + the optimizer's four launches + zero_grad's run. Launches after
+    # moe_permute, counted from the layer as Megatron-Core runs it: forward dispatch all-to-all, sort,
+    # up/gate, act, down, unsort, combine all-to-all, unpermute, bias-dropout-add, final norm, LM head (11)
+    # and the cross-entropy's 6 kernels: 17; backward, 26 ops of which 7 launch 2 kernels (the loss's
+    # scale and cast, and the input- and weight-gradient GEMMs of the LM head, expert down and up/gate,
+    # router, attention out and QKV): 33; the DP gradient AllReduce and grad_norm: 52. Then grad_clip,
+    # Adam, param_copy, zero_grad: 4.
+    L = 10_000_000
+    spec = {**MOE, "micro_batches": 1}
+    on = _replay(tmp_path, spec, "moe1_on", 2)
+    off = _replay(tmp_path, {**spec, "host_dispatch": "off"}, "moe1_off", 2)
+    t0 = _op(off, "L1.moe_permute.fwd.mb0")["end_ns"]
+    grad_norm, zero_grad = _op(on, "grad_norm.opt"), _op(on, "zero_grad.opt")
+    assert grad_norm["start_ns"] == t0 + SYNC + 52 * L
+    want = t0 + SYNC + 52 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
+    assert on.per_rank_finish_ns == [want, want]
+
+
+def test_host_nodes_sit_before_their_kernels_and_the_set_validates(tmp_path: Path) -> None:
+    # Two micro-batches of the tiny MoE at EP 2 (nearly every kernel gated) and a TP 2 plan with the
+    # distributed optimizer: dense ids, every dependency an earlier node, the validator finds nothing.
+    from xsim.traces.checks import check_all
+    from xsim.traces.groups import resolve_groups
+    from xsim.traces.traceset import discover
+
+    tp = {**DENSE, "device_groups": [{"gpu": "H100", "ranks": [0, 1], "tp": 2}], "sequence_parallel": True}
+    for k, spec in enumerate((MOE, {**tp, "host_dispatch": "on", "host_launch_us": 50})):
+        out = tmp_path / str(k)
+        generate(load_spec(spec)).write(out, "h")
+        ts = discover(out)
+        files = list(ts)
+        groups = resolve_groups(((f.path, f.nodes) for f in files), ts.num_ranks, directory=str(out))
+        assert [str(f) for f in check_all(files, groups)] == []
+        for et in files:
+            assert [n.id for n in et.nodes] == list(range(len(et.nodes)))
+            for n in et.nodes:
+                assert all(d < n.id for d in (*n.data_deps, *n.ctrl_deps)), n.name
+            assert any(n.name.startswith("host:") for n in et.nodes)
+
+
+def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch) -> None:
+    # The rule gates only kernels the host can delay; gating every kernel after the first read must give
+    # the same replay to the nanosecond (every GPU node's start and end), with more nodes.
+    spec = {**MOE, "micro_batches": 3, "host_launch_us": 2}
+
+    def starts(res) -> dict:
+        return {(r["rank"], r["name"]): (r["start_ns"], r["end_ns"]) for r in res.ops.iter_rows(named=True)
+                if not r["name"].startswith("host:")}  # fmt: skip
+
+    bounded = _replay(tmp_path, spec, "bounded", 2)
+    launch = HostTimeline.launch
+
+    def every(self, deps, launches):
+        got = launch(self, deps, launches)
+        if got is None and self.epoch >= 0 and launches:
+            got = (self.acc, self.wait, self.prev)
+            self.acc, self.wait, self._start = 0, -1, self.host
+        return got
+
+    monkeypatch.setattr(HostTimeline, "launch", every)
+    full = _replay(tmp_path, spec, "every", 2)
+    assert starts(full) == starts(bounded)
+    assert full.per_rank_finish_ns == bounded.per_rank_finish_ns
+    assert len(full.ops) > len(bounded.ops)
