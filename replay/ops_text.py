@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 # overlap a field's last characters), control codes no trace name is expected to hold; one that occurs in
 # a field is detected (more terminators than rows) and the next is tried.
 TERMINATORS = ("\x1e", "\x1f", "\x1d", "\x1c", "\x00")
+# Representative rows rendered per call when their text is made (bounds the Python strings held at once).
+RENDER_ROWS = 1 << 16
 # The ops columns written as they are (ints, null as empty, and pg_name where it needs no quotes).
 _OWN = ("rank", "pg_name", "collective", "p2p", "peer", "device_group")
 
@@ -43,6 +45,20 @@ def render_rows(df: pl.DataFrame) -> list[str] | None:
         if text.count(t) == n:
             return text.split(t)[:n]
     return None
+
+
+def _render_series(df: pl.DataFrame) -> pl.Series | None:
+    """render_rows as a String Series, RENDER_ROWS rows at a time (the text of a few million
+    representative rows as one Python string and list would be ~0.3 KB a row at once)."""
+    import polars as pl
+
+    parts = []
+    for a in range(0, max(df.height, 1), RENDER_ROWS):
+        rows = render_rows(df.slice(a, RENDER_ROWS))
+        if rows is None:
+            return None
+        parts.append(pl.Series(rows, dtype=pl.String))
+    return pl.concat(parts)
 
 
 def _blocks(columns: list[str]) -> list[list[str]]:
@@ -69,15 +85,14 @@ class OpsText:
     from them."""
 
     def __init__(self, rep: pl.DataFrame) -> None:
-        import polars as pl
 
         self.blocks = _blocks(rep.columns)
         self.text: list[pl.Series] = []
         for cols in self.blocks:
-            rows = render_rows(rep.select(cols))
-            if rows is None:
+            block = _render_series(rep.select(cols))
+            if block is None:
                 break
-            self.text.append(pl.Series(rows, dtype=pl.String))
+            self.text.append(block)
         self.ok = len(self.text) == len(self.blocks)
         self._plain: set[str] = set()  # pg_name values polars writes unquoted
         self.pg_plain = self.ok and self._unquoted(rep["pg_name"].drop_nulls().unique().to_list())
