@@ -286,7 +286,7 @@ class FoldedTables:
         delta = np.repeat(self.delta[ranks], ln)
         if delta.any():
             own["node_id"] = pl.Series((self.cols["node_id"][idx] + delta).astype(np.uint64), dtype=pl.UInt64)
-        lab = self._rank_labels(ranks, sl, base)
+        lab = self._rank_labels(ranks, base)
         for k, at, vals in (("name", lab.name_at, lab.name_v), ("pg_name", lab.pg_at, lab.pg_v)):
             if at:
                 own[k] = frame[k].scatter(np.concatenate(at), pl.Series(vals, dtype=pl.String))
@@ -316,7 +316,7 @@ class FoldedTables:
         out[2][r] = np.where(has, self.rep[k, np.maximum(self.peer_slot[g], 0)], -1)
         return out[0], out[1], out[2]
 
-    def _rank_labels(self, ranks, sl, base) -> _Labels:
+    def _rank_labels(self, ranks: np.ndarray, base: np.ndarray) -> _Labels:
         """Labels: names, process-group names, device-group ids and annotations where a rank's own
         differ from its representative's (row positions in the chunk)."""
         lab_rows = _Labels([], [], [], [], [], [], [], [])

@@ -206,7 +206,8 @@ class ReplayResult:
         if self._tables[i] is None and i == 0 and self._ops_chunks is not None:
             import polars as pl
 
-            self._tables = (pl.concat(list(self._ops_chunks())), *self._tables[1:])
+            # One contiguous frame: a folded chunk's columns are slices of its representatives' rows.
+            self._tables = (pl.concat(list(self._ops_chunks()), rechunk=True), *self._tables[1:])
         return self._tables[i]
 
     @property
