@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from xsim.replay.engine import EngineOutput, canonical_ids
 from xsim.replay.fold import Copies
+from xsim.replay.ops_text import ChunkRows, OpsText
 from xsim.replay.program import ANNOTATION_COLUMNS, Program, strings_series
 from xsim.replay.result import (
     OpsColumns,
     ReplayResult,
+    _annotation_ints,
+    _annotation_strings,
+    _nullable,
     collectives_frame,
     ops_frame,
     rank_columns,
@@ -39,6 +45,27 @@ def _ramp(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     total = int(lens.sum())
     offs = np.repeat(starts - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
     return offs + np.arange(total, dtype=np.int64)
+
+
+def _write_csv(text: OpsText, frame, df, rows: ChunkRows, fh) -> None:
+    """A chunk's CSV rows (no header) to fh: from the representatives' text, else by polars' writer."""
+    if not (text.ok and text.write(fh, frame, rows)):
+        df.write_csv(fh, include_header=False)
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """A chunk's rows whose labels are the rank's own: names, process-group names (row positions and
+    values), device-group ids (rows, one value per rank) and whole annotations (row, dict)."""
+
+    name_at: list
+    name_v: list
+    pg_at: list
+    pg_v: list
+    dg_at: list
+    dg_own: list
+    ann_at: list
+    ann_v: list
 
 
 class FoldedTables:
@@ -176,143 +203,167 @@ class FoldedTables:
 
     def ops_chunks(self) -> Iterator:
         """The ops table, a chunk of whole ranks at a time (rank order)."""
-        prog = self.prog
-        names = strings_series(prog.name)
-        pgs = strings_series(prog.pg_name)
+        for frame, _rows in self._derived():
+            yield frame.select(self._ops_columns)
+
+    def ops_parts(self) -> Iterator[tuple]:
+        """The ops table's chunks, each with a function writing its CSV rows (no header) to a binary file,
+        equal to the frame's `write_csv`: the rows assembled from the representatives' text
+        (replay/ops_text.py), or polars' writer where that text cannot be split apart."""
+        for frame, rows in self._derived():
+            df = frame.select(self._ops_columns)
+            yield df, partial(_write_csv, self._text, frame, df, rows)
+
+    def _rep_frame(self):
+        """The representatives' ops rows (prog order) and their CSV text blocks, as every folded rank's
+        rows start from them (no communication ids: a row of a copy gets its own)."""
+        prog, n = self.prog, self.prog.num_nodes
+        none = np.full(n, -1, dtype=np.int64)
+        ann = {
+            k: _annotation_ints(prog, k, n) if typ == "int" else _annotation_strings(prog, k, n)
+            for k, typ in ANNOTATION_COLUMNS.items()
+        }
+        rep = ops_frame(
+            OpsColumns(
+                rank=np.repeat(self.rep[0], np.diff(self.off)),
+                node_id=self.cols["node_id"],
+                name=strings_series(prog.name),
+                node_type=self.cols["node_type"],
+                kind=self.cols["kind"],
+                start=self.start,
+                end=self.end,
+                ready=self.ready,
+                wait=self.wait,
+                nbytes=self.cols["nbytes"],
+                comm_type=self.cols["comm_type"],
+                pg_name=strings_series(prog.pg_name),
+                collective=none,
+                p2p=none,
+                peer=none,
+                annotations=ann,
+            )
+        )
+        self._ops_columns = rep.columns
+        self._text = OpsText(rep)
+        self._dg = ann.get(DEVICE_GROUP) if ANNOTATION_COLUMNS.get(DEVICE_GROUP) == "int" else None
+        self._dict_row = np.zeros(n, dtype=bool)
+        self._dict_row[list(prog.annotations)] = True
+        self._comm_row = (self.ci >= 0) | (self.cs >= 0) | (self.pp >= 0)
+        return rep.with_columns(self._text.columns()) if self._text.ok else rep
+
+    def _derived(self) -> Iterator[tuple]:
+        """Each chunk's frame (ops columns and text blocks) and ChunkRows, whole ranks at a time, about
+        CHUNK_ROWS rows each."""
+        rep = self._rep_frame()
+        # Each slot's rows as a slice of the representatives' frame: a chunk is these slices in rank
+        # order, concatenated without copying (a gather by row copied every column: ~0.2 us a row).
+        slices = [rep.slice(int(a), int(b - a)) for a, b in zip(self.off[:-1], self.off[1:], strict=True)]
         cum = self.full_off
         n = len(self.lens)
         x0 = 0
         while x0 < n:
             x1 = int(np.searchsorted(cum, cum[x0] + CHUNK_ROWS, side="right")) - 1
             x1 = min(max(x1, x0 + 1), n)
-            yield ops_frame(self._chunk(x0, x1, names, pgs))
+            yield self._chunk(slices, x0, x1)
             x0 = x1
 
-    def _chunk(self, x0: int, x1: int, names, pgs) -> OpsColumns:
-        """The ops columns of ranks x0..x1-1."""
+    def _chunk(self, slices: list, x0: int, x1: int) -> tuple:
+        """Ranks x0..x1-1: their representatives' rows, then what is each rank's own replaced."""
         import polars as pl
 
-        prog = self.prog
         ranks = np.arange(x0, x1, dtype=np.int64)
         sl, kk, ln = self.slot_of[ranks], self.k_of[ranks], self.lens[ranks]
         idx = _ramp(self.off[sl], ln)
-        krow = np.repeat(kk, ln)
         base = self.full_off[ranks] - self.full_off[x0]  # each rank's first row in the chunk
-        ci, cs = self.ci[idx], self.cs[idx]
-        coll = np.full(len(idx), -1, dtype=np.int64)
+        frame = pl.concat([slices[i] for i in sl.tolist()], rechunk=False)
+        coll, p2p, peer = self._ids(idx, np.repeat(kk, ln))
+        own = {
+            "rank": pl.Series(np.repeat(ranks, ln).astype(np.int32), dtype=pl.Int32),
+            "collective": _nullable(coll, coll >= 0, pl.Int64),
+            "p2p": _nullable(p2p, p2p >= 0, pl.Int64),
+            "peer": _nullable(peer, peer >= 0, pl.Int32),
+        }
+        delta = np.repeat(self.delta[ranks], ln)
+        if delta.any():
+            own["node_id"] = pl.Series((self.cols["node_id"][idx] + delta).astype(np.uint64), dtype=pl.UInt64)
+        lab = self._rank_labels(ranks, base)
+        for k, at, vals in (("name", lab.name_at, lab.name_v), ("pg_name", lab.pg_at, lab.pg_v)):
+            if at:
+                own[k] = frame[k].scatter(np.concatenate(at), pl.Series(vals, dtype=pl.String))
+        own.update(self._own_annotations(frame, idx, lab))
+        frame = frame.with_columns(**own)
+        own_ids = np.concatenate([*lab.name_at, np.flatnonzero(delta)])
+        return frame, ChunkRows(own_ids, np.asarray(lab.ann_at, np.int64), lab.pg_v)
+
+    def _ids(self, idx: np.ndarray, krow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each row's collective, P2P pair and peer (-1: none) in its own copy (worked out on the rows
+        of communication nodes only)."""
+        out = [np.full(len(idx), -1, dtype=np.int64) for _ in range(3)]
+        r = np.flatnonzero(self._comm_row[idx])
+        if not len(r):
+            return out[0], out[1], out[2]
+        g, k = idx[r], krow[r]
+        ci, cs, pp = self.ci[g], self.cs[g], self.pp[g]
+        coll = np.full(len(r), -1, dtype=np.int64)
         if self.id_in.size:
-            coll = np.where(ci >= 0, self.id_in[krow, np.maximum(ci, 0)], coll)
+            coll = np.where(ci >= 0, self.id_in[k, np.maximum(ci, 0)], coll)
         if self.id_sh.size:
-            coll = np.where(cs >= 0, self.id_sh[krow, np.maximum(cs, 0)], coll)
-        pp = self.pp[idx]
+            coll = np.where(cs >= 0, self.id_sh[k, np.maximum(cs, 0)], coll)
         has = pp >= 0
-        p2p = np.where(has, self.id_p[krow, np.maximum(pp, 0)], -1) if self.id_p.size else pp
-        peer = np.where(has, self.rep[krow, np.maximum(self.peer_slot[idx], 0)], -1)
-        # Labels: names, process-group names, node ids, annotations, rank by rank where they differ.
-        name_at, name_v, pg_at, pg_v = [], [], [], []
-        ann = {}
-        for k, typ in ANNOTATION_COLUMNS.items():
-            col = prog.ann_cols.get(k)
-            if typ == "int":
-                ann[k] = (
-                    (col[0][idx], col[1][idx])
-                    if col is not None
-                    else (
-                        np.zeros(len(idx), np.int64),
-                        np.zeros(len(idx), bool),
-                    )
-                )
-            else:
-                codes = col[0][idx] if col is not None else np.full(len(idx), -1, np.int64)
-                ann[k] = (codes, col[1] if col is not None else [])
-        dicts: dict[int, dict] = {}
-        rep_dicts = self._rep_dicts()
-        null_rows: list[int] = []
-        for x, i, b in zip(ranks.tolist(), sl.tolist(), base.tolist(), strict=True):
-            lo = int(self.off[i])
-            for g, a in rep_dicts[i]:
-                dicts[b + g - lo] = a
+        out[0][r] = coll
+        if self.id_p.size:
+            out[1][r] = np.where(has, self.id_p[k, np.maximum(pp, 0)], -1)
+        out[2][r] = np.where(has, self.rep[k, np.maximum(self.peer_slot[g], 0)], -1)
+        return out[0], out[1], out[2]
+
+    def _rank_labels(self, ranks: np.ndarray, base: np.ndarray) -> _Labels:
+        """Labels: names, process-group names, device-group ids and annotations where a rank's own
+        differ from its representative's (row positions in the chunk)."""
+        lab_rows = _Labels([], [], [], [], [], [], [], [])
+        for x, b in zip(ranks.tolist(), base.tolist(), strict=True):
             lab = self.labels[x]
             if lab is None:
                 continue
             if lab.names:
-                name_at.append(np.fromiter(lab.names, np.int64, len(lab.names)) + b)
-                name_v.extend(lab.names.values())
+                lab_rows.name_at.append(np.fromiter(lab.names, np.int64, len(lab.names)) + b)
+                lab_rows.name_v.extend(lab.names.values())
             if lab.pg_names:
-                pg_at.append(np.fromiter(lab.pg_names, np.int64, len(lab.pg_names)) + b)
-                pg_v.extend(lab.pg_names.values())
+                lab_rows.pg_at.append(np.fromiter(lab.pg_names, np.int64, len(lab.pg_names)) + b)
+                lab_rows.pg_v.extend(lab.pg_names.values())
             if lab.device_group is not None and len(lab.dg_nodes):
-                own = lab.device_group[1]
-                rows = b + np.asarray(lab.dg_nodes, dtype=np.int64)
-                for g in rows.tolist() if dicts else ():  # only the representatives' dicts hold these rows
-                    if g in dicts:
-                        a = dict(dicts[g])
-                        a[DEVICE_GROUP] = own
-                        dicts[g] = a
-                if DEVICE_GROUP in ann and ANNOTATION_COLUMNS[DEVICE_GROUP] == "int":
-                    vals, ok = ann[DEVICE_GROUP]
-                    vals[rows] = np.where(ok[rows], own, 0)
+                lab_rows.dg_at.append(b + np.asarray(lab.dg_nodes, dtype=np.int64))
+                lab_rows.dg_own.append(lab.device_group[1])
             for j, v in lab.annotations.items():
-                dicts[b + j] = v
-                null_rows.append(b + j)
-        out_ann: dict[str, object] = {}
-        rows_n = np.asarray(null_rows, dtype=np.int64)
-        for k, typ in ANNOTATION_COLUMNS.items():
-            if typ == "int":
-                vals, ok = ann[k]
-                if len(rows_n):
-                    vals[rows_n], ok[rows_n] = 0, False
-                for g, a in dicts.items():
-                    v = a.get(k)
-                    if v is not None:
-                        vals[g], ok[g] = v, True
-                out_ann[k] = (vals, ok)
-            else:
-                codes, table = ann[k]
-                if len(rows_n):
-                    codes[rows_n] = -1
-                over = [(g, a[k]) for g, a in dicts.items() if a.get(k) is not None]
-                if over:
-                    obj = np.asarray([*table, None], dtype=object)[codes]
-                    for g, v in over:
-                        obj[g] = v
-                    out_ann[k] = obj
-                else:  # the table's strings gathered by code (code -1: the trailing null)
-                    lut = pl.Series([*table, None], dtype=pl.String)
-                    out_ann[k] = lut.gather(np.where(codes < 0, len(table), codes))
-        name = names.gather(idx)
-        if name_at:
-            name = name.scatter(np.concatenate(name_at), pl.Series(name_v, dtype=pl.String))
-        pg = pgs.gather(idx)
-        if pg_at:
-            pg = pg.scatter(np.concatenate(pg_at), pl.Series(pg_v, dtype=pl.String))
-        return OpsColumns(
-            rank=np.repeat(ranks, ln).astype(np.int32),
-            node_id=self.cols["node_id"][idx] + np.repeat(self.delta[ranks], ln),
-            name=name,
-            node_type=self.cols["node_type"][idx],
-            kind=self.cols["kind"][idx],
-            start=self.start[idx],
-            end=self.end[idx],
-            ready=self.ready[idx],
-            wait=self.wait[idx],
-            nbytes=self.cols["nbytes"][idx],
-            comm_type=self.cols["comm_type"][idx],
-            pg_name=pg,
-            collective=coll,
-            p2p=p2p,
-            peer=peer,
-            annotations=out_ann,
-        )
+                lab_rows.ann_at.append(b + j)
+                lab_rows.ann_v.append(v)
+        return lab_rows
 
-    def _rep_dicts(self) -> list[list[tuple[int, dict]]]:
-        """Per representative slot, its nodes built as dicts (node by node): (node, annotations)."""
-        if not hasattr(self, "_dicts"):
-            d: list[list[tuple[int, dict]]] = [[] for _ in range(len(self.off) - 1)]
-            for g, a in sorted(self.prog.annotations.items()):
-                d[int(np.searchsorted(self.off, g, side="right")) - 1].append((g, a))
-            self._dicts = d
-        return self._dicts
+    def _own_annotations(self, frame, idx: np.ndarray, lab: _Labels) -> dict:
+        """The annotation columns a chunk's labels change: a rank's own device group on its nodes that
+        differ only in it (valid where the representative's is, or the node's annotations are its own
+        dict), and the nodes whose annotations are all the rank's own."""
+        import polars as pl
+
+        out: dict = {}
+        at = np.asarray(lab.ann_at, dtype=np.int64)
+        if lab.dg_at and self._dg is not None:
+            vals, ok = self._dg[0][idx], self._dg[1][idx]
+            for rows, v in zip(lab.dg_at, lab.dg_own, strict=True):
+                ok[rows] |= self._dict_row[idx[rows]]
+                vals[rows] = np.where(ok[rows], v, 0)
+            if len(at):
+                got = [a.get(DEVICE_GROUP) for a in lab.ann_v]
+                vals[at] = [0 if v is None else v for v in got]
+                ok[at] = [v is not None for v in got]
+            out[DEVICE_GROUP] = _nullable(vals, ok, pl.Int64)
+        if not len(at):
+            return out
+        schema = frame.schema
+        for k in ANNOTATION_COLUMNS:
+            if k not in out:
+                vals = pl.Series([a.get(k) for a in lab.ann_v], dtype=schema[k])
+                out[k] = frame[k].scatter(at, vals)
+        return out
 
     def result(self, *, network_name: str, comm_mode: str, sim_wall_s: float) -> ReplayResult:
         """The replay's result: ranks, collectives and summary now, the ops table streamed on demand."""
@@ -359,12 +410,11 @@ class FoldedTables:
             rank_arrays=rank_cols,
             num_stages=len(stages),
             ops_chunks=self.ops_chunks,
+            ops_parts=self.ops_parts,
         )
 
     def _stages(self) -> set[int]:
         """Distinct `stage` values of every rank: the representatives' and any a folded rank's own labels set."""
-        from xsim.replay.result import _annotation_ints
-
         stage, ok = _annotation_ints(self.prog, "stage", self.prog.num_nodes)
         out = set(stage[ok].tolist())
         for lab in self.labels:

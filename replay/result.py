@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 from xsim.replay.engine import EngineOutput
@@ -174,11 +174,15 @@ class ReplayResult:
         rank_arrays: dict[str, np.ndarray] | None = None,
         num_stages: int | None = None,
         ops_chunks: Callable[[], Iterator[pl.DataFrame]] | None = None,
+        ops_parts: Callable[[], Iterator[tuple[pl.DataFrame, Callable[[BinaryIO], None]]]] | None = None,
     ) -> None:
         self._tables = (ops, ranks, collectives, summary)
         # The ops table as chunks of ranks (a folded replay's expansion, replay/fold_tables.py): written
         # chunk by chunk, never held whole unless a caller reads `ops`.
         self._ops_chunks = ops_chunks
+        # The same chunks, each with a function writing its CSV rows (no header) to a binary file, equal to
+        # the chunk's `write_csv` (a folded replay's rows from pre-rendered text: replay/ops_text.py).
+        self._ops_parts = ops_parts
         self._build = tables
         self.per_rank_finish_ns = per_rank_finish_ns
         self.paths = paths
@@ -202,7 +206,8 @@ class ReplayResult:
         if self._tables[i] is None and i == 0 and self._ops_chunks is not None:
             import polars as pl
 
-            self._tables = (pl.concat(list(self._ops_chunks())), *self._tables[1:])
+            # One contiguous frame: a folded chunk's columns are slices of its representatives' rows.
+            self._tables = (pl.concat(list(self._ops_chunks()), rechunk=True), *self._tables[1:])
         return self._tables[i]
 
     @property
@@ -282,19 +287,21 @@ class ReplayResult:
         import polars as pl
 
         with open(csv, "wb") as fh:
-            header = [True]
+            fh.write(pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv().encode())  # the header
 
             def chunks() -> Iterator[pl.DataFrame]:
+                if self._ops_parts is not None:
+                    for df, write in self._ops_parts():
+                        write(fh)
+                        yield df
+                    return
                 for df in self._ops_chunks():
-                    df.write_csv(fh, include_header=header[0])
-                    header[0] = False
+                    df.write_csv(fh, include_header=False)
                     yield df
 
             _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(
                 parquet, compression="zstd", statistics=True, row_group_size=ROW_GROUP
             )
-            if header[0]:  # no rows: the header alone, as an empty table writes it
-                pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv(fh)
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
