@@ -33,12 +33,19 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xsim.netmodels.errors import NetworkModelError
+
 _push = heapq.heappush
 
 _RANK_BITS = 21
 
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
+
+# Sequence numbers of scheduled events step by this much; a rank's tick list (SysEvents) numbers the events
+# that join it after its first one with the numbers in between, so one tick holds up to SEQ_STEP - 1 joins
+# (one rank's system-layer events of one nanosecond: a few per stream in flight on that rank).
+SEQ_STEP = 1 << 24
 
 
 def _call(cb: Callable) -> None:
@@ -51,6 +58,8 @@ class EventLoop:
 
     Every event is (time, sequence number, fn, arg); `cur` is the sequence number of the event running now,
     so a caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run.
+    Sequence numbers step by SEQ_STEP: the numbers between two steps belong to the events that join a rank's
+    tick list (SysEvents), which run right after the list's first event, before anything scheduled later.
     """
 
     __slots__ = ("now", "cur", "_heap", "_seq")
@@ -63,12 +72,12 @@ class EventLoop:
 
     def at(self, t: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) at time t (>= now)."""
-        self._seq += 1
+        self._seq += SEQ_STEP
         heapq.heappush(self._heap, (t, self._seq, fn, arg))
 
     def reserve(self) -> int:
         """A sequence number for an event that may be scheduled later, at the place it takes now."""
-        self._seq += 1
+        self._seq += SEQ_STEP
         return self._seq
 
     def starting(self, t: int) -> None:
@@ -211,12 +220,12 @@ class AwareNet:
                     link.queued = True
                     _push(heap, (ft, link.free_seq, free, link))
                 return
-            loop._seq += 1
+            loop._seq += SEQ_STEP
             if last:
                 _push(heap, (now + hop, loop._seq, arrive, [links, 0, hold, hop, cb, arg, last]))
             else:
                 _push(heap, (now + hop, loop._seq, cb, arg))
-            loop._seq += 1
+            loop._seq += SEQ_STEP
             link.free_t = now + hold
             link.free_seq = loop._seq
 
@@ -239,12 +248,12 @@ class AwareNet:
             return
         # _transmit, inlined (every hop of every message passes here). The last hop's arrival is the
         # message's callback itself (the event _arrive would run it at the same place).
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         if item[1] == item[6]:
             _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
         else:
             _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = loop._seq
 
@@ -252,12 +261,12 @@ class AwareNet:
         loop = self.loop
         now = loop.now
         # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         if item[1] == item[6]:
             _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
         else:
             _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = loop._seq
 
@@ -284,12 +293,12 @@ class AwareNet:
                 link.queued = True
                 _push(loop._heap, (ft, link.free_seq, self._free, link))
             return
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         if i == item[6]:
             _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
         else:
             _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
+        loop._seq += SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = loop._seq
 
@@ -353,36 +362,47 @@ def _cell_arrived(cell: list) -> None:
 
 
 class SysEvents:
-    """Sys::try_register_event: a rank's events of one tick form one list, run together by a single loop
-    event (scheduled when the tick's first event is registered); events added to a tick whose list is running
-    join it."""
+    """Sys::try_register_event: a rank's events of one tick form one list, run together where the tick's first
+    event was registered; events added to a tick whose list is running join it.
+
+    The list is no object: its first event goes into the loop with a fresh sequence number and each event
+    that joins it with the next number after the list's last one (EventLoop numbers step by SEQ_STEP), so
+    they run one after the other right after the first, as the list would. Per tick (time and rank as one
+    int) only the list's last number is kept: the list has not run out while the loop's current event is not
+    past it.
+    """
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self._lists: dict[int, list] = {}
+        self._last: dict[
+            int, int
+        ] = {}  # (t << _RANK_BITS) | rank -> sequence number of its list's last event
+        self._sweep_at = 4096  # drop the ticks already past once this many are kept
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
-        t = self.loop.now + delay
+        loop = self.loop
+        t = loop.now + delay
         key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
-        lst = self._lists.get(key)
-        if lst is None:
-            # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
-            lst = self._lists[key] = [key, fn, arg]
-            loop = self.loop
-            loop._seq += 1  # EventLoop.at, inlined
-            _push(loop._heap, (t, loop._seq, self._run, lst))
-        else:
-            lst.append(fn)
-            lst.append(arg)
+        last = self._last.get(key)
+        if last is not None and (delay or loop.cur <= last):  # the tick's list is pending or running: join
+            last += 1
+            if not last % SEQ_STEP:
+                raise NetworkModelError(f"rank {rank}: over {SEQ_STEP - 1:,} system-layer events in one ns")
+            self._last[key] = last
+            _push(loop._heap, (t, last, fn, arg))
+            return
+        loop._seq += SEQ_STEP  # EventLoop.at, inlined
+        self._last[key] = loop._seq
+        _push(loop._heap, (t, loop._seq, fn, arg))
+        if len(self._last) >= self._sweep_at:
+            self._sweep()
 
-    def _run(self, lst: list) -> None:
-        lst[1](lst[2])
-        i = 3  # events registered for this tick while it runs join the list
-        while i < len(lst):
-            lst[i](lst[i + 1])
-            i += 2
-        del self._lists[lst[0]]
+    def _sweep(self) -> None:
+        """Forget the ticks before now (their lists have run): amortised, the kept ticks stay few."""
+        now = self.loop.now << _RANK_BITS
+        self._last = {k: v for k, v in self._last.items() if k >= now}
+        self._sweep_at = max(4096, 2 * len(self._last))
 
 
 @dataclass(frozen=True)
