@@ -1149,26 +1149,12 @@ class AstraModel(ClosedFormModel):
             due = self._members_due
             if due and due[0][0] <= until:
                 until = due[0][0] - 1
-            loop = world.loop
-            heap = loop._heap
-            if heap and heap[0][0] <= until:
-                pop = heapq.heappop
-                out = self._members_out
-                fresh = self._fresh
-                fresh.clear()
-                while heap:
-                    e = pop(heap)
-                    if e[0] > until:
-                        heapq.heappush(heap, e)  # (time, sequence) keys are unique: the same heap order
-                        break
-                    t, s, fn, arg = e
-                    loop.now = t
-                    loop.cur = s
-                    fn(arg)
-                    if out or fresh:
-                        # The engine takes it from here: advance(now) runs the rest of this time and hands
-                        # over the completion or the finished members (member_finishes).
-                        return t
+            self._fresh.clear()
+            # The engine takes it from a stop: advance(now) runs the rest of this time and hands over the
+            # completion or the finished members (member_finishes).
+            t = world.loop.run_quiet(until, self._members_out, self._fresh)
+            if t is not None:
+                return t
         return self.next_event_ns()
 
     def advance(self, until_ns: int) -> list[Completion]:

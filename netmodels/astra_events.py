@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from xsim.netmodels.errors import NetworkModelError
 
 _push = heapq.heappush
+_pop = heapq.heappop
+_NEVER = 1 << 126  # later than any event time (ns)
 
 _RANK_BITS = 21
 
@@ -56,24 +58,46 @@ def _call(cb: Callable) -> None:
 class EventLoop:
     """Integer-time event queue; ties run in scheduling order (ASTRA-sim's EventQueue: a FIFO list per time).
 
-    Every event is (time, sequence number, fn, arg); `cur` is the sequence number of the event running now,
-    so a caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run.
-    Sequence numbers step by SEQ_STEP: the numbers between two steps belong to the events that join a rank's
-    tick list (SysEvents), which run right after the list's first event, before anything scheduled later.
+    Every event has a time and a sequence number; `cur` is the sequence number of the event running now, so a
+    caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run. The
+    events of one time are one list of (sequence number, fn, arg) in sequence order, and a heap holds the
+    times: an event scheduled with a fresh number goes last in its time's list (no heap operation unless the
+    time is new); one scheduled with a number taken earlier (`put`) is inserted at its place. Sequence
+    numbers step by SEQ_STEP: the numbers between two steps belong to the events that join a rank's tick list
+    (SysEvents), which run right after the list's first event, before anything scheduled later.
     """
 
-    __slots__ = ("now", "cur", "_heap", "_seq")
+    __slots__ = ("now", "cur", "_seq", "_times", "_at", "_it")
 
     def __init__(self) -> None:
         self.now = 0
         self.cur = 0
-        self._heap: list[tuple[int, int, Callable, object]] = []
         self._seq = 0
+        self._times: list[int] = []  # heap of the times that have events
+        self._at: dict[int, list[tuple[int, Callable, object]]] = {}  # time -> its events in sequence order
+        self._it = None  # iterator over the first time's events when a run stopped inside them (run_quiet)
 
     def at(self, t: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) at time t (>= now)."""
-        self._seq += SEQ_STEP
-        heapq.heappush(self._heap, (t, self._seq, fn, arg))
+        self._seq = s = self._seq + SEQ_STEP
+        b = self._at.get(t)
+        if b is None:
+            self._at[t] = [(s, fn, arg)]
+            _push(self._times, t)
+        else:
+            b.append((s, fn, arg))
+
+    def put(self, t: int, seq: int, fn: Callable, arg: object) -> None:
+        """Run fn(arg) at time t at the place of sequence number seq (reserved earlier, or a tick list's)."""
+        b = self._at.get(t)
+        if b is None:
+            self._at[t] = [(seq, fn, arg)]
+            _push(self._times, t)
+            return
+        i = len(b)
+        while i and b[i - 1][0] > seq:  # never before the event running now: seq > cur at time now
+            i -= 1
+        b.insert(i, (seq, fn, arg))
 
     def reserve(self) -> int:
         """A sequence number for an event that may be scheduled later, at the place it takes now."""
@@ -87,28 +111,54 @@ class EventLoop:
 
     def next_time(self) -> int | None:
         """Time of the earliest pending event."""
-        return self._heap[0][0] if self._heap else None
+        times = self._times
+        if self._it is not None and not self._it.__length_hint__():
+            # A stopped run ended on the last event of its time: that time has nothing left.
+            self._it = None
+            del self._at[_pop(times)]
+        return times[0] if times else None
 
     def run_until(self, until: int | None) -> None:
         """Process every event with time <= until (all when None)."""
-        heap = self._heap
-        pop = heapq.heappop
-        if until is None:
-            while heap:
-                t, s, fn, arg = pop(heap)
-                self.now = t
+        times, at = self._times, self._at
+        limit = _NEVER if until is None else until
+        while times and times[0] <= limit:
+            t = self.now = times[0]
+            it = self._it
+            if it is None:
+                it = at[t]
+            else:
+                self._it = None
+            for s, fn, arg in it:  # events scheduled for t while it runs join the list and run here
                 self.cur = s
                 fn(arg)
-        else:
-            while heap and heap[0][0] <= until:
-                t, s, fn, arg = pop(heap)
-                self.now = t
-                self.cur = s
-                fn(arg)
-            if until > self.now:
-                self.now = until
+            _pop(times)
+            del at[t]
+        if until is not None and until > self.now:
+            self.now = until
         # Every event of this time, reserved ones included, counts as run.
         self.cur = self._seq
+
+    def run_quiet(self, until: int, a: list, b: list) -> int | None:
+        """Process the events with time <= until, stopping right after the one that leaves a or b non-empty
+        (returns its time; the rest of that time stays for run_until); None when all ran."""
+        times, at = self._times, self._at
+        while times and times[0] <= until:
+            t = self.now = times[0]
+            it = self._it
+            if it is None:
+                it = iter(at[t])
+            else:
+                self._it = None
+            for s, fn, arg in it:
+                self.cur = s
+                fn(arg)
+                if a or b:
+                    self._it = it
+                    return t
+            _pop(times)
+            del at[t]
+        return None
 
 
 class UnawareNet:
@@ -208,7 +258,7 @@ class AwareNet:
         """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
         links, hold, hop = self._shape(src, dst, size)
         link, last, loop, arrive, free = links[0], len(links) - 1, self.loop, self._arrive, self._free
-        heap = loop._heap
+        at, times = loop._at, loop._times
 
         def send(cb: Callable, arg: object) -> None:
             # _enter of the first link, inlined (a ring sends every message here).
@@ -218,16 +268,20 @@ class AwareNet:
                 link.pending.append([links, 0, hold, hop, cb, arg, last])
                 if not link.queued:
                     link.queued = True
-                    _push(heap, (ft, link.free_seq, free, link))
+                    loop.put(ft, link.free_seq, free, link)
                 return
-            loop._seq += SEQ_STEP
-            if last:
-                _push(heap, (now + hop, loop._seq, arrive, [links, 0, hold, hop, cb, arg, last]))
+            loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+            e = (s, arrive, [links, 0, hold, hop, cb, arg, last]) if last else (s, cb, arg)
+            t = now + hop
+            b = at.get(t)
+            if b is None:
+                at[t] = [e]
+                _push(times, t)
             else:
-                _push(heap, (now + hop, loop._seq, cb, arg))
-            loop._seq += SEQ_STEP
+                b.append(e)
+            loop._seq = s + SEQ_STEP
             link.free_t = now + hold
-            link.free_seq = loop._seq
+            link.free_seq = s + SEQ_STEP
 
         return send
 
@@ -244,28 +298,19 @@ class AwareNet:
             link.pending.append(item)
             if not link.queued:
                 link.queued = True
-                _push(loop._heap, (ft, link.free_seq, self._free, link))
+                loop.put(ft, link.free_seq, self._free, link)
             return
-        # _transmit, inlined (every hop of every message passes here). The last hop's arrival is the
-        # message's callback itself (the event _arrive would run it at the same place).
-        loop._seq += SEQ_STEP
-        if item[1] == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
-        else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += SEQ_STEP
-        link.free_t = now + item[2]
-        link.free_seq = loop._seq
+        self._transmit(link, item)
 
     def _transmit(self, link: _Link, item: list) -> None:
         loop = self.loop
         now = loop.now
-        # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
-        loop._seq += SEQ_STEP
+        # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free. The
+        # last hop's arrival is the message's callback itself (the event _arrive would run it at that place).
         if item[1] == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+            loop.at(now + item[3], item[4], item[5])
         else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
+            loop.at(now + item[3], self._arrive, item)
         loop._seq += SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = loop._seq
@@ -275,7 +320,7 @@ class AwareNet:
         pending = link.pending
         self._transmit(link, pending.popleft())
         if pending:
-            _push(self.loop._heap, (link.free_t, link.free_seq, self._free, link))
+            self.loop.put(link.free_t, link.free_seq, self._free, link)
         else:
             link.queued = False
 
@@ -291,16 +336,20 @@ class AwareNet:
             link.pending.append(item)
             if not link.queued:
                 link.queued = True
-                _push(loop._heap, (ft, link.free_seq, self._free, link))
+                loop.put(ft, link.free_seq, self._free, link)
             return
-        loop._seq += SEQ_STEP
-        if i == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        e = (s, item[4], item[5]) if i == item[6] else (s, self._arrive, item)
+        t = now + item[3]
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [e]
+            _push(loop._times, t)
         else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += SEQ_STEP
+            b.append(e)
+        loop._seq = s + SEQ_STEP
         link.free_t = now + item[2]
-        link.free_seq = loop._seq
+        link.free_seq = s + SEQ_STEP
 
 
 class Matcher:
@@ -374,9 +423,8 @@ class SysEvents:
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self._last: dict[
-            int, int
-        ] = {}  # (t << _RANK_BITS) | rank -> sequence number of its list's last event
+        # (t << _RANK_BITS) | rank -> the sequence number of its list's last event
+        self._last: dict[int, int] = {}
         self._sweep_at = 4096  # drop the ticks already past once this many are kept
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
@@ -390,11 +438,16 @@ class SysEvents:
             if not last % SEQ_STEP:
                 raise NetworkModelError(f"rank {rank}: over {SEQ_STEP - 1:,} system-layer events in one ns")
             self._last[key] = last
-            _push(loop._heap, (t, last, fn, arg))
+            loop.put(t, last, fn, arg)
             return
-        loop._seq += SEQ_STEP  # EventLoop.at, inlined
-        self._last[key] = loop._seq
-        _push(loop._heap, (t, loop._seq, fn, arg))
+        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        self._last[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, fn, arg)]
+            _push(loop._times, t)
+        else:
+            b.append((s, fn, arg))
         if len(self._last) >= self._sweep_at:
             self._sweep()
 
