@@ -213,6 +213,7 @@ class AwareNet:
         self.links: dict[tuple[int, int], _Link] = {}
         self._paths: dict[tuple[int, int], tuple[_Link, ...]] = {}
         self._times: dict[int, tuple[int, int]] = {}  # size -> (link hold, arrival at the next device)
+        self._senders: dict[tuple[int, int, int], Callable] = {}
 
     def route(self, src: int, dst: int) -> list[int]:
         """Devices a message crosses: Ring shortest direction (clockwise on a tie), Switch via device n."""
@@ -255,7 +256,14 @@ class AwareNet:
         self._enter(links[0], [links, 0, hold, hop, cb, arg, len(links) - 1])
 
     def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
-        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
+        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times
+        (one per shape: it keeps no state of its own)."""
+        send = self._senders.get((src, dst, size))
+        if send is None:
+            send = self._senders[(src, dst, size)] = self._make_sender(src, dst, size)
+        return send
+
+    def _make_sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
         links, hold, hop = self._shape(src, dst, size)
         link, last, loop, arrive, free = links[0], len(links) - 1, self.loop, self._arrive, self._free
         at, times = loop._at, loop._times
@@ -425,7 +433,7 @@ class SysEvents:
         self.loop = loop
         # (t << _RANK_BITS) | rank -> the sequence number of its list's last event
         self._last: dict[int, int] = {}
-        self._sweep_at = 4096  # drop the ticks already past once this many are kept
+        self.sweep_at = 4096  # drop the ticks already past once this many are kept
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
@@ -434,11 +442,7 @@ class SysEvents:
         key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
         last = self._last.get(key)
         if last is not None and (delay or loop.cur <= last):  # the tick's list is pending or running: join
-            last += 1
-            if not last % SEQ_STEP:
-                raise NetworkModelError(f"rank {rank}: over {SEQ_STEP - 1:,} system-layer events in one ns")
-            self._last[key] = last
-            loop.put(t, last, fn, arg)
+            self.join(key, t, last, fn, arg)
             return
         loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
         self._last[key] = s
@@ -448,14 +452,27 @@ class SysEvents:
             _push(loop._times, t)
         else:
             b.append((s, fn, arg))
-        if len(self._last) >= self._sweep_at:
-            self._sweep()
+        if len(self._last) >= self.sweep_at:
+            self.sweep()
 
-    def _sweep(self) -> None:
-        """Forget the ticks before now (their lists have run): amortised, the kept ticks stay few."""
+    def join(self, key: int, t: int, last: int, fn: Callable, arg: object) -> None:
+        """fn(arg) joins the tick list `key` (at time t) whose last event so far has sequence number last."""
+        last += 1
+        if not last % SEQ_STEP:
+            raise NetworkModelError(
+                f"rank {key & ((1 << _RANK_BITS) - 1)}: over {SEQ_STEP - 1:,} events in 1 ns"
+            )
+        self._last[key] = last
+        self.loop.put(t, last, fn, arg)
+
+    def sweep(self) -> None:
+        """Forget the ticks before now (their lists have run): amortised, the kept ticks stay few. The dict
+        stays the same object (PacketAlgo's rings keep it)."""
+        last = self._last
         now = self.loop.now << _RANK_BITS
-        self._last = {k: v for k, v in self._last.items() if k >= now}
-        self._sweep_at = max(4096, 2 * len(self._last))
+        for k in [k for k in last if k < now]:
+            del last[k]
+        self.sweep_at = max(4096, 2 * len(last))
 
 
 @dataclass(frozen=True)
@@ -580,6 +597,9 @@ class PacketAlgo(_Algo):
         self._general = self._general_ring
         self._received = self._insert_ring
         self._red = ctx.red_ns(self.msg)
+        self._loop = ctx.loop
+        self._sysev = ctx.sys
+        self._ticks = ctx.sys._last
         self._after_bus = self._processed_ring
         tag = stream.tag
         self._send_to = members[self.send_pos]
@@ -715,21 +735,56 @@ class PacketAlgo(_Algo):
             self.toggle = not self.toggle
         if self.zero > 0:
             self.zero -= 1
-            self.ring_packets += 1
-            self._sys_at(self.rank, self.bus, self._general_ring, self.msg)
-            return
-        if self.nonzero > 0:
+            fn = self._general_ring
+        elif self.nonzero > 0:
             self.nonzero -= 1
-            self.ring_packets += 1
             processed = self.reduce_scatter or (self.all_reduce and self.toggle)
-            self._sys_at(
-                self.rank, self.bus, self._processed_ring if processed else self._general_ring, self.msg
-            )
+            fn = self._processed_ring if processed else self._general_ring
+        else:
+            raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        self.ring_packets += 1
+        # SysEvents.at(rank, bus, fn, msg), inlined (a ring registers one or two events per message).
+        loop = self._loop
+        delay = self.bus
+        t = loop.now + delay
+        key = (t << _RANK_BITS) | self.rank
+        ticks = self._ticks
+        last = ticks.get(key)
+        if last is not None and (delay or loop.cur <= last):
+            self._sysev.join(key, t, last, fn, self.msg)
             return
-        raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        loop._seq = s = loop._seq + SEQ_STEP
+        ticks[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, fn, self.msg)]
+            _push(loop._times, t)
+        else:
+            b.append((s, fn, self.msg))
+        if len(ticks) >= self._sysev.sweep_at:
+            self._sysev.sweep()
 
     def _processed_ring(self, _size: int) -> None:
-        self._sys_at(self.rank, self._red, self._general_ring)
+        # SysEvents.at(rank, reduction time, general), inlined.
+        loop = self._loop
+        delay = self._red
+        t = loop.now + delay
+        key = (t << _RANK_BITS) | self.rank
+        ticks = self._ticks
+        last = ticks.get(key)
+        if last is not None and (delay or loop.cur <= last):
+            self._sysev.join(key, t, last, self._general_ring, None)
+            return
+        loop._seq = s = loop._seq + SEQ_STEP
+        ticks[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, self._general_ring, None)]
+            _push(loop._times, t)
+        else:
+            b.append((s, self._general_ring, None))
+        if len(ticks) >= self._sysev.sweep_at:
+            self._sysev.sweep()
 
     def _ready(self) -> bool:
         if not self.packets or self.streams_left == 0 or self.free == 0:
