@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xsim.netmodels.algorithms import (
@@ -49,6 +49,9 @@ from xsim.netmodels.closed_form import ClosedFormModel
 from xsim.netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from xsim.netmodels.executor import run_chunked
 from xsim.netmodels.inputs import read_text
+
+if TYPE_CHECKING:  # annotations only: an ASTRA-sim mode replay never loads pathlib for them
+    from pathlib import Path
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
 # Hops a message crosses inside one dimension (reference section 3.1); Ring depends on the distance.
