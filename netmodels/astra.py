@@ -373,6 +373,7 @@ class AstraModel(ClosedFormModel):
         # Congestion-aware collectives opened by their first member, each member issued as it arrives.
         self._open: dict[int, tuple[CollectiveRun, list[bool], list[int]]] = {}
         self._memo: dict[tuple, tuple[int, ...]] = {}
+        self._group_dims: dict[tuple[int, ...], int] = {}
         # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
         # (layer x micro-batch) on the same group thousands of times.
@@ -443,10 +444,18 @@ class AstraModel(ClosedFormModel):
         return self.system.implementation(spec.kind, dim)
 
     def _group_dim(self, ranks: tuple[int, ...]) -> int:
+        """The lowest dimension in which the group's ranks differ (0 when none); kept per group, as the
+        replay opens the same groups' collectives many times."""
+        hit = self._group_dims.get(ranks)
+        if hit is not None:
+            return hit
         r = np.array(ranks, dtype=np.int64)
         coords = (r[:, None] // self._strides) % self._sizes
         varying = np.flatnonzero((coords != coords[0]).any(axis=0))
-        return int(varying[0]) if len(varying) else 0
+        dim = int(varying[0]) if len(varying) else 0
+        if len(self._group_dims) < _MEMO_MAX:
+            self._group_dims[ranks] = dim
+        return dim
 
     def _schedule(self, kind: str, algo: str, p: int, chunk: int, root: int, stream: int = 0) -> Schedule:
         # Message sizes follow ASTRA-sim's integer division of the chunk (reference 3.3 items 5-8).
