@@ -213,7 +213,6 @@ class AwareNet:
         self.links: dict[tuple[int, int], _Link] = {}
         self._paths: dict[tuple[int, int], tuple[_Link, ...]] = {}
         self._times: dict[int, tuple[int, int]] = {}  # size -> (link hold, arrival at the next device)
-        self._senders: dict[tuple[int, int, int], Callable] = {}
 
     def route(self, src: int, dst: int) -> list[int]:
         """Devices a message crosses: Ring shortest direction (clockwise on a tie), Switch via device n."""
@@ -256,12 +255,14 @@ class AwareNet:
         self._enter(links[0], [links, 0, hold, hop, cb, arg, len(links) - 1])
 
     def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
-        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times
-        (one per shape: it keeps no state of its own)."""
-        send = self._senders.get((src, dst, size))
-        if send is None:
-            send = self._senders[(src, dst, size)] = self._make_sender(src, dst, size)
-        return send
+        """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
+        return self._make_sender(src, dst, size)
+
+    def wire(self, src: int, dst: int, size: int) -> tuple:
+        """What a sender of this message shape reads, for a caller that enters the first link inline:
+        (first link, links, link hold, time to the next device, last hop index, the loop, _arrive, _free)."""
+        links, hold, hop = self._shape(src, dst, size)
+        return (links[0], links, hold, hop, len(links) - 1, self.loop, self._arrive, self._free)
 
     def _make_sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
         links, hold, hop = self._shape(src, dst, size)
@@ -606,8 +607,12 @@ class PacketAlgo(_Algo):
         self._send_key = (tag, self.rank, self._send_to, self.msg)
         self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
         self._mrecv_key = ctx.matcher.recv_key
-        self._sender = ctx.matcher.net.sender(self.rank, self._send_to, self.msg)
+        net = ctx.matcher.net
         cells = stream.run.cells
+        # A congestion-aware ring with cells enters its first link inline (general_ring) and needs no sender.
+        aware = isinstance(net, AwareNet) and cells is not None
+        self._wire = net.wire(self.rank, self._send_to, self.msg) if aware else None
+        self._sender = None if aware else net.sender(self.rank, self._send_to, self.msg)
         if cells is None:
             self._send_cell = None
             return
@@ -709,8 +714,36 @@ class PacketAlgo(_Algo):
             if cell is None:
                 self._sender(self._marrived, self._send_key)  # Matcher.send
                 self._mrecv_key(self._recv_key, self._received)
-            else:
+            elif self._wire is None:
                 self._sender(_cell_arrived, cell)
+            else:
+                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here).
+                link, links, hold, hop, last, loop, arrive, free = self._wire
+                now = loop.now
+                ft = link.free_t
+                if ft > now or (ft == now and link.free_seq > loop.cur):
+                    link.pending.append([links, 0, hold, hop, _cell_arrived, cell, last])
+                    if not link.queued:
+                        link.queued = True
+                        loop.put(ft, link.free_seq, free, link)
+                else:
+                    loop._seq = s = loop._seq + SEQ_STEP
+                    e = (
+                        (s, arrive, [links, 0, hold, hop, _cell_arrived, cell, last])
+                        if last
+                        else (s, _cell_arrived, cell)
+                    )
+                    t = now + hop
+                    b = loop._at.get(t)
+                    if b is None:
+                        loop._at[t] = [e]
+                        _push(loop._times, t)
+                    else:
+                        b.append(e)
+                    loop._seq = s + SEQ_STEP
+                    link.free_t = now + hold
+                    link.free_seq = s + SEQ_STEP
+            if cell is not None:
                 cell = self._recv_cell
                 if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
                     cell[0] -= 1
