@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xsim.netmodels.algorithms import (
@@ -49,6 +49,9 @@ from xsim.netmodels.closed_form import ClosedFormModel
 from xsim.netmodels.errors import AlgorithmError, AstraConfigError, NetworkModelError
 from xsim.netmodels.executor import run_chunked
 from xsim.netmodels.inputs import read_text
+
+if TYPE_CHECKING:  # annotations only: an ASTRA-sim mode replay never loads pathlib for them
+    from pathlib import Path
 
 ASTRA_TOPOLOGIES = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fc"}
 # Hops a message crosses inside one dimension (reference section 3.1); Ring depends on the distance.
@@ -370,6 +373,7 @@ class AstraModel(ClosedFormModel):
         # Congestion-aware collectives opened by their first member, each member issued as it arrives.
         self._open: dict[int, tuple[CollectiveRun, list[bool], list[int]]] = {}
         self._memo: dict[tuple, tuple[int, ...]] = {}
+        self._group_dims: dict[tuple[int, ...], int] = {}
         # Congestion-unaware closed forms (rings, one-chunk multi-dim rings) per exactly typed spec: they
         # depend on the spec and the configs alone, and a training iteration repeats the same collective
         # (layer x micro-batch) on the same group thousands of times.
@@ -440,10 +444,18 @@ class AstraModel(ClosedFormModel):
         return self.system.implementation(spec.kind, dim)
 
     def _group_dim(self, ranks: tuple[int, ...]) -> int:
+        """The lowest dimension in which the group's ranks differ (0 when none); kept per group, as the
+        replay opens the same groups' collectives many times."""
+        hit = self._group_dims.get(ranks)
+        if hit is not None:
+            return hit
         r = np.array(ranks, dtype=np.int64)
         coords = (r[:, None] // self._strides) % self._sizes
         varying = np.flatnonzero((coords != coords[0]).any(axis=0))
-        return int(varying[0]) if len(varying) else 0
+        dim = int(varying[0]) if len(varying) else 0
+        if len(self._group_dims) < _MEMO_MAX:
+            self._group_dims[ranks] = dim
+        return dim
 
     def _schedule(self, kind: str, algo: str, p: int, chunk: int, root: int, stream: int = 0) -> Schedule:
         # Message sizes follow ASTRA-sim's integer division of the chunk (reference 3.3 items 5-8).
@@ -1149,26 +1161,12 @@ class AstraModel(ClosedFormModel):
             due = self._members_due
             if due and due[0][0] <= until:
                 until = due[0][0] - 1
-            loop = world.loop
-            heap = loop._heap
-            if heap and heap[0][0] <= until:
-                pop = heapq.heappop
-                out = self._members_out
-                fresh = self._fresh
-                fresh.clear()
-                while heap:
-                    e = pop(heap)
-                    if e[0] > until:
-                        heapq.heappush(heap, e)  # (time, sequence) keys are unique: the same heap order
-                        break
-                    t, s, fn, arg = e
-                    loop.now = t
-                    loop.cur = s
-                    fn(arg)
-                    if out or fresh:
-                        # The engine takes it from here: advance(now) runs the rest of this time and hands
-                        # over the completion or the finished members (member_finishes).
-                        return t
+            self._fresh.clear()
+            # The engine takes it from a stop: advance(now) runs the rest of this time and hands over the
+            # completion or the finished members (member_finishes).
+            t = world.loop.run_quiet(until, self._members_out, self._fresh)
+            if t is not None:
+                return t
         return self.next_event_ns()
 
     def advance(self, until_ns: int) -> list[Completion]:

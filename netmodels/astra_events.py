@@ -33,12 +33,21 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xsim.netmodels.errors import NetworkModelError
+
 _push = heapq.heappush
+_pop = heapq.heappop
+_NEVER = 1 << 126  # later than any event time (ns)
 
 _RANK_BITS = 21
 
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
+
+# Sequence numbers of scheduled events step by this much; a rank's tick list (SysEvents) numbers the events
+# that join it after its first one with the numbers in between, so one tick holds up to SEQ_STEP - 1 joins
+# (one rank's system-layer events of one nanosecond: a few per stream in flight on that rank).
+SEQ_STEP = 1 << 24
 
 
 def _call(cb: Callable) -> None:
@@ -49,26 +58,50 @@ def _call(cb: Callable) -> None:
 class EventLoop:
     """Integer-time event queue; ties run in scheduling order (ASTRA-sim's EventQueue: a FIFO list per time).
 
-    Every event is (time, sequence number, fn, arg); `cur` is the sequence number of the event running now,
-    so a caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run.
+    Every event has a time and a sequence number; `cur` is the sequence number of the event running now, so a
+    caller can tell whether an event it reserved for this very time (AwareNet's link frees) has run. The
+    events of one time are one list of (sequence number, fn, arg) in sequence order, and a heap holds the
+    times: an event scheduled with a fresh number goes last in its time's list (no heap operation unless the
+    time is new); one scheduled with a number taken earlier (`put`) is inserted at its place. Sequence
+    numbers step by SEQ_STEP: the numbers between two steps belong to the events that join a rank's tick list
+    (SysEvents), which run right after the list's first event, before anything scheduled later.
     """
 
-    __slots__ = ("now", "cur", "_heap", "_seq")
+    __slots__ = ("now", "cur", "_seq", "_times", "_at", "_it")
 
     def __init__(self) -> None:
         self.now = 0
         self.cur = 0
-        self._heap: list[tuple[int, int, Callable, object]] = []
         self._seq = 0
+        self._times: list[int] = []  # heap of the times that have events
+        self._at: dict[int, list[tuple[int, Callable, object]]] = {}  # time -> its events in sequence order
+        self._it = None  # iterator over the first time's events when a run stopped inside them (run_quiet)
 
     def at(self, t: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) at time t (>= now)."""
-        self._seq += 1
-        heapq.heappush(self._heap, (t, self._seq, fn, arg))
+        self._seq = s = self._seq + SEQ_STEP
+        b = self._at.get(t)
+        if b is None:
+            self._at[t] = [(s, fn, arg)]
+            _push(self._times, t)
+        else:
+            b.append((s, fn, arg))
+
+    def put(self, t: int, seq: int, fn: Callable, arg: object) -> None:
+        """Run fn(arg) at time t at the place of sequence number seq (reserved earlier, or a tick list's)."""
+        b = self._at.get(t)
+        if b is None:
+            self._at[t] = [(seq, fn, arg)]
+            _push(self._times, t)
+            return
+        i = len(b)
+        while i and b[i - 1][0] > seq:  # never before the event running now: seq > cur at time now
+            i -= 1
+        b.insert(i, (seq, fn, arg))
 
     def reserve(self) -> int:
         """A sequence number for an event that may be scheduled later, at the place it takes now."""
-        self._seq += 1
+        self._seq += SEQ_STEP
         return self._seq
 
     def starting(self, t: int) -> None:
@@ -78,28 +111,54 @@ class EventLoop:
 
     def next_time(self) -> int | None:
         """Time of the earliest pending event."""
-        return self._heap[0][0] if self._heap else None
+        times = self._times
+        if self._it is not None and not self._it.__length_hint__():
+            # A stopped run ended on the last event of its time: that time has nothing left.
+            self._it = None
+            del self._at[_pop(times)]
+        return times[0] if times else None
 
     def run_until(self, until: int | None) -> None:
         """Process every event with time <= until (all when None)."""
-        heap = self._heap
-        pop = heapq.heappop
-        if until is None:
-            while heap:
-                t, s, fn, arg = pop(heap)
-                self.now = t
+        times, at = self._times, self._at
+        limit = _NEVER if until is None else until
+        while times and times[0] <= limit:
+            t = self.now = times[0]
+            it = self._it
+            if it is None:
+                it = at[t]
+            else:
+                self._it = None
+            for s, fn, arg in it:  # events scheduled for t while it runs join the list and run here
                 self.cur = s
                 fn(arg)
-        else:
-            while heap and heap[0][0] <= until:
-                t, s, fn, arg = pop(heap)
-                self.now = t
-                self.cur = s
-                fn(arg)
-            if until > self.now:
-                self.now = until
+            _pop(times)
+            del at[t]
+        if until is not None and until > self.now:
+            self.now = until
         # Every event of this time, reserved ones included, counts as run.
         self.cur = self._seq
+
+    def run_quiet(self, until: int, a: list, b: list) -> int | None:
+        """Process the events with time <= until, stopping right after the one that leaves a or b non-empty
+        (returns its time; the rest of that time stays for run_until); None when all ran."""
+        times, at = self._times, self._at
+        while times and times[0] <= until:
+            t = self.now = times[0]
+            it = self._it
+            if it is None:
+                it = iter(at[t])
+            else:
+                self._it = None
+            for s, fn, arg in it:
+                self.cur = s
+                fn(arg)
+                if a or b:
+                    self._it = it
+                    return t
+            _pop(times)
+            del at[t]
+        return None
 
 
 class UnawareNet:
@@ -197,9 +256,18 @@ class AwareNet:
 
     def sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
         """send(src, dst, size, cb, arg) as f(cb, arg), for a caller that sends one message shape many times."""
+        return self._make_sender(src, dst, size)
+
+    def wire(self, src: int, dst: int, size: int) -> tuple:
+        """What a sender of this message shape reads, for a caller that enters the first link inline:
+        (first link, links, link hold, time to the next device, last hop index, the loop, _arrive, _free)."""
+        links, hold, hop = self._shape(src, dst, size)
+        return (links[0], links, hold, hop, len(links) - 1, self.loop, self._arrive, self._free)
+
+    def _make_sender(self, src: int, dst: int, size: int) -> Callable[[Callable, object], None]:
         links, hold, hop = self._shape(src, dst, size)
         link, last, loop, arrive, free = links[0], len(links) - 1, self.loop, self._arrive, self._free
-        heap = loop._heap
+        at, times = loop._at, loop._times
 
         def send(cb: Callable, arg: object) -> None:
             # _enter of the first link, inlined (a ring sends every message here).
@@ -209,16 +277,20 @@ class AwareNet:
                 link.pending.append([links, 0, hold, hop, cb, arg, last])
                 if not link.queued:
                     link.queued = True
-                    _push(heap, (ft, link.free_seq, free, link))
+                    loop.put(ft, link.free_seq, free, link)
                 return
-            loop._seq += 1
-            if last:
-                _push(heap, (now + hop, loop._seq, arrive, [links, 0, hold, hop, cb, arg, last]))
+            loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+            e = (s, arrive, [links, 0, hold, hop, cb, arg, last]) if last else (s, cb, arg)
+            t = now + hop
+            b = at.get(t)
+            if b is None:
+                at[t] = [e]
+                _push(times, t)
             else:
-                _push(heap, (now + hop, loop._seq, cb, arg))
-            loop._seq += 1
+                b.append(e)
+            loop._seq = s + SEQ_STEP
             link.free_t = now + hold
-            link.free_seq = loop._seq
+            link.free_seq = s + SEQ_STEP
 
         return send
 
@@ -235,29 +307,20 @@ class AwareNet:
             link.pending.append(item)
             if not link.queued:
                 link.queued = True
-                _push(loop._heap, (ft, link.free_seq, self._free, link))
+                loop.put(ft, link.free_seq, self._free, link)
             return
-        # _transmit, inlined (every hop of every message passes here). The last hop's arrival is the
-        # message's callback itself (the event _arrive would run it at the same place).
-        loop._seq += 1
-        if item[1] == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
-        else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
-        link.free_t = now + item[2]
-        link.free_seq = loop._seq
+        self._transmit(link, item)
 
     def _transmit(self, link: _Link, item: list) -> None:
         loop = self.loop
         now = loop.now
-        # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free.
-        loop._seq += 1
+        # Link::schedule_chunk_transmission: the arrival at the next device first, then the link's free. The
+        # last hop's arrival is the message's callback itself (the event _arrive would run it at that place).
         if item[1] == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+            loop.at(now + item[3], item[4], item[5])
         else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
+            loop.at(now + item[3], self._arrive, item)
+        loop._seq += SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = loop._seq
 
@@ -266,7 +329,7 @@ class AwareNet:
         pending = link.pending
         self._transmit(link, pending.popleft())
         if pending:
-            _push(self.loop._heap, (link.free_t, link.free_seq, self._free, link))
+            self.loop.put(link.free_t, link.free_seq, self._free, link)
         else:
             link.queued = False
 
@@ -282,16 +345,20 @@ class AwareNet:
             link.pending.append(item)
             if not link.queued:
                 link.queued = True
-                _push(loop._heap, (ft, link.free_seq, self._free, link))
+                loop.put(ft, link.free_seq, self._free, link)
             return
-        loop._seq += 1
-        if i == item[6]:
-            _push(loop._heap, (now + item[3], loop._seq, item[4], item[5]))
+        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        e = (s, item[4], item[5]) if i == item[6] else (s, self._arrive, item)
+        t = now + item[3]
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [e]
+            _push(loop._times, t)
         else:
-            _push(loop._heap, (now + item[3], loop._seq, self._arrive, item))
-        loop._seq += 1
+            b.append(e)
+        loop._seq = s + SEQ_STEP
         link.free_t = now + item[2]
-        link.free_seq = loop._seq
+        link.free_seq = s + SEQ_STEP
 
 
 class Matcher:
@@ -353,36 +420,60 @@ def _cell_arrived(cell: list) -> None:
 
 
 class SysEvents:
-    """Sys::try_register_event: a rank's events of one tick form one list, run together by a single loop
-    event (scheduled when the tick's first event is registered); events added to a tick whose list is running
-    join it."""
+    """Sys::try_register_event: a rank's events of one tick form one list, run together where the tick's first
+    event was registered; events added to a tick whose list is running join it.
+
+    The list is no object: its first event goes into the loop with a fresh sequence number and each event
+    that joins it with the next number after the list's last one (EventLoop numbers step by SEQ_STEP), so
+    they run one after the other right after the first, as the list would. Per tick (time and rank as one
+    int) only the list's last number is kept: the list has not run out while the loop's current event is not
+    past it.
+    """
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        self._lists: dict[int, list] = {}
+        # (t << _RANK_BITS) | rank -> the sequence number of its list's last event
+        self._last: dict[int, int] = {}
+        self.sweep_at = 4096  # drop the ticks already past once this many are kept
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
-        t = self.loop.now + delay
+        loop = self.loop
+        t = loop.now + delay
         key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
-        lst = self._lists.get(key)
-        if lst is None:
-            # The list carries its key (dropped when it has run): key, then (fn, arg) pairs.
-            lst = self._lists[key] = [key, fn, arg]
-            loop = self.loop
-            loop._seq += 1  # EventLoop.at, inlined
-            _push(loop._heap, (t, loop._seq, self._run, lst))
+        last = self._last.get(key)
+        if last is not None and (delay or loop.cur <= last):  # the tick's list is pending or running: join
+            self.join(key, t, last, fn, arg)
+            return
+        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        self._last[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, fn, arg)]
+            _push(loop._times, t)
         else:
-            lst.append(fn)
-            lst.append(arg)
+            b.append((s, fn, arg))
+        if len(self._last) >= self.sweep_at:
+            self.sweep()
 
-    def _run(self, lst: list) -> None:
-        lst[1](lst[2])
-        i = 3  # events registered for this tick while it runs join the list
-        while i < len(lst):
-            lst[i](lst[i + 1])
-            i += 2
-        del self._lists[lst[0]]
+    def join(self, key: int, t: int, last: int, fn: Callable, arg: object) -> None:
+        """fn(arg) joins the tick list `key` (at time t) whose last event so far has sequence number last."""
+        last += 1
+        if not last % SEQ_STEP:
+            raise NetworkModelError(
+                f"rank {key & ((1 << _RANK_BITS) - 1)}: over {SEQ_STEP - 1:,} events in 1 ns"
+            )
+        self._last[key] = last
+        self.loop.put(t, last, fn, arg)
+
+    def sweep(self) -> None:
+        """Forget the ticks before now (their lists have run): amortised, the kept ticks stay few. The dict
+        stays the same object (PacketAlgo's rings keep it)."""
+        last = self._last
+        now = self.loop.now << _RANK_BITS
+        for k in [k for k in last if k < now]:
+            del last[k]
+        self.sweep_at = max(4096, 2 * len(last))
 
 
 @dataclass(frozen=True)
@@ -507,14 +598,21 @@ class PacketAlgo(_Algo):
         self._general = self._general_ring
         self._received = self._insert_ring
         self._red = ctx.red_ns(self.msg)
+        self._loop = ctx.loop
+        self._sysev = ctx.sys
+        self._ticks = ctx.sys._last
         self._after_bus = self._processed_ring
         tag = stream.tag
         self._send_to = members[self.send_pos]
         self._send_key = (tag, self.rank, self._send_to, self.msg)
         self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
         self._mrecv_key = ctx.matcher.recv_key
-        self._sender = ctx.matcher.net.sender(self.rank, self._send_to, self.msg)
+        net = ctx.matcher.net
         cells = stream.run.cells
+        # A congestion-aware ring with cells enters its first link inline (general_ring) and needs no sender.
+        aware = isinstance(net, AwareNet) and cells is not None
+        self._wire = net.wire(self.rank, self._send_to, self.msg) if aware else None
+        self._sender = None if aware else net.sender(self.rank, self._send_to, self.msg)
         if cells is None:
             self._send_cell = None
             return
@@ -616,8 +714,36 @@ class PacketAlgo(_Algo):
             if cell is None:
                 self._sender(self._marrived, self._send_key)  # Matcher.send
                 self._mrecv_key(self._recv_key, self._received)
-            else:
+            elif self._wire is None:
                 self._sender(_cell_arrived, cell)
+            else:
+                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here).
+                link, links, hold, hop, last, loop, arrive, free = self._wire
+                now = loop.now
+                ft = link.free_t
+                if ft > now or (ft == now and link.free_seq > loop.cur):
+                    link.pending.append([links, 0, hold, hop, _cell_arrived, cell, last])
+                    if not link.queued:
+                        link.queued = True
+                        loop.put(ft, link.free_seq, free, link)
+                else:
+                    loop._seq = s = loop._seq + SEQ_STEP
+                    e = (
+                        (s, arrive, [links, 0, hold, hop, _cell_arrived, cell, last])
+                        if last
+                        else (s, _cell_arrived, cell)
+                    )
+                    t = now + hop
+                    b = loop._at.get(t)
+                    if b is None:
+                        loop._at[t] = [e]
+                        _push(loop._times, t)
+                    else:
+                        b.append(e)
+                    loop._seq = s + SEQ_STEP
+                    link.free_t = now + hold
+                    link.free_seq = s + SEQ_STEP
+            if cell is not None:
                 cell = self._recv_cell
                 if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
                     cell[0] -= 1
@@ -642,21 +768,56 @@ class PacketAlgo(_Algo):
             self.toggle = not self.toggle
         if self.zero > 0:
             self.zero -= 1
-            self.ring_packets += 1
-            self._sys_at(self.rank, self.bus, self._general_ring, self.msg)
-            return
-        if self.nonzero > 0:
+            fn = self._general_ring
+        elif self.nonzero > 0:
             self.nonzero -= 1
-            self.ring_packets += 1
             processed = self.reduce_scatter or (self.all_reduce and self.toggle)
-            self._sys_at(
-                self.rank, self.bus, self._processed_ring if processed else self._general_ring, self.msg
-            )
+            fn = self._processed_ring if processed else self._general_ring
+        else:
+            raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        self.ring_packets += 1
+        # SysEvents.at(rank, bus, fn, msg), inlined (a ring registers one or two events per message).
+        loop = self._loop
+        delay = self.bus
+        t = loop.now + delay
+        key = (t << _RANK_BITS) | self.rank
+        ticks = self._ticks
+        last = ticks.get(key)
+        if last is not None and (delay or loop.cur <= last):
+            self._sysev.join(key, t, last, fn, self.msg)
             return
-        raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        loop._seq = s = loop._seq + SEQ_STEP
+        ticks[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, fn, self.msg)]
+            _push(loop._times, t)
+        else:
+            b.append((s, fn, self.msg))
+        if len(ticks) >= self._sysev.sweep_at:
+            self._sysev.sweep()
 
     def _processed_ring(self, _size: int) -> None:
-        self._sys_at(self.rank, self._red, self._general_ring)
+        # SysEvents.at(rank, reduction time, general), inlined.
+        loop = self._loop
+        delay = self._red
+        t = loop.now + delay
+        key = (t << _RANK_BITS) | self.rank
+        ticks = self._ticks
+        last = ticks.get(key)
+        if last is not None and (delay or loop.cur <= last):
+            self._sysev.join(key, t, last, self._general_ring, None)
+            return
+        loop._seq = s = loop._seq + SEQ_STEP
+        ticks[key] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, self._general_ring, None)]
+            _push(loop._times, t)
+        else:
+            b.append((s, self._general_ring, None))
+        if len(ticks) >= self._sysev.sweep_at:
+            self._sysev.sweep()
 
     def _ready(self) -> bool:
         if not self.packets or self.streams_left == 0 or self.free == 0:

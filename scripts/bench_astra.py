@@ -6,7 +6,9 @@ Usage: .venv/bin/python scripts/bench_astra.py [--ranks 64] [--repeat 3] [--root
 With --set, DIR is a trace set holding its own `network.yml` and `sys.json` (the case folders of
 `scripts/astra_compare.py`, docs/performance.md "ASTRA-sim congestion-aware speed"): it is replayed with
 them, congestion-aware when asked, and each run prints its CPU time and a hash of every rank's finish (equal
-hashes: equal per-rank times), for alternating runs of two checkouts against ASTRA-sim's binary.
+hashes: equal per-rank times), for alternating runs of two checkouts against ASTRA-sim's binary. The
+imports of the replay stack are timed apart, first ("imports cpu"); add them to compare with a whole
+ASTRA-sim process.
 
 With --root, a set already generated there (r<ranks>/ with deployment.json) is reused, so alternating runs
 of two checkouts replay the very same files.
@@ -60,8 +62,13 @@ def replay_set(folder: Path, aware: bool, repeat: int) -> None:
     """Replay a set with its own ASTRA-sim configs `repeat` times; print CPU time and per-rank finish hash."""
     import hashlib
 
+    c = time.process_time()
     from xsim import api
+    from xsim.api import replaying  # noqa: F401  (xsim.api loads its names on first use: the replay stack)
 
+    # The imports are the process's start-up, not the replay's: timed apart (before round 4 of issue 30
+    # the first replay's CPU time included them, ~0.3 s of it).
+    print(f"imports cpu {time.process_time() - c:.2f} s", flush=True)
     net, system = folder / "network.yml", folder / "sys.json"
     options = api.ReplayOptions(
         network=api.NetworkOptions(astra_network=str(net), astra_system=str(system), congestion_aware=aware),

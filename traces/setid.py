@@ -12,7 +12,6 @@ stale rank of a bigger earlier set, a file of another plan, a deployment.json of
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -42,6 +41,8 @@ class SetIdentity:
 
 def make_set_id(plan: str, ranks: int, variant: str) -> str:
     """The id of a set: 16 hex digits of SHA-256 over its plan text, rank count and variant."""
+    import hashlib  # here only: a replay of a set without ids never loads it (~10 ms of OpenSSL at start-up)
+
     h = hashlib.sha256(f"xsim-set/1\n{ranks}\n{variant}\n".encode())
     h.update(plan.encode("utf-8"))
     return h.hexdigest()[:16]

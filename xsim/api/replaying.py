@@ -101,12 +101,14 @@ def simulate(trace_set: TraceSet | str | os.PathLike[str], options: ReplayOption
     options = options or ReplayOptions()
     ts = trace_set if isinstance(trace_set, TraceSet) else load_trace_set(trace_set)
     deployment = load_deployment(ts)
-    from xsim.tracegen.set_identity import plan_id_of
     from xsim.traces.setid import check_identity
 
-    check_identity(
-        ts, plan_id_of(deployment)
-    )  # a stale rank, another plan's file or deployment.json: refused, named
+    plan_id = None
+    if deployment is not None:  # a set without deployment.json (ASTRA-sim's traces) skips the planner's ids
+        from xsim.tracegen.set_identity import plan_id_of
+
+        plan_id = plan_id_of(deployment)
+    check_identity(ts, plan_id)  # a stale rank, another plan's file or deployment.json: refused, named
     ran = _run(ts, deployment, options)
     result = ran.result
     priced, memory, target_line = _priced_target(ts, deployment, ran.compute_options)
