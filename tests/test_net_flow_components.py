@@ -20,6 +20,7 @@ def test_reach_finds_the_flows_connected_to_touched_links_through_shared_links()
     tpl = FlowTemplates(np.ones(6))
     pad = tpl.pad
     rows = np.array([[0, 1], [1, 2], [3, pad], [3, 4], [5, pad]])
+    tpl.occupy(rows, 1)  # the flows in flight, as the model counts them
     assert tpl.reach(rows, np.array([2])).tolist() == [True, True, False, False, False]
     assert tpl.reach(rows, np.array([4])).tolist() == [False, False, True, True, False]
     assert tpl.reach(rows, np.array([5, pad])).tolist() == [False, False, False, False, True]
