@@ -8,8 +8,9 @@ time is float ns; the engine-facing times are rounded up to integer ns.
 How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
 numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
 collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
-and are plain tuples; the transfers that finish together land as one heap entry per landing time; and the
-rates come from `max_min_rates_split`, which skips progressive filling for flows alone on their links. Every
+and are plain tuples; the transfers that finish together land as one heap entry per landing time; and
+progressive filling runs only on the components of flows sharing links that a flow joined or left since the
+last computation (flows alone on their links take their narrowest link, issue 24 rounds 2-3). Every
 float is computed by the same operations in the same order as the one-object-per-transfer model before it,
 so event times are identical to the last bit.
 """
@@ -515,7 +516,7 @@ class FlowModel:
         touched = self._touched
         if touched is not None:
             if len(touched) < _TOUCH_MAX:
-                touched.append(rows)
+                touched.append(rows.ravel())  # rows of any width: routes added later may widen them
             else:
                 self._touched = None
 
@@ -540,7 +541,7 @@ class FlowModel:
                 rates[shared] = max_min_rates(*tpl.csr(rows[shared]), self._cap)
             self._rate = rates
             return
-        hit = tpl.reach(rows, np.concatenate(self._touched).ravel())
+        hit = tpl.reach(rows, np.concatenate(self._touched))
         if hit.any():
             self._rate[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
 

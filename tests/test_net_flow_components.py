@@ -92,3 +92,25 @@ def test_flows_alone_on_their_links_keep_rates_without_recomputing():
     assert model._clean and model._tpl.on[: model._tpl.pad].max() == 1
     done = model.advance(30_000)
     assert [(c.handle, c.finish_ns) for c in done] == [(a, 21_972), (b, 22_972)]
+
+
+def test_links_touched_before_a_longer_route_was_added_still_give_the_reference_answers():
+    # A flow on a 2-link route inside a node finishes and leaves the model empty; then two flows from rank 0
+    # to rank 4 (sharing every link of their 6-link route) start at one instant with no query between, as
+    # the engine starts an instant's transfers, on a route longer than any seen before (the padded link
+    # rows widen from 2 to 6). The links the first flow touched and the new flows' links are followed
+    # together when the shared pair is solved; every answer is the reference model's.
+    topo = topology_from_spec("nodes:2*H100x4:preset=table6:fabric=leaf_spine:nics_per_leaf=1:spines=2")
+
+    def answers(model) -> list:
+        seen = [model.start_p2p(0, 0, 1, 1 << 20)]
+        while (n := model.next_event_ns()) is not None:
+            seen += [n, model.advance(n)]
+        seen += [model.start_p2p(1_000_000, 0, 4, 1 << 20), model.start_p2p(1_000_000, 0, 4, 3 << 19)]
+        while (n := model.next_event_ns()) is not None:
+            seen += [n, model.advance(n)]
+        return seen
+
+    model = FlowModel(topo)
+    assert answers(model) == answers(ReferenceFlowModel(topo))
+    assert model._tpl.links.shape[1] == 6  # the cross-node route did widen the rows
