@@ -8,8 +8,9 @@ time is float ns; the engine-facing times are rounded up to integer ns.
 How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
 numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
 collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
-and are plain tuples; the transfers that finish together land as one heap entry per landing time; and the
-rates come from `max_min_rates_split`, which skips progressive filling for flows alone on their links. Every
+and are plain tuples; the transfers that finish together land as one heap entry per landing time; and
+progressive filling runs only on the components of flows sharing links that a flow joined or left since the
+last computation (flows alone on their links take their narrowest link, issue 24 rounds 2-3). Every
 float is computed by the same operations in the same order as the one-object-per-transfer model before it,
 so event times are identical to the last bit.
 """
@@ -153,11 +154,12 @@ class FlowModel:
         self._last_batch: list | None = None
         self._last_t = 0.0
         # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
-        # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), and numpy columns:
+        # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), by serial number
+        # (a dict in start order: taking k flows out costs k, not the flows in flight), and numpy columns:
         # bytes left (valid at self._fl_t), rate, serial number (never reused) and template (flow_tables.py:
         # bytes, latency, route, narrowest link capacity, the rate of a flow alone on its links).
         self._tpl = FlowTemplates(self._cap)
-        self._recs: list[tuple] = []
+        self._recs: dict[int, tuple] = {}
         self._rem = _NO_FLOATS
         self._rate = _NO_FLOATS
         self._ids = _NO_INTS
@@ -169,19 +171,15 @@ class FlowModel:
         self._tf = 0.0
         self._q_ok = False
         # Whether every rate is > 0 (no division by zero to silence); links of no bandwidth would break it.
+        # self._last_pos: whether every rate was > 0 after the last computation that solved flows.
         self._rate_pos = True
         self._cap_pos = bool((self._cap > 0).all())
-        # The flows that share a link with another flow, by serial number, and their max-min rates: while
-        # that set is unchanged (only flows alone on their links came and went) so are its rates.
-        self._shared_ids = _NO_INTS
-        self._shared_rates = _NO_FLOATS
-        self._shared_pos = True
+        self._last_pos = True
         # Whether the flows that share links are the ones the rates were last computed for, because every
         # flow started or finished since was alone on all its links at that moment (it changed no other
         # flow's sharing); then the rates in self._rate are already right (new flows got their narrowest
-        # link), and _ensure_rates has nothing to compute. self._has_shared: whether any flow shares.
+        # link), and _ensure_rates has nothing to compute.
         self._clean = True
-        self._has_shared = False
         # Link rows of the flows started or finished since the shared flows' rates were last computed (None
         # when too many to track): only the components holding one of those links need new rates.
         self._touched: list[np.ndarray] | None = []
@@ -227,7 +225,6 @@ class FlowModel:
             for ch in range(nch):
                 for c in range(min(self.in_flight, self.chunks)):
                     self._start_run(coll, ch, c, range(p))
-        self._settle()
         return handle
 
     def start_p2p(self, now_ns: int, src: int, dst: int, size_bytes: int) -> int:
@@ -244,7 +241,6 @@ class FlowModel:
         else:
             self._new_recs.append(rec)
             self._new_flows.append(self._tpl.p2p(nbytes, route, lat))
-        self._settle()
         return handle
 
     def next_event_ns(self) -> int | None:
@@ -275,9 +271,10 @@ class FlowModel:
                 f"start times must be non-decreasing integers (got {now_ns} after {self._last_now})"
             )
         self._last_now = now_ns = int(now_ns)
-        if self._dirty and now_ns == self._fl_t:
+        if (self._dirty or self._new_recs) and now_ns == self._fl_t:
             # More starts at the instant flows were just added: no time passes, so no rates are needed;
-            # only instantaneous deliveries (zero-byte or link-free transfers) may be due.
+            # only instantaneous deliveries (zero-byte or link-free transfers) may be due. Flows started
+            # at one instant are admitted together (_settle) before time moves or rates are needed.
             while self._heap and self._heap[0][0] <= now_ns:
                 self._step(float(now_ns))
             return
@@ -302,6 +299,8 @@ class FlowModel:
         return self._q
 
     def _next_time(self) -> float | None:
+        if self._new_recs:
+            self._settle()
         if self._dirty:
             self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
@@ -313,6 +312,8 @@ class FlowModel:
         return t
 
     def _progress(self, t: float) -> None:
+        if self._new_recs:
+            self._settle()
         if self._recs and t > self._fl_t:
             if self._dirty:
                 self._ensure_rates()
@@ -321,6 +322,8 @@ class FlowModel:
         self._fl_t = t
 
     def _step(self, t: float) -> None:
+        if self._new_recs:
+            self._settle()
         recs = self._recs
         if recs:
             # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
@@ -400,16 +403,16 @@ class FlowModel:
         """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
         tpl = self._tpl
         if done.all():
-            finished, gone = recs, self._tid
-            self._recs = []
+            finished, gone = list(recs.values()), self._tid
+            self._recs = {}
             self._rem = self._rate = _NO_FLOATS
             self._ids = self._tid = _NO_INTS
         else:
             idx = np.flatnonzero(done)
-            finished = [recs[k] for k in idx.tolist()]
+            pop = recs.pop
+            finished = [pop(k) for k in self._ids[idx].tolist()]
             gone = self._tid[idx]
             keep = ~done
-            self._recs = list(itertools.compress(recs, keep.tolist()))
             self._rem, self._rate = self._rem[keep], self._rate[keep]
             self._ids, self._tid = self._ids[keep], self._tid[keep]
         lat = tpl.lat[gone]
@@ -469,13 +472,13 @@ class FlowModel:
                 self._clean = False
                 rate = np.zeros(n)  # set by _ensure_rates
             if self._recs:
-                self._recs += self._new_recs
+                self._recs.update(zip(range(k, k + n), self._new_recs, strict=True))
                 self._rem = np.concatenate((self._rem, tpl.nbytes[tids]))
                 self._rate = np.concatenate((self._rate, rate))
                 self._ids = np.concatenate((self._ids, np.arange(k, k + n)))
                 self._tid = np.concatenate((self._tid, tids))
             else:
-                self._recs = self._new_recs
+                self._recs = dict(zip(range(k, k + n), self._new_recs, strict=True))
                 self._rem = tpl.nbytes[tids]
                 self._rate = rate
                 self._ids = np.arange(k, k + n)
@@ -494,30 +497,17 @@ class FlowModel:
         if self._recs and self._clean:
             # The flows sharing links are those of the last computation (self._clean): same rates. The
             # links touched since were alone's, in no component: as good as computed now.
-            self._rate_pos = self._cap_pos and (self._shared_pos or not self._has_shared)
+            self._rate_pos = self._cap_pos and self._last_pos
             self._touched = []
             self._q_ok = False
             self.rate_recomputations += 1
         elif self._recs:
-            # Exact as max_min_rates on all flows (netmodels/maxmin.py): a flow alone on its links gets its
-            # narrowest link; progressive filling runs on the flows that share links, when that set changed.
+            # Exact as max_min_rates on all flows (netmodels/maxmin.py): only the components holding a
+            # touched link get new rates (_solve_touched); every other flow keeps the rate it has.
             self._clean = True
-            tpl = self._tpl
-            rows = tpl.flow_links(self._tid)
-            shared = (tpl.on[rows] > 1).any(axis=1)
-            rates = tpl.mincap[self._tid]
-            pos = self._cap_pos
-            self._has_shared = bool(shared.any())
-            if self._has_shared:
-                ids = self._ids[shared]
-                if not np.array_equal(ids, self._shared_ids):
-                    self._shared_rates = self._shared_max_min(ids, rows[shared])
-                    self._shared_ids = ids
-                    self._shared_pos = bool((self._shared_rates > 0).all())
-                rates[shared] = self._shared_rates
-                pos = pos and self._shared_pos
-            self._rate = rates
-            self._rate_pos = pos
+            self._solve_touched()
+            self._last_pos = bool((self._rate > 0).all())
+            self._rate_pos = self._last_pos
             self._q_ok = False
             self.rate_recomputations += 1
             self._touched = []
@@ -526,34 +516,34 @@ class FlowModel:
         touched = self._touched
         if touched is not None:
             if len(touched) < _TOUCH_MAX:
-                touched.append(rows)
+                touched.append(rows.ravel())  # rows of any width: routes added later may widen them
             else:
                 self._touched = None
 
-    def _shared_max_min(self, ids: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Max-min rates of the flows that share links (serials ids, padded link rows), recomputed only for
-        the components (flows connected through shared links) that hold a link touched since the last time.
+    def _solve_touched(self) -> None:
+        """New rates in self._rate for the components (flows connected through shared links) that hold a
+        link touched by a flow started or finished since the last computation; all flows when untracked.
 
-        Exact as max_min_rates on them all (netmodels/maxmin.py: progressive filling never couples flows that
-        share no link, directly or through other flows, and sums a link's frozen rates in flow order, which
-        a subset keeps). A component with no touched link has the flows it had then (a flow that came or
-        went would have touched a link of it), so the rates computed then are its rates now.
+        Exact as max_min_rates on all flows (netmodels/maxmin.py: progressive filling never couples flows
+        that share no link, directly or through other flows, and sums a link's frozen rates in flow order,
+        which a subset in start order keeps; a flow alone on its links gets its narrowest link, which
+        progressive filling gives it in round one). A component with no touched link has the flows it had
+        at the last computation (a flow that came or went would have touched a link of it) and was solved
+        then, or it is a flow alone on its links admitted at its narrowest link: its rates stand. A flow
+        whose sharing changed is on a touched link, so it is among the flows solved.
         """
         tpl = self._tpl
-        if self._touched is None or not self._touched or not len(self._shared_ids):
-            return max_min_rates(*tpl.csr(rows), self._cap)
-        hit = tpl.reach(rows, np.concatenate(self._touched).ravel())
-        keep = ~hit
-        old = self._shared_ids
-        at = np.searchsorted(old, ids[keep])
-        at[at == len(old)] = 0
-        if not np.array_equal(old[at], ids[keep]):
-            return max_min_rates(*tpl.csr(rows), self._cap)  # not reached: see the docstring
-        rates = np.empty(len(ids))
-        rates[keep] = self._shared_rates[at]
+        rows = tpl.flow_links(self._tid)
+        if self._touched is None:
+            shared = (tpl.on[rows] > 1).any(axis=1)
+            rates = tpl.mincap[self._tid]
+            if shared.any():
+                rates[shared] = max_min_rates(*tpl.csr(rows[shared]), self._cap)
+            self._rate = rates
+            return
+        hit = tpl.reach(rows, np.concatenate(self._touched))
         if hit.any():
-            rates[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
-        return rates
+            self._rate[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
 
     # ----- collectives -------------------------------------------------------------------------------
     def _flow_info(self, tid: int) -> tuple[float, np.ndarray, int, float, float]:

@@ -90,18 +90,18 @@ class FlowTemplates:
         return ptr, rows[real]
 
     def reach(self, rows: np.ndarray, touched: np.ndarray) -> np.ndarray:
-        """Which flows (padded link rows) connect to a touched link through links they share, as a mask."""
+        """Which flows (padded link rows, all in flight and counted in `on`) connect to a touched link
+        through links they share, as a mask. A link that carries one flow joins no other flow to the set,
+        so only links of the flows found that carry more than one and are not yet marked are followed."""
         mark = np.zeros(self.pad + 1, dtype=bool)
         mark[touched] = True
         mark[self.pad] = False
         hit = mark[rows].any(axis=1)
-        n = int(np.count_nonzero(hit))
-        while n:
-            mark[rows[hit]] = True
-            mark[self.pad] = False
+        while True:
+            links = rows[hit].ravel()
+            fresh = links[~mark[links]]
+            fresh = fresh[self.on[fresh] > 1]
+            if not len(fresh):
+                return hit
+            mark[fresh] = True
             hit = mark[rows].any(axis=1)
-            m = int(np.count_nonzero(hit))
-            if m == n:
-                break
-            n = m
-        return hit
