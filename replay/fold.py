@@ -681,6 +681,9 @@ class _RepTemplate:
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
+# The attributes whose fields a byte template swaps (_template): the only field spans a representative's
+# columns keep (decode_columns' spans; each other one would be 16 bytes per node, 10 of the 14 read).
+TEMPLATE_ATTRS = frozenset({DEVICE_GROUP, PG_NAME, COMM_SRC, COMM_DST})
 
 
 def _by_slot(prog: Program, nodes: Mapping[int, object]) -> list[list[int]]:
@@ -734,15 +737,9 @@ def _template(
         c = cols.attrs.get(name)
         if c is None:
             return None, None, None, None
-        if not reordered:
-            return (
-                c,
-                c.kind[lo_c:hi_c],
-                c.value[lo_c:hi_c],
-                (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c]),
-            )
-        at = fi + lo_c  # in program order
-        return c, c.kind[at], c.value[at], (c.field_start[at], c.field_end[at])
+        at = slice(lo_c, hi_c) if not reordered else fi + lo_c  # in program order
+        span = None if c.field_start is None else (c.field_start[at], c.field_end[at])  # TEMPLATE_ATTRS'
+        return c, c.kind[at], c.value[at], span
 
     name_s, name_e = (
         (tmpl.name_start[fi], tmpl.name_end[fi]) if reordered else (tmpl.name_start, tmpl.name_end)

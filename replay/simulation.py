@@ -129,6 +129,8 @@ def rep_columns(
 ) -> dict[int, tuple[RankColumns, int, bytes, int] | None]:
     """The files of `ranks` decoded as columns with field spans, ~2 MB at a time: rank -> (columns, file
     index, file bytes, the file's offset in the columns' buffer), None for a file left to protobuf."""
+    from xsim.replay.fold import TEMPLATE_ATTRS
+
     out: dict[int, tuple[RankColumns, int, bytes, int] | None] = {}
     batch: list[tuple[int, bytes]] = []
     layouts: dict[int, np.ndarray] = {}
@@ -139,7 +141,7 @@ def rep_columns(
         bufs = [b for _r, b in batch]
         paths = [trace_set.paths[r] for r, _b in batch]
         try:
-            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=True, layouts=layouts)
+            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=TEMPLATE_ATTRS, layouts=layouts)
             base = 0
             for f, (r, b) in enumerate(batch):
                 out[r] = (cols, f, b, base)
@@ -147,7 +149,12 @@ def rep_columns(
         except Unsupported:
             for r, b in batch:
                 try:
-                    out[r] = (decode_columns([b], [trace_set.paths[r]], WANT_ATTRS, spans=True), 0, b, 0)
+                    out[r] = (
+                        decode_columns([b], [trace_set.paths[r]], WANT_ATTRS, spans=TEMPLATE_ATTRS),
+                        0,
+                        b,
+                        0,
+                    )
                 except Unsupported:
                     out[r] = None
         batch.clear()
