@@ -15,6 +15,7 @@ from xsim.replay.compute import ComputeModel, DurationModel, with_exact
 from xsim.replay.config import ReplayConfig, resolve_durations, resolve_streams
 from xsim.replay.engine import run_engine
 from xsim.replay.errors import FoldRefused, ReplayError
+from xsim.replay.heap import return_freed_heap
 from xsim.replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from xsim.replay.progress import progress_bar
 from xsim.replay.result import ReplayResult, build_result
@@ -322,6 +323,8 @@ def _simulate(run: _Replay, fold) -> ReplayResult:
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
         if config.comm_mode == "measured":
             _check_measured(prog, ts)
+        if plan is not None or ts.classes is not None:
+            return_freed_heap()  # the representatives' columns and templates, freed (replay/heap.py)
         run_net = network
         if plan is not None and network is not None and config.comm_mode != "measured":
             from xsim.replay.fold import fold_checked
