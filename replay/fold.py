@@ -64,7 +64,7 @@ from xsim.replay.program import ANNOTATION_COLUMNS, K_COLL, CollInfo, Program, r
 from xsim.traces import pb
 from xsim.traces.attrs import COMM_DST, COMM_SRC, DEVICE_GROUP, FLOAT_KINDS, INT_KINDS, PG_NAME
 from xsim.traces.classes import CLASSES_FILE
-from xsim.traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, RankColumns
+from xsim.traces.columnar import F_INT32, F_INT64, F_STRING, F_UINT32, F_UINT64, AttrColumn, RankColumns
 from xsim.traces.errors import TraceFormatError
 from xsim.traces.groups import ProcessGroups
 from xsim.traces.io import DEPLOYMENT_FILE
@@ -521,12 +521,12 @@ def verify(
     trace_set: TraceSet,
     groups: ProcessGroups,
     prog: Program,
-    rep_bytes: Mapping[int, tuple[RankColumns, int, bytes, int]] | None = None,
+    rep_bytes: Mapping[int, RepFile | None] | None = None,
 ) -> list[RankLabels | None]:
     """Prove every folded rank mirrors its representative (see the module docstring); labels per rank.
 
-    rep_bytes: representative rank -> (its columns decoded with spans, file index, file bytes, file's
-    offset in the columns' buffer). A folded rank of such a representative is compared by raw bytes with
+    rep_bytes: representative rank -> its file as decoded with spans (None: left to protobuf). A folded
+    rank of such a representative is compared by raw bytes with
     the representative's file, labels swapped in (replay/fold_bytes.py); where that cannot show it equal,
     its file is decoded and compared node by node as before.
     """
@@ -578,8 +578,8 @@ def verify(
             path = trace_set.paths[x]
             lab = labels[x] = RankLabels()
             if fold.by_construction:  # no file to compare: the labels follow from the construction
-                if templates[i] is None or not _predict(
-                    ctx, k, x, r, i, templates[i], prog, by_members, lab, layouts, pg_keys, want=False
+                if templates[i] is None or not _by_construction(
+                    ctx, k, x, r, i, templates[i], prog, by_members, lab, pg_keys
                 ):
                     raise _refuse(path, x, r, "its labels do not follow from its representative's file")
                 continue
@@ -671,6 +671,21 @@ class _RepTemplate:
         return {j: p for p, j in enumerate(self.name_nodes)}
 
     @cached_property
+    def pg_slot_ids(self) -> list[int]:
+        """The "pg" slots."""
+        return [sl for sl, s in enumerate(self.slots) if s[0] == "pg"]
+
+    @cached_property
+    def name_peers(self) -> frozenset[int]:
+        """The peers the "name" slots' texts carry."""
+        return frozenset(s[3] for s in self.slots if s[0] == "name" and s[3] is not None)
+
+    @cached_property
+    def name_replica(self) -> bool:
+        """Whether a "name" slot's text carries the rank's DP replica number."""
+        return any(s[0] == "name" and s[3] is None for s in self.slots)
+
+    @cached_property
     def name_first(self) -> list[tuple[int, int]]:
         """One (node, slot) per distinct name slot: a slot's name differs from the representative's
         node name for all its nodes or none (the name is the slot's text around the renamed peer)."""
@@ -681,6 +696,56 @@ class _RepTemplate:
 
 
 _INT_VALUE = {F_INT32: "int32_val", F_INT64: "int64_val", F_UINT32: "uint32_val", F_UINT64: "uint64_val"}
+# The attributes whose fields a byte template swaps (_template): the only field spans a representative's
+# columns keep (decode_columns' spans; each other one would be 16 bytes per node, 10 of the 14 read).
+TEMPLATE_ATTRS = frozenset({DEVICE_GROUP, PG_NAME, COMM_SRC, COMM_DST})
+_COMM_GROUP = "comm_group"  # a group given by number (traces/attrs.py): a template refuses such nodes
+
+
+@dataclass(frozen=True)
+class RepFile:
+    """A representative's decoded file cut to what its byte template reads (_template): its bytes, its
+    nodes' ids and frame, payload and name spans, and the TEMPLATE_ATTRS and comm_group columns, offsets in
+    its own bytes. Held from the build to verify instead of its batch's columns, whose names, dependencies
+    and other attributes are ~0.3 KiB a node more (docs/performance.md, round 24t)."""
+
+    buf: bytes
+    node_id: np.ndarray
+    frame_start: np.ndarray
+    payload_start: np.ndarray
+    payload_end: np.ndarray
+    name_start: np.ndarray  # -1: no name field
+    name_end: np.ndarray
+    attrs: dict[str, AttrColumn]
+
+
+def rep_file(cols: RankColumns, f: int, buf: bytes, base: int) -> RepFile | None:
+    """File f of columns decoded with spans (its bytes `buf`, at `base` in the columns' buffer) as a RepFile,
+    copied out of the batch's arrays; None for columns decoded without spans."""
+    if cols.frame_start is None or cols.name_start is None or cols.name_end is None:
+        return None
+    lo, hi = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
+
+    def own(at: np.ndarray) -> np.ndarray:
+        x = at[lo:hi]
+        return np.where(x >= 0, x - base, -1)
+
+    attrs = {}
+    for name in sorted(TEMPLATE_ATTRS | {_COMM_GROUP}):
+        c = cols.attrs.get(name)
+        if c is not None:
+            spans = (None, None) if c.field_start is None else (own(c.field_start), own(c.field_end))
+            attrs[name] = AttrColumn(c.kind[lo:hi].copy(), c.value[lo:hi].copy(), c.strings, *spans)
+    return RepFile(
+        buf,
+        cols.node_id[lo:hi].copy(),
+        cols.frame_start[lo:hi] - base,
+        cols.payload_start[lo:hi] - base,
+        cols.payload_end[lo:hi] - base,
+        own(cols.name_start),
+        own(cols.name_end),
+        attrs,
+    )
 
 
 def _by_slot(prog: Program, nodes: Mapping[int, object]) -> list[list[int]]:
@@ -692,20 +757,16 @@ def _by_slot(prog: Program, nodes: Mapping[int, object]) -> list[list[int]]:
 
 
 def _template(
-    ctx: _Ctx, prog: Program, i: int, entry, colls: list[int], p2ps: list[int]
+    ctx: _Ctx, prog: Program, i: int, entry: RepFile | None, colls: list[int], p2ps: list[int]
 ) -> _RepTemplate | None:
     """The byte template of representative slot i (its collectives and P2P nodes given, in order), or
     None when its ranks must be proven the exact way."""
     if entry is None:
         return None
-    cols, f, rb, base = entry
-    if cols.frame_start is None:
-        return None
-    lo_c, hi_c = int(cols.file_ptr[f]), int(cols.file_ptr[f + 1])
     lo, hi = prog.rank_offset[i], prog.rank_offset[i + 1]
-    ids = cols.node_id[lo_c:hi_c]
+    ids = entry.node_id
     want = np.asarray(prog.node_id[lo:hi], dtype=np.int64)
-    if hi_c - lo_c != hi - lo:
+    if len(ids) != hi - lo:
         return None
     # fi[j]: the file position of the program's node j. The generator writes nodes in id order but the
     # rewriter splices the nodes it inserts in place (a heterogeneous set's sync): the template keeps the
@@ -720,29 +781,16 @@ def _template(
         if not np.array_equal(ids[fi], want) or len(np.unique(ids)) != len(ids):
             return None  # built another way: node j would not be node j
     reordered = not np.array_equal(fi, np.arange(hi - lo))
-    ns, ne = cols.name_start[lo_c:hi_c], cols.name_end[lo_c:hi_c]
-    tmpl = Template(
-        rb,
-        cols.frame_start[lo_c:hi_c] - base,
-        cols.payload_start[lo_c:hi_c] - base,
-        cols.payload_end[lo_c:hi_c] - base,
-        np.where(ns >= 0, ns - base, -1),
-        np.where(ne >= 0, ne - base, -1),
-    )
+    e = entry
+    tmpl = Template(e.buf, e.frame_start, e.payload_start, e.payload_end, e.name_start, e.name_end)
 
     def col(name):
-        c = cols.attrs.get(name)
+        c = e.attrs.get(name)
         if c is None:
             return None, None, None, None
-        if not reordered:
-            return (
-                c,
-                c.kind[lo_c:hi_c],
-                c.value[lo_c:hi_c],
-                (c.field_start[lo_c:hi_c], c.field_end[lo_c:hi_c]),
-            )
-        at = fi + lo_c  # in program order
-        return c, c.kind[at], c.value[at], (c.field_start[at], c.field_end[at])
+        at = slice(None) if not reordered else fi  # in program order
+        span = None if c.field_start is None else (c.field_start[at], c.field_end[at])  # TEMPLATE_ATTRS'
+        return c, c.kind[at], c.value[at], span
 
     name_s, name_e = (
         (tmpl.name_start[fi], tmpl.name_end[fi]) if reordered else (tmpl.name_start, tmpl.name_end)
@@ -756,9 +804,9 @@ def _template(
     if c is not None and dg_r is not None:
         sel = np.isin(kind, list(_INT_VALUE)) & (val == dg_r)
         js = np.nonzero(sel)[0]
-        dg = (js, span[0][js] - base, span[1][js] - base, kind[js])
+        dg = (js, span[0][js], span[1][js], kind[js])
     pgc, pgk, pgv, pgspan = col(PG_NAME)
-    cg, cgk, _v, _s = col("comm_group")
+    cg, cgk, _v, _s = col(_COMM_GROUP)
     pg = []
     pg_j, pg_info = [], []
     names = []  # (node, name field start, end, text before the peer's number, text after, peer)
@@ -785,7 +833,7 @@ def _template(
             return None
         if any(pgc.strings[v] != info.group for v, info in zip(pgv[js].tolist(), pg_info, strict=True)):
             return None
-        s0, e0 = (pgspan[0][js] - base).tolist(), (pgspan[1][js] - base).tolist()
+        s0, e0 = pgspan[0][js].tolist(), pgspan[1][js].tolist()
         pg = list(zip(pg_j, s0, e0, pg_info, strict=True))
     peers = []
     for g in p2ps:
@@ -805,7 +853,7 @@ def _template(
                 continue
             if int(kind[j]) not in _INT_VALUE:
                 return None
-            s0, e0 = int(span[0][j]) - base, int(span[1][j]) - base
+            s0, e0 = int(span[0][j]), int(span[1][j])
             peers.append((j, name, s0, e0, _INT_VALUE[int(kind[j])], int(val[j])))
     slots: list[tuple] = []
     slot_of: dict = {}
@@ -857,11 +905,19 @@ def _peer_in_name(name: str, peer: int) -> tuple[str, str] | None:
     return None
 
 
+def _pg_key(ctx, k: int, sl: tuple, by_members, pg_keys: dict) -> str | None:
+    """The key of replica k's copy of a "pg" slot's group (None: no one group), cached in pg_keys."""
+    ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
+    if ck not in pg_keys:
+        pg_keys[ck] = ctx.image_key(k, sl[1], sl[2], by_members)
+    return pg_keys[ck]
+
+
 def _predict(
-    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, layouts: dict, pg_keys: dict, want: bool = True
+    ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, layouts: dict, pg_keys: dict
 ) -> Prediction | bool:
-    """Rank x's labels (into lab) as its representative r's template gives them, and with `want` the file
-    x would be (replay/fold_bytes.py); False when the template cannot name x's groups."""
+    """Rank x's labels (into lab) as its representative r's template gives them, and the file x would be
+    (replay/fold_bytes.py); False when the template cannot name x's groups."""
     lo = prog.rank_offset[i]
     dgs = ctx.fold.device_groups
     swap_dg = len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]
@@ -870,42 +926,26 @@ def _predict(
     for sl in rt.slots:
         kind = sl[0]
         key = None
-        fb = b""
-        if kind in ("dg", "peer") and not want:
-            pass  # no bytes wanted, and neither names a label the tables take
-        elif kind == "dg":
+        if kind == "dg":
             fb = attribute_field(DEVICE_GROUP, dgs[x], sl[1]) if swap_dg else b""
         elif kind == "pg":
-            ck = (k, sl[1])  # replica k's copy of a group: the same for every TP position of a stage
-            if ck not in pg_keys:
-                pg_keys[ck] = ctx.image_key(k, sl[1], sl[2], by_members)
-            key = pg_keys[ck]
+            key = _pg_key(ctx, k, sl, by_members, pg_keys)
             if key is None:
                 return False
-            fb = attribute_field(PG_NAME, key, "string_val") if want else b""
+            fb = attribute_field(PG_NAME, key, "string_val")
         elif kind == "peer":
             fb = attribute_field(sl[1], ctx.perm(k, sl[3]), sl[2])
         elif sl[3] is None:
             key = f"{sl[1]}[replica {ctx.fold.dp_replicas[x]}]{sl[2]}"
-            fb = name_field(key) if want else b""
+            fb = name_field(key)
         else:
             key = f"{sl[1]}{ctx.perm(k, sl[3])}{sl[2]}"
-            fb = name_field(key) if want else b""
+            fb = name_field(key)
         pool.append(fb)
         keys.append(key)
     if swap_dg:
         lab.device_group = (dgs[r], dgs[x])
         lab.dg_nodes = rt.dg_nodes
-    if not want:  # by construction: nothing changes the labels later, so they are held per slot
-        if rt.pg_nodes:
-            lab.pg_names = lab.keys = SlotNames(rt.pg_nodes, rt.pg_pos, rt.pg_slots, keys)
-        if rt.name_nodes and all(keys[sl] != prog.name[lo + j] for j, sl in rt.name_first):
-            lab.names = SlotNames(rt.name_nodes, rt.name_pos, rt.name_slots, keys)
-            return True
-        for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
-            if keys[sl] != prog.name[lo + j]:
-                lab.names[j] = keys[sl]
-        return True
     if rt.pg_nodes:
         lab.pg_names = dict(zip(rt.pg_nodes, [keys[sl] for sl in rt.pg_slots], strict=True))
         lab.keys = lab.pg_names.copy()
@@ -914,6 +954,67 @@ def _predict(
             lab.names[j] = keys[sl]
     subs = rt.subs if swap_dg else rt.subs_no_dg
     return predict_many(rt.tmpl, *subs, pool, layouts.setdefault(swap_dg, {}))
+
+
+class _SlotTexts(Sequence):
+    """Slot -> label text of one folded rank by construction, made when read. A name slot's text is the
+    representative's node name with the peer renamed (or this rank's DP replica number), so a rank holds
+    its few renamed peers, not a string per P2P node: 3,008 folded ranks x 4 m P2P nodes each on
+    Narayanan's 1T row (m = 512), ~0.45 GB of strings held through the run (docs/performance.md, 24t)."""
+
+    __slots__ = ("_slots", "_pg", "_peer", "_replica")
+
+    def __init__(
+        self, slots: list[tuple], pg: dict[int, str], peer: dict[int, int], replica: int | None
+    ) -> None:
+        self._slots, self._pg, self._peer, self._replica = slots, pg, peer, replica
+
+    def __getitem__(self, sl):  # type: ignore[override]
+        s = self._slots[sl]
+        if s[0] == "pg":
+            return self._pg[sl]
+        if s[0] != "name":
+            return None  # device group and peer fields: no label the tables take
+        if s[3] is None:
+            return f"{s[1]}[replica {self._replica}]{s[2]}"
+        return f"{s[1]}{self._peer[s[3]]}{s[2]}"
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def renamed(self, sl: int, rep_replica: int | None) -> bool:
+        """Whether name slot sl's text differs from the representative's (whose replica is rep_replica):
+        the text around the number is the same, so it differs exactly when the number does."""
+        peer = self._slots[sl][3]
+        return self._replica != rep_replica if peer is None else self._peer[peer] != peer
+
+
+def _by_construction(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, pg_keys: dict) -> bool:
+    """Rank x's labels (into lab) as its representative r's template gives them, without bytes (by
+    construction nothing changes them later, so they are held per slot); False when the template cannot
+    name x's groups."""
+    dgs = ctx.fold.device_groups
+    if len(rt.dg_nodes) > 0 and x in dgs and dgs[x] != dgs[r]:
+        lab.device_group = (dgs[r], dgs[x])
+        lab.dg_nodes = rt.dg_nodes
+    pg: dict[int, str] = {}
+    for sl in rt.pg_slot_ids:
+        key = _pg_key(ctx, k, rt.slots[sl], by_members, pg_keys)
+        if key is None:
+            return False
+        pg[sl] = key
+    replica = ctx.fold.dp_replicas[x] if rt.name_replica else None
+    texts = _SlotTexts(rt.slots, pg, {p: ctx.perm(k, p) for p in rt.name_peers}, replica)
+    if rt.pg_nodes:
+        lab.pg_names = lab.keys = SlotNames(rt.pg_nodes, rt.pg_pos, rt.pg_slots, texts)
+    rep_replica = ctx.fold.dp_replicas.get(r)
+    if rt.name_nodes and all(texts.renamed(sl, rep_replica) for _j, sl in rt.name_first):
+        lab.names = SlotNames(rt.name_nodes, rt.name_pos, rt.name_slots, texts)
+        return True
+    for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
+        if texts.renamed(sl, rep_replica):
+            lab.names[j] = texts[sl]
+    return True
 
 
 def _verify_bytes(

@@ -15,6 +15,7 @@ from xsim.replay.compute import ComputeModel, DurationModel, with_exact
 from xsim.replay.config import ReplayConfig, resolve_durations, resolve_streams
 from xsim.replay.engine import run_engine
 from xsim.replay.errors import FoldRefused, ReplayError
+from xsim.replay.heap import return_freed_heap
 from xsim.replay.program import K_COLL, K_RECV, K_SEND, WANT_ATTRS, build_program
 from xsim.replay.progress import progress_bar
 from xsim.replay.result import ReplayResult, build_result
@@ -27,7 +28,7 @@ from xsim.traces.stream import read_bytes
 from xsim.traces.traceset import TraceSet, discover
 
 if TYPE_CHECKING:
-    from xsim.replay.fold import Fold
+    from xsim.replay.fold import Fold, RepFile
 
 
 # Files decoded together as columns: numpy calls amortized over ~12k nodes, and a batch that stays in the
@@ -124,58 +125,73 @@ class ColumnReader:
                     self.batch[r] = None
 
 
-def rep_columns(
-    trace_set: TraceSet, ranks: Sequence[int]
-) -> dict[int, tuple[RankColumns, int, bytes, int] | None]:
-    """The files of `ranks` decoded as columns with field spans, ~2 MB at a time: rank -> (columns, file
-    index, file bytes, the file's offset in the columns' buffer), None for a file left to protobuf."""
-    out: dict[int, tuple[RankColumns, int, bytes, int] | None] = {}
-    batch: list[tuple[int, bytes]] = []
-    layouts: dict[int, np.ndarray] = {}
+class RepColumns:
+    """The representatives' files of a folded build, decoded as columns with field spans ~2 MB at a time in
+    the order build_program asks for them (`get`), one batch held at a time. Once the build moves past a
+    batch each of its files is kept only as what its byte template reads (`files`: fold.RepFile), so the
+    batch's names, dependencies and other attributes go: ~0.3 KiB a representative node less held while
+    the rest is built and verified (docs/performance.md, round 24t)."""
 
-    def flush() -> None:
-        if not batch:
-            return
-        bufs = [b for _r, b in batch]
-        paths = [trace_set.paths[r] for r, _b in batch]
-        try:
-            cols = decode_columns(bufs, paths, WANT_ATTRS, spans=True, layouts=layouts)
-            base = 0
-            for f, (r, b) in enumerate(batch):
-                out[r] = (cols, f, b, base)
-                base += len(b)
-        except Unsupported:
-            for r, b in batch:
-                try:
-                    out[r] = (decode_columns([b], [trace_set.paths[r]], WANT_ATTRS, spans=True), 0, b, 0)
-                except Unsupported:
-                    out[r] = None
-        batch.clear()
+    def __init__(self, trace_set: TraceSet, ranks: Sequence[int]) -> None:
+        self.ts = trace_set
+        self.ranks = list(ranks)
+        self.at = {r: p for p, r in enumerate(self.ranks)}
+        self.batch: dict[int, tuple[RankColumns, int, bytes, int] | None] = {}  # (cols, file, bytes, base)
+        self.cut: dict[int, RepFile | None] = {}
+        self.layouts: dict[int, np.ndarray] = {}
 
-    size = 0
-    for r in ranks:
-        path = trace_set.paths[r]
-        if is_json_file(path):
-            out[r] = None
-            continue
-        buf = trace_set.read(r)  # a rank-class set folded by DP only: its unwritten ranks' derived bytes
-        batch.append((r, buf))
-        size += len(buf)
-        if size >= _BATCH_BYTES:
-            flush()
-            size = 0
-    flush()
-    return out
-
-
-def columns_of(reps: Mapping[int, tuple | None]) -> Callable[[int], tuple[RankColumns, int] | None]:
-    """build_program's `columns` over rep_columns' entries."""
-
-    def get(rank: int) -> tuple[RankColumns, int] | None:
-        e = reps.get(rank)
+    def get(self, rank: int) -> tuple[RankColumns, int] | None:
+        """build_program's `columns`: `rank`'s columns and file index (None: a file left to protobuf)."""
+        if rank not in self.batch:
+            self._load(self.at[rank])
+        e = self.batch[rank]
         return None if e is None else (e[0], e[1])
 
-    return get
+    def files(self) -> dict[int, RepFile | None]:
+        """Each rank's file as its template reads it (None: left to protobuf), decoding any not asked for."""
+        for p, r in enumerate(self.ranks):
+            if r not in self.cut and r not in self.batch:
+                self._load(p)
+        self._cut_batch()
+        return self.cut
+
+    def _cut_batch(self) -> None:
+        from xsim.replay.fold import rep_file
+
+        for r, e in self.batch.items():
+            self.cut[r] = None if e is None else rep_file(*e)
+        self.batch = {}
+
+    def _load(self, p: int) -> None:
+        from xsim.replay.fold import TEMPLATE_ATTRS
+
+        self._cut_batch()
+        ts, files, size = self.ts, [], 0
+        while p < len(self.ranks) and size < _BATCH_BYTES:
+            r = self.ranks[p]
+            p += 1
+            if is_json_file(ts.paths[r]):
+                self.batch[r] = None
+                continue
+            buf = ts.read(r)  # a rank-class set folded by DP only: its unwritten ranks' derived bytes
+            files.append((r, buf))
+            size += len(buf)
+        try:
+            cols = decode_columns(
+                [b for _r, b in files], [ts.paths[r] for r, _b in files], WANT_ATTRS, spans=TEMPLATE_ATTRS,
+                layouts=self.layouts,
+            )  # fmt: skip
+            base = 0
+            for f, (r, b) in enumerate(files):
+                self.batch[r] = (cols, f, b, base)
+                base += len(b)
+        except Unsupported:
+            for r, b in files:
+                try:
+                    one = decode_columns([b], [ts.paths[r]], WANT_ATTRS, spans=TEMPLATE_ATTRS)
+                    self.batch[r] = (one, 0, b, 0)
+                except Unsupported:
+                    self.batch[r] = None
 
 
 def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
@@ -185,11 +201,9 @@ def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConf
     from xsim.replay.fold import predicted_files, resolve_fold
 
     plan = resolve_fold("auto", ts)
-    reps = rep_columns(ts, plan.replicas[0])
-    prog = build_program(
-        ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
-    )
-    return predicted_files(plan, pgs, prog, reps)
+    reps = RepColumns(ts, plan.replicas[0])
+    prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=reps.get)
+    return predicted_files(plan, pgs, prog, reps.files())
 
 
 def metadata_groups_files(trace_set: TraceSet):
@@ -309,6 +323,8 @@ def _simulate(run: _Replay, fold) -> ReplayResult:
             raise ReplayError(f"{ts.prefix}: the trace set has no nodes on any of its {ts.num_ranks} rank(s)")
         if config.comm_mode == "measured":
             _check_measured(prog, ts)
+        if plan is not None or ts.classes is not None:
+            return_freed_heap()  # the representatives' columns and templates, freed (replay/heap.py)
         run_net = network
         if plan is not None and network is not None and config.comm_mode != "measured":
             from xsim.replay.fold import fold_checked
@@ -357,11 +373,9 @@ def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _
 
     if ts.classes is not None and ts.classes.tp * ts.classes.cp > plan.tp * plan.cp:  # folded by DP only
         ts = ts.with_source(compact_source(ts, pgs, compute, config))
-    reps = rep_columns(ts, plan.replicas[0])
-    prog = build_program(
-        ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=columns_of(reps)
-    )
-    labels = verify(plan, ts, pgs, prog, reps)
+    reps = RepColumns(ts, plan.replicas[0])
+    prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=reps.get)
+    labels = verify(plan, ts, pgs, prog, reps.files())
     del reps
     return _Built(ts, pgs, prog, plan, labels)
 

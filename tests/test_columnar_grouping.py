@@ -303,6 +303,24 @@ def _check_batch(bufs: list[bytes], paths: list[str], want: frozenset[str]) -> N
                         else:
                             assert c.field_start[i] == -1
             base += len(buf)
+    _check_span_subset(bufs, paths, want)
+
+
+def _check_span_subset(bufs: list[bytes], paths: list[str], want: frozenset[str]) -> None:
+    """spans naming some attributes: the columns of spans=True, only those attributes' field spans kept."""
+    keep = frozenset(sorted(want)[::2])
+    every = decode_columns(bufs, paths, want, spans=True)
+    for group in (True, False):
+        some = decode_columns(bufs, paths, want, spans=keep, group=group)
+        _columns_equal(some, every)
+        for f in ("frame_start", "name_start", "name_end"):
+            assert np.array_equal(getattr(some, f), getattr(every, f)), f
+        for nm, c in some.attrs.items():
+            if nm in keep:
+                assert np.array_equal(c.field_start, every.attrs[nm].field_start)
+                assert np.array_equal(c.field_end, every.attrs[nm].field_end)
+            else:
+                assert c.field_start is None and c.field_end is None, nm
 
 
 @pytest.mark.parametrize("kind", ["same", "device_group", "ids", "pg", "io_after"])

@@ -8,6 +8,7 @@ posted receives and data-parallel AllReduces hang off that chain and overlap wit
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 from collections.abc import Collection, Sequence
@@ -132,6 +133,21 @@ def generate(
     them; a heterogeneous one is built and rewritten whole (the rewriter numbers the groups it adds in
     rank order over every rank) and the others dropped before writing.
     """
+    # Each rank's program is millions of small objects (payload lists, deps, tags) and no reference cycles;
+    # with the cyclic GC on, its full collections come at a rate that grows with the nodes made and each
+    # one walks every list held so far: quadratic in the micro-batches (docs/performance.md, round 24t:
+    # 4.7 of 16.7 CPU-s of the 1T row at m = 128). Paused, as the replay's build and decode pause it.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _generate(deployment, rewrite, only)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _generate(deployment: dpb.Deployment, rewrite: bool, only: Collection[int] | None) -> TraceBundle:
+    """`generate` with the collector paused."""
     whole = rewrite and only is not None and not is_homogeneous(deployment)
     gen = _Generator(deployment, only=None if whole else only)
     bundle = gen.run()

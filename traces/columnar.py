@@ -85,7 +85,8 @@ class AttrColumn:
     kind: np.ndarray  # int8: value field number, 0 = present without a value, -1 = absent
     value: np.ndarray  # int64: integer / bool value (string: index into `strings`)
     strings: tuple[str, ...]
-    # With decode_columns(spans=True): each node's whole attribute field (tag to end) in `buf`, -1 absent.
+    # With decode_columns(spans=True, or a set naming it): each node's whole attribute field (tag to end) in
+    # `buf`, -1 absent.
     field_start: np.ndarray | None = None
     field_end: np.ndarray | None = None
 
@@ -240,13 +241,15 @@ def decode_columns(
     bufs: list[bytes],
     paths: list[str],
     want: frozenset[str],
-    spans: bool = False,
+    spans: bool | frozenset[str] = False,
     layouts: dict[int, np.ndarray] | None = None,
     group: bool = True,
 ) -> RankColumns:
     """Decode framed `.et` files (bytes each) into one set of columns; attributes outside `want` skipped.
 
-    spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`.
+    spans: also keep where each node's frame, name field and wanted attribute fields lie in `buf`; a set of
+    names keeps the field spans of those attributes only (16 bytes per node and attribute: a fold's byte
+    template swaps four of the fourteen the replay reads).
     layouts: frame starts of files already framed, by file size (frame_spans' `like`), shared by the calls
     of one trace set; files framed here are added.
     group: decode each distinct node payload of the batch once (the ranks of a replicated set hold the
@@ -260,9 +263,10 @@ def decode_columns(
     if ((framed.end - payload_start) >= (1 << 31) - 1).any():
         raise Unsupported("a node of 2 GiB")  # protobuf's limit for one message
     units = _Units(payload_start, framed.end, framed.file_ptr)
-    nodes = _decode_distinct(src, units, want, spans) if group else None
+    span_attrs = None if spans is False else want if spans is True else spans
+    nodes = _decode_distinct(src, units, want, span_attrs) if group else None
     if nodes is None:
-        nodes = _decode_nodes(src, units, want, spans, group)
+        nodes = _decode_nodes(src, units, want, span_attrs, group)
     return RankColumns(
         paths=tuple(paths),
         file_ptr=framed.file_ptr,
@@ -279,7 +283,7 @@ def decode_columns(
         payload_start=payload_start,
         payload_end=framed.end,
         buf=buf,
-        frame_start=framed.frame_start if spans else None,
+        frame_start=framed.frame_start if span_attrs is not None else None,
         name_start=nodes.name_start,
         name_end=nodes.name_end,
     )
@@ -360,9 +364,11 @@ class _Walk:
     cut_round: np.ndarray | None
 
 
-def _decode_nodes(src: _Bytes, units: _Units, want: frozenset[str], spans: bool, regions: bool) -> _Nodes:
+def _decode_nodes(
+    src: _Bytes, units: _Units, want: frozenset[str], spans: frozenset[str] | None, regions: bool
+) -> _Nodes:
     """The columns of the nodes whose payloads are `units` (regions: walk each distinct attribute region
-    once when a sample says it pays)."""
+    once when a sample says it pays; spans: keep the name spans and those attributes' field spans)."""
     n = len(units.start)
     walked = _walk_regions(src, units) if regions else None
     if walked is None:
@@ -401,8 +407,8 @@ def _decode_nodes(src: _Bytes, units: _Units, want: frozenset[str], spans: bool,
         ctrl_ptr=ctrl[0],
         ctrl_idx=ctrl[1],
         attrs=attrs,
-        name_start=name_tag if spans else None,
-        name_end=np.where(name_tag >= 0, name_e, -1) if spans else None,
+        name_start=name_tag if spans is not None else None,
+        name_end=np.where(name_tag >= 0, name_e, -1) if spans is not None else None,
     )
 
 
@@ -443,7 +449,9 @@ def _node_names(src: _Bytes, f: _Fields, kn: np.ndarray, n: int) -> list[str]:
     return named.tolist()
 
 
-def _decode_distinct(src: _Bytes, units: _Units, want: frozenset[str], spans: bool) -> _Nodes | None:
+def _decode_distinct(
+    src: _Bytes, units: _Units, want: frozenset[str], spans: frozenset[str] | None
+) -> _Nodes | None:
     """_decode_nodes of the distinct node payloads only, spread over the nodes holding each: the ranks of
     a replicated set hold the same nodes (the same ids, names, dependencies and attributes on every
     replica of a stage). None when a sample (every _SAMPLE_EVERY-th node of each file) is mostly distinct,
@@ -473,7 +481,7 @@ def _distinct_payloads(src: _Bytes, units: _Units) -> tuple[np.ndarray, np.ndarr
     return code, first
 
 
-def _spread(one: _Nodes, code: np.ndarray, shift: np.ndarray, spans: bool) -> _Nodes:
+def _spread(one: _Nodes, code: np.ndarray, shift: np.ndarray, spans: frozenset[str] | None) -> _Nodes:
     """The columns of distinct nodes `one` over the nodes holding each (node i holds distinct node code[i],
     its bytes `shift[i]` after that one's)."""
 
@@ -499,8 +507,8 @@ def _spread(one: _Nodes, code: np.ndarray, shift: np.ndarray, spans: bool) -> _N
         ctrl_ptr=ctrl_ptr,
         ctrl_idx=ctrl_idx,
         attrs=attrs,
-        name_start=moved(one.name_start) if spans else None,
-        name_end=moved(one.name_end) if spans else None,
+        name_start=moved(one.name_start) if spans is not None else None,
+        name_end=moved(one.name_end) if spans is not None else None,
     )
 
 
@@ -755,17 +763,18 @@ class _AttrTable:
     inner: _Inner
     ncode: np.ndarray
     val: np.ndarray  # each distinct attribute's integer or bool value as int64 (strings: per column)
-    spans: bool  # keep each wanted field's span
+    spans: frozenset[str] | None  # the wanted attributes whose field spans are kept
 
 
 def _decode_attrs(
-    src: _Bytes, n: int, a: _AttrFields, want: frozenset[str], spans: bool
+    src: _Bytes, n: int, a: _AttrFields, want: frozenset[str], spans: frozenset[str] | None
 ) -> tuple[dict[str, AttrColumn], np.ndarray]:
     """Attribute columns over n units for the names in `want` (each at most once per unit), and the first
-    field of each distinct attribute (an index into a), for _validate.
+        field of each distinct attribute (an index into a), for _validate.
 
-    Fields are grouped by their bytes (tag to end) first: a trace repeats a few hundred distinct attributes
-    over and over, and only the distinct ones are decoded. With spans, every wanted attribute's field span.
+        Fields are grouped by their bytes (tag to end) first: a trace repeats a few hundred distinct attributes
+        over and over, and only the distinct ones are decoded. With spans, the field span of each wanted attribute
+    named there.
     """
     if len(a.unit) == 0:
         return {}, np.zeros(0, dtype=np.int64)
@@ -894,7 +903,7 @@ def _attr_column(tab: _AttrTable, ci: int, nm: str, sel: np.ndarray) -> AttrColu
     kind[owners] = inner.vkind[c]
     value[owners] = dval[c]
     fs = fe = None
-    if tab.spans:
+    if tab.spans is not None and nm in tab.spans:
         fs = np.full(n, -1, dtype=np.int64)
         fe = np.full(n, -1, dtype=np.int64)
         fs[owners] = tab.fields.pos[sel]
