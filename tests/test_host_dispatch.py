@@ -3,12 +3,14 @@ syncs where the framework reads a GPU result, and the replayed times they give, 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from xsim.replay import ReplayConfig, simulate
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.errors import SpecError
+from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, HostTimeline
 from xsim.traces import attrs as A
 
@@ -20,6 +22,18 @@ DENSE = {
               "seq_len": 1024},
     "micro_batches": 2,
     "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1, "micro_batch": 1}],
+}  # fmt: skip
+
+
+# Two pipeline stages of one layer each under Megatron-LM 2021 (1F1B, 2 micro-batches), 1 us a launch.
+PP2 = {
+    "model": {"name": "tiny", "layers": 2, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "vocab": 1024,
+              "seq_len": 1024},
+    "micro_batches": 2, "schedule": "1f1b", "framework": "megatron-2021", "host_launch_us": 1,
+    "device_groups": [
+        {"gpu": "A100-80GB", "ranks": [0], "tp": 1, "pp_stage": 0, "layers": [1, 1]},
+        {"gpu": "A100-80GB", "ranks": [1], "tp": 1, "pp_stage": 1, "layers": [2, 2]},
+    ],
 }  # fmt: skip
 
 
@@ -129,17 +143,17 @@ def test_host_gates_by_hand() -> None:
     line = HostTimeline(HostCosts(20, 10))
     assert line.launch([], 1) is None  # before the first sync the host is ahead
     line.placed(0, 100)
-    assert line.sync(0) is None  # no host node carries the launches before the first read
+    assert line.sync([0]) is None  # no host node carries the launches before the first read
     got, host_id = [], 100
     for k, dur in ((1, 5), (2, 5), (3, 5), (4, 1000), (5, 5)):
         gate = line.launch([k - 1], 1)
         got.append(gate)
         line.placed(k, dur, host_id if gate else -1)
         host_id += 1 if gate else 0
-    assert got == [(30, 0, -1), (20, -1, 100), (20, -1, 101), (20, -1, 102), None]
+    assert got == [(30, (0,), -1), (20, (), 100), (20, (), 101), (20, (), 102), None]
     # a second read: a host node carries the launch of e (20 ns) to the read, then the next kernel waits
     # for the read's end + 10 + its own launch
-    assert line.sync(5) == (20, -1, 103)
+    assert line.sync([5]) == (20, (), 103)
 
 
 def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:
@@ -224,10 +238,20 @@ def test_host_nodes_sit_before_their_kernels_and_the_set_validates(tmp_path: Pat
             assert any(n.name.startswith("host:") for n in et.nodes)
 
 
-def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch) -> None:
+INTERLEAVED = {
+    **PP2, "model": {**PP2["model"], "layers": 4}, "virtual_stages": 2, "micro_batches": 4,
+    "host_launch_us": 2, "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 2, "dp": 1, "micro_batch": 1},
+}  # fmt: skip
+del INTERLEAVED["device_groups"]
+
+
+@pytest.mark.parametrize(
+    "spec", [{**MOE, "micro_batches": 3, "host_launch_us": 2}, INTERLEAVED], ids=["moe", "megatron-2021-vp2"]
+)
+def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch, spec) -> None:
     # The rule gates only kernels the host can delay; gating every kernel after the first read must give
-    # the same replay to the nanosecond (every GPU node's start and end), with more nodes.
-    spec = {**MOE, "micro_batches": 3, "host_launch_us": 2}
+    # the same replay to the nanosecond (every GPU node's start and end), with more nodes. The second set
+    # syncs at pipeline exchanges of several transfers (the interleaved schedule's).
 
     def starts(res) -> dict:
         return {(r["rank"], r["name"]): (r["start_ns"], r["end_ns"]) for r in res.ops.iter_rows(named=True)
@@ -240,7 +264,7 @@ def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkey
         got = launch(self, deps, launches)
         if got is None and self.epoch >= 0 and launches:
             got = (self.acc, self.wait, self.prev)
-            self.acc, self.wait, self._start = 0, -1, self.host
+            self.acc, self.wait, self._start = 0, (), self.host
         return got
 
     monkeypatch.setattr(HostTimeline, "launch", every)
@@ -248,3 +272,47 @@ def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkey
     assert starts(full) == starts(bounded)
     assert full.per_rank_finish_ns == bounded.per_rank_finish_ns
     assert len(full.ops) > len(bounded.ops)
+
+
+def test_megatron_2021_syncs_the_host_at_each_pipeline_exchange() -> None:
+    # _communicate (megatron/p2p_communication.py, de7dc40f88): req.wait() then torch.cuda.synchronize().
+    # Stage 0: send_forward(mb0); send_forward_recv_backward (act1 out, grad0 in); recv_backward (grad1).
+    # Stage 1: recv_forward (act0); send_backward_recv_forward (grad0 out, act1 in); send_backward (grad1).
+    nodes = generate(load_spec(PP2)).nodes
+    for rank, waits in (
+        (0, [["send_act.fwd.mb0.to1"], ["send_act.fwd.mb1.to1", "recv_grad.bwd.mb0.from1"],
+             ["recv_grad.bwd.mb1.from1"]]),
+        (1, [["recv_act.fwd.mb0.from0"], ["send_grad.bwd.mb0.to0", "recv_act.fwd.mb1.from0"],
+             ["send_grad.bwd.mb1.to0"]]),
+    ):  # fmt: skip
+        got = [[nodes[rank][d].name for d in n.data_deps] for n in nodes[rank] if n.name.startswith("host:")]
+        assert [w for w in got if w and w[0].split("_")[0] in ("send", "recv")] == waits
+    assert len(nodes[0]) == len(generate(load_spec({**PP2, "host_dispatch": "off"})).nodes[0]) + 7
+
+
+def test_pipeline_exchange_syncs_step_time_by_hand(tmp_path: Path, monkeypatch) -> None:
+    # Every activation or gradient is 1024 tokens x 1024 x 2 B = 2,097,152 B: 41,943.04 ns at 50 GB/s plus
+    # two 500 ns hops, 42,944 ns on the replay's ns grid. After each exchange the host waits for it, reads
+    # (SYNC) and launches the next kernel (1 us): what it launches starts SYNC + 1 us after the exchange's
+    # end. On the critical path, against the replay without a host timeline: stage 1's forward 0 after
+    # receiving act0 (+16 us); its forward 1 after send_backward_recv_forward, which now exposes the
+    # gradient's send (42,944 ns) and the read (+16 us); stage 0's backward 1 after recv_backward (+16 us);
+    # the optimizer after the grad-norm read (+16 us, the one sync without pipeline exchanges).
+    gate, send = SYNC + 1_000, 42_944
+    off = _replay(tmp_path, {**PP2, "host_dispatch": "off"}, "off", 2)
+    on = _replay(tmp_path, PP2, "on", 2)
+    assert _op(off, "send_grad.bwd.mb0.to0", 1)["duration_ns"] == send
+    assert on.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + 4 * gate + send
+    for rank, first, exchange in (
+        (1, "L2.attn_norm.fwd.mb0", "recv_act.fwd.mb0.from0"),
+        (0, "embedding.fwd.mb1", "send_act.fwd.mb0.to1"),
+        (1, "L2.attn_norm.fwd.mb1", "send_grad.bwd.mb0.to0"),
+        (0, "L1.mlp_bias_dropout_add.bwd.mb1", "recv_grad.bwd.mb1.from1"),
+    ):
+        assert _op(on, first, rank)["start_ns"] == _op(on, exchange, rank)["end_ns"] + gate
+    assert _op(off, "L2.attn_norm.fwd.mb1", 1)["start_ns"] == _op(off, "send_grad.bwd.mb0.to0", 1)["start_ns"]
+    # Without the exchange syncs (megatron-core's p2p has none) only the grad-norm read remains.
+    fw = FRAMEWORKS["megatron-2021"]
+    monkeypatch.setitem(FRAMEWORKS, "megatron-2021", dataclasses.replace(fw, p2p_sync=False))
+    reads = _replay(tmp_path, PP2, "reads", 2)
+    assert reads.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + gate

@@ -42,7 +42,7 @@ from xsim.tracegen.context_parallel import (
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
 from xsim.tracegen.grad_path import accumulation_op, grad_path, legacy_optimizer, pre_reduce_op
-from xsim.tracegen.host import HostTimeline, host_costs
+from xsim.tracegen.host import Gate, HostTimeline, host_costs
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -653,6 +653,9 @@ class _RankProgram:
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
         self.hostline: HostTimeline | None = None  # the host thread (tracegen.host), set up by `setup`
+        # the pipeline exchange being emitted (its P2P nodes), when the framework syncs the host at each one
+        self.exchange: list[int] | None = None
+        self.exchange_side, self.in_p2p = "", False
         self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
         self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
@@ -718,6 +721,8 @@ class _RankProgram:
         line = self.hostline
         if line is None:
             return self._append(name, ntype, data, ctrl, dur, attrs)
+        if self.exchange and not self.in_p2p:  # the node after a pipeline exchange: the host synced there
+            self.end_exchange()
         launches, lb = self._launch_cost(ntype)
         gate = line.launch([*data, *ctrl], launches)
         hid = -1
@@ -1060,7 +1065,27 @@ class _RankProgram:
         ]
         name = f"{'send' if send else 'recv'}_{what}.{phase}.mb{mb}.{'to' if send else 'from'}{peer}"
         ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
-        return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        if self.exchange is None:
+            return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        # Without interleaving Megatron exchanges with one neighbour per call (send_forward_recv_backward,
+        # send_backward_recv_forward; warm-up's send_forward and recv_forward are two calls); interleaved, one
+        # call takes every transfer of a schedule step (send_forward_recv_forward, ...).
+        side = "next" if send == (direction == ACT_TAG) else "prev"
+        if self.exchange and side != self.exchange_side and len(self.st.chunks) == 1:
+            self.end_exchange()
+        self.exchange_side, self.in_p2p = side, True
+        nid = self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        self.in_p2p = False
+        self.exchange.append(nid)
+        return nid
+
+    def end_exchange(self) -> None:
+        """Megatron-LM 2021/2022's _communicate waits for every request of a pipeline exchange and then
+        runs torch.cuda.synchronize() (megatron/p2p_communication.py of de7dc40f88 and d898a8991d): the
+        host waits for the exchange's transfers before it launches anything after them."""
+        assert self.exchange
+        self.host_sync(self.exchange)
+        self.exchange = []
 
     # -- boundary transfers --------------------------------------------------------------------------
     def _p2p_size(self, src_tp: int) -> int:
@@ -1566,6 +1591,7 @@ class _RankProgram:
             dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
         )
         self.hostline = HostTimeline(costs) if costs is not None else None
+        self.exchange = [] if self.hostline is not None and self.ctx.fw.p2p_sync else None
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
@@ -1752,12 +1778,13 @@ class _RankProgram:
         if self.hostline is not None and op in HOST_READS:
             self.host_sync(nid)
 
-    def host_sync(self, kernel: int) -> None:
-        """The host waits for `kernel` here: the launches up to the read go into a host node of their own."""
+    def host_sync(self, kernel: int | Sequence[int]) -> None:
+        """The host waits for `kernel` (or all of several) here: the launches up to the wait go into a host
+        node of their own."""
         assert self.hostline is not None
-        gate = self.hostline.sync(kernel)
+        gate = self.hostline.sync([kernel] if isinstance(kernel, int) else kernel)
         # none when the last host node already ends where the host reaches the read
-        if gate is not None and (gate[0] or gate[1] >= 0):
+        if gate is not None and (gate[0] or gate[1]):
             self.hostline.prev = self._host_node("read", gate)
 
     def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
@@ -1790,14 +1817,14 @@ class _RankProgram:
             return (1 if first else 0), 0
         return (0 if ntype == pb.COMM_RECV_NODE else 1), 0
 
-    def _host_node(self, kernel: str, gate: tuple[int, int, int]) -> int:
+    def _host_node(self, kernel: str, gate: Gate) -> int:
         """A host node (a CPU op of gate's ns) after the previous one and the sync it waits for."""
         g = self.gen
         ns, wait, prev = gate
         phase, layer, mb = self._tag
         extra = [g.attr(A.IS_CPU_OP, True), g.attr(A.DURATION_NS, ns)]
         micros = max(1, (ns + 500) // 1000) if ns else 0
-        data, ctrl = ([wait] if wait >= 0 else []), ([prev] if prev >= 0 else [])
+        data, ctrl = list(wait), ([prev] if prev >= 0 else [])
         head = self._head(layer, phase, mb)
         return self._append(f"host:{kernel}", pb.COMP_NODE, data, ctrl, micros, head + g.attrs_bytes(extra))
 
