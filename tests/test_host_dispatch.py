@@ -316,3 +316,30 @@ def test_pipeline_exchange_syncs_step_time_by_hand(tmp_path: Path, monkeypatch) 
     monkeypatch.setitem(FRAMEWORKS, "megatron-2021", dataclasses.replace(fw, p2p_sync=False))
     reads = _replay(tmp_path, PP2, "reads", 2)
     assert reads.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + gate
+
+
+def test_interleaved_exchanges_follow_megatrons_schedule_steps() -> None:
+    # Stage 0 of 2, 2 chunks, 4 micro-batches: warm-up (2-0-1)*2 + (2-1)*2 = 4 forwards, then F/B pairs,
+    # then 4 backwards (schedules.py of de7dc40f88). After each step one call sends the step's outputs and
+    # receives the next step's inputs; a steady step's forward output leaves after its backward. By hand:
+    S, R = "send_act.fwd.mb{}.to1", "recv_act.fwd.mb{}.from1"
+    G, Q = "send_grad.bwd.mb{}.to1", "recv_grad.bwd.mb{}.from1"
+    want = [
+        [S.format(0)],  # F c0 mb0; the next forward (c0) needs no receive on the first stage
+        [S.format(1), R.format(0)],  # F c0 mb1; receive c1 mb0's input
+        [S.format(0), R.format(1)],  # F c1 mb0
+        [S.format(1), Q.format(0)],  # F c1 mb1, the last warm-up step: B c1 mb0's gradient
+        [S.format(2), G.format(0), Q.format(1)],  # F c0 mb2 + B c1 mb0
+        [S.format(3), G.format(1), R.format(2), Q.format(0)],  # F c0 mb3 + B c1 mb1
+        [S.format(2), R.format(3), Q.format(1)],  # F c1 mb2 + B c0 mb0 (no gradient out of chunk 0)
+        [S.format(3), Q.format(2)],  # F c1 mb3 + B c0 mb1
+        [G.format(2), Q.format(3)],  # cool-down B c1 mb2
+        [G.format(3), Q.format(2)],  # B c1 mb3
+        [Q.format(3)],  # B c0 mb2; B c0 mb3 ends the schedule
+    ]
+    nodes = generate(load_spec(INTERLEAVED)).nodes[0]
+    got = [[nodes[d].name for d in n.data_deps] for n in nodes if n.name.startswith("host:")]
+    assert [w for w in got if w and w[0].split("_")[0] in ("send", "recv")] == want
+    # the steady step's forward output waits for the step's backward (the NCCL stream follows the kernels)
+    sends = [n for n in nodes if n.name == S.format(2)]
+    assert [A.get_str(nodes[d], A.PHASE) for d in sends[0].data_deps] == ["fwd", "bwd"]

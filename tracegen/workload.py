@@ -78,7 +78,7 @@ from xsim.tracegen.ops import (
 )
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
 from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
-from xsim.tracegen.schedule import BWD, interleaved, stage_order
+from xsim.tracegen.schedule import BWD, FWD, interleaved, stage_order
 from xsim.tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from xsim.traces import attrs as A
 from xsim.traces import pb
@@ -656,6 +656,8 @@ class _RankProgram:
         # the pipeline exchange being emitted (its P2P nodes), when the framework syncs the host at each one
         self.exchange: list[int] | None = None
         self.exchange_side, self.in_p2p = "", False
+        self.posted: dict[tuple[str, int, int], int | None] = {}  # receives posted ahead of their pass
+        self.held: list[tuple] | None = None  # sends held for the end of the schedule step
         self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
         self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
@@ -1110,14 +1112,41 @@ class _RankProgram:
             self.p2p_log.append((ids[-1], False, ch.index, side, k))
         return ids[0] if ids else None
 
+    def pass_recv(self, kind: str, ch: _Chunk, mb: int) -> int | None:
+        """The receive a pass waits for: posted at an earlier exchange (`post_recvs`) or here."""
+        key = (kind, ch.index, mb)
+        if key in self.posted:
+            return self.posted.pop(key)
+        if kind == FWD:
+            return self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+        return self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+
+    def post_recvs(self, step: list[tuple[str, int, int]]) -> None:
+        """Post the receives the passes of a schedule step wait for, ahead of them."""
+        for kind, c, mb in step:
+            ch = self.st.chunks[c]
+            if (ch.prev if kind == FWD else ch.next) is not None:
+                self.posted[(kind, c, mb)] = self.pass_recv(kind, ch, mb)
+
     def send_to(
-        self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, after: int, boundary: int = 0
+        self,
+        ch: _Chunk,
+        side: str,
+        layer: int,
+        mb: int,
+        direction: int,
+        after: int | list[int],
+        boundary: int = 0,
     ) -> None:
+        if self.held is not None:  # sent at the end of the schedule step (interleaved_steps)
+            self.held.append((ch, side, layer, mb, direction, after, boundary))
+            return
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
         size = self._p2p_size(self.st.dg.tp)
+        data = after if isinstance(after, list) else [after]
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
-            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, [after], boundary)
+            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, data, boundary)
             self.p2p_log.append((nid, True, ch.index, side, k))
 
     # -- passes ---------------------------------------------------------------------------------------
@@ -1125,7 +1154,7 @@ class _RankProgram:
         self._phase = "fwd"
         pred = None
         if ch.prev is not None:
-            pred = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+            pred = self.pass_recv(FWD, ch, mb)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
@@ -1156,7 +1185,7 @@ class _RankProgram:
         self._phase = "bwd"
         pred: int | None = self.last_fwd[(ch.index, mb)]
         if ch.next is not None:
-            pred = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+            pred = self.pass_recv(BWD, ch, mb)
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
@@ -1614,12 +1643,11 @@ class _RankProgram:
         # Gradients of a model chunk are complete after its last backward: its buckets are synced there.
         last_b = {c: mb for kind, c, mb in order if kind == BWD}
         self._plan(order, last_b)
-        for kind, c, mb in order:
-            ch = self.st.chunks[c]
-            if kind == BWD:
-                self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
-            else:
-                self.forward(ch, mb)
+        if v > 1 and self.exchange is not None:
+            self.interleaved_steps(order, last_b)
+        else:
+            for kind, c, mb in order:
+                self.run_pass(kind, c, mb, last_b)
         self.flush_deferred()
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
@@ -1627,6 +1655,39 @@ class _RankProgram:
         if self.gen.dep.comm_sm_contention != "off":
             self.contend()
         return self.payloads
+
+    def run_pass(self, kind: str, c: int, mb: int, last_b: dict[int, int]) -> None:
+        """One forward or backward pass of model chunk `c`."""
+        ch = self.st.chunks[c]
+        if kind == BWD:
+            self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
+        else:
+            self.forward(ch, mb)
+
+    def interleaved_steps(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
+        """Megatron-LM 2021/2022's interleaved schedule, exchange by exchange (schedules.py of de7dc40f88,
+        forward_backward_pipelining_with_interleaving): a step is a warm-up forward, a steady-state forward
+        and backward, or a cool-down backward; after it one call sends what the step produced and receives
+        what the next step needs (send_forward_recv_forward, send_forward_backward_recv_forward_backward,
+        send_backward_recv_backward), one before the first step receives its input. A forward's output so
+        leaves with the next backward's gradient, on the NCCL stream after the step's kernels."""
+        total = len(order) // 2
+        first_b = next(i for i, (kind, _, _) in enumerate(order) if kind == BWD)
+        warm = total if first_b == total else first_b - 1
+        pairs = range(warm, warm + 2 * (total - warm), 2)
+        steps = [order[i : i + 1] for i in range(warm)] + [order[i : i + 2] for i in pairs]
+        steps += [order[i : i + 1] for i in range(warm + 2 * (total - warm), len(order))]
+        self.post_recvs(steps[0])
+        for j, step in enumerate(steps):
+            self.held = []
+            for kind, c, mb in step:
+                self.run_pass(kind, c, mb, last_b)
+            held, self.held = self.held, None
+            for ch, side, layer, mb, direction, after, boundary in held:
+                tail = [] if self.frontier in (None, after) else [self.frontier]
+                self.send_to(ch, side, layer, mb, direction, [after, *tail], boundary)
+            if j + 1 < len(steps):
+                self.post_recvs(steps[j + 1])
 
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
