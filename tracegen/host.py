@@ -8,7 +8,8 @@ work, so short kernels become host-bound.
 
 The generator writes this as ordinary Chakra nodes (docs/tracegen.md, "Host dispatch"): CPU COMP nodes
 (`is_cpu_op`, run on the rank's cpu queue) chained in program order, each a data dependency of the kernel
-it launches, and an edge from a sync's kernel to the next host node. Node growth is bounded by gating only
+it launches, and an edge from a sync's kernel (each kernel, where the host waits for several: a pipeline
+exchange) to the next host node. Node growth is bounded by gating only
 the kernels the host can delay: with s the last sync before kernel i, the host launches i at exactly
 
     H_i = end(s) + SYNC + sum of the launch costs of the kernels after s up to and including i,
