@@ -1688,6 +1688,7 @@ class _RankProgram:
                 self.send_to(ch, side, layer, mb, direction, [after, *tail], boundary)
             if j + 1 < len(steps):
                 self.post_recvs(steps[j + 1])
+        assert not self.posted, "every receive posted ahead was waited for by its pass"
 
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
