@@ -53,6 +53,14 @@ class Framework:
     # synchronize() ("to protect against race condition when using batch_isend_irecv()", _communicate in
     # megatron/p2p_communication.py of de7dc40f88 and d898a8991d): a host sync at each exchange.
     p2p_sync: bool = False
+    # Megatron-LM 2021/2022's scatter/gather of pipeline sends (Narayanan et al. 2021, section 4.1;
+    # _communicate in megatron/p2p_communication.py of de7dc40f88 and d898a8991d, on by default:
+    # --no-scatter-gather-tensors-in-pipeline turns it off): each TP rank sends only its 1/TP chunk of the
+    # activation or gradient (mpu.split_tensor_into_1d_equal_chunks) and the receiver, after the exchange's
+    # synchronize, rebuilds the tensor with an all-gather over its TP group (mpu.gather_split_1d_tensor).
+    # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
+    # when TP does not divide the tensor's elements.
+    pp_scatter_gather: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -80,6 +88,7 @@ FRAMEWORKS: dict[str, Framework] = {
         attn_layout_copies=True,
         host_dispatch=True,
         p2p_sync=True,
+        pp_scatter_gather=True,
     ),
     # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
     # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
@@ -98,6 +107,7 @@ FRAMEWORKS: dict[str, Framework] = {
         attn_layout_copies=True,
         host_dispatch=True,
         p2p_sync=True,
+        pp_scatter_gather=True,
     ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/

@@ -658,6 +658,10 @@ class _RankProgram:
         self.exchange_side, self.in_p2p = "", False
         self.posted: dict[tuple[str, int, int], int | None] = {}  # receives posted ahead of their pass
         self.held: list[tuple] | None = None  # sends held for the end of the schedule step
+        # scatter/gather (Framework.pp_scatter_gather): receives whose TP all-gather is still to be emitted,
+        # as (receive, chunk bytes, layer, phase, micro-batch), and each gathered receive's all-gather
+        self.sg_pending: list[tuple[int, int, int, str, int]] = []
+        self.sg_gather: dict[int, int] = {}
         self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
         self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
@@ -1090,10 +1094,46 @@ class _RankProgram:
         self.exchange = []
 
     # -- boundary transfers --------------------------------------------------------------------------
-    def _p2p_size(self, src_tp: int) -> int:
+    def _scatter_gather(self, other_tp: int) -> bool:
+        """Megatron-LM 2021/2022 send only this TP rank's 1/TP chunk across the boundary (both stages at
+        one TP degree > 1, no sequence parallelism, TP dividing the tensor's elements: d898a8991d's rule;
+        the 2021 code had no sequence parallelism and needs the division for its reshape)."""
+        c, tp = self.ctx, self.st.dg.tp
+        return (
+            c.fw.pp_scatter_gather
+            and tp > 1
+            and other_tp == tp
+            and not c.sp
+            and c.tokens * c.m.hidden % tp == 0
+        )
+
+    def _p2p_size(self, src_tp: int, dst_tp: int) -> int:
+        """Bytes of one boundary transfer from a stage at TP `src_tp` to one at `dst_tp`."""
         c = self.ctx
+        if src_tp == dst_tp and self._scatter_gather(src_tp):  # this rank's 1/TP chunk of the tensor
+            return c.tokens * c.m.hidden // src_tp * c.b
         tokens = -(-c.tokens // src_tp) if c.sp and src_tp > 1 else c.tokens
         return tokens * c.m.hidden * c.b
+
+    def gather_received(self) -> None:
+        """The all-gathers over the TP group that rebuild the scatter-gathered receives of the exchange
+        just posted (mpu.gather_split_1d_tensor, after _communicate's synchronize: the host sync of the
+        exchange comes first). Chained on the TP stream like the layer's TP collectives; the size is the
+        per-rank input, as every all-gather here (Chakra's convention)."""
+        g = self.gen
+        for rid, size, layer, phase, mb in self.sg_pending:
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+                g.attr(A.COMM_SIZE, size),
+                g.attr(A.PG_NAME, self.tp_pg),
+            ]
+            ctrl = [] if self.frontier is None else [self.frontier]
+            what = "act" if phase == "fwd" else "grad"
+            gid = self._add(f"pp_gather_{what}.{phase}.mb{mb}", pb.COMM_COLL_NODE, [rid], ctrl, 0,
+                            self._tags(layer, phase, mb) + extra)  # fmt: skip
+            self.tp_ids.append(gid)
+            self.sg_gather[rid] = self.frontier = gid
+        self.sg_pending = []
 
     def recv_from(
         self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, boundary: int = 0
@@ -1106,27 +1146,39 @@ class _RankProgram:
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
         ids = []
+        size = self._p2p_size(other.tp, self.st.dg.tp)
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
-            size = self._p2p_size(other.tp)
             ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
             self.p2p_log.append((ids[-1], False, ch.index, side, k))
+        if ids and self._scatter_gather(other.tp):
+            self.sg_pending.append((ids[0], size, layer, "fwd" if direction == ACT_TAG else "bwd", mb))
         return ids[0] if ids else None
 
     def pass_recv(self, kind: str, ch: _Chunk, mb: int) -> int | None:
         """The receive a pass waits for: posted at an earlier exchange (`post_recvs`) or here."""
         key = (kind, ch.index, mb)
         if key in self.posted:
-            return self.posted.pop(key)
-        if kind == FWD:
-            return self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
-        return self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+            got = self.posted.pop(key)
+        else:
+            if kind == FWD:
+                got = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+            else:
+                got = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+            self.gather_received()
+        return got if got is None else self.sg_gather.pop(got, got)
 
     def post_recvs(self, step: list[tuple[str, int, int]]) -> None:
         """Post the receives the passes of a schedule step wait for, ahead of them."""
         for kind, c, mb in step:
             ch = self.st.chunks[c]
             if (ch.prev if kind == FWD else ch.next) is not None:
-                self.posted[(kind, c, mb)] = self.pass_recv(kind, ch, mb)
+                key = (kind, c, mb)
+                self.posted[key] = (
+                    self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+                    if kind == FWD
+                    else self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+                )
+        self.gather_received()
 
     def send_to(
         self,
@@ -1143,7 +1195,7 @@ class _RankProgram:
             return
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
-        size = self._p2p_size(self.st.dg.tp)
+        size = self._p2p_size(self.st.dg.tp, other.tp)
         data = after if isinstance(after, list) else [after]
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
             nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, data, boundary)
