@@ -13,6 +13,7 @@ from xsim.tracegen.errors import SpecError
 from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, HostTimeline
 from xsim.traces import attrs as A
+from xsim.traces import pb
 
 from xsim import api
 
@@ -343,3 +344,81 @@ def test_interleaved_exchanges_follow_megatrons_schedule_steps() -> None:
     # the steady step's forward output waits for the step's backward (the NCCL stream follows the kernels)
     sends = [n for n in nodes if n.name == S.format(2)]
     assert [A.get_str(nodes[d], A.PHASE) for d in sends[0].data_deps] == ["fwd", "bwd"]
+
+
+# PP2 at TP 2: stage 0 on ranks 0-1, stage 1 on ranks 2-3.
+PP2_TP2 = {
+    **PP2,
+    "device_groups": [
+        {"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "pp_stage": 0, "layers": [1, 1]},
+        {"gpu": "A100-80GB", "ranks": [2, 3], "tp": 2, "pp_stage": 1, "layers": [2, 2]},
+    ],
+}
+
+
+def _boundary(nodes: list) -> dict[str, tuple]:
+    """Name -> (type, COMM_SIZE, PG_NAME, data-dep names) of the boundary transfers and their gathers."""
+    return {
+        n.name: (n.type, A.get_int(n, A.COMM_SIZE), A.get_str(n, A.PG_NAME, ""), [nodes[d].name for d in n.data_deps])
+        for n in nodes
+        if n.name.startswith(("send_", "recv_", "pp_gather_"))
+    }  # fmt: skip
+
+
+def test_megatron_scatter_gathers_pipeline_sends_over_the_tp_group() -> None:
+    # _communicate (megatron/p2p_communication.py, de7dc40f88): each TP rank sends its 1/TP chunk of the
+    # 1024 x 1024 x 2 B activation (or gradient), 2,097,152 / 2 = 1,048,576 B; after the exchange's
+    # synchronize the receiver all-gathers it over its TP group (per-rank input 1,048,576 B), and the pass
+    # that consumes the tensor waits for the all-gather.
+    bundle = generate(load_spec(PP2_TP2))
+    half = 1_048_576
+    for rank, peer, tp_group, what, phase in ((2, 0, {2, 3}, "act", "fwd"), (1, 3, {0, 1}, "grad", "bwd")):
+        nodes = bundle.nodes[rank]
+        got = _boundary(nodes)
+        sent = "grad" if what == "act" else "act"
+        for mb in (0, 1):
+            recv, gather = f"recv_{what}.{phase}.mb{mb}.from{peer}", f"pp_gather_{what}.{phase}.mb{mb}"
+            assert got[f"send_{sent}.{'bwd' if phase == 'fwd' else 'fwd'}.mb{mb}.to{peer}"][1] == half
+            assert got[recv][1] == half
+            kind, size, pg, deps = got[gather]
+            assert (kind, size, set(bundle.comm_groups[pg]), deps[0]) == (
+                pb.COMM_COLL_NODE,
+                half,
+                tp_group,
+                recv,
+            )
+            node = next(n for n in nodes if n.name == gather)
+            assert A.get_int(node, A.COMM_TYPE) == pb.ALL_GATHER
+            # the host launches the all-gather after it synced on the exchange that brought the chunk
+            host = nodes[node.data_deps[1]]
+            assert host.name.startswith("host:") and recv in [nodes[d].name for d in host.data_deps]
+            consumers = [n for n in nodes if node.id in n.data_deps and not n.name.startswith("host:")]
+            assert consumers and all(A.get_str(n, A.PHASE) == phase for n in consumers)
+    # Megatron-Core sends the whole tensor; Megatron-LM 2022 under sequence parallelism sends the rank's
+    # own sequence slice (1/TP already) and gathers nothing (d898a8991d: `not args.sequence_parallel`).
+    for spec, size in (({**PP2_TP2, "framework": "megatron-core"}, 2 * half),
+                       ({**PP2_TP2, "framework": "megatron-2022", "sequence_parallel": True}, half)):  # fmt: skip
+        got = _boundary(generate(load_spec(spec)).nodes[2])
+        assert {v[1] for v in got.values()} == {size} and not any(k.startswith("pp_gather") for k in got)
+
+
+def test_scatter_gather_step_time_by_hand(tmp_path: Path, monkeypatch) -> None:
+    # Without a host timeline, on a 50 GB/s switch with 500 ns hops: a 1,048,576 B chunk's send and the
+    # all-gather of two 1,048,576 B inputs (each rank sends its chunk once) take 20,971.52 + 1,000 ns each,
+    # 21,972 ns on the ns grid; the whole 2,097,152 B send took 41,943.04 + 1,000 = 42,944 ns. On rank 0's
+    # critical path (1F1B, 2 micro-batches): act0 and grad1 cross as send + all-gather (+1,000 ns each) and
+    # stage 1's forward 1 now waits for act1's all-gather, launched after its backward 0 (the exchange
+    # returns first): +21,972 ns. 2 x 1,000 + 21,972 = 23,972 ns in all.
+    step, full_send = 21_972, 42_944
+    off = {**PP2_TP2, "host_dispatch": "off"}
+    sg = _replay(tmp_path, off, "sg", 4)
+    assert _op(sg, "send_act.fwd.mb0.to2")["duration_ns"] == step
+    assert _op(sg, "pp_gather_act.fwd.mb0", 2)["duration_ns"] == step
+    assert _op(sg, "pp_gather_act.fwd.mb0", 2)["start_ns"] == _op(sg, "recv_act.fwd.mb0.from0", 2)["end_ns"]
+    assert _op(sg, "L2.attn_norm.fwd.mb0", 2)["start_ns"] == _op(sg, "pp_gather_act.fwd.mb0", 2)["end_ns"]
+    assert _op(sg, "pp_gather_act.fwd.mb1", 2)["start_ns"] == _op(sg, "send_grad.bwd.mb0.to0", 2)["start_ns"]
+    fw = FRAMEWORKS["megatron-2021"]
+    monkeypatch.setitem(FRAMEWORKS, "megatron-2021", dataclasses.replace(fw, pp_scatter_gather=False))
+    full = _replay(tmp_path, off, "full", 4)
+    assert _op(full, "send_act.fwd.mb0.to2")["duration_ns"] == full_send
+    assert sg.per_rank_finish_ns[0] == full.per_rank_finish_ns[0] + 2 * (2 * step - full_send) + step
