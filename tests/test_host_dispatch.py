@@ -3,14 +3,17 @@ syncs where the framework reads a GPU result, and the replayed times they give, 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from xsim.replay import ReplayConfig, simulate
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.errors import SpecError
+from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.host import HOST_LAUNCH_NS, HOST_SYNC_NS, HostCosts, HostTimeline
 from xsim.traces import attrs as A
+from xsim.traces import pb
 
 from xsim import api
 
@@ -20,6 +23,18 @@ DENSE = {
               "seq_len": 1024},
     "micro_batches": 2,
     "device_groups": [{"gpu": "H100", "ranks": [0], "tp": 1, "micro_batch": 1}],
+}  # fmt: skip
+
+
+# Two pipeline stages of one layer each under Megatron-LM 2021 (1F1B, 2 micro-batches), 1 us a launch.
+PP2 = {
+    "model": {"name": "tiny", "layers": 2, "hidden": 1024, "ffn_hidden": 4096, "heads": 8, "vocab": 1024,
+              "seq_len": 1024},
+    "micro_batches": 2, "schedule": "1f1b", "framework": "megatron-2021", "host_launch_us": 1,
+    "device_groups": [
+        {"gpu": "A100-80GB", "ranks": [0], "tp": 1, "pp_stage": 0, "layers": [1, 1]},
+        {"gpu": "A100-80GB", "ranks": [1], "tp": 1, "pp_stage": 1, "layers": [2, 2]},
+    ],
 }  # fmt: skip
 
 
@@ -129,17 +144,17 @@ def test_host_gates_by_hand() -> None:
     line = HostTimeline(HostCosts(20, 10))
     assert line.launch([], 1) is None  # before the first sync the host is ahead
     line.placed(0, 100)
-    assert line.sync(0) is None  # no host node carries the launches before the first read
+    assert line.sync([0]) is None  # no host node carries the launches before the first read
     got, host_id = [], 100
     for k, dur in ((1, 5), (2, 5), (3, 5), (4, 1000), (5, 5)):
         gate = line.launch([k - 1], 1)
         got.append(gate)
         line.placed(k, dur, host_id if gate else -1)
         host_id += 1 if gate else 0
-    assert got == [(30, 0, -1), (20, -1, 100), (20, -1, 101), (20, -1, 102), None]
+    assert got == [(30, (0,), -1), (20, (), 100), (20, (), 101), (20, (), 102), None]
     # a second read: a host node carries the launch of e (20 ns) to the read, then the next kernel waits
     # for the read's end + 10 + its own launch
-    assert line.sync(5) == (20, -1, 103)
+    assert line.sync([5]) == (20, (), 103)
 
 
 def test_keys_round_trip_and_copied_ranks_wait_for_their_own_read() -> None:
@@ -224,10 +239,20 @@ def test_host_nodes_sit_before_their_kernels_and_the_set_validates(tmp_path: Pat
             assert any(n.name.startswith("host:") for n in et.nodes)
 
 
-def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch) -> None:
+INTERLEAVED = {
+    **PP2, "model": {**PP2["model"], "layers": 4}, "virtual_stages": 2, "micro_batches": 4,
+    "host_launch_us": 2, "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 2, "dp": 1, "micro_batch": 1},
+}  # fmt: skip
+del INTERLEAVED["device_groups"]
+
+
+@pytest.mark.parametrize(
+    "spec", [{**MOE, "micro_batches": 3, "host_launch_us": 2}, INTERLEAVED], ids=["moe", "megatron-2021-vp2"]
+)
+def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkeypatch, spec) -> None:
     # The rule gates only kernels the host can delay; gating every kernel after the first read must give
-    # the same replay to the nanosecond (every GPU node's start and end), with more nodes.
-    spec = {**MOE, "micro_batches": 3, "host_launch_us": 2}
+    # the same replay to the nanosecond (every GPU node's start and end), with more nodes. The second set
+    # syncs at pipeline exchanges of several transfers (the interleaved schedule's).
 
     def starts(res) -> dict:
         return {(r["rank"], r["name"]): (r["start_ns"], r["end_ns"]) for r in res.ops.iter_rows(named=True)
@@ -240,7 +265,7 @@ def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkey
         got = launch(self, deps, launches)
         if got is None and self.epoch >= 0 and launches:
             got = (self.acc, self.wait, self.prev)
-            self.acc, self.wait, self._start = 0, -1, self.host
+            self.acc, self.wait, self._start = 0, (), self.host
         return got
 
     monkeypatch.setattr(HostTimeline, "launch", every)
@@ -248,3 +273,152 @@ def test_bounded_gates_replay_as_one_host_node_per_kernel(tmp_path: Path, monkey
     assert starts(full) == starts(bounded)
     assert full.per_rank_finish_ns == bounded.per_rank_finish_ns
     assert len(full.ops) > len(bounded.ops)
+
+
+def test_megatron_2021_syncs_the_host_at_each_pipeline_exchange() -> None:
+    # _communicate (megatron/p2p_communication.py, de7dc40f88): req.wait() then torch.cuda.synchronize().
+    # Stage 0: send_forward(mb0); send_forward_recv_backward (act1 out, grad0 in); recv_backward (grad1).
+    # Stage 1: recv_forward (act0); send_backward_recv_forward (grad0 out, act1 in); send_backward (grad1).
+    nodes = generate(load_spec(PP2)).nodes
+    for rank, waits in (
+        (0, [["send_act.fwd.mb0.to1"], ["send_act.fwd.mb1.to1", "recv_grad.bwd.mb0.from1"],
+             ["recv_grad.bwd.mb1.from1"]]),
+        (1, [["recv_act.fwd.mb0.from0"], ["send_grad.bwd.mb0.to0", "recv_act.fwd.mb1.from0"],
+             ["send_grad.bwd.mb1.to0"]]),
+    ):  # fmt: skip
+        got = [[nodes[rank][d].name for d in n.data_deps] for n in nodes[rank] if n.name.startswith("host:")]
+        assert [w for w in got if w and w[0].split("_")[0] in ("send", "recv")] == waits
+    assert len(nodes[0]) == len(generate(load_spec({**PP2, "host_dispatch": "off"})).nodes[0]) + 7
+
+
+def test_pipeline_exchange_syncs_step_time_by_hand(tmp_path: Path, monkeypatch) -> None:
+    # Every activation or gradient is 1024 tokens x 1024 x 2 B = 2,097,152 B: 41,943.04 ns at 50 GB/s plus
+    # two 500 ns hops, 42,944 ns on the replay's ns grid. After each exchange the host waits for it, reads
+    # (SYNC) and launches the next kernel (1 us): what it launches starts SYNC + 1 us after the exchange's
+    # end. On the critical path, against the replay without a host timeline: stage 1's forward 0 after
+    # receiving act0 (+16 us); its forward 1 after send_backward_recv_forward, which now exposes the
+    # gradient's send (42,944 ns) and the read (+16 us); stage 0's backward 1 after recv_backward (+16 us);
+    # the optimizer after the grad-norm read (+16 us, the one sync without pipeline exchanges).
+    gate, send = SYNC + 1_000, 42_944
+    off = _replay(tmp_path, {**PP2, "host_dispatch": "off"}, "off", 2)
+    on = _replay(tmp_path, PP2, "on", 2)
+    assert _op(off, "send_grad.bwd.mb0.to0", 1)["duration_ns"] == send
+    assert on.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + 4 * gate + send
+    for rank, first, exchange in (
+        (1, "L2.attn_norm.fwd.mb0", "recv_act.fwd.mb0.from0"),
+        (0, "embedding.fwd.mb1", "send_act.fwd.mb0.to1"),
+        (1, "L2.attn_norm.fwd.mb1", "send_grad.bwd.mb0.to0"),
+        (0, "L1.mlp_bias_dropout_add.bwd.mb1", "recv_grad.bwd.mb1.from1"),
+    ):
+        assert _op(on, first, rank)["start_ns"] == _op(on, exchange, rank)["end_ns"] + gate
+    assert _op(off, "L2.attn_norm.fwd.mb1", 1)["start_ns"] == _op(off, "send_grad.bwd.mb0.to0", 1)["start_ns"]
+    # Without the exchange syncs (megatron-core's p2p has none) only the grad-norm read remains.
+    fw = FRAMEWORKS["megatron-2021"]
+    monkeypatch.setitem(FRAMEWORKS, "megatron-2021", dataclasses.replace(fw, p2p_sync=False))
+    reads = _replay(tmp_path, PP2, "reads", 2)
+    assert reads.per_rank_finish_ns[0] == off.per_rank_finish_ns[0] + gate
+
+
+def test_interleaved_exchanges_follow_megatrons_schedule_steps() -> None:
+    # Stage 0 of 2, 2 chunks, 4 micro-batches: warm-up (2-0-1)*2 + (2-1)*2 = 4 forwards, then F/B pairs,
+    # then 4 backwards (schedules.py of de7dc40f88). After each step one call sends the step's outputs and
+    # receives the next step's inputs; a steady step's forward output leaves after its backward. By hand:
+    S, R = "send_act.fwd.mb{}.to1", "recv_act.fwd.mb{}.from1"
+    G, Q = "send_grad.bwd.mb{}.to1", "recv_grad.bwd.mb{}.from1"
+    want = [
+        [S.format(0)],  # F c0 mb0; the next forward (c0) needs no receive on the first stage
+        [S.format(1), R.format(0)],  # F c0 mb1; receive c1 mb0's input
+        [S.format(0), R.format(1)],  # F c1 mb0
+        [S.format(1), Q.format(0)],  # F c1 mb1, the last warm-up step: B c1 mb0's gradient
+        [S.format(2), G.format(0), Q.format(1)],  # F c0 mb2 + B c1 mb0
+        [S.format(3), G.format(1), R.format(2), Q.format(0)],  # F c0 mb3 + B c1 mb1
+        [S.format(2), R.format(3), Q.format(1)],  # F c1 mb2 + B c0 mb0 (no gradient out of chunk 0)
+        [S.format(3), Q.format(2)],  # F c1 mb3 + B c0 mb1
+        [G.format(2), Q.format(3)],  # cool-down B c1 mb2
+        [G.format(3), Q.format(2)],  # B c1 mb3
+        [Q.format(3)],  # B c0 mb2; B c0 mb3 ends the schedule
+    ]
+    nodes = generate(load_spec(INTERLEAVED)).nodes[0]
+    got = [[nodes[d].name for d in n.data_deps] for n in nodes if n.name.startswith("host:")]
+    assert [w for w in got if w and w[0].split("_")[0] in ("send", "recv")] == want
+    # the steady step's forward output waits for the step's backward (the NCCL stream follows the kernels)
+    sends = [n for n in nodes if n.name == S.format(2)]
+    assert [A.get_str(nodes[d], A.PHASE) for d in sends[0].data_deps] == ["fwd", "bwd"]
+
+
+# PP2 at TP 2: stage 0 on ranks 0-1, stage 1 on ranks 2-3.
+PP2_TP2 = {
+    **PP2,
+    "device_groups": [
+        {"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "pp_stage": 0, "layers": [1, 1]},
+        {"gpu": "A100-80GB", "ranks": [2, 3], "tp": 2, "pp_stage": 1, "layers": [2, 2]},
+    ],
+}
+
+
+def _boundary(nodes: list) -> dict[str, tuple]:
+    """Name -> (type, COMM_SIZE, PG_NAME, data-dep names) of the boundary transfers and their gathers."""
+    return {
+        n.name: (n.type, A.get_int(n, A.COMM_SIZE), A.get_str(n, A.PG_NAME, ""), [nodes[d].name for d in n.data_deps])
+        for n in nodes
+        if n.name.startswith(("send_", "recv_", "pp_gather_"))
+    }  # fmt: skip
+
+
+def test_megatron_scatter_gathers_pipeline_sends_over_the_tp_group() -> None:
+    # _communicate (megatron/p2p_communication.py, de7dc40f88): each TP rank sends its 1/TP chunk of the
+    # 1024 x 1024 x 2 B activation (or gradient), 2,097,152 / 2 = 1,048,576 B; after the exchange's
+    # synchronize the receiver all-gathers it over its TP group (per-rank input 1,048,576 B), and the pass
+    # that consumes the tensor waits for the all-gather.
+    bundle = generate(load_spec(PP2_TP2))
+    half = 1_048_576
+    for rank, peer, tp_group, what, phase in ((2, 0, {2, 3}, "act", "fwd"), (1, 3, {0, 1}, "grad", "bwd")):
+        nodes = bundle.nodes[rank]
+        got = _boundary(nodes)
+        sent = "grad" if what == "act" else "act"
+        for mb in (0, 1):
+            recv, gather = f"recv_{what}.{phase}.mb{mb}.from{peer}", f"pp_gather_{what}.{phase}.mb{mb}"
+            assert got[f"send_{sent}.{'bwd' if phase == 'fwd' else 'fwd'}.mb{mb}.to{peer}"][1] == half
+            assert got[recv][1] == half
+            kind, size, pg, deps = got[gather]
+            assert (kind, size, set(bundle.comm_groups[pg]), deps[0]) == (
+                pb.COMM_COLL_NODE,
+                half,
+                tp_group,
+                recv,
+            )
+            node = next(n for n in nodes if n.name == gather)
+            assert A.get_int(node, A.COMM_TYPE) == pb.ALL_GATHER
+            # the host launches the all-gather after it synced on the exchange that brought the chunk
+            host = nodes[node.data_deps[1]]
+            assert host.name.startswith("host:") and recv in [nodes[d].name for d in host.data_deps]
+            consumers = [n for n in nodes if node.id in n.data_deps and not n.name.startswith("host:")]
+            assert consumers and all(A.get_str(n, A.PHASE) == phase for n in consumers)
+    # Megatron-Core sends the whole tensor; Megatron-LM 2022 under sequence parallelism sends the rank's
+    # own sequence slice (1/TP already) and gathers nothing (d898a8991d: `not args.sequence_parallel`).
+    for spec, size in (({**PP2_TP2, "framework": "megatron-core"}, 2 * half),
+                       ({**PP2_TP2, "framework": "megatron-2022", "sequence_parallel": True}, half)):  # fmt: skip
+        got = _boundary(generate(load_spec(spec)).nodes[2])
+        assert {v[1] for v in got.values()} == {size} and not any(k.startswith("pp_gather") for k in got)
+
+
+def test_scatter_gather_step_time_by_hand(tmp_path: Path, monkeypatch) -> None:
+    # Without a host timeline, on a 50 GB/s switch with 500 ns hops: a 1,048,576 B chunk's send and the
+    # all-gather of two 1,048,576 B inputs (each rank sends its chunk once) take 20,971.52 + 1,000 ns each,
+    # 21,972 ns on the ns grid; the whole 2,097,152 B send took 41,943.04 + 1,000 = 42,944 ns. On rank 0's
+    # critical path (1F1B, 2 micro-batches): act0 and grad1 cross as send + all-gather (+1,000 ns each) and
+    # stage 1's forward 1 now waits for act1's all-gather, launched after its backward 0 (the exchange
+    # returns first): +21,972 ns. 2 x 1,000 + 21,972 = 23,972 ns in all.
+    step, full_send = 21_972, 42_944
+    off = {**PP2_TP2, "host_dispatch": "off"}
+    sg = _replay(tmp_path, off, "sg", 4)
+    assert _op(sg, "send_act.fwd.mb0.to2")["duration_ns"] == step
+    assert _op(sg, "pp_gather_act.fwd.mb0", 2)["duration_ns"] == step
+    assert _op(sg, "pp_gather_act.fwd.mb0", 2)["start_ns"] == _op(sg, "recv_act.fwd.mb0.from0", 2)["end_ns"]
+    assert _op(sg, "L2.attn_norm.fwd.mb0", 2)["start_ns"] == _op(sg, "pp_gather_act.fwd.mb0", 2)["end_ns"]
+    assert _op(sg, "pp_gather_act.fwd.mb1", 2)["start_ns"] == _op(sg, "send_grad.bwd.mb0.to0", 2)["start_ns"]
+    fw = FRAMEWORKS["megatron-2021"]
+    monkeypatch.setitem(FRAMEWORKS, "megatron-2021", dataclasses.replace(fw, pp_scatter_gather=False))
+    full = _replay(tmp_path, off, "full", 4)
+    assert _op(full, "send_act.fwd.mb0.to2")["duration_ns"] == full_send
+    assert sg.per_rank_finish_ns[0] == full.per_rank_finish_ns[0] + 2 * (2 * step - full_send) + step

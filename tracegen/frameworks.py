@@ -43,11 +43,24 @@ class Framework:
     # the Q/K/V gradients are concatenated into the fused projection's (backward of `torch.split`).
     attn_layout_copies: bool = False
     # A host thread per rank launches the kernels and waits at the framework's syncs (tracegen.host). Every
-    # profile here is PyTorch eager, launched from Python, but the timeline is generated only when a spec
-    # sets `host_dispatch: on` for now: on by default it would add host nodes and ~30 us (the grad-norm
-    # read) to every generated iteration, and the tests that pin generated node lists and iteration times
-    # to the nanosecond would all need re-deriving (docs/tracegen.md, "Host dispatch").
+    # profile here is PyTorch eager, launched from Python. On by default for the two Megatron-LM years, whose
+    # host syncs at every pipeline exchange (below); elsewhere only when a spec sets `host_dispatch: on` for
+    # now: on by default it would add host nodes and ~30 us (the grad-norm read) to every generated
+    # iteration, and the tests that pin generated node lists and iteration times to the nanosecond would all
+    # need re-deriving (docs/tracegen.md, "Host dispatch").
     host_dispatch: bool = False
+    # Megatron-LM 2021/2022's pipeline exchanges end with every request waited for and torch.cuda.
+    # synchronize() ("to protect against race condition when using batch_isend_irecv()", _communicate in
+    # megatron/p2p_communication.py of de7dc40f88 and d898a8991d): a host sync at each exchange.
+    p2p_sync: bool = False
+    # Megatron-LM 2021/2022's scatter/gather of pipeline sends (Narayanan et al. 2021, section 4.1;
+    # _communicate in megatron/p2p_communication.py of de7dc40f88 and d898a8991d, on by default:
+    # --no-scatter-gather-tensors-in-pipeline turns it off): each TP rank sends only its 1/TP chunk of the
+    # activation or gradient (mpu.split_tensor_into_1d_equal_chunks) and the receiver, after the exchange's
+    # synchronize, rebuilds the tensor with an all-gather over its TP group (mpu.gather_split_1d_tensor).
+    # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
+    # when TP does not divide the tensor's elements.
+    pp_scatter_gather: bool = False
 
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -73,6 +86,9 @@ FRAMEWORKS: dict[str, Framework] = {
         grad_path="megatron-2021",
         causal_softmax_max_seq=2048,
         attn_layout_copies=True,
+        host_dispatch=True,
+        p2p_sync=True,
+        pp_scatter_gather=True,
     ),
     # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
     # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
@@ -89,6 +105,9 @@ FRAMEWORKS: dict[str, Framework] = {
         grad_path="megatron-2022",
         causal_softmax_max_seq=4096,
         attn_layout_copies=True,
+        host_dispatch=True,
+        p2p_sync=True,
+        pp_scatter_gather=True,
     ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/

@@ -8,7 +8,8 @@ work, so short kernels become host-bound.
 
 The generator writes this as ordinary Chakra nodes (docs/tracegen.md, "Host dispatch"): CPU COMP nodes
 (`is_cpu_op`, run on the rank's cpu queue) chained in program order, each a data dependency of the kernel
-it launches, and an edge from a sync's kernel to the next host node. Node growth is bounded by gating only
+it launches, and an edge from a sync's kernel (each kernel, where the host waits for several: a pipeline
+exchange) to the next host node. Node growth is bounded by gating only
 the kernels the host can delay: with s the last sync before kernel i, the host launches i at exactly
 
     H_i = end(s) + SYNC + sum of the launch costs of the kernels after s up to and including i,
@@ -32,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 NEVER = -(1 << 62)  # "no lower bound" (a node not reachable from the current sync)
+# A host node to emit: (host ns it carries, the sync kernels it waits for, the previous host node or -1).
+Gate = tuple[int, tuple[int, ...], int]
 
 
 @dataclass(frozen=True)
@@ -55,14 +58,14 @@ class HostTimeline:
     epoch: int = -1  # the current sync kernel (-1: none yet, the host is ahead)
     host: int = 0  # host time since the epoch's sync end
     acc: int = 0  # host time not yet carried by a host node
-    wait: int = -1  # the sync kernel the next host node waits for
+    wait: tuple[int, ...] = ()  # the sync kernels the next host node waits for
     prev: int = -1  # the last host node
     end_rel: dict[int, int] = field(default_factory=dict)
     _start: int = NEVER  # lower bound of the kernel being placed
 
-    def launch(self, deps: Sequence[int], launches: int) -> tuple[int, int, int] | None:
-        """Account the next kernel's launches; (host ns, sync kernel or -1, previous host node or -1) of the
-        host node that must gate it, or None when the host cannot delay it."""
+    def launch(self, deps: Sequence[int], launches: int) -> Gate | None:
+        """Account the next kernel's launches; (host ns, sync kernels or (), previous host node or -1) of
+        the host node that must gate it, or None when the host cannot delay it."""
         cost = launches * self.costs.launch_ns
         self.host += cost
         self.acc += cost
@@ -73,7 +76,7 @@ class HostTimeline:
         r = max(got) if got else NEVER
         if launches and r < self.host:
             gate = (self.acc, self.wait, self.prev)
-            self.acc, self.wait, self._start = 0, -1, self.host
+            self.acc, self.wait, self._start = 0, (), self.host
             return gate
         self._start = r
         return None
@@ -85,14 +88,17 @@ class HostTimeline:
         if self._start != NEVER:
             self.end_rel[nid] = self._start + dur_lb
 
-    def sync(self, kernel: int) -> tuple[int, int, int] | None:
-        """The host reads `kernel`'s result: a new epoch. (host ns, sync kernel or -1, previous host node)
-        of the host node that carries the launches up to the read (the host reaches the read at its end),
-        or None before the first sync (the host is ahead there)."""
+    def sync(self, kernels: Sequence[int]) -> Gate | None:
+        """The host waits for `kernels` (a result it reads, or a pipeline exchange it synchronizes on): a
+        new epoch. (host ns, sync kernels, previous host node) of the host node that carries the launches up
+        to the wait (the host reaches it at its end), or None before the first sync (the host is ahead)."""
         out = None if self.epoch < 0 else (self.acc, self.wait, self.prev)
-        self.epoch, self.end_rel = kernel, {kernel: 0}
+        self.epoch = kernels[0]
+        # The epoch starts at the last of them to end. Only a lone kernel is known to end there: with several,
+        # a node after one of them has no lower bound relative to the epoch (it is then gated, exactly).
+        self.end_rel = {kernels[0]: 0} if len(kernels) == 1 else {}
         self.host = self.acc = self.costs.sync_ns
-        self.wait = kernel
+        self.wait = tuple(kernels)
         return out
 
 

@@ -43,7 +43,7 @@ from xsim.tracegen.context_parallel import (
 from xsim.tracegen.errors import GeneratorError
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, Framework, framework
 from xsim.tracegen.grad_path import accumulation_op, grad_path, legacy_optimizer, pre_reduce_op
-from xsim.tracegen.host import HostTimeline, host_costs
+from xsim.tracegen.host import Gate, HostTimeline, host_costs
 from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
@@ -79,7 +79,7 @@ from xsim.tracegen.ops import (
 )
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
 from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
-from xsim.tracegen.schedule import BWD, interleaved, stage_order
+from xsim.tracegen.schedule import BWD, FWD, interleaved, stage_order
 from xsim.tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from xsim.traces import attrs as A
 from xsim.traces import pb
@@ -669,6 +669,15 @@ class _RankProgram:
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
         self.hostline: HostTimeline | None = None  # the host thread (tracegen.host), set up by `setup`
+        # the pipeline exchange being emitted (its P2P nodes), when the framework syncs the host at each one
+        self.exchange: list[int] | None = None
+        self.exchange_side, self.in_p2p = "", False
+        self.posted: dict[tuple[str, int, int], int | None] = {}  # receives posted ahead of their pass
+        self.held: list[tuple] | None = None  # sends held for the end of the schedule step
+        # scatter/gather (Framework.pp_scatter_gather): receives whose TP all-gather is still to be emitted,
+        # as (receive, chunk bytes, layer, phase, micro-batch), and each gathered receive's all-gather
+        self.sg_pending: list[tuple[int, int, int, str, int]] = []
+        self.sg_gather: dict[int, int] = {}
         self._cost: tuple[int, int] | None = None  # (launches, ns) of the compute node `_add` emits next
         self._a2a = ""  # "first" | "rest" while an all-to-all's P2P pairs are emitted (one launch in all)
         self._heads: dict[tuple[int, str, int], bytes] = {}  # (layer, phase, mb) -> the _tags' bytes
@@ -734,6 +743,8 @@ class _RankProgram:
         line = self.hostline
         if line is None:
             return self._append(name, ntype, data, ctrl, dur, attrs)
+        if self.exchange and not self.in_p2p:  # the node after a pipeline exchange: the host synced there
+            self.end_exchange()
         launches, lb = self._launch_cost(ntype)
         gate = line.launch([*data, *ctrl], launches)
         hid = -1
@@ -1076,13 +1087,69 @@ class _RankProgram:
         ]
         name = f"{'send' if send else 'recv'}_{what}.{phase}.mb{mb}.{'to' if send else 'from'}{peer}"
         ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
-        return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        if self.exchange is None:
+            return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        # Without interleaving Megatron exchanges with one neighbour per call (send_forward_recv_backward,
+        # send_backward_recv_forward; warm-up's send_forward and recv_forward are two calls); interleaved, one
+        # call takes every transfer of a schedule step (send_forward_recv_forward, ...).
+        side = "next" if send == (direction == ACT_TAG) else "prev"
+        if self.exchange and side != self.exchange_side and len(self.st.chunks) == 1:
+            self.end_exchange()
+        self.exchange_side, self.in_p2p = side, True
+        nid = self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+        self.in_p2p = False
+        self.exchange.append(nid)
+        return nid
+
+    def end_exchange(self) -> None:
+        """Megatron-LM 2021/2022's _communicate waits for every request of a pipeline exchange and then
+        runs torch.cuda.synchronize() (megatron/p2p_communication.py of de7dc40f88 and d898a8991d): the
+        host waits for the exchange's transfers before it launches anything after them."""
+        assert self.exchange
+        self.host_sync(self.exchange)
+        self.exchange = []
 
     # -- boundary transfers --------------------------------------------------------------------------
-    def _p2p_size(self, src_tp: int) -> int:
+    def _scatter_gather(self, other_tp: int) -> bool:
+        """Megatron-LM 2021/2022 send only this TP rank's 1/TP chunk across the boundary (both stages at
+        one TP degree > 1, no sequence parallelism, TP dividing the tensor's elements: d898a8991d's rule;
+        the 2021 code had no sequence parallelism and needs the division for its reshape)."""
+        c, tp = self.ctx, self.st.dg.tp
+        return (
+            c.fw.pp_scatter_gather
+            and tp > 1
+            and other_tp == tp
+            and not c.sp
+            and c.tokens * c.m.hidden % tp == 0
+        )
+
+    def _p2p_size(self, src_tp: int, dst_tp: int) -> int:
+        """Bytes of one boundary transfer from a stage at TP `src_tp` to one at `dst_tp`."""
         c = self.ctx
+        if src_tp == dst_tp and self._scatter_gather(src_tp):  # this rank's 1/TP chunk of the tensor
+            return c.tokens * c.m.hidden // src_tp * c.b
         tokens = -(-c.tokens // src_tp) if c.sp and src_tp > 1 else c.tokens
         return tokens * c.m.hidden * c.b
+
+    def gather_received(self) -> None:
+        """The all-gathers over the TP group that rebuild the scatter-gathered receives of the exchange
+        just posted (mpu.gather_split_1d_tensor, after _communicate's synchronize: the host sync of the
+        exchange comes first). Chained on the TP stream like the layer's TP collectives; the size is the
+        per-rank input, as every all-gather here (Chakra's convention)."""
+        g = self.gen
+        for rid, size, layer, phase, mb in self.sg_pending:
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+                g.attr(A.COMM_SIZE, size),
+                g.attr(A.PG_NAME, self.tp_pg),
+            ]
+            ctrl = [] if self.frontier is None else [self.frontier]
+            what = "act" if phase == "fwd" else "grad"
+            gid = self._add(f"pp_gather_{what}.{phase}.mb{mb}", pb.COMM_COLL_NODE, [rid], ctrl, 0,
+                            self._tags(layer, phase, mb) + extra)  # fmt: skip
+            self.tp_ids.append(gid)
+            self.sg_gather[rid] = self.frontier = gid
+        self.sg_pending = []
 
     def recv_from(
         self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, boundary: int = 0
@@ -1095,20 +1162,59 @@ class _RankProgram:
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
         ids = []
+        size = self._p2p_size(other.tp, self.st.dg.tp)
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
-            size = self._p2p_size(other.tp)
             ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
             self.p2p_log.append((ids[-1], False, ch.index, side, k))
+        if ids and self._scatter_gather(other.tp):
+            self.sg_pending.append((ids[0], size, layer, "fwd" if direction == ACT_TAG else "bwd", mb))
         return ids[0] if ids else None
 
+    def pass_recv(self, kind: str, ch: _Chunk, mb: int) -> int | None:
+        """The receive a pass waits for: posted at an earlier exchange (`post_recvs`) or here."""
+        key = (kind, ch.index, mb)
+        if key in self.posted:
+            got = self.posted.pop(key)
+        else:
+            if kind == FWD:
+                got = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+            else:
+                got = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+            self.gather_received()
+        return got if got is None else self.sg_gather.pop(got, got)
+
+    def post_recvs(self, step: list[tuple[str, int, int]]) -> None:
+        """Post the receives the passes of a schedule step wait for, ahead of them."""
+        for kind, c, mb in step:
+            ch = self.st.chunks[c]
+            if (ch.prev if kind == FWD else ch.next) is not None:
+                key = (kind, c, mb)
+                self.posted[key] = (
+                    self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+                    if kind == FWD
+                    else self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+                )
+        self.gather_received()
+
     def send_to(
-        self, ch: _Chunk, side: str, layer: int, mb: int, direction: int, after: int, boundary: int = 0
+        self,
+        ch: _Chunk,
+        side: str,
+        layer: int,
+        mb: int,
+        direction: int,
+        after: int | list[int],
+        boundary: int = 0,
     ) -> None:
+        if self.held is not None:  # sent at the end of the schedule step (interleaved_steps)
+            self.held.append((ch, side, layer, mb, direction, after, boundary))
+            return
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
-        size = self._p2p_size(self.st.dg.tp)
+        size = self._p2p_size(self.st.dg.tp, other.tp)
+        data = after if isinstance(after, list) else [after]
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
-            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, [after], boundary)
+            nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, data, boundary)
             self.p2p_log.append((nid, True, ch.index, side, k))
 
     # -- passes ---------------------------------------------------------------------------------------
@@ -1116,7 +1222,7 @@ class _RankProgram:
         self._phase = "fwd"
         pred = None
         if ch.prev is not None:
-            pred = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+            pred = self.pass_recv(FWD, ch, mb)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
@@ -1147,7 +1253,7 @@ class _RankProgram:
         self._phase = "bwd"
         pred: int | None = self.last_fwd[(ch.index, mb)]
         if ch.next is not None:
-            pred = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+            pred = self.pass_recv(BWD, ch, mb)
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
@@ -1582,6 +1688,7 @@ class _RankProgram:
             dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
         )
         self.hostline = HostTimeline(costs) if costs is not None else None
+        self.exchange = [] if self.hostline is not None and self.ctx.fw.p2p_sync else None
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
     def build(self) -> list[pb.Node]:
@@ -1604,12 +1711,11 @@ class _RankProgram:
         # Gradients of a model chunk are complete after its last backward: its buckets are synced there.
         last_b = {c: mb for kind, c, mb in order if kind == BWD}
         self._plan(order, last_b)
-        for kind, c, mb in order:
-            ch = self.st.chunks[c]
-            if kind == BWD:
-                self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
-            else:
-                self.forward(ch, mb)
+        if v > 1 and self.exchange is not None:
+            self.interleaved_steps(order, last_b)
+        else:
+            for kind, c, mb in order:
+                self.run_pass(kind, c, mb, last_b)
         self.flush_deferred()
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
@@ -1617,6 +1723,40 @@ class _RankProgram:
         if self.gen.dep.comm_sm_contention != "off":
             self.contend()
         return self.payloads
+
+    def run_pass(self, kind: str, c: int, mb: int, last_b: dict[int, int]) -> None:
+        """One forward or backward pass of model chunk `c`."""
+        ch = self.st.chunks[c]
+        if kind == BWD:
+            self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
+        else:
+            self.forward(ch, mb)
+
+    def interleaved_steps(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
+        """Megatron-LM 2021/2022's interleaved schedule, exchange by exchange (schedules.py of de7dc40f88,
+        forward_backward_pipelining_with_interleaving): a step is a warm-up forward, a steady-state forward
+        and backward, or a cool-down backward; after it one call sends what the step produced and receives
+        what the next step needs (send_forward_recv_forward, send_forward_backward_recv_forward_backward,
+        send_backward_recv_backward), one before the first step receives its input. A forward's output so
+        leaves with the next backward's gradient, on the NCCL stream after the step's kernels."""
+        total = len(order) // 2
+        first_b = next(i for i, (kind, _, _) in enumerate(order) if kind == BWD)
+        warm = total if first_b == total else first_b - 1
+        pairs = range(warm, warm + 2 * (total - warm), 2)
+        steps = [order[i : i + 1] for i in range(warm)] + [order[i : i + 2] for i in pairs]
+        steps += [order[i : i + 1] for i in range(warm + 2 * (total - warm), len(order))]
+        self.post_recvs(steps[0])
+        for j, step in enumerate(steps):
+            self.held = []
+            for kind, c, mb in step:
+                self.run_pass(kind, c, mb, last_b)
+            held, self.held = self.held, None
+            for ch, side, layer, mb, direction, after, boundary in held:
+                tail = [] if self.frontier in (None, after) else [self.frontier]
+                self.send_to(ch, side, layer, mb, direction, [after, *tail], boundary)
+            if j + 1 < len(steps):
+                self.post_recvs(steps[j + 1])
+        assert not self.posted, "every receive posted ahead was waited for by its pass"
 
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
@@ -1768,12 +1908,13 @@ class _RankProgram:
         if self.hostline is not None and op in HOST_READS:
             self.host_sync(nid)
 
-    def host_sync(self, kernel: int) -> None:
-        """The host waits for `kernel` here: the launches up to the read go into a host node of their own."""
+    def host_sync(self, kernel: int | Sequence[int]) -> None:
+        """The host waits for `kernel` (or all of several) here: the launches up to the wait go into a host
+        node of their own."""
         assert self.hostline is not None
-        gate = self.hostline.sync(kernel)
+        gate = self.hostline.sync([kernel] if isinstance(kernel, int) else kernel)
         # none when the last host node already ends where the host reaches the read
-        if gate is not None and (gate[0] or gate[1] >= 0):
+        if gate is not None and (gate[0] or gate[1]):
             self.hostline.prev = self._host_node("read", gate)
 
     def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
@@ -1806,14 +1947,14 @@ class _RankProgram:
             return (1 if first else 0), 0
         return (0 if ntype == pb.COMM_RECV_NODE else 1), 0
 
-    def _host_node(self, kernel: str, gate: tuple[int, int, int]) -> int:
+    def _host_node(self, kernel: str, gate: Gate) -> int:
         """A host node (a CPU op of gate's ns) after the previous one and the sync it waits for."""
         g = self.gen
         ns, wait, prev = gate
         phase, layer, mb = self._tag
         extra = [g.attr(A.IS_CPU_OP, True), g.attr(A.DURATION_NS, ns)]
         micros = max(1, (ns + 500) // 1000) if ns else 0
-        data, ctrl = ([wait] if wait >= 0 else []), ([prev] if prev >= 0 else [])
+        data, ctrl = list(wait), ([prev] if prev >= 0 else [])
         head = self._head(layer, phase, mb)
         return self._append(f"host:{kernel}", pb.COMP_NODE, data, ctrl, micros, head + g.attrs_bytes(extra))
 
