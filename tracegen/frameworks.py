@@ -8,7 +8,7 @@ what the profile implies. Sources per profile are in the comments; docs/compute.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -63,51 +63,40 @@ class Framework:
     pp_scatter_gather: bool = False
 
 
+# Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
+# al. 2022: unfused attention (QK^T GEMM, fused scale-mask-softmax kernel, attention dropout, attention
+# over V); bias + GeLU and bias + dropout + add fused with PyTorch JIT (section 4.2: "fused kernels for
+# a sequence of element-wise operations (bias + GeLU and bias + dropout + add)"); the QKV projection's
+# bias added by torch.nn.functional.linear outside the GEMM (ColumnParallelLinear, skip_bias_add=False);
+# no FP8, no RoPE or SwiGLU in that code (if a model asks for them they run unfused). Its gradient path
+# is the code of Narayanan et al.'s examples/sc21 scripts (Megatron-LM de7dc40f88): no fused gradient
+# accumulation, FP16 gradients accumulated by autograd and coalesced around the all-reduce.
+# The fused causal softmax serves 16 < s <= 2048 in that code (megatron/model/fused_softmax.py,
+# custom_kernel_constraint), 16 < s <= 4096 in 2022 (is_kernel_available).
+_MEGATRON_2021 = Framework(
+    "megatron-2021",
+    "unfused",
+    False,
+    True,
+    False,
+    True,
+    False,
+    False,
+    grad_path="megatron-2021",
+    causal_softmax_max_seq=2048,
+    attn_layout_copies=True,
+    host_dispatch=True,
+    p2p_sync=True,
+    pp_scatter_gather=True,
+)
+
 FRAMEWORKS: dict[str, Framework] = {
-    # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
-    # al. 2022: unfused attention (QK^T GEMM, fused scale-mask-softmax kernel, attention dropout, attention
-    # over V); bias + GeLU and bias + dropout + add fused with PyTorch JIT (section 4.2: "fused kernels for
-    # a sequence of element-wise operations (bias + GeLU and bias + dropout + add)"); the QKV projection's
-    # bias added by torch.nn.functional.linear outside the GEMM (ColumnParallelLinear, skip_bias_add=False);
-    # no FP8, no RoPE or SwiGLU in that code (if a model asks for them they run unfused). Its gradient path
-    # is the code of Narayanan et al.'s examples/sc21 scripts (Megatron-LM de7dc40f88): no fused gradient
-    # accumulation, FP16 gradients accumulated by autograd and coalesced around the all-reduce.
-    # The fused causal softmax serves 16 < s <= 2048 in that code (megatron/model/fused_softmax.py,
-    # custom_kernel_constraint), 16 < s <= 4096 in 2022 (is_kernel_available).
-    "megatron-2021": Framework(
-        "megatron-2021",
-        "unfused",
-        False,
-        True,
-        False,
-        True,
-        False,
-        False,
-        grad_path="megatron-2021",
-        causal_softmax_max_seq=2048,
-        attn_layout_copies=True,
-        host_dispatch=True,
-        p2p_sync=True,
-        pp_scatter_gather=True,
-    ),
+    "megatron-2021": _MEGATRON_2021,
     # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
     # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
     # FP32 accumulation (bf16), the weight-gradient GEMM accumulating into the buffer (tracegen.grad_path).
-    "megatron-2022": Framework(
-        "megatron-2022",
-        "unfused",
-        False,
-        True,
-        False,
-        True,
-        False,
-        False,
-        grad_path="megatron-2022",
-        causal_softmax_max_seq=4096,
-        attn_layout_copies=True,
-        host_dispatch=True,
-        p2p_sync=True,
-        pp_scatter_gather=True,
+    "megatron-2022": replace(
+        _MEGATRON_2021, name="megatron-2022", grad_path="megatron-2022", causal_softmax_max_seq=4096
     ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
