@@ -579,7 +579,7 @@ def verify(
             lab = labels[x] = RankLabels()
             if fold.by_construction:  # no file to compare: the labels follow from the construction
                 if templates[i] is None or not _by_construction(
-                    ctx, k, x, r, i, templates[i], prog, by_members, lab, pg_keys
+                    ctx, k, x, r, templates[i], by_members, lab, pg_keys
                 ):
                     raise _refuse(path, x, r, "its labels do not follow from its representative's file")
                 continue
@@ -989,7 +989,7 @@ class _SlotTexts(Sequence):
         return self._replica != rep_replica if peer is None else self._peer[peer] != peer
 
 
-def _by_construction(ctx, k, x, r, i, rt: _RepTemplate, prog, by_members, lab, pg_keys: dict) -> bool:
+def _by_construction(ctx, k, x, r, rt: _RepTemplate, by_members, lab, pg_keys: dict) -> bool:
     """Rank x's labels (into lab) as its representative r's template gives them, without bytes (by
     construction nothing changes them later, so they are held per slot); False when the template cannot
     name x's groups."""

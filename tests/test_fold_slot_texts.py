@@ -53,7 +53,7 @@ def test_names_by_construction_equal_the_byte_predictions(tmp_path: Path) -> Non
             assert dict(got.names) == dict(want.names)  # the strings the byte way makes, per node
             assert dict(got.pg_names) == dict(want.pg_names) and dict(got.keys) == dict(want.keys)
             again = RankLabels()
-            assert _by_construction(ctx, k, x, r, i, rt, prog, by_members, again, {})
+            assert _by_construction(ctx, k, x, r, rt, by_members, again, {})
             texts = again.names._names if rt.name_nodes else None
             for j, sl in zip(rt.name_nodes, rt.name_slots, strict=True):
                 differs = texts[sl] != prog.name[lo + j]

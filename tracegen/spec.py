@@ -651,19 +651,7 @@ class _SpecBuilder:
             blk: dict[str, int | str] = {"gpu": gpu_name, "where": where, "order": order}
             for k in ("tp", "pp", "dp", "micro_batch", "ep", "cp"):
                 blk[k] = self.int_key(b, k, where, default=1)
-            # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; etp 1 (whole experts,
-            # the EP group spanning DP x TP) is the other form generated (tracegen.moe_ops).
-            blk["etp"] = self.int_key(b, "etp", where, default=blk["tp"])
-            if blk["etp"] not in (1, blk["tp"]):
-                raise self.fail(f"{where}etp {blk['etp']}: only 1 or tp ({blk['tp']}) is supported yet")
-            slots = int(blk["dp"]) * int(blk["cp"]) * int(blk["tp"]) // int(blk["etp"])
-            if slots % int(blk["ep"]) or int(blk["ep"]) % (int(blk["tp"]) // int(blk["etp"])):
-                raise self.fail(
-                    f"{where}ep {blk['ep']} does not divide dp x cp {slots} (EP is carved out of DP x CP)"
-                    if blk["etp"] == blk["tp"]
-                    else f"{where}ep {blk['ep']} does not divide dp x cp x tp {slots} or is not a multiple of "
-                    f"tp (etp 1: EP is carved out of DP x CP x TP)"
-                )
+            self.expert_parallel(b, blk, where)
             if "virtual_stages" in b:
                 blk["virtual_stages"] = self.int_key(b, "virtual_stages", where)
             for k in ("first_stage_layers", "last_stage_layers"):
@@ -685,6 +673,22 @@ class _SpecBuilder:
                 blk["micro_batches"] = gb // per
             out.append(blk)
         return out
+
+    def expert_parallel(self, b: Mapping[str, Any], blk: dict[str, int | str], where: str) -> None:
+        """A `parallel:` block's `etp` into `blk`, checked with its `ep` against TP, DP and CP."""
+        # Megatron-Core's expert_tensor_parallel_size defaults to the TP size; etp 1 (whole experts,
+        # the EP group spanning DP x TP) is the other form generated (tracegen.moe_ops).
+        blk["etp"] = self.int_key(b, "etp", where, default=blk["tp"])
+        if blk["etp"] not in (1, blk["tp"]):
+            raise self.fail(f"{where}etp {blk['etp']}: only 1 or tp ({blk['tp']}) is supported yet")
+        slots = int(blk["dp"]) * int(blk["cp"]) * int(blk["tp"]) // int(blk["etp"])
+        if slots % int(blk["ep"]) or int(blk["ep"]) % (int(blk["tp"]) // int(blk["etp"])):
+            raise self.fail(
+                f"{where}ep {blk['ep']} does not divide dp x cp {slots} (EP is carved out of DP x CP)"
+                if blk["etp"] == blk["tp"]
+                else f"{where}ep {blk['ep']} does not divide dp x cp x tp {slots} or is not a multiple of "
+                f"tp (etp 1: EP is carved out of DP x CP x TP)"
+            )
 
     def agreed(self, key: str, blocks: list[dict[str, int | str]], block_key: str, what: str) -> int:
         """One value of `key` given at the top level and/or by `parallel:` blocks: all must agree."""

@@ -1285,33 +1285,32 @@ class _RankProgram:
             self.fsdp_reduce(EMB, mb)
             if sync:
                 self.bucket_add(sh.vocab * m.hidden, 0)
-        if self.hp_grad_copy:
-            # DeepSpeed's BF16_Optimizer: this micro-batch's gradients into the FP32 buffer, before the
-            # gradient is sent to the previous stage (the pipeline engine's _exec_backward_pass).
-            emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
-            layers = ch.end - ch.start + 1
-            acc = hp_grad_accumulation(
-                rank_params(m, sh, layers, emb, head), param_tensors(m, layers, emb, head)
-            )
-            pred = self.steps([acc], pred, 0, mb)
-        if self.gpath is not None:
-            # Megatron-LM 2021/2022: this micro-batch's gradients into the accumulated ones, inside
-            # torch.autograd.backward and so before the send (tracegen.grad_path).
-            emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
-            layers = ch.end - ch.start + 1
-            acc = accumulation_op(
-                self.gpath,
-                rank_params(m, sh, layers, emb, head),
-                param_tensors(m, layers, emb, head),
-                mb == 0,
-            )
-            if acc is not None:
-                pred = self.steps([acc], pred, 0, mb)
+        pred = self.accumulate_grads(ch, mb, pred)
         if sync:
             self.bucket_flush(0)
             self.expert_flush()
         if ch.prev is not None and pred is not None:
             self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
+
+    def accumulate_grads(self, ch: _Chunk, mb: int, pred: int | None) -> int | None:
+        """The framework's per-micro-batch gradient accumulation after a chunk's backward, before its send."""
+        if not self.hp_grad_copy and self.gpath is None:
+            return pred
+        m, sh = self.gen.model, self.ctx.sh
+        emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
+        layers = ch.end - ch.start + 1
+        params, tensors = rank_params(m, sh, layers, emb, head), param_tensors(m, layers, emb, head)
+        if self.hp_grad_copy:
+            # DeepSpeed's BF16_Optimizer: this micro-batch's gradients into the FP32 buffer, before the
+            # gradient is sent to the previous stage (the pipeline engine's _exec_backward_pass).
+            pred = self.steps([hp_grad_accumulation(params, tensors)], pred, 0, mb)
+        if self.gpath is not None:
+            # Megatron-LM 2021/2022: this micro-batch's gradients into the accumulated ones, inside
+            # torch.autograd.backward and so before the send (tracegen.grad_path).
+            acc = accumulation_op(self.gpath, params, tensors, mb == 0)
+            if acc is not None:
+                pred = self.steps([acc], pred, 0, mb)
+        return pred
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
     def bucket_add(self, params: int, layer: int) -> None:
