@@ -212,10 +212,11 @@ def test_batched_attention_gemm_waves_and_fused_attention_rate():
 
 # -- FP8 dense GEMMs: per-tile cost K0 on each GEMM's own reduction dimension (issue 22, fp8gap) -------------
 def test_fp8_dense_gemm_pays_the_tile_cost_k0_by_hand():
-    from xsim.tracegen.gemm import FP8_CALIBRATION_K, FP8_TILE_K0, fp8_k_terms
+    from xsim.tracegen.gemm import CALIBRATION_K, FP8_TILE_K0, tile_cost
     from xsim.tracegen.grouped_gemm import K0_FP8
 
-    assert FP8_TILE_K0 == K0_FP8 == 718 and FP8_CALIBRATION_K == {"H100": 14336}
+    fp8_k_terms = tile_cost
+    assert FP8_TILE_K0 == K0_FP8 == 718 and CALIBRATION_K == {("H100", "fp8"): 14336}
     # Per column of K the tile runs at plateau x (14336 + 718) / 14336, so a GEMM of the calibration K
     # (MAMF's FP8 best shape 1024 x 9216 x 14336) keeps the measured rate: time(K + K0) / scale = time(K).
     assert fp8_k_terms(H100, "fp8") == (718, (14336 + 718) / 14336)

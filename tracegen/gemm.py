@@ -99,16 +99,20 @@ SUSTAINED_RATIOS: dict[tuple[str, str], float] = {
 }
 GEMM_RATES = ("sustained", "burst")
 
-# FP8 dense GEMMs on Hopper: a fixed cost per output tile outside the K loop (prologue, scaling and storing
-# the tile), written as K0 extra columns of K, so the rate grows with K as K / (K + K0). K0 = 718: DeepGEMM's
-# normal (dense) FP8 GEMMs at M 4096 on H800 (H100's SMs and FP8 rate), README performance table as first
-# published (Feb 2025): K 512 590 TFLOPS, K 16384 1358 (the fit of tracegen.grouped_gemm.K0_FP8, which
-# the MoE expert GEMMs use; a test keeps the two equal). The MAMF plateau was measured at one K (the
-# H100's FP8 best shape 1024x9216x14336, M x N x K), so per column of K the tile runs at
-# plateau x (K_cal + K0) / K_cal, and a GEMM of that K keeps the measured rate. GPUs whose FP8 calibration
-# shape is not recorded (H200: "best shape of the sweep"; Blackwell) keep the K-independent rate.
+# The per-tile cost K0, one rule for every GEMM the calibrated model times (dense linears and grouped expert
+# GEMMs alike): a fixed cost per output tile outside the K loop (prologue, scaling and storing the tile),
+# written as K0 extra columns of K, so the rate grows with K as K / (K + K0). K0 = 718 for FP8 on Hopper:
+# DeepGEMM's normal (dense) FP8 GEMMs at M 4096 on H800 (H100's SMs and FP8 rate), README performance table
+# as first published (deepseek-ai/DeepGEMM, Feb 2025): K 512 590 TFLOPS, K 16384 1358; P K / (K + K0)
+# through the two ends gives K0 = 718 (tests/test_grouped_gemm.py re-derives it). A plateau measured at one
+# K (MAMF's best shape) already contains K0 / K_cal of overhead, so per column of K the tile runs at
+# plateau x (K_cal + K0) / K_cal and a GEMM of that K keeps its measured rate. The term applies only where
+# the plateau's calibration K is recorded (CALIBRATION_K): H100 FP8, MAMF's best shape 1024x9216x14336
+# (M x N x K). H200/Blackwell FP8 ("best shape of the sweep", K not recorded) and the BF16 plateaus (MAMF
+# shapes with K 2,048 and 2,816, whose per-tile cost has no published K sweep: K0/2 would be an assumption
+# that moves every dense BF16 row) keep the K-independent rate, grouped GEMMs included.
 FP8_TILE_K0 = 718
-FP8_CALIBRATION_K: dict[str, int] = {"H100": 14336}
+CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336}
 
 # Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
 # datasheet bandwidth (tracegen/catalog.py):
@@ -166,13 +170,45 @@ def achieved_bandwidth(gpu: GpuSpec) -> float:
     return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.calibration_key, gpu.mem_eff)
 
 
-def fp8_k_terms(gpu: GpuSpec, precision: str) -> tuple[int, float]:
-    """(K0, plateau scale) of a dense GEMM in `precision` on `gpu`: (FP8_TILE_K0, (K_cal + K0) / K_cal) for
-    FP8 on a GPU with a recorded FP8 calibration K, else (0, 1.0); a `gpus:` gemm_eff override: (0, 1.0)."""
-    kc = FP8_CALIBRATION_K.get(gpu.calibration_key)
-    if precision != "fp8" or kc is None or "gemm_eff" in gpu.overridden:
+def tile_cost(gpu: GpuSpec, precision: str) -> tuple[int, float]:
+    """(K0, plateau scale) of any GEMM in `precision` on `gpu`: (FP8_TILE_K0, (K_cal + K0) / K_cal) where the
+    plateau's calibration K is recorded (CALIBRATION_K), else (0, 1.0); a `gpus:` gemm_eff override: (0, 1.0)."""
+    kc = CALIBRATION_K.get((gpu.calibration_key, "bf16" if precision == "fp16" else precision))
+    if kc is None or precision != "fp8" or "gemm_eff" in gpu.overridden:
         return 0, 1.0
     return FP8_TILE_K0, (kc + FP8_TILE_K0) / kc
+
+
+@dataclass(frozen=True)
+class LinearGemm:
+    """A linear layer's product [m,k] x [k,n] in one phase: `kernels` GEMMs (backward: 2), `batch`
+    independent copies (a grouped GEMM's local experts, each of m rows)."""
+
+    m: int
+    k: int
+    n: int
+    phase: str = "fwd"
+    kernels: int = 1
+    batch: int = 1
+
+    def shapes(self) -> list[tuple[int, int, int]]:
+        """The GEMMs (M, K, N): forward `kernels` times the shape; backward Transformer Engine's dgrad
+        [m,n] x [n,k] (reduces over n) and wgrad [k,m] x [m,n] (reduces over the m tokens)."""
+        if self.phase == "bwd":
+            return [(self.m, self.n, self.k), (self.k, self.m, self.n)]
+        return [(self.m, self.k, self.n)] * self.kernels
+
+
+def linear_compute_seconds(lin: LinearGemm, gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
+    """Tensor-core seconds of a linear's GEMMs under the one per-tile rule (dense linears and grouped expert
+    GEMMs both call it): with tile_cost's K0 > 0 each GEMM of `lin.shapes()` pays K0 on its own reduction
+    dimension at the rescaled per-column rate; with K0 = 0, `kernels` times the forward shape."""
+    k0, scale = tile_cost(gpu, precision)
+    shapes = lin.shapes() if k0 else [(lin.m, lin.k, lin.n)] * lin.kernels
+    return (
+        sum(gemm_compute(a, r + k0, c, gpu, precision, lin.batch, rates).seconds for a, r, c in shapes)
+        / scale
+    )
 
 
 def wave_count(tiles: int, sms: int) -> int:

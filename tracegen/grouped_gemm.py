@@ -23,35 +23,40 @@ H100 FP8 MAMF plateau of tracegen.gemm being 0.709); the middle rows then come o
 grouping itself adds nothing at these sizes beyond the per-expert tiles (tests/test_grouped_gemm.py checks
 the model against them). H800 has H100's SMs and FP8 tensor rate (132 SMs, 1,979 TFLOP/s dense).
 
-K0 is a time per tile in units of the FP8 main loop; a BF16 main loop is twice as slow per column of K
-(half the tensor rate) while the epilogue stores the same BF16 tile, so K0 is halved for BF16 GEMMs.
+The per-tile cost and its rescale are tracegen.gemm's one rule (`tile_cost`, `linear_compute_seconds`),
+the same the dense linears follow: K0 = 718 where the plateau's calibration K is recorded (H100 FP8), the
+per-column rate rescaled so MAMF's calibration shape keeps its measured rate, and in backward Transformer
+Engine's GroupedLinear dgrad (reducing over N) and wgrad (reducing over each expert's rows) timed each.
 """
 
 from __future__ import annotations
 
 from xsim.tracegen.catalog import GpuSpec
-from xsim.tracegen.gemm import LAUNCH_FLOOR_S, achieved_bandwidth, gemm_seconds
+from xsim.tracegen.gemm import (
+    FP8_TILE_K0,
+    LAUNCH_FLOOR_S,
+    LinearGemm,
+    achieved_bandwidth,
+    linear_compute_seconds,
+)
 
-# Per-tile fixed cost in columns of K of an FP8 Hopper GEMM main loop: DeepGEMM README (Feb 2025), normal
-# GEMMs at M 4096 on H800, fitted through K 512 (590 TFLOPS) and K 16384 (1358 TFLOPS); see the docstring.
-K0_FP8 = 718
+# Per-tile fixed cost in columns of K of an FP8 Hopper GEMM main loop (the DeepGEMM fit; see the docstring):
+# tracegen.gemm.FP8_TILE_K0, kept under this name for the grouped-GEMM tests.
+K0_FP8 = FP8_TILE_K0
 # Ops timed as grouped GEMMs (one kernel over the local experts; shape (experts, rows, K, N)).
 GROUPED_GEMM_OPS = frozenset({"moe_expert_up_gate", "moe_expert_down"})
 
 
-def tile_overhead_k(precision: str) -> int:
-    """K0 of a GEMM in `precision`: the per-tile cost outside the K loop, in columns of K."""
-    return K0_FP8 if precision == "fp8" else K0_FP8 // 2
-
-
 def grouped_gemm_seconds(
-    shape: tuple[int, ...], nbytes: int, gpu: GpuSpec, precision: str, kernels: int, rates: str
+    shape: tuple[int, ...], nbytes: int, gpu: GpuSpec, precision: str, phase: str, rates: str
 ) -> float:
-    """Seconds of a grouped GEMM of shape (experts, rows, K, N): `rows` spread evenly over the experts,
-    each expert's rows tiled on their own, every tile paying K0 (`kernels` passes: 2 in backward)."""
+    """Seconds of a grouped GEMM of shape (experts, rows, K, N) in `phase`: `rows` spread evenly over the
+    experts, each expert's rows tiled on their own, timed by the one per-tile rule (backward: dgrad, wgrad)."""
     experts, rows, k, n = shape
     per_expert = -(-rows // experts)
+    kernels = 2 if phase == "bwd" else 1
+    floor = max(nbytes / achieved_bandwidth(gpu), kernels * LAUNCH_FLOOR_S)
     if per_expert == 0:  # no rows: the kernel still reads the experts' weights
-        return max(nbytes / achieved_bandwidth(gpu), kernels * LAUNCH_FLOOR_S)
-    k_eff = k + tile_overhead_k(precision)
-    return gemm_seconds(per_expert, k_eff, n, nbytes, gpu, precision, experts, kernels, rates)
+        return floor
+    lin = LinearGemm(per_expert, k, n, phase, kernels, experts)
+    return max(linear_compute_seconds(lin, gpu, precision, rates), floor)

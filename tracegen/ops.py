@@ -21,10 +21,9 @@ from xsim.tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
 from xsim.tracegen.gemm import (
     LAUNCH_FLOOR_S,
+    LinearGemm,
     achieved_bandwidth,
-    fp8_k_terms,
-    gemm_compute,
-    gemm_seconds,
+    linear_compute_seconds,
     sustained_ratio,
 )
 from xsim.tracegen.grouped_gemm import GROUPED_GEMM_OPS, grouped_gemm_seconds
@@ -659,12 +658,12 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     """
     if model == "calibrated":
         if op.gemm and op.op in GROUPED_GEMM_OPS and len(op.shape) == 4:
-            return grouped_gemm_seconds(op.shape, op.bytes, gpu, op.precision, op.kernels, rates)
+            return grouped_gemm_seconds(op.shape, op.bytes, gpu, op.precision, op.phase, rates)
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
-            if fp8_k_terms(gpu, op.precision)[0] and batch == 1:
-                return _fp8_linear_seconds(op, gpu, rates)
-            return gemm_seconds(mm, k, n, op.bytes, gpu, op.precision, batch, op.kernels, rates)
+            lin = LinearGemm(mm, k, n, op.phase, op.kernels, batch)
+            compute = linear_compute_seconds(lin, gpu, op.precision, rates)
+            return max(compute, op.bytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
         if op.op == "attn_core" and len(op.shape) == 5:
@@ -677,17 +676,6 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     if op.gemm:
         return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
     return mem
-
-
-def _fp8_linear_seconds(op: Op, gpu: GpuSpec, rates: str) -> float:
-    """A dense FP8 linear's GEMMs with the per-tile cost K0 on their own reduction dimension
-    (tracegen.gemm.fp8_k_terms): forward [M,K]x[K,N] reduces over K; backward is Transformer Engine's dgrad
-    [M,N]x[N,K] (reduces over N) and wgrad [K,M]x[M,N] (reduces over the M tokens), timed each."""
-    k0, scale = fp8_k_terms(gpu, op.precision)
-    mm, k, n = op.shape
-    shapes = [(mm, n, k), (k, mm, n)] if op.phase == "bwd" else [(mm, k, n)] * op.kernels
-    compute = sum(gemm_compute(a, r + k0, c, gpu, op.precision, 1, rates).seconds for a, r, c in shapes)
-    return max(compute / scale, op.bytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
 
 
 def op_time_seconds(
