@@ -129,3 +129,44 @@ def test_overlap_param_gather_gathers_expert_buckets_ahead_on_the_expert_dp_grou
         sum(1 for nd in nodes if nd.name.startswith("expert_dp_param_allgather")) == 1
     )  # none after the step
     assert "expert_dp_grad_reducescatter.bucket0" in by_name
+
+
+def test_one_fp8_moe_layer_has_no_dense_mlp_casts_node_list_by_hand():
+    """One FP8 MoE layer on EP rank 0 of 2 (4 experts, top-2, 8 tokens): the attention's TE casts, then the
+    expert GEMMs' own GroupedLinear casts (TE grouped_linear.py quantizes its inputs and output gradients),
+    and none of the dense MLP's `mlp_up_gate` / `mlp_down` casts, whose GEMMs the MoE block replaces.
+    Bytes of each cast: read 2 B, write the FP8 copy and its transpose (1 + 1 B) per element."""
+    bundle = _moe("fp8")
+    nodes = [nd for nd in bundle.nodes[0] if nd.name.startswith("L1.")]
+    fwd = [
+        "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj_fp8_cast", "attn_out_proj",
+        "attn_bias_dropout_add", "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch",
+        "moe_sort_chunks", "moe_expert_up_gate_fp8_cast", "moe_expert_up_gate", "moe_expert_act",
+        "moe_expert_down_fp8_cast", "moe_expert_down", "moe_unsort_chunks", "moe_combine", "moe_unpermute",
+        "mlp_bias_dropout_add", "fp8_amax_concat", "fp8_scale_update",
+    ]  # fmt: skip
+    bwd = [
+        "mlp_bias_dropout_add", "moe_unpermute", "moe_combine", "moe_unsort_chunks", "moe_expert_down_fp8_cast",
+        "moe_expert_down", "moe_expert_act", "moe_expert_up_gate_fp8_cast", "moe_expert_up_gate",
+        "moe_sort_chunks", "moe_dispatch", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm",
+        "mlp_residual", "attn_bias_dropout_add", "attn_out_proj_fp8_cast", "attn_out_proj", "attn_core", "rope",
+        "qkv_proj_fp8_cast", "qkv_proj_fp8_transpose", "qkv_proj", "attn_norm", "attn_residual",
+        "fp8_amax_concat", "fp8_scale_update",
+    ]  # fmt: skip
+    expect = [f"L1.{o}.fwd.mb0" for o in fwd] + [f"L1.{o}.bwd.mb0" for o in bwd]
+    assert [nd.name for nd in nodes] == expect
+    assert (len(fwd), len(bwd)) == (24, 28)
+    assert not any(nd.name.startswith(("L1.mlp_up_gate", "L1.mlp_down")) for nd in bundle.nodes[0])
+    size = {
+        nd.name: _attr(nd, A.TENSOR_SIZE)
+        for nd in nodes
+        if "moe_dispatch" not in nd.name and "moe_combine" not in nd.name
+    }
+    r, h, fl, t = 16, 64, 32, 8  # received copies, hidden, expert FFN, tokens
+    assert size["L1.attn_out_proj_fp8_cast.fwd.mb0"] == t * h * 4 == 2048  # 4 heads x 16 = 64 columns
+    assert size["L1.moe_expert_up_gate_fp8_cast.fwd.mb0"] == r * h * 4 == 4096
+    assert size["L1.moe_expert_down_fp8_cast.fwd.mb0"] == r * fl * 4 == 2048
+    assert size["L1.moe_expert_down_fp8_cast.bwd.mb0"] == r * h * 4 == 4096  # the output gradient
+    assert size["L1.moe_expert_up_gate_fp8_cast.bwd.mb0"] == r * 2 * fl * 4 == 4096  # SwiGLU: gate and up
+    # the pre-MLP norm of a MoE layer is a plain RMSNorm (no LayerNormLinear): BF16 in and out
+    assert size["L1.mlp_norm.fwd.mb0"] == t * h * (2 + 2)

@@ -51,8 +51,12 @@ A2A_INDEX = {
     ("dispatch", "recompute"): 4,
     ("combine", "recompute"): 5,
 }
-# The dense MLP ops a MoE layer replaces.
-DENSE_MLP_OPS = frozenset({"mlp_up_gate", "mlp_act", "mlp_down", "mlp_up_bias"})
+# The dense MLP ops a MoE layer replaces, with Transformer Engine's FP8 casts of their operands (the dense
+# linears' own: the expert GEMMs' GroupedLinear casts its inputs and output gradients itself, TE
+# grouped_linear.py `fused_multi_quantize`, the `moe_expert_*_fp8_cast` ops of moe_block).
+DENSE_MLP_OPS = frozenset(
+    {"mlp_up_gate", "mlp_act", "mlp_down", "mlp_up_bias", "mlp_up_gate_fp8_cast", "mlp_down_fp8_cast"}
+)
 # Router scores are softmaxed in FP32 in Megatron-Core (moe_utils: topk_softmax_with_capacity casts
 # logits to float32), one 4-byte probability per (token, expert).
 ROUTER_PROB_BYTES = 4
