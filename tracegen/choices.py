@@ -7,6 +7,8 @@ load the op cost model (tracegen.ops) or the reshard strategies (tracegen.planne
 from __future__ import annotations
 
 PRECISIONS = ("bf16", "fp16", "fp8")
+# Transformer Engine's FP8 scaling recipe under `precision: fp8` (`fp8_recipe`); the first is the default.
+FP8_RECIPES = ("delayed", "current")
 ATTENTIONS = ("flash", "unfused")
 COMPUTE_MODELS = ("roofline", "calibrated")
 # tracegen.frameworks.FRAMEWORK_NAMES (a test keeps them equal); the first is the default.

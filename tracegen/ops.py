@@ -90,6 +90,15 @@ TE_MODULES_PER_LAYER = 4  # QKV, output projection, MLP up/gate, MLP down
 # Amax history length: NeMo's fp8_amax_history_len (NeMo-Framework-Launcher 24.07 conf/training
 # gpt3/5b.yaml and llama/llama2_7b.yaml: 1024); the kernels are launch-bound at any length.
 TE_AMAX_HISTORY = 1024
+# Transformer Engine's current scaling (`fp8_recipe: current`, TE 2.x Float8CurrentScalingQuantizer::quantize,
+# pytorch/csrc/quantizer.cpp): each quantize of a BF16 tensor computes its amax (nvte_compute_amax, a kernel
+# reading the input), the scale (nvte_compute_scale_from_amax, one small kernel) and casts (nvte_quantize):
+# the input is read twice, in three kernels. A LayerNormLinear's norm cannot write FP8 itself then
+# (extensions/normalization.cpp: FUSED_NORM_AMAX_FP8, the norm and its amax in high precision, then the
+# quantize): the norm writes `dtype_bytes` and the scale and cast kernels follow (read it, write 1 byte).
+# There is no amax history: the delayed recipe's reduction and scale update (te_amax_update) do not run.
+CS_QUANTIZE_KERNELS = 3
+CS_NORM_QUANTIZE_KERNELS = 2
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
@@ -188,6 +197,7 @@ class Ctx:
         "flash"  # "flash" (one fused attn_core op) | "unfused" (scores, softmax, dropout, context)
     )
     fw: Framework = FRAMEWORKS[DEFAULT_FRAMEWORK]  # which kernels the layer is made of
+    fp8_recipe: str = "delayed"  # TE's FP8 scaling: "delayed" | "current" (CS_QUANTIZE_KERNELS)
 
     @property
     def tokens(self) -> int:
@@ -202,6 +212,11 @@ class Ctx:
     def te_fp8(self) -> bool:
         """FP8 through Transformer Engine: its casts, transposes and scale updates are charged."""
         return self.fp8 and self.fw.transformer_engine
+
+    @property
+    def fp8_current(self) -> bool:
+        """TE FP8 with current scaling: every quantize computes its own amax first (CS_QUANTIZE_KERNELS)."""
+        return self.te_fp8 and self.fp8_recipe == "current"
 
     @property
     def norm_tokens(self) -> int:
@@ -292,9 +307,12 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
 
 def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
     """Transformer Engine's cast-transpose of a linear's FP8 operand: read it in `dtype_bytes`, write the FP8
-    copy and its FP8 transpose (the other GEMM of the pair reads the transpose), 1 byte each."""
+    copy and its FP8 transpose (the other GEMM of the pair reads the transpose), 1 byte each; under current
+    scaling its amax pass reads the input once more, in CS_QUANTIZE_KERNELS kernels in all."""
     if not c.te_fp8:
         return []
+    if c.fp8_current:
+        return [_kern(f"{op}_fp8_cast", phase, elems, 0, 2 * c.b + 2, CS_QUANTIZE_KERNELS)]
     return [_kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2)]
 
 
@@ -302,10 +320,20 @@ def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
     """A pre-linear norm's forward on the rank's tokens: reads `dtype_bytes`, writes the same, or under
     Transformer Engine FP8 the FP8 input of the linear that follows (1 byte): TE's LayerNormLinear fuses the
     norm and the cast (layernorm_linear.py, TE 1.8: `ln_out` allocated as uint8 and written by the FP8
-    normalization kernel), so that linear has no forward cast of its own (`fused` False: a plain norm)."""
+    normalization kernel), so that linear has no forward cast of its own (`fused` False: a plain norm; under
+    current scaling the norm writes `dtype_bytes` and _norm_quantize follows)."""
     e, b = c.norm_tokens * c.m.hidden, c.b
-    out = 1 if c.te_fp8 and fused else b
+    out = 1 if c.te_fp8 and fused and not c.fp8_current else b
     return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
+
+
+def _norm_quantize(c: Ctx, linear: str, fused: bool = True) -> list[Op]:
+    """Current scaling: the quantize of a LayerNormLinear's norm output (its amax computed by the norm):
+    the scale and cast kernels, reading `dtype_bytes` and writing the FP8 input of `linear` (1 byte)."""
+    if not (c.fp8_current and fused):
+        return []
+    e = c.norm_tokens * c.m.hidden
+    return [_kern(f"{linear}_fp8_cast", "fwd", e, 0, c.b + 1, CS_NORM_QUANTIZE_KERNELS)]
 
 
 def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
@@ -389,8 +417,9 @@ def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
     """Transformer Engine's amax reduction and scale update of one model chunk of `layers` layers for one
     micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
     the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
-    write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8."""
-    if not c.te_fp8:
+    write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8, nor
+    under current scaling (no amax history)."""
+    if not c.te_fp8 or c.fp8_current:
         return []
     scales = TE_SCALES_PER_MODULE[phase] * TE_MODULES_PER_LAYER * layers
     cat = Op("fp8_amax_concat", phase, 0, 2 * FP32 * scales, (scales,), False)
@@ -413,6 +442,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     if phase == "fwd":
         return [
             _norm_fwd(c, "attn_norm"),
+            *_norm_quantize(c, "qkv_proj"),
             *_tp_in(c, "attn_tp_in", True),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
@@ -423,6 +453,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             *_tp_out(c, "attn_tp_out", True),
             *_dropout_add(c, "attn", "fwd", fused_out_bias),
             _norm_fwd(c, "mlp_norm", dense_mlp),
+            *_norm_quantize(c, "mlp_up_gate", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
             _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
             *_activation(c, "fwd"),
@@ -580,7 +611,13 @@ class OptimizerStep:
 
 
 def optimizer_steps(
-    params: int, shard: int, b: int, grad_bytes: int, precision: str = "bf16", fp8_params: int = 0
+    params: int,
+    shard: int,
+    b: int,
+    grad_bytes: int,
+    precision: str = "bf16",
+    fp8_params: int = 0,
+    fp8_recipe: str = "delayed",
 ) -> OptimizerStep:
     """The whole optimizer step of a rank holding `params` parameters and updating `shard` of them (all of
     them, or its 1/DP shard under the distributed optimizer), with gradients `grad_bytes` wide.
@@ -594,7 +631,8 @@ def optimizer_steps(
     moments: g + 24 bytes); copy the master weights into the `dtype_bytes` model weights (read 4, write b);
     zero the gradient buffer for the next iteration (write each gradient; the whole buffer, not the shard).
     Under `precision: fp8` Transformer Engine re-casts the updated linear weights to FP8 with their
-    transposes once per iteration (read b, write 2 bytes per weight of `fp8_params`).
+    transposes once per iteration (read b, write 2 bytes per weight of `fp8_params`; under `fp8_recipe`
+    current each weight's amax pass reads it once more, CS_QUANTIZE_KERNELS kernels).
     """
     g = grad_bytes
     before: list[Step] = []
@@ -609,7 +647,9 @@ def optimizer_steps(
         Op("optimizer", "opt", ADAM_FLOPS_PER_PARAM * shard, shard * (g + ADAM_STATE_BYTES), (shard,), False),
         _kern("param_copy", "opt", shard, 0, FP32 + b),
     ]
-    if fp8_params:
+    if fp8_params and fp8_recipe == "current":
+        after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, 2 * b + 2, CS_QUANTIZE_KERNELS))
+    elif fp8_params:
         after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, b + 2))
     after.append(_kern("zero_grad", "opt", params, 0, g))
     return OptimizerStep(tuple(before), tuple(after))

@@ -20,6 +20,7 @@ from xsim.tracegen.choices import (
     ATTENTION_KERNELS,
     ATTENTIONS,
     COMPUTE_MODELS,
+    FP8_RECIPES,
     FRAMEWORKS,
     GEMM_RATES,
     GRAD_REDUCE_DTYPES,
@@ -105,6 +106,7 @@ TOP_KEYS = (
     "cp_comm_type",
     "comm_sm_contention",
     "attention_kernel",
+    "fp8_recipe",
     "dp_comm_ctas",
     "tp_overlap_sms",
     "host_dispatch",
@@ -536,6 +538,10 @@ class _SpecBuilder:
             raw, "dp_bucket_bytes", "", default=DEFAULT_BUCKET_BYTES, maximum=2**62
         )
         dep.precision = self.choice("precision", PRECISIONS, "bf16")
+        recipe = self.choice("fp8_recipe", FP8_RECIPES, FP8_RECIPES[0])
+        if recipe != FP8_RECIPES[0] and dep.precision != "fp8":
+            raise self.fail(f"fp8_recipe: {recipe} needs precision: fp8, got precision: {dep.precision}")
+        dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
         dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
         # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
@@ -1367,6 +1373,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"host_launch_us": dep.host_launch_us} if dep.host_launch_us else {}),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
+        **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

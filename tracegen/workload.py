@@ -653,6 +653,7 @@ class _RankProgram:
             dep.precision or "bf16",
             dep.attention or "flash",
             _framework_of(dep),
+            dep.fp8_recipe or "delayed",
         )
         self.cp = gen.cp_of.get(
             rank
@@ -1862,10 +1863,14 @@ class _RankProgram:
         if fp8 and self.ep is not None:  # MoE ranks: attention, routed and shared expert linears (issue 28)
             fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
         if self.gpath is None:
-            plan = optimizer_steps(params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8)
+            plan = optimizer_steps(
+                params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8, self.ctx.fp8_recipe
+            )
         else:
             gw = self.gpath.optimizer_grad_bytes
-            plan = optimizer_steps(params, shard, self.ctx.b, gw, self.ctx.precision, fp8)
+            plan = optimizer_steps(
+                params, shard, self.ctx.b, gw, self.ctx.precision, fp8, self.ctx.fp8_recipe
+            )
             plan = legacy_optimizer(plan, self.gpath, params, self._all_tensors())
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
