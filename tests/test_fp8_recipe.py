@@ -73,3 +73,26 @@ def test_fp8_recipe_key_round_trips_and_refuses_bf16() -> None:
     with pytest.raises(SpecError) as exc:
         load_spec(_spec("mxfp8"))
     assert "fp8_recipe" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_current_scaling_amax_allreduce_under_sequence_parallelism_by_hand() -> None:
+    """TP 2 with sequence parallelism: the inputs of the two column-parallel LayerNormLinears (forward) and
+    the output gradients of the two row-parallel Linears (backward) have their amax all-reduced over the TP
+    group (one FP32, MAX) between the norm or the gradient and the quantize; nothing under delayed scaling
+    (its amaxes go in the per-chunk reduction) nor without sequence parallelism."""
+    spec = {**_spec("current"), "sequence_parallel": True, "parallel": {"gpu": "H100", "tp": 2}}
+    bundle = generate(load_spec(spec), rewrite=False)
+    names = [n.name for n in bundle.nodes[0] if n.name.startswith("L1.")]
+    reduces = [n for n in names if "amax_allreduce" in n]
+    assert reduces == [
+        "L1.qkv_proj_amax_allreduce.fwd.mb0",
+        "L1.mlp_up_gate_amax_allreduce.fwd.mb0",
+        "L1.mlp_down_amax_allreduce.bwd.mb0",
+        "L1.attn_out_proj_amax_allreduce.bwd.mb0",
+    ]
+    for r in reduces:  # each right before its quantize
+        assert names[names.index(r) + 1] == r.replace("amax_allreduce", "fp8_cast")
+    sizes = {_value({a.name: a for a in n.attr}[A.COMM_SIZE]) for n in bundle.nodes[0] if n.name in reduces}
+    assert sizes == {4}
+    no_sp = generate(load_spec({**spec, "sequence_parallel": False}), rewrite=False)
+    assert not any("_amax_allreduce" in n.name for n in no_sp.nodes[0])

@@ -269,7 +269,7 @@ def moe_block(
 
 
 # The dense layer's sequence-parallel collectives around the MLP, replaced with the MoE block's own.
-DENSE_MLP_COMMS = frozenset({"mlp_tp_in", "mlp_tp_out"})
+DENSE_MLP_COMMS = frozenset({"mlp_tp_in", "mlp_tp_out", "mlp_down_amax_allreduce"})
 
 
 def moe_layer_steps(

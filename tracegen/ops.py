@@ -336,6 +336,16 @@ def _norm_quantize(c: Ctx, linear: str, fused: bool = True) -> list[Op]:
     return [_kern(f"{linear}_fp8_cast", "fwd", e, 0, c.b + 1, CS_NORM_QUANTIZE_KERNELS)]
 
 
+def _amax_reduce(c: Ctx, linear: str) -> list[Comm]:
+    """Current scaling under sequence parallelism: the amax of a column-parallel linear's input (forward)
+    or of a row-parallel linear's output gradient (backward) is all-reduced (MAX, one FP32) over the TP
+    group before the quantize, so the gathered FP8 shards share one scale (TE linear.py and
+    layernorm_linear.py `_customize_quantizers_float8_current_scaling`: with_amax_reduction)."""
+    if not (c.fp8_current and c.sp and c.sh.tp > 1):
+        return []
+    return [Comm(f"{linear}_amax_allreduce", "all_reduce", FP32)]
+
+
 def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
     """The FP8 transpose of a LayerNormLinear's saved FP8 input for its weight-gradient GEMM (TE 1.8
     layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte."""
@@ -442,6 +452,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     if phase == "fwd":
         return [
             _norm_fwd(c, "attn_norm"),
+            *_amax_reduce(c, "qkv_proj"),
             *_norm_quantize(c, "qkv_proj"),
             *_tp_in(c, "attn_tp_in", True),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
@@ -453,6 +464,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             *_tp_out(c, "attn_tp_out", True),
             *_dropout_add(c, "attn", "fwd", fused_out_bias),
             _norm_fwd(c, "mlp_norm", dense_mlp),
+            *(_amax_reduce(c, "mlp_up_gate") if dense_mlp else []),
             *_norm_quantize(c, "mlp_up_gate", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
             _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
@@ -465,6 +477,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     return [
         *_tp_out(c, "mlp_tp_out", False),
         *_dropout_add(c, "mlp", "bwd", fused_out_bias),
+        *_amax_reduce(c, "mlp_down"),
         *_fp8_cast(c, "mlp_down", "bwd", t * m.hidden),
         _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
         *_activation(c, "bwd"),
@@ -476,6 +489,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_tp_out(c, "attn_tp_out", False),
         *_dropout_add(c, "attn", "bwd", fused_out_bias),
+        *_amax_reduce(c, "attn_out_proj"),
         *_fp8_cast(c, "attn_out_proj", "bwd", t * m.hidden),
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
