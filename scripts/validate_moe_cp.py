@@ -220,11 +220,11 @@ def estimate_nodes(dep: Any) -> tuple[int, int]:
 
 
 def _positions(dep: Any) -> int:
-    """Rank classes per data replica of the compact set (tp x cp positions folded; 1 for whole blocks)."""
+    """Rank classes per data replica of the compact set (tp x cp x ep positions folded; 1 for whole blocks)."""
     from xsim.tracegen.compact import rank_classes
 
     c = rank_classes(dep, rewrite=False)
-    return 1 if c is None else c.tp * c.cp
+    return 1 if c is None else c.width
 
 
 @dataclass(frozen=True)
