@@ -58,6 +58,11 @@ SPECS = {
     # one node, so the DP gradient AllReduce finishes its members together and the fold holds
     "ep_uniform": {"name": "epu", "model": UNIFORM_MODEL, "schedule": "1f1b", "micro_batches": 2,
                    "parallel": {"gpu": "H100", "pp": 2, "dp": 8, "ep": 4, "order": "tp-dp-pp"}},
+    # The same in the parallel: block's default order (stage s of replica d is rank 2 d + s): each stage's DP
+    # group spans both nodes, its AllReduce finishes rank 3 (EP position 1) apart from rank 1, the network
+    # check refuses the rank classes and the replay folds the set's two EP blocks instead
+    "ep_uniform_spread": {"name": "epu", "model": UNIFORM_MODEL, "schedule": "1f1b", "micro_batches": 2,
+                          "parallel": {"gpu": "H100", "pp": 2, "dp": 8, "ep": 4}},
     # TP 2 x PP 2 x DP 4, EP 4 with expert TP 1 (the Qwen3-235B row's form): an EP group spans 2 replicas
     # x 2 TP positions; rank classes of (EP block, EP position, TP position)
     "ep_etp1": {"name": "epe", "model": {**UNIFORM_MODEL, "seq_len": 16}, "schedule": "1f1b", "micro_batches": 2,
@@ -80,6 +85,7 @@ EXPECT = {
     "cpag": (16, 1, 2, "2 replicas", 8),
     "cpag_pp": (32, 2, 16, "16 rank classes", 2),
     "ep_uniform": (16, 2, 8, "8 rank classes", 2),
+    "ep_uniform_spread": (16, 2, 2, "2 replicas", 8),
     "ep_etp1": (16, 2, 8, "8 rank classes", 2),
     "ep_tp_skew": (4, 2, 2, "2 replicas", 2),
 }
