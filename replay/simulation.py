@@ -277,7 +277,7 @@ def simulate(
         return _simulate(replace(run, network=attempt), True)
     except FoldRefused as exc:
         reason = str(exc)
-    if ts.classes is not None and (w := ts.classes.tp * ts.classes.cp) > 1 and len(ts.classes.replicas) > w:
+    if ts.classes is not None and (w := ts.classes.width) > 1 and len(ts.classes.replicas) > w:
         try:  # a rank-class set whose TP positions are not alike here: its DP replicas may still be
             attempt = private_model(network) if foldable else network
             return _simulate(replace(run, network=attempt), "dp")
@@ -371,7 +371,7 @@ def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _
         return _Built(ts, pgs, prog, None, None)
     from xsim.replay.fold import verify
 
-    if ts.classes is not None and ts.classes.tp * ts.classes.cp > plan.tp * plan.cp:  # folded by DP only
+    if ts.classes is not None and ts.classes.width > plan.width:  # folded by DP only
         ts = ts.with_source(compact_source(ts, pgs, compute, config))
     reps = RepColumns(ts, plan.replicas[0])
     prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=reps.get)

@@ -2,7 +2,8 @@
 
 Each run of scripts/data/published_moe_cp_runs.yaml (source, table and row, the spec written from its
 published launch configuration, the measured throughput) is generated compact (one block of lcm(ep, cp)
-DP replicas, tracegen/compact.py) and replayed through the library as scripts/validate_published.py does
+DP replicas, or one rank per stage where TP, all-gather CP or alike EP positions are rank classes,
+tracegen/compact.py) and replayed through the library as scripts/validate_published.py does
 (`replay_spec`, analytical network, the generator's op times), and its time per iteration compared with the
 measured one. A run whose spec tracegen refuses is reported with tracegen's one-line reason; a run over the
 node budget is listed as not replayed with its node estimate and the estimated cost. The table goes into
@@ -44,8 +45,9 @@ DEFAULT_MAX_NODES = 4_000_000
 # Generated nodes per (rank, layer, micro-batch) used only to decide the budget (never in a result):
 # Megatron-Core's dense layer with sequence parallelism (validate_published.NODES_PER_LAYER_STEP, 32 + 6),
 # the CP exchange (all-gather form: 2 collectives; ring: 2 cp P2P + waits forward and backward, ~6 cp), and
-# per MoE layer 4 all-to-alls (one collective each under uniform routing, else (ep - 1) sends and as many
-# receives) plus ~20 router / permute / sort / grouped GEMM ops.
+# per MoE layer 4 all-to-alls (one collective each under a routing that loads every EP rank alike,
+# tracegen.compact.ep_alike, else (ep - 1) sends and as many receives) plus ~20 router / permute / sort /
+# grouped GEMM ops.
 DENSE_STEP_NODES = 38
 MOE_STEP_NODES = 20
 
@@ -196,12 +198,14 @@ def spec_for(run: MoeCpRun) -> dict[str, Any]:
 def estimate_nodes(dep: Any) -> tuple[int, int]:
     """(nodes of the ranks that are generated, ranks generated): one block of a compact set, every rank
     otherwise; a budget decision only."""
-    from xsim.tracegen.compact import rank_classes
+    from xsim.tracegen.compact import ep_alike, rank_classes
     from xsim.tracegen.spec import chunk_ranges, model_arch
 
     classes = rank_classes(dep, rewrite=False)
     written = set(classes.written) if classes is not None else None
     moe = model_arch(dep).moe
+    # a routing that loads every EP rank alike: each all-to-all is one collective, else P2P pairs
+    balanced = moe is not None and ep_alike(dep)
     total = ranks = 0
     for dg in dep.device_groups:
         n = sum(1 for r in dg.ranks if written is None or r in written)
@@ -211,20 +215,19 @@ def estimate_nodes(dep: Any) -> tuple[int, int]:
         per = DENSE_STEP_NODES
         if dg.cp > 1:
             per += 2 if dep.cp_comm_type == "all_gather" else 6 * dg.cp
-        if moe is not None:  # a uniform routing's all-to-alls are one collective each, else P2P pairs
-            uniform = moe.routing.distribution == "uniform"
-            per += MOE_STEP_NODES + (4 if uniform else 8 * (max(1, dg.ep) - 1))
+        if moe is not None:
+            per += MOE_STEP_NODES + (4 if balanced else 8 * (max(1, dg.ep) - 1))
         total += n * layers * dep.micro_batches * per
         ranks += n
     return total, ranks
 
 
 def _positions(dep: Any) -> int:
-    """Rank classes per data replica of the compact set (tp x cp positions folded; 1 for whole blocks)."""
+    """Rank classes per data replica of the compact set (tp x cp x ep positions folded; 1 for whole blocks)."""
     from xsim.tracegen.compact import rank_classes
 
     c = rank_classes(dep, rewrite=False)
-    return 1 if c is None else c.tp * c.cp
+    return 1 if c is None else c.width
 
 
 @dataclass(frozen=True)

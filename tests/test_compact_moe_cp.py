@@ -1,6 +1,7 @@
 """Compact sets of expert- and context-parallel plans (issue 28): the class unit is a block of lcm(ep, cp)
-DP replicas (whole EP groups and CP rings), written once; the compact set's replay, folded by construction,
-gives the tables of the set with every rank, table for table."""
+DP replicas (whole EP groups and CP rings), written once, or rank classes (CP positions of the all-gather
+form; EP positions under a routing that loads every EP rank alike); the compact set's replay, folded by
+construction, gives the tables of the set with every rank, table for table."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from xsim.tracegen.compact import rank_classes, replica_block
+from xsim.tracegen.compact import ep_alike, rank_classes, replica_block
 from xsim.tracegen.spec import load_spec
 
 from xsim import api
@@ -27,6 +28,7 @@ MOE_MODEL = {
     "moe": {"experts": 8, "top_k": 2, "expert_ffn": 32, "routing": {"tokens": TABLE}},
 }  # fmt: skip
 # hidden 64, 4 heads of 16, seq 32 over cp 4: 8 tokens per rank, causal chunks of 4
+UNIFORM_MODEL = {**MOE_MODEL, "moe": {**MOE_MODEL["moe"], "routing": "uniform"}}
 CP_MODEL = {
     "name": "tiny",
     "layers": 2,
@@ -51,6 +53,25 @@ SPECS = {
     # (data replica, CP position, TP position): one rank per stage written
     "cpag_pp": {"name": "cpagpp", "model": CP_MODEL, "attention": "flash", "micro_batches": 2, "schedule": "1f1b",
                 "cp_comm_type": "all_gather", "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "cp": 4}},
+    # PP 2 x DP 8, EP 4 under uniform routing (8 tokens x top-2 / 8 experts = 2 copies each): every EP rank
+    # alike, rank classes of (EP block, EP position); Megatron-Bridge's order tp-dp-pp puts each stage on
+    # one node, so the DP gradient AllReduce finishes its members together and the fold holds
+    "ep_uniform": {"name": "epu", "model": UNIFORM_MODEL, "schedule": "1f1b", "micro_batches": 2,
+                   "parallel": {"gpu": "H100", "pp": 2, "dp": 8, "ep": 4, "order": "tp-dp-pp"}},
+    # The same in the parallel: block's default order (stage s of replica d is rank 2 d + s): each stage's DP
+    # group spans both nodes, its AllReduce finishes rank 3 (EP position 1) apart from rank 1, the network
+    # check refuses the rank classes and the replay folds the set's two EP blocks instead
+    "ep_uniform_spread": {"name": "epu", "model": UNIFORM_MODEL, "schedule": "1f1b", "micro_batches": 2,
+                          "parallel": {"gpu": "H100", "pp": 2, "dp": 8, "ep": 4}},
+    # TP 2 x PP 2 x DP 4, EP 4 with expert TP 1 (the Qwen3-235B row's form): an EP group spans 2 replicas
+    # x 2 TP positions; rank classes of (EP block, EP position, TP position)
+    "ep_etp1": {"name": "epe", "model": {**UNIFORM_MODEL, "seq_len": 16}, "schedule": "1f1b", "micro_batches": 2,
+                "sequence_parallel": True,
+                "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 4, "ep": 4, "etp": 1, "order": "tp-dp-pp"}},
+    # TP 2 = EP 2 under expert TP 1, skewed table: the TP ranks are EP ranks 0 and 1 of different loads,
+    # so they are not TP classes; the two DP replicas are (the block is one replica)
+    "ep_tp_skew": {"name": "eps", "model": {**MOE_MODEL, "seq_len": 16}, "micro_batches": 2,
+                   "sequence_parallel": True, "parallel": {"gpu": "H100", "tp": 2, "dp": 2, "ep": 2, "etp": 1}},
 }  # fmt: skip
 # Per spec: (ranks, files written, fold factor, what the fold reason counts, ranks simulated). The
 # all-gather form folds CP positions as rank classes (data replica x CP position x TP position, one rank
@@ -63,6 +84,10 @@ EXPECT = {
     "cp": (8, 4, 2, "2 replicas", 4),
     "cpag": (16, 1, 2, "2 replicas", 8),
     "cpag_pp": (32, 2, 16, "16 rank classes", 2),
+    "ep_uniform": (16, 2, 8, "8 rank classes", 2),
+    "ep_uniform_spread": (16, 2, 2, "2 replicas", 8),
+    "ep_etp1": (16, 2, 8, "8 rank classes", 2),
+    "ep_tp_skew": (4, 2, 2, "2 replicas", 2),
 }
 
 
@@ -148,3 +173,73 @@ def test_all_gather_cp_positions_are_rank_classes_and_the_ring_keeps_blocks(tmp_
     assert ctx.image(2, dp_group) == ctx.image(8, dp_group) == frozenset(dp_group)
     assert ctx.image(1, dp_group) == frozenset(range(1, 32, 4))
     assert ctx.group_class("cp", cp_group) == "partial" and ctx.group_class("dp", dp_group) == "partial"
+
+
+def _routed(routing, seq: int = 8, ep: int = 4) -> object:
+    """A PP 2 x DP 8 plan of the tiny MoE model with `routing`, EP `ep` (8 tokens a micro-batch at seq 8)."""
+    model = {**MOE_MODEL, "seq_len": seq, "moe": {**MOE_MODEL["moe"], "routing": routing}}
+    return load_spec(
+        {**SPECS["ep_uniform"], "model": model, "parallel": {**SPECS["ep_uniform"]["parallel"], "ep": ep}}
+    )
+
+
+def test_ep_positions_are_alike_when_every_ep_rank_gets_the_same_share():
+    # Uniform: 8 tokens x top-2 = 16 copies over 8 experts, 2 each; EP 4 ranks hold 2 experts: 4 each.
+    assert ep_alike(_routed("uniform"))
+    # Uniform with 6 tokens: 12 copies, 1.5 an expert; largest remainders give experts 0-3 two copies and
+    # 4-7 one, so EP ranks 0, 1 receive 4 a source and ranks 2, 3 receive 2 (EP 2: 8 vs 4): not alike.
+    assert not ep_alike(_routed("uniform", seq=6)) and not ep_alike(_routed("uniform", seq=6, ep=2))
+    # One table row for every source, each pair of experts summing to 4: alike though not uniform.
+    assert ep_alike(_routed({"tokens": [[4, 0, 2, 2, 1, 3, 3, 1]]}))
+    # Experts 0-3 get 8 copies, 4-7 get 8: alike at EP 2 (4 experts a rank); at EP 4, 8/0/4/4: not.
+    row = [[8, 0, 0, 0, 2, 2, 2, 2]]
+    assert ep_alike(_routed({"tokens": row}, ep=2)) and not ep_alike(_routed({"tokens": row}))
+    # Two rows, each giving every EP rank 4 copies: the sources route differently, so the generator sends
+    # P2P pairs (tracegen.moe_ops.even_bytes), which only rotations of EP positions map onto each other.
+    assert not ep_alike(_routed({"tokens": [[4, 0, 2, 2, 1, 3, 3, 1], [0, 4, 2, 2, 3, 1, 1, 3]]}))
+    # A seeded Zipf draw is skewed; padded to capacity ceil(16 / 8 x 1.0) = 2 copies an expert it is not.
+    zipf = {"distribution": "zipf", "skew": 1.2, "seed": 3}
+    assert not ep_alike(_routed(zipf))
+    model = {
+        **MOE_MODEL,
+        "moe": {**MOE_MODEL["moe"], "routing": zipf, "capacity_factor": 1.0, "pad_to_capacity": True},
+    }
+    assert ep_alike(load_spec({**SPECS["ep_uniform"], "model": model}))
+    # Skewed plans keep blocks (the module's first test); uniform ones are rank classes.
+    assert rank_classes(_routed({"tokens": row}), rewrite=True).ep == 1
+    assert rank_classes(_routed("uniform"), rewrite=True).ep == 4
+
+
+def test_ep_positions_are_rank_classes_of_block_position_and_tp_position(tmp_path):
+    from xsim.replay.fold import _Ctx, make_fold
+    from xsim.traces.classes import read_classes, write_classes
+    from xsim.traces.errors import TraceSetError
+    from xsim.traces.groups import ProcessGroups
+
+    c = rank_classes(load_spec(SPECS["ep_etp1"]), rewrite=True)
+    # Order tp-dp-pp: stage s of DP replica d is TP group [2 d + 8 s, 2 d + 8 s + 1]; entry k = 2 d + t
+    # holds TP position t of both stages; EP positions E = ep / tp = 2 replicas an EP group spans.
+    assert (c.tp, c.cp, c.ep, len(c.replicas)) == (2, 1, 2, 8)
+    assert c.replicas[:3] == ((0, 8), (1, 9), (2, 10)) and c.replicas[7] == (7, 15)
+    write_classes(str(tmp_path), c)
+    assert read_classes(str(tmp_path), str(tmp_path / "epe")) == c
+    doc = (tmp_path / "classes.json").read_text()
+    assert '"ep_positions":2' in doc and '"TP and EP position 0 of EP block 0"' in doc
+    # pi_7 = (EP block 1, EP position 1, TP position 1): rank 0 (0, 0, 0, stage 0) -> DP replica 3's TP
+    # rank 1 = 7; rank 10 (0, 1, 0, stage 1) -> (1, 0, 1) = DP replica 2's = 13.
+    fold = replace(make_fold(c.replicas, 16, "test"), tp=2, ep=2)
+    ep_group, edp_group = (0, 1, 2, 3), (0, 4)  # stage 0's first EP group; EP slot 0's expert-DP group
+    ctx = _Ctx(fold, ProcessGroups(16, {"ep": ep_group, "edp": edp_group}))
+    assert [ctx.perm(7, r) for r in (0, 10)] == [7, 13]
+    # The EP group: onto itself under the EP and TP swaps (it spans both), onto block 1's under pi_4.
+    assert ctx.image(1, ep_group) == ctx.image(2, ep_group) == frozenset(ep_group)
+    assert ctx.image(4, ep_group) == {4, 5, 6, 7}
+    # The expert-DP group (EP slot 0 of both blocks): onto itself under the block swap, copied per slot.
+    assert ctx.image(4, edp_group) == frozenset(edp_group) and ctx.image(3, edp_group) == {3, 7}
+    assert ctx.group_class("ep", ep_group) == "partial" and ctx.group_class("edp", edp_group) == "partial"
+    # A record with both CP and EP positions is named, not read.
+    (tmp_path / "classes.json").write_text(
+        doc.replace('"ep_positions":2', '"ep_positions":2,"cp_positions":2')
+    )
+    with pytest.raises(TraceSetError, match=r"cp_positions 2 with ep_positions 2"):
+        read_classes(str(tmp_path), str(tmp_path / "epe"))

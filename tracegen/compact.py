@@ -22,6 +22,19 @@ classes like TP positions (_tp_classes, classes.json cp_positions). The ring for
 to labels too, but only under rotations (rank c sends to c + 1 and receives from c - 1), which the fold's
 swaps are not, and a representative's ring peers would be folded ranks: it keeps blocks.
 
+Expert parallelism under a routing that loads every EP rank alike is the other exception (issue 28):
+when every source (EP rank x expert-TP rank) routes the same tokens to each expert and each EP rank's
+experts get the same share of them (uniform routing; a weights or tokens table or a seeded draw that comes
+out so; a padded capacity), every EP rank sends and receives the same bytes to and from every peer, runs
+its grouped GEMMs on the same number of copies, and the generator emits each all-to-all as one ALL_TO_ALL
+collective over the EP group (tracegen.moe_ops.even_bytes): the EP ranks differ only in which experts they
+hold (no op carries their ids) and their group names, and every swap of EP positions maps the EP group onto
+itself. The positions are then rank classes like TP positions (classes.json `ep_positions` E, the DP
+replicas one EP group spans: ep, or ep / tp under etp 1, where an EP group also spans the TP positions).
+`ep_alike` decides it from the routing spec, at every MoE layer (a seeded draw differs per layer) and
+every stage's token count; a skewed routing (EP ranks of different loads, P2P all-to-alls whose peers only
+rotations map onto each other) keeps blocks. Expert and context parallelism together keep blocks.
+
 A heterogeneous plan has several classes of replica (replicas with the same stages are one class;
 examples/hetero1024.yaml has two). Its replicas are grouped into g = gcd(class sizes) super-replicas,
 each holding n_c / g replicas of every class c in one order, so super-replica k's i-th rank has the same
@@ -130,16 +143,57 @@ def _ep_block(dep: dpb.Deployment) -> int:
     return math.lcm(*(max(1, dg.ep // (dg.tp if dg.etp == 1 else 1)) for dg in dep.device_groups))
 
 
+def ep_alike(dep: dpb.Deployment) -> bool:
+    """Whether the EP ranks of every stage run one program up to labels (module docstring): at every MoE
+    layer, every source routes the same tokens per expert and each EP rank's experts get the same share
+    (the balanced all-to-all of tracegen.moe_ops.even_bytes). True without expert parallelism."""
+    from xsim.tracegen.moe_ops import even_bytes, moe_loads
+    from xsim.tracegen.spec import chunk_ranges, model_arch
+
+    eps = [dg for dg in dep.device_groups if dg.ep > 1]
+    if not eps:
+        return True
+    model = model_arch(dep)
+    moe = model.moe
+    if moe is None:
+        return False
+    seq = int(dep.seq_len or model.seq_len)
+    seen: set[tuple[int, int, int, int]] = set()
+    for dg in eps:
+        etp = 1 if dg.etp == 1 else dg.tp  # the expert TP degree: each of its ranks routes its own tokens
+        # the tokens one source routes (tracegen.ops.Ctx.norm_tokens): its micro-batch's seq / cp, and its
+        # 1/tp sequence slice under sequence parallelism
+        tokens = dg.micro_batch * (seq // max(1, dg.cp))
+        if dep.sequence_parallel and dg.tp > 1:
+            tokens = -(-tokens // dg.tp)
+        for start, end in chunk_ranges(dg):
+            for layer in range(start, end + 1):
+                # only a seeded draw depends on the layer (tracegen.moe.expert_tokens)
+                key = (tokens, dg.ep, etp, layer if moe.routing.distribution == "zipf" else 0)
+                if not moe.is_moe(layer) or key in seen:
+                    continue
+                seen.add(key)
+                if not even_bytes(moe_loads(moe, tokens, layer, dg.ep * etp), moe, dg.ep, 1, 1):
+                    return False
+    return True
+
+
 def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankClasses | None:
-    """Rank classes (DP replica x TP position, and CP position under context parallelism; module
-    docstring) of a plan whose positions are alike by construction, or None: one TP degree T everywhere,
-    T > 1 or CP C > 1, one TP group per device group, replicas of one shape, no expert parallelism, and
-    context parallelism only in its all-gather form (so no resharding; interleaved plans fold alike)."""
+    """Rank classes (DP replica x TP position, and the CP or EP position under context or expert
+    parallelism; module docstring) of a plan whose positions are alike by construction, or None: one TP
+    degree T everywhere, T > 1 or CP C > 1 or EP positions E > 1, one TP group per device group, replicas
+    of one shape, context parallelism only in its all-gather form (so no resharding; interleaved plans fold
+    alike), expert parallelism only under a routing that loads its ranks alike, not both."""
     tps = {dg.tp for dg in dep.device_groups}
     cp = max(max(1, dg.cp) for dg in dep.device_groups)
-    if len(tps) != 1 or _ep_block(dep) > 1 or replica_block(dep) != cp:
+    has_ep = any(dg.ep > 1 for dg in dep.device_groups)
+    # EP positions only where the routing loads them alike (under etp 1 the TP positions are EP ranks too)
+    if has_ep and (cp > 1 or not ep_alike(dep)):
         return None
-    if (tp := tps.pop()) < 2 and cp < 2:
+    ep = _ep_block(dep)
+    if len(tps) != 1 or replica_block(dep) != cp * ep:
+        return None
+    if (tp := tps.pop()) < 2 and cp < 2 and ep < 2:
         return None
     # The ring form's neighbours map onto each other only under rotations of the CP positions, which the
     # fold's swaps are not (and a representative's ring peers are folded ranks): it keeps whole blocks.
@@ -153,7 +207,7 @@ def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankC
     ranks = tuple(tuple(dg.ranks[t] for dg in rep) for rep in reps for t in range(tp))
     dgs = tuple(tuple(dg.id for dg in rep) for rep in reps for _t in range(tp))
     rc = _record(dep, ranks, dgs)
-    return None if rc is None else replace(rc, tp=tp, cp=cp)
+    return None if rc is None else replace(rc, tp=tp, cp=cp, ep=ep)
 
 
 def _hetero_classes(

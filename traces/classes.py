@@ -8,8 +8,10 @@ replay/fold.py). Where a stage's TP ranks are alike too (`tp_positions` T > 1), 
 classes: entry k holds TP position k % T of every stage of DP replica k // T, only entry 0 (one rank per
 stage) is written, and pi_k swaps DP replica k // T with 0 and TP position k % T with 0 at once. With
 `cp_positions` C > 1 (context parallelism, all-gather form) DP replica d is CP position d % C of data
-replica d // C, and pi_k swaps data replica, CP position and TP position with 0 at once. The replay
-folds by that construction; a verb that needs every rank's file refuses the
+replica d // C, and pi_k swaps data replica, CP position and TP position with 0 at once. With
+`ep_positions` E > 1 (expert parallelism under a routing that loads every EP rank alike, tracegen/compact.py)
+DP replica d is EP-group position d % E of EP block d // E (E the DP replicas one EP group spans), in the
+place of the CP position. The replay folds by that construction; a verb that needs every rank's file refuses the
 set in one line naming `xsim gen --all-ranks`. A heterogeneous plan's entries are super-replicas, each
 holding replicas of every class in one order (tracegen/compact.py); `classes` lists them by class.
 """
@@ -51,6 +53,15 @@ class RankClasses:
     # number d (k // tp) is CP position d % C of data replica d // C, and pi_k swaps the data replica, the
     # CP position and the TP position of k with 0 at once; 1: no CP positions folded.
     cp: int = 1
+    # EP positions folded (`ep_positions` E > 1, issue 28, a routing that loads every EP rank alike): as
+    # `cp`, with EP groups for CP groups: DP replica d is position d % E of the E replicas one EP group
+    # spans (its EP block d // E); never with cp > 1. 1: none.
+    ep: int = 1
+
+    @property
+    def width(self) -> int:
+        """Entries per data replica (EP block): the TP x CP x EP positions folded (1: whole replicas)."""
+        return self.tp * self.cp * self.ep
 
     @property
     def written(self) -> tuple[int, ...]:
@@ -65,10 +76,12 @@ class RankClasses:
             "prefix": self.prefix,
             "num_ranks": self.num_ranks,
             "written": "replica 0"
-            if self.tp == 1 and self.cp == 1
+            if self.width == 1
             else "TP position 0 of replica 0"
-            if self.cp == 1
-            else "TP and CP position 0 of data replica 0",
+            if self.cp == self.ep == 1
+            else "TP and CP position 0 of data replica 0"
+            if self.cp > 1
+            else "TP and EP position 0 of EP block 0",
             "replicas": [list(r) for r in self.replicas],
             "device_groups": [list(d) for d in self.device_groups],
         }
@@ -79,6 +92,8 @@ class RankClasses:
             doc["tp_positions"] = self.tp
         if self.cp > 1:
             doc["cp_positions"] = self.cp
+        if self.ep > 1:
+            doc["ep_positions"] = self.ep
         return doc
 
 
@@ -115,8 +130,13 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
         kinds = tuple(tuple(int(j) for j in c) for c in doc.get("classes", ()))
         dprs = tuple(tuple(int(d) for d in rep) for rep in doc.get("dp_replicas", ()))
         tp, cp = int(doc.get("tp_positions", 1)), int(doc.get("cp_positions", 1))
-        if tp < 1 or cp < 1 or len(reps) % (tp * cp) or (tp * cp > 1 and (kinds or dprs)):
+        ep = int(doc.get("ep_positions", 1))
+        if cp > 1 and ep > 1:
+            raise ValueError(f"cp_positions {cp} with ep_positions {ep} (one of them at most)")
+        w = tp * cp * ep
+        if min(tp, cp, ep) < 1 or len(reps) % w or (w > 1 and (kinds or dprs)):
             both = f"tp_positions {tp}" + (f" x cp_positions {cp}" if cp != 1 else "")
+            both += f" x ep_positions {ep}" if ep != 1 else ""
             raise ValueError(f"{both} does not divide {len(reps)} entries of one class")
         if dprs and [len(d) for d in dprs] != [len(r) for r in reps]:
             raise ValueError("replicas and DP replica numbers of unequal lengths")
@@ -126,4 +146,4 @@ def read_classes(directory: str, prefix: str) -> RankClasses | None:
             raise ValueError("replicas and device groups of unequal lengths")
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise TraceSetError(f"malformed rank-class record ({exc})", path=path) from None
-    return RankClasses(os.path.basename(prefix), n, reps, dgs, kinds, dprs, tp, cp)
+    return RankClasses(os.path.basename(prefix), n, reps, dgs, kinds, dprs, tp, cp, ep)

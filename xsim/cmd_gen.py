@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
             f"TP and CP position 0 of each stage of data replica 0: {len(c.replicas)} rank classes (data "
             f"replica x CP position x TP position), the others mirror it"
             if c.cp > 1
+            else f"TP and EP position 0 of each stage of EP block 0: {len(c.replicas)} rank classes (EP block "
+            f"x EP position x TP position), the others mirror it"
+            if c.ep > 1
             else f"TP position 0 of each stage of DP replica 0: {len(c.replicas)} rank classes (DP replica x TP "
             f"position), the others mirror it"
             if c.tp > 1
