@@ -29,6 +29,7 @@ from xsim.tracegen.gemm import (
 from xsim.tracegen.grouped_gemm import GROUPED_GEMM_OPS, grouped_gemm_seconds
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.profile import ProfileTable
+from xsim.tracegen.unfused_attention import bandwidth_fraction
 
 # Linear-layer GEMMs: the ops Transformer Engine runs in FP8 under `precision: fp8` (Megatron's output
 # layer, lm_head, is a plain ColumnParallelLinear outside TE and stays BF16).
@@ -707,17 +708,21 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
     mem_eff)), element-wise ops bytes / (bw * mem_eff). calibrated (tracegen.gemm): GEMMs by tile and wave
     quantization of their shape at the GPU's measured large-GEMM plateau (sustained or burst: `rates`);
     fused attention at its kernel's published rate by tiles executed (tracegen.attention; gemm_eff on GPUs
-    without one), scaled to the sustained clock like the GEMMs; memory-bound work at the measured copy bandwidth; every op at least one
-    launch floor per kernel.
+    without one), scaled to the sustained clock like the GEMMs; memory-bound work at the measured copy bandwidth
+    (unfused attention's kernels at their measured share of it, tracegen.unfused_attention); every op at least
+    one launch floor per kernel.
     """
     if model == "calibrated":
         if op.gemm and op.op in GROUPED_GEMM_OPS and len(op.shape) == 4:
             return grouped_gemm_seconds(op.shape, op.bytes, gpu, op.precision, op.phase, rates)
+        # Unfused attention's kernels move their bytes at their measured share of the copy rate
+        # (tracegen.unfused_attention; 1.0 for every other op): the same bytes, charged as more.
+        nbytes = op.bytes / bandwidth_fraction(gpu, op.op, op.phase)
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
             lin = LinearGemm(mm, k, n, op.phase, op.kernels, batch)
             compute = linear_compute_seconds(lin, gpu, op.precision, rates)
-            return max(compute, op.bytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
+            return max(compute, nbytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
         if op.op == "attn_core" and len(op.shape) == 5:
@@ -725,7 +730,7 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
             flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock)
             compute = compute if flash is None else flash
-        return max(compute, op.bytes / achieved_bandwidth(gpu), floor)
+        return max(compute, nbytes / achieved_bandwidth(gpu), floor)
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if op.gemm:
         return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
