@@ -416,12 +416,13 @@ class Matcher:
 
 
 def _cell_arrived(cell: list) -> None:
-    """Matcher._arrived on a ring's cell: a waiting receive completes now, else the arrival is counted."""
-    if cell[1]:
-        cell[1] -= 1
-        cell[2]()
-    else:
+    """A message reaches a ring's receiver (its cell): the receiver's _insert_ring pairs it, or, while the
+    receiver has not started (no receive posted), it is counted."""
+    f = cell[2]
+    if f is None:
         cell[0] += 1
+    else:
+        f(cell)
 
 
 class SysEvents:
@@ -767,22 +768,20 @@ class RingAlgo(_Algo):
             elif self._wire is None:
                 self._sender(_cell_arrived, cell)
             else:
-                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here).
+                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here). The last
+                # hop runs the receiver's _insert_ring on the cell directly when the receiver exists.
+                rcv = cell[2] or _cell_arrived
                 link, links, hold, hop, last, loop, arrive, free = self._wire
                 now = loop.now
                 ft = link.free_t
                 if ft > now or (ft == now and link.free_seq > loop.cur):
-                    link.pending.append([links, 0, hold, hop, _cell_arrived, cell, last])
+                    link.pending.append([links, 0, hold, hop, rcv, cell, last])
                     if not link.queued:
                         link.queued = True
                         loop.put(ft, link.free_seq, free, link)
                 else:
                     loop._seq = s = loop._seq + SEQ_STEP
-                    e = (
-                        (s, arrive, [links, 0, hold, hop, _cell_arrived, cell, last])
-                        if last
-                        else (s, _cell_arrived, cell)
-                    )
+                    e = (s, arrive, [links, 0, hold, hop, rcv, cell, last]) if last else (s, rcv, cell)
                     t = now + hop
                     b = loop._at.get(t)
                     if b is None:
@@ -798,7 +797,7 @@ class RingAlgo(_Algo):
                 if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
                     cell[0] -= 1
                     loop = self._loop
-                    loop.at(loop.now, _call, self._insert_ring)
+                    loop.at(loop.now, self._insert_ring, None)
                 else:
                     cell[1] += 1
             self.streams_left -= 1
@@ -810,8 +809,14 @@ class RingAlgo(_Algo):
             # collector after the replay (~9% of a congestion-aware replay's CPU on the 32-rank set).
             self.__dict__.clear()
 
-    def _insert_ring(self) -> None:
-        """insert() for Ring: no positions to move, the waiting packet is a count."""
+    def _insert_ring(self, cell: list | None = None) -> None:
+        """insert() for Ring: no positions to move, the waiting packet is a count. With cell, a message has
+        arrived there: it completes a receive posted on it (Matcher.recv_key on the cell), else it waits."""
+        if cell is not None:
+            if not cell[1]:
+                cell[0] += 1
+                return
+            cell[1] -= 1
         if self.zero == 0 and self.nonzero == 0:
             self.zero = 1  # `parallel`
             self.nonzero = self.nonzero_count
