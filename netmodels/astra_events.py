@@ -284,7 +284,8 @@ class AwareNet:
                     link.queued = True
                     loop.put(ft, link.free_seq, free, link)
                 return
-            loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+            s = loop._seq + SEQ_STEP  # EventLoop.at, inlined; the link's free takes the next number
+            loop._seq = s + SEQ_STEP
             e = (s, arrive, [links, 0, hold, hop, cb, arg, last]) if last else (s, cb, arg)
             t = now + hop
             b = at.get(t)
@@ -293,7 +294,6 @@ class AwareNet:
                 _push(times, t)
             else:
                 b.append(e)
-            loop._seq = s + SEQ_STEP
             link.free_t = now + hold
             link.free_seq = s + SEQ_STEP
 
@@ -352,7 +352,8 @@ class AwareNet:
                 link.queued = True
                 loop.put(ft, link.free_seq, self._free, link)
             return
-        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        s = loop._seq + SEQ_STEP  # EventLoop.at, inlined; the link's free takes the next number (reserved)
+        loop._seq = s + SEQ_STEP
         e = (s, item[4], item[5]) if i == item[6] else (s, self._arrive, item)
         t = now + item[3]
         b = loop._at.get(t)
@@ -361,7 +362,6 @@ class AwareNet:
             _push(loop._times, t)
         else:
             b.append(e)
-        loop._seq = s + SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = s + SEQ_STEP
 
@@ -757,21 +757,18 @@ class RingAlgo(_Algo):
         self._insert_ring()
 
     def _general_ring(self, _arg: object = None) -> None:
-        """general() for Ring: the same steps with the packet count and the kept keys (or cells)."""
-        self.free += 1
+        """general() for Ring: the same steps with the packet count and the kept keys (or cells). A freed
+        bundle token is spent at once on the send it makes, so `free` changes only when nothing is sent."""
         if self.ring_packets and self.streams_left:
             self.ring_packets -= 1
-            cell = self._send_cell
-            if cell is None:
-                self._sender(self._marrived, self._send_key)  # Matcher.send
-                self._mrecv_key(self._recv_key, self._insert_ring)
-            elif self._wire is None:
-                self._sender(_cell_arrived, cell)
-            else:
+            self.streams_left -= 1
+            wire = self._wire
+            if wire is not None:
                 # AwareNet's sender, inlined (every message of a congestion-aware ring passes here). The last
                 # hop runs the receiver's _insert_ring on the cell directly when the receiver exists.
+                cell = self._send_cell
                 rcv = cell[2] or _cell_arrived
-                link, links, hold, hop, last, loop, arrive, free = self._wire
+                link, links, hold, hop, last, loop, arrive, free = wire
                 now = loop.now
                 ft = link.free_t
                 if ft > now or (ft == now and link.free_seq > loop.cur):
@@ -780,7 +777,8 @@ class RingAlgo(_Algo):
                         link.queued = True
                         loop.put(ft, link.free_seq, free, link)
                 else:
-                    loop._seq = s = loop._seq + SEQ_STEP
+                    s = loop._seq + SEQ_STEP
+                    loop._seq = s + SEQ_STEP  # the link's free event takes the next number (reserved)
                     e = (s, arrive, [links, 0, hold, hop, rcv, cell, last]) if last else (s, rcv, cell)
                     t = now + hop
                     b = loop._at.get(t)
@@ -789,9 +787,15 @@ class RingAlgo(_Algo):
                         _push(loop._times, t)
                     else:
                         b.append(e)
-                    loop._seq = s + SEQ_STEP
                     link.free_t = now + hold
                     link.free_seq = s + SEQ_STEP
+            else:
+                cell = self._send_cell
+                if cell is None:
+                    self._sender(self._marrived, self._send_key)  # Matcher.send
+                    self._mrecv_key(self._recv_key, self._insert_ring)
+                else:
+                    self._sender(_cell_arrived, cell)
             if cell is not None:
                 cell = self._recv_cell
                 if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
@@ -800,9 +804,9 @@ class RingAlgo(_Algo):
                     loop.at(loop.now, self._insert_ring, None)
                 else:
                     cell[1] += 1
-            self.streams_left -= 1
-            self.free -= 1
-        if self.streams_left == 0 and self.free == 1:  # `parallel` free bundles: all came back
+        else:
+            self.free += 1
+        if not self.streams_left and self.free == 1:  # `parallel` free bundles: all came back
             self.exit()
             # No event is left for a ring after its exit (its last receive's bundle came back first): drop
             # its references to itself (bound methods, the stream) so it is freed now, not by the cycle
