@@ -690,13 +690,8 @@ class RingAlgo(_Algo):
         self.rank = rank = members[idx]
         self.bus = FAST_BUS_NS if fast else ctx.ed
         self.free = 0
-        self.zero = 0
-        self.nonzero = 0
-        self.toggle = False
         self.ring_packets = 0
-        self.nonzero_count = p - 1
-        self.all_reduce = kind == "all_reduce"
-        self.reduce_scatter = kind == "reduce_scatter"
+        self.p = p
         if kind == "all_reduce":
             self.streams_left = 2 * (p - 1)
         elif kind == "all_to_all":
@@ -709,8 +704,15 @@ class RingAlgo(_Algo):
         self._sysev = ctx.sys
         self._ticks = loop.ticks
         # Bound once: a ring schedules them for every message.
-        self._gen = self._general_ring
-        self._proc = self._processed_ring
+        self._gen = gen = self._general_ring
+        proc = self._processed_ring
+        # The packet machine's inserts cycle with period p (parallel 1, p - 1 non-zero-latency packets): the
+        # first of each cycle refills and flips the toggle and is not processed, the others are processed
+        # for reduce_scatter, and for all_reduce while the toggle is on (it starts off, so the first cycle's
+        # are). k: the next insert's place in the cycle; _nz: what a non-first insert schedules this cycle.
+        self.k = 0
+        self._nz = proc if kind == "reduce_scatter" else gen  # toggle off
+        self._nz_alt = proc if kind in ("reduce_scatter", "all_reduce") else gen  # toggle on
         tag = stream.tag
         send_to = members[(idx + 1) % p]
         send_key = (tag, rank, send_to, msg)
@@ -821,19 +823,14 @@ class RingAlgo(_Algo):
                 cell[0] += 1
                 return
             cell[1] -= 1
-        if self.zero == 0 and self.nonzero == 0:
-            self.zero = 1  # `parallel`
-            self.nonzero = self.nonzero_count
-            self.toggle = not self.toggle
-        if self.zero > 0:
-            self.zero -= 1
+        k = self.k
+        if k:
+            fn = self._nz
+        else:  # refill: zero = parallel, nonzero = p - 1, the toggle flips
+            self._nz, self._nz_alt = self._nz_alt, self._nz
             fn = self._gen
-        elif self.nonzero > 0:
-            self.nonzero -= 1
-            processed = self.reduce_scatter or (self.all_reduce and self.toggle)
-            fn = self._proc if processed else self._gen
-        else:
-            raise RuntimeError("ASTRA-sim packet machine injected nothing")
+        k += 1
+        self.k = k if k < self.p else 0
         self.ring_packets += 1
         # SysEvents.at(rank, bus, fn, msg), inlined (a ring registers one or two events per message).
         loop = self._loop
