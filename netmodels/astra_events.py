@@ -687,7 +687,7 @@ class RingAlgo(_Algo):
     ):
         p = len(members)
         self.stream = stream
-        self.rank = rank = members[idx]
+        self.rank = members[idx]
         self.bus = FAST_BUS_NS if fast else ctx.ed
         self.free = 0
         self.ring_packets = 0
@@ -713,7 +713,12 @@ class RingAlgo(_Algo):
         self.k = 0
         self._nz = proc if kind == "reduce_scatter" else gen  # toggle off
         self._nz_alt = proc if kind in ("reduce_scatter", "all_reduce") else gen  # toggle on
-        tag = stream.tag
+        self._connect(ctx, stream, members, idx)
+
+    def _connect(self, ctx: Ctx, stream: Stream, members: tuple[int, ...], idx: int) -> None:
+        """How the ring's messages go out and are paired: an inline first link and cells (aware, one phase
+        per chunk), a sender and cells (unaware), or a sender and the Matcher (several phases per chunk)."""
+        p, rank, msg, tag = self.p, self.rank, self.msg, stream.tag
         send_to = members[(idx + 1) % p]
         send_key = (tag, rank, send_to, msg)
         recv_key = (tag, members[(idx - 1) % p], rank, msg)
@@ -1005,7 +1010,7 @@ class CollectiveRun:
         self.finish = [0] * len(members)
         self.remaining = len(members)
         self.done = done  # called with the run when its last member finishes
-        # Rings' matching cells (PacketAlgo._ring_init), where every chunk has one phase (one algorithm).
+        # Rings' matching cells (RingAlgo), where every chunk has one phase (one algorithm).
         self.cells: dict | None = {} if all(len(phases) == 1 for phases in chunks) else None
         self.member = member  # called (handle, position, ns) as each earlier member finishes
 
