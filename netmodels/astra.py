@@ -42,6 +42,7 @@ from xsim.netmodels.astra_events import (
     AwareNet,
     CollectiveRun,
     PacketAlgo,
+    RingAlgo,
     TreeAlgo,
     UnawareNet,
 )
@@ -348,7 +349,7 @@ class AstraModel(ClosedFormModel):
         super().__init__()
         if congestion_aware and len(network.dims) > 1:
             raise AstraConfigError("congestion-aware mode supports only 1-dim topologies (as ASTRA-sim)")
-        if network.num_npus > MAX_NPUS:  # the event machine packs (time, rank) into one int below 2^21 ranks
+        if network.num_npus > MAX_NPUS:
             raise AstraConfigError(f"{network.num_npus:,} NPUs, over the {MAX_NPUS:,} xsim models")
         self.network = network
         self.system = system
@@ -914,6 +915,11 @@ class AstraModel(ClosedFormModel):
 
                 def make(ctx, stream, members, idx, parent=parent, children=children, chunk=chunk):
                     return TreeAlgo(ctx, stream, members, idx, parent[idx], children[idx], chunk)
+
+            elif algo == "ring":
+
+                def make(ctx, stream, members, idx, chunk=chunk):
+                    return RingAlgo(ctx, stream, members, idx, subgroup, kind, chunk)
 
             else:
 

@@ -39,8 +39,6 @@ _push = heapq.heappush
 _pop = heapq.heappop
 _NEVER = 1 << 126  # later than any event time (ns)
 
-_RANK_BITS = 21
-
 # MemBus.cc charges this for Transmition::Fast bundles instead of the configured endpoint-delay.
 FAST_BUS_NS = 10
 
@@ -67,7 +65,7 @@ class EventLoop:
     (SysEvents), which run right after the list's first event, before anything scheduled later.
     """
 
-    __slots__ = ("now", "cur", "_seq", "_times", "_at", "_it")
+    __slots__ = ("now", "cur", "_seq", "_times", "_at", "_it", "ticks")
 
     def __init__(self) -> None:
         self.now = 0
@@ -76,6 +74,9 @@ class EventLoop:
         self._times: list[int] = []  # heap of the times that have events
         self._at: dict[int, list[tuple[int, Callable, object]]] = {}  # time -> its events in sequence order
         self._it = None  # iterator over the first time's events when a run stopped inside them (run_quiet)
+        # SysEvents' tick lists of a time (rank -> its list's last sequence number), dropped with the time's
+        # events: a time that has run takes no more registrations (they are for now or later).
+        self.ticks: dict[int, dict[int, int]] = {}
 
     def at(self, t: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) at time t (>= now)."""
@@ -115,12 +116,14 @@ class EventLoop:
         if self._it is not None and not self._it.__length_hint__():
             # A stopped run ended on the last event of its time: that time has nothing left.
             self._it = None
-            del self._at[_pop(times)]
+            t = _pop(times)
+            del self._at[t]
+            self.ticks.pop(t, None)
         return times[0] if times else None
 
     def run_until(self, until: int | None) -> None:
         """Process every event with time <= until (all when None)."""
-        times, at = self._times, self._at
+        times, at, ticks = self._times, self._at, self.ticks
         limit = _NEVER if until is None else until
         while times and times[0] <= limit:
             t = self.now = times[0]
@@ -134,6 +137,7 @@ class EventLoop:
                 fn(arg)
             _pop(times)
             del at[t]
+            ticks.pop(t, None)
         if until is not None and until > self.now:
             self.now = until
         # Every event of this time, reserved ones included, counts as run.
@@ -142,7 +146,7 @@ class EventLoop:
     def run_quiet(self, until: int, a: list, b: list) -> int | None:
         """Process the events with time <= until, stopping right after the one that leaves a or b non-empty
         (returns its time; the rest of that time stays for run_until); None when all ran."""
-        times, at = self._times, self._at
+        times, at, ticks = self._times, self._at, self.ticks
         while times and times[0] <= until:
             t = self.now = times[0]
             it = self._it
@@ -158,6 +162,7 @@ class EventLoop:
                     return t
             _pop(times)
             del at[t]
+            ticks.pop(t, None)
         return None
 
 
@@ -279,7 +284,8 @@ class AwareNet:
                     link.queued = True
                     loop.put(ft, link.free_seq, free, link)
                 return
-            loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+            s = loop._seq + SEQ_STEP  # EventLoop.at, inlined; the link's free takes the next number
+            loop._seq = s + SEQ_STEP
             e = (s, arrive, [links, 0, hold, hop, cb, arg, last]) if last else (s, cb, arg)
             t = now + hop
             b = at.get(t)
@@ -288,7 +294,6 @@ class AwareNet:
                 _push(times, t)
             else:
                 b.append(e)
-            loop._seq = s + SEQ_STEP
             link.free_t = now + hold
             link.free_seq = s + SEQ_STEP
 
@@ -347,7 +352,8 @@ class AwareNet:
                 link.queued = True
                 loop.put(ft, link.free_seq, self._free, link)
             return
-        loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
+        s = loop._seq + SEQ_STEP  # EventLoop.at, inlined; the link's free takes the next number (reserved)
+        loop._seq = s + SEQ_STEP
         e = (s, item[4], item[5]) if i == item[6] else (s, self._arrive, item)
         t = now + item[3]
         b = loop._at.get(t)
@@ -356,7 +362,6 @@ class AwareNet:
             _push(loop._times, t)
         else:
             b.append(e)
-        loop._seq = s + SEQ_STEP
         link.free_t = now + item[2]
         link.free_seq = s + SEQ_STEP
 
@@ -411,12 +416,13 @@ class Matcher:
 
 
 def _cell_arrived(cell: list) -> None:
-    """Matcher._arrived on a ring's cell: a waiting receive completes now, else the arrival is counted."""
-    if cell[1]:
-        cell[1] -= 1
-        cell[2]()
-    else:
+    """A message reaches a ring's receiver (its cell): the receiver's _insert_ring pairs it, or, while the
+    receiver has not started (no receive posted), it is counted."""
+    f = cell[2]
+    if f is None:
         cell[0] += 1
+    else:
+        f(cell)
 
 
 class SysEvents:
@@ -425,55 +431,44 @@ class SysEvents:
 
     The list is no object: its first event goes into the loop with a fresh sequence number and each event
     that joins it with the next number after the list's last one (EventLoop numbers step by SEQ_STEP), so
-    they run one after the other right after the first, as the list would. Per tick (time and rank as one
-    int) only the list's last number is kept: the list has not run out while the loop's current event is not
-    past it.
+    they run one after the other right after the first, as the list would. Per tick only the list's last
+    number is kept, in the loop's `ticks` (time -> rank -> number; a time's entries go with its events): the
+    list has not run out while the loop's current event is not past it.
     """
 
     def __init__(self, loop: EventLoop) -> None:
         self.loop = loop
-        # (t << _RANK_BITS) | rank -> the sequence number of its list's last event
-        self._last: dict[int, int] = {}
-        self.sweep_at = 4096  # drop the ticks already past once this many are kept
 
     def at(self, rank: int, delay: int, fn: Callable, arg: object = None) -> None:
         """Run fn(arg) on rank's system layer delay ns from now."""
         loop = self.loop
         t = loop.now + delay
-        key = (t << _RANK_BITS) | rank  # (rank, t) as one int: ranks < 2^21 (astra.MAX_NPUS is 2^20)
-        last = self._last.get(key)
-        if last is not None and (delay or loop.cur <= last):  # the tick's list is pending or running: join
-            self.join(key, t, last, fn, arg)
-            return
+        tick = loop.ticks.get(t)
+        if tick is None:
+            tick = loop.ticks[t] = {}
+        else:
+            last = tick.get(rank)
+            if last is not None and (
+                delay or loop.cur <= last
+            ):  # the tick's list is pending or running: join
+                self.join(tick, rank, t, last, fn, arg)
+                return
         loop._seq = s = loop._seq + SEQ_STEP  # EventLoop.at, inlined
-        self._last[key] = s
+        tick[rank] = s
         b = loop._at.get(t)
         if b is None:
             loop._at[t] = [(s, fn, arg)]
             _push(loop._times, t)
         else:
             b.append((s, fn, arg))
-        if len(self._last) >= self.sweep_at:
-            self.sweep()
 
-    def join(self, key: int, t: int, last: int, fn: Callable, arg: object) -> None:
-        """fn(arg) joins the tick list `key` (at time t) whose last event so far has sequence number last."""
+    def join(self, tick: dict, rank: int, t: int, last: int, fn: Callable, arg: object) -> None:
+        """fn(arg) joins rank's tick list at time t (tick: that time's lists) whose last event is number last."""
         last += 1
         if not last % SEQ_STEP:
-            raise NetworkModelError(
-                f"rank {key & ((1 << _RANK_BITS) - 1)}: over {SEQ_STEP - 1:,} events in 1 ns"
-            )
-        self._last[key] = last
+            raise NetworkModelError(f"rank {rank}: over {SEQ_STEP - 1:,} events in 1 ns")
+        tick[rank] = last
         self.loop.put(t, last, fn, arg)
-
-    def sweep(self) -> None:
-        """Forget the ticks before now (their lists have run): amortised, the kept ticks stay few. The dict
-        stays the same object (PacketAlgo's rings keep it)."""
-        last = self._last
-        now = self.loop.now << _RANK_BITS
-        for k in [k for k in last if k < now]:
-            del last[k]
-        self.sweep_at = max(4096, 2 * len(last))
 
 
 @dataclass(frozen=True)
@@ -545,7 +540,13 @@ class _Algo:
 
 
 class PacketAlgo(_Algo):
-    """Ring, HalvingDoubling and direct (AllToAll): ASTRA-sim's packet/bundle state machine."""
+    """Ring, HalvingDoubling and direct (AllToAll): ASTRA-sim's packet/bundle state machine. A ring is made as
+    a RingAlgo (the same machine with its fixed neighbours and message size kept per instance)."""
+
+    def __new__(cls, ctx, stream, members, idx, fast, kind: str, algo: str, data: int, window: int = -1):
+        if algo == "ring":
+            return RingAlgo(ctx, stream, members, idx, fast, kind, data)
+        return super().__new__(cls)
 
     def __init__(self, ctx, stream, members, idx, fast, kind: str, algo: str, data: int, window: int = -1):
         super().__init__(ctx, stream, members, idx, fast)
@@ -559,8 +560,6 @@ class PacketAlgo(_Algo):
         self.nonzero = 0
         self.toggle = False
         self.parallel = 1
-        # Ring's positions and message size stay fixed; halvingDoubling and direct move them per insert.
-        self.moves = algo != "ring"
         self.all_reduce = kind == "all_reduce"
         self.reduce_scatter = kind == "reduce_scatter"
         # AllToAll.cc's reduce window: direct AllReduce in its second half sends up to `parallel` at once.
@@ -587,47 +586,6 @@ class PacketAlgo(_Algo):
                 self.streams_left = p - 1
             # AllToAll.cc get_non_zero_latency_packets: p-1 packets per window on a Local ring, one otherwise.
             self.nonzero_count = (p - 1) * self.parallel if fast else self.parallel
-        if algo == "ring":
-            self._ring_init(ctx, stream, members)
-
-    def _ring_init(self, ctx: Ctx, stream: Stream, members: tuple[int, ...]) -> None:
-        """Ring's neighbours and message size never change: its waiting packets are a count, its reduction
-        time and message route are computed once, and in a run of one phase per chunk its messages are
-        matched through cells the two neighbours share (general_ring, insert_ring)."""
-        self.ring_packets = 0
-        self._general = self._general_ring
-        self._received = self._insert_ring
-        self._red = ctx.red_ns(self.msg)
-        self._loop = ctx.loop
-        self._sysev = ctx.sys
-        self._ticks = ctx.sys._last
-        self._after_bus = self._processed_ring
-        tag = stream.tag
-        self._send_to = members[self.send_pos]
-        self._send_key = (tag, self.rank, self._send_to, self.msg)
-        self._recv_key = (tag, members[self.recv_pos], self.rank, self.msg)
-        self._mrecv_key = ctx.matcher.recv_key
-        net = ctx.matcher.net
-        cells = stream.run.cells
-        # A congestion-aware ring with cells enters its first link inline (general_ring) and needs no sender.
-        aware = isinstance(net, AwareNet) and cells is not None
-        self._wire = net.wire(self.rank, self._send_to, self.msg) if aware else None
-        self._sender = None if aware else net.sender(self.rank, self._send_to, self.msg)
-        if cells is None:
-            self._send_cell = None
-            return
-        # A cell is the Matcher's state for one key: [arrivals not yet received, receives waiting, the
-        # receiver's callback]. Only this ring's neighbours use these keys (one algorithm per run, the tag
-        # names run and chunk), so pairing by counts in the cell is the Matcher's pairing.
-        send_cell = cells.get(self._send_key)
-        if send_cell is None:
-            send_cell = cells[self._send_key] = [0, 0, None]
-        recv_cell = cells.get(self._recv_key)
-        if recv_cell is None:
-            recv_cell = cells[self._recv_key] = [0, 0, None]
-        recv_cell[2] = self._insert_ring
-        self._send_cell = send_cell
-        self._recv_cell = recv_cell
 
     def _hd_partner(self) -> int:
         off = self.offset
@@ -655,14 +613,10 @@ class PacketAlgo(_Algo):
         else:
             raise RuntimeError("ASTRA-sim packet machine injected nothing")
         msg = self.msg
-        if self.moves:
-            self.packets.append((msg, self.send_pos, self.recv_pos))
-        else:
-            self.ring_packets += 1
+        self.packets.append((msg, self.send_pos, self.recv_pos))
         # The bundle carries the current message size (the packet just inserted), then the machine advances.
         self._sys_at(self.rank, self.bus, self._after_bus if processed else self._general, msg)
-        if self.moves:
-            self._advance()
+        self._advance()
 
     def _advance(self) -> None:
         if self.algo == "halving_doubling":
@@ -705,120 +659,6 @@ class PacketAlgo(_Algo):
         if self.streams_left == 0 and self.free == self.parallel:
             self.exit()
 
-    def _general_ring(self, _arg: object = None) -> None:
-        """general() for Ring: the same steps with the packet count and the kept keys (or cells)."""
-        self.free += 1
-        if self.ring_packets and self.streams_left:
-            self.ring_packets -= 1
-            cell = self._send_cell
-            if cell is None:
-                self._sender(self._marrived, self._send_key)  # Matcher.send
-                self._mrecv_key(self._recv_key, self._received)
-            elif self._wire is None:
-                self._sender(_cell_arrived, cell)
-            else:
-                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here).
-                link, links, hold, hop, last, loop, arrive, free = self._wire
-                now = loop.now
-                ft = link.free_t
-                if ft > now or (ft == now and link.free_seq > loop.cur):
-                    link.pending.append([links, 0, hold, hop, _cell_arrived, cell, last])
-                    if not link.queued:
-                        link.queued = True
-                        loop.put(ft, link.free_seq, free, link)
-                else:
-                    loop._seq = s = loop._seq + SEQ_STEP
-                    e = (
-                        (s, arrive, [links, 0, hold, hop, _cell_arrived, cell, last])
-                        if last
-                        else (s, _cell_arrived, cell)
-                    )
-                    t = now + hop
-                    b = loop._at.get(t)
-                    if b is None:
-                        loop._at[t] = [e]
-                        _push(loop._times, t)
-                    else:
-                        b.append(e)
-                    loop._seq = s + SEQ_STEP
-                    link.free_t = now + hold
-                    link.free_seq = s + SEQ_STEP
-            if cell is not None:
-                cell = self._recv_cell
-                if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
-                    cell[0] -= 1
-                    loop = self.ctx.loop
-                    loop.at(loop.now, _call, self._insert_ring)
-                else:
-                    cell[1] += 1
-            self.streams_left -= 1
-            self.free -= 1
-        if self.streams_left == 0 and self.free == self.parallel:
-            self.exit()
-            # No event is left for a ring after its exit (its last receive's bundle came back first): drop
-            # its references to itself (bound methods, the stream) so it is freed now, not by the cycle
-            # collector after the replay (~9% of a congestion-aware replay's CPU on the 32-rank set).
-            self.__dict__.clear()
-
-    def _insert_ring(self) -> None:
-        """insert() for Ring: no positions to move, the waiting packet is a count."""
-        if self.zero == 0 and self.nonzero == 0:
-            self.zero = self.parallel
-            self.nonzero = self.nonzero_count
-            self.toggle = not self.toggle
-        if self.zero > 0:
-            self.zero -= 1
-            fn = self._general_ring
-        elif self.nonzero > 0:
-            self.nonzero -= 1
-            processed = self.reduce_scatter or (self.all_reduce and self.toggle)
-            fn = self._processed_ring if processed else self._general_ring
-        else:
-            raise RuntimeError("ASTRA-sim packet machine injected nothing")
-        self.ring_packets += 1
-        # SysEvents.at(rank, bus, fn, msg), inlined (a ring registers one or two events per message).
-        loop = self._loop
-        delay = self.bus
-        t = loop.now + delay
-        key = (t << _RANK_BITS) | self.rank
-        ticks = self._ticks
-        last = ticks.get(key)
-        if last is not None and (delay or loop.cur <= last):
-            self._sysev.join(key, t, last, fn, self.msg)
-            return
-        loop._seq = s = loop._seq + SEQ_STEP
-        ticks[key] = s
-        b = loop._at.get(t)
-        if b is None:
-            loop._at[t] = [(s, fn, self.msg)]
-            _push(loop._times, t)
-        else:
-            b.append((s, fn, self.msg))
-        if len(ticks) >= self._sysev.sweep_at:
-            self._sysev.sweep()
-
-    def _processed_ring(self, _size: int) -> None:
-        # SysEvents.at(rank, reduction time, general), inlined.
-        loop = self._loop
-        delay = self._red
-        t = loop.now + delay
-        key = (t << _RANK_BITS) | self.rank
-        ticks = self._ticks
-        last = ticks.get(key)
-        if last is not None and (delay or loop.cur <= last):
-            self._sysev.join(key, t, last, self._general_ring, None)
-            return
-        loop._seq = s = loop._seq + SEQ_STEP
-        ticks[key] = s
-        b = loop._at.get(t)
-        if b is None:
-            loop._at[t] = [(s, self._general_ring, None)]
-            _push(loop._times, t)
-        else:
-            b.append((s, self._general_ring, None))
-        if len(ticks) >= self._sysev.sweep_at:
-            self._sysev.sweep()
-
     def _ready(self) -> bool:
         if not self.packets or self.streams_left == 0 or self.free == 0:
             return False
@@ -831,6 +671,214 @@ class PacketAlgo(_Algo):
 
     def received(self) -> None:
         self.insert()
+
+
+class RingAlgo(_Algo):
+    """Ring (Ring.cc): PacketAlgo's packet machine with what a ring keeps fixed kept per instance.
+
+    Its neighbours and message size never change, so its waiting packets are a count, its reduction time and
+    message route are computed once, and in a run of one phase per chunk its messages are matched through
+    cells the two neighbours share. Made for every chunk of every member (a few messages each on small
+    groups), so it sets only what the ring's steps read (no _Algo.__init__).
+    """
+
+    def __init__(
+        self, ctx: Ctx, stream: Stream, members: tuple[int, ...], idx: int, fast: bool, kind: str, data: int
+    ):
+        p = len(members)
+        self.stream = stream
+        self.rank = members[idx]
+        self.bus = FAST_BUS_NS if fast else ctx.ed
+        self.free = 0
+        self.ring_packets = 0
+        self.p = p
+        if kind == "all_reduce":
+            self.streams_left = 2 * (p - 1)
+        elif kind == "all_to_all":
+            self.streams_left = p * (p - 1) // 2
+        else:
+            self.streams_left = p - 1
+        self.msg = msg = data if kind == "all_gather" else data // p
+        self._red = 3 * math.floor(msg / ctx.mem_gbps)  # Ctx.red_ns
+        self._loop = loop = ctx.loop
+        self._sysev = ctx.sys
+        self._ticks = loop.ticks
+        # Bound once: a ring schedules them for every message.
+        self._gen = gen = self._general_ring
+        proc = self._processed_ring
+        # The packet machine's inserts cycle with period p (parallel 1, p - 1 non-zero-latency packets): the
+        # first of each cycle refills and flips the toggle and is not processed, the others are processed
+        # for reduce_scatter, and for all_reduce while the toggle is on (it starts off, so the first cycle's
+        # are). k: the next insert's place in the cycle; _nz: what a non-first insert schedules this cycle.
+        self.k = 0
+        self._nz = proc if kind == "reduce_scatter" else gen  # toggle off
+        self._nz_alt = proc if kind in ("reduce_scatter", "all_reduce") else gen  # toggle on
+        self._connect(ctx, stream, members, idx)
+
+    def _connect(self, ctx: Ctx, stream: Stream, members: tuple[int, ...], idx: int) -> None:
+        """How the ring's messages go out and are paired: an inline first link and cells (aware, one phase
+        per chunk), a sender and cells (unaware), or a sender and the Matcher (several phases per chunk)."""
+        p, rank, msg, tag = self.p, self.rank, self.msg, stream.tag
+        send_to = members[(idx + 1) % p]
+        send_key = (tag, rank, send_to, msg)
+        recv_key = (tag, members[(idx - 1) % p], rank, msg)
+        cells = stream.run.cells
+        net = ctx.matcher.net
+        if cells is None or not isinstance(net, AwareNet):
+            # Through the Matcher (a sender per shape); with cells on the unaware network.
+            self._sender = net.sender(rank, send_to, msg)
+            self._wire = None
+            if cells is None:
+                self._send_cell = None
+                self._marrived = ctx.matcher._arrived
+                self._mrecv_key = ctx.matcher.recv_key
+                self._send_key = send_key
+                self._recv_key = recv_key
+                return
+        else:
+            # A congestion-aware ring with cells enters its first link inline (general_ring): no sender.
+            self._wire = net.wire(rank, send_to, msg)
+        # A cell is the Matcher's state for one key: [arrivals not yet received, receives waiting, the
+        # receiver's callback]. Only this ring's neighbours use these keys (one algorithm per run, the tag
+        # names run and chunk), so pairing by counts in the cell is the Matcher's pairing.
+        send_cell = cells.get(send_key)
+        if send_cell is None:
+            send_cell = cells[send_key] = [0, 0, None]
+        recv_cell = cells.get(recv_key)
+        if recv_cell is None:
+            recv_cell = cells[recv_key] = [0, 0, None]
+        recv_cell[2] = self._insert_ring
+        self._send_cell = send_cell
+        self._recv_cell = recv_cell
+
+    def start(self) -> None:
+        """Ring::run at the start: one packet (a ring's `parallel` is 1)."""
+        self._insert_ring()
+
+    def general(self, _arg: object = None) -> None:
+        """A General event (a freed bundle)."""
+        self._general_ring()
+
+    def received(self) -> None:
+        """A received message inserts the next packet."""
+        self._insert_ring()
+
+    def _general_ring(self, _arg: object = None) -> None:
+        """general() for Ring: the same steps with the packet count and the kept keys (or cells). A freed
+        bundle token is spent at once on the send it makes, so `free` changes only when nothing is sent."""
+        if self.ring_packets and self.streams_left:
+            self.ring_packets -= 1
+            self.streams_left -= 1
+            wire = self._wire
+            if wire is not None:
+                # AwareNet's sender, inlined (every message of a congestion-aware ring passes here). The last
+                # hop runs the receiver's _insert_ring on the cell directly when the receiver exists.
+                cell = self._send_cell
+                rcv = cell[2] or _cell_arrived
+                link, links, hold, hop, last, loop, arrive, free = wire
+                now = loop.now
+                ft = link.free_t
+                if ft > now or (ft == now and link.free_seq > loop.cur):
+                    link.pending.append([links, 0, hold, hop, rcv, cell, last])
+                    if not link.queued:
+                        link.queued = True
+                        loop.put(ft, link.free_seq, free, link)
+                else:
+                    s = loop._seq + SEQ_STEP
+                    loop._seq = s + SEQ_STEP  # the link's free event takes the next number (reserved)
+                    e = (s, arrive, [links, 0, hold, hop, rcv, cell, last]) if last else (s, rcv, cell)
+                    t = now + hop
+                    b = loop._at.get(t)
+                    if b is None:
+                        loop._at[t] = [e]
+                        _push(loop._times, t)
+                    else:
+                        b.append(e)
+                    link.free_t = now + hold
+                    link.free_seq = s + SEQ_STEP
+            else:
+                cell = self._send_cell
+                if cell is None:
+                    self._sender(self._marrived, self._send_key)  # Matcher.send
+                    self._mrecv_key(self._recv_key, self._insert_ring)
+                else:
+                    self._sender(_cell_arrived, cell)
+            if cell is not None:
+                cell = self._recv_cell
+                if cell[0]:  # Matcher.recv_key on the cell: the message is here, received now (queued)
+                    cell[0] -= 1
+                    loop = self._loop
+                    loop.at(loop.now, self._insert_ring, None)
+                else:
+                    cell[1] += 1
+        else:
+            self.free += 1
+        if not self.streams_left and self.free == 1:  # `parallel` free bundles: all came back
+            self.exit()
+            # No event is left for a ring after its exit (its last receive's bundle came back first): drop
+            # its references to itself (bound methods, the stream) so it is freed now, not by the cycle
+            # collector after the replay (~9% of a congestion-aware replay's CPU on the 32-rank set).
+            self.__dict__.clear()
+
+    def _insert_ring(self, cell: list | None = None) -> None:
+        """insert() for Ring: no positions to move, the waiting packet is a count. With cell, a message has
+        arrived there: it completes a receive posted on it (Matcher.recv_key on the cell), else it waits."""
+        if cell is not None:
+            if not cell[1]:
+                cell[0] += 1
+                return
+            cell[1] -= 1
+        k = self.k
+        if k:
+            fn = self._nz
+        else:  # refill: zero = parallel, nonzero = p - 1, the toggle flips
+            self._nz, self._nz_alt = self._nz_alt, self._nz
+            fn = self._gen
+        k += 1
+        self.k = k if k < self.p else 0
+        self.ring_packets += 1
+        # SysEvents.at(rank, bus, fn, msg), inlined (a ring registers one or two events per message).
+        loop = self._loop
+        delay = self.bus
+        t = loop.now + delay
+        tick = self._ticks.get(t)
+        if tick is None:
+            tick = self._ticks[t] = {}
+        else:
+            last = tick.get(self.rank)
+            if last is not None and (delay or loop.cur <= last):
+                self._sysev.join(tick, self.rank, t, last, fn, self.msg)
+                return
+        loop._seq = s = loop._seq + SEQ_STEP
+        tick[self.rank] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, fn, self.msg)]
+            _push(loop._times, t)
+        else:
+            b.append((s, fn, self.msg))
+
+    def _processed_ring(self, _size: int) -> None:
+        # SysEvents.at(rank, reduction time, general), inlined.
+        loop = self._loop
+        delay = self._red
+        t = loop.now + delay
+        tick = self._ticks.get(t)
+        if tick is None:
+            tick = self._ticks[t] = {}
+        else:
+            last = tick.get(self.rank)
+            if last is not None and (delay or loop.cur <= last):
+                self._sysev.join(tick, self.rank, t, last, self._gen, None)
+                return
+        loop._seq = s = loop._seq + SEQ_STEP
+        tick[self.rank] = s
+        b = loop._at.get(t)
+        if b is None:
+            loop._at[t] = [(s, self._gen, None)]
+            _push(loop._times, t)
+        else:
+            b.append((s, self._gen, None))
 
 
 class TreeAlgo(_Algo):
@@ -962,7 +1010,7 @@ class CollectiveRun:
         self.finish = [0] * len(members)
         self.remaining = len(members)
         self.done = done  # called with the run when its last member finishes
-        # Rings' matching cells (PacketAlgo._ring_init), where every chunk has one phase (one algorithm).
+        # Rings' matching cells (RingAlgo), where every chunk has one phase (one algorithm).
         self.cells: dict | None = {} if all(len(phases) == 1 for phases in chunks) else None
         self.member = member  # called (handle, position, ns) as each earlier member finishes
 

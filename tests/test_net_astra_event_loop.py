@@ -9,7 +9,16 @@ below are worked out by hand from these rules.
 
 from __future__ import annotations
 
-from xsim.netmodels.astra_events import EventLoop, SysEvents
+from xsim.netmodels.astra_events import (
+    AstraWorld,
+    CollectiveRun,
+    EventLoop,
+    PacketAlgo,
+    RingAlgo,
+    Stream,
+    SysEvents,
+    UnawareNet,
+)
 
 
 def _log(out: list, name: str):
@@ -80,3 +89,35 @@ def test_a_run_stopped_on_its_times_last_event_leaves_that_time_empty() -> None:
     loop.at(7, lambda _a: None)
     assert loop.run_quiet(10, flag, []) == 4
     assert loop.next_time() == 7
+
+
+def test_a_times_tick_lists_go_with_it_and_a_registration_after_it_ran_starts_a_new_list() -> None:
+    # Sys::call_events erases a tick's list once it has run; a registration for that tick afterwards makes a
+    # new list, scheduled after whatever is already at that time. Here the last fresh number before the
+    # engine's work at 5 is rank 0's tick-5 list's (z was registered first), the case where a list kept by
+    # number alone would still look open: d must not run before c.
+    loop, out = EventLoop(), []
+    sys_ = SysEvents(loop)
+    sys_.at(0, 8, _log(out, "z"))  # rank 0, tick 8
+    sys_.at(0, 5, _log(out, "a"))  # rank 0, tick 5: a new list
+    sys_.at(0, 5, _log(out, "b"))  # joins it
+    loop.run_until(5)  # the model advanced to 5: every event of 5 has run
+    assert sorted(loop.ticks) == [8]  # tick 5's lists went with time 5
+    sys_.at(1, 0, _log(out, "c"))  # the engine starts work at 5: rank 1 first
+    sys_.at(0, 0, _log(out, "d"))  # rank 0's tick-5 list has run: a new list, after c
+    loop.run_until(None)
+    assert out == ["a", "b", "c", "d", "z"]
+    assert loop.ticks == {}
+
+
+def test_a_ring_is_made_as_a_ring_algo_whatever_the_constructor() -> None:
+    world = AstraWorld(lambda loop: UnawareNet(loop, lambda s, d, m: 100), 10, 1600.0, 1, True)
+    run = CollectiveRun(world, 0, (0, 1, 2, 3), [[(0, None)]], lambda r: None)
+    made = [
+        PacketAlgo(world.ctx, Stream(run, 0, [], 0, (0, 0)), (0, 1, 2, 3), 0, False, "all_reduce", algo, 4096)
+        for algo in ("ring", "direct")
+    ]
+    assert type(made[0]) is RingAlgo and type(made[1]) is PacketAlgo
+    # Ring AllReduce of p = 4: 2 (p - 1) = 6 messages of 4096 / 4 = 1024 bytes, the whole-system bus delay
+    # (endpoint-delay 10), reduction 3 x floor(1024 B / 1600 B/ns) = 0 ns.
+    assert (made[0].streams_left, made[0].msg, made[0].bus, made[0]._red) == (6, 1024, 10, 0)
