@@ -13,7 +13,7 @@ generated blocks of docs/validation.md, leaving the hand-written text around the
     python scripts/validate_published.py --max-nodes 500000 --no-layers   # the quick rows only
 
 A run setting one of issue 22's spec keys (framework, gemm_rates, overlap_grad_reduce,
-overlap_param_gather, tp_comm_overlap, grad_reduce_dtype, sharding) that this checkout's tracegen does not
+overlap_param_gather, tp_comm_overlap, grad_reduce_dtype, sharding, attention_kernel) that this checkout's tracegen does not
 accept is reported as "needs feature <key>", not replayed; the keys are written only when the run sets them.
 
 Speed: a run with data parallelism generates and replays one DP replica (a compact set, folded by
@@ -74,6 +74,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "grad_reduce_dtype": ("fp32", "bf16"),
     "sharding": ("zero3", "fsdp"),
     "distributed_optimizer": (True, False),
+    # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton), docs/compute.md.
+    "attention_kernel": ("cudnn", "fa3", "fa2", "triton"),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -187,3 +187,38 @@ def test_attention_kernel_key_selects_the_hopper_kernel():
     assert fa2[1] == pytest.approx(
         2.5 * 141_733_920_768 / (0.3342 * 989.4e12 * HOPPER_SUSTAINED) * 1e9, abs=1
     )
+
+
+def test_triton_kernel_on_the_a100_by_hand():
+    # FlashAttention in Triton (llm-foundry's attn_impl: triton): FA2 is ~1.3-1.5x faster forward (midpoint
+    # 1.4) and ~2x backward (FlashAttention-2 paper, section 4.1, A100 80GB): 0.73 / 1.4 and 0.63 / 2.
+    assert attention_fraction("A100-80GB", "triton", "fwd") == 0.5214
+    assert attention_fraction("A100-40GB", "triton", "bwd") == 0.315
+    fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
+    # Llama-2 7B layer, s 4096: 141,733,920,768 executed FLOPs forward (528 causal tiles x 32 heads).
+    t_fwd = flash_compute_seconds(fwd.shape, "fwd", A100, "triton", SUSTAINED)
+    t_bwd = flash_compute_seconds(bwd.shape, "bwd", A100, "triton", SUSTAINED)
+    assert t_fwd == pytest.approx(141_733_920_768 / (0.5214 * 312e12 * SUSTAINED))
+    assert t_fwd == pytest.approx(0.94136e-3, rel=1e-4)  # 1.4 x FA2's 0.67238 ms (0.73 / 0.5214 = 1.40008)
+    assert t_bwd == pytest.approx(2.5 * 141_733_920_768 / (0.315 * 312e12 * SUSTAINED))
+    assert t_bwd == pytest.approx(2 * 1.94777e-3, rel=1e-4)  # exactly 2 x FA2's backward
+    # No published Triton rate on Hopper: FA2's rows there (0.35 forward).
+    assert attention_fraction("H100", "triton", "fwd") == 0.35
+
+
+def test_attention_kernel_key_selects_triton_on_the_a100():
+    from xsim.tracegen import generate, load_spec
+    from xsim.traces import attrs as A
+
+    base = {"model": {"base": "llama2-7b", "layers": 1}, "seq_len": 4096, "compute_model": "calibrated",
+            "device_groups": [{"gpu": "A100-80GB", "ranks": [0]}]}  # fmt: skip
+
+    def core_ns(spec) -> tuple[int, int]:
+        nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+        by = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
+        return by["L1.attn_core.fwd.mb0"], by["L1.attn_core.bwd.mb0"]
+
+    fa2, tri = core_ns(base), core_ns({**base, "attention_kernel": "triton"})
+    assert fa2[0] == pytest.approx(141_733_920_768 / (0.73 * 312e12 * SUSTAINED) * 1e9, abs=1)
+    assert tri[0] == pytest.approx(141_733_920_768 / (0.5214 * 312e12 * SUSTAINED) * 1e9, abs=1)
+    assert tri[1] == pytest.approx(2.5 * 141_733_920_768 / (0.315 * 312e12 * SUSTAINED) * 1e9, abs=1)

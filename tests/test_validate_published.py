@@ -324,7 +324,8 @@ def test_the_runs_issue_22_names_are_in_the_dataset_and_on_the_page(data):
     nemo = runs["nemo2407-gpt3-5b-64xh100"]
     assert (nemo.gpus, nemo.gpu, nemo.precision, nemo.hidden, nemo.layers) == (64, "H100", "fp8", 4096, 24)
     fsdp = [r for r in data.runs if dict(r.options).get("sharding") == "fsdp"]
-    assert fsdp and all(r.id.startswith("torchtitan-") for r in fsdp)
+    # FSDP: torchtitan's FSDP2 rows and llm-foundry's MPT rows (Composer's FSDP), nothing else.
+    assert fsdp and {r.id.split("-")[0] for r in fsdp} == {"torchtitan", "mpt"}
     page_ids = vp.page_run_ids(PAGE.read_text(encoding="utf-8"))
     assert {mlperf.id, nemo.id, *(r.id for r in fsdp)} <= set(page_ids)
 
@@ -495,3 +496,44 @@ def test_cli_only_with_out_refreshes_its_row_and_keeps_the_rest(tmp_path, capsys
     assert rows[rid][4] != "-" and rows[rid][6].startswith("replayed")
     assert all(r[6].endswith(vp.KEPT) for i, r in rows.items() if i != rid)
     assert vp.page_block(after, "mfu") == vp.page_block(before, "mfu")  # not run with --only: kept
+
+
+# llm-foundry's README table: NumParams and MFU columns of the rows we took (cross-checks, not inputs).
+MPT_TABLE = {
+    "mpt-125m-s2048-8xa100-80gb": (125_311_488, 44.45),
+    "mpt-1b-s2048-8xa100-80gb": (1_315_950_592, 59.86),
+    "mpt-7b-s2048-8xa100-80gb": (6_658_859_008, 64.23),
+    "mpt-7b-s4096-8xa100-80gb": (6_667_247_616, 54.84),
+    "mpt-7b-s16384-8xa100-80gb": (6_717_579_264, 51.96),
+    "mpt-13b-s2048-8xa100-80gb": (12_853_954_560, 59.57),
+    "mpt-30b-s2048-8xa100-80gb": (29_975_214_080, 55.3),
+    "mpt-70b-s2048-64xa100-80gb": (64_862_437_376, 53.33),
+    "mpt-7b-s2048-8xa100-40gb": (6_658_859_008, 50.92),
+    "mpt-13b-s2048-64xa100-40gb": (12_853_954_560, 52.04),
+}
+
+
+def test_llm_foundry_columns_follow_from_our_configuration(data):
+    """MPT as we wrote it (biases on every linear and LayerNorm, a learned position embedding, tied
+    vocabulary 50,368): N = L (12 h^2 + 13 h) + V h + s h + 2 h is the table's NumParams, and its MFU
+    (collect_results.py: (6 N + 12 L h s) per token x T/s/GPU / 312 TFLOP/s) follows from the T/s/GPU we
+    took, within the truncation of T/s/GPU to an integer (1 / X relative)."""
+    runs = {r.id: r for r in data.runs}
+    assert set(MPT_TABLE) == {rid for rid in runs if rid.startswith("mpt-")}
+    for rid, (params, mfu) in MPT_TABLE.items():
+        r = runs[rid]
+        h, L, s = r.hidden, r.layers, r.seq_len
+        assert L * (12 * h * h + 13 * h) + r.vocab * h + s * h + 2 * h == params, rid
+        x = r.measured_value
+        assert 100 * (6 * params + 12 * L * h * s) * x / 312e12 == pytest.approx(mfu, abs=mfu / x + 0.006), (
+            rid
+        )
+    # 7B, s 2048 by hand: 6 x 6,658,859,008 + 12 x 32 x 4096 x 2048 = 43,174,379,520 FLOPs per token;
+    # x 4641 tokens/s/GPU / 312e12 = 64.22% (the table: 64.23, from the untruncated 4641.25).
+    assert 6 * 6_658_859_008 + 12 * 32 * 4096 * 2048 == 43_174_379_520
+    assert 100 * 43_174_379_520 * 4641 / 312e12 == pytest.approx(64.22, abs=0.005)
+    # Composer's FSDP mixed precision: DEFAULT reduces in fp32, PURE (the 70B and A100 40GB rows) in bf16.
+    pure = {rid for rid in MPT_TABLE if dict(runs[rid].options)["grad_reduce_dtype"] == "bf16"}
+    assert pure == {"mpt-70b-s2048-64xa100-80gb", "mpt-7b-s2048-8xa100-40gb", "mpt-13b-s2048-64xa100-40gb"}
+    assert all(dict(runs[rid].options)["grad_reduce_dtype"] == "fp32" for rid in set(MPT_TABLE) - pure)
+    assert all(dict(runs[rid].options)["attention_kernel"] == "triton" for rid in MPT_TABLE)

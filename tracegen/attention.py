@@ -15,8 +15,9 @@ masked halves are executed work too (FlashAttention-2, section 3.1.1 "Causal mas
 backward rates are stated in (FlashAttention-2 and -3, section 4.1), so the rate and the work agree.
 The published rates are measured on non-causal shapes, so the tile count is what carries causality.
 
-Which kernel: `Op.kernel` ("fa2", "fa3" or "cudnn", from the framework profile or the `attention_kernel`
-key); a GPU without a row for "cudnn" falls back to "fa3", then to "fa2" (Ampere runs "fa2"). GPUs without
+Which kernel: `Op.kernel` ("fa2", "fa3", "cudnn" or "triton", from the framework profile or the
+`attention_kernel` key); a GPU without a row for "cudnn" falls back to "fa3", then to "fa2" (Ampere runs
+"fa2"); "triton" (FlashAttention in Triton) has A100 rows of its own and falls back to "fa2". GPUs without
 any row, or with a `gpus:` gemm_eff override, keep the previous rule (FLOPs at the GEMM-like efficiency
 gemm_eff).
 
@@ -54,9 +55,11 @@ BWD_OVER_FWD = 2.5
 # the same 312 TFLOPS dense BF16); the H200 has the H100 SXM5's 132 SMs and clocks (H200 datasheet: the
 # same 989 TFLOPS dense BF16), attention being compute-bound at these lengths.
 CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100"}
-KERNELS = ("fa2", "fa3", "cudnn")
-# The fraction-of-peak rows a kernel without rows of its own on a GPU falls back to, in order.
-FALLBACK = {"fa2": ("fa2",), "fa3": ("fa3", "fa2"), "cudnn": ("fa3", "fa2")}
+KERNELS = ("fa2", "fa3", "cudnn", "triton")
+# The fraction-of-peak rows a kernel without rows of its own on a GPU falls back to, in order. "triton" is
+# FlashAttention in Triton (HazyResearch flash_attn_triton.py, what llm-foundry's `attn_impl: triton` runs):
+# published against FlashAttention-2 on the A100 only, so elsewhere it is timed at FA2's rows (assumption).
+FALLBACK = {"fa2": ("fa2",), "fa3": ("fa3", "fa2"), "cudnn": ("fa3", "fa2"), "triton": ("triton", "fa2")}
 # Dense BF16 peak of the GPU the by-length rates were measured on (H100 SXM5, catalog): a rate is kept as
 # a fraction of it, so a `gpus:` peak_flops override scales it as it scales the GEMMs.
 SOURCE_PEAK = {"H100": 989.4e12}
