@@ -126,6 +126,10 @@ _PERF_TYPES: dict[str, str] = {
 # Rows per Parquet row group, fixed so a table written whole and one streamed in chunks of ranks (a folded
 # replay) are the same bytes; 512^2 is polars' documented default row-group size (DataFrame.write_parquet).
 ROW_GROUP = 512**2
+# Every Parquet table's writer settings (docs/performance.md round 24y says why these).
+PARQUET_OPTIONS = {"compression": "zstd", "statistics": True, "row_group_size": ROW_GROUP}
+# Chunks of the ops table made ahead of the Parquet writer (each ~CHUNK_ROWS rows, replay/fold_tables.py).
+FEED_DEPTH = 2
 _RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
 _SCHEMA_TYPES = {
     "OPS_SCHEMA": _OPS_TYPES,
@@ -281,27 +285,30 @@ class ReplayResult:
         return out
 
     def _stream_ops(self, parquet: str, csv: str) -> None:
-        """Write the ops table from its chunks in one pass: the Parquet writer pulls them, each chunk's CSV
-        rows are appended as it passes. With a fixed row-group size the Parquet bytes do not depend on how
-        the rows arrive, and CSV rows are written one by one: both equal the table written whole."""
+        """Write the ops table from its chunks in one pass: a thread makes each chunk, hands it to the
+        Parquet writer and appends its CSV rows, while the Parquet writer encodes the chunks before it
+        (replay/feed.py). With a fixed row-group size the Parquet bytes do not depend on how the rows
+        arrive, and CSV rows are written one by one: both equal the table written whole."""
         import polars as pl
+        from xsim.replay.feed import Feed
 
-        with open(csv, "wb") as fh:
-            fh.write(pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv().encode())  # the header
-
-            def chunks() -> Iterator[pl.DataFrame]:
+        def produce(put: Callable[[pl.DataFrame], None]) -> None:
+            with open(csv, "wb") as fh:
+                fh.write(pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv().encode())  # the header
                 if self._ops_parts is not None:
                     for df, write in self._ops_parts():
+                        put(df)
                         write(fh)
-                        yield df
                     return
                 for df in self._ops_chunks():
+                    put(df)
                     df.write_csv(fh, include_header=False)
-                    yield df
 
-            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(
-                parquet, compression="zstd", statistics=True, row_group_size=ROW_GROUP
-            )
+        feed = Feed(produce, depth=FEED_DEPTH)
+        try:
+            _source(feed.items, _schema("OPS_SCHEMA")).sink_parquet(parquet, **PARQUET_OPTIONS)
+        finally:
+            feed.close()
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -317,9 +324,7 @@ class ReplayResult:
             if name == "ops" and self._ops_chunks is not None and self._tables[0] is None:
                 self._stream_ops(p, c)
             else:
-                df = self._table(("ops", "ranks", "collectives").index(name))
-                df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
-                df.write_csv(c)
+                _write_both(self._table(("ops", "ranks", "collectives").index(name)), p, c)
             written += [p, c]
         s = self.summary_dict()
         p = os.path.join(d, "summary.json")
@@ -333,6 +338,19 @@ class ReplayResult:
             json.dump(self.perf_dict(), fh, indent=2)
             fh.write("\n")
         return [*written, p, c, perf]
+
+
+def _write_both(df: pl.DataFrame, parquet: str, csv: str) -> None:
+    """A whole table as Parquet (on a thread of its own) and CSV at once: polars releases the GIL while it
+    encodes, so the two writers share two cores; each file is written whole, as sequentially."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xsim-parquet") as pool:
+        pq = pool.submit(df.write_parquet, parquet, **PARQUET_OPTIONS)
+        try:
+            df.write_csv(csv)
+        finally:
+            pq.result()
 
 
 def _source(chunks: Callable[[], Iterator[pl.DataFrame]], schema: dict) -> pl.LazyFrame:
