@@ -1,0 +1,83 @@
+"""The ops table written concurrently (Parquet encoded on one thread while the chunks and their CSV rows are
+made on another, replay/feed.py) is byte for byte the table written whole, and reads back equal; a
+failure on either side ends both writers with the failure's own type (round 24y, docs/performance.md)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from xsim.replay.feed import Feed
+from xsim.replay.result import OPS_SCHEMA, PARQUET_OPTIONS, ROW_GROUP, ReplayResult, _write_both
+
+
+def _ops(n: int) -> pl.DataFrame:
+    """n ops rows with every dtype of the schema, nulls and strings that need quoting in CSV."""
+    rng = np.random.default_rng(7)
+    cols = {}
+    for k, t in OPS_SCHEMA.items():
+        if t == pl.String:
+            words = np.asarray(["fwd", "a,b", 'q"x', "", "gemm[7]", "line\nbreak"], dtype=object)
+            vals = words[rng.integers(0, len(words), n)].tolist()
+            cols[k] = pl.Series(k, vals, dtype=pl.String).set(pl.Series(rng.random(n) < 0.2), None)
+        else:
+            vals = rng.integers(0, 1 << 30, n)
+            cols[k] = pl.Series(k, vals).cast(t).set(pl.Series(rng.random(n) < 0.1), None)
+    return pl.DataFrame(cols, schema=OPS_SCHEMA)
+
+
+def _result(chunks: list[pl.DataFrame]) -> ReplayResult:
+    return ReplayResult(None, None, None, None, [], ops_chunks=lambda: iter(chunks))
+
+
+def test_streamed_concurrently_equals_the_table_written_whole(tmp_path: Path) -> None:
+    """Chunks of uneven sizes crossing row-group bounds: the same Parquet and CSV bytes as one writer each
+    on the whole frame, and the frame read back equal (schema and values)."""
+    df = _ops(ROW_GROUP + 70_001)
+    cuts = [0, 1, 5_000, ROW_GROUP - 3, ROW_GROUP + 9, df.height]
+    chunks = [df.slice(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    _result(chunks)._stream_ops(str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
+    df.write_parquet(tmp_path / "w.parquet", **PARQUET_OPTIONS)
+    df.write_csv(tmp_path / "w.csv")
+    assert (tmp_path / "s.parquet").read_bytes() == (tmp_path / "w.parquet").read_bytes()
+    assert (tmp_path / "s.csv").read_bytes() == (tmp_path / "w.csv").read_bytes()
+    back = pl.read_parquet(tmp_path / "s.parquet")
+    assert back.schema == df.schema and back.equals(df)
+    # The whole-table path (an unfolded replay): Parquet on a thread beside the CSV, the same bytes.
+    _write_both(df, str(tmp_path / "b.parquet"), str(tmp_path / "b.csv"))
+    assert (tmp_path / "b.parquet").read_bytes() == (tmp_path / "w.parquet").read_bytes()
+    assert (tmp_path / "b.csv").read_bytes() == (tmp_path / "w.csv").read_bytes()
+
+
+def test_a_failure_while_making_chunks_is_raised_with_its_type(tmp_path: Path) -> None:
+    """The producer's MemoryError reaches the caller (the CLI turns it into its one line); no thread left."""
+    df = _ops(1_000)
+
+    def chunks():
+        yield df
+        raise MemoryError
+
+    res = ReplayResult(None, None, None, None, [], ops_chunks=chunks)
+    before = threading.active_count()
+    with pytest.raises(MemoryError):
+        res._stream_ops(str(tmp_path / "s.parquet"), str(tmp_path / "s.csv"))
+    assert threading.active_count() == before
+
+
+def test_the_producer_stops_when_the_consumer_gives_up() -> None:
+    """A consumer that stops taking items (its writer failed) does not leave the producer blocked."""
+    made = []
+
+    def produce(put) -> None:
+        for i in range(1_000):
+            put(i)
+            made.append(i)
+
+    feed = Feed(produce, depth=2)
+    items = feed.items()
+    assert [next(items), next(items)] == [0, 1]
+    feed.close()  # returns: the producer noticed and stopped
+    assert len(made) < 10
