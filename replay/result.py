@@ -137,8 +137,6 @@ PARQUET_OPTIONS = {
     "row_group_size": ROW_GROUP,
     "data_page_size": 16 << 20,
 }
-# Chunks of the ops table made ahead of the Parquet writer (each ~CHUNK_ROWS rows, replay/fold_tables.py).
-FEED_DEPTH = 2
 _RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
 _SCHEMA_TYPES = {
     "OPS_SCHEMA": _OPS_TYPES,
@@ -294,30 +292,27 @@ class ReplayResult:
         return out
 
     def _stream_ops(self, parquet: str, csv: str) -> None:
-        """Write the ops table from its chunks in one pass: a thread makes each chunk, hands it to the
-        Parquet writer and appends its CSV rows, while the Parquet writer encodes the chunks before it
-        (replay/feed.py). With a fixed row-group size the Parquet bytes do not depend on how the rows
-        arrive, and CSV rows are written one by one: both equal the table written whole."""
+        """Write the ops table from its chunks in one pass: the Parquet writer pulls them, each chunk's CSV
+        rows are appended as it passes. With a fixed row-group size the Parquet bytes do not depend on how
+        the rows arrive, and CSV rows are written one by one: both equal the table written whole. polars'
+        streaming writer already encodes earlier chunks on its own threads while this generator makes the
+        next (a producer thread of our own was slower, docs/performance.md round 24y)."""
         import polars as pl
-        from xsim.replay.feed import Feed
 
-        def produce(put: Callable[[pl.DataFrame], None]) -> None:
-            with open(csv, "wb") as fh:
-                fh.write(pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv().encode())  # the header
+        with open(csv, "wb") as fh:
+            fh.write(pl.DataFrame(schema=_schema("OPS_SCHEMA")).write_csv().encode())  # the header
+
+            def chunks() -> Iterator[pl.DataFrame]:
                 if self._ops_parts is not None:
                     for df, write in self._ops_parts():
-                        put(df)
                         write(fh)
+                        yield df
                     return
                 for df in self._ops_chunks():
-                    put(df)
                     df.write_csv(fh, include_header=False)
+                    yield df
 
-        feed = Feed(produce, depth=FEED_DEPTH)
-        try:
-            _source(feed.items, _schema("OPS_SCHEMA")).sink_parquet(parquet, **PARQUET_OPTIONS)
-        finally:
-            feed.close()
+            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(parquet, **PARQUET_OPTIONS)
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -333,7 +328,9 @@ class ReplayResult:
             if name == "ops" and self._ops_chunks is not None and self._tables[0] is None:
                 self._stream_ops(p, c)
             else:
-                _write_both(self._table(("ops", "ranks", "collectives").index(name)), p, c)
+                df = self._table(("ops", "ranks", "collectives").index(name))
+                df.write_parquet(p, **PARQUET_OPTIONS)
+                df.write_csv(c)
             written += [p, c]
         s = self.summary_dict()
         p = os.path.join(d, "summary.json")
@@ -347,19 +344,6 @@ class ReplayResult:
             json.dump(self.perf_dict(), fh, indent=2)
             fh.write("\n")
         return [*written, p, c, perf]
-
-
-def _write_both(df: pl.DataFrame, parquet: str, csv: str) -> None:
-    """A whole table as Parquet (on a thread of its own) and CSV at once: polars releases the GIL while it
-    encodes, so the two writers share two cores; each file is written whole, as sequentially."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="xsim-parquet") as pool:
-        pq = pool.submit(df.write_parquet, parquet, **PARQUET_OPTIONS)
-        try:
-            df.write_csv(csv)
-        finally:
-            pq.result()
 
 
 def _source(chunks: Callable[[], Iterator[pl.DataFrame]], schema: dict) -> pl.LazyFrame:
