@@ -385,8 +385,16 @@ class _Ctx:
         return "partial"
 
     def image(self, k: int, members: Sequence[int]) -> frozenset[int]:
-        """pi_k of a member set."""
+        """pi_k of a member set (a rank-class fold's from perm's table, replay/fold_perm.py)."""
+        if self.fold.positions:
+            return frozenset(self._perms.images(k, members))
         return frozenset(self.perm(k, m) for m in members)
+
+    @cached_property
+    def _perms(self):
+        from xsim.replay.fold_perm import perm_table
+
+        return perm_table(self.fold)
 
     def by_set(self) -> dict[frozenset[int], str | None]:
         """Group keys by member set (None where two groups share one)."""
@@ -407,6 +415,8 @@ class _Ctx:
             return group
         if self.group_class(group, members) == "partial":
             return self.by_set().get(img)
+        if self.fold.positions:
+            return by_members.get(tuple(self._perms.images(k, members)))
         return by_members.get(tuple(self.perm(k, m) for m in members))
 
 

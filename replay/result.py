@@ -126,6 +126,17 @@ _PERF_TYPES: dict[str, str] = {
 # Rows per Parquet row group, fixed so a table written whole and one streamed in chunks of ranks (a folded
 # replay) are the same bytes; 512^2 is polars' documented default row-group size (DataFrame.write_parquet).
 ROW_GROUP = 512**2
+# Every Parquet table's writer settings, measured on 923,648 ops rows (docs/performance.md round 24y): zstd
+# level 1 with 16 MiB data pages (one page per column chunk of a row group for all but the longest string
+# columns) wrote 4.45 MB per million rows in ~10% less CPU than polars' defaults (zstd level 3, 1 MiB pages:
+# 7.73 MB); statistics (min/max per row group) stay, so readers can skip row groups by rank.
+PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "compression_level": 1,
+    "statistics": True,
+    "row_group_size": ROW_GROUP,
+    "data_page_size": 16 << 20,
+}
 _RESOURCE_CODE = {"compute": 0, "cpu": 1, "comm": 2, "none": 3}
 _SCHEMA_TYPES = {
     "OPS_SCHEMA": _OPS_TYPES,
@@ -283,7 +294,9 @@ class ReplayResult:
     def _stream_ops(self, parquet: str, csv: str) -> None:
         """Write the ops table from its chunks in one pass: the Parquet writer pulls them, each chunk's CSV
         rows are appended as it passes. With a fixed row-group size the Parquet bytes do not depend on how
-        the rows arrive, and CSV rows are written one by one: both equal the table written whole."""
+        the rows arrive, and CSV rows are written one by one: both equal the table written whole. polars'
+        streaming writer already encodes earlier chunks on its own threads while this generator makes the
+        next (a producer thread of our own was slower, docs/performance.md round 24y)."""
         import polars as pl
 
         with open(csv, "wb") as fh:
@@ -299,9 +312,7 @@ class ReplayResult:
                     df.write_csv(fh, include_header=False)
                     yield df
 
-            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(
-                parquet, compression="zstd", statistics=True, row_group_size=ROW_GROUP
-            )
+            _source(chunks, _schema("OPS_SCHEMA")).sink_parquet(parquet, **PARQUET_OPTIONS)
 
     def save(self, out_dir: str | os.PathLike[str]) -> list[str]:
         """Write ops/ranks/collectives as .parquet and .csv, summary.json/.csv, and perf.json (wall time).
@@ -318,7 +329,7 @@ class ReplayResult:
                 self._stream_ops(p, c)
             else:
                 df = self._table(("ops", "ranks", "collectives").index(name))
-                df.write_parquet(p, compression="zstd", statistics=True, row_group_size=ROW_GROUP)
+                df.write_parquet(p, **PARQUET_OPTIONS)
                 df.write_csv(c)
             written += [p, c]
         s = self.summary_dict()

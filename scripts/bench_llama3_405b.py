@@ -9,7 +9,8 @@ one layer fewer on the first and last stage), sequence 8,192, micro-batch 1, 16 
 (16M tokens per batch at DP 128: 2,048 sequences / 128 replicas), H100, `cluster: dgx-h100`. DP below 128
 keeps the per-rank program (16 micro-batches) and shrinks the GPU count, so the rows show how the cost
 grows with the GPU count. Each command runs under `ulimit -v` (--mem-gib) and `timeout`; a row reports
-wall and CPU (user + sys) seconds, peak RSS, the bytes written and the fold line of the replay.
+wall and CPU (user + sys) seconds, peak RSS, the bytes written, the fold line of the replay and the
+1-minute load average before and after (wall times on shared cores mean something only at low load).
 """
 
 from __future__ import annotations
@@ -79,9 +80,13 @@ def main() -> None:
     ap.add_argument("--no-fold", action="store_true")
     a = ap.parse_args()
     py = sys.executable
-    print("| GPUs | gen wall / CPU s, peak MiB | set GB | replay wall / CPU s, peak MiB | tables GB | fold |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print(
+        "| GPUs | gen wall / CPU s, peak MiB | set GB | replay wall / CPU s, peak MiB | tables GB | fold "
+        "| load before / after |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for dp in a.dp:
+        load0 = os.getloadavg()[0]  # other processes on the cores: wall times are only comparable at low load
         d = a.root / f"dp{dp}"
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
@@ -90,7 +95,7 @@ def main() -> None:
             [py, "-m", "xsim", "gen", str(d / "spec.json"), "--out", str(d / "set")], a.mem_gib, a.timeout
         )
         if g["rc"] != 0:
-            print(f"| {128 * dp:,} | failed rc {g['rc']}: {g['out'][-300:]} | | | | |", flush=True)
+            print(f"| {128 * dp:,} | failed rc {g['rc']}: {g['out'][-300:]} | | | | | |", flush=True)
             continue
         replay = [py, "-m", "xsim", "replay", str(d / "set"), "--out", str(d / "out"), "--no-progress"]
         r = timed(replay + (["--no-fold"] if a.no_fold else []), a.mem_gib, a.timeout)
@@ -103,7 +108,7 @@ def main() -> None:
         tables = du(d / "out") / 1e9 if (d / "out").is_dir() else 0.0
         print(
             f"| {128 * dp:,} | {g['wall_s']:.1f} / {g['cpu_s']:.1f}, {g['rss_mib']:,} | {du(d / 'set') / 1e9:.2f} "
-            f"| {rep} | {tables:.2f} | {' '.join(fold.split())} |",
+            f"| {rep} | {tables:.2f} | {' '.join(fold.split())} | {load0:.1f} / {os.getloadavg()[0]:.1f} |",
             flush=True,
         )
 

@@ -166,6 +166,7 @@ BAD = [
     ("unknown key", _with(shedule="gpipe"), "unknown key(s) shedule"),
     ("bad schedule", _with(schedule="zb-v"), "schedule must be one of gpipe, 1f1b"),
     ("no groups", _with(device_groups=[]), "device_groups must be a non-empty list"),
+    ("id twice", _with(dg1_id=0), "device group 0: id used twice"),
 ]
 
 
