@@ -395,16 +395,11 @@ class FlowModel:
         if self._rate_pos and not self._dirty:
             # The tests on the candidates only (module note on _CAND_NS); no rate changes at this progress.
             lim = (t - fl_t + _CAND_NS + t * _CLEAR_REL) * (1 + 2 * _CLEAR_REL)
-            cand = np.flatnonzero(q <= lim)
-            qc = q[cand].tolist()
-            self._progress(t)
+            cand = np.flatnonzero(q <= lim).tolist()
+            self._progress(t)  # leaves fs.q as it was
             self._t = t
-            rem, rate = fs.rem[cand].tolist(), fs.rate[cand].tolist()
-            done = [
-                i
-                for i, qi, ri, ra in zip(cand.tolist(), qc, rem, rate, strict=True)
-                if fl_t + qi <= t or ri <= ra * _DONE_NS
-            ]
+            qv, rem, rate = fs.q_v, fs.rem_v, fs.rate_v
+            done = [i for i in cand if fl_t + qv[i] <= t or rem[i] <= rate[i] * _DONE_NS]
         else:
             due = fl_t + q <= t
             self._progress(t)

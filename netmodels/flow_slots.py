@@ -33,10 +33,12 @@ class FlowSlots:
         self.rate = np.ones(0)  # bytes/ns per slot (1 when free)
         self.q = np.zeros(0)  # scratch: bytes left / rate
         self.buf = np.zeros(0)  # scratch: rate * dt
+        # The same columns as memoryviews: one slot's value read or written as a Python float, the same
+        # bits, at a fraction of a numpy scalar's cost.
+        self.rem_v = self.rate_v = self.q_v = memoryview(self.rem)
         self.rec: list = []  # what the flow in a slot delivers
         self.tid: list[int] = []  # its template
         self.ser: list[int] = []  # its serial number (start order)
-        self.links: list[tuple[int, ...]] = []  # its route's links
         self.free: list[int] = []  # free slots, taken from the end
         self.next_ser = 0
         links = tpl.pad + 1
@@ -50,74 +52,94 @@ class FlowSlots:
         """Admit flows (what each delivers, its template) at their full bytes; whether every one of their
         links now carries one flow. Their rate: the narrowest link when that holds and `clean` (no other
         flow's sharing changed since the last solve), else 0 until solved."""
+        n = len(flows)
         free = self.free
-        if len(free) < len(flows):
-            self._grow(len(flows))
-        tpl = self.tpl
-        route_links, tpl_route = tpl.route_links, tpl.tpl_route
-        on, holder, shared, touched = self.on, self.holder, self.shared, self.touched
-        s_rec, s_tid, s_ser, s_links = self.rec, self.tid, self.ser, self.links
+        if len(free) < n:
+            self._grow(n)
+        slots = free[-n:]
+        del free[-n:]
+        tpl_links = self.tpl.tpl_links
+        on, holder, touched = self.on, self.holder, self.touched
+        s_rec, s_tid, s_ser = self.rec, self.tid, self.ser
         ser = self.next_ser
         alone = True
-        slots = []
-        for rec, f in zip(recs, flows, strict=True):
-            s = free.pop()
-            slots.append(s)
-            links = route_links[tpl_route[f]]
-            s_rec[s], s_tid[s], s_ser[s], s_links[s] = rec, f, ser, links
+        for s, rec, f in zip(slots, recs, flows, strict=True):
+            s_rec[s] = rec
+            s_tid[s] = f
+            s_ser[s] = ser
             ser += 1
+            links = tpl_links[f]
             touched += links
             for link in links:
                 c = on[link]
-                on[link] = c + 1
-                if c == 0:
-                    holder[link] = s
-                else:
+                if c:
                     alone = False
-                    st = shared.get(link)
-                    if st is None:
-                        shared[link] = {holder[link], s}
-                    else:
-                        st.add(s)
+                    self._join(link, c, s)
+                else:
+                    on[link] = 1
+                    holder[link] = s
         self.next_ser = ser
-        self.n += len(slots)
-        rem, rate, nbytes, mincap = self.rem, self.rate, tpl.nbytes_l, tpl.mincap_l
-        for s, f in zip(slots, flows, strict=True):
-            rem[s] = nbytes[f]
-            rate[s] = mincap[f] if alone and clean else 0.0
+        self.n += n
+        rem, rate, nbytes = self.rem_v, self.rate_v, self.tpl.nbytes_l
+        if alone and clean:
+            mincap = self.tpl.mincap_l
+            for s, f in zip(slots, flows, strict=True):
+                rem[s] = nbytes[f]
+                rate[s] = mincap[f]
+        else:
+            for s, f in zip(slots, flows, strict=True):
+                rem[s] = nbytes[f]
+                rate[s] = 0.0
         return alone
+
+    def _join(self, link: int, c: int, s: int) -> None:
+        """Flow s joins a link that carries c >= 1 flows."""
+        self.on[link] = c + 1
+        st = self.shared.get(link)
+        if st is None:
+            self.shared[link] = {self.holder[link], s}
+        else:
+            st.add(s)
+
+    def _leave(self, link: int, c: int, s: int) -> None:
+        """Flow s leaves a link that carries c >= 2 flows."""
+        self.on[link] = c - 1
+        st = self.shared.get(link)  # None only for a route through one link twice (PXN relays)
+        if st is not None:
+            st.discard(s)
+            if c == 2:
+                if st:
+                    (self.holder[link],) = st
+                del self.shared[link]
 
     def take_out(self, done: list[int], t: float) -> tuple[list, list[float], bool]:
         """Take out the flows in these slots: what they deliver and their landing times (t + latency), in
         start order, and whether every one of their links carried that flow alone."""
-        s_ser, s_rec, s_tid, s_links = self.ser, self.rec, self.tid, self.links
+        s_rec, s_tid = self.rec, self.tid
         if len(done) > 1:
-            done.sort(key=s_ser.__getitem__)
-        on, holder, shared, touched, free = self.on, self.holder, self.shared, self.touched, self.free
-        rem, rate, lat = self.rem, self.rate, self.tpl.lat_l
+            done.sort(key=self.ser.__getitem__)
+        on, touched = self.on, self.touched
+        rem, rate, lat, tpl_links = self.rem_v, self.rate_v, self.tpl.lat_l, self.tpl.tpl_links
+        inf = float("inf")
         alone = True
         recs = []
         lands = []
         for s in done:
             recs.append(s_rec[s])
-            lands.append(t + lat[s_tid[s]])
-            rem[s] = np.inf
+            f = s_tid[s]
+            lands.append(t + lat[f])
+            rem[s] = inf
             rate[s] = 1.0
-            links = s_links[s]
+            links = tpl_links[f]
             touched += links
             for link in links:
                 c = on[link]
-                on[link] = c - 1
-                if c > 1:
+                if c == 1:
+                    on[link] = 0
+                else:
                     alone = False
-                    st = shared.get(link)  # None only for a route through one link twice (PXN relays)
-                    if st is not None:
-                        st.discard(s)
-                        if c == 2:
-                            if st:
-                                (holder[link],) = st
-                            del shared[link]
-            free.append(s)
+                    self._leave(link, c, s)
+        self.free += done
         self.n -= len(done)
         return recs, lands, alone
 
@@ -130,10 +152,10 @@ class FlowSlots:
         self.rate = np.concatenate((self.rate, np.ones(extra)))
         self.q = np.zeros(size)
         self.buf = np.zeros(size)
+        self.rem_v, self.rate_v, self.q_v = memoryview(self.rem), memoryview(self.rate), memoryview(self.q)
         self.rec += [None] * extra
         self.tid += [0] * extra
         self.ser += [0] * extra
-        self.links += [()] * extra
         self.free[:0] = range(size - 1, old - 1, -1)  # taken from the end: the lowest new slot first
 
     def solve_touched(self) -> bool:
@@ -148,8 +170,8 @@ class FlowSlots:
         A flow whose sharing changed is on a touched link, and when a flow's leaving splits a component,
         each part holds one of its links: every component that changed is solved.
         """
-        on, holder, shared, rate = self.on, self.holder, self.shared, self.rate
-        mincap, s_tid, s_links = self.tpl.mincap_l, self.tid, self.links
+        on, holder, shared, rate = self.on, self.holder, self.shared, self.rate_v
+        mincap, s_tid, tpl_links = self.tpl.mincap_l, self.tid, self.tpl.tpl_links
         seen: set[int] = set()
         pos = True
         for link in set(self.touched):
@@ -159,23 +181,28 @@ class FlowSlots:
             s = holder[link] if c == 1 else next(iter(shared[link]))
             if s in seen:
                 continue
-            if c == 1 and all(on[x] == 1 for x in s_links[s]):
-                seen.add(s)
-                r = rate[s] = mincap[s_tid[s]]
-                pos = pos and r > 0
-            else:
-                pos = self._solve_component(self.component(s, seen)) and pos
+            if c == 1:
+                f = s_tid[s]
+                for x in tpl_links[f]:
+                    if on[x] != 1:
+                        break
+                else:  # alone on every link: its narrowest link
+                    seen.add(s)
+                    r = rate[s] = mincap[f]
+                    pos = pos and r > 0
+                    continue
+            pos = self._solve_component(self.component(s, seen)) and pos
         self.touched = []
         return pos
 
     def component(self, start: int, seen: set[int]) -> list[int]:
         """The flows connected to the flow in slot `start` through shared links; each is added to seen."""
-        on, shared, s_links = self.on, self.shared, self.links
+        on, shared, s_tid, tpl_links = self.on, self.shared, self.tid, self.tpl.tpl_links
         comp = [start]
         seen.add(start)
         walked: set[int] = set()
         for s in comp:  # comp grows while walked
-            for link in s_links[s]:
+            for link in tpl_links[s_tid[s]]:
                 if on[link] > 1 and link not in walked:
                     walked.add(link)
                     for x in shared[link]:
@@ -198,7 +225,7 @@ class FlowSlots:
                 self.memo.clear()
             rows = tpl.links[list(routes)]
             rates = self.memo[routes] = max_min_rates(*tpl.csr(rows), self.cap).tolist()
-        rate = self.rate
+        rate = self.rate_v
         for s, r in zip(comp, rates, strict=True):
             rate[s] = r
         return min(rates) > 0

@@ -27,9 +27,10 @@ class FlowTemplates:
         self.n = 0
         self._p2p: dict[tuple[int, float, float], int] = {}
         # The same as Python lists, for per-flow work on a few flows: route -> its links; template -> route,
-        # bytes, latency, narrowest link capacity.
+        # its links, bytes, latency, narrowest link capacity.
         self.route_links: list[tuple[int, ...]] = []
         self.tpl_route: list[int] = []
+        self.tpl_links: list[tuple[int, ...]] = []
         self.nbytes_l: list[float] = []
         self.lat_l: list[float] = []
         self.mincap_l: list[float] = []
@@ -62,6 +63,7 @@ class FlowTemplates:
         self.nbytes[k], self.lat[k], self.route[k] = nbytes, lat, route
         self.mincap[k] = self.route_mincap[route]
         self.tpl_route.append(route)
+        self.tpl_links.append(self.route_links[route])
         self.nbytes_l.append(float(nbytes))
         self.lat_l.append(float(lat))
         self.mincap_l.append(float(self.mincap[k]))
