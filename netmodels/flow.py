@@ -75,6 +75,11 @@ _REDUCED = 1
 _TICKS = 2
 
 
+def _candidate_limit(fl_t: float, t: float) -> float:
+    """The largest bytes left / rate of a flow that a step from fl_t to t may find done or due (_CAND_NS)."""
+    return (t - fl_t + _CAND_NS + t * _CLEAR_REL) * (1 + 2 * _CLEAR_REL)
+
+
 class _StagePlan:
     """One stage of a collective's schedule with routes resolved, shared by every run of the collective.
 
@@ -394,8 +399,7 @@ class FlowModel:
             return
         if self._rate_pos and not self._dirty:
             # The tests on the candidates only (module note on _CAND_NS); no rate changes at this progress.
-            lim = (t - fl_t + _CAND_NS + t * _CLEAR_REL) * (1 + 2 * _CLEAR_REL)
-            cand = np.flatnonzero(q <= lim).tolist()
+            cand = np.flatnonzero(q <= _candidate_limit(fl_t, t)).tolist()
             self._progress(t)  # leaves fs.q as it was
             self._t = t
             qv, rem, rate = fs.q_v, fs.rem_v, fs.rate_v

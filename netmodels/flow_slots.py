@@ -45,7 +45,8 @@ class FlowSlots:
         self.on = [0] * links
         self.holder = [0] * links  # valid where on == 1
         self.shared: dict[int, set[int]] = {}  # link -> slots, exactly the links where on >= 2
-        self.touched: list[int] = []  # links of flows admitted or taken out since the last solve
+        # Links of flows admitted since the last solve, and links that flows taken out shared with others.
+        self.touched: list[int] = []
         self.memo: dict[tuple[int, ...], list[float]] = {}
 
     def admit(self, recs: list, flows: list[int], clean: bool) -> bool:
@@ -130,14 +131,13 @@ class FlowSlots:
             lands.append(t + lat[f])
             rem[s] = inf
             rate[s] = 1.0
-            links = tpl_links[f]
-            touched += links
-            for link in links:
+            for link in tpl_links[f]:
                 c = on[link]
                 if c == 1:
-                    on[link] = 0
+                    on[link] = 0  # now empty: no component to solve there (not touched)
                 else:
                     alone = False
+                    touched.append(link)
                     self._leave(link, c, s)
         self.free += done
         self.n -= len(done)
