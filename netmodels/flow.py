@@ -5,12 +5,13 @@ are recomputed only when the set of flows changes. A flow occupies its links whi
 delivered one route latency after its last byte leaves (latency is added per path, not per byte). Internal
 time is float ns; the engine-facing times are rounded up to integer ns.
 
-How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
-numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
-collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
-and are plain tuples; the transfers that finish together land as one heap entry per landing time; and
-progressive filling runs only on the components of flows sharing links that a flow joined or left since the
-last computation (flows alone on their links take their narrowest link, issue 24 rounds 2-3). Every
+How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight hold
+slots (flow_slots.py) whose bytes left and rates are numpy columns every event advances in one vectorized
+step; a collective's transfers come from a plan built once per distinct collective (schedule, routes,
+receive counts) and are plain tuples; the transfers that finish together land as one heap entry per landing
+time; and progressive filling runs only on the components of flows sharing links that a flow joined or left
+since the last computation, found along shared links, once per distinct sequence of routes (flows alone on
+their links take their narrowest link; issue 24 flow rounds 2-4). Every
 float is computed by the same operations in the same order as the one-object-per-transfer model before it,
 so event times are identical to the last bit.
 """
@@ -176,7 +177,7 @@ class FlowModel:
         self._last_pos = True
         # Whether the flows that share links are the ones the rates were last computed for, because every
         # flow started or finished since was alone on all its links at that moment (it changed no other
-        # flow's sharing); then the rates in self._rate are already right (new flows got their narrowest
+        # flow's sharing); then the rates in self._fs.rate are already right (new flows got their narrowest
         # link), and _ensure_rates has nothing to compute.
         self._clean = True
         self._new_recs: list[tuple] = []
