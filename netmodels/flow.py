@@ -5,12 +5,13 @@ are recomputed only when the set of flows changes. A flow occupies its links whi
 delivered one route latency after its last byte leaves (latency is added per path, not per byte). Internal
 time is float ns; the engine-facing times are rounded up to integer ns.
 
-How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight live in
-numpy columns (bytes left, rate, latency, links as CSR) that every event advances in one vectorized step; a
-collective's transfers come from a plan built once per distinct collective (schedule, routes, receive counts)
-and are plain tuples; the transfers that finish together land as one heap entry per landing time; and
-progressive filling runs only on the components of flows sharing links that a flow joined or left since the
-last computation (flows alone on their links take their narrowest link, issue 24 rounds 2-3). Every
+How it is kept fast without changing a number (docs/performance.md, issue 11): the flows in flight hold
+slots (flow_slots.py) whose bytes left and rates are numpy columns every event advances in one vectorized
+step; a collective's transfers come from a plan built once per distinct collective (schedule, routes,
+receive counts) and are plain tuples; the transfers that finish together land as one heap entry per landing
+time; and progressive filling runs only on the components of flows sharing links that a flow joined or left
+since the last computation, found along shared links, once per distinct sequence of routes (flows alone on
+their links take their narrowest link; issue 24 flow rounds 2-4). Every
 float is computed by the same operations in the same order as the one-object-per-transfer model before it,
 so event times are identical to the last bit.
 """
@@ -35,6 +36,7 @@ from xsim.netmodels.api import (
     validate_spec,
 )
 from xsim.netmodels.errors import AlgorithmError, NetworkModelError
+from xsim.netmodels.flow_slots import FlowSlots
 from xsim.netmodels.flow_tables import FlowTemplates
 from xsim.netmodels.maxmin import _max_min_numpy, _max_min_small, max_min_rates
 from xsim.netmodels.nccl import (
@@ -58,9 +60,12 @@ _DONE_NS = 1e-6
 # ~1.1e-15 tf): the margin is 10 x _DONE_NS plus 1e-12 tf, ~1,000 times that rounding.
 _CLEAR_NS = 10 * _DONE_NS
 _CLEAR_REL = 1e-12
-# Beyond this many flow batches started or finished between two rate computations, the links they touched
-# are not tracked and every flow sharing links gets new rates (a long run of flows alone on their links).
-_TOUCH_MAX = 256
+# A step's finish tests run only on the flows with q = bytes left / rate <= (dt + _CAND_NS + t * _CLEAR_REL)
+# * (1 + 2 _CLEAR_REL), dt = t - fl_t (all rates > 0). Why exact: for any other flow, with u = 2^-53 the
+# rounding of one operation, q (1 - u) - dt (1 + u) > _CAND_NS (1 - u), so rem - rate dt stays above
+# rate * _CAND_NS / 2 > rate * _DONE_NS in floats (not done), and fl_t + q rounds above t (not due): the
+# margin _CAND_NS + 1e-12 t is ~10^4 times the rounding of t, dt and q (docs/netmodels.md).
+_CAND_NS = 1e-3
 
 # Heap entries are (time, seq, kind, payload): a list of transfers landing at that time, or (run, position)
 # whose reduction ends then. seq keeps equal times in push order; the payload is never compared.
@@ -70,8 +75,10 @@ _REDUCED = 1
 # of the model, as the per-transfer landings it stands for were (the flows in flight advance there).
 _TICKS = 2
 
-_NO_INTS = np.zeros(0, dtype=np.int64)
-_NO_FLOATS = np.zeros(0)
+
+def _candidate_limit(fl_t: float, t: float) -> float:
+    """The largest bytes left / rate of a flow that a step from fl_t to t may find done or due (_CAND_NS)."""
+    return (t - fl_t + _CAND_NS + t * _CLEAR_REL) * (1 + 2 * _CLEAR_REL)
 
 
 class _StagePlan:
@@ -153,21 +160,14 @@ class FlowModel:
         # the same time joins it (their seqs would be adjacent, so nothing could pop between them).
         self._last_batch: list | None = None
         self._last_t = 0.0
-        # Flows in flight, in the order they started (max-min sums a link's frozen rates in this order):
-        # what each delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), by serial number
-        # (a dict in start order: taking k flows out costs k, not the flows in flight), and numpy columns:
-        # bytes left (valid at self._fl_t), rate, serial number (never reused) and template (flow_tables.py:
-        # bytes, latency, route, narrowest link capacity, the rate of a flow alone on its links).
+        # Flows in flight (flow_slots.py): bytes left (valid at self._fl_t) and rate per slot, what each
+        # delivers, (run, stage, src pos, dst pos) or (None, p2p handle, 0, 0), its template (flow_tables.py:
+        # bytes, latency, route, narrowest link capacity) and start order; the flows on each link.
         self._tpl = FlowTemplates(self._cap)
-        self._recs: dict[int, tuple] = {}
-        self._rem = _NO_FLOATS
-        self._rate = _NO_FLOATS
-        self._ids = _NO_INTS
-        self._tid = _NO_INTS
-        self._next_id = 0
+        self._fs = FlowSlots(self._tpl, self._cap)
         self._fl_t = 0.0
-        # Bytes left / rate and the earliest finish it gives, kept until bytes, rates or flows change.
-        self._q = _NO_FLOATS
+        # The earliest finish that bytes left / rate gives (self._fs.q), kept until bytes, rates or flows
+        # change.
         self._tf = 0.0
         self._q_ok = False
         # Whether every rate is > 0 (no division by zero to silence); links of no bandwidth would break it.
@@ -177,12 +177,9 @@ class FlowModel:
         self._last_pos = True
         # Whether the flows that share links are the ones the rates were last computed for, because every
         # flow started or finished since was alone on all its links at that moment (it changed no other
-        # flow's sharing); then the rates in self._rate are already right (new flows got their narrowest
+        # flow's sharing); then the rates in self._fs.rate are already right (new flows got their narrowest
         # link), and _ensure_rates has nothing to compute.
         self._clean = True
-        # Link rows of the flows started or finished since the shared flows' rates were last computed (None
-        # when too many to track): only the components holding one of those links need new rates.
-        self._touched: list[np.ndarray] | None = []
         self._new_recs: list[tuple] = []
         self._new_flows: list[int] = []  # their templates
         self._done: list[tuple[int, int, Completion]] = []
@@ -287,16 +284,18 @@ class FlowModel:
         self._t = float(now_ns)
 
     def _ratio(self) -> np.ndarray:
-        """Bytes left / rate per flow (inf at rate 0), for the flows and rates as they are now."""
+        """Bytes left / rate per slot (inf at rate 0 and in free slots), for the flows and rates as they are
+        now, and the earliest finish it gives (self._tf)."""
+        fs = self._fs
         if not self._q_ok:
             if self._rate_pos:
-                self._q = self._rem / self._rate
+                np.divide(fs.rem, fs.rate, out=fs.q)
             else:
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    self._q = self._rem / self._rate
-            self._tf = self._fl_t + float(self._q.min())
+                    np.divide(fs.rem, fs.rate, out=fs.q)
+            self._tf = self._fl_t + float(fs.q.min())
             self._q_ok = True
-        return self._q
+        return fs.q
 
     def _next_time(self) -> float | None:
         if self._new_recs:
@@ -304,7 +303,7 @@ class FlowModel:
         if self._dirty:
             self._ensure_rates()
         t = self._heap[0][0] if self._heap else None
-        if self._recs:
+        if self._fs.n:
             if not self._q_ok:
                 self._ratio()
             tf = self._tf
@@ -314,34 +313,20 @@ class FlowModel:
     def _progress(self, t: float) -> None:
         if self._new_recs:
             self._settle()
-        if self._recs and t > self._fl_t:
+        fs = self._fs
+        if fs.n and t > self._fl_t:
             if self._dirty:
                 self._ensure_rates()
-            self._rem = self._rem - self._rate * (t - self._fl_t)
+            np.multiply(fs.rate, t - self._fl_t, out=fs.buf)
+            np.subtract(fs.rem, fs.buf, out=fs.rem)  # rem - rate * dt: the same floats as a new array
             self._q_ok = False
         self._fl_t = t
 
     def _step(self, t: float) -> None:
         if self._new_recs:
             self._settle()
-        recs = self._recs
-        if recs:
-            # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
-            # that set t is always among the finished, even where t is so large (~1e10 ns) that its float
-            # spacing exceeds _DONE_NS and the leftover bytes stay above the noise threshold.
-            q = self._ratio()
-            tf = self._tf
-            if t < tf - (_CLEAR_NS + tf * _CLEAR_REL):
-                # No flow can be done (module note on _CLEAR_NS): skip the tests, not the progress.
-                self._progress(t)
-                self._t = t
-            else:
-                due = self._fl_t + q <= t
-                self._progress(t)
-                self._t = t
-                done = due | (self._rem <= self._rate * _DONE_NS)
-                if done.any():
-                    self._finish(recs, done, t)
+        if self._fs.n:
+            self._finish_due(t)
         else:
             self._fl_t = self._t = t
         heap = self._heap
@@ -399,31 +384,43 @@ class FlowModel:
         if self._new_recs:
             self._settle()
 
-    def _finish(self, recs: list, done: np.ndarray, t: float) -> None:
-        """Take the done flows out and schedule their landings (t + latency), one heap entry per time."""
-        tpl = self._tpl
-        if done.all():
-            finished, gone = list(recs.values()), self._tid
-            self._recs = {}
-            self._rem = self._rate = _NO_FLOATS
-            self._ids = self._tid = _NO_INTS
+    def _finish_due(self, t: float) -> None:
+        """Advance the flows in flight to t and take out those done by then."""
+        # Each flow's own finish time, computed exactly as _next_time does (before progress): the flow
+        # that set t is always among the finished, even where t is so large (~1e10 ns) that its float
+        # spacing exceeds _DONE_NS and the leftover bytes stay above the noise threshold.
+        q = self._ratio()
+        tf = self._tf
+        fs = self._fs
+        fl_t = self._fl_t
+        if t < tf - (_CLEAR_NS + tf * _CLEAR_REL):
+            # No flow can be done (module note on _CLEAR_NS): skip the tests, not the progress.
+            self._progress(t)
+            self._t = t
+            return
+        if self._rate_pos and not self._dirty:
+            # The tests on the candidates only (module note on _CAND_NS); no rate changes at this progress.
+            cand = np.flatnonzero(q <= _candidate_limit(fl_t, t)).tolist()
+            self._progress(t)  # leaves fs.q as it was
+            self._t = t
+            qv, rem, rate = fs.q_v, fs.rem_v, fs.rate_v
+            done = [i for i in cand if fl_t + qv[i] <= t or rem[i] <= rate[i] * _DONE_NS]
         else:
-            idx = np.flatnonzero(done)
-            pop = recs.pop
-            finished = [pop(k) for k in self._ids[idx].tolist()]
-            gone = self._tid[idx]
-            keep = ~done
-            self._rem, self._rate = self._rem[keep], self._rate[keep]
-            self._ids, self._tid = self._ids[keep], self._tid[keep]
-        lat = tpl.lat[gone]
-        rows = tpl.flow_links(gone)
-        if self._clean and not tpl.alone(rows):
+            due = fl_t + q <= t
+            self._progress(t)
+            self._t = t
+            done = np.flatnonzero(due | (fs.rem <= fs.rate * _DONE_NS)).tolist()
+        if done:
+            self._finish(done, t)
+
+    def _finish(self, done: list[int], t: float) -> None:
+        """Take the done flows (slots) out and schedule their landings (t + latency), one heap entry per
+        time, transfers in start order."""
+        finished, lands, alone = self._fs.take_out(done, t)
+        if not alone:
             self._clean = False
-        tpl.occupy(rows, -1)
-        self._touch(rows)
         self._q_ok = False
         self._dirty = True
-        lands = (t + lat).tolist()
         first = lands[0]
         if lands.count(first) == len(lands):
             self._push_batch(first, finished)
@@ -458,31 +455,8 @@ class FlowModel:
     def _settle(self) -> None:
         """Admit the flows started at the current time; rates are recomputed lazily, once per change."""
         if self._new_recs:
-            tids = np.array(self._new_flows, dtype=np.int64)
-            n = len(tids)
-            k = self._next_id
-            self._next_id = k + n
-            tpl = self._tpl
-            rows = tpl.flow_links(tids)
-            tpl.occupy(rows, 1)
-            self._touch(rows)
-            if self._clean and tpl.alone(rows):
-                rate = tpl.mincap[tids]  # alone on every link: its narrowest link, as _ensure_rates gives
-            else:
+            if not self._fs.admit(self._new_recs, self._new_flows, self._clean):
                 self._clean = False
-                rate = np.zeros(n)  # set by _ensure_rates
-            if self._recs:
-                self._recs.update(zip(range(k, k + n), self._new_recs, strict=True))
-                self._rem = np.concatenate((self._rem, tpl.nbytes[tids]))
-                self._rate = np.concatenate((self._rate, rate))
-                self._ids = np.concatenate((self._ids, np.arange(k, k + n)))
-                self._tid = np.concatenate((self._tid, tids))
-            else:
-                self._recs = dict(zip(range(k, k + n), self._new_recs, strict=True))
-                self._rem = tpl.nbytes[tids]
-                self._rate = rate
-                self._ids = np.arange(k, k + n)
-                self._tid = tids
             self._new_recs = []
             self._new_flows = []
             self._q_ok = False
@@ -494,56 +468,23 @@ class FlowModel:
         if not self._dirty:
             return
         self._dirty = False
-        if self._recs and self._clean:
+        fs = self._fs
+        if fs.n and self._clean:
             # The flows sharing links are those of the last computation (self._clean): same rates. The
             # links touched since were alone's, in no component: as good as computed now.
             self._rate_pos = self._cap_pos and self._last_pos
-            self._touched = []
+            fs.touched = []
             self._q_ok = False
             self.rate_recomputations += 1
-        elif self._recs:
-            # Exact as max_min_rates on all flows (netmodels/maxmin.py): only the components holding a
-            # touched link get new rates (_solve_touched); every other flow keeps the rate it has.
+        elif fs.n:
+            # Exact as max_min_rates on all flows (FlowSlots.solve_touched): only the components holding
+            # a touched link get new rates; every other flow keeps the rate it has.
             self._clean = True
-            self._solve_touched()
-            self._last_pos = bool((self._rate > 0).all())
+            pos = fs.solve_touched()
+            self._last_pos = (pos and self._last_pos) or bool((fs.rate > 0).all())
             self._rate_pos = self._last_pos
             self._q_ok = False
             self.rate_recomputations += 1
-            self._touched = []
-
-    def _touch(self, rows: np.ndarray) -> None:
-        touched = self._touched
-        if touched is not None:
-            if len(touched) < _TOUCH_MAX:
-                touched.append(rows.ravel())  # rows of any width: routes added later may widen them
-            else:
-                self._touched = None
-
-    def _solve_touched(self) -> None:
-        """New rates in self._rate for the components (flows connected through shared links) that hold a
-        link touched by a flow started or finished since the last computation; all flows when untracked.
-
-        Exact as max_min_rates on all flows (netmodels/maxmin.py: progressive filling never couples flows
-        that share no link, directly or through other flows, and sums a link's frozen rates in flow order,
-        which a subset in start order keeps; a flow alone on its links gets its narrowest link, which
-        progressive filling gives it in round one). A component with no touched link has the flows it had
-        at the last computation (a flow that came or went would have touched a link of it) and was solved
-        then, or it is a flow alone on its links admitted at its narrowest link: its rates stand. A flow
-        whose sharing changed is on a touched link, so it is among the flows solved.
-        """
-        tpl = self._tpl
-        rows = tpl.flow_links(self._tid)
-        if self._touched is None:
-            shared = (tpl.on[rows] > 1).any(axis=1)
-            rates = tpl.mincap[self._tid]
-            if shared.any():
-                rates[shared] = max_min_rates(*tpl.csr(rows[shared]), self._cap)
-            self._rate = rates
-            return
-        hit = tpl.reach(rows, np.concatenate(self._touched))
-        if hit.any():
-            self._rate[hit] = max_min_rates(*tpl.csr(rows[hit]), self._cap)
 
     # ----- collectives -------------------------------------------------------------------------------
     def _flow_info(self, tid: int) -> tuple[float, np.ndarray, int, float, float]:

@@ -3,8 +3,7 @@
 A collective's plan and a P2P name their flows by template number, so admitting k flows is one gather per
 column instead of k tuples unpacked and k link arrays concatenated, and the flows in flight carry one
 template number each instead of a CSR of links to keep in step. Routes are rows of a padded matrix
-(`links`, `PAD` past the last link), so the links of the flows in flight are one gather too. The per-link
-count of flows in flight (`on`) tells which flows share a link without counting every link again.
+(`links`, `PAD` past the last link), so the links of a batch of flows are one gather too.
 """
 
 from __future__ import annotations
@@ -26,11 +25,15 @@ class FlowTemplates:
         self.route = np.zeros(64, dtype=np.int64)
         self.mincap = np.zeros(64)
         self.n = 0
-        # Flows in flight per link; the padding link counts 1 (alone), so it never makes a flow shared and
-        # never spoils the test that a flow is alone on all its links (every count 1).
-        self.on = np.zeros(self.pad + 1, dtype=np.int64)
-        self.on[self.pad] = 1
         self._p2p: dict[tuple[int, float, float], int] = {}
+        # The same as Python lists, for per-flow work on a few flows: route -> its links; template -> route,
+        # its links, bytes, latency, narrowest link capacity.
+        self.route_links: list[tuple[int, ...]] = []
+        self.tpl_route: list[int] = []
+        self.tpl_links: list[tuple[int, ...]] = []
+        self.nbytes_l: list[float] = []
+        self.lat_l: list[float] = []
+        self.mincap_l: list[float] = []
 
     def add_route(self, links: np.ndarray) -> int:
         """Number a route (its links in order); its narrowest link is the rate of a flow alone on it."""
@@ -45,6 +48,7 @@ class FlowTemplates:
             self.route_mincap = mc
         self.links[r, : len(links)] = links
         self.route_mincap[r] = float(self.cap[links].min()) if len(links) else float("inf")
+        self.route_links.append(tuple(int(x) for x in links))
         self.nroutes = r + 1
         return r
 
@@ -58,6 +62,11 @@ class FlowTemplates:
             self.route = np.resize(self.route, 2 * k)
         self.nbytes[k], self.lat[k], self.route[k] = nbytes, lat, route
         self.mincap[k] = self.route_mincap[route]
+        self.tpl_route.append(route)
+        self.tpl_links.append(self.route_links[route])
+        self.nbytes_l.append(float(nbytes))
+        self.lat_l.append(float(lat))
+        self.mincap_l.append(float(self.mincap[k]))
         self.n = k + 1
         return k
 
@@ -73,35 +82,9 @@ class FlowTemplates:
         """The flows' links as rows padded with `pad` ([flow, k])."""
         return self.links[self.route[tids]]
 
-    def occupy(self, rows: np.ndarray, sign: int) -> None:
-        """Count flows' links (padded rows) in (sign 1) or out (sign -1) of `on`."""
-        np.add.at(self.on, rows.ravel(), sign)
-        self.on[self.pad] = 1
-
-    def alone(self, rows: np.ndarray) -> bool:
-        """Whether every link of these rows carries exactly one flow in flight."""
-        return bool((self.on[rows] == 1).all())
-
     def csr(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The CSR (ptr, links) of padded link rows, each flow's links in route order."""
         real = rows != self.pad
         ptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(real.sum(axis=1), out=ptr[1:])
         return ptr, rows[real]
-
-    def reach(self, rows: np.ndarray, touched: np.ndarray) -> np.ndarray:
-        """Which flows (padded link rows, all in flight and counted in `on`) connect to a touched link
-        through links they share, as a mask. A link that carries one flow joins no other flow to the set,
-        so only links of the flows found that carry more than one and are not yet marked are followed."""
-        mark = np.zeros(self.pad + 1, dtype=bool)
-        mark[touched] = True
-        mark[self.pad] = False
-        hit = mark[rows].any(axis=1)
-        while True:
-            links = rows[hit].ravel()
-            fresh = links[~mark[links]]
-            fresh = fresh[self.on[fresh] > 1]
-            if not len(fresh):
-                return hit
-            mark[fresh] = True
-            hit = mark[rows].any(axis=1)

@@ -180,13 +180,15 @@ def _deps(b: _Builder, view: RankView, pos_of: np.ndarray, span: tuple[int, int]
     dd = cols.data_idx[int(cols.data_ptr[lo]) : int(cols.data_ptr[hi])]
     c_cnt = np.diff(cols.ctrl_ptr[lo : hi + 1])
     cd = cols.ctrl_idx[int(cols.ctrl_ptr[lo]) : int(cols.ctrl_ptr[hi])]
-    key = None
-    if isinstance(view.sel, slice):
-        key = (ids.tobytes(), d_cnt.tobytes(), dd.tobytes(), c_cnt.tobytes(), cd.tobytes())
-        hit = b.deps_cache.get(key)
-        if hit is not None and not hit.check_cycle:  # the ranks of a stage: deps checked, edges known
-            z = np.zeros(0, dtype=np.int64)
-            return _Deps(z, z, z, z, np.zeros(0, dtype=bool), None, key)
+    # The edges follow from the ids in file order (sorted ids and, when the file is not in id order, each
+    # file row's position) and the deps: ranks with equal keys share them (a stage's ranks; a compact
+    # set's derived ranks, whose files are not in id order, issue 24 flow round 4).
+    order = b"" if isinstance(view.sel, slice) else pos_of.tobytes()
+    key = (ids.tobytes(), order, d_cnt.tobytes(), dd.tobytes(), c_cnt.tobytes(), cd.tobytes())
+    hit = b.deps_cache.get(key)
+    if hit is not None and not hit.check_cycle:  # deps checked, edges known
+        z = np.zeros(0, dtype=np.int64)
+        return _Deps(z, z, z, z, np.zeros(0, dtype=bool), None, key)
     own = np.arange(n)
     d_owner = pos_of[np.repeat(own, d_cnt)]
     c_owner = pos_of[np.repeat(own, c_cnt)]

@@ -6,27 +6,44 @@ from __future__ import annotations
 
 import numpy as np
 from xsim.netmodels import CollectiveSpec, FlowModel, topology_from_spec
-from xsim.netmodels import flow as flow_module
+from xsim.netmodels import flow_slots as slots_module
+from xsim.netmodels.flow_slots import FlowSlots
 from xsim.netmodels.flow_tables import FlowTemplates
 
 from tests.flow_reference import ReferenceFlowModel
 from tests.test_net_flow_exact import _drive
 
 
-def test_reach_finds_the_flows_connected_to_touched_links_through_shared_links():
-    # Links 0-5 (pad 6). Flows: 0 on [0, 1], 1 on [1, 2], 2 on [3], 3 on [3, 4], 4 on [5]. Link 1 joins flows
-    # 0 and 1, link 3 joins 2 and 3; flow 4 is alone. Touching link 2 reaches flow 1 and, through link 1,
-    # flow 0; touching link 4 reaches 3 and, through link 3, flow 2; touching link 5 reaches only flow 4.
+def test_components_follow_shared_links_only_and_split_when_a_flow_leaves():
+    # Links 0-5. Flows (slots in admission order 0-4): 0 on [0, 1], 1 on [1, 2], 2 on [3], 3 on [3, 4], 4 on
+    # [5]. Link 1 joins flows 0 and 1, link 3 joins 2 and 3; flow 4 is alone. Per link: counts 1 2 1 2 1 1,
+    # the lone flow of each link carrying one (link 0: flow 0, 2: 1, 4: 3, 5: 4), the sets of links 1 and
+    # 3. Taking flow 1 out leaves flow 0 alone on link 1 (its holder now), so 0's component is 0 alone.
     tpl = FlowTemplates(np.ones(6))
-    pad = tpl.pad
-    rows = np.array([[0, 1], [1, 2], [3, pad], [3, 4], [5, pad]])
-    tpl.occupy(rows, 1)  # the flows in flight, as the model counts them
-    assert tpl.reach(rows, np.array([2])).tolist() == [True, True, False, False, False]
-    assert tpl.reach(rows, np.array([4])).tolist() == [False, False, True, True, False]
-    assert tpl.reach(rows, np.array([5, pad])).tolist() == [False, False, False, False, True]
-    assert tpl.reach(rows, np.array([pad])).tolist() == [False] * 5
-    ptr, links = tpl.csr(rows[[0, 2, 3]])
-    assert ptr.tolist() == [0, 2, 3, 5] and links.tolist() == [0, 1, 3, 3, 4]
+    routes = [[0, 1], [1, 2], [3], [3, 4], [5]]
+    tids = [tpl.add(1000.0, tpl.add_route(np.array(r)), 0.0) for r in routes]
+    fs = FlowSlots(tpl, tpl.cap)
+    assert fs.admit([("f", i) for i in range(5)], tids, True) is False  # links 1 and 3 carry two flows
+    slot = {fs.rec[s][1]: s for s in range(len(fs.rec)) if fs.rec[s] is not None}
+    assert fs.on[:6] == [1, 2, 1, 2, 1, 1]
+    assert {k: sorted(v) for k, v in fs.shared.items()} == {
+        1: sorted([slot[0], slot[1]]),
+        3: sorted([slot[2], slot[3]]),
+    }
+    assert [fs.holder[link] for link in (0, 2, 4, 5)] == [slot[0], slot[1], slot[3], slot[4]]
+
+    def comp(flow):
+        return sorted(fs.rec[s][1] for s in fs.component(slot[flow], set()))
+
+    assert comp(0) == comp(1) == [0, 1] and comp(2) == comp(3) == [2, 3] and comp(4) == [4]
+    recs, lands, alone = fs.take_out([slot[1]], 10.0)
+    assert recs == [("f", 1)] and lands == [10.0] and alone is False
+    assert fs.on[:6] == [1, 1, 0, 2, 1, 1] and sorted(fs.shared) == [3] and fs.holder[1] == slot[0]
+    assert comp(0) == [0]
+    # Rates: the touched links (all five flows' and flow 1's again) reach every component: 0 alone on
+    # links of capacity 1 gets 1; 2 and 3 share link 3 and get 1/2 each; 4 alone gets 1.
+    assert fs.solve_touched() is True
+    assert [fs.rate[slot[f]] for f in (0, 2, 3, 4)] == [1.0, 0.5, 0.5, 1.0]
 
 
 def _rings_script(n_nodes: int, gpus: int, seed: int) -> list:
@@ -52,23 +69,22 @@ def _rings_script(n_nodes: int, gpus: int, seed: int) -> list:
 def test_concurrent_rings_sharing_nics_give_the_reference_answers_with_partial_recomputation(monkeypatch):
     topo = topology_from_spec("nodes:6*H100x4:preset=table6:fabric=leaf_spine:nics_per_leaf=2:spines=2")
     flows_solved = []
-    real = flow_module.max_min_rates
+    real = slots_module.max_min_rates
 
     def counting(ptr, links, cap):
         flows_solved.append(len(ptr) - 1)
         return real(ptr, links, cap)
 
-    monkeypatch.setattr(flow_module, "max_min_rates", counting)
+    monkeypatch.setattr(slots_module, "max_min_rates", counting)
     shared_seen = []
-    real_solve = FlowModel._solve_touched
+    real_solve = FlowSlots.solve_touched
 
     def solve(self):
         # The flows that share a link when the rates are recomputed (what a full computation solves).
-        rows = self._tpl.flow_links(self._tid)
-        shared_seen.append(int((self._tpl.on[rows] > 1).any(axis=1).sum()))
+        shared_seen.append(len(set().union(*self.shared.values())))
         return real_solve(self)
 
-    monkeypatch.setattr(FlowModel, "_solve_touched", solve)
+    monkeypatch.setattr(FlowSlots, "solve_touched", solve)
     for seed in range(3):
         script = _rings_script(6, 4, seed)
         assert _drive(FlowModel(topo), script) == _drive(ReferenceFlowModel(topo), script), seed
@@ -89,7 +105,7 @@ def test_flows_alone_on_their_links_keep_rates_without_recomputing():
     assert model.next_event_ns() == 20_972
     b = model.start_p2p(1000, 2, 3, 1 << 20)
     model._settle()  # admitted as the engine's next query would (flows started at one instant wait for it)
-    assert model._clean and model._tpl.on[: model._tpl.pad].max() == 1
+    assert model._clean and max(model._fs.on[: model._tpl.pad]) == 1
     done = model.advance(30_000)
     assert [(c.handle, c.finish_ns) for c in done] == [(a, 21_972), (b, 22_972)]
 
