@@ -384,13 +384,3 @@ def test_a_corrupted_replica_goes_to_protobuf_naming_its_file_and_node(tmp_path:
     with pytest.raises(TraceFormatError) as exc:
         simulate(discover(str(tmp_path / "t")), network=None)  # the replay: the same one line
     assert str(exc.value) == str(ref.value)
-
-
-def test_numbering_gives_what_setdefault_with_the_length_gives() -> None:
-    # By hand: a, b, the empty key, c numbered 0, 1, 2, 3 on first sight; repeats keep their number.
-    from xsim.traces.wire import _Numbering
-
-    keys = [b"a", b"b", b"a", b"", b"b", b"c", b""]
-    num = _Numbering()
-    assert [num[k] for k in keys] == [0, 1, 0, 2, 1, 3, 2]
-    assert list(num) == [b"a", b"b", b"", b"c"]

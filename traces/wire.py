@@ -401,31 +401,29 @@ def group_by_bytes(
     return code, firsts[order]
 
 
-class _Numbering(dict):
-    """Keys -> 0, 1, 2, ... in the order first looked up: what setdefault(key, len(d)) gives, with the
-    look-ups of keys already seen in C (only a new key runs __missing__)."""
-
-    def __missing__(self, key):
-        n = self[key] = len(self)
-        return n
-
-
 def _group_long(
     buf: bytes, s: np.ndarray, e: np.ndarray, like: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """group_by_bytes by a dict of the bytes (a slice, a hash and a look-up per span; measured ~2x cheaper
     than hashing long spans' words with numpy, whose arrays of words cost more in fresh pages)."""
-    code_of = _Numbering().__getitem__  # a span's bytes -> its group, numbered on first sight
+    seen: dict[bytes, int] = {}
+    add = seen.setdefault
     if like is None:
-        spans = map(buf.__getitem__, map(slice, s.tolist(), e.tolist()))
-        code = np.fromiter(map(code_of, spans), dtype=np.int64, count=len(s))
+        code = np.fromiter(
+            (add(buf[i:j], len(seen)) for i, j in zip(s.tolist(), e.tolist(), strict=True)),
+            dtype=np.int64,
+            count=len(s),
+        )
     else:
         # A span equal to an earlier one cannot open a group: the dict numbers the others in span order
         # (so groups keep the order of their first span), and each span takes its chain's last span's code.
         root = np.flatnonzero(like < 0)
         code = np.empty(len(s), dtype=np.int64)
-        spans = map(buf.__getitem__, map(slice, s[root].tolist(), e[root].tolist()))
-        code[root] = np.fromiter(map(code_of, spans), dtype=np.int64, count=len(root))
+        code[root] = np.fromiter(
+            (add(buf[i:j], len(seen)) for i, j in zip(s[root].tolist(), e[root].tolist(), strict=True)),
+            dtype=np.int64,
+            count=len(root),
+        )
         up = np.where(like < 0, np.arange(len(s)), like)
         while True:  # pointer jumping: each step halves what is left of every chain (like[i] < i)
             nxt = up[up]
