@@ -589,7 +589,7 @@ def _batch(b: _Builder, cols: RankColumns) -> dict:
     every = slice(0, n)
     out: dict = {
         "problem": columns_problem(cols.attrs, every, cols.duration_micros, IS_INT_OR_BOOL, F_STRING),
-        "names": np.fromiter(map(b.name_table.code, cols.names), dtype=np.int32, count=n),
+        "names": b.name_table.codes(cols.names),
     }
     for name, typ in ANNOTATION_COLUMNS.items():
         c = cols.attrs.get(name)

@@ -162,6 +162,12 @@ class _Table(dict):
             c = self[s] = len(self)
         return c
 
+    def codes(self, strs: list) -> np.ndarray:
+        """The int32 codes of these strings, as code() on each in order gives them (new strings are
+        coded in first-seen order), each distinct string coded once."""
+        lut = {s: self.code(s) for s in dict.fromkeys(strs)}
+        return np.fromiter(map(lut.__getitem__, strs), dtype=np.int32, count=len(strs))
+
     def strings(self) -> list[str]:
         """The distinct strings in code order."""
         return list(self)
