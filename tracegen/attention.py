@@ -33,12 +33,12 @@ length and head dimension (an assumption: the mask costs the backward what it co
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from xsim.tracegen.calibration_csv import flag, read_points
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
 
@@ -78,11 +78,8 @@ class AttentionPoint:
 
 def attention_points(path: str = DATA_FILE) -> list[AttentionPoint]:
     """The attention calibration data set (tracegen/data/attention_calibration.csv)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [
-        AttentionPoint(r["gpu"], r["kernel"], r["pass"], float(r["peak_fraction"]), r["source"]) for r in rows
-    ]
+    cols = {"gpu": str, "kernel": str, "pass": str, "peak_fraction": float, "source": str}
+    return read_points(path, AttentionPoint, cols)
 
 
 @lru_cache(maxsize=1)
@@ -130,15 +127,16 @@ class LengthPoint:
 
 def length_points(path: str = BY_LENGTH_FILE) -> list[LengthPoint]:
     """The by-length attention calibration data set (tracegen/data/attention_by_length.csv)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [
-        LengthPoint(
-            r["gpu"], r["kernel"], r["pass"], r["causal"] == "1", int(r["head_dim"]), int(r["seq_len"]),
-            float(r["tflops"]), r["source"],
-        )
-        for r in rows
-    ]  # fmt: skip
+    cols = {
+        "gpu": str,
+        "kernel": str,
+        "pass": str,
+        "causal": flag,
+        "head_dim": int,
+        "seq_len": int,
+        "tflops": float,
+    }
+    return read_points(path, LengthPoint, {**cols, "source": str})
 
 
 @lru_cache(maxsize=1)

@@ -26,11 +26,11 @@ it (docs/validation.md, helper `valid`).
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from dataclasses import dataclass
 
+from xsim.tracegen.calibration_csv import read_points
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
 
@@ -268,11 +268,5 @@ class CalibrationPoint:
 
 def calibration_points(path: str = DATA_FILE) -> list[CalibrationPoint]:
     """The calibration data set (tracegen/data/gemm_calibration.csv)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = [r for r in csv.DictReader(fh) if not r["gpu"].startswith("#")]
-    return [
-        CalibrationPoint(
-            r["gpu"], r["dtype"], int(r["m"]), int(r["n"]), int(r["k"]), float(r["tflops"]), r["source"]
-        )
-        for r in rows
-    ]
+    cols = {"gpu": str, "dtype": str, "m": int, "n": int, "k": int, "tflops": float, "source": str}
+    return read_points(path, CalibrationPoint, cols)

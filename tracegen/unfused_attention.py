@@ -27,11 +27,11 @@ here is read from the validation set (docs/validation.md).
 
 from __future__ import annotations
 
-import csv
 import os
 from dataclasses import dataclass
 from functools import cache
 
+from xsim.tracegen.calibration_csv import flag, read_points
 from xsim.tracegen.catalog import GpuSpec, gpu
 from xsim.tracegen.gemm import achieved_bandwidth
 
@@ -75,15 +75,10 @@ class UnfusedFractions:
 
 def points(path: str = DATA_FILE) -> list[UnfusedPoint]:
     """The calibration data set (tracegen/data/unfused_attention.csv)."""
-    with open(path, encoding="utf-8", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    return [
-        UnfusedPoint(
-            r["gpu"], r["implementation"], r["pass"], r["dropout"] == "1", int(r["seq_len"]), int(r["batch"]),
-            int(r["heads"]), int(r["head_dim"]), float(r["ms"]), r["source"],
-        )
-        for r in rows
-    ]  # fmt: skip
+    cols = {"gpu": str, "implementation": str, "pass": str, "dropout": flag, "seq_len": int, "batch": int}
+    return read_points(
+        path, UnfusedPoint, {**cols, "heads": int, "head_dim": int, "ms": float, "source": str}
+    )
 
 
 def chain_bytes(p: UnfusedPoint) -> int:
