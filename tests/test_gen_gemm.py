@@ -9,9 +9,10 @@ from xsim.tracegen.gemm import (
     LAUNCH_FLOOR_S,
     PLATEAUS,
     SUSTAINED_CLOCK_RATIO,
+    LinearGemm,
     calibration_points,
     gemm_compute,
-    gemm_seconds,
+    linear_seconds,
     plateau,
 )
 from xsim.tracegen.models import preset
@@ -52,11 +53,13 @@ def test_tile_quantization_one_extra_row():
 
 
 def test_small_gemm_hits_the_launch_floor_and_memory_bound():
-    assert gemm_seconds(64, 64, 64, 3 * 64 * 64 * 2, H100) == LAUNCH_FLOOR_S
+    assert linear_seconds(LinearGemm(64, 64, 64, "fwd"), 3 * 64 * 64 * 2, H100, "bf16") == LAUNCH_FLOOR_S
     # A skinny GEMM (M=8) reading a 8192x8192 BF16 weight is memory-bound at the achieved bandwidth: the
     # published H100 SXM device-to-device copy, 2,903 GB/s (issue 22; was 0.80 x 3.35 TB/s).
     nbytes = 2 * (8 * 8192 + 8192 * 8192 + 8 * 8192)
-    assert gemm_seconds(8, 8192, 8192, nbytes, H100) == pytest.approx(nbytes / 2903e9)
+    assert linear_seconds(LinearGemm(8, 8192, 8192, "fwd"), nbytes, H100, "bf16") == pytest.approx(
+        nbytes / 2903e9
+    )
 
 
 def test_calibration_points_reproduced_within_one_percent():

@@ -237,20 +237,12 @@ def gemm_compute(
     return best
 
 
-def gemm_seconds(
-    m: int,
-    k: int,
-    n: int,
-    nbytes: int,
-    gpu: GpuSpec,
-    precision: str = "bf16",
-    batch: int = 1,
-    kernels: int = 1,
-    rates: str = "sustained",
+def linear_seconds(
+    lin: LinearGemm, nbytes: float, gpu: GpuSpec, precision: str, rates: str = "sustained"
 ) -> float:
-    """Calibrated time of a GEMM op: max(quantized compute, bytes at achieved bandwidth, launch floor)."""
-    compute = kernels * gemm_compute(m, k, n, gpu, precision, batch, rates).seconds
-    return max(compute, nbytes / achieved_bandwidth(gpu), kernels * LAUNCH_FLOOR_S)
+    """Calibrated time of a GEMM op: max(its GEMMs under the per-tile rule, bytes at achieved bandwidth, launch floor)."""
+    compute = linear_compute_seconds(lin, gpu, precision, rates)
+    return max(compute, nbytes / achieved_bandwidth(gpu), lin.kernels * LAUNCH_FLOOR_S)
 
 
 @dataclass(frozen=True)

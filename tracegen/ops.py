@@ -23,7 +23,7 @@ from xsim.tracegen.gemm import (
     LAUNCH_FLOOR_S,
     LinearGemm,
     achieved_bandwidth,
-    linear_compute_seconds,
+    linear_seconds,
     sustained_ratio,
 )
 from xsim.tracegen.grouped_gemm import GROUPED_GEMM_OPS, grouped_gemm_seconds
@@ -720,9 +720,9 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
         nbytes = op.bytes / bandwidth_fraction(gpu, op.op, op.phase)
         if op.gemm and op.op in GEMM_OPS:
             batch, (mm, k, n) = (op.shape[0], op.shape[1:]) if len(op.shape) == 4 else (1, op.shape)
-            lin = LinearGemm(mm, k, n, op.phase, op.kernels, batch)
-            compute = linear_compute_seconds(lin, gpu, op.precision, rates)
-            return max(compute, nbytes / achieved_bandwidth(gpu), op.kernels * LAUNCH_FLOOR_S)
+            return linear_seconds(
+                LinearGemm(mm, k, n, op.phase, op.kernels, batch), nbytes, gpu, op.precision, rates
+            )
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
         if op.op == "attn_core" and len(op.shape) == 5:
