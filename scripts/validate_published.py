@@ -73,6 +73,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "tp_comm_overlap": (True, False),
     "grad_reduce_dtype": ("fp32", "bf16"),
     "sharding": ("zero3", "fsdp"),
+    # PyTorch FSDP's backward_prefetch as the run's trainer sets it (Composer: BACKWARD_POST).
+    "fsdp_backward_prefetch": ("pre", "post", "none"),
     "distributed_optimizer": (True, False),
     # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton), docs/compute.md.
     "attention_kernel": ("cudnn", "fa3", "fa2", "triton"),

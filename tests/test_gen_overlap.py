@@ -377,3 +377,41 @@ def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
     assert [n.name for n in users if A.get_str(n, A.PHASE) == "bwd"] == [
         "L2.mlp_bias_dropout_add.bwd.mb0", "L1.mlp_bias_dropout_add.bwd.mb0", "embedding_dropout.bwd.mb0",
     ]  # fmt: skip
+
+
+def test_fsdp_backward_prefetch_none_exposes_reduce_scatter_and_gather_by_hand(tmp_path):
+    # PyTorch FSDP's backward_prefetch. BACKWARD_PRE and BACKWARD_POST issue a unit's AllGather ahead of the
+    # previous unit's ReduceScatter on the one communicator: the same graph, node for node. None issues it
+    # from the unit's own pre-backward hook, after that ReduceScatter, so each backward unit waits for both.
+    # Replayed with collectives of size // 100 ns (the tiny model's gathers: layer 41,088 B -> 410 ns,
+    # embedding 6,400 B -> 64 ns; ReduceScatters in FP32: head 25,856 B -> 258 ns, layer 164,352 B -> 1,643
+    # ns): L2 waits 258 + 410 = 668 ns after the head's backward, L1 1,643 + 410 = 2,053 ns after L2's, the
+    # embedding 1,643 + 64 = 1,707 ns after L1's. With prefetch all of them run under the previous unit's
+    # compute (microseconds per op), so the iteration is 668 + 2,053 + 1,707 = 4,428 ns longer without it.
+    from xsim.traces.traceset import discover
+
+    graphs, ends, starts = {}, {}, {}
+    for mode in ("pre", "post", "none"):
+        bundle = generate(load_spec(dp2(sharding="fsdp", fsdp_backward_prefetch=mode)), rewrite=False)
+        graphs[mode] = [n.SerializeToString() for n in bundle.nodes[0]]
+        bundle.write(tmp_path / mode, "t")
+        res = simulate(discover(tmp_path / mode), network=FakeNet(2, coll_ns=lambda s: s.size_bytes // 100))
+        rows = [r for r in res.ops.iter_rows(named=True) if r["rank"] == 0]
+        ends[mode] = max(r["end_ns"] for r in rows)
+        starts[mode] = {r["name"]: (r["start_ns"], r["end_ns"]) for r in rows if r["phase"] == "bwd"}
+    assert graphs["pre"] == graphs["post"]
+    assert ends["none"] - ends["pre"] == 668 + 2_053 + 1_707
+    s = starts["none"]
+    assert s["L2.mlp_bias_dropout_add.bwd.mb0"][0] - s["final_norm.bwd.mb0"][1] == 258 + 410
+    assert s["L1.mlp_bias_dropout_add.bwd.mb0"][0] - s["L2.attn_residual.bwd.mb0"][1] == 1_643 + 410
+    assert s["embedding_dropout.bwd.mb0"][0] - s["L1.attn_residual.bwd.mb0"][1] == 1_643 + 64
+    p = starts["pre"]
+    assert p["L2.mlp_bias_dropout_add.bwd.mb0"][0] == p["final_norm.bwd.mb0"][1]  # prefetched: no wait
+    # The key needs per-layer gathers and one of PyTorch's three names.
+    with pytest.raises(SpecError, match="needs sharding"):
+        load_spec(dp2(fsdp_backward_prefetch="post"))
+    with pytest.raises(SpecError, match="must be one of pre, post, none"):
+        load_spec(dp2(sharding="fsdp", fsdp_backward_prefetch="backward_post"))
+    assert spec_to_mapping(load_spec(dp2(sharding="fsdp", fsdp_backward_prefetch="none")))[
+        "fsdp_backward_prefetch"
+    ] == "none"

@@ -23,5 +23,8 @@ GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCE_DTYPES = tuple(GRAD_REDUCE_BYTES)
 # `sharding`: "none", or ZeRO-3 / FSDP (two names for one scheme: per-layer parameter gathers).
 SHARDINGS = ("none", "zero3", "fsdp")
+# `fsdp_backward_prefetch`, PyTorch FSDP's BackwardPrefetch by its member names (torch.distributed.fsdp.api):
+# BACKWARD_PRE (PyTorch's default, the first), BACKWARD_POST (Composer's default), or None.
+FSDP_BACKWARD_PREFETCH = ("pre", "post", "none")
 # The keys of tracegen.planner.reshard.STRATEGIES, in its order (a test keeps them equal).
 RESHARD_STRATEGIES = ("xsim", "hetauto", "alpacomm", "naive")

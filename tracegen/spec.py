@@ -22,6 +22,7 @@ from xsim.tracegen.choices import (
     COMPUTE_MODELS,
     FP8_RECIPES,
     FRAMEWORKS,
+    FSDP_BACKWARD_PREFETCH,
     GEMM_RATES,
     GRAD_REDUCE_DTYPES,
     PRECISIONS,
@@ -103,6 +104,7 @@ TOP_KEYS = (
     "tp_comm_overlap",
     "grad_reduce_dtype",
     "sharding",
+    "fsdp_backward_prefetch",
     "cp_comm_type",
     "comm_sm_contention",
     "attention_kernel",
@@ -470,6 +472,11 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        # Stored as set ("" when absent: PyTorch's default, "pre"); meaningful only with per-layer gathers.
+        if "fsdp_backward_prefetch" in self.raw:
+            if dep.sharding == "none":
+                raise self.fail("fsdp_backward_prefetch needs sharding: fsdp or zero3 (it times their gathers)")
+            dep.fsdp_backward_prefetch = self.choice("fsdp_backward_prefetch", FSDP_BACKWARD_PREFETCH, "pre")
         # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
         v = self.raw.get("comm_sm_contention", True)
         if not isinstance(v, bool):
@@ -1368,6 +1375,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "tp_comm_overlap": dep.tp_comm_overlap,
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
+        **({"fsdp_backward_prefetch": dep.fsdp_backward_prefetch} if dep.fsdp_backward_prefetch else {}),
         **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
         **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),

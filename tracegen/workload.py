@@ -1495,18 +1495,19 @@ class _RankProgram:
 
     def _fsdp_enter(self, unit: int | str, mb: int) -> None:
         """FSDP / ZeRO-3: every run of a unit's ops (a visit) waits for that unit's parameter AllGather; the
-        next visit's AllGather is issued as this one starts (FSDP's forward and backward prefetch)."""
+        next visit's AllGather is issued as this one starts (FSDP's forward and backward prefetch). With
+        `fsdp_backward_prefetch: none` a backward visit's AllGather is issued at the visit itself, after the
+        previous unit's ReduceScatter on the DP communicator (PyTorch's BackwardPrefetch None)."""
         if self.dp_pg is None or unit == self.cur_unit:
             return
         i = self.visit_i
         assert self.visits[i][0] == unit, "visits follow the planned order"
-        if i == 0:
-            self.visit_ag[0] = self._fsdp_gather(0, [self.frontier] if self.frontier is not None else [])
+        after = [self.frontier] if self.frontier is not None else []
+        if self.visit_ag[i] < 0:  # the first visit, or a backward visit no prefetch issued
+            self.visit_ag[i] = self._fsdp_gather(i, after)
         self.waits.append(self.visit_ag[i])
-        if i + 1 < len(self.visits):
-            self.visit_ag[i + 1] = self._fsdp_gather(
-                i + 1, [self.frontier] if self.frontier is not None else []
-            )
+        if i + 1 < len(self.visits) and not (self.no_bwd_prefetch and self.visit_bwd[i + 1]):
+            self.visit_ag[i + 1] = self._fsdp_gather(i + 1, after)
         self.cur_unit = unit
         self.visit_i = i + 1
 
@@ -1566,11 +1567,14 @@ class _RankProgram:
         self.unit_params = self._unit_params()
         if self.fsdp:
             visits: list[tuple[int | str, int]] = []
+            bwd: list[bool] = []  # a visit that opens in a backward pass (its recompute included)
             for kind, c, mb in order:
                 for u in self._pass_units(kind, self.st.chunks[c]):
                     if not visits or visits[-1][0] != u:
                         visits.append((u, mb))
+                        bwd.append(kind == BWD)
             self.visits = visits
+            self.visit_bwd = bwd
             self.visit_ag = [-1] * len(visits)
             self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
             return
@@ -1641,6 +1645,13 @@ class _RankProgram:
         self.pending = 0
         self.sync_ids: list[int] = []
         self.fsdp = dep.sharding in ("zero3", "fsdp")
+        # PyTorch FSDP's BackwardPrefetch (torch/distributed/fsdp/_runtime_utils.py): BACKWARD_PRE issues the
+        # next unit's AllGather in the pre-backward hook, BACKWARD_POST in the post-backward hook, in both
+        # ahead of the unit's ReduceScatter (the post-backward hook reshards, prefetches, then reduces), on
+        # the one NCCL communicator, and released by limit_all_gathers as the previous unit's compute ends:
+        # the same GPU order, one graph. None: issued by the next unit's own pre-backward hook, after the
+        # ReduceScatter, so backward waits for ReduceScatter + AllGather at every unit.
+        self.no_bwd_prefetch = dep.fsdp_backward_prefetch == "none"
         # DeepSpeed's BF16_Optimizer (bf16 with ZeRO stage 0, as BLOOM ran; not ZeRO-3) copies each micro-batch's
         # gradients into FP32 (tracegen.ops.hp_grad_accumulation).
         self.hp_grad_copy = (
