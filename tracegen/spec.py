@@ -475,7 +475,9 @@ class _SpecBuilder:
         # Stored as set ("" when absent: PyTorch's default, "pre"); meaningful only with per-layer gathers.
         if "fsdp_backward_prefetch" in self.raw:
             if dep.sharding == "none":
-                raise self.fail("fsdp_backward_prefetch needs sharding: fsdp or zero3 (it times their gathers)")
+                raise self.fail(
+                    "fsdp_backward_prefetch needs sharding: fsdp or zero3 (it times their gathers)"
+                )
             dep.fsdp_backward_prefetch = self.choice("fsdp_backward_prefetch", FSDP_BACKWARD_PREFETCH, "pre")
         # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
         v = self.raw.get("comm_sm_contention", True)
