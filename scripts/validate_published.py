@@ -75,6 +75,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "sharding": ("zero3", "fsdp"),
     # PyTorch FSDP's backward_prefetch as the run's trainer sets it (Composer: BACKWARD_POST).
     "fsdp_backward_prefetch": ("pre", "post", "none"),
+    # PyTorch's non-reentrant checkpoint with early stop (torch >= 2.1) under full recompute.
+    "recompute_early_stop": (True, False),
     "distributed_optimizer": (True, False),
     # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton), docs/compute.md.
     "attention_kernel": ("cudnn", "fa3", "fa2", "triton"),

@@ -274,6 +274,49 @@ def test_full_recompute_uniform_units_of_k_layers():
     assert seq == [("R", 3), ("R", 4), ("B", 4), ("B", 3), ("R", 1), ("R", 2), ("B", 2), ("B", 1)]
 
 
+def test_recompute_early_stop_ends_each_checkpoint_before_its_last_gemm(tmp_path):
+    # PyTorch's non-reentrant checkpoint with early stop: the recompute of a checkpointed unit stops when
+    # its last saved tensor is packed, i.e. at the input of the unit's last layer's down projection (saved
+    # before the GEMM runs); that GEMM and the residual add after it are not recomputed. One stage of 4
+    # layers: with units of 1 every layer's recompute is the forward less those two ops (9 of 11); with
+    # units of 2 (--recompute-num-layers 2) only the unit's last layer (2 and 4) loses them.
+    from xsim.replay import simulate
+    from xsim.traces.traceset import discover
+
+    from tests.test_replay_support import FakeNet
+
+    base = pp2(virtual_stages=1, micro_batches=1, schedule="gpipe", recompute="full")
+    base["device_groups"] = [{"id": 0, "gpu": "H100", "ranks": [0]}]
+    for k, cut in ((1, (1, 2, 3, 4)), (2, (2, 4))):
+        spec = {**base, "recompute_layers": k}
+        full = generate(load_spec(spec))
+        early = generate(load_spec({**spec, "recompute_early_stop": True}))
+        for layer in (1, 2, 3, 4):
+            rec = [s for s in layer_chain(early.nodes[0], layer, 0) if s.endswith(".recompute")]
+            want = LAYER_FWD[:9] if layer in cut else LAYER_FWD
+            assert rec == [f"{s}.recompute" for s in want]
+        # The replay is shorter by exactly the dropped nodes' durations (one rank: a single chain).
+        dropped = {n.name: n.duration_micros for n in full.nodes[0]}
+        for n in early.nodes[0]:
+            dropped.pop(n.name, None)
+        assert sorted(dropped) == sorted(
+            f"L{layer}.{op}.recompute.mb0" for layer in cut for op in ("mlp_down", "mlp_bias_dropout_add")
+        )
+        ends = []
+        for name, bundle in (("full", full), ("early", early)):
+            bundle.write(tmp_path / f"{name}{k}", "t")
+            ops = simulate(discover(tmp_path / f"{name}{k}"), network=FakeNet(1)).ops
+            ends.append(int(ops["end_ns"].max()))
+        exact = {n.name: A.get_int(n, A.DURATION_NS, 0) for n in full.nodes[0]}
+        assert ends[0] - ends[1] == sum(exact[name] for name in dropped)
+    # Only with full recompute, and a boolean.
+    with pytest.raises(SpecError, match="recompute: full only"):
+        load_spec(pp2(recompute="selective", recompute_early_stop=True))
+    with pytest.raises(SpecError, match="true or false"):
+        load_spec({**base, "recompute_early_stop": "yes"})
+    assert spec_to_mapping(load_spec({**base, "recompute_early_stop": True}))["recompute_early_stop"] is True
+
+
 def dist_opt_spec(dp: int, bucket: int) -> dict:
     return {
         "model": {**TINY, "layers": 2},

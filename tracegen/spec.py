@@ -97,6 +97,7 @@ TOP_KEYS = (
     "profile",
     "recompute",
     "recompute_layers",
+    "recompute_early_stop",
     "virtual_stages",
     "distributed_optimizer",
     "overlap_grad_reduce",
@@ -636,6 +637,14 @@ class _SpecBuilder:
             dep.recompute_layers = self.int_key(self.raw, "recompute_layers", "")
         elif dep.recompute == "full":
             dep.recompute_layers = 1  # Megatron's uniform method with one layer per recompute unit
+        early = self.raw.get("recompute_early_stop", False)
+        if not isinstance(early, bool):
+            raise self.fail(f"recompute_early_stop must be true or false, got {early!r}")
+        if early and dep.recompute != "full":
+            raise self.fail(
+                f"recompute_early_stop applies to recompute: full only (recompute is {dep.recompute!r})"
+            )
+        dep.recompute_early_stop = early
 
     def parallel_blocks(self) -> list[dict[str, int | str]]:
         """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
@@ -1370,6 +1379,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "gemm_rates": dep.gemm_rates or GEMM_RATES[0],
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
+        **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,
         "overlap_grad_reduce": dep.overlap_grad_reduce,

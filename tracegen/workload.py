@@ -241,6 +241,23 @@ def part(total: int, k: int, i: int) -> int:
     return total * (i + 1) // k - total * i // k
 
 
+def early_stopped(fwd: list[MoeStep]) -> list[MoeStep]:
+    """The recompute of a checkpointed unit's last layer under PyTorch's early stop: up to, not including,
+    its last `mlp_down` GEMM (a layer without one, e.g. MoE, is recomputed whole).
+
+    torch.utils.checkpoint (non-reentrant, torch >= 2.1, PR 90105 / 96866) stops the recompute by raising in
+    the pack hook of the last tensor the original forward saved. Autograd saves an op's inputs before it
+    runs it (VariableType: the grad_fn's SavedVariables, then the redispatch), so the down projection,
+    whose saved input is the activation and weight, is stopped before its GEMM; the residual add after it
+    saves nothing. This holds for layers without hidden dropout (p = 0: its mask would be saved after the
+    GEMM), as in the runs that set the key; xsim's layers keep a dropout mask byte regardless.
+    """
+    for i in range(len(fwd) - 1, -1, -1):
+        if getattr(fwd[i], "op", None) == "mlp_down":
+            return fwd[:i]
+    return fwd
+
+
 def fsdp_shard(params: int, dp: int) -> int:
     """Elements of one rank's shard of an FSDP unit: the unit padded to a multiple of DP, divided by DP
     (PyTorch FSDP pads each flattened unit so every rank holds an equal shard)."""
@@ -1267,7 +1284,10 @@ class _RankProgram:
         for layer in range(ch.end, ch.start - 1, -1):
             for again in units.get(layer, ()):
                 self.enter(again, mb)
-                pred = self.steps(self.layer_of(again, "fwd"), pred, again, mb, RECOMPUTE)
+                fwd = self.layer_of(again, "fwd")
+                if again == layer and self.gen.dep.recompute_early_stop:
+                    fwd = early_stopped(fwd)
+                pred = self.steps(fwd, pred, again, mb, RECOMPUTE)
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
             self.fsdp_reduce(layer, mb)
