@@ -247,9 +247,9 @@ def early_stopped(fwd: list[MoeStep]) -> list[MoeStep]:
 
     torch.utils.checkpoint (non-reentrant, torch >= 2.1, PR 90105 / 96866) stops the recompute by raising in
     the pack hook of the last tensor the original forward saved. Autograd saves an op's inputs before it
-    runs it (VariableType: the grad_fn's SavedVariables, then the redispatch), so the down projection,
-    whose saved input is the activation and weight, is stopped before its GEMM; the residual add after it
-    saves nothing. This holds for layers without hidden dropout (p = 0: its mask would be saved after the
+    runs it (tools/autograd/gen_variable_type.py: setup_derivative's saved inputs, then emit_call), so the
+    down projection, whose saved inputs are the activation and the weight, is stopped before its GEMM;
+    what follows it (a row-parallel TP collective, the residual add) saves nothing. This holds for layers without hidden dropout (p = 0: its mask would be saved after the
     GEMM), as in the runs that set the key; xsim's layers keep a dropout mask byte regardless.
     """
     for i in range(len(fwd) - 1, -1, -1):
