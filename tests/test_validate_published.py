@@ -537,3 +537,40 @@ def test_llm_foundry_columns_follow_from_our_configuration(data):
     assert pure == {"mpt-70b-s2048-64xa100-80gb", "mpt-7b-s2048-8xa100-40gb", "mpt-13b-s2048-64xa100-40gb"}
     assert all(dict(runs[rid].options)["grad_reduce_dtype"] == "fp32" for rid in set(MPT_TABLE) - pure)
     assert all(dict(runs[rid].options)["attention_kernel"] == "triton" for rid in MPT_TABLE)
+
+
+def test_internlm_tflops_column_follows_from_our_configuration(data):
+    """InternLM prints TFLOPS beside TGS, by its get_megatron_flops (internlm/utils/common.py of 4a3d156):
+    per token c (24 h^2 + 4 s h) L + 6 h V, c = 4 with checkpointing, 3 without (its mlp_ratio 8/3 x 3/2
+    for SwiGLU gives the 24). With our layers, hidden, s 2048 and vocabulary 103,168: by hand
+    (24 x 4096^2 + 4 x 2048 x 4096) = 436,207,616; x 32 = 13,958,643,712; + 6 x 4096 x 103,168 =
+    2,535,456,768. Checkpointed: 4 x 13,958,643,712 + 2,535,456,768 = 58,370,031,616 x 3314 TGS = 193.4
+    TFLOP/s (printed 193); without: 44,411,387,904 x 4103 = 182.2 (printed 183: the page averages TGS and
+    TFLOPS over its log separately)."""
+    runs = {r.id: r for r in data.runs}
+    assert {rid for rid in runs if rid.startswith("internlm-")} == {
+        "internlm-7b-s2048-8xa100-noac",
+        "internlm-7b-s2048-8xa100-ac",
+    }
+    for rid, printed in (("internlm-7b-s2048-8xa100-ac", 193), ("internlm-7b-s2048-8xa100-noac", 183)):
+        r = runs[rid]
+        c = 4 if r.recompute == "full" else 3
+        per_token = c * (24 * r.hidden**2 + 4 * r.seq_len * r.hidden) * r.layers + 6 * r.hidden * r.vocab
+        assert per_token * r.measured_value / 1e12 == pytest.approx(printed, rel=0.005), rid
+        # zero1=8 on 8 GPUs shards the optimizer over the whole DP group: the distributed optimizer, bf16
+        # gradients reduced under the last backward, parameters sent after the step (not overlapped).
+        assert dict(r.options) == {
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": False,
+            "grad_reduce_dtype": "bf16",
+            "distributed_optimizer": True,
+        }, rid
+        # Global Bsz 0.125M tokens = micro_bsz x micro_num x 8 GPUs x 2048.
+        assert r.global_batch * r.seq_len == 131_072 and r.gpus == 8 and r.tp == 1, rid
+    assert 4 * 13_958_643_712 + 2_535_456_768 == 58_370_031_616
+    assert 58_370_031_616 * 3314 / 1e12 == pytest.approx(193.4, abs=0.05)
+    # By PaLM's formula (model_flops_per_token: 44,612,714,496 per token) the rows measure 58.7% and 47.4% MFU.
+    r = runs["internlm-7b-s2048-8xa100-noac"]
+    assert vp.model_flops_per_token(r) == 44_612_714_496
+    assert 100 * 44_612_714_496 * 4103 / 312e12 == pytest.approx(58.67, abs=0.005)
+    assert 100 * 44_612_714_496 * 3314 / 312e12 == pytest.approx(47.39, abs=0.005)
