@@ -574,3 +574,34 @@ def test_internlm_tflops_column_follows_from_our_configuration(data):
     assert vp.model_flops_per_token(r) == 44_612_714_496
     assert 100 * 44_612_714_496 * 4103 / 312e12 == pytest.approx(58.67, abs=0.005)
     assert 100 * 44_612_714_496 * 3314 / 312e12 == pytest.approx(47.39, abs=0.005)
+
+
+def test_flagperf_mfu_column_follows_from_our_rows(data):
+    """FlagPerf's run_pretraining.py prints MFU = X x 8e9 x 6 / 312e12 (Llama 3 8B) and X x 7e9 x 6 / 312e12
+    (Aquila2 7B) from the token/p/s X we take: by hand 3698.7 x 48e9 / 312e12 = 56.90% (printed 56.9),
+    2690.3 x 48e9 / 312e12 = 41.39% (41.4), 3936.8 x 42e9 / 312e12 = 53.00% (53.0). The time per iteration
+    is the script's 512 x 8192 (gbs x 2048 for Aquila, gbs = 1 x 8 x 9 / (TP x PP) = 72) over 8 X."""
+    runs = {r.id: r for r in data.runs}
+    rows = {
+        "flagperf-llama3-8b-pp2-8xa800": (8e9, 56.9, 2),
+        "flagperf-llama3-8b-pp8-8xa800": (8e9, 41.4, 8),
+        "flagperf-aquila2-7b-dp8-8xa800": (7e9, 53.0, 1),
+    }
+    assert {rid for rid in runs if rid.startswith("flagperf-")} == set(rows)
+    for rid, (params, mfu, pp) in rows.items():
+        r = runs[rid]
+        assert 100 * r.measured_value * params * 6 / 312e12 == pytest.approx(mfu, abs=0.05), rid
+        assert (r.gpus, r.tp, r.pp, r.micro_batch) == (8, 1, pp, 1), rid
+        # Megatron's defaults the launch scripts leave on: no overlap, fp32 reduction under bf16.
+        opts = dict(r.options)
+        assert opts["distributed_optimizer"] and not opts["overlap_grad_reduce"], rid
+        assert opts["grad_reduce_dtype"] == "fp32", rid
+    assert vp.measured_seconds(runs["flagperf-llama3-8b-pp2-8xa800"]) == pytest.approx(
+        512 * 8192 / (8 * 3698.7)
+    )
+    assert runs["flagperf-aquila2-7b-dp8-8xa800"].global_batch == 1 * 8 * 9
+    assert runs["flagperf-llama3-8b-pp2-8xa800"].global_batch == 512
+    # Llama 3 8B by PaLM's formula: per layer 2 h^2 + 2 h (h/4) + 3 h 14336 = 33,554,432 + 8,388,608 +
+    # 176,160,768 = 218,103,808; x 32 + 4096 x 128,256 = 6,979,321,856 + 525,336,576 = 7,504,658,432 = N;
+    # 6 N + 12 x 32 x 4096 x 8192 = 45,027,950,592 + 12,884,901,888 = 57,912,852,480 FLOPs per token.
+    assert vp.model_flops_per_token(runs["flagperf-llama3-8b-pp2-8xa800"]) == 57_912_852_480
