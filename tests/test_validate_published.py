@@ -578,20 +578,27 @@ def test_internlm_tflops_column_follows_from_our_configuration(data):
 
 def test_flagperf_mfu_column_follows_from_our_rows(data):
     """FlagPerf's run_pretraining.py prints MFU = X x 8e9 x 6 / 312e12 (Llama 3 8B) and X x 7e9 x 6 / 312e12
-    (Aquila2 7B) from the token/p/s X we take: by hand 3698.7 x 48e9 / 312e12 = 56.90% (printed 56.9),
+    (Aquila2 7B) from the token/p/s X we take (every row on one DGX A800, the dgx-a800 preset): by hand
+    3698.7 x 48e9 / 312e12 = 56.90% (printed 56.9),
     2690.3 x 48e9 / 312e12 = 41.39% (41.4), 3936.8 x 42e9 / 312e12 = 53.00% (53.0). The time per iteration
     is the script's 512 x 8192 (gbs x 2048 for Aquila, gbs = 1 x 8 x 9 / (TP x PP) = 72) over 8 X."""
     runs = {r.id: r for r in data.runs}
     rows = {
-        "flagperf-llama3-8b-pp2-8xa800": (8e9, 56.9, 2),
-        "flagperf-llama3-8b-pp8-8xa800": (8e9, 41.4, 8),
-        "flagperf-aquila2-7b-dp8-8xa800": (7e9, 53.0, 1),
+        "flagperf-llama3-8b-pp2-8xa800": (8e9, 56.9, 1, 2),
+        "flagperf-llama3-8b-pp8-8xa800": (8e9, 41.4, 1, 8),
+        "flagperf-llama3-8b-tp2-pp2-8xa800": (8e9, 52.4, 2, 2),
+        "flagperf-llama3-8b-tp4-pp2-8xa800": (8e9, 46.2, 4, 2),
+        "flagperf-llama3-8b-tp2-pp4-8xa800": (8e9, 46.8, 2, 4),
+        "flagperf-llama3-8b-tp8-8xa800": (8e9, 37.7, 8, 1),
+        "flagperf-aquila2-7b-dp8-8xa800": (7e9, 53.0, 1, 1),
     }
     assert {rid for rid in runs if rid.startswith("flagperf-")} == set(rows)
-    for rid, (params, mfu, pp) in rows.items():
+    for rid, (params, mfu, tp, pp) in rows.items():
         r = runs[rid]
         assert 100 * r.measured_value * params * 6 / 312e12 == pytest.approx(mfu, abs=0.05), rid
-        assert (r.gpus, r.tp, r.pp, r.micro_batch) == (8, 1, pp, 1), rid
+        assert (r.gpus, r.tp, r.pp, r.micro_batch, r.cluster) == (8, tp, pp, 1, "dgx-a800"), rid
+        # the launch script's --sequence-parallel is in effect where TP > 1
+        assert r.sequence_parallel == (tp > 1), rid
         # Megatron's defaults the launch scripts leave on: no overlap, fp32 reduction under bf16.
         opts = dict(r.options)
         assert opts["distributed_optimizer"] and not opts["overlap_grad_reduce"], rid
