@@ -398,7 +398,7 @@ def build_schedule(
         if not nccl or hosts is None or len(set(hosts)) != p:
             raise AlgorithmError(
                 "algorithm pat (NCCL's PAT) runs ReduceScatter/AllGather with one rank per node on clusters "
-                "with collectives: nccl (dgx-a100, dgx-h100)"
+                "with collectives: nccl (dgx-a100, dgx-a800, dgx-h100)"
             )
         from xsim.netmodels.nccl import pat_schedule
 

@@ -118,7 +118,7 @@ class AnalyticalModel(ClosedFormModel):
         if proto is not None and not self.nccl:
             raise AlgorithmError(
                 f"algorithm {spec.algorithm!r}: NCCL protocols run on clusters with collectives: nccl "
-                "(dgx-a100, dgx-h100)"
+                "(dgx-a100, dgx-a800, dgx-h100)"
             )
         algo = algo or self.algorithms.get(spec.kind)
         forced = algo is not None

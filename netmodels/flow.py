@@ -530,7 +530,7 @@ class FlowModel:
             if proto is not None and not self.nccl:
                 raise AlgorithmError(
                     f"algorithm {algo!r}: NCCL protocols run on clusters with collectives: nccl "
-                    "(dgx-a100, dgx-h100)"
+                    "(dgx-a100, dgx-a800, dgx-h100)"
                 )
             if self.nccl and len(ranks) > 1:
                 # The algorithm and protocol NCCL's tuning model picks (the analytical model's closed

@@ -183,6 +183,23 @@ SYSTEM_PRESETS: dict[str, SystemPreset] = {
         368.0,
         "NVIDIA A100 and DGX A100 datasheets",
     ),
+    # DGX A800: the DGX A100 with A800 SXM4 80GB GPUs, the export variant of the A100 with the same GA100
+    # compute and HBM2e and NVLink cut from 600 to 400 GB/s total = 200 GB/s per direction (NVIDIA's
+    # statement to Reuters and the A800 specification of the distributor Omnisky, November 2022, as
+    # reported by heise online, "A800 fuer China: Nvidia umgeht US-Exportbeschraenkungen mit gebremstem
+    # Nvlink", 2022-11-08). Its GPUs are the catalog's A100-80GB (the compute is the A100's); the NICs as
+    # the DGX A100's (BAAI FlagPerf's DGX A800 nodes: InfiniBand 200 Gb/s).
+    "dgx-a800": SystemPreset(
+        "dgx-a800",
+        ("A100-80GB",),
+        8,
+        200 * GBYTE,
+        "ConnectX-6 HDR InfiniBand",
+        200 * GBIT,
+        "A100-40GB",
+        368.0,
+        "DGX A100 datasheet with the A800's 400 GB/s NVLink (Reuters / heise online, 2022-11)",
+    ),
     # DGX H100: 8 H100 SXM5 on NVLink4, 900 GB/s total = 450 GB/s per direction (H100 datasheet); 8
     # single-port ConnectX-7 NDR 400 Gb/s NICs (DGX H100 datasheet). DGX H200 has the same fabric.
     "dgx-h100": SystemPreset(

@@ -97,7 +97,13 @@ A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
 # ConnectX-6), used only on checkouts without the preset. Jean Zay's A100 partition (BigScience tr11-176B-ml
 # README, "Hardware"): 8 A100 80GB per node on NVLink, 4 Omni-Path links per node; Intel Omni-Path 100
 # series: 100 Gb/s per port, so 400 Gb/s per node, 50 Gb/s per GPU when the 8 GPUs share them evenly.
-CLUSTER_NICS = {"dgx-a100": "200Gbps", "dgx-h100": "400Gbps", "jean-zay-a100": "50Gbps"}
+# DGX A800 (BAAI FlagPerf's nodes): the DGX A100 with the A800's 400 GB/s NVLink (netmodels preset dgx-a800).
+CLUSTER_NICS = {
+    "dgx-a100": "200Gbps",
+    "dgx-a800": "200Gbps",
+    "dgx-h100": "400Gbps",
+    "jean-zay-a100": "50Gbps",
+}
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch) by framework profile, used only to decide whether a run fits
 # the node budget (never in a result): counted on the generated 22B model of Korthikanti et al. (TP 8,

@@ -84,3 +84,27 @@ def test_system_presets_reject_foreign_gpus_and_bad_counts():
     for bad in ("dgx-h100:0", "dgx-h100:x", "dgx-a100:"):
         with pytest.raises(TopologyError):
             topology_from_spec(bad)
+
+
+@pytest.mark.parametrize("model", [AnalyticalModel, FlowModel])
+def test_dgx_a800_is_the_dgx_a100_with_two_thirds_of_its_nvlink(model):
+    """DGX A800: the DGX A100's GPUs (A100-80GB compute), NICs and delays with NVLink at 400 GB/s total,
+    200 GB/s per direction. NCCL's figure is then 8 NVLinks x SM80_NVLINK_BW 20.0 = 160 GB/s (the preset's
+    200 GB/s x the A100's 20/25 link efficiency), so one node's 1 GiB ring all-reduce takes, by hand,
+    2 x 7/8 x 2^30 / 160e9 s = 11.744 ms + NCCL's 56 us of Simple-protocol latency = 11.800 ms: 1.5x the
+    DGX A100's bandwidth term."""
+    a, a8 = SYSTEM_PRESETS["dgx-a100"], SYSTEM_PRESETS["dgx-a800"]
+    assert a8.nvlink_bandwidth == 200 * GB and a.nvlink_bandwidth == 1.5 * a8.nvlink_bandwidth
+    assert (a8.gpus, a8.gpus_per_node, a8.nic, a8.nic_bandwidth) == (
+        ("A100-80GB",),
+        8,
+        a.nic,
+        a.nic_bandwidth,
+    )
+    assert (a8.interconnect_row, a8.nic_latency_ns) == (a.interconnect_row, a.nic_latency_ns)
+    spec = CollectiveSpec("all_reduce", SIZE, tuple(range(8)), algorithm="ring")
+    t = simulate_collective(model(topology_from_spec("dgx-a800:1")), spec).finish_ns
+    assert 2 * 7 / 8 * SIZE / 160e9 * 1e9 == pytest.approx(11_744_051, abs=1)
+    assert t == pytest.approx(11_744_051 + 56_000, rel=0.002)
+    spec_a = simulate_collective(model(topology_from_spec("dgx-a100:1")), spec).finish_ns
+    assert (t - 56_000) == pytest.approx(1.5 * (spec_a - 56_000), rel=0.002)

@@ -537,3 +537,78 @@ def test_llm_foundry_columns_follow_from_our_configuration(data):
     assert pure == {"mpt-70b-s2048-64xa100-80gb", "mpt-7b-s2048-8xa100-40gb", "mpt-13b-s2048-64xa100-40gb"}
     assert all(dict(runs[rid].options)["grad_reduce_dtype"] == "fp32" for rid in set(MPT_TABLE) - pure)
     assert all(dict(runs[rid].options)["attention_kernel"] == "triton" for rid in MPT_TABLE)
+
+
+def test_internlm_tflops_column_follows_from_our_configuration(data):
+    """InternLM prints TFLOPS beside TGS, by its get_megatron_flops (internlm/utils/common.py of 4a3d156):
+    per token c (24 h^2 + 4 s h) L + 6 h V, c = 4 with checkpointing, 3 without (its mlp_ratio 8/3 x 3/2
+    for SwiGLU gives the 24). With our layers, hidden, s 2048 and vocabulary 103,168: by hand
+    (24 x 4096^2 + 4 x 2048 x 4096) = 436,207,616; x 32 = 13,958,643,712; + 6 x 4096 x 103,168 =
+    2,535,456,768. Checkpointed: 4 x 13,958,643,712 + 2,535,456,768 = 58,370,031,616 x 3314 TGS = 193.4
+    TFLOP/s (printed 193); without: 44,411,387,904 x 4103 = 182.2 (printed 183: the page averages TGS and
+    TFLOPS over its log separately)."""
+    runs = {r.id: r for r in data.runs}
+    assert {rid for rid in runs if rid.startswith("internlm-")} == {
+        "internlm-7b-s2048-8xa100-noac",
+        "internlm-7b-s2048-8xa100-ac",
+    }
+    for rid, printed in (("internlm-7b-s2048-8xa100-ac", 193), ("internlm-7b-s2048-8xa100-noac", 183)):
+        r = runs[rid]
+        c = 4 if r.recompute == "full" else 3
+        per_token = c * (24 * r.hidden**2 + 4 * r.seq_len * r.hidden) * r.layers + 6 * r.hidden * r.vocab
+        assert per_token * r.measured_value / 1e12 == pytest.approx(printed, rel=0.005), rid
+        # zero1=8 on 8 GPUs shards the optimizer over the whole DP group: the distributed optimizer, bf16
+        # gradients reduced under the last backward, parameters sent after the step (not overlapped).
+        assert dict(r.options) == {
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": False,
+            "grad_reduce_dtype": "bf16",
+            "distributed_optimizer": True,
+        }, rid
+        # Global Bsz 0.125M tokens = micro_bsz x micro_num x 8 GPUs x 2048.
+        assert r.global_batch * r.seq_len == 131_072 and r.gpus == 8 and r.tp == 1, rid
+    assert 4 * 13_958_643_712 + 2_535_456_768 == 58_370_031_616
+    assert 58_370_031_616 * 3314 / 1e12 == pytest.approx(193.4, abs=0.05)
+    # By PaLM's formula (model_flops_per_token: 44,612,714,496 per token) the rows measure 58.7% and 47.4% MFU.
+    r = runs["internlm-7b-s2048-8xa100-noac"]
+    assert vp.model_flops_per_token(r) == 44_612_714_496
+    assert 100 * 44_612_714_496 * 4103 / 312e12 == pytest.approx(58.67, abs=0.005)
+    assert 100 * 44_612_714_496 * 3314 / 312e12 == pytest.approx(47.39, abs=0.005)
+
+
+def test_flagperf_mfu_column_follows_from_our_rows(data):
+    """FlagPerf's run_pretraining.py prints MFU = X x 8e9 x 6 / 312e12 (Llama 3 8B) and X x 7e9 x 6 / 312e12
+    (Aquila2 7B) from the token/p/s X we take (every row on one DGX A800, the dgx-a800 preset): by hand
+    3698.7 x 48e9 / 312e12 = 56.90% (printed 56.9),
+    2690.3 x 48e9 / 312e12 = 41.39% (41.4), 3936.8 x 42e9 / 312e12 = 53.00% (53.0). The time per iteration
+    is the script's 512 x 8192 (gbs x 2048 for Aquila, gbs = 1 x 8 x 9 / (TP x PP) = 72) over 8 X."""
+    runs = {r.id: r for r in data.runs}
+    rows = {
+        "flagperf-llama3-8b-pp2-8xa800": (8e9, 56.9, 1, 2),
+        "flagperf-llama3-8b-pp8-8xa800": (8e9, 41.4, 1, 8),
+        "flagperf-llama3-8b-tp2-pp2-8xa800": (8e9, 52.4, 2, 2),
+        "flagperf-llama3-8b-tp4-pp2-8xa800": (8e9, 46.2, 4, 2),
+        "flagperf-llama3-8b-tp2-pp4-8xa800": (8e9, 46.8, 2, 4),
+        "flagperf-llama3-8b-tp8-8xa800": (8e9, 37.7, 8, 1),
+        "flagperf-aquila2-7b-dp8-8xa800": (7e9, 53.0, 1, 1),
+    }
+    assert {rid for rid in runs if rid.startswith("flagperf-")} == set(rows)
+    for rid, (params, mfu, tp, pp) in rows.items():
+        r = runs[rid]
+        assert 100 * r.measured_value * params * 6 / 312e12 == pytest.approx(mfu, abs=0.05), rid
+        assert (r.gpus, r.tp, r.pp, r.micro_batch, r.cluster) == (8, tp, pp, 1, "dgx-a800"), rid
+        # the launch script's --sequence-parallel is in effect where TP > 1
+        assert r.sequence_parallel == (tp > 1), rid
+        # Megatron's defaults the launch scripts leave on: no overlap, fp32 reduction under bf16.
+        opts = dict(r.options)
+        assert opts["distributed_optimizer"] and not opts["overlap_grad_reduce"], rid
+        assert opts["grad_reduce_dtype"] == "fp32", rid
+    assert vp.measured_seconds(runs["flagperf-llama3-8b-pp2-8xa800"]) == pytest.approx(
+        512 * 8192 / (8 * 3698.7)
+    )
+    assert runs["flagperf-aquila2-7b-dp8-8xa800"].global_batch == 1 * 8 * 9
+    assert runs["flagperf-llama3-8b-pp2-8xa800"].global_batch == 512
+    # Llama 3 8B by PaLM's formula: per layer 2 h^2 + 2 h (h/4) + 3 h 14336 = 33,554,432 + 8,388,608 +
+    # 176,160,768 = 218,103,808; x 32 + 4096 x 128,256 = 6,979,321,856 + 525,336,576 = 7,504,658,432 = N;
+    # 6 N + 12 x 32 x 4096 x 8192 = 45,027,950,592 + 12,884,901,888 = 57,912,852,480 FLOPs per token.
+    assert vp.model_flops_per_token(runs["flagperf-llama3-8b-pp2-8xa800"]) == 57_912_852_480

@@ -73,6 +73,7 @@ class SystemLinks:
 # a system preset has no estimate: its DP collectives are taken in flight up to their first consumer.
 SYSTEM_LINKS: dict[str, SystemLinks] = {
     "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8),
+    "dgx-a800": SystemLinks(8, 200e9, 200e9 / 8),
     "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8),
 }
 

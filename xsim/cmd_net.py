@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--algorithm",
         help="ring, direct, halving_doubling, double_binary_tree (tree), hierarchical, multi_ring:K; on "
-        "NCCL-mode clusters (dgx-a100, dgx-h100) also ring/LL, ring/LL128, ring/Simple, tree/..., and on "
+        "NCCL-mode clusters (dgx-a100, dgx-a800, dgx-h100) also ring/LL, ring/LL128, ring/Simple, tree/..., and on "
         "dgx-h100 NVLink SHARP: nvls (one node), nvls_tree (AllReduce across nodes), and pat "
         "(ReduceScatter/AllGather, one rank per node) "
         "(default: the model's, e.g. the ASTRA-sim system json's; NCCL's choice on NCCL-mode clusters)",
