@@ -149,7 +149,8 @@ def test_te_pipeline_and_bulk_gemm_chunks_run_on_the_sms_userbuffers_leave():
     # pipeline (forward GEMM then its ReduceScatter): every chunk on 132 - 16 SMs; bulk (backward): the
     # wgrad half only; ring_exchange (AllGather then GEMM, copy engines): none.
     for n in on:
-        if ".chunk" not in n.name or n.type != pb.COMP_NODE:
+        # (the LM head is Megatron's ColumnParallelLinear, not TE's: its NCCL collectives, tested below)
+        if ".chunk" not in n.name or n.type != pb.COMP_NODE or "lm_head" in n.name:
             continue
         ratio = _ns(n) / _ns(off[n.name])
         pipeline = "attn_out_proj.fwd" in n.name or "mlp_down.fwd" in n.name
@@ -205,3 +206,28 @@ def test_launch_script_sm_counts_reach_the_durations():
 def test_bad_sm_counts_are_one_line(extra, message):
     with pytest.raises(SpecError, match=message):
         load_spec(_spec(**extra))
+
+
+def test_overlapped_tp_collectives_of_the_backward_hold_nccl_ctas():
+    # TP 2 SP on a DGX H100, Megatron-Core without userbuffers: fc1's backward re-gathers its input under
+    # the dgrad half and reduce-scatters the dgrad under the wgrad half, on NVLink (450 GB/s per direction).
+    # Re-gather: 1,024 tokens x 2,048 x 2 B per rank, sent once (p - 1 = 1); ReduceScatter: 2,048 x 2,048
+    # x 2 B, half of it sent. Both 4,194,304 B / 450e9 B/s = 9,320.7 ns. A half under it for that share of
+    # its time runs on 132 - 12 SMs (NCCL_TP_CTAS): roofline time x 132/120 for that share.
+    spec = {
+        "model": MODEL, "parallel": {"gpu": "H100", "tp": 2}, "compute_model": "roofline",
+        "sequence_parallel": True, "cluster": "dgx-h100",
+    }  # fmt: skip
+    on = {n.name: n for n in generate(load_spec(spec), rewrite=False).nodes[0]}
+    off = {
+        n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
+    }
+    wire = 4_194_304 / 450e9 * 1e9
+    for half in ("chunk0", "chunk1"):
+        plain = _ns(off[f"L1.mlp_up_gate.bwd.mb0.{half}"])
+        frac = min(1.0, wire / plain)
+        assert 0 < frac < 1
+        want = plain + (plain * 132 / 120 - plain) * frac
+        assert _ns(on[f"L1.mlp_up_gate.bwd.mb0.{half}"]) == pytest.approx(want, abs=2)
+    # The rest of the layer's backward is not under a collective: unchanged.
+    assert _ns(on["L1.mlp_down.bwd.mb0"]) == _ns(off["L1.mlp_down.bwd.mb0"])

@@ -32,14 +32,16 @@ def sync_nodes(nodes):
 # -- tp_comm_overlap: the overlap rule on a two-GEMM chain ------------------------------------------------
 
 
-def chain_programs(tp: int, micros: dict[tuple[str, str], int]):
-    """Fresh programs of the TP group's ranks of a tiny TP-`tp` SP model with tp_comm_overlap, and the ops
-    of one layer; GEMM times come from profile rows (`micros` per (op, phase))."""
+def chain_programs(tp: int, micros: dict[tuple[str, str], int], **extra):
+    """Fresh programs of the TP group's ranks of a tiny TP-`tp` SP model with tp_comm_overlap (unless
+    `extra` says otherwise), and the ops of one layer; GEMM times come from profile rows (`micros` per
+    (op, phase))."""
     spec = {
         "model": {**TINY, "heads": 4, "kv_heads": 4},
         "device_groups": [{"gpu": "H100", "ranks": list(range(tp))}],
         "sequence_parallel": True,
         "tp_comm_overlap": True,
+        **extra,
     }
     gen = _Generator(load_spec(spec))
     gen.run()
@@ -135,6 +137,98 @@ def test_tp_overlap_bulk_reduce_scatter_under_the_wgrad_half(tmp_path, rs, want)
     assert replay_ns(tmp_path, [p.nodes for p in progs], 2) == want
 
 
+# -- the column-parallel linear's backward as Megatron / TE run it (Framework.sp_dgrad_overlap) ----------
+
+# The re-gathered input of mlp_up_gate at TP 2 under SP: 32 / 2 tokens x 64 x 2 B = 2,048 B, so 2,048 ns on
+# the closed-form network (1 ns per byte of comm_size; an AllGather's comm_size is the per-rank input).
+REGATHER = 2_048
+
+
+@pytest.mark.parametrize(
+    ("g_us", "rs", "want"),
+    [
+        # Backward of mlp_up_gate, g = 40 us (dgrad and wgrad halves of 20 us), then its dgrad ReduceScatter
+        # of R ns. The gather A = 2,048 ns runs under the dgrad half; the ReduceScatter starts after the
+        # dgrad half and the gather, the wgrad half after the gather:
+        #   T = max(g/2, A) + max(g/2, R)
+        (40, 15_000, 40_000),
+        (40, 20_000, 40_000),  # R exactly the wgrad half: still hidden
+        (40, 20_001, 40_001),  # one ns more shows as one ns
+        (40, 25_000, 45_000),
+        # g = 4 us: the gather (2,048) outlasts the dgrad half (2,000), the wgrad half waits for it.
+        (4, 1_000, 2_048 + 2_000),
+        (4, 3_000, 2_048 + 3_000),
+    ],
+)
+def test_sp_backward_regathers_and_hides_the_reduce_scatter_under_wgrad(tmp_path, g_us, rs, want):
+    progs, ops = chain_programs(
+        2, {("mlp_up_gate", "bwd"): g_us}, tp_comm_overlap=False, framework="megatron-core"
+    )
+    chain = [ops[("mlp_up_gate", "bwd")], Comm("mlp_tp_in", "reduce_scatter", rs)]
+    for p in progs:
+        p._phase = "bwd"
+        p.steps(chain, None, 1, 0)
+    nodes = progs[0].nodes
+    assert [n.name for n in nodes] == [
+        "L1.mlp_tp_in_regather.bwd.mb0.chunk0", "L1.mlp_up_gate.bwd.mb0.chunk0",
+        "L1.mlp_tp_in.bwd.mb0.chunk0", "L1.mlp_up_gate.bwd.mb0.chunk1",
+    ]  # fmt: skip
+    gather, dgrad, rs_node, wgrad = nodes
+    assert A.comm_size(gather) == REGATHER and A.get_int(gather, A.COMM_TYPE) == pb.ALL_GATHER
+    # the re-gather precedes the wgrad GEMM (its data), not the dgrad GEMM; the ReduceScatter waits for both
+    assert list(wgrad.data_deps) == [gather.id] and gather.id not in dgrad.data_deps
+    assert sorted(rs_node.data_deps) == sorted([dgrad.id, gather.id])
+    assert replay_ns(tmp_path, [p.nodes for p in progs], 2) == want
+
+
+@pytest.mark.parametrize(
+    ("framework", "sp", "kind", "overlapped"),
+    [
+        # Without SP: the dgrad AllReduce under wgrad (async_tensor_model_parallel_allreduce) where the code
+        # runs it, T = g/2 + max(g/2, R); after the whole backward elsewhere, T = g + R. No re-gather.
+        ("megatron-core", False, "all_reduce", True),
+        ("megatron-2022", False, "all_reduce", True),
+        ("megatron-2021", False, "all_reduce", False),
+        ("megatron-deepspeed", False, "all_reduce", False),  # --deepspeed turns the async AllReduce off
+        # SP: Megatron-2022 and Megatron-DeepSpeed as Megatron-Core (the test above); 2021 had no SP.
+        ("megatron-2022", True, "reduce_scatter", True),
+        ("megatron-deepspeed", True, "reduce_scatter", True),
+        ("megatron-2021", True, "reduce_scatter", False),
+    ],
+)
+def test_dgrad_collective_overlap_per_framework(tmp_path, framework, sp, kind, overlapped):
+    progs, ops = chain_programs(
+        2, {("mlp_up_gate", "bwd"): 40}, tp_comm_overlap=False, sequence_parallel=sp, framework=framework
+    )
+    r = 25_000
+    chain = [ops[("mlp_up_gate", "bwd")], Comm("mlp_tp_in", kind, r)]
+    for p in progs:
+        p._phase = "bwd"
+        p.steps(chain, None, 1, 0)
+    names = [n.name.split(".")[1] for n in progs[0].nodes]
+    regather = ["mlp_tp_in_regather"] if overlapped and sp else []
+    assert names == (
+        regather + ["mlp_up_gate", "mlp_tp_in", "mlp_up_gate"] if overlapped else ["mlp_up_gate", "mlp_tp_in"]
+    )
+    assert replay_ns(tmp_path, [p.nodes for p in progs], 2) == (20_000 + r if overlapped else 40_000 + r)
+
+
+def test_sp_backward_regathers_every_column_parallel_input_in_a_generated_model():
+    # TP 2 SP, Megatron-Core without userbuffers: per layer and micro-batch QKV's and fc1's input again,
+    # and the LM head's once per micro-batch (Megatron's ColumnParallelLinear); each its forward gather's
+    # bytes. Megatron-2021 has none.
+    spec = {"model": TINY, "device_groups": [{"gpu": "H100", "ranks": [0, 1]}], "sequence_parallel": True}
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    regather = [n for n in nodes if "_regather" in n.name]
+    assert sorted(n.name.split(".mb")[0] for n in regather) == sorted(
+        ["L1.attn_tp_in_regather.bwd", "L1.mlp_tp_in_regather.bwd", "L2.attn_tp_in_regather.bwd",
+         "L2.mlp_tp_in_regather.bwd", "head_tp_in_regather.bwd"]
+    )  # fmt: skip
+    assert {A.comm_size(n) for n in regather} == {REGATHER}
+    old = generate(load_spec({**spec, "framework": "megatron-2021"}), rewrite=False).nodes[0]
+    assert not [n for n in old if "_regather" in n.name]
+
+
 def test_tp_overlap_in_a_generated_layer():
     # TP 2 with SP: per layer forward the two AllGathers (ring exchange, 1 step) and two ReduceScatters
     # (4 chunks each); backward the two AllGathers (1 step) and the two dgrad ReduceScatters (bulk, 1).
@@ -153,9 +247,11 @@ def test_tp_overlap_in_a_generated_layer():
         ("bwd", "mlp_tp_out"): 1, ("bwd", "mlp_tp_in"): 1, ("bwd", "attn_tp_out"): 1, ("bwd", "attn_tp_in"): 1,
     }  # fmt: skip
     plain = generate(load_spec({**spec, "tp_comm_overlap": False}), rewrite=False).nodes[0]
-    # The same work: FLOPs and collective bytes are only cut into chunks.
-    for key in (A.NUM_OPS, A.COMM_SIZE):
-        assert sum(A.get_int(n, key, 0) for n in nodes) == sum(A.get_int(n, key, 0) for n in plain)
+    # The same work: FLOPs and collective bytes are only cut into chunks, except that without userbuffers
+    # Megatron-Core's TE layers gather QKV's and fc1's input again in backward (sp_dgrad_overlap): 2 layers x
+    # 2 x (32 / 2 tokens x 64 x 2 B) = 8,192 B more (userbuffers' bulk dgrad gather is not modelled).
+    for key, more in ((A.NUM_OPS, 0), (A.COMM_SIZE, 8_192)):
+        assert sum(A.get_int(n, key, 0) for n in nodes) + more == sum(A.get_int(n, key, 0) for n in plain)
 
 
 # -- grad_reduce_dtype ----------------------------------------------------------------------------------

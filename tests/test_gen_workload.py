@@ -69,22 +69,25 @@ def test_small_spec_counts_by_hand(schedule):
     # 11 plus the two residual-gradient adds) + embedding dropout and embedding = 15 COMP, AllReduce of the
     # attention and MLP input gradients = 2. Two micro-batches, plus the optimizer step (grad_norm, clip,
     # Adam, param_copy, zero_grad = 5 COMP; the grad-norm AllReduce over the replica's four model-parallel
-    # ranks = 1): COMP 2*(13+15)+5 = 61, ALL_REDUCE 2*(3+2)+1 = 11, SEND 2, RECV 2 -> 76 nodes.
+    # ranks = 1): COMP 2*(13+15)+5 = 61, ALL_REDUCE 2*(3+2)+1 = 11, SEND 2, RECV 2 -> 76 nodes. The QKV and
+    # MLP up/gate backward GEMMs are each two nodes, dgrad then wgrad, the AllReduce between them under the
+    # wgrad (Megatron-Core's async dgrad AllReduce, Framework.async_dgrad_allreduce): COMP 61 + 2*2 = 65.
     for r in (0, 1):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 61,
+            "COMP_NODE": 65,
             "ALL_REDUCE": 11,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
-        assert len(b.nodes[r]) == 76
+        assert len(b.nodes[r]) == 80
     # Stage 1 (layer 2, head). Forward: recv, 11 layer ops + final norm, LM head, loss = 14 COMP, AllReduce
     # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 13 = 16 COMP,
     # AllReduce of the LM-head input gradient + 2 in the layer = 3, one gradient send.
-    # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2.
+    # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2; the QKV, MLP up/gate and LM-head backward
+    # GEMMs as dgrad and wgrad nodes: COMP 65 + 2*3 = 71.
     for r in (2, 3):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 65,
+            "COMP_NODE": 71,
             "ALL_REDUCE": 13,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
@@ -107,9 +110,10 @@ def test_sequence_parallel_counts_by_hand():
     # before the MLP, ReduceScatter after each block (2 AG, 3 RS); backward the mirror image per layer
     # (2 AG, 2 RS) plus the embedding's AllGather (3 AG, 2 RS). Two micro-batches: 10 AG, 10 RS; plus the
     # one AllReduce of the norm-weight gradients before the optimizer and the grad-norm AllReduce. COMP as
-    # in test_small_spec_counts_by_hand.
+    # in test_small_spec_counts_by_hand. The backward gathers QKV's and fc1's inputs again for their wgrad
+    # GEMMs (Framework.sp_dgrad_overlap): 4 AG more, 14.
     assert kinds(b.nodes[0]) == {
-        "COMP_NODE": 61, "ALL_GATHER": 10, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
+        "COMP_NODE": 65, "ALL_GATHER": 14, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
         "COMM_SEND_NODE": 2, "COMM_RECV_NODE": 2,
     }  # fmt: skip
     ag = next(n for n in b.nodes[0] if n.type == pb.COMM_COLL_NODE and A.comm_type(n) == pb.ALL_GATHER)

@@ -10,7 +10,9 @@ MFU ~80% -> ~47%, thread "Compute-Communication Overlap Causes Severe GEMM Perfo
 because of Tail Effect", 2025); fused attention and the roofline model lose the same share of the peak.
 Memory-bound kernels keep their time: their HBM bandwidth is not divided by SM count in this model.
 
-The generator decides which nodes run under which communication (tracegen.workload): it is a fact of the
+The generator decides which nodes run under which communication (tracegen.workload): the DP collectives
+on their NCCL stream, the TP collectives a column-parallel linear's backward overlaps on theirs, each
+stream placed on the compute-time axis by `busy_fractions`: it is a fact of the
 emitted program, not of the replay, so the engine stays a plain dependency-driven replayer. The spec key
 `comm_sm_contention: false` turns it off.
 """
@@ -37,6 +39,13 @@ TE_SM_MARGIN_METHODS = ("pipeline", "bulk")
 # ("Duplication should be complete now": nChannels * 2, NCCL 2.30.7 src/graph/connect.cc) into 16 runtime channels,
 # one CTA each. Hopper's further doubling applies only under 16 channels (same file), so 16 on both.
 NCCL_DP_CTAS = 16
+# NCCL's CTAs of a TP collective inside one DGX node (the overlapped backward collectives of the column-
+# parallel linears, Framework.sp_dgrad_overlap / async_dgrad_allreduce): the ring search finds six channels
+# at the fastest NVLink speed on DGX A100/H100 (netmodels/nccl.py, graph_channels) and ncclTopoPostset
+# duplicates them ("Duplication should be complete now": nChannels * 2, src/graph/connect.cc); Hopper's
+# four runtime channels per search channel apply only across nodes (`comm->nNodes > 1`, same file). A TP
+# group spanning nodes holds NCCL_DP_CTAS, as a DP collective does.
+NCCL_TP_CTAS = 12
 
 
 def with_free_sms(gpu: GpuSpec, busy: int) -> GpuSpec:
@@ -100,6 +109,13 @@ def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLink
     sent = {"all_gather": size * (p - 1), "all_reduce": 2 * size * (p - 1) / p}.get(kind, size * (p - 1) / p)
     nodes = {r // links.gpus_per_node for r in members}
     return sent / (links.nic if len(nodes) > 1 else links.nvlink)
+
+
+def comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
+    """CTAs a TP-group collective holds: NCCL_TP_CTAS inside a node, NCCL_DP_CTAS across nodes."""
+    if links is not None and len({r // links.gpus_per_node for r in members}) > 1:
+        return NCCL_DP_CTAS
+    return NCCL_TP_CTAS
 
 
 def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow]) -> dict[int, float]:

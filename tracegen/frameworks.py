@@ -61,6 +61,19 @@ class Framework:
     # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
     # when TP does not divide the tensor's elements.
     pp_scatter_gather: bool = False
+    # The backward of a column-parallel linear (QKV, MLP up/gate, LM head) as one autograd function runs it
+    # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward, TE's _LayerNormLinear.backward),
+    # its collectives on the NCCL stream while the GEMMs run ("we rely on CUDA_DEVICE_MAX_CONNECTIONS=1"):
+    # - sp_dgrad_overlap: under sequence parallelism the forward saved only the rank's input shard, so the
+    #   backward all-gathers it again asynchronously under the input-gradient (dgrad) GEMM, waits for it,
+    #   launches the dgrad's ReduceScatter asynchronously, runs the weight-gradient (wgrad) GEMM under it and
+    #   waits at the end;
+    # - async_dgrad_allreduce: without sequence parallelism the dgrad's AllReduce runs asynchronously under
+    #   the wgrad GEMM (`async_tensor_model_parallel_allreduce`).
+    # Off: the whole backward GEMM, then the collective (Megatron-LM 2021's copy_to_tensor_model_parallel_
+    # region, whose backward all-reduces after autograd has run both GEMMs), no re-gather.
+    sp_dgrad_overlap: bool = False
+    async_dgrad_allreduce: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -91,12 +104,24 @@ _MEGATRON_2021 = Framework(
 )
 
 FRAMEWORKS: dict[str, Framework] = {
+    # de7dc40f88's ColumnParallelLinear (megatron/mpu/layers.py) has no asynchronous communication and no
+    # sequence parallelism: copy_to_tensor_model_parallel_region all-reduces the input gradient after the
+    # layer's backward (sp_dgrad_overlap / async_dgrad_allreduce off).
     "megatron-2021": _MEGATRON_2021,
     # The same layer as Korthikanti et al. 2022 ran it (Megatron-LM d898a8991d, 2022-05-25: the kernels of
     # megatron-2021 plus sequence parallelism and selective recompute): contiguous gradient buffers and, for
     # FP32 accumulation (bf16), the weight-gradient GEMM accumulating into the buffer (tracegen.grad_path).
+    # Its column-parallel linears and the LM head (parallel_lm_logits) run LinearWithGradAccumulationAnd-
+    # AsyncCommunication (megatron/mpu/layers.py): the SP re-gather under dgrad and ReduceScatter under
+    # wgrad; without SP the asynchronous AllReduce (`--no-async-tensor-model-parallel-allreduce` unset: on
+    # by default, arguments.py; switched off only under --sequence-parallel, which takes the SP path).
     "megatron-2022": replace(
-        _MEGATRON_2021, name="megatron-2022", grad_path="megatron-2022", causal_softmax_max_seq=4096
+        _MEGATRON_2021,
+        name="megatron-2022",
+        grad_path="megatron-2022",
+        causal_softmax_max_seq=4096,
+        sp_dgrad_overlap=True,
+        async_dgrad_allreduce=True,
     ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/
@@ -107,7 +132,24 @@ FRAMEWORKS: dict[str, Framework] = {
     # performance reasons", transformer_engine/pytorch/attention utils get_attention_backend), a Hopper-native
     # kernel timed at FlashAttention-3's published rates (FlashAttention-3, section 4.1: FA3 matches or
     # beats cuDNN from 1k tokens on, so these rates are cuDNN's upper bound).
-    "megatron-core": Framework("megatron-core", "flash", True, True, True, True, True, True, "cudnn"),
+    # TE's _LayerNormLinear.backward (QKV, fc1; transformer_engine/pytorch/module/layernorm_linear.py of
+    # v1.8, without userbuffers) gathers ln_out again (async_op=True, "Overlap input AG with dgrad"), then
+    # "Overlap dgrad-RS/AR with wgrad": the ReduceScatter under SP, else the AllReduce, asynchronously, and
+    # waits after the wgrad GEMM; the LM head is Megatron-Core's ColumnParallelLinear (megatron/core/
+    # tensor_parallel/layers.py: the same order, allreduce_dgrad whenever TP > 1 without SP).
+    "megatron-core": Framework(
+        "megatron-core",
+        "flash",
+        True,
+        True,
+        True,
+        True,
+        True,
+        True,
+        "cudnn",
+        sp_dgrad_overlap=True,
+        async_dgrad_allreduce=True,
+    ),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as
@@ -117,8 +159,23 @@ FRAMEWORKS: dict[str, Framework] = {
     # update_hp_grads() after every micro-batch's backward (deepspeed/runtime/pipe/engine.py
     # _exec_backward_pass; deepspeed/runtime/bf16_optimizer.py: "we copy/accumulate to the high-precision
     # grads now to prevent accumulating in the bf16 grads after successive backward() calls").
+    # Its LinearWithGradAccumulationAndAsyncCommunication (megatron/core/tensor_parallel/layers.py,
+    # microsoft/Megatron-DeepSpeed f4157bea69) runs the SP re-gather and overlapped ReduceScatter as
+    # Megatron's, but arguments.py turns async_tensor_model_parallel_allreduce off under --deepspeed ("DeepSpeed
+    # seems to be incompatible with async_tensor_model_parallel_allreduce"): without SP the input gradient is
+    # all-reduced by copy_to_tensor_model_parallel_region after the whole backward.
     "megatron-deepspeed": Framework(
-        "megatron-deepspeed", "flash", False, False, False, False, False, False, "fa2", True
+        "megatron-deepspeed",
+        "flash",
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        "fa2",
+        True,
+        sp_dgrad_overlap=True,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

@@ -240,6 +240,19 @@ def _tp_in(c: Ctx, op: str, fwd: bool) -> list[Step]:
     return [] if fwd else [Comm(op, "all_reduce", full)]
 
 
+# Megatron's `f` collectives of the column-parallel linears whose backward one autograd function runs with
+# the GEMMs (Framework.sp_dgrad_overlap / async_dgrad_allreduce): QKV, MLP up/gate and the LM head.
+COLUMN_TP_IN: frozenset[str] = frozenset({"attn_tp_in", "mlp_tp_in", "head_tp_in"})
+
+
+def sp_regather(c: Ctx, op: str) -> Comm:
+    """The backward's second AllGather of a column-parallel linear's input under sequence parallelism: the
+    forward saved only the rank's shard (Framework.sp_dgrad_overlap), so the same bytes as the forward's."""
+    (gather,) = _tp_in(c, op, True)
+    assert isinstance(gather, Comm) and gather.kind == "all_gather"
+    return Comm(f"{op}_regather", "all_gather", gather.size)
+
+
 def _tp_out(c: Ctx, op: str, fwd: bool) -> list[Step]:
     """Megatron's `g` after a row-parallel GEMM: AllReduce fwd / identity bwd; with SP ReduceScatter / AllGather."""
     if c.sh.tp == 1:

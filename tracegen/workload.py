@@ -27,6 +27,7 @@ from xsim.tracegen.contention import (
     TE_UB_SMS,
     CommWindow,
     busy_fractions,
+    comm_ctas,
     wire_seconds,
     with_free_sms,
 )
@@ -58,6 +59,7 @@ from xsim.tracegen.moe_ops import (
     rank_params_ep,
 )
 from xsim.tracegen.ops import (
+    COLUMN_TP_IN,
     LINEAR_OPS,
     Comm,
     Ctx,
@@ -74,6 +76,7 @@ from xsim.tracegen.ops import (
     optimizer_steps,
     param_tensors,
     rank_params,
+    sp_regather,
     te_amax_update,
     with_selective_recompute,
 )
@@ -728,6 +731,8 @@ class _RankProgram:
         # (node, send?, model chunk, "prev" | "next" neighbour of that chunk, k-th peer)
         self.p2p_log: list[tuple[int, bool, int, str, int]] = []
         self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
+        self.tp_async: list[int] = []  # those of them that run under compute (dgrad_overlapped)
+        self.dgrad_overlap = False  # set by `setup`
         self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
         # The nodes serialized once per (device group id, TP group name) they are copied to.
         self.blobs: dict[tuple[int, str], Records] = {}
@@ -953,8 +958,9 @@ class _RankProgram:
     ) -> int | None:
         label = f"L{layer}." if layer else ""
         plain = self._plain.get(id(steps))
-        if plain is None:  # no CP, MoE all-to-all or TE overlap step: each step one node (most lists)
+        if plain is None:  # no CP, MoE all-to-all, TE overlap or overlapped dgrad: each step one node
             ok = not any(isinstance(s, RingXfer | RingWait | CpComm | AllToAll) for s in steps)
+            ok = ok and not any(self._dgrad_pair(steps, i) for i in range(len(steps)))
             plain = self._plain[id(steps)] = (steps, ok)
         if plain[1] and not self.tp_overlap:
             for s in steps:
@@ -975,6 +981,10 @@ class _RankProgram:
             method = self._tp_overlap_method(steps, i)
             if method:
                 pred = self.overlapped(method, steps[i], steps[i + 1], pred, layer, mb, label, phase)
+                i += 2
+                continue
+            if self._dgrad_pair(steps, i):
+                pred = self.dgrad_overlapped(steps[i], steps[i + 1], pred, layer, mb, label, phase)
                 i += 2
                 continue
             pred = self.step(steps[i], pred, layer, mb, label, phase)
@@ -1043,6 +1053,45 @@ class _RankProgram:
         self._gemm_chunk(ov, 0, after + self._take_waits(), chain)  # bulk: dgrad half
         c = self._comm_chunk(ov, 0, 1, [ov.gemm_ids[0]], [])
         self.frontier = self._gemm_chunk(ov, 1, [], [ov.gemm_ids[0]])  # wgrad half, under the ReduceScatter
+        return c
+
+    def _dgrad_pair(self, steps: list[Step], i: int) -> bool:
+        """steps[i] is a column-parallel linear's backward GEMM and steps[i + 1] its input gradient's TP
+        collective, which the framework runs under the weight-gradient GEMM (`dgrad_overlap`)."""
+        if not self.dgrad_overlap or i + 1 >= len(steps):
+            return False
+        s, nxt = steps[i], steps[i + 1]
+        return (
+            isinstance(s, Op)
+            and s.phase == "bwd"
+            and s.kernels == 2  # a backward GEMM: dgrad and wgrad (ops._gemm)
+            and isinstance(nxt, Comm)
+            and nxt.op in COLUMN_TP_IN
+            and nxt.kind in ("reduce_scatter", "all_reduce")
+        )
+
+    def dgrad_overlapped(
+        self, a: Step, b: Step, pred: int | None, layer: int, mb: int, label: str, phase: str
+    ) -> int:
+        """A column-parallel linear's backward as Megatron's LinearWithGradAccumulationAndAsyncCommunication
+        and TE's _LayerNormLinear run it (Framework.sp_dgrad_overlap / async_dgrad_allreduce): under SP the
+        input's AllGather again (tracegen.ops.sp_regather), issued with the dgrad half; the dgrad's
+        ReduceScatter (or AllReduce) after the dgrad half and the gather; the wgrad half after the gather, under
+        the ReduceScatter. Returns the collective (the next step's input); the wgrad half is the frontier."""
+        gemm, comm = a, b
+        assert isinstance(gemm, Op) and isinstance(comm, Comm)
+        tags = (self._tag_of(gemm, phase), self._tag_of(comm, phase))
+        ov = _Overlap(gemm, comm, 2, layer, mb, label, *tags, "async")
+        chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
+        after = [] if pred is None else [pred]
+        gathered: list[int] = []
+        if comm.kind == "reduce_scatter":
+            gov = _Overlap(gemm, sp_regather(self.ctx, comm.op), 1, layer, mb, label, *tags, "async")
+            gathered = [self._comm_chunk(gov, 0, 1, after, chain)]
+        self._gemm_chunk(ov, 0, after + self._take_waits(), chain)  # dgrad half, under the gather
+        c = self._comm_chunk(ov, 0, 1, [ov.gemm_ids[0], *gathered], [])
+        self._gemm_chunk(ov, 1, gathered, [ov.gemm_ids[0]])  # wgrad half, under the collective
+        self.tp_async += [*gathered, c]
         return c
 
     def _gemm_chunk(self, ov: _Overlap, i: int, data: list[int], ctrl: list[int]) -> int:
@@ -1691,6 +1740,12 @@ class _RankProgram:
         # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
         self.gather_ahead = dep.overlap_param_gather and dep.distributed_optimizer and self.dp_pg is not None
         self.tp_overlap = dep.tp_comm_overlap and self.ctx.sp and self.st.dg.tp > 1
+        # The column-parallel linears' backward collectives under their GEMMs (Framework.sp_dgrad_overlap /
+        # async_dgrad_allreduce); TE's userbuffers (tp_comm_overlap) take QKV and fc1 first.
+        fw = self.ctx.fw
+        self.dgrad_overlap = self.st.dg.tp > 1 and (
+            fw.sp_dgrad_overlap if self.ctx.sp else fw.async_dgrad_allreduce
+        )
         self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket (FSDP: unit)
         self.bucket_count = 0
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
@@ -1792,7 +1847,8 @@ class _RankProgram:
     def contend(self) -> None:
         """Re-time the compute nodes that run while communication holds SMs (tracegen.contention): a DP
         collective (gradient bucket, parameter gather, FSDP) for its estimated time from its issue, until
-        the first node that waits for it at the latest, and the GEMM chunks TE's userbuffers overlap."""
+        the first node that waits for it at the latest, likewise a TP collective a column-parallel linear's
+        backward overlaps (on the TP stream), and the GEMM chunks TE's userbuffers overlap."""
         g = self.gen
         sync = sorted(set(self.sync_ids) | set(self.expert_sync_ids))
         ns_of: dict[int, int] = {}  # id(op) -> its duration (ops repeat: hashing an Op costs more)
@@ -1802,15 +1858,24 @@ class _RankProgram:
         comp = [(nid, ns_of[id(op)] if k == 1 else part(ns_of[id(op)], k, i))
                 for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
         busy = busy_fractions(comp, self._windows(sync)) if sync else {}
+        # The overlapped TP collectives run on their own NCCL stream (the TP communicator's).
+        tp_busy = busy_fractions(comp, self._windows(self.tp_async)) if self.tp_async else {}
+        streams = (
+            (busy, g.dep.dp_comm_ctas or NCCL_DP_CTAS),
+            (tp_busy, comm_ctas(g.bundle.comm_groups[self.tp_pg], g.links) if tp_busy else 0),
+        )
         for nid, (op, i, k) in self.comp_ops.items():
-            te, frac = self.te_busy.get(nid, 0), busy.get(nid, 0.0)
-            if not te and not frac:
+            te = self.te_busy.get(nid, 0)
+            fracs = [(f, ctas) for on, ctas in streams if (f := on.get(nid, 0.0))]
+            if not te and not fracs:
                 continue
             plain = part(g.duration_ns(self.gpu, op), k, i)
             ns = part(g.contended_ns(self.gpu, op, te), k, i) if te else plain
-            if frac:  # the share of the node under a DP collective loses NCCL's CTAs as well
-                full = part(g.contended_ns(self.gpu, op, te + (g.dep.dp_comm_ctas or NCCL_DP_CTAS)), k, i)
-                ns = round(ns + (full - ns) * frac)
+            if fracs:  # the share of the node under a collective loses NCCL's CTAs as well, per stream
+                base = ns
+                for frac, ctas in fracs:
+                    ns += (part(g.contended_ns(self.gpu, op, te + ctas), k, i) - base) * frac
+                ns = round(ns)
             node = pb.Node.FromString(self.payloads[nid])
             node.duration_micros = max(1, (ns + 500) // 1000) if ns else 0
             for j, a in enumerate(node.attr):
