@@ -144,6 +144,9 @@ def test_deployment_json_gives_cluster_and_recorded_durations(tmp_path, capsys) 
             "seq_len": 512,
             "micro_batches": 2,
             "compute_model": "roofline",
+            # every node at its roofline time: the wgrad halves that run under the column-parallel linears'
+            # overlapped TP collectives would lose NCCL's SMs (tests/test_gen_contention.py)
+            "comm_sm_contention": False,
             "device_groups": groups,
         }
     )
@@ -169,7 +172,8 @@ def test_deployment_json_gives_cluster_and_recorded_durations(tmp_path, capsys) 
                 continue
             want = 1e9 * n_ops / min(peak, bw * n_ops / size)
             got = ops.filter(rank=rank, node_id=node.id)["duration_ns"][0]
-            assert abs(got - want) <= 0.5 + 1e-6 * want, (rank, node.name)  # rounded to the nearest ns
+            # rounded to the nearest ns (a backward GEMM's dgrad and wgrad halves split the rounded whole)
+            assert abs(got - want) <= 1 + 1e-6 * want, (rank, node.name)
 
 
 @pytest.mark.skipif(not ET.is_dir(), reason="../shared peer traces absent")
