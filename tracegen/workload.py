@@ -705,6 +705,9 @@ class _RankProgram:
         # id of a Step of this rank's step lists -> (the step, duration_micros, its trailing attributes' bytes)
         self._step_tail: dict[int, tuple[Step, int, bytes, int]] = {}
         self._plain: dict[int, tuple[list, bool]] = {}  # id of a step list -> (it, only plain steps?)
+        # (id of a step, chunks, chunk) -> (ns, duration_micros, attribute bytes after the _tags, the step)
+        self._chunk_tail: dict[tuple[int, int, int], tuple[int, int, bytes, Step]] = {}
+        self._regather: dict[str, Comm] = {}  # tp_in op -> its backward re-gather (ops.sp_regather)
         self.frontier: int | None = None  # last node of the compute/TP chain
         self.base = [gen.attr(A.STAGE, st.index), gen.attr(A.DEVICE_GROUP, dg.id)]
         self.first = st.chunks[0].first
@@ -732,6 +735,7 @@ class _RankProgram:
         self.p2p_log: list[tuple[int, bool, int, str, int]] = []
         self.tp_ids: list[int] = []  # TP collectives (their PG_NAME is the TP group's)
         self.tp_async: list[int] = []  # those of them that run under compute (dgrad_overlapped)
+        self.tp_async_of: dict[int, tuple[str, int]] = {}  # their (kind, comm_size)
         self.dgrad_overlap = False  # set by `setup`
         self.tags: list[tuple[str, int, int]] = []  # (phase, layer, micro_batch) of every node
         # The nodes serialized once per (device group id, TP group name) they are copied to.
@@ -1086,26 +1090,37 @@ class _RankProgram:
         after = [] if pred is None else [pred]
         gathered: list[int] = []
         if comm.kind == "reduce_scatter":
-            gov = _Overlap(gemm, sp_regather(self.ctx, comm.op), 1, layer, mb, label, *tags, "async")
+            gather = self._regather.get(comm.op)
+            if gather is None:
+                gather = self._regather[comm.op] = sp_regather(self.ctx, comm.op)
+            gov = _Overlap(gemm, gather, 1, layer, mb, label, *tags, "async")
             gathered = [self._comm_chunk(gov, 0, 1, after, chain)]
+            self.tp_async.append(gathered[0])
+            self.tp_async_of[gathered[0]] = (gather.kind, gather.size)
         self._gemm_chunk(ov, 0, after + self._take_waits(), chain)  # dgrad half, under the gather
         c = self._comm_chunk(ov, 0, 1, [ov.gemm_ids[0], *gathered], [])
         self._gemm_chunk(ov, 1, gathered, [ov.gemm_ids[0]])  # wgrad half, under the collective
-        self.tp_async += [*gathered, c]
+        self.tp_async.append(c)
+        self.tp_async_of[c] = (comm.kind, comm.size)
         return c
 
     def _gemm_chunk(self, ov: _Overlap, i: int, data: list[int], ctrl: list[int]) -> int:
         """Chunk i of ov.k of the GEMM: 1/k of its FLOPs, bytes and exact duration (the parts sum to the
         whole)."""
         g, s, k = self.gen, ov.gemm, ov.k
-        ns = part(g.duration_ns(self.gpu, s), k, i)
-        extra = [g.attr(A.NUM_OPS, part(s.flops, k, i)), g.attr(A.TENSOR_SIZE, part(s.bytes, k, i))]
-        extra.append(g.attr(A.DURATION_NS, ns))
-        micros = max(1, (ns + 500) // 1000) if ns else 0
-        tags = self._tags(ov.layer, ov.gemm_tag, ov.mb)
+        key = (id(s), k, i)
+        tail = self._chunk_tail.get(key)
+        if tail is None:  # (ns, micros, the attribute bytes after the _tags), once per op and chunk
+            ns = part(g.duration_ns(self.gpu, s), k, i)
+            extra = [g.attr(A.NUM_OPS, part(s.flops, k, i)), g.attr(A.TENSOR_SIZE, part(s.bytes, k, i))]
+            extra.append(g.attr(A.DURATION_NS, ns))
+            micros = max(1, (ns + 500) // 1000) if ns else 0
+            tail = self._chunk_tail[key] = (ns, micros, g.attrs_bytes(extra), s)
+        ns, micros, extra_bytes, _ = tail
+        head = self._head(ov.layer, ov.gemm_tag, ov.mb)
         name = f"{ov.label}{s.op}.{ov.gemm_tag}.mb{ov.mb}.chunk{i}"
         self._cost = (1, ns)
-        nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, tags + extra)
+        nid = self._add(name, pb.COMP_NODE, data, ctrl, micros, head + extra_bytes)
         ov.gemm_ids.append(nid)
         self.comp_ops[nid] = (s, i, k)
         # TE launches the GEMM on the SMs its userbuffers kernels leave (pipeline: every chunk; bulk: the
@@ -1119,14 +1134,18 @@ class _RankProgram:
     def _comm_chunk(self, ov: _Overlap, i: int, k: int, data: list[int], ctrl: list[int]) -> int:
         """Chunk i of k of the TP collective (1/k of its bytes) on the TP group."""
         g, c = self.gen, ov.comm
-        extra = [
-            g.attr(A.COMM_TYPE, COMM_KIND[c.kind]),
-            g.attr(A.COMM_SIZE, part(c.size, k, i)),
-            g.attr(A.PG_NAME, self.tp_pg),
-        ]
-        tags = self._tags(ov.layer, ov.comm_tag, ov.mb)
+        key = (id(c), k, i)
+        tail = self._chunk_tail.get(key)
+        if tail is None:
+            extra = [
+                g.attr(A.COMM_TYPE, COMM_KIND[c.kind]),
+                g.attr(A.COMM_SIZE, part(c.size, k, i)),
+                g.attr(A.PG_NAME, self.tp_pg),
+            ]
+            tail = self._chunk_tail[key] = (0, 0, g.attrs_bytes(extra), c)
+        head = self._head(ov.layer, ov.comm_tag, ov.mb)
         name = f"{ov.label}{c.op}.{ov.comm_tag}.mb{ov.mb}.chunk{i}"
-        nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, tags + extra)
+        nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, head + tail[2])
         self.tp_ids.append(nid)
         return nid
 
@@ -1859,7 +1878,9 @@ class _RankProgram:
                 for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
         busy = busy_fractions(comp, self._windows(sync)) if sync else {}
         # The overlapped TP collectives run on their own NCCL stream (the TP communicator's).
-        tp_busy = busy_fractions(comp, self._windows(self.tp_async)) if self.tp_async else {}
+        tp_busy = (
+            busy_fractions(comp, self._windows(self.tp_async, self.tp_async_of)) if self.tp_async else {}
+        )
         streams = (
             (busy, g.dep.dp_comm_ctas or NCCL_DP_CTAS),
             (tp_busy, comm_ctas(g.bundle.comm_groups[self.tp_pg], g.links) if tp_busy else 0),
@@ -1883,23 +1904,31 @@ class _RankProgram:
                     node.attr[j].CopyFrom(g.attr(A.DURATION_NS, ns))
             self.payloads[nid] = node.SerializeToString()
 
-    def _windows(self, sync: list[int]) -> list[CommWindow]:
-        """The DP collectives of this rank in issue order (one NCCL stream) with their first consumers and
-        estimated times; a collective without a consumer of its own is done when a later one is waited for."""
+    def _windows(self, sync: list[int], known: dict[int, tuple[str, int]] | None = None) -> list[CommWindow]:
+        """The collectives `sync` of one NCCL stream of this rank (DP, or the overlapped TP ones) in issue
+        order with their first consumers and estimated times; a collective without a consumer of its own is
+        done when a later one is waited for. `known`: (kind, comm_size) of TP-group collectives by id, which
+        then need not be parsed."""
         g, syncset = self.gen, set(sync)
         first: dict[int, int] = {}
-        for nid, (data, ctrl) in enumerate(self.deps):
+        for nid in range(sync[0] + 1, len(self.deps)):  # a node depends only on earlier ones
             if nid not in syncset:
+                data, ctrl = self.deps[nid]
                 for d in (*data, *ctrl):
                     if d in syncset and d not in first:
                         first[d] = nid
         out, end = [], len(self.payloads)
         for c in reversed(sync):
             end = min(end, first.get(c, end))
-            n = pb.Node.FromString(self.payloads[c])
-            kind = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), "")
-            members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
-            out.append(CommWindow(c, end, wire_seconds(kind, A.comm_size(n), members, g.links)))
+            got = known.get(c) if known is not None else None
+            if got is not None:
+                kind, size = got
+                members = g.bundle.comm_groups[self.tp_pg]
+            else:
+                n = pb.Node.FromString(self.payloads[c])
+                kind, size = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), ""), A.comm_size(n)
+                members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
+            out.append(CommWindow(c, end, wire_seconds(kind, size, members, g.links)))
         return out[::-1]
 
     def _all_params(self) -> int:
