@@ -1885,7 +1885,8 @@ class _RankProgram:
             (busy, g.dep.dp_comm_ctas or NCCL_DP_CTAS),
             (tp_busy, comm_ctas(g.bundle.comm_groups[self.tp_pg], g.links) if tp_busy else 0),
         )
-        for nid, (op, i, k) in self.comp_ops.items():
+        for nid in sorted(set(self.te_busy).union(busy, tp_busy)):  # the nodes under communication
+            op, i, k = self.comp_ops[nid]
             te = self.te_busy.get(nid, 0)
             fracs = [(f, ctas) for on, ctas in streams if (f := on.get(nid, 0.0))]
             if not te and not fracs:
