@@ -11,7 +11,6 @@ from xsim.traces import attrs as A
 from xsim.traces import pb
 from xsim.traces.errors import TraceFormatError
 from xsim.traces.io import JsonFileError, read_json
-from xsim.traces.outputs import atomic_write_bytes
 from xsim.traces.stream import GZIP_MAGIC, EtFile
 
 FORMAT = "xsim-chakra-json/1"
@@ -36,6 +35,8 @@ def dump_json(et: EtFile, path: str | os.PathLike[str]) -> None:
     data = text.encode("utf-8")
     if p.endswith(".gz"):
         data = gzip.compress(data, mtime=0)
+    from xsim.traces.outputs import atomic_write_bytes  # writers only: a replay reads
+
     atomic_write_bytes(p, data)  # temporary name, renamed into place
 
 

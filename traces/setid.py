@@ -16,11 +16,13 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xsim.traces import pb
 from xsim.traces.errors import TraceSetError, XsimError
-from xsim.traces.outputs import FolderKind
+
+if TYPE_CHECKING:  # writers only (trace_set_kind): checking a set's ids never loads the output helpers
+    from xsim.traces.outputs import FolderKind
 
 SET_FILE = "set.json"
 SET_ID_ATTR = "xsim_set_id"
@@ -191,6 +193,8 @@ def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "traces")
     """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
     and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
     files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
+    from xsim.traces.outputs import FolderKind
+
     # classes.json: a compact set's class map (traces/classes.py CLASSES_FILE), written by the same `xsim gen`.
     meta = {"comm_group.json", "deployment.json", "memory.json", "classes.json", SET_FILE}
     seen: list[bool] = []  # read once, when the folder is checked (under the writers' lock)

@@ -17,7 +17,6 @@ from xsim.traces import pb
 from xsim.traces.errors import TraceFormatError
 from xsim.traces.et_stream_pb2 import NodeBatch
 from xsim.traces.limits import InputLimitError, inflate
-from xsim.traces.outputs import atomic_write_bytes
 from xsim.traces.wire import (  # noqa: F401 (frame_offsets, frame_spans: the framing's public names here too)
     batch_records,
     frame_length,
@@ -140,6 +139,8 @@ def write_et_records(
     if metadata is None:
         metadata = pb.GlobalMetadata(version="1.0.0")
     head = metadata.SerializeToString()
+    from xsim.traces.outputs import atomic_write_bytes  # writers only: a replay reads
+
     atomic_write_bytes(os.fspath(path), b"".join([frame_length(len(head)), head, records]))
 
 
@@ -158,6 +159,8 @@ def write_et(
     if p.endswith(".gz"):
         # mtime=0 keeps the output byte-identical across runs.
         data = gzip.compress(data, compresslevel=gzip_level, mtime=0)
+    from xsim.traces.outputs import atomic_write_bytes
+
     # Temporary name, then renamed into place: never half a file, never through a symbolic link.
     atomic_write_bytes(p, data)
 
