@@ -1257,7 +1257,9 @@ def private_model(network: NetworkModel) -> NetworkModel:
     # A model holding a Topology has loaded its module; with it not loaded (ASTRA-sim mode) there is none
     # to share, and the check need not import it (start-up).
     topology = sys.modules.get("xsim.netmodels.topology")
-    shared = () if topology is None else [v for v in vars(network).values() if isinstance(v, topology.Topology)]
+    shared = (
+        () if topology is None else [v for v in vars(network).values() if isinstance(v, topology.Topology)]
+    )
     memo = {id(v): v for v in shared}
     if isinstance(network, TimingClasses):
         memo.update((id(t), t) for t in network.memo_tables())
