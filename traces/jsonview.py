@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from typing import Any
@@ -34,6 +33,8 @@ def dump_json(et: EtFile, path: str | os.PathLike[str]) -> None:
     p = os.fspath(path)
     data = text.encode("utf-8")
     if p.endswith(".gz"):
+        import gzip  # gzip files only: a replay of .et files never loads it
+
         data = gzip.compress(data, mtime=0)
     from xsim.traces.outputs import atomic_write_bytes  # writers only: a replay reads
 
@@ -140,6 +141,8 @@ def is_json_file(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     if head[:2] == GZIP_MAGIC:
+        import gzip
+
         try:
             with gzip.open(p, "rb") as fh:
                 head = fh.read(64)

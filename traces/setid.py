@@ -11,7 +11,6 @@ stale rank of a bigger earlier set, a file of another plan, a deployment.json of
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Callable
@@ -105,7 +104,12 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
         with open(path, "rb") as fh:
             head = fh.read(2)
             fh.seek(0)
-            src = gzip.open(fh) if head == b"\x1f\x8b" else fh
+            if head == b"\x1f\x8b":
+                import gzip  # gzip files only: a replay of .et files never loads it
+
+                src = gzip.open(fh)
+            else:
+                src = fh
             with src:
                 buf = src.read(_FIRST_READ)
                 if buf[:1] in (b"{", b"[", b" ", b"\n", b""):
@@ -118,7 +122,7 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
                     return None, None  # not xsim's small metadata: the full reader judges the file
                 if pos + n > len(buf):
                     buf += src.read(pos + n - len(buf))
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
         raise TraceSetError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
     if pos + n > len(buf):
         return None, None  # cut short: the full reader names the damage

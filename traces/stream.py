@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import gzip
 import os
 import zlib
 from collections.abc import Iterable, Sequence
@@ -157,6 +156,8 @@ def write_et(
         metadata = pb.GlobalMetadata(version="1.0.0")
     data = encode_stream(metadata, nodes)
     if p.endswith(".gz"):
+        import gzip  # writing .et.gz only: a replay inflates with zlib (traces/limits.py)
+
         # mtime=0 keeps the output byte-identical across runs.
         data = gzip.compress(data, compresslevel=gzip_level, mtime=0)
     from xsim.traces.outputs import atomic_write_bytes
