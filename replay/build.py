@@ -47,6 +47,7 @@ from xsim.traces import pb
 from xsim.traces.attrcheck import columns_first_problem, columns_problem, node_problem
 from xsim.traces.attrs import COMM_DST, COMM_SIZE, COMM_SRC, COMM_TAG, COMM_TYPE, PG_NAME, STREAM
 from xsim.traces.columnar import F_BOOL, F_STRING, RankColumns
+from xsim.traces.graph import unready
 
 
 def _py(kind: int, value: int, strings: tuple[str, ...]):
@@ -241,8 +242,6 @@ _MAX_DEPS_CACHED = 64
 
 def _unready_ids(view: RankView, e: _Edges) -> list[int]:
     """Ids of the rows that can never become ready (on or behind a cycle), ascending."""
-    from xsim.traces.graph import unready  # a cycle's report only (start-up)
-
     ptr = np.concatenate(([0], np.cumsum(e.counts))).tolist()
     kl = e.kids.tolist()
     stuck = unready(e.ndeps.tolist(), [kl[ptr[i] : ptr[i + 1]] for i in range(view.n)])

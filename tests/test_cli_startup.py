@@ -41,12 +41,11 @@ LAZY += ("tempfile", "google.protobuf.json_format")
 CUT = ("shutil", "bz2", "lzma", "pathlib", "urllib.parse", "xsim.api.generation")
 LAZY += CUT
 # Issue 30 round 6: what only a rare branch or a writer needs loads there: the deadlock explainer (a stuck
-# run), the protobuf-message columns (sets the columnar decoder leaves), the cycle finder (a cycle's report),
-# the folded ops.csv text writer (writing tables) and gzip (.gz files; plain .et is inflated by zlib only).
+# run), the protobuf-message columns (sets the columnar decoder leaves), the folded ops.csv text writer
+# (writing tables) and gzip (.gz files; plain .et is inflated by zlib only).
 LAZY += (
     "xsim.replay.deadlock",
     "xsim.traces.node_columns",
-    "xsim.traces.graph",
     "xsim.replay.ops_text",
     "gzip",
 )
