@@ -48,10 +48,12 @@ LAZY += (
     "xsim.traces.node_columns",
     "xsim.replay.ops_text",
     "gzip",
+    "xsim.netmodels.ns3_options",  # the --ns3-* flags' choices and defaults: netmodels/ns3_defaults.py
 )
-# An ASTRA-sim-mode replay builds no topology graph, and writes nothing: neither the graph nor the output
-# helpers load (a generated set's deployment reader, tracegen.spec, needs the latter).
-ASTRA_LAZY = ("xsim.netmodels.topology", "xsim.netmodels.digraph", "xsim.traces.outputs")
+# An ASTRA-sim-mode replay builds no topology graph, writes nothing and is no what-if: neither the graph, the
+# output helpers nor the what-if helpers load (a generated set's deployment reader, tracegen.spec, needs the
+# output helpers; its GPU types, the what-if module).
+ASTRA_LAZY = ("xsim.netmodels.topology", "xsim.netmodels.digraph", "xsim.traces.outputs", "xsim.api.whatif")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
