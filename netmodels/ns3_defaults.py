@@ -1,8 +1,8 @@
 """The `ns3` model's choices and defaults: constants only, for the command line's `--ns3-*` flags.
 
 Apart from the options class (netmodels/ns3_options.py, which re-exports them) so that building a verb's
-parser defines no dataclass: each is a few compiles at import, paid by every `xsim replay` (docs/performance.md,
-issue 30 round 6).
+parser defines no dataclass (a dataclass is several compiles when its module loads, paid by every `xsim
+replay`: docs/performance.md, issue 30 round 6).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ CUT = ("shutil", "bz2", "lzma", "pathlib", "urllib.parse", "xsim.api.generation"
 LAZY += CUT
 # Issue 30 round 6: what only a rare branch or a writer needs loads there: the deadlock explainer (a stuck
 # run), the protobuf-message columns (sets the columnar decoder leaves), the folded ops.csv text writer
-# (writing tables) and gzip (.gz files; plain .et is inflated by zlib only).
+# (writing tables) and gzip (writing .gz, JSON views; reading .et.gz inflates with zlib, traces/limits.py).
 LAZY += (
     "xsim.replay.deadlock",
     "xsim.traces.node_columns",
