@@ -76,11 +76,6 @@ class Framework:
     # same TP position (megatron/training.py train_step, 'backward-embedding-all-reduce', de7dc40f88 and
     # d898a8991d; mpu/initialize.py builds the group).
     embedding_grad_allreduce: bool = False
-    # The loss of every micro-batch is averaged over the data-parallel group for logging, on the last stage,
-    # inside the forward step: pretrain_gpt.py loss_func -> average_losses_across_data_parallel_group
-    # (megatron/utils.py: torch.distributed.all_reduce of the FP32 loss over the DP group, synchronous on
-    # the compute stream; de7dc40f88 and d898a8991d).
-    loss_dp_allreduce: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -110,7 +105,6 @@ _MEGATRON_2021 = Framework(
     pp_scatter_gather=True,
     step_timers=True,
     embedding_grad_allreduce=True,
-    loss_dp_allreduce=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {

@@ -58,7 +58,6 @@ from xsim.tracegen.moe_ops import (
     rank_params_ep,
 )
 from xsim.tracegen.ops import (
-    FP32,
     LINEAR_OPS,
     Comm,
     Ctx,
@@ -592,7 +591,7 @@ class _Generator:
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
             patches[nid] = n.SerializeToString()
         if dp_pg != template.dp_pg:
-            for nid in (*template.sync_ids, *template.loss_ids):
+            for nid in template.sync_ids:
                 n = records.node(nid)
                 n.attr[_PG_NAME_AT].string_val = dp_pg or ""
                 patches[nid] = n.SerializeToString()
@@ -692,7 +691,6 @@ class _RankProgram:
         self.mp_pg = gen.mp_groups.get(rank, "")
         self.emb_pg = gen.emb_groups.get(rank, "")
         self.emb_ids: list[int] = []  # the tied embedding's gradient AllReduce (PG_NAME: the embedding group)
-        self.loss_ids: list[int] = []  # the per-micro-batch loss AllReduces: PG_NAME is the DP group
         self.mp_ids: list[
             int
         ] = []  # grad-norm (and found-inf) AllReduces: PG_NAME is the model-parallel group
@@ -1278,32 +1276,11 @@ class _RankProgram:
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["fwd"], pred, 0, mb)
-            if self.ctx.fw.loss_dp_allreduce and self.dp_pg is not None:
-                pred = self.loss_allreduce(pred, mb)
         assert pred is not None
         self.last_fwd[(ch.index, mb)] = pred
         self.timer_sync(TIMER_SYNCS_PASS_END, (pred,))
         if ch.next is not None:
             self.send_to(ch, "next", ch.end, mb, ACT_TAG, pred, ch.index)
-
-    def loss_allreduce(self, pred: int, mb: int) -> int:
-        """The micro-batch's FP32 loss averaged over the DP group (Framework.loss_dp_allreduce): one 4 B
-        AllReduce in the compute stream's chain, as a TP collective (the backward waits for it)."""
-        g = self.gen
-        assert self.dp_pg is not None
-        extra = [g.attr(A.COMM_TYPE, pb.ALL_REDUCE), g.attr(A.COMM_SIZE, FP32), g.attr(A.PG_NAME, self.dp_pg)]
-        ctrl = [] if self.frontier is None or self.frontier == pred else [self.frontier]
-        nid = self._add(
-            f"loss_dp_allreduce.fwd.mb{mb}",
-            pb.COMM_COLL_NODE,
-            [pred],
-            ctrl,
-            0,
-            self._tags(0, "fwd", mb) + extra,
-        )
-        self.loss_ids.append(nid)
-        self.frontier = nid
-        return nid
 
     def recompute_units(self, ch: _Chunk) -> dict[int, range]:
         """Full recompute, Megatron's uniform method: the chunk's layers in units of K from its first layer
