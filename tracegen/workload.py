@@ -109,7 +109,9 @@ HOST_READS = frozenset({"grad_norm_allreduce", "found_inf_allreduce"})
 # stops (its few small kernels, the token broadcast and the masks, are not generated); a backward step's
 # timer starts before its kernels; each pass's timer stops after them; a pipeline exchange's timer starts
 # before and stops after _communicate (charged with its synchronize: the same host time with the GPU
-# drained; the stop's wait for the scatter/gather's all-gather falls to the next pass's start).
+# drained; the stop's wait for the scatter/gather's all-gather falls to the next pass's start). The timers
+# once per iteration (around the DP and embedding all-reduces and the optimizer's phases: 14 syncs) are not
+# generated.
 TIMER_SYNCS_FORWARD_START, TIMER_SYNCS_BACKWARD_START, TIMER_SYNCS_PASS_END, TIMER_SYNCS_EXCHANGE = 4, 1, 1, 2
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
