@@ -61,7 +61,9 @@ def _pg(v):
     return v if isinstance(v, str) else (None if v is None else str(int(v)))
 
 
-@dataclass
+# Records of numpy arrays (this one and the others so marked): no generated eq, hash or repr (why:
+# traces/columnar.py, AttrColumn).
+@dataclass(eq=False, repr=False)
 class _Edges:
     """One rank's dependency edges: per row its dependency count, per row its child count, the children
     (rows) parent after parent, and the ctrl deps dropped (on absent ids or on the node itself)."""
@@ -73,7 +75,7 @@ class _Edges:
     check_cycle: bool  # some edge goes to an earlier row (a cycle is possible) and no check ran yet
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Deps:
     """One rank's dependency lists as rows: owner row and parent row of every data / ctrl dependency."""
 
@@ -86,7 +88,7 @@ class _Deps:
     key: tuple | None  # the builder's cache key (ids and deps as bytes), for sorted files
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class _Nodes:
     """The rank's per-row program columns as the stages fill them."""
 

@@ -21,7 +21,6 @@ from itertools import chain
 import numpy as np
 from xsim.netmodels.api import NetworkModel
 from xsim.replay.config import ReplayConfig
-from xsim.replay.deadlock import StoppedRun, explain_deadlock
 from xsim.replay.errors import ReplayError
 from xsim.replay.matching import CollectiveInstance, CollectiveMatcher, CollectiveRecord, P2PMatcher
 from xsim.replay.network_port import NetworkPort
@@ -301,6 +300,8 @@ class Engine:
         n, prog = self.n, self.prog
         arrays = self.runs.fill(self.start, self.end, self.ready)
         if self.done < n:
+            from xsim.replay.deadlock import StoppedRun, explain_deadlock  # a stuck run only (start-up)
+
             if arrays is not None:
                 self.start, self.end, self.ready = (a.tolist() for a in arrays)
             self.runs.fill_remaining(self.start, self.remaining)

@@ -53,6 +53,7 @@ import copy
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -62,7 +63,6 @@ from google.protobuf.message import DecodeError
 from xsim.netmodels.api import CollectiveSpec, FixedDurations, NetworkModel, StaggeredStarts, TimingClasses
 from xsim.netmodels.errors import NetworkModelError
 from xsim.netmodels.models import capabilities_of
-from xsim.netmodels.topology import Topology
 from xsim.replay.compute import ComputeModel, timing_key_of
 from xsim.replay.config import ReplayConfig
 from xsim.replay.errors import FoldRefused, ReplayError
@@ -679,7 +679,9 @@ def predicted_files(
     return bytes_of
 
 
-@dataclass(frozen=True)
+# Records of numpy arrays (this one and the others so marked): no generated eq, hash or repr (why:
+# traces/columnar.py, AttrColumn).
+@dataclass(frozen=True, eq=False, repr=False)
 class _RepTemplate:
     """A representative's file as a byte template, with the label fields a folded rank's file renames."""
 
@@ -739,7 +741,7 @@ TEMPLATE_ATTRS = frozenset({DEVICE_GROUP, PG_NAME, COMM_SRC, COMM_DST})
 _COMM_GROUP = "comm_group"  # a group given by number (traces/attrs.py): a template refuses such nodes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RepFile:
     """A representative's decoded file cut to what its byte template reads (_template): its bytes, its
     nodes' ids and frame, payload and name spans, and the TEMPLATE_ATTRS and comm_group columns, offsets in
@@ -1252,7 +1254,13 @@ def private_model(network: NetworkModel) -> NetworkModel:
     """A copy of the model with its own pending transfers and handles, sharing the topology (routes are a
     function of the topology alone) and, for a model with TimingClasses, its memo tables (a function of the
     transfers alone): what either copy has timed, the other looks up."""
-    memo = {id(v): v for v in vars(network).values() if isinstance(v, Topology)}
+    # A model holding a Topology has loaded its module; with it not loaded (ASTRA-sim mode) there is none
+    # to share, and the check need not import it (start-up).
+    topology = sys.modules.get("xsim.netmodels.topology")
+    shared = (
+        () if topology is None else [v for v in vars(network).values() if isinstance(v, topology.Topology)]
+    )
+    memo = {id(v): v for v in shared}
     if isinstance(network, TimingClasses):
         memo.update((id(t), t) for t in network.memo_tables())
     return copy.deepcopy(network, memo)

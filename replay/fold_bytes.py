@@ -25,7 +25,9 @@ _CHUNK = 1 << 13  # bytes compared per memcmp while looking for the first differ
 MAX_NODE_CHECKS = 64  # differing nodes checked one by one before the exact proof of the whole file is cheaper
 
 
-@dataclass(frozen=True)
+# Records of numpy arrays (this one and the others so marked): no generated eq, hash or repr (why:
+# traces/columnar.py, AttrColumn).
+@dataclass(frozen=True, eq=False, repr=False)
 class Template:
     """One representative's file: its bytes and where its nodes and replaceable fields lie (file offsets)."""
 
@@ -42,7 +44,7 @@ class Template:
         return len(self.frame_start)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Prediction:
     """A predicted file: bytes, and each node's frame start and payload end in them."""
 
@@ -124,7 +126,7 @@ def _varint_cached(v: int) -> bytes:
     return b
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Layout:
     """Where a prediction's bytes come from, for one template, spans and replacement lengths."""
 

@@ -15,11 +15,11 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xsim.replay.engine import EngineOutput, canonical_ids
 from xsim.replay.fold import Copies
-from xsim.replay.ops_text import ChunkRows, OpsText
 from xsim.replay.program import ANNOTATION_COLUMNS, Program, strings_series
 from xsim.replay.result import (
     OpsColumns,
@@ -34,6 +34,9 @@ from xsim.replay.result import (
 )
 from xsim.traces.attrs import DEVICE_GROUP
 from xsim.traces.groups import ProcessGroups
+
+if TYPE_CHECKING:  # the CSV text writer loads with the tables' first frame, not with a replay
+    from xsim.replay.ops_text import ChunkRows, OpsText
 
 # Rows per ops chunk: big enough that polars' per-call costs vanish, small enough (~200 MB of columns)
 # that the expansion of a 16,384-rank run stays far under the memory of a laptop.
@@ -244,6 +247,8 @@ class FoldedTables:
             )
         )
         self._ops_columns = rep.columns
+        from xsim.replay.ops_text import OpsText
+
         self._text = OpsText(rep)
         self._dg = ann.get(DEVICE_GROUP) if ANNOTATION_COLUMNS.get(DEVICE_GROUP) == "int" else None
         self._dict_row = np.zeros(n, dtype=bool)
@@ -293,6 +298,8 @@ class FoldedTables:
         own.update(self._own_annotations(frame, idx, lab))
         frame = frame.with_columns(**own)
         own_ids = np.concatenate([*lab.name_at, np.flatnonzero(delta)])
+        from xsim.replay.ops_text import ChunkRows
+
         return frame, ChunkRows(own_ids, np.asarray(lab.ann_at, np.int64), lab.pg_v)
 
     def _ids(self, idx: np.ndarray, krow: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

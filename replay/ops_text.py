@@ -69,7 +69,8 @@ def _blocks(columns: list[str]) -> list[list[str]]:
     return [columns[at[0] + 1 : at[1]], columns[at[4] + 1 : at[5]], columns[at[5] + 1 :]]
 
 
-@dataclass(frozen=True)
+# A record of numpy arrays: no generated eq, hash or repr (why: traces/columnar.py, AttrColumn).
+@dataclass(frozen=True, eq=False, repr=False)
 class ChunkRows:
     """What a chunk's text needs besides its frame: the rows whose `node_id` or `name` are the rank's
     own, the rows whose annotations are, and the ranks' own `pg_name` values (one that polars quotes makes

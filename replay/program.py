@@ -40,7 +40,6 @@ from xsim.traces.attrs import (
 )
 from xsim.traces.columnar import RankColumns
 from xsim.traces.groups import ALL_RANKS_NAMES, ProcessGroups
-from xsim.traces.node_columns import columns_from_nodes
 from xsim.traces.traceset import TraceSet
 
 # Node kinds as the engine sees them.
@@ -431,6 +430,8 @@ def build_program(
     for rank in rank_list:
         col = columns(rank) if columns is not None else None
         if col is None:
+            from xsim.traces.node_columns import columns_from_nodes  # sets the columnar decoder leaves
+
             col = (columns_from_nodes(trace_set.load(rank).nodes, trace_set.paths[rank], WANT_ATTRS), 0)
         build_rank(b, rank, col[0], col[1])
         if release:

@@ -17,7 +17,8 @@ IS_INT_OR_BOOL = IS_INT.copy()
 IS_INT_OR_BOOL[F_BOOL + 1] = True
 
 
-@dataclass
+# A record of numpy arrays: no generated eq, hash or repr (why: traces/columnar.py, AttrColumn).
+@dataclass(eq=False, repr=False)
 class RankView:
     """Rank `rank`'s slice of decoded columns (file `f` of `cols`), rows in ascending node id.
 

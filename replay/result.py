@@ -415,7 +415,8 @@ def _annotation_strings(prog: Program, k: str, n: int) -> np.ndarray:
     return obj
 
 
-@dataclass(frozen=True)
+# A record of numpy arrays: no generated eq, hash or repr (why: traces/columnar.py, AttrColumn).
+@dataclass(frozen=True, eq=False, repr=False)
 class OpsColumns:
     """The ops table's rows as columns (numpy, or lists / polars Series for the strings): what `ops_frame`
     turns into the table, whole (an unfolded replay) or a chunk of ranks (replay/fold_tables.py)."""

@@ -17,6 +17,7 @@ import pytest
 from xsim.netmodels.cluster import topology_from_spec
 from xsim.netmodels.digraph import DiGraph
 
+from tests.conftest import need_shared
 from xsim import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,20 @@ LAZY += ("tempfile", "google.protobuf.json_format")
 # drop these from sys.modules first, so that a module of ours importing them again shows.
 CUT = ("shutil", "bz2", "lzma", "pathlib", "urllib.parse", "xsim.api.generation")
 LAZY += CUT
+# Issue 30 round 6: what only a rare branch or a writer needs loads there: the deadlock explainer (a stuck
+# run), the protobuf-message columns (sets the columnar decoder leaves), the folded ops.csv text writer
+# (writing tables) and gzip (writing .gz, JSON views; reading .et.gz inflates with zlib, traces/limits.py).
+LAZY += (
+    "xsim.replay.deadlock",
+    "xsim.traces.node_columns",
+    "xsim.replay.ops_text",
+    "gzip",
+    "xsim.netmodels.ns3_options",  # the --ns3-* flags' choices and defaults: netmodels/ns3_defaults.py
+)
+# An ASTRA-sim-mode replay builds no topology graph, writes nothing and is no what-if: neither the graph, the
+# output helpers nor the what-if helpers load (a generated set's deployment reader, tracegen.spec, needs the
+# output helpers; its GPU types, the what-if module).
+ASTRA_LAZY = ("xsim.netmodels.topology", "xsim.netmodels.digraph", "xsim.traces.outputs", "xsim.api.whatif")
 
 
 def _replay_in_subprocess(argv: list[str]) -> tuple[str, set[str]]:
@@ -79,6 +94,72 @@ def test_summary_replay_of_generated_set_loads_no_heavy_library(c01: Path) -> No
     it = int(res.summary["iteration_time_ns"][0])
     assert f"iteration time     {it:,} ns" in out
     assert f"in {int(res.summary['num_collectives'][0]):,} collectives" in out
+
+
+def _astra_peer_argv(case: str) -> list[str]:
+    """`xsim replay` of an 8-NPU peer trace set in ASTRA-sim mode, as scripts/bench_startup.py times it."""
+    et, cfg = need_shared("peer_traces", "chakra_et"), need_shared("peer_configs", "astra-sim")
+    if case == "all_reduce":
+        path = et / "astra-sim_microbenchmarks" / "all_reduce" / "8npus_1MB"
+        net, sys_ = (
+            cfg / "network" / "repo_examples_Ring_8npus.yml",
+            cfg / "system" / "repo_examples_Ring_4chunks.json",
+        )
+        extra: list[str] = []
+    else:
+        t3d = et / "astra-sim-artifacts_T3D-analytical"
+        path, net, sys_ = t3d / "trace", t3d / "inputs" / "network.yml", t3d / "inputs" / "sys.json"
+        extra = ["--comm-groups", str(t3d / "inputs" / "comm_group.json")]
+    return [
+        "replay",
+        str(path),
+        "--astra-network",
+        str(net),
+        "--astra-system",
+        str(sys_),
+        *extra,
+        "--no-progress",
+    ]
+
+
+@pytest.mark.parametrize("case", ["all_reduce", "t3d"])
+def test_astra_mode_replay_of_8_npu_peer_traces_loads_only_its_path(case: str) -> None:
+    # all_reduce folds (one of 8 ranks simulated, the tables expanded); T3D's groups refuse the fold.
+    argv = _astra_peer_argv(case)
+    out, loaded = _replay_in_subprocess(argv)
+    assert [m for m in (*LAZY, *ASTRA_LAZY) if m in loaded] == []
+    opts = api.ReplayOptions(
+        network=api.NetworkOptions(astra_network=argv[3], astra_system=argv[5]),
+        compute=api.ComputeOptions(astra_system=argv[5]),
+        comm_groups=argv[7] if case == "t3d" else None,
+        progress=False,
+    )
+    res = api.simulate(argv[1], opts).result
+    assert f"iteration time     {int(res.summary['iteration_time_ns'][0]):,} ns" in out
+    assert res.fold_status == ("folded" if case == "all_reduce" else "unfolded")
+    assert f"{'folded' if case == 'all_reduce' else 'not folded'}  " in out
+
+
+def test_records_of_arrays_generate_no_eq_hash_or_repr() -> None:
+    # Each generated dataclass method is a compile when its module loads (~0.1 ms of every replay); on
+    # records of numpy arrays __eq__ / __hash__ could only raise and nothing prints them (round 6).
+    from xsim.replay import build, fold, fold_bytes, ops_text, rank_view, result
+    from xsim.traces import columnar, wire
+
+    records = [getattr(columnar, n) for n in ("AttrColumn", "RankColumns", "_Bytes", "_Units", "_Framed")]
+    records += [getattr(columnar, n) for n in ("_Nodes", "_Fields", "_AttrFields", "_Walk", "_Regions")]
+    records += [columnar._Inner, columnar._AttrTable, wire._SpanKeys, result.OpsColumns, rank_view.RankView]
+    records += [
+        fold_bytes.Template,
+        fold_bytes.Prediction,
+        fold_bytes._Layout,
+        fold._RepTemplate,
+        fold.RepFile,
+    ]
+    records += [build._Edges, build._Deps, build._Nodes, ops_text.ChunkRows]
+    for cls in records:
+        assert [m for m in ("__eq__", "__repr__") if m in vars(cls)] == [], cls
+        assert cls.__hash__ is object.__hash__, cls  # identity: a generated hash of arrays would raise
 
 
 def test_help_loads_neither_numpy_nor_protobuf_nor_the_api() -> None:

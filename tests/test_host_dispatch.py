@@ -38,6 +38,14 @@ PP2 = {
 }  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _exchange_syncs_only(monkeypatch) -> None:
+    """These tests pin the exchange and optimizer syncs: Megatron-LM's timer syncs (Framework.step_timers)
+    are off here and pinned in tests/test_step_timers.py."""
+    for name in ("megatron-2021", "megatron-2022"):
+        monkeypatch.setitem(FRAMEWORKS, name, dataclasses.replace(FRAMEWORKS[name], step_timers=False))
+
+
 def _replay(tmp_path: Path, spec: dict, name: str, ranks: int = 1):
     out = str(tmp_path / name)
     api.generate(load_spec({**spec, "name": name}), api.GenerateOptions(out=out, all_ranks=True))

@@ -61,6 +61,21 @@ class Framework:
     # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
     # when TP does not divide the tensor's elements.
     pp_scatter_gather: bool = False
+    # Megatron-LM 2021/2022's timers synchronize the device at every start and stop (_Timer.start/stop run
+    # torch.cuda.synchronize(), megatron/global_vars.py of de7dc40f88 and d898a8991d), and the training
+    # loop times every forward step ('forward-compute', schedules.py forward_step), the batch it loads
+    # ('batch-generator', pretrain_gpt.py forward_step; get_batch's mpu.broadcast_data copies the sizes it
+    # broadcast to the host, `sizes_cuda.cpu()` in mpu/data.py), every backward step ('backward-compute')
+    # and every pipeline exchange ('forward-recv', ..., 'forward-backward-send-forward-backward-recv',
+    # p2p_communication.py): host syncs at each pass and exchange (tracegen.workload TIMER_SYNCS).
+    step_timers: bool = False
+    # GPT's word embeddings are tied to the output layer (GPTModel: share_word_embeddings, no switch in the
+    # 2021/2022 code); with pipeline parallelism the last stage holds a copy and train_step all-reduces the
+    # copy's and the original's gradient (`word_embeddings_weight.main_grad`, after the DP all-reduce,
+    # before optimizer.step) over the embedding group, each first-stage rank and its last-stage peer of the
+    # same TP position (megatron/training.py train_step, 'backward-embedding-all-reduce', de7dc40f88 and
+    # d898a8991d; mpu/initialize.py builds the group).
+    embedding_grad_allreduce: bool = False
     # The backward of a column-parallel linear (QKV, MLP up/gate, LM head) as one autograd function runs it
     # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward, TE's _LayerNormLinear.backward),
     # its collectives on the NCCL stream while the GEMMs run ("we rely on CUDA_DEVICE_MAX_CONNECTIONS=1"):
@@ -101,6 +116,8 @@ _MEGATRON_2021 = Framework(
     host_dispatch=True,
     p2p_sync=True,
     pp_scatter_gather=True,
+    step_timers=True,
+    embedding_grad_allreduce=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {

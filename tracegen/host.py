@@ -88,16 +88,18 @@ class HostTimeline:
         if self._start != NEVER:
             self.end_rel[nid] = self._start + dur_lb
 
-    def sync(self, kernels: Sequence[int]) -> Gate | None:
+    def sync(self, kernels: Sequence[int], syncs: int = 1) -> Gate | None:
         """The host waits for `kernels` (a result it reads, or a pipeline exchange it synchronizes on): a
         new epoch. (host ns, sync kernels, previous host node) of the host node that carries the launches up
-        to the wait (the host reaches it at its end), or None before the first sync (the host is ahead)."""
+        to the wait (the host reaches it at its end), or None before the first sync (the host is ahead).
+        `syncs` > 1: that many synchronizations back to back with nothing launched between them (each
+        costs the sync's host time; the GPU has nothing queued meanwhile)."""
         out = None if self.epoch < 0 else (self.acc, self.wait, self.prev)
         self.epoch = kernels[0]
         # The epoch starts at the last of them to end. Only a lone kernel is known to end there: with several,
         # a node after one of them has no lower bound relative to the epoch (it is then gated, exactly).
         self.end_rel = {kernels[0]: 0} if len(kernels) == 1 else {}
-        self.host = self.acc = self.costs.sync_ns
+        self.host = self.acc = syncs * self.costs.sync_ns
         self.wait = tuple(kernels)
         return out
 

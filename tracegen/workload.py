@@ -105,6 +105,17 @@ RECOMPUTE = "recompute"  # phase tag of recomputed forward ops
 # fp16's MixedPrecisionOptimizer reads `found_inf.item()` after its AllReduce (optimizer.py,
 # _unscale_main_grads_and_check_for_nan).
 HOST_READS = frozenset({"grad_norm_allreduce", "found_inf_allreduce"})
+# Host syncs of Megatron-LM 2021/2022's timers (Framework.step_timers; megatron/global_vars.py _Timer.start
+# and stop each run torch.cuda.synchronize(), de7dc40f88 and d898a8991d), back to back with nothing launched
+# between them: before a forward step's kernels 'forward-compute' starts, 'batch-generator' starts,
+# get_batch's broadcast sizes are copied to the host (mpu/data.py `sizes_cuda.cpu()`) and 'batch-generator'
+# stops (its few small kernels, the token broadcast and the masks, are not generated); a backward step's
+# timer starts before its kernels; each pass's timer stops after them; a pipeline exchange's timer starts
+# before and stops after _communicate (charged with its synchronize: the same host time with the GPU
+# drained; the stop's wait for the scatter/gather's all-gather falls to the next pass's start). The timers
+# once per iteration (around the DP and embedding all-reduces and the optimizer's phases: 14 syncs) are not
+# generated.
+TIMER_SYNCS_FORWARD_START, TIMER_SYNCS_BACKWARD_START, TIMER_SYNCS_PASS_END, TIMER_SYNCS_EXCHANGE = 4, 1, 1, 2
 # Positions of the attributes _clone patches: _RankProgram._tags puts layer, phase, micro_batch, stage and
 # device_group first on every node; collectives follow with comm_type, comm_size and pg_name.
 _DEVICE_GROUP_AT, _PG_NAME_AT = 4, 7
@@ -397,6 +408,7 @@ class _Generator:
         self.links = SYSTEM_LINKS.get(str(system).lower())
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
+        self.emb_groups: dict[int, str] = {}  # rank -> its tied-embedding gradient group (end stages only)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
         self._tags_of: dict[int, list[tuple[str, int, int]]] = {}  # built rank -> (phase, layer, mb) per node
 
@@ -486,6 +498,16 @@ class _Generator:
                 name = self.bundle.new_group(members) if len(members) > 1 else ""
                 for r in members:
                     self.mp_groups[r] = name
+        # Tied word embeddings under pipeline parallelism (Framework.embedding_grad_allreduce): each
+        # first-stage rank and the last-stage rank of its TP position (Megatron's embedding group; its TP
+        # degrees are equal, and a plan whose end stages differ in TP has no such pairing: none).
+        if framework(self.dep.framework or DEFAULT_FRAMEWORK).embedding_grad_allreduce:
+            for stages in reps.values():
+                head, tail = stages[0], stages[-1]
+                if len(stages) > 1 and head.tp == tail.tp:
+                    for a, b in zip(head.ranks, tail.ranks, strict=True):
+                        name = self.bundle.new_group([a, b])
+                        self.emb_groups[a] = self.emb_groups[b] = name
         # Ranks of one shape (_shape_key: same program up to group ids, group names and P2P peers), within
         # a device group or across replicas, are copies of the first one built with those patched in.
         templates: dict[tuple, _RankProgram] = {}
@@ -595,6 +617,12 @@ class _Generator:
                 n = records.node(nid)
                 n.attr[_PG_NAME_AT].string_val = dp_pg or ""
                 patches[nid] = n.SerializeToString()
+        emb_pg = self.emb_groups.get(rank, "")
+        if emb_pg != template.emb_pg:
+            for nid in template.emb_ids:
+                n = records.node(nid)
+                n.attr[_PG_NAME_AT].string_val = emb_pg
+                patches[nid] = n.SerializeToString()
         mp_pg = self.mp_groups.get(rank, "")
         if mp_pg != template.mp_pg:
             for nid in template.mp_ids:
@@ -683,6 +711,8 @@ class _RankProgram:
         self.ring_queue: list[list[int]] = []  # exchanges of the ring not yet waited for
         self.ring_recv = -1  # the last K/V receive (the next exchange forwards that block)
         self.mp_pg = gen.mp_groups.get(rank, "")
+        self.emb_pg = gen.emb_groups.get(rank, "")
+        self.emb_ids: list[int] = []  # the tied embedding's gradient AllReduce (PG_NAME: the embedding group)
         self.mp_ids: list[
             int
         ] = []  # grad-norm (and found-inf) AllReduces: PG_NAME is the model-parallel group
@@ -1192,8 +1222,20 @@ class _RankProgram:
         runs torch.cuda.synchronize() (megatron/p2p_communication.py of de7dc40f88 and d898a8991d): the
         host waits for the exchange's transfers before it launches anything after them."""
         assert self.exchange
-        self.host_sync(self.exchange)
+        self.host_sync(self.exchange, 1 + (TIMER_SYNCS_EXCHANGE if self.ctx.fw.step_timers else 0))
         self.exchange = []
+
+    def timer_sync(self, syncs: int, kernels: Sequence[int | None]) -> None:
+        """Megatron-LM 2021/2022's timers at a pass's start or end (Framework.step_timers, TIMER_SYNCS_*):
+        the host waits for the work launched so far (`kernels`) `syncs` times back to back."""
+        if self.hostline is None or not self.ctx.fw.step_timers:
+            return
+        wait = sorted({k for k in kernels if k is not None})
+        if not wait:  # nothing launched yet: the host is ahead
+            return
+        if self.exchange:  # the exchange's own synchronize comes first
+            self.end_exchange()
+        self.host_sync(wait, syncs)
 
     # -- boundary transfers --------------------------------------------------------------------------
     def _scatter_gather(self, other_tp: int) -> bool:
@@ -1309,6 +1351,7 @@ class _RankProgram:
         pred = None
         if ch.prev is not None:
             pred = self.pass_recv(FWD, ch, mb)
+        self.timer_sync(TIMER_SYNCS_FORWARD_START, (self.frontier, pred))
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
@@ -1322,6 +1365,7 @@ class _RankProgram:
             pred = self.steps(self.head["fwd"], pred, 0, mb)
         assert pred is not None
         self.last_fwd[(ch.index, mb)] = pred
+        self.timer_sync(TIMER_SYNCS_PASS_END, (pred,))
         if ch.next is not None:
             self.send_to(ch, "next", ch.end, mb, ACT_TAG, pred, ch.index)
 
@@ -1340,6 +1384,7 @@ class _RankProgram:
         pred: int | None = self.last_fwd[(ch.index, mb)]
         if ch.next is not None:
             pred = self.pass_recv(BWD, ch, mb)
+        self.timer_sync(TIMER_SYNCS_BACKWARD_START, (self.frontier, pred))
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
@@ -1375,6 +1420,7 @@ class _RankProgram:
             if sync:
                 self.bucket_add(sh.vocab * m.hidden, 0)
         pred = self.accumulate_grads(ch, mb, pred)
+        self.timer_sync(TIMER_SYNCS_PASS_END, (pred,))
         if sync:
             self.bucket_flush(0)
             self.expert_flush()
@@ -1971,6 +2017,21 @@ class _RankProgram:
                 )
             )
             self.tp_ids.append(deps[-1])
+        if self.emb_pg:
+            # The tied word embedding's gradient, summed between the first and the last stage after the DP
+            # all-reduce (Framework.embedding_grad_allreduce): its V/TP x h shard at the width the DP
+            # all-reduce moved it (`main_grad`: the FP16 grad in 2021, the contiguous buffer in 2022).
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
+                g.attr(A.COMM_SIZE, self.ctx.sh.vocab * m.hidden * self.grad_bytes),
+                g.attr(A.PG_NAME, self.emb_pg),
+            ]
+            nid = self._add(
+                "embedding_grad_allreduce", pb.COMM_COLL_NODE, list(deps), [], 0,
+                self._tags(0, "sync", NO_MICRO_BATCH) + extra,
+            )  # fmt: skip
+            self.emb_ids.append(nid)
+            deps.append(nid)
         params = rank_params(m, self.ctx.sh, self.num_layers, self.first, self.last)
         expert = 0
         if self.ep is not None or m.mla is not None:
@@ -2038,11 +2099,11 @@ class _RankProgram:
         if self.hostline is not None and op in HOST_READS:
             self.host_sync(nid)
 
-    def host_sync(self, kernel: int | Sequence[int]) -> None:
-        """The host waits for `kernel` (or all of several) here: the launches up to the wait go into a host
-        node of their own."""
+    def host_sync(self, kernel: int | Sequence[int], syncs: int = 1) -> None:
+        """The host waits for `kernel` (or all of several) here, `syncs` times back to back: the launches
+        up to the wait go into a host node of their own."""
         assert self.hostline is not None
-        gate = self.hostline.sync([kernel] if isinstance(kernel, int) else kernel)
+        gate = self.hostline.sync([kernel] if isinstance(kernel, int) else kernel, syncs)
         # none when the last host node already ends where the host reaches the read
         if gate is not None and (gate[0] or gate[1]):
             self.hostline.prev = self._host_node("read", gate)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from xsim.traces.errors import TraceSetError
 from xsim.traces.io import read_json
-from xsim.traces.outputs import atomic_write_text
 
 CLASSES_FILE = "classes.json"
 FORMAT = "xsim-rank-classes"
@@ -110,6 +109,8 @@ def write_classes(directory: str, classes: RankClasses) -> str:
     """Write DIR/classes.json (atomically); returns its path."""
     path = os.path.join(directory, CLASSES_FILE)
     text = json.dumps(classes.to_json(), separators=(",", ":")) + "\n"
+    from xsim.traces.outputs import atomic_write_text  # the writer only: a replay reads
+
     return atomic_write_text(path, text)
 
 

@@ -78,7 +78,11 @@ _VALUE_OK = np.zeros(64, dtype=bool)
 _VALUE_OK[[0, F_INT32, F_INT64, F_UINT32, F_UINT64, F_BOOL, F_STRING]] = True
 
 
-@dataclass(frozen=True)
+# Records of numpy arrays (this one and those below): no generated __eq__ / __hash__ (== on an array is
+# elementwise, so they could only raise) and no __repr__ (nothing prints them); each generated method is
+# a compile when the module loads, ~0.1 ms of every replay's start-up (docs/performance.md, issue 30
+# round 6).
+@dataclass(frozen=True, eq=False, repr=False)
 class AttrColumn:
     """One attribute name over a file's nodes: -1 kind where absent, else its value field number."""
 
@@ -91,7 +95,7 @@ class AttrColumn:
     field_end: np.ndarray | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class RankColumns:
     """Decoded files: their nodes in file order, file after file, as columns (deps in CSR form)."""
 
@@ -209,7 +213,7 @@ def _names(b: np.ndarray, s: np.ndarray, e: np.ndarray) -> list[str]:
         raise Unsupported("node name is not UTF-8") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Bytes:
     """A batch's bytes twice: `buf` (slices, UTF-8, group_by_bytes' dict) and `b`, the same bytes padded, as
     numpy (varints and group_by_bytes read past span ends)."""
@@ -218,7 +222,7 @@ class _Bytes:
     b: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Units:
     """The units to decode: unit i is the bytes [start[i], end[i]); those of file f are
     [file_ptr[f], file_ptr[f+1])."""
@@ -228,7 +232,7 @@ class _Units:
     file_ptr: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Framed:
     """Files' frames over their bytes concatenated: each node's frame start (its length prefix) and end."""
 
@@ -311,7 +315,7 @@ def _frame(bufs: list[bytes], paths: list[str], layouts: dict[int, np.ndarray]) 
     return _Framed(file_ptr, hs, end)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Nodes:
     """What _decode_nodes reads from nodes' bytes (RankColumns' per-node columns)."""
 
@@ -328,7 +332,7 @@ class _Nodes:
     name_end: np.ndarray | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Fields:
     """Non-attribute fields a _walk met, flat: unit, tag byte, field start, varint value (a length for
     length-delimited fields), value start, next field's start."""
@@ -341,7 +345,7 @@ class _Fields:
     nxt: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _AttrFields:
     """Attribute fields a _walk met, flat: unit, field start (its tag), value start, next field's start,
     their field_keys (None when there are none) and, when asked for, the round of each."""
@@ -354,7 +358,7 @@ class _AttrFields:
     rounds: np.ndarray | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Walk:
     """A _walk's result; with cut, each unit's first attribute field (-1 without) and its round."""
 
@@ -617,7 +621,7 @@ def _joined_attrs(parts: list[tuple], rounds: bool) -> _AttrFields:
     return _AttrFields(unit, pos, vs, nxt, keys, cat([p[5] for p in parts]) if rounds else None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Regions:
     """Nodes' attribute regions grouped by their bytes: node `nodes[i]` holds distinct region `code[i]`,
     which starts at `shift[i]` bytes after that region's first holder's."""
@@ -737,7 +741,7 @@ def _same_as_previous_file(b: np.ndarray, s: np.ndarray, e: np.ndarray, file_ptr
     return like
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _Inner:
     """The fields inside each distinct attribute: its name's span (-1 when absent), its value's field number
     (0 when none), how many value fields it holds, the value's raw varint and its span."""
@@ -751,7 +755,7 @@ class _Inner:
     ve: np.ndarray
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class _AttrTable:
     """A batch's attribute fields grouped by their bytes, for the wanted columns over n units: field i is
     distinct attribute code[i], whose name is distinct name ncode[code[i]]."""

@@ -5,7 +5,6 @@ what to do with it, instead of a decoder's "truncated file?".
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 import zlib
@@ -47,7 +46,7 @@ def non_trace_kind(path: str | os.PathLike[str]) -> str | None:
     p = os.fspath(path)
     try:
         raw = _head(p)
-    except (OSError, EOFError, gzip.BadGzipFile):
+    except (OSError, EOFError):  # gzip's BadGzipFile is an OSError
         return None
     if not _is_text(raw):
         return None  # binary: a framed protobuf .et (or garbage the decoder will name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from typing import Any
@@ -11,7 +10,6 @@ from xsim.traces import attrs as A
 from xsim.traces import pb
 from xsim.traces.errors import TraceFormatError
 from xsim.traces.io import JsonFileError, read_json
-from xsim.traces.outputs import atomic_write_bytes
 from xsim.traces.stream import GZIP_MAGIC, EtFile
 
 FORMAT = "xsim-chakra-json/1"
@@ -35,7 +33,11 @@ def dump_json(et: EtFile, path: str | os.PathLike[str]) -> None:
     p = os.fspath(path)
     data = text.encode("utf-8")
     if p.endswith(".gz"):
+        import gzip  # gzip files only: a replay of .et files never loads it
+
         data = gzip.compress(data, mtime=0)
+    from xsim.traces.outputs import atomic_write_bytes  # writers only: a replay reads
+
     atomic_write_bytes(p, data)  # temporary name, renamed into place
 
 
@@ -139,6 +141,8 @@ def is_json_file(path: str | os.PathLike[str]) -> bool:
     except OSError:
         return False
     if head[:2] == GZIP_MAGIC:
+        import gzip
+
         try:
             with gzip.open(p, "rb") as fh:
                 head = fh.read(64)

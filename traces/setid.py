@@ -11,16 +11,17 @@ stale rank of a bigger earlier set, a file of another plan, a deployment.json of
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xsim.traces import pb
 from xsim.traces.errors import TraceSetError, XsimError
-from xsim.traces.outputs import FolderKind
+
+if TYPE_CHECKING:  # writers only (trace_set_kind): checking a set's ids never loads the output helpers
+    from xsim.traces.outputs import FolderKind
 
 SET_FILE = "set.json"
 SET_ID_ATTR = "xsim_set_id"
@@ -103,7 +104,12 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
         with open(path, "rb") as fh:
             head = fh.read(2)
             fh.seek(0)
-            src = gzip.open(fh) if head == b"\x1f\x8b" else fh
+            if head == b"\x1f\x8b":
+                import gzip  # gzip files only: a replay of .et files never loads it
+
+                src = gzip.open(fh)
+            else:
+                src = fh
             with src:
                 buf = src.read(_FIRST_READ)
                 if buf[:1] in (b"{", b"[", b" ", b"\n", b""):
@@ -116,7 +122,7 @@ def file_identity(path: str) -> tuple[str | None, int | None]:
                     return None, None  # not xsim's small metadata: the full reader judges the file
                 if pos + n > len(buf):
                     buf += src.read(pos + n - len(buf))
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError) as exc:  # gzip's BadGzipFile is an OSError
         raise TraceSetError(f"cannot read: {getattr(exc, 'strerror', None) or exc}", path=path) from None
     if pos + n > len(buf):
         return None, None  # cut short: the full reader names the damage
@@ -191,6 +197,8 @@ def trace_set_kind(out: str | os.PathLike[str], name: str, what: str = "traces")
     """What a folder written as trace set `name` may already hold and be replaced: the set's metadata,
     and its rank files (any `<name>.*`) when its set.json says xsim wrote a set of that name there. Rank
     files without a set.json (a hand-made set, an older xsim's) or of another name are another set's."""
+    from xsim.traces.outputs import FolderKind
+
     # classes.json: a compact set's class map (traces/classes.py CLASSES_FILE), written by the same `xsim gen`.
     meta = {"comm_group.json", "deployment.json", "memory.json", "classes.json", SET_FILE}
     seen: list[bool] = []  # read once, when the folder is checked (under the writers' lock)

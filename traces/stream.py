@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import gzip
 import os
 import zlib
 from collections.abc import Iterable, Sequence
@@ -17,7 +16,6 @@ from xsim.traces import pb
 from xsim.traces.errors import TraceFormatError
 from xsim.traces.et_stream_pb2 import NodeBatch
 from xsim.traces.limits import InputLimitError, inflate
-from xsim.traces.outputs import atomic_write_bytes
 from xsim.traces.wire import (  # noqa: F401 (frame_offsets, frame_spans: the framing's public names here too)
     batch_records,
     frame_length,
@@ -140,6 +138,8 @@ def write_et_records(
     if metadata is None:
         metadata = pb.GlobalMetadata(version="1.0.0")
     head = metadata.SerializeToString()
+    from xsim.traces.outputs import atomic_write_bytes  # writers only: a replay reads
+
     atomic_write_bytes(os.fspath(path), b"".join([frame_length(len(head)), head, records]))
 
 
@@ -156,8 +156,12 @@ def write_et(
         metadata = pb.GlobalMetadata(version="1.0.0")
     data = encode_stream(metadata, nodes)
     if p.endswith(".gz"):
+        import gzip  # writing .et.gz only: a replay inflates with zlib (traces/limits.py)
+
         # mtime=0 keeps the output byte-identical across runs.
         data = gzip.compress(data, compresslevel=gzip_level, mtime=0)
+    from xsim.traces.outputs import atomic_write_bytes
+
     # Temporary name, then renamed into place: never half a file, never through a symbolic link.
     atomic_write_bytes(p, data)
 

@@ -474,7 +474,8 @@ _MAX_ROUNDS = 64
 _ROUND_MUL = [np.uint64((0x9E3779B97F4A7C15 * (2 * i + 1)) % (1 << 64) | 1) for i in range(_MAX_ROUNDS)]
 
 
-@dataclass(frozen=True)
+# A record of numpy arrays: no generated eq, hash or repr (why: traces/columnar.py, AttrColumn).
+@dataclass(frozen=True, eq=False, repr=False)
 class _SpanKeys:
     """Spans' comparison keys: bytes 0-7, 8-15, 16-23 (zero past the end), bytes 24-31 of spans longer than
     24 (k3, None when none is), and the length: equal keys are equal bytes."""

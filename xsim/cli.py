@@ -196,12 +196,13 @@ OUTPUT_OPTIONS = ("out", "timeline", "annotate", "plot")
 
 
 def _check_output_paths(args: argparse.Namespace) -> None:
+    values = [v for v in (getattr(args, name, None) for name in OUTPUT_OPTIONS) if isinstance(v, str)]
+    if not values:
+        return  # nothing to write: the output helpers need not load (start-up of a summary-only run)
     from xsim.traces.outputs import check_path_text
 
-    for name in OUTPUT_OPTIONS:
-        value = getattr(args, name, None)
-        if isinstance(value, str):
-            check_path_text(value)
+    for value in values:
+        check_path_text(value)
 
 
 def _exit_now(code: int) -> None:

@@ -143,8 +143,8 @@ def add_network_arguments(group) -> None:
 
 
 def add_ns3_arguments(group) -> None:
-    """The `--ns3-*` flags: how `--model ns3` runs its packets (defaults: netmodels/ns3_options.py)."""
-    from xsim.netmodels import ns3_options as o
+    """The `--ns3-*` flags: how `--model ns3` runs its packets (defaults: netmodels/ns3_defaults.py)."""
+    from xsim.netmodels import ns3_defaults as o
 
     group.add_argument(
         "--ns3-tcp",

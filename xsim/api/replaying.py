@@ -10,14 +10,6 @@ from typing import TYPE_CHECKING, Any
 from xsim.api.compute import build_compute
 from xsim.api.network import build_network, resolve_model
 from xsim.api.options import OutputOptions, ReplayOptions
-from xsim.api.whatif import (
-    Recorded,
-    defined_gpu_types,
-    recorded_hardware,
-    resolve_whatif,
-    target_deployment,
-    target_memory,
-)
 from xsim.netmodels.errors import NetworkModelError
 from xsim.netmodels.models import capabilities_named
 from xsim.replay import ReplayConfig, ReplayError, ReplayResult
@@ -30,6 +22,7 @@ from xsim.traces.traceset import TraceSet, discover
 
 if TYPE_CHECKING:
     from xsim.api.options import ComputeOptions
+    from xsim.api.whatif import Recorded  # loaded for a what-if or hypothetical GPUs only (start-up)
     from xsim.netmodels.api import NetworkModel
 
 
@@ -137,16 +130,23 @@ class _Ran:
 def _run(ts: TraceSet, deployment, options: ReplayOptions) -> _Ran:
     """Build the models and replay; an error names the trace set (file, rank and node) in one line."""
     config = replay_config(options)
+    gpu_types = None
+    if deployment is not None or options.compute.gpu_file:  # else no GPU type is defined (whatif.py)
+        from xsim.api.whatif import defined_gpu_types
+
+        gpu_types = defined_gpu_types(deployment, options.compute.gpu_file)
     try:
         network = build_network(
             options.network,
             deployment,
             where=os.path.join(ts.directory, DEPLOYMENT_FILE),
             ranks=ts.num_ranks,
-            gpu_types=defined_gpu_types(deployment, options.compute.gpu_file),
+            gpu_types=gpu_types,
         )
         compute_options, whatif_lines = options.compute, ()
         if compute_options.as_gpu:
+            from xsim.api.whatif import resolve_whatif
+
             compute_options, whatif_lines = resolve_whatif(compute_options, _recorded(ts, deployment))
         compute = build_compute(compute_options, ts.num_ranks)
         with replay_progress(options.progress) as progress:
@@ -184,6 +184,8 @@ def _priced_target(
     priced, memory, target_line = deployment, peak_memory(ts), ()
     if compute_options.as_gpu and deployment is not None and len(deployment.device_groups):
         # The what-if's hardware is the target: price and memory-check with it (issue 27 item 6).
+        from xsim.api.whatif import target_deployment, target_memory
+
         priced, target = target_deployment(deployment, compute_options.as_gpu, compute_options.gpu_file)
         memory = target_memory(memory, target.memory_bytes)
         target_line = (
@@ -197,6 +199,8 @@ def _priced_target(
 
 def _recorded(ts: TraceSet, deployment) -> Recorded:
     """The recorded hardware: an imported set's Kineto device, else a generated set's one GPU type."""
+    from xsim.api.whatif import Recorded, recorded_hardware
+
     rec = recorded_hardware(ts)
     if not rec.device and deployment is not None:
         gpus = {dg.gpu for dg in deployment.device_groups}
