@@ -76,7 +76,7 @@ from xsim.traces.errors import TraceFormatError
 from xsim.traces.groups import ProcessGroups
 from xsim.traces.io import DEPLOYMENT_FILE
 from xsim.traces.limits import InputLimitError
-from xsim.traces.stream import read_bytes
+from xsim.traces.stream import decode_stream, read_bytes
 from xsim.traces.traceset import TraceSet
 from xsim.traces.wire import attribute_field, name_field
 
@@ -677,8 +677,8 @@ class PredictedRanks:
         self.rep_columns: Mapping[int, RankColumns | None] = {}
         self._edits: dict[tuple[int, bool], dict] = {}
 
-    def _prediction(self, x: int) -> tuple[Prediction, tuple[list, list, bool], int]:
-        """Rank x's predicted file, its slots' labels (_slot_labels) and its representative slot."""
+    def _labels(self, x: int) -> tuple[tuple[list, list, bool], int]:
+        """Rank x's slot labels (_slot_labels) and its representative slot."""
         ctx = self.ctx
         k, i = ctx.where[x]
         r = self.fold.replicas[0][i]
@@ -686,20 +686,21 @@ class PredictedRanks:
         labels = _slot_labels(ctx, k, x, r, rt, self.by_members, self.pg_keys) if rt is not None else False
         if labels is False:
             raise FoldRefused(f"rank {x}: its file cannot be derived from its representative rank {r}'s")
-        pool, _keys, swap_dg = labels
-        subs = rt.subs if swap_dg else rt.subs_no_dg
-        pred = predict_many(rt.tmpl, *subs, pool, self.layouts.setdefault(i, {}).setdefault(swap_dg, {}))
-        return pred, labels, i
+        return labels, i
 
     def __call__(self, x: int) -> bytes:
         """Rank x's file bytes."""
-        return self._prediction(x)[0].buf
+        (pool, _keys, swap_dg), i = self._labels(x)
+        rt = self.templates[i]
+        subs = rt.subs if swap_dg else rt.subs_no_dg
+        return predict_many(rt.tmpl, *subs, pool, self.layouts.setdefault(i, {}).setdefault(swap_dg, {})).buf
 
     def columns(self, x: int, path: str) -> RankColumns | None:
         """Rank x's file (at `path`) decoded as columns: its representative's columns with each replaced
-        label field's value set (device group, process-group name, P2P peer, node name), the bytes and
-        payload spans those of the predicted file; None when the representative has no columns."""
-        pred, (_pool, keys, swap_dg), i = self._prediction(x)
+        label field's value set (device group, process-group name, P2P peer, node name); its nodes as
+        messages (`RankColumns.node`: a rule's message, a scalar compute model) parsed from its predicted
+        bytes when first read (no `buf`); None when the representative has no columns."""
+        (_pool, keys, swap_dg), i = self._labels(x)
         rep = self.rep_columns.get(self.fold.replicas[0][i])
         if rep is None:
             return None
@@ -726,9 +727,28 @@ class PredictedRanks:
             value[own] = at[sls]
             attrs[col] = AttrColumn(c.kind, value, strings)
         return replace(
-            rep, paths=(path,), names=names, attrs=attrs, buf=pred.buf,
-            payload_start=pred.payload_start, payload_end=pred.payload_end,
-        )  # fmt: skip
+            rep, paths=(path,), names=names, attrs=attrs, buf=b"", messages=_Messages(self, x, path)
+        )
+
+
+class _Messages(Sequence):
+    """A derived rank's nodes as protobuf messages in file order, parsed from its predicted file (the one
+    implementation of its bytes) when one is first read."""
+
+    def __init__(self, ranks: PredictedRanks, x: int, path: str) -> None:
+        self._ranks, self._x, self._path = ranks, x, path
+        self._nodes: list[pb.Node] | None = None
+
+    def _parsed(self) -> list[pb.Node]:
+        if self._nodes is None:
+            self._nodes = list(decode_stream(self._ranks(self._x), self._path)[1])
+        return self._nodes
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._parsed()[i]
+
+    def __len__(self) -> int:
+        return len(self._parsed())
 
 
 def _column_edits(
