@@ -47,7 +47,7 @@ class FlowSlots:
         self.shared: dict[int, set[int]] = {}  # link -> slots, exactly the links where on >= 2
         # Links of flows admitted since the last solve, and links that flows taken out shared with others.
         self.touched: list[int] = []
-        self.memo: dict[tuple[int, ...], list[float]] = {}
+        self.memo: dict[tuple[int, ...], tuple[list[float], bool]] = {}  # routes -> rates, all > 0
 
     def admit(self, recs: list, flows: list[int], clean: bool) -> bool:
         """Admit flows (what each delivers, its template) at their full bytes; whether every one of their
@@ -109,12 +109,10 @@ class FlowSlots:
         rem, rate, lat, tpl_links = self.rem_v, self.rate_v, self.tpl.lat_l, self.tpl.tpl_links
         inf = float("inf")
         alone = True
-        recs = []
-        lands = []
-        for s in done:
-            recs.append(s_rec[s])
-            f = s_tid[s]
-            lands.append(t + lat[f])
+        recs = list(map(s_rec.__getitem__, done))
+        tids = list(map(s_tid.__getitem__, done))
+        lands = [t + lat[f] for f in tids]
+        for s, f in zip(done, tids, strict=True):
             rem[s] = inf
             rate[s] = 1.0
             for link in tpl_links[f]:
@@ -211,15 +209,15 @@ class FlowSlots:
         if len(comp) > 1:
             comp.sort(key=self.ser.__getitem__)
         tpl, s_tid = self.tpl, self.tid
-        tpl_route = tpl.tpl_route
-        routes = tuple([tpl_route[s_tid[s]] for s in comp])
-        rates = self.memo.get(routes)
-        if rates is None:
+        routes = tuple(map(tpl.tpl_route.__getitem__, map(s_tid.__getitem__, comp)))
+        got = self.memo.get(routes)
+        if got is None:
             if len(self.memo) >= _MEMO_MAX:
                 self.memo.clear()
             rows = tpl.links[list(routes)]
-            rates = self.memo[routes] = max_min_rates(*tpl.csr(rows), self.cap).tolist()
+            rates = max_min_rates(*tpl.csr(rows), self.cap).tolist()
+            got = self.memo[routes] = (rates, min(rates) > 0)
         rate = self.rate_v
-        for s, r in zip(comp, rates, strict=True):
+        for s, r in zip(comp, got[0], strict=True):
             rate[s] = r
-        return min(rates) > 0
+        return got[1]

@@ -12,6 +12,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 from xsim.replay.compute import ComputeModel, DurationModel
@@ -164,8 +165,12 @@ class _Table(dict):
     def codes(self, strs: list) -> np.ndarray:
         """The int32 codes of these strings, as code() on each in order gives them (new strings are
         coded in first-seen order), each distinct string coded once."""
-        lut = {s: self.code(s) for s in dict.fromkeys(strs)}
-        return np.fromiter(map(lut.__getitem__, strs), dtype=np.int32, count=len(strs))
+        # Known strings are looked up in C (map; -2: not known); only the new ones and None go through
+        # code(), in order.
+        got = np.fromiter(map(self.get, strs, repeat(-2)), dtype=np.int32, count=len(strs))
+        for i in np.flatnonzero(got == -2).tolist():
+            got[i] = self.code(strs[i])
+        return got
 
     def strings(self) -> list[str]:
         """The distinct strings in code order."""

@@ -28,7 +28,7 @@ from xsim.traces.stream import read_bytes
 from xsim.traces.traceset import TraceSet, discover
 
 if TYPE_CHECKING:
-    from xsim.replay.fold import Fold, RepFile
+    from xsim.replay.fold import Fold, PredictedRanks, RepFile
 
 
 # Files decoded together as columns: numpy calls amortized over ~12k nodes, and a batch that stays in the
@@ -77,17 +77,24 @@ class ColumnReader:
     """Ranks' files decoded as columns in batches of ~2 MB, in rank order, one batch held at a time.
 
     `get(rank)` gives (columns, file index) or None for a file left to protobuf (JSON, or a form the
-    columnar decoder does not take). Visiting ranks in ascending order reads every file once.
+    columnar decoder does not take). Visiting ranks in ascending order reads every file once. A compact
+    set's unwritten ranks, with `derived` (fold.PredictedRanks), take their columns from it, one rank at a
+    time: the columns of their predicted bytes without decoding them.
     """
 
-    def __init__(self, trace_set: TraceSet) -> None:
+    def __init__(self, trace_set: TraceSet, derived: PredictedRanks | None = None) -> None:
         self.ts = trace_set
         self.batch: dict[int, tuple[RankColumns, int] | None] = {}
         self.next_rank = 0
         self.layouts: dict[int, np.ndarray] = {}  # frame layouts by file size, for decode_columns
+        self.derived = derived
+        self.written = trace_set.written
 
     def get(self, rank: int) -> tuple[RankColumns, int] | None:
         """The columns of `rank`'s file (decoding the batch that starts there when needed)."""
+        if self.derived is not None and rank not in self.written:
+            cols = self.derived.columns(rank, self.ts.paths[rank])
+            return None if cols is None else (cols, 0)
         if rank not in self.batch:
             self._load(rank)
         return self.batch[rank]
@@ -100,7 +107,9 @@ class ColumnReader:
         r = first
         while r < ts.num_ranks and size < _BATCH_BYTES:
             path = ts.paths[r]
-            if is_json_file(path):
+            if self.derived is not None and r not in self.written:
+                pass  # derived rank by rank (get)
+            elif is_json_file(path):
                 self.batch[r] = None
             else:
                 buf = ts.read(r)
@@ -194,16 +203,30 @@ class RepColumns:
                     self.batch[r] = None
 
 
-def compact_source(ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig) -> Callable[[int], bytes]:
+def compact_source(
+    ts: TraceSet, pgs: ProcessGroups, compute, config: ReplayConfig, columns: bool = False
+) -> PredictedRanks:
     """The unwritten ranks' file bytes of a compact set, for an unfolded replay: their representatives'
     files with their labels swapped in (by construction what `xsim gen
-    --all-ranks` writes; replay/fold.py, predicted_files)."""
+    --all-ranks` writes; replay/fold.py, predicted_files). With `columns`, also those files' columns
+    (`PredictedRanks.columns`), from each representative's file decoded alone."""
     from xsim.replay.fold import predicted_files, resolve_fold
 
     plan = resolve_fold("auto", ts)
     reps = RepColumns(ts, plan.replicas[0])
     prog = build_program(ts, pgs, compute, config, release=False, ranks=plan.replicas[0], columns=reps.get)
-    return predicted_files(plan, pgs, prog, reps.files())
+    pred = predicted_files(plan, pgs, prog, reps.files())
+    if columns:
+        rep_cols: dict[int, RankColumns | None] = {}
+        for r in plan.replicas[0]:
+            rep_cols[r] = None
+            if not is_json_file(ts.paths[r]):
+                try:
+                    rep_cols[r] = decode_columns([ts.read(r)], [ts.paths[r]], WANT_ATTRS)
+                except Unsupported:
+                    pass  # its ranks' files are decoded with protobuf, as the representative's is
+        pred.rep_columns = rep_cols
+    return pred
 
 
 def metadata_groups_files(trace_set: TraceSet):
@@ -366,8 +389,10 @@ def _build(run: _Replay, plan, compute: ComputeModel, config: ReplayConfig) -> _
         # A compact set: its other ranks' files derived. The source (replica 0's columns, bytes, program
         # and templates) is read only while building: not kept for the run (~0.8 KiB per replica-0 node,
         # docs/performance.md round 24w).
-        src = ts.with_source(compact_source(ts, pgs, compute, config)) if ts.classes is not None else ts
-        prog = build_program(src, pgs, compute, config, columns=ColumnReader(src).get)
+        derived = compact_source(ts, pgs, compute, config, columns=True) if ts.classes is not None else None
+        src = ts.with_source(derived) if derived is not None else ts
+        prog = build_program(src, pgs, compute, config, columns=ColumnReader(src, derived).get)
+        del derived, src
         return _Built(ts, pgs, prog, None, None)
     from xsim.replay.fold import verify
 

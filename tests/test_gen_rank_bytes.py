@@ -69,6 +69,15 @@ def test_a_copied_rank_splices_its_patched_nodes_into_the_records() -> None:
     assert copy.node(3).name == "patched" and list(copy.node(3).data_deps) == [1]
     assert copy.refs() == [0, 1, 2, new3.SerializeToString(), 4]
     assert CopiedRank.of_refs(rec, copy.refs()).layout == copy.layout
+    # How each node is held (the rewriter's key for what it read from a node): a record position of the
+    # template, or the patched node's own bytes.
+    assert copy.held(range(5)) == [0, 1, 2, new3.SerializeToString(), 4]
+    assert copy.held([4]) == [4] and copy.held([1, 3]) == [1, new3.SerializeToString()]
+    held = RankNodes({0: nodes})
+    held.set_copy(1, copy)
+    records, where = held.held(1, [2, 3, 4])
+    assert records is rec and where == [2, new3.SerializeToString(), 4]
+    assert held.held(0, [4]) is None  # a list rank: read with peek
 
 
 def test_rank_nodes_keep_a_copy_as_bytes_until_it_is_read(tmp_path: Path) -> None:

@@ -154,6 +154,22 @@ class CopiedRank:
             return self.records.node(item[0] + i - self._first[k])
         return pb.Node.FromString(item)
 
+    def held(self, positions: Sequence[int]) -> list[int | bytes]:
+        """How the nodes at these ascending positions are held: each a position in `records`, or the node's
+        bytes when it is not a record."""
+        out: list[int | bytes] = []
+        first, layout = self._first, self.layout
+        k, nxt = -1, 0  # the layout item holding the current position, and where the next one starts
+        for i in positions:
+            if not 0 <= i < self._count:
+                raise IndexError(i)
+            if i >= nxt or i < first[k]:
+                k = bisect.bisect_right(first, i) - 1
+                nxt = first[k + 1] if k + 1 < len(first) else self._count
+            item = layout[k]
+            out.append(item[0] + i - first[k] if item.__class__ is tuple else item)
+        return out
+
     def nodes(self) -> list[pb.Node]:
         """The nodes as messages: one C-level parse of the records, the others parsed alone."""
         parsed = list(NodeBatch.FromString(self.records.batch).nodes)
@@ -231,6 +247,12 @@ class RankNodes(MutableMapping[int, list[pb.Node]]):
         """Node i of `rank` to read only (for a copied rank a parsed copy: changes to it are lost)."""
         nodes = self._lists[rank]
         return nodes[i] if nodes is not None else self._copies[rank].node(i)
+
+    def held(self, rank: int, positions: Sequence[int]) -> tuple[Records, list[int | bytes]] | None:
+        """How the nodes at these ascending positions of a rank still held as bytes are held (its records
+        and CopiedRank.held; ranks copied from one template share its records); None once it is a list."""
+        copy = self._copies.get(rank)
+        return None if copy is None else (copy.records, copy.held(positions))
 
     def copy_of(self, rank: int) -> CopiedRank | None:
         """The bytes `rank` is held as, or None once it is a list."""

@@ -121,6 +121,11 @@ def rewrite_bundle(
     return bundle
 
 
+# Templates whose collectives' (pg_name, id) are kept at most (_Rewriter._same_pg_collectives): ranks are
+# visited in order, so a template's copies (a device group's ranks) come together; a bound on memory only.
+_MAX_COLL_RECORDS = 64
+
+
 class _Rank:
     """One rank's graph (traces.graph.DepGraph, by node id) with its queued edits and attribute tags.
 
@@ -165,6 +170,13 @@ class _Rank:
         if isinstance(self._source, RankNodes):
             return self._source.peek(self.rank, i)
         return self.nodes[i]
+
+    def held(self, positions: Sequence[int]) -> tuple[Any, list[int | bytes]] | None:
+        """How the nodes at these ascending positions are held while the rank is still bytes
+        (RankNodes.held); None: read them with peek."""
+        if self._nodes is None and isinstance(self._source, RankNodes):
+            return self._source.held(self.rank, positions)
+        return None
 
     def structure(self, key: str, make: Callable[[], Any]) -> Any:
         """`make()` for this rank, computed once per set of twins: only for values depending on node ids,
@@ -344,6 +356,8 @@ class _Rewriter:
             (g.structure("max_tag", lambda g=g: _max_tag(g.nodes)) for g in self.ranks.values()), default=0
         )
         self.coll_by_pg: dict[int, dict[str, list[int]]] = {}
+        # id(records) -> (records, {record position or node bytes: (pg_name, id)}): collectives read
+        self._coll_keys: dict[int, tuple[Any, dict]] = {}
         # Groups the generator registered: its nodes name no other (so a group new to this rewrite has no
         # existing collective). Unknown for bundles read from disk, whose nodes are read instead.
         self._generated = twins is not None  # the generator's own bundle (its invariants hold)
@@ -408,9 +422,28 @@ class _Rewriter:
                 ]
 
             by_pg: dict[str, list[int]] = defaultdict(list)
-            for i in g.structure("collectives_before_opt", before_opt):
-                n = g.peek(i)
-                by_pg[pg_name(n)].append(n.id)
+            positions = g.structure("collectives_before_opt", before_opt)
+            held = g.held(positions)
+            if held is None:
+                for i in positions:
+                    n = g.peek(i)
+                    by_pg[pg_name(n)].append(n.id)
+            else:
+                # (pg_name, id) by where the node is held: the ranks copied from one template share its
+                # records (a device group's collectives), so each record is parsed once, not once per rank.
+                records, where = held
+                entry = self._coll_keys.get(id(records))
+                if entry is None or entry[0] is not records:  # the entry holds its records: ids stay theirs
+                    if len(self._coll_keys) >= _MAX_COLL_RECORDS:
+                        self._coll_keys.clear()
+                    entry = self._coll_keys[id(records)] = (records, {})
+                known = entry[1]
+                for h in where:
+                    hit = known.get(h)  # a record position (int) or a patched node's bytes
+                    if hit is None:
+                        n = pb.Node.FromString(h if h.__class__ is bytes else records.payload(h))
+                        hit = known[h] = (pg_name(n), n.id)
+                    by_pg[hit[0]].append(hit[1])
             self.coll_by_pg[r] = by_pg
         return self.coll_by_pg[r].get(pg, [])
 
