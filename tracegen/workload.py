@@ -612,23 +612,18 @@ class _Generator:
                         a.int32_val = dst
             n.name = f"{n.name.rsplit('.', 1)[0]}.{'to' if send else 'from'}{peer}"
             patches[nid] = n.SerializeToString()
-        if dp_pg != template.dp_pg:
-            for nid in template.sync_ids:
-                n = records.node(nid)
-                n.attr[_PG_NAME_AT].string_val = dp_pg or ""
-                patches[nid] = n.SerializeToString()
-        emb_pg = self.emb_groups.get(rank, "")
-        if emb_pg != template.emb_pg:
-            for nid in template.emb_ids:
-                n = records.node(nid)
-                n.attr[_PG_NAME_AT].string_val = emb_pg
-                patches[nid] = n.SerializeToString()
-        mp_pg = self.mp_groups.get(rank, "")
-        if mp_pg != template.mp_pg:
-            for nid in template.mp_ids:
-                n = records.node(nid)
-                n.attr[_PG_NAME_AT].string_val = mp_pg
-                patches[nid] = n.SerializeToString()
+        # The groups a clone's collectives name by rank rather than by position: DP, the tied embedding's
+        # first/last-stage pair and the model-parallel group.
+        for pg, old_pg, ids in (
+            (dp_pg or "", template.dp_pg or "", template.sync_ids),
+            (self.emb_groups.get(rank, ""), template.emb_pg, template.emb_ids),
+            (self.mp_groups.get(rank, ""), template.mp_pg, template.mp_ids),
+        ):
+            if pg != old_pg:
+                for nid in ids:
+                    n = records.node(nid)
+                    n.attr[_PG_NAME_AT].string_val = pg
+                    patches[nid] = n.SerializeToString()
         return CopiedRank.patched(records, patches)
 
     def _group_records(self, template: _RankProgram, own: Records, dg_id: int, tp_pg: str) -> Records:
