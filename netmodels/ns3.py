@@ -21,18 +21,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from xsim.netmodels import ns3_defaults as defaults
 from xsim.netmodels.errors import NetworkModelError
 from xsim.netmodels.flow import FlowModel
-from xsim.netmodels.ns3_options import (
-    DEFAULT_MAX_PACKETS,
-    DEFAULT_MIN_RTO_NS,
-    DEFAULT_QUEUE,
-    DEFAULT_QUEUE_PACKETS,
-    DEFAULT_TCP,
-    QUEUE_DISCS,
-    TCP_VARIANTS,
-    Ns3Options,
-)
+from xsim.netmodels.ns3_options import Ns3Options
 from xsim.netmodels.topology import GPU, Topology
 
 EXTRA_HINT = "the ns3 model needs the optional extra: pip install 'xsim-replay[ns3]' (from a checkout: pip install -e '.[ns3]')"
@@ -108,12 +100,12 @@ class Ns3Model(FlowModel):
         endpoint_delay_ns: float | str = 0.0,
         reduction_bandwidth: float | str | None = None,
         algorithms: Mapping[str, str] | None = None,
-        tcp: str = DEFAULT_TCP,
-        queue: str = DEFAULT_QUEUE,
-        queue_packets: int = DEFAULT_QUEUE_PACKETS,
-        max_packets: int = DEFAULT_MAX_PACKETS,
+        tcp: str = defaults.DEFAULT_TCP,
+        queue: str = defaults.DEFAULT_QUEUE,
+        queue_packets: int = defaults.DEFAULT_QUEUE_PACKETS,
+        max_packets: int = defaults.DEFAULT_MAX_PACKETS,
         ecmp: bool = True,
-        min_rto_ns: int = DEFAULT_MIN_RTO_NS,
+        min_rto_ns: int = defaults.DEFAULT_MIN_RTO_NS,
     ) -> None:
         # Checked before ns-3 loads (a bad option is one line, ~90 s sooner).
         Ns3Options(
@@ -147,7 +139,10 @@ class Ns3Model(FlowModel):
         sched.SetTypeId("xsim_ns3::PeekScheduler")
         ns.Simulator.SetScheduler(sched)
         cfg = ns.Config.SetDefault
-        cfg("ns3::TcpL4Protocol::SocketType", ns.TypeIdValue(ns.TypeId.LookupByName(TCP_VARIANTS[self.tcp])))
+        cfg(
+            "ns3::TcpL4Protocol::SocketType",
+            ns.TypeIdValue(ns.TypeId.LookupByName(defaults.TCP_VARIANTS[self.tcp])),
+        )
         cfg("ns3::TcpSocket::SegmentSize", ns.UintegerValue(SEGMENT))
         cfg("ns3::TcpSocket::SndBufSize", ns.UintegerValue(_SOCKET_BUFFER))
         cfg("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(_SOCKET_BUFFER))
@@ -169,7 +164,7 @@ class Ns3Model(FlowModel):
         stream = int(stack.AssignStreams(nodes, 0))
         tch = ns.TrafficControlHelper()
         size = ns.QueueSizeValue(ns.QueueSize(f"{self.queue_packets}p"))
-        tch.SetRootQueueDisc(QUEUE_DISCS[self.queue], "MaxSize", size)
+        tch.SetRootQueueDisc(defaults.QUEUE_DISCS[self.queue], "MaxSize", size)
         addr = ns.Ipv4AddressHelper()
         addr.SetBase(ns.Ipv4Address("10.0.0.0"), ns.Ipv4Mask("255.255.255.252"))
         p2p = ns.PointToPointHelper()
