@@ -78,8 +78,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # PyTorch's non-reentrant checkpoint with early stop (torch >= 2.1) under full recompute.
     "recompute_early_stop": (True, False),
     "distributed_optimizer": (True, False),
-    # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton), docs/compute.md.
-    "attention_kernel": ("cudnn", "fa3", "fa2", "triton"),
+    # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton; InternLM's flash-attention v1: fa1), docs/compute.md.
+    "attention_kernel": ("cudnn", "fa3", "fa2", "fa1", "triton"),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -7,6 +7,7 @@ from xsim.tracegen import catalog
 from xsim.tracegen.attention import (
     attention_fraction,
     attention_points,
+    combined_fraction,
     executed_flops,
     flash_compute_seconds,
     length_points,
@@ -23,6 +24,11 @@ A100, H100 = catalog.gpu("A100-80GB"), catalog.gpu("H100")
 SUSTAINED = 1305 / 1410  # A100: NVIDIA's HPL clock at the power limit / boost clock
 # Hopper: the H200's (GH100, 700 W) measured MSMF / MAMF BF16 ratio, ml-engineering commit 082816f.
 HOPPER_SUSTAINED = 708.5 / 841.9
+# FlashAttention-2 on the A100 forward + backward at its published per-pass fractions (0.73, 0.63):
+# 3.5 / (1 / 0.73 + 2.5 / 0.63) = 3.5 / (1.369863 + 3.968254) = 0.655662 of the peak.
+FA2_SPLIT = 0.6556619
+# FlashAttention in Triton's derived fractions (0.5214, 0.315): 3.5 / (1.917913 + 7.936508) = 0.355171.
+TRITON_SPLIT = 0.3551705
 
 
 def _core(framework: str, phase: str, s: int = 4096, mb: int = 1) -> Op:
@@ -59,13 +65,20 @@ def test_executed_flops_count_tiles_by_hand():
 
 
 def test_llama2_7b_layer_attention_on_a100_by_hand():
-    # megatron-core on Ampere runs FlashAttention-2: forward 0.73, backward 0.63 of 312 TFLOP/s, sustained.
+    # megatron-core on Ampere runs FlashAttention-2: Figure 4d (causal, head dim 128) at 4k: 173 TFLOP/s
+    # forward + backward, split by the 0.73 / 0.63 fractions: forward 173 x 0.73 / 0.655662 = 192.615,
+    # backward 173 x 0.63 / 0.655662 = 166.229 TFLOP/s, on the sources' causal FLOPs (half of 4 s^2 d h).
     fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
     assert (fwd.kernel, fwd.shape) == ("cudnn", (1, 32, 32, 4096, 128))
-    t_fwd = 141_733_920_768 / (0.73 * 312e12 * SUSTAINED)
-    t_bwd = 2.5 * 141_733_920_768 / (0.63 * 312e12 * SUSTAINED)
-    assert op_seconds(fwd, A100, "calibrated") == pytest.approx(t_fwd) == pytest.approx(0.67238e-3, rel=1e-4)
-    assert op_seconds(bwd, A100, "calibrated") == pytest.approx(t_bwd) == pytest.approx(1.94777e-3, rel=1e-4)
+    t_fwd = 137_438_953_472 / (192.6145e12 * SUSTAINED)
+    t_bwd = 2.5 * 137_438_953_472 / (166.2290e12 * SUSTAINED)
+    assert op_seconds(fwd, A100, "calibrated") == pytest.approx(t_fwd, rel=1e-6)
+    assert op_seconds(fwd, A100, "calibrated") == pytest.approx(0.77096e-3, rel=1e-4)  # 0.67238 ms before
+    assert op_seconds(bwd, A100, "calibrated") == pytest.approx(t_bwd, rel=1e-6)
+    assert op_seconds(bwd, A100, "calibrated") == pytest.approx(2.23332e-3, rel=1e-4)  # 1.94777 ms before
+    # Forward + backward together run at the figure's 173 TFLOP/s (3.5 x the forward's FLOPs).
+    both = op_seconds(fwd, A100, "calibrated") + op_seconds(bwd, A100, "calibrated")
+    assert 3.5 * 137_438_953_472 / both == pytest.approx(173e12 * SUSTAINED, rel=1e-9)
     # The burst rates (`gemm_rates: burst`) drop the clock ratio.
     assert op_seconds(fwd, A100, "calibrated", "burst") == pytest.approx(t_fwd * SUSTAINED)
     # The roofline model is unchanged: FLOPs at gemm_eff, or the bytes.
@@ -84,7 +97,7 @@ def test_kernel_by_framework_and_gpu():
     assert fa2 == pytest.approx(141_733_920_768 / (0.35 * 989.4e12 * HOPPER_SUSTAINED))
     bwd3 = flash_compute_seconds(core.shape, "bwd", H100, "fa3", HOPPER_SUSTAINED)
     assert bwd3 == pytest.approx(2.5 * 141_733_920_768 / (0.5849 * 989.4e12 * HOPPER_SUSTAINED))
-    # FA3 has no Ampere kernel: it falls back to FA2's row; H200 uses the H100's rows, A100 40GB the 80GB's.
+    # FA3 has no Ampere kernel: it falls back to FA2's rows; H200 uses the H100's rows, A100 40GB the 80GB's.
     assert attention_fraction("A100-80GB", "fa3", "fwd") == 0.73
     assert attention_fraction("H200", "fa3", "bwd") == 0.5849
     assert attention_fraction("A100-40GB", "fa2", "bwd") == 0.63
@@ -151,8 +164,82 @@ def test_llama2_7b_layer_on_h100_runs_cudnn_at_its_published_rate():
 
 def test_length_rows_name_their_sources():
     pts = length_points()
-    assert len(pts) == 48 and all(p.source and p.gpu == "H100" and p.kernel == "cudnn" for p in pts)
-    assert {(p.phase, p.causal) for p in pts} == {("fwd", True), ("fwd", False), ("bwd", False)}
+    assert all(p.source for p in pts)
+    h100 = [p for p in pts if p.gpu == "H100"]
+    assert len(h100) == 48 and all(p.kernel == "cudnn" for p in h100)
+    assert {(p.phase, p.causal) for p in h100} == {("fwd", True), ("fwd", False), ("bwd", False)}
+    # FlashAttention-2 paper, Figure 4: 4 panels x 3 kernels x 6 lengths, less the three FA2 labels the
+    # legend hides (4a at 1k, 4b at 512 and 1k).
+    a100 = [p for p in pts if p.gpu == "A100-80GB"]
+    assert len(a100) == 69 and {p.phase for p in a100} == {"fwd_bwd"}
+    assert {p.kernel for p in a100} == {"fa2", "fa1", "triton"}
+    held = {(p.causal, p.head_dim, p.seq_len) for p in a100 if p.kernel == "fa2"}
+    assert len(held) == 21 and {(False, 64, 1024), (False, 128, 512), (False, 128, 1024)}.isdisjoint(held)
+
+
+def _both(kernel: str, causal: bool, d: int, s: int) -> float:
+    """Forward + backward TFLOP/s of the per-pass rates length_rate gives on the A100."""
+    return combined_fraction(*(length_rate("A100-80GB", kernel, p, causal, d, s) for p in ("fwd", "bwd")))
+
+
+def test_a100_figure_4_rates_read_back_by_hand():
+    # Grid points: the per-pass rates together give the printed label (TFLOP/s forward + backward).
+    assert _both("fa2", False, 128, 16384) == pytest.approx(203)  # Figure 4b
+    assert _both("fa2", True, 128, 4096) == pytest.approx(173)  # 4d
+    assert _both("fa1", True, 64, 2048) == pytest.approx(77)  # 4c
+    assert _both("fa1", False, 128, 1024) == pytest.approx(72)  # 4b
+    assert _both("triton", True, 64, 512) == pytest.approx(59)  # 4c
+    assert _both("triton", False, 64, 1024) == pytest.approx(102)  # 4a
+    # The split: FA2's 0.73 / 0.63 (combined 0.655662): at 4b 16k forward 203 x 0.73 / 0.655662 = 226.016,
+    # backward 203 x 0.63 / 0.655662 = 195.055 (the "up to" 227.76 and 196.56 x 203 / 204.567).
+    assert length_rate("A100-80GB", "fa2", "fwd", False, 128, 16384) == pytest.approx(226.016, rel=1e-5)
+    assert length_rate("A100-80GB", "fa2", "bwd", False, 128, 16384) == pytest.approx(195.055, rel=1e-5)
+    # FA1 has no split of its own: FA2's. 4d at 2k, 69: forward 69 x 0.73 / 0.655662 = 76.823.
+    assert length_rate("A100-80GB", "fa1", "fwd", True, 128, 2048) == pytest.approx(76.823, rel=1e-5)
+    # Triton's split is its derived 0.5214 / 0.315 (combined 0.355171): 4d at 2k, 68 TFLOP/s:
+    # forward 68 x 0.5214 / 0.355171 = 99.825, backward 68 x 0.315 / 0.355171 = 60.309.
+    assert length_rate("A100-80GB", "triton", "fwd", True, 128, 2048) == pytest.approx(99.825, rel=1e-5)
+    assert length_rate("A100-80GB", "triton", "bwd", True, 128, 2048) == pytest.approx(60.309, rel=1e-5)
+    # Between lengths, linear in log2 s: 4c FA2 at 3000 = 140 + log2(3000 / 2048) x (156 - 140) = 148.812.
+    assert _both("fa2", True, 64, 3000) == pytest.approx(148.812, rel=1e-5)
+    # A hidden label is not guessed: 4a FA2 at 1k lies between 512 (132) and 2k (162): 147 at the midpoint;
+    # 4b FA2 below 2k is held at 2k's 187 (its 512 and 1k labels are hidden).
+    assert _both("fa2", False, 64, 1024) == pytest.approx(147)
+    assert _both("fa2", False, 128, 512) == pytest.approx(187)
+    # Head dim 96 -> 128 (nearest in log2); A100 40GB = 80GB; cuDNN and FA3 fall back to FA2's rows there.
+    assert _both("fa2", True, 96, 4096) == pytest.approx(173)
+    assert _both("fa1", True, 128, 4096) == pytest.approx(76)
+    assert length_rate("A100-40GB", "fa2", "bwd", True, 128, 4096) == pytest.approx(166.229, rel=1e-5)
+    fwd = _core("megatron-core", "fwd")
+    for kernel in ("cudnn", "fa3"):
+        assert flash_compute_seconds(fwd.shape, "fwd", A100, kernel, 1.0) == pytest.approx(
+            137_438_953_472 / 192.6145e12, rel=1e-6
+        )
+    # The combined rate of the split alone: FA2 0.655662 x 312 = 204.567 TFLOP/s.
+    assert combined_fraction(0.73, 0.63) * 312 == pytest.approx(FA2_SPLIT * 312, rel=1e-6)
+    assert combined_fraction(0.5214, 0.315) == pytest.approx(TRITON_SPLIT, rel=1e-6)
+
+
+def test_tiny_fa1_attention_node_on_the_a100_by_hand():
+    from xsim.tracegen import generate, load_spec
+    from xsim.traces import attrs as A
+
+    # One layer, 8 heads of 64, s 1024, micro-batch 1, FlashAttention v1 (`attention_kernel: fa1`).
+    spec = {"model": {"base": "llama2-7b", "layers": 1, "hidden": 512, "heads": 8, "kv_heads": 8,
+                      "ffn_hidden": 1408}, "seq_len": 1024, "attention_kernel": "fa1",
+            "device_groups": [{"gpu": "A100-80GB", "ranks": [0]}]}  # fmt: skip
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    by = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
+    # Causal FLOPs 4 x 8 x 1024^2 x 64 / 2 = 1,073,741,824 forward. Figure 4c (causal, head dim 64), FA1 at
+    # 1k: 70 TFLOP/s forward + backward; FA2's split: forward 70 x 0.73 / 0.655662 = 77.937, backward
+    # 70 x 0.63 / 0.655662 = 67.260 TFLOP/s, at the A100's sustained clock (1305 / 1410):
+    # forward 1,073,741,824 / (77.937e12 x 0.925532) = 14.886 us, backward 2.5x the FLOPs: 43.121 us.
+    assert by["L1.attn_core.fwd.mb0"] == pytest.approx(14_886, abs=1)
+    assert by["L1.attn_core.bwd.mb0"] == pytest.approx(43_121, abs=1)
+    # FA2 at the same point (4c 1k: 119): 70 / 119 of FA1's time.
+    fa2 = generate(load_spec({**spec, "attention_kernel": "fa2"}), rewrite=False).nodes[0]
+    by2 = {n.name: A.get_int(n, A.DURATION_NS) for n in fa2}
+    assert by2["L1.attn_core.fwd.mb0"] == pytest.approx(14_886 * 70 / 119, abs=1)
 
 
 def test_attention_kernel_key_selects_the_hopper_kernel():
@@ -191,19 +278,22 @@ def test_attention_kernel_key_selects_the_hopper_kernel():
 
 def test_triton_kernel_on_the_a100_by_hand():
     # FlashAttention in Triton (llm-foundry's attn_impl: triton): FA2 is ~1.3-1.5x faster forward (midpoint
-    # 1.4) and ~2x backward (FlashAttention-2 paper, section 4.1, A100 80GB): 0.73 / 1.4 and 0.63 / 2.
+    # 1.4) and ~2x backward (FlashAttention-2 paper, section 4.1, A100 80GB): 0.73 / 1.4 and 0.63 / 2, now
+    # the split of Figure 4's Triton bars.
     assert attention_fraction("A100-80GB", "triton", "fwd") == 0.5214
     assert attention_fraction("A100-40GB", "triton", "bwd") == 0.315
     fwd, bwd = _core("megatron-core", "fwd"), _core("megatron-core", "bwd")
-    # Llama-2 7B layer, s 4096: 141,733,920,768 executed FLOPs forward (528 causal tiles x 32 heads).
+    # Llama-2 7B layer, s 4096: Figure 4d, Triton at 4k: 74 TFLOP/s forward + backward; forward
+    # 74 x 0.5214 / 0.355171 = 108.634, backward 74 x 0.315 / 0.355171 = 65.630 TFLOP/s.
     t_fwd = flash_compute_seconds(fwd.shape, "fwd", A100, "triton", SUSTAINED)
     t_bwd = flash_compute_seconds(bwd.shape, "bwd", A100, "triton", SUSTAINED)
-    assert t_fwd == pytest.approx(141_733_920_768 / (0.5214 * 312e12 * SUSTAINED))
-    assert t_fwd == pytest.approx(0.94136e-3, rel=1e-4)  # 1.4 x FA2's 0.67238 ms (0.73 / 0.5214 = 1.40008)
-    assert t_bwd == pytest.approx(2.5 * 141_733_920_768 / (0.315 * 312e12 * SUSTAINED))
-    assert t_bwd == pytest.approx(2 * 1.94777e-3, rel=1e-4)  # exactly 2 x FA2's backward
-    # No published Triton rate on Hopper: FA2's rows there (0.35 forward).
+    assert t_fwd == pytest.approx(137_438_953_472 / (108.6340e12 * SUSTAINED), rel=1e-6)
+    assert t_fwd == pytest.approx(1.36695e-3, rel=1e-4)  # 0.94136 ms at the 0.5214 fraction before
+    assert t_bwd == pytest.approx(2.5 * 137_438_953_472 / (65.6304e12 * SUSTAINED), rel=1e-6)
+    assert t_bwd == pytest.approx(5.65657e-3, rel=1e-4)  # 3.89554 ms before
+    # No published Triton rate on Hopper: FA2's rows there (0.35 forward), as for FA1.
     assert attention_fraction("H100", "triton", "fwd") == 0.35
+    assert attention_fraction("H100", "fa1", "bwd") == 0.3342
 
 
 def test_attention_kernel_key_selects_triton_on_the_a100():
@@ -219,6 +309,6 @@ def test_attention_kernel_key_selects_triton_on_the_a100():
         return by["L1.attn_core.fwd.mb0"], by["L1.attn_core.bwd.mb0"]
 
     fa2, tri = core_ns(base), core_ns({**base, "attention_kernel": "triton"})
-    assert fa2[0] == pytest.approx(141_733_920_768 / (0.73 * 312e12 * SUSTAINED) * 1e9, abs=1)
-    assert tri[0] == pytest.approx(141_733_920_768 / (0.5214 * 312e12 * SUSTAINED) * 1e9, abs=1)
-    assert tri[1] == pytest.approx(2.5 * 141_733_920_768 / (0.315 * 312e12 * SUSTAINED) * 1e9, abs=1)
+    assert fa2[0] == pytest.approx(770_956, abs=1)  # the by-hand values of the tests above, in ns
+    assert tri[0] == pytest.approx(1_366_950, abs=1)
+    assert tri[1] == pytest.approx(5_656_569, abs=1)

@@ -15,11 +15,12 @@ masked halves are executed work too (FlashAttention-2, section 3.1.1 "Causal mas
 backward rates are stated in (FlashAttention-2 and -3, section 4.1), so the rate and the work agree.
 The published rates are measured on non-causal shapes, so the tile count is what carries causality.
 
-Which kernel: `Op.kernel` ("fa2", "fa3", "cudnn" or "triton", from the framework profile or the
-`attention_kernel` key); a GPU without a row for "cudnn" falls back to "fa3", then to "fa2" (Ampere runs
-"fa2"); "triton" (FlashAttention in Triton) has A100 rows of its own and falls back to "fa2". GPUs without
-any row, or with a `gpus:` gemm_eff override, keep the previous rule (FLOPs at the GEMM-like efficiency
-gemm_eff).
+Which kernel: `Op.kernel` ("fa2", "fa1", "fa3", "cudnn" or "triton", from the framework profile or the
+`attention_kernel` key); a GPU without rows for "cudnn" falls back to "fa3", then to "fa2" (Ampere runs
+"fa2"); "fa1" (FlashAttention v1) and "triton" (FlashAttention in Triton) have A100 rows of their own and
+fall back to "fa2". The first kernel of that chain with rows on the GPU is timed, by length where it has
+by-length rows, else at its fraction of peak. GPUs without any row, or with a `gpus:` gemm_eff override,
+keep the previous rule (FLOPs at the GEMM-like efficiency gemm_eff).
 
 cuDNN's fused attention (what Transformer Engine runs on Hopper) has published rates by sequence length,
 head dimension and mask (tracegen/data/attention_by_length.csv: FlashAttention-3 paper, Figures 5 and 6,
@@ -29,6 +30,13 @@ at the recorded head dimension nearest in log2. A short causal kernel runs well 
 rate (cuDNN forward, head dim 128: 484 TFLOP/s causal at 2k, 617 without the mask). The sources give no
 causal backward: it is the non-causal backward times the forward's causal / non-causal ratio at the same
 length and head dimension (an assumption: the mask costs the backward what it costs the forward).
+
+On the A100 the by-length rows are forward + backward rates (pass "fwd_bwd": FlashAttention-2 paper,
+Figure 4, FlashAttention-2, FlashAttention v1 and FlashAttention in Triton, with and without the causal
+mask, head dimension 64 and 128; FLOPs 3.5 x the forward's). A pass's rate there is the combined rate at
+the condition split as the kernel's fraction-of-peak rows split it: rate(pass) = combined(s) x
+fraction(pass) / combined(fractions), combined(f) = 3.5 / (1 / f_fwd + 2.5 / f_bwd), so a forward and a
+backward together take the time the figure's bar says.
 """
 
 from __future__ import annotations
@@ -55,14 +63,23 @@ BWD_OVER_FWD = 2.5
 # the same 312 TFLOPS dense BF16); the H200 has the H100 SXM5's 132 SMs and clocks (H200 datasheet: the
 # same 989 TFLOPS dense BF16), attention being compute-bound at these lengths.
 CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100"}
-KERNELS = ("fa2", "fa3", "cudnn", "triton")
-# The fraction-of-peak rows a kernel without rows of its own on a GPU falls back to, in order. "triton" is
-# FlashAttention in Triton (HazyResearch flash_attn_triton.py, what llm-foundry's `attn_impl: triton` runs):
-# published against FlashAttention-2 on the A100 only, so elsewhere it is timed at FA2's rows (assumption).
-FALLBACK = {"fa2": ("fa2",), "fa3": ("fa3", "fa2"), "cudnn": ("fa3", "fa2"), "triton": ("triton", "fa2")}
-# Dense BF16 peak of the GPU the by-length rates were measured on (H100 SXM5, catalog): a rate is kept as
-# a fraction of it, so a `gpus:` peak_flops override scales it as it scales the GEMMs.
-SOURCE_PEAK = {"H100": 989.4e12}
+KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")
+# The kernels whose rows a kernel is timed at, in order: its own, then those it falls back to on a GPU
+# without them. "triton" is FlashAttention in Triton (HazyResearch flash_attn_triton.py, what llm-foundry's
+# `attn_impl: triton` runs) and "fa1" FlashAttention v1 (InternLM's flash-attention v1.0.5): both are
+# published against FlashAttention-2 on the A100 only, so elsewhere they are timed at FA2's rows
+# (assumption); FA1 has no per-pass rate, so its A100 split is FA2's (assumption).
+FALLBACK = {
+    "fa2": ("fa2",),
+    "fa1": ("fa1", "fa2"),
+    "fa3": ("fa3", "fa2"),
+    "cudnn": ("cudnn", "fa3", "fa2"),
+    "triton": ("triton", "fa2"),
+}
+# Dense BF16 (= FP16) peak of the GPU the by-length rates were measured on (catalog: H100 SXM5; A100 80GB
+# SXM4, 312 TFLOPS, the peak the FlashAttention-2 paper's fractions are of): a rate is kept as a fraction of
+# it, so a `gpus:` peak_flops override scales it as it scales the GEMMs.
+SOURCE_PEAK = {"H100": 989.4e12, "A100-80GB": 312e12}
 
 
 @dataclass(frozen=True)
@@ -158,16 +175,30 @@ def _along(curve: tuple[tuple[int, float], ...], s: int) -> float:
     return curve[-1][1]
 
 
+def _nearest_dim(name: str, kernel: str, phase: str, d: int) -> int | None:
+    """The recorded head dimension of (`name`, `kernel`, `phase`) nearest `d` in log2 (the smaller on a tie)."""
+    dims = sorted({k[4] for k in _curves() if k[:3] == (name, kernel, phase)})
+    if not dims:
+        return None
+    return min(dims, key=lambda x: (abs(math.log2(x) - math.log2(max(d, 1))), x))
+
+
+def combined_fraction(fwd: float, bwd: float) -> float:
+    """The forward + backward rate of a kernel running `fwd` forward and `bwd` backward, the backward
+    executing 2.5x the forward's FLOPs: 3.5 / (1 / fwd + 2.5 / bwd), in the units of its arguments."""
+    return (1 + BWD_OVER_FWD) / (1 / fwd + BWD_OVER_FWD / bwd)
+
+
 def length_rate(gpu_name: str, kernel: str, phase: str, causal: bool, d: int, s: int) -> float | None:
     """Published TFLOP/s (the sources' FLOP count) of `kernel` on `gpu_name` at sequence length `s` and the
     recorded head dimension nearest `d`, or None without rows; a causal backward without rows of its own is
-    the non-causal backward x the forward's causal / non-causal ratio at the same length."""
+    the non-causal backward x the forward's causal / non-causal ratio at the same length; where only
+    forward + backward rates are recorded, the pass's share of the combined rate by the kernel's fractions."""
     name = CALIBRATED_AS.get(gpu_name, gpu_name)
     curves = _curves()
-    dims = sorted({k[4] for k in curves if k[:3] == (name, kernel, phase)})
-    if not dims:
-        return None
-    hd = min(dims, key=lambda x: (abs(math.log2(x) - math.log2(max(d, 1))), x))
+    hd = _nearest_dim(name, kernel, phase, d)
+    if hd is None:
+        return _split_rate(gpu_name, kernel, phase, causal, d, s)
     if (name, kernel, phase, causal, hd) in curves:
         return _along(curves[(name, kernel, phase, causal, hd)], s)
     fwd = [curves.get((name, kernel, "fwd", c, hd)) for c in (True, False)]
@@ -175,6 +206,18 @@ def length_rate(gpu_name: str, kernel: str, phase: str, causal: bool, d: int, s:
         return None
     mask = _along(fwd[0], s) / _along(fwd[1], s)  # type: ignore[arg-type]
     return _along(curves[(name, kernel, phase, False, hd)], s) * mask
+
+
+def _split_rate(gpu_name: str, kernel: str, phase: str, causal: bool, d: int, s: int) -> float | None:
+    """`phase`'s TFLOP/s from a forward + backward rate: combined(s) x fraction(phase) / combined(fractions)
+    (the published combined rate kept, its split the kernel's published forward / backward fractions)."""
+    name = CALIBRATED_AS.get(gpu_name, gpu_name)
+    hd = _nearest_dim(name, kernel, "fwd_bwd", d)
+    curve = _curves().get((name, kernel, "fwd_bwd", causal, hd or 0))
+    fwd, bwd = attention_fraction(gpu_name, kernel, "fwd"), attention_fraction(gpu_name, kernel, "bwd")
+    if curve is None or fwd is None or bwd is None:
+        return None
+    return _along(curve, s) * (fwd if phase == "fwd" else bwd) / combined_fraction(fwd, bwd)
 
 
 def source_flops(batch: int, heads: int, s: int, d: int, phase: str, causal: bool = True) -> float:
@@ -196,12 +239,13 @@ def flash_compute_seconds(
         raise CatalogError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     batch, heads, _kv, s, d = shape
     name = CALIBRATED_AS.get(gpu.name, gpu.name)
-    tflops = length_rate(gpu.name, kernel, phase, True, d, s)
-    if tflops is not None and name in SOURCE_PEAK:
-        rate = tflops * 1e12 / SOURCE_PEAK[name] * tensor_peak(gpu, "bf16") * clock_ratio
-        return source_flops(batch, heads, s, d, phase) / rate
-    frac = attention_fraction(gpu.name, kernel, phase)
-    if frac is None:
-        return None
-    rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
-    return executed_flops(batch, heads, s, d, phase) / rate
+    for k in FALLBACK[kernel]:
+        tflops = length_rate(gpu.name, k, phase, True, d, s)
+        if tflops is not None and name in SOURCE_PEAK:
+            rate = tflops * 1e12 / SOURCE_PEAK[name] * tensor_peak(gpu, "bf16") * clock_ratio
+            return source_flops(batch, heads, s, d, phase) / rate
+        frac = _table().get((name, k, phase))
+        if frac is not None:
+            rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
+            return executed_flops(batch, heads, s, d, phase) / rate
+    return None

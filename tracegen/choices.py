@@ -16,8 +16,8 @@ FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-2022", "megatron-deeps
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel (on
-# Hopper; on Ampere only "triton" differs from FlashAttention-2).
-ATTENTION_KERNELS = ("fa2", "fa3", "cudnn", "triton")
+# Hopper; on Ampere "fa1" and "triton" differ from FlashAttention-2).
+ATTENTION_KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")
 # Width of the data-parallel gradient reduction (`grad_reduce_dtype`) and its bytes per element.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCE_DTYPES = tuple(GRAD_REDUCE_BYTES)
