@@ -69,6 +69,7 @@ from xsim.tracegen.ops import (
     duration_micros,
     duration_ns,
     embedding_steps,
+    head_rank_params,
     head_steps,
     hp_grad_accumulation,
     layer_steps,
@@ -498,10 +499,10 @@ class _Generator:
                 name = self.bundle.new_group(members) if len(members) > 1 else ""
                 for r in members:
                     self.mp_groups[r] = name
-        # Tied word embeddings under pipeline parallelism (Framework.embedding_grad_allreduce): each
+        # Tied word embeddings under pipeline parallelism (ModelArch.tied, Framework.always_tied): each
         # first-stage rank and the last-stage rank of its TP position (Megatron's embedding group; its TP
         # degrees are equal, and a plan whose end stages differ in TP has no such pairing: none).
-        if framework(self.dep.framework or DEFAULT_FRAMEWORK).embedding_grad_allreduce:
+        if self.model.tied:
             for stages in reps.values():
                 head, tail = stages[0], stages[-1]
                 if len(stages) > 1 and head.tp == tail.tp:
@@ -1385,8 +1386,8 @@ class _RankProgram:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["bwd"], pred, 0, mb)
             self.fsdp_reduce(HEAD, mb)
-            if sync:
-                self.bucket_add(m.norm_params + sh.vocab * m.hidden, 0)
+            if sync:  # a tied matrix held with the embedding joins the bucket at the embedding's backward
+                self.bucket_add(head_rank_params(m, sh, self.emb is not None), 0)
         layer_grad = rank_params(m, sh, 1, False, False)
         units = self.recompute_units(ch) if self.recompute == "full" else {}
         for layer in range(ch.end, ch.start - 1, -1):
@@ -1686,8 +1687,8 @@ class _RankProgram:
                     if self.ep is not None
                     else rank_params(m, sh, 1, False, False)
                 )
-        if self.head is not None:
-            out[HEAD] = m.norm_params + sh.vocab * m.hidden
+        if self.head is not None:  # tied with the embedding on this rank: the final norm only
+            out[HEAD] = head_rank_params(m, sh, self.emb is not None)
         return out
 
     def _plan(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
@@ -2014,7 +2015,7 @@ class _RankProgram:
             self.tp_ids.append(deps[-1])
         if self.emb_pg:
             # The tied word embedding's gradient, summed between the first and the last stage after the DP
-            # all-reduce (Framework.embedding_grad_allreduce): its V/TP x h shard at the width the DP
+            # all-reduce (ModelArch.tied): its V/TP x h shard at the width the DP
             # all-reduce moved it (`main_grad`: the FP16 grad in 2021, the contiguous buffer in 2022).
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
