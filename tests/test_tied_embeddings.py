@@ -227,3 +227,17 @@ def test_mpt_7b_matches_llm_foundry_count():
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 8}}  # fmt: skip
     fsdp = deployment_memory(load_spec(spec))[0]
     assert fsdp.optimizer == 12 * -(-one.params // 8)
+
+
+def test_sequence_parallel_all_reduces_the_tp_replicated_gradients_by_hand():
+    # Under sequence parallelism each TP rank computes the gradients of the weights it holds whole from its
+    # sequence slice, and Megatron all-reduces every parameter marked `sequence_parallel` over TP: the
+    # LayerNorms' (2 per layer x 2h, final 2h) and the row-parallel linears' biases (attention projection and
+    # MLP down projection, 2 x h per layer; RowParallelLinear sets the mark on its bias), the FP32 main_grad:
+    # (2 x 2 x 128 + 128 + 2 x 2 x 64) x 4 B = 896 x 4 = 3,584 B. A model without biases (RMSNorm gains
+    # only, h each): (2 x 2 + 1) x 64 x 4 = 1,280 B.
+    g = [{"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "layers": [1, 2]}]
+    llama = {**GPT, "activation": "swiglu", "norm": "rmsnorm", "linear_bias": False}
+    for model, size in ((GPT, 3_584), (llama, 1_280)):
+        nodes = generate(load_spec(_spec(model, g, sequence_parallel=True)), rewrite=False).nodes[0]
+        assert [A.comm_size(n) for n in nodes if n.name == "sp_norm_grad_allreduce"] == [size]

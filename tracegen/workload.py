@@ -1990,8 +1990,16 @@ class _RankProgram:
         if self.expert_sync_ids:
             deps.append(self.expert_sync_ids[-1])
         if self.ctx.sp and dg.tp > 1:
-            # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
+            # Sequence parallelism leaves the gradients of the weights every TP rank holds whole partial
+            # (each rank saw its sequence slice): Megatron all-reduces every parameter marked
+            # `sequence_parallel` over TP, the norms' and the row-parallel linears' biases (RowParallelLinear
+            # sets it on its bias: megatron/mpu/layers.py of d898a8991d, megatron/core/tensor_parallel/
+            # layers.py; Transformer Engine's fc2 and projection biases likewise, LayerNormMLP.reset_parameters),
+            # their `main_grad` at the gradient buffer's width (training.py train_step of d898a8991d;
+            # Megatron-Core finalize_model_grads.py _allreduce_layernorm_grads).
             norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
+            if m.linear_bias:  # the attention output projection's and the MLP down projection's biases
+                norm_grads += 2 * self.num_layers * m.hidden
             if m.moe is not None:
                 # so do the MoE routers' weights (megatron/core/transformer/moe/router.py marks them
                 # sequence_parallel), whole on every TP rank
@@ -1999,7 +2007,7 @@ class _RankProgram:
                 norm_grads += sum(m.moe.is_moe(x) for x in layers) * m.hidden * m.moe.experts
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
-                g.attr(A.COMM_SIZE, norm_grads * self.ctx.b),
+                g.attr(A.COMM_SIZE, norm_grads * self.grad_bytes),
                 g.attr(A.PG_NAME, self.tp_pg),
             ]
             deps.append(
