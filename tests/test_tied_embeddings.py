@@ -241,3 +241,18 @@ def test_sequence_parallel_all_reduces_the_tp_replicated_gradients_by_hand():
     for model, size in ((GPT, 3_584), (llama, 1_280)):
         nodes = generate(load_spec(_spec(model, g, sequence_parallel=True)), rewrite=False).nodes[0]
         assert [A.comm_size(n) for n in nodes if n.name == "sp_norm_grad_allreduce"] == [size]
+
+
+def test_bytes_per_parameter_match_megatron_distributed_optimizer_table():
+    # Megatron-LM docs/source/distrib_optimizer.md (the table of bytes per parameter): BF16 parameters with
+    # FP32 gradients take 18 B without the distributed optimizer and 6 + 12/d with it (d = DP); FP16
+    # parameters with FP16 gradients 16 and 4 + 12/d. Llama-2 7B at DP 8: 6 + 12/8 = 7.5 B per parameter.
+    p = 6_738_415_616
+    spec = {"model": "llama2-7b", "precision": "bf16", "distributed_optimizer": True,
+            "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 8}}  # fmt: skip
+    r = deployment_memory(load_spec(spec))[0]
+    assert (r.params, r.weights + r.gradients, r.optimizer) == (p, 6 * p, 12 * p // 8)
+    plain = deployment_memory(load_spec({**spec, "distributed_optimizer": False}))[0]
+    assert plain.weights + plain.gradients + plain.optimizer == 18 * p
+    fp16 = deployment_memory(load_spec({**spec, "precision": "fp16"}))[0]
+    assert (fp16.weights + fp16.gradients, fp16.optimizer) == (4 * p, 12 * p // 8)
