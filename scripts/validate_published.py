@@ -59,7 +59,16 @@ ATTENTION = ("flash", "unfused")
 MODEL_KEYS = ("layers", "hidden", "heads")
 # Optional architecture keys of a run's model block (defaults: the GPT of the Megatron papers, FFN 4h, GELU,
 # LayerNorm, biases, kv_heads = heads; seq_len and vocab from the source's defaults).
-MODEL_OPTIONAL = ("ffn_hidden", "kv_heads", "activation", "norm", "linear_bias", "seq_len", "vocab")
+MODEL_OPTIONAL = (
+    "ffn_hidden",
+    "kv_heads",
+    "activation",
+    "norm",
+    "linear_bias",
+    "tie_embeddings",
+    "seq_len",
+    "vocab",
+)
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
 PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages")
@@ -167,6 +176,7 @@ class Run:
     activation: str = "gelu"
     norm: str = "layernorm"
     linear_bias: bool = True
+    tie_embeddings: bool | None = None  # None: tracegen's default (framework and model family)
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
@@ -360,10 +370,11 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
             if model[k] not in allowed:
                 raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
             out[k] = model[k]
-    if "linear_bias" in model:
-        if not isinstance(model["linear_bias"], bool):
-            raise _fail(path, where, f"linear_bias must be true or false, got {model['linear_bias']!r}")
-        out["linear_bias"] = model["linear_bias"]
+    for k in ("linear_bias", "tie_embeddings"):
+        if k in model:
+            if not isinstance(model[k], bool):
+                raise _fail(path, where, f"{k} must be true or false, got {model[k]!r}")
+            out[k] = model[k]
     return out
 
 
@@ -541,6 +552,7 @@ def spec_for(
             "activation": run.activation,
             "norm": run.norm,
             "linear_bias": run.linear_bias,
+            **({} if run.tie_embeddings is None else {"tie_embeddings": run.tie_embeddings}),
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -851,6 +863,8 @@ def config_text(run: Run) -> str:
         parts.insert(
             2, f"ffn{run.ffn} kv{run.kv_heads or run.heads} {run.activation} {run.norm} v{run.vocab}"
         )
+    if run.tie_embeddings is not None:
+        parts.append("tied" if run.tie_embeddings else "untied")
     parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 

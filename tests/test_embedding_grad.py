@@ -1,4 +1,4 @@
-"""Megatron-LM 2021/2022's tied word embeddings under pipeline parallelism (Framework.embedding_grad_allreduce):
+"""Megatron-LM 2021/2022's tied word embeddings under pipeline parallelism (Framework.always_tied):
 the first and the last stage all-reduce the embedding's gradient after the DP all-reduce, by hand."""
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ def _emb(bundle, rank: int) -> list[tuple[int, set[int], list[str]]]:
     ]  # fmt: skip
 
 
-def test_profiles_that_tie_the_embedding() -> None:
-    assert FRAMEWORKS["megatron-2021"].embedding_grad_allreduce
-    assert FRAMEWORKS["megatron-2022"].embedding_grad_allreduce
-    assert not FRAMEWORKS["megatron-core"].embedding_grad_allreduce
-    assert not FRAMEWORKS["megatron-deepspeed"].embedding_grad_allreduce
+def test_profiles_that_always_tie_the_embedding() -> None:
+    assert FRAMEWORKS["megatron-2021"].always_tied
+    assert FRAMEWORKS["megatron-2022"].always_tied
+    assert not FRAMEWORKS["megatron-core"].always_tied
+    assert not FRAMEWORKS["megatron-deepspeed"].always_tied
 
 
 def test_end_stages_all_reduce_the_embedding_gradient_by_hand() -> None:
@@ -56,8 +56,13 @@ def test_end_stages_all_reduce_the_embedding_gradient_by_hand() -> None:
         assert A.get_int(nodes[k], A.COMM_TYPE) == pb.ALL_REDUCE
         # the optimizer step's first op (2021: the copy back after the DP all-reduce) starts after it
         assert A.get_str(nodes[k + 1], A.PHASE) == "opt" and k in nodes[k + 1].data_deps
-    # Megatron-Core (untied in the launch scripts xsim follows) and one stage (the weight is one tensor): none.
+    # Megatron-Core on this SwiGLU/RMSNorm (Llama-family) model: untied by default, as the Llama launch
+    # scripts pass --untie-embeddings-and-output-weights; tied by the spec's key, the same all-reduce.
+    # One stage (the weight is one tensor): none.
     assert not _emb(generate(load_spec({**PP2_TP2, "framework": "megatron-core"})), 0)
+    tied = {**PP2_TP2, "framework": "megatron-core", "precision": "bf16"}
+    tied["model"] = {**PP2_TP2["model"], "tie_embeddings": True}
+    assert _emb(generate(load_spec(tied)), 0)[0][:2] == (2_097_152, {0, 2})
     one = {**PP2_TP2, "device_groups": [{"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "layers": [1, 2]}]}
     assert not _emb(generate(load_spec(one)), 0)
 

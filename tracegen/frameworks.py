@@ -69,13 +69,16 @@ class Framework:
     # and every pipeline exchange ('forward-recv', ..., 'forward-backward-send-forward-backward-recv',
     # p2p_communication.py): host syncs at each pass and exchange (tracegen.workload TIMER_SYNCS).
     step_timers: bool = False
-    # GPT's word embeddings are tied to the output layer (GPTModel: share_word_embeddings, no switch in the
-    # 2021/2022 code); with pipeline parallelism the last stage holds a copy and train_step all-reduces the
+    # GPT's word embeddings are always tied to the output layer (GPTModel: share_word_embeddings, no switch
+    # in the 2021/2022 code; later Megatron and Megatron-DeepSpeed add --untie-embeddings-and-output-weights,
+    # so there the model decides: ModelArch.tied, the spec's tie_embeddings). A tied model on one stage holds
+    # one matrix; with pipeline parallelism the last stage holds a copy and train_step all-reduces the
     # copy's and the original's gradient (`word_embeddings_weight.main_grad`, after the DP all-reduce,
     # before optimizer.step) over the embedding group, each first-stage rank and its last-stage peer of the
     # same TP position (megatron/training.py train_step, 'backward-embedding-all-reduce', de7dc40f88 and
-    # d898a8991d; mpu/initialize.py builds the group).
-    embedding_grad_allreduce: bool = False
+    # d898a8991d; mpu/initialize.py builds the group; Megatron-Core: finalize_model_grads.py
+    # _allreduce_word_embedding_grads; DeepSpeed's pipeline engine: _exec_reduce_tied_grads).
+    always_tied: bool = False
     # The backward of a column-parallel linear (QKV, MLP up/gate, LM head) as one autograd function runs it
     # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward, TE's _LayerNormLinear.backward),
     # its collectives on the NCCL stream while the GEMMs run ("we rely on CUDA_DEVICE_MAX_CONNECTIONS=1"):
@@ -117,7 +120,7 @@ _MEGATRON_2021 = Framework(
     p2p_sync=True,
     pp_scatter_gather=True,
     step_timers=True,
-    embedding_grad_allreduce=True,
+    always_tied=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {

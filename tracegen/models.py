@@ -41,6 +41,9 @@ class ModelArch:
     # Width of one attention head when it is not hidden / heads (Megatron's --kv-channels; Qwen3: 128 with
     # hidden 2048 and 32 heads, Megatron-MoE-ModelZoo model_configs Qwen3-30B-A3B.yaml); 0: hidden / heads.
     kv_channels: int = 0
+    # The output layer reuses the input embedding's vocab x hidden matrix (one tensor where one rank holds
+    # both; a copy on the last pipeline stage otherwise). None: the family's default, `tied`.
+    tie_embeddings: bool | None = None
 
     @property
     def head_dim(self) -> int:
@@ -53,6 +56,15 @@ class ModelArch:
         models (GELU, LayerNorm) add learned absolute positions to the embedding instead. The spec has no
         position key (ModelSpec has no field for it), so the architecture family decides."""
         return self.activation == "swiglu" and self.norm == "rmsnorm"
+
+    @property
+    def tied(self) -> bool:
+        """Whether the output layer is the input embedding's matrix. Unset, the family decides as its
+        released code does: GPT-style models tie (GPT-2/GPT-3, Megatron's GPTModel share_embeddings_and_
+        output_weights default, MPT's MPTModel logits on wte.weight, BLOOM), the Llama family does not
+        (Llama 2/3 config.json tie_word_embeddings false; Megatron's Llama scripts pass
+        --untie-embeddings-and-output-weights)."""
+        return (not self.rope) if self.tie_embeddings is None else self.tie_embeddings
 
     @property
     def norm_params(self) -> int:
@@ -100,8 +112,8 @@ class ModelArch:
         return self.vocab * self.hidden
 
     def head_params(self) -> int:
-        """Final norm plus the output projection to the vocabulary (untied, as Llama 2 and Megatron PP)."""
-        return self.norm_params + self.hidden * self.vocab
+        """Final norm plus the output projection to the vocabulary (none of its own when `tied`)."""
+        return self.norm_params + (0 if self.tied else self.hidden * self.vocab)
 
     def total_params(self) -> int:
         """Every parameter of the model."""
@@ -266,6 +278,10 @@ def check_model(m: ModelArch) -> ModelArch:
             raise CatalogError(f"model: {k} must be a string, got {getattr(m, k)!r:.60}")
     if not isinstance(m.linear_bias, bool):
         raise CatalogError(f"model {m.name!r}: linear_bias must be true or false, got {m.linear_bias!r:.60}")
+    if m.tie_embeddings is not None and not isinstance(m.tie_embeddings, bool):
+        raise CatalogError(
+            f"model {m.name!r}: tie_embeddings must be true or false, got {m.tie_embeddings!r:.60}"
+        )
     for k in _INT_FIELDS:
         v = getattr(m, k)
         if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 2**31:

@@ -607,8 +607,15 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
     if first:
         total += sh.vocab * m.hidden
     if last:
-        total += m.norm_params + sh.vocab * m.hidden
+        total += head_rank_params(m, sh, first)
     return total
+
+
+def head_rank_params(m: ModelArch, sh: Shard, first: bool) -> int:
+    """The head's parameters on a last-stage TP rank: the final norm (replicated across TP) and its
+    vocab/TP x hidden output matrix, unless the model ties it to the embedding and this rank holds that
+    (`first`): then it is the embedding's tensor, counted once (one gradient, one Adam update)."""
+    return m.norm_params + (0 if m.tied and first else sh.vocab * m.hidden)
 
 
 def optimizer_op(params: int, b: int, grad_bytes: int | None = None) -> Op:
@@ -694,7 +701,8 @@ def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
     biases (GPT-style models) and each norm's gain (+ bias for LayerNorm)."""
     norm = 2 if m.norm == "layernorm" else 1
     per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
-    return layers * per_layer + (1 if first else 0) + ((norm + 1) if last else 0)
+    head = norm + (0 if m.tied and first else 1)  # a tied output matrix is the embedding's tensor
+    return layers * per_layer + (1 if first else 0) + (head if last else 0)
 
 
 def hp_grad_accumulation(params: int, tensors: int) -> Op:

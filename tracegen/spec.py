@@ -448,6 +448,20 @@ class _SpecBuilder:
                 )
             dep.tp_overlap_sms[name] = self.int_key(sms, name, "tp_overlap_sms: ", minimum=0, maximum=1024)
 
+    def tie_embeddings(self, model: ModelArch, framework_name: str) -> str:
+        """The model's `tie_embeddings` as stored (field 68): "on" | "off" when given, "" for the default
+        (model_arch). Megatron-LM 2021/2022's GPTModel has no switch to untie (Framework.always_tied)."""
+        from xsim.tracegen.frameworks import framework
+
+        if model.tie_embeddings is None:
+            return ""
+        if not model.tie_embeddings and framework(framework_name).always_tied:
+            raise self.fail(
+                f"model: tie_embeddings false is not possible with framework: {framework_name} (its GPTModel "
+                "always shares the word embeddings with the output layer: no switch in that code)"
+            )
+        return "on" if model.tie_embeddings else "off"
+
     def host(self, dep: dpb.Deployment) -> None:
         """The host thread's keys (tracegen.host): `host_dispatch` on | off (absent: the framework
         profile's default) and `host_launch_us`, the host cost of one kernel launch."""
@@ -553,6 +567,7 @@ class _SpecBuilder:
             raise self.fail(f"fp8_recipe: {recipe} needs precision: fp8, got precision: {dep.precision}")
         dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
         dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
+        dep.tie_embeddings = self.tie_embeddings(model, dep.framework)
         # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
@@ -1310,8 +1325,16 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
 
 
 def model_arch(dep: dpb.Deployment) -> ModelArch:
-    """The deployment's model as a ModelArch at its trained sequence length."""
-    return replace(model_from_message(dep.model), seq_len=dep.seq_len or dep.model.seq_len)
+    """The deployment's model as a ModelArch at its trained sequence length, tied or not: the spec's
+    `tie_embeddings` (field 68), else always under a framework whose code has no switch
+    (Framework.always_tied), else the family's default (ModelArch.tied)."""
+    from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+
+    tie = {"on": True, "off": False}.get(dep.tie_embeddings)
+    if tie is None and framework(dep.framework or DEFAULT_FRAMEWORK).always_tied:
+        tie = True
+    m = model_from_message(dep.model)
+    return replace(m, seq_len=dep.seq_len or dep.model.seq_len, tie_embeddings=tie)
 
 
 def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
@@ -1357,6 +1380,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
     }  # fmt: skip
     if m.kv_channels:
         model["kv_channels"] = m.kv_channels
+    if dep.tie_embeddings:
+        model["tie_embeddings"] = dep.tie_embeddings == "on"
     if m.HasField("moe"):
         model["moe"] = moe_to_mapping(moe_from_message(m.moe))
     if m.HasField("mla"):

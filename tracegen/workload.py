@@ -69,6 +69,7 @@ from xsim.tracegen.ops import (
     duration_micros,
     duration_ns,
     embedding_steps,
+    head_rank_params,
     head_steps,
     hp_grad_accumulation,
     layer_steps,
@@ -498,10 +499,10 @@ class _Generator:
                 name = self.bundle.new_group(members) if len(members) > 1 else ""
                 for r in members:
                     self.mp_groups[r] = name
-        # Tied word embeddings under pipeline parallelism (Framework.embedding_grad_allreduce): each
+        # Tied word embeddings under pipeline parallelism (ModelArch.tied, Framework.always_tied): each
         # first-stage rank and the last-stage rank of its TP position (Megatron's embedding group; its TP
         # degrees are equal, and a plan whose end stages differ in TP has no such pairing: none).
-        if framework(self.dep.framework or DEFAULT_FRAMEWORK).embedding_grad_allreduce:
+        if self.model.tied:
             for stages in reps.values():
                 head, tail = stages[0], stages[-1]
                 if len(stages) > 1 and head.tp == tail.tp:
@@ -1385,8 +1386,8 @@ class _RankProgram:
             self.enter(HEAD, mb)
             pred = self.steps(self.head["bwd"], pred, 0, mb)
             self.fsdp_reduce(HEAD, mb)
-            if sync:
-                self.bucket_add(m.norm_params + sh.vocab * m.hidden, 0)
+            if sync:  # a tied matrix held with the embedding joins the bucket at the embedding's backward
+                self.bucket_add(head_rank_params(m, sh, self.emb is not None), 0)
         layer_grad = rank_params(m, sh, 1, False, False)
         units = self.recompute_units(ch) if self.recompute == "full" else {}
         for layer in range(ch.end, ch.start - 1, -1):
@@ -1686,8 +1687,8 @@ class _RankProgram:
                     if self.ep is not None
                     else rank_params(m, sh, 1, False, False)
                 )
-        if self.head is not None:
-            out[HEAD] = m.norm_params + sh.vocab * m.hidden
+        if self.head is not None:  # tied with the embedding on this rank: the final norm only
+            out[HEAD] = head_rank_params(m, sh, self.emb is not None)
         return out
 
     def _plan(self, order: list[tuple[str, int, int]], last_b: dict[int, int]) -> None:
@@ -1989,8 +1990,16 @@ class _RankProgram:
         if self.expert_sync_ids:
             deps.append(self.expert_sync_ids[-1])
         if self.ctx.sp and dg.tp > 1:
-            # Sequence parallelism leaves norm-weight gradients partial per TP rank: Megatron all-reduces them.
+            # Sequence parallelism leaves the gradients of the weights every TP rank holds whole partial
+            # (each rank saw its sequence slice): Megatron all-reduces every parameter marked
+            # `sequence_parallel` over TP, the norms' and the row-parallel linears' biases (RowParallelLinear
+            # sets it on its bias: megatron/mpu/layers.py of d898a8991d, megatron/core/tensor_parallel/
+            # layers.py; Transformer Engine's fc2 and projection biases likewise, LayerNormMLP.reset_parameters),
+            # their `main_grad` at the gradient buffer's width (training.py train_step of d898a8991d;
+            # Megatron-Core finalize_model_grads.py _allreduce_layernorm_grads).
             norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
+            if m.linear_bias:  # the attention output projection's and the MLP down projection's biases
+                norm_grads += 2 * self.num_layers * m.hidden
             if m.moe is not None:
                 # so do the MoE routers' weights (megatron/core/transformer/moe/router.py marks them
                 # sequence_parallel), whole on every TP rank
@@ -1998,7 +2007,7 @@ class _RankProgram:
                 norm_grads += sum(m.moe.is_moe(x) for x in layers) * m.hidden * m.moe.experts
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
-                g.attr(A.COMM_SIZE, norm_grads * self.ctx.b),
+                g.attr(A.COMM_SIZE, norm_grads * self.grad_bytes),
                 g.attr(A.PG_NAME, self.tp_pg),
             ]
             deps.append(
@@ -2014,7 +2023,7 @@ class _RankProgram:
             self.tp_ids.append(deps[-1])
         if self.emb_pg:
             # The tied word embedding's gradient, summed between the first and the last stage after the DP
-            # all-reduce (Framework.embedding_grad_allreduce): its V/TP x h shard at the width the DP
+            # all-reduce (ModelArch.tied): its V/TP x h shard at the width the DP
             # all-reduce moved it (`main_grad`: the FP16 grad in 2021, the contiguous buffer in 2022).
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_REDUCE),

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.models import model_from_message
 from xsim.tracegen.planner.barriers import dp_barrier_groups, pipeline_barrier_groups, replica_stages
 from xsim.tracegen.planner.chunking import chunk_bytes
@@ -184,7 +185,13 @@ def _boundaries(groups: Sequence[DeviceGroupView], activation_bytes: int) -> tup
 def build_plan(deployment: Any) -> Plan:
     """Plan a Deployment message (contract B): DP groups, rings, chunks, barrier groups, stage boundaries."""
     arch = model_from_message(deployment.model)
+    if isinstance(deployment, dpb.Deployment):
+        from xsim.tracegen.spec import model_arch
+
+        arch = model_arch(deployment)  # tied or not as the spec resolves it (tie_embeddings, framework)
     dtype = int(getattr(deployment, "dtype_bytes", 0) or 2)
     seq = int(getattr(deployment, "seq_len", 0) or arch.seq_len)
     groups = view_device_groups(deployment.device_groups, arch.layers)
-    return plan_groups(groups, layer_grad_bytes(arch, dtype), seq * arch.hidden * dtype)
+    # Every group holding both ends (PP 1): a tied projection is the embedding's one tensor.
+    together = all(g.layer_start == 1 and g.layer_end == arch.layers for g in groups)
+    return plan_groups(groups, layer_grad_bytes(arch, dtype, not together), seq * arch.hidden * dtype)
