@@ -12,6 +12,8 @@ from xsim.tracegen.contention import (
     TE_UB_SMS,
     CommWindow,
     busy_fractions,
+    comm_ctas,
+    nccl_node_channels,
     wire_seconds,
     with_free_sms,
 )
@@ -68,6 +70,7 @@ def test_wire_seconds_at_the_line_rate():
 
 
 def test_system_links_agree_with_netmodels_presets():
+    from xsim.netmodels.nccl import NVLINK_SIMPLE_EFFICIENCY
     from xsim.netmodels.presets import system_preset
 
     for name, links in SYSTEM_LINKS.items():
@@ -77,6 +80,10 @@ def test_system_links_agree_with_netmodels_presets():
             p.nvlink_bandwidth,
             p.nic_bandwidth,
         )
+        # NVLinks x NCCL's figure per link = the line rate x netmodels' NCCL share (25 GB/s links).
+        assert links.nvlink == pytest.approx(links.nvlinks * 25e9)
+        eff = NVLINK_SIMPLE_EFFICIENCY[p.gpus[0]]
+        assert links.nvlinks * links.nccl_link_gbps * 1e9 == pytest.approx(p.nvlink_bandwidth * eff)
 
 
 # Big enough that the GEMMs are compute-bound in the roofline model (time = FLOPs / (peak x gemm_eff)).
@@ -213,7 +220,8 @@ def test_overlapped_tp_collectives_of_the_backward_hold_nccl_ctas():
     # the dgrad half and reduce-scatters the dgrad under the wgrad half, on NVLink (450 GB/s per direction).
     # Re-gather: 1,024 tokens x 2,048 x 2 B per rank, sent once (p - 1 = 1); ReduceScatter: 2,048 x 2,048
     # x 2 B, half of it sent. Both 4,194,304 B / 450e9 B/s = 9,320.7 ns. A half under it for that share of
-    # its time runs on 132 - 12 SMs (NCCL_TP_CTAS): roofline time x 132/120 for that share.
+    # its time runs on 132 - 24 SMs (NCCL's 24 channels on a DGX H100 node, nccl_node_channels): roofline
+    # time x 132/108 for that share.
     spec = {
         "model": MODEL, "parallel": {"gpu": "H100", "tp": 2}, "compute_model": "roofline",
         "sequence_parallel": True, "cluster": "dgx-h100",
@@ -227,7 +235,34 @@ def test_overlapped_tp_collectives_of_the_backward_hold_nccl_ctas():
         plain = _ns(off[f"L1.mlp_up_gate.bwd.mb0.{half}"])
         frac = min(1.0, wire / plain)
         assert 0 < frac < 1
-        want = plain + (plain * 132 / 120 - plain) * frac
+        want = plain + (plain * 132 / 108 - plain) * frac
         assert _ns(on[f"L1.mlp_up_gate.bwd.mb0.{half}"]) == pytest.approx(want, abs=2)
     # The rest of the layer's backward is not under a collective: unchanged.
     assert _ns(on["L1.mlp_down.bwd.mb0"]) == _ns(off["L1.mlp_down.bwd.mb0"])
+
+
+def test_nccl_intra_node_channels_follow_its_ring_search():
+    # DGX A100: 12 NVLinks x 20 GB/s = 240 GB/s. The search starts at 40 GB/s a channel: 6 channels reach
+    # 240, so it stops; 40 >= 25 doubles them to 12 at 20 (ncclTopoDupChannels), and ncclTopoPostset doubles
+    # them again: 24 CTAs. (A 4 x A100 node's NCCL log, same 240 GB/s per GPU, prints "nChannels 12, bw
+    # 20.000000/20.000000" and "24 coll channels".)
+    assert nccl_node_channels(12, 20.0, False) == 24
+    # DGX A800: 8 NVLinks, 160 GB/s: 4 channels at 40, doubled to 8 at 20, then 16.
+    assert nccl_node_channels(8, 20.0, False) == 16
+    # DGX H100: 18 x 20.6 = 370.8 GB/s, SM90 speeds: 6 at 60 = 360 < 370.8, so slower speeds are tried (50:
+    # 7 x 50 = 350; 40: 9 x 40 = 360; 30: 12 x 30 = 360; 24 is 0.4 of 60, the search stops): 6 at 60 stays;
+    # 60 >= 50 doubles to 12 at 30; the second pass finds no 12 channels at 40 (9 fit): 24.
+    assert nccl_node_channels(18, 20.6, True) == 24
+    # H800 (8 NVLink4 links, 164.8 GB/s): 60 -> 2 x 60 = 120, 50 -> 3 x 50 = 150, 40 -> 4 x 40 = 160 (best),
+    # 30 -> 150, 24 -> 144, 20 -> 8 x 20 = 160 (not larger), 15 is under 0.49 of 40: 4 at 40; SM90 under 50
+    # keeps its channels only above 4, so 4 doubles to 8, then 16: NCCL's log on an 8 x H800 node says
+    # "16 coll channels" (NVIDIA/nccl issue #892).
+    assert nccl_node_channels(8, 20.6, True) == 16
+
+
+def test_tp_collectives_hold_the_systems_nccl_channels():
+    a800, a100 = SYSTEM_LINKS["dgx-a800"], SYSTEM_LINKS["dgx-a100"]
+    assert comm_ctas(range(8), a800) == 16 and comm_ctas(range(4), a100) == 24
+    # Across nodes a TP group holds a DP collective's CTAs; without a system preset, the DGX A100's 24.
+    assert comm_ctas(range(4, 12), a800) == NCCL_DP_CTAS
+    assert comm_ctas(range(8), None) == 24

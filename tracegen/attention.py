@@ -41,6 +41,7 @@ backward together take the time the figure's bar says.
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 from dataclasses import dataclass
@@ -249,3 +250,76 @@ def flash_compute_seconds(
             rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
             return executed_flops(batch, heads, s, d, phase) / rate
     return None
+
+
+# FlashAttention-2's launch for head dimension 128 on the A100 (Dao-AILab/flash-attention v2.4.2, what
+# Transformer Engine 1.3 calls on Ampere through flash_attn_varlen_func; csrc/flash_attn/src/
+# flash_fwd_launch_template.h run_mha_fwd_hdim128, flash_bwd_launch_template.h run_mha_bwd_hdim128 and
+# run_flash_bwd_seqk_parallel): the forward is one CTA per (128-row query block, sequence, head),
+# Flash_fwd_kernel_traits<128, 128, 64, 4>, each CTA sweeping 64-column key blocks (a causal query block i
+# stops at the diagonal: 2(i + 1) of them, flash_fwd_kernel.h n_block_max); the backward is one CTA per
+# (128-column key block, sequence, head), Flash_bwd_kernel_traits<128, 64, 128, 8> on GPUs with >= 144 KB
+# of shared memory per block, each sweeping 64-row query blocks from the diagonal down (key block j: s/64 -
+# 2j of them, flash_bwd_kernel.h m_block_min). Block index x is the query (forward) or key (backward)
+# block: blockIdx.x = m_block / n_block.
+FA2_FWD_TILE = (128, 64)  # query rows x key columns a forward CTA owns / steps by
+FA2_BWD_TILE = (64, 128)  # query rows a backward CTA steps by x key columns it owns
+# CTAs resident per SM on the A100 (CUDA C++ Programming Guide, compute capability 8.0: 164 KB of shared
+# memory per SM, 1 KB reserved per block): the forward's Q tile and K/V tiles take 128 x 128 x 2 + 2 x 64 x
+# 128 x 2 = 64 KB, two per SM; the backward's >= 144 KB, one.
+FA2_CTAS_PER_SM = {"fwd": 2, "bwd": 1}
+# The grid the published FlashAttention-2 rates were measured on (FlashAttention-2, section 4.1: batch size
+# so that the total number of tokens is 16k; hidden 2048, head dimension 128, i.e. 16 heads).
+FA2_BENCH_TOKENS, FA2_BENCH_HEADS = 16384, 16
+FA2_ON_AMPERE = ("", "fa2", "fa3", "cudnn")
+
+
+def _fa2_cta_tiles(s: int, phase: str, causal: bool) -> list[int]:
+    """Tiles each CTA of one (sequence, head) sweeps, in block-index order (the FA2 launch above)."""
+    if phase == "fwd":
+        rows, cols = FA2_FWD_TILE
+        nb, per = -(-s // rows), -(-s // cols)
+        return [min(per, -(-(i + 1) * rows // cols)) if causal else per for i in range(nb)]
+    rows, cols = FA2_BWD_TILE
+    nb, per = -(-s // cols), -(-s // rows)
+    return [per - (j * cols) // rows if causal else per for j in range(nb)]
+
+
+@lru_cache(maxsize=4096)
+def _tail_ratio(grids: int, s: int, phase: str, causal: bool, slots: int) -> float:
+    """Makespan of `grids` (sequence, head) grids of CTAs, dispatched in block order onto `slots` CTA slots
+    (each taking the next CTA when it frees: list scheduling), over the perfectly balanced time."""
+    tiles = _fa2_cta_tiles(s, phase, causal)
+    heap = [0] * slots
+    for _ in range(grids):
+        for t in tiles:
+            heapq.heapreplace(heap, heap[0] + t)
+    return max(heap) * slots / (grids * sum(tiles))
+
+
+def fa2_grid_factor(
+    shape: tuple[int, ...], phase: str, gpu: GpuSpec, kernel: str, causal: bool = True
+) -> float:
+    """How much longer FlashAttention-2 runs at this op's grid than at the grid its published rates were
+    measured on: the tail of the last wave, which grows as tensor parallelism leaves fewer heads per rank.
+
+    For a (batch, heads, kv_heads, s, d) op on an A100 with head dimension 97-128 (the FA2 launch above):
+    the list-scheduling makespan over the balanced time at this grid, over the same ratio at the benchmark's
+    grid (16384 / s sequences of 16 heads, at least one) with the same mask, so the published rate keeps its
+    own tail. Assumptions: CTAs start in block-index order; each of an SM's FA2_CTAS_PER_SM slots runs at its
+    share of the SM whether or not the other is busy. 1.0 for other kernels, GPUs and head dimensions (their
+    launches are not read here).
+    """
+    batch, heads, _kv, s, d = shape
+    # The A100 runs FlashAttention-2 for these kernel names (no fa3/cuDNN rows on Ampere: FALLBACK).
+    if (
+        kernel not in FA2_ON_AMPERE
+        or CALIBRATED_AS.get(gpu.name, gpu.name) != "A100-80GB"
+        or not 96 < d <= 128
+    ):
+        return 1.0
+    if gpu.sms <= 0 or phase not in FA2_CTAS_PER_SM:
+        return 1.0
+    slots = gpu.sms * FA2_CTAS_PER_SM[phase]
+    bench = max(1, FA2_BENCH_TOKENS // s) * FA2_BENCH_HEADS
+    return _tail_ratio(batch * heads, s, phase, causal, slots) / _tail_ratio(bench, s, phase, causal, slots)

@@ -39,13 +39,16 @@ TE_SM_MARGIN_METHODS = ("pipeline", "bulk")
 # ("Duplication should be complete now": nChannels * 2, NCCL 2.30.7 src/graph/connect.cc) into 16 runtime channels,
 # one CTA each. Hopper's further doubling applies only under 16 channels (same file), so 16 on both.
 NCCL_DP_CTAS = 16
-# NCCL's CTAs of a TP collective inside one DGX node (the overlapped backward collectives of the column-
-# parallel linears, Framework.sp_dgrad_overlap / async_dgrad_allreduce): the ring search finds six channels
-# at the fastest NVLink speed on DGX A100/H100 (netmodels/nccl.py, graph_channels) and ncclTopoPostset
-# duplicates them ("Duplication should be complete now": nChannels * 2, src/graph/connect.cc); Hopper's
-# four runtime channels per search channel apply only across nodes (`comm->nNodes > 1`, same file). A TP
-# group spanning nodes holds NCCL_DP_CTAS, as a DP collective does.
-NCCL_TP_CTAS = 12
+# NCCL's CTAs of a TP collective inside one node (the overlapped backward collectives of the column-
+# parallel linears, Framework.sp_dgrad_overlap / async_dgrad_allreduce): its runtime channels, one CTA each,
+# from NCCL's intra-node ring search (`nccl_node_channels`). A TP group spanning nodes holds NCCL_DP_CTAS,
+# as a DP collective does.
+# NCCL's intra-node search speeds, GB/s per channel (src/graph/search.cc `speedArrayIntra`,
+# `sm90SpeedArrayIntra`, NVIDIA/nccl v2.19.3-1 and master 5067397c; master adds 11.0 to the SM90 list, which
+# no NVSwitch node here reaches).
+NCCL_SPEEDS_SM80 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
+NCCL_SPEEDS_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+NCCL_MAXCHANNELS = 32  # src/include/device.h MAXCHANNELS; a ring graph holds at most half (init.cc)
 
 
 def with_free_sms(gpu: GpuSpec, busy: int) -> GpuSpec:
@@ -70,21 +73,74 @@ def with_free_sms(gpu: GpuSpec, busy: int) -> GpuSpec:
 
 @dataclass(frozen=True)
 class SystemLinks:
-    """Line rates a DP collective's time is estimated from: per GPU per direction, bytes/s."""
+    """Line rates a DP collective's time is estimated from (per GPU per direction, bytes/s), and the NVLinks
+    NCCL's topology search sees on a GPU: their count and the bandwidth it assumes per link (GB/s)."""
 
     gpus_per_node: int
     nvlink: float
     nic: float
+    nvlinks: int
+    nccl_link_gbps: float
+    sm90: bool
 
 
 # The DGX presets' line rates (netmodels/presets.py SYSTEM_PRESETS, from the DGX A100 / H100 datasheets;
 # tracegen does not import netmodels, tests/test_gen_contention.py checks the two agree). A cluster without
 # a system preset has no estimate: its DP collectives are taken in flight up to their first consumer.
+# NVLinks per GPU: 12 on the A100 (datasheet: 12 x 25 GB/s = 300 GB/s per direction), 8 on the A800 (its
+# 200 GB/s per direction at 25 GB/s a link; `nvidia-smi topo -m` shows NV8 between A800-SXM4 pairs), 18 on
+# the H100 SXM (datasheet). NCCL's per-link figure: SM80_NVLINK_BW 20.0, SM90_NVLINK_BW 20.6 (src/graph/
+# topo.h, master; netmodels/nccl.py NVLINK_SIMPLE_EFFICIENCY holds the same figures over 25 GB/s).
 SYSTEM_LINKS: dict[str, SystemLinks] = {
-    "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8),
-    "dgx-a800": SystemLinks(8, 200e9, 200e9 / 8),
-    "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8),
+    "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8, 12, 20.0, False),
+    "dgx-a800": SystemLinks(8, 200e9, 200e9 / 8, 8, 20.0, False),
+    "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8, 18, 20.6, True),
 }
+
+
+def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool) -> int:
+    """Runtime channels (CTAs) of a collective inside one NVSwitch node, as NCCL's init derives them.
+
+    Our reading of NVIDIA/nccl (v2.19.3-1 and master agree): every GPU reaches the others through the
+    switch at `nvlinks` x `link_gbps` GB/s (maxBw = totalBw). ncclTopoCompute (src/graph/search.cc) starts at
+    the fastest search speed not above it; a ring channel at speed s takes s of each GPU's NVLink, so
+    floor(total / s) channels fit (at most MAXCHANNELS / 2). It stops once channels x s reach the total,
+    else tries slower speeds while the next is above 0.49 of the best graph's and keeps a strictly larger
+    product. ncclTopoDupChannels then doubles the channels at half the speed when the speed is >= 25 (not
+    on SM90 below 50 with more than 4 channels); the second pass looks for the same channel count at a
+    faster speed, which no NVSwitch node finds. ncclTopoPostset doubles them again ("Duplication should be
+    complete now", src/graph/connect.cc), capped at MAXCHANNELS; a collective of the sizes here (over
+    nChannels x 512 threads x 64 B) runs on all of them (enqueue.cc).
+    """
+    total = nvlinks * link_gbps
+    speeds = NCCL_SPEEDS_SM90 if sm90 else NCCL_SPEEDS_SM80
+    cap = NCCL_MAXCHANNELS // 2
+
+    def fit(s: float) -> int:
+        return min(int(total // s), cap)
+
+    i = next((k for k, s in enumerate(speeds) if s <= total), len(speeds) - 1)
+    n, bw = 0, 0.0
+    while True:
+        if fit(speeds[i]) * speeds[i] > n * bw:
+            n, bw = fit(speeds[i]), speeds[i]
+        if n * bw >= total or i + 1 >= len(speeds) or (n > 0 and speeds[i + 1] / bw <= 0.49):
+            break
+        i += 1
+    if n == 0:
+        return 1
+    if bw >= 25.0 and not (sm90 and bw < 50.0 and n > 4):
+        dup = min(2 * n, cap)
+        n, bw = dup, bw / math.ceil(dup / n)
+    for s in sorted(x for x in speeds if x > bw):
+        if fit(s) < n:
+            break
+        n, bw = fit(s), s
+    return min(2 * n, NCCL_MAXCHANNELS)
+
+
+# A cluster without a system preset: the DGX A100's figure (24).
+NCCL_TP_CTAS = nccl_node_channels(12, 20.0, False)
 
 
 @dataclass(frozen=True)
@@ -112,10 +168,13 @@ def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLink
 
 
 def comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
-    """CTAs a TP-group collective holds: NCCL_TP_CTAS inside a node, NCCL_DP_CTAS across nodes."""
-    if links is not None and len({r // links.gpus_per_node for r in members}) > 1:
+    """CTAs a TP-group collective holds: NCCL's runtime channels inside a node (`nccl_node_channels` of the
+    system, NCCL_TP_CTAS without one), NCCL_DP_CTAS across nodes."""
+    if links is None:
+        return NCCL_TP_CTAS
+    if len({r // links.gpus_per_node for r in members}) > 1:
         return NCCL_DP_CTAS
-    return NCCL_TP_CTAS
+    return nccl_node_channels(links.nvlinks, links.nccl_link_gbps, links.sm90)
 
 
 def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow]) -> dict[int, float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xsim.tracegen.attention import flash_compute_seconds
+from xsim.tracegen.attention import fa2_grid_factor, flash_compute_seconds
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.choices import ATTENTIONS, COMPUTE_MODELS, PRECISIONS  # noqa: F401 - their old home
 from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, Framework
@@ -750,6 +750,9 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             # The attention kernel is timed at the same power-limited clock as the BF16 GEMMs.
             clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
             flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock)
+            if flash is not None:
+                # The last wave's tail at this op's grid against the benchmark's (few heads per TP rank).
+                flash *= fa2_grid_factor(op.shape, op.phase, gpu, op.kernel)
             compute = compute if flash is None else flash
         return max(compute, nbytes / achieved_bandwidth(gpu), floor)
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
