@@ -13,11 +13,11 @@ taking the candidate tile (the guide's cuBLAS sizes) that minimizes it, as cuBLA
 public microbenchmarks (BURST_PLATEAUS), by default scaled to the sustained, power-limited clock
 (sustained_ratio; `gemm_rates: burst` keeps the burst rate). `reuse` charges smaller tiles for
 their lower operand reuse: a tile loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
-mt * nt / (mt + nt); the largest tiles (256 x 128) are taken as just compute-bound at the plateau and a
-smaller tile as bound by the same operand bandwidth (an assumption of this model, stated in
-docs/tracegen.md). The GEMM also cannot beat reading and writing its operands at the achieved memory
-bandwidth of a published copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel
-(LAUNCH_FLOOR_S).
+mt * nt / (mt + nt); the largest tiles (256 x 128; on the A100 128 x 128, PLATEAU_TILE) are taken as just
+compute-bound at the plateau and a smaller tile as bound by the same operand bandwidth (an assumption of
+this model, docs/compute.md; the A100's is checked against per-shape measurements, gemm_shapes_a100.csv).
+The GEMM also cannot beat reading and writing its operands at the achieved memory bandwidth of a published
+copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel (LAUNCH_FLOOR_S).
 
 Calibration data: tracegen/data/gemm_calibration.csv (public GEMM microbenchmarks only). Validation data
 (end-to-end Megatron-LM / MLPerf / NeMo runs and per-layer times) is kept apart: nothing here is fitted to
@@ -37,7 +37,18 @@ from xsim.tracegen.errors import CatalogError
 # CTA tile sizes (mt, nt) of cuBLAS tensor-core GEMMs listed by NVIDIA's Matrix Multiplication Background
 # User's Guide ("cuBLAS ... 256x128, 128x256, 128x128, 64x128, 128x64, 64x64").
 TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128), (128, 64), (64, 128), (64, 64))
-_BEST_REUSE = 256 * 128 / (256 + 128)
+# The smallest tile that still runs at the plateau, per GPU: its operand reuse mt*nt/(mt+nt) is the bound
+# `reuse` divides by (default: only the largest tiles, 256x128). A100: a 128x128-output tile runs at the
+# plateau. Anthony et al. 2024 (arXiv:2401.14489) result file gemm_data/mm/ksweep_high/a100.out
+# (github.com/EleutherAI/cookbook commit 27dff48; tracegen/data/gemm_shapes_a100.csv, series nsweep_m2304):
+# M 2304, K 4096, N 1536..6144 in steps of 64: the throughput staircase steps every 768 columns (108 tiles
+# of 128x128 per step on 108 SMs, not every 1536 as 256x128 tiles would), and at N 2304 (3 full waves of
+# 128x128 tiles, 1.5 waves of 256x128 ones) it measures 229.0 TFLOP/s, 0.974 of N 3072's 235.0 (full waves
+# of both), where 128x128 at a reuse of 0.75 priced it at 0.75 of N 3072's rate (either tile). Over the
+# whole data set the spread of log(model / measured) about each series' median falls from 0.0236 to 0.0181
+# (scripts/gemm_shape_check.py --tile-scan; N sweep 0.0856 -> 0.0310, the qkv linears 0.0185 -> 0.0151).
+# 128x64 and 64x64 then keep 2/3 and 1/2 of the plateau (no point of the data set isolates them).
+PLATEAU_TILE: dict[str, tuple[int, int]] = {"A100-40GB": (128, 128), "A100-80GB": (128, 128)}
 
 # Per-kernel launch floor: a short kernel launched back to back on one stream costs 3.8 us per kernel
 # (NVIDIA Technical Blog, A. Gray, "Getting Started with CUDA Graphs", 2019: a 2.9 us kernel, launch-bound at
@@ -226,9 +237,11 @@ def gemm_compute(
         raise CatalogError(f"GPU {gpu.name}: no SM count recorded, the calibrated GEMM model needs one")
     peak = tensor_peak(gpu, precision)
     per_sm = peak * plateau(gpu, precision, rates) / gpu.sms
+    pt, pn = PLATEAU_TILE.get(gpu.calibration_key, TILES[0])
+    bound = pt * pn / (pt + pn)
     best: GemmTiming | None = None
     for mt, nt in TILES:
-        reuse = min(1.0, mt * nt / (mt + nt) / _BEST_REUSE)
+        reuse = min(1.0, mt * nt / (mt + nt) / bound)
         waves = wave_count(batch * math.ceil(m / mt) * math.ceil(n / nt), gpu.sms)
         seconds = waves * 2.0 * mt * nt * k / (per_sm * reuse)
         if best is None or seconds < best.seconds:
@@ -262,3 +275,35 @@ def calibration_points(path: str = DATA_FILE) -> list[CalibrationPoint]:
     """The calibration data set (tracegen/data/gemm_calibration.csv)."""
     cols = {"gpu": str, "dtype": str, "m": int, "n": int, "k": int, "tflops": float, "source": str}
     return read_points(path, CalibrationPoint, cols)
+
+
+@dataclass(frozen=True)
+class ShapePoint:
+    """One published per-shape GEMM measurement used as a check: series, shape [m,k] x [k,n], TFLOP/s, source."""
+
+    gpu: str
+    dtype: str
+    series: str
+    m: int
+    k: int
+    n: int
+    tflops: float
+    source: str
+
+
+SHAPES_A100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_a100.csv")
+
+
+def shape_points(path: str = SHAPES_A100_FILE) -> list[ShapePoint]:
+    """The per-shape check data set (tracegen/data/gemm_shapes_a100.csv): comparison data, not plateaus."""
+    cols = {
+        "gpu": str,
+        "dtype": str,
+        "series": str,
+        "m": int,
+        "k": int,
+        "n": int,
+        "tflops": float,
+        "source": str,
+    }
+    return read_points(path, ShapePoint, cols)
