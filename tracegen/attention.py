@@ -47,7 +47,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from xsim.tracegen.calibration_csv import flag, read_points
+from xsim.tracegen.calibration_csv import read_points
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
 
@@ -96,8 +96,7 @@ class AttentionPoint:
 
 def attention_points(path: str = DATA_FILE) -> list[AttentionPoint]:
     """The attention calibration data set (tracegen/data/attention_calibration.csv)."""
-    cols = {"gpu": str, "kernel": str, "pass": str, "peak_fraction": float, "source": str}
-    return read_points(path, AttentionPoint, cols)
+    return read_points(path, AttentionPoint, {"phase": "pass"})
 
 
 @lru_cache(maxsize=1)
@@ -145,16 +144,7 @@ class LengthPoint:
 
 def length_points(path: str = BY_LENGTH_FILE) -> list[LengthPoint]:
     """The by-length attention calibration data set (tracegen/data/attention_by_length.csv)."""
-    cols = {
-        "gpu": str,
-        "kernel": str,
-        "pass": str,
-        "causal": flag,
-        "head_dim": int,
-        "seq_len": int,
-        "tflops": float,
-    }
-    return read_points(path, LengthPoint, {**cols, "source": str})
+    return read_points(path, LengthPoint, {"phase": "pass"})
 
 
 @lru_cache(maxsize=1)

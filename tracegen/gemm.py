@@ -273,8 +273,7 @@ class CalibrationPoint:
 
 def calibration_points(path: str = DATA_FILE) -> list[CalibrationPoint]:
     """The calibration data set (tracegen/data/gemm_calibration.csv)."""
-    cols = {"gpu": str, "dtype": str, "m": int, "n": int, "k": int, "tflops": float, "source": str}
-    return read_points(path, CalibrationPoint, cols)
+    return read_points(path, CalibrationPoint)
 
 
 @dataclass(frozen=True)
@@ -296,14 +295,4 @@ SHAPES_A100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_
 
 def shape_points(path: str = SHAPES_A100_FILE) -> list[ShapePoint]:
     """The per-shape check data set (tracegen/data/gemm_shapes_a100.csv): comparison data, not plateaus."""
-    cols = {
-        "gpu": str,
-        "dtype": str,
-        "series": str,
-        "m": int,
-        "k": int,
-        "n": int,
-        "tflops": float,
-        "source": str,
-    }
-    return read_points(path, ShapePoint, cols)
+    return read_points(path, ShapePoint)

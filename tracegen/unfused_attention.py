@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 from functools import cache
 
-from xsim.tracegen.calibration_csv import flag, read_points
+from xsim.tracegen.calibration_csv import read_points
 from xsim.tracegen.catalog import GpuSpec, gpu
 from xsim.tracegen.gemm import achieved_bandwidth
 
@@ -75,10 +75,7 @@ class UnfusedFractions:
 
 def points(path: str = DATA_FILE) -> list[UnfusedPoint]:
     """The calibration data set (tracegen/data/unfused_attention.csv)."""
-    cols = {"gpu": str, "implementation": str, "pass": str, "dropout": flag, "seq_len": int, "batch": int}
-    return read_points(
-        path, UnfusedPoint, {**cols, "heads": int, "head_dim": int, "ms": float, "source": str}
-    )
+    return read_points(path, UnfusedPoint, {"phase": "pass"})
 
 
 def chain_bytes(p: UnfusedPoint) -> int:
