@@ -195,25 +195,27 @@ class FlowModel:
         self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float, int]] = {}  # NCCL mode P2P
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
-        # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
-        # collective, and a frozen spec validated once stays valid.
-        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...]]] = {}
+        # id(spec) -> (spec, its validated ranks, its plan's channels, instant): the engine passes the same
+        # spec object for a repeated collective, and a frozen spec validated and planned once stays so
+        # (no key of up to hundreds of ranks hashed per start).
+        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...], tuple, bool]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns; its transfers share links with everything else in flight."""
         hit = self._valid.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            ranks = hit[1]
-        else:
+        if hit is None or hit[0] is not spec:
             ranks = validate_spec(spec, self.num_ranks)
-            self._valid[id(spec)] = (spec, ranks)
+            hit = None
         self._catch_up(now_ns)
-        algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
-        # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
-        if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
-            algo = None
-        channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
+        if hit is None:
+            algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+            # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
+            if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
+                algo = None
+            plan = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
+            hit = self._valid[id(spec)] = (spec, ranks, *plan)
+        _, ranks, channels, instant = hit
         handle = next(self._handles)
         p = len(ranks)
         nch = len(channels)
