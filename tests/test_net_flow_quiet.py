@@ -108,3 +108,14 @@ def test_random_workloads_complete_alike_with_and_without_the_lookahead(topo_nam
         assert quiet[2] <= plain[2]
         fewer += quiet[2] < plain[2]
     assert fewer > 0
+
+
+def test_is_int_keeps_its_meaning_with_the_plain_int_shortcut():
+    # The flow model checks every start time with is_int: Python and numpy integers pass, bools
+    # (Python's and numpy's), floats and strings do not, whatever the shortcut for a plain int.
+    from xsim.netmodels.api import is_int
+
+    assert [is_int(x) for x in (3, -1, np.int64(3), np.uint8(1), 2**70)] == [True] * 5
+    assert [is_int(x) for x in (True, False, np.bool_(True), 3.0, "3", None)] == [False] * 6
+    with pytest.raises(Exception, match="non-decreasing integers"):
+        FlowModel(ring_topology(4, 1e9, 100)).start_p2p(True, 0, 1, 8)
