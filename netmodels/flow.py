@@ -111,7 +111,9 @@ class _Run:
         self.coll, self.channel, self.chunk, self.stages, self.nst = coll, channel, chunk, stages, len(stages)
         self.ptr = [0] * p
         self.issued = [0] * p
-        self.need = [sp.recv[:] for sp in stages]  # [stage][position]: receives still awaited
+        # [stage][position]: receives still awaited, a stage's list copied from its plan when first read
+        # (a data-parallel ring of 192 ranks has 382 stages, most runs read a few at a time).
+        self.need: list[list[int] | None] = [None] * len(stages)
         self.out = [0] * p
         self.red_paid = [-1] * p
         self.finished = [False] * p
@@ -193,25 +195,27 @@ class FlowModel:
         self._pxn_paths: dict[tuple[int, int], tuple[np.ndarray, float, float, int]] = {}  # NCCL mode P2P
         # (kind, algorithm, ranks, size, root index) -> flattened stage plans per channel.
         self._plans: dict[tuple, tuple[tuple[_StagePlan, ...], ...]] = {}
-        # id(spec) -> (spec, its validated ranks): the engine passes the same spec object for a repeated
-        # collective, and a frozen spec validated once stays valid.
-        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...]]] = {}
+        # id(spec) -> (spec, its validated ranks, its plan's channels, instant): the engine passes the same
+        # spec object for a repeated collective, and a frozen spec validated and planned once stays so
+        # (no key of up to hundreds of ranks hashed per start).
+        self._valid: dict[int, tuple[CollectiveSpec, tuple[int, ...], tuple, bool]] = {}
 
     # ----- engine-facing interface -------------------------------------------------------------------
     def start_collective(self, now_ns: int, spec: CollectiveSpec) -> int:
         """Start a collective at now_ns; its transfers share links with everything else in flight."""
         hit = self._valid.get(id(spec))
-        if hit is not None and hit[0] is spec:
-            ranks = hit[1]
-        else:
+        if hit is None or hit[0] is not spec:
             ranks = validate_spec(spec, self.num_ranks)
-            self._valid[id(spec)] = (spec, ranks)
+            hit = None
         self._catch_up(now_ns)
-        algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
-        # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
-        if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
-            algo = None
-        channels, instant = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
+        if hit is None:
+            algo = spec.algorithm or self.algorithms.get(spec.kind) or default_algorithm(spec.kind)
+            # NCCL mode: an unnamed algorithm is NCCL's choice (None), not the generic default.
+            if self.nccl and spec.algorithm is None and spec.kind not in self.algorithms:
+                algo = None
+            plan = self._plan(spec.kind, algo, ranks, spec.size_bytes, root_index(spec))
+            hit = self._valid[id(spec)] = (spec, ranks, *plan)
+        _, ranks, channels, instant = hit
         handle = next(self._handles)
         p = len(ranks)
         nch = len(channels)
@@ -249,6 +253,28 @@ class FlowModel:
         if t is not None:
             cands.append(ceil_ns(t))
         return min(cands) if cands else None
+
+    def next_event_quiet(self, horizon_ns: int | None) -> int | None:
+        """next_event_ns(), after running the steps (rounded up) before horizon_ns (the replay's next node
+        finish; None: no node pending) and before any pending completion, until one completes something.
+
+        Most steps end a ring stage and start the next one inside the model (2 in 3 on hetero192): the
+        engine would advance the model to each and find nothing to finish there. Those steps are the same
+        `_step(t)` calls in the same order either way: starts come only at node finishes (>= horizon_ns)
+        or at completions (where this stops), and a step rounded up to horizon_ns stays for `advance`.
+        """
+        done = self._done
+        stop = min(f for f, _, _ in done) if done else horizon_ns
+        if horizon_ns is not None and stop > horizon_ns:
+            stop = horizon_ns
+        n = len(done)
+        step, next_time = self._step, self._next_time
+        while len(done) == n:
+            t = next_time()
+            if t is None or (stop is not None and ceil_ns(t) >= stop):
+                break
+            step(t)
+        return self.next_event_ns()
 
     def advance(self, until_ns: int) -> list[Completion]:
         """Process internal events up to until_ns; completions ordered by (finish_ns, handle)."""
@@ -351,6 +377,8 @@ class FlowModel:
                     self._done.append((fin, s, Completion(s, fin, (fin,))))
                     continue
                 need = run.need[s]
+                if need is None:
+                    need = run.need[s] = run.stages[s].recv[:]
                 left = need[b] - 1
                 need[b] = left
                 out = run.out
@@ -379,7 +407,10 @@ class FlowModel:
                                 else:
                                     new_recs.append((run, s1, b, c))
                                     new_flows.append(flow)
-                        if run.need[s1][b] <= 0:
+                        need = run.need[s1]
+                        if need is None:
+                            need = run.need[s1] = run.stages[s1].recv[:]
+                        if need[b] <= 0:
                             advance(run, b, t)
                 if out[a] == 0 and ptr[a] == run.nst:
                     advance(run, a, t)
@@ -669,7 +700,10 @@ class FlowModel:
                         else:
                             self._new_recs.append((run, s, i, b))
                             self._new_flows.append(flow)
-            if need[s][i] > 0:
+            left = need[s]
+            if left is None:
+                left = need[s] = sp.recv[:]
+            if left[i] > 0:
                 return
             if sp.reduce and sp.recv[i] > 0 and run.red_paid[i] != s:
                 run.red_paid[i] = s
@@ -755,6 +789,14 @@ class HybridFlowModel(FlowModel):
         """The earlier of the flows' next event and the next closed-form completion."""
         a, b = super().next_event_ns(), self._local.next_event_ns()
         return b if a is None else a if b is None else min(a, b)
+
+    def next_event_quiet(self, horizon_ns: int | None) -> int | None:
+        """The flows' quiet steps before the earlier of horizon_ns and the next closed-form completion
+        (the engine would advance both models to each and find nothing to finish), then next_event_ns()."""
+        b = self._local.next_event_ns()
+        if b is not None and (horizon_ns is None or b < horizon_ns):
+            horizon_ns = b
+        return super().next_event_quiet(horizon_ns)  # ends in this class's next_event_ns: both models'
 
     def advance(self, until_ns: int) -> list[Completion]:
         """Both models' completions up to until_ns, ordered by (finish_ns, handle)."""

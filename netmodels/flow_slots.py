@@ -206,14 +206,23 @@ class FlowSlots:
     def _solve_component(self, comp: list[int]) -> bool:
         """Progressive filling on one component, its flows in start order; the answer for its sequence
         of routes is kept. Whether every rate is > 0."""
-        if len(comp) > 1:
-            comp.sort(key=self.ser.__getitem__)
-        tpl, s_tid = self.tpl, self.tid
-        routes = tuple(map(tpl.tpl_route.__getitem__, map(s_tid.__getitem__, comp)))
+        tpl_route, s_tid = self.tpl.tpl_route, self.tid
+        if len(comp) == 2:  # most components (a tensor-parallel flow beside a data-parallel one): no sort
+            a, b = comp
+            if self.ser[b] < self.ser[a]:
+                comp = [b, a]
+                routes = (tpl_route[s_tid[b]], tpl_route[s_tid[a]])
+            else:
+                routes = (tpl_route[s_tid[a]], tpl_route[s_tid[b]])
+        else:
+            if len(comp) > 1:
+                comp.sort(key=self.ser.__getitem__)
+            routes = tuple(map(tpl_route.__getitem__, map(s_tid.__getitem__, comp)))
         got = self.memo.get(routes)
         if got is None:
             if len(self.memo) >= _MEMO_MAX:
                 self.memo.clear()
+            tpl = self.tpl
             rows = tpl.links[list(routes)]
             rates = max_min_rates(*tpl.csr(rows), self.cap).tolist()
             got = self.memo[routes] = (rates, min(rates) > 0)

@@ -4,8 +4,8 @@
     PYTHONPATH=<tree> python scripts/bench_flow_calls.py replay CALLS.pkl
 
 `record` runs `xsim replay TRACE_DIR --model flow` with the FlowModel of the tree on PYTHONPATH and pickles
-its topology, options and every engine-facing call (start_collective, start_p2p, next_event_ns, advance)
-with its answer. `replay` makes the same calls on a fresh FlowModel of the tree on PYTHONPATH, compares every
+its topology, options and every engine-facing call (start_collective, start_p2p, next_event_ns,
+next_event_quiet, advance) with its answer. `replay` makes the same calls on a fresh FlowModel of the tree on PYTHONPATH, compares every
 answer with the recorded one and prints the model's CPU seconds. Recording with one tree and replaying with
 another checks that the two models answer the engine identically, which is what keeps the replay's times
 and tables identical; the engine's own time is left out of the measurement.
@@ -30,6 +30,8 @@ def record(trace_dir: str, out: str) -> None:
     cls = flow.FlowModel
     init, start_c, start_p = cls.__init__, cls.start_collective, cls.start_p2p
     next_ev, advance = cls.next_event_ns, cls.advance
+    quiet = getattr(cls, "next_event_quiet", None)
+    inner = [False]  # next_event_quiet ends in next_event_ns: that call is the model's, not the engine's
 
     def _init(self, topology, *args, **kwargs):
         made.append((topology, args, kwargs))
@@ -47,7 +49,17 @@ def record(trace_dir: str, out: str) -> None:
 
     def _next(self):
         r = next_ev(self)
-        calls.append(("n", None, None, r))
+        if not inner[0]:
+            calls.append(("n", None, None, r))
+        return r
+
+    def _quiet(self, horizon):
+        inner[0] = True
+        try:
+            r = quiet(self, horizon)
+        finally:
+            inner[0] = False
+        calls.append(("q", horizon, None, r))
         return r
 
     def _advance(self, until):
@@ -57,6 +69,8 @@ def record(trace_dir: str, out: str) -> None:
 
     cls.__init__, cls.start_collective, cls.start_p2p = _init, _start_c, _start_p
     cls.next_event_ns, cls.advance = _next, _advance
+    if quiet is not None:
+        cls.next_event_quiet = _quiet
     code = main(["replay", trace_dir, "--model", "flow", "--no-progress", "--json"])
     if code or len(made) != 1:
         raise SystemExit(f"replay of {trace_dir} failed or built {len(made)} flow models")
@@ -81,6 +95,8 @@ def replay(path: str) -> int:
             got = model.start_p2p(arg, *extra)
         elif kind == "n":
             got = model.next_event_ns()
+        elif kind == "q":
+            got = model.next_event_quiet(arg)
         else:
             got = model.advance(arg)
         if got != want:
