@@ -66,16 +66,24 @@ MODEL_OPTIONAL = (
     "norm",
     "linear_bias",
     "tie_embeddings",
+    "position_embedding",
     "seq_len",
     "vocab",
 )
 ACTIVATIONS = ("gelu", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("rope", "learned", "alibi", "none")  # tracegen.models.POSITION_EMBEDDINGS
 PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages")
 # Spec keys of issue 22 (and the distributed optimizer), written into a run's spec only when its YAML sets
 # them: tracegen rejects unknown keys, so a checkout without one reports "needs feature <key>".
 OPTION_VALUES: dict[str, tuple[Any, ...]] = {
-    "framework": ("megatron-2021", "megatron-2022", "megatron-core", "megatron-deepspeed"),
+    "framework": (
+        "megatron-2021",
+        "megatron-2022",
+        "megatron-core",
+        "megatron-deepspeed",
+        "megatron-core-0.7",
+    ),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
@@ -122,6 +130,7 @@ NODES_PER_LAYER_STEP = {
     "megatron-2021": {"none": 37, "selective": 42, "full": 54},
     "megatron-2022": {"none": 37, "selective": 42, "full": 54},  # the same layer (tracegen.frameworks)
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
+    "megatron-core-0.7": {"none": 32, "selective": 36, "full": 47},  # the same layer (tracegen.frameworks)
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
 }
 SP_EXTRA_NODES = 6
@@ -177,6 +186,7 @@ class Run:
     norm: str = "layernorm"
     linear_bias: bool = True
     tie_embeddings: bool | None = None  # None: tracegen's default (framework and model family)
+    position_embedding: str = ""  # "": tracegen's default (framework and model family)
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
@@ -365,7 +375,7 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
     for k in ("ffn_hidden", "kv_heads"):
         if k in model:
             out[k] = _int(path, where, model, k)
-    for k, allowed in (("activation", ACTIVATIONS), ("norm", NORMS)):
+    for k, allowed in (("activation", ACTIVATIONS), ("norm", NORMS), ("position_embedding", POSITIONS)):
         if k in model:
             if model[k] not in allowed:
                 raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
@@ -553,6 +563,7 @@ def spec_for(
             "norm": run.norm,
             "linear_bias": run.linear_bias,
             **({} if run.tie_embeddings is None else {"tie_embeddings": run.tie_embeddings}),
+            **({"position_embedding": run.position_embedding} if run.position_embedding else {}),
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -865,6 +876,8 @@ def config_text(run: Run) -> str:
         )
     if run.tie_embeddings is not None:
         parts.append("tied" if run.tie_embeddings else "untied")
+    if run.position_embedding:
+        parts.append(f"pos {run.position_embedding}")
     parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 

@@ -250,10 +250,22 @@ def test_embedding_gather_dropout_and_backward_scatter_by_hand():
     c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False)
     fwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "fwd") if isinstance(s, Op)}
     bwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "bwd") if isinstance(s, Op)}
-    # Gather: read and write 16 rows of 64 (2 x 2,048 B); dropout: read, write, mask (5 B x 1,024).
-    assert fwd == {"embedding": (16 * 64 * 4, 1), "embedding_dropout": (16 * 64 * 5, 1)}
-    # Backward: dropout of the gradient (5 B), scatter-add: read the gradient, read and write the row (6 B).
-    assert bwd == {"embedding_dropout": (16 * 64 * 5, 1), "embedding": (16 * 64 * 6, 1)}
+    # Gather: read and write 16 rows of 64 (2 x 2,048 B); the GPT model's learned positions: the lookup of
+    # 16 rows (read, write: 4 B) and the add into the embedding (read 2, write 1: 6 B), 10 B x 1,024 in 2
+    # kernels; dropout: read, write, mask (5 B x 1,024).
+    assert fwd == {
+        "embedding": (16 * 64 * 4, 1), "position_embedding": (16 * 64 * 10, 2), "embedding_dropout": (16 * 64 * 5, 1),
+    }  # fmt: skip
+    # Backward: dropout of the gradient (5 B), scatter-add: read the gradient, read and write the row (6 B);
+    # the position table's: read the 1,024-element gradient (2,048 B), read and write the 16 x 64 table
+    # (4,096 B); the add's backward passes the gradient through (no kernel).
+    assert bwd == {
+        "embedding_dropout": (16 * 64 * 5, 1), "position_embedding": (2_048 + 4_096, 1), "embedding": (16 * 64 * 6, 1),
+    }  # fmt: skip
+    # A model without a position table (RoPE: the Llama family's default) has neither node.
+    rope = model_from_mapping({**GPT, "position_embedding": "rope"})
+    c = Ctx(rope, shard_of(rope, 1, 0), 1, 16, 2, False)
+    assert "position_embedding" not in {s.op for s in embedding_steps(c, "fwd")}
 
 
 # -- the optimizer step ---------------------------------------------------------------------------------------
@@ -413,14 +425,14 @@ def test_optimizer_step_waits_for_the_stage_sends_so_one_comm_slot_cannot_deadlo
 # -- DeepSpeed's BF16_Optimizer: FP32 gradient copy after every micro-batch ---------------------------------
 def test_deepspeed_bf16_gradient_copy_per_micro_batch_by_hand():
     # GPT-tiny (h 64, FFN 256, vocab 100, LayerNorm, biases), PP 2, 3 micro-batches, bf16, megatron-deepspeed.
-    # Stage 0: embedding 100 x 64 = 6,400 + one layer: QKV 64 x 192 + 192, out 64 x 64 + 64, up 64 x 256 + 256,
-    # down 256 x 64 + 64, two LayerNorms 2 x 128 = 12,288 + 192 + 4,096 + 64 + 16,384 + 256 + 16,384 + 64 +
-    # 256 = 49,984; 56,384 parameters in 1 + 4 + 4 + 2 x 2 = 13 tensors. Stage 1: the layer + final LayerNorm
+    # Stage 0: embedding 100 x 64 = 6,400 + learned positions 16 x 64 = 1,024 + one layer: QKV 64 x 192 + 192,
+    # out 64 x 64 + 64, up 64 x 256 + 256, down 256 x 64 + 64, two LayerNorms 2 x 128 = 12,288 + 192 + 4,096 +
+    # 64 + 16,384 + 256 + 16,384 + 64 + 256 = 49,984; 57,408 parameters in 2 + 4 + 4 + 2 x 2 = 14 tensors. Stage 1: the layer + final LayerNorm
     # (128) + head 6,400 = 56,512 in 12 + 2 + 1 = 15 tensors. 18 bytes per parameter, 2 kernels per tensor.
     spec = {"model": {**GPT}, "framework": "megatron-deepspeed", "precision": "bf16",
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 3}}  # fmt: skip
     b = generate(load_spec(spec), rewrite=False)
-    for rank, params, tensors in ((0, 56_384, 13), (1, 56_512, 15)):
+    for rank, params, tensors in ((0, 57_408, 14), (1, 56_512, 15)):
         acc = [n for n in b.nodes[rank] if n.name.startswith("grad_accum_fp32")]
         assert len(acc) == 3  # one per micro-batch
         assert {A.get_int(n, A.NUM_OPS) for n in acc} == {params}

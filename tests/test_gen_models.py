@@ -31,9 +31,13 @@ def test_gpt3_is_175b_within_half_a_percent():
     assert (m.activation, m.norm, m.head_dim) == ("gelu", "layernorm", 128)
     assert abs(m.total_params() / 175e9 - 1) < 0.005
     # By hand: 96 layers of 12 h^2 + 13 h, the embedding V h once (tied, as GPT-2/GPT-3 and Megatron's
-    # GPTModel), the final LayerNorm 2h: 173,961,510,912 + 617,558,016 + 24,576.
-    assert m.tied and m.total_params() == 96 * (12 * 12288**2 + 13 * 12288) + 50257 * 12288 + 2 * 12288
-    assert m.total_params() == 174_579_093_504
+    # GPTModel), the learned position table n_ctx h (GPT-2's wpe, 2048 x 12288) and the final LayerNorm 2h:
+    # 173,961,510,912 + 617,558,016 + 25,165,824 + 24,576 = 174,604,259,328.
+    assert m.positions == "learned" and m.position_params == 2048 * 12288
+    assert (
+        m.tied and m.total_params() == 96 * (12 * 12288**2 + 13 * 12288) + (50257 + 2048) * 12288 + 2 * 12288
+    )
+    assert m.total_params() == 174_604_259_328
 
 
 def test_user_model_inline_and_from_base():

@@ -346,8 +346,11 @@ def test_fsdp_gathers_and_reduce_scatters_per_layer_by_hand(name):
     # Units in program order: forward embedding, L1, L2, head; backward head (still gathered: same
     # visit), L2, L1, embedding. AllGather per-rank shard in BF16 (EMB 3,200, layer 20,544, head 3,232
     # parameters x 2 B); ReduceScatter the whole padded unit in FP32 (x 4 B). Each gather is issued when
-    # the previous visit starts (prefetch of one), in the DP communicator's order.
+    # the previous visit starts (prefetch of one), in the DP communicator's order. ZeRO-3 gathers the
+    # embedding again for its backward; PyTorch FSDP keeps the root module's parameters (the embedding
+    # unit's) gathered from forward to backward: no second embedding gather.
     ag, rs = pb.ALL_GATHER, pb.REDUCE_SCATTER
+    emb_again = [("fsdp_param_allgather.emb.mb0", ag, 6_400)] if name == "zero3" else []
     assert dp == [
         ("fsdp_param_allgather.emb.mb0", ag, 6_400),
         ("fsdp_param_allgather.1.mb0", ag, 41_088),
@@ -357,7 +360,7 @@ def test_fsdp_gathers_and_reduce_scatters_per_layer_by_hand(name):
         ("fsdp_grad_reducescatter.head.mb0", rs, 6_464 * 4),
         ("fsdp_param_allgather.1.mb0", ag, 41_088),
         ("fsdp_grad_reducescatter.2.mb0", rs, 41_088 * 4),
-        ("fsdp_param_allgather.emb.mb0", ag, 6_400),
+        *emb_again,
         ("fsdp_grad_reducescatter.1.mb0", rs, 41_088 * 4),
         ("fsdp_grad_reducescatter.emb.mb0", rs, 6_400 * 4),
     ]
@@ -385,6 +388,32 @@ def test_fsdp_gathers_and_reduce_scatters_per_layer_by_hand(name):
     assert [
         (n.name, A.comm_size(n)) for n in sync_nodes(generate(load_spec(dp2(sharding=name))).nodes[1])
     ] == [(a, c) for a, _, c in dp]
+
+
+def test_fsdp_root_unit_is_gathered_once_per_micro_batch_by_hand():
+    # Two micro-batches at DP 2 (global batch 4 of 1 sequence), 1F1B: each micro-batch's forward, then its
+    # backward, as a trainer's gradient accumulation runs them. The root module's parameters (the
+    # embedding unit, and the head unit, whose forward and backward are one visit here) are gathered by the
+    # forward and kept for the backward; the root's post-backward reshards them, so micro-batch 1 gathers
+    # them again in its forward. Per micro-batch FSDP gathers emb, L1, L2, head, L2, L1: 6 AllGathers of
+    # 6,400 + 4 x 41,088 + 6,464 = 177,216 B. ZeRO-3 adds the embedding's backward gather (7 of 183,616 B
+    # per micro-batch), where micro-batch 0's embedding backward and micro-batch 1's embedding forward are
+    # one visit (consecutive ops of one unit): 13 gathers, 2 x 183,616 - 6,400 = 360,832 B. FSDP's
+    # post-backward reshard splits that visit. The embedding's backward then waits for no gather.
+    spec = {"model": TINY, "parallel": {"gpu": "H100", "dp": 2, "global_batch": 4}, "schedule": "1f1b"}
+    counts = {}
+    for name in ("fsdp", "zero3"):
+        nodes = generate(load_spec({**spec, "sharding": name}), rewrite=False).nodes[0]
+        ags = [n for n in sync_nodes(nodes) if A.comm_type(n) == pb.ALL_GATHER]
+        counts[name] = (len(ags), sum(A.comm_size(n) for n in ags))
+        if name == "fsdp":
+            gathers = {n.id for n in ags}
+            emb_b = [n for n in nodes if n.name.startswith("embedding_dropout.bwd.")]
+            assert len(emb_b) == 2 and not any(set(n.data_deps) & gathers for n in emb_b)
+            assert [n.name for n in ags if ".emb." in n.name] == [
+                "fsdp_param_allgather.emb.mb0", "fsdp_param_allgather.emb.mb1",
+            ]  # fmt: skip
+    assert counts == {"fsdp": (12, 2 * 177_216), "zero3": (13, 2 * 183_616 - 6_400)}
 
 
 # -- every key together: copies equal rebuilds, the validator agrees, the replay finishes -----------------
@@ -459,7 +488,8 @@ def test_overlap_param_gather_charges_only_what_the_forward_cannot_hide(tmp_path
 def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
     # TP 2 with SP: a layer's backward opens with the SP AllGather of its output gradient, which needs no
     # parameters; the gathered parameters are waited for by the unit's first compute op (under the default
-    # megatron-core profile the fused bias-dropout-add's backward, then mlp_down's; the embedding's dropout).
+    # megatron-core profile the fused bias-dropout-add's backward, then mlp_down's; the embedding, the root
+    # module's unit, is still gathered from its forward).
     spec = {
         "model": TINY,
         "parallel": {"gpu": "H100", "tp": 2, "dp": 2},
@@ -471,7 +501,7 @@ def test_fsdp_gather_is_waited_for_by_compute_not_by_a_tp_collective():
     users = [n for n in nodes if set(n.data_deps) & gathers]
     assert all(n.type == pb.COMP_NODE for n in users)
     assert [n.name for n in users if A.get_str(n, A.PHASE) == "bwd"] == [
-        "L2.mlp_bias_dropout_add.bwd.mb0", "L1.mlp_bias_dropout_add.bwd.mb0", "embedding_dropout.bwd.mb0",
+        "L2.mlp_bias_dropout_add.bwd.mb0", "L1.mlp_bias_dropout_add.bwd.mb0",
     ]  # fmt: skip
 
 
@@ -481,9 +511,10 @@ def test_fsdp_backward_prefetch_none_exposes_reduce_scatter_and_gather_by_hand(t
     # from the unit's own pre-backward hook, after that ReduceScatter, so each backward unit waits for both.
     # Replayed with collectives of size // 100 ns (the tiny model's gathers: layer 41,088 B -> 410 ns,
     # embedding 6,400 B -> 64 ns; ReduceScatters in FP32: head 25,856 B -> 258 ns, layer 164,352 B -> 1,643
-    # ns): L2 waits 258 + 410 = 668 ns after the head's backward, L1 1,643 + 410 = 2,053 ns after L2's, the
-    # embedding 1,643 + 64 = 1,707 ns after L1's. With prefetch all of them run under the previous unit's
-    # compute (microseconds per op), so the iteration is 668 + 2,053 + 1,707 = 4,428 ns longer without it.
+    # ns): L2 waits 258 + 410 = 668 ns after the head's backward, L1 1,643 + 410 = 2,053 ns after L2's;
+    # the embedding, the root module's unit, kept gathered from its forward, waits for nothing. With
+    # prefetch all of them run under the previous unit's compute (microseconds per op), so the iteration
+    # is 668 + 2,053 = 2,721 ns longer without it.
     from xsim.traces.traceset import discover
 
     graphs, ends, starts = {}, {}, {}
@@ -496,11 +527,11 @@ def test_fsdp_backward_prefetch_none_exposes_reduce_scatter_and_gather_by_hand(t
         ends[mode] = max(r["end_ns"] for r in rows)
         starts[mode] = {r["name"]: (r["start_ns"], r["end_ns"]) for r in rows if r["phase"] == "bwd"}
     assert graphs["pre"] == graphs["post"]
-    assert ends["none"] - ends["pre"] == 668 + 2_053 + 1_707
+    assert ends["none"] - ends["pre"] == 668 + 2_053
     s = starts["none"]
     assert s["L2.mlp_bias_dropout_add.bwd.mb0"][0] - s["final_norm.bwd.mb0"][1] == 258 + 410
     assert s["L1.mlp_bias_dropout_add.bwd.mb0"][0] - s["L2.attn_residual.bwd.mb0"][1] == 1_643 + 410
-    assert s["embedding_dropout.bwd.mb0"][0] - s["L1.attn_residual.bwd.mb0"][1] == 1_643 + 64
+    assert s["embedding_dropout.bwd.mb0"][0] == s["L1.attn_residual.bwd.mb0"][1]
     p = starts["pre"]
     assert p["L2.mlp_bias_dropout_add.bwd.mb0"][0] == p["final_norm.bwd.mb0"][1]  # prefetched: no wait
     # The key needs per-layer gathers and one of PyTorch's three names.

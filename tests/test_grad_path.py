@@ -2,9 +2,9 @@
 
 The model is the GPT-tiny of tests/test_gen_frameworks.py (h 64, FFN 256, 4 heads, vocab 100, LayerNorm,
 biases), PP 2, DP 2, 3 micro-batches per replica. Parameters per rank, by hand: stage 0 = embedding 100 x 64
-= 6,400 + one layer (QKV 64 x 192 + 192, out 64 x 64 + 64, up 64 x 256 + 256, down 256 x 64 + 64, two
-LayerNorms 2 x 128) = 49,984: 56,384 in 13 tensors; stage 1 = the layer + final LayerNorm 128 + head 6,400 =
-56,512 in 15 tensors.
+= 6,400 + the learned position table 16 x 64 = 1,024 (the Megatron-LM Embedding of both years) + one layer
+(QKV 64 x 192 + 192, out 64 x 64 + 64, up 64 x 256 + 256, down 256 x 64 + 64, two LayerNorms 2 x 128) =
+49,984: 57,408 in 14 tensors; stage 1 = the layer + final LayerNorm 128 + head 6,400 = 56,512 in 15 tensors.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from xsim.traces import pb
 
 GPT = {"name": "gpt-tiny", "layers": 2, "hidden": 64, "ffn_hidden": 256, "heads": 4, "kv_heads": 4, "vocab": 100,
        "seq_len": 16, "activation": "gelu", "norm": "layernorm", "linear_bias": True}  # fmt: skip
-RANKS = ((0, 56_384, 13), (1, 56_512, 15))  # stages 0 and 1 of replica 0 (ranks 2, 3: replica 1)
+RANKS = ((0, 57_408, 14), (1, 56_512, 15))  # stages 0 and 1 of replica 0 (ranks 2, 3: replica 1)
 # A100 80GB: 2,039 GB/s datasheet x the measured copy fraction 1,727.486 / 1,935 (docs/compute.md); 3.8 us
 # launch floor per kernel.
 BW = 2039e9 * 1727.486 / 1935

@@ -14,10 +14,11 @@ from xsim.traces import attrs as A
 
 # A GPT-style layer (GeLU MLP 4h, LayerNorm with bias, biases on every linear): h 64, FFN 256, 4 heads,
 # vocabulary 1,000. Per layer 12 h^2 + 13 h = 49,152 + 832 = 49,984 parameters (QKV 3h^2 + 3h, projection
-# h^2 + h, MLP 8h^2 + 4h + h, two LayerNorms 2 x 2h); embedding V h = 64,000; final LayerNorm 2h = 128.
+# h^2 + h, MLP 8h^2 + 4h + h, two LayerNorms 2 x 2h); embedding V h = 64,000; final LayerNorm 2h = 128;
+# learned positions (the GPT family's default) s h = 128 x 64 = 8,192, whole on every TP rank of stage 0.
 GPT = {"name": "tiny-gpt", "layers": 2, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 1000,
        "seq_len": 128, "activation": "gelu", "norm": "layernorm", "linear_bias": True}  # fmt: skip
-LAYER, EMB, FINAL_LN = 49_984, 64_000, 128
+LAYER, EMB, FINAL_LN, POS = 49_984, 64_000, 128, 8_192
 
 
 def _spec(model: dict, groups: list[dict], **keys) -> dict:
@@ -38,11 +39,11 @@ def _node(nodes, name):
     ("tie", "params"),
     [
         # Tied (the GPT family's default): the output layer is the embedding's tensor, counted once:
-        # 2 x 49,984 + 64,000 + 128 = 164,096.
-        (None, 2 * LAYER + EMB + FINAL_LN),
-        (True, 2 * LAYER + EMB + FINAL_LN),
-        # Untied: a second V x h matrix, 228,096.
-        (False, 2 * LAYER + 2 * EMB + FINAL_LN),
+        # 2 x 49,984 + 64,000 + 8,192 + 128 = 172,288.
+        (None, 2 * LAYER + EMB + POS + FINAL_LN),
+        (True, 2 * LAYER + EMB + POS + FINAL_LN),
+        # Untied: a second V x h matrix, 236,288.
+        (False, 2 * LAYER + 2 * EMB + POS + FINAL_LN),
     ],
 )
 def test_one_stage_holds_the_tied_matrix_once_by_hand(tie, params):
@@ -58,7 +59,7 @@ def test_one_stage_holds_the_tied_matrix_once_by_hand(tie, params):
         12 * params,
     )
     nodes = generate(dep, rewrite=False).nodes[0]
-    # The DP gradient AllReduce moves every gradient once, FP32: 656,384 B tied, 912,384 B untied.
+    # The DP gradient AllReduce moves every gradient once, FP32: 689,152 B tied, 945,152 B untied.
     dp = [A.comm_size(n) for n in nodes if n.name.startswith("dp_grad_allreduce")]
     assert dp == [4 * params]
     # Adam: 15 FLOPs and 4 + 24 B (FP32 gradient, master weight and moments read and written) per parameter.
@@ -69,16 +70,16 @@ def test_one_stage_holds_the_tied_matrix_once_by_hand(tie, params):
 
 
 def test_tied_fsdp_units_by_hand():
-    # FSDP on one stage, DP 2: the embedding unit holds the tied matrix (64,000 -> 32,000 per rank, 64,000 B
-    # gathered in BF16), the head unit only the final LayerNorm (128 -> 64 per rank, 128 B); untied, the
-    # head unit is 64,128 parameters (64,128 B gathered).
+    # FSDP on one stage, DP 2: the embedding unit holds the tied matrix and the position table (72,192 ->
+    # 36,096 per rank, 72,192 B gathered in BF16), the head unit only the final LayerNorm (128 -> 64 per
+    # rank, 128 B); untied, the head unit is 64,128 parameters (64,128 B gathered).
     for tie, head in ((True, FINAL_LN), (False, FINAL_LN + EMB)):
         nodes = generate(
             load_spec(_dp2({**GPT, "tie_embeddings": tie}, sharding="fsdp")), rewrite=False
         ).nodes[0]
         ag = {n.name: A.comm_size(n) for n in nodes if n.name.startswith("fsdp_param_allgather")}
         rs = {n.name: A.comm_size(n) for n in nodes if n.name.startswith("fsdp_grad_reducescatter")}
-        assert ag["fsdp_param_allgather.emb.mb0"] == EMB // 2 * 2
+        assert ag["fsdp_param_allgather.emb.mb0"] == (EMB + POS) // 2 * 2
         assert ag["fsdp_param_allgather.head.mb0"] == head // 2 * 2
         assert rs["fsdp_grad_reducescatter.head.mb0"] == head * 4
 
@@ -88,20 +89,21 @@ def test_tensor_parallel_split_by_hand():
     # RowParallelLinear its weight by input and keeps the whole bias; LayerNorms are whole on every rank;
     # VocabParallelEmbedding splits the vocabulary): per layer 12 h^2 / 2 = 24,576 weights, the column
     # biases (QKV 3h + fc1 4h) / 2 = 224, the row biases (projection, fc2) 2h = 128 and the LayerNorms
-    # 4h = 256 whole: 25,184; embedding 1,000 / 2 x 64 = 32,000; final LayerNorm 128, whole. Tied on one
-    # stage: 2 x 25,184 + 32,000 + 128 = 82,496 on each TP rank.
+    # 4h = 256 whole: 25,184; embedding 1,000 / 2 x 64 = 32,000; the position table 8,192 and the final
+    # LayerNorm 128, whole. Tied on one stage: 2 x 25,184 + 32,000 + 8,192 + 128 = 90,688 on each TP rank.
     g = [{"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "layers": [1, 2]}]
     mem = deployment_memory(load_spec(_spec(GPT, g)))
-    assert [m.params for m in mem] == [82_496, 82_496]
-    # The two ranks together: the model (164,096) plus a second copy of what TP replicates,
-    # 2 x (2h + 4h) + 2h = 896.
-    assert sum(m.params for m in mem) == 164_096 + 896
+    assert [m.params for m in mem] == [90_688, 90_688]
+    # The two ranks together: the model (172,288) plus a second copy of what TP replicates,
+    # 2 x (2h + 4h) + 2h = 896 and the position table 8,192.
+    assert sum(m.params for m in mem) == 172_288 + 896 + 8_192
 
 
 def test_two_stages_each_hold_a_copy_and_all_reduce_it_by_hand():
     # PP 2 under megatron-core (--untie-embeddings-and-output-weights not given: Megatron-Core's GPTModel
     # ties, megatron/core/models/gpt/gpt_model.py share_embeddings_and_output_weights): stage 0 holds layer
-    # 1 and the embedding (49,984 + 64,000 = 113,984), stage 1 layer 2, the final LayerNorm and its copy of
+    # 1, the embedding and the position table (49,984 + 64,000 + 8,192 = 122,176), stage 1 layer 2, the
+    # final LayerNorm and its copy of
     # the matrix (49,984 + 128 + 64,000 = 114,112); after the DP sync the two copies' FP32 gradients are
     # all-reduced between the stages (finalize_model_grads.py _allreduce_word_embedding_grads): 256,000 B.
     g = [
@@ -109,7 +111,7 @@ def test_two_stages_each_hold_a_copy_and_all_reduce_it_by_hand():
         {"gpu": "A100-80GB", "ranks": [1], "tp": 1, "pp_stage": 1, "layers": [2, 2]},
     ]
     dep = load_spec(_spec(GPT, g, schedule="1f1b"))
-    assert [m.params for m in deployment_memory(dep)] == [113_984, 114_112]
+    assert [m.params for m in deployment_memory(dep)] == [122_176, 114_112]
     bundle = generate(dep, rewrite=False)
     for rank in (0, 1):
         ar = [n for n in bundle.nodes[rank] if n.name == "embedding_grad_allreduce"]
@@ -145,12 +147,14 @@ def test_defaults_and_the_key():
 def test_planner_gradient_bytes_by_hand():
     # The heterogeneous planner's per-layer gradient bytes (BF16): tied on one stage, layer 2 carries only
     # the final LayerNorm (2 x (49,984 + 128) B); on two stages the last one's copy of the matrix too.
+    # Layer 1 carries the embedding and the position table.
     m = model_arch(load_spec(_dp2(GPT)))
-    assert layer_grad_bytes(m, 2, ends_apart=False) == {1: 2 * (LAYER + EMB), 2: 2 * (LAYER + FINAL_LN)}
-    assert layer_grad_bytes(m, 2) == {1: 2 * (LAYER + EMB), 2: 2 * (LAYER + FINAL_LN + EMB)}
+    emb = EMB + POS
+    assert layer_grad_bytes(m, 2, ends_apart=False) == {1: 2 * (LAYER + emb), 2: 2 * (LAYER + FINAL_LN)}
+    assert layer_grad_bytes(m, 2) == {1: 2 * (LAYER + emb), 2: 2 * (LAYER + FINAL_LN + EMB)}
     # build_plan resolves the spec's key: the one DP group of the two one-stage replicas reduces the
-    # model once, 2 x 164,096 B tied, 2 x 228,096 B untied.
-    for tie, params in ((True, 164_096), (False, 228_096)):
+    # model once, 2 x 172,288 B tied, 2 x 236,288 B untied.
+    for tie, params in ((True, 172_288), (False, 236_288)):
         [group] = build_plan(load_spec(_dp2({**GPT, "tie_embeddings": tie}))).dp_groups
         assert group.grad_bytes == 2 * params
 
@@ -175,20 +179,21 @@ def test_megatron_gpt_matches_narayanan_formula():
     model = {"name": "gpt-1.7b", "layers": n, "hidden": h, "ffn_hidden": 4 * h, "heads": 24, "vocab": v,
              "seq_len": s, "activation": "gelu", "norm": "layernorm", "linear_bias": True}  # fmt: skip
     [one] = _uniform(model, 1, 1, framework="megatron-2021")
-    # xsim holds the formula less the learned position embedding s h (not modelled: ModelArch.embedding_
-    # params) plus the final LayerNorm 2h the formula leaves out; the output layer is the embedding (tied).
-    assert one.params == round(formula) - s * h + 2 * h == 1_647_512_064
+    # xsim holds the formula (the learned position table s h included: megatron-2021's Embedding always
+    # has it) plus the final LayerNorm 2h the formula leaves out; the output layer is the embedding (tied).
+    assert one.params == round(formula) + 2 * h == 1_652_230_656
     # TP 4 PP 2 (18B-class splits): each rank's count by hand, and the sum over ranks is the model plus
     # the replicated tensors' extra copies (per layer 2h row-parallel biases + 4h LayerNorm; final 2h)
-    # and the last stage's copy of the tied matrix, once per TP rank (V/4 x h each).
+    # and the last stage's copy of the tied matrix, once per TP rank (V/4 x h each); the position table s h
+    # is whole on every first-stage TP rank.
     ranks = _uniform(model, 4, 2, framework="megatron-2021")
     layer = (
         12 * h * h // 4 + 7 * h // 4 + 2 * h + 4 * h
     )  # 15,925,248 + 4,032 + 13,824: column weights and biases split, the rest whole
     assert layer == 15_943_104
-    first, last = 12 * layer + v // 4 * h, 12 * layer + 2 * h + v // 4 * h
+    first, last = 12 * layer + v // 4 * h + s * h, 12 * layer + 2 * h + v // 4 * h
     assert [r.params for r in ranks] == [first] * 4 + [last] * 4
-    assert sum(r.params for r in ranks) == one.params + 3 * (n * 6 * h + 2 * h) + v * h
+    assert sum(r.params for r in ranks) == one.params + 3 * (n * 6 * h + 2 * h) + v * h + 3 * s * h
 
 
 def test_llama2_7b_matches_the_model_card():
@@ -220,8 +225,9 @@ def test_mpt_7b_matches_llm_foundry_count():
     model = {"name": "mpt-7b", "layers": n, "hidden": h, "ffn_hidden": 4 * h, "heads": 32, "vocab": v,
              "seq_len": s, "activation": "gelu", "norm": "layernorm", "linear_bias": True}  # fmt: skip
     [one] = _uniform(model, 1, 1)
-    # Tied by the family's default (MPT's logits use wte.weight); less the position embedding s h.
-    assert one.params == num_params - s * h == 6_650_470_400
+    # Tied and learned positions by the family's default (MPT's logits use wte.weight; wpe, s x h): the
+    # count exactly.
+    assert one.params == num_params
     # FSDP over 8 ranks: each holds a 1/8 shard (ceil) of everything, 12 B of Adam state per parameter.
     spec = {"model": model, "precision": "bf16", "sharding": "fsdp",
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 8}}  # fmt: skip

@@ -92,6 +92,19 @@ class Framework:
     # region, whose backward all-reduces after autograd has run both GEMMs), no re-gather.
     sp_dgrad_overlap: bool = False
     async_dgrad_allreduce: bool = False
+    # The vocab-parallel embedding's output under sequence parallelism. True: its partial rows are
+    # reduce-scattered straight into the rank's sequence slice (Megatron-Core core_r0.8.0 on:
+    # VocabParallelEmbedding.forward `reduce_scatter_to_sequence_parallel_region` when LanguageModelEmbedding
+    # sets reduce_scatter_embeddings, i.e. without a learned position table and token types, megatron/core/
+    # tensor_parallel/layers.py and models/common/embeddings/language_model_embedding.py). False: all-reduced
+    # whole over TP (reduce_from_tensor_model_parallel_region), the position table added on every rank, then
+    # split (scatter_to_sequence_parallel_region: a view, no collective); its backward is the same AllGather
+    # (Megatron-Core core_v0.5.0-core_v0.7.0, Megatron-LM 2022 d898a8991d megatron/model/language_model.py,
+    # Megatron-DeepSpeed f4157bea69). With learned positions every profile takes the all-reduce.
+    embedding_reduce_scatter: bool = False
+    # The position encoding a model gets when the spec does not name one (models.POSITION_EMBEDDINGS; "":
+    # the model family's, ModelArch.positions).
+    position_embedding: str = ""
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -121,6 +134,26 @@ _MEGATRON_2021 = Framework(
     pp_scatter_gather=True,
     step_timers=True,
     always_tied=True,
+    # Megatron-LM 2021/2022's Embedding always builds the learned position table (megatron/model/
+    # language_model.py of de7dc40f88 and d898a8991d: torch.nn.Embedding(max_sequence_length, hidden), no
+    # switch; --max-position-embeddings is a required argument).
+    position_embedding="learned",
+)
+
+# Megatron-Core with Transformer Engine (comments at its entry below).
+_MEGATRON_CORE = Framework(
+    "megatron-core",
+    "flash",
+    True,
+    True,
+    True,
+    True,
+    True,
+    True,
+    "cudnn",
+    sp_dgrad_overlap=True,
+    async_dgrad_allreduce=True,
+    embedding_reduce_scatter=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -157,19 +190,13 @@ FRAMEWORKS: dict[str, Framework] = {
     # "Overlap dgrad-RS/AR with wgrad": the ReduceScatter under SP, else the AllReduce, asynchronously, and
     # waits after the wgrad GEMM; the LM head is Megatron-Core's ColumnParallelLinear (megatron/core/
     # tensor_parallel/layers.py: the same order, allreduce_dgrad whenever TP > 1 without SP).
-    "megatron-core": Framework(
-        "megatron-core",
-        "flash",
-        True,
-        True,
-        True,
-        True,
-        True,
-        True,
-        "cudnn",
-        sp_dgrad_overlap=True,
-        async_dgrad_allreduce=True,
-    ),
+    "megatron-core": _MEGATRON_CORE,
+    # Megatron-Core core_v0.5.0 to core_v0.7.0 (e.g. FlagPerf's Llama 3 8B case, core_v0.6.0): the layer of
+    # megatron-core; under sequence parallelism the embedding output is all-reduced whole, then split
+    # (embedding_reduce_scatter off: VocabParallelEmbedding.forward of core_v0.6.0 and core_v0.7.0 ends with
+    # reduce_from_tensor_model_parallel_region, and LanguageModelEmbedding scatters to the sequence-parallel
+    # region after it; the reduce-scatter arrives in core_r0.8.0).
+    "megatron-core-0.7": replace(_MEGATRON_CORE, name="megatron-core-0.7", embedding_reduce_scatter=False),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as

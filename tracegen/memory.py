@@ -40,7 +40,7 @@ from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import group_shard, moe_activation_model, rank_params_ep
-from xsim.tracegen.ops import head_rank_params, rank_params
+from xsim.tracegen.ops import embedding_rank_params, head_rank_params, rank_params
 from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
@@ -187,7 +187,7 @@ def zero3_bytes(
     shard = -(-params // dp)
     units = [rank_params(m, sh, 1, False, False)]
     if first:
-        units.append(sh.vocab * m.hidden)
+        units.append(embedding_rank_params(m, sh))
     if last:
         units.append(head_rank_params(m, sh, first))
     biggest = max(units)

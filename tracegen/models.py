@@ -19,6 +19,10 @@ from xsim.tracegen.moe import (
 
 ACTIVATIONS = ("swiglu", "gelu")
 NORMS = ("rmsnorm", "layernorm")
+# How a model encodes positions (the spec's `position_embedding`): rotary on q and k in every layer, a
+# learned s x h table added to the embedding output (GPT-2/3, Megatron's learned_absolute, MPT's wpe), ALiBi's
+# linear bias added to the attention scores (BLOOM), or nothing.
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi", "none")
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class ModelArch:
     # The output layer reuses the input embedding's vocab x hidden matrix (one tensor where one rank holds
     # both; a copy on the last pipeline stage otherwise). None: the family's default, `tied`.
     tie_embeddings: bool | None = None
+    # POSITION_EMBEDDINGS; None: the family's default (`positions`).
+    position_embedding: str | None = None
 
     @property
     def head_dim(self) -> int:
@@ -51,11 +57,33 @@ class ModelArch:
         return self.kv_channels or self.hidden // self.heads
 
     @property
-    def rope(self) -> bool:
-        """Rotary position embeddings: the Llama family (SwiGLU and RMSNorm, no biases) uses them; GPT-style
-        models (GELU, LayerNorm) add learned absolute positions to the embedding instead. The spec has no
-        position key (ModelSpec has no field for it), so the architecture family decides."""
+    def llama_family(self) -> bool:
+        """SwiGLU with RMSNorm (Llama 2/3, Mistral, DeepSeek): the family whose defaults are RoPE and an
+        untied output layer; GELU / LayerNorm models are GPT-style."""
         return self.activation == "swiglu" and self.norm == "rmsnorm"
+
+    @property
+    def positions(self) -> str:
+        """The position encoding (POSITION_EMBEDDINGS). Unset, the family decides as its released code does:
+        the Llama family rotates q and k (RoPE; Megatron's Llama scripts pass --position-embedding-type
+        rope), GPT-style models learn an absolute table (GPT-2/3; Megatron's --position-embedding-type
+        default learned_absolute, megatron/training/arguments.py of core_v0.6.0; llm-foundry's MPTConfig
+        learned_pos_emb True). tracegen.spec.model_arch resolves the framework's default first."""
+        if self.position_embedding is not None:
+            return self.position_embedding
+        return "rope" if self.llama_family else "learned"
+
+    @property
+    def rope(self) -> bool:
+        """Rotary position embeddings on q and k (the `rope` kernels of every layer)."""
+        return self.positions == "rope"
+
+    @property
+    def position_params(self) -> int:
+        """The learned position table, seq_len x hidden (Megatron's torch.nn.Embedding(max_sequence_length,
+        hidden), the launch scripts setting --max-position-embeddings to --seq-length; MPT's wpe of
+        max_seq_len rows), held whole by every TP rank of the first stage; 0 otherwise."""
+        return self.seq_len * self.hidden if self.positions == "learned" else 0
 
     @property
     def tied(self) -> bool:
@@ -64,7 +92,7 @@ class ModelArch:
         output_weights default, MPT's MPTModel logits on wte.weight, BLOOM), the Llama family does not
         (Llama 2/3 config.json tie_word_embeddings false; Megatron's Llama scripts pass
         --untie-embeddings-and-output-weights)."""
-        return (not self.rope) if self.tie_embeddings is None else self.tie_embeddings
+        return (not self.llama_family) if self.tie_embeddings is None else self.tie_embeddings
 
     @property
     def norm_params(self) -> int:
@@ -108,8 +136,8 @@ class ModelArch:
         )
 
     def embedding_params(self) -> int:
-        """Input token embedding (learned position embeddings of GPT-3 are not modelled: 0.01% of it)."""
-        return self.vocab * self.hidden
+        """Input token embedding and, with learned positions, the position table."""
+        return self.vocab * self.hidden + self.position_params
 
     def head_params(self) -> int:
         """Final norm plus the output projection to the vocabulary (none of its own when `tied`)."""
@@ -281,6 +309,11 @@ def check_model(m: ModelArch) -> ModelArch:
     if m.tie_embeddings is not None and not isinstance(m.tie_embeddings, bool):
         raise CatalogError(
             f"model {m.name!r}: tie_embeddings must be true or false, got {m.tie_embeddings!r:.60}"
+        )
+    if m.position_embedding is not None and m.position_embedding not in POSITION_EMBEDDINGS:
+        raise CatalogError(
+            f"model {m.name!r}: position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "
+            f"got {m.position_embedding!r:.60}"
         )
     for k in _INT_FIELDS:
         v = getattr(m, k)

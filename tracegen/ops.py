@@ -300,8 +300,16 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     # them, or under Megatron's fused causal kernel the lower triangle only (it writes every element).
     tri = 0 < s <= c.fw.causal_softmax_max_seq
     read = bh * s * (s + 1) // 2 if tri else scores
+    # ALiBi on unfused attention (BLOOM's Megatron-DeepSpeed, bigscience-workshop/Megatron-DeepSpeed
+    # 4989bcde megatron/model/transformer.py ParallelAttention.forward): the [b*np, 1, s] bias is the QK^T
+    # baddbmm's input with beta 1.0, so PyTorch first copies it, broadcast, into the b*np x s x s output
+    # (aten/src/ATen/native/LinearAlgebra.cpp common_checks_baddbmm_bmm: `if (beta != 0.0)
+    # result.copy_(self)`; one kernel writing the scores) and the GEMM reads it back as C; the bias takes no
+    # gradient, so backward is unchanged. A fused kernel adds the bias in its registers: nothing extra.
+    alibi = phase == "fwd" and c.m.positions == "alibi"
+    scores_bytes = mult * b * (q + kv + scores) + (2 * b * scores if alibi else 0)
     ops = [
-        Op("attn_scores", phase, gemm_flops, mult * b * (q + kv + scores), (bh, s, d, s), True, kernels=mult),
+        Op("attn_scores", phase, gemm_flops, scores_bytes, (bh, s, d, s), True, kernels=mult + alibi),
         Op(
             "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, b * (mult * read + scores),
             (scores,), False,
@@ -537,22 +545,53 @@ def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]
 
 def embedding_steps(c: Ctx, phase: str) -> list[Step]:
     """Vocab-parallel input embedding (first stage): gather of the token rows, the partial rows summed over
-    TP, then the embedding dropout (Megatron applies hidden dropout to the embedding output)."""
+    TP, the learned position table's rows added (models with `positions` learned), then the embedding
+    dropout (Megatron applies hidden dropout to the embedding output)."""
     t, h, b = c.tokens, c.m.hidden, c.b
     e = c.norm_tokens * h
     if phase == "fwd":
         return [
             # gather: read each token's row, write it
             Op("embedding", "fwd", 0, 2 * t * h * b, (t, h), False),
-            *_tp_out(c, "embedding_tp_out", True),
+            *_embedding_tp(c, True),
+            *_positions(c, phase),
             _kern("embedding_dropout", "fwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
         ]
     # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
         _kern("embedding_dropout", "bwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
-        *_tp_out(c, "embedding_tp_out", False),
+        *_embedding_tp(c, False),
+        *_positions(c, phase),
         Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
     ]
+
+
+def _embedding_tp(c: Ctx, fwd: bool) -> list[Step]:
+    """The embedding output's TP collective (`embedding_tp_out`). Under sequence parallelism a profile with
+    Framework.embedding_reduce_scatter on a model without a learned position table reduce-scatters the
+    partial rows into the rank's slice; otherwise (Megatron-Core <= 0.7, Megatron-LM 2022, Megatron-
+    DeepSpeed, and every learned-position model) they are all-reduced whole and the slice is a view of the
+    sum, whose backward is the same AllGather of the gradient."""
+    steps = _tp_out(c, "embedding_tp_out", fwd)
+    if fwd and c.sp and steps and (not c.fw.embedding_reduce_scatter or c.m.positions == "learned"):
+        return [Comm("embedding_tp_out", "all_reduce", c.tokens * c.m.hidden * c.b)]
+    return steps
+
+
+def _positions(c: Ctx, phase: str) -> list[Op]:
+    """The learned position table's rows for the micro-batch's tokens, whole on every TP rank (before the
+    sequence-parallel split). Forward, two kernels: the lookup (read and write t x h) and the add into the
+    embedding output (read 2, write 1) (Megatron's LanguageModelEmbedding.forward `word_embeddings +
+    position_embeddings`, megatron/core/models/common/embeddings/language_model_embedding.py of
+    core_v0.6.0; llm-foundry's MPTModel `tok_emb + pos_emb`). Backward: the add passes its gradient through
+    (no kernel); the lookup's backward scatter-adds the t x h gradient rows into the s x h table gradient
+    (read the gradient, read and write the table: torch.nn.Embedding's dense backward)."""
+    if c.m.positions != "learned":
+        return []
+    t, h, b = c.tokens, c.m.hidden, c.b
+    if phase == "fwd":
+        return [Op("position_embedding", "fwd", t * h, (2 + 3) * t * h * b, (t, h), False, kernels=2)]
+    return [Op("position_embedding", "bwd", t * h, t * h * b + 2 * c.s * h * b, (t, h), False)]
 
 
 def head_steps(c: Ctx, phase: str) -> list[Step]:
@@ -605,10 +644,18 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
     per_layer = attn + mlp + 2 * m.norm_params  # norms are replicated across TP ranks
     total = layers * per_layer
     if first:
-        total += sh.vocab * m.hidden
+        total += embedding_rank_params(m, sh)
     if last:
         total += head_rank_params(m, sh, first)
     return total
+
+
+def embedding_rank_params(m: ModelArch, sh: Shard) -> int:
+    """The embedding's parameters on a first-stage TP rank: its vocab/TP x hidden shard of the word table
+    and, with learned positions, the whole position table (Megatron keeps it whole on every TP rank, a
+    plain torch.nn.Embedding, not marked for a TP gradient reduction: each rank's gradient is already the
+    full sequence's after the sequence-parallel AllGather)."""
+    return sh.vocab * m.hidden + m.position_params
 
 
 def head_rank_params(m: ModelArch, sh: Shard, first: bool) -> int:
@@ -702,7 +749,8 @@ def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
     norm = 2 if m.norm == "layernorm" else 1
     per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
     head = norm + (0 if m.tied and first else 1)  # a tied output matrix is the embedding's tensor
-    return layers * per_layer + (1 if first else 0) + (head if last else 0)
+    emb = 1 + (1 if m.positions == "learned" else 0)  # the word table and the position table
+    return layers * per_layer + (emb if first else 0) + (head if last else 0)
 
 
 def hp_grad_accumulation(params: int, tensors: int) -> Op:

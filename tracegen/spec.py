@@ -568,6 +568,7 @@ class _SpecBuilder:
         dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
         dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
         dep.tie_embeddings = self.tie_embeddings(model, dep.framework)
+        dep.position_embedding = model.position_embedding or ""  # field 69; "" = the default (model_arch)
         # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
@@ -1327,14 +1328,20 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
 def model_arch(dep: dpb.Deployment) -> ModelArch:
     """The deployment's model as a ModelArch at its trained sequence length, tied or not: the spec's
     `tie_embeddings` (field 68), else always under a framework whose code has no switch
-    (Framework.always_tied), else the family's default (ModelArch.tied)."""
+    (Framework.always_tied), else the family's default (ModelArch.tied); its position encoding likewise:
+    the spec's `position_embedding` (field 69), else the framework's (Framework.position_embedding), else
+    the family's (ModelArch.positions)."""
     from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 
+    fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     tie = {"on": True, "off": False}.get(dep.tie_embeddings)
-    if tie is None and framework(dep.framework or DEFAULT_FRAMEWORK).always_tied:
+    if tie is None and fw.always_tied:
         tie = True
+    positions = dep.position_embedding or fw.position_embedding or None
     m = model_from_message(dep.model)
-    return replace(m, seq_len=dep.seq_len or dep.model.seq_len, tie_embeddings=tie)
+    return replace(
+        m, seq_len=dep.seq_len or dep.model.seq_len, tie_embeddings=tie, position_embedding=positions
+    )
 
 
 def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
@@ -1382,6 +1389,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         model["kv_channels"] = m.kv_channels
     if dep.tie_embeddings:
         model["tie_embeddings"] = dep.tie_embeddings == "on"
+    if dep.position_embedding:
+        model["position_embedding"] = dep.position_embedding
     if m.HasField("moe"):
         model["moe"] = moe_to_mapping(moe_from_message(m.moe))
     if m.HasField("mla"):

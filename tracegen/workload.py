@@ -68,6 +68,7 @@ from xsim.tracegen.ops import (
     attn_core_recompute,
     duration_micros,
     duration_ns,
+    embedding_rank_params,
     embedding_steps,
     head_rank_params,
     head_steps,
@@ -1414,7 +1415,7 @@ class _RankProgram:
             pred = self.steps(self.emb["bwd"], pred, 0, mb)
             self.fsdp_reduce(EMB, mb)
             if sync:
-                self.bucket_add(sh.vocab * m.hidden, 0)
+                self.bucket_add(embedding_rank_params(m, sh), 0)
         pred = self.accumulate_grads(ch, mb, pred)
         self.timer_sync(TIMER_SYNCS_PASS_END, (pred,))
         if sync:
@@ -1628,16 +1629,21 @@ class _RankProgram:
         next visit's AllGather is issued as this one starts (FSDP's forward and backward prefetch). With
         `fsdp_backward_prefetch: none` a backward visit's AllGather is issued at the visit itself, after the
         previous unit's ReduceScatter on the DP communicator (PyTorch's BackwardPrefetch None)."""
-        if self.dp_pg is None or unit == self.cur_unit:
-            return
         i = self.visit_i
+        # a unit's forward right after its own backward opens a visit of its own (PyTorch FSDP, _plan)
+        split = i < len(self.visits) and self.visit_split[i] and self.visits[i] == (unit, mb)
+        if self.dp_pg is None or (unit == self.cur_unit and not split):
+            return
         assert self.visits[i][0] == unit, "visits follow the planned order"
         after = [self.frontier] if self.frontier is not None else []
-        if self.visit_ag[i] < 0:  # the first visit, or a backward visit no prefetch issued
-            self.visit_ag[i] = self._fsdp_gather(i, after)
-        self.waits.append(self.visit_ag[i])
-        if i + 1 < len(self.visits) and not (self.no_bwd_prefetch and self.visit_bwd[i + 1]):
-            self.visit_ag[i + 1] = self._fsdp_gather(i + 1, after)
+        if self.visit_gathers[i]:
+            if self.visit_ag[i] < 0:  # the first visit, or a backward visit no prefetch issued
+                self.visit_ag[i] = self._fsdp_gather(i, after)
+            self.waits.append(self.visit_ag[i])
+        nxt = i + 1
+        if nxt < len(self.visits) and self.visit_gathers[nxt]:
+            if not (self.no_bwd_prefetch and self.visit_bwd[nxt]):
+                self.visit_ag[nxt] = self._fsdp_gather(nxt, after)
         self.cur_unit = unit
         self.visit_i = i + 1
 
@@ -1673,12 +1679,39 @@ class _RankProgram:
             units.append(EMB if not fwd else HEAD)
         return units
 
+    @staticmethod
+    def _root_kept(visits: list[tuple[int | str, int]], runs_bwd: list[bool]) -> list[bool]:
+        """Which visits gather their unit under PyTorch FSDP (`sharding: fsdp`): the root module's
+        parameters (xsim's EMB and HEAD units: the embedding, final norm and an output layer no child
+        unit wraps) are not resharded after forward, so they stay gathered from a micro-batch's forward to
+        its backward, which then gathers nothing; the root's post-backward hook reshards them (every
+        micro-batch: FULL_SHARD), so the next forward gathers again. FSDP1 (torch 1.13-2.1
+        torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`: free_unsharded_flat_param =
+        `not state._is_root and ...`, "Do not free the root's parameters in the post-forward";
+        `_post_backward_hook` reshards via `_should_free_in_backward`); FSDP2 (fully_shard, torch
+        2.4 torch/distributed/_composable/fsdp/_fsdp_state.py `_lazy_init`: "For the root, do not reshard
+        after forward", the root group's post_forward_mesh_info = None). Every other unit reshards after
+        each visit (FULL_SHARD)."""
+        held: set[int | str] = set()
+        gathers: list[bool] = []
+        for (unit, _mb), back in zip(visits, runs_bwd, strict=True):
+            root = not isinstance(unit, int)
+            gathers.append(not (root and unit in held))
+            if root:
+                # gathered for its forward and kept; a visit that runs a backward reshards after it (a
+                # merged forward + backward visit, the head at the last stage, too)
+                if back:
+                    held.discard(unit)
+                else:
+                    held.add(unit)
+        return gathers
+
     def _unit_params(self) -> dict[int | str, int]:
         """Parameters of each unit this rank holds (its TP shard)."""
         m, sh = self.gen.model, self.ctx.sh
         out: dict[int | str, int] = {}
         if self.emb is not None:
-            out[EMB] = sh.vocab * m.hidden
+            out[EMB] = embedding_rank_params(m, sh)
         for ch in self.st.chunks:
             for layer in range(ch.start, ch.end + 1):
                 # MoE layers: the dense part only (the routed experts are in their own buckets)
@@ -1698,14 +1731,25 @@ class _RankProgram:
         if self.fsdp:
             visits: list[tuple[int | str, int]] = []
             bwd: list[bool] = []  # a visit that opens in a backward pass (its recompute included)
+            runs_bwd: list[bool] = []  # a visit with backward work (the head's forward + backward: one visit)
+            split: list[bool] = []  # a visit of the same unit as the one before it
             for kind, c, mb in order:
                 for u in self._pass_units(kind, self.st.chunks[c]):
-                    if not visits or visits[-1][0] != u:
+                    # PyTorch FSDP reshards a unit in its post-backward hook: a forward after its backward
+                    # (the next micro-batch's embedding after this one's) is a visit of its own
+                    resharded = self.fsdp_root and runs_bwd and runs_bwd[-1] and kind != BWD
+                    if not visits or visits[-1][0] != u or resharded:
+                        split.append(bool(visits) and visits[-1][0] == u)
                         visits.append((u, mb))
                         bwd.append(kind == BWD)
+                        runs_bwd.append(False)
+                    runs_bwd[-1] = runs_bwd[-1] or kind == BWD
             self.visits = visits
             self.visit_bwd = bwd
+            self.visit_split = split
             self.visit_ag = [-1] * len(visits)
+            keep = self._root_kept(visits, runs_bwd) if self.fsdp_root else [True] * len(visits)
+            self.visit_gathers = keep
             self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
             return
         if self.expert_ahead:
@@ -1775,6 +1819,9 @@ class _RankProgram:
         self.pending = 0
         self.sync_ids: list[int] = []
         self.fsdp = dep.sharding in ("zero3", "fsdp")
+        # PyTorch FSDP keeps the root module's parameters gathered from forward to backward (_root_kept);
+        # DeepSpeed ZeRO-3 (`zero3`) has no root unit: every module is released after its forward.
+        self.fsdp_root = dep.sharding == "fsdp"
         # PyTorch FSDP's BackwardPrefetch (torch/distributed/fsdp/_runtime_utils.py): BACKWARD_PRE issues the
         # next unit's AllGather in the pre-backward hook, BACKWARD_POST in the post-backward hook, in both
         # ahead of the unit's ReduceScatter (the post-backward hook reshards, prefetches, then reduces), on
