@@ -322,11 +322,21 @@ def _stage_activations(
     return full * n * flight
 
 
-def check_fits(mem: list[RankMemory], where: str) -> None:
+def check_fits(mem: list[RankMemory], where: str, dep: dpb.Deployment | None = None) -> None:
     """Raise OutOfMemory naming the first rank that does not fit (the one with the least headroom)."""
     short = shortfall(mem)
     if short is not None:
-        raise OutOfMemory(f"{where}: {short}; --allow-oom to go on)")
+        hint = gpipe_hint(dep) if dep is not None else ""
+        raise OutOfMemory(f"{where}: {short}; {hint}--allow-oom to go on)")
+
+
+def gpipe_hint(dep: dpb.Deployment) -> str:
+    """Why a GPipe plan's activations are large, when they are: it holds every micro-batch's at once, where
+    Megatron's schedules (1F1B; forward_backward_no_pipelining on one stage) hold at most PP of them."""
+    m = dep.micro_batches or 1
+    if (dep.schedule or "gpipe") != "gpipe" or m <= 1:
+        return ""
+    return f"schedule: gpipe holds all {m} micro-batches' activations, Megatron's 1F1B at most PP of them: schedule: 1f1b; "
 
 
 def shortfall(mem: list[RankMemory]) -> str | None:

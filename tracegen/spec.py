@@ -48,6 +48,11 @@ Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
+# Megatron-Core's `--attention-backend` values that name one kernel (megatron/core/transformer/enums.py
+# AttnBackend; language_module.py of NVIDIA/Megatron-LM d98e8a64dd sets NVTE_FUSED_ATTN=1 and NVTE_FLASH_ATTN=0
+# for `fused`: Transformer Engine's FusedAttention, the cuDNN kernel). `flash` is left out: TE picks
+# FlashAttention 2 or 3 by what is installed, so the spec must say which (`fa2` / `fa3`).
+ATTENTION_BACKEND_ALIASES = {"fused": "cudnn"}
 RESHARDS = RESHARD_STRATEGIES  # the reshard registry's names (tracegen/choices.py)
 DTYPE_BYTES = (1, 2, 4)
 # PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
@@ -427,6 +432,24 @@ class _SpecBuilder:
             raise self.fail(f"{key} must be true or false, got {v!r}")
         return v
 
+    def attention_kernel(self) -> str:
+        """`attention_kernel`, also by Megatron-Core's `--attention-backend` names where they name one kernel."""
+        v = self.raw.get("attention_kernel", "auto")
+        name = v.lower() if isinstance(v, str) else v
+        if name in ATTENTION_BACKEND_ALIASES:
+            return ATTENTION_BACKEND_ALIASES[name]
+        if name in ("unfused", "local"):
+            raise self.fail(
+                f"attention_kernel: {name} is Megatron's --attention-backend {name}, the unfused attention: "
+                "write attention: unfused"
+            )
+        if name == "flash":
+            raise self.fail(
+                "attention_kernel: flash is Megatron's --attention-backend flash, FlashAttention 2 or 3 by what "
+                "Transformer Engine finds installed: write fa2 or fa3"
+            )
+        return self.choice("attention_kernel", ("auto", *ATTENTION_KERNELS), "auto")
+
     def choice(self, key: str, options: Sequence[str], default: str) -> str:
         v = self.raw.get(key, default)
         if not isinstance(v, str) or v.lower() not in options:
@@ -574,7 +597,7 @@ class _SpecBuilder:
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
         # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
-        kernel = self.choice("attention_kernel", ("auto", *ATTENTION_KERNELS), "auto")
+        kernel = self.attention_kernel()
         dep.attention_kernel = "" if kernel == "auto" else kernel
         self.gpus(dep)
         self.profile(dep)
