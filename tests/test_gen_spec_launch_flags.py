@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from xsim.tracegen.errors import SpecError
-from xsim.tracegen.memory import OutOfMemory, check_fits, deployment_memory
+from xsim.tracegen.catalog import GIB
+from xsim.tracegen.memory import OutOfMemory, RankMemory, check_fits, deployment_memory, shortfall
 from xsim.tracegen.spec import load_spec, spec_to_mapping
 
 # Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh (d98e8a64dd) on one DGX H100, 16 micro-batches.
@@ -61,3 +62,24 @@ def test_gpipe_holds_every_micro_batch_and_the_oom_line_says_so():
     with pytest.raises(OutOfMemory) as exc:
         check_fits(deployment_memory(one_f_one_b), "llama3_8b", one_f_one_b)
     assert "gpipe" not in str(exc.value)
+
+
+def _rank(activations: int, capacity: int = 80 * GIB) -> RankMemory:
+    return RankMemory(0, 0, "H100", 0, 2, 0, 11 * GIB, 22 * GIB, GIB, activations, 8 * GIB, capacity)
+
+
+def test_a_miss_that_rounds_to_the_capacity_says_by_how_much():
+    # NeMo's Llama 3.1 405B recipe (TP 8, PP 9, VP 7, CP 2) missed 80 GiB by 17,878,747 B and read
+    # "needs 80.0 GiB ... but has 80.0 GiB". 11 + 22 + 1 + 8 = 42 GiB besides activations.
+    short = 17_878_747
+    line = shortfall([_rank(38 * GIB + short)])
+    assert line is not None and "needs 80.0 GiB" in line
+    assert line.endswith(f"but has 80.0 GiB, {short / 2**20:.1f} MiB short (1 rank over")
+    assert "17.1 MiB short" in line
+    # A miss that shows in the GiB figures keeps the short line.
+    line = shortfall([_rank(39 * GIB)])
+    assert line is not None and line.endswith(
+        "needs 81.0 GiB (weights 11.0, gradients 22.0, optimizer 1.0, "
+        "activations 39.0, workspace 8.0) but has 80.0 GiB (1 rank over"
+    )
+    assert shortfall([_rank(38 * GIB)]) is None

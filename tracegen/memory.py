@@ -345,11 +345,15 @@ def shortfall(mem: list[RankMemory]) -> str | None:
     if not bad:
         return None
     r = min(bad, key=lambda x: (x.headroom, x.rank))
+    has = f"{r.capacity / GIB:.1f} GiB"
+    if f"{r.total / GIB:.1f}" == f"{r.capacity / GIB:.1f}":
+        # "needs 80.0 GiB but has 80.0 GiB" reads as a bug: say by how much it misses.
+        has += f", {-r.headroom / 2**20:.1f} MiB short"
     return (
         f"rank {r.rank} ({r.gpu}, device group {r.device_group}, stage {r.stage}) needs "
         f"{r.total / GIB:.1f} GiB (weights {r.weights / GIB:.1f}, gradients {r.gradients / GIB:.1f}, "
         f"optimizer {r.optimizer / GIB:.1f}, activations {r.activations / GIB:.1f}, workspace "
-        f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({plural(len(bad), 'rank')} over"
+        f"{r.allowance / GIB:.1f}) but has {has} ({plural(len(bad), 'rank')} over"
     )
 
 
