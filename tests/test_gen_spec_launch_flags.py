@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from xsim.tracegen.errors import SpecError
 from xsim.tracegen.catalog import GIB
+from xsim.tracegen.errors import SpecError
 from xsim.tracegen.memory import OutOfMemory, RankMemory, check_fits, deployment_memory, shortfall
 from xsim.tracegen.spec import load_spec, spec_to_mapping
 
