@@ -75,6 +75,9 @@ class MemoryOptions:
     sequence_parallel: bool = False
     recompute: str = "none"  # "none" | "selective" | "full"
     recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
+    recompute_method: str = (
+        "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk)
+    )
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
@@ -205,6 +208,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         sequence_parallel=dep.sequence_parallel,
         recompute=dep.recompute or "none",
         recompute_layers=dep.recompute_layers or 1,
+        recompute_method=dep.recompute_method or "uniform",
         distributed_optimizer=dep.distributed_optimizer,
         grad_bytes=GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
         sharding=dep.sharding or "none",
@@ -316,6 +320,12 @@ def _stage_activations(
         # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
         # and the backward of a unit rematerializes its K layers once at a time.
         k = max(1, o.recompute_layers)
+        if o.recompute_method == "block":
+            # Block method: a chunk's first K layers keep only their input, the rest everything; the backward
+            # of a recomputed layer rematerializes that one layer.
+            kept = sum(min(k, c) for c in chunk_layers)
+            stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * kept + full * (n - kept)
+            return stored * flight + full
         units = sum(-(-c // k) for c in chunk_layers)
         stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * units
         return stored * flight + full * min(k, max(chunk_layers))

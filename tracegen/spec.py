@@ -48,6 +48,10 @@ Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
+# Megatron's --recompute-method (megatron/core/transformer/transformer_block.py _checkpointed_forward):
+# `uniform` checkpoints units of recompute_num_layers layers, `block` only the first recompute_num_layers
+# layers of each model chunk, one at a time (NeMo's scripts/performance/helpers.py set_recompute_configs).
+RECOMPUTE_METHODS = ("uniform", "block")
 # Megatron-Core's `--attention-backend` values that name one kernel (megatron/core/transformer/enums.py
 # AttnBackend; language_module.py of NVIDIA/Megatron-LM d98e8a64dd sets NVTE_FUSED_ATTN=1 and NVTE_FLASH_ATTN=0
 # for `fused`: Transformer Engine's FusedAttention, the cuDNN kernel). `flash` is left out: TE picks
@@ -103,6 +107,7 @@ TOP_KEYS = (
     "recompute",
     "recompute_layers",
     "recompute_early_stop",
+    "recompute_method",
     "virtual_stages",
     "distributed_optimizer",
     "overlap_grad_reduce",
@@ -684,6 +689,13 @@ class _SpecBuilder:
                 f"recompute_early_stop applies to recompute: full only (recompute is {dep.recompute!r})"
             )
         dep.recompute_early_stop = early
+        if "recompute_method" in self.raw:
+            method = self.choice("recompute_method", RECOMPUTE_METHODS, RECOMPUTE_METHODS[0])
+            if dep.recompute != "full":
+                raise self.fail(
+                    f"recompute_method applies to recompute: full only (recompute is {dep.recompute!r})"
+                )
+            dep.recompute_method = "" if method == RECOMPUTE_METHODS[0] else method
 
     def parallel_blocks(self) -> list[dict[str, int | str]]:
         """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
@@ -1437,6 +1449,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
+        **({"recompute_method": dep.recompute_method} if dep.recompute_method else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,
         "overlap_grad_reduce": dep.overlap_grad_reduce,
