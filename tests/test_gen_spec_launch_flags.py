@@ -83,3 +83,20 @@ def test_a_miss_that_rounds_to_the_capacity_says_by_how_much():
         "activations 39.0, workspace 8.0) but has 80.0 GiB (1 rank over"
     )
     assert shortfall([_rank(38 * GIB)]) is None
+
+
+def test_yaml_exponents_without_a_dot_or_sign_are_numbers(tmp_path):
+    # torchtitan's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s) as a user writes it: PyYAML alone loads
+    # `2.4e12` as the string '2.4e12' (YAML 1.1), which the spec refused as "not a positive number".
+    path = tmp_path / "gt.yaml"
+    path.write_text(
+        "model: llama2-7b\n"
+        "parallel: {gpu: H100, dp: 2}\n"
+        "gpus: {H100: {mem_bw: 2.4e12, peak_flops: 989.4E12, memory_bytes: 103079215104, gemm_eff: 7e-1}}\n"
+    )
+    [gpu] = load_spec(path).gpus
+    assert (gpu.mem_bw, gpu.peak_flops, gpu.gemm_eff) == (2.4e12, 989.4e12, 0.7)
+    # A quoted exponent stays a string (and is refused as one).
+    path.write_text(path.read_text().replace("7e-1", '"7e-1"'))
+    with pytest.raises(SpecError, match="gemm_eff must be a positive number, got '7e-1'"):
+        load_spec(path)

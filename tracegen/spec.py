@@ -206,6 +206,14 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep)
 
+    # YAML 1.2's floats: PyYAML resolves YAML 1.1's, whose exponent needs a dot and a sign, so `2.4e12` and
+    # `1e9` (as GPU rates are written) load as strings (yaml/pyyaml#173). The 1.2 core schema's pattern,
+    # tried after PyYAML's own resolvers (int, bool, 1.1 float), so what they matched is unchanged.
+    _UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+        list("-+0123456789."),
+    )
     return _UniqueKeyLoader
 
 
