@@ -173,6 +173,14 @@ def test_recompute_variants_on_a_stage():
     assert _one_stage(recompute="full", recompute_layers=2) == 2 * 2 * 65_536 + 2 * 1_122_304 + ends
     # K = 1 (Megatron's default): every layer's input kept, one layer rematerialized at a time.
     assert _one_stage(recompute="full") == 4 * 2 * 65_536 + 1_122_304 + ends
+    # Block method, K = 1 (Megatron's --recompute-method block): layer 1 keeps its input, layers 2-4
+    # everything, per micro-batch; layer 1 rematerialized during its backward.
+    block = _one_stage(recompute="full", recompute_method="block")
+    assert block == 2 * (65_536 + 3 * 1_122_304) + 1_122_304 + ends
+    # K >= the stage's 4 layers: every layer recomputed alone, as the uniform method with K = 1.
+    assert _one_stage(recompute="full", recompute_layers=6, recompute_method="block") == _one_stage(
+        recompute="full"
+    )
 
 
 def test_zero3_memory_by_hand():

@@ -274,6 +274,31 @@ def test_full_recompute_uniform_units_of_k_layers():
     assert seq == [("R", 3), ("R", 4), ("B", 4), ("B", 3), ("R", 1), ("R", 2), ("B", 2), ("B", 1)]
 
 
+def test_full_recompute_block_method_recomputes_the_first_k_layers_alone():
+    # Megatron's block method, --recompute-num-layers 2 (transformer_block._checkpointed_forward: layer i
+    # of the chunk is checkpointed alone when i < 2): of layers 1-4 only 1 and 2 are re-run, each right
+    # before its own backward; 3 and 4 keep their activations.
+    spec = pp2(virtual_stages=1, micro_batches=1, schedule="gpipe", recompute="full", recompute_layers=2)
+    spec["device_groups"] = [{"id": 0, "gpu": "H100", "ranks": [0]}]
+    b = generate(load_spec({**spec, "recompute_method": "block"}))
+    seq = []
+    for n in b.nodes[0]:
+        ph = A.get_str(n, A.PHASE)
+        if n.type == pb.COMP_NODE and ph in ("recompute", "bwd") and A.get_int(n, A.LAYER):
+            key = (ph[0].upper(), A.get_int(n, A.LAYER))
+            if not seq or seq[-1] != key:
+                seq.append(key)
+    assert seq == [("B", 4), ("B", 3), ("R", 2), ("B", 2), ("R", 1), ("B", 1)]
+    # Each recomputed layer re-runs its whole forward (LAYER_FWD, 11 ops), nothing else is recomputed.
+    for layer, want in ((1, LAYER_FWD), (2, LAYER_FWD), (3, ()), (4, ())):
+        rec = [s for s in layer_chain(b.nodes[0], layer, 0) if s.endswith(".recompute")]
+        assert rec == [f"{s}.recompute" for s in want]
+    # 8 layers, PP 2, V 2: stage 0 holds chunks of layers 1-2 and 5-6; K = 1: the first layer of each chunk.
+    il = pp2(model={**TINY, "layers": 8}, recompute="full", recompute_method="block")
+    names = {n.name for n in generate(load_spec(il)).nodes[0] if n.name.endswith(".recompute.mb0")}
+    assert sorted({x.split(".")[0] for x in names}) == ["L1", "L5"]
+
+
 def test_recompute_early_stop_ends_each_checkpoint_before_its_last_gemm(tmp_path):
     # PyTorch's non-reentrant checkpoint with early stop: the recompute of a checkpointed unit stops when
     # its last saved tensor is packed, i.e. at the input of the unit's last layer's down projection (saved
@@ -493,6 +518,11 @@ BAD = [
         "stage 1 chunk 0 (device group 1) starts at layer 4, expected 3",
     ),  # fmt: skip
     ({"recompute": "selective", "recompute_layers": 2}, "recompute_layers applies to recompute: full only"),
+    (
+        {"recompute": "selective", "recompute_method": "block"},
+        "recompute_method applies to recompute: full only",
+    ),
+    ({"recompute": "full", "recompute_method": "blocks"}, "recompute_method must be one of uniform, block"),
     (
         {
             "device_groups": [

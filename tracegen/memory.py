@@ -75,6 +75,9 @@ class MemoryOptions:
     sequence_parallel: bool = False
     recompute: str = "none"  # "none" | "selective" | "full"
     recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
+    recompute_method: str = (
+        "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk)
+    )
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
@@ -205,6 +208,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         sequence_parallel=dep.sequence_parallel,
         recompute=dep.recompute or "none",
         recompute_layers=dep.recompute_layers or 1,
+        recompute_method=dep.recompute_method or "uniform",
         distributed_optimizer=dep.distributed_optimizer,
         grad_bytes=GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
         sharding=dep.sharding or "none",
@@ -316,17 +320,33 @@ def _stage_activations(
         # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
         # and the backward of a unit rematerializes its K layers once at a time.
         k = max(1, o.recompute_layers)
+        if o.recompute_method == "block":
+            # Block method: a chunk's first K layers keep only their input, the rest everything; the backward
+            # of a recomputed layer rematerializes that one layer.
+            kept = sum(min(k, c) for c in chunk_layers)
+            stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * kept + full * (n - kept)
+            return stored * flight + full
         units = sum(-(-c // k) for c in chunk_layers)
         stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * units
         return stored * flight + full * min(k, max(chunk_layers))
     return full * n * flight
 
 
-def check_fits(mem: list[RankMemory], where: str) -> None:
+def check_fits(mem: list[RankMemory], where: str, dep: dpb.Deployment | None = None) -> None:
     """Raise OutOfMemory naming the first rank that does not fit (the one with the least headroom)."""
     short = shortfall(mem)
     if short is not None:
-        raise OutOfMemory(f"{where}: {short}; --allow-oom to go on)")
+        hint = gpipe_hint(dep) if dep is not None else ""
+        raise OutOfMemory(f"{where}: {short}; {hint}--allow-oom to go on)")
+
+
+def gpipe_hint(dep: dpb.Deployment) -> str:
+    """Why a GPipe plan's activations are large, when they are: it holds every micro-batch's at once, where
+    Megatron's schedules (1F1B; forward_backward_no_pipelining on one stage) hold at most PP of them."""
+    m = dep.micro_batches or 1
+    if (dep.schedule or "gpipe") != "gpipe" or m <= 1:
+        return ""
+    return f"schedule: gpipe holds all {m} micro-batches' activations, Megatron's 1F1B at most PP of them: schedule: 1f1b; "
 
 
 def shortfall(mem: list[RankMemory]) -> str | None:
@@ -335,11 +355,15 @@ def shortfall(mem: list[RankMemory]) -> str | None:
     if not bad:
         return None
     r = min(bad, key=lambda x: (x.headroom, x.rank))
+    has = f"{r.capacity / GIB:.1f} GiB"
+    if f"{r.total / GIB:.1f}" == f"{r.capacity / GIB:.1f}":
+        # "needs 80.0 GiB but has 80.0 GiB" reads as a bug: say by how much it misses.
+        has += f", {-r.headroom / 2**20:.1f} MiB short"
     return (
         f"rank {r.rank} ({r.gpu}, device group {r.device_group}, stage {r.stage}) needs "
         f"{r.total / GIB:.1f} GiB (weights {r.weights / GIB:.1f}, gradients {r.gradients / GIB:.1f}, "
         f"optimizer {r.optimizer / GIB:.1f}, activations {r.activations / GIB:.1f}, workspace "
-        f"{r.allowance / GIB:.1f}) but has {r.capacity / GIB:.1f} GiB ({plural(len(bad), 'rank')} over"
+        f"{r.allowance / GIB:.1f}) but has {has} ({plural(len(bad), 'rank')} over"
     )
 
 

@@ -48,6 +48,15 @@ Deployment = dpb.Deployment
 DeviceGroup = dpb.DeviceGroup
 
 SCHEDULES = ("gpipe", "1f1b")
+# Megatron's --recompute-method (megatron/core/transformer/transformer_block.py _checkpointed_forward):
+# `uniform` checkpoints units of recompute_num_layers layers, `block` only the first recompute_num_layers
+# layers of each model chunk, one at a time (NeMo's scripts/performance/helpers.py set_recompute_configs).
+RECOMPUTE_METHODS = ("uniform", "block")
+# Megatron-Core's `--attention-backend` values that name one kernel (megatron/core/transformer/enums.py
+# AttnBackend; language_module.py of NVIDIA/Megatron-LM d98e8a64dd sets NVTE_FUSED_ATTN=1 and NVTE_FLASH_ATTN=0
+# for `fused`: Transformer Engine's FusedAttention, the cuDNN kernel). `flash` is left out: TE picks
+# FlashAttention 2 or 3 by what is installed, so the spec must say which (`fa2` / `fa3`).
+ATTENTION_BACKEND_ALIASES = {"fused": "cudnn"}
 RESHARDS = RESHARD_STRATEGIES  # the reshard registry's names (tracegen/choices.py)
 DTYPE_BYTES = (1, 2, 4)
 # PyTorch DDP's default gradient bucket (bucket_cap_mb=25, torch.nn.parallel.DistributedDataParallel).
@@ -98,6 +107,7 @@ TOP_KEYS = (
     "recompute",
     "recompute_layers",
     "recompute_early_stop",
+    "recompute_method",
     "virtual_stages",
     "distributed_optimizer",
     "overlap_grad_reduce",
@@ -196,6 +206,14 @@ def _unique_key_loader() -> type:
                 seen.add(key)
             return super().construct_mapping(node, deep)
 
+    # YAML 1.2's floats: PyYAML resolves YAML 1.1's, whose exponent needs a dot and a sign, so `2.4e12` and
+    # `1e9` (as GPU rates are written) load as strings (yaml/pyyaml#173). The 1.2 core schema's pattern,
+    # tried after PyYAML's own resolvers (int, bool, 1.1 float), so what they matched is unchanged.
+    _UniqueKeyLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)$"),
+        list("-+0123456789."),
+    )
     return _UniqueKeyLoader
 
 
@@ -427,6 +445,24 @@ class _SpecBuilder:
             raise self.fail(f"{key} must be true or false, got {v!r}")
         return v
 
+    def attention_kernel(self) -> str:
+        """`attention_kernel`, also by Megatron-Core's `--attention-backend` names where they name one kernel."""
+        v = self.raw.get("attention_kernel", "auto")
+        name = v.lower() if isinstance(v, str) else v
+        if name in ATTENTION_BACKEND_ALIASES:
+            return ATTENTION_BACKEND_ALIASES[name]
+        if name in ("unfused", "local"):
+            raise self.fail(
+                f"attention_kernel: {name} is Megatron's --attention-backend {name}, the unfused attention: "
+                "write attention: unfused"
+            )
+        if name == "flash":
+            raise self.fail(
+                "attention_kernel: flash is Megatron's --attention-backend flash, FlashAttention 2 or 3 by what "
+                "Transformer Engine finds installed: write fa2 or fa3"
+            )
+        return self.choice("attention_kernel", ("auto", *ATTENTION_KERNELS), "auto")
+
     def choice(self, key: str, options: Sequence[str], default: str) -> str:
         v = self.raw.get(key, default)
         if not isinstance(v, str) or v.lower() not in options:
@@ -574,7 +610,7 @@ class _SpecBuilder:
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
         # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
-        kernel = self.choice("attention_kernel", ("auto", *ATTENTION_KERNELS), "auto")
+        kernel = self.attention_kernel()
         dep.attention_kernel = "" if kernel == "auto" else kernel
         self.gpus(dep)
         self.profile(dep)
@@ -661,6 +697,13 @@ class _SpecBuilder:
                 f"recompute_early_stop applies to recompute: full only (recompute is {dep.recompute!r})"
             )
         dep.recompute_early_stop = early
+        if "recompute_method" in self.raw:
+            method = self.choice("recompute_method", RECOMPUTE_METHODS, RECOMPUTE_METHODS[0])
+            if dep.recompute != "full":
+                raise self.fail(
+                    f"recompute_method applies to recompute: full only (recompute is {dep.recompute!r})"
+                )
+            dep.recompute_method = "" if method == RECOMPUTE_METHODS[0] else method
 
     def parallel_blocks(self) -> list[dict[str, int | str]]:
         """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
@@ -1414,6 +1457,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
+        **({"recompute_method": dep.recompute_method} if dep.recompute_method else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,
         "overlap_grad_reduce": dep.overlap_grad_reduce,

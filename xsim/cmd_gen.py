@@ -100,6 +100,6 @@ def _warn_oom(gen) -> None:
     from xsim.tracegen.memory import OutOfMemory, check_fits
 
     try:
-        check_fits(list(gen.memory), gen.deployment.name)
+        check_fits(list(gen.memory), gen.deployment.name, gen.deployment)
     except OutOfMemory as exc:
         print(f"xsim: warning: {exc}".replace("--allow-oom to go on", "generated anyway"), file=sys.stderr)

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     plan = build_plan(dep)
     mem = deployment_memory(dep)
     if not args.allow_oom:
-        check_fits(mem, args.spec)
+        check_fits(mem, args.spec, dep)
     if args.json:
         print(json.dumps({**plan_to_json(plan), "memory": memory_json(mem)}, indent=2))
     else:
