@@ -257,6 +257,18 @@ def test_full_recompute_repeats_the_whole_layer_forward_with_tp_collectives():
     assert firsts == sorted(firsts)
 
 
+def _recompute_backward_order(b) -> list[tuple[str, int]]:
+    """Rank 0's recompute (R) and backward (B) phases by layer, in program order, runs collapsed."""
+    seq: list[tuple[str, int]] = []
+    for n in b.nodes[0]:
+        ph = A.get_str(n, A.PHASE)
+        if n.type == pb.COMP_NODE and ph in ("recompute", "bwd") and A.get_int(n, A.LAYER):
+            key = (ph[0].upper(), A.get_int(n, A.LAYER))
+            if not seq or seq[-1] != key:
+                seq.append(key)
+    return seq
+
+
 def test_full_recompute_uniform_units_of_k_layers():
     # Megatron's uniform method, --recompute-num-layers 2: stage 0 holds layers 1-4 as units {1,2}, {3,4};
     # in backward, unit {3,4} is re-run forward (layers 3 then 4) before layer 4's backward, unit {1,2}
@@ -264,14 +276,16 @@ def test_full_recompute_uniform_units_of_k_layers():
     spec = pp2(virtual_stages=1, micro_batches=1, schedule="gpipe", recompute="full", recompute_layers=2)
     spec["device_groups"] = [{"id": 0, "gpu": "H100", "ranks": [0]}]
     b = generate(load_spec(spec))
-    seq = []
-    for n in b.nodes[0]:
-        ph = A.get_str(n, A.PHASE)
-        if n.type == pb.COMP_NODE and ph in ("recompute", "bwd") and A.get_int(n, A.LAYER):
-            key = (ph[0].upper(), A.get_int(n, A.LAYER))
-            if not seq or seq[-1] != key:
-                seq.append(key)
-    assert seq == [("R", 3), ("R", 4), ("B", 4), ("B", 3), ("R", 1), ("R", 2), ("B", 2), ("B", 1)]
+    assert _recompute_backward_order(b) == [
+        ("R", 3),
+        ("R", 4),
+        ("B", 4),
+        ("B", 3),
+        ("R", 1),
+        ("R", 2),
+        ("B", 2),
+        ("B", 1),
+    ]
 
 
 def test_full_recompute_block_method_recomputes_the_first_k_layers_alone():
@@ -281,14 +295,7 @@ def test_full_recompute_block_method_recomputes_the_first_k_layers_alone():
     spec = pp2(virtual_stages=1, micro_batches=1, schedule="gpipe", recompute="full", recompute_layers=2)
     spec["device_groups"] = [{"id": 0, "gpu": "H100", "ranks": [0]}]
     b = generate(load_spec({**spec, "recompute_method": "block"}))
-    seq = []
-    for n in b.nodes[0]:
-        ph = A.get_str(n, A.PHASE)
-        if n.type == pb.COMP_NODE and ph in ("recompute", "bwd") and A.get_int(n, A.LAYER):
-            key = (ph[0].upper(), A.get_int(n, A.LAYER))
-            if not seq or seq[-1] != key:
-                seq.append(key)
-    assert seq == [("B", 4), ("B", 3), ("R", 2), ("B", 2), ("R", 1), ("B", 1)]
+    assert _recompute_backward_order(b) == [("B", 4), ("B", 3), ("R", 2), ("B", 2), ("R", 1), ("B", 1)]
     # Each recomputed layer re-runs its whole forward (LAYER_FWD, 11 ops), nothing else is recomputed.
     for layer, want in ((1, LAYER_FWD), (2, LAYER_FWD), (3, ()), (4, ())):
         rec = [s for s in layer_chain(b.nodes[0], layer, 0) if s.endswith(".recompute")]
