@@ -231,18 +231,18 @@ FRAMEWORKS: dict[str, Framework] = {
         sp_dgrad_overlap=True,
     ),
     # torchtitan in eager mode (`[compile] enable = false`, its default: torchtitan/config/job_config.py
-    # Compile.enable), read from
-    # pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/model.py: nn.RMSNorm for the
-    # attention, FFN and final norms, which PyTorch runs as its composite rms_norm (aten/src/ATen/native/
-    # layer_norm.cpp rms_norm_symint: input.to(float), pow(2).mean(-1).add_(eps).rsqrt(), mul, type_as,
-    # mul weight; EAGER_RMSNORM); apply_rotary_emb's xq.float() / view_as_complex / complex multiply by
+    # Compile.enable), read from pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/
+    # model.py: nn.RMSNorm for the attention, FFN and final norms, which PyTorch runs as its composite
+    # rms_norm (aten/src/ATen/native/layer_norm.cpp rms_norm_symint before CUDA inputs went to the fused
+    # _fused_rms_norm: input.to(float), pow(2).mean(-1).add_(eps).rsqrt(), mul, mul by the weight, type_as;
+    # EAGER_RMSNORM); apply_rotary_emb's xq.float() / view_as_complex / complex multiply by
     # freqs_cis / view_as_real / type_as on q and k (COMPLEX_ROPE); FeedForward.forward
     # `self.w2(F.silu(self.w1(x)) * self.w3(x))` (unfused SwiGLU); TransformerBlock.forward `h = x +
     # attention(...)`, `out = h + feed_forward(...)` (residual adds, no dropout anywhere in the model);
-    # bias-free nn.Linear; attention through F.scaled_dot_product_attention (`attn_type: sdpa`), whose CUDA
+    # bias-free nn.Linear (bias_in_gemm: nothing to add); attention through F.scaled_dot_product_attention (`attn_type: sdpa`), whose CUDA
     # backend on Ampere and Hopper is PyTorch's bundled FlashAttention-2 (causal); no Transformer Engine
-    # (torchtitan's FP8 is torchao's, not modelled here). Any eager-PyTorch Llama trainer written the same way
-    # (Meta's llama reference model.py has the same RMSNorm, RoPE and FeedForward) gets the same layer.
+    # (torchtitan's FP8 is torchao's, not modelled here). An eager-PyTorch Llama trainer written the same
+    # way (nn.RMSNorm, complex RoPE, F.silu(w1) * w3, no dropout) gets the same layer.
     "torchtitan": Framework(
         "torchtitan",
         "flash",

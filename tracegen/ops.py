@@ -74,20 +74,23 @@ ROPE_UNFUSED_KERNELS, ROPE_UNFUSED_PASSES = 4, 9
 # by conj(freqs_cis) (freqs_cis takes no gradient), .float()'s casts back. The [s, head_dim / 2] complex64
 # freqs_cis read (4 / heads bytes per element) is left out.
 COMPLEX_ROPE_KERNELS, COMPLEX_ROPE_FP32_BYTES = 3, 16
-# Eager PyTorch's RMSNorm, torch.nn.RMSNorm as PyTorch's composite rms_norm runs it (aten/src/ATen/native/
-# layer_norm.cpp rms_norm_symint: upcast = input.to(float); rsqrt(pow(upcast, 2).mean(-1, keepdim).add_(eps));
-# upcast.mul(rsqrt).type_as(input).mul(weight)), per element of the normalized tensor:
+# Eager PyTorch's RMSNorm: torch.nn.RMSNorm as PyTorch's composite rms_norm runs it (aten/src/ATen/native/
+# layer_norm.cpp rms_norm_symint before CUDA inputs were routed to the fused _fused_rms_norm, which
+# pytorch/pytorch 3de78edb07 does: upcast = input.to(float); rsqrt(pow(upcast, 2).mean(-1, keepdim)
+# .add_(eps)); upcast.mul(rsqrt).mul(weight), then .type_as(input)), per element of the normalized tensor:
 #   forward, 8 kernels: to FP32 (read dtype, write 4), pow (4 + 4), mean (read 4), add_ and rsqrt (per
-#   token), mul (4 + 4), type_as (read 4, write dtype), mul by the weight (dtype + dtype) = 4 dtype + 28;
-#   backward (autograd's formulas, tools/autograd/derivatives.yaml and FunctionsManual.cpp), 16 kernels:
-#   the weight multiply's input gradient (dtype + dtype) and weight gradient (grad * result: 2 dtype + dtype,
-#   summed over tokens: dtype), type_as's cast of the gradient to FP32 (dtype + 4), the mul's input gradient
-#   (grad * rsqrt: 4 + 4) and rsqrt gradient (grad * upcast: 8 + 4, summed over the row: 4), rsqrt's
-#   backward (-0.5 * grad * result.pow(3): 3 per-token kernels), mean's backward (the per-token gradient
-#   expanded and divided: write 4), pow_backward (grad * (2 * upcast.pow(1)): a copy 4 + 4, the scalar
-#   multiply 4 + 4, the product 8 + 4), the sum of upcast's two gradients (8 + 4) and .to(float)'s cast back
-#   (4 + dtype) = 8 dtype + 76. Per-token tensors (one FP32 a row) move no counted bytes (under 1/hidden).
-EAGER_RMSNORM = {"fwd": (8, 4, 28), "bwd": (16, 8, 76)}  # kernels, bytes per element: x dtype, + FP32 bytes
+#   token), mul by rsqrt (4 + 4), mul by the weight in FP32 (4 + 4), type_as (read 4, write dtype)
+#   = 2 dtype + 28 + 4 = 2 dtype + 32;
+#   backward (autograd's formulas, tools/autograd/derivatives.yaml and FunctionsManual.cpp), 17 kernels:
+#   type_as's cast of the gradient to FP32 (dtype + 4), the weight multiply's input gradient (grad * weight:
+#   4 + 4) and weight gradient (grad * x: 8 + 4, summed over tokens: 4, cast to the weight's dtype: per
+#   row), the rsqrt multiply's input gradient (4 + 4) and rsqrt gradient (grad * upcast: 8 + 4, summed over
+#   the row: 4), rsqrt's backward (-0.5 * grad * result.pow(3): 3 per-token kernels), mean's backward (the
+#   per-token gradient expanded and divided: write 4), pow_backward (grad * (2 * upcast.pow(1)): a copy
+#   4 + 4, the scalar multiply 4 + 4, the product 8 + 4), the sum of upcast's two gradients (8 + 4) and
+#   .to(float)'s cast back (4 + dtype) = 2 dtype + 100. Per-token and per-row tensors (one FP32 a token,
+#   the weight's h) move no counted bytes (under 1/hidden of the rest).
+EAGER_RMSNORM = {"fwd": (8, 2, 32), "bwd": (17, 2, 100)}  # kernels, bytes per element: x dtype, + FP32 bytes
 # Unfused SwiGLU, F.silu(gate) * up: silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
 # ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
 # backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
