@@ -12,7 +12,14 @@ FP8_RECIPES = ("delayed", "current")
 ATTENTIONS = ("flash", "unfused")
 COMPUTE_MODELS = ("roofline", "calibrated")
 # tracegen.frameworks.FRAMEWORK_NAMES (a test keeps them equal); the first is the default.
-FRAMEWORKS = ("megatron-core", "megatron-2021", "megatron-2022", "megatron-deepspeed", "megatron-core-0.7")
+FRAMEWORKS = (
+    "megatron-core",
+    "megatron-2021",
+    "megatron-2022",
+    "megatron-deepspeed",
+    "megatron-core-0.7",
+    "torchtitan",
+)
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel (on

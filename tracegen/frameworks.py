@@ -105,6 +105,12 @@ class Framework:
     # The position encoding a model gets when the spec does not name one (models.POSITION_EMBEDDINGS; "":
     # the model family's, ModelArch.positions).
     position_embedding: str = ""
+    # Eager PyTorch's element-wise kernels, one per operator (tracegen/ops.py, EAGER_RMSNORM and
+    # COMPLEX_ROPE): RMSNorm as torch.nn.RMSNorm's composite in FP32, RoPE as the view_as_complex chain,
+    # and no dropout kernels (the model has no dropout: the residual add alone, no embedding dropout).
+    eager_rmsnorm: bool = False
+    complex_rope: bool = False
+    dropout: bool = True
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -223,6 +229,33 @@ FRAMEWORKS: dict[str, Framework] = {
         "fa2",
         True,
         sp_dgrad_overlap=True,
+    ),
+    # torchtitan in eager mode (`[compile] enable = false`, its default: torchtitan/config/job_config.py
+    # Compile.enable), read from pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/
+    # model.py: nn.RMSNorm for the attention, FFN and final norms, which PyTorch runs as its composite
+    # rms_norm (aten/src/ATen/native/layer_norm.cpp rms_norm_symint before CUDA inputs went to the fused
+    # _fused_rms_norm: input.to(float), pow(2).mean(-1).add_(eps).rsqrt(), mul, mul by the weight, type_as;
+    # EAGER_RMSNORM); apply_rotary_emb's xq.float() / view_as_complex / complex multiply by
+    # freqs_cis / view_as_real / type_as on q and k (COMPLEX_ROPE); FeedForward.forward
+    # `self.w2(F.silu(self.w1(x)) * self.w3(x))` (unfused SwiGLU); TransformerBlock.forward `h = x +
+    # attention(...)`, `out = h + feed_forward(...)` (residual adds, no dropout anywhere in the model);
+    # bias-free nn.Linear (bias_in_gemm: nothing to add); attention through F.scaled_dot_product_attention (`attn_type: sdpa`), whose CUDA
+    # backend on Ampere and Hopper is PyTorch's bundled FlashAttention-2 (causal); no Transformer Engine
+    # (torchtitan's FP8 is torchao's, not modelled here). An eager-PyTorch Llama trainer written the same
+    # way (nn.RMSNorm, complex RoPE, F.silu(w1) * w3, no dropout) gets the same layer.
+    "torchtitan": Framework(
+        "torchtitan",
+        "flash",
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        "fa2",
+        eager_rmsnorm=True,
+        complex_rope=True,
+        dropout=False,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

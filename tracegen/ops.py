@@ -66,6 +66,31 @@ MASK_BYTES = 1  # dropout keeps a 1-byte (bool) mask per element for backward (t
 # sum) on one of q, k: 4 kernels, 9 element passes (reads and writes: 2 + 2 + 2 + 3); fused RoPE reads and
 # writes each element once.
 ROPE_UNFUSED_KERNELS, ROPE_UNFUSED_PASSES = 4, 9
+# Eager PyTorch's RoPE on one of q, k (torchtitan apply_rotary_emb, pytorch/torchtitan e38d7abe0f
+# torchtitan/models/llama3/model/model.py): xq.float() (read dtype, write 4), the complex multiply by
+# freqs_cis on the view_as_complex view (read 4, write 4), type_as back (read 4, write dtype) = 2 dtype +
+# 16 bytes per element in 3 kernels; reshape, view_as_complex, view_as_real and flatten are views. Autograd's
+# backward is the same chain: type_as's backward casts the gradient to FP32, the multiply's multiplies it
+# by conj(freqs_cis) (freqs_cis takes no gradient), .float()'s casts back. The [s, head_dim / 2] complex64
+# freqs_cis read (4 / heads bytes per element) is left out.
+COMPLEX_ROPE_KERNELS, COMPLEX_ROPE_FP32_BYTES = 3, 16
+# Eager PyTorch's RMSNorm: torch.nn.RMSNorm as PyTorch's composite rms_norm runs it (aten/src/ATen/native/
+# layer_norm.cpp rms_norm_symint before CUDA inputs were routed to the fused _fused_rms_norm, which
+# pytorch/pytorch 3de78edb07 does: upcast = input.to(float); rsqrt(pow(upcast, 2).mean(-1, keepdim)
+# .add_(eps)); upcast.mul(rsqrt).mul(weight), then .type_as(input)), per element of the normalized tensor:
+#   forward, 8 kernels: to FP32 (read dtype, write 4), pow (4 + 4), mean (read 4), add_ and rsqrt (per
+#   token), mul by rsqrt (4 + 4), mul by the weight in FP32 (4 + 4), type_as (read 4, write dtype)
+#   = 2 dtype + 28 + 4 = 2 dtype + 32;
+#   backward (autograd's formulas, tools/autograd/derivatives.yaml and FunctionsManual.cpp), 17 kernels:
+#   type_as's cast of the gradient to FP32 (dtype + 4), the weight multiply's input gradient (grad * weight:
+#   4 + 4) and weight gradient (grad * x: 8 + 4, summed over tokens: 4, cast to the weight's dtype: per
+#   row), the rsqrt multiply's input gradient (4 + 4) and rsqrt gradient (grad * upcast: 8 + 4, summed over
+#   the row: 4), rsqrt's backward (-0.5 * grad * result.pow(3): 3 per-token kernels), mean's backward (the
+#   per-token gradient expanded and divided: write 4), pow_backward (grad * (2 * upcast.pow(1)): a copy
+#   4 + 4, the scalar multiply 4 + 4, the product 8 + 4), the sum of upcast's two gradients (8 + 4) and
+#   .to(float)'s cast back (4 + dtype) = 2 dtype + 100. Per-token and per-row tensors (one FP32 a token,
+#   the weight's h) move no counted bytes (under 1/hidden of the rest).
+EAGER_RMSNORM = {"fwd": (8, 2, 32), "bwd": (17, 2, 100)}  # kernels, bytes per element: x dtype, + FP32 bytes
 # Unfused SwiGLU, F.silu(gate) * up: silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
 # ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
 # backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
@@ -345,8 +370,30 @@ def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
     normalization kernel), so that linear has no forward cast of its own (`fused` False: a plain norm; under
     current scaling the norm writes `dtype_bytes` and _norm_quantize follows)."""
     e, b = c.norm_tokens * c.m.hidden, c.b
+    if _eager_norm(c):
+        return _eager_rmsnorm(c, op, "fwd", e)
     out = 1 if c.te_fp8 and fused and not c.fp8_current else b
     return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
+
+
+def _eager_norm(c: Ctx) -> bool:
+    """RMSNorm as eager PyTorch's composite (Framework.eager_rmsnorm); LayerNorm is one kernel everywhere."""
+    return c.fw.eager_rmsnorm and c.m.norm == "rmsnorm"
+
+
+def _eager_rmsnorm(c: Ctx, op: str, phase: str, elems: int) -> Op:
+    """torch.nn.RMSNorm's composite kernels in `phase` on `elems` elements (EAGER_RMSNORM)."""
+    kernels, per_dtype, fp32 = EAGER_RMSNORM[phase]
+    flops = ELEM_FLOPS["rmsnorm"] * (2 if phase == "bwd" else 1)
+    return _kern(op, phase, elems, flops, per_dtype * c.b + fp32, kernels)
+
+
+def _norm(c: Ctx, op: str, phase: str, elems: int) -> Op:
+    """A norm that is not a LayerNormLinear's: the final norm forward, every norm's backward."""
+    if _eager_norm(c):
+        return _eager_rmsnorm(c, op, phase, elems)
+    rw = (1, 1) if phase == "fwd" else (2, 1)
+    return _elem(op, phase, elems, ELEM_FLOPS[c.m.norm], *rw, c.b)
 
 
 def _norm_quantize(c: Ctx, linear: str, fused: bool = True) -> list[Op]:
@@ -403,13 +450,12 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
             ]
         return [_kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
     bias = [] if linear_bias_fused else _bias(c, f"{where}_out", phase, e)
+    # Without dropout (Framework.dropout off) the add alone: its backward passes the gradient through.
+    drop = [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
+    drop = drop if c.fw.dropout else []
     if phase == "fwd":
-        return [
-            *bias,
-            _kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
-            _elem(f"{where}_residual", "fwd", e, ELEM_FLOPS["add"], 2, 1, b),
-        ]
-    return [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES), *bias]
+        return [*bias, *drop, _elem(f"{where}_residual", "fwd", e, ELEM_FLOPS["add"], 2, 1, b)]
+    return [*drop, *bias]
 
 
 def _rope(c: Ctx, phase: str) -> list[Op]:
@@ -421,6 +467,9 @@ def _rope(c: Ctx, phase: str) -> list[Op]:
     elems = c.tokens * (c.sh.heads + c.sh.kv_heads) * d
     if c.fw.fused_rope:
         return [_kern("rope", phase, elems, 3, 2 * c.b)]
+    if c.fw.complex_rope:
+        # q and k by separate chains: twice the kernels.
+        return [_kern("rope", phase, elems, 3, 2 * c.b + COMPLEX_ROPE_FP32_BYTES, 2 * COMPLEX_ROPE_KERNELS)]
     # q and k are rotated by separate calls: the kernel count doubles.
     return [_kern("rope", phase, elems, 3, ROPE_UNFUSED_PASSES * c.b, 2 * ROPE_UNFUSED_KERNELS)]
 
@@ -466,7 +515,6 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens
-    norm = ELEM_FLOPS[m.norm]
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
     fp8 = c.fp8
@@ -507,7 +555,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
         _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
         *_tp_in(c, "mlp_tp_in", False),
-        _elem("mlp_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
+        _norm(c, "mlp_norm", "bwd", nt * m.hidden),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_tp_out(c, "attn_tp_out", False),
         *_dropout_add(c, "attn", "bwd", fused_out_bias),
@@ -521,7 +569,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         *_fp8_transpose(c, "qkv_proj", t * m.hidden),
         _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
         *_tp_in(c, "attn_tp_in", False),
-        _elem("attn_norm", "bwd", nt * m.hidden, norm, 2, 1, b),
+        _norm(c, "attn_norm", "bwd", nt * m.hidden),
         _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
     ]
 
@@ -555,15 +603,22 @@ def embedding_steps(c: Ctx, phase: str) -> list[Step]:
             Op("embedding", "fwd", 0, 2 * t * h * b, (t, h), False),
             *_embedding_tp(c, True),
             *_positions(c, phase),
-            _kern("embedding_dropout", "fwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
+            *_embedding_dropout(c, phase, e),
         ]
     # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
-        _kern("embedding_dropout", "bwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
+        *_embedding_dropout(c, phase, e),
         *_embedding_tp(c, False),
         *_positions(c, phase),
         Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
     ]
+
+
+def _embedding_dropout(c: Ctx, phase: str, elems: int) -> list[Op]:
+    """The embedding output's dropout (read, write, 1-byte mask), where the framework's model has dropout."""
+    if not c.fw.dropout:
+        return []
+    return [_kern("embedding_dropout", phase, elems, ELEM_FLOPS["dropout"], 2 * c.b + MASK_BYTES)]
 
 
 def _embedding_tp(c: Ctx, fwd: bool) -> list[Step]:
@@ -603,13 +658,12 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
     """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
-    norm = ELEM_FLOPS[m.norm]
     # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
     # emitted as one AllReduce of their total size.
     xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
     if phase == "fwd":
         return [
-            _elem("final_norm", "fwd", c.norm_tokens * m.hidden, norm, 1, 1, b),
+            _norm(c, "final_norm", "fwd", c.norm_tokens * m.hidden),
             *_tp_in(c, "head_tp_in", True),
             _gemm("lm_head", "fwd", t, m.hidden, sh.vocab, b),
             *xent_ar,
@@ -630,7 +684,7 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
         ),
         _gemm("lm_head", "bwd", t, m.hidden, sh.vocab, b),
         *_tp_in(c, "head_tp_in", False),
-        _elem("final_norm", "bwd", c.norm_tokens * m.hidden, norm, 2, 1, b),
+        _norm(c, "final_norm", "bwd", c.norm_tokens * m.hidden),
     ]
 
 
