@@ -123,6 +123,12 @@ class Framework:
 # accumulation, FP16 gradients accumulated by autograd and coalesced around the all-reduce.
 # The fused causal softmax serves 16 < s <= 2048 in that code (megatron/model/fused_softmax.py,
 # custom_kernel_constraint), 16 < s <= 4096 in 2022 (is_kernel_available).
+def _unfused_layer(name: str, bias_in_gemm: bool, **rest: object) -> Framework:
+    """A profile outside Megatron's fused kernels: flash attention (the flash-attn 2 package, FA2 on Hopper
+    too), every element-wise step its own kernel, no Transformer Engine; `rest` sets the other fields."""
+    return Framework(name, "flash", bias_in_gemm, False, False, False, False, False, "fa2", **rest)  # type: ignore[arg-type]
+
+
 _MEGATRON_2021 = Framework(
     "megatron-2021",
     "unfused",
@@ -217,18 +223,8 @@ FRAMEWORKS: dict[str, Framework] = {
     # Megatron's, but arguments.py turns async_tensor_model_parallel_allreduce off under --deepspeed ("DeepSpeed
     # seems to be incompatible with async_tensor_model_parallel_allreduce"): without SP the input gradient is
     # all-reduced by copy_to_tensor_model_parallel_region after the whole backward.
-    "megatron-deepspeed": Framework(
-        "megatron-deepspeed",
-        "flash",
-        False,
-        False,
-        False,
-        False,
-        False,
-        False,
-        "fa2",
-        True,
-        sp_dgrad_overlap=True,
+    "megatron-deepspeed": _unfused_layer(
+        "megatron-deepspeed", bias_in_gemm=False, fp32_grad_copy_per_micro_batch=True, sp_dgrad_overlap=True
     ),
     # torchtitan in eager mode (`[compile] enable = false`, its default: torchtitan/config/job_config.py
     # Compile.enable), read from pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/
@@ -243,19 +239,8 @@ FRAMEWORKS: dict[str, Framework] = {
     # backend on Ampere and Hopper is PyTorch's bundled FlashAttention-2 (causal); no Transformer Engine
     # (torchtitan's FP8 is torchao's, not modelled here). An eager-PyTorch Llama trainer written the same
     # way (nn.RMSNorm, complex RoPE, F.silu(w1) * w3, no dropout) gets the same layer.
-    "torchtitan": Framework(
-        "torchtitan",
-        "flash",
-        True,
-        False,
-        False,
-        False,
-        False,
-        False,
-        "fa2",
-        eager_rmsnorm=True,
-        complex_rope=True,
-        dropout=False,
+    "torchtitan": _unfused_layer(
+        "torchtitan", bias_in_gemm=True, eager_rmsnorm=True, complex_rope=True, dropout=False
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
