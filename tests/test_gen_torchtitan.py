@@ -5,12 +5,29 @@ Every expected number is worked out by hand in the comments (BF16: 2 bytes), not
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
-from xsim.tracegen import catalog
+from xsim.tracegen import catalog, generate, load_spec
+from xsim.tracegen.errors import SpecError
 from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.gemm import achieved_bandwidth
+from xsim.tracegen.memory import layer_activation_bytes
 from xsim.tracegen.models import model_from_mapping
-from xsim.tracegen.ops import Ctx, Op, embedding_steps, head_steps, layer_steps, op_seconds, shard_of
+from xsim.tracegen.ops import (
+    Ctx,
+    Op,
+    embedding_steps,
+    head_steps,
+    layer_steps,
+    op_sac_recompute,
+    op_seconds,
+    shard_of,
+)
+from xsim.tracegen.spec import spec_to_mapping
+from xsim.traces import attrs as A
+from xsim.traces import pb
 
 # Llama-style tiny model: h 64, 4 heads (and 4 KV heads) of 16, FFN 128 (gate + up 256), 16 tokens.
 LLAMA = {"name": "llama-tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 4,
@@ -106,3 +123,148 @@ def test_llama3_8b_layer_is_slower_by_the_extra_bytes_at_the_copy_bandwidth():
     core = frozenset({"attn_core"})
     diff = layer_seconds("torchtitan", "H100", core) - layer_seconds("megatron-core", "H100", core)
     assert diff == pytest.approx(extra / h100, rel=1e-9) and diff == pytest.approx(4.1379e-3, rel=1e-4)
+
+
+def ctx_with(model: dict, s: int, **fw: object) -> Ctx:
+    m = model_from_mapping(model)
+    f = replace(FRAMEWORKS["torchtitan"], **fw)  # type: ignore[arg-type]
+    return Ctx(m, shard_of(m, 1, 0), 1, s, 2, False, "bf16", f.attention, f)
+
+
+def test_torchtitan_2024_rmsnorm_and_fused_rmsnorm_bytes_by_hand():
+    # torchtitan's own RMSNorm (norms.py at 157a12c56: `self._norm(x.float()).type_as(x) * self.weight`)
+    # on 16 x 64 = 1,024 elements, BF16 (2 B). Forward, 8 kernels: to FP32 (2 + 4), pow (4 + 4), mean (4),
+    # add and rsqrt (per token), mul by rsqrt (4 + 4), type_as (4 + 2), mul by the BF16 weight (2 + 2)
+    # = 36 B. Backward, 16 kernels: grad * weight (2 + 2), grad * x (2 + 2 + 2) and its sum over tokens
+    # (2), type_as's cast (2 + 4), rsqrt mul's input gradient (4 + 4) and rsqrt gradient (4 + 4 + 4, sum 4),
+    # rsqrt backward (3 per-token kernels), mean backward (4), pow backward (8 + 8 + 12), the sum (12), cast
+    # back (4 + 2) = 92 B. torch.nn.RMSNorm's (the profile's default) is 36 B / 104 B in 8 / 17 kernels.
+    c = ctx_with(LLAMA, 16, rmsnorm="torchtitan-2024")
+    norms = {(o.op, o.phase): (o.bytes, o.kernels) for p in ("fwd", "bwd") for o in layer_steps(c, p)
+             if isinstance(o, Op) and o.op.endswith("_norm")}  # fmt: skip
+    assert norms == {
+        ("attn_norm", "fwd"): (36 * 1024, 8), ("mlp_norm", "fwd"): (36 * 1024, 8),
+        ("attn_norm", "bwd"): (92 * 1024, 16), ("mlp_norm", "bwd"): (92 * 1024, 16),
+    }  # fmt: skip
+    # torchtitan's fused_rmsnorm (one Triton kernel each way): read 2, write 2 forward (4 B); read the input
+    # and the gradient, write the input gradient backward (6 B).
+    c = ctx_with(LLAMA, 16, rmsnorm="fused")
+    norms = {(o.op, o.phase): (o.bytes, o.kernels) for p in ("fwd", "bwd") for o in layer_steps(c, p)
+             if isinstance(o, Op) and o.op == "attn_norm"}  # fmt: skip
+    assert norms == {("attn_norm", "fwd"): (4 * 1024, 1), ("attn_norm", "bwd"): (6 * 1024, 1)}
+
+
+def test_torchtitan_loss_is_eager_cross_entropy_on_fp32_logits_by_hand():
+    # 16 tokens x vocabulary 100 = 1,600 logits, BF16 logits from the LM head (2 B). torchtitan:
+    # `self.output(h).float()` (2 + 4), log_softmax's three reads of a row and one write (16), nll_loss
+    # (per token) = 22 B a logit in 3 kernels forward; backward nll_loss's zeroed gradient (4) and its
+    # scatter (per token), log_softmax's backward (read 4 twice and the output 4, write 4: 16), the cast
+    # back (4 + 2) = 26 B in 4 kernels. Megatron's fused cross-entropy: 38 B in 6, 14 B in 2.
+    c = ctx(LLAMA, "torchtitan", 16)
+    loss = {o.phase: (o.flops, o.bytes, o.kernels) for p in ("fwd", "bwd") for o in head_steps(c, p)
+            if isinstance(o, Op) and o.op == "loss"}  # fmt: skip
+    assert loss == {"fwd": (5 * 1600, 22 * 1600, 3), "bwd": (2 * 1600, 26 * 1600, 4)}
+    c = ctx(LLAMA, "megatron-core", 16)
+    loss = {o.phase: (o.bytes, o.kernels) for p in ("fwd", "bwd") for o in head_steps(c, p)
+            if isinstance(o, Op) and o.op == "loss"}  # fmt: skip
+    assert loss == {"fwd": (38 * 1600, 6), "bwd": (14 * 1600, 2)}
+
+
+def test_rmsnorm_impl_is_a_torchtitan_key_and_round_trips():
+    spec = {"model": LLAMA, "parallel": {"gpu": "H100", "dp": 2}, "framework": "torchtitan"}
+    assert spec_to_mapping(load_spec({**spec, "rmsnorm_impl": "torchtitan-2024"}))["rmsnorm_impl"] == (
+        "torchtitan-2024"
+    )
+    assert "rmsnorm_impl" not in spec_to_mapping(load_spec(spec))
+    with pytest.raises(SpecError, match="rmsnorm_impl applies to framework: torchtitan only"):
+        load_spec({**spec, "framework": "megatron-core", "rmsnorm_impl": "torch"})
+    with pytest.raises(SpecError, match="rmsnorm_impl must be one of torch, torchtitan-2024, fused"):
+        load_spec({**spec, "rmsnorm_impl": "apex"})
+
+
+def fsdp_gathers(fw: str, **parallel: int) -> list[tuple[str, int]]:
+    spec = {"model": LLAMA, "parallel": {"gpu": "H100", "dp": 2, **parallel}, "sharding": "fsdp",
+            "framework": fw, "schedule": "1f1b"}  # fmt: skip
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    return [
+        (n.name, A.comm_size(n))
+        for n in nodes
+        if A.get_str(n, A.PHASE) == "sync" and A.comm_type(n) == pb.ALL_GATHER
+    ]
+
+
+def test_fsdp_keeps_torchtitans_last_block_gathered_by_hand():
+    # LLAMA at DP 2: a layer 4 x 64^2 + 3 x 64 x 128 + 2 x 64 = 41,088 parameters, the embedding 100 x 64
+    # = 6,400, final norm + LM head 64 + 6,400 = 6,464; AllGathers of the per-rank BF16 shard (x 2 B / 2).
+    # torchtitan wraps its last block with reshard_after_forward=False (parallelize_llama.py at 157a12c56):
+    # L2 stays gathered from its forward to its backward, so backward gathers only L1 (megatron-core's
+    # FSDP gathers L2 again, prefetched at the head).
+    fwd = [("fsdp_param_allgather.emb.mb0", 6_400), ("fsdp_param_allgather.1.mb0", 41_088),
+           ("fsdp_param_allgather.2.mb0", 41_088), ("fsdp_param_allgather.head.mb0", 6_464)]  # fmt: skip
+    assert fsdp_gathers("torchtitan") == [*fwd, ("fsdp_param_allgather.1.mb0", 41_088)]
+    assert fsdp_gathers("megatron-core") == [
+        *fwd,
+        *[(f"fsdp_param_allgather.{u}.mb0", 41_088) for u in (2, 1)],
+    ]
+    # Two micro-batches (global batch 4): FSDP2's post-backward reshards the block, so micro-batch 1's
+    # forward gathers it again: 2 x 5 gathers of 6,400 + 3 x 41,088 + 6,464 = 136,128 B (megatron-core:
+    # 2 x 6 of 177,216 B).
+    for fw, n, b in (("torchtitan", 10, 2 * 136_128), ("megatron-core", 12, 2 * 177_216)):
+        ags = fsdp_gathers(fw, global_batch=4)
+        assert (len(ags), sum(s for _, s in ags)) == (n, b)
+
+
+def test_selective_op_recomputes_torchtitans_unsaved_ops_by_hand():
+    # torchtitan's op SAC (parallelize_llama.py at 9dec370ad): mms in forward order wq, wk, wv, wo, w1, w3,
+    # w2; every second one (wk, wo, w3) and every non-listed op is recomputed, the attention and w2 are
+    # saved, and the recompute stops after w2 (early stop). LLAMA, 16 tokens: attn_norm (36 B x 1,024 in
+    # 8 kernels), wk = 2 x 16 x 64 x 64 = 131,072 FLOPs (4 KV heads x 16 = 64 columns) moving
+    # 2 x (16 x 64 + 64 x 64) + 2 x 16 x 64 = 12,288 B, rope (20 B x 2,048), wo (131,072 FLOPs, the same
+    # 12,288 B), the residual add (6 B x 1,024), mlp_norm, w3 = 2 x 16 x 64 x 128 = 262,144 FLOPs moving
+    # 2 x (16 x 64 + 64 x 128) + 2 x 16 x 128 = 22,528 B, silu * mul (10 B x 2,048).
+    c = ctx(LLAMA, "torchtitan", 16)
+    got = [(o.op, o.flops if o.gemm else o.bytes) for o in op_sac_recompute(c)]
+    assert got == [
+        ("attn_norm", 36 * 1024), ("qkv_proj", 131_072), ("rope", 20 * 2048), ("attn_out_proj", 131_072),
+        ("attn_residual", 6 * 1024), ("mlp_norm", 36 * 1024), ("mlp_up_gate", 262_144), ("mlp_act", 10 * 2048),
+    ]  # fmt: skip
+    gemm_bytes = [o.bytes for o in op_sac_recompute(c) if o.gemm]
+    assert gemm_bytes == [12_288, 12_288, 22_528]
+    # In the generated graph they open each layer's backward, tagged recompute.
+    spec = {
+        "model": LLAMA,
+        "parallel": {"gpu": "H100"},
+        "framework": "torchtitan",
+        "recompute": "selective-op",
+    }
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    l2 = [
+        (n.name, A.get_str(n, A.PHASE)) for n in nodes if n.name.startswith("L2.") and ".fwd." not in n.name
+    ]
+    assert [n for n, _ in l2[:9]] == [
+        *(f"L2.{op}.recompute.mb0" for op, _ in got), "L2.mlp_down.bwd.mb0",
+    ]  # fmt: skip
+    # Memory per layer (s 16, b 1, TP 1): the block's input 2sbh and w2's output 2sbh (4 x 1,024), wq, wv and
+    # the attention output (3 x 2 x 16 x 64 = 6,144), the log-sum-exp (4 B x 4 heads x 16 = 256) and w1's
+    # output (2 x 16 x 128 = 4,096) = 14,592 B.
+    assert layer_activation_bytes(model_from_mapping(LLAMA), 16, 1, 1, False, "selective-op", True) == 14_592
+
+
+def test_selective_op_is_torchtitans():
+    spec = {"model": LLAMA, "parallel": {"gpu": "H100"}, "recompute": "selective-op"}
+    with pytest.raises(SpecError, match="recompute: selective-op needs framework: torchtitan"):
+        load_spec(spec)
+    assert spec_to_mapping(load_spec({**spec, "framework": "torchtitan"}))["recompute"] == "selective-op"
+
+
+def test_the_8b_h100_example_is_torchtitans_run():
+    # examples/torchtitan/llama3_8b_h100_fsdp8.yaml, written from torchtitan 9dec370ad's llama3_8b.toml and
+    # benchmarks/llama3_h100_202412_torchtitan.md Table 1: eager, its own RMSNorm, op SAC, FSDP over 8 GPUs,
+    # local batch 2 of 8,192 tokens, Grand Teton's 96 GiB at 2.4 TB/s.
+    dep = load_spec(
+        Path(__file__).resolve().parents[1] / "examples" / "torchtitan" / "llama3_8b_h100_fsdp8.yaml"
+    )
+    assert (dep.framework, dep.rmsnorm_impl, dep.recompute, dep.sharding) == (
+        "torchtitan", "torchtitan-2024", "selective-op", "fsdp",
+    )  # fmt: skip
+    assert [(g.name, g.mem_bw, g.memory_bytes) for g in dep.gpus] == [("H100", 2.4e12, 96 * 2**30)]

@@ -20,6 +20,9 @@ FRAMEWORKS = (
     "megatron-core-0.7",
     "torchtitan",
 )
+# `rmsnorm_impl` (framework: torchtitan): the RMSNorm its code ran, tracegen.ops.EAGER_RMSNORM's keys and
+# "fused" (one kernel forward, one backward: torchtitan's norm_type fused_rmsnorm, a Triton kernel).
+RMSNORM_IMPLS = ("torch", "torchtitan-2024", "fused")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel (on

@@ -154,8 +154,8 @@ def cp_plan_error(dep: object) -> str:
         return f"cp {cp} does not divide the {len(reps)} replicas (each data replica is cp of them)"
     if getattr(dep, "attention", "flash") == "unfused":
         return "context parallelism needs attention: flash (it splits the fused attention core)"
-    if getattr(dep, "recompute", "none") == "selective":
-        return "context parallelism with recompute: selective is not supported yet"
+    if getattr(dep, "recompute", "none") in ("selective", "selective-op"):
+        return f"context parallelism with recompute: {dep.recompute} is not supported yet"
     layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
     if any([(chunk_ranges(d), d.tp) for d in r] != layout for r in reps[1:]):
         return "context parallelism with replicas cut differently (heterogeneous plans) is not supported yet"

@@ -106,11 +106,19 @@ class Framework:
     # the model family's, ModelArch.positions).
     position_embedding: str = ""
     # Eager PyTorch's element-wise kernels, one per operator (tracegen/ops.py, EAGER_RMSNORM and
-    # COMPLEX_ROPE): RMSNorm as torch.nn.RMSNorm's composite in FP32, RoPE as the view_as_complex chain,
-    # and no dropout kernels (the model has no dropout: the residual add alone, no embedding dropout).
-    eager_rmsnorm: bool = False
+    # COMPLEX_ROPE): RMSNorm as a composite in FP32 ("torch": torch.nn.RMSNorm's; "torchtitan-2024":
+    # torchtitan's own norms.py RMSNorm before 2025-03-19; "fused": one kernel each way, every fused
+    # profile's), RoPE as the view_as_complex chain, and no dropout kernels (the model has no dropout: the
+    # residual add alone, no embedding dropout). The spec's `rmsnorm_impl` replaces `rmsnorm`.
+    rmsnorm: str = "fused"
     complex_rope: bool = False
     dropout: bool = True
+    # The loss as F.cross_entropy on FP32 logits in eager PyTorch (tracegen/ops.py, EAGER_XENT: the cast,
+    # log_softmax, nll_loss and their backward) rather than Megatron's fused vocab-parallel cross-entropy.
+    eager_loss: bool = False
+    # FSDP2 keeps the model's last transformer block gathered from its forward to its backward
+    # (fully_shard(..., reshard_after_forward=False) on it; tracegen.workload _root_kept).
+    fsdp_keep_last_block: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -239,8 +247,22 @@ FRAMEWORKS: dict[str, Framework] = {
     # backend on Ampere and Hopper is PyTorch's bundled FlashAttention-2 (causal); no Transformer Engine
     # (torchtitan's FP8 is torchao's, not modelled here). An eager-PyTorch Llama trainer written the same
     # way (nn.RMSNorm, complex RoPE, F.silu(w1) * w3, no dropout) gets the same layer.
+    # The loss (torchtitan 157a12c56 train.py `loss_fn`: F.cross_entropy(pred.flatten(0, 1), ...) on the
+    # model's `self.output(h).float()`; 9dec370ad moves the .float() into loss_fn): the FP32 cast, then
+    # log_softmax and nll_loss as eager PyTorch runs them (eager_loss). FSDP2 (parallelize_llama.py at
+    # 157a12c56 and 9dec370ad): `reshard_after_forward = layer_id < len(model.layers) - 1`, "as an
+    # optimization, do not reshard after forward for the last transformer block" (fsdp_keep_last_block;
+    # under pipeline parallelism 9dec370ad keeps every block, not modelled). SDPA on the H100 at the Dec 2024
+    # benchmark: FlashAttention-2, cuDNN attention being opt-in since pytorch/pytorch PR 138522 (2024-10-22;
+    # issue 142132 shows the 2024-12-04 nightly not choosing it) until torchtitan PR 1000 (2025-03-20).
     "torchtitan": _unfused_layer(
-        "torchtitan", bias_in_gemm=True, eager_rmsnorm=True, complex_rope=True, dropout=False
+        "torchtitan",
+        bias_in_gemm=True,
+        rmsnorm="torch",
+        complex_rope=True,
+        dropout=False,
+        eager_loss=True,
+        fsdp_keep_last_block=True,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

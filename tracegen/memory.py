@@ -45,7 +45,7 @@ from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch,
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 # ZeRO section 3.1: mixed-precision Adam keeps an fp32 copy of the weights plus fp32 momentum and variance.
 ADAM_STATE_BYTES_PER_PARAM = 12
 # FlashAttention (Dao et al. 2022, Algorithm 2) saves the softmax log-sum-exp in fp32 for the backward pass.
@@ -142,6 +142,13 @@ def layer_activation_bytes(
     if recompute == "full":
         return 2 * sbh / (t if sp else 1)
     kv = Fraction(m.kv_heads, a)
+    if recompute == "selective-op":
+        # torchtitan's op-level SAC (tracegen.ops.op_sac_recompute): the checkpointed block's input (2sbh)
+        # and the outputs its policy saves: wq (2sbq), wv (2sbq kv), the attention output (2sbq) and its
+        # log-sum-exp, w1 (2sbf, its gate half under SwiGLU) and w2 (2sbh).
+        sbq = Fraction(s * b * a * m.head_dim)
+        sharded = 2 * sbq + 2 * sbq * kv + 2 * sbq + LSE_BYTES * a * s * b + 2 * s * b * f
+        return (4 * sbh + sharded) / t if sp else 4 * sbh + sharded / t
     # Not split by TP (unless SP): the two norm inputs (4sbh), the QKV input (2sbh), the MLP input (2sbh)
     # and the two dropout masks after attention and MLP (sbh each).
     replicated = 10 * sbh
@@ -316,6 +323,8 @@ def _stage_activations(
     full = layer_activation_bytes(m, s, b, t, sp, "none", flash)
     if o.recompute == "selective":
         return layer_activation_bytes(m, s, b, t, sp, "selective", flash) * n * flight
+    if o.recompute == "selective-op":  # the saved outputs per layer, and one layer rematerialized at a time
+        return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash) * n * flight + full
     if o.recompute == "full":
         # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
         # and the backward of a unit rematerializes its K layers once at a time.

@@ -90,7 +90,22 @@ COMPLEX_ROPE_KERNELS, COMPLEX_ROPE_FP32_BYTES = 3, 16
 #   4 + 4, the scalar multiply 4 + 4, the product 8 + 4), the sum of upcast's two gradients (8 + 4) and
 #   .to(float)'s cast back (4 + dtype) = 2 dtype + 100. Per-token and per-row tensors (one FP32 a token,
 #   the weight's h) move no counted bytes (under 1/hidden of the rest).
-EAGER_RMSNORM = {"fwd": (8, 2, 32), "bwd": (17, 2, 100)}  # kernels, bytes per element: x dtype, + FP32 bytes
+# torchtitan's own RMSNorm (torchtitan/models/norms.py at 157a12c56 and 9dec370ad, until 3b39d7ab0 of
+# 2025-03-19 switched to torch.nn.RMSNorm: `output = self._norm(x.float()).type_as(x); return output *
+# self.weight`, _norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)): the weight multiply runs
+# after type_as, in dtype (FSDP2's param_dtype bf16), per element:
+#   forward, 8 kernels: to FP32 (dtype + 4), pow (4 + 4), mean (read 4), add and rsqrt (per token), mul
+#   by rsqrt (4 + 4), type_as (4 + dtype), mul by the weight (dtype + dtype) = 4 dtype + 28;
+#   backward, 16 kernels: the weight multiply's input gradient (grad * weight: dtype + dtype) and weight
+#   gradient (grad * x: 2 dtype + dtype, summed over tokens: dtype), type_as's cast of the gradient to FP32
+#   (dtype + 4), the rsqrt multiply's input gradient (4 + 4) and rsqrt gradient (8 + 4, summed over the
+#   row: 4), rsqrt's backward (3 per-token kernels), mean's backward (write 4), pow_backward (4 + 4, 4 + 4,
+#   8 + 4), the sum of the two gradients (8 + 4), .float()'s cast back (4 + dtype) = 8 dtype + 76.
+# Kernels, bytes per element: x dtype, + FP32 bytes; by Framework.rmsnorm / the spec's `rmsnorm_impl`.
+EAGER_RMSNORM = {
+    "torch": {"fwd": (8, 2, 32), "bwd": (17, 2, 100)},
+    "torchtitan-2024": {"fwd": (8, 4, 28), "bwd": (16, 8, 76)},
+}
 # Unfused SwiGLU, F.silu(gate) * up: silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
 # ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
 # backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
@@ -103,6 +118,20 @@ SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
 #   (read 4, write dtype) = dtype + 12 in 2 kernels.
 XENT_FWD_BYTES, XENT_FWD_KERNELS = 36, 6
 XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
+# Eager PyTorch's loss on FP32 logits (Framework.eager_loss; torchtitan's `self.output(h).float()` and
+# F.cross_entropy = log_softmax, then nll_loss, torch/nn/functional.py), bytes per local logit:
+#   forward, 3 kernels: .float() (read dtype, write 4); log_softmax over a vocabulary row too long for the
+#   shared-memory kernel (aten/src/ATen/native/cuda/SoftMax.cu host_softmax: cunn_SoftMaxForwardSmem only
+#   while the row fits the 48 KiB default shared memory, 12,288 FP32 elements; 32,000 and 128,256 do not),
+#   cunn_SoftMaxForward reads the row for the max, again for the sum of exponentials and again to write
+#   x - max - log(sum) (4 + 4 + 4 + 4); nll_loss reads one logit a token (per-token, not counted)
+#   = dtype + 20;
+#   backward, 4 kernels: nll_loss_backward zeroes the FP32 gradient (write 4; Loss.cu
+#   nll_loss_backward_out_cuda_template `grad_input.zero_()`) and scatters one value a token; log_softmax's
+#   backward (cunn_SoftMaxBackward: read the gradient for its sum, then the gradient and the saved output,
+#   write the input gradient: 4 + 4 + 4 + 4); the cast back for the LM head's GEMM (read 4, write dtype)
+#   = dtype + 24.
+EAGER_XENT = {"fwd": (3, 20), "bwd": (4, 24)}  # kernels, FP32 bytes per logit besides one dtype pass
 # Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
 # once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
 # at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
@@ -133,7 +162,7 @@ CS_NORM_QUANTIZE_KERNELS = 2
 ATTN_CORE_OPS: frozenset[str] = frozenset(
     {"attn_core", "attn_scores", "attn_softmax", "attn_dropout", "attn_context", "attn_context_permute"}
 )
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = ("none", "selective", "full", "selective-op")
 
 
 @dataclass(frozen=True)
@@ -377,13 +406,13 @@ def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
 
 
 def _eager_norm(c: Ctx) -> bool:
-    """RMSNorm as eager PyTorch's composite (Framework.eager_rmsnorm); LayerNorm is one kernel everywhere."""
-    return c.fw.eager_rmsnorm and c.m.norm == "rmsnorm"
+    """RMSNorm as an eager PyTorch composite (Framework.rmsnorm); LayerNorm is one kernel everywhere."""
+    return c.fw.rmsnorm in EAGER_RMSNORM and c.m.norm == "rmsnorm"
 
 
 def _eager_rmsnorm(c: Ctx, op: str, phase: str, elems: int) -> Op:
-    """torch.nn.RMSNorm's composite kernels in `phase` on `elems` elements (EAGER_RMSNORM)."""
-    kernels, per_dtype, fp32 = EAGER_RMSNORM[phase]
+    """The composite RMSNorm's kernels in `phase` on `elems` elements (EAGER_RMSNORM[Framework.rmsnorm])."""
+    kernels, per_dtype, fp32 = EAGER_RMSNORM[c.fw.rmsnorm][phase]
     flops = ELEM_FLOPS["rmsnorm"] * (2 if phase == "bwd" else 1)
     return _kern(op, phase, elems, flops, per_dtype * c.b + fp32, kernels)
 
@@ -579,6 +608,36 @@ def attn_core_recompute(c: Ctx) -> list[Op]:
     return [s for s in layer_steps(c, "fwd") if isinstance(s, Op) and s.op in ATTN_CORE_OPS]
 
 
+def op_sac_recompute(c: Ctx) -> list[Op]:
+    """torchtitan's op-level selective AC (`recompute: selective-op`): what the layer's recompute runs.
+
+    pytorch/torchtitan 9dec370ad torchtitan/parallelisms/parallelize_llama.py (`selective_ac_option =
+    'op'`, 157a12c56 the same policy): each TransformerBlock is a non-reentrant checkpoint whose policy
+    MUST_SAVEs the outputs of `_save_list` ops (aten.mm, the SDPA flash / efficient attention kernels,
+    reduce_scatter_tensor, abs, max) except every second mm of the block ("Saves output of all compute ops,
+    except every second mm"), PREFER_RECOMPUTE everything else. The block's mms in forward order are wq,
+    wk, wv, wo, w1, w3, w2 (model.py: three nn.Linear for q, k, v; `self.w2(F.silu(self.w1(x)) * self.w3(x))`
+    evaluates w1 before w3): wk, wo and w3 are recomputed, wq, wv, w1, w2 and the attention are not. The
+    recompute re-runs the block's forward in the layer's backward, before its first backward op, and
+    stops early (torch's default since 2.1) once w2's input, the last tensor the block saved, is packed:
+    attn_norm, wk (its share of `qkv_proj`: kv_heads x head_dim columns), rope, attn_out_proj,
+    attn_residual, mlp_norm, w3 (half of `mlp_up_gate`) and mlp_act; the cached ops cost nothing and the
+    last residual add is never reached. TP collectives are not repeated (TP under torchtitan not read)."""
+    m, sh, t, b = c.m, c.sh, c.tokens, c.b
+    out: list[Op] = []
+    for s in layer_steps(c, "fwd"):
+        if not isinstance(s, Op) or s.op in ATTN_CORE_OPS:
+            continue
+        if s.op == "mlp_down":
+            break
+        if s.op == "qkv_proj":
+            s = _gemm("qkv_proj", "fwd", t, m.hidden, sh.kv_heads * m.head_dim, b, c.fp8)
+        elif s.op == "mlp_up_gate" and m.activation == "swiglu":
+            s = _gemm("mlp_up_gate", "fwd", t, m.hidden, sh.ffn, b, c.fp8)
+        out.append(s)
+    return out
+
+
 def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]:
     """`bwd` with the recomputed attention core inserted right before its first attention-core backward op.
 
@@ -654,10 +713,13 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
 
     The loss is Megatron's vocab-parallel cross-entropy on FP32 logits: XENT_FWD_KERNELS kernels moving
     dtype + XENT_FWD_BYTES bytes per local logit forward, XENT_BWD_KERNELS kernels and dtype +
-    XENT_BWD_BYTES backward.
+    XENT_BWD_BYTES backward; under Framework.eager_loss, F.cross_entropy on the FP32 cast (EAGER_XENT).
     """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
+    xent = {"fwd": (XENT_FWD_KERNELS, XENT_FWD_BYTES), "bwd": (XENT_BWD_KERNELS, XENT_BWD_BYTES)}
+    if c.fw.eager_loss:
+        xent = EAGER_XENT
     # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
     # emitted as one AllReduce of their total size.
     xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
@@ -668,8 +730,8 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
             _gemm("lm_head", "fwd", t, m.hidden, sh.vocab, b),
             *xent_ar,
             Op(
-                "loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + XENT_FWD_BYTES), (t, sh.vocab), False,
-                kernels=XENT_FWD_KERNELS,
+                "loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + xent["fwd"][1]), (t, sh.vocab), False,
+                kernels=xent["fwd"][0],
             ),
         ]  # fmt: skip
     return [
@@ -677,10 +739,10 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
             "loss",
             "bwd",
             2 * logits,
-            logits * (b + XENT_BWD_BYTES),
+            logits * (b + xent["bwd"][1]),
             (t, sh.vocab),
             False,
-            kernels=XENT_BWD_KERNELS,
+            kernels=xent["bwd"][0],
         ),
         _gemm("lm_head", "bwd", t, m.hidden, sh.vocab, b),
         *_tp_in(c, "head_tp_in", False),

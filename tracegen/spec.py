@@ -27,6 +27,7 @@ from xsim.tracegen.choices import (
     GRAD_REDUCE_DTYPES,
     PRECISIONS,
     RESHARD_STRATEGIES,
+    RMSNORM_IMPLS,
     SHARDINGS,
 )
 from xsim.tracegen.errors import CatalogError, ProfileError, SpecError
@@ -101,6 +102,7 @@ TOP_KEYS = (
     "attention",
     "compute_model",
     "framework",
+    "rmsnorm_impl",
     "gemm_rates",
     "gpus",
     "profile",
@@ -152,7 +154,7 @@ ACCOUNT_KEYS = ("account_for_embedding_in_pipeline_split", "account_for_loss_in_
 # order issue 10 names as the public interface), is what Megatron-LM's --use-tp-pp-dp-mapping selects;
 # "tp-dp-pp" is initialize_model_parallel's own default `order` (pipeline stages furthest apart).
 RANK_ORDERS = ("tp-pp-dp", "tp-dp-pp")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 INT32_MAX = 2**31 - 1  # the proto's int32 fields
 # A (rank, layer, micro-batch) step yields at least a forward and a backward compute node, and generation
 # runs ~37k nodes/s (scripts/bench_gen.py: 203,712 nodes in 5.3-5.9 s, docs/tracegen.md). Past this many
@@ -603,6 +605,13 @@ class _SpecBuilder:
             raise self.fail(f"fp8_recipe: {recipe} needs precision: fp8, got precision: {dep.precision}")
         dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
         dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
+        if "rmsnorm_impl" in self.raw:
+            # The RMSNorm an eager profile's code ran (tracegen.frameworks Framework.rmsnorm).
+            if dep.framework != "torchtitan":
+                raise self.fail(
+                    f"rmsnorm_impl applies to framework: torchtitan only (framework is {dep.framework})"
+                )
+            dep.rmsnorm_impl = self.choice("rmsnorm_impl", RMSNORM_IMPLS, RMSNORM_IMPLS[0])
         dep.tie_embeddings = self.tie_embeddings(model, dep.framework)
         dep.position_embedding = model.position_embedding or ""  # field 69; "" = the default (model_arch)
         # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
@@ -681,6 +690,16 @@ class _SpecBuilder:
 
     def recompute(self, dep: dpb.Deployment) -> None:
         dep.recompute = self.choice("recompute", RECOMPUTE, "none")
+        if dep.recompute == "selective-op":
+            # torchtitan's op-level selective AC (tracegen.ops.op_sac_recompute): its policy, its layer
+            if dep.framework != "torchtitan":
+                raise self.fail(
+                    f"recompute: selective-op needs framework: torchtitan (framework is {dep.framework})"
+                )
+            if dep.model.HasField("moe") or dep.model.HasField("mla"):
+                raise self.fail(
+                    "recompute: selective-op is read for torchtitan's dense Llama layer only (no moe, mla)"
+                )
         if "recompute_layers" in self.raw:
             if dep.recompute != "full":
                 raise self.fail(
@@ -1453,6 +1472,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "attention": dep.attention or "flash",
         "compute_model": dep.compute_model or "roofline",
         "framework": dep.framework or FRAMEWORKS[0],
+        **({"rmsnorm_impl": dep.rmsnorm_impl} if dep.rmsnorm_impl else {}),
         "gemm_rates": dep.gemm_rates or GEMM_RATES[0],
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),

@@ -75,6 +75,7 @@ from xsim.tracegen.ops import (
     hp_grad_accumulation,
     layer_steps,
     linear_params,
+    op_sac_recompute,
     optimizer_steps,
     param_tensors,
     rank_params,
@@ -360,8 +361,11 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
-    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`."""
+    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel` and
+    its RMSNorm by `rmsnorm_impl`."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
+    if dep.rmsnorm_impl:
+        fw = replace(fw, rmsnorm=dep.rmsnorm_impl)
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -745,6 +749,8 @@ class _RankProgram:
             self.layer_fwd["bwd"] = with_selective_recompute(
                 self.layer_fwd["bwd"], attn_core_recompute(self.ctx)
             )
+        elif self.recompute == "selective-op":  # torchtitan's op-level SAC: before the layer's backward
+            self.layer_fwd["bwd"] = [*op_sac_recompute(self.ctx), *self.layer_fwd["bwd"]]
         self.ep = gen.ep_of.get(rank)  # (ep, EP index, EP group ranks, expert-DP group) of a MoE model
         self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
         self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
@@ -1685,7 +1691,9 @@ class _RankProgram:
         return units
 
     @staticmethod
-    def _root_kept(visits: list[tuple[int | str, int]], runs_bwd: list[bool]) -> list[bool]:
+    def _root_kept(
+        visits: list[tuple[int | str, int]], runs_bwd: list[bool], kept: frozenset[int] = frozenset()
+    ) -> list[bool]:
         """Which visits gather their unit under PyTorch FSDP (`sharding: fsdp`): the root module's
         parameters (xsim's EMB and HEAD units: the embedding, final norm and an output layer no child
         unit wraps) are not resharded after forward, so they stay gathered from a micro-batch's forward to
@@ -1695,12 +1703,14 @@ class _RankProgram:
         `not state._is_root and ...`, "Do not free the root's parameters in the post-forward";
         `_post_backward_hook` reshards via `_should_free_in_backward`); FSDP2 (fully_shard, torch
         2.4 torch/distributed/_composable/fsdp/_fsdp_state.py `_lazy_init`: "For the root, do not reshard
-        after forward", the root group's post_forward_mesh_info = None). Every other unit reshards after
-        each visit (FULL_SHARD)."""
+        after forward", the root group's post_forward_mesh_info = None). The layers in `kept` are held the
+        same way: a block wrapped with reshard_after_forward=False (torchtitan's last block,
+        Framework.fsdp_keep_last_block; FSDP2 then sets post_forward_mesh_info None for it as for the root,
+        and its post-backward hook reshards it). Every other unit reshards after each visit (FULL_SHARD)."""
         held: set[int | str] = set()
         gathers: list[bool] = []
         for (unit, _mb), back in zip(visits, runs_bwd, strict=True):
-            root = not isinstance(unit, int)
+            root = not isinstance(unit, int) or unit in kept
             gathers.append(not (root and unit in held))
             if root:
                 # gathered for its forward and kept; a visit that runs a backward reshards after it (a
@@ -1753,7 +1763,9 @@ class _RankProgram:
             self.visit_bwd = bwd
             self.visit_split = split
             self.visit_ag = [-1] * len(visits)
-            keep = self._root_kept(visits, runs_bwd) if self.fsdp_root else [True] * len(visits)
+            # torchtitan's last transformer block (reshard_after_forward=False): the model's last layer
+            last = frozenset(ch.end for ch in self.st.chunks if ch.last and self.ctx.fw.fsdp_keep_last_block)
+            keep = self._root_kept(visits, runs_bwd, last) if self.fsdp_root else [True] * len(visits)
             self.visit_gathers = keep
             self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
             return
