@@ -83,7 +83,10 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
         "megatron-core",
         "megatron-deepspeed",
         "megatron-core-0.7",
+        "torchtitan",
     ),
+    # The RMSNorm a torchtitan run's code ran (tracegen.choices.RMSNORM_IMPLS).
+    "rmsnorm_impl": ("torch", "torchtitan-2024", "fused"),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
@@ -132,6 +135,8 @@ NODES_PER_LAYER_STEP = {
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
     "megatron-core-0.7": {"none": 32, "selective": 36, "full": 47},  # the same layer (tracegen.frameworks)
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
+    # no more nodes than megatron-core's layer: residual adds in place of its bias-dropout-adds, no dropout
+    "torchtitan": {"none": 32, "selective": 36, "full": 47},
 }
 SP_EXTRA_NODES = 6
 # Nodes of one (folded) replica per replay: ~2 minutes of generation on the 2-core dev box.
