@@ -83,6 +83,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
         "megatron-core",
         "megatron-deepspeed",
         "megatron-core-0.7",
+        "flagscale-2023",
+        "internlm",
     ),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
@@ -97,6 +99,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "distributed_optimizer": (True, False),
     # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton; InternLM's flash-attention v1: fa1), docs/compute.md.
     "attention_kernel": ("cudnn", "fa3", "fa2", "fa1", "triton"),
+    # Hidden dropout as the launch script sets it (false: --hidden-dropout 0.0), where it differs from the
+    # framework's default.
+    "dropout": (True, False),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
@@ -132,6 +137,9 @@ NODES_PER_LAYER_STEP = {
     "megatron-core": {"none": 32, "selective": 36, "full": 47},
     "megatron-core-0.7": {"none": 32, "selective": 36, "full": 47},  # the same layer (tracegen.frameworks)
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
+    # Unfused element-wise chains like megatron-deepspeed's (bounds: at most its counts)
+    "flagscale-2023": {"none": 42, "selective": 46, "full": 63},
+    "internlm": {"none": 42, "selective": 46, "full": 63},
 }
 SP_EXTRA_NODES = 6
 # Nodes of one (folded) replica per replay: ~2 minutes of generation on the 2-core dev box.

@@ -19,6 +19,8 @@ FRAMEWORKS = (
     "megatron-deepspeed",
     "megatron-core-0.7",
     "torchtitan",
+    "flagscale-2023",
+    "internlm",
 )
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")

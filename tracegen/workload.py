@@ -360,8 +360,11 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
-    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`."""
+    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel` and its
+    dropout by `dropout` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
+    if dep.dropout:
+        fw = replace(fw, dropout=dep.dropout == "on")
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -1431,7 +1434,8 @@ class _RankProgram:
 
     def accumulate_grads(self, ch: _Chunk, mb: int, pred: int | None) -> int | None:
         """The framework's per-micro-batch gradient accumulation after a chunk's backward, before its send."""
-        if not self.hp_grad_copy and self.gpath is None:
+        autograd = self.ctx.fw.autograd_grad_accum and self.gpath is None and mb > 0
+        if not self.hp_grad_copy and self.gpath is None and not autograd:
             return pred
         m, sh = self.gen.model, self.ctx.sh
         emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
@@ -1447,6 +1451,12 @@ class _RankProgram:
             acc = accumulation_op(self.gpath, params, tensors, mb == 0)
             if acc is not None:
                 pred = self.steps([acc], pred, 0, mb)
+        if autograd:
+            # autograd's AccumulateGrad into the parameters' .grad (Framework.autograd_grad_accum), from the
+            # second micro-batch on: read both gradients, write the sum, in dtype; a kernel per tensor.
+            b = self.ctx.b
+            op = Op("grad_accum", "bwd", params, 3 * b * params, (params,), False, kernels=tensors)
+            pred = self.steps([op], pred, 0, mb)
         return pred
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
