@@ -113,9 +113,13 @@ def test_internlm_autograd_gradient_accumulation_in_generated_traces():
     acc = [n for n in b.nodes[0] if n.name.startswith("grad_accum.")]
     assert [n.name for n in acc] == ["grad_accum.bwd.mb1", "grad_accum.bwd.mb2"]
     assert {(A.get_int(n, A.NUM_OPS), A.get_int(n, A.TENSOR_SIZE)) for n in acc} == {(95_040, 570_240)}
-    # Megatron-Core accumulates in the weight-gradient GEMM: no such node.
+    # zero_grad(set_to_none=True): no zeroing kernel after the step.
+    assert not [n for n in b.nodes[0] if n.name.startswith("zero_grad")]
+    # Megatron-Core accumulates in the weight-gradient GEMM and zeroes its FP32 buffer: 4 B x 95,040.
     b = generate(load_spec({**spec, "framework": "megatron-core"}), rewrite=False)
     assert not [n for n in b.nodes[0] if n.name.startswith("grad_accum.")]
+    zero = [n for n in b.nodes[0] if n.name.startswith("zero_grad")]
+    assert [A.get_int(n, A.TENSOR_SIZE) for n in zero] == [4 * 95_040]
 
 
 def test_dropout_key_overrides_the_profile_and_round_trips():
@@ -138,3 +142,20 @@ def test_dropout_key_overrides_the_profile_and_round_trips():
     assert "embedding_dropout" not in names
     with pytest.raises(SpecError, match="dropout must be true or false"):
         load_spec({**spec, "dropout": "0.1"})
+
+
+def test_internlm_hybrid_zero_all_reduces_whole_buckets_in_generated_traces():
+    # DP 2 under the sharded optimizer: InternLM all-reduces each BF16 bucket whole (reduce_rank None), where
+    # Megatron-Core reduce-scatters it. One bucket (no overlap) of the rank's 95,040 parameters (as above)
+    # x 2 B = 190,080 B all-reduced, unpadded; Megatron-Core's bucket padded to a multiple of lcm(DP, 128) =
+    # 128: 743 x 128 = 95,104 elements x 2 B = 190,208 B, reduce-scattered.
+    spec = {"model": LLAMA, "framework": "internlm", "precision": "bf16", "distributed_optimizer": True,
+            "grad_reduce_dtype": "bf16",
+            "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 2, "micro_batch": 1, "global_batch": 2}}  # fmt: skip
+    for fw, name, size in (
+        ("internlm", "dp_grad_allreduce", 190_080),
+        ("megatron-core", "dp_grad_reducescatter", 190_208),
+    ):
+        b = generate(load_spec({**spec, "framework": fw}), rewrite=False)
+        grads = [n for n in b.nodes[0] if n.name.startswith("dp_grad_")]
+        assert [(n.name.split(".")[0], A.get_int(n, A.COMM_SIZE)) for n in grads] == [(name, size)], fw

@@ -141,8 +141,14 @@ class Framework:
     # Weight gradients accumulated over micro-batches by autograd in the parameters' own `.grad` (dtype):
     # from the second micro-batch on, AccumulateGrad's `variable_grad += new_grad` per parameter tensor
     # (read 2, write 1; torch/csrc/autograd/functions/accumulate_grad.h), rather than Megatron's fused
-    # accumulation into an FP32 buffer (tracegen.workload accumulate_grads).
+    # accumulation into an FP32 buffer (tracegen.workload accumulate_grads); the optimizer sets them to None
+    # after the step (no zeroing kernel).
     autograd_grad_accum: bool = False
+    # A sharded optimizer (`distributed_optimizer`) whose gradient buckets are all-reduced whole, each rank
+    # then updating its shard, rather than reduce-scattered: InternLM 4a3d156's hybrid ZeRO attaches its
+    # reduction hooks with reduce_rank None (hybrid_zero_optim.py _attach_reduction_hook), and reduce_tensor
+    # with dst_rank None calls dist.all_reduce (internlm/solver/optimizer/utils.py).
+    sharded_grad_allreduce: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -318,6 +324,7 @@ FRAMEWORKS: dict[str, Framework] = {
         fp32_norm_input=True,
         fused_xent=True,
         autograd_grad_accum=True,
+        sharded_grad_allreduce=True,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

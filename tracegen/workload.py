@@ -1543,10 +1543,12 @@ class _RankProgram:
         g = self.gen
         assert self.dp_pg is not None
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
-        if self.dist_opt:
+        if self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
             padded = dist_opt_bucket(params, self.dp)
             kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
         else:
+            # Without a sharded optimizer, or one that all-reduces each bucket and keeps its shard
+            # (Framework.sharded_grad_allreduce): the whole bucket all-reduced.
             kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "dp_grad_allreduce"
         extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
         nid = self._add(
@@ -2125,6 +2127,10 @@ class _RankProgram:
                 params, shard, self.ctx.b, gw, self.ctx.precision, fp8, self.ctx.fp8_recipe
             )
             plan = legacy_optimizer(plan, self.gpath, params, self._all_tensors())
+        if self.ctx.fw.autograd_grad_accum:
+            # Gradients in the parameters' .grad are set to None, not zeroed (InternLM 4a3d156
+            # hybrid_zero_optim.py zero_grad(set_to_none=True)): no zeroing kernel.
+            plan = replace(plan, after=tuple(s for s in plan.after if s.op != "zero_grad"))
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
         # Without the edge, a one-op-at-a-time communication slot (ASTRA-sim's rule) could take the
