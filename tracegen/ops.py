@@ -352,7 +352,7 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         # 2 q + 12 kv element passes in 5 kernels.
         if fwd:
             per = 2 * (q + 4 * kv)
-            copies = Op("attn_qkv_copy", "fwd", 0, b * per, (q + 4 * kv,), False, kernels=5)
+            copies = Op("attn_qkv_copy", "fwd", 0, b * per, (q + 2 * kv,), False, kernels=5)
             permute = [Op("attn_context_permute", "fwd", 0, 2 * b * q, (q,), False)] if mb > 1 else []
             return [copies, core, *permute]
         per = 2 * q + 12 * kv
