@@ -159,3 +159,23 @@ def test_internlm_hybrid_zero_all_reduces_whole_buckets_in_generated_traces():
         b = generate(load_spec({**spec, "framework": fw}), rewrite=False)
         grads = [n for n in b.nodes[0] if n.name.startswith("dp_grad_")]
         assert [(n.name.split(".")[0], A.get_int(n, A.COMM_SIZE)) for n in grads] == [(name, size)], fw
+
+
+def test_flagscale_2023_gqa_expands_k_and_v_before_rope_and_copies_by_hand():
+    # One KV head for 4 query heads: q = 16 x 4 x 16 = 1,024 elements, kv = 16 x 1 x 16 = 256. Forward:
+    # repeat_interleave reads 256 and writes 1,024 for k and for v, then q, k, v (1,024 each) are copied
+    # (read, write): 2 x (256 + 1,024) + 3 x 2 x 1,024 = 8,704 elements x 2 B = 17,408 B. Backward: for k
+    # and v zeros (256), read the expanded gradient (1,024), read and write the sum (2 x 256) = 1,792
+    # each; the split's cat reads and writes 1,024 + 2 x 256 = 1,536 each way: 2 x 1,792 + 3,072 = 6,656 x
+    # 2 B = 13,312 B. RoPE then rotates q and the expanded k: 16 x (4 + 4) x 16 = 2,048 elements (22 B
+    # each forward, as above), where megatron-deepspeed rotates 16 x (4 + 1) x 16 = 1,280.
+    m = model_from_mapping({**LLAMA, "kv_heads": 1})
+    f = replace(FRAMEWORKS["flagscale-2023"], dropout=False)
+    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, "bf16", f.attention, f)
+    fwd = {o[0]: o[1:] for o in elementwise(c, "fwd")}
+    bwd = {o[0]: o[1:] for o in elementwise(c, "bwd")}
+    assert fwd["attn_qkv_copy"] == (17408, 5) and bwd["attn_qkv_copy"] == (13312, 5)
+    assert fwd["rope"] == (22 * 2048, 10)
+    ds = replace(FRAMEWORKS["megatron-deepspeed"], dropout=False)
+    cds = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, "bf16", ds.attention, ds)
+    assert {o[0]: o[1] for o in elementwise(cds, "fwd")}["rope"] == 18 * 1280

@@ -344,18 +344,19 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
         # k and v expanded to the query heads by `repeat_interleave` (a copy even at one query head per
         # group: PyTorch 2's int-repeats overload is an index_select with the repeated indices, aten/src/
-        # ATen/native/Repeat.cpp), then q, k and v copied to [b, s, np, hn]: q once, k and v twice (read,
-        # write each) = 2 (q + 4 kv) element passes in 5 kernels; the context copied back to [s, b, h] when
-        # b > 1. Backward: the contiguous copies' and rearranges' gradients are views; index_select's is
-        # index_select_backward, zeros then index_add_ (write, then read the gradient, read and write the
-        # sum: 4 passes, 2 kernels) for k and v; the split's concatenates the three gradients (read, write):
-        # 2 q + 12 kv element passes in 5 kernels.
+        # ATen/native/Repeat.cpp: read kv, write q elements each), then q, k and v (all q elements wide
+        # now) copied to [b, s, np, hn] (read, write each): 2 (kv + q) + 3 x 2 q = 8 q + 2 kv
+        # element passes in 5 kernels; the context copied back to [s, b, h] when b > 1. Backward: the
+        # contiguous copies' and rearranges' gradients are views; index_select's is index_select_backward,
+        # zeros of k's (v's) size then index_add_ of the expanded gradient (write kv, read q, read and write
+        # kv) for k and v; the split's concatenates the three gradients (read, write q + 2 kv): 4 q + 10 kv
+        # element passes in 5 kernels.
         if fwd:
-            per = 2 * (q + 4 * kv)
+            per = 8 * q + 2 * kv
             copies = Op("attn_qkv_copy", "fwd", 0, b * per, (q + 2 * kv,), False, kernels=5)
             permute = [Op("attn_context_permute", "fwd", 0, 2 * b * q, (q,), False)] if mb > 1 else []
             return [copies, core, *permute]
-        per = 2 * q + 12 * kv
+        per = 4 * q + 10 * kv
         return [core, Op("attn_qkv_copy", "bwd", 0, b * per, (q + 2 * kv,), False, kernels=5)]
     bh, scores = mb * sh.heads, mb * sh.heads * s * s
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
@@ -522,7 +523,10 @@ def _rope(c: Ctx, phase: str) -> list[Op]:
     if not c.m.rope:
         return []
     d = c.m.head_dim
-    elems = c.tokens * (c.sh.heads + c.sh.kv_heads) * d
+    # Megatron-LM's legacy attention rotates k after repeat_interleave has expanded it to the query heads
+    # (Framework.flash_layout_copies; FlagScale ed55532 transformer.py).
+    kv = c.sh.heads if c.fw.flash_layout_copies else c.sh.kv_heads
+    elems = c.tokens * (c.sh.heads + kv) * d
     if c.fw.fused_rope:
         return [_kern("rope", phase, elems, 3, 2 * c.b)]
     if c.fw.complex_rope:
