@@ -84,6 +84,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
         "megatron-deepspeed",
         "megatron-core-0.7",
         "torchtitan",
+        "flagscale-2023",
+        "internlm",
     ),
     # The RMSNorm a torchtitan run's code ran (tracegen.choices.RMSNORM_IMPLS).
     "rmsnorm_impl": ("torch", "torchtitan-2024", "fused"),
@@ -100,6 +102,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "distributed_optimizer": (True, False),
     # The fused attention kernel a run's code calls (llm-foundry's attn_impl: triton; InternLM's flash-attention v1: fa1), docs/compute.md.
     "attention_kernel": ("cudnn", "fa3", "fa2", "fa1", "triton"),
+    # Hidden dropout as the launch script sets it (false: --hidden-dropout 0.0), where it differs from the
+    # framework's default.
+    "dropout": (True, False),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
@@ -137,6 +142,10 @@ NODES_PER_LAYER_STEP = {
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
     # no more nodes than megatron-core's layer: residual adds in place of its bias-dropout-adds, no dropout
     "torchtitan": {"none": 32, "selective": 36, "full": 47},
+    # megatron-deepspeed's + the attn_qkv_copy nodes (2 a layer step, 3 under full recompute); internlm at
+    # most megatron-core's (both relations counted on tiny generated models, TP 8 with SP)
+    "flagscale-2023": {"none": 44, "selective": 48, "full": 66},
+    "internlm": {"none": 32, "selective": 36, "full": 47},
 }
 SP_EXTRA_NODES = 6
 # Nodes of one (folded) replica per replay: ~2 minutes of generation on the 2-core dev box.

@@ -566,6 +566,8 @@ def test_internlm_tflops_column_follows_from_our_configuration(data):
             "distributed_optimizer": True,
             # FlashAttention v1: install.md's v1.0.5, the .gitmodules submodule at d2f4324f (v1.0.8+3).
             "attention_kernel": "fa1",
+            # The layer as InternLM's code runs it (tracegen/frameworks.py "internlm").
+            "framework": "internlm",
         }, rid
         # Global Bsz 0.125M tokens = micro_bsz x micro_num x 8 GPUs x 2048.
         assert r.global_batch * r.seq_len == 131_072 and r.gpus == 8 and r.tp == 1, rid

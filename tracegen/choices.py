@@ -19,6 +19,8 @@ FRAMEWORKS = (
     "megatron-deepspeed",
     "megatron-core-0.7",
     "torchtitan",
+    "flagscale-2023",
+    "internlm",
 )
 # `rmsnorm_impl` (framework: torchtitan): the RMSNorm its code ran, tracegen.ops.EAGER_RMSNORM's keys and
 # "fused" (one kernel forward, one backward: torchtitan's norm_type fused_rmsnorm, a Triton kernel).

@@ -119,6 +119,44 @@ class Framework:
     # FSDP2 keeps the model's last transformer block gathered from its forward to its backward
     # (fully_shard(..., reshard_after_forward=False) on it; tracegen.workload _root_kept).
     fsdp_keep_last_block: bool = False
+    # SwiGLU's gate and up projections as two GEMMs (InternLM's FeedForward w1, w2: `w3(F.silu(w1(x)) *
+    # w2(x))`) rather than one [h, 2f] GEMM split by torch.chunk: the unfused SwiGLU's backward then has no
+    # concatenation of the two halves' gradients (SWIGLU_UNFUSED_SPLIT).
+    swiglu_split_gemms: bool = False
+    # The norms run on an FP32 copy of the residual stream (InternLM's `self.norm1(_residual.float())`,
+    # internlm/model/modeling_internlm.py of 4a3d156, into apex's MixedFusedRMSNorm, which writes the
+    # weight's dtype): a cast kernel before each norm (read dtype, write 4 B) and the norm reading 4 B;
+    # backward the norm writes an FP32 input gradient and the cast's backward casts it back (read 4, write
+    # dtype) (FP32_NORM_INPUT).
+    fp32_norm_input: bool = False
+    # Megatron-LM's legacy ParallelAttention in front of flash-attn (megatron/model/transformer.py, as
+    # FlagScale ed55532 carries it): q, k and v are torch.split views of the fused projection's [s, b, ...]
+    # output; k and v are expanded to the query heads by `repeat_interleave` (unconditionally: an
+    # index_select, whose backward is zeros + index_add_);
+    # q, k, v are copied to [b, s, np, hn] by `rearrange(x, 's b ... -> b s ...').contiguous()` (a copy of
+    # each: FlagScale's --rotary-interleaved-patch leaves them non-contiguous for any batch); the backward
+    # sums repeat_interleave's gradient and concatenates the split's three gradients into the projection's
+    # output gradient; the context's `rearrange(..., 'b s h d -> s b (h d)').contiguous()` copies it when
+    # b > 1 (tracegen.ops.attention_steps, `attn_qkv_copy`).
+    flash_layout_copies: bool = False
+    # Unfused RoPE that slices q and k into rotated and passed parts and concatenates them back (Megatron-LM
+    # 2023's apply_rotary_pos_emb: tracegen.ops.ROPE_SLICE_CAT).
+    rope_slice_cat: bool = False
+    # The loss as one fused softmax cross-entropy kernel each way on the 16-bit logits (flash-attn's
+    # CrossEntropyLoss, apex xentropy: tracegen.ops.FUSED_XENT_*) rather than Megatron's vocab-parallel
+    # cross-entropy on an FP32 copy of the logits.
+    fused_xent: bool = False
+    # Weight gradients accumulated over micro-batches by autograd in the parameters' own `.grad` (dtype):
+    # from the second micro-batch on, AccumulateGrad's `variable_grad += new_grad` per parameter tensor
+    # (read 2, write 1; torch/csrc/autograd/functions/accumulate_grad.h), rather than Megatron's fused
+    # accumulation into an FP32 buffer (tracegen.workload accumulate_grads); the optimizer sets them to None
+    # after the step (no zeroing kernel).
+    autograd_grad_accum: bool = False
+    # A sharded optimizer (`distributed_optimizer`) whose gradient buckets are all-reduced whole, each rank
+    # then updating its shard, rather than reduce-scattered: InternLM 4a3d156's hybrid ZeRO attaches its
+    # reduction hooks with reduce_rank None (hybrid_zero_optim.py _attach_reduction_hook), and reduce_tensor
+    # with dst_rank None calls dist.all_reduce (internlm/solver/optimizer/utils.py).
+    sharded_grad_allreduce: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -131,10 +169,11 @@ class Framework:
 # accumulation, FP16 gradients accumulated by autograd and coalesced around the all-reduce.
 # The fused causal softmax serves 16 < s <= 2048 in that code (megatron/model/fused_softmax.py,
 # custom_kernel_constraint), 16 < s <= 4096 in 2022 (is_kernel_available).
-def _unfused_layer(name: str, bias_in_gemm: bool, **rest: object) -> Framework:
+def _unfused_layer(name: str, bias_in_gemm: bool, fused_rope: bool = False, **rest: object) -> Framework:
     """A profile outside Megatron's fused kernels: flash attention (the flash-attn 2 package, FA2 on Hopper
-    too), every element-wise step its own kernel, no Transformer Engine; `rest` sets the other fields."""
-    return Framework(name, "flash", bias_in_gemm, False, False, False, False, False, "fa2", **rest)  # type: ignore[arg-type]
+    too), every element-wise step its own kernel (RoPE fused only where `fused_rope`), no Transformer
+    Engine; `rest` sets the other fields."""
+    return Framework(name, "flash", bias_in_gemm, False, False, False, fused_rope, False, "fa2", **rest)  # type: ignore[arg-type]
 
 
 _MEGATRON_2021 = Framework(
@@ -263,6 +302,51 @@ FRAMEWORKS: dict[str, Framework] = {
         dropout=False,
         eager_loss=True,
         fsdp_keep_last_block=True,
+    ),
+    # FlagScale ed55532 (FlagOpen/FlagScale, 2023-10-23: Megatron-LM's legacy GPT model of 2023,
+    # megatron/model/transformer.py, what BAAI FlagPerf's Aquila2-7B case runs): ParallelMLP's SwiGLU is
+    # `x = torch.chunk(x, 2, dim=-1); return F.silu(x[0]) * x[1]` (unfused, one [h, 2f] GEMM); RoPE is
+    # megatron/core/models/common/rotary_pos_embedding.py apply_rotary_pos_emb's elementwise chain
+    # (rotate_half's chunk / negate / cat, t * cos + rotate_half(t) * sin) on q and k; flash attention is
+    # flash_attn_varlen_func (FlashAttention-2, causal); RMSNorm is apex's FusedRMSNormAffineFunction
+    # (megatron/model/fused_layer_norm.py: one kernel each way, as every profile's); linear biases (where a
+    # model has them) are `output + bias` after torch.matmul (LinearWithGradAccumulationAndAsyncCommunication
+    # in megatron/core/tensor_parallel/layers.py: no epilogue); bias-dropout-add is the jit-scripted
+    # bias_dropout_add (x + bias, F.dropout, residual + out) whose dropout is a separate op in the scripted
+    # graph (no fusion of random ops), so the residual add is its own kernel; no Transformer Engine. The same
+    # layers.py runs the SP re-gather and overlapped ReduceScatter, and the asynchronous dgrad AllReduce
+    # without SP (--no-async-tensor-model-parallel-allreduce unset). Gradients: fused accumulation into FP32
+    # main_grad buffers (--no-gradient-accumulation-fusion unset), no copies (the Megatron-Core path).
+    "flagscale-2023": _unfused_layer(
+        "flagscale-2023",
+        bias_in_gemm=False,
+        sp_dgrad_overlap=True,
+        async_dgrad_allreduce=True,
+        flash_layout_copies=True,
+        rope_slice_cat=True,
+    ),
+    # InternLM 4a3d156 (InternLM/InternLM, 2023-07-08; internlm/model/modeling_internlm.py, linear.py,
+    # multi_head_attention.py, embedding.py): flash-attn 1's fused dense layers (flash_attn.ops.fused_dense:
+    # Wqkv and out_proj biases in the cuBLASLt epilogue), FeedForward `w3(F.silu(w1(x)) * w2(x))` (unfused
+    # SwiGLU, gate and up as two GEMMs), flash-attn's rotary CUDA kernel applied in place to q and k
+    # (rotary_emb.apply_rotary: fused RoPE), flash-attn v1's FlashSelfAttention (attention_kernel fa1), apex
+    # MixedFusedRMSNorm on `_residual.float()` (fp32_norm_input; the final norm too, `self.norm(hidden_states.
+    # float())`), the loss by flash-attn's CrossEntropyLoss with inplace_backward (internlm/model/loss.py:
+    # fused_xent), dropout modules with the model's drop rates
+    # 0 (F.dropout with p = 0 returns its input: no kernel) and the residual adds `_dropped + _residual` and
+    # `hidden_states + residual` as separate kernels; no Transformer Engine. Gradients accumulate in the
+    # bf16 parameters' .grad by autograd (no main_grad buffer: the hybrid ZeRO optimizer's hooks skip the
+    # reduction on every micro-batch but the last, internlm/core/no_pipeline_scheduler.py).
+    "internlm": _unfused_layer(
+        "internlm",
+        bias_in_gemm=True,
+        fused_rope=True,
+        dropout=False,
+        swiglu_split_gemms=True,
+        fp32_norm_input=True,
+        fused_xent=True,
+        autograd_grad_accum=True,
+        sharded_grad_allreduce=True,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

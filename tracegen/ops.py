@@ -66,6 +66,13 @@ MASK_BYTES = 1  # dropout keeps a 1-byte (bool) mask per element for backward (t
 # sum) on one of q, k: 4 kernels, 9 element passes (reads and writes: 2 + 2 + 2 + 3); fused RoPE reads and
 # writes each element once.
 ROPE_UNFUSED_KERNELS, ROPE_UNFUSED_PASSES = 4, 9
+# Megatron-LM 2023's apply_rotary_pos_emb (megatron/core/models/common/rotary_pos_embedding.py, as FlagScale
+# ed55532 carries it: `t, t_pass = t[..., :rot_dim], t[..., rot_dim:]` ... `torch.cat((t, t_pass),
+# dim=-1)`, Framework.rope_slice_cat) adds, per one of q, k: forward the cat (read, write: 1 kernel, 2
+# passes); backward the two slices' gradients, each a zero tensor of the input's size with the slice
+# copied in (autograd's slice_backward: zeros for the rotated part, 1 + 2 passes, and for the empty passed
+# part, 1 pass) and their sum (read 2, write 1): 4 kernels, 7 passes. The cat's backward is views.
+ROPE_SLICE_CAT = {"fwd": (1, 2), "bwd": (4, 7)}
 # Eager PyTorch's RoPE on one of q, k (torchtitan apply_rotary_emb, pytorch/torchtitan e38d7abe0f
 # torchtitan/models/llama3/model/model.py): xq.float() (read dtype, write 4), the complex multiply by
 # freqs_cis on the view_as_complex view (read 4, write 4), type_as back (read 4, write dtype) = 2 dtype +
@@ -110,6 +117,14 @@ EAGER_RMSNORM = {
 # ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
 # backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
 SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
+# The same with gate and up from two GEMMs (Framework.swiglu_split_gemms): no concatenation backward, so
+# 9 passes in 3 kernels.
+SWIGLU_UNFUSED_SPLIT = {"fwd": (2, 5), "bwd": (3, 9)}
+# A norm on an FP32 copy of its input (Framework.fp32_norm_input), bytes per element beyond dtype reads and
+# writes: forward the cast (read dtype, write 4) and the norm reading the copy (4) and writing dtype = 2
+# dtype + 8 in 2 kernels; backward the norm reading the output gradient (dtype) and the FP32 input (4),
+# writing an FP32 input gradient (4), then the cast back (read 4, write dtype) = 2 dtype + 12 in 2 kernels.
+FP32_NORM_INPUT = {"fwd": (2, 8), "bwd": (2, 12)}
 # Megatron's vocab-parallel cross-entropy on FP32 logits (megatron/core/tensor_parallel/cross_entropy.py,
 # logits.float() in the language model's loss), bytes per local logit:
 #   forward: cast to FP32 (read dtype, write 4), max (read 4), subtract the max (4 + 4), exp in place
@@ -132,6 +147,13 @@ XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
 #   write the input gradient: 4 + 4 + 4 + 4); the cast back for the LM head's GEMM (read 4, write dtype)
 #   = dtype + 24.
 EAGER_XENT = {"fwd": (3, 20), "bwd": (4, 24)}  # kernels, FP32 bytes per logit besides one dtype pass
+# A fused softmax cross-entropy on the 16-bit logits (Framework.fused_xent: flash-attn's CrossEntropyLoss
+# on apex's xentropy_cuda_lib, as InternLM 4a3d156 internlm/model/loss.py calls it with inplace_backward),
+# bytes per local logit beyond nothing: forward one kernel reading each row twice (apex
+# csrc/xentropy/xentropy_kernel.cu cunn_SoftMaxXEntropyForward: the max, then the sum of exponentials) and
+# writing per-token loss and log-sum-exp only = 2 dtype; backward one kernel reading the logits and
+# writing their gradient in place = 2 dtype.
+FUSED_XENT_FWD_DTYPE, FUSED_XENT_BWD_DTYPE = 2, 2
 # Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
 # once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
 # at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
@@ -343,9 +365,28 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         attn_bytes = b * mb * s * d * (2 * sh.heads + 2 * sh.kv_heads)
         shape = (mb, sh.heads, sh.kv_heads, s, d)
         kernel = c.fw.hopper_attention
-        if phase == "fwd":
-            return [Op("attn_core", "fwd", causal, attn_bytes, shape, True, kernel=kernel)]
-        return [Op("attn_core", "bwd", 2 * causal, 2 * attn_bytes, shape, True, kernel=kernel)]
+        fwd = phase == "fwd"
+        core = Op("attn_core", phase, causal * (1 if fwd else 2), attn_bytes * (1 if fwd else 2), shape, True,
+                  kernel=kernel)  # fmt: skip
+        if not c.fw.flash_layout_copies:
+            return [core]
+        q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
+        # k and v expanded to the query heads by `repeat_interleave` (a copy even at one query head per
+        # group: PyTorch 2's int-repeats overload is an index_select with the repeated indices, aten/src/
+        # ATen/native/Repeat.cpp: read kv, write q elements each), then q, k and v (all q elements wide
+        # now) copied to [b, s, np, hn] (read, write each): 2 (kv + q) + 3 x 2 q = 8 q + 2 kv
+        # element passes in 5 kernels; the context copied back to [s, b, h] when b > 1. Backward: the
+        # contiguous copies' and rearranges' gradients are views; index_select's is index_select_backward,
+        # zeros of k's (v's) size then index_add_ of the expanded gradient (write kv, read q, read and write
+        # kv) for k and v; the split's concatenates the three gradients (read, write q + 2 kv): 4 q + 10 kv
+        # element passes in 5 kernels.
+        if fwd:
+            per = 8 * q + 2 * kv
+            copies = Op("attn_qkv_copy", "fwd", 0, b * per, (q + 2 * kv,), False, kernels=5)
+            permute = [Op("attn_context_permute", "fwd", 0, 2 * b * q, (q,), False)] if mb > 1 else []
+            return [copies, core, *permute]
+        per = 4 * q + 10 * kv
+        return [core, Op("attn_qkv_copy", "bwd", 0, b * per, (q + 2 * kv,), False, kernels=5)]
     bh, scores = mb * sh.heads, mb * sh.heads * s * s
     q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
     mult = 2 if phase == "bwd" else 1
@@ -401,6 +442,8 @@ def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
     e, b = c.norm_tokens * c.m.hidden, c.b
     if _eager_norm(c):
         return _eager_rmsnorm(c, op, "fwd", e)
+    if c.fw.fp32_norm_input:
+        return _fp32_input_norm(c, op, "fwd", e)
     out = 1 if c.te_fp8 and fused and not c.fp8_current else b
     return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
 
@@ -417,10 +460,19 @@ def _eager_rmsnorm(c: Ctx, op: str, phase: str, elems: int) -> Op:
     return _kern(op, phase, elems, flops, per_dtype * c.b + fp32, kernels)
 
 
+def _fp32_input_norm(c: Ctx, op: str, phase: str, elems: int) -> Op:
+    """A norm on an FP32 copy of its input and the cast that makes it (FP32_NORM_INPUT), in `phase`."""
+    kernels, fp32 = FP32_NORM_INPUT[phase]
+    flops = ELEM_FLOPS[c.m.norm] * (2 if phase == "bwd" else 1)
+    return _kern(op, phase, elems, flops, 2 * c.b + fp32, kernels)
+
+
 def _norm(c: Ctx, op: str, phase: str, elems: int) -> Op:
     """A norm that is not a LayerNormLinear's: the final norm forward, every norm's backward."""
     if _eager_norm(c):
         return _eager_rmsnorm(c, op, phase, elems)
+    if c.fw.fp32_norm_input:
+        return _fp32_input_norm(c, op, phase, elems)
     rw = (1, 1) if phase == "fwd" else (2, 1)
     return _elem(op, phase, elems, ELEM_FLOPS[c.m.norm], *rw, c.b)
 
@@ -472,6 +524,13 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
     Unfused: dropout (`{where}_hidden_dropout`: read, write, mask), then the residual add (read 2, write 1).
     """
     e, b = c.norm_tokens * c.m.hidden, c.b
+    if c.fw.fused_bias_dropout_add and not c.fw.dropout:
+        # Dropout off (`dropout: false`, p = 0): F.dropout returns its input (aten/src/ATen/native/
+        # Dropout.cpp: `if (p == 0 || !train ...) return input`), so the fused function is the (bias and)
+        # residual add (read 2, write 1) forward and passes the gradient through backward (no kernel).
+        if phase == "bwd":
+            return []
+        return [_elem(f"{where}_bias_dropout_add", "fwd", e, ELEM_FLOPS["add"], 2, 1, b)]
     if c.fw.fused_bias_dropout_add:
         if phase == "fwd":
             return [
@@ -493,14 +552,19 @@ def _rope(c: Ctx, phase: str) -> list[Op]:
     if not c.m.rope:
         return []
     d = c.m.head_dim
-    elems = c.tokens * (c.sh.heads + c.sh.kv_heads) * d
+    # Megatron-LM's legacy attention rotates k after repeat_interleave has expanded it to the query heads
+    # (Framework.flash_layout_copies; FlagScale ed55532 transformer.py).
+    kv = c.sh.heads if c.fw.flash_layout_copies else c.sh.kv_heads
+    elems = c.tokens * (c.sh.heads + kv) * d
     if c.fw.fused_rope:
         return [_kern("rope", phase, elems, 3, 2 * c.b)]
     if c.fw.complex_rope:
         # q and k by separate chains: twice the kernels.
         return [_kern("rope", phase, elems, 3, 2 * c.b + COMPLEX_ROPE_FP32_BYTES, 2 * COMPLEX_ROPE_KERNELS)]
     # q and k are rotated by separate calls: the kernel count doubles.
-    return [_kern("rope", phase, elems, 3, ROPE_UNFUSED_PASSES * c.b, 2 * ROPE_UNFUSED_KERNELS)]
+    kernels, passes = ROPE_SLICE_CAT[phase] if c.fw.rope_slice_cat else (0, 0)
+    kernels, passes = ROPE_UNFUSED_KERNELS + kernels, ROPE_UNFUSED_PASSES + passes
+    return [_kern("rope", phase, elems, 3, passes * c.b, 2 * kernels)]
 
 
 def _activation(c: Ctx, phase: str) -> list[Op]:
@@ -510,7 +574,7 @@ def _activation(c: Ctx, phase: str) -> list[Op]:
     act_f = ELEM_FLOPS[m.activation]
     bias = [] if c.fw.fused_bias_act else _bias(c, "mlp_up", phase, t * up)
     if m.activation == "swiglu" and not c.fw.fused_swiglu:
-        kernels, passes = SWIGLU_UNFUSED[phase]
+        kernels, passes = (SWIGLU_UNFUSED_SPLIT if c.fw.swiglu_split_gemms else SWIGLU_UNFUSED)[phase]
         act = _kern("mlp_act", phase, t * f, act_f * (2 if phase == "bwd" else 1), passes * b, kernels)
     elif m.activation == "swiglu":
         act = _elem("mlp_act", phase, t * f, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
@@ -717,9 +781,12 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
     """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
-    xent = {"fwd": (XENT_FWD_KERNELS, XENT_FWD_BYTES), "bwd": (XENT_BWD_KERNELS, XENT_BWD_BYTES)}
-    if c.fw.eager_loss:
-        xent = EAGER_XENT
+    # (kernels, bytes per local logit) of the loss, forward and backward
+    xent = {"fwd": (XENT_FWD_KERNELS, b + XENT_FWD_BYTES), "bwd": (XENT_BWD_KERNELS, b + XENT_BWD_BYTES)}
+    if c.fw.fused_xent:
+        xent = {"fwd": (1, FUSED_XENT_FWD_DTYPE * b), "bwd": (1, FUSED_XENT_BWD_DTYPE * b)}
+    elif c.fw.eager_loss:
+        xent = {ph: (k, b + extra) for ph, (k, extra) in EAGER_XENT.items()}
     # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
     # emitted as one AllReduce of their total size.
     xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
@@ -730,7 +797,7 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
             _gemm("lm_head", "fwd", t, m.hidden, sh.vocab, b),
             *xent_ar,
             Op(
-                "loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * (b + xent["fwd"][1]), (t, sh.vocab), False,
+                "loss", "fwd", ELEM_FLOPS["xent"] * logits, logits * xent["fwd"][1], (t, sh.vocab), False,
                 kernels=xent["fwd"][0],
             ),
         ]  # fmt: skip
@@ -739,7 +806,7 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
             "loss",
             "bwd",
             2 * logits,
-            logits * (b + xent["bwd"][1]),
+            logits * xent["bwd"][1],
             (t, sh.vocab),
             False,
             kernels=xent["bwd"][0],

@@ -122,6 +122,7 @@ TOP_KEYS = (
     "comm_sm_contention",
     "attention_kernel",
     "fp8_recipe",
+    "dropout",
     "dp_comm_ctas",
     "tp_overlap_sms",
     "host_dispatch",
@@ -621,6 +622,9 @@ class _SpecBuilder:
         # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
         kernel = self.attention_kernel()
         dep.attention_kernel = "" if kernel == "auto" else kernel
+        # Hidden dropout as the run sets it (field 78): absent, the framework profile's.
+        if "dropout" in self.raw:
+            dep.dropout = "on" if self.bool_key("dropout") else "off"
         self.gpus(dep)
         self.profile(dep)
         self.recompute(dep)
@@ -1494,6 +1498,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
+        **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

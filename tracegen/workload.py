@@ -361,11 +361,13 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
-    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel` and
-    its RMSNorm by `rmsnorm_impl`."""
+    """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`, its
+    RMSNorm by `rmsnorm_impl` and its dropout by `dropout` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     if dep.rmsnorm_impl:
         fw = replace(fw, rmsnorm=dep.rmsnorm_impl)
+    if dep.dropout:
+        fw = replace(fw, dropout=dep.dropout == "on")
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -1437,7 +1439,8 @@ class _RankProgram:
 
     def accumulate_grads(self, ch: _Chunk, mb: int, pred: int | None) -> int | None:
         """The framework's per-micro-batch gradient accumulation after a chunk's backward, before its send."""
-        if not self.hp_grad_copy and self.gpath is None:
+        autograd = self.ctx.fw.autograd_grad_accum and self.gpath is None and mb > 0
+        if not self.hp_grad_copy and self.gpath is None and not autograd:
             return pred
         m, sh = self.gen.model, self.ctx.sh
         emb, head = ch.first and self.emb is not None, ch.last and self.head is not None
@@ -1453,6 +1456,12 @@ class _RankProgram:
             acc = accumulation_op(self.gpath, params, tensors, mb == 0)
             if acc is not None:
                 pred = self.steps([acc], pred, 0, mb)
+        if autograd:
+            # autograd's AccumulateGrad into the parameters' .grad (Framework.autograd_grad_accum), from the
+            # second micro-batch on: read both gradients, write the sum, in dtype; a kernel per tensor.
+            b = self.ctx.b
+            op = Op("grad_accum", "bwd", params, 3 * b * params, (params,), False, kernels=tensors)
+            pred = self.steps([op], pred, 0, mb)
         return pred
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
@@ -1539,10 +1548,12 @@ class _RankProgram:
         g = self.gen
         assert self.dp_pg is not None
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
-        if self.dist_opt:
+        if self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
             padded = dist_opt_bucket(params, self.dp)
             kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
         else:
+            # Without a sharded optimizer, or one that all-reduces each bucket and keeps its shard
+            # (Framework.sharded_grad_allreduce): the whole bucket all-reduced.
             kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "dp_grad_allreduce"
         extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
         nid = self._add(
@@ -2127,6 +2138,10 @@ class _RankProgram:
                 params, shard, self.ctx.b, gw, self.ctx.precision, fp8, self.ctx.fp8_recipe
             )
             plan = legacy_optimizer(plan, self.gpath, params, self._all_tensors())
+        if self.ctx.fw.autograd_grad_accum:
+            # Gradients in the parameters' .grad are set to None, not zeroed (InternLM 4a3d156
+            # hybrid_zero_optim.py zero_grad(set_to_none=True)): no zeroing kernel.
+            plan = replace(plan, after=tuple(s for s in plan.after if s.op != "zero_grad"))
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
         # Without the edge, a one-op-at-a-time communication slot (ASTRA-sim's rule) could take the
