@@ -178,3 +178,17 @@ def test_te_fp8_memory_fit_by_hand(recipe, meta):
     assert fp8.weights - bf16.weights == 262_144 + meta
     assert bf16.activations - fp8.activations == 10_240
     assert (fp8.gradients, fp8.optimizer) == (bf16.gradients, bf16.optimizer)
+
+
+def test_vocabulary_padding_with_groups_of_different_tp_by_hand():
+    # Two pipeline stages at TP 2 and TP 3 (12 heads): Megatron has one TP; xsim pads to a multiple of
+    # 128 x lcm(2, 3) = 768 so both groups split the padded rows evenly: 1,000 -> 2 x 768 = 1,536
+    # (768 rows a rank at TP 2, 512 at TP 3).
+    model = {**GPT, "hidden": 96, "heads": 12}
+    groups = [
+        {"gpu": "A100-80GB", "ranks": [0, 1], "tp": 2, "layers": [1, 1], "pp_stage": 0},
+        {"gpu": "A100-80GB", "ranks": [2, 3, 4], "tp": 3, "layers": [2, 2], "pp_stage": 1},
+    ]
+    dep = load_spec({"model": model, "micro_batches": 1, "device_groups": groups})
+    m = model_arch(dep)
+    assert (m.vocab, shard_of(m, 2, 0).vocab, shard_of(m, 3, 0).vocab) == (1_536, 768, 512)
