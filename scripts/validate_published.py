@@ -67,6 +67,7 @@ MODEL_OPTIONAL = (
     "linear_bias",
     "tie_embeddings",
     "position_embedding",
+    "embedding_norm",
     "seq_len",
     "vocab",
 )
@@ -105,6 +106,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Hidden dropout as the launch script sets it (false: --hidden-dropout 0.0), where it differs from the
     # framework's default.
     "dropout": (True, False),
+    # Megatron's vocabulary padding unit (x TP), where the run's code differs from its profile's default:
+    # 0 = the vocabulary as the code builds it (llm-foundry's MPT: vocab_size as the yaml gives it).
+    "make_vocab_size_divisible_by": (0, 1, 128),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
@@ -201,6 +205,9 @@ class Run:
     linear_bias: bool = True
     tie_embeddings: bool | None = None  # None: tracegen's default (framework and model family)
     position_embedding: str = ""  # "": tracegen's default (framework and model family)
+    embedding_norm: bool = (
+        False  # a LayerNorm after the word embedding (Megatron-DeepSpeed --embed-layernorm)
+    )
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
@@ -394,7 +401,7 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
             if model[k] not in allowed:
                 raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
             out[k] = model[k]
-    for k in ("linear_bias", "tie_embeddings"):
+    for k in ("linear_bias", "tie_embeddings", "embedding_norm"):
         if k in model:
             if not isinstance(model[k], bool):
                 raise _fail(path, where, f"{k} must be true or false, got {model[k]!r}")
@@ -578,6 +585,7 @@ def spec_for(
             "linear_bias": run.linear_bias,
             **({} if run.tie_embeddings is None else {"tie_embeddings": run.tie_embeddings}),
             **({"position_embedding": run.position_embedding} if run.position_embedding else {}),
+            **({"embedding_norm": True} if run.embedding_norm else {}),
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -892,6 +900,8 @@ def config_text(run: Run) -> str:
         parts.append("tied" if run.tie_embeddings else "untied")
     if run.position_embedding:
         parts.append(f"pos {run.position_embedding}")
+    if run.embedding_norm:
+        parts.append("embedding LN")
     parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 

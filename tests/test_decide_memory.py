@@ -119,6 +119,7 @@ TINY = {
         "seq_len": 128,
     },
     "seq_len": 128,
+    "make_vocab_size_divisible_by": 0,  # the vocabulary as given: no Megatron padding
     "micro_batches": 4,
     "schedule": "1f1b",
     "device_groups": [
@@ -198,7 +199,14 @@ def test_zero3_memory_by_hand():
         "vocab": 100,
         "seq_len": 32,
     }
-    dep = load_spec({"model": model, "parallel": {"gpu": "H100", "dp": 2}, "sharding": "zero3"})
+    dep = load_spec(
+        {
+            "model": model,
+            "parallel": {"gpu": "H100", "dp": 2},
+            "sharding": "zero3",
+            "make_vocab_size_divisible_by": 0,
+        }
+    )
     for r in deployment_memory(dep):
         assert (r.params, r.weights, r.gradients, r.optimizer) == (95_040, 259_392, 354_432, 570_240)
     # Llama-2 7B over DP 8: 18 B per parameter / 8 plus a 202,383,360-parameter layer gathered twice

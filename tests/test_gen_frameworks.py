@@ -429,7 +429,7 @@ def test_deepspeed_bf16_gradient_copy_per_micro_batch_by_hand():
     # out 64 x 64 + 64, up 64 x 256 + 256, down 256 x 64 + 64, two LayerNorms 2 x 128 = 12,288 + 192 + 4,096 +
     # 64 + 16,384 + 256 + 16,384 + 64 + 256 = 49,984; 57,408 parameters in 2 + 4 + 4 + 2 x 2 = 14 tensors. Stage 1: the layer + final LayerNorm
     # (128) + head 6,400 = 56,512 in 12 + 2 + 1 = 15 tensors. 18 bytes per parameter, 2 kernels per tensor.
-    spec = {"model": {**GPT}, "framework": "megatron-deepspeed", "precision": "bf16",
+    spec = {"model": {**GPT}, "framework": "megatron-deepspeed", "precision": "bf16", "make_vocab_size_divisible_by": 0,
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 2, "dp": 1, "micro_batch": 1, "global_batch": 3}}  # fmt: skip
     b = generate(load_spec(spec), rewrite=False)
     for rank, params, tensors in ((0, 57_408, 14), (1, 56_512, 15)):

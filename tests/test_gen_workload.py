@@ -174,7 +174,7 @@ def test_homogeneous_dp_buckets_by_hand():
     # each layer 4*64^2 + 3*64*128 + 2*64 = 41088; embedding 6400. BF16 -> x2 bytes.
     groups = [{"id": i, "gpu": "H100", "ranks": [i], "dp_replica": i} for i in range(2)]
     # overlap_grad_reduce and BF16 reduction by name (the defaults, Megatron's, are checked below).
-    base = {"model": TINY, "micro_batches": 2, "device_groups": groups}
+    base = {"model": TINY, "micro_batches": 2, "device_groups": groups, "make_vocab_size_divisible_by": 0}
     over = {**base, "overlap_grad_reduce": True, "grad_reduce_dtype": "bf16"}
     b = generate(load_spec({**over, "dp_bucket_bytes": 1}), rewrite=False)
     assert b.comm_groups == {"1": (0, 1)}

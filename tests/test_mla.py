@@ -26,7 +26,10 @@ def _val(n, name):
 
 
 def _nodes(tp=1, dp=1):
-    dep = load_spec({"model": MODEL, "parallel": {"gpu": "H100", "tp": tp, "dp": dp}})
+    # The vocabulary as given (make_vocab_size_divisible_by 0): Megatron would pad 100 to 128 x TP.
+    dep = load_spec(
+        {"model": MODEL, "parallel": {"gpu": "H100", "tp": tp, "dp": dp}, "make_vocab_size_divisible_by": 0}
+    )
     return dep, generate(dep, rewrite=False)
 
 

@@ -19,7 +19,13 @@ LLAMA = {**GPT, "name": "llama-tiny", "activation": "swiglu", "norm": "rmsnorm",
 
 
 def _dp1(model: dict, **keys) -> dict:
-    return {"model": model, "parallel": {"gpu": "A100-80GB", "tp": 1, "dp": 1}, **keys}
+    # The vocabulary as given (make_vocab_size_divisible_by 0): Megatron would pad 100 to 128.
+    return {
+        "model": model,
+        "parallel": {"gpu": "A100-80GB", "tp": 1, "dp": 1},
+        "make_vocab_size_divisible_by": 0,
+        **keys,
+    }
 
 
 def test_defaults_by_family_and_framework_and_the_key():

@@ -22,7 +22,9 @@ LAYER, EMB, FINAL_LN, POS = 49_984, 64_000, 128, 8_192
 
 
 def _spec(model: dict, groups: list[dict], **keys) -> dict:
-    return {"model": model, "micro_batches": 1, "precision": "bf16", "device_groups": groups, **keys}
+    # The vocabulary as given (make_vocab_size_divisible_by 0): Megatron would pad 1,000 to 1,024.
+    return {"model": model, "micro_batches": 1, "precision": "bf16", "device_groups": groups,
+            "make_vocab_size_divisible_by": 0, **keys}  # fmt: skip
 
 
 def _dp2(model: dict, **keys) -> dict:
@@ -224,12 +226,14 @@ def test_mpt_7b_matches_llm_foundry_count():
     assert num_params == 6_658_859_008
     model = {"name": "mpt-7b", "layers": n, "hidden": h, "ffn_hidden": 4 * h, "heads": 32, "vocab": v,
              "seq_len": s, "activation": "gelu", "norm": "layernorm", "linear_bias": True}  # fmt: skip
-    [one] = _uniform(model, 1, 1)
+    # llm-foundry builds its embedding on vocab_size as the yaml gives it (no Megatron padding: 50,368 is
+    # not a multiple of 128): make_vocab_size_divisible_by 0.
+    [one] = _uniform(model, 1, 1, make_vocab_size_divisible_by=0)
     # Tied and learned positions by the family's default (MPT's logits use wte.weight; wpe, s x h): the
     # count exactly.
     assert one.params == num_params
     # FSDP over 8 ranks: each holds a 1/8 shard (ceil) of everything, 12 B of Adam state per parameter.
-    spec = {"model": model, "precision": "bf16", "sharding": "fsdp",
+    spec = {"model": model, "precision": "bf16", "sharding": "fsdp", "make_vocab_size_divisible_by": 0,
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 8, "micro_batch": 1, "global_batch": 8}}  # fmt: skip
     fsdp = deployment_memory(load_spec(spec))[0]
     assert fsdp.optimizer == 12 * -(-one.params // 8)

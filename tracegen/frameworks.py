@@ -157,6 +157,16 @@ class Framework:
     # reduction hooks with reduce_rank None (hybrid_zero_optim.py _attach_reduction_hook), and reduce_tensor
     # with dst_rank None calls dist.all_reduce (internlm/solver/optimizer/utils.py).
     sharded_grad_allreduce: bool = False
+    # The vocabulary the embedding, LM head and loss run on, rounded up to a multiple of this x TP (0: the
+    # model's vocabulary as given). Megatron pads it in every tokenizer's build (`_vocab_size_with_padding`:
+    # `multiple = make_vocab_size_divisible_by * tensor_model_parallel_size`, rounded up; megatron/training/
+    # tokenizer/tokenizer.py of NVIDIA/Megatron-LM 00ee96672c, megatron/tokenizer/tokenizer.py in the 2021/
+    # 2022 trees and in Megatron-DeepSpeed), --make-vocab-size-divisible-by default 128 (arguments.py); NeMo
+    # the same (nemo/collections/nlp/models/language_modeling/megatron_base_model.py `_build_vocab`,
+    # make_vocab_size_divisible_by default 128 x tensor_model_parallel_size). torchtitan builds nn.Embedding
+    # and the output nn.Linear on the tokenizer's vocab_size unpadded (torchtitan/models/llama3/model/
+    # model.py), so its profile keeps 0. The spec's `make_vocab_size_divisible_by` overrides it.
+    vocab_divisible_by: int = 0
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -193,6 +203,7 @@ _MEGATRON_2021 = Framework(
     pp_scatter_gather=True,
     step_timers=True,
     always_tied=True,
+    vocab_divisible_by=128,
     # Megatron-LM 2021/2022's Embedding always builds the learned position table (megatron/model/
     # language_model.py of de7dc40f88 and d898a8991d: torch.nn.Embedding(max_sequence_length, hidden), no
     # switch; --max-position-embeddings is a required argument).
@@ -213,6 +224,7 @@ _MEGATRON_CORE = Framework(
     sp_dgrad_overlap=True,
     async_dgrad_allreduce=True,
     embedding_reduce_scatter=True,
+    vocab_divisible_by=128,
 )
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -271,7 +283,11 @@ FRAMEWORKS: dict[str, Framework] = {
     # seems to be incompatible with async_tensor_model_parallel_allreduce"): without SP the input gradient is
     # all-reduced by copy_to_tensor_model_parallel_region after the whole backward.
     "megatron-deepspeed": _unfused_layer(
-        "megatron-deepspeed", bias_in_gemm=False, fp32_grad_copy_per_micro_batch=True, sp_dgrad_overlap=True
+        "megatron-deepspeed",
+        bias_in_gemm=False,
+        fp32_grad_copy_per_micro_batch=True,
+        sp_dgrad_overlap=True,
+        vocab_divisible_by=128,
     ),
     # torchtitan in eager mode (`[compile] enable = false`, its default: torchtitan/config/job_config.py
     # Compile.enable), read from pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/
@@ -324,6 +340,7 @@ FRAMEWORKS: dict[str, Framework] = {
         async_dgrad_allreduce=True,
         flash_layout_copies=True,
         rope_slice_cat=True,
+        vocab_divisible_by=128,  # Megatron's tokenizer build (_vocab_size_with_padding) in FlagScale too
     ),
     # InternLM 4a3d156 (InternLM/InternLM, 2023-07-08; internlm/model/modeling_internlm.py, linear.py,
     # multi_head_attention.py, embedding.py): flash-attn 1's fused dense layers (flash_attn.ops.fused_dense:

@@ -39,8 +39,15 @@ from xsim.tracegen.choices import GRAD_REDUCE_BYTES
 from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
-from xsim.tracegen.moe_ops import group_shard, moe_activation_model, rank_params_ep
-from xsim.tracegen.ops import embedding_rank_params, head_rank_params, rank_params
+from xsim.tracegen.moe_ops import fp8_linear_params_ep, group_shard, moe_activation_model, rank_params_ep
+from xsim.tracegen.ops import (
+    TE_AMAX_HISTORY,
+    TE_MODULES_PER_LAYER,
+    TE_SCALES_PER_MODULE,
+    embedding_rank_params,
+    head_rank_params,
+    rank_params,
+)
 from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
@@ -50,6 +57,25 @@ RECOMPUTE = ("none", "selective", "full", "selective-op")
 ADAM_STATE_BYTES_PER_PARAM = 12
 # FlashAttention (Dao et al. 2022, Algorithm 2) saves the softmax log-sum-exp in fp32 for the backward pass.
 LSE_BYTES = 4
+# Transformer Engine FP8 training (delayed or current scaling; TE 1.8, transformer_engine/pytorch/module/):
+# - TE_FP8_SAVED: a linear saves its GEMM input for the weight gradient in FP8, 1 byte per element, not
+#   in BF16 (linear.py _Linear.forward: `if fp8 ...: saved_inputmat = inputmat` or its FP8 transpose
+#   `inputmat_t`, else `inputmat_no_fp8`; layernorm_linear.py keeps ln_out, written in FP8 by the norm,
+#   and the norm's BF16 input, mu and rsigma). Everything else stays as without FP8 (layer_activation_bytes).
+# - TE_FP8_WEIGHT_COPIES: each FP8 linear's weight cast to FP8 and its FP8 transpose (forward reads W, the
+#   input-gradient GEMM W^T: Hopper's FP8 GEMM takes TN operands only), cached across the micro-batches of
+#   an iteration (get_fp8_workspace with cache_name "weight" whenever is_first_microbatch is not None;
+#   Megatron-Core's TE wrappers pass it unless disable_parameter_transpose_cache), 1 byte each per weight,
+#   kept beside the BF16 parameter. FP8 parameters (fp8_model_init, NeMo's fp8_params) are not modelled.
+# - TE_FP8_META: per linear module, forward 3 and backward 2 FP8 tensors (ops.TE_SCALES_PER_MODULE), each
+#   with an FP32 amax history of ops.TE_AMAX_HISTORY entries (delayed scaling; current scaling keeps none)
+#   and an FP32 scale and scale_inv (fp8.py / module/base.py init_fp8_meta_tensors).
+TE_FP8_SAVED = 1
+TE_FP8_WEIGHT_COPIES = 2
+TE_FP8_META_FP32 = 2  # scale and scale_inv per FP8 tensor
+# LayerNorm saves its input and, per token, the mean and reciprocal standard deviation in FP32 for the
+# backward (torch.native_layer_norm's save_mean / save_rstd; apex/TE fused LayerNorm the same).
+NORM_STAT_BYTES = 4
 # Logits are upcast to fp32 for the cross-entropy (Korthikanti section 4.3 counts 4*s*b*v/t bytes).
 LOGIT_BYTES = 4
 # Allowance for what is not a tensor of the model: the CUDA context, cuBLAS workspaces and NCCL buffers
@@ -80,6 +106,9 @@ class MemoryOptions:
     )
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
+    # Transformer Engine FP8 linears ("delayed" | "current" scaling; "" = none): FP8 saved inputs, weight
+    # copies and scaling metadata (TE_FP8_SAVED, TE_FP8_WEIGHT_COPIES, TE_FP8_META_FP32).
+    te_fp8: str = ""
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     workspace_bytes: int = WORKSPACE_BYTES
@@ -134,9 +163,17 @@ def korthikanti_layer_bytes(
 
 
 def layer_activation_bytes(
-    m: ModelArch, s: int, b: int, t: int = 1, sp: bool = False, recompute: str = "none", flash: bool = False
+    m: ModelArch,
+    s: int,
+    b: int,
+    t: int = 1,
+    sp: bool = False,
+    recompute: str = "none",
+    flash: bool = False,
+    fp8: bool = False,
 ) -> Fraction:
-    """Activation bytes one TP rank stores for one layer of `m` (Korthikanti's accounting, any MLP and GQA)."""
+    """Activation bytes one TP rank stores for one layer of `m` (Korthikanti's accounting, any MLP and GQA);
+    `fp8`: Transformer Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED)."""
     h, a, f = m.hidden, m.heads, m.ffn_hidden
     sbh = Fraction(s * b * h)
     if recompute == "full":
@@ -150,14 +187,17 @@ def layer_activation_bytes(
         sharded = 2 * sbq + 2 * sbq * kv + 2 * sbq + LSE_BYTES * a * s * b + 2 * s * b * f
         return (4 * sbh + sharded) / t if sp else 4 * sbh + sharded / t
     # Not split by TP (unless SP): the two norm inputs (4sbh), the QKV input (2sbh), the MLP input (2sbh)
-    # and the two dropout masks after attention and MLP (sbh each).
-    replicated = 10 * sbh
+    # and the two dropout masks after attention and MLP (sbh each). Under TE FP8 the QKV and MLP inputs
+    # (the LayerNormLinears' ln_out) are kept in FP8: sbh each.
+    replicated = (8 if fp8 else 10) * sbh
     # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
     # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
-    mlp = (6 if m.activation == "swiglu" else 4) * s * b * f
+    # Under TE FP8, fc2's input is kept in FP8 (sbf: GELU 3sbf, SwiGLU 5sbf), and the output projection
+    # saves an FP8 copy of its input (sbq) beside the BF16 attention output the attention core keeps.
+    mlp = ((6 if m.activation == "swiglu" else 4) - (1 if fp8 else 0)) * s * b * f
     # (Q and the output projection's input are heads x head_dim wide: hidden unless kv_channels sets it.)
     sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
-    sharded = 2 * sbq + 4 * sbq * kv + 2 * sbq + mlp
+    sharded = 2 * sbq + 4 * sbq * kv + (3 if fp8 else 2) * sbq + mlp
     if recompute != "selective":
         if flash:
             sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)
@@ -220,7 +260,25 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         grad_bytes=GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
         sharding=dep.sharding or "none",
         attention=dep.attention or "flash",
+        te_fp8=_te_fp8(dep),
     )
+
+
+def _te_fp8(dep: dpb.Deployment) -> str:
+    """The FP8 scaling recipe when `dep` trains FP8 linears through Transformer Engine, else ""."""
+    from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+
+    if dep.precision != "fp8" or not framework(dep.framework or DEFAULT_FRAMEWORK).transformer_engine:
+        return ""
+    return dep.fp8_recipe or "delayed"
+
+
+def te_fp8_meta_bytes(modules: int, recipe: str) -> int:
+    """FP8 scaling state of `modules` TE linear modules: per FP8 tensor (3 forward, 2 backward) the FP32
+    amax history (delayed scaling only) plus scale and scale_inv (TE_FP8_META_FP32)."""
+    history = TE_AMAX_HISTORY if recipe == "delayed" else 0
+    tensors = sum(TE_SCALES_PER_MODULE.values())
+    return modules * tensors * 4 * (history + TE_FP8_META_FP32)
 
 
 def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None) -> list[RankMemory]:
@@ -256,6 +314,8 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
             if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
                 act += Fraction(s * b * m.hidden, div) * flight
+                if m.embedding_norm:  # its LayerNorm's saved input and per-token FP32 mean and rstd
+                    act += Fraction(s * b * (m.hidden * o.dtype_bytes + 2 * NORM_STAT_BYTES)) * flight
             if last:  # output norm and projection inputs, fp32 logits (vocab-parallel; section 4.3)
                 act += Fraction(4 * s * b * m.hidden, div) + Fraction(LOGIT_BYTES * s * b * m.vocab, t)
             dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
@@ -279,6 +339,11 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     edp = max(1, dp // max(1, dg.ep))
                     opt = optimizer_bytes(params - expert, dp, o.distributed_optimizer)
                     opt += optimizer_bytes(expert, edp, o.distributed_optimizer) if expert else 0
+                if o.te_fp8:  # TE's FP8 weight copies (weight and transpose) and scaling state
+                    layers = [x for a, e in chunks for x in range(a, e + 1)]
+                    fp8_params = fp8_linear_params_ep(m, sh, layers, max(1, dg.ep))
+                    weights += TE_FP8_WEIGHT_COPIES * fp8_params
+                    weights += te_fp8_meta_bytes(TE_MODULES_PER_LAYER * n, o.te_fp8)
                 activations = int(-(-act // 1))
                 base = weights + grads + opt + activations
                 allowance = o.workspace_bytes + int(o.fragmentation * base)
@@ -319,12 +384,13 @@ def _stage_activations(
 ) -> Fraction:
     """Activations a stage holds: per micro-batch in flight, for its chunks' layers."""
     flash = o.attention == "flash"
+    fp8 = bool(o.te_fp8)
     n = sum(chunk_layers)
-    full = layer_activation_bytes(m, s, b, t, sp, "none", flash)
+    full = layer_activation_bytes(m, s, b, t, sp, "none", flash, fp8)
     if o.recompute == "selective":
-        return layer_activation_bytes(m, s, b, t, sp, "selective", flash) * n * flight
+        return layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8) * n * flight
     if o.recompute == "selective-op":  # the saved outputs per layer, and one layer rematerialized at a time
-        return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash) * n * flight + full
+        return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash, fp8) * n * flight + full
     if o.recompute == "full":
         # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
         # and the backward of a unit rematerializes its K layers once at a time.

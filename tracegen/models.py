@@ -50,6 +50,12 @@ class ModelArch:
     tie_embeddings: bool | None = None
     # POSITION_EMBEDDINGS; None: the family's default (`positions`).
     position_embedding: str | None = None
+    # A LayerNorm (gain and bias, 2 x hidden parameters) on the word embedding's output: Megatron-DeepSpeed's
+    # --embed-layernorm (bigscience-workshop/Megatron-DeepSpeed 119a0d2d45 megatron/mpu/layers.py
+    # VocabParallelEmbedding: `self.norm = torch.nn.LayerNorm(embedding_dim)`, applied in forward to the
+    # output of reduce_from_tensor_model_parallel_region: whole tokens, replicated on every TP rank of the
+    # first stage), BLOOM's word_embeddings_layernorm (Hugging Face BloomModel).
+    embedding_norm: bool = False
 
     @property
     def head_dim(self) -> int:
@@ -135,9 +141,14 @@ class ModelArch:
             self.moe.experts - self.moe.top_k
         )
 
+    @property
+    def embedding_norm_params(self) -> int:
+        """The embedding LayerNorm's gain and bias (`embedding_norm`), 0 without it."""
+        return 2 * self.hidden if self.embedding_norm else 0
+
     def embedding_params(self) -> int:
-        """Input token embedding and, with learned positions, the position table."""
-        return self.vocab * self.hidden + self.position_params
+        """Input token embedding and, with learned positions, the position table (+ the embedding norm)."""
+        return self.vocab * self.hidden + self.position_params + self.embedding_norm_params
 
     def head_params(self) -> int:
         """Final norm plus the output projection to the vocabulary (none of its own when `tied`)."""
@@ -286,6 +297,7 @@ def model_from_message(model: Any) -> ModelArch:
         moe=moe_from_message(model.moe) if _has(model, "moe") else None,
         mla=mla_from_message(model.mla) if _has(model, "mla") else None,
         kv_channels=int(getattr(model, "kv_channels", 0) or 0),
+        embedding_norm=bool(getattr(model, "embedding_norm", False)),
     )
 
 
@@ -309,6 +321,10 @@ def check_model(m: ModelArch) -> ModelArch:
     if m.tie_embeddings is not None and not isinstance(m.tie_embeddings, bool):
         raise CatalogError(
             f"model {m.name!r}: tie_embeddings must be true or false, got {m.tie_embeddings!r:.60}"
+        )
+    if not isinstance(m.embedding_norm, bool):
+        raise CatalogError(
+            f"model {m.name!r}: embedding_norm must be true or false, got {m.embedding_norm!r:.60}"
         )
     if m.position_embedding is not None and m.position_embedding not in POSITION_EMBEDDINGS:
         raise CatalogError(

@@ -725,16 +725,32 @@ def embedding_steps(c: Ctx, phase: str) -> list[Step]:
             # gather: read each token's row, write it
             Op("embedding", "fwd", 0, 2 * t * h * b, (t, h), False),
             *_embedding_tp(c, True),
+            *_embedding_norm(c, phase),
             *_positions(c, phase),
             *_embedding_dropout(c, phase, e),
         ]
     # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
         *_embedding_dropout(c, phase, e),
+        *_embedding_norm(c, phase),
         *_embedding_tp(c, False),
         *_positions(c, phase),
         Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
     ]
+
+
+def _embedding_norm(c: Ctx, phase: str) -> list[Op]:
+    """The LayerNorm on the embedding output (ModelArch.embedding_norm, Megatron-DeepSpeed's
+    --embed-layernorm), one kernel each way as every LayerNorm here (`_norm`: forward reads and writes the
+    tensor, backward reads the gradient and the input and writes the input gradient), on the tokens the
+    embedding output holds after its TP collective: all of them after the all-reduce (Megatron-DeepSpeed
+    norms the all-reduced output), the rank's sequence slice after a reduce-scatter."""
+    if not c.m.embedding_norm:
+        return []
+    sliced = c.sp and c.sh.tp > 1 and c.fw.embedding_reduce_scatter and c.m.positions != "learned"
+    elems = (c.norm_tokens if sliced else c.tokens) * c.m.hidden
+    rw = (1, 1) if phase == "fwd" else (2, 1)
+    return [_elem("embedding_norm", phase, elems, ELEM_FLOPS["layernorm"], *rw, c.b)]
 
 
 def _embedding_dropout(c: Ctx, phase: str, elems: int) -> list[Op]:
@@ -837,8 +853,9 @@ def embedding_rank_params(m: ModelArch, sh: Shard) -> int:
     """The embedding's parameters on a first-stage TP rank: its vocab/TP x hidden shard of the word table
     and, with learned positions, the whole position table (Megatron keeps it whole on every TP rank, a
     plain torch.nn.Embedding, not marked for a TP gradient reduction: each rank's gradient is already the
-    full sequence's after the sequence-parallel AllGather)."""
-    return sh.vocab * m.hidden + m.position_params
+    full sequence's after the sequence-parallel AllGather) and the embedding LayerNorm's 2 x hidden
+    (ModelArch.embedding_norm; replicated on every TP rank like the layers' norms)."""
+    return sh.vocab * m.hidden + m.position_params + m.embedding_norm_params
 
 
 def head_rank_params(m: ModelArch, sh: Shard, first: bool) -> int:
@@ -932,7 +949,8 @@ def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
     norm = 2 if m.norm == "layernorm" else 1
     per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
     head = norm + (0 if m.tied and first else 1)  # a tied output matrix is the embedding's tensor
-    emb = 1 + (1 if m.positions == "learned" else 0)  # the word table and the position table
+    # the word table, the position table and the embedding LayerNorm's gain and bias
+    emb = 1 + (1 if m.positions == "learned" else 0) + (2 if m.embedding_norm else 0)
     return layers * per_layer + (emb if first else 0) + (head if last else 0)
 
 

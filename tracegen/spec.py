@@ -7,6 +7,7 @@ Every problem raises SpecError with one line naming the file and the offending d
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -127,6 +128,7 @@ TOP_KEYS = (
     "tp_overlap_sms",
     "host_dispatch",
     "host_launch_us",
+    "make_vocab_size_divisible_by",
     "parallel",
     "device_groups",
 )
@@ -615,6 +617,10 @@ class _SpecBuilder:
             dep.rmsnorm_impl = self.choice("rmsnorm_impl", RMSNORM_IMPLS, RMSNORM_IMPLS[0])
         dep.tie_embeddings = self.tie_embeddings(model, dep.framework)
         dep.position_embedding = model.position_embedding or ""  # field 69; "" = the default (model_arch)
+        if "make_vocab_size_divisible_by" in raw:  # field 74; unset: the framework's (model_arch)
+            dep.make_vocab_size_divisible_by = self.int_key(
+                raw, "make_vocab_size_divisible_by", "", minimum=0, maximum=1 << 20
+            )
         # The framework's attention kernel unless `attention:` names one (explicit keys override the profile).
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
@@ -1385,6 +1391,7 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.heads, msg.kv_heads, msg.vocab, msg.seq_len = m.heads, m.kv_heads, m.vocab, m.seq_len
     msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
     msg.kv_channels = m.kv_channels  # 0 (unset, not serialized): hidden / heads
+    msg.embedding_norm = m.embedding_norm  # false (not serialized): no LayerNorm after the embedding
     if m.moe is not None:
         fill_moe(msg.moe, m.moe)
     if m.mla is not None:
@@ -1396,7 +1403,7 @@ def model_arch(dep: dpb.Deployment) -> ModelArch:
     `tie_embeddings` (field 68), else always under a framework whose code has no switch
     (Framework.always_tied), else the family's default (ModelArch.tied); its position encoding likewise:
     the spec's `position_embedding` (field 69), else the framework's (Framework.position_embedding), else
-    the family's (ModelArch.positions)."""
+    the family's (ModelArch.positions); its vocabulary padded as the framework pads it (vocab_padding)."""
     from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
@@ -1406,8 +1413,33 @@ def model_arch(dep: dpb.Deployment) -> ModelArch:
     positions = dep.position_embedding or fw.position_embedding or None
     m = model_from_message(dep.model)
     return replace(
-        m, seq_len=dep.seq_len or dep.model.seq_len, tie_embeddings=tie, position_embedding=positions
+        m,
+        seq_len=dep.seq_len or dep.model.seq_len,
+        tie_embeddings=tie,
+        position_embedding=positions,
+        vocab=padded_vocab(m.vocab, vocab_padding(dep)),
     )
+
+
+def vocab_padding(dep: dpb.Deployment) -> int:
+    """The multiple the deployment's vocabulary is padded to (1: as given): Megatron's
+    make_vocab_size_divisible_by x TP (`_vocab_size_with_padding`), the spec's value (field 74) or else the
+    framework's (Framework.vocab_divisible_by); 0 pads nothing. TP is the device groups' (Megatron has one;
+    groups of different TP: their least common multiple, so every group splits the padded rows evenly)."""
+    from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+
+    if dep.HasField("make_vocab_size_divisible_by"):
+        unit = dep.make_vocab_size_divisible_by
+    else:
+        unit = framework(dep.framework or DEFAULT_FRAMEWORK).vocab_divisible_by
+    if unit <= 0:
+        return 1
+    return unit * math.lcm(1, *(max(1, dg.tp) for dg in dep.device_groups))
+
+
+def padded_vocab(vocab: int, multiple: int) -> int:
+    """`vocab` rounded up to a multiple of `multiple` (already a multiple: unchanged)."""
+    return -(-vocab // multiple) * multiple
 
 
 def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
@@ -1453,6 +1485,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
     }  # fmt: skip
     if m.kv_channels:
         model["kv_channels"] = m.kv_channels
+    if m.embedding_norm:
+        model["embedding_norm"] = True
     if dep.tie_embeddings:
         model["tie_embeddings"] = dep.tie_embeddings == "on"
     if dep.position_embedding:
@@ -1495,6 +1529,11 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),
         **({"host_dispatch": dep.host_dispatch} if dep.host_dispatch else {}),
         **({"host_launch_us": dep.host_launch_us} if dep.host_launch_us else {}),
+        **(
+            {"make_vocab_size_divisible_by": dep.make_vocab_size_divisible_by}
+            if dep.HasField("make_vocab_size_divisible_by")
+            else {}
+        ),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
