@@ -108,6 +108,7 @@ def test_internlm_autograd_gradient_accumulation_in_generated_traces():
     # 2 = 15 tensors. From the second micro-batch on autograd adds each gradient into .grad: read 2 x 2 B,
     # write 2 B = 6 B a parameter = 570,240 B, 2 nodes (micro-batches 1 and 2).
     spec = {"model": LLAMA, "framework": "internlm", "precision": "bf16",
+            "make_vocab_size_divisible_by": 0,  # the toy vocabulary as given
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 1, "micro_batch": 1, "global_batch": 3}}  # fmt: skip
     b = generate(load_spec(spec), rewrite=False)
     acc = [n for n in b.nodes[0] if n.name.startswith("grad_accum.")]
@@ -151,6 +152,7 @@ def test_internlm_hybrid_zero_all_reduces_whole_buckets_in_generated_traces():
     # 128: 743 x 128 = 95,104 elements x 2 B = 190,208 B, reduce-scattered.
     spec = {"model": LLAMA, "framework": "internlm", "precision": "bf16", "distributed_optimizer": True,
             "grad_reduce_dtype": "bf16",
+            "make_vocab_size_divisible_by": 0,  # the toy vocabulary as given
             "parallel": {"gpu": "A100-80GB", "tp": 1, "pp": 1, "dp": 2, "micro_batch": 1, "global_batch": 2}}  # fmt: skip
     for fw, name, size in (
         ("internlm", "dp_grad_allreduce", 190_080),
