@@ -102,8 +102,9 @@ def test_plan_cli_json_keys(tmp_path, capsys):
     assert g["chunks_per_rank"] == {"0": 2, "1": 2, "2": 2, "3": 3, "4": 3}
     # Llama 2 7B layer: 4*4096^2 (attention) + 3*4096*11008 (SwiGLU MLP) + 2*4096 (RMSNorm) = 202,383,360
     # parameters = 404,766,720 BF16 bytes, 6 | it: 67,461,120 per chunk. Layer 1 also holds the embedding,
-    # 32000*4096 = 131,072,000 parameters: (404,766,720 + 262,144,000) / 6 = 111,151,786.7 -> 111,151,787.
-    assert g["chunk_bytes"] == 14 * 67_461_120 + 111_151_787
+    # the vocabulary padded as Megatron's (128 x TP, TP 3 and 2: a multiple of 128 x lcm = 768): 32000 ->
+    # 32,256, x 4096 = 132,120,576 parameters: (404,766,720 + 264,241,152) / 6 = 111,501,312.
+    assert g["chunk_bytes"] == 14 * 67_461_120 + 111_501_312
     assert out["pipeline_barrier_groups"] == [[0, 1, 2, 5, 6], [3, 4, 7, 8, 9]]
     assert out["dp_barrier_groups"] == [[0, 1, 2, 3, 4], [0, 1, 2, 7, 8, 9], [5, 6, 7, 8, 9]]
 
