@@ -109,6 +109,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Megatron's vocabulary padding unit (x TP), where the run's code differs from its profile's default:
     # 0 = the vocabulary as the code builds it (llm-foundry's MPT: vocab_size as the yaml gives it).
     "make_vocab_size_divisible_by": (0, 1, 128),
+    # FP8 parameters (TE fp8_model_init) where the run's config turns them on (NeMo's fp8_params).
+    "fp8_params": (True, False),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

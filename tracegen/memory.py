@@ -66,7 +66,11 @@ LSE_BYTES = 4
 #   input-gradient GEMM W^T: Hopper's FP8 GEMM takes TN operands only), cached across the micro-batches of
 #   an iteration (get_fp8_workspace with cache_name "weight" whenever is_first_microbatch is not None;
 #   Megatron-Core's TE wrappers pass it unless disable_parameter_transpose_cache), 1 byte each per weight,
-#   kept beside the BF16 parameter. FP8 parameters (fp8_model_init, NeMo's fp8_params) are not modelled.
+#   kept beside the BF16 parameter. Under FP8 parameters (spec fp8_params: TE fp8_model_init, NeMo's
+#   fp8_params, Megatron-Core's --fp8-param-gather) the parameter is itself a Float8Tensor (1 byte, no
+#   BF16 copy; TE v1.6 float8_tensor.py) whose transpose TE caches the same way (v1.6 linear.py
+#   _Linear.backward, primary_weights_in_fp8: weight.transpose_2d(cache=ctx.is_first_microbatch is not
+#   None), kept in Float8Tensor._transpose): the same 2 bytes per weight, less the BF16 ones.
 # - TE_FP8_META: per linear module, forward 3 and backward 2 FP8 tensors (ops.TE_SCALES_PER_MODULE), each
 #   with an FP32 amax history of ops.TE_AMAX_HISTORY entries (delayed scaling; current scaling keeps none)
 #   and an FP32 scale and scale_inv (fp8.py / module/base.py init_fp8_meta_tensors).
@@ -109,6 +113,9 @@ class MemoryOptions:
     # Transformer Engine FP8 linears ("delayed" | "current" scaling; "" = none): FP8 saved inputs, weight
     # copies and scaling metadata (TE_FP8_SAVED, TE_FP8_WEIGHT_COPIES, TE_FP8_META_FP32).
     te_fp8: str = ""
+    # FP8 parameters (spec fp8_params; TE fp8_model_init): the FP8 linears' weights exist in FP8 only, their
+    # BF16 copy is gone (TE_FP8_WEIGHT_COPIES then counts the FP8 parameter itself and its transpose).
+    fp8_params: bool = False
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     workspace_bytes: int = WORKSPACE_BYTES
@@ -261,6 +268,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         sharding=dep.sharding or "none",
         attention=dep.attention or "flash",
         te_fp8=_te_fp8(dep),
+        fp8_params=dep.fp8_params and bool(_te_fp8(dep)),
     )
 
 
@@ -343,6 +351,8 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     layers = [x for a, e in chunks for x in range(a, e + 1)]
                     fp8_params = fp8_linear_params_ep(m, sh, layers, max(1, dg.ep))
                     weights += TE_FP8_WEIGHT_COPIES * fp8_params
+                    if o.fp8_params:  # no BF16 copy of the FP8 weights (fp8_model_init)
+                        weights -= fp8_params * o.dtype_bytes
                     weights += te_fp8_meta_bytes(TE_MODULES_PER_LAYER * n, o.te_fp8)
                 activations = int(-(-act // 1))
                 base = weights + grads + opt + activations

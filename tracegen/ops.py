@@ -900,6 +900,7 @@ def optimizer_steps(
     precision: str = "bf16",
     fp8_params: int = 0,
     fp8_recipe: str = "delayed",
+    fp8_shard: int | None = None,
 ) -> OptimizerStep:
     """The whole optimizer step of a rank holding `params` parameters and updating `shard` of them (all of
     them, or its 1/DP shard under the distributed optimizer), with gradients `grad_bytes` wide.
@@ -915,6 +916,15 @@ def optimizer_steps(
     Under `precision: fp8` Transformer Engine re-casts the updated linear weights to FP8 with their
     transposes once per iteration (read b, write 2 bytes per weight of `fp8_params`; under `fp8_recipe`
     current each weight's amax pass reads it once more, CS_QUANTIZE_KERNELS kernels).
+    FP8 parameters (spec fp8_params; `fp8_shard` of the `shard` parameters are FP8 linear weights, delayed
+    scaling): the parameter copy takes those master weights to the model dtype, then casts them to FP8 into
+    the uint8 parameter buffer (read 4, write b; read b, write 1: two kernels; Megatron-Core core_r0.9.0
+    1afee59 distrib_optimizer.py _copy_main_params_to_model_params, `shard_main_param.to(model_param.dtype)`
+    then `cast_to_fp8`, unchanged to core_r0.11.0); no BF16 weight is left for TE to cast, it only
+    transposes the all-gathered FP8 weights once (read 1, write 1 per weight of `fp8_params`; TE v1.6
+    linear.py `weight.transpose_2d(cache=...)`, the cache reset after the gather by
+    _update_fp8_scale_inv_and_amax's `param._reset_caches()`). That method's amax all-reduce (one FP32 per
+    FP8 weight tensor over DP) is left out.
     """
     g = grad_bytes
     before: list[Step] = []
@@ -929,7 +939,13 @@ def optimizer_steps(
         Op("optimizer", "opt", ADAM_FLOPS_PER_PARAM * shard, shard * (g + ADAM_STATE_BYTES), (shard,), False),
         _kern("param_copy", "opt", shard, 0, FP32 + b),
     ]
-    if fp8_params and fp8_recipe == "current":
+    if fp8_shard is not None:
+        # FP8 weights: FP32 -> model dtype -> FP8, 4 + b + b + 1 bytes instead of FP32 + b
+        copy = shard * (FP32 + b) + fp8_shard * (b + 1)
+        after[-1] = Op("param_copy", "opt", 0, copy, (shard,), False, kernels=2 if fp8_shard else 1)
+        if fp8_params:
+            after.append(_kern("fp8_weight_transpose", "opt", fp8_params, 0, 2))
+    elif fp8_params and fp8_recipe == "current":
         after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, 2 * b + 2, CS_QUANTIZE_KERNELS))
     elif fp8_params:
         after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, b + 2))

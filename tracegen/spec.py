@@ -123,6 +123,7 @@ TOP_KEYS = (
     "comm_sm_contention",
     "attention_kernel",
     "fp8_recipe",
+    "fp8_params",
     "dropout",
     "dp_comm_ctas",
     "tp_overlap_sms",
@@ -519,6 +520,26 @@ class _SpecBuilder:
                 raise self.fail(f"host_launch_us must be a number of microseconds > 0, got {us!r}")
             dep.host_launch_us = float(us)
 
+    def fp8_params(self, dep: dpb.Deployment, model: ModelArch) -> bool:
+        """`fp8_params` (field 75): the FP8 linears' weights held in FP8 only (TE fp8_model_init)."""
+        from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+
+        if not self.bool_key("fp8_params"):
+            return False
+        name = dep.framework or DEFAULT_FRAMEWORK
+        if dep.precision != "fp8" or not framework(name).transformer_engine:
+            raise self.fail(
+                "fp8_params: true needs precision: fp8 under a Transformer Engine framework profile "
+                f"(got precision: {dep.precision}, framework: {name})"
+            )
+        if model.moe is not None or model.mla is not None or dep.sharding not in ("", "none"):
+            raise self.fail("fp8_params: true is modelled for dense models without sharding only")
+        if dep.fp8_recipe:  # TE 1.x Float8Tensor parameters scale by delayed scaling only
+            raise self.fail(
+                f"fp8_params: true is modelled with delayed scaling only (fp8_recipe: {dep.fp8_recipe})"
+            )
+        return True
+
     def overlap(self, dep: dpb.Deployment) -> None:
         """The overlap keys, gradient-reduction width and sharding, with Megatron-LM's own checks."""
         dep.overlap_grad_reduce = self.bool_key("overlap_grad_reduce")
@@ -636,6 +657,7 @@ class _SpecBuilder:
         self.recompute(dep)
         dep.distributed_optimizer = self.bool_key("distributed_optimizer")
         self.overlap(dep)
+        dep.fp8_params = self.fp8_params(dep, model)
         self.host(dep)
         blocks = self.parallel_blocks()
         dep.virtual_stages = self.virtual_stages(blocks)
@@ -1537,6 +1559,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
+        **({"fp8_params": True} if dep.fp8_params else {}),
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,

@@ -1420,7 +1420,7 @@ class _RankProgram:
                 else:
                     dense, expert = layer_grad, 0
                 self.expert_pending += expert
-                self.bucket_add(dense, layer)
+                self.bucket_add(dense, layer, self.layer_fp8)
         if self.amax[(ch.index, "bwd")]:  # after the backward of the chunk's first FP8 module
             pred = self.steps(self.amax[(ch.index, "bwd")], pred, ch.start, mb)
         if ch.first and self.emb is not None:
@@ -1465,13 +1465,15 @@ class _RankProgram:
         return pred
 
     # -- data-parallel gradient buckets (homogeneous deployments only) --------------------------------
-    def bucket_add(self, params: int, layer: int) -> None:
-        """Gradients of `params` became ready at the frontier; close the bucket once it is full.
+    def bucket_add(self, params: int, layer: int, fp8: int = 0) -> None:
+        """Gradients of `params` (`fp8` of them FP8 linear weights under fp8_params) became ready at the
+        frontier; close the bucket once it is full.
 
         Without overlap_grad_reduce buckets never close early: Megatron-Core then sets bucket_size to None
         (megatron/core/distributed/distributed_data_parallel.py), one bucket per model chunk.
         """
         self.pending += params
+        self.pending_fp8 += fp8
         if self.overlap_grad and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
             self.bucket_flush(layer)
 
@@ -1480,16 +1482,17 @@ class _RankProgram:
         of the padded bucket whose parameters are all-gathered after the optimizer step. Without
         overlap_grad_reduce the bucket waits for the end of the iteration's backward (flush_deferred)."""
         if self.pending <= 0 or self.dp_pg is None:
-            self.pending = 0
+            self.pending = self.pending_fp8 = 0
             return
         if self.dist_opt:
             self.buckets.append(dist_opt_bucket(self.pending, self.dp))
+            self.bucket_fp8.append(self.pending_fp8)
         if self.overlap_grad:
             assert self.frontier is not None
             self._bucket_node(self.pending, layer, self.frontier)
         else:
             self.deferred.append((self.pending, layer))
-        self.pending = 0
+        self.pending = self.pending_fp8 = 0
 
     def flush_deferred(self) -> None:
         """overlap_grad_reduce off: every bucket after the whole backward (Megatron's finish_grad_sync)."""
@@ -1640,8 +1643,9 @@ class _RankProgram:
         return nid
 
     def _bucket_gather(self, j: int, ctrl: list[int]) -> int:
-        padded = self.plan_buckets[j][0]
-        size = padded // self.dp * self.ctx.b
+        padded, members = self.plan_buckets[j]
+        fp8 = self.layer_fp8 * sum(1 for u in members if isinstance(u, int))
+        size = self.gather_bytes(padded, fp8, self.dp)
         return self._dp_comm(
             f"dp_param_allgather.bucket{j}", pb.ALL_GATHER, size, [], ctrl, 0, NO_MICRO_BATCH
         )
@@ -1845,6 +1849,13 @@ class _RankProgram:
         """The emission state of a fresh program (DP buckets, overlap and sharding switches)."""
         dep = self.gen.dep
         self.pending = 0
+        self.pending_fp8 = 0  # FP8 linear weights among `pending` (fp8_params)
+        # fp8_params: each layer's FP8 linear weights, all-gathered at 1 byte (Megatron-Core keeps them in a
+        # uint8 buffer, distributed_data_parallel.py _allocate_buffers_for_parameters: param_dtype
+        # torch.uint8 for a Float8Tensor). Dense models only (the spec refuses fp8_params with MoE / MLA).
+        self.layer_fp8 = (
+            linear_params(self.gen.model, self.ctx.sh, 1) if dep.fp8_params and self.ctx.te_fp8 else 0
+        )
         self.sync_ids: list[int] = []
         self.fsdp = dep.sharding in ("zero3", "fsdp")
         # PyTorch FSDP keeps the root module's parameters gathered from forward to backward (_root_kept);
@@ -1883,6 +1894,8 @@ class _RankProgram:
             fw.sp_dgrad_overlap if self.ctx.sp else fw.async_dgrad_allreduce
         )
         self.buckets: list[int] = []  # padded elements of each distributed-optimizer bucket (FSDP: unit)
+        # FP8 linear weights in each distributed-optimizer bucket (fp8_params)
+        self.bucket_fp8: list[int] = []
         self.bucket_count = 0
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
@@ -2128,10 +2141,14 @@ class _RankProgram:
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
         if fp8 and self.ep is not None:  # MoE ranks: attention, routed and shared expert linears (issue 28)
             fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
+        fp8_shard = None  # fp8_params: the FP8 linear weights among the `shard` this rank updates
+        if self.layer_fp8:
+            fp8_shard = sum(f // self.dp for f in self.bucket_fp8) if self.dist_opt and self.buckets else fp8
         if self.gpath is None:
             plan = optimizer_steps(
-                params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8, self.ctx.fp8_recipe
-            )
+                params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8, self.ctx.fp8_recipe,
+                fp8_shard,
+            )  # fmt: skip
         else:
             gw = self.gpath.optimizer_grad_bytes
             plan = optimizer_steps(
@@ -2236,7 +2253,9 @@ class _RankProgram:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
         bucket by bucket on the DP stream after node `after`; the last one's id (None when there are none)."""
         dense = () if self.gather_ahead or self.fsdp else self.buckets
-        prev = self._gathers("dp_param_allgather", dense, self.dp, self.dp_pg or "", after, [], self.sync_ids)
+        prev = self._gathers(
+            "dp_param_allgather", dense, self.dp, self.dp_pg or "", after, [], self.sync_ids, self.bucket_fp8
+        )
         if self.expert_buckets and not self.expert_ahead:  # the experts' shards over the expert-DP group
             assert self.ep is not None
             # after the dense gathers: the step's next ops then wait for the last gather of either kind
@@ -2246,16 +2265,30 @@ class _RankProgram:
             )  # fmt: skip
         return prev[-1] if prev else None
 
+    def gather_bytes(self, padded: int, fp8: int, group: int) -> int:
+        """Bytes of one rank's shard of a padded bucket in the AllGather over `group` ranks: the parameters'
+        dtype, the bucket's `fp8` FP8 linear weights (fp8_params) at 1 byte."""
+        return padded // group * self.ctx.b - fp8 // group * (self.ctx.b - 1)
+
     def _gathers(
-        self, name: str, buckets, group: int, pg: str, after: int, prev: list[int], ids: list[int]
+        self,
+        name: str,
+        buckets,
+        group: int,
+        pg: str,
+        after: int,
+        prev: list[int],
+        ids: list[int],
+        fp8: Sequence[int] = (),
     ) -> list[int]:
         """One AllGather per bucket, in order after `prev`: each rank's shard (per-rank input, the ASTRA-sim
-        convention) in the parameters' dtype, back to every rank of the `group`-rank group `pg`."""
+        convention) in the parameters' dtype (`fp8[i]` FP8 weights of bucket i at 1 byte), back to every
+        rank of the `group`-rank group `pg`."""
         g = self.gen
         for i, padded in enumerate(buckets):
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_GATHER),
-                g.attr(A.COMM_SIZE, padded // group * self.ctx.b),
+                g.attr(A.COMM_SIZE, self.gather_bytes(padded, fp8[i] if fp8 else 0, group)),
                 g.attr(A.PG_NAME, pg),
             ]
             nid = self._add(
