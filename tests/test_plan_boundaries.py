@@ -60,3 +60,34 @@ def test_non_contiguous_stages_and_micro_batch_mismatch_are_errors():
         plan_groups(view_device_groups([a, c]), dict.fromkeys(range(1, 9), 1))
     with pytest.raises(PlanError, match="no DP synchronization"):
         plan_groups(view_device_groups([a]), dict.fromkeys(range(1, 5), 1)).route(2, 0)
+
+
+def test_interleaved_plan_follows_the_model_chunks():
+    # llama2-7b (32 layers) over TP 1, PP 2, DP 2, 2 model chunks per stage: 32 / (2 x 2) = 8 layers a chunk,
+    # stage 0 holds [1, 8] and [17, 24], stage 1 [9, 16] and [25, 32]. Model order hands over 0 -> 1 (layer
+    # 8 -> 9), 1 -> 0 (16 -> 17) and 0 -> 1 again (24 -> 25): two boundaries per replica, each pair once.
+    # DP groups: one per chunk (4), each the same stage of both replicas.
+    dep = load_spec(
+        {
+            "model": "llama2-7b",
+            "seq_len": 2048,
+            "parallel": {"gpu": "H100", "tp": 1, "pp": 2, "dp": 2, "micro_batch": 1, "global_batch": 8},
+            "virtual_stages": 2,
+            "schedule": "1f1b",
+        }
+    )
+    plan = build_plan(dep)
+    pairs = [(b.replica, b.src_stage, b.dst_stage) for b in plan.boundaries]
+    assert pairs == [(0, 0, 1), (0, 1, 0), (1, 0, 1), (1, 1, 0)]
+    assert all(b.tensor_bytes == 2048 * 1 * 4096 * 2 and not b.reshard for b in plan.boundaries)
+    assert [g.layers for g in plan.dp_groups] == [(1, 8), (9, 16), (17, 24), (25, 32)]
+    stage0 = [d.id for d in dep.device_groups if d.pp_stage == 0]
+    assert [tuple(g.device_groups) for g in plan.dp_groups][::2] == [tuple(stage0)] * 2
+
+
+def test_a_chunk_outside_its_group_range_is_refused():
+    g = SimpleNamespace(
+        id=0, ranks=[0], tp=1, layer_start=1, layer_end=8, chunks=[SimpleNamespace(start=5, end=9)]
+    )
+    with pytest.raises(PlanError, match=r"device group 0: chunk \[5, 9\] outside its layer range \[1, 8\]"):
+        view_device_groups([g], 32)

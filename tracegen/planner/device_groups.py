@@ -22,14 +22,22 @@ class DeviceGroupView:
     dp_replica: int = 0
     gpu: str = ""
     micro_batch: int = 1
+    # The model chunks the group runs, in order (interleaved 1F1B: DeviceGroup.chunks, layer_start/layer_end
+    # then span the first chunk's start to the last one's end); empty: one chunk [layer_start, layer_end].
+    chunks: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def layer_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The contiguous layer ranges the group holds, in order (its chunks, or its one range)."""
+        return self.chunks or ((self.layer_start, self.layer_end),)
 
     def local_index(self, rank: int) -> int:
         """Index of `rank` within this device group (its TP rank), as appendix B defines it."""
         return self.ranks.index(rank)
 
     def covers(self, start: int, end: int) -> bool:
-        """Whether this group's layer range contains all of [start, end]."""
-        return self.layer_start <= start and self.layer_end >= end
+        """Whether one of this group's layer ranges contains all of [start, end]."""
+        return any(a <= start and b >= end for a, b in self.layer_ranges)
 
 
 def view_device_groups(groups: Iterable[Any], num_layers: int | None = None) -> tuple[DeviceGroupView, ...]:
@@ -46,6 +54,7 @@ def view_device_groups(groups: Iterable[Any], num_layers: int | None = None) -> 
             dp_replica=int(getattr(g, "dp_replica", 0)),
             gpu=str(getattr(g, "gpu", "")),
             micro_batch=int(getattr(g, "micro_batch", 1) or 1),
+            chunks=tuple((int(c.start), int(c.end)) for c in getattr(g, "chunks", ())),
         )
         _check(v, num_layers)
         out.append(v)
@@ -75,5 +84,10 @@ def _check(v: DeviceGroupView, num_layers: int | None) -> None:
         raise PlanError(f"{where}: ranks must be distinct non-negative integers, got {list(v.ranks)}")
     if v.layer_start < 1 or v.layer_end < v.layer_start:
         raise PlanError(f"{where}: bad layer range [{v.layer_start}, {v.layer_end}] (1-based, inclusive)")
+    for a, b in v.chunks:
+        if a < v.layer_start or b > v.layer_end or b < a:
+            raise PlanError(
+                f"{where}: chunk [{a}, {b}] outside its layer range [{v.layer_start}, {v.layer_end}]"
+            )
     if num_layers is not None and v.layer_end > num_layers:
         raise PlanError(f"{where}: layer_end {v.layer_end} beyond the model's {num_layers} layers")

@@ -127,8 +127,7 @@ def make_dp_group(gid: int, seg: Segment, layer_bytes: Mapping[int, int]) -> DpG
         layer_chunk_bytes=per_layer,
         chunk_bytes=sum(b for _, b in per_layer),
         chunks_per_rank=tuple(sorted((r, L // g.tp) for g in dgs for r in g.ranks)),
-        uniform=len({g.tp for g in dgs}) == 1
-        and all((g.layer_start, g.layer_end) == (seg.start, seg.end) for g in dgs),
+        uniform=len({g.tp for g in dgs}) == 1 and all((seg.start, seg.end) in g.layer_ranges for g in dgs),
     )
 
 
@@ -140,7 +139,8 @@ def plan_groups(
     `activation_bytes` is the boundary tensor of one sample (seq_len x hidden x dtype_bytes); a boundary's
     tensor is that times the micro-batch size.
     """
-    missing = sorted({la for g in groups for la in range(g.layer_start, g.layer_end + 1)} - set(layer_bytes))
+    held = {la for g in groups for a, b in g.layer_ranges for la in range(a, b + 1)}
+    missing = sorted(held - set(layer_bytes))
     if missing:
         raise PlanError(f"no gradient size for layer(s) {missing[:5]}")
     dp = tuple(make_dp_group(i, s, layer_bytes) for i, s in enumerate(sync_segments(groups)))
@@ -156,12 +156,22 @@ def plan_groups(
 def _boundaries(groups: Sequence[DeviceGroupView], activation_bytes: int) -> tuple[PipelineBoundary, ...]:
     out = []
     for replica, stages in replica_stages(groups).items():
-        for a, b in zip(stages, stages[1:], strict=False):
-            if b.layer_start != a.layer_end + 1:
+        # The replica's layer ranges in model order: one per stage, or under interleaving every stage's
+        # chunks (stage p's chunk c, then stage p + 1's chunk c, ..., the last stage's chunk c, then stage
+        # 0's chunk c + 1). Each hand-over between two groups is one boundary (listed once per pair).
+        ranges = sorted(
+            ((a, b, g) for g in stages for a, b in g.layer_ranges), key=lambda x: (x[0], x[1], x[2].id)
+        )
+        seen: set[tuple[int, int]] = set()
+        for (_, a_end, a), (b_start, _, b) in zip(ranges, ranges[1:], strict=False):
+            if b_start != a_end + 1:
                 raise PlanError(
                     f"DP replica {replica}: stage {a.pp_stage} (device group {a.id}) ends at layer "
-                    f"{a.layer_end} but stage {b.pp_stage} (device group {b.id}) starts at {b.layer_start}"
+                    f"{a_end} but stage {b.pp_stage} (device group {b.id}) starts at {b_start}"
                 )
+            if a.id == b.id or (a.id, b.id) in seen:
+                continue
+            seen.add((a.id, b.id))
             if a.micro_batch != b.micro_batch:
                 raise PlanError(
                     f"DP replica {replica}: device groups {a.id} and {b.id} are adjacent stages with "

@@ -24,7 +24,7 @@ class Segment:
 
 def boundary_points(groups: Sequence[DeviceGroupView]) -> tuple[int, ...]:
     """Sorted, de-duplicated {s_i, e_i + 1} of every device group (Algorithm 1, lines 4-9)."""
-    return tuple(sorted({p for g in groups for p in (g.layer_start, g.layer_end + 1)}))
+    return tuple(sorted({p for g in groups for a, b in g.layer_ranges for p in (a, b + 1)}))
 
 
 def segments(groups: Sequence[DeviceGroupView]) -> tuple[Segment, ...]:
