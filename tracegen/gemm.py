@@ -125,6 +125,27 @@ GEMM_RATES = ("sustained", "burst")
 FP8_TILE_K0 = 718
 CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336}
 
+# Forward linears with a short reduction dimension, per GPU (BF16/FP16): (largest K of the rule, rate factor).
+# A100: Anthony et al. 2024 (arXiv:2401.14489), github.com/EleutherAI/cookbook commit 27dff48,
+# sizing/results/transformer_data/h_sweep.out (tracegen/data/gemm_shapes_a100.csv, series proj): Megatron's
+# attention out-projection forward, F.linear(X[8192, K], W[4K, K]), i.e. X.W^T as training runs it, for
+# K = 2048..8160 in steps of 32, one file and one timing method. Against this model (burst), the 65 shapes with
+# K <= 4096 read at a median 0.830 of the model's time, the 127 with K > 4096 at 0.917: 216.6 TFLOP/s at
+# 8192x2048x8192 and 235.9 at K 4096 against 244.3 at K 4128 and 249.1 at 4160. The step lies between K 4096
+# and 4128 (a cuBLAS kernel choice, not a per-tile cost K/(K+K0), which would rise smoothly), so the rule is a
+# step: forward GEMMs with K <= 4096 run at 0.830 / 0.917 = 0.905 of the model's rate. The qkv series at the
+# same output widths (N 8192..16384, K >= 11008; 85 shapes) reads 0.940, so the condition is on K, not N. Only the forward
+# layout: on the same stack NN batched GEMMs (torch.bmm, sizing/results/gemm_data/bmm/bsweep/a100.out) run
+# 2048^3 x 64 at 250.5 TFLOP/s against 4096^3 x 16 at 253.5 (-1.2%), and mamf-finder v2's NN torch.mm on an
+# A100 PCIe (torch 2.5.1+cu124; github.com/stas00/ml-engineering commit 3542170, compute/accelerator/README.md
+# "Median measured": 1024x3072x10240 printed MxNxK with N the reduction then) has its best median at K 3072
+# (257.8 TFLOP/s): dgrad (NN, K = the layer's output width) and wgrad (K = the tokens) keep the
+# model's rate. Shapes below K 2048 were not measured; the step is taken to hold there (an assumption).
+SHORT_K_FORWARD: dict[str, tuple[int, float]] = {
+    "A100-40GB": (4096, 0.830 / 0.917),
+    "A100-80GB": (4096, 0.830 / 0.917),
+}
+
 # Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
 # datasheet bandwidth (tracegen/catalog.py):
 #   A100-40GB: device-to-device copy 1,355 of 1,555 GB/s (PTsolvers/gpu-workshop-JuliaCon23 issue 7).
@@ -190,6 +211,15 @@ def tile_cost(gpu: GpuSpec, precision: str) -> tuple[int, float]:
     return FP8_TILE_K0, (kc + FP8_TILE_K0) / kc
 
 
+def short_k_factor(gpu: GpuSpec, precision: str, k: int, phase: str) -> float:
+    """Rate factor of a GEMM of reduction `k` in `phase`: SHORT_K_FORWARD's factor for a forward (X.W^T) GEMM
+    with k at or below the GPU's bound in BF16/FP16, else 1.0 (also under a `gpus:` gemm_eff override)."""
+    rule = SHORT_K_FORWARD.get(gpu.calibration_key)
+    if rule is None or phase != "fwd" or precision not in ("bf16", "fp16") or "gemm_eff" in gpu.overridden:
+        return 1.0
+    return rule[1] if k <= rule[0] else 1.0
+
+
 @dataclass(frozen=True)
 class LinearGemm:
     """A linear layer's product [m,k] x [k,n] in one phase: `kernels` GEMMs (backward: 2), `batch`
@@ -213,13 +243,12 @@ class LinearGemm:
 def linear_compute_seconds(lin: LinearGemm, gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     """Tensor-core seconds of a linear's GEMMs under the one per-tile rule (dense linears and grouped expert
     GEMMs both call it): with tile_cost's K0 > 0 each GEMM of `lin.shapes()` pays K0 on its own reduction
-    dimension at the rescaled per-column rate; with K0 = 0, `kernels` times the forward shape."""
+    dimension at the rescaled per-column rate; with K0 = 0, `kernels` times the forward shape. A forward GEMM
+    with a short reduction runs at short_k_factor of the rate (SHORT_K_FORWARD)."""
     k0, scale = tile_cost(gpu, precision)
     shapes = lin.shapes() if k0 else [(lin.m, lin.k, lin.n)] * lin.kernels
-    return (
-        sum(gemm_compute(a, r + k0, c, gpu, precision, lin.batch, rates).seconds for a, r, c in shapes)
-        / scale
-    )
+    seconds = sum(gemm_compute(a, r + k0, c, gpu, precision, lin.batch, rates).seconds for a, r, c in shapes)
+    return seconds / scale / short_k_factor(gpu, precision, lin.k, lin.phase)
 
 
 def wave_count(tiles: int, sms: int) -> int:
