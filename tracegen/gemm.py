@@ -57,22 +57,26 @@ LAUNCH_FLOOR_S = 3.8e-6
 
 # Achieved fraction of the dense tensor peak on a large, well-quantized GEMM in a short burst ("Maximum
 # Achievable Matmul FLOPS", measured with mamf-finder.py by S. Bekman, github.com/stas00/ml-engineering):
-#   compute/accelerator/README.md MAMF table: A100 SXM BF16 267.9 of 312 TFLOPS at 6912x16384x2048
-#   (CUDA 12.1; exactly 32 full waves of 256x128 tiles on 108 SMs, so the point is the plateau itself);
-#   H100 SXM BF16 792.1 at 6144x17920x2816 (CUDA 12.1).
+#   compute/accelerator/README.md MAMF table (v1, August 2024): A100 SXM BF16 267.9 of 312 TFLOPS at
+#   "6912x16384x2048" and H100 SXM BF16 792.1 at "6144x17920x2816" (CUDA 12.1). mamf-finder v1 multiplied
+#   A[M,N] x B[N,K] and printed MxNxK with N the reduction (compute/accelerator/benchmarks/mamf-finder.py
+#   at commit 249778b: torch.randn(m, n), torch.randn(n, k), torch.mm(A, B)), so the shapes are, as
+#   M x K (reduction) x N: A100 6912 x 16384 x 2048, H100 6144 x 17920 x 2816. Their outputs are full
+#   waves: A100 27 x 16 = 432 tiles of 256x128 = 4 waves on 108 SMs; H100 24 x 22 = 528 = 4 waves on 132,
+#   so each point is the plateau itself.
 #   compute/accelerator/nvidia "When Is It Worth Upgrading GPUs?": H100/H200 SXM BF16 794.5 of 989,
 #   B200 SXM BF16 1745.0 of 2250, H200 SXM FP8 1453.4 of 1979, B200 SXM FP8 3432.5 of 4500 (best shape of
 #   the sweep, so taken as fully quantized).
 #   compute/accelerator/README.md MAMF FP8 table (commit 744d01e, 2026-08): H100 SXM FP8 (float8_e4m3fn)
 #   1402.6 of 1979 at 1024x9216x14336, torch 2.7.0+cu126 (best shape of the sweep: fully quantized).
-# The H100 BF16 plateau divides its point by the model's own quantization of that shape (26 waves for
-# 25.45 of work: 0.979), see tests/test_gen_gemm.py. FP16 runs at the BF16 rate on these tensor cores.
+# (Before round kdep the H100 point was read with N 17920 as an output width, 26 waves for 25.45 of work,
+# and divided by 0.979; the A100's as K 2048.) FP16 runs at the BF16 rate on these tensor cores.
 # These are burst rates: 50 warm-up and 100 timed iterations of one shape (a few seconds), an idle GPU at
 # its boost clock. `gemm_rates: burst` selects them.
 BURST_PLATEAUS: dict[tuple[str, str], float] = {
     ("A100-40GB", "bf16"): 267.9 / 312,
     ("A100-80GB", "bf16"): 267.9 / 312,
-    ("H100", "bf16"): 792.1 / 989.4 / (3360 / 132 / 26),
+    ("H100", "bf16"): 792.1 / 989.4,
     ("H200", "bf16"): 794.5 / 989.4,
     ("B200", "bf16"): 1745.0 / 2250,
     ("H100", "fp8"): 1402.6 / 1979,
