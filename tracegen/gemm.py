@@ -17,7 +17,9 @@ mt * nt / (mt + nt); the largest tiles (256 x 128; on the A100 128 x 128, PLATEA
 compute-bound at the plateau and a smaller tile as bound by the same operand bandwidth (an assumption of
 this model, docs/compute.md; the A100's is checked against per-shape measurements, gemm_shapes_a100.csv).
 The GEMM also cannot beat reading and writing its operands at the achieved memory bandwidth of a published
-copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel (LAUNCH_FLOOR_S).
+copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel (LAUNCH_FLOOR_S). On the A100 a forward
+(X x W^T) GEMM with a reduction K <= 4096 runs at 0.905 of that rate, a cuBLAS kernel step measured in
+per-shape data (SHORT_K_FORWARD; dgrad and wgrad keep the rate).
 
 Calibration data: tracegen/data/gemm_calibration.csv (public GEMM microbenchmarks only). Validation data
 (end-to-end Megatron-LM / MLPerf / NeMo runs and per-layer times) is kept apart: nothing here is fitted to
@@ -137,14 +139,15 @@ CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336}
 # K <= 4096 read at a median 0.830 of the model's time, the 127 with K > 4096 at 0.917: 216.6 TFLOP/s at
 # 8192x2048x8192 and 235.9 at K 4096 against 244.3 at K 4128 and 249.1 at 4160. The step lies between K 4096
 # and 4128 (a cuBLAS kernel choice, not a per-tile cost K/(K+K0), which would rise smoothly), so the rule is a
-# step: forward GEMMs with K <= 4096 run at 0.830 / 0.917 = 0.905 of the model's rate. The qkv series at the
-# same output widths (N 8192..16384, K >= 11008; 85 shapes) reads 0.940, so the condition is on K, not N. Only the forward
-# layout: on the same stack NN batched GEMMs (torch.bmm, sizing/results/gemm_data/bmm/bsweep/a100.out) run
+# step: forward GEMMs with K <= 4096 run at 0.830 / 0.917 = 0.905 of the model's rate. The qkv series at
+# the same output widths (N 8192..16384, K >= 11008; 85 shapes) reads 0.940, so the condition is on K, not
+# N. Only the forward layout: on the same stack NN batched GEMMs (torch.bmm, sizing/results/gemm_data/bmm/bsweep/a100.out) run
 # 2048^3 x 64 at 250.5 TFLOP/s against 4096^3 x 16 at 253.5 (-1.2%), and mamf-finder v2's NN torch.mm on an
 # A100 PCIe (torch 2.5.1+cu124; github.com/stas00/ml-engineering commit 3542170, compute/accelerator/README.md
 # "Median measured": 1024x3072x10240 printed MxNxK with N the reduction then) has its best median at K 3072
 # (257.8 TFLOP/s): dgrad (NN, K = the layer's output width) and wgrad (K = the tokens) keep the
-# model's rate. Shapes below K 2048 were not measured; the step is taken to hold there (an assumption).
+# model's rate. Shapes below K 2048 were not measured; the step is taken to hold there (an assumption). GPUs
+# calibrated as an A100 (`calibrated_as`, e.g. L40S) borrow the rule with the plateau.
 SHORT_K_FORWARD: dict[str, tuple[int, float]] = {
     "A100-40GB": (4096, 0.830 / 0.917),
     "A100-80GB": (4096, 0.830 / 0.917),
