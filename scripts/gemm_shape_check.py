@@ -2,8 +2,9 @@
 
 Reads tracegen/data/gemm_shapes_a100.csv (Anthony et al. 2024, arXiv:2401.14489, result files of
 github.com/EleutherAI/cookbook commit 27dff48: FP16 torch.mm / F.linear sweeps on one A100) and times each
-shape as a forward linear through tracegen.gemm.linear_seconds (tile and wave quantization, memory roof,
-launch floor) on the A100 80GB, burst and sustained. Prints one Markdown row per class of shapes: the
+shape through tracegen.gemm.linear_seconds (tile and wave quantization, memory roof, launch floor) on the
+A100 80GB, burst and sustained: the F.linear series (X.W^T) as forward linears, the torch.mm series (NN,
+row-major A and B) without the forward layout's short-K rule (gemm.SHORT_K_FORWARD). Prints one Markdown row per class of shapes: the
 measured TFLOP/s range and xsim's time over the measured time (below 1: xsim faster than measured).
 
     python scripts/gemm_shape_check.py            # the class table of docs/compute.md
@@ -16,9 +17,10 @@ Comparison only: nothing here sets a constant of the model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from xsim.tracegen import catalog, gemm
 from xsim.tracegen.gemm import LinearGemm, ShapePoint, linear_seconds, shape_points
@@ -30,8 +32,8 @@ CLASSES: tuple[tuple[str, Callable[[ShapePoint], bool]], ...] = (
         "linear fwd, m 8192, K 8192-32640 (qkv, fc1, fc2; h_sweep)",
         lambda p: p.series in ("qkv", "fc1", "fc2"),
     ),
-    ("linear fwd, m 8192, K 4096-8160 (attention out-proj)", lambda p: p.series == "proj" and p.k >= 4096),
-    ("linear fwd, m 8192, K 2048-4064 (attention out-proj)", lambda p: p.series == "proj"),
+    ("linear fwd, m 8192, K 4128-8160 (attention out-proj)", lambda p: p.series == "proj" and p.k > 4096),
+    ("linear fwd, m 8192, K 2048-4096 (attention out-proj)", lambda p: p.series == "proj"),
     ("M 2304, K 4096, N 1536-6144 (nsweep_m2304)", lambda p: p.series == "nsweep_m2304"),
     ("M 27648, K 4096, N 64-128 (memory-bound)", lambda p: p.series == "nsweep_m27648" and p.n <= 128),
     ("M 27648, K 4096, N 144-496", lambda p: p.series == "nsweep_m27648"),
@@ -40,10 +42,29 @@ CLASSES: tuple[tuple[str, Callable[[ShapePoint], bool]], ...] = (
 )
 
 
-def ratio(p: ShapePoint, rates: str) -> float:
-    """xsim's seconds for the point's shape over the measured seconds (2mkn / TFLOP/s)."""
+# The series measured with torch.mm of row-major A[m,k] and B[k,n] (NN), not F.linear's X.W^T.
+NN_SERIES = ("square", "nsweep_m2304", "nsweep_m27648")
+
+
+@contextlib.contextmanager
+def short_k_rule(on: bool) -> Iterator[None]:
+    """Run with gemm.SHORT_K_FORWARD as it is (on) or emptied (off), restoring it afterwards."""
+    saved = dict(gemm.SHORT_K_FORWARD)
+    if not on:
+        gemm.SHORT_K_FORWARD.clear()
+    try:
+        yield
+    finally:
+        gemm.SHORT_K_FORWARD.clear()
+        gemm.SHORT_K_FORWARD.update(saved)
+
+
+def ratio(p: ShapePoint, rates: str, short_k: bool = True) -> float:
+    """xsim's seconds for the point's shape over the measured seconds (2mkn / TFLOP/s); the forward layout's
+    short-K rule applies to the F.linear series only, and not at all with `short_k` False."""
     nbytes = 2 * (p.m * p.k + p.k * p.n + p.m * p.n)  # fp16 operands and result, read and written once
-    xsim = linear_seconds(LinearGemm(p.m, p.k, p.n), nbytes, catalog.gpu(GPU), p.dtype, rates)
+    with short_k_rule(short_k and p.series not in NN_SERIES):
+        xsim = linear_seconds(LinearGemm(p.m, p.k, p.n), nbytes, catalog.gpu(GPU), p.dtype, rates)
     return xsim / (2.0 * p.m * p.k * p.n / (p.tflops * 1e12))
 
 

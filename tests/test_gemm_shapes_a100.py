@@ -6,6 +6,7 @@ import importlib.util
 import math
 from collections import Counter
 from pathlib import Path
+from statistics import median
 
 import pytest
 from xsim.tracegen import catalog
@@ -96,3 +97,40 @@ def test_every_point_is_timed_no_slower_than_measured_where_the_shape_model_appl
     assert max(ratios) < 1.0
     assert min(ratios) > 0.75
     assert not any(math.isnan(r) for r in ratios)
+
+
+def test_forward_linears_with_k_up_to_4096_run_at_the_measured_step():
+    from xsim.tracegen.gemm import LinearGemm, linear_seconds, short_k_factor
+
+    # The step of the proj series (F.linear X.W^T, m 8192, N = 4K): against the model without the rule the 65
+    # shapes with K <= 4096 read at a median 0.830 of the model's time, the 127 with K > 4096 at 0.917, so a
+    # forward GEMM with K <= 4096 runs at 0.830 / 0.917 = 0.9051 of the rate (gemm.SHORT_K_FORWARD).
+    mod = load_script()
+    proj = [p for p in shape_points() if p.series == "proj"]
+    without = [(p.k, mod.ratio(p, "burst", short_k=False)) for p in proj]
+    assert median(r for k, r in without if k <= 4096) == pytest.approx(0.830, abs=5e-4)
+    assert median(r for k, r in without if k > 4096) == pytest.approx(0.917, abs=5e-4)
+    assert short_k_factor(A100, "fp16", 4096, "fwd") == pytest.approx(0.830 / 0.917)  # 0.9051
+    # The step lies between K 4096 (235.9 TFLOP/s) and 4128 (244.3): above it, and for the backward GEMMs
+    # (dgrad NN, wgrad over the tokens), other GPUs, FP8 and a gemm_eff override, the rate is the model's.
+    assert measured("proj", 8192, 4096, 16384) == 235.892 and measured("proj", 8192, 4128, 16512) == 244.290
+    assert short_k_factor(A100, "fp16", 4128, "fwd") == 1.0
+    assert short_k_factor(A100, "bf16", 2048, "bwd") == 1.0
+    assert short_k_factor(H100, "bf16", 2048, "fwd") == 1.0
+    assert short_k_factor(catalog.with_overrides(A100, {"gemm_eff": 0.7}), "bf16", 2048, "fwd") == 1.0
+    # With the rule both halves of the series sit at one level (0.917).
+    with_rule = [(p.k, mod.ratio(p, "burst")) for p in proj]
+    assert median(r for k, r in with_rule if k <= 4096) == pytest.approx(0.917, abs=5e-4)
+    assert median(r for k, r in with_rule if k > 4096) == pytest.approx(0.917, abs=5e-4)
+    # By hand, proj at h 8192: [8192, 2048] x [2048, 8192] in 256x128 tiles: 32 x 64 = 2,048 tiles = 19 waves
+    # on 108 SMs; one tile 2 x 256 x 128 x 2048 = 134,217,728 FLOPs at 267.9e12 / 108 FLOP/s per SM (burst):
+    # 19 x 134,217,728 / 2.48056e12 = 1.02805 ms, / 0.90513 = 1.13581 ms (was 1.02805). Measured:
+    # 2 x 8192 x 2048 x 8192 / 216.633e12 = 1.26886 ms, so xsim / measured = 0.8951 (was 0.8102).
+    nbytes = 2 * (8192 * 2048 + 2048 * 8192 + 8192 * 8192)  # 0.117 ms at 1,727 GB/s: not the bound
+    t = linear_seconds(LinearGemm(8192, 2048, 8192), nbytes, A100, "fp16", "burst")
+    assert t == pytest.approx(19 * 134_217_728 / (267.9e12 / 108) / (0.830 / 0.917))
+    assert t == pytest.approx(1.13581e-3, rel=1e-5)
+    assert t / (2 * 8192 * 2048 * 8192 / 216.633e12) == pytest.approx(0.8951, abs=1e-4)
+    # The backward of the same linear (two GEMMs timed as the forward shape under K0 = 0) keeps the model's rate.
+    bwd = linear_seconds(LinearGemm(8192, 2048, 8192, "bwd", 2), nbytes, A100, "fp16", "burst")
+    assert bwd == pytest.approx(2 * 19 * 134_217_728 / (267.9e12 / 108))

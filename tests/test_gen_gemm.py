@@ -31,6 +31,13 @@ def test_full_waves_reach_the_plateau():
     assert t.efficiency == pytest.approx(267.9 / 312)
     # Sustained (the default): the burst rate at NVIDIA's power-limited A100 clock, 1305 of 1410 MHz.
     assert gemm_compute(6912, 2048, 16384, A100).efficiency == pytest.approx(267.9 / 312 * 1305 / 1410)
+    # The MAMF points themselves (mamf-finder v1 printed MxNxK with N the reduction): A100 M 6912, K 16384,
+    # N 2048: 27 x 16 = 432 tiles of 256x128 = 4 full waves on 108 SMs; H100 M 6144, K 17920, N 2816:
+    # 24 x 22 = 528 tiles = 4 full waves on 132 SMs, so each burst plateau is its point, 792.1 / 989.4.
+    a = gemm_compute(6912, 16384, 2048, A100, rates="burst")
+    assert (a.tile, a.waves, a.efficiency) == ((256, 128), 4, pytest.approx(267.9 / 312))
+    h = gemm_compute(6144, 17920, 2816, H100, rates="burst")
+    assert (h.tile, h.waves, h.efficiency) == ((256, 128), 4, pytest.approx(792.1 / 989.4))
 
 
 def test_wave_quantization_h100_4096_cube():

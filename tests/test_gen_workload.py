@@ -337,14 +337,14 @@ def test_spec_overrides_and_profile_rows_reach_the_durations():
     row = {"gpu": "H100", "op": "qkv_proj", "phase": "fwd", "shape": "2048x4096x12288", "micros": 123.4}
     assert qkv({**base, "profile": [row]}) == {123}
     # Calibrated (the default): 2048 x 12288 outputs = 768 tiles of 256x128 = 6 waves on 132 SMs, each a
-    # 256x128x4096 tile at 989.4 TFLOP/s x plateau / 132: burst plateau 0.8177 (MAMF) -> 262.8 us
-    # (`gemm_rates: burst`); sustained (the default) x 708.5/841.9 (the GH100's measured MSMF / MAMF,
-    # tracegen.gemm.SUSTAINED_RATIOS) -> 0.6882 -> 312.2 us; a gemm_eff
+    # 256x128x4096 tile at 989.4 TFLOP/s x plateau / 132: burst plateau 792.1 / 989.4 = 0.8006 (MAMF, a
+    # full-wave shape) -> 268.4 us (`gemm_rates: burst`); sustained (the default) x 708.5/841.9 (the GH100's
+    # measured MSMF / MAMF, tracegen.gemm.SUSTAINED_RATIOS) -> 0.6737 -> 318.9 us; a gemm_eff
     # override replaces the plateau: 0.35 -> 613.9 us; the profiled row still wins.
     cal = {k: v for k, v in base.items() if k != "compute_model"}
     tile = 2 * 256 * 128 * 4096 * 132 / 989.4e12
-    burst = 792.1 / 989.4 / (3360 / 132 / 26)
-    assert qkv({**cal, "gemm_rates": "burst"}) == {round(6 * tile / burst * 1e6)} == {263}
-    assert qkv(cal) == {round(6 * tile / (burst * 708.5 / 841.9) * 1e6)} == {312}
+    burst = 792.1 / 989.4
+    assert qkv({**cal, "gemm_rates": "burst"}) == {round(6 * tile / burst * 1e6)} == {268}
+    assert qkv(cal) == {round(6 * tile / (burst * 708.5 / 841.9) * 1e6)} == {319}
     assert qkv({**cal, "gpus": {"H100": {"gemm_eff": 0.35}}}) == {round(6 * tile / 0.35 * 1e6)} == {614}
     assert qkv({**cal, "profile": [row]}) == {123}

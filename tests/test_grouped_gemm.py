@@ -73,5 +73,5 @@ def test_op_seconds_routes_expert_gemms() -> None:
     assert 2 * 65536 * 768 * 2048 / t < 0.55 * 1979e12 * 0.709
     # BF16: no K0 (the BF16 plateau's calibration K has no per-tile sweep): twice the forward shape
     bf = Op("moe_expert_down", "bwd", 4 * 65536 * 768 * 2048, 0, shape, True, "bf16", 2)
-    per_sm_bf = 989.4e12 * 792.1 / 989.4 / (3360 / 132 / 26) * (708.5 / 841.9) / 132
+    per_sm_bf = 989.4e12 * 792.1 / 989.4 * (708.5 / 841.9) / 132
     assert op_seconds(bf, H100, "calibrated") == pytest.approx(2 * 32 * 768 * 2 * 256 * 128 / per_sm_bf)

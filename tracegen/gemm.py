@@ -17,7 +17,9 @@ mt * nt / (mt + nt); the largest tiles (256 x 128; on the A100 128 x 128, PLATEA
 compute-bound at the plateau and a smaller tile as bound by the same operand bandwidth (an assumption of
 this model, docs/compute.md; the A100's is checked against per-shape measurements, gemm_shapes_a100.csv).
 The GEMM also cannot beat reading and writing its operands at the achieved memory bandwidth of a published
-copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel (LAUNCH_FLOOR_S).
+copy benchmark (MEASURED_MEM_EFF), nor one kernel launch per kernel (LAUNCH_FLOOR_S). On the A100 a forward
+(X x W^T) GEMM with a reduction K <= 4096 runs at 0.905 of that rate, a cuBLAS kernel step measured in
+per-shape data (SHORT_K_FORWARD; dgrad and wgrad keep the rate).
 
 Calibration data: tracegen/data/gemm_calibration.csv (public GEMM microbenchmarks only). Validation data
 (end-to-end Megatron-LM / MLPerf / NeMo runs and per-layer times) is kept apart: nothing here is fitted to
@@ -57,22 +59,26 @@ LAUNCH_FLOOR_S = 3.8e-6
 
 # Achieved fraction of the dense tensor peak on a large, well-quantized GEMM in a short burst ("Maximum
 # Achievable Matmul FLOPS", measured with mamf-finder.py by S. Bekman, github.com/stas00/ml-engineering):
-#   compute/accelerator/README.md MAMF table: A100 SXM BF16 267.9 of 312 TFLOPS at 6912x16384x2048
-#   (CUDA 12.1; exactly 32 full waves of 256x128 tiles on 108 SMs, so the point is the plateau itself);
-#   H100 SXM BF16 792.1 at 6144x17920x2816 (CUDA 12.1).
+#   compute/accelerator/README.md MAMF table (v1, August 2024): A100 SXM BF16 267.9 of 312 TFLOPS at
+#   "6912x16384x2048" and H100 SXM BF16 792.1 at "6144x17920x2816" (CUDA 12.1). mamf-finder v1 multiplied
+#   A[M,N] x B[N,K] and printed MxNxK with N the reduction (compute/accelerator/benchmarks/mamf-finder.py
+#   at commit 249778b: torch.randn(m, n), torch.randn(n, k), torch.mm(A, B)), so the shapes are, as
+#   M x K (reduction) x N: A100 6912 x 16384 x 2048, H100 6144 x 17920 x 2816. Their outputs are full
+#   waves: A100 27 x 16 = 432 tiles of 256x128 = 4 waves on 108 SMs; H100 24 x 22 = 528 = 4 waves on 132,
+#   so each point is the plateau itself.
 #   compute/accelerator/nvidia "When Is It Worth Upgrading GPUs?": H100/H200 SXM BF16 794.5 of 989,
 #   B200 SXM BF16 1745.0 of 2250, H200 SXM FP8 1453.4 of 1979, B200 SXM FP8 3432.5 of 4500 (best shape of
 #   the sweep, so taken as fully quantized).
 #   compute/accelerator/README.md MAMF FP8 table (commit 744d01e, 2026-08): H100 SXM FP8 (float8_e4m3fn)
 #   1402.6 of 1979 at 1024x9216x14336, torch 2.7.0+cu126 (best shape of the sweep: fully quantized).
-# The H100 BF16 plateau divides its point by the model's own quantization of that shape (26 waves for
-# 25.45 of work: 0.979), see tests/test_gen_gemm.py. FP16 runs at the BF16 rate on these tensor cores.
+# (Before round kdep the H100 point was read with N 17920 as an output width, 26 waves for 25.45 of work,
+# and divided by 0.979; the A100's as K 2048.) FP16 runs at the BF16 rate on these tensor cores.
 # These are burst rates: 50 warm-up and 100 timed iterations of one shape (a few seconds), an idle GPU at
 # its boost clock. `gemm_rates: burst` selects them.
 BURST_PLATEAUS: dict[tuple[str, str], float] = {
     ("A100-40GB", "bf16"): 267.9 / 312,
     ("A100-80GB", "bf16"): 267.9 / 312,
-    ("H100", "bf16"): 792.1 / 989.4 / (3360 / 132 / 26),
+    ("H100", "bf16"): 792.1 / 989.4,
     ("H200", "bf16"): 794.5 / 989.4,
     ("B200", "bf16"): 1745.0 / 2250,
     ("H100", "fp8"): 1402.6 / 1979,
@@ -124,6 +130,28 @@ GEMM_RATES = ("sustained", "burst")
 # that moves every dense BF16 row) keep the K-independent rate, grouped GEMMs included.
 FP8_TILE_K0 = 718
 CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336}
+
+# Forward linears with a short reduction dimension, per GPU (BF16/FP16): (largest K of the rule, rate factor).
+# A100: Anthony et al. 2024 (arXiv:2401.14489), github.com/EleutherAI/cookbook commit 27dff48,
+# sizing/results/transformer_data/h_sweep.out (tracegen/data/gemm_shapes_a100.csv, series proj): Megatron's
+# attention out-projection forward, F.linear(X[8192, K], W[4K, K]), i.e. X.W^T as training runs it, for
+# K = 2048..8160 in steps of 32, one file and one timing method. Against this model (burst), the 65 shapes with
+# K <= 4096 read at a median 0.830 of the model's time, the 127 with K > 4096 at 0.917: 216.6 TFLOP/s at
+# 8192x2048x8192 and 235.9 at K 4096 against 244.3 at K 4128 and 249.1 at 4160. The step lies between K 4096
+# and 4128 (a cuBLAS kernel choice, not a per-tile cost K/(K+K0), which would rise smoothly), so the rule is a
+# step: forward GEMMs with K <= 4096 run at 0.830 / 0.917 = 0.905 of the model's rate. The qkv series at
+# the same output widths (N 8192..16384, K >= 11008; 85 shapes) reads 0.940, so the condition is on K, not
+# N. Only the forward layout: on the same stack NN batched GEMMs (torch.bmm, sizing/results/gemm_data/bmm/bsweep/a100.out) run
+# 2048^3 x 64 at 250.5 TFLOP/s against 4096^3 x 16 at 253.5 (-1.2%), and mamf-finder v2's NN torch.mm on an
+# A100 PCIe (torch 2.5.1+cu124; github.com/stas00/ml-engineering commit 3542170, compute/accelerator/README.md
+# "Median measured": 1024x3072x10240 printed MxNxK with N the reduction then) has its best median at K 3072
+# (257.8 TFLOP/s): dgrad (NN, K = the layer's output width) and wgrad (K = the tokens) keep the
+# model's rate. Shapes below K 2048 were not measured; the step is taken to hold there (an assumption). GPUs
+# calibrated as an A100 (`calibrated_as`, e.g. L40S) borrow the rule with the plateau.
+SHORT_K_FORWARD: dict[str, tuple[int, float]] = {
+    "A100-40GB": (4096, 0.830 / 0.917),
+    "A100-80GB": (4096, 0.830 / 0.917),
+}
 
 # Achieved HBM bandwidth of a stream-style copy (the calibrated model's memory roof), fraction of the
 # datasheet bandwidth (tracegen/catalog.py):
@@ -190,6 +218,15 @@ def tile_cost(gpu: GpuSpec, precision: str) -> tuple[int, float]:
     return FP8_TILE_K0, (kc + FP8_TILE_K0) / kc
 
 
+def short_k_factor(gpu: GpuSpec, precision: str, k: int, phase: str) -> float:
+    """Rate factor of a GEMM of reduction `k` in `phase`: SHORT_K_FORWARD's factor for a forward (X.W^T) GEMM
+    with k at or below the GPU's bound in BF16/FP16, else 1.0 (also under a `gpus:` gemm_eff override)."""
+    rule = SHORT_K_FORWARD.get(gpu.calibration_key)
+    if rule is None or phase != "fwd" or precision not in ("bf16", "fp16") or "gemm_eff" in gpu.overridden:
+        return 1.0
+    return rule[1] if k <= rule[0] else 1.0
+
+
 @dataclass(frozen=True)
 class LinearGemm:
     """A linear layer's product [m,k] x [k,n] in one phase: `kernels` GEMMs (backward: 2), `batch`
@@ -213,13 +250,12 @@ class LinearGemm:
 def linear_compute_seconds(lin: LinearGemm, gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     """Tensor-core seconds of a linear's GEMMs under the one per-tile rule (dense linears and grouped expert
     GEMMs both call it): with tile_cost's K0 > 0 each GEMM of `lin.shapes()` pays K0 on its own reduction
-    dimension at the rescaled per-column rate; with K0 = 0, `kernels` times the forward shape."""
+    dimension at the rescaled per-column rate; with K0 = 0, `kernels` times the forward shape. A forward GEMM
+    with a short reduction runs at short_k_factor of the rate (SHORT_K_FORWARD)."""
     k0, scale = tile_cost(gpu, precision)
     shapes = lin.shapes() if k0 else [(lin.m, lin.k, lin.n)] * lin.kernels
-    return (
-        sum(gemm_compute(a, r + k0, c, gpu, precision, lin.batch, rates).seconds for a, r, c in shapes)
-        / scale
-    )
+    seconds = sum(gemm_compute(a, r + k0, c, gpu, precision, lin.batch, rates).seconds for a, r, c in shapes)
+    return seconds / scale / short_k_factor(gpu, precision, lin.k, lin.phase)
 
 
 def wave_count(tiles: int, sms: int) -> int:
