@@ -105,6 +105,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Hidden dropout as the launch script sets it (false: --hidden-dropout 0.0), where it differs from the
     # framework's default.
     "dropout": (True, False),
+    # Megatron-Core's NaN check of each gradient bucket (NeMo 24.07: optim.check_for_nan_in_grad, default
+    # False; Megatron-LM: on unless --no-check-for-nan-in-loss-and-grad), where it differs from the profile's.
+    "check_for_nan_in_grad": (True, False),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -714,10 +714,12 @@ def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]
     return list(bwd)
 
 
-def embedding_steps(c: Ctx, phase: str) -> list[Step]:
+def embedding_steps(c: Ctx, phase: str, grad_bytes: int = 4, tied_here: bool = False) -> list[Step]:
     """Vocab-parallel input embedding (first stage): gather of the token rows, the partial rows summed over
     TP, the learned position table's rows added (models with `positions` learned), then the embedding
-    dropout (Megatron applies hidden dropout to the embedding output)."""
+    dropout (Megatron applies hidden dropout to the embedding output). Backward, the word table's gradient
+    as Framework.embedding_bwd runs it and, under Framework.main_grad_hook, its accumulation into the
+    `grad_bytes`-wide main_grad (`tied_here`: the output layer on this rank shares the table)."""
     t, h, b = c.tokens, c.m.hidden, c.b
     e = c.norm_tokens * h
     if phase == "fwd":
@@ -728,13 +730,41 @@ def embedding_steps(c: Ctx, phase: str) -> list[Step]:
             *_positions(c, phase),
             *_embedding_dropout(c, phase, e),
         ]
-    # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
         *_embedding_dropout(c, phase, e),
         *_embedding_tp(c, False),
         *_positions(c, phase),
-        Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
+        *embedding_grad(c, grad_bytes, tied_here),
     ]
+
+
+def embedding_grad(c: Ctx, grad_bytes: int, tied_here: bool) -> list[Op]:
+    """The word table's weight gradient (Framework.embedding_bwd) and its main_grad accumulation
+    (Framework.main_grad_hook; the table, and a learned position table, are not fused linears).
+
+    Per element of the t x h token gradient: the scatter-add reads the gradient and reads and writes the
+    row (3 dtype); "dense" sums into FP32 partial segments and scatters them (dtype + 4 + 4 + dtype).
+    Per parameter of the vocab/TP x h shard: the zero fill writes dtype; on a rank whose output layer is
+    tied to it, that layer's zeroed weight gradient (write dtype) and autograd's sum of the two (read 2
+    dtype, write dtype); the hook's add reads main_grad and the gradient and writes main_grad."""
+    t, h, b = c.tokens, c.m.hidden, c.b
+    if c.fw.embedding_bwd == "dense":
+        rows = Op("embedding", "bwd", t * h, (2 * b + 2 * FP32) * t * h, (t, h), False, kernels=2)
+    else:
+        rows = Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False)
+    if not c.fw.embedding_bwd:
+        return [rows]
+    table = c.sh.vocab * h
+    out = [Op("embedding_grad_zero", "bwd", 0, b * table, (c.sh.vocab, h), False), rows]
+    if not c.fw.main_grad_hook:
+        return out
+    if tied_here:
+        out.append(
+            Op("embedding_tied_grad_sum", "bwd", table, 4 * b * table, (c.sh.vocab, h), False, kernels=2)
+        )
+    params = table + c.m.position_params
+    out.append(Op("embedding_main_grad_add", "bwd", params, (2 * grad_bytes + b) * params, (params,), False))
+    return out
 
 
 def _embedding_dropout(c: Ctx, phase: str, elems: int) -> list[Op]:
