@@ -212,9 +212,9 @@ def test_dropless_moe_step_time_by_hand(tmp_path: Path) -> None:
     # up/gate, act, down, unsort, combine all-to-all, unpermute, bias-dropout-add, final norm, LM head (11)
     # and the cross-entropy's 6 kernels: 17; backward, 26 ops of which 7 launch 2 kernels (the loss's
     # scale and cast, and the input- and weight-gradient GEMMs of the LM head, expert down and up/gate,
-    # router, attention out and QKV): 33; Megatron-Core's embedding backward adds its gradient's zero fill,
-    # the dense backward's second kernel and the main_grad add (3), the DP bucket its NaN check and 1/DP
-    # scaling (2): 38; the DP gradient AllReduce and grad_norm: 57. Then grad_clip, Adam, param_copy,
+    # router, attention out and QKV): 33; Megatron-Core adds the q/k/v split's gradient cat (1), the
+    # embedding gradient's zero fill and main_grad add (2), the DP bucket's NaN check and 1/DP scaling (2):
+    # 38; the DP gradient AllReduce and grad_norm: 57. Then grad_clip, Adam, param_copy,
     # zero_grad: 4.
     L = 10_000_000
     spec = {**MOE, "micro_batches": 1}

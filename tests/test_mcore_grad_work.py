@@ -7,7 +7,7 @@ from __future__ import annotations
 from xsim.tracegen import load_spec
 from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.models import model_from_mapping
-from xsim.tracegen.ops import Ctx, Op, embedding_steps, shard_of
+from xsim.tracegen.ops import Ctx, Op, embedding_steps, layer_steps, shard_of
 from xsim.tracegen.workload import generate
 from xsim.traces import attrs as A
 
@@ -16,22 +16,27 @@ LLAMA = {"name": "llama-tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "he
          "vocab": 100, "seq_len": 16, "activation": "swiglu", "norm": "rmsnorm", "linear_bias": False}  # fmt: skip
 
 
-def _bwd(fw: str, tp: int = 1, grad_bytes: int = 4, tied_here: bool = False, **model: object) -> dict:
+def _bwd(
+    fw: str, tp: int = 1, grad_bytes: int = 4, tied_here: bool = False, seq: int = 4096, **model: object
+) -> dict:
     m = model_from_mapping({**LLAMA, **model})
-    c = Ctx(m, shard_of(m, tp, 0), 1, 16, 2, False, fw=FRAMEWORKS[fw])
+    c = Ctx(m, shard_of(m, tp, 0), 1, seq, 2, False, fw=FRAMEWORKS[fw])
     steps = embedding_steps(c, "bwd", grad_bytes, tied_here)
     return {s.op: (s.bytes, s.kernels) for s in steps if isinstance(s, Op) and s.op.startswith("embedding")}
 
 
 def test_core_r08_embedding_grad_by_hand() -> None:
-    # megatron-core (F.embedding's dense backward): zero fill of the 100 x 64 table in bf16 (12,800 B);
-    # the 16 x 64 = 1,024 token-gradient elements: read 2, FP32 partials written 4 and read 4, rows written
-    # 2 = 12 B each (12,288 B, 2 kernels); main_grad add over 6,400 parameters: read 4 + read 2 + write 4 =
-    # 10 B each (64,000 B); dropout of the embedding output: read, write, mask = 5 B x 1,024.
+    # megatron-core (F.embedding's dense backward), 4,096 tokens (> 3,072: the sorted path): zero fill of
+    # the 100 x 64 table in bf16 (12,800 B); the 4,096 x 64 = 262,144 token-gradient elements: read 2, FP32
+    # partials written 4 and read 4, rows written 2 = 12 B each (3,145,728 B, 2 kernels); main_grad add over
+    # 6,400 parameters: read 4 + read 2 + write 4 = 10 B each (64,000 B); dropout of the embedding output:
+    # read, write, mask = 5 B x 262,144 = 1,310,720 B.
     assert _bwd("megatron-core") == {
-        "embedding_dropout": (5_120, 1), "embedding_grad_zero": (12_800, 1), "embedding": (12_288, 2),
-        "embedding_main_grad_add": (64_000, 1),
+        "embedding_dropout": (1_310_720, 1), "embedding_grad_zero": (12_800, 1),
+        "embedding": (3_145_728, 2), "embedding_main_grad_add": (64_000, 1),
     }  # fmt: skip
+    # 16 tokens (<= 3,072): one feature kernel, read the gradient, read and write the row: 6 B x 1,024.
+    assert _bwd("megatron-core", seq=16)["embedding"] == (6_144, 1)
     # A bf16 gradient buffer (grad_reduce_dtype bf16): the add reads 2 + 2, writes 2 (6 x 6,400 = 38,400 B).
     assert _bwd("megatron-core", grad_bytes=2)["embedding_main_grad_add"] == (38_400, 1)
     # TP 2: the rank's 50 x 64 shard: zero fill 6,400 B, add 10 x 3,200 = 32,000 B; the rows unchanged.
@@ -41,9 +46,9 @@ def test_core_r08_embedding_grad_by_hand() -> None:
 
 def test_core_v06_embedding_grad_by_hand() -> None:
     # megatron-core-0.7 (`weight[masked_input]`: zeros_like + index_put_ accumulate): zero fill 12,800 B,
-    # the scatter-add reads the gradient, reads and writes the row: 6 B x 1,024 = 6,144 B.
+    # the scatter-add reads the gradient, reads and writes the row: 6 B x 262,144 = 1,572,864 B.
     bwd = _bwd("megatron-core-0.7")
-    assert bwd["embedding_grad_zero"] == (12_800, 1) and bwd["embedding"] == (6_144, 1)
+    assert bwd["embedding_grad_zero"] == (12_800, 1) and bwd["embedding"] == (1_572_864, 1)
     assert bwd["embedding_main_grad_add"] == (64_000, 1)
 
 
@@ -58,7 +63,7 @@ def test_tied_output_layer_on_the_same_rank_by_hand() -> None:
 
 
 def test_other_profiles_keep_the_scatter_add_alone() -> None:
-    assert _bwd("megatron-deepspeed") == {"embedding_dropout": (5_120, 1), "embedding": (6_144, 1)}
+    assert _bwd("megatron-deepspeed", seq=16) == {"embedding_dropout": (5_120, 1), "embedding": (6_144, 1)}
 
 
 DP2 = {
@@ -104,3 +109,21 @@ def test_bucket_scaling_at_dp1() -> None:
     assert _prep({**one, "framework": "megatron-core-0.7"}) == {
         "dp_grad_nan_check.bucket0": 380_160, "dp_grad_scale.bucket0": 760_320,
     }  # fmt: skip
+
+
+def test_qkv_split_cat_under_rope_by_hand() -> None:
+    # GQA: 4 query heads, 2 KV heads of 16 (hidden 64), 16 tokens: q = 16 x 4 x 16 = 1,024 elements, kv =
+    # 16 x 2 x 16 = 512; the cat reads and writes q + 2 kv = 2,048 elements of 2 B: 8,192 B, after RoPE's
+    # backward, before the QKV projection's.
+    m = model_from_mapping({**LLAMA, "kv_heads": 2})
+    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, fw=FRAMEWORKS["megatron-core"])
+    ops = [s.op for s in layer_steps(c, "bwd") if isinstance(s, Op)]
+    cat = next(s for s in layer_steps(c, "bwd") if isinstance(s, Op) and s.op == "qkv_grad_cat")
+    assert (cat.bytes, cat.kernels) == (8_192, 1)
+    assert ops.index("rope") + 1 == ops.index("qkv_grad_cat") < ops.index("qkv_proj")
+    # A learned position table (no RoPE): no cat (backend-dependent, not modelled); other profiles: none.
+    learned = model_from_mapping({**LLAMA, "position_embedding": "learned"})
+    c = Ctx(learned, shard_of(learned, 1, 0), 1, 16, 2, False, fw=FRAMEWORKS["megatron-core"])
+    assert "qkv_grad_cat" not in {s.op for s in layer_steps(c, "bwd") if isinstance(s, Op)}
+    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, fw=FRAMEWORKS["megatron-deepspeed"])
+    assert "qkv_grad_cat" not in {s.op for s in layer_steps(c, "bwd") if isinstance(s, Op)}

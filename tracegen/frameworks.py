@@ -190,6 +190,13 @@ class Framework:
     # False: megatron_gpt_model.py of NVIDIA/NeMo f2e3232).
     bucket_scale: str = ""
     check_for_nan_in_grad: bool = False
+    # Megatron-Core's q, k and v are split views of the QKV projection's output (get_query_key_value_tensors
+    # in megatron/core/transformer/attention.py of core_v0.6.0 and core_r0.8.0: Transformer Engine's
+    # SplitAlongDim); its backward (_SplitAlongDim.backward, transformer_engine/pytorch/attention.py of
+    # v1.8) returns the three gradients as one view only when they already lie side by side in one buffer,
+    # else torch.cat. Under RoPE dq and dk are the rotary backward's own new tensors, so the cat runs on
+    # every backend: `qkv_grad_cat` (tracegen.ops._qkv_split_cat).
+    qkv_split_cat: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -250,6 +257,7 @@ _MEGATRON_CORE = Framework(
     main_grad_hook=True,
     bucket_scale="not_one",
     check_for_nan_in_grad=True,
+    qkv_split_cat=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {
