@@ -18,6 +18,7 @@ from xsim.tracegen.ops import Ctx, Op, head_steps, layer_steps, shard_of
 from xsim.tracegen.spec import spec_to_mapping
 from xsim.tracegen.workload import generate
 from xsim.traces import attrs as A
+from xsim.traces import pb
 
 # Llama-style tiny model: h 64, 4 heads (and 4 KV heads) of 16, FFN 128 (gate + up 256), vocab 100, 16 tokens.
 LLAMA = {"name": "llama-tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "kv_heads": 4,
@@ -159,7 +160,7 @@ def test_internlm_hybrid_zero_all_reduces_whole_buckets_in_generated_traces():
         ("megatron-core", "dp_grad_reducescatter", 190_208),
     ):
         b = generate(load_spec({**spec, "framework": fw}), rewrite=False)
-        grads = [n for n in b.nodes[0] if n.name.startswith("dp_grad_")]
+        grads = [n for n in b.nodes[0] if n.name.startswith("dp_grad_") and n.type == pb.COMM_COLL_NODE]
         assert [(n.name.split(".")[0], A.get_int(n, A.COMM_SIZE)) for n in grads] == [(name, size)], fw
 
 

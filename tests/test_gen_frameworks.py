@@ -246,8 +246,10 @@ def test_loss_is_megatrons_fp32_cross_entropy_by_hand():
 
 
 def test_embedding_gather_dropout_and_backward_scatter_by_hand():
+    # A profile whose embedding backward is the scatter-add alone (Framework.embedding_bwd ""); Megatron-
+    # Core's zero fill and main_grad add: tests/test_mcore_grad_work.py.
     m = model_from_mapping(GPT)
-    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False)
+    c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, fw=FRAMEWORKS["megatron-deepspeed"])
     fwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "fwd") if isinstance(s, Op)}
     bwd = {s.op: (s.bytes, s.kernels) for s in embedding_steps(c, "bwd") if isinstance(s, Op)}
     # Gather: read and write 16 rows of 64 (2 x 2,048 B); the GPT model's learned positions: the lookup of

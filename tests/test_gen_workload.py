@@ -72,22 +72,26 @@ def test_small_spec_counts_by_hand(schedule):
     # ranks = 1): COMP 2*(13+15)+5 = 61, ALL_REDUCE 2*(3+2)+1 = 11, SEND 2, RECV 2 -> 76 nodes. The QKV and
     # MLP up/gate backward GEMMs are each two nodes, dgrad then wgrad, the AllReduce between them under the
     # wgrad (Megatron-Core's async dgrad AllReduce, Framework.async_dgrad_allreduce): COMP 61 + 2*2 = 65.
+    # Megatron-Core's embedding backward adds the gradient's zero fill and the main_grad add (2 per
+    # micro-batch), RoPE's q/k/v split its gradient cat (1 per micro-batch), and its one gradient bucket is
+    # NaN-checked at DP 1 too (1): COMP 65 + 4 + 2 + 1 = 72.
     for r in (0, 1):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 65,
+            "COMP_NODE": 72,
             "ALL_REDUCE": 11,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
-        assert len(b.nodes[r]) == 80
+        assert len(b.nodes[r]) == 87
     # Stage 1 (layer 2, head). Forward: recv, 11 layer ops + final norm, LM head, loss = 14 COMP, AllReduce
     # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 13 = 16 COMP,
     # AllReduce of the LM-head input gradient + 2 in the layer = 3, one gradient send.
     # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2; the QKV, MLP up/gate and LM-head backward
-    # GEMMs as dgrad and wgrad nodes: COMP 65 + 2*3 = 71.
+    # GEMMs as dgrad and wgrad nodes: COMP 65 + 2*3 = 71; the q/k/v gradient cat (2) and the bucket's NaN
+    # check: 74.
     for r in (2, 3):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 71,
+            "COMP_NODE": 74,
             "ALL_REDUCE": 13,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
@@ -113,7 +117,7 @@ def test_sequence_parallel_counts_by_hand():
     # in test_small_spec_counts_by_hand. The backward gathers QKV's and fc1's inputs again for their wgrad
     # GEMMs (Framework.sp_dgrad_overlap): 4 AG more, 14.
     assert kinds(b.nodes[0]) == {
-        "COMP_NODE": 65, "ALL_GATHER": 14, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
+        "COMP_NODE": 72, "ALL_GATHER": 14, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
         "COMM_SEND_NODE": 2, "COMM_RECV_NODE": 2,
     }  # fmt: skip
     ag = next(n for n in b.nodes[0] if n.type == pb.COMM_COLL_NODE and A.comm_type(n) == pb.ALL_GATHER)
@@ -198,13 +202,17 @@ def test_homogeneous_dp_buckets_by_hand():
     assert A.comm_size(one) == (6464 + 2 * 41088 + 6400) * 2 == 95_040 * 2
     # Megatron-Core's defaults: overlap_grad_reduce off (bucket_size None: one bucket) after the whole
     # backward, FP32 gradients for BF16 (accumulate_allreduce_grads_in_fp32): 95,040 x 4 B, whatever the
-    # bucket size, hanging off the last backward node (the embedding's).
+    # bucket size, hanging off the last backward node: the bucket's 1/DP scaling, after its NaN check,
+    # after the embedding's main_grad add (Megatron-Core's Bucket.start_grad_sync, tests/test_mcore_grad_work.py).
     for spec in (base, {**base, "dp_bucket_bytes": 1}):
         nodes = generate(load_spec(spec), rewrite=False).nodes[0]
         (one,) = [n for n in nodes if A.get_str(n, A.PHASE) == "sync"]
         assert A.comm_size(one) == 95_040 * 4
-        last_bwd = max(n.id for n in nodes if A.get_str(n, A.PHASE) == "bwd")
-        assert list(one.data_deps) == [last_bwd] and by_name(nodes, last_bwd).startswith("embedding.bwd")
+        bwd = sorted(n.id for n in nodes if A.get_str(n, A.PHASE) == "bwd")
+        assert list(one.data_deps) == [bwd[-1]]
+        assert [by_name(nodes, i).split(".")[0] for i in bwd[-3:]] == [
+            "embedding_main_grad_add", "dp_grad_nan_check", "dp_grad_scale",
+        ]  # fmt: skip
 
 
 def by_name(nodes, nid):

@@ -109,13 +109,15 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
         "moe_unsort_chunks", "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_sort_chunks",
         "moe_dispatch.bwd.mb0.from1",
         "moe_dispatch.bwd.mb0.to1", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
-        "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_proj", "attn_norm", "attn_residual",
+        "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_grad_cat", "qkv_proj", "attn_norm",
+        "attn_residual",
     ]  # fmt: skip
     full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
     assert names == full(fwd, "fwd") + full(bwd, "bwd")
-    # 17 + 4 P2P forward, 19 + 4 P2P backward: two local experts per EP rank, so the received copies are
-    # sorted by expert before the grouped GEMMs and back after them (Megatron-Core's permutation 2)
-    assert (len(fwd), len(bwd)) == (21, 23)
+    # 17 + 4 P2P forward, 20 + 4 P2P backward (the q/k/v gradient cat included): two local experts per EP
+    # rank, so the received copies are sorted by expert before the grouped GEMMs and back after them
+    # (Megatron-Core's permutation 2)
+    assert (len(fwd), len(bwd)) == (21, 24)
     by = {n.name: n for n in bundle.nodes[0]}
     # the sort by expert waits for the permute and for both halves of the dispatch; the send leaves after the
     # permute; the expert GEMM follows the sort
@@ -230,8 +232,11 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     assert main(["trace", "validate", str(tmp_path)]) == 0
     assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
     # 748 before the sorts by expert and the collective all-to-alls: + 4 ranks x 2 layers x 2 mbs x 4 (sort,
-    # unsort; forward, backward), - as many for the 4 all-to-alls' send + receive pairs now one node each
-    assert "replayed 748 nodes on 4" in capsys.readouterr().out
+    # unsort; forward, backward), - as many for the 4 all-to-alls' send + receive pairs now one node each;
+    # + 4 ranks x 6 for Megatron-Core's gradient work (the embedding gradient's zero fill and main_grad add
+    # per micro-batch, the bucket's NaN check and 1/DP scaling) + 4 ranks x 2 layers x 2 mbs for the q/k/v
+    # split's gradient cat: 788
+    assert "replayed 788 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():

@@ -167,6 +167,46 @@ class Framework:
     # and the output nn.Linear on the tokenizer's vocab_size unpadded (torchtitan/models/llama3/model/
     # model.py), so its profile keeps 0. The spec's `make_vocab_size_divisible_by` overrides it.
     vocab_divisible_by: int = 0
+    # The word embedding's weight gradient as the framework's embedding lookup runs it backward
+    # (tracegen.ops.embedding_steps): "" = the scatter-add of the token rows alone (read the gradient, read
+    # and write the row); "index_put" = Megatron-Core core_v0.5.0-core_v0.7.0's `self.weight[masked_input]`
+    # (VocabParallelEmbedding.forward, megatron/core/tensor_parallel/layers.py), whose backward is
+    # index_backward's `zeros_like(self).index_put_(indices, grad, accumulate=True)`: a zero-filled
+    # vocab/TP x hidden gradient in the model dtype, then the same scatter-add; "dense" = core_r0.8.0 on,
+    # F.embedding (deterministic_mode off, its default), whose embedding_dense_backward (aten/src/ATen/
+    # native/cuda/EmbeddingBackwardKernel.cu, embedding_backward_cuda_kernel) zero-fills the gradient, sums
+    # the token rows' gradient into FP32 partial segments (compute_grad_weight: read dtype, write 4 B per
+    # element) and scatters them into the rows (sum_and_scatter: read 4 B, write dtype).
+    embedding_bwd: str = ""
+    # Megatron-Core's DDP gradient hook on every parameter (DistributedDataParallel._make_param_hook,
+    # megatron/core/distributed/distributed_data_parallel.py of core_v0.6.0 and core_r0.8.0): a parameter
+    # whose gradient the weight-gradient GEMM did not already accumulate (`grad_added_to_main_grad` unset:
+    # the word embedding and a learned position table, not being fused linears) gets
+    # `param.main_grad.add_(param.grad.data)` every micro-batch: read the buffer's dtype, read the model
+    # dtype, write the buffer's dtype per parameter. A tied output layer on the same stage (language_module.py
+    # sets `zero_out_wgrad` on the shared weight) returns a zero-filled vocab/TP x hidden weight gradient
+    # (layers.py LinearWithGradAccumulationAndAsyncCommunication.backward, `torch.zeros(...)`: write dtype)
+    # that autograd sums with the embedding's (read, read, write dtype) before the hook adds the sum.
+    main_grad_hook: bool = False
+    # Megatron-Core's Bucket.start_grad_sync (megatron/core/distributed/param_and_grad_buffer.py), once per
+    # gradient bucket before its DP collective: `self.grad_data *= self.gradient_scaling_factor` (1 / DP;
+    # read and write the bucket): "always" (core_v0.6.0: unconditionally, DP 1 included) | "not_one"
+    # (core_v0.7.0 on: only `if self.gradient_scaling_factor != 1.0`, i.e. DP > 1 without
+    # average_in_collective) | "" (not run); and, where check_for_nan_in_grad, `norm =
+    # self.grad_data.norm(p=2)` first (read the bucket; its `assert not norm.isnan()` syncs the host, not
+    # modelled). The spec's `check_for_nan_in_grad` replaces the profile's default (Megatron-LM's
+    # --check-for-nan-in-loss-and-grad is on unless --no-check-for-nan-in-loss-and-grad: megatron/training/
+    # arguments.py of core_v0.6.0 and core_r0.8.0; NeMo 24.07 passes `optim.check_for_nan_in_grad`, default
+    # False: megatron_gpt_model.py of NVIDIA/NeMo f2e3232).
+    bucket_scale: str = ""
+    check_for_nan_in_grad: bool = False
+    # Megatron-Core's q, k and v are split views of the QKV projection's output (get_query_key_value_tensors
+    # in megatron/core/transformer/attention.py of core_v0.6.0 and core_r0.8.0: Transformer Engine's
+    # SplitAlongDim); its backward (_SplitAlongDim.backward, transformer_engine/pytorch/attention.py of
+    # v1.8) returns the three gradients as one view only when they already lie side by side in one buffer,
+    # else torch.cat. Under RoPE dq and dk are the rotary backward's own new tensors, so the cat runs on
+    # every backend: `qkv_grad_cat` (tracegen.ops._qkv_split_cat).
+    qkv_split_cat: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -225,6 +265,11 @@ _MEGATRON_CORE = Framework(
     async_dgrad_allreduce=True,
     embedding_reduce_scatter=True,
     vocab_divisible_by=128,
+    embedding_bwd="dense",
+    main_grad_hook=True,
+    bucket_scale="not_one",
+    check_for_nan_in_grad=True,
+    qkv_split_cat=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -267,7 +312,15 @@ FRAMEWORKS: dict[str, Framework] = {
     # (embedding_reduce_scatter off: VocabParallelEmbedding.forward of core_v0.6.0 and core_v0.7.0 ends with
     # reduce_from_tensor_model_parallel_region, and LanguageModelEmbedding scatters to the sequence-parallel
     # region after it; the reduce-scatter arrives in core_r0.8.0).
-    "megatron-core-0.7": replace(_MEGATRON_CORE, name="megatron-core-0.7", embedding_reduce_scatter=False),
+    # Its embedding is `self.weight[masked_input]` (embedding_bwd "index_put") and its buckets are scaled by
+    # 1 / DP unconditionally (core_v0.6.0's start_grad_sync; core_v0.7.0 skips a factor of 1, at DP 1).
+    "megatron-core-0.7": replace(
+        _MEGATRON_CORE,
+        name="megatron-core-0.7",
+        embedding_reduce_scatter=False,
+        embedding_bwd="index_put",
+        bucket_scale="always",
+    ),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's
     # elementwise chain (both unfused), biases added by separate kernels, dropout and residual add as

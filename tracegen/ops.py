@@ -567,6 +567,17 @@ def _rope(c: Ctx, phase: str) -> list[Op]:
     return [_kern("rope", phase, elems, 3, passes * c.b, 2 * kernels)]
 
 
+def _qkv_split_cat(c: Ctx) -> list[Op]:
+    """Backward of Megatron-Core's split of the QKV projection's output into q, k, v (Framework.
+    qkv_split_cat), where RoPE made dq and dk tensors of their own: torch.cat of the three gradients, read
+    and write q + 2 kv elements. Without RoPE whether they are adjacent depends on the attention backend
+    (cuDNN's packed sbh3d gradient is; flash-attn's three are not): not modelled."""
+    if not (c.fw.qkv_split_cat and c.m.rope):
+        return []
+    q, kv = c.tokens * c.sh.heads * c.m.head_dim, c.tokens * c.sh.kv_heads * c.m.head_dim
+    return [Op("qkv_grad_cat", "bwd", 0, 2 * c.b * (q + 2 * kv), (q + 2 * kv,), False)]
+
+
 def _activation(c: Ctx, phase: str) -> list[Op]:
     """The MLP activation (GeLU, or SwiGLU's silu(gate) * up) with, for GPT-style biases, the bias add."""
     m, t, f, b = c.m, c.tokens, c.sh.ffn, c.b
@@ -657,6 +668,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
         *_rope(c, "bwd"),
+        *_qkv_split_cat(c),
         *_bias(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_transpose(c, "qkv_proj", t * m.hidden),
@@ -714,10 +726,12 @@ def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]
     return list(bwd)
 
 
-def embedding_steps(c: Ctx, phase: str) -> list[Step]:
+def embedding_steps(c: Ctx, phase: str, grad_bytes: int = 4, tied_here: bool = False) -> list[Step]:
     """Vocab-parallel input embedding (first stage): gather of the token rows, the partial rows summed over
     TP, the learned position table's rows added (models with `positions` learned), then the embedding
-    dropout (Megatron applies hidden dropout to the embedding output)."""
+    dropout (Megatron applies hidden dropout to the embedding output). Backward, the word table's gradient
+    as Framework.embedding_bwd runs it and, under Framework.main_grad_hook, its accumulation into the
+    `grad_bytes`-wide main_grad (`tied_here`: the output layer on this rank shares the table)."""
     t, h, b = c.tokens, c.m.hidden, c.b
     e = c.norm_tokens * h
     if phase == "fwd":
@@ -729,13 +743,12 @@ def embedding_steps(c: Ctx, phase: str) -> list[Step]:
             *_positions(c, phase),
             *_embedding_dropout(c, phase, e),
         ]
-    # scatter-add of the token gradients into the table rows (read gradient, read and write the row)
     return [
         *_embedding_dropout(c, phase, e),
         *_embedding_norm(c, phase),
         *_embedding_tp(c, False),
         *_positions(c, phase),
-        Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False),
+        *embedding_grad(c, grad_bytes, tied_here),
     ]
 
 
@@ -751,6 +764,42 @@ def _embedding_norm(c: Ctx, phase: str) -> list[Op]:
     elems = (c.norm_tokens if sliced else c.tokens) * c.m.hidden
     rw = (1, 1) if phase == "fwd" else (2, 1)
     return [_elem("embedding_norm", phase, elems, ELEM_FLOPS["layernorm"], *rw, c.b)]
+
+
+# embedding_dense_backward_cuda (aten/src/ATen/native/cuda/Embedding.cu) takes the sorted, FP32-partial path
+# only above `num_indices <= 3072`; up to 3072 tokens one embedding_backward_feature_kernel adds the token
+# rows into the zeroed table (read the gradient, read and write the row).
+EMBEDDING_FEATURE_KERNEL_MAX_TOKENS = 3072
+
+
+def embedding_grad(c: Ctx, grad_bytes: int, tied_here: bool) -> list[Op]:
+    """The word table's weight gradient (Framework.embedding_bwd) and its main_grad accumulation
+    (Framework.main_grad_hook; the table, and a learned position table, are not fused linears).
+
+    Per element of the t x h token gradient: the scatter-add reads the gradient and reads and writes the
+    row (3 dtype); "dense" above 3072 tokens sums into FP32 partial segments and scatters them (dtype + 4 +
+    4 + dtype).
+    Per parameter of the vocab/TP x h shard: the zero fill writes dtype; on a rank whose output layer is
+    tied to it, that layer's zeroed weight gradient (write dtype) and autograd's sum of the two (read 2
+    dtype, write dtype); the hook's add reads main_grad and the gradient and writes main_grad."""
+    t, h, b = c.tokens, c.m.hidden, c.b
+    if c.fw.embedding_bwd == "dense" and t > EMBEDDING_FEATURE_KERNEL_MAX_TOKENS:
+        rows = Op("embedding", "bwd", t * h, (2 * b + 2 * FP32) * t * h, (t, h), False, kernels=2)
+    else:
+        rows = Op("embedding", "bwd", t * h, 3 * t * h * b, (t, h), False)
+    if not c.fw.embedding_bwd:
+        return [rows]
+    table = c.sh.vocab * h
+    out = [Op("embedding_grad_zero", "bwd", 0, b * table, (c.sh.vocab, h), False), rows]
+    if not c.fw.main_grad_hook:
+        return out
+    if tied_here:
+        out.append(
+            Op("embedding_tied_grad_sum", "bwd", table, 4 * b * table, (c.sh.vocab, h), False, kernels=2)
+        )
+    params = table + c.m.position_params
+    out.append(Op("embedding_main_grad_add", "bwd", params, (2 * grad_bytes + b) * params, (params,), False))
+    return out
 
 
 def _embedding_dropout(c: Ctx, phase: str, elems: int) -> list[Op]:

@@ -125,6 +125,7 @@ TOP_KEYS = (
     "fp8_recipe",
     "fp8_params",
     "dropout",
+    "check_for_nan_in_grad",
     "dp_comm_ctas",
     "tp_overlap_sms",
     "host_dispatch",
@@ -652,6 +653,9 @@ class _SpecBuilder:
         # Hidden dropout as the run sets it (field 78): absent, the framework profile's.
         if "dropout" in self.raw:
             dep.dropout = "on" if self.bool_key("dropout") else "off"
+        # The gradient buckets' NaN check as the run sets it (field 80): absent, the framework profile's.
+        if "check_for_nan_in_grad" in self.raw:
+            dep.check_for_nan_in_grad = "on" if self.bool_key("check_for_nan_in_grad") else "off"
         self.gpus(dep)
         self.profile(dep)
         self.recompute(dep)
@@ -1561,6 +1565,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
         **({"fp8_params": True} if dep.fp8_params else {}),
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
+        **({"check_for_nan_in_grad": dep.check_for_nan_in_grad == "on"} if dep.check_for_nan_in_grad else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

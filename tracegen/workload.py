@@ -362,12 +362,15 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
     """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`, its
-    RMSNorm by `rmsnorm_impl` and its dropout by `dropout` where the spec sets them."""
+    RMSNorm by `rmsnorm_impl`, its dropout by `dropout` and its gradient buckets' NaN check by
+    `check_for_nan_in_grad` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     if dep.rmsnorm_impl:
         fw = replace(fw, rmsnorm=dep.rmsnorm_impl)
     if dep.dropout:
         fw = replace(fw, dropout=dep.dropout == "on")
+    if dep.check_for_nan_in_grad:
+        fw = replace(fw, check_for_nan_in_grad=dep.check_for_nan_in_grad == "on")
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -755,7 +758,15 @@ class _RankProgram:
             self.layer_fwd["bwd"] = [*op_sac_recompute(self.ctx), *self.layer_fwd["bwd"]]
         self.ep = gen.ep_of.get(rank)  # (ep, EP index, EP group ranks, expert-DP group) of a MoE model
         self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
-        self.emb = {p: embedding_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.first else None
+        # The word table's gradient is accumulated into main_grad, as wide as the gradient buffer; a tied output
+        # layer on this rank (one stage) shares the table (tracegen.ops.embedding_grad).
+        main_grad = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
+        tied_here = self.first and self.last and gen.model.tied
+        self.emb = (
+            {p: embedding_steps(self.ctx, p, main_grad, tied_here) for p in ("fwd", "bwd")}
+            if self.first
+            else None
+        )
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
         # Transformer Engine's amax reduction and scale update, once per model chunk, micro-batch and pass
         # (tracegen.ops.te_amax_update): each list made once, as the step caches key on the list.
@@ -1395,6 +1406,8 @@ class _RankProgram:
         if ch.next is not None:
             pred = self.pass_recv(BWD, ch, mb)
         self.timer_sync(TIMER_SYNCS_BACKWARD_START, (self.frontier, pred))
+        if sync:
+            self.sync_mb = mb  # the micro-batch whose backward fills the buckets (_bucket_prep's tag)
         m, sh = self.gen.model, self.ctx.sh
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
@@ -1481,10 +1494,10 @@ class _RankProgram:
         """Close the open bucket: an AllReduce of its gradients, or (distributed optimizer) a ReduceScatter
         of the padded bucket whose parameters are all-gathered after the optimizer step. Without
         overlap_grad_reduce the bucket waits for the end of the iteration's backward (flush_deferred)."""
-        if self.pending <= 0 or self.dp_pg is None:
+        if self.pending <= 0 or (self.dp_pg is None and not self.dp1_prep()):
             self.pending = self.pending_fp8 = 0
             return
-        if self.dist_opt:
+        if self.dist_opt and self.dp_pg is not None:
             self.buckets.append(dist_opt_bucket(self.pending, self.dp))
             self.bucket_fp8.append(self.pending_fp8)
         if self.overlap_grad:
@@ -1547,9 +1560,39 @@ class _RankProgram:
         self.expert_sync_ids.append(nid)
         self.expert_rs += 1
 
+    def dp1_prep(self) -> bool:
+        """Whether the framework works on its gradient buckets at DP 1 too (no collective): Megatron-Core's
+        NaN check, and core_v0.6.0's scaling by 1.0 (_bucket_prep)."""
+        fw = self.ctx.fw
+        return fw.bucket_scale == "always" or (fw.bucket_scale != "" and fw.check_for_nan_in_grad)
+
+    def _bucket_prep(self, elems: int, layer: int, after: int) -> int:
+        """Megatron-Core's Bucket.start_grad_sync before the bucket's collective (Framework.bucket_scale): the
+        NaN check's `grad_data.norm(p=2)` (read the bucket, a multiply-add per element) where
+        check_for_nan_in_grad, then `grad_data *= gradient_scaling_factor` (read and write it), on the compute
+        stream after the bucket's last gradient; the last becomes the chain's frontier. Returns that node
+        (`after` where none runs)."""
+        fw = self.ctx.fw
+        ops: list[Op] = []
+        if fw.bucket_scale and fw.check_for_nan_in_grad:
+            ops.append(Op("dp_grad_nan_check", "bwd", 2 * elems, self.grad_bytes * elems, (elems,), False))
+        if fw.bucket_scale == "always" or (fw.bucket_scale == "not_one" and self.dp > 1):
+            ops.append(Op("dp_grad_scale", "bwd", elems, 2 * self.grad_bytes * elems, (elems,), False))
+        for op in ops:
+            micros, exact = self.gen.duration(self.gpu, op)
+            extra = [self.gen.attr(A.NUM_OPS, op.flops), self.gen.attr(A.TENSOR_SIZE, op.bytes), exact]
+            tags = self._tags(layer, "bwd", self.sync_mb)  # in the backward of the bucket's last micro-batch
+            name = f"{op.op}.bucket{self.bucket_count}"
+            after = self.frontier = self._add(name, pb.COMP_NODE, [after], [], micros, tags + extra)
+        return after
+
     def _bucket_node(self, params: int, layer: int, after: int) -> None:
         g = self.gen
-        assert self.dp_pg is not None
+        elems = dist_opt_bucket(params, self.dp) if self.dist_opt else params
+        after = self._bucket_prep(elems, layer, after)
+        if self.dp_pg is None:  # DP 1: the NaN check (and core_v0.6.0's scaling by 1.0), no collective
+            self.bucket_count += 1
+            return
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
         if self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
             padded = dist_opt_bucket(params, self.dp)
@@ -1897,6 +1940,7 @@ class _RankProgram:
         # FP8 linear weights in each distributed-optimizer bucket (fp8_params)
         self.bucket_fp8: list[int] = []
         self.bucket_count = 0
+        self.sync_mb = 0
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
         self.expert_deferred: list[int] = []
@@ -1963,7 +2007,8 @@ class _RankProgram:
         """One forward or backward pass of model chunk `c`."""
         ch = self.st.chunks[c]
         if kind == BWD:
-            self.backward(ch, mb, sync=self.dp_pg is not None and not self.fsdp and mb == last_b[c])
+            buckets = self.dp_pg is not None or self.dp1_prep()
+            self.backward(ch, mb, sync=buckets and not self.fsdp and mb == last_b[c])
         else:
             self.forward(ch, mb)
 
