@@ -10,7 +10,7 @@ from xsim.replay import ReplayConfig, simulate
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.frameworks import FRAMEWORKS
 from xsim.tracegen.host import HOST_SYNC_NS
-from xsim.tracegen.ops import XENT_BWD_KERNELS
+from xsim.tracegen.ops import XENT
 from xsim.traces import attrs as A
 
 from xsim import api
@@ -80,10 +80,10 @@ def test_timer_syncs_around_each_pass_by_hand() -> None:
 
 def test_timer_syncs_step_time_by_hand(tmp_path: Path, monkeypatch) -> None:
     # Each group of k syncs leaves the GPU idle k x SYNC plus the launches (1 ns each) of the op that starts
-    # first after it: the loss's backward (two kernels, XENT_BWD_KERNELS) after F0 and after F1, the
+    # first after it: the loss's backward (two kernels, XENT["megatron"]["bwd"]) after F0 and after F1, the
     # embedding's forward (one) after B0, the pre-all-reduce coalesce (one) after B1:
     # (2 + 5 + 2 + 1) x SYNC + (2 + 1 + 2 + 1) ns.
-    assert XENT_BWD_KERNELS == 2
+    assert XENT["megatron"]["bwd"][0] == 2
     on = _replay(tmp_path, ONE, "on")
     _no_timers(monkeypatch)
     off = _replay(tmp_path, ONE, "off")

@@ -113,9 +113,11 @@ class Framework:
     rmsnorm: str = "fused"
     complex_rope: bool = False
     dropout: bool = True
-    # The loss as F.cross_entropy on FP32 logits in eager PyTorch (tracegen/ops.py, EAGER_XENT: the cast,
-    # log_softmax, nll_loss and their backward) rather than Megatron's fused vocab-parallel cross-entropy.
-    eager_loss: bool = False
+    # The loss (tracegen.ops.XENT): "megatron" (Megatron's vocab-parallel cross-entropy on an FP32 copy of
+    # the logits) | "eager" (F.cross_entropy on FP32 logits in eager PyTorch: the cast, log_softmax, nll_loss
+    # and their backward) | "fused" (one softmax cross-entropy kernel each way on the 16-bit logits:
+    # flash-attn's CrossEntropyLoss on apex xentropy).
+    loss: str = "megatron"
     # FSDP2 keeps the model's last transformer block gathered from its forward to its backward
     # (fully_shard(..., reshard_after_forward=False) on it; tracegen.workload _root_kept).
     fsdp_keep_last_block: bool = False
@@ -142,10 +144,6 @@ class Framework:
     # Unfused RoPE that slices q and k into rotated and passed parts and concatenates them back (Megatron-LM
     # 2023's apply_rotary_pos_emb: tracegen.ops.ROPE_SLICE_CAT).
     rope_slice_cat: bool = False
-    # The loss as one fused softmax cross-entropy kernel each way on the 16-bit logits (flash-attn's
-    # CrossEntropyLoss, apex xentropy: tracegen.ops.FUSED_XENT_*) rather than Megatron's vocab-parallel
-    # cross-entropy on an FP32 copy of the logits.
-    fused_xent: bool = False
     # Weight gradients accumulated over micro-batches by autograd in the parameters' own `.grad` (dtype):
     # from the second micro-batch on, AccumulateGrad's `variable_grad += new_grad` per parameter tensor
     # (read 2, write 1; torch/csrc/autograd/functions/accumulate_grad.h), rather than Megatron's fused
@@ -357,7 +355,7 @@ FRAMEWORKS: dict[str, Framework] = {
     # way (nn.RMSNorm, complex RoPE, F.silu(w1) * w3, no dropout) gets the same layer.
     # The loss (torchtitan 157a12c56 train.py `loss_fn`: F.cross_entropy(pred.flatten(0, 1), ...) on the
     # model's `self.output(h).float()`; 9dec370ad moves the .float() into loss_fn): the FP32 cast, then
-    # log_softmax and nll_loss as eager PyTorch runs them (eager_loss). FSDP2 (parallelize_llama.py at
+    # log_softmax and nll_loss as eager PyTorch runs them (loss "eager"). FSDP2 (parallelize_llama.py at
     # 157a12c56 and 9dec370ad): `reshard_after_forward = layer_id < len(model.layers) - 1`, "as an
     # optimization, do not reshard after forward for the last transformer block" (fsdp_keep_last_block;
     # under pipeline parallelism 9dec370ad keeps every block, not modelled). SDPA on the H100 at the Dec 2024
@@ -369,7 +367,7 @@ FRAMEWORKS: dict[str, Framework] = {
         rmsnorm="torch",
         complex_rope=True,
         dropout=False,
-        eager_loss=True,
+        loss="eager",
         fsdp_keep_last_block=True,
     ),
     # FlagScale ed55532 (FlagOpen/FlagScale, 2023-10-23: Megatron-LM's legacy GPT model of 2023,
@@ -402,7 +400,7 @@ FRAMEWORKS: dict[str, Framework] = {
     # (rotary_emb.apply_rotary: fused RoPE), flash-attn v1's FlashSelfAttention (attention_kernel fa1), apex
     # MixedFusedRMSNorm on `_residual.float()` (fp32_norm_input; the final norm too, `self.norm(hidden_states.
     # float())`), the loss by flash-attn's CrossEntropyLoss with inplace_backward (internlm/model/loss.py:
-    # fused_xent), dropout modules with the model's drop rates
+    # loss "fused"), dropout modules with the model's drop rates
     # 0 (F.dropout with p = 0 returns its input: no kernel) and the residual adds `_dropped + _residual` and
     # `hidden_states + residual` as separate kernels; no Transformer Engine. Gradients accumulate in the
     # bf16 parameters' .grad by autograd (no main_grad buffer: the hybrid ZeRO optimizer's hooks skip the
@@ -414,7 +412,7 @@ FRAMEWORKS: dict[str, Framework] = {
         dropout=False,
         swiglu_split_gemms=True,
         fp32_norm_input=True,
-        fused_xent=True,
+        loss="fused",
         autograd_grad_accum=True,
         sharded_grad_allreduce=True,
     ),

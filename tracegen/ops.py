@@ -131,9 +131,7 @@ FP32_NORM_INPUT = {"fwd": (2, 8), "bwd": (2, 12)}
 #   (4 + 4), sum (4), divide in place to keep the softmax for backward (4 + 4) = dtype + 36 in 6 kernels;
 #   backward: scale the saved softmax by the loss gradient (4 + 4) and cast back for the LM head's GEMM
 #   (read 4, write dtype) = dtype + 12 in 2 kernels.
-XENT_FWD_BYTES, XENT_FWD_KERNELS = 36, 6
-XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
-# Eager PyTorch's loss on FP32 logits (Framework.eager_loss; torchtitan's `self.output(h).float()` and
+# Eager PyTorch's loss on FP32 logits (Framework.loss "eager"; torchtitan's `self.output(h).float()` and
 # F.cross_entropy = log_softmax, then nll_loss, torch/nn/functional.py), bytes per local logit:
 #   forward, 3 kernels: .float() (read dtype, write 4); log_softmax over a vocabulary row too long for the
 #   shared-memory kernel (aten/src/ATen/native/cuda/SoftMax.cu host_softmax: cunn_SoftMaxForwardSmem only
@@ -146,14 +144,18 @@ XENT_BWD_BYTES, XENT_BWD_KERNELS = 12, 2
 #   backward (cunn_SoftMaxBackward: read the gradient for its sum, then the gradient and the saved output,
 #   write the input gradient: 4 + 4 + 4 + 4); the cast back for the LM head's GEMM (read 4, write dtype)
 #   = dtype + 24.
-EAGER_XENT = {"fwd": (3, 20), "bwd": (4, 24)}  # kernels, FP32 bytes per logit besides one dtype pass
-# A fused softmax cross-entropy on the 16-bit logits (Framework.fused_xent: flash-attn's CrossEntropyLoss
+# A fused softmax cross-entropy on the 16-bit logits (Framework.loss "fused": flash-attn's CrossEntropyLoss
 # on apex's xentropy_cuda_lib, as InternLM 4a3d156 internlm/model/loss.py calls it with inplace_backward),
 # bytes per local logit beyond nothing: forward one kernel reading each row twice (apex
 # csrc/xentropy/xentropy_kernel.cu cunn_SoftMaxXEntropyForward: the max, then the sum of exponentials) and
 # writing per-token loss and log-sum-exp only = 2 dtype; backward one kernel reading the logits and
 # writing their gradient in place = 2 dtype.
-FUSED_XENT_FWD_DTYPE, FUSED_XENT_BWD_DTYPE = 2, 2
+# Kernels, dtype passes, FP32 bytes per local logit, by Framework.loss (the three above).
+XENT = {
+    "megatron": {"fwd": (6, 1, 36), "bwd": (2, 1, 12)},
+    "eager": {"fwd": (3, 1, 20), "bwd": (4, 1, 24)},
+    "fused": {"fwd": (1, 2, 0), "bwd": (1, 2, 0)},
+}
 # Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
 # once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
 # at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
@@ -840,18 +842,13 @@ def _positions(c: Ctx, phase: str) -> list[Op]:
 def head_steps(c: Ctx, phase: str) -> list[Step]:
     """Final norm, vocab-parallel output projection and softmax cross-entropy (last stage).
 
-    The loss is Megatron's vocab-parallel cross-entropy on FP32 logits: XENT_FWD_KERNELS kernels moving
-    dtype + XENT_FWD_BYTES bytes per local logit forward, XENT_BWD_KERNELS kernels and dtype +
-    XENT_BWD_BYTES backward; under Framework.eager_loss, F.cross_entropy on the FP32 cast (EAGER_XENT).
+    The loss is the framework's cross-entropy (Framework.loss, XENT): Megatron's vocab-parallel one on FP32
+    logits, eager F.cross_entropy on the FP32 cast, or one fused kernel each way on the 16-bit logits.
     """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
     # (kernels, bytes per local logit) of the loss, forward and backward
-    xent = {"fwd": (XENT_FWD_KERNELS, b + XENT_FWD_BYTES), "bwd": (XENT_BWD_KERNELS, b + XENT_BWD_BYTES)}
-    if c.fw.fused_xent:
-        xent = {"fwd": (1, FUSED_XENT_FWD_DTYPE * b), "bwd": (1, FUSED_XENT_BWD_DTYPE * b)}
-    elif c.fw.eager_loss:
-        xent = {ph: (k, b + extra) for ph, (k, extra) in EAGER_XENT.items()}
+    xent = {ph: (k, passes * b + fp32) for ph, (k, passes, fp32) in XENT[c.fw.loss].items()}
     # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
     # emitted as one AllReduce of their total size.
     xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
