@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from xsim.tracegen import catalog
 from xsim.tracegen.attention import (
@@ -33,7 +35,8 @@ TRITON_SPLIT = 0.3551705
 
 def _core(framework: str, phase: str, s: int = 4096, mb: int = 1) -> Op:
     m = preset("llama2-7b")
-    fw = FRAMEWORKS[framework]
+    # The published rates are without dropout (with it: tests/test_attention_dropout.py).
+    fw = replace(FRAMEWORKS[framework], attention_dropout=0.0)
     c = Ctx(m, shard_of(m, 1, 0), mb, s, 2, False, "bf16", "flash", fw)
     return next(o for o in layer_steps(c, phase) if isinstance(o, Op) and o.op == "attn_core")
 
@@ -228,7 +231,7 @@ def test_tiny_fa1_attention_node_on_the_a100_by_hand():
 
     # One layer, 8 heads of 64, s 1024, micro-batch 1, FlashAttention v1 (`attention_kernel: fa1`).
     spec = {"model": {"base": "llama2-7b", "layers": 1, "hidden": 512, "heads": 8, "kv_heads": 8,
-                      "ffn_hidden": 1408}, "seq_len": 1024, "attention_kernel": "fa1",
+                      "ffn_hidden": 1408}, "seq_len": 1024, "attention_kernel": "fa1", "attention_dropout": 0,
             "device_groups": [{"gpu": "A100-80GB", "ranks": [0]}]}  # fmt: skip
     nodes = generate(load_spec(spec), rewrite=False).nodes[0]
     by = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
@@ -252,7 +255,7 @@ def test_attention_kernel_key_selects_the_hopper_kernel():
     from xsim.traces import attrs as A
 
     assert choices.ATTENTION_KERNELS == KERNELS
-    base = {"model": {"base": "llama2-7b", "layers": 1}, "seq_len": 4096,
+    base = {"model": {"base": "llama2-7b", "layers": 1}, "seq_len": 4096, "attention_dropout": 0,
             "device_groups": [{"gpu": "H100", "ranks": [0]}]}  # fmt: skip
     dep = load_spec(base)
     assert dep.attention_kernel == ""  # the framework's: cuDNN for megatron-core on Hopper

@@ -37,6 +37,14 @@ mask, head dimension 64 and 128; FLOPs 3.5 x the forward's). A pass's rate there
 the condition split as the kernel's fraction-of-peak rows split it: rate(pass) = combined(s) x
 fraction(pass) / combined(fractions), combined(f) = 3.5 / (1 / f_fwd + 2.5 / f_bwd), so a forward and a
 backward together take the time the figure's bar says.
+
+Attention-probability dropout (p > 0) runs inside the fused kernel (a Philox random number per score
+element forward, regenerated backward) and costs time the rates above, all measured without dropout, do
+not include. An `attn_core` op with `Op.dropout` is timed at its rate x the published time with dropout
+over the time without, from tracegen/data/attention_dropout.csv, for the kernel that is timed, by pass
+(a forward + backward row applies to each pass), linear in log2 s between recorded lengths and held beyond,
+at the recorded head dimension nearest in log2. A kernel without rows on its GPU runs as without dropout
+(no measurement: docs/compute.md, "Attention dropout").
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ from xsim.tracegen.errors import CatalogError
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_calibration.csv")
 BY_LENGTH_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_by_length.csv")
+DROPOUT_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_dropout.csv")
 # Square tile of query rows x key columns: FlashAttention-2 section 3.3 "we choose blocks of size
 # {64,128} x {64,128}"; FlashAttention-3 uses 128-row tiles for head dimension 128 (section 3.1). 128 is
 # the tile of the head dimensions these models use (64-256).
@@ -218,11 +227,59 @@ def source_flops(batch: int, heads: int, s: int, d: int, phase: str, causal: boo
     return fwd if phase == "fwd" else BWD_OVER_FWD * fwd
 
 
+@dataclass(frozen=True)
+class DropoutPoint:
+    """One published attention-kernel time with and without dropout at a sequence length (ms each)."""
+
+    gpu: str
+    kernel: str
+    phase: str  # "fwd" | "bwd" | "fwd_bwd" (forward + backward together: applies to each pass)
+    head_dim: int
+    seq_len: int
+    ms_dropout: float
+    ms_plain: float
+    source: str
+
+
+def dropout_points(path: str = DROPOUT_FILE) -> list[DropoutPoint]:
+    """The attention-dropout data set (tracegen/data/attention_dropout.csv)."""
+    return read_points(path, DropoutPoint, {"phase": "pass"})
+
+
+@lru_cache(maxsize=1)
+def _dropout_curves() -> dict[tuple[str, str, str, int], tuple[tuple[int, float], ...]]:
+    curves: dict[tuple[str, str, str, int], list[tuple[int, float]]] = {}
+    for p in dropout_points():
+        key = (p.gpu, p.kernel, p.phase, p.head_dim)
+        curves.setdefault(key, []).append((p.seq_len, p.ms_dropout / p.ms_plain))
+    return {k: tuple(sorted(v)) for k, v in curves.items()}
+
+
+def dropout_ratio(gpu_name: str, kernel: str, phase: str, s: int, d: int) -> float:
+    """Time with attention dropout over time without, of `kernel` on `gpu_name` in `phase` (fwd | bwd) at
+    length `s` and the recorded head dimension nearest `d` in log2: the pass's own rows, else the kernel's
+    forward + backward rows; 1.0 where none is published (no cost charged without a measurement)."""
+    name = CALIBRATED_AS.get(gpu_name, gpu_name)
+    curves = _dropout_curves()
+    for ph in (phase, "fwd_bwd"):
+        dims = sorted(k[3] for k in curves if k[:3] == (name, kernel, ph))
+        if dims:
+            hd = min(dims, key=lambda x: (abs(math.log2(x) - math.log2(max(d, 1))), x))
+            return _along(curves[(name, kernel, ph, hd)], s)
+    return 1.0
+
+
 def flash_compute_seconds(
-    shape: tuple[int, ...], phase: str, gpu: GpuSpec, kernel: str, clock_ratio: float
+    shape: tuple[int, ...],
+    phase: str,
+    gpu: GpuSpec,
+    kernel: str,
+    clock_ratio: float,
+    dropout: bool = False,
 ) -> float | None:
     """Compute time of one `attn_core` op of shape (batch, heads, kv_heads, s, d) on `gpu`, or None where
-    the calibration has no row for it (the caller keeps its previous rule)."""
+    the calibration has no row for it (the caller keeps its previous rule); with `dropout` (p > 0) the
+    timed kernel's published dropout / no-dropout time ratio applies (`dropout_ratio`)."""
     if "gemm_eff" in gpu.overridden:
         return None
     kernel = kernel or "fa2"
@@ -234,11 +291,13 @@ def flash_compute_seconds(
         tflops = length_rate(gpu.name, k, phase, True, d, s)
         if tflops is not None and name in SOURCE_PEAK:
             rate = tflops * 1e12 / SOURCE_PEAK[name] * tensor_peak(gpu, "bf16") * clock_ratio
-            return source_flops(batch, heads, s, d, phase) / rate
+            slow = dropout_ratio(gpu.name, k, phase, s, d) if dropout else 1.0
+            return source_flops(batch, heads, s, d, phase) / rate * slow
         frac = _table().get((name, k, phase))
         if frac is not None:
             rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
-            return executed_flops(batch, heads, s, d, phase) / rate
+            slow = dropout_ratio(gpu.name, k, phase, s, d) if dropout else 1.0
+            return executed_flops(batch, heads, s, d, phase) / rate * slow
     return None
 
 

@@ -113,6 +113,12 @@ class Framework:
     rmsnorm: str = "fused"
     complex_rope: bool = False
     dropout: bool = True
+    # Attention-probability dropout rate (Megatron-LM's --attention-dropout, default 0.1: megatron/training/
+    # arguments.py of core_v0.6.0; Megatron-Core's TransformerConfig.attention_dropout = 0.1, core_r0.8.0
+    # megatron/core/transformer/transformer_config.py). Inside a fused attention kernel p > 0 costs its
+    # published dropout / no-dropout ratio (tracegen.attention.dropout_ratio); unfused attention keeps its
+    # own `attn_dropout` op whatever the rate. The spec's `attention_dropout` replaces it.
+    attention_dropout: float = 0.1
     # The loss (tracegen.ops.XENT): "megatron" (Megatron's vocab-parallel cross-entropy on an FP32 copy of
     # the logits) | "eager" (F.cross_entropy on FP32 logits in eager PyTorch: the cast, log_softmax, nll_loss
     # and their backward) | "fused" (one softmax cross-entropy kernel each way on the 16-bit logits:
@@ -367,6 +373,7 @@ FRAMEWORKS: dict[str, Framework] = {
         rmsnorm="torch",
         complex_rope=True,
         dropout=False,
+        attention_dropout=0.0,
         loss="eager",
         fsdp_keep_last_block=True,
     ),
@@ -410,6 +417,7 @@ FRAMEWORKS: dict[str, Framework] = {
         bias_in_gemm=True,
         fused_rope=True,
         dropout=False,
+        attention_dropout=0.0,
         swiglu_split_gemms=True,
         fp32_norm_input=True,
         loss="fused",

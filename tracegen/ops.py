@@ -227,6 +227,9 @@ class Op:
     precision: str = "bf16"  # tensor-core rate of the op ("fp8": Transformer Engine linear layers)
     kernels: int = 1  # kernel launches (backward GEMMs launch two: input and weight gradient)
     kernel: str = ""  # fused attention's kernel family ("fa2" | "fa3", tracegen/attention.py); "" otherwise
+    # Fused attention applies dropout to its probabilities inside the kernel (Framework.attention_dropout
+    # > 0): timed at the kernel's published dropout / no-dropout ratio (tracegen.attention.dropout_ratio).
+    dropout: bool = False
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         kernel = c.fw.hopper_attention
         fwd = phase == "fwd"
         core = Op("attn_core", phase, causal * (1 if fwd else 2), attn_bytes * (1 if fwd else 2), shape, True,
-                  kernel=kernel)  # fmt: skip
+                  kernel=kernel, dropout=c.fw.attention_dropout > 0)  # fmt: skip
         if not c.fw.flash_layout_copies:
             return [core]
         q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
@@ -1060,7 +1063,7 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
         if op.op == "attn_core" and len(op.shape) == 5:
             # The attention kernel is timed at the same power-limited clock as the BF16 GEMMs.
             clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
-            flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock)
+            flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock, op.dropout)
             if flash is not None:
                 # The last wave's tail at this op's grid against the benchmark's (few heads per TP rank).
                 flash *= fa2_grid_factor(op.shape, op.phase, gpu, op.kernel)

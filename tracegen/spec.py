@@ -125,6 +125,7 @@ TOP_KEYS = (
     "fp8_recipe",
     "fp8_params",
     "dropout",
+    "attention_dropout",
     "check_for_nan_in_grad",
     "dp_comm_ctas",
     "tp_overlap_sms",
@@ -653,6 +654,12 @@ class _SpecBuilder:
         # Hidden dropout as the run sets it (field 78): absent, the framework profile's.
         if "dropout" in self.raw:
             dep.dropout = "on" if self.bool_key("dropout") else "off"
+        # Attention-probability dropout rate as the run sets it (field 81): absent, the framework profile's.
+        p = self.raw.get("attention_dropout")
+        if p is not None:
+            if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
+                raise self.fail(f"attention_dropout must be a rate 0 <= p < 1, got {p!r}")
+            dep.attention_dropout = float(p)
         # The gradient buckets' NaN check as the run sets it (field 80): absent, the framework profile's.
         if "check_for_nan_in_grad" in self.raw:
             dep.check_for_nan_in_grad = "on" if self.bool_key("check_for_nan_in_grad") else "off"
@@ -1565,6 +1572,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
         **({"fp8_params": True} if dep.fp8_params else {}),
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
+        **({"attention_dropout": dep.attention_dropout} if dep.HasField("attention_dropout") else {}),
         **({"check_for_nan_in_grad": dep.check_for_nan_in_grad == "on"} if dep.check_for_nan_in_grad else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
