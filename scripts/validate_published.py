@@ -106,6 +106,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Hidden dropout as the launch script sets it (false: --hidden-dropout 0.0), where it differs from the
     # framework's default.
     "dropout": (True, False),
+    # Attention-probability dropout rate as the run's config sets it (Megatron's --attention-dropout, NeMo's
+    # attention_dropout), where it differs from the framework's default (0.1 for the Megatron-based ones).
+    "attention_dropout": (0.0, 0.1),
     # Megatron's vocabulary padding unit (x TP), where the run's code differs from its profile's default:
     # 0 = the vocabulary as the code builds it (llm-foundry's MPT: vocab_size as the yaml gives it).
     "make_vocab_size_divisible_by": (0, 1, 128),
