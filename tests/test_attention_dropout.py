@@ -10,8 +10,8 @@ from xsim.tracegen import catalog, generate, load_spec
 from xsim.tracegen.attention import dropout_points, dropout_ratio
 from xsim.tracegen.errors import SpecError
 from xsim.tracegen.frameworks import FRAMEWORKS
-from xsim.tracegen.models import preset
-from xsim.tracegen.ops import Ctx, Op, layer_steps, op_seconds, shard_of
+from xsim.tracegen.models import model_from_mapping, preset
+from xsim.tracegen.ops import Ctx, Op, attn_core_recompute, duration_ns, layer_steps, op_seconds, shard_of
 from xsim.tracegen.spec import spec_to_mapping
 from xsim.traces import attrs as A
 
@@ -105,16 +105,74 @@ def test_profiles_and_unfused_attention():
     assert FRAMEWORKS["torchtitan"].attention_dropout == 0.0  # no dropout in the model
     assert FRAMEWORKS["internlm"].attention_dropout == 0.0  # drop rates 0
     assert not _core("torchtitan", "fwd").dropout and _core("megatron-core", "fwd").dropout
-    # Unfused attention keeps its own attn_dropout op whatever the rate: the same ops at 0.1 and 0.
-    m = preset("llama2-7b")
-    fw = FRAMEWORKS["megatron-2022"]
-    steps = [
-        layer_steps(Ctx(m, shard_of(m, 1, 0), 1, 2048, 2, False, "bf16", "unfused", replace(fw, attention_dropout=p)), ph)
-        for p in (0.1, 0.0)
-        for ph in ("fwd", "bwd")
-    ]  # fmt: skip
-    assert steps[:2] == steps[2:]
-    assert any(isinstance(o, Op) and o.op == "attn_dropout" for o in steps[0])
+
+
+# Unfused attention (Megatron-LM's CoreAttention): one layer, micro-batch 1, s 2048, 8 heads of 64, fp16,
+# megatron-2021 (as tests/test_unfused_attention.py's hand-timed layer). S = 8 x 2048^2 = 33,554,432 scores.
+UNFUSED = ("attn_scores", "attn_softmax", "attn_dropout", "attn_context", "attn_context_permute")
+
+
+def _unfused(rate: float, phase: str) -> list[Op]:
+    m = model_from_mapping({"name": "attn", "layers": 1, "hidden": 512, "ffn_hidden": 2048, "heads": 8,
+                            "kv_heads": 8, "vocab": 128, "seq_len": 2048})  # fmt: skip
+    fw = replace(FRAMEWORKS["megatron-2021"], attention_dropout=rate)
+    c = Ctx(m, shard_of(m, 1, 0), 1, 2048, 2, False, "fp16", "unfused", fw)
+    steps = attn_core_recompute(c) if phase == "recompute" else layer_steps(c, phase)
+    return [o for o in steps if isinstance(o, Op) and o.op in UNFUSED]
+
+
+def test_unfused_attention_dropout_only_at_a_positive_rate_by_hand():
+    s_ = 8 * 2048 * 2048  # 33,554,432 scores
+    on = {ph: _unfused(0.1, ph) for ph in ("fwd", "bwd", "recompute")}
+    off = {ph: _unfused(0.0, ph) for ph in ("fwd", "bwd", "recompute")}
+    assert [o.op for o in on["fwd"]] == list(UNFUSED)
+    assert [o.op for o in on["bwd"]] == ["attn_context", "attn_dropout", "attn_softmax", "attn_scores"]
+    assert [o.op for o in on["recompute"]] == list(UNFUSED)  # selective recompute repeats the forward core
+    # p = 0: F.dropout returns its input, no kernel forward, backward or recomputed.
+    assert [o.op for o in off["fwd"]] == [n for n in UNFUSED if n != "attn_dropout"]
+    assert [o.op for o in off["bwd"]] == ["attn_context", "attn_softmax", "attn_scores"]
+    assert [o.op for o in off["recompute"]] == [o.op for o in off["fwd"]]
+    # The dropout op at 0.1: forward 2 FLOPs a score (2S = 67,108,864), backward 4S = 134,217,728; bytes read
+    # 2, write 2 and a 1-byte mask a score, 5S = 167,772,160 each way; on the A100 80GB (tests/
+    # test_unfused_attention.py, by hand) 106,073 ns forward at 0.868892 x 1,820.33 GB/s, 92,166 ns backward.
+    drop = {ph: next(o for o in on[ph] if o.op == "attn_dropout") for ph in ("fwd", "bwd")}
+    assert (drop["fwd"].flops, drop["fwd"].bytes) == (2 * s_, 5 * s_) == (67_108_864, 167_772_160)
+    assert (drop["bwd"].flops, drop["bwd"].bytes) == (4 * s_, 5 * s_)
+    assert duration_ns(drop["fwd"], A100, None, "calibrated") == 106_073
+    assert duration_ns(drop["bwd"], A100, None, "calibrated") == 92_166
+    # Every other op is the same at both rates: the layer's attention bytes fall by exactly 5S a pass.
+    for ph in ("fwd", "bwd", "recompute"):
+        assert [o for o in on[ph] if o.op != "attn_dropout"] == off[ph]
+    assert sum(o.bytes for o in on["fwd"]) - sum(o.bytes for o in off["fwd"]) == 167_772_160
+
+
+def test_hidden_and_attention_dropout_are_independent_keys():
+    # One megatron-2022 layer with unfused attention and selective recompute: `attention_dropout` alone
+    # decides the attn_dropout nodes (forward, recompute, backward), `dropout` alone the hidden-dropout ones
+    # (embedding dropout, bias-dropout-add's backward), as Megatron's --attention-dropout and --hidden-dropout.
+    spec = {**TINY, "framework": "megatron-2022", "attention": "unfused", "recompute": "selective"}
+    spec.pop("attention_kernel")
+    names = {}
+    for p in (0.1, 0.0):
+        for d in (True, False):
+            dep = load_spec({**spec, "attention_dropout": p, "dropout": d})
+            nodes = generate(dep, rewrite=False).nodes[0]
+            names[p, d] = {n.name: A.get_int(n, A.DURATION_NS) for n in nodes}
+    attn = {"L1.attn_dropout.fwd.mb0", "L1.attn_dropout.recompute.mb0", "L1.attn_dropout.bwd.mb0"}
+    hidden = {"embedding_dropout.fwd.mb0", "embedding_dropout.bwd.mb0", "L1.attn_bias_dropout_add.bwd.mb0",
+              "L1.mlp_bias_dropout_add.bwd.mb0"}  # fmt: skip
+    # (The host's dispatch nodes, `host:*`, shorten with the kernels they launch; the device nodes do not.)
+    dev = {k: {n: t for n, t in v.items() if not n.startswith("host:")} for k, v in names.items()}
+    for d in (True, False):
+        assert set(names[0.1, d]) - set(names[0.0, d]) == attn
+        assert {k: v for k, v in dev[0.1, d].items() if k not in attn} == dev[0.0, d]
+        assert names[0.0, d]["host:read"] < names[0.1, d]["host:read"]
+    for p in (0.1, 0.0):
+        assert set(names[p, True]) - set(names[p, False]) == hidden
+        assert not set(names[p, False]) - set(names[p, True])
+        assert {k: names[p, True][k] for k in names[p, True] if "attn_dropout" in k} == {
+            k: v for k, v in names[p, False].items() if "attn_dropout" in k
+        }
 
 
 def test_spec_key():

@@ -116,8 +116,9 @@ class Framework:
     # Attention-probability dropout rate (Megatron-LM's --attention-dropout, default 0.1: megatron/training/
     # arguments.py of core_v0.6.0; Megatron-Core's TransformerConfig.attention_dropout = 0.1, core_r0.8.0
     # megatron/core/transformer/transformer_config.py). Inside a fused attention kernel p > 0 costs its
-    # published dropout / no-dropout ratio (tracegen.attention.dropout_ratio); unfused attention keeps its
-    # own `attn_dropout` op whatever the rate. The spec's `attention_dropout` replaces it.
+    # published dropout / no-dropout ratio (tracegen.attention.dropout_ratio); unfused attention runs its own
+    # `attn_dropout` op at p > 0 and none at p = 0 (F.dropout with p = 0 returns its input). Independent of
+    # `dropout` (the hidden dropout), as Megatron's two flags are. The spec's `attention_dropout` replaces it.
     attention_dropout: float = 0.1
     # The loss (tracegen.ops.XENT): "megatron" (Megatron's vocab-parallel cross-entropy on an FP32 copy of
     # the logits) | "eager" (F.cross_entropy on FP32 logits in eager PyTorch: the cast, log_softmax, nll_loss

@@ -357,7 +357,8 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     Unfused (Megatron's non-flash path) materializes the b x heads x s x s scores: a batched GEMM Q K^T,
     a memory-bound scale-mask-softmax and dropout over b*heads*s^2 elements, and a batched GEMM of the
     probabilities with V; these GEMMs compute the full matrix (2*b*s^2*h each). Backward: each GEMM twice,
-    softmax reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask.
+    softmax reads probabilities and their gradient, dropout reads the gradient and its 1-byte mask; no
+    dropout op at an attention-dropout rate of 0 (Framework.attention_dropout).
     Megatron-LM's profiles (Framework.causal_softmax_max_seq, attn_layout_copies): its causal softmax
     kernel reads only the lower triangle, and its [s, b, np, hn] layout adds the context's permute copy
     forward and the Q/K/V gradients' cat backward.
@@ -408,13 +409,25 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
     # gradient, so backward is unchanged. A fused kernel adds the bias in its registers: nothing extra.
     alibi = phase == "fwd" and c.m.positions == "alibi"
     scores_bytes = mult * b * (q + kv + scores) + (2 * b * scores if alibi else 0)
+    # The probabilities' dropout runs only at a rate > 0 (Framework.attention_dropout): Megatron-LM applies
+    # torch.nn.Dropout(args.attention_dropout) to them (megatron/model/transformer.py: ParallelAttention at
+    # de7dc40f88, CoreAttention at d898a8991d), and F.dropout with p = 0 returns
+    # its input without a kernel or a mask (PyTorch aten/src/ATen/native/Dropout.cpp `dropout`: the fused
+    # native_dropout only for 0 < p < 1, then `_dropout` returns the input when p == 0); so no
+    # `attn_dropout` forward, backward (autograd sees no op) or in a selective recompute.
+    drop_flops, drop_bytes = mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1)
+    drop = (
+        [Op("attn_dropout", phase, drop_flops, drop_bytes, (scores,), False)]
+        if c.fw.attention_dropout > 0
+        else []
+    )
     ops = [
         Op("attn_scores", phase, gemm_flops, scores_bytes, (bh, s, d, s), True, kernels=mult + alibi),
         Op(
             "attn_softmax", phase, mult * ELEM_FLOPS["softmax"] * scores, b * (mult * read + scores),
             (scores,), False,
         ),
-        Op("attn_dropout", phase, mult * ELEM_FLOPS["dropout"] * scores, scores * (2 * b + 1), (scores,), False),
+        *drop,
         Op("attn_context", phase, gemm_flops, mult * b * (scores + kv + q), (bh, s, s, d), True, kernels=mult),
     ]  # fmt: skip
     if not c.fw.attn_layout_copies:
