@@ -345,14 +345,16 @@ def test_spec_overrides_and_profile_rows_reach_the_durations():
     row = {"gpu": "H100", "op": "qkv_proj", "phase": "fwd", "shape": "2048x4096x12288", "micros": 123.4}
     assert qkv({**base, "profile": [row]}) == {123}
     # Calibrated (the default): 2048 x 12288 outputs = 768 tiles of 256x128 = 6 waves on 132 SMs, each a
-    # 256x128x4096 tile at 989.4 TFLOP/s x plateau / 132: burst plateau 792.1 / 989.4 = 0.8006 (MAMF, a
-    # full-wave shape) -> 268.4 us (`gemm_rates: burst`); sustained (the default) x 708.5/841.9 (the GH100's
-    # measured MSMF / MAMF, tracegen.gemm.SUSTAINED_RATIOS) -> 0.6737 -> 318.9 us; a gemm_eff
-    # override replaces the plateau: 0.35 -> 613.9 us; the profiled row still wins.
+    # 256x128 tile of 4096 + 240 columns of K (the H100 BF16 per-tile cost, tracegen.gemm.BF16_TILE_K0) at
+    # 989.4 TFLOP/s x plateau / 132 x (17920 + 240) / 17920: burst plateau 792.1 / 989.4 = 0.8006 (MAMF, a
+    # full-wave shape at K 17,920) -> 280.4 us (`gemm_rates: burst`); sustained (the default) x 708.5/841.9
+    # (the GH100's measured MSMF / MAMF, tracegen.gemm.SUSTAINED_RATIOS) -> 333.2 us; a gemm_eff override
+    # replaces the plateau and drops the per-tile cost: 0.35 -> 613.9 us; the profiled row still wins.
     cal = {k: v for k, v in base.items() if k != "compute_model"}
     tile = 2 * 256 * 128 * 4096 * 132 / 989.4e12
+    k0 = (4096 + 240) / 4096 / ((17920 + 240) / 17920)
     burst = 792.1 / 989.4
-    assert qkv({**cal, "gemm_rates": "burst"}) == {round(6 * tile / burst * 1e6)} == {268}
-    assert qkv(cal) == {round(6 * tile / (burst * 708.5 / 841.9) * 1e6)} == {319}
+    assert qkv({**cal, "gemm_rates": "burst"}) == {round(6 * tile * k0 / burst * 1e6)} == {280}
+    assert qkv(cal) == {round(6 * tile * k0 / (burst * 708.5 / 841.9) * 1e6)} == {333}
     assert qkv({**cal, "gpus": {"H100": {"gemm_eff": 0.35}}}) == {round(6 * tile / 0.35 * 1e6)} == {614}
     assert qkv({**cal, "profile": [row]}) == {123}

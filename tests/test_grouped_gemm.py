@@ -21,9 +21,11 @@ def test_k0_is_the_fit_through_deepgemm_ends() -> None:
     """P K / (K + K0) through DeepGEMM's M 4096 rows K 512 (590 TFLOPS) and K 16384 (1358) gives K0 718."""
     k0 = (1358 / 590 * 512 * 16384 - 16384 * 512) / (16384 - 1358 / 590 * 512)
     assert K0_FP8 == round(k0)
-    # one rule for dense and grouped GEMMs: K0 only where the plateau's calibration K is recorded (H100 FP8)
+    # one rule for dense and grouped GEMMs: K0 only where the plateau's calibration K is recorded (H100 FP8
+    # and BF16, FP16 as BF16)
     assert tile_cost(H100, "fp8") == (K0_FP8, SCALE)
-    assert tile_cost(H100, "bf16") == (0, 1.0) and tile_cost(gpu("H200"), "fp8") == (0, 1.0)
+    assert tile_cost(H100, "bf16") == tile_cost(H100, "fp16") == (240, (17920 + 240) / 17920)
+    assert tile_cost(gpu("H200"), "fp8") == tile_cost(gpu("H200"), "bf16") == (0, 1.0)
 
 
 def test_one_wave_by_hand() -> None:
@@ -71,7 +73,14 @@ def test_op_seconds_routes_expert_gemms() -> None:
     assert op_seconds(bwd, H100, "calibrated") == pytest.approx((12 * 2766 + 6 * 4814) * tile, rel=1e-12)
     # K 768 + 718: under 55% of the K-independent model's rate
     assert 2 * 65536 * 768 * 2048 / t < 0.55 * 1979e12 * 0.709
-    # BF16: no K0 (the BF16 plateau's calibration K has no per-tile sweep): twice the forward shape
+    # BF16: the BF16 per-tile cost (K0 240 against MAMF's K 17,920), dgrad and wgrad on their own K as
+    # above: (12 x 2288 + 6 x 4336) columns x 2 x 256 x 128 / per-SM rate / 1.01339 = 684.77 us (637.88 us
+    # as twice the forward shape before the BF16 term).
     bf = Op("moe_expert_down", "bwd", 4 * 65536 * 768 * 2048, 0, shape, True, "bf16", 2)
     per_sm_bf = 989.4e12 * 792.1 / 989.4 * (708.5 / 841.9) / 132
-    assert op_seconds(bf, H100, "calibrated") == pytest.approx(2 * 32 * 768 * 2 * 256 * 128 / per_sm_bf)
+    bf_scale = (17920 + 240) / 17920
+    assert (
+        op_seconds(bf, H100, "calibrated")
+        == pytest.approx((12 * 2288 + 6 * 4336) * 2 * 256 * 128 / per_sm_bf / bf_scale, rel=1e-12)
+        == pytest.approx(684.77e-6, rel=1e-5)
+    )

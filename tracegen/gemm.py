@@ -11,7 +11,8 @@ tile or a partial last wave costs as much as a full one. The time of a GEMM is t
 taking the candidate tile (the guide's cuBLAS sizes) that minimizes it, as cuBLAS' heuristics aim to.
 `plateau` is the fraction of the dense peak that a large, perfectly quantized GEMM reaches, taken from
 public microbenchmarks (BURST_PLATEAUS), by default scaled to the sustained, power-limited clock
-(sustained_ratio; `gemm_rates: burst` keeps the burst rate). `reuse` charges smaller tiles for
+(sustained_ratio; `gemm_rates: burst` keeps the burst rate). Where the plateau's calibration K is recorded
+(H100 FP8 and BF16) every tile also pays a fixed cost of K0 columns of K (tile_cost). `reuse` charges smaller tiles for
 their lower operand reuse: a tile loads (mt + nt) * k operands per 2 * mt * nt * k FLOPs, so its FLOPs per loaded byte scale with
 mt * nt / (mt + nt); the largest tiles (256 x 128; on the A100 128 x 128, PLATEAU_TILE) are taken as just
 compute-bound at the plateau and a smaller tile as bound by the same operand bandwidth (an assumption of
@@ -118,18 +119,34 @@ GEMM_RATES = ("sustained", "burst")
 
 # The per-tile cost K0, one rule for every GEMM the calibrated model times (dense linears and grouped expert
 # GEMMs alike): a fixed cost per output tile outside the K loop (prologue, scaling and storing the tile),
-# written as K0 extra columns of K, so the rate grows with K as K / (K + K0). K0 = 718 for FP8 on Hopper:
-# DeepGEMM's normal (dense) FP8 GEMMs at M 4096 on H800 (H100's SMs and FP8 rate), README performance table
-# as first published (deepseek-ai/DeepGEMM, Feb 2025): K 512 590 TFLOPS, K 16384 1358; P K / (K + K0)
-# through the two ends gives K0 = 718 (tests/test_grouped_gemm.py re-derives it). A plateau measured at one
+# written as K0 extra columns of K, so the rate grows with K as K / (K + K0). A plateau measured at one
 # K (MAMF's best shape) already contains K0 / K_cal of overhead, so per column of K the tile runs at
 # plateau x (K_cal + K0) / K_cal and a GEMM of that K keeps its measured rate. The term applies only where
-# the plateau's calibration K is recorded (CALIBRATION_K): H100 FP8, MAMF's best shape 1024x9216x14336
-# (M x N x K). H200/Blackwell FP8 ("best shape of the sweep", K not recorded) and the BF16 plateaus (MAMF
-# shapes with K 2,048 and 2,816, whose per-tile cost has no published K sweep: K0/2 would be an assumption
-# that moves every dense BF16 row) keep the K-independent rate, grouped GEMMs included.
+# the plateau's calibration K is recorded (CALIBRATION_K); elsewhere (H200/Blackwell: "best shape of the
+# sweep", K not recorded; the A100, whose per-shape data show a kernel step instead, SHORT_K_FORWARD) the
+# rate stays K-independent, grouped GEMMs included.
+# FP8: K0 = 718, DeepGEMM's normal (dense) FP8 GEMMs at M 4096 on H800 (H100's SMs and FP8 rate), README
+# performance table as first published (deepseek-ai/DeepGEMM, Feb 2025): K 512 590 TFLOPS, K 16384 1358;
+# P K / (K + K0) through the two ends gives K0 = 718 (tests/test_grouped_gemm.py re-derives it). Calibration
+# K: H100 FP8, MAMF's best shape 1024x9216x14336 (M x N x K).
 FP8_TILE_K0 = 718
-CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336}
+# BF16 (FP16 alike): K0 = 240, from XLA's measured matmul table for sm_90 (tensorflow/tensorflow commit
+# 372d578, third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h, kDefaultMatmulPTable: HLO dots
+# compiled by XLA and timed on the device; tracegen/data/gemm_shapes_h100.csv, series xla_*): six K sweeps,
+# K 256..4096 at 4,096-16,384 rows and output width 2048 or 4096 (27 GEMMs). With each sweep's level left
+# free, K0 = 240 gives the smallest mean |log(model / measured)| about the sweeps' medians on a grid of 8
+# columns (scripts/gemm_shape_check.py --gpu H100 --k0-scan: 0.1703 without the term, 0.0428 at 240, 224-248
+# within 0.0001; over K >= 1024 alone 0.0500 -> 0.0125). Before it, the model's burst time over the measured
+# time fell with K: median 1.026 at K 4096, 0.989 at 2048, 0.894 at 1024, 0.705 at 256-512; with it 1.072,
+# 1.090, 1.089, 1.086 (the level, ~8% slower than this 2025 stack, is MAMF's; only the shape is taken).
+# Calibration K: H100 BF16, MAMF's 6144 x 17920 x 2816 (M x K x N; gemm_calibration.csv). The table names
+# no GPU model (sm_90 also keys H800 and H200); it is applied to the H100, whose plateau it is measured
+# against, and GPUs calibrated as it. Not modelled: the sweep of most waves (4 x 4096 x 4096, 16 waves) fits
+# a smaller K0 (131 and 159 from K 1024 and 2048 against K 4096), and H100 forward-layout data at 32 waves
+# (float8_experimental, 2023) show none (docs/compute.md, "Per-shape check on the H100").
+BF16_TILE_K0 = 240
+TILE_K0: dict[str, int] = {"fp8": FP8_TILE_K0, "bf16": BF16_TILE_K0}
+CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336, ("H100", "bf16"): 17920}
 
 # Forward linears with a short reduction dimension, per GPU (BF16/FP16): (largest K of the rule, rate factor).
 # A100: Anthony et al. 2024 (arXiv:2401.14489), github.com/EleutherAI/cookbook commit 27dff48,
@@ -210,12 +227,15 @@ def achieved_bandwidth(gpu: GpuSpec) -> float:
 
 
 def tile_cost(gpu: GpuSpec, precision: str) -> tuple[int, float]:
-    """(K0, plateau scale) of any GEMM in `precision` on `gpu`: (FP8_TILE_K0, (K_cal + K0) / K_cal) where the
-    plateau's calibration K is recorded (CALIBRATION_K), else (0, 1.0); a `gpus:` gemm_eff override: (0, 1.0)."""
-    kc = CALIBRATION_K.get((gpu.calibration_key, "bf16" if precision == "fp16" else precision))
-    if kc is None or precision != "fp8" or "gemm_eff" in gpu.overridden:
+    """(K0, plateau scale) of any GEMM in `precision` on `gpu`: (TILE_K0 of the dtype, (K_cal + K0) / K_cal)
+    where the plateau's calibration K is recorded (CALIBRATION_K; FP16 as BF16), else (0, 1.0); a `gpus:`
+    gemm_eff override: (0, 1.0)."""
+    dtype = "bf16" if precision == "fp16" else precision
+    kc = CALIBRATION_K.get((gpu.calibration_key, dtype))
+    if kc is None or "gemm_eff" in gpu.overridden:
         return 0, 1.0
-    return FP8_TILE_K0, (kc + FP8_TILE_K0) / kc
+    k0 = TILE_K0[dtype]
+    return k0, (kc + k0) / kc
 
 
 def short_k_factor(gpu: GpuSpec, precision: str, k: int, phase: str) -> float:
@@ -327,8 +347,9 @@ class ShapePoint:
 
 
 SHAPES_A100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_a100.csv")
+SHAPES_H100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_h100.csv")
 
 
 def shape_points(path: str = SHAPES_A100_FILE) -> list[ShapePoint]:
-    """The per-shape check data set (tracegen/data/gemm_shapes_a100.csv): comparison data, not plateaus."""
+    """A per-shape check data set (gemm_shapes_a100.csv; gemm_shapes_h100.csv): comparison data, not plateaus."""
     return read_points(path, ShapePoint)
