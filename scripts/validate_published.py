@@ -114,6 +114,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "make_vocab_size_divisible_by": (0, 1, 128),
     # FP8 parameters (TE fp8_model_init) where the run's config turns them on (NeMo's fp8_params).
     "fp8_params": (True, False),
+    # Transformer Engine's FP8 scaling recipe (tracegen.choices.FP8_RECIPES) where the run's differs from
+    # delayed scaling (Megatron-Bridge's fp8_cs: bf16_with_fp8_current_scaling_mixed, fp8_recipe tensorwise).
+    "fp8_recipe": ("delayed", "current"),
     # Megatron-Core's NaN check of each gradient bucket (NeMo 24.07: optim.check_for_nan_in_grad, default
     # False; Megatron-LM: on unless --no-check-for-nan-in-loss-and-grad), where it differs from the profile's.
     "check_for_nan_in_grad": (True, False),

@@ -82,7 +82,25 @@ def test_fp8_params_round_trips_and_is_checked():
         ({**_spec(fp8_params=True), "precision": "bf16"}, "needs precision: fp8"),
         (_spec(fp8_params=True, framework="torchtitan"), "Transformer Engine"),
         (_spec(fp8_params="yes"), "must be true or false"),
-        (_spec(fp8_params=True, fp8_recipe="current"), "delayed scaling only"),
     ]:
         with pytest.raises(SpecError, match=what):
             load_spec(bad)
+
+
+def test_fp8_params_under_current_scaling_by_hand():
+    # The DP 2 case above with fp8_recipe: current (TE 2.9 _cast_master_weights_to_fp8_current_scaling):
+    # each of the rank's 40,960 FP8 weights is taken FP32 -> BF16 (4 + 2), its amax read (2) and cast with
+    # that scale (2 + 1) = 11 B, 2 more than under delayed scaling: 408,192 + 81,920 = 490,112 B, in 3
+    # kernels. Without fp8_params TE casts all 81,920 weights with their own amax pass (read 2, amax read 2,
+    # write FP8 and transpose 1 + 1 = 6 B): 491,520 B; with them the transpose alone, 163,840 B, as above.
+    extra = {"distributed_optimizer": True, "overlap_grad_reduce": True, "dp_bucket_bytes": 200_000}
+    ops = {}
+    for on in (False, True):
+        nodes = generate(load_spec(_spec(dp=2, fp8_params=on, fp8_recipe="current", **extra)), rewrite=False)
+        ops[on] = {n.name: n for n in nodes.nodes[0] if A.get_str(n, A.PHASE) == "opt"}
+    assert A.tensor_size(ops[False]["param_copy.opt"]) == 285_312
+    assert A.tensor_size(ops[True]["param_copy.opt"]) == 490_112
+    assert A.tensor_size(ops[False]["fp8_weight_cast.opt"]) == 491_520
+    assert "fp8_weight_cast.opt" not in ops[True]
+    assert A.tensor_size(ops[True]["fp8_weight_transpose.opt"]) == 163_840
+    assert spec_to_mapping(load_spec(_spec(fp8_params=True, fp8_recipe="current")))["fp8_params"] is True

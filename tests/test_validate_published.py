@@ -390,6 +390,23 @@ def test_nemo_model_tflops_column_follows_from_our_configuration(data):
     assert per_token * r.measured_value / 1e12 == pytest.approx(765, rel=0.005)
 
 
+def test_megatron_bridge_tflops_column_follows_from_our_configuration(data):
+    """Megatron-Bridge prints 719 (25.11) and 728 (26.02) model TFLOP/s/GPU beside 1602 and 1621 tokens/s/GPU
+    for LLAMA3_70B on 64 H100. 6 N + 6 L h s per token (causal attention), N the matmul weights with our
+    model: per layer QKV 8192 x (8192 + 2 x 8 x 128) = 83,886,080, projection 67,108,864, SwiGLU 3 x 8192 x
+    28672 = 704,643,072, i.e. 855,638,016; x 80 + head 8192 x 128,256 = 69,501,714,432; 6 N = 417.0e9 and
+    6 x 80 x 8192 x 8192 = 32.2e9: 449,222,541,312 FLOPs per token, x 1602 = 719.65 and x 1621 = 728.19
+    TFLOP/s (pins the model and the measured column we replay)."""
+    runs = {r.id: r for r in data.runs}
+    for rid, printed in (("mbridge2511-llama3-70b-64xh100", 719), ("mbridge2602-llama3-70b-64xh100", 728)):
+        r = runs[rid]
+        d = r.hidden // r.heads
+        layer = r.hidden * (r.hidden + 2 * r.kv_heads * d) + r.hidden**2 + 3 * r.hidden * r.ffn
+        per_token = 6 * (r.layers * layer + r.hidden * r.vocab) + 6 * r.layers * r.hidden * r.seq_len
+        assert per_token == 449_222_541_312
+        assert per_token * r.measured_value / 1e12 == pytest.approx(printed, abs=1.0)
+
+
 def test_torchtitan_mfu_column_follows_from_our_configuration(data):
     """torchtitan's MFU counts every parameter, embedding included: 6 (N + h V) + 12 L h s per token at
     312 TFLOP/s. Our Llama 3 70B (WPS 331) and Llama 2 70B (WPS 353) give the printed 51.7% and 50.5%."""

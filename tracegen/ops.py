@@ -987,6 +987,12 @@ def optimizer_steps(
     linear.py `weight.transpose_2d(cache=...)`, the cache reset after the gather by
     _update_fp8_scale_inv_and_amax's `param._reset_caches()`). That method's amax all-reduce (one FP32 per
     FP8 weight tensor over DP) is left out.
+    Under `fp8_recipe` current the copy goes through TE's cast_master_weights_to_fp8 (Megatron-Core
+    core_v0.15.0 fp8_utils.py _quantize_param_shard_impl; TE v2.9 transformer_engine/pytorch/tensor/utils.py
+    _cast_master_weights_to_fp8_current_scaling): the master shard taken to the model dtype (read 4, write
+    b), `tex.compute_amax` of it (read b: the one extra pass, one more kernel), the amaxes' all-reduce (MAX
+    over DP, left out as above) and one multi_tensor_compute_scale_and_scale_inv, then the cast with that
+    scale (read b, write 1): 4 + 3 b + 1 bytes per FP8 weight in 3 kernels, the scale kernel uncounted.
     """
     g = grad_bytes
     before: list[Step] = []
@@ -1002,9 +1008,12 @@ def optimizer_steps(
         _kern("param_copy", "opt", shard, 0, FP32 + b),
     ]
     if fp8_shard is not None:
-        # FP8 weights: FP32 -> model dtype -> FP8, 4 + b + b + 1 bytes instead of FP32 + b
-        copy = shard * (FP32 + b) + fp8_shard * (b + 1)
-        after[-1] = Op("param_copy", "opt", 0, copy, (shard,), False, kernels=2 if fp8_shard else 1)
+        # FP8 weights: FP32 -> model dtype -> FP8, 4 + b + b + 1 bytes instead of FP32 + b; current scaling
+        # reads the model-dtype copy once more for its amax (4 + 3 b + 1, a third kernel)
+        current = fp8_recipe == "current"
+        copy = shard * (FP32 + b) + fp8_shard * (b + 1 + (b if current else 0))
+        kernels = (3 if current else 2) if fp8_shard else 1
+        after[-1] = Op("param_copy", "opt", 0, copy, (shard,), False, kernels=kernels)
         if fp8_params:
             after.append(_kern("fp8_weight_transpose", "opt", fp8_params, 0, 2))
     elif fp8_params and fp8_recipe == "current":

@@ -536,10 +536,8 @@ class _SpecBuilder:
             )
         if model.moe is not None or model.mla is not None or dep.sharding not in ("", "none"):
             raise self.fail("fp8_params: true is modelled for dense models without sharding only")
-        if dep.fp8_recipe:  # TE 1.x Float8Tensor parameters scale by delayed scaling only
-            raise self.fail(
-                f"fp8_params: true is modelled with delayed scaling only (fp8_recipe: {dep.fp8_recipe})"
-            )
+        # Delayed scaling (TE 1.x Float8Tensor parameters) or current scaling (TE 2.x
+        # Float8CurrentScalingQuantizer parameters, cast by cast_master_weights_to_fp8: ops.optimizer_steps)
         return True
 
     def overlap(self, dep: dpb.Deployment) -> None:
