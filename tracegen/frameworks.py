@@ -205,6 +205,11 @@ class Framework:
     # else torch.cat. Under RoPE dq and dk are the rotary backward's own new tensors, so the cat runs on
     # every backend: `qkv_grad_cat` (tracegen.ops._qkv_split_cat).
     qkv_split_cat: bool = False
+    # The batch's way onto the GPU each micro-batch (tracegen.batch_input, BATCH_INPUTS): "megatron" for
+    # Megatron-LM's get_batch_on_this_tp_rank (TP rank 0 copies the batch host to device, the mask included,
+    # and broadcasts it over TP; megatron/training/utils.py of core_v0.6.0 to core_r0.12.0) | "" (not
+    # generated). The spec's `batch_input` replaces it (`megatron-no-mask`, `nemo`, `none`).
+    batch_input: str = ""
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -268,6 +273,7 @@ _MEGATRON_CORE = Framework(
     bucket_scale="not_one",
     check_for_nan_in_grad=True,
     qkv_split_cat=True,
+    batch_input="megatron",
 )
 
 FRAMEWORKS: dict[str, Framework] = {
