@@ -203,3 +203,15 @@ def test_a_clone_keeps_the_nodes() -> None:
     b = _Generator(dep, clone=False).run()
     for r in (0, 1):
         assert [n.name for n in a.nodes[r]] == [n.name for n in b.nodes[r]]
+
+
+def test_interleaved_chunks_fetch_at_the_model_ends_only() -> None:
+    """PP 2 x 2 model chunks, 4 micro-batches: Megatron's is_pipeline_first_stage / last_stage follow the
+    virtual rank, so stage 0 copies before its chunk 0's forwards only and stage 1 before its chunk 1's:
+    4 copies on each rank, not 8."""
+    spec = {**TINY, "model": {**TINY["model"], "layers": 4}, "micro_batches": 4,
+            "parallel": {**TINY["parallel"], "pp": 2, "virtual_stages": 2}}  # fmt: skip
+    b = generate(load_spec(spec))
+    for r in range(4):
+        copies = [n.name for n in b.nodes[r] if n.name.startswith("batch_h2d")]
+        assert copies == [f"batch_h2d.fwd.mb{mb}" for mb in range(4)]
