@@ -227,7 +227,13 @@ def _ring(p: int, kind: str, size: float, root: int, step: int = 1) -> list[Stag
         return [ring_stage(p, 0.0, False, 2 * (p - 1), step)]
     chain = [(root + k) % p for k in range(p)]
     if kind == "broadcast":
-        return _chain(chain, [size] * (p - 1), False)
+        # Pipelined along the chain, as NCCL's ring broadcast runs it (src/device/broadcast.h runRing: chunk
+        # by chunk the root sends, each rank after it receives, copies and sends on, the last receives):
+        # every link of the chain carries the whole message at once, not one hop after another.
+        src = np.array(chain[:-1], dtype=np.int64)
+        return [
+            Stage(src, np.array(chain[1:], dtype=np.int64), np.full(p - 1, float(size)), False, perm=True)
+        ]
     if kind == "scatter":
         return _chain(chain, [(p - 1 - k) * size / p for k in range(p - 1)], False)
     back = chain[::-1]

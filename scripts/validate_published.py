@@ -120,6 +120,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Megatron-Core's NaN check of each gradient bucket (NeMo 24.07: optim.check_for_nan_in_grad, default
     # False; Megatron-LM: on unless --no-check-for-nan-in-loss-and-grad), where it differs from the profile's.
     "check_for_nan_in_grad": (True, False),
+    # The batch's host-to-device copy and TP broadcast each micro-batch (tracegen.batch_input), where the
+    # run's code differs from its profile's (NeMo's own data path under megatron-core: nemo).
+    "batch_input": ("megatron", "megatron-no-mask", "nemo", "none"),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -71,13 +71,14 @@ def test_collective_finishes_at_the_closed_form(tmp_path) -> None:
 
 
 def test_rooted_collective_members_all_end_at_the_last_rank(tmp_path) -> None:
-    # A ring broadcast from rank 0 reaches ranks at different offsets; a completion reported at its
-    # finish ends every member at the last one's, and the direct path must do the same.
+    # A ring reduce to rank 0 (a chain towards the root) ends on its ranks at different offsets; a
+    # completion reported at its finish ends every member at the last one's, and the direct path must do
+    # the same. (The ring broadcast is pipelined: its members end together.)
     m = _model()
-    spec = CollectiveSpec("broadcast", 1_000_000, (0, 1, 2, 3), root=0)
+    spec = CollectiveSpec("reduce", 1_000_000, (0, 1, 2, 3), root=0)
     offsets = m._collective_offsets(spec)
     assert len(set(offsets)) > 1 and m.fixed_collective_ns(spec) == max(offsets)
-    per = [[coll(1, 1_000_000, ctype=pb.BROADCAST)] for _ in range(4)]
+    per = [[coll(1, 1_000_000, ctype=pb.REDUCE)] for _ in range(4)]
     ts = write_set(tmp_path, per)
     res = simulate(ts, network=_model())
     assert res.ops["end_ns"].to_list() == [max(offsets)] * 4

@@ -40,3 +40,5 @@ SHARDINGS = ("none", "zero3", "fsdp")
 FSDP_BACKWARD_PREFETCH = ("pre", "post", "none")
 # The keys of tracegen.planner.reshard.STRATEGIES, in its order (a test keeps them equal).
 RESHARD_STRATEGIES = ("xsim", "hetauto", "alpacomm", "naive")
+# `batch_input`: the batch's host-to-device copy and TP broadcast each micro-batch (tracegen.batch_input).
+BATCH_INPUTS = ("megatron", "megatron-no-mask", "nemo", "none")

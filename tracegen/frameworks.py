@@ -212,6 +212,14 @@ class Framework:
     # else torch.cat. Under RoPE dq and dk are the rotary backward's own new tensors, so the cat runs on
     # every backend: `qkv_grad_cat` (tracegen.ops._qkv_split_cat).
     qkv_split_cat: bool = False
+    # The batch's way onto the GPU each micro-batch (tracegen.batch_input, BATCH_INPUTS): "megatron" for
+    # Megatron-LM's get_batch_on_this_tp_rank (TP rank 0 copies the batch host to device, the mask included,
+    # and broadcasts it over TP; megatron/training/utils.py of core_v0.6.0 to core_r0.12.0) | "" (not
+    # generated). The spec's `batch_input` replaces it (`megatron-no-mask`, `nemo`, `none`). On in
+    # megatron-core-0.7; megatron-core runs the same code but is the default profile, whose generated node
+    # lists and times many tests pin to the nanosecond: off there until they are re-derived (as
+    # host_dispatch, docs/tracegen.md "Batch input"), a spec's `batch_input: megatron` turns it on.
+    batch_input: str = ""
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -325,6 +333,7 @@ FRAMEWORKS: dict[str, Framework] = {
         embedding_reduce_scatter=False,
         embedding_bwd="index_put",
         bucket_scale="always",
+        batch_input="megatron",
     ),
     # Megatron-DeepSpeed (the fork behind BLOOM and many Llama launch scripts): flash attention
     # (--use-flash-attn, causal), SwiGLU as F.silu(x[0]) * x[1] and RoPE as apply_rotary_pos_emb's

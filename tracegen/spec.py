@@ -20,6 +20,7 @@ from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.choices import (
     ATTENTION_KERNELS,
     ATTENTIONS,
+    BATCH_INPUTS,
     COMPUTE_MODELS,
     FP8_RECIPES,
     FRAMEWORKS,
@@ -127,6 +128,7 @@ TOP_KEYS = (
     "dropout",
     "attention_dropout",
     "check_for_nan_in_grad",
+    "batch_input",
     "dp_comm_ctas",
     "tp_overlap_sms",
     "host_dispatch",
@@ -661,6 +663,9 @@ class _SpecBuilder:
         # The gradient buckets' NaN check as the run sets it (field 80): absent, the framework profile's.
         if "check_for_nan_in_grad" in self.raw:
             dep.check_for_nan_in_grad = "on" if self.bool_key("check_for_nan_in_grad") else "off"
+        # The batch's host-to-device copy and TP broadcast (field 84): absent, the framework profile's.
+        if "batch_input" in self.raw:
+            dep.batch_input = self.choice("batch_input", BATCH_INPUTS, "")
         self.gpus(dep)
         self.profile(dep)
         self.recompute(dep)
@@ -1572,6 +1577,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
         **({"attention_dropout": dep.attention_dropout} if dep.HasField("attention_dropout") else {}),
         **({"check_for_nan_in_grad": dep.check_for_nan_in_grad == "on"} if dep.check_for_nan_in_grad else {}),
+        **({"batch_input": dep.batch_input} if dep.batch_input else {}),
         "cluster": json.loads(dep.cluster_json),
         "cluster_derived": dep.cluster_derived,
     }

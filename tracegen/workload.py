@@ -18,6 +18,8 @@ from operator import methodcaller
 from typing import Any
 
 from xsim.tracegen import deployment_pb2 as dpb
+from xsim.tracegen.batch_input import batch_input as batch_work
+from xsim.tracegen.batch_input import h2d_ns
 from xsim.tracegen.bundle import RankTwins, TraceBundle
 from xsim.tracegen.catalog import GpuSpec
 from xsim.tracegen.choices import GRAD_REDUCE_BYTES
@@ -362,8 +364,9 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
     """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`, its
-    RMSNorm by `rmsnorm_impl`, its dropout by `dropout` and its gradient buckets' NaN check by
-    `check_for_nan_in_grad` and its attention-dropout rate by `attention_dropout` where the spec sets them."""
+    RMSNorm by `rmsnorm_impl`, its dropout by `dropout`, its gradient buckets' NaN check by
+    `check_for_nan_in_grad`, its attention-dropout rate by `attention_dropout` and its batch input by
+    `batch_input` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     if dep.HasField("attention_dropout"):
         fw = replace(fw, attention_dropout=dep.attention_dropout)
@@ -373,6 +376,8 @@ def _framework_of(dep: dpb.Deployment) -> Framework:
         fw = replace(fw, dropout=dep.dropout == "on")
     if dep.check_for_nan_in_grad:
         fw = replace(fw, check_for_nan_in_grad=dep.check_for_nan_in_grad == "on")
+    if dep.batch_input:
+        fw = replace(fw, batch_input=dep.batch_input)
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -1370,6 +1375,7 @@ class _RankProgram:
         if ch.prev is not None:
             pred = self.pass_recv(FWD, ch, mb)
         self.timer_sync(TIMER_SYNCS_FORWARD_START, (self.frontier, pred))
+        self.batch_input(ch, mb)
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
@@ -1386,6 +1392,34 @@ class _RankProgram:
         self.timer_sync(TIMER_SYNCS_PASS_END, (pred,))
         if ch.next is not None:
             self.send_to(ch, "next", ch.end, mb, ACT_TAG, pred, ch.index)
+
+    def batch_input(self, ch: _Chunk, mb: int) -> None:
+        """The micro-batch's batch onto the GPU before the chunk's forward (tracegen.batch_input): the
+        host-to-device copy on the compute stream after the work before it, then the broadcasts over the TP
+        group one after another (the NCCL stream's order); the forward's first kernel follows the last."""
+        g = self.gen
+        work = batch_work(
+            self.ctx.fw.batch_input, self.st.dg.micro_batch, g.dep.seq_len, self.st.dg.tp, ch.first, ch.last
+        )
+        if work.copy_bytes:
+            ns = h2d_ns(work.copy_bytes, g.gpus[self.gpu])
+            if self.hostline is not None:
+                self._cost = (1, ns)
+            attrs = self._tags(0, "fwd", mb) + [g.attr(A.DURATION_NS, ns)]
+            ctrl = [] if self.frontier is None else [self.frontier]
+            micros = max(1, (ns + 500) // 1000)
+            self.frontier = self._add(f"batch_h2d.fwd.mb{mb}", pb.COMP_NODE, [], ctrl, micros, attrs)
+        for tensor, size in work.broadcasts:
+            extra = [
+                g.attr(A.COMM_TYPE, pb.BROADCAST),
+                g.attr(A.COMM_SIZE, size),
+                g.attr(A.PG_NAME, self.tp_pg),
+            ]
+            data = [] if self.frontier is None else [self.frontier]
+            nid = self._add(f"batch_bcast_{tensor}.fwd.mb{mb}", pb.COMM_COLL_NODE, data, [], 0,
+                            self._tags(0, "fwd", mb) + extra)  # fmt: skip
+            self.tp_ids.append(nid)
+            self.frontier = nid
 
     def recompute_units(self, ch: _Chunk) -> dict[int, range]:
         """Full recompute, Megatron's uniform method: the chunk's layers in units of K from its first layer
