@@ -362,11 +362,13 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
     """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`, its
-    RMSNorm by `rmsnorm_impl`, its dropout by `dropout` and its gradient buckets' NaN check by
+    RMSNorm by `rmsnorm_impl`, its loss by `loss_impl`, its dropout by `dropout` and its gradient buckets' NaN check by
     `check_for_nan_in_grad` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     if dep.rmsnorm_impl:
         fw = replace(fw, rmsnorm=dep.rmsnorm_impl)
+    if dep.loss_impl:
+        fw = replace(fw, loss=dep.loss_impl)
     if dep.dropout:
         fw = replace(fw, dropout=dep.dropout == "on")
     if dep.check_for_nan_in_grad:
