@@ -90,6 +90,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     ),
     # The RMSNorm a torchtitan run's code ran (tracegen.choices.RMSNORM_IMPLS).
     "rmsnorm_impl": ("torch", "torchtitan-2024", "fused"),
+    # Megatron-Core's cross-entropy where the run's config fuses it (tracegen.choices.LOSS_IMPLS; te:
+    # Megatron-Bridge's cross_entropy_fusion_impl "te").
+    "loss_impl": ("megatron", "te"),
     "gemm_rates": ("sustained", "burst"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),

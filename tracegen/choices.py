@@ -25,6 +25,11 @@ FRAMEWORKS = (
 # `rmsnorm_impl` (framework: torchtitan): the RMSNorm its code ran, tracegen.ops.EAGER_RMSNORM's keys and
 # "fused" (one kernel forward, one backward: torchtitan's norm_type fused_rmsnorm, a Triton kernel).
 RMSNORM_IMPLS = ("torch", "torchtitan-2024", "fused")
+# `loss_impl` (megatron-core profiles): Megatron-Core's cross-entropy, tracegen.ops.XENT's keys. "megatron"
+# (the profile's): tensor_parallel.vocab_parallel_cross_entropy on FP32 logits (cross_entropy_loss_fusion
+# off); "te": cross_entropy_loss_fusion with cross_entropy_fusion_impl "te" (language_module.py
+# compute_language_model_loss at Megatron-LM 0d8e0714cd: TE's parallel_cross_entropy).
+LOSS_IMPLS = ("megatron", "te")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel (on

@@ -123,7 +123,9 @@ class Framework:
     # The loss (tracegen.ops.XENT): "megatron" (Megatron's vocab-parallel cross-entropy on an FP32 copy of
     # the logits) | "eager" (F.cross_entropy on FP32 logits in eager PyTorch: the cast, log_softmax, nll_loss
     # and their backward) | "fused" (one softmax cross-entropy kernel each way on the 16-bit logits:
-    # flash-attn's CrossEntropyLoss on apex xentropy).
+    # flash-attn's CrossEntropyLoss on apex xentropy) | "te" (Transformer Engine's Triton parallel
+    # cross-entropy on the 16-bit logits, Megatron-Core's cross_entropy_fusion_impl "te"). The spec's
+    # `loss_impl` replaces it (megatron-core profiles).
     loss: str = "megatron"
     # FSDP2 keeps the model's last transformer block gathered from its forward to its backward
     # (fully_shard(..., reshard_after_forward=False) on it; tracegen.workload _root_kept).

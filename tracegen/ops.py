@@ -150,11 +150,22 @@ FP32_NORM_INPUT = {"fwd": (2, 8), "bwd": (2, 12)}
 # csrc/xentropy/xentropy_kernel.cu cunn_SoftMaxXEntropyForward: the max, then the sum of exponentials) and
 # writing per-token loss and log-sum-exp only = 2 dtype; backward one kernel reading the logits and
 # writing their gradient in place = 2 dtype.
-# Kernels, dtype passes, FP32 bytes per local logit, by Framework.loss (the three above).
+# Transformer Engine's parallel cross-entropy (Framework.loss "te": Megatron-Core's
+# `cross_entropy_loss_fusion` with `cross_entropy_fusion_impl: te`, megatron/core/models/common/
+# language_module/language_module.py compute_language_model_loss at Megatron-LM 0d8e0714cd, calling
+# transformer_engine.pytorch.cross_entropy.parallel_cross_entropy), Triton kernels on the 16-bit logits
+# (transformer_engine/pytorch/triton/cross_entropy.py, TE v2.9), bytes per local logit:
+#   forward, 2 kernels: online_softmax_kernel reads each row once (running max, sum of exponentials and the
+#   target logit: 3 FP32 per token, all-gathered over TP), then cross_entropy_kernel reads the row again and
+#   writes the logits' gradient in place (the backward's softmax - one-hot, in the logits' dtype) = 3 dtype;
+#   backward, 1 kernel: element_mul_kernel scales that gradient by the per-token loss gradient (read, write;
+#   cross_entropy_backward skips it only for a scalar 1.0, and Megatron's loss is per token) = 2 dtype.
+# Kernels, dtype passes, FP32 bytes per local logit, by Framework.loss (the four above).
 XENT = {
     "megatron": {"fwd": (6, 1, 36), "bwd": (2, 1, 12)},
     "eager": {"fwd": (3, 1, 20), "bwd": (4, 1, 24)},
     "fused": {"fwd": (1, 2, 0), "bwd": (1, 2, 0)},
+    "te": {"fwd": (2, 3, 0), "bwd": (1, 2, 0)},
 }
 # Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
 # once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
@@ -514,6 +525,35 @@ def _amax_reduce(c: Ctx, linear: str) -> list[Comm]:
     return [Comm(f"{linear}_amax_allreduce", "all_reduce", FP32)]
 
 
+def _row_grad_in(c: Ctx, where: str, gather: str, linear: str, fused_out_bias: bool) -> list[Step]:
+    """A row-parallel linear's output gradient up to its backward GEMM (`where` attn | mlp).
+
+    The backward runs the forward's GEMM -> `g` -> bias-dropout-add in reverse: the bias-dropout-add's
+    backward on the rank's tokens first (Megatron-Core's TransformerLayer applies `self_attn_bda` /
+    `mlp_bda` to the linear's SP-sharded output), then the linear's backward gathers the gradient under
+    sequence parallelism, so the AllGather sits right before the GEMM (where TE's userbuffers overlap it:
+    `proj_dgrad` / `fc2_dgrad`). Under TE FP8 with sequence parallelism TE quantizes the rank's own shard and
+    gathers FP8, 1 byte an element (grad_output_preprocess, "FP8 case with gather: unfused bgrad, cast,
+    transpose for efficient gather": cast_to_fp8 of the shard, then gather_along_first_dim or the
+    userbuffers AllGather, TE 1.x module/base.py; TE v2.9 base.py: `quantizer(grad_output)` on the shard,
+    then fill_userbuffers_buffer_for_all_gather / gather_along_first_dim with the quantizer); current
+    scaling all-reduces the shard's amax first (`_amax_reduce`). The cast node is charged the shard's cast
+    (read `dtype_bytes`, write 1; current scaling's amax pass one more read) and the FP8 transpose of the
+    gathered gradient for the weight-gradient GEMM (read 1, write 1), which TE runs after the gather.
+    """
+    head = _dropout_add(c, where, "bwd", fused_out_bias)
+    full = c.tokens * c.m.hidden
+    if not (c.te_fp8 and c.sp and c.sh.tp > 1):
+        return [*head, *_tp_out(c, gather, False), *_fp8_cast(c, linear, "bwd", full)]
+    shard = c.norm_tokens * c.m.hidden
+    if c.fp8_current:
+        cast_bytes, kernels = shard * (2 * c.b + 1) + 2 * full, CS_QUANTIZE_KERNELS + 1
+    else:
+        cast_bytes, kernels = shard * (c.b + 1) + 2 * full, 2
+    cast = Op(f"{linear}_fp8_cast", "bwd", 0, cast_bytes, (shard,), False, kernels=kernels)
+    return [*head, *_amax_reduce(c, linear), cast, Comm(gather, "all_gather", shard)]
+
+
 def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
     """The FP8 transpose of a LayerNormLinear's saved FP8 input for its weight-gradient GEMM (TE 1.8
     layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte."""
@@ -667,10 +707,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             *_dropout_add(c, "mlp", "fwd", fused_out_bias),
         ]
     return [
-        *_tp_out(c, "mlp_tp_out", False),
-        *_dropout_add(c, "mlp", "bwd", fused_out_bias),
-        *_amax_reduce(c, "mlp_down"),
-        *_fp8_cast(c, "mlp_down", "bwd", t * m.hidden),
+        *_row_grad_in(c, "mlp", "mlp_tp_out", "mlp_down", fused_out_bias),
         _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
         *_activation(c, "bwd"),
         *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
@@ -679,10 +716,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         *_tp_in(c, "mlp_tp_in", False),
         _norm(c, "mlp_norm", "bwd", nt * m.hidden),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
-        *_tp_out(c, "attn_tp_out", False),
-        *_dropout_add(c, "attn", "bwd", fused_out_bias),
-        *_amax_reduce(c, "attn_out_proj"),
-        *_fp8_cast(c, "attn_out_proj", "bwd", t * m.hidden),
+        *_row_grad_in(c, "attn", "attn_tp_out", "attn_out_proj", fused_out_bias),
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
         *_rope(c, "bwd"),
@@ -859,15 +893,18 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
     """Final norm, vocab-parallel output projection and softmax cross-entropy (last stage).
 
     The loss is the framework's cross-entropy (Framework.loss, XENT): Megatron's vocab-parallel one on FP32
-    logits, eager F.cross_entropy on the FP32 cast, or one fused kernel each way on the 16-bit logits.
+    logits, eager F.cross_entropy on the FP32 cast, one fused kernel each way on the 16-bit logits, or
+    Transformer Engine's Triton parallel cross-entropy (the spec's `loss_impl: te`).
     """
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     logits = t * sh.vocab
     # (kernels, bytes per local logit) of the loss, forward and backward
     xent = {ph: (k, passes * b + fp32) for ph, (k, passes, fp32) in XENT[c.fw.loss].items()}
     # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
-    # emitted as one AllReduce of their total size.
-    xent_ar = [Comm("loss_tp", "all_reduce", 3 * t * 4)] if sh.tp > 1 else []
+    # emitted as one AllReduce of their total size. TE's all-gathers each rank's three (all_gather_into_tensor
+    # of the n_rows x 3 FP32 m_d_X_y, triton/cross_entropy.py cross_entropy_forward, TE v2.9).
+    xent_kind = "all_gather" if c.fw.loss == "te" else "all_reduce"
+    xent_ar = [Comm("loss_tp", xent_kind, 3 * t * 4)] if sh.tp > 1 else []
     if phase == "fwd":
         return [
             _norm(c, "final_norm", "fwd", c.norm_tokens * m.hidden),

@@ -27,6 +27,7 @@ from xsim.tracegen.choices import (
     FSDP_BACKWARD_PREFETCH,
     GEMM_RATES,
     GRAD_REDUCE_DTYPES,
+    LOSS_IMPLS,
     PRECISIONS,
     RESHARD_STRATEGIES,
     RMSNORM_IMPLS,
@@ -105,6 +106,7 @@ TOP_KEYS = (
     "compute_model",
     "framework",
     "rmsnorm_impl",
+    "loss_impl",
     "gemm_rates",
     "gpus",
     "profile",
@@ -638,6 +640,13 @@ class _SpecBuilder:
                     f"rmsnorm_impl applies to framework: torchtitan only (framework is {dep.framework})"
                 )
             dep.rmsnorm_impl = self.choice("rmsnorm_impl", RMSNORM_IMPLS, RMSNORM_IMPLS[0])
+        if "loss_impl" in self.raw:
+            # Megatron-Core's cross-entropy (tracegen.frameworks Framework.loss, field 86).
+            if not dep.framework.startswith("megatron-core"):
+                raise self.fail(
+                    f"loss_impl applies to the megatron-core frameworks only (framework is {dep.framework})"
+                )
+            dep.loss_impl = self.choice("loss_impl", LOSS_IMPLS, LOSS_IMPLS[0])
         dep.tie_embeddings = self.tie_embeddings(model, dep.framework)
         dep.position_embedding = model.position_embedding or ""  # field 69; "" = the default (model_arch)
         if "make_vocab_size_divisible_by" in raw:  # field 74; unset: the framework's (model_arch)
@@ -1547,6 +1556,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "compute_model": dep.compute_model or "roofline",
         "framework": dep.framework or FRAMEWORKS[0],
         **({"rmsnorm_impl": dep.rmsnorm_impl} if dep.rmsnorm_impl else {}),
+        **({"loss_impl": dep.loss_impl} if dep.loss_impl else {}),
         "gemm_rates": dep.gemm_rates or GEMM_RATES[0],
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),

@@ -364,14 +364,16 @@ def _stage(stages: list[dpb.DeviceGroup], k: int) -> _Stage:
 
 def _framework_of(dep: dpb.Deployment) -> Framework:
     """The deployment's framework profile, its Hopper attention kernel replaced by `attention_kernel`, its
-    RMSNorm by `rmsnorm_impl`, its dropout by `dropout`, its gradient buckets' NaN check by
-    `check_for_nan_in_grad`, its attention-dropout rate by `attention_dropout` and its batch input by
-    `batch_input` where the spec sets them."""
+    RMSNorm by `rmsnorm_impl`, its loss by `loss_impl`, its dropout by `dropout`, its gradient buckets' NaN
+    check by `check_for_nan_in_grad`, its attention-dropout rate by `attention_dropout` and its batch input
+    by `batch_input` where the spec sets them."""
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     if dep.HasField("attention_dropout"):
         fw = replace(fw, attention_dropout=dep.attention_dropout)
     if dep.rmsnorm_impl:
         fw = replace(fw, rmsnorm=dep.rmsnorm_impl)
+    if dep.loss_impl:
+        fw = replace(fw, loss=dep.loss_impl)
     if dep.dropout:
         fw = replace(fw, dropout=dep.dropout == "on")
     if dep.check_for_nan_in_grad:
