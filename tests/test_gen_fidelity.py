@@ -39,7 +39,10 @@ LAYER_FWD = [
 # RoPE): 14 compute ops. Embedding: lookup + dropout (2 per
 # pass); head: final norm, LM head, loss (3); optimizer step: grad_norm, grad_clip, Adam, param_copy,
 # zero_grad (5 COMP) and the grad-norm AllReduce when the model-parallel group has more than one rank.
-LAYER_BWD_OPS, EMB_OPS, HEAD_OPS, OPT_OPS = 14, 2, 3, 5
+# Megatron-Core's DDP hook adds the layer's norm gains (one node after each layer's backward) and the final
+# norm's (one after the head's backward) into main_grad: 14 + 1 layer and 3 + 1 head backward nodes.
+LAYER_BWD_OPS, EMB_OPS, HEAD_OPS, OPT_OPS = 15, 2, 3, 5
+HEAD_BWD_OPS = HEAD_OPS + 1
 # Megatron-Core's embedding backward adds the gradient's zero fill and the main_grad add (2 more nodes);
 # at DP 1 each model chunk's one bucket is NaN-checked before the step (a node per chunk).
 EMB_BWD_OPS, NAN_CHECKS_PER_CHUNK = EMB_OPS + 2, 1
@@ -113,16 +116,16 @@ def test_interleaved_graph_order_chunks_and_node_counts_by_hand():
     for rank, want in INTERLEAVED_P2_V2_M4.items():
         assert compute_passes(b.nodes[rank], chunk_of_layer) == want
     # Per micro-batch, rank 0: chunk 0 forward = embedding (2) + 11 layer ops, chunk 1 forward 11, chunk 1
-    # backward 14, chunk 0 backward 14 + embedding (4) = 56 compute nodes; P2P: send act (c0), recv act (c1,
+    # backward 15, chunk 0 backward 15 + embedding (4) = 58 compute nodes; P2P: send act (c0), recv act (c1,
     # from the last stage: the wrap-around hop), send act (c1), recv grad (c1), send grad (c1, the hop
     # back), recv grad (c0) = 6. Times 4 micro-batches, plus the two chunks' bucket NaN checks and the
-    # optimizer step: 4*56 + 2 + 5 = 231 and 24.
-    # Rank 1: layer 2 fwd 11, layer 4 fwd 11 + head 3, bwd 14 + 14 + 3: 56 compute; P2P: recv act (c0), send
+    # optimizer step: 4*58 + 2 + 5 = 239 and 24.
+    # Rank 1: layer 2 fwd 11, layer 4 fwd 11 + head 3, bwd 15 + 15 + 4: 59 compute; P2P: recv act (c0), send
     # act (c0 -> stage 0 chunk 1), recv act (c1), send grad (c1), recv grad (c0), send grad (c0) = 6.
     fwd, bwd = len(LAYER_FWD), LAYER_BWD_OPS
     per0 = EMB_OPS + 2 * fwd + 2 * bwd + EMB_BWD_OPS
-    per1 = 2 * fwd + HEAD_OPS + 2 * bwd + HEAD_OPS
-    assert (per0, per1) == (56, 56)
+    per1 = 2 * fwd + HEAD_OPS + 2 * bwd + HEAD_BWD_OPS
+    assert (per0, per1) == (58, 59)
     nan = 2 * NAN_CHECKS_PER_CHUNK
     want = {0: (4 * per0 + nan + OPT_OPS, 4 * 3, 4 * 3), 1: (4 * per1 + nan + OPT_OPS, 4 * 3, 4 * 3)}
     for rank, (comp, sends, recvs) in want.items():
@@ -191,10 +194,10 @@ def test_interleaved_chunks_given_by_hand():
         for r, ns in b.nodes.items()
     }
     assert layers == {0: [0, 1, 4], 1: [0, 2, 3, 5, 6]}  # 0: embedding on rank 0, head on rank 1
-    # per micro-batch: rank 0 = (2 + 11 + 11) fwd + (14 + 14 + 4) bwd = 56; rank 1 = (4 x 11 + 3) fwd +
-    # (4 x 14 + 3) bwd = 106; plus each rank's two chunks' bucket NaN checks and the 5 optimizer-step nodes
+    # per micro-batch: rank 0 = (2 + 11 + 11) fwd + (15 + 15 + 4) bwd = 58; rank 1 = (4 x 11 + 3) fwd +
+    # (4 x 15 + 4) bwd = 111; plus each rank's two chunks' bucket NaN checks and the 5 optimizer-step nodes
     comp = {r: sum(n.type == pb.COMP_NODE for n in ns) for r, ns in b.nodes.items()}
-    assert comp == {0: 2 * 56 + 2 + OPT_OPS, 1: 2 * 106 + 2 + OPT_OPS}
+    assert comp == {0: 2 * 58 + 2 + OPT_OPS, 1: 2 * 111 + 2 + OPT_OPS}
 
 
 def layer_chain(nodes, layer, mb):
@@ -221,7 +224,7 @@ def test_selective_recompute_repeats_exactly_the_attention_core_before_its_backw
     assert bwd == [
         "mlp_down.bwd", "mlp_act.bwd", "mlp_up_gate.bwd", "mlp_norm.bwd", "mlp_residual.bwd",
         "attn_bias_dropout_add.bwd", "attn_out_proj.bwd", "attn_core.recompute", "attn_core.bwd", "rope.bwd",
-        "qkv_grad_cat.bwd", "qkv_proj.bwd", "attn_norm.bwd", "attn_residual.bwd",
+        "qkv_grad_cat.bwd", "qkv_proj.bwd", "attn_norm.bwd", "attn_residual.bwd", "layer_main_grad_add.bwd",
     ]  # fmt: skip
     # The recomputation costs what the forward op costs.
     dur = {n.name: n.duration_micros for n in b.nodes[0]}

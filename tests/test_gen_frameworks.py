@@ -121,7 +121,12 @@ def test_gpt_layer_megatron_core_kernels_by_hand():
     # Causal flash attention: half of 4 x b x s^2 x h = 4 x 16^2 x 64 / 2 = 32,768 FLOPs.
     assert core.flops == 4 * 16 * 16 * 64 // 2 == 32_768
     bwd = [o.op for o in ops(GPT, "megatron-core", "bwd")]
-    assert not [n for n in bwd if n.endswith("_bias")]  # bias gradients come out of the GEMM (TE)
+    # QKV's bias gradient comes out of TE's weight-gradient GEMM; the projection's and both MLP linears'
+    # biases are skip_bias_add inputs of the fused kernels, whose gradients autograd sums over the tokens
+    # (megatron/core/transformer/mlp.py and attention.py at core_r0.8.0): read 16 x 256 and 16 x 64 in 2 B.
+    assert [n for n in bwd if n.endswith("_bias")] == ["mlp_out_bias", "mlp_up_bias", "attn_out_bias"]
+    bias = {o.op: o.bytes for o in ops(GPT, "megatron-core", "bwd") if o.op.endswith("_bias")}
+    assert bias == {"mlp_out_bias": 16 * 64 * 2, "mlp_up_bias": 16 * 256 * 2, "attn_out_bias": 16 * 64 * 2}
     # The full matrix is kept where the kernel computes it: explicit `attention: unfused` overrides.
     unf = [o.flops for o in ops(GPT, "megatron-core", "fwd", attention="unfused") if o.op.startswith("attn_")]
     assert sum(unf) - core.flops > 2 * core.flops  # both GEMMs at the full count (+ softmax, dropout)

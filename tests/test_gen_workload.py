@@ -74,24 +74,25 @@ def test_small_spec_counts_by_hand(schedule):
     # wgrad (Megatron-Core's async dgrad AllReduce, Framework.async_dgrad_allreduce): COMP 61 + 2*2 = 65.
     # Megatron-Core's embedding backward adds the gradient's zero fill and the main_grad add (2 per
     # micro-batch), RoPE's q/k/v split its gradient cat (1 per micro-batch), and its one gradient bucket is
-    # NaN-checked at DP 1 too (1): COMP 65 + 4 + 2 + 1 = 72.
+    # NaN-checked at DP 1 too (1): COMP 65 + 4 + 2 + 1 = 72. Megatron-Core's DDP hook adds the layer's two
+    # RMSNorm gains into main_grad after its backward (layer_main_grad_add, 1 per micro-batch): 74.
     for r in (0, 1):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 72,
+            "COMP_NODE": 74,
             "ALL_REDUCE": 11,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
-        assert len(b.nodes[r]) == 87
+        assert len(b.nodes[r]) == 89
     # Stage 1 (layer 2, head). Forward: recv, 11 layer ops + final norm, LM head, loss = 14 COMP, AllReduce
     # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 13 = 16 COMP,
     # AllReduce of the LM-head input gradient + 2 in the layer = 3, one gradient send.
     # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2; the QKV, MLP up/gate and LM-head backward
     # GEMMs as dgrad and wgrad nodes: COMP 65 + 2*3 = 71; the q/k/v gradient cat (2) and the bucket's NaN
-    # check: 74.
+    # check: 74; the hook's adds of the layer's norm gains and of the final norm's (2 per micro-batch): 78.
     for r in (2, 3):
         assert kinds(b.nodes[r]) == {
-            "COMP_NODE": 74,
+            "COMP_NODE": 78,
             "ALL_REDUCE": 13,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
@@ -117,7 +118,7 @@ def test_sequence_parallel_counts_by_hand():
     # in test_small_spec_counts_by_hand. The backward gathers QKV's and fc1's inputs again for their wgrad
     # GEMMs (Framework.sp_dgrad_overlap): 4 AG more, 14.
     assert kinds(b.nodes[0]) == {
-        "COMP_NODE": 72, "ALL_GATHER": 14, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
+        "COMP_NODE": 74, "ALL_GATHER": 14, "REDUCE_SCATTER": 10, "ALL_REDUCE": 2,
         "COMM_SEND_NODE": 2, "COMM_RECV_NODE": 2,
     }  # fmt: skip
     ag = next(n for n in b.nodes[0] if n.type == pb.COMM_COLL_NODE and A.comm_type(n) == pb.ALL_GATHER)

@@ -151,11 +151,11 @@ def test_one_fp8_moe_layer_has_no_dense_mlp_casts_node_list_by_hand():
         "moe_sort_chunks", "moe_dispatch", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm",
         "mlp_residual", "attn_bias_dropout_add", "attn_out_proj_fp8_cast", "attn_out_proj", "attn_core", "rope",
         "qkv_grad_cat", "qkv_proj_fp8_cast", "qkv_proj_fp8_transpose", "qkv_proj", "attn_norm", "attn_residual",
-        "fp8_amax_concat", "fp8_scale_update",
+        "layer_main_grad_add", "fp8_amax_concat", "fp8_scale_update",
     ]  # fmt: skip
     expect = [f"L1.{o}.fwd.mb0" for o in fwd] + [f"L1.{o}.bwd.mb0" for o in bwd]
     assert [nd.name for nd in nodes] == expect
-    assert (len(fwd), len(bwd)) == (24, 29)
+    assert (len(fwd), len(bwd)) == (24, 30)  # the DDP hook's norm-gain adds included
     assert not any(nd.name.startswith(("L1.mlp_up_gate", "L1.mlp_down")) for nd in bundle.nodes[0])
     size = {
         nd.name: _attr(nd, A.TENSOR_SIZE)

@@ -110,14 +110,15 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
         "moe_dispatch.bwd.mb0.from1",
         "moe_dispatch.bwd.mb0.to1", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
         "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_grad_cat", "qkv_proj", "attn_norm",
-        "attn_residual",
+        "attn_residual", "layer_main_grad_add",
     ]  # fmt: skip
     full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
     assert names == full(fwd, "fwd") + full(bwd, "bwd")
-    # 17 + 4 P2P forward, 20 + 4 P2P backward (the q/k/v gradient cat included): two local experts per EP
+    # 17 + 4 P2P forward, 21 + 4 P2P backward (the q/k/v gradient cat and Megatron-Core's DDP hook adds of
+    # the norm gains included): two local experts per EP
     # rank, so the received copies are sorted by expert before the grouped GEMMs and back after them
     # (Megatron-Core's permutation 2)
-    assert (len(fwd), len(bwd)) == (21, 24)
+    assert (len(fwd), len(bwd)) == (21, 25)
     by = {n.name: n for n in bundle.nodes[0]}
     # the sort by expert waits for the permute and for both halves of the dispatch; the send leaves after the
     # permute; the expert GEMM follows the sort
@@ -235,8 +236,9 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     # unsort; forward, backward), - as many for the 4 all-to-alls' send + receive pairs now one node each;
     # + 4 ranks x 6 for Megatron-Core's gradient work (the embedding gradient's zero fill and main_grad add
     # per micro-batch, the bucket's NaN check and 1/DP scaling) + 4 ranks x 2 layers x 2 mbs for the q/k/v
-    # split's gradient cat: 788
-    assert "replayed 788 nodes on 4" in capsys.readouterr().out
+    # split's gradient cat: 788; + 4 ranks x 2 mbs x (2 layers + the final norm) for the DDP hook's main_grad
+    # adds of the norm gains (layer_main_grad_add, final_norm_main_grad_add): 812
+    assert "replayed 812 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():

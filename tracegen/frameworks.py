@@ -188,9 +188,12 @@ class Framework:
     # Megatron-Core's DDP gradient hook on every parameter (DistributedDataParallel._make_param_hook,
     # megatron/core/distributed/distributed_data_parallel.py of core_v0.6.0 and core_r0.8.0): a parameter
     # whose gradient the weight-gradient GEMM did not already accumulate (`grad_added_to_main_grad` unset:
-    # the word embedding and a learned position table, not being fused linears) gets
-    # `param.main_grad.add_(param.grad.data)` every micro-batch: read the buffer's dtype, read the model
-    # dtype, write the buffer's dtype per parameter. A tied output layer on the same stage (language_module.py
+    # the word embedding and a learned position table, not being fused linears; in every layer the norms'
+    # gains and biases and the linears' biases, Transformer Engine 1.8 marking only the weights it
+    # accumulates with fuse_wgrad_accumulation, transformer_engine/pytorch/module/layernorm_linear.py and
+    # linear.py; the final norm's) gets `param.main_grad.add_(param.grad.data)` every micro-batch, one
+    # kernel per tensor: read the buffer's dtype, read the model dtype, write the buffer's dtype per
+    # parameter (tracegen.ops main_grad_hook_adds). A tied output layer on the same stage (language_module.py
     # sets `zero_out_wgrad` on the shared weight) returns a zero-filled vocab/TP x hidden weight gradient
     # (layers.py LinearWithGradAccumulationAndAsyncCommunication.backward, `torch.zeros(...)`: write dtype)
     # that autograd sums with the embedding's (read, read, write dtype) before the hook adds the sum.
@@ -222,6 +225,21 @@ class Framework:
     # lists and times many tests pin to the nanosecond: off there until they are re-derived (as
     # host_dispatch, docs/tracegen.md "Batch input"), a spec's `batch_input: megatron` turns it on.
     batch_input: str = ""
+    # The embedding output's layout change [b, s, h] -> [s, b, h], `embeddings.transpose(0, 1).contiguous()`:
+    # a copy when the micro-batch has more than one sequence (with one the transposed view is already
+    # contiguous). Megatron-Core core_v0.6.0 and core_r0.8.0 LanguageModelEmbedding.forward (core_r0.8.0's
+    # VocabParallelEmbedding.forward does the same before its reduce-scatter, megatron/core/tensor_parallel/
+    # layers.py), Megatron-LM d898a8991d Embedding.forward (megatron/model/language_model.py). Backward the
+    # gradient arrives transposed, and each embedding lookup's dense backward copies it contiguous first
+    # (aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda: `grad_.contiguous()`): the word
+    # table's (F.embedding, embedding_bwd "dense" or "") and a learned position table's (torch.nn.Embedding).
+    embedding_transpose: bool = False
+    # Under sequence parallelism with the embedding output all-reduced, then split (a view), Megatron-Core
+    # clones the rank's slice "to facilitate GC" (LanguageModelEmbedding.forward, `if self.config.
+    # clone_scatter_output_in_embedding: embeddings = embeddings.clone()`, --no-clone-scatter-output-in-
+    # embedding unset: megatron/training/arguments.py of core_v0.6.0 and core_r0.8.0): read and write the
+    # slice forward; the clone's backward passes the gradient through.
+    embedding_sp_clone: bool = False
 
 
 # Megatron-LM as run by Narayanan et al. 2021 (SC'21, arXiv:2104.04473, section 4.2) and Korthikanti et
@@ -285,6 +303,8 @@ _MEGATRON_CORE = Framework(
     bucket_scale="not_one",
     check_for_nan_in_grad=True,
     qkv_split_cat=True,
+    embedding_transpose=True,
+    embedding_sp_clone=True,
 )
 
 FRAMEWORKS: dict[str, Framework] = {
@@ -306,6 +326,7 @@ FRAMEWORKS: dict[str, Framework] = {
         causal_softmax_max_seq=4096,
         sp_dgrad_overlap=True,
         async_dgrad_allreduce=True,
+        embedding_transpose=True,
     ),
     # Megatron-Core with Transformer Engine (what NeMo and Megatron-LM run today): TE linear layers add
     # their bias in the cuBLASLt epilogue; fused bias-GeLU / bias-SwiGLU (megatron/core/fusions/

@@ -291,6 +291,7 @@ class Ctx:
     )
     fw: Framework = FRAMEWORKS[DEFAULT_FRAMEWORK]  # which kernels the layer is made of
     fp8_recipe: str = "delayed"  # TE's FP8 scaling: "delayed" | "current" (CS_QUANTIZE_KERNELS)
+    grad_bytes: int = FP32  # width of the gradient buffer's main_grad (Framework.main_grad_hook's adds)
 
     @property
     def tokens(self) -> int:
@@ -572,13 +573,27 @@ def _bias(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
     return [_kern(f"{op}_bias", phase, elems, ELEM_FLOPS["add"], c.b)]
 
 
+def _bias_grad(c: Ctx, op: str, elems: int) -> list[Op]:
+    """The gradient of a bias that a fused kernel added (skip_bias_add: Megatron's bias-GeLU / bias-SwiGLU
+    and bias-dropout-add take the linear's bias as an input): the kernel's backward returns a gradient of
+    the broadcast shape, which autograd sums over the tokens to the bias's (`sum_to_size`, a reduction
+    reading `elems` in dtype; megatron/core/fusions/fused_bias_gelu.py GeLUFunction.backward `return tmp,
+    tmp` and fused_bias_dropout.py's `x + bias` at core_r0.8.0, the same in Megatron-LM de7dc40f88 and
+    d898a8991d megatron/model/fused_bias_gelu.py and transformer.py's jit-scripted bias_dropout_add, whose
+    bias arrives `expand_as(residual)`). Nothing without linear biases."""
+    if not c.m.linear_bias:
+        return []
+    return [_kern(f"{op}_bias", "bwd", elems, ELEM_FLOPS["add"], c.b)]
+
+
 def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> list[Op]:
     """Hidden dropout and residual add after a row-parallel projection (`where` attn | mlp), on the rank's
     tokens (1/TP of them under sequence parallelism).
 
     Fused (Megatron's bias-dropout-add): forward one kernel reading the branch and the residual, writing the
-    sum and the 1-byte mask; backward one kernel (the branch gradient: read gradient and mask, write). The
-    residual's own gradient is the accumulation `{where}_residual` below, in every profile.
+    sum and the 1-byte mask; backward one kernel (the branch gradient: read gradient and mask, write) and,
+    with linear biases, the bias's gradient (`{where}_out_bias`, _bias_grad). The residual's own gradient is
+    the accumulation `{where}_residual` below, in every profile.
     Unfused: dropout (`{where}_hidden_dropout`: read, write, mask), then the residual add (read 2, write 1).
     """
     e, b = c.norm_tokens * c.m.hidden, c.b
@@ -587,14 +602,17 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
         # Dropout.cpp: `if (p == 0 || !train ...) return input`), so the fused function is the (bias and)
         # residual add (read 2, write 1) forward and passes the gradient through backward (no kernel).
         if phase == "bwd":
-            return []
+            return _bias_grad(c, f"{where}_out", e)
         return [_elem(f"{where}_bias_dropout_add", "fwd", e, ELEM_FLOPS["add"], 2, 1, b)]
     if c.fw.fused_bias_dropout_add:
         if phase == "fwd":
             return [
                 _kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"] + 1, 3 * b + MASK_BYTES)
             ]
-        return [_kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
+        return [
+            _kern(f"{where}_bias_dropout_add", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES),
+            *_bias_grad(c, f"{where}_out", e),
+        ]
     bias = [] if linear_bias_fused else _bias(c, f"{where}_out", phase, e)
     # Without dropout (Framework.dropout off) the add alone: its backward passes the gradient through.
     drop = [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
@@ -651,9 +669,32 @@ def _activation(c: Ctx, phase: str) -> list[Op]:
         act = _elem("mlp_act", phase, t * f, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
     if phase == "fwd":
         return [*bias, act]
-    # Fused bias-activation: the bias gradient is still a reduction of the activation's input gradient.
-    grad_bias = _bias(c, "mlp_up", phase, t * up) if c.fw.fused_bias_act else bias
+    # Fused bias-activation: the bias gradient is still a reduction of the activation's input gradient, the
+    # bias being the fused kernel's input whether or not the framework's GEMMs add theirs in the epilogue.
+    grad_bias = _bias_grad(c, "mlp_up", t * up) if c.fw.fused_bias_act else bias
     return [act, *grad_bias]
+
+
+def main_grad_hook_adds(c: Ctx, op: str, tensors: int, params: int) -> list[Op]:
+    """Megatron-Core's DDP hook adding `tensors` parameter gradients (`params` parameters) that no fused
+    weight-gradient GEMM accumulated into main_grad (Framework.main_grad_hook): `main_grad.add_(grad)`, a
+    kernel per tensor reading main_grad (grad_bytes) and the gradient (dtype), writing main_grad."""
+    if not c.fw.main_grad_hook or tensors == 0:
+        return []
+    return [_kern(op, "bwd", params, ELEM_FLOPS["add"], 2 * c.grad_bytes + c.b, tensors)]
+
+
+def _layer_hook_adds(c: Ctx, dense_mlp: bool) -> list[Op]:
+    """The hook's adds of one layer: both norms' gains (and LayerNorm biases) and, with linear biases, those
+    of QKV, the output projection and (a dense MLP) both MLP linears; the rank's shard of each."""
+    m, sh = c.m, c.sh
+    norm_tensors = 2 if m.norm == "layernorm" else 1
+    tensors, params = 2 * norm_tensors, 2 * m.norm_params
+    if m.linear_bias:
+        up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+        biases = [(sh.heads + 2 * sh.kv_heads) * m.head_dim, m.hidden, *([up, m.hidden] if dense_mlp else [])]
+        tensors, params = tensors + len(biases), params + sum(biases)
+    return main_grad_hook_adds(c, "layer_main_grad_add", tensors, params)
 
 
 def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
@@ -728,6 +769,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         *_tp_in(c, "attn_tp_in", False),
         _norm(c, "attn_norm", "bwd", nt * m.hidden),
         _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        *_layer_hook_adds(c, dense_mlp),
     ]
 
 
@@ -793,15 +835,43 @@ def embedding_steps(c: Ctx, phase: str, grad_bytes: int = 4, tied_here: bool = F
             *_embedding_tp(c, True),
             *_embedding_norm(c, phase),
             *_positions(c, phase),
+            *_embedding_transpose(c, phase),
+            *_embedding_sp_clone(c),
             *_embedding_dropout(c, phase, e),
         ]
     return [
         *_embedding_dropout(c, phase, e),
         *_embedding_norm(c, phase),
         *_embedding_tp(c, False),
+        *_embedding_transpose(c, phase),
         *_positions(c, phase),
         *embedding_grad(c, grad_bytes, tied_here),
     ]
+
+
+def _embedding_transpose(c: Ctx, phase: str) -> list[Op]:
+    """The embedding output's [b, s, h] -> [s, b, h] copy (Framework.embedding_transpose), micro-batches of
+    more than one sequence only: forward read and write t x h; backward the gradient made contiguous again
+    by the dense backward of each lookup taking it, the word table's (not under embedding_bwd "index_put",
+    whose index backward is not read here) and a learned position table's: read and write t x h each."""
+    if not c.fw.embedding_transpose or c.mb == 1:
+        return []
+    e = c.tokens * c.m.hidden
+    if phase == "fwd":
+        return [_kern("embedding_transpose", phase, e, 0, 2 * c.b)]
+    copies = (c.fw.embedding_bwd != "index_put") + (c.m.positions == "learned")
+    return [_kern("embedding_transpose", phase, e, 0, 2 * c.b * copies, copies)] if copies else []
+
+
+def _embedding_sp_clone(c: Ctx) -> list[Op]:
+    """Megatron-Core's clone of the rank's sequence slice after the all-reduce-then-split embedding output
+    under sequence parallelism (Framework.embedding_sp_clone): read and write norm_tokens x h, forward
+    only. Not on the reduce-scatter path (_embedding_tp), whose output is the rank's own tensor."""
+    if not (c.fw.embedding_sp_clone and c.sp and c.sh.tp > 1):
+        return []
+    if c.fw.embedding_reduce_scatter and c.m.positions != "learned":
+        return []
+    return [_kern("embedding_sp_clone", "fwd", c.norm_tokens * c.m.hidden, 0, 2 * c.b)]
 
 
 def _embedding_norm(c: Ctx, phase: str) -> list[Op]:
@@ -929,6 +999,7 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
         _gemm("lm_head", "bwd", t, m.hidden, sh.vocab, b),
         *_tp_in(c, "head_tp_in", False),
         _norm(c, "final_norm", "bwd", c.norm_tokens * m.hidden),
+        *main_grad_hook_adds(c, "final_norm_main_grad_add", 2 if m.norm == "layernorm" else 1, m.norm_params),
     ]
 
 

@@ -717,6 +717,8 @@ class _RankProgram:
             dep.attention or "flash",
             _framework_of(dep),
             dep.fp8_recipe or "delayed",
+            # main_grad as wide as the gradient buffer (the hook's adds, tracegen.ops.main_grad_hook_adds)
+            GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
         )
         self.cp = gen.cp_of.get(
             rank
