@@ -376,12 +376,11 @@ def test_fsdp_gathers_and_reduce_scatters_per_layer_by_hand(name):
     assert list(syncs[1].ctrl_deps) == [syncs[0].id]
     assert set(syncs[2].ctrl_deps) == {emb_last.id, syncs[1].id}
     # Backward: L2 waits for the gather prefetched when the head started (the fifth); the head's
-    # ReduceScatter hangs off its last backward op (the DDP hook's add of the final norm's gain).
+    # ReduceScatter hangs off its last backward op: under zero3 the DDP hook's add of the final norm's gain;
+    # PyTorch FSDP runs no Megatron hook (its flat parameter holds the gradient), so the norm's backward.
+    last = "final_norm_main_grad_add.bwd.mb0" if name == "zero3" else "final_norm.bwd.mb0"
     l2b = next(n for n in nodes if n.name.startswith("L2.") and A.get_str(n, A.PHASE) == "bwd")
-    assert (
-        syncs[4].id in l2b.data_deps
-        and by_id[syncs[5].data_deps[0]].name == "final_norm_main_grad_add.bwd.mb0"
-    )
+    assert syncs[4].id in l2b.data_deps and by_id[syncs[5].data_deps[0]].name == last
     # No DP bucket AllReduce, no gather after the step; the optimizer step (from its grad norm) waits for
     # the last ReduceScatter, and Adam updates the 1/DP shard.
     first_opt = next(n for n in nodes if A.get_str(n, A.PHASE) == "opt")
@@ -535,12 +534,12 @@ def test_fsdp_backward_prefetch_none_exposes_reduce_scatter_and_gather_by_hand(t
     assert graphs["pre"] == graphs["post"]
     assert ends["none"] - ends["pre"] == 668 + 2_053
     s = starts["none"]
-    # (each unit's last backward op: the DDP hook's main_grad add of its norm gains)
-    assert s["L2.mlp_bias_dropout_add.bwd.mb0"][0] - s["final_norm_main_grad_add.bwd.mb0"][1] == 258 + 410
-    assert s["L1.mlp_bias_dropout_add.bwd.mb0"][0] - s["L2.layer_main_grad_add.bwd.mb0"][1] == 1_643 + 410
-    assert s["embedding_dropout.bwd.mb0"][0] == s["L1.layer_main_grad_add.bwd.mb0"][1]
+    # (each unit's last backward op: PyTorch FSDP runs no Megatron DDP hook, so the norm's or the residual's)
+    assert s["L2.mlp_bias_dropout_add.bwd.mb0"][0] - s["final_norm.bwd.mb0"][1] == 258 + 410
+    assert s["L1.mlp_bias_dropout_add.bwd.mb0"][0] - s["L2.attn_residual.bwd.mb0"][1] == 1_643 + 410
+    assert s["embedding_dropout.bwd.mb0"][0] == s["L1.attn_residual.bwd.mb0"][1]
     p = starts["pre"]
-    assert p["L2.mlp_bias_dropout_add.bwd.mb0"][0] == p["final_norm_main_grad_add.bwd.mb0"][1]  # no wait
+    assert p["L2.mlp_bias_dropout_add.bwd.mb0"][0] == p["final_norm.bwd.mb0"][1]  # no wait
     # The key needs per-layer gathers and one of PyTorch's three names.
     with pytest.raises(SpecError, match="needs sharding"):
         load_spec(dp2(fsdp_backward_prefetch="post"))

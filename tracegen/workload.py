@@ -380,6 +380,12 @@ def _framework_of(dep: dpb.Deployment) -> Framework:
         fw = replace(fw, check_for_nan_in_grad=dep.check_for_nan_in_grad == "on")
     if dep.batch_input:
         fw = replace(fw, batch_input=dep.batch_input)
+    if dep.sharding == "fsdp" and fw.main_grad_hook:
+        # PyTorch FSDP accumulates each unit's gradient into its flat parameter's .grad (reduce-scattered
+        # by FSDP itself): Megatron-Core DDP's main_grad hook, and so its per-tensor adds, does not run
+        # (torch/distributed/fsdp/_runtime_utils.py _post_backward_hook; the megatron-core profile is
+        # xsim's default layer profile, which the FSDP rows of other frameworks borrow).
+        fw = replace(fw, main_grad_hook=False)
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
