@@ -3,7 +3,6 @@ the BF16 per-tile cost K0 (tracegen.gemm.BF16_TILE_K0) by hand, and its fit to X
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from xsim.tracegen.gemm import (
     tile_cost,
 )
 
+from tests.test_gemm_shapes_a100 import load_script  # scripts/gemm_shape_check.py as a module
+
 ROOT = Path(__file__).resolve().parents[1]
 H100 = catalog.gpu("H100")
 # MAMF's H100 BF16 burst plateau, 792.1 TFLOP/s at M 6144, K 17920, N 2816 (gemm_calibration.csv), per SM.
@@ -26,17 +27,6 @@ SUSTAINED_PER_SM = BURST_PER_SM * 708.5 / 841.9  # the GH100's MSMF / MAMF (trac
 # Per column of K a tile runs at the plateau x (17920 + 240) / 17920, so MAMF's shape keeps its rate.
 SCALE = (17920 + 240) / 17920
 TILE = 2 * 256 * 128  # FLOPs per column of K of one 256 x 128 tile
-
-
-def load_script():
-    """scripts/gemm_shape_check.py as a module."""
-    spec = importlib.util.spec_from_file_location(
-        "gemm_shape_check", ROOT / "scripts" / "gemm_shape_check.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def points():
