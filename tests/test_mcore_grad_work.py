@@ -20,8 +20,8 @@ def _bwd(
     fw: str, tp: int = 1, grad_bytes: int = 4, tied_here: bool = False, seq: int = 4096, **model: object
 ) -> dict:
     m = model_from_mapping({**LLAMA, **model})
-    c = Ctx(m, shard_of(m, tp, 0), 1, seq, 2, False, fw=FRAMEWORKS[fw])
-    steps = embedding_steps(c, "bwd", grad_bytes, tied_here)
+    c = Ctx(m, shard_of(m, tp, 0), 1, seq, 2, False, fw=FRAMEWORKS[fw], grad_bytes=grad_bytes)
+    steps = embedding_steps(c, "bwd", tied_here)
     return {s.op: (s.bytes, s.kernels) for s in steps if isinstance(s, Op) and s.op.startswith("embedding")}
 
 

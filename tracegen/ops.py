@@ -820,12 +820,13 @@ def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]
     return list(bwd)
 
 
-def embedding_steps(c: Ctx, phase: str, grad_bytes: int = 4, tied_here: bool = False) -> list[Step]:
+def embedding_steps(c: Ctx, phase: str, tied_here: bool = False) -> list[Step]:
     """Vocab-parallel input embedding (first stage): gather of the token rows, the partial rows summed over
     TP, the learned position table's rows added (models with `positions` learned), then the embedding
     dropout (Megatron applies hidden dropout to the embedding output). Backward, the word table's gradient
     as Framework.embedding_bwd runs it and, under Framework.main_grad_hook, its accumulation into the
-    `grad_bytes`-wide main_grad (`tied_here`: the output layer on this rank shares the table)."""
+    main_grad of the gradient buffer's width, Ctx.grad_bytes (`tied_here`: the output layer on this rank
+    shares the table)."""
     t, h, b = c.tokens, c.m.hidden, c.b
     e = c.norm_tokens * h
     if phase == "fwd":
@@ -845,7 +846,7 @@ def embedding_steps(c: Ctx, phase: str, grad_bytes: int = 4, tied_here: bool = F
         *_embedding_tp(c, False),
         *_embedding_transpose(c, phase),
         *_positions(c, phase),
-        *embedding_grad(c, grad_bytes, tied_here),
+        *embedding_grad(c, tied_here),
     ]
 
 
@@ -894,7 +895,7 @@ def _embedding_norm(c: Ctx, phase: str) -> list[Op]:
 EMBEDDING_FEATURE_KERNEL_MAX_TOKENS = 3072
 
 
-def embedding_grad(c: Ctx, grad_bytes: int, tied_here: bool) -> list[Op]:
+def embedding_grad(c: Ctx, tied_here: bool) -> list[Op]:
     """The word table's weight gradient (Framework.embedding_bwd) and its main_grad accumulation
     (Framework.main_grad_hook; the table, and a learned position table, are not fused linears).
 
@@ -920,7 +921,9 @@ def embedding_grad(c: Ctx, grad_bytes: int, tied_here: bool) -> list[Op]:
             Op("embedding_tied_grad_sum", "bwd", table, 4 * b * table, (c.sh.vocab, h), False, kernels=2)
         )
     params = table + c.m.position_params
-    out.append(Op("embedding_main_grad_add", "bwd", params, (2 * grad_bytes + b) * params, (params,), False))
+    out.append(
+        Op("embedding_main_grad_add", "bwd", params, (2 * c.grad_bytes + b) * params, (params,), False)
+    )
     return out
 
 

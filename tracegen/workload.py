@@ -775,14 +775,11 @@ class _RankProgram:
             self.layer_fwd["bwd"] = [*op_sac_recompute(self.ctx), *self.layer_fwd["bwd"]]
         self.ep = gen.ep_of.get(rank)  # (ep, EP index, EP group ranks, expert-DP group) of a MoE model
         self._moe_steps: dict[tuple[int, str], list[MoeStep]] = {}
-        # The word table's gradient is accumulated into main_grad, as wide as the gradient buffer; a tied output
-        # layer on this rank (one stage) shares the table (tracegen.ops.embedding_grad).
-        main_grad = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
+        # The word table's gradient is accumulated into main_grad, as wide as the gradient buffer (Ctx.grad_bytes);
+        # a tied output layer on this rank (one stage) shares the table (tracegen.ops.embedding_grad).
         tied_here = self.first and self.last and gen.model.tied
         self.emb = (
-            {p: embedding_steps(self.ctx, p, main_grad, tied_here) for p in ("fwd", "bwd")}
-            if self.first
-            else None
+            {p: embedding_steps(self.ctx, p, tied_here) for p in ("fwd", "bwd")} if self.first else None
         )
         self.head = {p: head_steps(self.ctx, p) for p in ("fwd", "bwd")} if self.last else None
         # Transformer Engine's amax reduction and scale update, once per model chunk, micro-batch and pass
