@@ -35,7 +35,6 @@ from typing import Any
 
 from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.catalog import GIB
-from xsim.tracegen.choices import GRAD_REDUCE_BYTES
 from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
@@ -48,7 +47,7 @@ from xsim.tracegen.ops import (
     head_rank_params,
     rank_params,
 )
-from xsim.tracegen.spec import default_grad_reduce_dtype, gpu_specs, model_arch, replicas
+from xsim.tracegen.spec import gpu_specs, grad_reduce_bytes, model_arch, replicas
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
 
@@ -264,7 +263,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         recompute_layers=dep.recompute_layers or 1,
         recompute_method=dep.recompute_method or "uniform",
         distributed_optimizer=dep.distributed_optimizer,
-        grad_bytes=GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
+        grad_bytes=grad_reduce_bytes(dep),
         sharding=dep.sharding or "none",
         attention=dep.attention or "flash",
         te_fp8=_te_fp8(dep),

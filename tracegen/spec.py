@@ -26,6 +26,7 @@ from xsim.tracegen.choices import (
     FRAMEWORKS,
     FSDP_BACKWARD_PREFETCH,
     GEMM_RATES,
+    GRAD_REDUCE_BYTES,
     GRAD_REDUCE_DTYPES,
     LOSS_IMPLS,
     PRECISIONS,
@@ -86,6 +87,12 @@ def default_grad_reduce_dtype(precision: str) -> str:
     flag keeps its default, False.
     """
     return "fp16" if precision == "fp16" else "fp32"
+
+
+def grad_reduce_bytes(dep: dpb.Deployment) -> int:
+    """Bytes per element of the deployment's gradient buffer and its DP reduction (`grad_reduce_dtype`, else
+    Megatron-LM's default for its precision)."""
+    return GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
 
 
 TOP_KEYS = (

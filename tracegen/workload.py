@@ -88,7 +88,13 @@ from xsim.tracegen.ops import (
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
 from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
 from xsim.tracegen.schedule import BWD, FWD, interleaved, stage_order
-from xsim.tracegen.spec import chunk_ranges, default_grad_reduce_dtype, gpu_specs, model_arch, replicas
+from xsim.tracegen.spec import (
+    chunk_ranges,
+    gpu_specs,
+    grad_reduce_bytes,
+    model_arch,
+    replicas,
+)
 from xsim.traces import attrs as A
 from xsim.traces import pb
 from xsim.traces.et_stream_pb2 import NodeBatch
@@ -129,7 +135,7 @@ NO_MICRO_BATCH = -1  # micro_batch of nodes that span the iteration (optimizer, 
 ACT_TAG, GRAD_TAG = 0, 1  # comm_tag = 2 * micro_batch + direction (+ 2 * M * boundary chunk, interleaved)
 # Megatron keeps the gradient buffer in FP32 for BF16 training (megatron/training/arguments.py: "bfloat16
 # requires gradient accumulation and all-reduce to be done in fp32", accumulate_allreduce_grads_in_fp32) and
-# reduces that buffer; the spec's `grad_reduce_dtype` (tracegen.spec.default_grad_reduce_dtype) says so.
+# reduces that buffer; the spec's `grad_reduce_dtype` (tracegen.spec.grad_reduce_bytes) says so.
 DIST_OPT_GRAD_BYTES = GRAD_REDUCE_BYTES["fp32"]
 # Transformer Engine's userbuffers (tp_comm_overlap) defaults, transformer_engine/pytorch/module/base.py
 # (initialize_ub, get_default_config): the AllGathers before qkv_fprop, fc1_fprop, proj_dgrad and fc2_dgrad
@@ -724,7 +730,7 @@ class _RankProgram:
             _framework_of(dep),
             dep.fp8_recipe or "delayed",
             # main_grad as wide as the gradient buffer (the hook's adds, tracegen.ops.main_grad_hook_adds)
-            GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)],
+            grad_reduce_bytes(dep),
         )
         self.cp = gen.cp_of.get(
             rank
@@ -1962,7 +1968,7 @@ class _RankProgram:
         # ZeRO-3 / FSDP also updates only the rank's shard of the optimizer state (as ZeRO-1 does).
         self.dist_opt = dep.distributed_optimizer or self.fsdp
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
-        self.grad_bytes = GRAD_REDUCE_BYTES[dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision)]
+        self.grad_bytes = grad_reduce_bytes(dep)
         # Megatron-LM before Megatron-Core (megatron-2021 / -2022 profiles), without a sharded optimizer; that
         # code had no MoE or MLA layers (a MoE model under these profiles keeps the Megatron-Core path).
         code = self.ctx.fw.grad_path
