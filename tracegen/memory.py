@@ -47,7 +47,7 @@ from xsim.tracegen.ops import (
     head_rank_params,
     rank_params,
 )
-from xsim.tracegen.spec import gpu_specs, grad_reduce_bytes, model_arch, replicas
+from xsim.tracegen.spec import gpu_specs, grad_reduce_bytes, model_arch, recompute_units, replicas
 from xsim.traces.io import MEMORY_FILE
 from xsim.traces.wording import plural
 
@@ -105,7 +105,7 @@ class MemoryOptions:
     recompute: str = "none"  # "none" | "selective" | "full"
     recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
     recompute_method: str = (
-        "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk)
+        "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk) | "every"
     )
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
@@ -315,9 +315,7 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             s = m.seq_len // max(
                 1, dg.cp
             )  # context parallelism: each rank holds seq / cp tokens of a sequence
-            act = _stage_activations(
-                moe_activation_model(m), o, s, b, t, sp, [e - a + 1 for a, e in chunks], flight
-            )
+            act = _stage_activations(moe_activation_model(m), o, s, b, t, sp, chunks, flight)
             div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
             if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
                 act += Fraction(s * b * m.hidden, div) * flight
@@ -388,31 +386,30 @@ def _stage_activations(
     b: int,
     t: int,
     sp: bool,
-    chunk_layers: list[int],
+    chunks: list[tuple[int, int]],
     flight: Fraction,
 ) -> Fraction:
-    """Activations a stage holds: per micro-batch in flight, for its chunks' layers."""
+    """Activations a stage holds: per micro-batch in flight, for its chunks' layers (first, last)."""
     flash = o.attention == "flash"
     fp8 = bool(o.te_fp8)
-    n = sum(chunk_layers)
+    n = sum(e - a + 1 for a, e in chunks)
     full = layer_activation_bytes(m, s, b, t, sp, "none", flash, fp8)
     if o.recompute == "selective":
         return layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8) * n * flight
     if o.recompute == "selective-op":  # the saved outputs per layer, and one layer rematerialized at a time
         return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash, fp8) * n * flight + full
     if o.recompute == "full":
-        # Megatron's uniform method: each chunk's layers cut into units of K; only a unit's input is kept,
-        # and the backward of a unit rematerializes its K layers once at a time.
-        k = max(1, o.recompute_layers)
-        if o.recompute_method == "block":
-            # Block method: a chunk's first K layers keep only their input, the rest everything; the backward
-            # of a recomputed layer rematerializes that one layer.
-            kept = sum(min(k, c) for c in chunk_layers)
-            stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * kept + full * (n - kept)
-            return stored * flight + full
-        units = sum(-(-c // k) for c in chunk_layers)
-        stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * units
-        return stored * flight + full * min(k, max(chunk_layers))
+        # Each chunk's recompute units (tracegen.spec.recompute_units: uniform, block, every) keep only their
+        # input; the layers of no unit keep everything; the backward of a unit rematerializes its layers
+        # once at a time (the longest unit).
+        units = [
+            u
+            for a, e in chunks
+            for u in recompute_units(o.recompute_method, o.recompute_layers, a, e).values()
+        ]
+        covered = sum(len(u) for u in units)
+        stored = layer_activation_bytes(m, s, b, t, sp, "full", flash) * len(units) + full * (n - covered)
+        return stored * flight + full * max((len(u) for u in units), default=0)
     return full * n * flight
 
 

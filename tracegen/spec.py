@@ -56,7 +56,11 @@ SCHEDULES = ("gpipe", "1f1b")
 # Megatron's --recompute-method (megatron/core/transformer/transformer_block.py _checkpointed_forward):
 # `uniform` checkpoints units of recompute_num_layers layers, `block` only the first recompute_num_layers
 # layers of each model chunk, one at a time (NeMo's scripts/performance/helpers.py set_recompute_configs).
-RECOMPUTE_METHODS = ("uniform", "block")
+# `every` is torchtitan's selective layer checkpointing (`[activation_checkpoint] mode = 'selective'`,
+# `selective_ac_option` = an integer k; pytorch/torchtitan 157a12c56 torchtitan/parallelisms/
+# parallelize_llama.py checkpoint_wrapper): a counter over the model's blocks in order (1, 2, ...) wraps
+# block i in the full non-reentrant checkpoint when i % k == 0, the others keep their activations.
+RECOMPUTE_METHODS = ("uniform", "block", "every")
 # Megatron-Core's `--attention-backend` values that name one kernel (megatron/core/transformer/enums.py
 # AttnBackend; language_module.py of NVIDIA/Megatron-LM d98e8a64dd sets NVTE_FUSED_ATTN=1 and NVTE_FLASH_ATTN=0
 # for `fused`: Transformer Engine's FusedAttention, the cuDNN kernel). `flash` is left out: TE picks
@@ -1380,6 +1384,22 @@ def parse_ranks(v: Any) -> list[int] | None:
     if isinstance(v, list) and v and all(_is_int(r) and 0 <= r <= INT32_MAX for r in v):
         return list(v)
     return None
+
+
+def recompute_units(method: str, k: int, start: int, end: int) -> dict[int, range]:
+    """The full-recompute units of a model chunk holding layers start..end (1-based), keyed by the layer
+    before whose backward the unit's forward runs again; the layers of no unit keep their activations.
+
+    `uniform` (Megatron's default method): every layer, in units of K from the chunk's first layer (the last
+    unit shorter when K does not divide them), each recomputed before the backward of its last layer;
+    `block`: the chunk's first K layers, each its own unit; `every` (torchtitan's selective layer AC): the
+    layers whose number in the model is a multiple of K, each its own unit (RECOMPUTE_METHODS)."""
+    k = max(1, k)
+    if method == "block":
+        return {layer: range(layer, layer + 1) for layer in range(start, min(start + k, end + 1))}
+    if method == "every":
+        return {layer: range(layer, layer + 1) for layer in range(start, end + 1) if layer % k == 0}
+    return {min(u + k - 1, end): range(u, min(u + k - 1, end) + 1) for u in range(start, end + 1, k)}
 
 
 def chunk_ranges(dg: dpb.DeviceGroup) -> list[tuple[int, int]]:

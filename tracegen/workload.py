@@ -93,6 +93,7 @@ from xsim.tracegen.spec import (
     gpu_specs,
     grad_reduce_bytes,
     model_arch,
+    recompute_units,
     replicas,
 )
 from xsim.traces import attrs as A
@@ -1435,19 +1436,10 @@ class _RankProgram:
             self.frontier = nid
 
     def recompute_units(self, ch: _Chunk) -> dict[int, range]:
-        """Full recompute, Megatron's uniform method: the chunk's layers in units of K from its first layer
-        (the last unit shorter when K does not divide them); a unit's forward is recomputed, as a whole,
-        right before the backward of its last layer. Keyed by that last layer. Block method: the chunk's
-        first K layers only, each a unit of one."""
-        k = max(1, self.gen.dep.recompute_layers)
-        if self.gen.dep.recompute_method == "block":  # the chunk's first K layers, each its own unit
-            return {
-                layer: range(layer, layer + 1) for layer in range(ch.start, min(ch.start + k, ch.end + 1))
-            }
-        return {
-            min(u + k - 1, ch.end): range(u, min(u + k - 1, ch.end) + 1)
-            for u in range(ch.start, ch.end + 1, k)
-        }
+        """Full recompute: the chunk's units by the spec's recompute_method (tracegen.spec.recompute_units);
+        a unit's forward is recomputed, as a whole, right before the backward of its last layer."""
+        dep = self.gen.dep
+        return recompute_units(dep.recompute_method, dep.recompute_layers, ch.start, ch.end)
 
     def backward(self, ch: _Chunk, mb: int, sync: bool) -> None:
         self._phase = "bwd"
