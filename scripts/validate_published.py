@@ -48,7 +48,8 @@ import yaml
 
 DATA = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 
-RECOMPUTE = ("none", "selective", "full")
+# `selective-op`: torchtitan's op-level selective activation checkpointing (tracegen.ops.op_sac_recompute).
+RECOMPUTE = ("none", "selective", "full", "selective-op")
 # The dataset's precision words: "fp16" and "bf16" as the source's launch flags say; "mixed16" where the
 # paper says only "mixed precision" (16-bit). The A100's dense FP16 and BF16 tensor peaks are equal
 # (312 TFLOP/s, NVIDIA A100 datasheet), so the GEMMs do not depend on the mapping; Megatron-LM's gradient
@@ -162,7 +163,8 @@ NODES_PER_LAYER_STEP = {
     "megatron-core-0.7": {"none": 32, "selective": 36, "full": 47},  # the same layer (tracegen.frameworks)
     "megatron-deepspeed": {"none": 42, "selective": 46, "full": 63},
     # no more nodes than megatron-core's layer: residual adds in place of its bias-dropout-adds, no dropout
-    "torchtitan": {"none": 32, "selective": 36, "full": 47},
+    # (selective-op: + 8 recomputed nodes a layer step, counted on a tiny generated torchtitan model)
+    "torchtitan": {"none": 32, "selective": 36, "full": 47, "selective-op": 40},
     # megatron-deepspeed's + the attn_qkv_copy nodes (2 a layer step, 3 under full recompute); internlm at
     # most megatron-core's (both relations counted on tiny generated models, TP 8 with SP)
     "flagscale-2023": {"none": 44, "selective": 48, "full": 66},
