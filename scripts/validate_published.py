@@ -69,6 +69,8 @@ MODEL_OPTIONAL = (
     "tie_embeddings",
     "position_embedding",
     "embedding_norm",
+    "parallel_residual",
+    "rotary_pct",
     "seq_len",
     "vocab",
 )
@@ -88,6 +90,7 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
         "torchtitan",
         "flagscale-2023",
         "internlm",
+        "gpt-neox",
     ),
     # The RMSNorm a torchtitan run's code ran (tracegen.choices.RMSNORM_IMPLS).
     "rmsnorm_impl": ("torch", "torchtitan-2024", "fused"),
@@ -150,6 +153,9 @@ CLUSTER_NICS = {
     "dgx-a800": "200Gbps",
     "dgx-h100": "400Gbps",
     "jean-zay-a100": "50Gbps",
+    # Supermicro AS-4124GO-NART (HGX A100 8-GPU, NVSwitch) with four 200 Gb/s HDR ConnectX-6 HCAs, one per
+    # two GPUs (Black et al. 2022, arXiv:2204.06745, section 2.3): 4 x 200 / 8 = 100 Gb/s per GPU.
+    "hgx-a100-4hca": "100Gbps",
 }
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch) by framework profile, used only to decide whether a run fits
@@ -169,6 +175,9 @@ NODES_PER_LAYER_STEP = {
     # most megatron-core's (both relations counted on tiny generated models, TP 8 with SP)
     "flagscale-2023": {"none": 44, "selective": 48, "full": 66},
     "internlm": {"none": 32, "selective": 36, "full": 47},
+    # counted on the tiny model of tests/test_parallel_residual.py (TP 2, dropout on, one layer and
+    # micro-batch): sequential layer 45 / 50 / 67, parallel residual 44 / 49 / 65
+    "gpt-neox": {"none": 45, "selective": 50, "full": 67},
 }
 SP_EXTRA_NODES = 6
 # Nodes of one (folded) replica per replay: ~2 minutes of generation on the 2-core dev box.
@@ -227,6 +236,8 @@ class Run:
     embedding_norm: bool = (
         False  # a LayerNorm after the word embedding (Megatron-DeepSpeed --embed-layernorm)
     )
+    parallel_residual: bool = False  # x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX gpt_j_residual)
+    rotary_pct: float = 1.0  # fraction of each head RoPE rotates (GPT-NeoX rotary_pct)
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
@@ -420,11 +431,16 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
             if model[k] not in allowed:
                 raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
             out[k] = model[k]
-    for k in ("linear_bias", "tie_embeddings", "embedding_norm"):
+    for k in ("linear_bias", "tie_embeddings", "embedding_norm", "parallel_residual"):
         if k in model:
             if not isinstance(model[k], bool):
                 raise _fail(path, where, f"{k} must be true or false, got {model[k]!r}")
             out[k] = model[k]
+    if "rotary_pct" in model:
+        pct = model["rotary_pct"]
+        if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 1:
+            raise _fail(path, where, f"rotary_pct must be a number in (0, 1], got {pct!r}")
+        out["rotary_pct"] = float(pct)
     return out
 
 
@@ -605,6 +621,8 @@ def spec_for(
             **({} if run.tie_embeddings is None else {"tie_embeddings": run.tie_embeddings}),
             **({"position_embedding": run.position_embedding} if run.position_embedding else {}),
             **({"embedding_norm": True} if run.embedding_norm else {}),
+            **({"parallel_residual": True} if run.parallel_residual else {}),
+            **({"rotary_pct": run.rotary_pct} if run.rotary_pct != 1.0 else {}),
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -921,6 +939,10 @@ def config_text(run: Run) -> str:
         parts.append(f"pos {run.position_embedding}")
     if run.embedding_norm:
         parts.append("embedding LN")
+    if run.parallel_residual:
+        parts.append("parallel residual")
+    if run.rotary_pct != 1.0:
+        parts.append(f"rotary {run.rotary_pct:g}")
     parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 

@@ -21,6 +21,7 @@ FRAMEWORKS = (
     "torchtitan",
     "flagscale-2023",
     "internlm",
+    "gpt-neox",
 )
 # `rmsnorm_impl` (framework: torchtitan): the RMSNorm its code ran, tracegen.ops.EAGER_RMSNORM's keys and
 # "fused" (one kernel forward, one backward: torchtitan's norm_type fused_rmsnorm, a Triton kernel).

@@ -457,6 +457,40 @@ FRAMEWORKS: dict[str, Framework] = {
         autograd_grad_accum=True,
         sharded_grad_allreduce=True,
     ),
+    # GPT-NeoX (EleutherAI/gpt-neox c560814b, 2022-02-10, the commit that published configs/20B.yml; PyTorch
+    # 1.10, DeepSpeed's pipeline engine), with the fusions its 20B.yml turns on. megatron/model/
+    # transformer.py: unfused attention on [s, b, np, hn] (baddbmm, FusedScaleMaskSoftmax, dropout, bmm;
+    # the context's permute(2, 0, 1, 3).contiguous() and the QKV split's cat backward: attn_layout_copies),
+    # whose scaled_upper_triang_masked_softmax kernel serves 16 < s <= 2048 (megatron/model/fused_softmax.py
+    # is_kernel_available) when "scaled-upper-triang-masked-softmax-fusion" is true, as in 20B.yml; the QKV
+    # projection a ColumnParallelLinear without skip_bias_add (F.linear with the bias on a 3-D input: its
+    # own add after the matmul, or addmm's broadcast copy of the bias into the output that the GEMM then
+    # reads as C, about the same bytes: bias_in_gemm off, as megatron-2021's same linear); ParallelMLP's bias-GeLU fused by
+    # torch.jit when "bias-gelu-fusion" is true, as in 20B.yml (fused_bias_act); bias_dropout_fusion off
+    # (neox_args.py default False, not set in 20B.yml): get_bias_dropout_add's eager `x + bias`, dropout and
+    # `residual + out` (fused_bias_dropout_add off); RoPE by apply_rotary_pos_emb's rotate_half chain
+    # (megatron/model/positional_embeddings.py) and, with rotary_pct < 1, the slices and torch.cat around
+    # it (tracegen.ops._rope); ColumnParallelLinear's input gradient all-reduced by
+    # copy_to_model_parallel_region after the layer's backward (megatron/mpu/layers.py: no asynchronous
+    # all-reduce, no sequence parallelism). Loss: mpu.vocab_parallel_cross_entropy on the FP32 logits
+    # (Megatron's). Gradients: DeepSpeed's FP16 engine lets autograd accumulate each micro-batch's
+    # gradients in the parameters' FP16 .grad (autograd_grad_accum); ZeRO stage 1 reduces them at the
+    # step. Vocabulary padded to make_vocab_size_divisible_by (128, neox_args.py) x TP.
+    # Other GPT-NeoX configs of that commit (2-7B.yml ... 175B.yml) set both fusions false: not modelled.
+    "gpt-neox": Framework(
+        "gpt-neox",
+        "unfused",
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+        causal_softmax_max_seq=2048,
+        attn_layout_copies=True,
+        autograd_grad_accum=True,
+        vocab_divisible_by=128,
+    ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)
 # Without `framework:`: Megatron-Core, what Megatron-LM and NeMo run today (docs/compute.md). Its default

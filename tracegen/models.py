@@ -56,6 +56,19 @@ class ModelArch:
     # output of reduce_from_tensor_model_parallel_region: whole tokens, replicated on every TP rank of the
     # first stage), BLOOM's word_embeddings_layernorm (Hugging Face BloomModel).
     embedding_norm: bool = False
+    # GPT-J's parallel residual, x + attn(ln1(x)) + mlp(ln2(x)): both branches read the layer's input, their
+    # outputs are summed and reduced over TP once (GPT-NeoX's gpt_j_residual, EleutherAI/gpt-neox c560814b
+    # megatron/model/transformer.py ParallelTransformerLayer.forward; tracegen.ops.layer_steps).
+    parallel_residual: bool = False
+    # Fraction of each head's dimensions RoPE rotates (GPT-NeoX's rotary_pct: the first
+    # int(head_dim x rotary_pct) of each q and k head; 1.0: all of them). tracegen.ops._rope.
+    rotary_pct: float = 1.0
+
+    @property
+    def rotary_dims(self) -> int:
+        """Dimensions of each q and k head that RoPE rotates (GPT-NeoX's `int(hidden_size_per_attention_head
+        * rotary_pct)`, megatron/model/transformer.py ParallelSelfAttention.__init__ at c560814b)."""
+        return int(self.head_dim * self.rotary_pct)
 
     @property
     def head_dim(self) -> int:
@@ -298,6 +311,8 @@ def model_from_message(model: Any) -> ModelArch:
         mla=mla_from_message(model.mla) if _has(model, "mla") else None,
         kv_channels=int(getattr(model, "kv_channels", 0) or 0),
         embedding_norm=bool(getattr(model, "embedding_norm", False)),
+        parallel_residual=bool(getattr(model, "parallel_residual", False)),
+        rotary_pct=float(getattr(model, "rotary_pct", 0.0) or 1.0),
     )
 
 
@@ -326,6 +341,15 @@ def check_model(m: ModelArch) -> ModelArch:
         raise CatalogError(
             f"model {m.name!r}: embedding_norm must be true or false, got {m.embedding_norm!r:.60}"
         )
+    if not isinstance(m.parallel_residual, bool):
+        raise CatalogError(
+            f"model {m.name!r}: parallel_residual must be true or false, got {m.parallel_residual!r:.60}"
+        )
+    pct = m.rotary_pct
+    if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 1:
+        raise CatalogError(f"model {m.name!r}: rotary_pct must be a number in (0, 1], got {pct!r:.60}")
+    if m.moe is not None and m.parallel_residual:
+        raise CatalogError(f"model {m.name!r}: moe with parallel_residual is not supported")
     if m.position_embedding is not None and m.position_embedding not in POSITION_EMBEDDINGS:
         raise CatalogError(
             f"model {m.name!r}: position_embedding must be one of {', '.join(POSITION_EMBEDDINGS)}, "

@@ -73,6 +73,12 @@ ROPE_UNFUSED_KERNELS, ROPE_UNFUSED_PASSES = 4, 9
 # copied in (autograd's slice_backward: zeros for the rotated part, 1 + 2 passes, and for the empty passed
 # part, 1 pass) and their sum (read 2, write 1): 4 kernels, 7 passes. The cat's backward is views.
 ROPE_SLICE_CAT = {"fwd": (1, 2), "bwd": (4, 7)}
+# Partial rotary (ModelArch.rotary_pct < 1: GPT-NeoX's `query_rot, query_pass = q[..., :rotary_ndims],
+# q[..., rotary_ndims:]`, then `torch.cat((query_layer, query_pass), dim=-1)`, EleutherAI/gpt-neox c560814b
+# megatron/model/transformer.py ParallelSelfAttention.forward): the same passes over the whole head as
+# ROPE_SLICE_CAT, but the passed part is not empty, so its slice_backward copies it in: one more backward
+# kernel (zeros, copy, zeros, copy, sum). The rotation's own chain runs on the rotated dimensions only.
+ROPE_PARTIAL_SLICE_CAT = {"fwd": (1, 2), "bwd": (5, 7)}
 # Eager PyTorch's RoPE on one of q, k (torchtitan apply_rotary_emb, pytorch/torchtitan e38d7abe0f
 # torchtitan/models/llama3/model/model.py): xq.float() (read dtype, write 4), the complex multiply by
 # freqs_cis on the view_as_complex view (read 4, write 4), type_as back (read 4, write dtype) = 2 dtype +
@@ -624,23 +630,26 @@ def _dropout_add(c: Ctx, where: str, phase: str, linear_bias_fused: bool) -> lis
 
 def _rope(c: Ctx, phase: str) -> list[Op]:
     """Rotary position embedding on q and k (models with RoPE: `ModelArch.rope`); backward rotates the
-    gradients the same way."""
+    gradients the same way. FLOPs and the rotation's passes scale with the rotated dimensions
+    (`ModelArch.rotary_dims`); a partial rotation's slices and concatenation move whole heads."""
     if not c.m.rope:
         return []
-    d = c.m.head_dim
+    d, rd = c.m.head_dim, c.m.rotary_dims
     # Megatron-LM's legacy attention rotates k after repeat_interleave has expanded it to the query heads
     # (Framework.flash_layout_copies; FlagScale ed55532 transformer.py).
     kv = c.sh.heads if c.fw.flash_layout_copies else c.sh.kv_heads
-    elems = c.tokens * (c.sh.heads + kv) * d
+    full, rot = c.tokens * (c.sh.heads + kv) * d, c.tokens * (c.sh.heads + kv) * rd
     if c.fw.fused_rope:
-        return [_kern("rope", phase, elems, 3, 2 * c.b)]
+        # One kernel reads and writes every element of q and k (the passed dimensions copied through).
+        return [Op("rope", phase, 3 * rot, 2 * c.b * full, (full,), False)]
     if c.fw.complex_rope:
         # q and k by separate chains: twice the kernels.
-        return [_kern("rope", phase, elems, 3, 2 * c.b + COMPLEX_ROPE_FP32_BYTES, 2 * COMPLEX_ROPE_KERNELS)]
+        return [_kern("rope", phase, rot, 3, 2 * c.b + COMPLEX_ROPE_FP32_BYTES, 2 * COMPLEX_ROPE_KERNELS)]
     # q and k are rotated by separate calls: the kernel count doubles.
-    kernels, passes = ROPE_SLICE_CAT[phase] if c.fw.rope_slice_cat else (0, 0)
-    kernels, passes = ROPE_UNFUSED_KERNELS + kernels, ROPE_UNFUSED_PASSES + passes
-    return [_kern("rope", phase, elems, 3, passes * c.b, 2 * kernels)]
+    slices = ROPE_PARTIAL_SLICE_CAT if rd < d else ROPE_SLICE_CAT if c.fw.rope_slice_cat else None
+    kernels, passes = slices[phase] if slices else (0, 0)
+    byt = c.b * (ROPE_UNFUSED_PASSES * rot + passes * full)
+    return [Op("rope", phase, 3 * rot, byt, (full,), False, kernels=2 * (ROPE_UNFUSED_KERNELS + kernels))]
 
 
 def _qkv_split_cat(c: Ctx) -> list[Op]:
@@ -712,9 +721,111 @@ def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
     return [cat, *reduce, Op("fp8_scale_update", phase, 0, update_bytes, (scales,), False)]
 
 
+def _branch_end(c: Ctx, where: str, phase: str, add: bool) -> list[Op]:
+    """The end of one branch of a parallel-residual layer (`where` attn | mlp), before the TP reduction: the
+    row-parallel linear's bias, hidden dropout and, for the second branch (`add`), the sum with the first,
+    on the rank's partial output of every token (GPT-NeoX's bias_dropout_fn with residual=None for the
+    attention, residual=attention_output for the MLP; c560814b megatron/model/transformer.py).
+
+    Fused bias-dropout-add: one kernel (read the branch, with `add` the other branch too, write the result
+    and the 1-byte mask; without dropout the add alone, or the bias add where there is no add). Unfused:
+    the bias (a kernel where the GEMM does not add it), dropout, the add (read 2, write 1: `branch_sum`).
+    Backward: the dropout's and the bias's gradient; the sum passes its gradient to both branches."""
+    e, b = c.tokens * c.m.hidden, c.b
+    bias_out = f"{where}_out"
+    if c.fw.fused_bias_dropout_add:
+        if phase == "bwd":
+            drop = [_kern(f"{where}_bias_dropout", "bwd", e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
+            return [*(drop if c.fw.dropout else []), *_bias_grad(c, bias_out, e)]
+        op = f"{where}_bias_dropout{'_add' if add else ''}"
+        if c.fw.dropout:
+            flops = ELEM_FLOPS["dropout"] + (1 if add else 0)
+            return [_kern(op, "fwd", e, flops, (3 if add else 2) * b + MASK_BYTES)]
+        if add:
+            return [_elem(op, "fwd", e, ELEM_FLOPS["add"], 2, 1, b)]
+        return [_kern(f"{bias_out}_bias", "fwd", e, ELEM_FLOPS["add"], 2 * b)] if c.m.linear_bias else []
+    drop = [_kern(f"{where}_hidden_dropout", phase, e, ELEM_FLOPS["dropout"], 2 * b + MASK_BYTES)]
+    drop = drop if c.fw.dropout else []
+    if phase == "bwd":
+        return [*drop, *_bias(c, bias_out, "bwd", e)]
+    total = [_elem("branch_sum", "fwd", e, ELEM_FLOPS["add"], 2, 1, b)] if add else []
+    return [*_bias(c, bias_out, "fwd", e), *drop, *total]
+
+
+def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
+    """A parallel-residual layer (ModelArch.parallel_residual), x + attn(ln1(x)) + mlp(ln2(x)), as GPT-NeoX's
+    gpt_j_residual runs it (c560814b megatron/model/transformer.py ParallelTransformerLayer.forward): both
+    norms read the layer's input; the attention's and the MLP's row-parallel outputs stay partial
+    (parallel_output=True), are summed locally and reduced over TP once (`layer_tp_out`,
+    reduce_from_model_parallel_region), then added to the residual (`layer_residual`). Backward each
+    branch's input gradient is still all-reduced after its column-parallel linear (copy_to_model_parallel_
+    region of the QKV and MLP-up linears: `attn_tp_in`, `mlp_tp_in`), and the residual's gradient
+    accumulates both norms' (`mlp_residual`, `attn_residual`), as in the sequential layer."""
+    m, sh, b, t = c.m, c.sh, c.b, c.tokens
+    d, nt, fp8 = m.head_dim, c.norm_tokens, c.fp8
+    q_kv = (sh.heads + 2 * sh.kv_heads) * d
+    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    full = t * m.hidden
+    if phase == "fwd":
+        return [
+            _norm_fwd(c, "attn_norm"),
+            *_amax_reduce(c, "qkv_proj"),
+            *_norm_quantize(c, "qkv_proj"),
+            *_tp_in(c, "attn_tp_in", True),
+            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
+            *_bias(c, "qkv_proj", "fwd", t * q_kv),
+            *_rope(c, "fwd"),
+            *attention_steps(c, "fwd"),
+            *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
+            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
+            *_branch_end(c, "attn", "fwd", add=False),
+            _norm_fwd(c, "mlp_norm", dense_mlp),
+            *(_amax_reduce(c, "mlp_up_gate") if dense_mlp else []),
+            *_norm_quantize(c, "mlp_up_gate", dense_mlp),
+            *_tp_in(c, "mlp_tp_in", True),
+            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
+            *_activation(c, "fwd"),
+            *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
+            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
+            *_branch_end(c, "mlp", "fwd", add=True),
+            *_tp_out(c, "layer_tp_out", True),
+            _elem("layer_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        ]
+    return [
+        *_tp_out(c, "layer_tp_out", False),
+        *_branch_end(c, "mlp", "bwd", add=True),
+        *_fp8_cast(c, "mlp_down", "bwd", full),
+        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
+        *_activation(c, "bwd"),
+        *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
+        *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
+        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
+        *_tp_in(c, "mlp_tp_in", False),
+        _norm(c, "mlp_norm", "bwd", nt * m.hidden),
+        _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        *_branch_end(c, "attn", "bwd", add=False),
+        *_fp8_cast(c, "attn_out_proj", "bwd", full),
+        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
+        *attention_steps(c, "bwd"),
+        *_rope(c, "bwd"),
+        *_qkv_split_cat(c),
+        *_bias(c, "qkv_proj", "bwd", t * q_kv),
+        *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
+        *_fp8_transpose(c, "qkv_proj", t * m.hidden),
+        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
+        *_tp_in(c, "attn_tp_in", False),
+        _norm(c, "attn_norm", "bwd", nt * m.hidden),
+        _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
+        *_layer_hook_adds(c, dense_mlp),
+    ]
+
+
 def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     """Ops and TP collectives of one transformer layer in execution order, as the context's framework runs it
-    (`dense_mlp` False: the MLP is replaced by a MoE block, whose pre-MLP norm is not a LayerNormLinear's)."""
+    (`dense_mlp` False: the MLP is replaced by a MoE block, whose pre-MLP norm is not a LayerNormLinear's;
+    a parallel-residual model: _parallel_layer_steps)."""
+    if c.m.parallel_residual:
+        return _parallel_layer_steps(c, phase, dense_mlp)
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens

@@ -634,6 +634,10 @@ class _SpecBuilder:
         if dep.dtype_bytes not in DTYPE_BYTES:
             raise self.fail(f"dtype_bytes must be 1, 2 or 4, got {dep.dtype_bytes}")
         dep.sequence_parallel = self.bool_key("sequence_parallel")
+        if model.parallel_residual and dep.sequence_parallel:
+            # GPT-NeoX, the code with gpt_j_residual, has no sequence parallelism (c560814b), and
+            # Megatron-Core's TransformerLayer no parallel residual: no layer to model.
+            raise self.fail("model.parallel_residual with sequence_parallel: true is not modelled")
         dep.allow_uneven_tp = self.bool_key("allow_uneven_tp")
         dep.dp_bucket_bytes = self.int_key(
             raw, "dp_bucket_bytes", "", default=DEFAULT_BUCKET_BYTES, maximum=2**62
@@ -1464,6 +1468,8 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.activation, msg.norm, msg.linear_bias = m.activation, m.norm, m.linear_bias
     msg.kv_channels = m.kv_channels  # 0 (unset, not serialized): hidden / heads
     msg.embedding_norm = m.embedding_norm  # false (not serialized): no LayerNorm after the embedding
+    msg.parallel_residual = m.parallel_residual  # false (not serialized): sequential residual
+    msg.rotary_pct = 0.0 if m.rotary_pct == 1.0 else m.rotary_pct  # 0 (not serialized): all dimensions
     if m.moe is not None:
         fill_moe(msg.moe, m.moe)
     if m.mla is not None:
@@ -1559,6 +1565,10 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         model["kv_channels"] = m.kv_channels
     if m.embedding_norm:
         model["embedding_norm"] = True
+    if m.parallel_residual:
+        model["parallel_residual"] = True
+    if m.rotary_pct:
+        model["rotary_pct"] = m.rotary_pct
     if dep.tie_embeddings:
         model["tie_embeddings"] = dep.tie_embeddings == "on"
     if dep.position_embedding:
