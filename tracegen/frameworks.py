@@ -61,6 +61,20 @@ class Framework:
     # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
     # when TP does not divide the tensor's elements.
     pp_scatter_gather: bool = False
+    # DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/, read at microsoft/DeepSpeed v0.6.0 a32e9b3376 and
+    # v0.7.0 5fe9d61065, and at olruwase/elastic-ckpt-refresh e4a5a46489, the branch BLOOM-176B ran
+    # (bigscience tr11-176B-ml README; the same at v0.5.4 bc7778ea5b; v0.9.0 and later issue SendGrad before
+    # RecvActivation and RecvGrad before SendActivation, b528f50e3): every transfer is a blocking p2p.send / p2p.recv
+    # (dist.send / dist.recv, async_op refused; before v0.5.4 dist.broadcast over a two-rank group), which
+    # waits for the kernels before it and holds the kernels after it (on the compute stream's order), and
+    # TrainSchedule (schedule.py) issues a forward slot as RecvActivation, SendGrad of the previous slot's
+    # backward, ForwardPass, and a backward slot as SendActivation of the previous forward, RecvGrad,
+    # BackwardPass: a backward's gradient leaves after the next forward's input arrived. Under TP > 1
+    # (is_pipe_partitioned = is_grad_partitioned = is_model_parallel) both tensors travel as the rank's
+    # 1/TP part (the scatter/gather above, pp_scatter_gather), and _exec_backward_pass all-gathers the
+    # stage's own output again (part_output.full()) before the received gradient's all-gather.
+    # Not modelled: ReduceTiedGrads and ReduceGrads run after the last slot (no overlap with the backward).
+    deepspeed_pipe: bool = False
     # Megatron-LM 2021/2022's timers synchronize the device at every start and stop (_Timer.start/stop run
     # torch.cuda.synchronize(), megatron/global_vars.py of de7dc40f88 and d898a8991d), and the training
     # loop times every forward step ('forward-compute', schedules.py forward_step), the batch it loads
@@ -378,6 +392,8 @@ FRAMEWORKS: dict[str, Framework] = {
         fp32_grad_copy_per_micro_batch=True,
         sp_dgrad_overlap=True,
         vocab_divisible_by=128,
+        pp_scatter_gather=True,
+        deepspeed_pipe=True,
     ),
     # torchtitan in eager mode (`[compile] enable = false`, its default: torchtitan/config/job_config.py
     # Compile.enable), read from pytorch/torchtitan e38d7abe0f (2026-02-09) torchtitan/models/llama3/model/

@@ -755,6 +755,9 @@ class _RankProgram:
         self.exchange_side, self.in_p2p = "", False
         self.posted: dict[tuple[str, int, int], int | None] = {}  # receives posted ahead of their pass
         self.held: list[tuple] | None = None  # sends held for the end of the schedule step
+        # DeepSpeed's pipeline engine (Framework.deepspeed_pipe): a backward's gradient send, issued after the
+        # next forward's receive (TrainSchedule's forward slot: RecvActivation, then SendGrad)
+        self.grad_send: tuple | None = None
         # scatter/gather (Framework.pp_scatter_gather): receives whose TP all-gather is still to be emitted,
         # as (receive, chunk bytes, layer, phase, micro-batch), and each gathered receive's all-gather
         self.sg_pending: list[tuple[int, int, int, str, int]] = []
@@ -1241,7 +1244,12 @@ class _RankProgram:
         name = f"{'send' if send else 'recv'}_{what}.{phase}.mb{mb}.{'to' if send else 'from'}{peer}"
         ntype = pb.COMM_SEND_NODE if send else pb.COMM_RECV_NODE
         if self.exchange is None:
-            return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+            if not self.ctx.fw.deepspeed_pipe:
+                return self._add(name, ntype, data, [], 0, self._tags(layer, phase, mb) + extra)
+            # DeepSpeed's blocking p2p.send / p2p.recv: after the kernels before it, before the ones after it
+            ctrl = [] if self.frontier is None or self.frontier in data else [self.frontier]
+            self.frontier = self._add(name, ntype, data, ctrl, 0, self._tags(layer, phase, mb) + extra)
+            return self.frontier
         # Without interleaving Megatron exchanges with one neighbour per call (send_forward_recv_backward,
         # send_backward_recv_forward; warm-up's send_forward and recv_forward are two calls); interleaved, one
         # call takes every transfer of a schedule step (send_forward_recv_forward, ...).
@@ -1308,7 +1316,7 @@ class _RankProgram:
                 g.attr(A.COMM_SIZE, size),
                 g.attr(A.PG_NAME, self.tp_pg),
             ]
-            ctrl = [] if self.frontier is None else [self.frontier]
+            ctrl = [] if self.frontier in (None, rid) else [self.frontier]
             what = "act" if phase == "fwd" else "grad"
             gid = self._add(f"pp_gather_{what}.{phase}.mb{mb}", pb.COMM_COLL_NODE, [rid], ctrl, 0,
                             self._tags(layer, phase, mb) + extra)  # fmt: skip
@@ -1343,8 +1351,10 @@ class _RankProgram:
         else:
             if kind == FWD:
                 got = self.recv_from(ch, "prev", ch.start, mb, ACT_TAG, ch.prev_chunk)
+                self.send_grad()  # DeepSpeed: the previous slot's gradient after this input arrived
             else:
                 got = self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
+                self.regather_output(got, ch, mb)
             self.gather_received()
         return got if got is None else self.sg_gather.pop(got, got)
 
@@ -1360,6 +1370,30 @@ class _RankProgram:
                     else self.recv_from(ch, "next", ch.end, mb, GRAD_TAG, ch.index)
                 )
         self.gather_received()
+
+    def send_grad(self) -> None:
+        """Send the gradient a backward left for later (Framework.deepspeed_pipe), if any."""
+        if self.grad_send is not None:
+            args, self.grad_send = self.grad_send, None
+            self.send_to(*args)
+
+    def regather_output(self, recv: int | None, ch: _Chunk, mb: int) -> None:
+        """DeepSpeed's _exec_backward_pass under TP: the stage's own output, kept as its 1/TP part since the
+        send, is all-gathered again over the TP group (part_output.full()) before the received gradient's
+        all-gather; chained like the other TP collectives, the per-rank input as its size."""
+        if not self.ctx.fw.deepspeed_pipe or recv is None or not self._scatter_gather(ch.next.tp):
+            return
+        g = self.gen
+        extra = [
+            g.attr(A.COMM_TYPE, pb.ALL_GATHER),
+            g.attr(A.COMM_SIZE, self._p2p_size(self.st.dg.tp, ch.next.tp)),
+            g.attr(A.PG_NAME, self.tp_pg),
+        ]
+        ctrl = [] if self.frontier is None else [self.frontier]
+        gid = self._add(f"pp_gather_out.bwd.mb{mb}", pb.COMM_COLL_NODE, [self.last_fwd[(ch.index, mb)]], ctrl,
+                        0, self._tags(ch.end, "bwd", mb) + extra)  # fmt: skip
+        self.tp_ids.append(gid)
+        self.frontier = gid
 
     def send_to(
         self,
@@ -1444,6 +1478,7 @@ class _RankProgram:
     def backward(self, ch: _Chunk, mb: int, sync: bool) -> None:
         self._phase = "bwd"
         pred: int | None = self.last_fwd[(ch.index, mb)]
+        self.send_grad()  # DeepSpeed: a gradient still held leaves before this backward's receive
         if ch.next is not None:
             pred = self.pass_recv(BWD, ch, mb)
         self.timer_sync(TIMER_SYNCS_BACKWARD_START, (self.frontier, pred))
@@ -1489,7 +1524,10 @@ class _RankProgram:
             self.bucket_flush(0)
             self.expert_flush()
         if ch.prev is not None and pred is not None:
-            self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
+            if self.ctx.fw.deepspeed_pipe:  # sent at the next forward's receive (send_grad)
+                self.grad_send = (ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
+            else:
+                self.send_to(ch, "prev", ch.start, mb, GRAD_TAG, pred, ch.prev_chunk)
 
     def accumulate_grads(self, ch: _Chunk, mb: int, pred: int | None) -> int | None:
         """The framework's per-micro-batch gradient accumulation after a chunk's backward, before its send."""
@@ -2036,6 +2074,7 @@ class _RankProgram:
         else:
             for kind, c, mb in order:
                 self.run_pass(kind, c, mb, last_b)
+            self.send_grad()  # DeepSpeed: the last backward's gradient, in the slot after it
         self.flush_deferred()
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
