@@ -183,6 +183,16 @@ XENT = {
 # output gradient, input gradient backward (TE's fp8_meta scaling_fwd / scaling_bwd).
 TE_SCALES_PER_MODULE = {"fwd": 3, "bwd": 2}
 TE_MODULES_PER_LAYER = 4  # QKV, output projection, MLP up/gate, MLP down
+# Before that (TE 73f8d90fe, 2024-04-12, first in v1.6), every FP8 module updated its own scales, each
+# micro-batch (`fp8_amax_update: module`; MLPerf v3.1's TE 09ba84278a): module/base.py `prepare_forward` and
+# `_prepare_backward` run FP8GlobalStateManager.copy_amax_from_global_buffer (the reduced amax back into the
+# history: one copy kernel) and fp8.py amax_and_scale_update, whose _fused_amax_and_scale_update is
+# torch.compile'd (jit.py: jit_fuser = torch.compile under torch 2) into at least one kernel (max over the
+# history, roll, scale, scale_inv): 2 kernels per module and pass, the lower bound the code shows. The region's
+# torch.cat and all-reduce at the autocast exit (global_amax_reduction) stay once per region. A layer holds 3
+# such modules (fp8_meta owners): LayerNormLinear (QKV), Linear (projection), LayerNormMLP (both MLP GEMMs).
+TE_FP8_META_MODULES_PER_LAYER = 3
+TE_MODULE_UPDATE_KERNELS = 2
 # Amax history length: NeMo's fp8_amax_history_len (NeMo-Framework-Launcher 24.07 conf/training
 # gpt3/5b.yaml and llama/llama2_7b.yaml: 1024); the kernels are launch-bound at any length.
 TE_AMAX_HISTORY = 1024
@@ -298,6 +308,7 @@ class Ctx:
     fw: Framework = FRAMEWORKS[DEFAULT_FRAMEWORK]  # which kernels the layer is made of
     fp8_recipe: str = "delayed"  # TE's FP8 scaling: "delayed" | "current" (CS_QUANTIZE_KERNELS)
     grad_bytes: int = FP32  # width of the gradient buffer's main_grad (Framework.main_grad_hook's adds)
+    fp8_amax_update: str = "region"  # delayed scaling's update: "region" | "module" (TE before v1.6)
 
     @property
     def tokens(self) -> int:
@@ -711,13 +722,21 @@ def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
     micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
     the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
     write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8, nor
-    under current scaling (no amax history)."""
+    under current scaling (no amax history). With `fp8_amax_update: module` (TE before v1.6) the update is
+    each module's own: TE_MODULE_UPDATE_KERNELS kernels per FP8 module of the chunk, which also copy each
+    reduced amax back into its history (read and write 4 B more a tensor)."""
     if not c.te_fp8 or c.fp8_current:
         return []
     scales = TE_SCALES_PER_MODULE[phase] * TE_MODULES_PER_LAYER * layers
     cat = Op("fp8_amax_concat", phase, 0, 2 * FP32 * scales, (scales,), False)
     reduce = [Comm("fp8_amax_allreduce", "all_reduce", FP32 * scales)] if c.sh.tp > 1 else []
     update_bytes = scales * FP32 * (1 + 2 * TE_AMAX_HISTORY + 2)
+    if c.fp8_amax_update == "module":
+        kernels = TE_MODULE_UPDATE_KERNELS * TE_FP8_META_MODULES_PER_LAYER * layers
+        update = Op(
+            "fp8_scale_update", phase, 0, update_bytes + 2 * FP32 * scales, (scales,), False, kernels=kernels
+        )
+        return [cat, *reduce, update]
     return [cat, *reduce, Op("fp8_scale_update", phase, 0, update_bytes, (scales,), False)]
 
 

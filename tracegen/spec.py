@@ -22,6 +22,7 @@ from xsim.tracegen.choices import (
     ATTENTIONS,
     BATCH_INPUTS,
     COMPUTE_MODELS,
+    FP8_AMAX_UPDATES,
     FP8_RECIPES,
     FRAMEWORKS,
     FSDP_BACKWARD_PREFETCH,
@@ -137,6 +138,7 @@ TOP_KEYS = (
     "comm_sm_contention",
     "attention_kernel",
     "fp8_recipe",
+    "fp8_amax_update",
     "fp8_params",
     "dropout",
     "attention_dropout",
@@ -647,6 +649,13 @@ class _SpecBuilder:
         if recipe != FP8_RECIPES[0] and dep.precision != "fp8":
             raise self.fail(f"fp8_recipe: {recipe} needs precision: fp8, got precision: {dep.precision}")
         dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
+        update = self.choice("fp8_amax_update", FP8_AMAX_UPDATES, FP8_AMAX_UPDATES[0])
+        if update != FP8_AMAX_UPDATES[0] and (dep.precision != "fp8" or recipe != FP8_RECIPES[0]):
+            raise self.fail(
+                f"fp8_amax_update: {update} needs precision: fp8 with fp8_recipe: delayed, got precision: "
+                f"{dep.precision}, fp8_recipe: {recipe}"
+            )
+        dep.fp8_amax_update = "" if update == FP8_AMAX_UPDATES[0] else update
         dep.framework = self.choice("framework", FRAMEWORKS, FRAMEWORKS[0])
         if "rmsnorm_impl" in self.raw:
             # The RMSNorm an eager profile's code ran (tracegen.frameworks Framework.rmsnorm).
@@ -1620,6 +1629,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
+        **({"fp8_amax_update": dep.fp8_amax_update} if dep.fp8_amax_update else {}),
         **({"fp8_params": True} if dep.fp8_params else {}),
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
         **({"attention_dropout": dep.attention_dropout} if dep.HasField("attention_dropout") else {}),

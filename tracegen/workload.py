@@ -732,6 +732,7 @@ class _RankProgram:
             dep.fp8_recipe or "delayed",
             # main_grad as wide as the gradient buffer (the hook's adds, tracegen.ops.main_grad_hook_adds)
             grad_reduce_bytes(dep),
+            dep.fp8_amax_update or "region",
         )
         self.cp = gen.cp_of.get(
             rank
