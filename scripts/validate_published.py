@@ -632,9 +632,16 @@ def spec_for(
         "sequence_parallel": sp,
     }
     if "parallel" in feats:
+        # Every framework of the set places its ranks tp fastest, then dp, then pp (tracegen's `order:
+        # tp-dp-pp`), not tracegen's default tp-pp-dp: Megatron-LM/Megatron-Core's initialize_model_parallel
+        # (pipeline groups of ranks world/pp apart; `order` "tp-cp-ep-dp-pp" since core_r0.5.0, and NeMo on
+        # top of it), DeepSpeed's PipeModelDataParallelTopology (axes pipe, data, model: model fastest) under
+        # Megatron-DeepSpeed and GPT-NeoX, torchtitan's device mesh ("pp", "dp", "tp"). It decides which
+        # of the pipeline's exchanges and the DP collectives stay inside a node when tp < 8.
         spec["parallel"] = {
             "gpu": run.gpu, "tp": run.tp, "pp": run.pp, "dp": run.dp, "micro_batch": run.micro_batch,
             "global_batch": m * run.micro_batch * run.dp, "virtual_stages": run.virtual_stages,
+            "order": "tp-dp-pp",
         }  # fmt: skip
     else:
         spec["micro_batches"] = m

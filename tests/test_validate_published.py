@@ -494,6 +494,22 @@ def test_uneven_stages_become_device_groups_with_their_layer_ranges():
     assert vp.replay_spec(spec).iteration_ns > 0
 
 
+def test_parallel_block_places_ranks_as_the_frameworks_do():
+    """Rows written as a `parallel:` block get Megatron's / DeepSpeed's / torchtitan's rank order, tp fastest
+    then dp then pp (`order: tp-dp-pp`), as the uneven-stage device groups above do: at tp 2, pp 2, dp 2
+    stage 0 holds ranks 0-3 (replicas 0 and 1), stage 1 ranks 4-7, so a pipeline exchange goes rank 0 -> 4
+    (4 apart) and a DP all-reduce pairs ranks 0 and 2, where tracegen's default tp-pp-dp would give 0 -> 2
+    and 0 with 4."""
+    from xsim.tracegen import load_spec
+
+    run = tiny_run(layers=4, tp=2, pp=2, dp=2, micro_batch=1, global_batch=4)
+    spec = vp.spec_for(run, features=AGREED)
+    assert spec["parallel"]["order"] == "tp-dp-pp"
+    dep = load_spec(spec)
+    got = sorted((g.pp_stage, g.dp_replica, tuple(g.ranks)) for g in dep.device_groups)
+    assert got == [(0, 0, (0, 1)), (0, 1, (2, 3)), (1, 0, (4, 5)), (1, 1, (6, 7))]
+
+
 def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
     """v3.1 result_0.txt: blocks of 50,331,648 tokens = 12 steps of 2048 x 2048; median block 132,793.5 ms
     -> 11.066 s per step; gradient_accumulation_steps 128 = 2048 / (MBS 1 x DP 16)."""
