@@ -244,6 +244,20 @@ def preset(name: str) -> ModelArch:
 _INT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 
 
+def _is_int(v: Any) -> bool:
+    """Whether `v` is an int and not a bool (YAML's `true`)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def default_ffn_hidden(hidden: int, activation: Any) -> int:
+    """Megatron-LM's FFN width when a launch script gives no --ffn-hidden-size: 4h, or with --swiglu
+    int(4h * 2/3 / 64) * 64 (megatron/training/arguments.py of NVIDIA/Megatron-LM d98e8a64dd, the
+    `ffn_hidden_size is None` check; the same rule since core_r0.4.0)."""
+    if activation == "swiglu":
+        return int((4 * hidden * 2 / 3) / 64) * 64
+    return 4 * hidden
+
+
 def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
     """A user model: a mapping of architecture numbers, optionally `base: <preset>` to start from."""
     known = {f.name for f in fields(ModelArch)} | {"base"}
@@ -262,6 +276,8 @@ def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
     values.setdefault("name", "custom")
     if "kv_heads" not in values and "heads" in values:
         values["kv_heads"] = values["heads"]
+    if "ffn_hidden" not in values and _is_int(values.get("hidden")):
+        values["ffn_hidden"] = default_ffn_hidden(values["hidden"], values.get("activation", "swiglu"))
     missing = [k for k in _INT_FIELDS if k not in values]
     if missing:
         raise CatalogError(f"model: missing {', '.join(missing)}")

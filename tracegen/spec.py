@@ -884,6 +884,9 @@ class _SpecBuilder:
             if isinstance(m, str):
                 return preset(m)
             if isinstance(m, Mapping):
+                if "seq_len" not in m and "base" not in m and "seq_len" in self.raw:
+                    # A launch script gives one --seq-length: the top-level key stands for the model's too.
+                    m = {**m, "seq_len": self.raw["seq_len"]}
                 return model_from_mapping(m)
         except (CatalogError, TypeError) as exc:
             raise self.fail(str(exc)) from None

@@ -1,0 +1,85 @@
+"""Specs written from public launch scripts (docs/tracegen.md, "Specs from launch scripts"): what such a
+spec leaves to Megatron's defaults, and settings the scripts use together, by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.spec import model_arch
+from xsim.traces import attrs as A
+
+from .test_mla import MODEL as MLA_MODEL
+
+
+def test_ffn_hidden_defaults_as_megatron_arguments():
+    from xsim.tracegen.models import default_ffn_hidden
+
+    # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh gives no --ffn-hidden-size: 4 x 12,288
+    gpt3 = {"layers": 2, "hidden": 12288, "heads": 96, "vocab": 50257, "seq_len": 2048, "activation": "gelu"}
+    dep = load_spec({"model": gpt3, "parallel": {"gpu": "H100", "tp": 8}})
+    assert model_arch(dep).ffn_hidden == 49152
+    # --swiglu without it: int(4 x 4096 x 2/3 / 64) x 64 = int(10922.67 / 64) x 64 = 170 x 64 = 10,880
+    assert default_ffn_hidden(4096, "swiglu") == 10880
+    llama = {"layers": 2, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 4096}
+    assert model_arch(load_spec({"model": llama, "parallel": {"gpu": "H100"}})).ffn_hidden == 10880
+    # given, it stays
+    assert (
+        model_arch(
+            load_spec({"model": {**llama, "ffn_hidden": 11008}, "parallel": {"gpu": "H100"}})
+        ).ffn_hidden
+        == 11008
+    )
+
+
+def test_model_seq_len_from_the_top_level_key():
+    # a launch script's one --seq-length, written once at the top: the model mapping needs no copy
+    model = {"layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 32000}
+    dep = load_spec({"model": model, "seq_len": 2048, "parallel": {"gpu": "H100"}})
+    assert (dep.seq_len, model_arch(dep).seq_len) == (2048, 2048)
+    with pytest.raises(Exception, match="missing seq_len"):
+        load_spec({"model": model, "parallel": {"gpu": "H100"}})
+
+
+def _gathers(overlap: bool):
+    dep = load_spec(
+        {
+            "model": {**MLA_MODEL, "layers": 2},
+            "parallel": {"gpu": "H100", "dp": 2, "global_batch": 4},
+            "make_vocab_size_divisible_by": 0,
+            "schedule": "1f1b",
+            "distributed_optimizer": True,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": overlap,
+            "dp_bucket_bytes": 40000,
+        }
+    )
+    nodes = generate(dep, rewrite=False).nodes[0]
+    return nodes, [(n.name, A.comm_size(n)) for n in nodes if n.name.startswith("dp_param_allgather")]
+
+
+def test_mla_with_overlap_param_gather_buckets_by_hand():
+    # DeepSeek-V2-Lite's Megatron script (--multi-latent-attention with --overlap-param-gather) once was
+    # refused. tests/test_mla.py's model, 2 layers: a layer 5,144 (MLA attention) + 3 x 64 x 32 (SwiGLU)
+    # + 2 x 64 (norms) = 11,416 parameters; embedding 100 x 64 = 6,400; head 64 + 6,400 = 6,464. Buckets
+    # close at 40,000 B / 4 B (FP32 gradients) = 10,000 parameters, in backward order: head + L2 = 17,880,
+    # L1 = 11,416, embedding 6,400; padded to multiples of lcm(2, 128) = 128: 17,920, 11,520, 6,400; each
+    # AllGather's comm_size is its elements x 2 B / DP 2 = the elements.
+    nodes, plain = _gathers(False)
+    assert plain == [(f"dp_param_allgather.bucket{j}", s) for j, s in enumerate((17920, 11520, 6400))]
+    nodes, ahead = _gathers(True)
+    assert sorted(ahead) == sorted(plain)
+    # issued in forward order (embedding, L1, L2 + head), each waited for by its layer's first forward op
+    assert [n for n, _ in ahead] == [f"dp_param_allgather.bucket{j}" for j in (2, 1, 0)]
+    by = {n.id: n for n in nodes}
+    waits = {
+        n.name: [
+            by[d].name for d in [*n.data_deps, *n.ctrl_deps] if by[d].name.startswith("dp_param_allgather")
+        ]
+        for n in nodes
+        if n.name in ("L1.attn_norm.fwd.mb0", "L2.attn_norm.fwd.mb0")
+    }
+    assert waits == {
+        "L1.attn_norm.fwd.mb0": ["dp_param_allgather.bucket1"],
+        "L2.attn_norm.fwd.mb0": ["dp_param_allgather.bucket0"],
+    }
