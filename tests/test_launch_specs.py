@@ -4,7 +4,6 @@ spec leaves to Megatron's defaults, and settings the scripts use together, by ha
 from __future__ import annotations
 
 import pytest
-
 from xsim.tracegen import generate, load_spec
 from xsim.tracegen.spec import model_arch
 from xsim.traces import attrs as A
