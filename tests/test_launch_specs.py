@@ -82,3 +82,18 @@ def test_mla_with_overlap_param_gather_buckets_by_hand():
         "L1.attn_norm.fwd.mb0": ["dp_param_allgather.bucket1"],
         "L2.attn_norm.fwd.mb0": ["dp_param_allgather.bucket0"],
     }
+
+
+def test_llama3_presets_match_the_released_checkpoints():
+    from xsim.tracegen.models import preset
+
+    # per layer: q and o 2 h^2, k and v 2 h x 1024 (8 KV heads of 128), SwiGLU 3 h f, two RMSNorm gains 2 h;
+    # embedding and untied head 2 x 128,256 x h; final norm h.
+    # 8B: 2 x 16,777,216 + 8,388,608 + 176,160,768 + 8,192 = 218,112,000; x 32 + 1,050,673,152 + 4,096
+    assert preset("llama3-8b").total_params() == 32 * 218_112_000 + 1_050_673_152 + 4096 == 8_030_261_248
+    # 70B: 134,217,728 + 16,777,216 + 704,643,072 + 16,384 = 855,654,400; x 80 + 2,101,346,304 + 8,192
+    assert preset("Llama-3-70B").total_params() == 80 * 855_654_400 + 2_101_346_304 + 8192 == 70_553_706_496
+    # 405B: 536,870,912 + 33,554,432 + 2,617,245,696 + 32,768 = 3,187,703,808; x 126 + 4,202,692,608 + 16,384
+    m = preset("llama3.1-405b")
+    assert m.total_params() == 126 * 3_187_703_808 + 4_202_692_608 + 16384 == 405_853_388_800
+    assert (m.seq_len, m.tied, m.positions) == (8192, False, "rope")
