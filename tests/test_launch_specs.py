@@ -130,3 +130,14 @@ def test_context_parallel_attention_at_the_kernels_rate():
             assert ring[f"L1.attn_core_cp{step}.{ph}.mb0"] == half[f"L1.attn_core.{ph}.mb0"]
     # and the kernel the spec names applies: FlashAttention-3 is faster than FlashAttention-2 here too
     assert _attn_micros(16384, 2, kernel="fa3")["L1.attn_core.fwd.mb0"] < gathered["L1.attn_core.fwd.mb0"]
+
+
+def test_launch_examples_load():
+    # examples/launch/: every spec loads as written (the round's replays are in their headers)
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
+    specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
+    assert len(specs) == 5
+    for p in specs:
+        assert load_spec(str(p)).name == p.stem
