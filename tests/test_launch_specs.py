@@ -141,3 +141,25 @@ def test_launch_examples_load():
     assert len(specs) == 5
     for p in specs:
         assert load_spec(str(p)).name == p.stem
+
+
+def test_uneven_stages_with_top_level_virtual_stages_refused():
+    # torchtitan's interleaved 405B row written with a top-level virtual_stages and the parallel block's
+    # first/last stage layers: once expanded into one chunk per stage while the deployment said 2
+    par = {"gpu": "H100", "pp": 4, "global_batch": 8, "first_stage_layers": 3, "last_stage_layers": 3}
+    spec = {
+        "model": {"base": "llama3-8b", "layers": 10},
+        "virtual_stages": 2,
+        "schedule": "1f1b",
+        "parallel": par,
+    }
+    with pytest.raises(Exception, match="cannot be combined with virtual_stages"):
+        load_spec(spec)
+    # without virtual stages the same block cuts 3, 2, 2, 3
+    spec.pop("virtual_stages")
+    assert [(g.layer_start, g.layer_end) for g in load_spec(spec).device_groups] == [
+        (1, 3),
+        (4, 5),
+        (6, 7),
+        (8, 10),
+    ]

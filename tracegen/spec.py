@@ -1110,7 +1110,9 @@ class _SpecBuilder:
         given = [k for k, v in (("first_stage_layers", first), ("last_stage_layers", last)) if v is not None]
         if pp < 2:
             raise self.fail(f"{where}{' and '.join(given)} need pp >= 2 (one stage holds every layer)")
-        if int(b.get("virtual_stages", 1)) > 1:
+        # the block's virtual stages, else the top-level key's (a block without one takes it)
+        v = b.get("virtual_stages", self.raw.get("virtual_stages", 1))
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
             raise self.fail(
                 f"{where}{' and '.join(given)} cannot be combined with virtual_stages (Megatron-Core)"
             )
