@@ -163,3 +163,21 @@ def test_uneven_stages_with_top_level_virtual_stages_refused():
         (6, 7),
         (8, 10),
     ]
+
+
+def test_yaml_alias_refusal_says_how_a_generated_spec_avoids_it(tmp_path):
+    # a spec written by yaml.safe_dump with one list object used by two device groups (a script building
+    # interleaved layer ranges) comes out with an anchor and an alias, which specs refuse
+    import yaml
+
+    shared = [1, 2]
+    groups = [
+        {"gpu": "H100", "ranks": [0], "pp_stage": 0, "layers": shared},
+        {"gpu": "H100", "ranks": [1], "pp_stage": 0, "dp_replica": 1, "layers": shared},
+    ]
+    path = tmp_path / "gen.yaml"
+    path.write_text(yaml.safe_dump({"model": {"base": "llama3-8b", "layers": 2}, "device_groups": groups}))
+    with pytest.raises(
+        Exception, match=r"aliases \(\*id001\).*PyYAML's dump anchors an object it meets twice"
+    ):
+        load_spec(str(path))

@@ -258,7 +258,10 @@ def _check_yaml_events(data: bytes) -> None:
         if event is None:
             return
         if isinstance(event, yaml.AliasEvent):
-            raise ValueError(f"YAML aliases (*{event.anchor}) are not accepted in a spec{_line(event)}")
+            raise ValueError(
+                f"YAML aliases (*{event.anchor}) are not accepted in a spec{_line(event)}: write the value out "
+                "(PyYAML's dump anchors an object it meets twice: copy it, or write the spec as JSON)"
+            )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > limit:
