@@ -359,7 +359,12 @@ def _run(path: str, raw: Any, index: int, sources: Mapping[str, Mapping], defaul
         gone = [k for k in keys if k not in block]
         extra = sorted(set(block) - set(keys) - set(optional))
         if gone or extra:
-            raise _fail(path, where, f"incomplete or unknown configuration: missing {gone}, unknown {extra}")
+            name = "model" if block is model else "parallel"
+            what = [f"missing {', '.join(gone)}"] if gone else []
+            what += [f"unknown {', '.join(extra)}"] if extra else []
+            moe_cp = " (runs with ep or cp: scripts/data/published_moe_cp_runs.yaml, validate_moe_cp.py)"
+            hint = moe_cp if {"ep", "cp", "etp"} & set(extra) else ""
+            raise _fail(path, where, f"{name}: {'; '.join(what)} (required: {', '.join(keys)}){hint}")
     # A run's own model / gpu / cluster / attention settings win over its source's defaults.
     defaults = {**(defaults_of.get(src) or {})}
     defaults.update({k: model[k] for k in ("seq_len", "vocab") if k in model})

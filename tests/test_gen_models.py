@@ -54,11 +54,14 @@ def test_user_model_inline_and_from_base():
     with pytest.raises(CatalogError, match="unknown key"):
         model_from_mapping({"base": "llama2-7b", "hiden": 5})
     with pytest.raises(CatalogError, match="unknown model"):
-        preset("llama3-8b")
+        preset("llama4-8b")
     assert set(MODEL_NAMES) == {
         "llama2-7b",
         "llama2-13b",
         "llama2-70b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3-405b",
         "gpt3-175b",
         "mixtral-8x7b",
         "deepseek-v3",

@@ -120,6 +120,14 @@ def test_bad_dataset_is_one_line_naming_file_and_run(tmp_path):
         vp.load_dataset(bad)
     msg = str(ei.value)
     assert "\n" not in msg and "bad.yaml" in msg and "narayanan21-t1-3.6b" in msg and "micro_batch" in msg
+    # a judge's context-parallel row written here: the one line names the key and the dataset that takes it
+    bad.write_text(
+        text.replace("parallel: {tp: 2, pp: 1, dp: 32,", "parallel: {tp: 2, pp: 1, dp: 32, cp: 2,", 1)
+    )
+    with pytest.raises(vp.ValidationDataError) as ei:
+        vp.load_dataset(bad)
+    msg = str(ei.value)
+    assert "\n" not in msg and "parallel: unknown cp" in msg and "published_moe_cp_runs.yaml" in msg
 
 
 # ---------------------------------------------------------------- conversion

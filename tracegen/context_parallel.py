@@ -83,7 +83,14 @@ def ring_step_op(c: Ctx, cp: int, i: int, phase: str) -> Op:
         mult * byt,
         (c.mb, c.sh.heads, c.sh.kv_heads, c.s, d, cp),
         True,
+        **_kernel(c),
     )
+
+
+def _kernel(c: Ctx) -> dict[str, object]:
+    """The fused attention kernel that times a CP attention op (tracegen.ops.op_seconds: its rate at the
+    shape's first five numbers), as the layer's own `attn_core` (tracegen.ops) names it."""
+    return {"kernel": c.fw.hopper_attention or "fa2", "dropout": c.fw.attention_dropout > 0}
 
 
 def gathered_attention_op(c: Ctx, cp: int, phase: str) -> Op:
@@ -93,9 +100,8 @@ def gathered_attention_op(c: Ctx, cp: int, phase: str) -> Op:
     flops = 2 * cp * c.mb * c.sh.heads * c.s * c.s * d
     byt = c.b * c.mb * d * (2 * c.sh.heads * c.s + 2 * c.sh.kv_heads * c.s * cp)
     mult = 2 if phase == "bwd" else 1
-    return Op(
-        "attn_core", phase, mult * flops, mult * byt, (c.mb, c.sh.heads, c.sh.kv_heads, c.s * cp, d, cp), True
-    )
+    shape = (c.mb, c.sh.heads, c.sh.kv_heads, c.s * cp, d, cp)
+    return Op("attn_core", phase, mult * flops, mult * byt, shape, True, **_kernel(c))
 
 
 def cp_attention(c: Ctx, cp: int, comm: str, phase: str) -> list[Step | CpStep]:

@@ -188,6 +188,17 @@ PRESETS: dict[str, ModelArch] = {
     # meta-llama/Llama-2-70b-hf config.json: 80 layers, hidden 8192, intermediate 28672, 64 heads, 8 KV
     # heads (grouped-query attention, Llama 2 paper section 2.2).
     "llama2-70b": ModelArch("llama2-70b", 80, 8192, 28672, 64, 8, 32000, 4096),
+    # Llama 3 (Llama Team 2024, arXiv:2407.21783, Table 3) and the released config.json of
+    # meta-llama/Meta-Llama-3-8B / -70B: hidden_size 4096 / 8192, intermediate_size 14336 / 28672,
+    # num_hidden_layers 32 / 80, num_attention_heads 32 / 64, num_key_value_heads 8, vocab_size 128256,
+    # max_position_embeddings 8192, SwiGLU, RMSNorm, no biases, tie_word_embeddings false.
+    # 8,030,261,248 and 70,553,706,496 parameters (the checkpoints' counts).
+    "llama3-8b": ModelArch("llama3-8b", 32, 4096, 14336, 32, 8, 128256, 8192),
+    "llama3-70b": ModelArch("llama3-70b", 80, 8192, 28672, 64, 8, 128256, 8192),
+    # meta-llama/Llama-3.1-405B config.json: hidden 16384, intermediate 53248, 126 layers, 128 heads, 8 KV
+    # heads, vocabulary 128256; 405,853,388,800 parameters. Context 8192: the paper's initial pre-training
+    # length (section 3.4.1; the config's 131072 is the long-context stage's).
+    "llama3-405b": ModelArch("llama3-405b", 126, 16384, 53248, 128, 8, 128256, 8192),
     # GPT-3 175B (Brown et al. 2020, arXiv:2005.14165, Table 2.1): 96 layers, d_model 12288, 96 heads of
     # 128, n_ctx 2048, d_ff = 4 d_model (section 2.1, "as in GPT-2"); GELU, LayerNorm and biases as
     # GPT-2; vocabulary 50257 (GPT-2 BPE, Radford et al. 2019).
@@ -236,6 +247,12 @@ ALIASES = {
     "llama-2-7b": "llama2-7b",
     "llama-2-13b": "llama2-13b",
     "llama-2-70b": "llama2-70b",
+    "llama-3-8b": "llama3-8b",
+    "llama-3-70b": "llama3-70b",
+    "meta-llama-3-8b": "llama3-8b",
+    "meta-llama-3-70b": "llama3-70b",
+    "llama3.1-405b": "llama3-405b",
+    "llama-3.1-405b": "llama3-405b",
     "gpt-3-175b": "gpt3-175b",
     "gpt3": "gpt3-175b",
     "mixtral": "mixtral-8x7b",
@@ -257,6 +274,20 @@ def preset(name: str) -> ModelArch:
 _INT_FIELDS = ("layers", "hidden", "ffn_hidden", "heads", "kv_heads", "vocab", "seq_len")
 
 
+def _is_int(v: Any) -> bool:
+    """Whether `v` is an int and not a bool (YAML's `true`)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def default_ffn_hidden(hidden: int, activation: Any) -> int:
+    """Megatron-LM's FFN width when a launch script gives no --ffn-hidden-size: 4h, or with --swiglu
+    int(4h * 2/3 / 64) * 64 (megatron/training/arguments.py of NVIDIA/Megatron-LM d98e8a64dd, the
+    `ffn_hidden_size is None` check; the same rule since core_r0.4.0)."""
+    if activation == "swiglu":
+        return int((4 * hidden * 2 / 3) / 64) * 64
+    return 4 * hidden
+
+
 def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
     """A user model: a mapping of architecture numbers, optionally `base: <preset>` to start from."""
     known = {f.name for f in fields(ModelArch)} | {"base"}
@@ -275,6 +306,8 @@ def model_from_mapping(raw: Mapping[str, Any]) -> ModelArch:
     values.setdefault("name", "custom")
     if "kv_heads" not in values and "heads" in values:
         values["kv_heads"] = values["heads"]
+    if "ffn_hidden" not in values and _is_int(values.get("hidden")):
+        values["ffn_hidden"] = default_ffn_hidden(values["hidden"], values.get("activation", "swiglu"))
     missing = [k for k in _INT_FIELDS if k not in values]
     if missing:
         raise CatalogError(f"model: missing {', '.join(missing)}")

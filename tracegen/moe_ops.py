@@ -367,8 +367,8 @@ def _mla_error(dep: object, model: ModelArch) -> str:
         what = "attention: unfused"
     elif getattr(dep, "precision", "") == "fp8":
         what = "precision fp8"
-    elif getattr(dep, "sharding", "none") not in ("", "none") or getattr(dep, "overlap_param_gather", False):
-        what = "sharding or overlap_param_gather"
+    elif getattr(dep, "sharding", "none") not in ("", "none"):
+        what = "sharding"
     else:
         reps = list(replicas(dep).values())  # type: ignore[arg-type]
         layout = [(chunk_ranges(d), d.tp) for d in reps[0]]

@@ -1323,13 +1323,20 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             )
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
-        if op.op == "attn_core" and len(op.shape) == 5:
+        # Context parallelism's attention ops (tracegen.context_parallel) carry a kernel and cp after the
+        # five numbers of the attention whose kernel rate times them: (batch, heads, kv heads, length, d).
+        cp_op = op.op.startswith("attn_core") and len(op.shape) == 6 and bool(op.kernel)
+        if (op.op == "attn_core" and len(op.shape) == 5) or cp_op:
+            shape = op.shape[:5]
             # The attention kernel is timed at the same power-limited clock as the BF16 GEMMs.
             clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
-            flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock, op.dropout)
+            flash = flash_compute_seconds(shape, op.phase, gpu, op.kernel, clock, op.dropout)
             if flash is not None:
                 # The last wave's tail at this op's grid against the benchmark's (few heads per TP rank).
-                flash *= fa2_grid_factor(op.shape, op.phase, gpu, op.kernel)
+                flash *= fa2_grid_factor(shape, op.phase, gpu, op.kernel)
+                if cp_op:  # this op's FLOPs at that attention's rate (its causal 2 b h s^2 d, x2 backward)
+                    b, h, _kv, s, d = shape
+                    flash *= op.flops / (2 * b * h * s * s * d * (2 if op.phase == "bwd" else 1))
             compute = compute if flash is None else flash
         return max(compute, nbytes / achieved_bandwidth(gpu), floor)
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)

@@ -264,7 +264,10 @@ def _check_yaml_events(data: bytes) -> None:
         if event is None:
             return
         if isinstance(event, yaml.AliasEvent):
-            raise ValueError(f"YAML aliases (*{event.anchor}) are not accepted in a spec{_line(event)}")
+            raise ValueError(
+                f"YAML aliases (*{event.anchor}) are not accepted in a spec{_line(event)}: write the value out "
+                "(PyYAML's dump anchors an object it meets twice: copy it, or write the spec as JSON)"
+            )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > limit:
@@ -901,6 +904,9 @@ class _SpecBuilder:
             if isinstance(m, str):
                 return preset(m)
             if isinstance(m, Mapping):
+                if "seq_len" not in m and "base" not in m and "seq_len" in self.raw:
+                    # A launch script gives one --seq-length: the top-level key stands for the model's too.
+                    m = {**m, "seq_len": self.raw["seq_len"]}
                 return model_from_mapping(m)
         except (CatalogError, TypeError) as exc:
             raise self.fail(str(exc)) from None
@@ -1124,7 +1130,9 @@ class _SpecBuilder:
         given = [k for k, v in (("first_stage_layers", first), ("last_stage_layers", last)) if v is not None]
         if pp < 2:
             raise self.fail(f"{where}{' and '.join(given)} need pp >= 2 (one stage holds every layer)")
-        if int(b.get("virtual_stages", 1)) > 1:
+        # the block's virtual stages, else the top-level key's (a block without one takes it)
+        v = b.get("virtual_stages", self.raw.get("virtual_stages", 1))
+        if isinstance(v, int) and not isinstance(v, bool) and v > 1:
             raise self.fail(
                 f"{where}{' and '.join(given)} cannot be combined with virtual_stages (Megatron-Core)"
             )

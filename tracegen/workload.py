@@ -1867,12 +1867,9 @@ class _RankProgram:
             out[EMB] = embedding_rank_params(m, sh)
         for ch in self.st.chunks:
             for layer in range(ch.start, ch.end + 1):
-                # MoE layers: the dense part only (the routed experts are in their own buckets)
-                out[layer] = (
-                    layer_split(m, sh, layer, self.ep[0])[0]
-                    if self.ep is not None
-                    else rank_params(m, sh, 1, False, False)
-                )
+                # MoE layers: the dense part only (the routed experts are in their own buckets); MLA layers
+                # their own attention weights: the split the backward's buckets fill with (line ~1481)
+                out[layer] = layer_split(m, sh, layer, self.ep[0] if self.ep else 1)[0]
         if self.head is not None:  # tied with the embedding on this rank: the final norm only
             out[HEAD] = head_rank_params(m, sh, self.emb is not None)
         return out

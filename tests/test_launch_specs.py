@@ -1,0 +1,183 @@
+"""Specs written from public launch scripts (docs/tracegen.md, "Specs from launch scripts"): what such a
+spec leaves to Megatron's defaults, and settings the scripts use together, by hand."""
+
+from __future__ import annotations
+
+import pytest
+from xsim.tracegen import generate, load_spec
+from xsim.tracegen.spec import model_arch
+from xsim.traces import attrs as A
+
+from .test_mla import MODEL as MLA_MODEL
+
+
+def test_ffn_hidden_defaults_as_megatron_arguments():
+    from xsim.tracegen.models import default_ffn_hidden
+
+    # Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh gives no --ffn-hidden-size: 4 x 12,288
+    gpt3 = {"layers": 2, "hidden": 12288, "heads": 96, "vocab": 50257, "seq_len": 2048, "activation": "gelu"}
+    dep = load_spec({"model": gpt3, "parallel": {"gpu": "H100", "tp": 8}})
+    assert model_arch(dep).ffn_hidden == 49152
+    # --swiglu without it: int(4 x 4096 x 2/3 / 64) x 64 = int(10922.67 / 64) x 64 = 170 x 64 = 10,880
+    assert default_ffn_hidden(4096, "swiglu") == 10880
+    llama = {"layers": 2, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 4096}
+    assert model_arch(load_spec({"model": llama, "parallel": {"gpu": "H100"}})).ffn_hidden == 10880
+    # given, it stays
+    assert (
+        model_arch(
+            load_spec({"model": {**llama, "ffn_hidden": 11008}, "parallel": {"gpu": "H100"}})
+        ).ffn_hidden
+        == 11008
+    )
+
+
+def test_model_seq_len_from_the_top_level_key():
+    # a launch script's one --seq-length, written once at the top: the model mapping needs no copy
+    model = {"layers": 2, "hidden": 1024, "heads": 16, "ffn_hidden": 4096, "vocab": 32000}
+    dep = load_spec({"model": model, "seq_len": 2048, "parallel": {"gpu": "H100"}})
+    assert (dep.seq_len, model_arch(dep).seq_len) == (2048, 2048)
+    with pytest.raises(Exception, match="missing seq_len"):
+        load_spec({"model": model, "parallel": {"gpu": "H100"}})
+
+
+def _gathers(overlap: bool):
+    dep = load_spec(
+        {
+            "model": {**MLA_MODEL, "layers": 2},
+            "parallel": {"gpu": "H100", "dp": 2, "global_batch": 4},
+            "make_vocab_size_divisible_by": 0,
+            "schedule": "1f1b",
+            "distributed_optimizer": True,
+            "overlap_grad_reduce": True,
+            "overlap_param_gather": overlap,
+            "dp_bucket_bytes": 40000,
+        }
+    )
+    nodes = generate(dep, rewrite=False).nodes[0]
+    return nodes, [(n.name, A.comm_size(n)) for n in nodes if n.name.startswith("dp_param_allgather")]
+
+
+def test_mla_with_overlap_param_gather_buckets_by_hand():
+    # DeepSeek-V2-Lite's Megatron script (--multi-latent-attention with --overlap-param-gather) once was
+    # refused. tests/test_mla.py's model, 2 layers: a layer 5,144 (MLA attention) + 3 x 64 x 32 (SwiGLU)
+    # + 2 x 64 (norms) = 11,416 parameters; embedding 100 x 64 = 6,400; head 64 + 6,400 = 6,464. Buckets
+    # close at 40,000 B / 4 B (FP32 gradients) = 10,000 parameters, in backward order: head + L2 = 17,880,
+    # L1 = 11,416, embedding 6,400; padded to multiples of lcm(2, 128) = 128: 17,920, 11,520, 6,400; each
+    # AllGather's comm_size is its elements x 2 B / DP 2 = the elements.
+    nodes, plain = _gathers(False)
+    assert plain == [(f"dp_param_allgather.bucket{j}", s) for j, s in enumerate((17920, 11520, 6400))]
+    nodes, ahead = _gathers(True)
+    assert sorted(ahead) == sorted(plain)
+    # issued in forward order (embedding, L1, L2 + head), each waited for by its layer's first forward op
+    assert [n for n, _ in ahead] == [f"dp_param_allgather.bucket{j}" for j in (2, 1, 0)]
+    by = {n.id: n for n in nodes}
+    waits = {
+        n.name: [
+            by[d].name for d in [*n.data_deps, *n.ctrl_deps] if by[d].name.startswith("dp_param_allgather")
+        ]
+        for n in nodes
+        if n.name in ("L1.attn_norm.fwd.mb0", "L2.attn_norm.fwd.mb0")
+    }
+    assert waits == {
+        "L1.attn_norm.fwd.mb0": ["dp_param_allgather.bucket1"],
+        "L2.attn_norm.fwd.mb0": ["dp_param_allgather.bucket0"],
+    }
+
+
+def test_llama3_presets_match_the_released_checkpoints():
+    from xsim.tracegen.models import preset
+
+    # per layer: q and o 2 h^2, k and v 2 h x 1024 (8 KV heads of 128), SwiGLU 3 h f, two RMSNorm gains 2 h;
+    # embedding and untied head 2 x 128,256 x h; final norm h.
+    # 8B: 2 x 16,777,216 + 8,388,608 + 176,160,768 + 8,192 = 218,112,000; x 32 + 1,050,673,152 + 4,096
+    assert preset("llama3-8b").total_params() == 32 * 218_112_000 + 1_050_673_152 + 4096 == 8_030_261_248
+    # 70B: 134,217,728 + 16,777,216 + 704,643,072 + 16,384 = 855,654,400; x 80 + 2,101,346,304 + 8,192
+    assert preset("Llama-3-70B").total_params() == 80 * 855_654_400 + 2_101_346_304 + 8192 == 70_553_706_496
+    # 405B: 536,870,912 + 33,554,432 + 2,617,245,696 + 32,768 = 3,187,703,808; x 126 + 4,202,692,608 + 16,384
+    m = preset("llama3.1-405b")
+    assert m.total_params() == 126 * 3_187_703_808 + 4_202_692_608 + 16384 == 405_853_388_800
+    assert (m.seq_len, m.tied, m.positions) == (8192, False, "rope")
+
+
+def _attn_micros(seq: int, cp: int, comm: str = "all_gather", kernel: str = "fa2") -> dict[str, int]:
+    raw = {
+        "model": {"base": "llama3-8b", "layers": 1},
+        "seq_len": seq,
+        "parallel": {"gpu": "H100", "cp": cp},
+        "attention_kernel": kernel,
+        "cp_comm_type": comm,
+    }
+    nodes = generate(load_spec(raw), rewrite=False).nodes[0]
+    return {n.name: n.duration_micros for n in nodes if n.name.startswith("L1.attn_core")}
+
+
+def test_context_parallel_attention_at_the_kernels_rate():
+    # torchtitan's Llama 3 8B at 65,536 tokens over CP 2 (benchmarks/llama3_h100_202412_torchtitan.md
+    # Table 2) replayed its attention at 693 TFLOP/s, the generic GEMM rate, whatever the kernel: the CP
+    # ops' 6-number shapes missed the fused-attention timing. Now each is timed at its kernel's rate:
+    # all-gather form, local queries (s / cp) against the whole sequence = the causal attention of the whole
+    # sequence / cp: at CP 2 half the time of the CP-1 op at 16,384 tokens (to the microsecond's rounding).
+    whole = _attn_micros(16384, 1)
+    gathered = _attn_micros(16384, 2)
+    for ph in ("fwd", "bwd"):
+        assert abs(2 * gathered[f"L1.attn_core.{ph}.mb0"] - whole[f"L1.attn_core.{ph}.mb0"]) <= 2
+    # ring form: each step is two (s / 2cp)^2 blocks of full attention, 8 b h (s/4)^2 d = 2 b h (s/2)^2 d,
+    # the causal attention of s / 2 = 8,192 tokens: its time at that length's rate, the CP-1 op's at 8,192
+    half = _attn_micros(8192, 1)
+    ring = _attn_micros(16384, 2, "p2p")
+    for step in (0, 1):
+        for ph in ("fwd", "bwd"):
+            assert ring[f"L1.attn_core_cp{step}.{ph}.mb0"] == half[f"L1.attn_core.{ph}.mb0"]
+    # and the kernel the spec names applies: FlashAttention-3 is faster than FlashAttention-2 here too
+    assert _attn_micros(16384, 2, kernel="fa3")["L1.attn_core.fwd.mb0"] < gathered["L1.attn_core.fwd.mb0"]
+
+
+def test_launch_examples_load():
+    # examples/launch/: every spec loads as written (the round's replays are in their headers)
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
+    specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
+    assert len(specs) == 5
+    for p in specs:
+        assert load_spec(str(p)).name == p.stem
+
+
+def test_uneven_stages_with_top_level_virtual_stages_refused():
+    # torchtitan's interleaved 405B row written with a top-level virtual_stages and the parallel block's
+    # first/last stage layers: once expanded into one chunk per stage while the deployment said 2
+    par = {"gpu": "H100", "pp": 4, "global_batch": 8, "first_stage_layers": 3, "last_stage_layers": 3}
+    spec = {
+        "model": {"base": "llama3-8b", "layers": 10},
+        "virtual_stages": 2,
+        "schedule": "1f1b",
+        "parallel": par,
+    }
+    with pytest.raises(Exception, match="cannot be combined with virtual_stages"):
+        load_spec(spec)
+    # without virtual stages the same block cuts 3, 2, 2, 3
+    spec.pop("virtual_stages")
+    assert [(g.layer_start, g.layer_end) for g in load_spec(spec).device_groups] == [
+        (1, 3),
+        (4, 5),
+        (6, 7),
+        (8, 10),
+    ]
+
+
+def test_yaml_alias_refusal_says_how_a_generated_spec_avoids_it(tmp_path):
+    # a spec written by yaml.safe_dump with one list object used by two device groups (a script building
+    # interleaved layer ranges) comes out with an anchor and an alias, which specs refuse
+    import yaml
+
+    shared = [1, 2]
+    groups = [
+        {"gpu": "H100", "ranks": [0], "pp_stage": 0, "layers": shared},
+        {"gpu": "H100", "ranks": [1], "pp_stage": 0, "dp_replica": 1, "layers": shared},
+    ]
+    path = tmp_path / "gen.yaml"
+    path.write_text(yaml.safe_dump({"model": {"base": "llama3-8b", "layers": 2}, "device_groups": groups}))
+    with pytest.raises(
+        Exception, match=r"aliases \(\*id001\).*PyYAML's dump anchors an object it meets twice"
+    ):
+        load_spec(str(path))
