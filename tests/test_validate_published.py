@@ -164,7 +164,7 @@ def test_spec_with_agreed_keys():
     spec = vp.spec_for(run, micro_batches=8, features=AGREED)
     assert spec["parallel"] == {
         "gpu": "A100-80GB", "tp": 2, "pp": 4, "dp": 2, "micro_batch": 2, "global_batch": 32,
-        "virtual_stages": 2,
+        "virtual_stages": 2, "order": "tp-dp-pp",
     }  # fmt: skip
     assert spec["recompute"] == "selective" and spec["sequence_parallel"] is True
     assert spec["precision"] == "bf16" and spec["attention"] == "unfused" and spec["schedule"] == "1f1b"
