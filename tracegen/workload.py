@@ -1296,13 +1296,18 @@ class _RankProgram:
             and c.tokens * c.m.hidden % tp == 0
         )
 
-    def _p2p_size(self, src_tp: int, dst_tp: int) -> int:
-        """Bytes of one boundary transfer from a stage at TP `src_tp` to one at `dst_tp`."""
+    def _p2p_size(self, src_tp: int, dst_tp: int, direction: int = ACT_TAG) -> int:
+        """Bytes of one boundary transfer (ACT_TAG | GRAD_TAG) from a stage at TP `src_tp` to one at `dst_tp`."""
         c = self.ctx
-        if src_tp == dst_tp and self._scatter_gather(src_tp):  # this rank's 1/TP chunk of the tensor
+        if src_tp == dst_tp and self._scatter_gather(src_tp) and not self._grad_whole(direction):
+            # this rank's 1/TP chunk of the tensor
             return c.tokens * c.m.hidden // src_tp * c.b
         tokens = -(-c.tokens // src_tp) if c.sp and src_tp > 1 else c.tokens
         return tokens * c.m.hidden * c.b
+
+    def _grad_whole(self, direction: int) -> bool:
+        """A gradient that crosses the boundary whole though activations are split (Framework.pp_grad_whole)."""
+        return direction == GRAD_TAG and self.ctx.fw.pp_grad_whole
 
     def gather_received(self) -> None:
         """The all-gathers over the TP group that rebuild the scatter-gathered receives of the exchange
@@ -1335,11 +1340,11 @@ class _RankProgram:
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
         ids = []
-        size = self._p2p_size(other.tp, self.st.dg.tp)
+        size = self._p2p_size(other.tp, self.st.dg.tp, direction)
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
             ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
             self.p2p_log.append((ids[-1], False, ch.index, side, k))
-        if ids and self._scatter_gather(other.tp):
+        if ids and self._scatter_gather(other.tp) and not self._grad_whole(direction):
             self.sg_pending.append((ids[0], size, layer, "fwd" if direction == ACT_TAG else "bwd", mb))
         return ids[0] if ids else None
 
@@ -1410,7 +1415,7 @@ class _RankProgram:
             return
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
-        size = self._p2p_size(self.st.dg.tp, other.tp)
+        size = self._p2p_size(self.st.dg.tp, other.tp, direction)
         data = after if isinstance(after, list) else [after]
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
             nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, data, boundary)
