@@ -100,5 +100,9 @@ def test_zero1_all_reduces_the_whole_gradient() -> None:
     assert [(n.name, A.get_int(n, A.COMM_TYPE), A.get_int(n, A.COMM_SIZE)) for n in dp] == [
         ("dp_grad_allreduce.bucket0", pb.ALL_REDUCE, 54_583_296)
     ]
-    gather = [(n.name, A.get_int(n, A.COMM_TYPE), A.get_int(n, A.COMM_SIZE)) for n in nodes if n.name.startswith("dp_param")]
+    gather = [
+        (n.name, A.get_int(n, A.COMM_TYPE), A.get_int(n, A.COMM_SIZE))
+        for n in nodes
+        if n.name.startswith("dp_param")
+    ]
     assert gather == [("dp_param_allgather.bucket0", pb.ALL_GATHER, 27_291_648)]  # the 1/2 shard x 2 B
