@@ -1282,6 +1282,21 @@ class _RankProgram:
             self.end_exchange()
         self.host_sync(wait, syncs)
 
+    def layer_sync(self, kernels: Sequence[int | None]) -> None:
+        """DeepSpeed's CheckpointFunction with synchronize_checkpoint_boundary (the spec's
+        synchronize_each_layer, GPT-NeoX's synchronize-each-layer): torch.cuda.synchronize() at the start
+        and end of a full-recompute unit's forward and of its backward (deepspeed/runtime/
+        activation_checkpointing/checkpointing.py, EleutherAI/DeeperSpeed eb7f5cff36): the host waits for
+        the work launched so far (`kernels`)."""
+        if self.hostline is None or not self.gen.dep.synchronize_each_layer:
+            return
+        wait = sorted({k for k in kernels if k is not None})
+        if not wait:  # nothing launched yet: the host is ahead
+            return
+        if self.exchange:  # a pipeline exchange's own synchronize comes first
+            self.end_exchange()
+        self.host_sync(wait)
+
     # -- boundary transfers --------------------------------------------------------------------------
     def _scatter_gather(self, other_tp: int) -> bool:
         """Megatron-LM 2021/2022 send only this TP rank's 1/TP chunk across the boundary (both stages at
@@ -1432,9 +1447,15 @@ class _RankProgram:
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
+        units = self.recompute_units(ch) if self.recompute == "full" else {}
+        starts = {u.start for u in units.values()}
         for layer in range(ch.start, ch.end + 1):
+            if layer in starts:  # CheckpointFunction.forward begins
+                self.layer_sync((self.frontier, pred))
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "fwd"), pred, layer, mb)
+            if layer in units:  # ... and ends
+                self.layer_sync((pred,))
         if self.amax[(ch.index, "fwd")]:  # at the exit of the chunk's fp8_autocast
             pred = self.steps(self.amax[(ch.index, "fwd")], pred, ch.end, mb)
         if ch.last and self.head is not None:
@@ -1498,7 +1519,10 @@ class _RankProgram:
                 self.bucket_add(head_rank_params(m, sh, self.emb is not None), 0)
         layer_grad = rank_params(m, sh, 1, False, False)
         units = self.recompute_units(ch) if self.recompute == "full" else {}
+        starts = {u.start for u in units.values()}
         for layer in range(ch.end, ch.start - 1, -1):
+            if layer in units:  # CheckpointFunction.backward begins, before the recompute
+                self.layer_sync((self.frontier, pred))
             for again in units.get(layer, ()):
                 self.enter(again, mb)
                 fwd = self.layer_of(again, "fwd")
@@ -1507,6 +1531,8 @@ class _RankProgram:
                 pred = self.steps(fwd, pred, again, mb, RECOMPUTE)
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
+            if layer in starts:  # ... and ends after the unit's backward
+                self.layer_sync((pred,))
             self.fsdp_reduce(layer, mb)
             if sync:
                 if self.ep is not None or m.mla is not None:
@@ -2048,7 +2074,10 @@ class _RankProgram:
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
         costs = host_costs(
-            dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
+            dep.host_dispatch,
+            dep.host_launch_us,
+            dep.compute_model or "roofline",
+            self.ctx.fw.host_dispatch or dep.synchronize_each_layer,  # its syncs need the host thread
         )
         self.hostline = HostTimeline(costs) if costs is not None else None
         self.exchange = [] if self.hostline is not None and self.ctx.fw.p2p_sync else None
