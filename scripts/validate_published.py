@@ -133,6 +133,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # The batch's host-to-device copy and TP broadcast each micro-batch (tracegen.batch_input), where the
     # run's code differs from its profile's (NeMo's own data path under megatron-core: nemo).
     "batch_input": ("megatron", "megatron-no-mask", "nemo", "none"),
+    # DeepSpeed's synchronize_checkpoint_boundary where the run's config sets it (GPT-NeoX's
+    # synchronize-each-layer): a host sync at each checkpointed unit's forward and backward start and end.
+    "synchronize_each_layer": (True, False),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -75,6 +75,14 @@ class Framework:
     # stage's own output again (part_output.full()) before the received gradient's all-gather.
     # Not modelled: ReduceTiedGrads and ReduceGrads run after the last slot (no overlap with the backward).
     deepspeed_pipe: bool = False
+    # DeepSpeed's pipeline engine before the gradient was partitioned too: `self.is_grad_partitioned = False`
+    # in PipelineEngine.__init__ (deepspeed/runtime/pipe/engine.py of EleutherAI/DeeperSpeed eb7f5cff36, the
+    # commit gpt-neox c560814b's requirements/requirements.txt pins, and of microsoft/DeepSpeed v0.5.0
+    # f28432441b): _exec_send_grads sends `inputs[0].grad` whole and _exec_recv_grads receives it into a
+    # buffer of the full output's shape, no all-gather after it; the activation still travels as the
+    # rank's 1/TP part (is_pipe_partitioned) and _exec_recv_grads still rebuilds the stage's own output
+    # (part_output.full()) before the receive. Only with deepspeed_pipe and pp_scatter_gather.
+    pp_grad_whole: bool = False
     # Megatron-LM 2021/2022's timers synchronize the device at every start and stop (_Timer.start/stop run
     # torch.cuda.synchronize(), megatron/global_vars.py of de7dc40f88 and d898a8991d), and the training
     # loop times every forward step ('forward-compute', schedules.py forward_step), the batch it loads
@@ -492,6 +500,14 @@ FRAMEWORKS: dict[str, Framework] = {
     # (Megatron's). Gradients: DeepSpeed's FP16 engine lets autograd accumulate each micro-batch's
     # gradients in the parameters' FP16 .grad (autograd_grad_accum); ZeRO stage 1 reduces them at the
     # step. Vocabulary padded to make_vocab_size_divisible_by (128, neox_args.py) x TP.
+    # With pipe-parallel-size > 1 megatron/training.py runs `model.train_batch()`, DeepSpeed's PipelineEngine
+    # (train_step_pipe), here DeeperSpeed eb7f5cff36 (requirements/requirements.txt of c560814b): blocking
+    # transfers in TrainSchedule's order, the activation as the rank's 1/TP part (deepspeed_pipe,
+    # pp_scatter_gather), the gradient whole (pp_grad_whole). Its ZeRO stage 1 under the pipeline engine:
+    # _exec_reduce_grads calls buffered_allreduce_fallback (deepspeed/runtime/engine.py: the FP16 gradients
+    # flattened in buckets of 500M elements, divided by DP and all-reduced whole, after the last backward),
+    # then FP16_DeepSpeedZeroOptimizer_Stage1.step (zero/stage1.py) updates the rank's 1/DP partition and
+    # all-gathers the FP16 parameters: sharded_grad_allreduce.
     # Other GPT-NeoX configs of that commit (2-7B.yml ... 175B.yml) set both fusions false: not modelled.
     "gpt-neox": Framework(
         "gpt-neox",
@@ -506,6 +522,10 @@ FRAMEWORKS: dict[str, Framework] = {
         attn_layout_copies=True,
         autograd_grad_accum=True,
         vocab_divisible_by=128,
+        pp_scatter_gather=True,
+        deepspeed_pipe=True,
+        pp_grad_whole=True,
+        sharded_grad_allreduce=True,
     ),
 }
 FRAMEWORK_NAMES: tuple[str, ...] = tuple(FRAMEWORKS)

@@ -126,6 +126,7 @@ TOP_KEYS = (
     "recompute_layers",
     "recompute_early_stop",
     "recompute_method",
+    "synchronize_each_layer",
     "virtual_stages",
     "distributed_optimizer",
     "overlap_grad_reduce",
@@ -805,6 +806,15 @@ class _SpecBuilder:
                     f"recompute_method applies to recompute: full only (recompute is {dep.recompute!r})"
                 )
             dep.recompute_method = "" if method == RECOMPUTE_METHODS[0] else method
+        # DeepSpeed's synchronize_checkpoint_boundary (GPT-NeoX's synchronize-each-layer): field 94.
+        sync = self.raw.get("synchronize_each_layer", False)
+        if not isinstance(sync, bool):
+            raise self.fail(f"synchronize_each_layer must be true or false, got {sync!r}")
+        if sync and dep.recompute != "full":
+            raise self.fail(
+                f"synchronize_each_layer applies to recompute: full only (recompute is {dep.recompute!r})"
+            )
+        dep.synchronize_each_layer = sync
 
     def parallel_blocks(self) -> list[dict[str, int | str]]:
         """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
@@ -1616,6 +1626,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
         **({"recompute_method": dep.recompute_method} if dep.recompute_method else {}),
+        **({"synchronize_each_layer": True} if dep.synchronize_each_layer else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,
         "overlap_grad_reduce": dep.overlap_grad_reduce,

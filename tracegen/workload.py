@@ -1283,6 +1283,21 @@ class _RankProgram:
             self.end_exchange()
         self.host_sync(wait, syncs)
 
+    def layer_sync(self, kernels: Sequence[int | None]) -> None:
+        """DeepSpeed's CheckpointFunction with synchronize_checkpoint_boundary (the spec's
+        synchronize_each_layer, GPT-NeoX's synchronize-each-layer): torch.cuda.synchronize() at the start
+        and end of a full-recompute unit's forward and of its backward (deepspeed/runtime/
+        activation_checkpointing/checkpointing.py, EleutherAI/DeeperSpeed eb7f5cff36): the host waits for
+        the work launched so far (`kernels`)."""
+        if self.hostline is None or not self.gen.dep.synchronize_each_layer:
+            return
+        wait = sorted({k for k in kernels if k is not None})
+        if not wait:  # nothing launched yet: the host is ahead
+            return
+        if self.exchange:  # a pipeline exchange's own synchronize comes first
+            self.end_exchange()
+        self.host_sync(wait)
+
     # -- boundary transfers --------------------------------------------------------------------------
     def _scatter_gather(self, other_tp: int) -> bool:
         """Megatron-LM 2021/2022 send only this TP rank's 1/TP chunk across the boundary (both stages at
@@ -1297,13 +1312,18 @@ class _RankProgram:
             and c.tokens * c.m.hidden % tp == 0
         )
 
-    def _p2p_size(self, src_tp: int, dst_tp: int) -> int:
-        """Bytes of one boundary transfer from a stage at TP `src_tp` to one at `dst_tp`."""
+    def _p2p_size(self, src_tp: int, dst_tp: int, direction: int = ACT_TAG) -> int:
+        """Bytes of one boundary transfer (ACT_TAG | GRAD_TAG) from a stage at TP `src_tp` to one at `dst_tp`."""
         c = self.ctx
-        if src_tp == dst_tp and self._scatter_gather(src_tp):  # this rank's 1/TP chunk of the tensor
+        if src_tp == dst_tp and self._scatter_gather(src_tp) and not self._grad_whole(direction):
+            # this rank's 1/TP chunk of the tensor
             return c.tokens * c.m.hidden // src_tp * c.b
         tokens = -(-c.tokens // src_tp) if c.sp and src_tp > 1 else c.tokens
         return tokens * c.m.hidden * c.b
+
+    def _grad_whole(self, direction: int) -> bool:
+        """A gradient that crosses the boundary whole though activations are split (Framework.pp_grad_whole)."""
+        return direction == GRAD_TAG and self.ctx.fw.pp_grad_whole
 
     def gather_received(self) -> None:
         """The all-gathers over the TP group that rebuild the scatter-gathered receives of the exchange
@@ -1336,11 +1356,11 @@ class _RankProgram:
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
         ids = []
-        size = self._p2p_size(other.tp, self.st.dg.tp)
+        size = self._p2p_size(other.tp, self.st.dg.tp, direction)
         for k, s in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, False)):
             ids.append(self.p2p(False, other.ranks[s], size, layer, mb, direction, [], boundary))
             self.p2p_log.append((ids[-1], False, ch.index, side, k))
-        if ids and self._scatter_gather(other.tp):
+        if ids and self._scatter_gather(other.tp) and not self._grad_whole(direction):
             self.sg_pending.append((ids[0], size, layer, "fwd" if direction == ACT_TAG else "bwd", mb))
         return ids[0] if ids else None
 
@@ -1411,7 +1431,7 @@ class _RankProgram:
             return
         other = ch.prev if side == "prev" else ch.next
         assert other is not None
-        size = self._p2p_size(self.st.dg.tp, other.tp)
+        size = self._p2p_size(self.st.dg.tp, other.tp, direction)
         data = after if isinstance(after, list) else [after]
         for k, d in enumerate(peer_locals(self.st.dg.tp, other.tp, self.local, True)):
             nid = self.p2p(True, other.ranks[d], size, layer, mb, direction, data, boundary)
@@ -1428,9 +1448,15 @@ class _RankProgram:
         if ch.first and self.emb is not None:
             self.enter(EMB, mb)
             pred = self.steps(self.emb["fwd"], pred, 0, mb)
+        units = self.recompute_units(ch) if self.recompute == "full" else {}
+        starts = {u.start for u in units.values()}
         for layer in range(ch.start, ch.end + 1):
+            if layer in starts:  # CheckpointFunction.forward begins
+                self.layer_sync((self.frontier, pred))
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "fwd"), pred, layer, mb)
+            if layer in units:  # ... and ends
+                self.layer_sync((pred,))
         if self.amax[(ch.index, "fwd")]:  # at the exit of the chunk's fp8_autocast
             pred = self.steps(self.amax[(ch.index, "fwd")], pred, ch.end, mb)
         if ch.last and self.head is not None:
@@ -1494,7 +1520,10 @@ class _RankProgram:
                 self.bucket_add(head_rank_params(m, sh, self.emb is not None), 0)
         layer_grad = rank_params(m, sh, 1, False, False)
         units = self.recompute_units(ch) if self.recompute == "full" else {}
+        starts = {u.start for u in units.values()}
         for layer in range(ch.end, ch.start - 1, -1):
+            if layer in units:  # CheckpointFunction.backward begins, before the recompute
+                self.layer_sync((self.frontier, pred))
             for again in units.get(layer, ()):
                 self.enter(again, mb)
                 fwd = self.layer_of(again, "fwd")
@@ -1503,6 +1532,8 @@ class _RankProgram:
                 pred = self.steps(fwd, pred, again, mb, RECOMPUTE)
             self.enter(layer, mb)
             pred = self.steps(self.layer_of(layer, "bwd"), pred, layer, mb)
+            if layer in starts:  # ... and ends after the unit's backward
+                self.layer_sync((pred,))
             self.fsdp_reduce(layer, mb)
             if sync:
                 if self.ep is not None or m.mla is not None:
@@ -2041,7 +2072,10 @@ class _RankProgram:
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
         costs = host_costs(
-            dep.host_dispatch, dep.host_launch_us, dep.compute_model or "roofline", self.ctx.fw.host_dispatch
+            dep.host_dispatch,
+            dep.host_launch_us,
+            dep.compute_model or "roofline",
+            self.ctx.fw.host_dispatch or dep.synchronize_each_layer,  # its syncs need the host thread
         )
         self.hostline = HostTimeline(costs) if costs is not None else None
         self.exchange = [] if self.hostline is not None and self.ctx.fw.p2p_sync else None
