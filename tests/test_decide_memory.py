@@ -14,6 +14,7 @@ import yaml
 from xsim.tracegen.errors import SpecError
 from xsim.tracegen.memory import (
     MemoryOptions,
+    _options_of,
     deployment_memory,
     in_flight,
     korthikanti_layer_bytes,
@@ -166,8 +167,9 @@ def _one_stage(**opts) -> int:
 def test_recompute_variants_on_a_stage():
     # Tiny model, one stage (embedding and head on it), TP 1, 4 layers, GPipe with 2 micro-batches in flight.
     # Per layer, by hand: 10sbh 327,680 + 8sbh 262,144 + SwiGLU 6sbf 528,384 (+ log-sum-exp 4as 4,096).
-    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + fp32 logits 4sv 512,000.
-    ends = 65_536 + 131_072 + 512_000
+    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + Megatron's loss on the logits, its
+    # FP32 copy beside the BF16 logits or their BF16 gradient, (4 + 2)sv = 768,000 (LOSS_PEAK_BYTES).
+    ends = 65_536 + 131_072 + 768_000
     assert _one_stage() == 4 * 2 * 1_122_304 + ends
     assert _one_stage(recompute="selective") == 4 * 2 * 1_118_208 + ends
     # Full, uniform method, units of K = 2: 2 unit inputs (2sbh = 65,536) per micro-batch, plus one unit's
@@ -284,10 +286,24 @@ def test_megatron_llama3_8b_fp8_example_fits_80_gib():
     # q 4096, kv 1024, f 14336, a 32; sbh = 33,554,432. A layer: not split 6sbh (norm inputs 4sbh, the two
     # ln_out in FP8 2sbh; no dropout masks) 201,326,592 + Q 2sbh 67,108,864 + K, V sbh 33,554,432 + attention
     # output and its FP8 copy 3sbh 100,663,296 + SwiGLU gate/up 4sbf and FP8 product sbf 587,202,560 + LSE
-    # 4as 1,048,576 = 990,904,320; x 32 layers, + last stage 4sbh 134,217,728 + FP32 logits 4sv 4,202,692,608
-    # = 36,045,848,576 B (33.57 GiB). Allowance 1 GiB + 5% of that.
+    # 4as 1,048,576 = 990,904,320; x 32 layers, + last stage 4sbh 134,217,728 + Megatron's loss (the FP32
+    # logits beside the BF16 logits or gradient) 6sv 6,304,038,912 = 38,147,194,880 B (35.53 GiB).
+    # Allowance 1 GiB + 5% of that. Total 85,297,359,872 B = 79.44 GiB of the catalog's 80.
     dep = load_spec(REPO / "examples" / "launch" / "megatron_llama3_8b_h100_fp8.yaml")
     r = deployment_memory(dep)[0]
-    assert r.activations == 32 * 990_904_320 + 134_217_728 + 4_202_692_608 == 36_045_848_576
-    assert r.allowance == 1_073_741_824 + 1_802_292_428
-    assert round(r.total / 2**30, 2) == 77.38 and r.headroom > 0
+    assert r.activations == 32 * 990_904_320 + 134_217_728 + 6_304_038_912 == 38_147_194_880
+    assert r.allowance == 1_073_741_824 + 1_907_359_744
+    assert r.total == 85_297_359_872 and r.headroom > 0
+
+
+def test_the_loss_peak_follows_the_framework_loss():
+    # One stage of TINY (s 128, b 1, vocabulary 1,000, BF16), LOSS_PEAK_BYTES per logit: Megatron's 4 + 2 = 6
+    # (the default), eager F.cross_entropy 12 (log_softmax's saved FP32 output, nll_loss's dense FP32 gradient
+    # and log_softmax's FP32 input gradient live at once), TE's and apex's in-place 16-bit losses 2.
+    sv = 128 * 1_000
+    assert _one_stage(loss="eager") - _one_stage() == (12 - 6) * sv
+    assert _one_stage(loss="te") - _one_stage() == _one_stage(loss="fused") - _one_stage() == (2 - 6) * sv
+    # The spec's framework decides it: torchtitan's is eager, and its model has no dropout.
+    o = _options_of(load_spec({**TINY, "framework": "torchtitan"}))
+    assert (o.loss, o.hidden_dropout, o.attention_dropout) == ("eager", False, False)
+    assert _options_of(load_spec({**TINY, "loss_impl": "te"})).loss == "te"

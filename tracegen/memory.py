@@ -86,8 +86,21 @@ TE_FP8_META_FP32 = 2  # scale and scale_inv per FP8 tensor
 # LayerNorm saves its input and, per token, the mean and reciprocal standard deviation in FP32 for the
 # backward (torch.native_layer_norm's save_mean / save_rstd; apex/TE fused LayerNorm the same).
 NORM_STAT_BYTES = 4
-# Logits are upcast to fp32 for the cross-entropy (Korthikanti section 4.3 counts 4*s*b*v/t bytes).
-LOGIT_BYTES = 4
+# The loss's peak bytes per local logit (s*b*v/t of them) on the last stage, with every layer's activations
+# still held, by Framework.loss (the code tracegen.ops.XENT reads): (FP32 bytes, multiples of dtype_bytes).
+# Korthikanti section 4.3 counts one FP32 copy, 4*s*b*v/t; the implementations hold:
+# - "megatron": the FP32 copy the softmax is computed in place in and saved (megatron/core/tensor_parallel/
+#   cross_entropy.py calculate_logits_max `.float()`, then sub_, exp(out=), div_; older Megatron casts with
+#   `output.float()` before the call), beside the 16-bit logits in forward (the Function's input) and beside
+#   the 16-bit gradient in backward (the FP32 input gradient, computed in place in the saved buffer, cast to
+#   the input's dtype by autograd's validate_outputs): 4 + dtype.
+# - "eager": F.cross_entropy on the FP32 cast (torchtitan 9dec370ad train.py loss_fn) is log_softmax, which
+#   saves its FP32 output, then nll_loss; in backward nll_loss_backward's dense FP32 gradient (zeroed, then
+#   scattered), the saved output and log_softmax's FP32 input gradient are live at once: 12 (forward: dtype +
+#   4 + 4, less).
+# - "fused" (apex xentropy with inplace_backward) and "te" (TE's Triton cross-entropy): the 16-bit logits are
+#   saved and receive their gradient in place; nothing FP32 of vocabulary size: dtype.
+LOSS_PEAK_BYTES = {"megatron": (4, 1), "eager": (12, 0), "fused": (0, 1), "te": (0, 1)}
 # Allowance for what is not a tensor of the model: the CUDA context, cuBLAS workspaces and NCCL buffers
 # (together about 1 GiB per process on A100/H100 with PyTorch; NVIDIA NCCL docs put the default buffers at
 # NCCL_BUFFSIZE = 4 MiB per channel and peer): an assumption, not a measurement (MemoryOptions.workspace_bytes).
@@ -134,6 +147,7 @@ class MemoryOptions:
     # Dropout rates above 0 (the resolved Framework.dropout / .attention_dropout): their masks are stored.
     hidden_dropout: bool = True
     attention_dropout: bool = True
+    loss: str = "megatron"  # Framework.loss: the cross-entropy's peak (LOSS_PEAK_BYTES)
     workspace_bytes: int = WORKSPACE_BYTES
     fragmentation: float = FRAGMENTATION
 
@@ -304,6 +318,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         fp8_params=dep.fp8_params and bool(_te_fp8(dep)),
         hidden_dropout=fw.dropout,
         attention_dropout=fw.attention_dropout > 0,
+        loss=fw.loss,
         fragmentation=dep.memory_fragmentation if dep.HasField("memory_fragmentation") else FRAGMENTATION,
     )
 
@@ -358,8 +373,10 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                 act += Fraction(s * b * m.hidden, div) * flight
                 if m.embedding_norm:  # its LayerNorm's saved input and per-token FP32 mean and rstd
                     act += Fraction(s * b * (m.hidden * o.dtype_bytes + 2 * NORM_STAT_BYTES)) * flight
-            if last:  # output norm and projection inputs, fp32 logits (vocab-parallel; section 4.3)
-                act += Fraction(4 * s * b * m.hidden, div) + Fraction(LOGIT_BYTES * s * b * m.vocab, t)
+            if last:  # output norm and projection inputs (section 4.3), the loss's peak on the logits
+                fp32, dtypes = LOSS_PEAK_BYTES[o.loss]
+                logit = fp32 + dtypes * o.dtype_bytes
+                act += Fraction(4 * s * b * m.hidden, div) + Fraction(logit * s * b * m.vocab, t)
             dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
             gpu = specs[dg.gpu]
             for local, r in enumerate(dg.ranks):
