@@ -11,16 +11,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from xsim.tracegen.errors import SpecError
 from xsim.tracegen.memory import (
     MemoryOptions,
+    _options_of,
     deployment_memory,
     in_flight,
     korthikanti_layer_bytes,
     layer_activation_bytes,
     optimizer_bytes,
 )
-from xsim.tracegen.models import preset, with_seq_len
-from xsim.tracegen.spec import load_spec
+from xsim.tracegen.models import model_from_mapping, preset, with_seq_len
+from xsim.tracegen.spec import load_spec, spec_to_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 DP8 = REPO / "examples" / "decide" / "llama2_7b_dp8_a100_80gb.yaml"
@@ -165,8 +167,9 @@ def _one_stage(**opts) -> int:
 def test_recompute_variants_on_a_stage():
     # Tiny model, one stage (embedding and head on it), TP 1, 4 layers, GPipe with 2 micro-batches in flight.
     # Per layer, by hand: 10sbh 327,680 + 8sbh 262,144 + SwiGLU 6sbf 528,384 (+ log-sum-exp 4as 4,096).
-    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + fp32 logits 4sv 512,000.
-    ends = 65_536 + 131_072 + 512_000
+    # Ends: embedding mask sbh x 2 = 65,536; last stage 4sbh 131,072 + Megatron's loss on the logits, its
+    # FP32 copy beside the BF16 logits or their BF16 gradient, (4 + 2)sv = 768,000 (LOSS_PEAK_BYTES).
+    ends = 65_536 + 131_072 + 768_000
     assert _one_stage() == 4 * 2 * 1_122_304 + ends
     assert _one_stage(recompute="selective") == 4 * 2 * 1_118_208 + ends
     # Full, uniform method, units of K = 2: 2 unit inputs (2sbh = 65,536) per micro-batch, plus one unit's
@@ -217,3 +220,90 @@ def test_zero3_memory_by_hand():
     assert r.weights == -(-n // 8) * 2 + 2 * layer * 2
     assert r.gradients == -(-n // 8) * 4 + layer * 4
     assert r.optimizer == -(-12 * n // 8)
+
+
+# A tiny GPT layer for the dropout variants: s 4, b 1, h 8, a 2 (as/h = 1), 4h GELU MLP, MHA; sbh = 32.
+GPT_TINY = model_from_mapping(
+    {"name": "g", "layers": 1, "hidden": 8, "ffn_hidden": 32, "heads": 2, "vocab": 16, "seq_len": 4,
+     "activation": "gelu", "norm": "layernorm"}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("t", "sp", "recompute", "hidden", "attn", "expected"),
+    [
+        # Korthikanti section 4.1 by component at t 1: norm inputs 4sbh 128, QKV and MLP inputs 4sbh 128,
+        # Q K V 6sbh 192, out-proj input 2sbh 64, GELU input and fc2 input 4sbf 512 = 1,024 (32sbh); hidden
+        # dropout masks after attention and MLP 2sbh 64; softmax output 2as^2b 64, attention-dropout mask
+        # as^2b 32 and output 2as^2b 64.
+        (1, False, "none", True, True, 1_024 + 64 + 160),  # sbh(34 + 5as/h) = 32 x 39 = 1,248
+        (1, False, "none", False, False, 1_024 + 64),  # sbh(32 + 2as/h) = 32 x 34 = 1,088
+        (1, False, "none", True, False, 1_024 + 64 + 64),  # sbh(34 + 2as/h) = 1,152
+        (1, False, "none", False, True, 1_024 + 160),  # sbh(32 + 5as/h) = 1,184
+        (2, True, "none", False, False, 544),  # sbh/t (32 + 2as/h) = 16 x 34
+        (2, False, "none", False, False, 672),  # sbh(8 + 24/t + 2as/(ht)) = 32 x (8 + 12 + 1)
+        (2, False, "selective", False, False, 640),  # sbh(8 + 24/t) = 32 x 20
+        (2, True, "full", False, False, 32),  # 2sbh/t: the layer input, no mask in it
+    ],
+)
+def test_dropout_masks_only_at_a_rate_above_zero(t, sp, recompute, hidden, attn, expected):
+    drop = {"hidden_dropout": hidden, "attention_dropout": attn}
+    assert korthikanti_layer_bytes(4, 1, 8, 2, t, sp, recompute, **drop) == expected
+    assert layer_activation_bytes(GPT_TINY, 4, 1, t, sp, recompute, flash=False, **drop) == expected
+
+
+def test_spec_dropout_rates_reach_the_fit():
+    # TINY (s 128, b 1, h 256, f 688, a 8, TP 2, FlashAttention, SwiGLU) under `dropout: false`: a layer loses
+    # its two masks (2sbh = 65,536): 8sbh 262,144 + (8sbh 262,144 + 6sbf 528,384 + 4as 4,096) / 2 = 659,456;
+    # stage 0 holds 2 micro-batches of 2 layers and no embedding mask: 4 x 659,456 = 2,637,824 (2,965,504
+    # with dropout, test_gen_writes_memory_json_and_replay_reports_peak_per_rank).
+    assert deployment_memory(load_spec({**TINY, "dropout": False}))[0].activations == 2_637_824
+    # Unfused attention stores 5as^2b per layer at an attention-dropout rate above 0 (megatron-core's 0.1),
+    # 2as^2b at 0: 3 x 8 x 128^2 / 2 (TP) = 196,608 less per layer, 4 layer-micro-batches on stage 0.
+    unfused = {**TINY, "attention": "unfused"}
+    with_p = deployment_memory(load_spec(unfused))[0].activations
+    without = deployment_memory(load_spec({**unfused, "attention_dropout": 0.0}))[0].activations
+    assert with_p - without == 4 * 196_608
+    # FlashAttention regenerates its dropout mask from the RNG state: the rate changes nothing.
+    assert deployment_memory(load_spec({**TINY, "attention_dropout": 0.0}))[0].activations == 2_965_504
+
+
+def test_allocator_allowance_is_a_share_of_the_activations():
+    # Default: 1 GiB workspace + 5% of the activations (Megatron-LM's theoretical_memory_usage.py factor):
+    # rank 0 of TINY, 2,965,504 B of activations -> 1,073,741,824 + 148,275.
+    r = deployment_memory(load_spec(TINY))[0]
+    assert r.allowance == 1_073_741_824 + 148_275
+    dep = load_spec({**TINY, "memory_fragmentation": 0.2})
+    assert deployment_memory(dep)[0].allowance == 1_073_741_824 + 593_100  # int(0.2 x 2,965,504)
+    assert spec_to_mapping(dep)["memory_fragmentation"] == 0.2  # round trip
+    with pytest.raises(SpecError, match="memory_fragmentation must be a fraction 0 <= f < 1, got 1.5"):
+        load_spec({**TINY, "memory_fragmentation": 1.5})
+
+
+def test_megatron_llama3_8b_fp8_example_fits_80_gib():
+    # examples/launch/megatron_llama3_8b_h100_fp8.yaml (Megatron-LM d98e8a64dd train_llama3_8b_h100_fp8.sh,
+    # TP 1, no recompute, hidden and attention dropout 0, TE FP8 with FP8 parameters, DP 8). s 8192, h 4096,
+    # q 4096, kv 1024, f 14336, a 32; sbh = 33,554,432. A layer: not split 6sbh (norm inputs 4sbh, the two
+    # ln_out in FP8 2sbh; no dropout masks) 201,326,592 + Q 2sbh 67,108,864 + K, V sbh 33,554,432 + attention
+    # output and its FP8 copy 3sbh 100,663,296 + SwiGLU gate/up 4sbf and FP8 product sbf 587,202,560 + LSE
+    # 4as 1,048,576 = 990,904,320; x 32 layers, + last stage 4sbh 134,217,728 + Megatron's loss (the FP32
+    # logits beside the BF16 logits or gradient) 6sv 6,304,038,912 = 38,147,194,880 B (35.53 GiB).
+    # Allowance 1 GiB + 5% of that. Total 85,297,359,872 B = 79.44 GiB of the catalog's 80.
+    dep = load_spec(REPO / "examples" / "launch" / "megatron_llama3_8b_h100_fp8.yaml")
+    r = deployment_memory(dep)[0]
+    assert r.activations == 32 * 990_904_320 + 134_217_728 + 6_304_038_912 == 38_147_194_880
+    assert r.allowance == 1_073_741_824 + 1_907_359_744
+    assert r.total == 85_297_359_872 and r.headroom > 0
+
+
+def test_the_loss_peak_follows_the_framework_loss():
+    # One stage of TINY (s 128, b 1, vocabulary 1,000, BF16), LOSS_PEAK_BYTES per logit: Megatron's 4 + 2 = 6
+    # (the default), eager F.cross_entropy 12 (log_softmax's saved FP32 output, nll_loss's dense FP32 gradient
+    # and log_softmax's FP32 input gradient live at once), TE's and apex's in-place 16-bit losses 2.
+    sv = 128 * 1_000
+    assert _one_stage(loss="eager") - _one_stage() == (12 - 6) * sv
+    assert _one_stage(loss="te") - _one_stage() == _one_stage(loss="fused") - _one_stage() == (2 - 6) * sv
+    # The spec's framework decides it: torchtitan's is eager, and its model has no dropout.
+    o = _options_of(load_spec({**TINY, "framework": "torchtitan"}))
+    assert (o.loss, o.hidden_dropout, o.attention_dropout) == ("eager", False, False)
+    assert _options_of(load_spec({**TINY, "loss_impl": "te"})).loss == "te"

@@ -21,7 +21,14 @@ Sources:
 
 `layer_activation_bytes` is the paper's per-component accounting for any ModelArch (GQA shrinks K and V; a
 SwiGLU MLP stores its gate, up and product tensors); for a GPT layer (4h GELU MLP, kv_heads = heads) it is
-exactly `korthikanti_layer_bytes`. FlashAttention (the generator's fused `attn_core`) never stores the
+exactly `korthikanti_layer_bytes`. Dropout masks (section 4.1: the hidden dropouts after attention and after
+the MLP, sbh each; the attention-probability dropout's mask as^2b and its output 2as^2b; the input
+embedding's sbh, section 4.3) are stored only where the run's rate is above 0: F.dropout with p = 0 returns
+its input, no mask (PyTorch aten/src/ATen/native/Dropout.cpp `dropout`, as tracegen.ops cites; compiled, as
+Megatron-Core's jit_fuser compiles bias-dropout-add on torch >= 2.2 (megatron/core/jit.py at d98e8a64dd),
+torch/_decomp/decompositions.py `dropout` calls native_dropout only when `train and p != 0`), so a run with
+`dropout: false` keeps 32sbh of the 34 and one with `attention_dropout: 0` 2as^2b of the 5as^2b (the
+probabilities the softmax backward and the attention-over-V GEMM both read). FlashAttention (the generator's fused `attn_core`) never stores the
 a*s*s score, softmax and dropout tensors; it keeps one fp32 log-sum-exp per (sequence, head, query).
 """
 
@@ -79,14 +86,34 @@ TE_FP8_META_FP32 = 2  # scale and scale_inv per FP8 tensor
 # LayerNorm saves its input and, per token, the mean and reciprocal standard deviation in FP32 for the
 # backward (torch.native_layer_norm's save_mean / save_rstd; apex/TE fused LayerNorm the same).
 NORM_STAT_BYTES = 4
-# Logits are upcast to fp32 for the cross-entropy (Korthikanti section 4.3 counts 4*s*b*v/t bytes).
-LOGIT_BYTES = 4
+# The loss's peak bytes per local logit (s*b*v/t of them) on the last stage, with every layer's activations
+# still held, by Framework.loss (the code tracegen.ops.XENT reads): (FP32 bytes, multiples of dtype_bytes).
+# Korthikanti section 4.3 counts one FP32 copy, 4*s*b*v/t; the implementations hold:
+# - "megatron": the FP32 copy the softmax is computed in place in and saved (megatron/core/tensor_parallel/
+#   cross_entropy.py calculate_logits_max `.float()`, then sub_, exp(out=), div_; older Megatron casts with
+#   `output.float()` before the call), beside the 16-bit logits in forward (the Function's input) and beside
+#   the 16-bit gradient in backward (the FP32 input gradient, computed in place in the saved buffer, cast to
+#   the input's dtype by autograd's validate_outputs): 4 + dtype.
+# - "eager": F.cross_entropy on the FP32 cast (torchtitan 9dec370ad train.py loss_fn) is log_softmax, which
+#   saves its FP32 output, then nll_loss; in backward nll_loss_backward's dense FP32 gradient (zeroed, then
+#   scattered), the saved output and log_softmax's FP32 input gradient are live at once: 12 (forward: dtype +
+#   4 + 4, less).
+# - "fused" (apex xentropy with inplace_backward) and "te" (TE's Triton cross-entropy): the 16-bit logits are
+#   saved and receive their gradient in place; nothing FP32 of vocabulary size: dtype.
+LOSS_PEAK_BYTES = {"megatron": (4, 1), "eager": (12, 0), "fused": (0, 1), "te": (0, 1)}
 # Allowance for what is not a tensor of the model: the CUDA context, cuBLAS workspaces and NCCL buffers
 # (together about 1 GiB per process on A100/H100 with PyTorch; NVIDIA NCCL docs put the default buffers at
-# NCCL_BUFFSIZE = 4 MiB per channel and peer) and the caching allocator's fragmentation (PyTorch memory
-# notes; 5-10% of the peak in Megatron runs). Assumptions, not measurements: both are parameters.
+# NCCL_BUFFSIZE = 4 MiB per channel and peer): an assumption, not a measurement (MemoryOptions.workspace_bytes).
 WORKSPACE_BYTES = 1 * GIB
-FRAGMENTATION = 0.10
+# The caching allocator's reserve beyond the tensors, as a fraction of the rank's ACTIVATION bytes only:
+# Megatron-LM's own estimator, d98e8a64dd megatron/training/theoretical_memory_usage.py
+# compute_activation_memory_without_sp, multiplies the activations by `overhead_factor = 1.05` ("buffer for
+# optimizer and miscellaneous temporaries (5% overhead)"); its sequence-parallel path adds none. Weights,
+# gradients and optimizer state are allocated once (Megatron-Core DDP's contiguous param/grad buffers, the
+# optimizer's shards at its first step) and do not churn through the allocator; activations are allocated
+# and freed every micro-batch. The 5% is Megatron's margin, not a measurement; the spec key
+# `memory_fragmentation` (field 97) replaces it. (Until round memfit: 10% of everything, unsourced.)
+FRAGMENTATION = 0.05
 
 
 class OutOfMemory(XsimError):
@@ -117,6 +144,10 @@ class MemoryOptions:
     fp8_params: bool = False
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
+    # Dropout rates above 0 (the resolved Framework.dropout / .attention_dropout): their masks are stored.
+    hidden_dropout: bool = True
+    attention_dropout: bool = True
+    loss: str = "megatron"  # Framework.loss: the cross-entropy's peak (LOSS_PEAK_BYTES)
     workspace_bytes: int = WORKSPACE_BYTES
     fragmentation: float = FRAGMENTATION
 
@@ -156,16 +187,26 @@ class RankMemory:
 
 
 def korthikanti_layer_bytes(
-    s: int, b: int, h: int, a: int, t: int = 1, sp: bool = False, recompute: str = "none"
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    t: int = 1,
+    sp: bool = False,
+    recompute: str = "none",
+    hidden_dropout: bool = True,
+    attention_dropout: bool = True,
 ) -> Fraction:
-    """Korthikanti et al. 2022's activation bytes of one GPT layer (section 4, Table 2), exactly."""
+    """Korthikanti et al. 2022's activation bytes of one GPT layer (section 4, Table 2), exactly; without
+    a dropout (rate 0) its masks go: 2sbh of the 10sbh not split by TP, 3as^2b of the 5as^2b (section 4.1)."""
     sbh = Fraction(s * b * h)
     if recompute == "full":
         return 2 * sbh / (t if sp else 1)
-    attn = 0 if recompute == "selective" else Fraction(5 * a * s, h)
+    attn = 0 if recompute == "selective" else Fraction((5 if attention_dropout else 2) * a * s, h)
+    rep = 10 if hidden_dropout else 8
     if sp:
-        return sbh / t * (34 + attn)
-    return sbh * (10 + Fraction(24, t) + attn / t)
+        return sbh / t * (rep + 24 + attn)
+    return sbh * (rep + Fraction(24, t) + attn / t)
 
 
 def layer_activation_bytes(
@@ -177,9 +218,12 @@ def layer_activation_bytes(
     recompute: str = "none",
     flash: bool = False,
     fp8: bool = False,
+    hidden_dropout: bool = True,
+    attention_dropout: bool = True,
 ) -> Fraction:
     """Activation bytes one TP rank stores for one layer of `m` (Korthikanti's accounting, any MLP and GQA);
-    `fp8`: Transformer Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED)."""
+    `fp8`: Transformer Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED);
+    `hidden_dropout` / `attention_dropout` False: that rate is 0 and its masks are not stored."""
     h, a, f = m.hidden, m.heads, m.ffn_hidden
     sbh = Fraction(s * b * h)
     if recompute == "full":
@@ -193,9 +237,9 @@ def layer_activation_bytes(
         sharded = 2 * sbq + 2 * sbq * kv + 2 * sbq + LSE_BYTES * a * s * b + 2 * s * b * f
         return (4 * sbh + sharded) / t if sp else 4 * sbh + sharded / t
     # Not split by TP (unless SP): the two norm inputs (4sbh), the QKV input (2sbh), the MLP input (2sbh)
-    # and the two dropout masks after attention and MLP (sbh each). Under TE FP8 the QKV and MLP inputs
-    # (the LayerNormLinears' ln_out) are kept in FP8: sbh each.
-    replicated = (8 if fp8 else 10) * sbh
+    # and the two dropout masks after attention and MLP (sbh each; none at a hidden-dropout rate of 0).
+    # Under TE FP8 the QKV and MLP inputs (the LayerNormLinears' ln_out) are kept in FP8: sbh each.
+    replicated = ((6 if fp8 else 8) + (2 if hidden_dropout else 0)) * sbh
     # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
     # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
     # Under TE FP8, fc2's input is kept in FP8 (sbf: GELU 3sbf, SwiGLU 5sbf), and the output projection
@@ -208,9 +252,9 @@ def layer_activation_bytes(
         if flash:
             sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)
         else:
-            sharded += (
-                5 * a * s * s * b
-            )  # scores/softmax output 2as^2b, dropout mask as^2b, its output 2as^2b
+            # Softmax output 2as^2b; at an attention-dropout rate above 0 also its mask as^2b and output
+            # 2as^2b (at 0 the attention-over-V GEMM saves the softmax output itself).
+            sharded += (5 if attention_dropout else 2) * a * s * s * b
     if sp:
         return (replicated + sharded) / t
     return replicated + sharded / t
@@ -253,6 +297,10 @@ def zero3_bytes(
 
 
 def _options_of(dep: dpb.Deployment) -> MemoryOptions:
+    """The deployment's memory settings; its dropout rates as the generator resolves them (profile, spec)."""
+    from xsim.tracegen.workload import _framework_of
+
+    fw = _framework_of(dep)
     return MemoryOptions(
         dtype_bytes=dep.dtype_bytes or 2,
         schedule=dep.schedule or "gpipe",
@@ -268,6 +316,10 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         attention=dep.attention or "flash",
         te_fp8=_te_fp8(dep),
         fp8_params=dep.fp8_params and bool(_te_fp8(dep)),
+        hidden_dropout=fw.dropout,
+        attention_dropout=fw.attention_dropout > 0,
+        loss=fw.loss,
+        fragmentation=dep.memory_fragmentation if dep.HasField("memory_fragmentation") else FRAGMENTATION,
     )
 
 
@@ -317,12 +369,14 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             )  # context parallelism: each rank holds seq / cp tokens of a sequence
             act = _stage_activations(moe_activation_model(m), o, s, b, t, sp, chunks, flight)
             div = t if sp else 1  # section 4.3 assumes SP; without it these tensors are replicated
-            if first:  # input-embedding dropout mask, one per micro-batch in flight (section 4.3)
+            if first and o.hidden_dropout:  # input-embedding dropout mask per micro-batch in flight (4.3)
                 act += Fraction(s * b * m.hidden, div) * flight
                 if m.embedding_norm:  # its LayerNorm's saved input and per-token FP32 mean and rstd
                     act += Fraction(s * b * (m.hidden * o.dtype_bytes + 2 * NORM_STAT_BYTES)) * flight
-            if last:  # output norm and projection inputs, fp32 logits (vocab-parallel; section 4.3)
-                act += Fraction(4 * s * b * m.hidden, div) + Fraction(LOGIT_BYTES * s * b * m.vocab, t)
+            if last:  # output norm and projection inputs (section 4.3), the loss's peak on the logits
+                fp32, dtypes = LOSS_PEAK_BYTES[o.loss]
+                logit = fp32 + dtypes * o.dtype_bytes
+                act += Fraction(4 * s * b * m.hidden, div) + Fraction(logit * s * b * m.vocab, t)
             dp = min(dp_of[x] for a, e in chunks for x in range(a, e + 1))
             gpu = specs[dg.gpu]
             for local, r in enumerate(dg.ranks):
@@ -352,8 +406,8 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                         weights -= fp8_params * o.dtype_bytes
                     weights += te_fp8_meta_bytes(TE_MODULES_PER_LAYER * n, o.te_fp8)
                 activations = int(-(-act // 1))
-                base = weights + grads + opt + activations
-                allowance = o.workspace_bytes + int(o.fragmentation * base)
+                # FRAGMENTATION: the allocator's reserve on what churns, the activations.
+                allowance = o.workspace_bytes + int(o.fragmentation * activations)
                 out.append(
                     RankMemory(
                         int(r),
@@ -392,12 +446,13 @@ def _stage_activations(
     """Activations a stage holds: per micro-batch in flight, for its chunks' layers (first, last)."""
     flash = o.attention == "flash"
     fp8 = bool(o.te_fp8)
+    drop = {"hidden_dropout": o.hidden_dropout, "attention_dropout": o.attention_dropout}
     n = sum(e - a + 1 for a, e in chunks)
-    full = layer_activation_bytes(m, s, b, t, sp, "none", flash, fp8)
+    full = layer_activation_bytes(m, s, b, t, sp, "none", flash, fp8, **drop)
     if o.recompute == "selective":
-        return layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8) * n * flight
+        return layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8, **drop) * n * flight
     if o.recompute == "selective-op":  # the saved outputs per layer, and one layer rematerialized at a time
-        return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash, fp8) * n * flight + full
+        return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash, fp8, **drop) * n * flight + full
     if o.recompute == "full":
         # Each chunk's recompute units (tracegen.spec.recompute_units: uniform, block, every) keep only their
         # input; the layers of no unit keep everything; the backward of a unit rematerializes its layers

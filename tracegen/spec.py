@@ -143,6 +143,7 @@ TOP_KEYS = (
     "fp8_params",
     "dropout",
     "attention_dropout",
+    "memory_fragmentation",
     "check_for_nan_in_grad",
     "batch_input",
     "dp_comm_ctas",
@@ -697,6 +698,12 @@ class _SpecBuilder:
             if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
                 raise self.fail(f"attention_dropout must be a rate 0 <= p < 1, got {p!r}")
             dep.attention_dropout = float(p)
+        # The memory fit's allocator allowance (field 97): absent, tracegen.memory.FRAGMENTATION.
+        f = self.raw.get("memory_fragmentation")
+        if f is not None:
+            if isinstance(f, bool) or not isinstance(f, int | float) or not 0 <= f < 1:
+                raise self.fail(f"memory_fragmentation must be a fraction 0 <= f < 1, got {f!r}")
+            dep.memory_fragmentation = float(f)
         # The gradient buckets' NaN check as the run sets it (field 80): absent, the framework profile's.
         if "check_for_nan_in_grad" in self.raw:
             dep.check_for_nan_in_grad = "on" if self.bool_key("check_for_nan_in_grad") else "off"
@@ -1652,6 +1659,9 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"fp8_params": True} if dep.fp8_params else {}),
         **({"dropout": dep.dropout == "on"} if dep.dropout else {}),
         **({"attention_dropout": dep.attention_dropout} if dep.HasField("attention_dropout") else {}),
+        **(
+            {"memory_fragmentation": dep.memory_fragmentation} if dep.HasField("memory_fragmentation") else {}
+        ),
         **({"check_for_nan_in_grad": dep.check_for_nan_in_grad == "on"} if dep.check_for_nan_in_grad else {}),
         **({"batch_input": dep.batch_input} if dep.batch_input else {}),
         "cluster": json.loads(dep.cluster_json),
