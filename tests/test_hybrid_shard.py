@@ -111,3 +111,36 @@ def test_hybrid_shard_memory_and_fold_by_the_shard_group(tmp_path: Path):
         times[every] = (run.result.perf_dict().get("fold"), run.result.iteration_time_ns)
     assert times[False][0] == "folded"
     assert times[False][1] == times[True][1]
+
+
+def test_hybrid_shard_all_reduces_every_micro_batch_under_fsdp_and_at_the_boundary_under_zero3():
+    # Two micro-batches at DP 4 (global batch 8 of 1 sequence), shard groups of 2. PyTorch FSDP's
+    # HYBRID_SHARD all-reduces each reduced shard after every ReduceScatter: 4 units x 2 micro-batches = 8
+    # AllReduces of 2 x (3,232 + 2 x 20,544 + 3,200) x 4 B = 2 x 190,080 = 380,160 B. DeepSpeed's MiCS
+    # (zero3) only at the accumulation boundary: micro-batch 1's 4, 190,080 B; ReduceScatters 8 either way.
+    spec = dp4(dp_shard=2, schedule="1f1b")
+    spec["parallel"] = {"gpu": "H100", "dp": 4, "global_batch": 8}
+    got = {}
+    for name in ("fsdp", "zero3"):
+        rows = syncs(generate(load_spec({**spec, "sharding": name}), rewrite=False).nodes[0])
+        ars = [(n, c) for n, k, c, _ in rows if k == pb.ALL_REDUCE]
+        rss = [n for n, k, _, _ in rows if k == pb.REDUCE_SCATTER]
+        got[name] = (len(rss), len(ars), sum(c for _, c in ars), {n.rsplit(".", 1)[1] for n, _ in ars})
+    assert got == {"fsdp": (8, 8, 380_160, {"mb0", "mb1"}), "zero3": (8, 4, 190_080, {"mb1"})}
+
+
+def test_validation_rows_carry_dp_shard_and_the_p4d_cluster(tmp_path: Path):
+    # A dataset row may set dp_shard (an integer >= 2, written into the spec as given) and name cluster
+    # p4d-24xlarge: 8-GPU nodes at 400 Gb/s of EFA per instance, 50 Gb/s per GPU (AWS EC2 P4 page).
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "validate_published.py"
+    spec = importlib.util.spec_from_file_location("validate_published", path)
+    vp = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("validate_published", vp)
+    spec.loader.exec_module(vp)
+    assert vp.CLUSTER_NICS["p4d-24xlarge"] == "50Gbps"
+    assert vp._sm_options("f", "runs[0]", {"dp_shard": 128}) == [("dp_shard", 128)]
+    with pytest.raises(vp.ValidationDataError, match="dp_shard must be an integer >= 2"):
+        vp._sm_options("f", "runs[0]", {"dp_shard": 1})

@@ -1838,7 +1838,11 @@ class _RankProgram:
         nid = self._dp_comm(
             name, pb.REDUCE_SCATTER, shard * self.dp * self.grad_bytes, [self.frontier], [], layer, mb
         )
-        if self.rep_pg:
+        # DeepSpeed's MiCS (zero3) all-reduces at the accumulation boundary only, i.e. after the last
+        # micro-batch's ReduceScatter (microsoft/DeepSpeed c4abb4056d deepspeed/runtime/zero/mics.py
+        # MiCS_Optimizer.allreduce_mics_shard_grads: returns unless is_gradient_accumulation_boundary).
+        boundary = self.fsdp_root or mb == max(1, self.gen.dep.micro_batches) - 1
+        if self.rep_pg and boundary:
             # Hybrid sharding: the reduced shard all-reduced across the replicas, right after its
             # ReduceScatter on the same stream (PyTorch FSDP HYBRID_SHARD, torch 2.0-2.1
             # torch/distributed/fsdp/_runtime_utils.py _post_backward_hook: reduce_scatter over the shard
