@@ -161,10 +161,10 @@ CLUSTER_NICS = {
     # Supermicro AS-4124GO-NART (HGX A100 8-GPU, NVSwitch) with four 200 Gb/s HDR ConnectX-6 HCAs, one per
     # two GPUs (Black et al. 2022, arXiv:2204.06745, section 2.3): 4 x 200 / 8 = 100 Gb/s per GPU.
     "hgx-a100-4hca": "100Gbps",
-    # AWS p4d.24xlarge: 8 A100-SXM4-40GB on NVSwitch (600 GB/s), 400 Gb/s of EFA networking per instance
-    # (AWS EC2 P4 instance page, aws.amazon.com/ec2/instance-types/p4/: "400 Gbps instance networking with
-    # support for Elastic Fabric Adapter (EFA) and NVIDIA GPUDirect RDMA"; Wu et al. 2023, arXiv:2303.17564,
-    # section 3.3 "Hardware Stack", the same figures): 400 / 8 = 50 Gb/s per GPU.
+    # AWS p4d.24xlarge: 8 A100 40GB on NVSwitch (600 GB/s), 400 Gb/s of EFA networking per instance (AWS
+    # Compute Blog, "Amazon EC2 P4d instances deep dive", 2020-11-03: "8 x 40 GB NVIDIA Tesla A100 GPUs with
+    # NVSwitch and 400 Gbps Elastic Fabric Adapter (EFA) enabled networking"; Wu et al. 2023,
+    # arXiv:2303.17564, section 3.3 "Hardware Stack", the same figures): 400 / 8 = 50 Gb/s per GPU.
     "p4d-24xlarge": "50Gbps",
 }
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)

@@ -131,7 +131,7 @@ def test_hybrid_shard_all_reduces_every_micro_batch_under_fsdp_and_at_the_bounda
 
 def test_validation_rows_carry_dp_shard_and_the_p4d_cluster(tmp_path: Path):
     # A dataset row may set dp_shard (an integer >= 2, written into the spec as given) and name cluster
-    # p4d-24xlarge: 8-GPU nodes at 400 Gb/s of EFA per instance, 50 Gb/s per GPU (AWS EC2 P4 page).
+    # p4d-24xlarge: 8-GPU nodes at 400 Gb/s of EFA per instance, 50 Gb/s per GPU (AWS Compute Blog, P4d deep dive).
     import importlib.util
     import sys
 
