@@ -140,11 +140,13 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
 SM_OPTIONS = ("dp_comm_ctas", "tp_overlap_sms")
+# Hybrid sharding's shard group (tracegen dp_shard: DP replicas per shard group) as the run's config sets it.
+INT_OPTIONS = ("dp_shard",)
 MEASURED_KINDS = ("iteration_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 RUN_KEYS = (
     "id", "source", "where", "config_source", "config_where", "model", "parallel", "recompute",
     "sequence_parallel", "precision", "measured", "notes", "gpu", "cluster", "attention", *OPTION_VALUES,
-    *SM_OPTIONS,
+    *SM_OPTIONS, *INT_OPTIONS,
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
@@ -162,6 +164,11 @@ CLUSTER_NICS = {
     # Supermicro AS-4124GO-NART (HGX A100 8-GPU, NVSwitch) with four 200 Gb/s HDR ConnectX-6 HCAs, one per
     # two GPUs (Black et al. 2022, arXiv:2204.06745, section 2.3): 4 x 200 / 8 = 100 Gb/s per GPU.
     "hgx-a100-4hca": "100Gbps",
+    # AWS p4d.24xlarge: 8 A100 40GB on NVSwitch (600 GB/s), 400 Gb/s of EFA networking per instance (AWS
+    # Compute Blog, "Amazon EC2 P4d instances deep dive", 2020-11-03: "8 x 40 GB NVIDIA Tesla A100 GPUs with
+    # NVSwitch and 400 Gbps Elastic Fabric Adapter (EFA) enabled networking"; Wu et al. 2023,
+    # arXiv:2303.17564, section 3.3 "Hardware Stack", the same figures): 400 / 8 = 50 Gb/s per GPU.
+    "p4d-24xlarge": "50Gbps",
 }
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch) by framework profile, used only to decide whether a run fits
@@ -575,6 +582,12 @@ def _sm_options(path: str, where: str, raw: Mapping[str, Any]) -> list[tuple[str
         if not isinstance(v, Mapping) or not all(type(n) is int and n >= 0 for n in v.values()):
             raise _fail(path, where, f"tp_overlap_sms must map TE layer names to SM counts, got {v!r}")
         out.append(("tp_overlap_sms", tuple(sorted(v.items()))))
+    for key in INT_OPTIONS:
+        if key in raw:
+            v = raw[key]
+            if type(v) is not int or v < 2:
+                raise _fail(path, where, f"{key} must be an integer >= 2, got {v!r}")
+            out.append((key, v))
     return out
 
 

@@ -66,11 +66,13 @@ def _stage_shape(dg: dpb.DeviceGroup) -> tuple:
 
 
 def replica_block(dep: dpb.Deployment) -> int:
-    """DP replicas per class unit: lcm of the replicas an EP group spans (ep, or ep / tp under etp 1) and the
-    CP degree (1 without expert or context parallelism)."""
+    """DP replicas per class unit: lcm of the replicas an EP group spans (ep, or ep / tp under etp 1), the
+    CP degree and hybrid sharding's shard group (dp_shard: a swap of two shard groups maps each replicate
+    group onto itself); 1 without any of them."""
     return math.lcm(
         *(max(1, dg.ep // (dg.tp if dg.etp == 1 else 1)) for dg in dep.device_groups),
         *(max(1, dg.cp) for dg in dep.device_groups),
+        max(1, dep.dp_shard),
     )
 
 

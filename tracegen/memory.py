@@ -143,6 +143,7 @@ class MemoryOptions:
     # BF16 copy is gone (TE_FP8_WEIGHT_COPIES then counts the FP8 parameter itself and its transpose).
     fp8_params: bool = False
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
+    dp_shard: int = 0  # hybrid sharding: the shard group's size (0: all of DP)
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     # Dropout rates above 0 (the resolved Framework.dropout / .attention_dropout): their masks are stored.
     hidden_dropout: bool = True
@@ -313,6 +314,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         distributed_optimizer=dep.distributed_optimizer,
         grad_bytes=grad_reduce_bytes(dep),
         sharding=dep.sharding or "none",
+        dp_shard=dep.dp_shard,
         attention=dep.attention or "flash",
         te_fp8=_te_fp8(dep),
         fp8_params=dep.fp8_params and bool(_te_fp8(dep)),
@@ -391,7 +393,8 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     params = dense + expert
                 gb = o.grad_bytes or o.dtype_bytes
                 if o.sharding in ("zero3", "fsdp"):
-                    weights, grads, opt = zero3_bytes(m, sh, params, dp, o.dtype_bytes, gb, first, last)
+                    shard = min(dp, o.dp_shard) if o.dp_shard else dp  # over the shard group only
+                    weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last)
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
                     # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP.

@@ -16,7 +16,7 @@ from xsim.traces.setid import make_set_id
 PLAN_KEYS = (
     "name", "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel",
     "allow_uneven_tp", "dp_bucket_bytes", "device_groups", "overlap_grad_reduce", "overlap_param_gather",
-    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "reshard",
+    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "dp_shard", "reshard",
 )  # fmt: skip
 
 

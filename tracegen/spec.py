@@ -135,6 +135,7 @@ TOP_KEYS = (
     "grad_reduce_dtype",
     "sharding",
     "fsdp_backward_prefetch",
+    "dp_shard",
     "cp_comm_type",
     "comm_sm_contention",
     "attention_kernel",
@@ -578,6 +579,11 @@ class _SpecBuilder:
                     "fsdp_backward_prefetch needs sharding: fsdp or zero3 (it times their gathers)"
                 )
             dep.fsdp_backward_prefetch = self.choice("fsdp_backward_prefetch", FSDP_BACKWARD_PREFETCH, "pre")
+        # Hybrid sharding: a shard group of dp_shard consecutive replicas (checked against DP in _build).
+        if "dp_shard" in self.raw:
+            if dep.sharding == "none":
+                raise self.fail("dp_shard needs sharding: fsdp or zero3 (it sizes their shard groups)")
+            dep.dp_shard = self.int_key(self.raw, "dp_shard", "", minimum=2)
         # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
         v = self.raw.get("comm_sm_contention", True)
         if not isinstance(v, bool):
@@ -1045,6 +1051,10 @@ class _SpecBuilder:
                     f"{sharded} needs replicas that cut the layers into the same stages and TP "
                     "(heterogeneous replicas are synchronized by the rewriter's all-reduce rings)"
                 )
+        if dep.dp_shard and len(reps) % dep.dp_shard:
+            raise self.fail(f"dp_shard {dep.dp_shard} must divide the DP degree {len(reps)}")
+        if dep.dp_shard == len(reps):
+            dep.dp_shard = 0  # one shard group over all of DP: plain sharding
 
     def expand_parallel(
         self, blocks: list[dict[str, int | str]], model: ModelArch, uneven: bool
@@ -1642,6 +1652,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
         **({"fsdp_backward_prefetch": dep.fsdp_backward_prefetch} if dep.fsdp_backward_prefetch else {}),
+        **({"dp_shard": dep.dp_shard} if dep.dp_shard else {}),
         **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
         **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),

@@ -440,6 +440,7 @@ class _Generator:
         system = cluster.get("system", "") if isinstance(cluster, dict) else ""
         self.links = SYSTEM_LINKS.get(str(system).lower())
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
+        self.rep_groups: dict[int, str] = {}  # rank -> its replicate group under hybrid sharding (dp_shard)
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self.emb_groups: dict[int, str] = {}  # rank -> its tied-embedding gradient group (end stages only)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
@@ -507,13 +508,25 @@ class _Generator:
         dp_groups: dict[int, str] = {}  # rank -> pg_name of its DP gradient group
         if len(reps) > 1 and is_homogeneous(self.dep):
             stages = list(reps.values())
+            # Hybrid sharding (dp_shard S < DP): the DP ranks of a position split into shard groups of S
+            # consecutive replicas, which gather and reduce-scatter, and replicate groups (one member of each
+            # shard group, same place in it), which all-reduce the shards' gradients: PyTorch's HYBRID_SHARD
+            # device mesh (replicate, shard), torchtitan's dp_replicate x dp_shard, the shard dim innermost.
+            shard = self.dep.dp_shard if 0 < self.dep.dp_shard < len(stages) else len(stages)
             for k in range(len(stages[0])):
                 for j in range(stages[0][k].tp):
                     members = [rep[k].ranks[j] for rep in stages]
-                    name = self.bundle.new_group(members)
-                    self.dp_members[name] = members
-                    for r in members:
-                        dp_groups[r] = name
+                    for b in range(0, len(members), shard):
+                        block = members[b : b + shard]
+                        name = self.bundle.new_group(block)
+                        self.dp_members[name] = block
+                        for r in block:
+                            dp_groups[r] = name
+                    if shard < len(members):
+                        for i in range(shard):
+                            name = self.bundle.new_group(members[i::shard])
+                            for r in members[i::shard]:
+                                self.rep_groups[r] = name
         if self.model.moe is not None:
             self.ep_of = ep_groups(self.bundle, reps)
         if any(dg.cp > 1 for dg in self.dep.device_groups):
@@ -608,7 +621,7 @@ class _Generator:
         )
         dp = len(self.dp_members.get(dp_pg, ())) if dp_pg else None
         sh = group_shard(self.model, dg, local)
-        return (dg.gpu, tp, dg.micro_batch, sh, st.index, st.count, chunks, dp)
+        return (dg.gpu, tp, dg.micro_batch, sh, st.index, st.count, chunks, dp, bool(self.rep_groups))
 
     def _clone(
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
@@ -647,8 +660,10 @@ class _Generator:
             patches[nid] = n.SerializeToString()
         # The groups a clone's collectives name by rank rather than by position: DP, the tied embedding's
         # first/last-stage pair and the model-parallel group.
+        reps = set(template.rep_ids)
         for pg, old_pg, ids in (
-            (dp_pg or "", template.dp_pg or "", template.sync_ids),
+            (dp_pg or "", template.dp_pg or "", [i for i in template.sync_ids if i not in reps]),
+            (self.rep_groups.get(rank, ""), template.rep_pg, template.rep_ids),
             (self.emb_groups.get(rank, ""), template.emb_pg, template.emb_ids),
             (self.mp_groups.get(rank, ""), template.mp_pg, template.mp_ids),
         ):
@@ -742,6 +757,7 @@ class _RankProgram:
         self.ring_queue: list[list[int]] = []  # exchanges of the ring not yet waited for
         self.ring_recv = -1  # the last K/V receive (the next exchange forwards that block)
         self.mp_pg = gen.mp_groups.get(rank, "")
+        self.rep_pg = gen.rep_groups.get(rank, "")  # hybrid sharding's replicate group ("" without)
         self.emb_pg = gen.emb_groups.get(rank, "")
         self.emb_ids: list[int] = []  # the tied embedding's gradient AllReduce (PG_NAME: the embedding group)
         self.mp_ids: list[
@@ -1722,12 +1738,21 @@ class _RankProgram:
 
     # -- parameter gathers ahead of their first use (overlap_param_gather; sharding: zero3 / fsdp) -------
     def _dp_comm(
-        self, name: str, kind: int, size: int, data: list[int], ctrl: list[int], layer: int, mb: int
+        self,
+        name: str,
+        kind: int,
+        size: int,
+        data: list[int],
+        ctrl: list[int],
+        layer: int,
+        mb: int,
+        pg: str = "",
     ) -> int:
-        """A collective on the DP group, after the previous one (one NCCL communicator, issue order)."""
+        """A collective on the DP group (or `pg`, hybrid sharding's replicate group), after the previous one
+        (one NCCL stream, issue order)."""
         g = self.gen
         assert self.dp_pg is not None
-        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, pg or self.dp_pg)]
         chain = [self.sync_ids[-1]] if self.sync_ids else []
         ctrl = [c for c in ctrl if c not in chain] + chain
         nid = self._add(name, pb.COMM_COLL_NODE, data, ctrl, 0, self._tags(layer, "sync", mb) + extra)
@@ -1839,9 +1864,23 @@ class _RankProgram:
             return
         assert self.frontier is not None
         layer = unit if isinstance(unit, int) else 0
-        size = fsdp_shard(self.unit_params[unit], self.dp) * self.dp * self.grad_bytes
+        shard = fsdp_shard(self.unit_params[unit], self.dp)
         name = f"fsdp_grad_reducescatter.{unit}.mb{mb}"
-        self._dp_comm(name, pb.REDUCE_SCATTER, size, [self.frontier], [], layer, mb)
+        nid = self._dp_comm(
+            name, pb.REDUCE_SCATTER, shard * self.dp * self.grad_bytes, [self.frontier], [], layer, mb
+        )
+        # DeepSpeed's MiCS (zero3) all-reduces at the accumulation boundary only, i.e. after the last
+        # micro-batch's ReduceScatter (microsoft/DeepSpeed c4abb4056d deepspeed/runtime/zero/mics.py
+        # MiCS_Optimizer.allreduce_mics_shard_grads: returns unless is_gradient_accumulation_boundary).
+        boundary = self.fsdp_root or mb == max(1, self.gen.dep.micro_batches) - 1
+        if self.rep_pg and boundary:
+            # Hybrid sharding: the reduced shard all-reduced across the replicas, right after its
+            # ReduceScatter on the same stream (PyTorch FSDP HYBRID_SHARD, torch 2.0-2.1
+            # torch/distributed/fsdp/_runtime_utils.py _post_backward_hook: reduce_scatter over the shard
+            # group, then all_reduce of the shard over _inter_node_pg, every backward FSDP does not no_sync).
+            name = f"fsdp_grad_allreduce.{unit}.mb{mb}"
+            size = shard * self.grad_bytes
+            self.rep_ids.append(self._dp_comm(name, pb.ALL_REDUCE, size, [nid], [], layer, mb, self.rep_pg))
 
     def _pass_units(self, kind: str, ch: _Chunk) -> list[int | str]:
         """The parameter units a pass uses, in order (backward: recomputed layers before their backward)."""
@@ -2008,6 +2047,9 @@ class _RankProgram:
             linear_params(self.gen.model, self.ctx.sh, 1) if dep.fp8_params and self.ctx.te_fp8 else 0
         )
         self.sync_ids: list[int] = []
+        self.rep_ids: list[
+            int
+        ] = []  # hybrid sharding's AllReduces (in sync_ids too; PG_NAME: the replicate group)
         self.fsdp = dep.sharding in ("zero3", "fsdp")
         # PyTorch FSDP keeps the root module's parameters gathered from forward to backward (_root_kept);
         # DeepSpeed ZeRO-3 (`zero3`) has no root unit: every module is released after its forward.
