@@ -607,7 +607,10 @@ def _explicit_dgx_cluster(run: Run) -> dict[str, Any]:
         nodes.append(
             {"name": f"node{i}", "gpu": run.gpu, "ranks": ranks, "nic_bandwidth": CLUSTER_NICS[run.cluster]}
         )
-    return {"preset": "table6", "nodes": nodes, "fabric": {"kind": "switch"}}
+    # The runs ran NCCL (GPT-NeoX: NCCL 2.10.3, Black et al. 2022 section 2.3; BLOOM, MT-NLG: Megatron-
+    # DeepSpeed on torch.distributed's NCCL backend): its collectives use every GPU's NIC at once (rail
+    # rings, netmodels/nccl.py), not the paper's one ring through one NIC per node boundary.
+    return {"preset": "table6", "nodes": nodes, "fabric": {"kind": "switch"}, "collectives": "nccl"}
 
 
 def spec_for(

@@ -518,6 +518,18 @@ def test_parallel_block_places_ranks_as_the_frameworks_do():
     assert got == [(0, 0, (0, 1)), (0, 1, (2, 3)), (1, 0, (4, 5)), (1, 1, (6, 7))]
 
 
+def test_explicit_clusters_run_nccl_collectives():
+    """A cluster without a preset (GPT-NeoX's 4-HCA HGX nodes, Jean Zay, p4d) is written as 8-GPU nodes at
+    the run's per-GPU NIC rate, and its collectives run as NCCL runs them (rail rings through every GPU's
+    NIC, netmodels/nccl.py) as the DGX presets' do: 96 ranks -> 12 nodes of 8, each NIC 100 Gb/s."""
+    run = tiny_run(tp=2, pp=4, dp=12, cluster="hgx-a100-4hca", gpu="A100-40GB")
+    spec = vp.spec_for(run, features=AGREED)
+    cl = spec["cluster"]
+    assert cl["collectives"] == "nccl" and cl["fabric"] == {"kind": "switch"}
+    assert len(cl["nodes"]) == 12 and cl["nodes"][11]["ranks"] == list(range(88, 96))
+    assert {n["nic_bandwidth"] for n in cl["nodes"]} == {"100Gbps"}
+
+
 def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
     """v3.1 result_0.txt: blocks of 50,331,648 tokens = 12 steps of 2048 x 2048; median block 132,793.5 ms
     -> 11.066 s per step; gradient_accumulation_steps 128 = 2048 / (MBS 1 x DP 16)."""
