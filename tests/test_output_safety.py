@@ -195,6 +195,19 @@ def test_set_id_does_not_depend_on_prices_or_cluster(tmp_path: Path) -> None:
     assert deployment_set_id(a, 4, "gen") != deployment_set_id(a, 8, "gen")
 
 
+def test_set_id_of_a_plan_without_later_keys_is_the_one_earlier_versions_wrote() -> None:
+    # Sets generated before `dp_shard` existed must still match their deployment.json: the bundled Figure 1
+    # plan's id as main 58f041d computed it (tracegen/set_identity.py before LATER_PLAN_KEYS), and a plan
+    # that sets the later key gets another id.
+    from xsim.tracegen.set_identity import deployment_set_id
+    from xsim.tracegen.spec import load_spec
+
+    dep = load_spec(str(ROOT / "examples" / "figure1.yaml"))
+    assert deployment_set_id(dep, 16, "generated") == "0c2618be8d840d55"
+    dep.dp_shard = 2
+    assert deployment_set_id(dep, 16, "generated") != "0c2618be8d840d55"
+
+
 # --- 3. outputs never land on inputs ------------------------------------------------------------------------
 
 

@@ -16,8 +16,11 @@ from xsim.traces.setid import make_set_id
 PLAN_KEYS = (
     "name", "model", "seq_len", "micro_batches", "schedule", "dtype_bytes", "sequence_parallel",
     "allow_uneven_tp", "dp_bucket_bytes", "device_groups", "overlap_grad_reduce", "overlap_param_gather",
-    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "dp_shard", "reshard",
+    "tp_comm_overlap", "grad_reduce_dtype", "sharding", "reshard",
 )  # fmt: skip
+# Plan keys added later: hashed only when the spec sets them, so a set generated before a key existed (every
+# such set leaves it unset) keeps its id and its deployment.json still checks against it.
+LATER_PLAN_KEYS = ("dp_shard",)
 
 
 def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
@@ -25,7 +28,8 @@ def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
     from xsim.tracegen.spec import spec_to_mapping
 
     m = spec_to_mapping(dep)
-    plan = json.dumps({k: m.get(k) for k in PLAN_KEYS}, sort_keys=True, separators=(",", ":"))
+    keys = PLAN_KEYS + tuple(k for k in LATER_PLAN_KEYS if m.get(k))
+    plan = json.dumps({k: m.get(k) for k in keys}, sort_keys=True, separators=(",", ":"))
     return make_set_id(plan, ranks, variant)
 
 
