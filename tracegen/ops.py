@@ -824,6 +824,18 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_branch_end(c, "attn", "bwd", add=False),
         *_fp8_cast(c, "attn_out_proj", "bwd", full),
+        *_attention_bwd(c, dense_mlp),
+    ]
+
+
+def _attention_bwd(c: Ctx, dense_mlp: bool) -> list[Step]:
+    """The attention block's backward from its output projection down to the layer input's residual and the
+    layer's hook adds: the same in the sequential and the parallel-residual layer."""
+    m, sh, b, t, fp8 = c.m, c.sh, c.b, c.tokens, c.fp8
+    d = m.head_dim
+    nt = c.norm_tokens
+    q_kv = (sh.heads + 2 * sh.kv_heads) * d
+    return [
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
         *_rope(c, "bwd"),
@@ -888,18 +900,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
         _norm(c, "mlp_norm", "bwd", nt * m.hidden),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
         *_row_grad_in(c, "attn", "attn_tp_out", "attn_out_proj", fused_out_bias),
-        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
-        *attention_steps(c, "bwd"),
-        *_rope(c, "bwd"),
-        *_qkv_split_cat(c),
-        *_bias(c, "qkv_proj", "bwd", t * q_kv),
-        *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
-        *_fp8_transpose(c, "qkv_proj", t * m.hidden),
-        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
-        *_tp_in(c, "attn_tp_in", False),
-        _norm(c, "attn_norm", "bwd", nt * m.hidden),
-        _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
-        *_layer_hook_adds(c, dense_mlp),
+        *_attention_bwd(c, dense_mlp),
     ]
 
 
