@@ -121,13 +121,15 @@ def test_context_parallel_attention_at_the_kernels_rate():
     gathered = _attn_micros(16384, 2)
     for ph in ("fwd", "bwd"):
         assert abs(2 * gathered[f"L1.attn_core.{ph}.mb0"] - whole[f"L1.attn_core.{ph}.mb0"]) <= 2
-    # ring form: each step is two (s / 2cp)^2 blocks of full attention, 8 b h (s/4)^2 d = 2 b h (s/2)^2 d,
-    # the causal attention of s / 2 = 8,192 tokens: its time at that length's rate, the CP-1 op's at 8,192
+    # ring form (Transformer Engine's calls, tracegen.context_parallel.ring_calls): step 0 is the causal
+    # attention of the local 8,192 tokens, the CP-1 op's at 8,192; rank 0's step 1 runs its second query
+    # chunk (4,096) against rank 1's 8,192 keys without a mask: FlashAttention-2's 128 x 128 tiles, 32 x 64 =
+    # 2,048 of them against the causal 8,192's 64 x 65 / 2 = 2,080, at the same fraction of peak
     half = _attn_micros(8192, 1)
     ring = _attn_micros(16384, 2, "p2p")
-    for step in (0, 1):
-        for ph in ("fwd", "bwd"):
-            assert ring[f"L1.attn_core_cp{step}.{ph}.mb0"] == half[f"L1.attn_core.{ph}.mb0"]
+    for ph in ("fwd", "bwd"):
+        assert ring[f"L1.attn_core_cp0.{ph}.mb0"] == half[f"L1.attn_core.{ph}.mb0"]
+        assert abs(ring[f"L1.attn_core_cp1.{ph}.mb0"] - half[f"L1.attn_core.{ph}.mb0"] * 2048 / 2080) <= 1
     # and the kernel the spec names applies: FlashAttention-3 is faster than FlashAttention-2 here too
     assert _attn_micros(16384, 2, kernel="fa3")["L1.attn_core.fwd.mb0"] < gathered["L1.attn_core.fwd.mb0"]
 

@@ -26,7 +26,10 @@ cuDNN's fused attention (what Transformer Engine runs on Hopper) has published r
 head dimension and mask (tracegen/data/attention_by_length.csv: FlashAttention-3 paper, Figures 5 and 6,
 cuDNN 9.1.1): there its time is the sources' own FLOP count, 4 s^2 d per (sequence, head), halved under a
 causal mask, x 2.5 backward, over the rate at that length (interpolated in log2 s, held beyond the ends),
-at the recorded head dimension nearest in log2. A short causal kernel runs well below the long non-causal
+at the recorded head dimension nearest in log2. A call of q queries against kv != q keys (context
+parallelism's, tracegen.context_parallel) is cut into the benchmarks' kinds (`call_parts`): its causal
+q x q square at the causal rate at q, the scores it computes in full at the unmasked rate at the length
+of the kernel's inner loop (keys forward, queries backward). A short causal kernel runs well below the long non-causal
 rate (cuDNN forward, head dim 128: 484 TFLOP/s causal at 2k, 617 without the mask). The sources give no
 causal backward: it is the non-causal backward times the forward's causal / non-causal ratio at the same
 length and head dimension (an assumption: the mask costs the backward what it costs the forward).
@@ -128,11 +131,15 @@ def attention_fraction(gpu_name: str, kernel: str, phase: str) -> float | None:
     return None
 
 
-def executed_flops(batch: int, heads: int, s: int, d: int, phase: str, causal: bool = True) -> int:
-    """FLOPs a tiled flash-attention kernel executes for `batch` sequences of `heads` heads: forward
-    4 * BLOCK^2 * d per score tile over n(n+1)/2 tiles causal (n^2 otherwise), backward 2.5x that."""
-    n = math.ceil(s / BLOCK)
-    tiles = n * (n + 1) // 2 if causal else n * n
+def executed_flops(
+    batch: int, heads: int, s: int, d: int, phase: str, causal: bool = True, kv: int = 0
+) -> int:
+    """FLOPs a tiled flash-attention kernel executes for `batch` sequences of `heads` heads, `s` queries
+    against `kv` keys (`s` when 0): forward 4 * BLOCK^2 * d per score tile over the nq x nk tiles, causal
+    (bottom-right aligned, kv >= s: query block i sees key blocks up to nk - nq + i) nq (nk - nq) +
+    nq (nq + 1) / 2 of them; backward 2.5x that."""
+    nq, nk = math.ceil(s / BLOCK), math.ceil((kv or s) / BLOCK)
+    tiles = nq * (nk - nq) + nq * (nq + 1) // 2 if causal else nq * nk
     fwd = batch * heads * tiles * 4 * BLOCK * BLOCK * d
     return fwd if phase == "fwd" else int(BWD_OVER_FWD * fwd)
 
@@ -276,29 +283,67 @@ def flash_compute_seconds(
     kernel: str,
     clock_ratio: float,
     dropout: bool = False,
+    kv: int = 0,
+    causal: bool = True,
 ) -> float | None:
-    """Compute time of one `attn_core` op of shape (batch, heads, kv_heads, s, d) on `gpu`, or None where
-    the calibration has no row for it (the caller keeps its previous rule); with `dropout` (p > 0) the
-    timed kernel's published dropout / no-dropout time ratio applies (`dropout_ratio`)."""
+    """Compute time of one fused attention call of shape (batch, heads, kv_heads, s, d) on `gpu`: `s`
+    queries against `kv` keys (`s` when 0), causal (bottom-right aligned: the last query sees every key) or
+    not; None where the calibration has no row for it (the caller keeps its previous rule). With `dropout`
+    (p > 0) the timed kernel's published dropout / no-dropout time ratio applies (`dropout_ratio`).
+
+    By-length rates (`call_parts`): the call's causal s x s square at the causal rate at length s, the rest
+    (s x (kv - s) causal, s x kv otherwise) at the non-causal rate at the length of the kernel's inner loop.
+    """
     if "gemm_eff" in gpu.overridden:
         return None
     kernel = kernel or "fa2"
     if kernel not in KERNELS:
         raise CatalogError(f"attention kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
     batch, heads, _kv, s, d = shape
+    kv = kv or s
     name = CALIBRATED_AS.get(gpu.name, gpu.name)
     for k in FALLBACK[kernel]:
-        tflops = length_rate(gpu.name, k, phase, True, d, s)
-        if tflops is not None and name in SOURCE_PEAK:
-            rate = tflops * 1e12 / SOURCE_PEAK[name] * tensor_peak(gpu, "bf16") * clock_ratio
-            slow = dropout_ratio(gpu.name, k, phase, s, d) if dropout else 1.0
-            return source_flops(batch, heads, s, d, phase) / rate * slow
+        parts = call_parts(batch, heads, s, kv, d, phase, causal)
+        rates = [length_rate(gpu.name, k, phase, c, d, n) for c, n, _ in parts]
+        if name in SOURCE_PEAK and all(r is not None for r in rates):
+            total = 0.0
+            for (_c, n, flops), tflops in zip(parts, rates, strict=True):
+                peak = float(tflops or 0.0) * 1e12 / SOURCE_PEAK[name]
+                rate = peak * tensor_peak(gpu, "bf16") * clock_ratio
+                slow = dropout_ratio(gpu.name, k, phase, n, d) if dropout else 1.0
+                total += flops / rate * slow
+            return total
         frac = _table().get((name, k, phase))
         if frac is not None:
             rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
-            slow = dropout_ratio(gpu.name, k, phase, s, d) if dropout else 1.0
-            return executed_flops(batch, heads, s, d, phase) / rate * slow
+            slow = dropout_ratio(gpu.name, k, phase, kv, d) if dropout else 1.0
+            return executed_flops(batch, heads, s, d, phase, causal, kv) / rate * slow
     return None
+
+
+def call_parts(
+    batch: int, heads: int, s: int, kv: int, d: int, phase: str, causal: bool
+) -> list[tuple[bool, int, float]]:
+    """A fused attention call of `s` queries against `kv` keys as parts of the benchmarks' kinds: (causal,
+    the length whose rate times it, its FLOPs as the sources count them).
+
+    The published rates are of square s x s calls at a fixed 16k tokens per batch (FlashAttention-3 appendix
+    C.1; FlashAttention-2 section 4.1), so their grid of CTAs is alike at every length and what the length
+    changes is each CTA's inner loop: over the keys forward (a CTA per query block), over the queries
+    backward (a CTA per key block; FlashAttention-2 section 3.2, Algorithms 1 and 2). A causal call
+    (bottom-right aligned, kv >= s) is its s x s causal square, timed as the causal benchmark of length s,
+    plus the s x (kv - s) keys every query sees in full; those, and a non-causal call, run at the non-causal
+    rate at the loop length (kv forward, s backward). A square causal call is its one causal part, as before.
+    """
+    loop = kv if phase == "fwd" else s
+    parts: list[tuple[bool, int, float]] = []
+    if causal:
+        parts.append((True, s, source_flops(batch, heads, s, d, phase, True)))
+    full = kv - s if causal else kv
+    if full > 0:
+        per = 4.0 * batch * heads * s * full * d
+        parts.append((False, loop, per if phase == "fwd" else BWD_OVER_FWD * per))
+    return parts
 
 
 # FlashAttention-2's launch for head dimension 128 on the A100 (Dao-AILab/flash-attention v2.4.2, what

@@ -257,6 +257,10 @@ class Op:
     # Fused attention applies dropout to its probabilities inside the kernel (Framework.attention_dropout
     # > 0): timed at the kernel's published dropout / no-dropout ratio (tracegen.attention.dropout_ratio).
     dropout: bool = False
+    # Fused attention calls a context-parallel attention op runs (tracegen.context_parallel), back to back:
+    # (query length, key length, causal 0 | 1) each, at the op's (batch, heads, kv heads, _, d). Several
+    # tuples are the calls of each rank of a CP group that waits for its slowest: the op takes the longest.
+    calls: tuple[tuple[tuple[int, int, int], ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -1324,26 +1328,45 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
             )
         floor = op.kernels * LAUNCH_FLOOR_S if op.bytes or op.flops else 0.0
         compute = op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff) if op.gemm else 0.0
-        # Context parallelism's attention ops (tracegen.context_parallel) carry a kernel and cp after the
-        # five numbers of the attention whose kernel rate times them: (batch, heads, kv heads, length, d).
-        cp_op = op.op.startswith("attn_core") and len(op.shape) == 6 and bool(op.kernel)
-        if (op.op == "attn_core" and len(op.shape) == 5) or cp_op:
-            shape = op.shape[:5]
+        if op.op == "attn_core" and len(op.shape) == 5:
             # The attention kernel is timed at the same power-limited clock as the BF16 GEMMs.
             clock = sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
-            flash = flash_compute_seconds(shape, op.phase, gpu, op.kernel, clock, op.dropout)
+            flash = flash_compute_seconds(op.shape, op.phase, gpu, op.kernel, clock, op.dropout)
             if flash is not None:
                 # The last wave's tail at this op's grid against the benchmark's (few heads per TP rank).
-                flash *= fa2_grid_factor(shape, op.phase, gpu, op.kernel)
-                if cp_op:  # this op's FLOPs at that attention's rate (its causal 2 b h s^2 d, x2 backward)
-                    b, h, _kv, s, d = shape
-                    flash *= op.flops / (2 * b * h * s * s * d * (2 if op.phase == "bwd" else 1))
+                flash *= fa2_grid_factor(op.shape, op.phase, gpu, op.kernel)
+            compute = compute if flash is None else flash
+        elif op.calls and op.kernel:
+            flash = cp_attention_seconds(
+                op, gpu, sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
+            )
             compute = compute if flash is None else flash
         return max(compute, nbytes / achieved_bandwidth(gpu), floor)
+
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if op.gemm:
         return max(op.flops / (tensor_peak(gpu, op.precision) * gpu.gemm_eff), mem)
     return mem
+
+
+def cp_attention_seconds(op: Op, gpu: GpuSpec, clock: float) -> float | None:
+    """A context-parallel attention op's time: its fused attention calls (Op.calls) each at its kernel's
+    rate for its query and key lengths and mask (tracegen.attention.flash_compute_seconds), summed; the
+    slowest rank's sum where the op lists several ranks'; None without a calibrated rate."""
+    b, h, kvh, _s, d = op.shape[:5]
+    worst = 0.0
+    for calls in op.calls:
+        total = 0.0
+        for q, kv, causal in calls:
+            shape = (b, h, kvh, q, d)
+            t = flash_compute_seconds(shape, op.phase, gpu, op.kernel, clock, op.dropout, kv, bool(causal))
+            if t is None:
+                return None
+            if q == kv:  # the FA2 launch's tail (A100) is read for square calls only
+                t *= fa2_grid_factor(shape, op.phase, gpu, op.kernel, bool(causal))
+            total += t
+        worst = max(worst, total)
+    return worst
 
 
 def op_time_seconds(

@@ -952,7 +952,9 @@ class _RankProgram:
             if mla is not None:
                 got = with_mla(got, self.ctx, mla, phase)
             if self.cp is not None:
-                got = with_cp(got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase)
+                got = with_cp(
+                    got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase, self.cp[1]
+                )
             self._moe_steps[key] = got
         return got
 
