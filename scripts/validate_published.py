@@ -169,6 +169,10 @@ CLUSTER_NICS = {
     # NVSwitch and 400 Gbps Elastic Fabric Adapter (EFA) enabled networking"; Wu et al. 2023,
     # arXiv:2303.17564, section 3.3 "Hardware Stack", the same figures): 400 / 8 = 50 Gb/s per GPU.
     "p4d-24xlarge": "50Gbps",
+    # InternLM's test cluster: 8 A100-SXM4-80GB a machine, "Inter-machine bandwidth 4 * 100Gb RoCE"
+    # (InternLM/InternLM 4a3d156 doc/en/train_performance.md, hardware table; 8 GPUs a node: "zero1=8, tp=1,
+    # optimizer states are distributed within 8 GPUs in a single node"): 4 x 100 / 8 = 50 Gb/s per GPU.
+    "a100-4x100g-roce": "50Gbps",
 }
 GPUS_PER_NODE = 8  # DGX A100 / DGX H100: eight GPUs per node (NVIDIA DGX datasheets)
 # Trace nodes per (rank, layer, micro-batch) by framework profile, used only to decide whether a run fits

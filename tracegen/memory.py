@@ -397,9 +397,11 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last)
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
-                    # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP.
+                    # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP
+                    # (dp_shard: over the shard group, a distributed-optimizer instance).
                     edp = max(1, dp // max(1, dg.ep))
-                    opt = optimizer_bytes(params - expert, dp, o.distributed_optimizer)
+                    over = min(dp, o.dp_shard) if o.dp_shard else dp
+                    opt = optimizer_bytes(params - expert, over, o.distributed_optimizer)
                     opt += optimizer_bytes(expert, edp, o.distributed_optimizer) if expert else 0
                 if o.te_fp8:  # TE's FP8 weight copies (weight and transpose) and scaling state
                     layers = [x for a, e in chunks for x in range(a, e + 1)]

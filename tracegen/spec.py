@@ -579,10 +579,15 @@ class _SpecBuilder:
                     "fsdp_backward_prefetch needs sharding: fsdp or zero3 (it times their gathers)"
                 )
             dep.fsdp_backward_prefetch = self.choice("fsdp_backward_prefetch", FSDP_BACKWARD_PREFETCH, "pre")
-        # Hybrid sharding: a shard group of dp_shard consecutive replicas (checked against DP in _build).
+        # Hybrid sharding: a shard group of dp_shard consecutive replicas (checked against DP in _build); with
+        # the distributed optimizer, its instances (Megatron-Core's num_distributed_optimizer_instances,
+        # InternLM's zero1).
         if "dp_shard" in self.raw:
-            if dep.sharding == "none":
-                raise self.fail("dp_shard needs sharding: fsdp or zero3 (it sizes their shard groups)")
+            if dep.sharding == "none" and not dep.distributed_optimizer:
+                raise self.fail(
+                    "dp_shard needs sharding: fsdp or zero3 or distributed_optimizer: true (it sizes their "
+                    "shard groups)"
+                )
             dep.dp_shard = self.int_key(self.raw, "dp_shard", "", minimum=2)
         # Default on (tracegen.contention): stored as "off" only when a spec turns it off.
         v = self.raw.get("comm_sm_contention", True)
@@ -1051,6 +1056,11 @@ class _SpecBuilder:
                     f"{sharded} needs replicas that cut the layers into the same stages and TP "
                     "(heterogeneous replicas are synchronized by the rewriter's all-reduce rings)"
                 )
+        if dep.dp_shard and dep.distributed_optimizer and model.moe is not None:
+            raise self.fail(
+                "dp_shard with distributed_optimizer: MoE models are not built (the expert-DP buckets' "
+                "instances); drop dp_shard"
+            )
         if dep.dp_shard and len(reps) % dep.dp_shard:
             raise self.fail(f"dp_shard {dep.dp_shard} must divide the DP degree {len(reps)}")
         if dep.dp_shard == len(reps):

@@ -441,6 +441,9 @@ class _Generator:
         self.links = SYSTEM_LINKS.get(str(system).lower())
         self.dp_members: dict[str, list[int]] = {}  # DP group name -> its ranks
         self.rep_groups: dict[int, str] = {}  # rank -> its replicate group under hybrid sharding (dp_shard)
+        # rank -> its whole DP group under dp_shard, where the framework all-reduces the gradients over it
+        # (Framework.sharded_grad_allreduce: InternLM's zero1 < DP)
+        self.wide_groups: dict[int, str] = {}
         self.mp_groups: dict[int, str] = {}  # rank -> its grad-norm AllReduce group ("" when alone)
         self.emb_groups: dict[int, str] = {}  # rank -> its tied-embedding gradient group (end stages only)
         self._twin_of: dict[int, int] = {}  # rank -> the rank whose program it copies (itself when built)
@@ -512,7 +515,12 @@ class _Generator:
             # consecutive replicas, which gather and reduce-scatter, and replicate groups (one member of each
             # shard group, same place in it), which all-reduce the shards' gradients: PyTorch's HYBRID_SHARD
             # device mesh (replicate, shard), torchtitan's dp_replicate x dp_shard, the shard dim innermost.
+            # The distributed optimizer's instances the same (Megatron-Core's intra- and inter-partial DP
+            # groups: parallel_state.py of core_r0.11.0 cuts the DP ranks into consecutive blocks of DP / N and
+            # strides across them); where the framework all-reduces the whole gradient over every DP rank
+            # (Framework.sharded_grad_allreduce: InternLM's zero1) that whole group instead of the replicate ones.
             shard = self.dep.dp_shard if 0 < self.dep.dp_shard < len(stages) else len(stages)
+            wide = self.dep.distributed_optimizer and _framework_of(self.dep).sharded_grad_allreduce
             for k in range(len(stages[0])):
                 for j in range(stages[0][k].tp):
                     members = [rep[k].ranks[j] for rep in stages]
@@ -522,7 +530,11 @@ class _Generator:
                         self.dp_members[name] = block
                         for r in block:
                             dp_groups[r] = name
-                    if shard < len(members):
+                    if shard < len(members) and wide:
+                        name = self.bundle.new_group(members)
+                        for r in members:
+                            self.wide_groups[r] = name
+                    elif shard < len(members):
                         for i in range(shard):
                             name = self.bundle.new_group(members[i::shard])
                             for r in members[i::shard]:
@@ -533,8 +545,21 @@ class _Generator:
             self.cp_of = cp_groups(self.bundle, reps)
         # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
         # every rank under the distributed optimizer, whose DP ranks hold disjoint shards (Megatron's
-        # get_grad_stats_parallel_group). A group of one rank needs no collective.
-        if self.dep.distributed_optimizer:
+        # get_grad_stats_parallel_group). A group of one rank needs no collective. With dp_shard, over the
+        # ranks of one shard group's replicas, which hold the whole model once: Megatron-Core's
+        # intra_dist_opt_group (core_v0.13.0 megatron/core/optimizer/__init__.py sets grad_stats_parallel_group
+        # to it; parallel_state.py builds it of intra_partial_expert_data_parallel_size model-parallel
+        # groups; core_r0.11/0.12 reduced over the world), InternLM's norm over MODEL then ZERO1
+        # (4a3d156 hybrid_zero_optim.py compute_norm).
+        if self.dep.distributed_optimizer and (self.rep_groups or self.wide_groups):
+            shard = self.dep.dp_shard
+            order = list(reps.values())
+            for b in range(0, len(order), shard):
+                members = sorted(r for stages in order[b : b + shard] for dg in stages for r in dg.ranks)
+                name = self.bundle.new_group(members)
+                for r in members:
+                    self.mp_groups[r] = name
+        elif self.dep.distributed_optimizer:
             world = sorted(r for dg in self.dep.device_groups for r in dg.ranks)
             world_pg = self.bundle.new_group(world) if len(world) > 1 else ""
             self.mp_groups = {r: world_pg for r in world}
@@ -621,7 +646,8 @@ class _Generator:
         )
         dp = len(self.dp_members.get(dp_pg, ())) if dp_pg else None
         sh = group_shard(self.model, dg, local)
-        return (dg.gpu, tp, dg.micro_batch, sh, st.index, st.count, chunks, dp, bool(self.rep_groups))
+        hybrid = (bool(self.rep_groups), bool(self.wide_groups))
+        return (dg.gpu, tp, dg.micro_batch, sh, st.index, st.count, chunks, dp, hybrid)
 
     def _clone(
         self, template: _RankProgram, st: _Stage, local: int, rank: int, tp_pg: str, dp_pg: str | None
@@ -660,10 +686,11 @@ class _Generator:
             patches[nid] = n.SerializeToString()
         # The groups a clone's collectives name by rank rather than by position: DP, the tied embedding's
         # first/last-stage pair and the model-parallel group.
-        reps = set(template.rep_ids)
+        reps = set(template.rep_ids) | set(template.wide_ids)
         for pg, old_pg, ids in (
             (dp_pg or "", template.dp_pg or "", [i for i in template.sync_ids if i not in reps]),
             (self.rep_groups.get(rank, ""), template.rep_pg, template.rep_ids),
+            (self.wide_groups.get(rank, ""), template.wide_pg, template.wide_ids),
             (self.emb_groups.get(rank, ""), template.emb_pg, template.emb_ids),
             (self.mp_groups.get(rank, ""), template.mp_pg, template.mp_ids),
         ):
@@ -758,6 +785,7 @@ class _RankProgram:
         self.ring_recv = -1  # the last K/V receive (the next exchange forwards that block)
         self.mp_pg = gen.mp_groups.get(rank, "")
         self.rep_pg = gen.rep_groups.get(rank, "")  # hybrid sharding's replicate group ("" without)
+        self.wide_pg = gen.wide_groups.get(rank, "")  # the whole DP group under dp_shard ("" without)
         self.emb_pg = gen.emb_groups.get(rank, "")
         self.emb_ids: list[int] = []  # the tied embedding's gradient AllReduce (PG_NAME: the embedding group)
         self.mp_ids: list[
@@ -1723,20 +1751,45 @@ class _RankProgram:
             self.bucket_count += 1
             return
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
+        pg = self.dp_pg
         if self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
             padded = dist_opt_bucket(params, self.dp)
             kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
         else:
             # Without a sharded optimizer, or one that all-reduces each bucket and keeps its shard
-            # (Framework.sharded_grad_allreduce): the whole bucket all-reduced.
+            # (Framework.sharded_grad_allreduce): the whole bucket all-reduced; under dp_shard over every DP
+            # rank, not the shard group (InternLM 4a3d156 hybrid_zero_optim.py _reduce_and_copy: reduce_tensor
+            # over ParallelMode.DATA, the ZERO1 group only for the optimizer state and the broadcasts).
             kind, size, what = pb.ALL_REDUCE, params * self.grad_bytes, "dp_grad_allreduce"
-        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.dp_pg)]
+            pg = self.wide_pg or pg
+        extra = [g.attr(A.COMM_TYPE, kind), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, pg)]
         nid = self._add(
             f"{what}.bucket{self.bucket_count}", pb.COMM_COLL_NODE, [after], ctrl, 0,
             self._tags(layer, "sync", NO_MICRO_BATCH) + extra,
         )  # fmt: skip
-        self.bucket_count += 1
         self.sync_ids.append(nid)
+        if self.wide_pg and pg == self.wide_pg:
+            self.wide_ids.append(nid)
+        if self.rep_pg and kind == pb.REDUCE_SCATTER:
+            # dp_shard (Megatron-Core's num_distributed_optimizer_instances > 1): the reduced shard all-reduced
+            # across the instances right after the bucket's ReduceScatter, both on one communication stream
+            # that first waits for the compute stream (core_r0.11.0 megatron/core/distributed/
+            # param_and_grad_buffer.py _ParamAndGradBucketGroup.start_grad_sync: reduce_scatter over the
+            # intra-instance group, then all_reduce of the local shard over inter_distributed_optimizer_
+            # instance_group; overlap_grad_reduce or not, the same order).
+            size = padded // self.dp * self.grad_bytes
+            extra = [
+                g.attr(A.COMM_TYPE, pb.ALL_REDUCE),
+                g.attr(A.COMM_SIZE, size),
+                g.attr(A.PG_NAME, self.rep_pg),
+            ]
+            nid = self._add(
+                f"dp_grad_shard_allreduce.bucket{self.bucket_count}", pb.COMM_COLL_NODE, [nid], [], 0,
+                self._tags(layer, "sync", NO_MICRO_BATCH) + extra,
+            )  # fmt: skip
+            self.sync_ids.append(nid)
+            self.rep_ids.append(nid)
+        self.bucket_count += 1
 
     # -- parameter gathers ahead of their first use (overlap_param_gather; sharding: zero3 / fsdp) -------
     def _dp_comm(
@@ -2052,6 +2105,8 @@ class _RankProgram:
         self.rep_ids: list[
             int
         ] = []  # hybrid sharding's AllReduces (in sync_ids too; PG_NAME: the replicate group)
+        # gradient AllReduces over the whole DP group under dp_shard (in sync_ids too; PG_NAME: that group)
+        self.wide_ids: list[int] = []
         self.fsdp = dep.sharding in ("zero3", "fsdp")
         # PyTorch FSDP keeps the root module's parameters gathered from forward to backward (_root_kept);
         # DeepSpeed ZeRO-3 (`zero3`) has no root unit: every module is released after its forward.
