@@ -132,6 +132,9 @@ TOP_KEYS = (
     "overlap_grad_reduce",
     "overlap_param_gather",
     "tp_comm_overlap",
+    "defer_embedding_wgrad_compute",
+    "wgrad_deferral_limit",
+    "overlap_param_gather_with_optimizer_step",
     "grad_reduce_dtype",
     "sharding",
     "fsdp_backward_prefetch",
@@ -614,6 +617,44 @@ class _SpecBuilder:
                 "(ZeRO-1)"
             )
 
+    def pipeline_flush(self, dep: dpb.Deployment) -> None:
+        """Megatron-Core's `defer_embedding_wgrad_compute` with `wgrad_deferral_limit` (field 88, present when
+        on) and the distributed optimizer's `overlap_param_gather_with_optimizer_step` (field 89), with the
+        checks of megatron/core/model_parallel_config.py and megatron/training/arguments.py (core_r0.11.0
+        791b70e031)."""
+        defer = self.bool_key("defer_embedding_wgrad_compute")
+        stages = len({dg.pp_stage for dg in dep.device_groups})
+        if "wgrad_deferral_limit" in self.raw and not defer:
+            raise self.fail(
+                "wgrad_deferral_limit needs defer_embedding_wgrad_compute: true (Megatron ignores it)"
+            )
+        if defer:
+            if stages < 2:
+                raise self.fail(
+                    "defer_embedding_wgrad_compute needs a pipeline of 2 or more stages (Megatron-Core: "
+                    '"Cannot defer embedding wgrad compute when pipeline model parallel is not used")'
+                )
+            if not dep.framework.startswith("megatron-core"):
+                raise self.fail(
+                    "defer_embedding_wgrad_compute applies to the megatron-core frameworks only (it needs "
+                    f"Megatron-Core's gradient accumulation fusion; framework is {dep.framework})"
+                )
+            dep.wgrad_deferral_limit = self.int_key(
+                self.raw, "wgrad_deferral_limit", "", default=0, minimum=0
+            )
+        if self.bool_key("overlap_param_gather_with_optimizer_step"):
+            if not (dep.distributed_optimizer and dep.overlap_param_gather):
+                raise self.fail(
+                    "overlap_param_gather_with_optimizer_step needs distributed_optimizer and "
+                    "overlap_param_gather: true (Megatron-LM asserts both)"
+                )
+            if dep.virtual_stages < 2 or stages < 2:
+                raise self.fail(
+                    "overlap_param_gather_with_optimizer_step needs interleaved pipeline parallelism "
+                    "(virtual_stages > 1; Megatron-LM asserts it)"
+                )
+            dep.overlap_param_gather_with_optimizer_step = True
+
     def build(self) -> dpb.Deployment:
         self.defined = self.define_gpus()
         # The spec's own GPU definitions are known by name while it is built (device groups, parallel:).
@@ -739,6 +780,7 @@ class _SpecBuilder:
                 )
             dep.schedule = "1f1b"
         self.device_groups(dep, model, blocks)
+        self.pipeline_flush(dep)
         if dep.precision == "fp8":
             for dg in dep.device_groups:
                 try:
@@ -1659,6 +1701,16 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "overlap_grad_reduce": dep.overlap_grad_reduce,
         "overlap_param_gather": dep.overlap_param_gather,
         "tp_comm_overlap": dep.tp_comm_overlap,
+        **(
+            {"defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": dep.wgrad_deferral_limit}
+            if dep.HasField("wgrad_deferral_limit")
+            else {}
+        ),
+        **(
+            {"overlap_param_gather_with_optimizer_step": True}
+            if dep.overlap_param_gather_with_optimizer_step
+            else {}
+        ),
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
         **({"fsdp_backward_prefetch": dep.fsdp_backward_prefetch} if dep.fsdp_backward_prefetch else {}),

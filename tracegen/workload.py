@@ -66,6 +66,7 @@ from xsim.tracegen.ops import (
     Comm,
     Ctx,
     Op,
+    OptimizerStep,
     Step,
     attn_core_recompute,
     duration_micros,
@@ -316,7 +317,7 @@ class _Overlap:
     chunks: what every chunk of the pair shares, and the GEMM chunks' node ids as they are added."""
 
     gemm: Op
-    comm: Comm
+    comm: Comm | None  # None: a GEMM cut alone (the LM head's dgrad half under defer_embedding_wgrad_compute)
     k: int  # GEMM chunks
     layer: int
     mb: int
@@ -1192,13 +1193,23 @@ class _RankProgram:
         )
 
     def dgrad_overlapped(
-        self, a: Step, b: Step, pred: int | None, layer: int, mb: int, label: str, phase: str
+        self,
+        a: Step,
+        b: Step,
+        pred: int | None,
+        layer: int,
+        mb: int,
+        label: str,
+        phase: str,
+        defer: bool = False,
     ) -> int:
         """A column-parallel linear's backward as Megatron's LinearWithGradAccumulationAndAsyncCommunication
         and TE's _LayerNormLinear run it (Framework.sp_dgrad_overlap / async_dgrad_allreduce): under SP the
         input's AllGather again (tracegen.ops.sp_regather), issued with the dgrad half; the dgrad's
         ReduceScatter (or AllReduce) after the dgrad half and the gather; the wgrad half after the gather, under
-        the ReduceScatter. Returns the collective (the next step's input); the wgrad half is the frontier."""
+        the ReduceScatter. Returns the collective (the next step's input); the wgrad half is the frontier.
+        `defer` (defer_embedding_wgrad_compute, the LM head): the dgrad half and its collective only; the
+        gather and the wgrad half wait for the pipeline flush (drain_wgrad)."""
         gemm, comm = a, b
         assert isinstance(gemm, Op) and isinstance(comm, Comm)
         tags = (self._tag_of(gemm, phase), self._tag_of(comm, phase))
@@ -1206,11 +1217,20 @@ class _RankProgram:
         chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
         after = [] if pred is None else [pred]
         gathered: list[int] = []
+        gov: _Overlap | None = None
         if comm.kind == "reduce_scatter":
             gather = self._regather.get(comm.op)
             if gather is None:
                 gather = self._regather[comm.op] = sp_regather(self.ctx, comm.op)
             gov = _Overlap(gemm, gather, 1, layer, mb, label, *tags, "async")
+        if defer:
+            self._gemm_chunk(ov, 0, after + self._take_waits(), chain)  # dgrad half
+            c = self._comm_chunk(ov, 0, 1, [ov.gemm_ids[0]], [])
+            self.tp_async.append(c)
+            self.tp_async_of[c] = (comm.kind, comm.size)
+            self.wgrad_deferred.append((ov, gov))
+            return c
+        if gov is not None:
             gathered = [self._comm_chunk(gov, 0, 1, after, chain)]
             self.tp_async.append(gathered[0])
             self.tp_async_of[gathered[0]] = (gather.kind, gather.size)
@@ -1220,6 +1240,68 @@ class _RankProgram:
         self.tp_async.append(c)
         self.tp_async_of[c] = (comm.kind, comm.size)
         return c
+
+    # -- defer_embedding_wgrad_compute: the LM head's weight gradients after the pipeline flush ----------
+    def defers(self, mb: int) -> bool:
+        """Megatron-Core defers this micro-batch's LM-head wgrad GEMM: the last stage's output layer appends
+        its input and output gradient to its buffers while fewer than wgrad_deferral_limit are held (0: no
+        limit; tensor_parallel/layers.py ColumnParallelLinear.forward and
+        LinearWithGradAccumulationAndAsyncCommunication.backward, core_r0.11.0 791b70e031). The buffers are
+        cleared each iteration and the output layer runs once per micro-batch, in micro-batch order."""
+        limit = self.defer_limit
+        return limit is not None and (limit == 0 or mb < limit)
+
+    def head_dgrad_only(self, pred: int | None, mb: int) -> int | None:
+        """The head's backward with the LM head's wgrad deferred: the dgrad half of its backward GEMM (its
+        input gradient's TP collective after it, as before); no SP re-gather of its input (Megatron gathers
+        it only when it computes the wgrad)."""
+        steps = self.head["bwd"] if self.head is not None else []
+        i = 0
+        while i < len(steps):
+            s = steps[i]
+            if isinstance(s, Op) and s.op == "lm_head":
+                if self._dgrad_pair(steps, i):
+                    pred = self.dgrad_overlapped(s, steps[i + 1], pred, 0, mb, "", "", defer=True)
+                    i += 2
+                    continue
+                ov = _Overlap(s, None, 2, 0, mb, "", self._tag_of(s, ""), "", "defer")
+                chain = [] if self.frontier is None or self.frontier == pred else [self.frontier]
+                pred = self._gemm_chunk(ov, 0, ([] if pred is None else [pred]) + self._take_waits(), chain)
+                self.wgrad_deferred.append((ov, None))
+            else:
+                pred = self.step(s, pred, 0, mb, "")
+            i += 1
+        return pred
+
+    def drain_wgrad(self) -> None:
+        """The deferred LM-head wgrad GEMMs after the last backward, before the gradients are finalized
+        (schedules.py finish_embedding_wgrad_compute -> utils.py drain_embedding_wgrad_compute, core_r0.11.0):
+        under SP each GEMM's input is all-gathered over TP first, double-buffered: gather 0, then per
+        micro-batch i gather i + 1 (issued after the compute enqueued so far: GEMM i - 1, as NCCL's stream
+        waits for the current stream) and GEMM i (the wgrad half of the head's backward GEMM) after gather i."""
+        items, self.wgrad_deferred = self.wgrad_deferred, []
+        if not items:
+            return
+        gathers: list[int | None] = []
+
+        def issue(i: int) -> None:
+            gov = items[i][1]
+            if gov is None:
+                gathers.append(None)
+                return
+            prev = [x for x in gathers[-1:] if x is not None]
+            nid = self._comm_chunk(gov, 0, 1, [self.frontier] if self.frontier is not None else [], prev)
+            assert gov.comm is not None
+            self.tp_async.append(nid)
+            self.tp_async_of[nid] = (gov.comm.kind, gov.comm.size)
+            gathers.append(nid)
+
+        issue(0)
+        for i, (ov, _) in enumerate(items):
+            if i + 1 < len(items):
+                issue(i + 1)
+            data = [gathers[i]] if gathers[i] is not None else []
+            self._gemm_chunk(ov, 1, data, [self.frontier] if self.frontier is not None else [])
 
     def _gemm_chunk(self, ov: _Overlap, i: int, data: list[int], ctrl: list[int]) -> int:
         """Chunk i of ov.k of the GEMM: 1/k of its FLOPs, bytes and exact duration (the parts sum to the
@@ -1251,6 +1333,7 @@ class _RankProgram:
     def _comm_chunk(self, ov: _Overlap, i: int, k: int, data: list[int], ctrl: list[int]) -> int:
         """Chunk i of k of the TP collective (1/k of its bytes) on the TP group."""
         g, c = self.gen, ov.comm
+        assert c is not None
         key = (id(c), k, i)
         tail = self._chunk_tail.get(key)
         if tail is None:
@@ -1558,9 +1641,13 @@ class _RankProgram:
         if sync:
             self.sync_mb = mb  # the micro-batch whose backward fills the buckets (_bucket_prep's tag)
         m, sh = self.gen.model, self.ctx.sh
+        self.bwd_chunk = ch.index
         if ch.last and self.head is not None:
             self.enter(HEAD, mb)
-            pred = self.steps(self.head["bwd"], pred, 0, mb)
+            if self.defers(mb):
+                pred = self.head_dgrad_only(pred, mb)
+            else:
+                pred = self.steps(self.head["bwd"], pred, 0, mb)
             self.fsdp_reduce(HEAD, mb)
             if sync:  # a tied matrix held with the embedding joins the bucket at the embedding's backward
                 self.bucket_add(head_rank_params(m, sh, self.emb is not None), 0)
@@ -1644,7 +1731,14 @@ class _RankProgram:
         """
         self.pending += params
         self.pending_fp8 += fp8
-        if self.overlap_grad and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
+        one_bucket = (
+            self.opt_first and self.bwd_chunk == 0
+        )  # disable_bucketing (overlap_param_gather_with_optimizer_step)
+        if (
+            self.overlap_grad
+            and not one_bucket
+            and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
+        ):
             self.bucket_flush(layer)
 
     def bucket_flush(self, layer: int) -> None:
@@ -2044,16 +2138,27 @@ class _RankProgram:
             order_units: list[int | str] = [HEAD] if ch.last and self.head is not None else []
             order_units += list(range(ch.end, ch.start - 1, -1))
             order_units += [EMB] if ch.first and self.emb is not None else []
+            one_bucket = self.opt_first and c == 0  # bucketing disabled for model chunk 0
             for u in order_units:
                 members.append(u)
                 pending += self.unit_params[u]
-                if self.overlap_grad and pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
+                if (
+                    self.overlap_grad
+                    and not one_bucket
+                    and pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
+                ):
                     plan.append((dist_opt_bucket(pending, self.dp), members))
                     pending, members = 0, []
             if pending:
+                if one_bucket:
+                    self.chunk0_bucket = len(plan)
                 plan.append((dist_opt_bucket(pending, self.dp), members))
         self.plan_buckets = plan
-        self.unit_bucket = {u: j for j, (_, members) in enumerate(plan) for u in members}
+        # overlap_param_gather_with_optimizer_step: chunk 0's bucket is gathered by the optimizer step, not
+        # ahead of its forward (finish)
+        self.unit_bucket = {
+            u: j for j, (_, members) in enumerate(plan) for u in members if j != self.chunk0_bucket
+        }
         first_use: list[int] = []
         for kind, c, _mb in order:
             if kind == BWD:
@@ -2136,6 +2241,21 @@ class _RankProgram:
         # overlap_param_gather: the parameter AllGathers of the previous optimizer step run under this
         # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
         self.gather_ahead = dep.overlap_param_gather and dep.distributed_optimizer and self.dp_pg is not None
+        # overlap_param_gather_with_optimizer_step (Megatron-Core's distributed optimizer, interleaved 1F1B):
+        # model chunk 0 in one bucket, its optimizer stepped first and its AllGather issued right after
+        # (optimizer/__init__.py get_megatron_optimizer, optimizer.py ChainedOptimizer.step_with_ready_grads;
+        # training.py get_model disable_bucketing; core_r0.11.0 791b70e031)
+        self.opt_first = (
+            dep.overlap_param_gather_with_optimizer_step and self.gather_ahead and len(self.st.chunks) > 1
+        )
+        self.chunk0_bucket = -1  # index of chunk 0's bucket among plan_buckets (opt_first)
+        self.bwd_chunk = 0  # model chunk of the backward being emitted
+        # defer_embedding_wgrad_compute: Megatron-Core's wgrad_deferral_limit on the last pipeline stage
+        # (is_pipeline_last_stage(ignore_virtual=True): the rank holding the output layer), else None
+        self.defer_limit = (
+            dep.wgrad_deferral_limit if dep.HasField("wgrad_deferral_limit") and self.last else None
+        )
+        self.wgrad_deferred: list[tuple[_Overlap, _Overlap | None]] = []  # (head GEMM halves, its SP gather)
         self.tp_overlap = dep.tp_comm_overlap and self.ctx.sp and self.st.dg.tp > 1
         # The column-parallel linears' backward collectives under their GEMMs (Framework.sp_dgrad_overlap /
         # async_dgrad_allreduce); TE's userbuffers (tp_comm_overlap) take QKV and fc1 first.
@@ -2206,6 +2326,7 @@ class _RankProgram:
             for kind, c, mb in order:
                 self.run_pass(kind, c, mb, last_b)
             self.send_grad()  # DeepSpeed: the last backward's gradient, in the slot after it
+        self.drain_wgrad()
         self.flush_deferred()
         if self.gather_ahead:
             assert self.buckets == [b for b, _ in self.plan_buckets], "bucket plan and backward agree"
@@ -2411,6 +2532,9 @@ class _RankProgram:
                 params, shard, self.ctx.b, gw, self.ctx.precision, fp8, self.ctx.fp8_recipe
             )
             plan = legacy_optimizer(plan, self.gpath, params, self._all_tensors())
+        first_copy: Op | None = None  # chunk 0's parameter copy, after which its AllGather leaves (opt_first)
+        if self.opt_first and self.chunk0_bucket >= 0:
+            plan, first_copy = self._chained_steps(params, shard, fp8, fp8_shard)
         if self.ctx.fw.autograd_grad_accum:
             # Gradients in the parameters' .grad are set to None, not zeroed (InternLM 4a3d156
             # hybrid_zero_optim.py zero_grad(set_to_none=True)): no zeroing kernel.
@@ -2428,6 +2552,13 @@ class _RankProgram:
                 extra = [g.attr(A.NUM_OPS, s.flops), g.attr(A.TENSOR_SIZE, s.bytes), exact]
                 self._cost = (s.kernels, int(exact.int64_val))
                 nid = self._add(f"{s.op}.opt", pb.COMP_NODE, pred, [], micros, tags + extra)
+                if s is first_copy:
+                    # overlap_param_gather_with_optimizer_step: chunk 0's AllGather, dispatched right after its
+                    # optimizer's step and waited for by the next iteration's first forward (in this one-step
+                    # period: its end), under the other chunks' step
+                    self._bucket_gather(self.chunk0_bucket, [nid])
+                    pred = [nid]
+                    continue
                 if s.op == "param_copy":
                     # The updated parameters exist from here. Without overlap_param_gather, Megatron's
                     # optimizer.step() all-gathers them before it returns, and the next iteration (its
@@ -2448,6 +2579,36 @@ class _RankProgram:
                 continue
             pred = [nid]
             self.read_on_host(s.op, nid)
+
+    def _chained_steps(
+        self, params: int, shard: int, fp8: int, fp8_shard: int | None
+    ) -> tuple[OptimizerStep, Op]:
+        """overlap_param_gather_with_optimizer_step: Megatron-Core's ChainedOptimizer of two distributed
+        optimizers, model chunk 0's and the others' (optimizer/__init__.py get_megatron_optimizer). Its step
+        (optimizer.py ChainedOptimizer.step, core_r0.11.0): each one's gradient norm and its AllReduce, each
+        one's clipping, then step_with_ready_grads: chunk 0's Adam and parameter copy, chunk 0's AllGather
+        (start_param_sync(force_dispatch=True)), the others' Adam and copy; each chunk's gradient buffer is
+        zeroed for the next iteration. Returns the steps in that order and chunk 0's parameter copy."""
+        m, sh, ch = self.gen.model, self.ctx.sh, self.st.chunks[0]
+        layers = ch.end - ch.start + 1
+        params0 = rank_params(m, sh, layers, ch.first and self.emb is not None, False)
+        shard0 = self.plan_buckets[self.chunk0_bucket][0] // self.dp
+        fp8_0 = linear_params(m, sh, layers) if fp8 else 0
+        fp8_shard0 = None if fp8_shard is None else self.bucket_fp8[self.chunk0_bucket] // self.dp
+        fp8_shard1 = None if fp8_shard is None or fp8_shard0 is None else fp8_shard - fp8_shard0
+        c = self.ctx
+        one = optimizer_steps(
+            params0, shard0, c.b, self.grad_bytes, c.precision, fp8_0, c.fp8_recipe, fp8_shard0
+        )
+        rest = optimizer_steps(
+            params - params0, shard - shard0, c.b, self.grad_bytes, c.precision, fp8 - fp8_0, c.fp8_recipe,
+            fp8_shard1,
+        )  # fmt: skip
+        clip = tuple(s for p in (one, rest) for s in p.after if s.op == "grad_clip")
+        zero = tuple(s for p in (one, rest) for s in p.after if s.op == "zero_grad")
+        step = tuple(s for p in (one, rest) for s in p.after if s.op not in ("grad_clip", "zero_grad"))
+        first_copy = next(s for s in one.after if s.op == "param_copy")
+        return OptimizerStep(one.before + rest.before, clip + step + zero), first_copy
 
     # -- the host thread (tracegen.host) ------------------------------------------------------------------
     def read_on_host(self, op: str, nid: int) -> None:
