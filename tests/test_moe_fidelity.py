@@ -1,15 +1,20 @@
 """The MoE layer's kernels read from Megatron-Core core_v0.14.0 and Transformer Engine v2.6 / v2.7 (round
 moefid): GroupedLinear's per-expert FP8 quantize under current scaling, the fused permute's row-id map, the
-router's capacity mask under token dropping and the probabilities' all-to-all, each against a hand count
-on a tiny MoE layer (hidden 64, 4 experts of FFN 32, top-2, 8 tokens, EP 2: two local experts a rank)."""
+router's capacity mask under token dropping, the load-balancing loss and the probabilities' all-to-all, each
+against a hand count on a tiny MoE layer (hidden 64, 4 experts of FFN 32, top-2, 8 tokens, EP 2: two local experts a rank)."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from xsim.tracegen import generate, load_spec
+from xsim.tracegen.errors import SpecError
 from xsim.tracegen.gemm import LAUNCH_FLOOR_S
 from xsim.tracegen.models import model_from_mapping
 from xsim.tracegen.moe_ops import capacity_mask_ops, grouped_quantize, moe_block, permute_map_op
 from xsim.tracegen.ops import Ctx, Op, shard_of
+from xsim.tracegen.spec import spec_to_mapping
 from xsim.traces import attrs as A
 
 MOE = {"name": "tiny-moe", "layers": 1, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256, "seq_len": 8,
@@ -104,3 +109,37 @@ def test_the_probabilities_go_through_their_own_all_to_all_by_hand():
             names.index(f"L1.moe_dispatch_probs.{phase}.mb0")
             == names.index(f"L1.moe_dispatch.{phase}.mb0") + 1
         )
+
+
+def test_load_balancing_loss_kernels_by_hand():
+    # aux_loss_coeff > 0 (Megatron-Core's moe_aux_loss_coeff, fused router): on the [8, 4] BF16 logits,
+    # forward 5 kernels moving 4 x 2 + 2 = 10 B per element (scores, mask, intermediate, the mask's sum, the
+    # loss): 320 B; backward 5 kernels moving 7 x 2 = 14 B per element: 448 B. Softmax FLOPs 5 (10 backward).
+    aux = {**MOE, "moe": {**MOE["moe"], "aux_loss_coeff": 0.001}}
+    c = _ctx(aux, "current")
+    fwd = {s.op: s for s in moe_block(c, c.m.moe, 1, 2, 0, "fwd") if isinstance(s, Op)}
+    bwd = {s.op: s for s in moe_block(c, c.m.moe, 1, 2, 0, "bwd") if isinstance(s, Op)}
+    assert (fwd["moe_aux_loss"].bytes, fwd["moe_aux_loss"].kernels, fwd["moe_aux_loss"].flops) == (
+        320,
+        5,
+        160,
+    )
+    assert (bwd["moe_aux_loss"].bytes, bwd["moe_aux_loss"].kernels, bwd["moe_aux_loss"].flops) == (
+        448,
+        5,
+        320,
+    )
+    c0 = _ctx(MOE, "current")  # no coefficient: no loss kernels
+    assert not any(
+        s.op == "moe_aux_loss" for s in moe_block(c0, c0.m.moe, 1, 2, 0, "fwd") if isinstance(s, Op)
+    )
+    # the key round-trips through deployment.json and is written only when set
+    spec = {"model": aux, "parallel": {"gpu": "H100", "dp": 2, "ep": 2}}
+    dep = load_spec(spec)
+    out = spec_to_mapping(dep)
+    assert out["model"]["moe"]["aux_loss_coeff"] == 0.001 and load_spec(json.loads(json.dumps(out))) == dep
+    plain = spec_to_mapping(load_spec({**spec, "model": MOE}))
+    assert "aux_loss_coeff" not in plain["model"]["moe"]
+    with pytest.raises(SpecError) as exc:
+        load_spec({**spec, "model": {**MOE, "moe": {**MOE["moe"], "aux_loss_coeff": -1}}})
+    assert "aux_loss_coeff must be a number >= 0" in str(exc.value) and "\n" not in str(exc.value)

@@ -94,6 +94,17 @@ CAPACITY_MASK_KERNELS = {True: 5, False: 6}  # by pad_to_capacity
 CAPACITY_MASK_BYTES = {True: 22, False: 25}
 CAPACITY_KEPT_BYTES = 24
 CAPACITY_MASK_BWD_BYTES = 9
+# Megatron-Core's load-balancing loss (router.py _apply_aux_loss at core_v0.14.0: moe_router_load_balancing_type
+# "aux_loss" with moe_aux_loss_coeff > 0; MoeSpec.aux_loss_coeff) under moe_router_fusion (TE v2.7 router.py
+# and csrc/extensions/router.cpp), per micro-batch on the [T, E] router logits (router dtype = the input's,
+# `dtype_bytes`, without moe_router_dtype). Forward: fused_score_for_moe_aux_loss_fwd (reads the logits,
+# writes the scores, the 1-byte top-k mask and an intermediate copy), routing_map.sum(dim=0) (reads the
+# mask), fused_moe_aux_loss_fwd (reads the scores), aux_loss / coeff and the tracker's `values[layer - 1] +=`
+# (moe_utils.save_to_aux_losses_tracker; scalars): 5 kernels, 4 dtype + 2 bytes per element. Backward:
+# MoEAuxLossAutoScaler's ones_like and scale (scalars), fused_moe_aux_loss_bwd (writes the scores' gradient),
+# fused_score_for_moe_aux_loss_bwd (reads it and the intermediate, writes the logits' gradient) and autograd's
+# sum of the logits' two gradients (the top-k's and this one: reads 2, writes 1): 5 kernels, 7 dtype bytes.
+AUX_LOSS = {"fwd": (5, 4, 2), "bwd": (5, 7, 0)}  # kernels, dtype bytes, other bytes per (token, expert)
 
 
 @dataclass(frozen=True)
@@ -273,11 +284,13 @@ def moe_block(
                 *sp_out,
             ]
     cap_fwd, cap_bwd = capacity_mask_ops(moe, tl)
+    aux = aux_loss_ops(moe, phase, tl, b)
     if phase == "fwd":
         return [
             _gemm("moe_router", "fwd", tl, h, e, b),
             _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
             *cap_fwd,
+            *aux,
             permute_map_op(tl, e, moe.top_k),
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b), even),
@@ -312,6 +325,7 @@ def moe_block(
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b), even),  # input gradients to their sources
         probs_bwd,
         Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
+        *aux,
         *cap_bwd,
         _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
         _gemm("moe_router", "bwd", tl, h, e, b),
@@ -336,6 +350,15 @@ def permute_map_op(tokens: int, experts: int, top_k: int) -> Op:
     """The fused permute's row-id map (ROW_ID_MAP_KERNELS Triton kernels) over a [tokens, experts] mask."""
     nbytes = tokens * experts * ROW_ID_MAP_BYTES_PER_ELEM + tokens * (2 * top_k + 1) * 4
     return Op("moe_permute_map", "fwd", 0, nbytes, (tokens, experts), False, kernels=ROW_ID_MAP_KERNELS)
+
+
+def aux_loss_ops(moe: MoeSpec, phase: str, tokens: int, b: int) -> list[Op]:
+    """The load-balancing loss's kernels in `phase` (AUX_LOSS; none without an aux_loss_coeff)."""
+    if not moe.aux_loss_coeff:
+        return []
+    kernels, per_dtype, other = AUX_LOSS[phase]
+    flops = ELEM_FLOPS["softmax"] * (2 if phase == "bwd" else 1)  # the scores' softmax, as moe_router_topk
+    return [_kern("moe_aux_loss", phase, tokens * moe.experts, flops, per_dtype * b + other, kernels)]
 
 
 def capacity_mask_ops(moe: MoeSpec, tokens: int) -> tuple[list[Op], list[Op]]:
