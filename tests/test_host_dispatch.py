@@ -215,16 +215,16 @@ def test_dropless_moe_step_time_by_hand(tmp_path: Path) -> None:
     # the input- and weight-gradient GEMMs of the LM head, expert down and up/gate, router, attention out
     # and QKV): 34; Megatron-Core adds the q/k/v split's gradient cat (1), the embedding gradient's zero
     # fill and main_grad add (2), the DP bucket's NaN check and 1/DP scaling (2), its DDP hook's main_grad
-    # adds of the layer's two RMSNorm gains (2 kernels) and the final norm's (1): 42; the DP gradient
-    # AllReduce and grad_norm: 62. Then grad_clip, Adam, param_copy, zero_grad: 4.
+    # adds of the router weight (1), the layer's two RMSNorm gains (2 kernels) and the final norm's (1):
+    # 43; the DP gradient AllReduce and grad_norm: 63. Then grad_clip, Adam, param_copy, zero_grad: 4.
     L = 10_000_000
     spec = {**MOE, "micro_batches": 1}
     on = _replay(tmp_path, spec, "moe1_on", 2)
     off = _replay(tmp_path, {**spec, "host_dispatch": "off"}, "moe1_off", 2)
     t0 = _op(off, "L1.moe_permute.fwd.mb0")["end_ns"]
     grad_norm, zero_grad = _op(on, "grad_norm.opt"), _op(on, "zero_grad.opt")
-    assert grad_norm["start_ns"] == t0 + SYNC + 62 * L
-    want = t0 + SYNC + 62 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
+    assert grad_norm["start_ns"] == t0 + SYNC + 63 * L
+    want = t0 + SYNC + 63 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
     assert on.per_rank_finish_ns == [want, want]
 
 

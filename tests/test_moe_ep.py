@@ -110,18 +110,19 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
         "moe_unsort_chunks", "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_sort_chunks",
         "moe_dispatch.bwd.mb0.from1",
         "moe_dispatch.bwd.mb0.to1", "moe_dispatch_probs.bwd.mb0.from1", "moe_dispatch_probs.bwd.mb0.to1",
-        "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
+        "moe_permute", "moe_router_topk", "moe_router", "moe_router_main_grad_add", "mlp_norm", "mlp_residual",
         "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_grad_cat", "qkv_proj", "attn_norm",
         "attn_residual", "layer_main_grad_add",
     ]  # fmt: skip
     full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
     assert names == full(fwd, "fwd") + full(bwd, "bwd")
-    # 18 + 6 P2P forward (the fused permute's row-id map and the probabilities' all-to-all included), 21 +
-    # 6 P2P backward (the q/k/v gradient cat and Megatron-Core's DDP hook adds of the norm gains included):
+    # 18 + 6 P2P forward (the fused permute's row-id map and the probabilities' all-to-all included), 22 +
+    # 6 P2P backward (the q/k/v gradient cat and Megatron-Core's DDP hook adds of the router weight and the
+    # norm gains included):
     # two local experts per EP
     # rank, so the received copies are sorted by expert before the grouped GEMMs and back after them
     # (Megatron-Core's permutation 2)
-    assert (len(fwd), len(bwd)) == (24, 27)
+    assert (len(fwd), len(bwd)) == (24, 28)
     by = {n.name: n for n in bundle.nodes[0]}
     # the sort by expert waits for the permute and for both halves of the dispatch; the send leaves after the
     # permute; the expert GEMM follows the sort
@@ -253,8 +254,9 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     # split's gradient cat: 788; + 4 ranks x 2 mbs x (2 layers + the final norm) for the DDP hook's main_grad
     # adds of the norm gains (layer_main_grad_add, final_norm_main_grad_add): 812; + 4 ranks x 2 layers x
     # 2 mbs for the fused permute's row-id map (moe_permute_map, forward only): 828; + 4 ranks x 2 layers
-    # x 2 mbs x 2 for the probabilities' all-to-all (forward, backward): 860
-    assert "replayed 860 nodes on 4" in capsys.readouterr().out
+    # x 2 mbs x 2 for the probabilities' all-to-all (forward, backward): 860; + 4 ranks x 2 layers x 2 mbs
+    # for the DDP hook's add of the router weight's gradient (moe_router_main_grad_add): 876
+    assert "replayed 876 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():

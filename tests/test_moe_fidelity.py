@@ -143,3 +143,13 @@ def test_load_balancing_loss_kernels_by_hand():
     with pytest.raises(SpecError) as exc:
         load_spec({**spec, "model": {**MOE, "moe": {**MOE["moe"], "aux_loss_coeff": -1}}})
     assert "aux_loss_coeff must be a number >= 0" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_router_weight_gradient_is_added_into_main_grad_by_hand():
+    # Megatron-Core's DDP hook: main_grad (FP32, the default gradient buffer) += the router weight's
+    # gradient (BF16): 64 x 4 = 256 parameters x (4 + 4 + 2) B = 2,560 B, one kernel, 256 FLOPs
+    c = _ctx(MOE, "current")
+    bwd = [s for s in moe_block(c, c.m.moe, 1, 2, 0, "bwd") if isinstance(s, Op)]
+    add = bwd[-1]
+    assert (add.op, add.bytes, add.kernels, add.flops) == ("moe_router_main_grad_add", 2_560, 1, 256)
+    assert bwd[-2].op == "moe_router"

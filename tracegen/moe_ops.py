@@ -36,6 +36,7 @@ from xsim.tracegen.ops import (
     _kern,
     layer_steps,
     linear_params,
+    main_grad_hook_adds,
     rank_params,
     shard_of,
 )
@@ -329,6 +330,9 @@ def moe_block(
         *cap_bwd,
         _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
         _gemm("moe_router", "bwd", tl, h, e, b),
+        # the router's weight is a plain parameter (router.py: RouterGatingLinearFunction returns its
+        # gradient), so Megatron-Core's DDP hook adds it into main_grad: one kernel over hidden x E
+        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
     ]  # fmt: skip
 
 
