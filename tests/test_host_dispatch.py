@@ -208,23 +208,23 @@ def test_dropless_moe_step_time_by_hand(tmp_path: Path) -> None:
     # One micro-batch of the tiny MoE layer at EP 2, 10 ms a launch: from the token-count read on, every
     # kernel waits for its launch, so the step is the permute's end + read + the launches up to the
     # grad-norm kernel + its run + read + the optimizer's four launches + zero_grad's run. Launches after
-    # moe_permute, counted from the layer as Megatron-Core runs it: forward dispatch all-to-all, sort,
-    # up/gate, act, down, unsort, combine all-to-all, unpermute, bias-dropout-add, final norm, LM head (11)
-    # and the cross-entropy's 6 kernels: 17; backward, 26 ops of which 7 launch 2 kernels (the loss's
-    # scale and cast, and the input- and weight-gradient GEMMs of the LM head, expert down and up/gate,
-    # router, attention out and QKV): 33; Megatron-Core adds the q/k/v split's gradient cat (1), the
-    # embedding gradient's zero fill and main_grad add (2), the DP bucket's NaN check and 1/DP scaling (2),
-    # its DDP hook's main_grad adds of the layer's two RMSNorm gains (2 kernels) and the final norm's (1):
-    # 41; the DP gradient AllReduce and grad_norm: 60. Then grad_clip, Adam, param_copy,
-    # zero_grad: 4.
+    # moe_permute, counted from the layer as Megatron-Core runs it: forward dispatch all-to-all, the
+    # probabilities' all-to-all, sort, up/gate, act, down, unsort, combine all-to-all, unpermute,
+    # bias-dropout-add, final norm, LM head (12) and the cross-entropy's 6 kernels: 18; backward, 27 ops
+    # (the probabilities' all-to-all included) of which 7 launch 2 kernels (the loss's scale and cast, and
+    # the input- and weight-gradient GEMMs of the LM head, expert down and up/gate, router, attention out
+    # and QKV): 34; Megatron-Core adds the q/k/v split's gradient cat (1), the embedding gradient's zero
+    # fill and main_grad add (2), the DP bucket's NaN check and 1/DP scaling (2), its DDP hook's main_grad
+    # adds of the router weight (1), the layer's two RMSNorm gains (2 kernels) and the final norm's (1):
+    # 43; the DP gradient AllReduce and grad_norm: 63. Then grad_clip, Adam, param_copy, zero_grad: 4.
     L = 10_000_000
     spec = {**MOE, "micro_batches": 1}
     on = _replay(tmp_path, spec, "moe1_on", 2)
     off = _replay(tmp_path, {**spec, "host_dispatch": "off"}, "moe1_off", 2)
     t0 = _op(off, "L1.moe_permute.fwd.mb0")["end_ns"]
     grad_norm, zero_grad = _op(on, "grad_norm.opt"), _op(on, "zero_grad.opt")
-    assert grad_norm["start_ns"] == t0 + SYNC + 60 * L
-    want = t0 + SYNC + 60 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
+    assert grad_norm["start_ns"] == t0 + SYNC + 63 * L
+    want = t0 + SYNC + 63 * L + grad_norm["duration_ns"] + SYNC + 4 * L + zero_grad["duration_ns"]
     assert on.per_rank_finish_ns == [want, want]
 
 

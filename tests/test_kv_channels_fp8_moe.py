@@ -140,7 +140,8 @@ def test_one_fp8_moe_layer_has_no_dense_mlp_casts_node_list_by_hand():
     nodes = [nd for nd in bundle.nodes[0] if nd.name.startswith("L1.")]
     fwd = [
         "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj_fp8_cast", "attn_out_proj",
-        "attn_bias_dropout_add", "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch",
+        "attn_bias_dropout_add", "mlp_norm", "moe_router", "moe_router_topk", "moe_permute_map", "moe_permute",
+        "moe_dispatch", "moe_dispatch_probs",
         "moe_sort_chunks", "moe_expert_up_gate_fp8_cast", "moe_expert_up_gate", "moe_expert_act",
         "moe_expert_down_fp8_cast", "moe_expert_down", "moe_unsort_chunks", "moe_combine", "moe_unpermute",
         "mlp_bias_dropout_add", "fp8_amax_concat", "fp8_scale_update",
@@ -148,14 +149,15 @@ def test_one_fp8_moe_layer_has_no_dense_mlp_casts_node_list_by_hand():
     bwd = [
         "mlp_bias_dropout_add", "moe_unpermute", "moe_combine", "moe_unsort_chunks", "moe_expert_down_fp8_cast",
         "moe_expert_down", "moe_expert_act", "moe_expert_up_gate_fp8_cast", "moe_expert_up_gate",
-        "moe_sort_chunks", "moe_dispatch", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm",
+        "moe_sort_chunks", "moe_dispatch", "moe_dispatch_probs", "moe_permute", "moe_router_topk", "moe_router",
+        "moe_router_main_grad_add", "mlp_norm",
         "mlp_residual", "attn_bias_dropout_add", "attn_out_proj_fp8_cast", "attn_out_proj", "attn_core", "rope",
         "qkv_grad_cat", "qkv_proj_fp8_cast", "qkv_proj_fp8_transpose", "qkv_proj", "attn_norm", "attn_residual",
         "layer_main_grad_add", "fp8_amax_concat", "fp8_scale_update",
     ]  # fmt: skip
     expect = [f"L1.{o}.fwd.mb0" for o in fwd] + [f"L1.{o}.bwd.mb0" for o in bwd]
     assert [nd.name for nd in nodes] == expect
-    assert (len(fwd), len(bwd)) == (24, 30)  # the DDP hook's norm-gain adds included
+    assert (len(fwd), len(bwd)) == (26, 32)  # the DDP hook's norm-gain adds included
     assert not any(nd.name.startswith(("L1.mlp_up_gate", "L1.mlp_down")) for nd in bundle.nodes[0])
     size = {
         nd.name: _attr(nd, A.TENSOR_SIZE)

@@ -99,7 +99,8 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
     names = [n.name for n in bundle.nodes[0] if n.name.startswith("L1.")]
     fwd = [
         "attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj", "attn_bias_dropout_add", "mlp_norm",
-        "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1",
+        "moe_router", "moe_router_topk", "moe_permute_map", "moe_permute", "moe_dispatch.fwd.mb0.from1",
+        "moe_dispatch.fwd.mb0.to1", "moe_dispatch_probs.fwd.mb0.from1", "moe_dispatch_probs.fwd.mb0.to1",
         "moe_sort_chunks", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down", "moe_unsort_chunks",
         "moe_combine.fwd.mb0.from1",
         "moe_combine.fwd.mb0.to1", "moe_unpermute", "mlp_bias_dropout_add",
@@ -108,17 +109,20 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
         "mlp_bias_dropout_add", "moe_unpermute", "moe_combine.bwd.mb0.from1", "moe_combine.bwd.mb0.to1",
         "moe_unsort_chunks", "moe_expert_down", "moe_expert_act", "moe_expert_up_gate", "moe_sort_chunks",
         "moe_dispatch.bwd.mb0.from1",
-        "moe_dispatch.bwd.mb0.to1", "moe_permute", "moe_router_topk", "moe_router", "mlp_norm", "mlp_residual",
+        "moe_dispatch.bwd.mb0.to1", "moe_dispatch_probs.bwd.mb0.from1", "moe_dispatch_probs.bwd.mb0.to1",
+        "moe_permute", "moe_router_topk", "moe_router", "moe_router_main_grad_add", "mlp_norm", "mlp_residual",
         "attn_bias_dropout_add", "attn_out_proj", "attn_core", "rope", "qkv_grad_cat", "qkv_proj", "attn_norm",
         "attn_residual", "layer_main_grad_add",
     ]  # fmt: skip
     full = lambda ops, ph: [f"L1.{o}" if ".mb0" in o else f"L1.{o}.{ph}.mb0" for o in ops]  # noqa: E731
     assert names == full(fwd, "fwd") + full(bwd, "bwd")
-    # 17 + 4 P2P forward, 21 + 4 P2P backward (the q/k/v gradient cat and Megatron-Core's DDP hook adds of
-    # the norm gains included): two local experts per EP
+    # 18 + 6 P2P forward (the fused permute's row-id map and the probabilities' all-to-all included), 22 +
+    # 6 P2P backward (the q/k/v gradient cat and Megatron-Core's DDP hook adds of the router weight and the
+    # norm gains included):
+    # two local experts per EP
     # rank, so the received copies are sorted by expert before the grouped GEMMs and back after them
     # (Megatron-Core's permutation 2)
-    assert (len(fwd), len(bwd)) == (21, 25)
+    assert (len(fwd), len(bwd)) == (24, 28)
     by = {n.name: n for n in bundle.nodes[0]}
     # the sort by expert waits for the permute and for both halves of the dispatch; the send leaves after the
     # permute; the expert GEMM follows the sort
@@ -131,9 +135,16 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
     assert size("L1.moe_unsort_chunks.bwd.mb0") == 2 * 20 * H * B
     ids = {
         by[f"L1.{k}"].id
-        for k in ("moe_permute.fwd.mb0", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1")
-    }
+        for k in (
+            "moe_permute.fwd.mb0", "moe_dispatch.fwd.mb0.from1", "moe_dispatch.fwd.mb0.to1",
+            "moe_dispatch_probs.fwd.mb0.from1", "moe_dispatch_probs.fwd.mb0.to1",
+        )
+    }  # fmt: skip
     assert set(up.data_deps) == ids
+    # the probabilities go the same way, one FP32 a copy: 4 copies sent, 8 received
+    assert _size(by["L1.moe_dispatch_probs.fwd.mb0.to1"]) == 4 * 4
+    assert _size(by["L1.moe_dispatch_probs.fwd.mb0.from1"]) == 8 * 4
+    assert _size(by["L1.moe_dispatch_probs.bwd.mb0.to1"]) == 8 * 4
     assert list(by["L1.moe_dispatch.fwd.mb0.to1"].data_deps) == [by["L1.moe_permute.fwd.mb0"].id]
     # rank 0 sends rank 1 its copies for experts 2, 3 (2 + 2) and receives rank 1's for experts 0, 1 (4 + 4)
     assert _size(by["L1.moe_dispatch.fwd.mb0.to1"]) == 4 * H * B
@@ -142,6 +153,8 @@ def test_one_moe_layer_fwd_and_bwd_on_a_two_rank_ep_group_in_order():
     peer = {n.name: n for n in bundle.nodes[1]}
     tag = lambda n: _attrs(n)[A.COMM_TAG].int32_val  # noqa: E731
     assert tag(by["L1.moe_dispatch.fwd.mb0.to1"]) == tag(peer["L1.moe_dispatch.fwd.mb0.from0"])
+    assert tag(by["L1.moe_dispatch_probs.fwd.mb0.to1"]) == tag(peer["L1.moe_dispatch_probs.fwd.mb0.from0"])
+    assert tag(by["L1.moe_dispatch_probs.fwd.mb0.to1"]) != tag(by["L1.moe_dispatch.fwd.mb0.to1"])
 
 
 def test_expert_gradients_sync_over_the_expert_data_parallel_group():
@@ -227,8 +240,10 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
         if n.type == pb.COMM_COLL_NODE and ".moe_" in n.name
     ]
     # uniform routing: every rank sends its EP peer 8 copies per all-to-all, so each all-to-all is one
-    # ALL_TO_ALL collective of 2 x 8 x 128 B: 4 all-to-alls x 2 layers x 2 mbs x 4 ranks, no P2P
-    assert p2p == 0 and a2a == [2 * 8 * 128] * (4 * 2 * 2 * 4)
+    # ALL_TO_ALL collective of 2 x 8 x 128 B: 4 all-to-alls x 2 layers x 2 mbs x 4 ranks, no P2P; and the
+    # probabilities' (forward and backward) of 2 x 8 x 4 B (one FP32 a copy)
+    tokens, probs = [2 * 8 * 128] * (4 * 2 * 2 * 4), [2 * 8 * 4] * (2 * 2 * 2 * 4)
+    assert p2p == 0 and sorted(a2a) == sorted(tokens + probs)
     bundle.write(str(tmp_path), "moe")
     assert main(["trace", "validate", str(tmp_path)]) == 0
     assert main(["replay", str(tmp_path), "--topology", "switch:4:50GBps:500ns"]) == 0
@@ -237,8 +252,11 @@ def test_a_moe_plan_generates_rewrites_validates_and_replays(tmp_path, capsys):
     # + 4 ranks x 6 for Megatron-Core's gradient work (the embedding gradient's zero fill and main_grad add
     # per micro-batch, the bucket's NaN check and 1/DP scaling) + 4 ranks x 2 layers x 2 mbs for the q/k/v
     # split's gradient cat: 788; + 4 ranks x 2 mbs x (2 layers + the final norm) for the DDP hook's main_grad
-    # adds of the norm gains (layer_main_grad_add, final_norm_main_grad_add): 812
-    assert "replayed 812 nodes on 4" in capsys.readouterr().out
+    # adds of the norm gains (layer_main_grad_add, final_norm_main_grad_add): 812; + 4 ranks x 2 layers x
+    # 2 mbs for the fused permute's row-id map (moe_permute_map, forward only): 828; + 4 ranks x 2 layers
+    # x 2 mbs x 2 for the probabilities' all-to-all (forward, backward): 860; + 4 ranks x 2 layers x 2 mbs
+    # for the DDP hook's add of the router weight's gradient (moe_router_main_grad_add): 876
+    assert "replayed 876 nodes on 4" in capsys.readouterr().out
 
 
 def test_distributed_optimizer_shards_experts_over_the_expert_dp_group():
@@ -295,8 +313,9 @@ def test_moe_under_tp2_with_sequence_parallelism_by_hand():
     assert _size(by[3]["L1.moe_tp_gather.fwd.mb0"]) == 12 * 128
     names = [n.name.split(".")[1] for n in bundle.nodes[0] if n.name.startswith("L1.") and ".fwd." in n.name]
     i = names.index("mlp_norm")
-    assert names[i : i + 14] == [
-        "mlp_norm", "moe_router", "moe_router_topk", "moe_permute", "moe_dispatch", "moe_dispatch",
+    assert names[i : i + 17] == [
+        "mlp_norm", "moe_router", "moe_router_topk", "moe_permute_map", "moe_permute", "moe_dispatch",
+        "moe_dispatch", "moe_dispatch_probs", "moe_dispatch_probs",
         "moe_tp_gather", "moe_sort_chunks", "moe_expert_up_gate", "moe_expert_act", "moe_expert_down",
         "moe_unsort_chunks", "moe_tp_scatter", "moe_combine",
     ]  # fmt: skip

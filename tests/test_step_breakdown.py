@@ -24,6 +24,8 @@ import step_breakdown as sb  # noqa: E402
         ("mlp_up_gate_fp8_cast", "bwd", "FP8 casts/scales"),
         ("qkv_proj_fp8_transpose", "bwd", "FP8 casts/scales"),
         ("fp8_scale_update", "fwd", "FP8 casts/scales"),
+        ("moe_expert_down_fp8_amax", "fwd", "FP8 casts/scales"),  # GroupedLinear's per-expert quantize
+        ("moe_expert_down_fp8_scale", "bwd", "FP8 casts/scales"),
         ("fp8_weight_cast", "opt", "optimizer"),  # the optimizer step's phase wins
         ("optimizer", "opt", "optimizer"),
         ("attn_norm", "fwd", "memory-bound"),

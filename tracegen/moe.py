@@ -59,6 +59,7 @@ class MoeSpec:
     capacity_factor: float = 0.0  # 0 = dropless
     routing: Routing = field(default_factory=Routing)
     pad_to_capacity: bool = False  # every expert gets exactly the capacity from every source (needs a factor)
+    aux_loss_coeff: float = 0.0  # Megatron-Core's moe_aux_loss_coeff (load-balancing loss; 0 = none)
 
     @property
     def shared_width(self) -> int:
@@ -307,6 +308,9 @@ def moe_from_mapping(raw: Any, layers: int, base: MoeSpec | None = None) -> MoeS
         raise CatalogError(
             f"model: moe pad_to_capacity must be true or false and needs a capacity_factor, got {pad!r:.60}"
         )
+    aux = v.get("aux_loss_coeff", 0.0)
+    if not isinstance(aux, int | float) or isinstance(aux, bool) or not 0 <= aux <= 1e6:
+        raise CatalogError(f"model: moe aux_loss_coeff must be a number >= 0, got {aux!r:.60}")
     moe_layers = _layers(v.get("layers"))
     if moe_layers and moe_layers[-1] > layers:
         raise CatalogError(f"model: moe layer {moe_layers[-1]} is past the model's {layers} layers")
@@ -320,6 +324,7 @@ def moe_from_mapping(raw: Any, layers: int, base: MoeSpec | None = None) -> MoeS
         capacity_factor=float(cf),
         routing=routing_from_mapping(v.get("routing", "uniform"), experts),
         pad_to_capacity=pad,
+        aux_loss_coeff=float(aux),
     )
 
 
@@ -344,6 +349,7 @@ def fill_moe(msg: Any, moe: MoeSpec) -> None:
     )
     msg.layers[:] = list(moe.layers)
     msg.pad_to_capacity = moe.pad_to_capacity
+    msg.aux_loss_coeff = moe.aux_loss_coeff
     r = moe.routing
     msg.routing.distribution, msg.routing.skew, msg.routing.seed = r.distribution, r.skew, r.seed
     msg.routing.weights[:] = list(r.weights)
@@ -360,6 +366,7 @@ def moe_from_message(msg: Any) -> MoeSpec:
     return MoeSpec(
         e, int(msg.top_k), int(msg.expert_ffn), int(msg.shared_experts), int(msg.shared_ffn),
         tuple(msg.layers), float(msg.capacity_factor), routing, bool(msg.pad_to_capacity),
+        float(msg.aux_loss_coeff),
     )  # fmt: skip
 
 
@@ -391,6 +398,8 @@ def moe_to_mapping(moe: MoeSpec) -> dict[str, Any]:
     }  # fmt: skip
     if moe.pad_to_capacity:  # written only when set, so earlier deployment.json files stay byte-identical
         out["pad_to_capacity"] = True
+    if moe.aux_loss_coeff:  # likewise
+        out["aux_loss_coeff"] = moe.aux_loss_coeff
     return out
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from xsim.tracegen.models import ModelArch
-from xsim.tracegen.moe import MoeSpec, expert_mlp_params, expert_tokens
+from xsim.tracegen.moe import MoeSpec, capacity, expert_mlp_params, expert_tokens
 from xsim.tracegen.ops import (
     ELEM_FLOPS,
     Comm,
@@ -36,13 +36,14 @@ from xsim.tracegen.ops import (
     _kern,
     layer_steps,
     linear_params,
+    main_grad_hook_adds,
     rank_params,
     shard_of,
 )
 
 # P2P tags of the all-to-alls: far above the pipeline's 2 * (chunk * M + mb) + direction tags.
 EP_TAG_BASE = 1 << 30
-# Which all-to-all of a layer and micro-batch (tag = base + 8 * (layer * M + mb) + index).
+# Which all-to-all of a layer and micro-batch (tag = base + A2A_SLOTS * (layer * M + mb) + index).
 A2A_INDEX = {
     ("dispatch", "fwd"): 0,
     ("combine", "fwd"): 1,
@@ -50,7 +51,11 @@ A2A_INDEX = {
     ("dispatch", "bwd"): 3,
     ("dispatch", "recompute"): 4,
     ("combine", "recompute"): 5,
+    ("dispatch_probs", "fwd"): 6,
+    ("dispatch_probs", "bwd"): 7,
+    ("dispatch_probs", "recompute"): 8,
 }
+A2A_SLOTS = 16
 # The dense MLP ops a MoE layer replaces, with Transformer Engine's FP8 casts of their operands (the dense
 # linears' own: the expert GEMMs' GroupedLinear casts its inputs and output gradients itself, TE
 # grouped_linear.py `fused_multi_quantize`, the `moe_expert_*_fp8_cast` ops of moe_block).
@@ -60,6 +65,47 @@ DENSE_MLP_OPS = frozenset(
 # Router scores are softmaxed in FP32 in Megatron-Core (moe_utils: topk_softmax_with_capacity casts
 # logits to float32), one 4-byte probability per (token, expert).
 ROUTER_PROB_BYTES = 4
+# Transformer Engine's GroupedLinear quantizes its input (forward) and its output gradient (backward) per
+# expert: TE v2.6 / v2.7 module/grouped_linear.py `tex.split_quantize(inp_view, m_splits, quantizers)`,
+# whose csrc/extensions/cast.cpp multi_tensor_quantize_impl launches one fused nvte_multi_cast_transpose for
+# all experts only under delayed scaling ("Currently only have fused kernel for FP8 delayed scaling"; the
+# existing single `_fp8_cast` op) and otherwise each split's own quantizer->quantize. Under current scaling
+# that is Float8CurrentScalingQuantizer::quantize_impl (csrc/quantizer.cpp): nvte_compute_amax (reads the
+# expert's rows), nvte_compute_scale_from_amax (reads the FP32 amax, writes scale and scale_inv) and
+# nvte_quantize_v2 (reads the rows, writes the FP8 copy and its transpose): three kernels per local expert,
+# each at least a launch floor (tracegen.gemm.LAUNCH_FLOOR_S) however few rows the expert has.
+CS_SCALE_BYTES = 12  # the scale kernel per expert: amax read, scale and scale_inv written, FP32 each
+# Transformer Engine's fused permute (Megatron-Core's moe_permute_fusion: moe_utils.permute ->
+# fused_permute_with_probs -> TE v2.7 permutation.py _moe_permute_mask_map.forward) first builds its row-id
+# map from the [T, E] routing mask in three Triton kernels (triton/permutation.py make_row_id_map), then
+# permutes (the `moe_permute` op). Bytes per (token, expert) element: pass 1 reads the 1-byte mask and
+# writes an int32 block cumsum (1 + 4), pass 2 reads and rewrites it (4 + 4), pass 3 reads it (4) and
+# writes, per token, its k destination rows, k expert indices and the count (2k + 1 int32s).
+ROW_ID_MAP_KERNELS = 3
+ROW_ID_MAP_BYTES_PER_ELEM = 1 + 4 + 4 + 4 + 4
+# Megatron-Core's apply_router_token_dropping with a capacity factor (moe_utils.py at core_v0.14.0, drop
+# policy "probs"): torch.topk of capacity along the tokens of the [T, E] probabilities, zeros_like,
+# scatter of ones at the kept indices, .bool(), then (padded to capacity) probs * mask, or (dropping only)
+# logical_and with the routing map and probs * mask: 5 or 6 kernels forward; backward the product's
+# gradient, grad * mask, one kernel. Bytes per (token, expert) element forward: topk reads 4, zeros_like
+# writes 4, .bool() reads 4 and writes 1, the product reads 4 + 1 and writes 4 (22; logical_and reads 1 + 1
+# and writes 1 more); per kept copy (capacity x E): topk writes its value and int64 index (4 + 8), scatter
+# reads the index and writes 4 (24). Backward: reads the gradient and the mask, writes the gradient (9).
+CAPACITY_MASK_KERNELS = {True: 5, False: 6}  # by pad_to_capacity
+CAPACITY_MASK_BYTES = {True: 22, False: 25}
+CAPACITY_KEPT_BYTES = 24
+CAPACITY_MASK_BWD_BYTES = 9
+# Megatron-Core's load-balancing loss (router.py _apply_aux_loss at core_v0.14.0: moe_router_load_balancing_type
+# "aux_loss" with moe_aux_loss_coeff > 0; MoeSpec.aux_loss_coeff) under moe_router_fusion (TE v2.7 router.py
+# and csrc/extensions/router.cpp), per micro-batch on the [T, E] router logits (router dtype = the input's,
+# `dtype_bytes`, without moe_router_dtype). Forward: fused_score_for_moe_aux_loss_fwd (reads the logits,
+# writes the scores, the 1-byte top-k mask and an intermediate copy), routing_map.sum(dim=0) (reads the
+# mask), fused_moe_aux_loss_fwd (reads the scores), aux_loss / coeff and the tracker's `values[layer - 1] +=`
+# (moe_utils.save_to_aux_losses_tracker; scalars): 5 kernels, 4 dtype + 2 bytes per element. Backward:
+# MoEAuxLossAutoScaler's ones_like and scale (scalars), fused_moe_aux_loss_bwd (writes the scores' gradient),
+# fused_score_for_moe_aux_loss_bwd (reads it and the intermediate, writes the logits' gradient) and autograd's
+# sum of the logits' two gradients (the top-k's and this one: reads 2, writes 1): 5 kernels, 7 dtype bytes.
+AUX_LOSS = {"fwd": (5, 4, 2), "bwd": (5, 7, 0)}  # kernels, dtype bytes, other bytes per (token, expert)
 
 
 @dataclass(frozen=True)
@@ -67,8 +113,8 @@ class AllToAll:
     """One all-to-all of a MoE layer as seen by one EP rank: bytes it sends to and receives from each peer
     (EP indices; the rank itself is left out: its own copies stay in memory)."""
 
-    op: str  # "moe_dispatch" | "moe_combine"
-    which: str  # "dispatch" | "combine" (the forward all-to-all whose bytes these are)
+    op: str  # "moe_dispatch" | "moe_combine" | "moe_dispatch_probs"
+    which: str  # "dispatch" | "combine" | "dispatch_probs" (the forward all-to-all whose bytes these are)
     sends: tuple[tuple[int, int], ...]  # (peer EP index, bytes)
     recvs: tuple[tuple[int, int], ...]
     # Bytes per peer when every EP rank exchanges the same with every peer (a balanced routing): the
@@ -157,6 +203,16 @@ def moe_block(
     in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
     nz = lambda pairs: tuple(p for p in pairs if p[1])  # noqa: E731 - a peer with no copies gets no message
     even = even_bytes(loads, moe, ep, h, b)
+    # The routing probabilities' own all-to-all (MoEAlltoAllTokenDispatcher.token_dispatch at core_v0.14.0:
+    # `global_probs = all_to_all(self.ep_group, permuted_probs, ...)` right after the tokens', the same
+    # splits; its gradient goes back the same way in backward): one FP32 probability per copy.
+    pb = ROUTER_PROB_BYTES
+    out_p = tuple((q, a2a_bytes(loads, moe, ep, src, q, 1, pb)) for q in peers)
+    in_p = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, 1, pb)) for q in peers)
+    probs_fwd = AllToAll(
+        "moe_dispatch_probs", "dispatch_probs", nz(out_p), nz(in_p), even_bytes(loads, moe, ep, 1, pb)
+    )
+    probs_bwd = replace(probs_fwd, sends=probs_fwd.recvs, recvs=probs_fwd.sends)
     act_f = ELEM_FLOPS[m.activation]
     fs = moe.shared_width // c.sh.tp  # shared experts: split over the attention's TP group
     s_up = (2 if m.activation == "swiglu" else 1) * fs
@@ -183,7 +239,7 @@ def moe_block(
         return Op(op, phase, mult * flops, mult * byt, (n_local, rows, kk, nn), True, prec, mult)
 
     def cast(op: str, elems: int) -> list[Op]:
-        return _fp8_cast(c, op, phase, elems)
+        return grouped_quantize(c, op, phase, elems, n_local)
 
     def act(op: str, rows: int, width: int) -> Op:
         if m.activation == "swiglu":
@@ -228,12 +284,18 @@ def moe_block(
                 *cast("moe_shared_down", t * h),
                 *sp_out,
             ]
+    cap_fwd, cap_bwd = capacity_mask_ops(moe, tl)
+    aux = aux_loss_ops(moe, phase, tl, b)
     if phase == "fwd":
         return [
             _gemm("moe_router", "fwd", tl, h, e, b),
             _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            *cap_fwd,
+            *aux,
+            permute_map_op(tl, e, moe.top_k),
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b), even),
+            probs_fwd,
             *gather,
             *sort,
             *cast("moe_expert_up_gate", received * h),
@@ -262,10 +324,56 @@ def moe_block(
         *sort,
         *gather,
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b), even),  # input gradients to their sources
+        probs_bwd,
         Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
+        *aux,
+        *cap_bwd,
         _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
         _gemm("moe_router", "bwd", tl, h, e, b),
+        # the router's weight is a plain parameter (router.py: RouterGatingLinearFunction returns its
+        # gradient), so Megatron-Core's DDP hook adds it into main_grad: one kernel over hidden x E
+        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
     ]  # fmt: skip
+
+
+def grouped_quantize(c: Ctx, op: str, phase: str, elems: int, experts: int) -> list[Op]:
+    """Transformer Engine GroupedLinear's FP8 quantize of `elems` elements split over `experts` local
+    experts: delayed scaling one fused cast-transpose (ops._fp8_cast); current scaling per expert an amax,
+    a scale and a cast-transpose kernel (CS_SCALE_BYTES: `{op}_fp8_amax`, `{op}_fp8_scale`, `{op}_fp8_cast`)."""
+    if not c.fp8_current:
+        return _fp8_cast(c, op, phase, elems)
+    n = max(1, experts)
+    return [
+        _kern(f"{op}_fp8_amax", phase, elems, 0, c.b, n),
+        Op(f"{op}_fp8_scale", phase, 0, CS_SCALE_BYTES * n, (n,), False, kernels=n),
+        _kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2, n),
+    ]
+
+
+def permute_map_op(tokens: int, experts: int, top_k: int) -> Op:
+    """The fused permute's row-id map (ROW_ID_MAP_KERNELS Triton kernels) over a [tokens, experts] mask."""
+    nbytes = tokens * experts * ROW_ID_MAP_BYTES_PER_ELEM + tokens * (2 * top_k + 1) * 4
+    return Op("moe_permute_map", "fwd", 0, nbytes, (tokens, experts), False, kernels=ROW_ID_MAP_KERNELS)
+
+
+def aux_loss_ops(moe: MoeSpec, phase: str, tokens: int, b: int) -> list[Op]:
+    """The load-balancing loss's kernels in `phase` (AUX_LOSS; none without an aux_loss_coeff)."""
+    if not moe.aux_loss_coeff:
+        return []
+    kernels, per_dtype, other = AUX_LOSS[phase]
+    flops = ELEM_FLOPS["softmax"] * (2 if phase == "bwd" else 1)  # the scores' softmax, as moe_router_topk
+    return [_kern("moe_aux_loss", phase, tokens * moe.experts, flops, per_dtype * b + other, kernels)]
+
+
+def capacity_mask_ops(moe: MoeSpec, tokens: int) -> tuple[list[Op], list[Op]]:
+    """(forward, backward) ops of the router's capacity mask (CAPACITY_MASK_*; none when dropless)."""
+    if not moe.capacity_factor:
+        return [], []
+    pad, te, shape = moe.pad_to_capacity, tokens * moe.experts, (tokens, moe.experts)
+    kept = min(capacity(moe, tokens), tokens) * moe.experts
+    fwd_b = te * CAPACITY_MASK_BYTES[pad] + kept * CAPACITY_KEPT_BYTES
+    fwd = Op("moe_capacity_mask", "fwd", te, fwd_b, shape, False, kernels=CAPACITY_MASK_KERNELS[pad])
+    return [fwd], [Op("moe_capacity_mask", "bwd", te, te * CAPACITY_MASK_BWD_BYTES, shape, False)]
 
 
 # The dense layer's sequence-parallel collectives around the MLP, replaced with the MoE block's own.

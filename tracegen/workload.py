@@ -51,6 +51,7 @@ from xsim.tracegen.mla import with_mla
 from xsim.tracegen.models import ModelArch
 from xsim.tracegen.moe_ops import (
     A2A_INDEX,
+    A2A_SLOTS,
     EP_TAG_BASE,
     AllToAll,
     MoeStep,
@@ -1043,7 +1044,7 @@ class _RankProgram:
         assert self.ep is not None
         members = self.ep[2]
         tag_phase = phase or self._phase
-        tag = EP_TAG_BASE + 8 * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
+        tag = EP_TAG_BASE + A2A_SLOTS * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
         if s.even:  # balanced: one ALL_TO_ALL collective over the EP group (ep x the bytes per peer)
             extra = [
                 g.attr(A.COMM_TYPE, pb.ALL_TO_ALL),
