@@ -88,10 +88,44 @@ def test_optim_grads_params_two_micro_batches_by_hand():
         ("fsdp_grad_reducescatter.1.mb1", RS, 164_352),
         ("fsdp_grad_reducescatter.emb.mb1", RS, 51_456),
     ]
-    # micro-batch 1's first gather is issued at the embedding's visit: after micro-batch 0's last op
+    # Micro-batch 1's first gather is issued at the embedding's visit, after micro-batch 0's last op (the
+    # embedding's gradient copy) and its bucket-0 ReduceScatter; L1's forward waits for it, the embedding
+    # for the t = 0 gather that brought bucket 0.
+    by_id = {n.id: n for n in nodes}
     first = next(n for n in nodes if n.name == "fsdp_param_allgather.1+2.mb1")
+    assert sorted(by_id[c].name for c in first.ctrl_deps) == [
+        "embedding_main_grad_copy.bwd.mb0", "fsdp_grad_reducescatter.emb.mb0",
+    ]  # fmt: skip
+    l1 = next(n for n in nodes if n.name == "L1.attn_norm.fwd.mb1")
     emb1 = next(n for n in nodes if n.name == "embedding.fwd.mb1")
-    assert emb1.id > first.id
+    assert first.id in l1.data_deps
+    assert [by_id[c].name for c in emb1.data_deps] == ["fsdp_param_allgather.emb+1+2.mb0"]
+
+
+def test_optim_grads_params_pipeline_stages_by_hand():
+    # PP 2, DP 2, one micro-batch. Stage 0 (embedding, L1): buckets [emb 6,400, L1 41,088]; the embedding's
+    # call gathers both ((6,400 + 41,088) / 2 x 2 B = 47,488); L1 is released after its forward and its
+    # backward, right after it, gathers it again (41,088). Stage 1 (L2, final norm + head): buckets [L2,
+    # head 6,464] (the non-layer parameters after the layers there); L2's call gathers both ((41,088 +
+    # 6,464) / 2 x 2 = 47,552); the head's gradients reduce-scatter after its backward (6,464 x 4 = 25,856),
+    # before L2's backward gathers L2 again.
+    b = generate(load_spec({**spec(), "parallel": {"gpu": "H100", "pp": 2, "dp": 2, "global_batch": 2},
+                            **OVERLAP}), rewrite=False)  # fmt: skip
+    names = {r: {n.name for n in ns} for r, ns in b.nodes.items()}
+    first = min(r for r in b.nodes if "embedding.fwd.mb0" in names[r])
+    last = min(r for r in b.nodes if "final_norm.fwd.mb0" in names[r])
+    assert syncs(b.nodes[first]) == [
+        ("fsdp_param_allgather.emb+1.mb0", AG, 47_488),
+        ("fsdp_param_allgather.1.mb0", AG, 41_088),
+        ("fsdp_grad_reducescatter.1.mb0", RS, 164_352),
+        ("fsdp_grad_reducescatter.emb.mb0", RS, 25_600),
+    ]
+    assert [x for x in syncs(b.nodes[last]) if "fsdp" in x[0]] == [
+        ("fsdp_param_allgather.2+head.mb0", AG, 47_552),
+        ("fsdp_grad_reducescatter.head.mb0", RS, 25_856),
+        ("fsdp_param_allgather.2.mb0", AG, 41_088),
+        ("fsdp_grad_reducescatter.2.mb0", RS, 164_352),
+    ]
 
 
 def test_optim_grads_params_double_buffer_prefetches_one_layer_by_hand():

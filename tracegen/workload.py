@@ -1908,26 +1908,31 @@ class _RankProgram:
 
     def _plan_mfsdp(self, events: list[tuple[str, int]], runs_bwd: list[bool]) -> None:
         """Megatron-FSDP's parameter buckets through one iteration (megatron/core/distributed/fsdp/src/
-        megatron_fsdp at 0d8e0714cd, Megatron-Bridge v0.2.0's pin). Buckets: 0 the parameters no
+        megatron_fsdp at 0d8e0714cd, Megatron-Bridge v0.2.0's pin). Buckets: the parameters no
         TransformerLayer holds (embedding, final norm, output layer on this rank: one parameter group,
-        bucket_size unset), then one per layer (fsdp_unit_modules = [TransformerLayer],
+        bucket_size unset; first where the embedding is, else after the layers), and one per layer (fsdp_unit_modules = [TransformerLayer],
         mcore_fsdp_adapter.py). Every module's forward pre-hook, and each layer's pre-backward hook, call
         all_gather_params(own bucket, prefetch): from the own bucket onward by id (forward: up, backward:
         down), buckets are added while the prefetched elements stay under suggested_AG_prefetch_size
         (max(1e9, 2 x the mean layer) / 2 elements, megatron_fsdp.py _init_fsdp_param_and_grad_buffer) and,
         with fsdp_double_buffer, at most two layer buckets (the None unit of bucket 0 counting as one,
         need_skip_prefetch); those still EMPTY are gathered. A layer is released after its forward
-        (_post_forward) and its backward (_post_backward); bucket 0 never within the iteration. The root
+        (_post_forward) and its backward (_post_backward); the non-layer bucket never within the iteration. The root
         pre-backward hook marks every layer bucket releasable; the next gather's recycle_unused_buckets
         releases those a later call did not claim (layers the head's prefetch gathered)."""
         layers = [u for u in self.unit_params if isinstance(u, int)]
         nu = sum(p for u, p in self.unit_params.items() if not isinstance(u, int))
-        units: list[int | str] = ([EMB if self.emb is not None else HEAD] if nu else []) + layers
+        # Bucket ids follow the parameters' first appearance (named_parameters): the embedding's group
+        # before the layers; on a stage without it the final norm and output layer after them.
+        units: list[int | str] = layers
+        if nu:
+            units = [EMB, *layers] if self.emb is not None else [*layers, HEAD]
         self.bucket_units = units
         self.bucket_sizes = [nu if not isinstance(u, int) else self.unit_params[u] for u in units]
         self.bucket_sizes = [fsdp_shard(p, self.dp) * self.dp for p in self.bucket_sizes]
-        self.unit_bucket = {u: (0 if not isinstance(u, int) else units.index(u)) for u in self.unit_params}
-        mean = sum(self.unit_params[x] for x in layers) // max(1, len(layers))
+        nu_id = next((k for k, u in enumerate(units) if not isinstance(u, int)), -1)
+        self.unit_bucket = {u: (units.index(u) if isinstance(u, int) else nu_id) for u in self.unit_params}
+        mean = sum(self.unit_params[x] for x in layers) // max(1, len(layers))  # the rank's TP shard
         limit = max(MFSDP_MIN_COMM_UNIT, 2 * mean) // 2
         double = self.gen.dep.fsdp_double_buffer
         is_layer = [isinstance(u, int) for u in units]
@@ -2082,6 +2087,7 @@ class _RankProgram:
             runs_bwd: list[bool] = []  # a visit with backward work (the head's forward + backward: one visit)
             split: list[bool] = []  # a visit of the same unit as the one before it
             events: list[tuple[str, int]] = []  # Megatron-FSDP's hook calls in order (_plan_mfsdp)
+            prev_kind = ""
             for kind, c, mb in order:
                 if kind == BWD:
                     events.append(("root_pre_backward", len(visits)))
@@ -2090,7 +2096,11 @@ class _RankProgram:
                     # (the next micro-batch's embedding after this one's) is a visit of its own
                     # (Megatron-FSDP: the next forward's pre-hook is an all_gather_params call of its own)
                     resharded = (self.fsdp_root or self.mfsdp) and runs_bwd and runs_bwd[-1] and kind != BWD
-                    if not visits or visits[-1][0] != u or resharded:
+                    # Megatron-FSDP releases a layer after its forward (_post_forward): its backward right
+                    # after it (a stage's last layer under 1F1B) gathers it again in a visit of its own
+                    released = self.mfsdp and isinstance(u, int) and kind == BWD and prev_kind != BWD
+                    prev_kind = kind
+                    if not visits or visits[-1][0] != u or resharded or released:
                         if self.mfsdp and visits:  # post-forward / post-backward of the visit ending here
                             events.append(("release", len(visits) - 1))
                         events.append(("call", len(visits)))
