@@ -20,7 +20,7 @@ PLAN_KEYS = (
 )  # fmt: skip
 # Plan keys added later: hashed only when the spec sets them, so a set generated before a key existed (every
 # such set leaves it unset) keeps its id and its deployment.json still checks against it.
-LATER_PLAN_KEYS = ("dp_shard",)
+LATER_PLAN_KEYS = ("dp_shard", "data_parallel_sharding_strategy", "fsdp_double_buffer")
 
 
 def deployment_set_id(dep: Any, ranks: int, variant: str) -> str:
