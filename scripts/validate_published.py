@@ -102,7 +102,10 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "overlap_param_gather": (True, False),
     "tp_comm_overlap": (True, False),
     "grad_reduce_dtype": ("fp32", "bf16"),
-    "sharding": ("zero3", "fsdp"),
+    "sharding": ("zero3", "fsdp", "megatron-fsdp"),
+    # Megatron-FSDP's --data-parallel-sharding-strategy and --fsdp-double-buffer as the run's config sets them.
+    "data_parallel_sharding_strategy": ("optim_grads_params", "optim_grads", "optim"),
+    "fsdp_double_buffer": (True, False),
     # PyTorch FSDP's backward_prefetch as the run's trainer sets it (Composer: BACKWARD_POST).
     "fsdp_backward_prefetch": ("pre", "post", "none"),
     # PyTorch's non-reentrant checkpoint with early stop (torch >= 2.1) under full recompute.

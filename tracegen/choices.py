@@ -43,8 +43,14 @@ ATTENTION_KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")
 # Width of the data-parallel gradient reduction (`grad_reduce_dtype`) and its bytes per element.
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCE_DTYPES = tuple(GRAD_REDUCE_BYTES)
-# `sharding`: "none", or ZeRO-3 / FSDP (two names for one scheme: per-layer parameter gathers).
-SHARDINGS = ("none", "zero3", "fsdp")
+# `sharding`: "none", ZeRO-3 / FSDP (two names for one scheme: per-layer parameter gathers), or Megatron-Core's
+# own FSDP ("megatron-fsdp", megatron/core/distributed/fsdp at 0d8e0714cd, Megatron-Bridge v0.2.0's pin).
+SHARDINGS = ("none", "zero3", "fsdp", "megatron-fsdp")
+# `data_parallel_sharding_strategy` under sharding: megatron-fsdp, Megatron's --data-parallel-sharding-strategy
+# less "no_shard" (plain DDP: sharding none): what the DP ranks shard (megatron_fsdp/param_and_grad_buffer.py
+# _init_each_parameter_group_buffers): the optimizer state (optim), and the gradients (optim_grads), and the
+# parameters (optim_grads_params).
+MFSDP_STRATEGIES = ("optim_grads_params", "optim_grads", "optim")
 # `fsdp_backward_prefetch`, PyTorch FSDP's BackwardPrefetch by its member names (torch.distributed.fsdp.api):
 # BACKWARD_PRE (PyTorch's default, the first), BACKWARD_POST (Composer's default), or None.
 FSDP_BACKWARD_PREFETCH = ("pre", "post", "none")

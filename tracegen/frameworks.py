@@ -220,6 +220,12 @@ class Framework:
     # (layers.py LinearWithGradAccumulationAndAsyncCommunication.backward, `torch.zeros(...)`: write dtype)
     # that autograd sums with the embedding's (read, read, write dtype) before the hook adds the sum.
     main_grad_hook: bool = False
+    # Megatron-FSDP's gradient hook into a sharded gradient buffer (sharding: megatron-fsdp with
+    # optim_grads or optim_grads_params; megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py
+    # _grad_acc at 0d8e0714cd): the unit's temporary main_grad bucket is fetched and each such gradient
+    # copied into it, `param.main_grad.copy_(param.grad)` (read the model dtype, write the buffer's dtype),
+    # instead of main_grad_hook's add (the unsharded buffer of `optim` adds, as Megatron-Core DDP).
+    main_grad_copy: bool = False
     # Megatron-Core's Bucket.start_grad_sync (megatron/core/distributed/param_and_grad_buffer.py), once per
     # gradient bucket before its DP collective: `self.grad_data *= self.gradient_scaling_factor` (1 / DP;
     # read and write the bucket): "always" (core_v0.6.0: unconditionally, DP 1 included) | "not_one"

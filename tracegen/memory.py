@@ -144,6 +144,9 @@ class MemoryOptions:
     fp8_params: bool = False
     sharding: str = "none"  # "none" | "zero3" | "fsdp": weights, gradients and optimizer state over DP
     dp_shard: int = 0  # hybrid sharding: the shard group's size (0: all of DP)
+    # sharding "megatron-fsdp": its data_parallel_sharding_strategy (resolved) and fsdp_double_buffer
+    mfsdp_strategy: str = ""
+    fsdp_double_buffer: bool = False
     attention: str = "flash"  # "flash" (the generator's fused attn_core) | "unfused" (stores a*s*s tensors)
     # Dropout rates above 0 (the resolved Framework.dropout / .attention_dropout): their masks are stored.
     hidden_dropout: bool = True
@@ -297,9 +300,38 @@ def zero3_bytes(
     return weights, grads, optimizer_bytes(params, dp, True)
 
 
+def mfsdp_bytes(
+    m: ModelArch, sh: Any, params: int, dp: int, o: MemoryOptions, first: bool, last: bool, layers: int
+) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer state) of a Megatron-FSDP rank (megatron/core/distributed/fsdp at
+    0d8e0714cd, param_and_grad_buffer.py _init_each_parameter_group_buffers: which buffers are sharded).
+    The optimizer state (FP32 main weights, preserve_fp32_weights, and Adam's moments) is ⌈params / DP⌉
+    under every strategy. optim: weights and gradients whole. optim_grads: weights whole; the gradient a
+    ⌈params / DP⌉ shard plus the rank's one bucket unsharded before its ReduceScatter. optim_grads_params: a
+    shard of each; bucket 0 (embedding, final norm, output layer) gathered for the whole iteration, its
+    gradient and one layer's unsharded before their ReduceScatters; the layers gathered at once: two with
+    fsdp_double_buffer, else one and those the prefetch holds (up to 500M elements ahead)."""
+    b, gb = o.dtype_bytes, o.grad_bytes or o.dtype_bytes
+    shard = -(-params // dp)
+    opt = optimizer_bytes(params, dp, True)
+    if o.mfsdp_strategy == "optim":
+        return params * b, params * gb, opt
+    if o.mfsdp_strategy == "optim_grads":
+        return params * b, shard * gb + params * gb, opt
+    layer = rank_params(m, sh, 1, False, False)
+    nu = (embedding_rank_params(m, sh) if first else 0) + (head_rank_params(m, sh, first) if last else 0)
+    from xsim.tracegen.workload import MFSDP_MIN_COMM_UNIT
+
+    ahead = 1 if o.fsdp_double_buffer else -(-(max(MFSDP_MIN_COMM_UNIT, 2 * layer) // 2) // max(1, layer))
+    in_flight = min(1 + ahead, max(1, layers))
+    weights = shard * b + nu * b + in_flight * layer * b
+    grads = shard * gb + (nu + layer) * gb
+    return weights, grads, opt
+
+
 def _options_of(dep: dpb.Deployment) -> MemoryOptions:
     """The deployment's memory settings; its dropout rates as the generator resolves them (profile, spec)."""
-    from xsim.tracegen.workload import _framework_of
+    from xsim.tracegen.workload import _framework_of, mfsdp_strategy
 
     fw = _framework_of(dep)
     return MemoryOptions(
@@ -315,6 +347,8 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         grad_bytes=grad_reduce_bytes(dep),
         sharding=dep.sharding or "none",
         dp_shard=dep.dp_shard,
+        mfsdp_strategy=mfsdp_strategy(dep),
+        fsdp_double_buffer=dep.fsdp_double_buffer,
         attention=dep.attention or "flash",
         te_fp8=_te_fp8(dep),
         fp8_params=dep.fp8_params and bool(_te_fp8(dep)),
@@ -392,7 +426,9 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     dense, expert = rank_params_ep(m, sh, layers, max(1, dg.ep), first, last)
                     params = dense + expert
                 gb = o.grad_bytes or o.dtype_bytes
-                if o.sharding in ("zero3", "fsdp"):
+                if o.mfsdp_strategy:
+                    weights, grads, opt = mfsdp_bytes(m, sh, params, dp, o, first, last, n)
+                elif o.sharding in ("zero3", "fsdp"):
                     shard = min(dp, o.dp_shard) if o.dp_shard else dp  # over the shard group only
                     weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last)
                 else:

@@ -705,6 +705,8 @@ def main_grad_hook_adds(c: Ctx, op: str, tensors: int, params: int) -> list[Op]:
     kernel per tensor reading main_grad (grad_bytes) and the gradient (dtype), writing main_grad."""
     if not c.fw.main_grad_hook or tensors == 0:
         return []
+    if c.fw.main_grad_copy:  # Megatron-FSDP's sharded gradient buffer: main_grad.copy_(grad)
+        return [_kern(op.replace("_add", "_copy"), "bwd", params, 0, c.grad_bytes + c.b, tensors)]
     return [_kern(op, "bwd", params, ELEM_FLOPS["add"], 2 * c.grad_bytes + c.b, tensors)]
 
 
@@ -1056,6 +1058,9 @@ def embedding_grad(c: Ctx, tied_here: bool) -> list[Op]:
             Op("embedding_tied_grad_sum", "bwd", table, 4 * b * table, (c.sh.vocab, h), False, kernels=2)
         )
     params = table + c.m.position_params
+    if c.fw.main_grad_copy:  # Megatron-FSDP's sharded gradient buffer (Framework.main_grad_copy)
+        out.append(Op("embedding_main_grad_copy", "bwd", 0, (c.grad_bytes + b) * params, (params,), False))
+        return out
     out.append(
         Op("embedding_main_grad_add", "bwd", params, (2 * c.grad_bytes + b) * params, (params,), False)
     )

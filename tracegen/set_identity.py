@@ -25,6 +25,8 @@ LATER_PLAN_KEYS = (
     "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit",
     "overlap_param_gather_with_optimizer_step",
+    "data_parallel_sharding_strategy",
+    "fsdp_double_buffer",
 )
 
 

@@ -30,6 +30,7 @@ from xsim.tracegen.choices import (
     GRAD_REDUCE_BYTES,
     GRAD_REDUCE_DTYPES,
     LOSS_IMPLS,
+    MFSDP_STRATEGIES,
     PRECISIONS,
     RESHARD_STRATEGIES,
     RMSNORM_IMPLS,
@@ -139,6 +140,8 @@ TOP_KEYS = (
     "sharding",
     "fsdp_backward_prefetch",
     "dp_shard",
+    "data_parallel_sharding_strategy",
+    "fsdp_double_buffer",
     "cp_comm_type",
     "comm_sm_contention",
     "attention_kernel",
@@ -575,6 +578,22 @@ class _SpecBuilder:
             "grad_reduce_dtype", GRAD_REDUCE_DTYPES, default_grad_reduce_dtype(dep.precision)
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
+        mfsdp = dep.sharding == "megatron-fsdp"
+        # Megatron-FSDP's keys (stored as set: "" / false when absent, the strategy's default
+        # optim_grads_params being Megatron-Bridge's set_megatron_fsdp_overrides).
+        for key in ("data_parallel_sharding_strategy", "fsdp_double_buffer"):
+            if key in self.raw and not mfsdp:
+                raise self.fail(f"{key} needs sharding: megatron-fsdp (a Megatron-FSDP setting)")
+        if "data_parallel_sharding_strategy" in self.raw:
+            dep.data_parallel_sharding_strategy = self.choice(
+                "data_parallel_sharding_strategy", MFSDP_STRATEGIES, "optim_grads_params"
+            )
+        dep.fsdp_double_buffer = self.bool_key("fsdp_double_buffer")
+        if mfsdp and ("fsdp_backward_prefetch" in self.raw or "dp_shard" in self.raw):
+            raise self.fail(
+                "sharding: megatron-fsdp always prefetches in its pre-backward hook and shards over all of DP "
+                "(its outer_dp_sharding_strategy is not modelled): drop fsdp_backward_prefetch and dp_shard"
+            )
         # Stored as set ("" when absent: PyTorch's default, "pre"); meaningful only with per-layer gathers.
         if "fsdp_backward_prefetch" in self.raw:
             if dep.sharding == "none":
@@ -599,7 +618,7 @@ class _SpecBuilder:
         dep.comm_sm_contention = "" if v else "off"
         self.comm_sms(dep)
         # megatron/training/arguments.py (validate_args) refuses these combinations with the same reasons.
-        if dep.overlap_param_gather and not dep.distributed_optimizer:
+        if dep.overlap_param_gather and not dep.distributed_optimizer and not mfsdp:
             raise self.fail(
                 "overlap_param_gather needs distributed_optimizer: true (Megatron-LM asserts it; "
                 "sharding: zero3 always prefetches its per-layer gathers)"
@@ -1107,6 +1126,9 @@ class _SpecBuilder:
             raise self.fail(f"dp_shard {dep.dp_shard} must divide the DP degree {len(reps)}")
         if dep.dp_shard == len(reps):
             dep.dp_shard = 0  # one shard group over all of DP: plain sharding
+        if dep.sharding == "megatron-fsdp" and dep.virtual_stages > 1:
+            # Each virtual chunk is a Megatron-FSDP instance of its own (its own buckets and prefetch): not built.
+            raise self.fail("sharding: megatron-fsdp is modelled with virtual_stages: 1 only")
 
     def expand_parallel(
         self, blocks: list[dict[str, int | str]], model: ModelArch, uneven: bool
@@ -1715,6 +1737,12 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         "sharding": dep.sharding or "none",
         **({"fsdp_backward_prefetch": dep.fsdp_backward_prefetch} if dep.fsdp_backward_prefetch else {}),
         **({"dp_shard": dep.dp_shard} if dep.dp_shard else {}),
+        **(
+            {"data_parallel_sharding_strategy": dep.data_parallel_sharding_strategy}
+            if dep.data_parallel_sharding_strategy
+            else {}
+        ),
+        **({"fsdp_double_buffer": True} if dep.fsdp_double_buffer else {}),
         **({"comm_sm_contention": False} if dep.comm_sm_contention == "off" else {}),
         **({"dp_comm_ctas": dep.dp_comm_ctas} if dep.dp_comm_ctas else {}),
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),

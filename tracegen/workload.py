@@ -292,6 +292,19 @@ def fsdp_shard(params: int, dp: int) -> int:
     return -(-params // dp)
 
 
+# Megatron-FSDP's floor on suggested_communication_unit_size when unset: max(1_000_000_000, 2 x the mean
+# TransformerLayer's elements); all-gather prefetch up to half of it (megatron/core/distributed/fsdp/src/
+# megatron_fsdp/megatron_fsdp.py _init_fsdp_param_and_grad_buffer at 0d8e0714cd: "Cap to 1B elements").
+MFSDP_MIN_COMM_UNIT = 1_000_000_000
+
+
+def mfsdp_strategy(dep: dpb.Deployment) -> str:
+    """Megatron-FSDP's data_parallel_sharding_strategy (sharding: megatron-fsdp; "" otherwise), resolved."""
+    if dep.sharding != "megatron-fsdp":
+        return ""
+    return dep.data_parallel_sharding_strategy or "optim_grads_params"
+
+
 def is_homogeneous(deployment: dpb.Deployment) -> bool:
     """True when every DP replica cuts the same layers into the same stages with the same TP degrees."""
     reps = list(replicas(deployment).values())
@@ -395,6 +408,9 @@ def _framework_of(dep: dpb.Deployment) -> Framework:
         # (torch/distributed/fsdp/_runtime_utils.py _post_backward_hook; the megatron-core profile is
         # xsim's default layer profile, which the FSDP rows of other frameworks borrow).
         fw = replace(fw, main_grad_hook=False)
+    if dep.sharding == "megatron-fsdp" and fw.main_grad_hook and mfsdp_strategy(dep) != "optim":
+        # Megatron-FSDP's hook copies into the fetched bucket of a sharded gradient buffer (Framework.main_grad_copy)
+        fw = replace(fw, main_grad_copy=True)
     return replace(fw, hopper_attention=dep.attention_kernel) if dep.attention_kernel else fw
 
 
@@ -1732,14 +1748,11 @@ class _RankProgram:
         """
         self.pending += params
         self.pending_fp8 += fp8
-        one_bucket = (
-            self.opt_first and self.bwd_chunk == 0
-        )  # disable_bucketing (overlap_param_gather_with_optimizer_step)
-        if (
-            self.overlap_grad
-            and not one_bucket
-            and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
-        ):
+        full = self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
+        # disable_bucketing: Megatron-FSDP's optim / optim_grads, or chunk 0 under
+        # overlap_param_gather_with_optimizer_step
+        one_bucket = self.one_bucket or (self.opt_first and self.bwd_chunk == 0)
+        if self.overlap_grad and full and not one_bucket:
             self.bucket_flush(layer)
 
     def bucket_flush(self, layer: int) -> None:
@@ -1749,8 +1762,8 @@ class _RankProgram:
         if self.pending <= 0 or (self.dp_pg is None and not self.dp1_prep()):
             self.pending = self.pending_fp8 = 0
             return
-        if self.dist_opt and self.dp_pg is not None:
-            self.buckets.append(dist_opt_bucket(self.pending, self.dp))
+        if self.dist_opt and self.dp_pg is not None and self.sync_final:
+            self.buckets.append(self._padded(self.pending))
             self.bucket_fp8.append(self.pending_fp8)
         if self.overlap_grad:
             assert self.frontier is not None
@@ -1838,17 +1851,29 @@ class _RankProgram:
             after = self.frontier = self._add(name, pb.COMP_NODE, [after], [], micros, tags + extra)
         return after
 
+    def _padded(self, params: int) -> int:
+        """A sharded bucket's elements: Megatron-Core's distributed optimizer pads it (dist_opt_bucket);
+        Megatron-FSDP to a multiple of DP (param_and_grad_buffer.py _pad_if_needed; the per-tensor padding
+        to the bucket's chunk_size_factor is not modelled)."""
+        return fsdp_shard(params, self.dp) * self.dp if self.mfsdp else dist_opt_bucket(params, self.dp)
+
     def _bucket_node(self, params: int, layer: int, after: int) -> None:
         g = self.gen
-        elems = dist_opt_bucket(params, self.dp) if self.dist_opt else params
-        after = self._bucket_prep(elems, layer, after)
+        elems = self._padded(params) if self.dist_opt else params
+        if not self.mfsdp:  # Megatron-FSDP has no DDP Bucket.start_grad_sync (its scaling: not modelled)
+            after = self._bucket_prep(elems, layer, after)
         if self.dp_pg is None:  # DP 1: the NaN check (and core_v0.6.0's scaling by 1.0), no collective
             self.bucket_count += 1
             return
         ctrl = [self.sync_ids[-1]] if self.sync_ids else []  # buckets run in order, as on one NCCL stream
         pg = self.dp_pg
-        if self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
-            padded = dist_opt_bucket(params, self.dp)
+        if self.mfsdp == "optim":
+            # Megatron-FSDP `optim`: the gradient buffer is whole on every rank, all-reduced at the last
+            # micro-batch (_bucket_group_gradient_reduce: all_reduce of the padded bucket when
+            # not gbuf.is_data_distributed); each rank then updates its shard of the main weights.
+            kind, size, what = pb.ALL_REDUCE, elems * self.grad_bytes, "dp_grad_allreduce"
+        elif self.dist_opt and not self.ctx.fw.sharded_grad_allreduce:
+            padded = self._padded(params)
             kind, size, what = pb.REDUCE_SCATTER, padded * self.grad_bytes, "dp_grad_reducescatter"
         else:
             # Without a sharded optimizer, or one that all-reduces each bucket and keeps its shard
@@ -1991,6 +2016,11 @@ class _RankProgram:
             return
         assert self.visits[i][0] == unit, "visits follow the planned order"
         after = [self.frontier] if self.frontier is not None else []
+        if self.mfsdp:
+            self._mfsdp_enter(i, after)
+            self.cur_unit = unit
+            self.visit_i = i + 1
+            return
         if self.visit_gathers[i]:
             if self.visit_ag[i] < 0:  # the first visit, or a backward visit no prefetch issued
                 self.visit_ag[i] = self._fsdp_gather(i, after)
@@ -2001,6 +2031,99 @@ class _RankProgram:
                 self.visit_ag[nxt] = self._fsdp_gather(nxt, after)
         self.cur_unit = unit
         self.visit_i = i + 1
+
+    def _mfsdp_enter(self, i: int, after: list[int]) -> None:
+        """Megatron-FSDP (optim_grads_params): the visit's all_gather_params call as _plan_mfsdp replayed it:
+        one coalesced AllGather of the buckets it issues (its own and the prefetched ones not yet gathered;
+        megatron_fsdp/param_and_grad_buffer.py AllGatherPipeline.all_gather_params, _coalescing_manager),
+        then the visit waits for the gather that brought its own bucket."""
+        unit, mb = self.visits[i]
+        issue = self.visit_calls[i]
+        if issue:
+            names = "+".join(str(self.bucket_units[b]) for b in issue)
+            size = sum(fsdp_shard(self.bucket_sizes[b], self.dp) for b in issue) * self.ctx.b
+            layer = unit if isinstance(unit, int) else 0
+            nid = self._dp_comm(
+                f"fsdp_param_allgather.{names}.mb{mb}", pb.ALL_GATHER, size, [], after, layer, mb
+            )
+            for b in issue:
+                self.bucket_gather[b] = nid
+        own = self.unit_bucket[unit]
+        if own in self.bucket_gather:  # none when gathered after the previous optimizer step (no overlap)
+            self.waits.append(self.bucket_gather[own])
+
+    def _plan_mfsdp(self, events: list[tuple[str, int]], runs_bwd: list[bool]) -> None:
+        """Megatron-FSDP's parameter buckets through one iteration (megatron/core/distributed/fsdp/src/
+        megatron_fsdp at 0d8e0714cd, Megatron-Bridge v0.2.0's pin). Buckets: the parameters no
+        TransformerLayer holds (embedding, final norm, output layer on this rank: one parameter group,
+        bucket_size unset; first where the embedding is, else after the layers), and one per layer (fsdp_unit_modules = [TransformerLayer],
+        mcore_fsdp_adapter.py). Every module's forward pre-hook, and each layer's pre-backward hook, call
+        all_gather_params(own bucket, prefetch): from the own bucket onward by id (forward: up, backward:
+        down), buckets are added while the prefetched elements stay under suggested_AG_prefetch_size
+        (max(1e9, 2 x the mean layer) / 2 elements, megatron_fsdp.py _init_fsdp_param_and_grad_buffer) and,
+        with fsdp_double_buffer, at most two layer buckets (the None unit of bucket 0 counting as one,
+        need_skip_prefetch); those still EMPTY are gathered. A layer is released after its forward
+        (_post_forward) and its backward (_post_backward); the non-layer bucket never within the iteration. The root
+        pre-backward hook marks every layer bucket releasable; the next gather's recycle_unused_buckets
+        releases those a later call did not claim (layers the head's prefetch gathered)."""
+        layers = [u for u in self.unit_params if isinstance(u, int)]
+        nu = sum(p for u, p in self.unit_params.items() if not isinstance(u, int))
+        # Bucket ids follow the parameters' first appearance (named_parameters): the embedding's group
+        # before the layers; on a stage without it the final norm and output layer after them.
+        units: list[int | str] = layers
+        if nu:
+            units = [EMB, *layers] if self.emb is not None else [*layers, HEAD]
+        self.bucket_units = units
+        self.bucket_sizes = [nu if not isinstance(u, int) else self.unit_params[u] for u in units]
+        self.bucket_sizes = [fsdp_shard(p, self.dp) * self.dp for p in self.bucket_sizes]
+        nu_id = next((k for k, u in enumerate(units) if not isinstance(u, int)), -1)
+        self.unit_bucket = {u: (units.index(u) if isinstance(u, int) else nu_id) for u in self.unit_params}
+        mean = sum(self.unit_params[x] for x in layers) // max(1, len(layers))  # the rank's TP shard
+        limit = max(MFSDP_MIN_COMM_UNIT, 2 * mean) // 2
+        double = self.gen.dep.fsdp_double_buffer
+        is_layer = [isinstance(u, int) for u in units]
+        # overlap_param_gather: everything released at the end of the step (finish_grad_sync); without it
+        # start_param_sync gathered every bucket after the previous step (param_gathers): all held.
+        held = [not self.gen.dep.overlap_param_gather] * len(units)
+        releasable: set[int] = set()
+        calls: list[list[int]] = []
+        for kind, i in events:
+            if kind == "root_pre_backward":
+                releasable |= {b for b in range(len(units)) if is_layer[b]}
+                continue
+            if kind == "release":
+                # a layer recomputed ahead of its backward stays gathered (PRE_BACKWARD skips _post_forward)
+                if is_layer[self.unit_bucket[self.visits[i][0]]] and not (
+                    self.visit_bwd[i] and not runs_bwd[i]
+                ):
+                    held[self.unit_bucket[self.visits[i][0]]] = False
+                continue
+            unit, _mb = self.visits[i]
+            own = self.unit_bucket[unit]
+            step = -1 if self.visit_bwd[i] else 1
+            # a layer recomputed in backward is in PRE_BACKWARD: its forward pre-hook does not prefetch,
+            # its pre-backward hook does (both at the visit's start here)
+            ag, dbl = [own], ({own} if is_layer[own] else set())
+            nxt = own + step
+            while 0 <= nxt < len(units) and sum(self.bucket_sizes[b] for b in ag[1:]) < limit:
+                if double:
+                    dbl.add(nxt if is_layer[nxt] else -1)
+                    if len(dbl) > 2:
+                        break
+                ag.append(nxt)
+                nxt += step
+            releasable -= set(ag)
+            issue = [b for b in ag if not held[b]]
+            if issue:  # async_bucket_gather's recycle_unused_buckets, then the gathers
+                for b in releasable:
+                    held[b] = False
+                releasable = set()
+                for b in issue:
+                    held[b] = True
+            calls.append(sorted(issue))
+        self.visit_calls = calls
+        self.bucket_gather: dict[int, int] = {}
+        self.buckets = list(self.bucket_sizes)
 
     def _fsdp_gather(self, i: int, ctrl: list[int]) -> int:
         unit, mb = self.visits[i]
@@ -2015,6 +2138,12 @@ class _RankProgram:
         assert self.frontier is not None
         layer = unit if isinstance(unit, int) else 0
         shard = fsdp_shard(self.unit_params[unit], self.dp)
+        if self.mfsdp:
+            # Megatron-FSDP reduces a bucket once all its gradients are in (GradReducePipeline.reduce_gradients):
+            # bucket 0 (embedding, final norm, output layer) at the embedding's backward where it is here
+            if not isinstance(unit, int) and unit == HEAD and self.emb is not None:
+                return
+            shard = self.bucket_sizes[self.unit_bucket[unit]] // self.dp
         name = f"fsdp_grad_reducescatter.{unit}.mb{mb}"
         nid = self._dp_comm(
             name, pb.REDUCE_SCATTER, shard * self.dp * self.grad_bytes, [self.frontier], [], layer, mb
@@ -2103,12 +2232,24 @@ class _RankProgram:
             bwd: list[bool] = []  # a visit that opens in a backward pass (its recompute included)
             runs_bwd: list[bool] = []  # a visit with backward work (the head's forward + backward: one visit)
             split: list[bool] = []  # a visit of the same unit as the one before it
+            events: list[tuple[str, int]] = []  # Megatron-FSDP's hook calls in order (_plan_mfsdp)
+            prev_kind = ""
             for kind, c, mb in order:
+                if kind == BWD:
+                    events.append(("root_pre_backward", len(visits)))
                 for u in self._pass_units(kind, self.st.chunks[c]):
                     # PyTorch FSDP reshards a unit in its post-backward hook: a forward after its backward
                     # (the next micro-batch's embedding after this one's) is a visit of its own
-                    resharded = self.fsdp_root and runs_bwd and runs_bwd[-1] and kind != BWD
-                    if not visits or visits[-1][0] != u or resharded:
+                    # (Megatron-FSDP: the next forward's pre-hook is an all_gather_params call of its own)
+                    resharded = (self.fsdp_root or self.mfsdp) and runs_bwd and runs_bwd[-1] and kind != BWD
+                    # Megatron-FSDP releases a layer after its forward (_post_forward): its backward right
+                    # after it (a stage's last layer under 1F1B) gathers it again in a visit of its own
+                    released = self.mfsdp and isinstance(u, int) and kind == BWD and prev_kind != BWD
+                    prev_kind = kind
+                    if not visits or visits[-1][0] != u or resharded or released:
+                        if self.mfsdp and visits:  # post-forward / post-backward of the visit ending here
+                            events.append(("release", len(visits) - 1))
+                        events.append(("call", len(visits)))
                         split.append(bool(visits) and visits[-1][0] == u)
                         visits.append((u, mb))
                         bwd.append(kind == BWD)
@@ -2123,6 +2264,8 @@ class _RankProgram:
             keep = self._root_kept(visits, runs_bwd, last) if self.fsdp_root else [True] * len(visits)
             self.visit_gathers = keep
             self.buckets = [fsdp_shard(p, self.dp) * self.dp for p in self.unit_params.values()]
+            if self.mfsdp:
+                self._plan_mfsdp(events, runs_bwd)
             return
         if self.expert_ahead:
             self._plan_experts(order, last_b)
@@ -2143,17 +2286,14 @@ class _RankProgram:
             for u in order_units:
                 members.append(u)
                 pending += self.unit_params[u]
-                if (
-                    self.overlap_grad
-                    and not one_bucket
-                    and pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
-                ):
-                    plan.append((dist_opt_bucket(pending, self.dp), members))
+                full = pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
+                if self.overlap_grad and full and not (one_bucket or self.one_bucket):
+                    plan.append((self._padded(pending), members))
                     pending, members = 0, []
             if pending:
                 if one_bucket:
                     self.chunk0_bucket = len(plan)
-                plan.append((dist_opt_bucket(pending, self.dp), members))
+                plan.append((self._padded(pending), members))
         self.plan_buckets = plan
         # overlap_param_gather_with_optimizer_step: chunk 0's bucket is gathered by the optimizer step, not
         # ahead of its forward (finish)
@@ -2213,7 +2353,10 @@ class _RankProgram:
         ] = []  # hybrid sharding's AllReduces (in sync_ids too; PG_NAME: the replicate group)
         # gradient AllReduces over the whole DP group under dp_shard (in sync_ids too; PG_NAME: that group)
         self.wide_ids: list[int] = []
-        self.fsdp = dep.sharding in ("zero3", "fsdp")
+        # Megatron-FSDP (sharding: megatron-fsdp): its strategy; optim_grads_params is the per-layer scheme
+        # above with its own buckets and prefetch (_plan_mfsdp), optim / optim_grads the DP bucket path.
+        self.mfsdp = mfsdp_strategy(dep)
+        self.fsdp = dep.sharding in ("zero3", "fsdp") or self.mfsdp == "optim_grads_params"
         # PyTorch FSDP keeps the root module's parameters gathered from forward to backward (_root_kept);
         # DeepSpeed ZeRO-3 (`zero3`) has no root unit: every module is released after its forward.
         self.fsdp_root = dep.sharding == "fsdp"
@@ -2230,7 +2373,7 @@ class _RankProgram:
             self.ctx.fw.fp32_grad_copy_per_micro_batch and self.ctx.precision == "bf16" and not self.fsdp
         )
         # ZeRO-3 / FSDP also updates only the rank's shard of the optimizer state (as ZeRO-1 does).
-        self.dist_opt = dep.distributed_optimizer or self.fsdp
+        self.dist_opt = dep.distributed_optimizer or self.fsdp or bool(self.mfsdp)
         self.dp = len(self.gen.dp_members.get(self.dp_pg, ())) if self.dp_pg else 1
         self.grad_bytes = grad_reduce_bytes(dep)
         # Megatron-LM before Megatron-Core (megatron-2021 / -2022 profiles), without a sharded optimizer; that
@@ -2239,9 +2382,19 @@ class _RankProgram:
         legacy = code and not self.dist_opt and self.gen.model.moe is None and self.gen.model.mla is None
         self.gpath = grad_path(code, self.ctx.precision, self.ctx.b) if legacy else None
         self.overlap_grad = dep.overlap_grad_reduce
+        # Megatron-FSDP optim / optim_grads: no TransformerLayer units, and bucket_size unset (Megatron-LM's
+        # --ddp-bucket-size, which Megatron-Bridge's FSDP runs leave None): the rank's parameters are one bucket
+        # (_get_parameter_groups), reduced by the post-backward hook that completes it, overlap or not.
+        self.one_bucket = self.mfsdp in ("optim", "optim_grads")
+        if self.one_bucket:
+            self.overlap_grad = True
         # overlap_param_gather: the parameter AllGathers of the previous optimizer step run under this
         # iteration's forward (the steady state's wrap-around; docs/tracegen.md "Overlap").
-        self.gather_ahead = dep.overlap_param_gather and dep.distributed_optimizer and self.dp_pg is not None
+        self.gather_ahead = (
+            dep.overlap_param_gather
+            and (dep.distributed_optimizer or self.one_bucket)
+            and self.dp_pg is not None
+        )
         # overlap_param_gather_with_optimizer_step (Megatron-Core's distributed optimizer, interleaved 1F1B):
         # model chunk 0 in one bucket, its optimizer stepped first and its AllGather issued right after
         # (optimizer/__init__.py get_megatron_optimizer, optimizer.py ChainedOptimizer.step_with_ready_grads;
@@ -2269,6 +2422,7 @@ class _RankProgram:
         self.bucket_fp8: list[int] = []
         self.bucket_count = 0
         self.sync_mb = 0
+        self.sync_final = True  # the backward filling the buckets is the chunk's last (optim_grads: any)
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
         self.expert_deferred: list[int] = []
@@ -2341,7 +2495,10 @@ class _RankProgram:
         ch = self.st.chunks[c]
         if kind == BWD:
             buckets = self.dp_pg is not None or self.dp1_prep()
-            self.backward(ch, mb, sync=buckets and not self.fsdp and mb == last_b[c])
+            # Megatron-FSDP optim_grads reduce-scatters every micro-batch (grad_reduce_every_bprop)
+            self.sync_final = mb == last_b[c]
+            every = self.mfsdp == "optim_grads" and self.dp_pg is not None
+            self.backward(ch, mb, sync=buckets and not self.fsdp and (self.sync_final or every))
         else:
             self.forward(ch, mb)
 
@@ -2670,7 +2827,10 @@ class _RankProgram:
     def param_gathers(self, after: int) -> int | None:
         """Distributed optimizer without overlap_param_gather: the AllGathers of the updated parameters,
         bucket by bucket on the DP stream after node `after`; the last one's id (None when there are none)."""
-        dense = () if self.gather_ahead or self.fsdp else self.buckets
+        # Megatron-FSDP optim_grads_params without overlap_param_gather: start_param_sync gathers every bucket
+        # after the step (megatron_fsdp.py, its force_sync branch) and the next forward finds them gathered.
+        mfsdp_sync = self.mfsdp == "optim_grads_params" and not self.gen.dep.overlap_param_gather
+        dense = () if self.gather_ahead or (self.fsdp and not mfsdp_sync) else self.buckets
         prev = self._gathers(
             "dp_param_allgather", dense, self.dp, self.dp_pg or "", after, [], self.sync_ids, self.bucket_fp8
         )
