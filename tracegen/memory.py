@@ -12,7 +12,8 @@ Sources:
 - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
   (arXiv:2205.05198), section 4: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism; with tensor
   parallelism t, s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism too, s*b*h/t*(34 + 5*a*s/h);
-  selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP); full
+  selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP; Megatron-Core's
+  recompute modules free the tensors RECOMPUTE_FREES names, by layer_activation_terms' components); full
   recomputation keeps only the layer input, 2*s*b*h (2*s*b*h/t with SP). Section 4.2.3: pipeline stage k
   (0-based) of p under 1F1B holds up to p - k micro-batches; GPipe holds all m; Megatron's interleaved
   schedule (v virtual stages) holds (p - k - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers, which is
@@ -340,7 +341,9 @@ def layer_activation_bytes(
         sharded = 2 * sbq + 2 * sbq * kv + 2 * sbq + LSE_BYTES * a * s * b + 2 * s * b * f
         return (4 * sbh + sharded) / t if sp else 4 * sbh + sharded / t
     terms = layer_activation_terms(m, s, b, t, sp, flash, fp8, hidden_dropout, attention_dropout)
-    freed = recompute_frees(modules, moe_layer, m.mla is not None) if recompute == "selective" else frozenset()
+    freed = (
+        recompute_frees(modules, moe_layer, m.mla is not None) if recompute == "selective" else frozenset()
+    )
     return sum((v for k, v in terms.items() if k not in freed), Fraction(0))
 
 
@@ -564,7 +567,9 @@ def _stage_activations(
         mods = o.recompute_modules
         stored, remat = Fraction(0), Fraction(0)
         for kind in sorted(set(kinds)):
-            one = layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8, **drop, modules=mods, moe_layer=kind)
+            one = layer_activation_bytes(
+                m, s, b, t, sp, "selective", flash, fp8, **drop, modules=mods, moe_layer=kind
+            )
             stored += one * kinds.count(kind)
             remat = max(remat, rematerialized_bytes(m, s, b, t, sp, flash, fp8, mods, kind, **drop))
         return stored * flight + remat

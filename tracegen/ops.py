@@ -13,7 +13,7 @@ casts) is decided by the framework profile of the context (tracegen/frameworks.p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from xsim.tracegen.attention import fa2_grid_factor, flash_compute_seconds
@@ -944,7 +944,9 @@ def op_sac_recompute(c: Ctx) -> list[Op]:
 
 
 # MLA's up projections and RoPE (tracegen.mla's op names): what `mla_up_proj` re-runs.
-MLA_UP_OPS: frozenset[str] = frozenset({"mla_q_norm", "mla_q_up", "mla_q_proj", "mla_kv_norm", "mla_kv_up", "rope"})
+MLA_UP_OPS: frozenset[str] = frozenset(
+    {"mla_q_norm", "mla_q_up", "mla_q_proj", "mla_kv_norm", "mla_kv_up", "rope"}
+)
 # Megatron-Core's selective recompute modules (`recompute_modules`, tracegen.choices.RECOMPUTE_MODULES) as
 # core_v0.14.0 (23e00ed096) runs them with the Transformer Engine layer spec (gpt_layer_specs.py
 # get_gpt_layer_with_transformer_engine_spec), the order in which those sharing a backward step re-run there:
@@ -989,43 +991,56 @@ def _restore(c: Ctx, op: Op, elems: int = 0, kernels: int = 1) -> Op:
     return _kern(f"{op.op}_restore", "fwd", elems or op.shape[0], 0, 2 * c.b, kernels)
 
 
+def _named_in(*names: str) -> Callable[[object], bool]:
+    """A backward step named one of `names` (a recompute module's place, with_recompute)."""
+    return lambda s: _op_name(s) in names
+
+
+def _named_from(prefix: str) -> Callable[[object], bool]:
+    """A backward step whose name starts with `prefix` (the MoE block's, its shared experts')."""
+    return lambda s: _op_name(s).startswith(prefix)
+
+
 def recompute_module_steps(c: Ctx, fwd: list, module: str, moe_layer: bool) -> list[tuple[list, Callable]]:
     """What recompute module `module` re-runs in a layer whose forward steps are `fwd` (a MoE layer's when
     `moe_layer`), each as (steps, the backward step they run right before); [] where it has no part."""
-    named = lambda names: [s for s in fwd if isinstance(s, Op) and s.op in names]  # noqa: E731
-    core = lambda s: isinstance(s, Op) and s.op in ATTN_CORE_OPS  # noqa: E731
-    mla = c.m.mla
+
+    def named(names: Collection[str]) -> list[Op]:
+        return [s for s in fwd if isinstance(s, Op) and s.op in names]
+
+    def with_copy(ops: list[Op]) -> list[Op]:  # CheckpointWithoutOutput: the output copied back
+        return [*ops, *(_restore(c, o) for o in ops)]
+
+    core, mla = _named_in(*ATTN_CORE_OPS), c.m.mla
     if module == "core_attn":
         return [(named(ATTN_CORE_OPS), core)]
     if module == "mla_up_proj" and mla is not None:
-        ups = named(MLA_UP_OPS)
         qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         qkv = c.tokens * c.sh.heads * (2 * qk + mla.v_head_dim)
-        return [([*ups, _restore(c, Op("mla_qkv", "fwd", 0, 0, (qkv,), False), qkv, 3)], core)]
+        restore = _restore(c, Op("mla_qkv", "fwd", 0, 0, (qkv,), False), qkv, 3)
+        return [([*named(MLA_UP_OPS), restore], core)]
     if module == "layernorm":
-        out = []
-        if moe_layer:
-            norm = named({"mlp_norm"})
-            out.append(([*norm, *(_restore(c, n) for n in norm)], lambda s: _op_name(s).startswith("moe_")))
-        if mla is not None:
-            norm = named({"attn_norm"})
-            out.append(([*norm, *(_restore(c, n) for n in norm)], lambda s: _op_name(s) in ("attn_tp_out", "attn_out_proj")))
-        return out
+        moe_norm = [(with_copy(named({"mlp_norm"})), _named_from("moe_"))] if moe_layer else []
+        attn_norm = with_copy(named({"attn_norm"}))
+        return moe_norm + (
+            [(attn_norm, _named_in("attn_tp_out", "attn_out_proj"))] if mla is not None else []
+        )
     if module == "moe" and moe_layer:
-        return [(_replayed([s for s in fwd if _op_name(s).startswith("moe_")]), lambda s: _op_name(s).startswith("moe_"))]
+        return [(_replayed([s for s in fwd if _op_name(s).startswith("moe_")]), _named_from("moe_"))]
     if module == "shared_experts" and moe_layer:
         shared = [s for s in fwd if _op_name(s).startswith("moe_shared_") and _op_name(s) != "moe_shared_add"]
-        return [(_replayed(shared), lambda s: _op_name(s).startswith("moe_shared_"))]
+        return [(_replayed(shared), _named_from("moe_shared_"))]
     if module == "moe_act" and moe_layer:
-        act = named({"moe_expert_act"})
-        return [([*act, *(_restore(c, a) for a in act)], lambda s: _op_name(s) in ("moe_expert_down_fp8_cast", "moe_expert_down"))]
+        return [
+            (with_copy(named({"moe_expert_act"})), _named_in("moe_expert_down_fp8_cast", "moe_expert_down"))
+        ]
     if module == "mlp" and not moe_layer:
         at = [i for i, s in enumerate(fwd) if isinstance(s, Op) and s.op == "mlp_norm"]
         ends = [i for i, s in enumerate(fwd) if _op_name(s) in ("mlp_down", "mlp_tp_out")]
         if not at or not ends:
             return []
-        fc2 = ("mlp_tp_out", "mlp_down_amax_allreduce", "mlp_down_fp8_cast", "mlp_down")
-        return [(_replayed(fwd[at[0] : max(ends) + 1]), lambda s: _op_name(s) in fc2)]
+        fc2 = _named_in("mlp_tp_out", "mlp_down_amax_allreduce", "mlp_down_fp8_cast", "mlp_down")
+        return [(_replayed(fwd[at[0] : max(ends) + 1]), fc2)]
     return []
 
 
