@@ -13,7 +13,7 @@ Sources:
   (arXiv:2205.05198), section 4: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism; with tensor
   parallelism t, s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism too, s*b*h/t*(34 + 5*a*s/h);
   selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP; Megatron-Core's
-  recompute modules free the tensors RECOMPUTE_FREES names, by layer_activation_terms' components); full
+  recompute modules free the tensors recompute_frees names, by layer_activation_terms' components); full
   recomputation keeps only the layer input, 2*s*b*h (2*s*b*h/t with SP). Section 4.2.3: pipeline stage k
   (0-based) of p under 1F1B holds up to p - k micro-batches; GPipe holds all m; Megatron's interleaved
   schedule (v virtual stages) holds (p - k - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers, which is
@@ -136,7 +136,7 @@ class MemoryOptions:
     recompute_method: str = (
         "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk) | "every"
     )
-    # with "selective": Megatron-Core's recompute modules (tracegen.choices.RECOMPUTE_MODULES; RECOMPUTE_FREES)
+    # with "selective": Megatron-Core's recompute modules (tracegen.choices.RECOMPUTE_MODULES; recompute_frees)
     recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
@@ -226,7 +226,7 @@ def layer_activation_terms(
     attention_dropout: bool = True,
 ) -> dict[str, Fraction]:
     """Activation bytes one TP rank stores for one layer of `m` without recomputation, by the tensor that
-    holds them (Korthikanti's components, any MLP and GQA; the names RECOMPUTE_FREES uses). `fp8`: Transformer
+    holds them (Korthikanti's components, any MLP and GQA; the names recompute_frees uses). `fp8`: Transformer
     Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED); `hidden_dropout` /
     `attention_dropout` False: that rate is 0 and its masks are not stored."""
     h, a, f = m.hidden, m.heads, m.ffn_hidden
@@ -360,7 +360,7 @@ def rematerialized_bytes(
     **drop: bool,
 ) -> Fraction:
     """The most a layer's backward holds again of what its selective recompute `modules` freed: its MLP
-    side's, then its attention side's, one after the other (RECOMPUTE_FREES; core_attn's left out)."""
+    side's, then its attention side's, one after the other (recompute_frees; core_attn's left out)."""
     terms = layer_activation_terms(m, s, b, t, sp, flash, fp8, **drop)
     freed = recompute_frees(modules, moe_layer, m.mla is not None) - {"attn_core"}
     attn = sum((terms[k] for k in freed & ATTENTION_SIDE), Fraction(0))

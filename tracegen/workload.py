@@ -793,7 +793,7 @@ class _RankProgram:
         self.first = st.chunks[0].first
         self.last = st.chunks[-1].last
         self.layer_fwd = {p: layer_steps(self.ctx, p) for p in ("fwd", "bwd")}
-        self.plain_bwd = self.layer_fwd["bwd"]  # without recompute (MLA and CP layers build on it)
+        self.plain_bwd = self.layer_fwd["bwd"]  # without recompute modules (layer_of adds them after MLA)
         self.recompute = dep.recompute or "none"
         # Megatron-Core's selective recompute modules (tracegen.ops.with_recompute); () unless selective
         self.modules = recompute_modules(dep)
@@ -926,7 +926,7 @@ class _RankProgram:
     def _tag_of(self, s: Step, phase: str) -> str:
         """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
         (selective recompute), else the op's own phase (collectives: the pass's)."""
-        if s.phase == "fwd" and self._phase == "bwd":  # an Op, or a collective a recompute module replays
+        if getattr(s, "phase", "") == "fwd" and self._phase == "bwd":  # an Op, or a replayed collective
             phase = RECOMPUTE
         return phase or (s.phase if isinstance(s, Op) else self._phase)
 
@@ -949,7 +949,8 @@ class _RankProgram:
                 assert moe is not None and self.ep is not None
                 got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local)
             else:
-                got = list(self.layer_fwd["fwd"] if phase == "fwd" else self.plain_bwd)
+                # the dense layer's (under recompute modules without them: inserted after MLA below)
+                got = list(self.plain_bwd if phase == "bwd" and self.modules else self.layer_fwd[phase])
             if mla is not None:
                 got = with_mla(got, self.ctx, mla, phase)
             if phase == "bwd" and self.modules:  # re-run from the layer's own forward steps
