@@ -152,11 +152,16 @@ SM_OPTIONS = ("dp_comm_ctas", "tp_overlap_sms")
 INT_OPTIONS = ("dp_shard",)
 # Megatron-Core's wgrad_deferral_limit (micro-batches whose LM-head wgrad is deferred; 0 = all) as set.
 COUNT_OPTIONS = ("wgrad_deferral_limit",)
+# Lists of names, as the run's launch script sets them, copied into the spec as written: Megatron-Core's
+# --recompute-modules under recompute: selective (tracegen.choices.RECOMPUTE_MODULES, core_v0.14.0).
+LIST_OPTIONS: dict[str, tuple[str, ...]] = {
+    "recompute_modules": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"),
+}
 MEASURED_KINDS = ("iteration_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 RUN_KEYS = (
     "id", "source", "where", "config_source", "config_where", "model", "parallel", "recompute",
     "sequence_parallel", "precision", "measured", "notes", "gpu", "cluster", "attention", *OPTION_VALUES,
-    *SM_OPTIONS, *INT_OPTIONS, *COUNT_OPTIONS,
+    *SM_OPTIONS, *INT_OPTIONS, *COUNT_OPTIONS, *LIST_OPTIONS,
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
@@ -577,6 +582,8 @@ def _option_text(v: Any) -> str:
     """An option's value in the configuration column: on/off, name:count pairs, or the value."""
     if isinstance(v, bool):
         return "on" if v else "off"
+    if isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+        return ",".join(v)
     if isinstance(v, tuple):
         return " ".join(f"{k}:{n}" for k, n in v)
     return str(v)
@@ -584,7 +591,8 @@ def _option_text(v: Any) -> str:
 
 def _sm_options(path: str, where: str, raw: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """A run's SM_OPTIONS: dp_comm_ctas a positive integer, tp_overlap_sms a mapping of names to integers
-    (kept as sorted pairs: a Run is frozen)."""
+    (kept as sorted pairs: a Run is frozen); its INT_OPTIONS; its LIST_OPTIONS, non-empty lists of the
+    allowed names (kept as tuples)."""
     out: list[tuple[str, Any]] = []
     if "dp_comm_ctas" in raw:
         v = raw["dp_comm_ctas"]
@@ -608,6 +616,12 @@ def _sm_options(path: str, where: str, raw: Mapping[str, Any]) -> list[tuple[str
             if type(v) is not int or v < 0:
                 raise _fail(path, where, f"{key} must be an integer >= 0, got {v!r}")
             out.append((key, v))
+    for key, allowed in LIST_OPTIONS.items():
+        if key in raw:
+            v = raw[key]
+            if not isinstance(v, list) or not v or not all(isinstance(x, str) and x in allowed for x in v):
+                raise _fail(path, where, f"{key} must be a list of {', '.join(allowed)}, got {v!r}")
+            out.append((key, tuple(v)))
     return out
 
 
@@ -702,7 +716,9 @@ def spec_for(
         spec["compute_model"] = "calibrated"
     # Issue 22's keys exactly as the run's YAML sets them (none invented): `needed_features` says which of
     # them this checkout's tracegen lacks, and such a run is reported, not replayed.
-    spec.update({k: dict(v) if k == "tp_overlap_sms" else v for k, v in run.options})
+    spec.update(
+        {k: dict(v) if k == "tp_overlap_sms" else list(v) if k in LIST_OPTIONS else v for k, v in run.options}
+    )
     spec["cluster"] = run.cluster if _has_cluster_preset(run.cluster) else _explicit_dgx_cluster(run)
     if run.stage_layers:
         # Uneven pipeline stages (Megatron-DeepSpeed's partition counting embeddings as layers) are written

@@ -58,3 +58,9 @@ FSDP_BACKWARD_PREFETCH = ("pre", "post", "none")
 RESHARD_STRATEGIES = ("xsim", "hetauto", "alpacomm", "naive")
 # `batch_input`: the batch's host-to-device copy and TP broadcast each micro-batch (tracegen.batch_input).
 BATCH_INPUTS = ("megatron", "megatron-no-mask", "nemo", "none")
+# `recompute_modules` (recompute: selective, framework: megatron-core): Megatron-Core's
+# --recompute-modules, the allowed set of megatron/core/transformer/transformer_config.py
+# `recompute_modules` at core_v0.14.0 (23e00ed096; "shared_experts" arrived after core_v0.13.0). Its
+# default is ["core_attn"], what `recompute: selective` always recomputed (tracegen.ops.with_recompute).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)

@@ -12,7 +12,8 @@ Sources:
 - Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
   (arXiv:2205.05198), section 4: per layer s*b*h*(34 + 5*a*s/h) bytes without parallelism; with tensor
   parallelism t, s*b*h*(10 + 24/t + 5*a*s/(h*t)); with sequence parallelism too, s*b*h/t*(34 + 5*a*s/h);
-  selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP); full
+  selective recomputation drops the 5*a*s/h term (s*b*h*(10 + 24/t), or 34*s*b*h/t with SP; Megatron-Core's
+  recompute modules free the tensors recompute_frees names, by layer_activation_terms' components); full
   recomputation keeps only the layer input, 2*s*b*h (2*s*b*h/t with SP). Section 4.2.3: pipeline stage k
   (0-based) of p under 1F1B holds up to p - k micro-batches; GPipe holds all m; Megatron's interleaved
   schedule (v virtual stages) holds (p - k - 1)*2 + (v - 1)*p + 1 model chunks of L/(p*v) layers, which is
@@ -42,6 +43,7 @@ from typing import Any
 
 from xsim.tracegen import deployment_pb2 as dpb
 from xsim.tracegen.catalog import GIB
+from xsim.tracegen.choices import DEFAULT_RECOMPUTE_MODULES
 from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
@@ -134,6 +136,8 @@ class MemoryOptions:
     recompute_method: str = (
         "uniform"  # with "full": "uniform" | "block" (the first recompute_layers per chunk) | "every"
     )
+    # with "selective": Megatron-Core's recompute modules (tracegen.choices.RECOMPUTE_MODULES; recompute_frees)
+    recompute_modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
     distributed_optimizer: bool = False
     grad_bytes: int = 0  # width of the gradient buffer (grad_reduce_dtype: 4 for FP32); 0 = dtype_bytes
     # Transformer Engine FP8 linears ("delayed" | "current" scaling; "" = none): FP8 saved inputs, weight
@@ -213,6 +217,102 @@ def korthikanti_layer_bytes(
     return sbh * (rep + Fraction(24, t) + attn / t)
 
 
+def layer_activation_terms(
+    m: ModelArch,
+    s: int,
+    b: int,
+    t: int = 1,
+    sp: bool = False,
+    flash: bool = False,
+    fp8: bool = False,
+    hidden_dropout: bool = True,
+    attention_dropout: bool = True,
+) -> dict[str, Fraction]:
+    """Activation bytes one TP rank stores for one layer of `m` without recomputation, by the tensor that
+    holds them (Korthikanti's components, any MLP and GQA; the names recompute_frees uses). `fp8`: Transformer
+    Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED); `hidden_dropout` /
+    `attention_dropout` False: that rate is 0 and its masks are not stored."""
+    h, a, f = m.hidden, m.heads, m.ffn_hidden
+    sbh = Fraction(s * b * h)
+    kv = Fraction(m.kv_heads, a)
+    rep = Fraction(1, t) if sp else Fraction(1)  # what TP does not split is split by SP
+    # Not split by TP (unless SP): each norm's input (2sbh each), the QKV and MLP inputs (the norms'
+    # outputs, 2sbh each) and the two dropout masks after attention and MLP (sbh each; none at a
+    # hidden-dropout rate of 0). Under TE FP8 the QKV and MLP inputs (the LayerNormLinears' ln_out) are kept
+    # in FP8: sbh each.
+    terms = {
+        "attn_norm_in": 2 * sbh * rep,
+        "qkv_in": (1 if fp8 else 2) * sbh * rep,
+        "mlp_norm_in": 2 * sbh * rep,
+        "mlp_in": (1 if fp8 else 2) * sbh * rep,
+        "dropout_masks": (2 if hidden_dropout else 0) * sbh * rep,
+    }
+    # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
+    # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
+    # Under TE FP8, fc2's input is kept in FP8 (sbf: GELU 3sbf, SwiGLU 5sbf), and the output projection
+    # saves an FP8 copy of its input (sbq) beside the BF16 attention output the attention core keeps.
+    # (Q and the output projection's input are heads x head_dim wide: hidden unless kv_channels sets it.)
+    sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
+    terms["qkv"] = (2 * sbq + 4 * sbq * kv) / t
+    terms["proj_in"] = (3 if fp8 else 2) * sbq / t
+    # The MLP's f-wide tensors: the activation's saved input (SwiGLU: gate and up, 4sbf; GELU 2sbf) and
+    # fc2's input (2sbf, FP8 sbf). A MoE layer's stand-in (moe_ops.moe_activation_model: f = top_k x
+    # expert_ffn + the shared experts' width) splits them into the routed experts' and the shared ones'.
+    shared = min(m.moe.shared_width, f) if m.moe is not None else 0
+    for part, width in (("mlp", f - shared), ("shared", shared)):
+        sbf = Fraction(s * b * width)
+        terms[f"{part}_act_in"] = (4 if m.activation == "swiglu" else 2) * sbf / t
+        terms[f"{part}_fc2_in"] = (1 if fp8 else 2) * sbf / t
+    if flash:
+        terms["attn_core"] = Fraction(LSE_BYTES * a * s * b, t)  # log-sum-exp per (sequence, head, query)
+    else:
+        # Softmax output 2as^2b; at an attention-dropout rate above 0 also its mask as^2b and output
+        # 2as^2b (at 0 the attention-over-V GEMM saves the softmax output itself).
+        terms["attn_core"] = Fraction((5 if attention_dropout else 2) * a * s * s * b, t)
+    return terms
+
+
+# What each selective recompute module (tracegen.choices.RECOMPUTE_MODULES, tracegen.ops.with_recompute) no
+# longer stores, by layer_activation_terms' names, at Megatron-Core core_v0.14.0 with the TE layer spec:
+# - core_attn: the attention core's own tensors (the log-sum-exp, or unfused attention's s^2 tensors); the
+#   checkpoint's inputs q, k, v are stored anyway (Korthikanti et al. 2022, section 4.2).
+# - layernorm: the discarded norm output where the norm is a module of its own: a MoE layer's pre-MLP norm
+#   (the MoE block's input, mlp_in) and an MLA layer's input norm (the down projections' input, qkv_in);
+#   its input, saved by the checkpoint in place of the norm, stays.
+# - mlp: everything inside TE's fused MLP but its input (the checkpoint's): the norm's output (mlp_in) and
+#   the f-wide tensors (a MoE model's dense layer: the stand-in's, both parts).
+# - moe: the MoE block's f-wide tensors, routed and shared; its input (the pre-MLP norm's output) stays.
+# - shared_experts: the shared experts' f-wide tensors; moe_act: the routed experts' activation output,
+#   fc2's input (discarded; the activation's saved inputs stay).
+# - mla_up_proj: the discarded query, key and value (qkv; their latents, the checkpoint's inputs, stay).
+# The backward rematerializes one layer's freed tensors at a time: those of its MLP side, then those of its
+# attention side (`rematerialized_bytes`); the attention core's (core_attn) are left out as they always were.
+ATTENTION_SIDE = frozenset({"attn_core", "qkv", "qkv_in"})
+
+
+def recompute_frees(modules: tuple[str, ...], moe_layer: bool, mla: bool) -> frozenset[str]:
+    """The layer_activation_terms a layer no longer stores under the selective recompute `modules` (a MoE
+    layer's when `moe_layer`, an MLA layer's when `mla`)."""
+    f: set[str] = set()
+    mlp_parts = {"mlp_act_in", "mlp_fc2_in", "shared_act_in", "shared_fc2_in"}
+    for mod in modules:
+        if mod == "core_attn":
+            f.add("attn_core")
+        elif mod == "layernorm":
+            f |= ({"mlp_in"} if moe_layer else set()) | ({"qkv_in"} if mla else set())
+        elif mod == "mlp" and not moe_layer:
+            f |= mlp_parts | {"mlp_in"}
+        elif mod == "moe" and moe_layer:
+            f |= mlp_parts
+        elif mod == "shared_experts" and moe_layer:
+            f |= {"shared_act_in", "shared_fc2_in"}
+        elif mod == "moe_act" and moe_layer:
+            f.add("mlp_fc2_in")
+        elif mod == "mla_up_proj" and mla:
+            f.add("qkv")
+    return frozenset(f)
+
+
 def layer_activation_bytes(
     m: ModelArch,
     s: int,
@@ -224,10 +324,13 @@ def layer_activation_bytes(
     fp8: bool = False,
     hidden_dropout: bool = True,
     attention_dropout: bool = True,
+    modules: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES,
+    moe_layer: bool = False,
 ) -> Fraction:
     """Activation bytes one TP rank stores for one layer of `m` (Korthikanti's accounting, any MLP and GQA);
     `fp8`: Transformer Engine FP8 linears, which save their GEMM inputs in FP8 (TE_FP8_SAVED);
-    `hidden_dropout` / `attention_dropout` False: that rate is 0 and its masks are not stored."""
+    `hidden_dropout` / `attention_dropout` False: that rate is 0 and its masks are not stored; under
+    `recompute: selective` the recompute `modules` of a MoE layer (`moe_layer`) or a dense one."""
     h, a, f = m.hidden, m.heads, m.ffn_hidden
     sbh = Fraction(s * b * h)
     if recompute == "full":
@@ -240,28 +343,31 @@ def layer_activation_bytes(
         sbq = Fraction(s * b * a * m.head_dim)
         sharded = 2 * sbq + 2 * sbq * kv + 2 * sbq + LSE_BYTES * a * s * b + 2 * s * b * f
         return (4 * sbh + sharded) / t if sp else 4 * sbh + sharded / t
-    # Not split by TP (unless SP): the two norm inputs (4sbh), the QKV input (2sbh), the MLP input (2sbh)
-    # and the two dropout masks after attention and MLP (sbh each; none at a hidden-dropout rate of 0).
-    # Under TE FP8 the QKV and MLP inputs (the LayerNormLinears' ln_out) are kept in FP8: sbh each.
-    replicated = ((6 if fp8 else 8) + (2 if hidden_dropout else 0)) * sbh
-    # Split by TP: Q and K (2sbh + 2sbh*kv), V (2sbh*kv), the output projection's input (2sbh), and the MLP:
-    # GELU stores its input and fc2's input (4sbf); SwiGLU its gate and up outputs and their product (6sbf).
-    # Under TE FP8, fc2's input is kept in FP8 (sbf: GELU 3sbf, SwiGLU 5sbf), and the output projection
-    # saves an FP8 copy of its input (sbq) beside the BF16 attention output the attention core keeps.
-    mlp = ((6 if m.activation == "swiglu" else 4) - (1 if fp8 else 0)) * s * b * f
-    # (Q and the output projection's input are heads x head_dim wide: hidden unless kv_channels sets it.)
-    sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
-    sharded = 2 * sbq + 4 * sbq * kv + (3 if fp8 else 2) * sbq + mlp
-    if recompute != "selective":
-        if flash:
-            sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)
-        else:
-            # Softmax output 2as^2b; at an attention-dropout rate above 0 also its mask as^2b and output
-            # 2as^2b (at 0 the attention-over-V GEMM saves the softmax output itself).
-            sharded += (5 if attention_dropout else 2) * a * s * s * b
-    if sp:
-        return (replicated + sharded) / t
-    return replicated + sharded / t
+    terms = layer_activation_terms(m, s, b, t, sp, flash, fp8, hidden_dropout, attention_dropout)
+    freed = (
+        recompute_frees(modules, moe_layer, m.mla is not None) if recompute == "selective" else frozenset()
+    )
+    return sum((v for k, v in terms.items() if k not in freed), Fraction(0))
+
+
+def rematerialized_bytes(
+    m: ModelArch,
+    s: int,
+    b: int,
+    t: int,
+    sp: bool,
+    flash: bool,
+    fp8: bool,
+    modules: tuple[str, ...],
+    moe_layer: bool,
+    **drop: bool,
+) -> Fraction:
+    """The most a layer's backward holds again of what its selective recompute `modules` freed: its MLP
+    side's, then its attention side's, one after the other (recompute_frees; core_attn's left out)."""
+    terms = layer_activation_terms(m, s, b, t, sp, flash, fp8, **drop)
+    freed = recompute_frees(modules, moe_layer, m.mla is not None) - {"attn_core"}
+    attn = sum((terms[k] for k in freed & ATTENTION_SIDE), Fraction(0))
+    return max(attn, sum((terms[k] for k in freed - ATTENTION_SIDE), Fraction(0)))
 
 
 def in_flight(schedule: str, micro_batches: int, stages: int, stage: int, virtual: int = 1) -> Fraction:
@@ -343,6 +449,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         recompute=dep.recompute or "none",
         recompute_layers=dep.recompute_layers or 1,
         recompute_method=dep.recompute_method or "uniform",
+        recompute_modules=tuple(dep.recompute_modules) or DEFAULT_RECOMPUTE_MODULES,
         distributed_optimizer=dep.distributed_optimizer,
         grad_bytes=grad_reduce_bytes(dep),
         sharding=dep.sharding or "none",
@@ -491,7 +598,19 @@ def _stage_activations(
     n = sum(e - a + 1 for a, e in chunks)
     full = layer_activation_bytes(m, s, b, t, sp, "none", flash, fp8, **drop)
     if o.recompute == "selective":
-        return layer_activation_bytes(m, s, b, t, sp, "selective", flash, fp8, **drop) * n * flight
+        # Per layer kind (dense or MoE: the recompute modules' part differs), one layer rematerialized at a
+        # time (rematerialized_bytes; nothing under the default core_attn, as before the modules existed).
+        moe = m.moe
+        kinds = [moe is not None and moe.is_moe(x) for a, e in chunks for x in range(a, e + 1)]
+        mods = o.recompute_modules
+        stored, remat = Fraction(0), Fraction(0)
+        for kind in sorted(set(kinds)):
+            one = layer_activation_bytes(
+                m, s, b, t, sp, "selective", flash, fp8, **drop, modules=mods, moe_layer=kind
+            )
+            stored += one * kinds.count(kind)
+            remat = max(remat, rematerialized_bytes(m, s, b, t, sp, flash, fp8, mods, kind, **drop))
+        return stored * flight + remat
     if o.recompute == "selective-op":  # the saved outputs per layer, and one layer rematerialized at a time
         return layer_activation_bytes(m, s, b, t, sp, "selective-op", flash, fp8, **drop) * n * flight + full
     if o.recompute == "full":

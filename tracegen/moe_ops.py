@@ -121,6 +121,9 @@ class AllToAll:
     # all-to-all is then one ALL_TO_ALL collective of ep x even bytes over the EP group, its transfers
     # concurrent as NCCL runs them; 0: uneven, emitted as P2P pairs.
     even: int = 0
+    # "" = the pass it runs in; "fwd" = a forward all-to-all replayed in a backward pass (the `moe` recompute
+    # module's, tracegen.ops.with_recompute): tagged, and its P2P tags taken, as a recompute.
+    phase: str = ""
 
 
 MoeStep = Step | AllToAll

@@ -13,7 +13,8 @@ casts) is decided by the framework profile of the context (tracegen/frameworks.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 
 from xsim.tracegen.attention import fa2_grid_factor, flash_compute_seconds
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
@@ -270,6 +271,9 @@ class Comm:
     op: str
     kind: str
     size: int  # bytes, ASTRA-sim convention: AllGather = per-rank input, others = full buffer
+    # "" = the pass it runs in; "fwd" = a forward collective replayed inside a backward pass (a selective
+    # recompute module's, with_recompute): tagged `recompute`, as a forward Op there is.
+    phase: str = ""
 
 
 Step = Op | Comm
@@ -945,16 +949,129 @@ def op_sac_recompute(c: Ctx) -> list[Op]:
     return out
 
 
-def with_selective_recompute(bwd: list[Step], recompute: list[Op]) -> list[Step]:
-    """`bwd` with the recomputed attention core inserted right before its first attention-core backward op.
+# MLA's up projections and RoPE (tracegen.mla's op names): what `mla_up_proj` re-runs.
+MLA_UP_OPS: frozenset[str] = frozenset(
+    {"mla_q_norm", "mla_q_up", "mla_q_proj", "mla_kv_norm", "mla_kv_up", "rope"}
+)
+# Megatron-Core's selective recompute modules (`recompute_modules`, tracegen.choices.RECOMPUTE_MODULES) as
+# core_v0.14.0 (23e00ed096) runs them with the Transformer Engine layer spec (gpt_layer_specs.py
+# get_gpt_layer_with_transformer_engine_spec), the order in which those sharing a backward step re-run there:
+# - layernorm (transformer_layer.py: CheckpointWithoutOutput of input_layernorm and pre_mlp_layernorm when
+#   not IdentityOp, discarded after the block and recomputed by a hook on the block's output gradient):
+#   under the TE spec the dense layer's norms are inside TE's LayerNormLinear (IdentityOp: nothing), the
+#   MoE layer's pre-MLP norm is a TENorm (`mlp_norm`, before the MoE block's backward) and so is an MLA
+#   layer's input norm (`attn_norm`, before the output projection's backward and its gather).
+# - moe (moe_layer.py MoELayer.forward: tensor_parallel.checkpoint of router, dispatch, experts, shared
+#   experts and combine): the MoE block's forward, all-to-alls and TP collectives included, when its
+#   backward begins.
+# - shared_experts (moe_layer.py experts_compute: tensor_parallel.checkpoint of the shared experts): their
+#   forward, collectives included, before their backward (under `moe` too: the checkpoint is nested, so
+#   they run a third time).
+# - moe_act (experts.py TEGroupedMLP.forward: CheckpointWithoutOutput of the weighted (bias-)activation,
+#   hooked on fc2's output): `moe_expert_act` before fc2's backward (under `moe` too: a third run).
+# - mlp (transformer_layer.py _forward_mlp, not for a MoELayer: tensor_parallel.checkpoint of self.mlp, TE's
+#   LayerNormMLP-like block from the norm through fc2's TP collective): before fc2's backward.
+# - mla_up_proj (multi_latent_attention.py: CheckpointWithoutOutput of qkv_up_proj_and_rope_apply, the
+#   q/kv latent norms, up projections and RoPE, hooked on the attention output): before the attention
+#   core's backward, and so before core_attn's recompute.
+# - core_attn (attention.py `_checkpointed_attention_forward`): the attention core (ATTN_CORE_OPS) before
+#   its first backward op, what `recompute: selective` always did.
+# CheckpointWithoutOutput's hook copies the recomputed output into the discarded tensor's storage
+# (tensor_parallel/random.py `_recompute`: untyped_storage().copy_), one copy a tensor: `<op>_restore`, read
+# and write of the output (MLA: query, key and value, 3 copies). Collectives keep their forward sizes,
+# marked forward (Comm.phase, MoE AllToAll.phase) so the trace tags them `recompute`.
+RECOMPUTE_INSERT_ORDER = ("layernorm", "moe", "shared_experts", "moe_act", "mlp", "mla_up_proj", "core_attn")
 
-    Megatron checkpoints the core attention alone, so autograd re-runs its forward when the backward pass
-    reaches it: after the output projection's backward, before the attention core's backward.
+
+def _op_name(s: object) -> str:
+    return str(getattr(s, "op", ""))
+
+
+def _replayed(steps: list) -> list:
+    """Forward steps replayed inside a backward pass: their collectives marked forward."""
+    return [s if isinstance(s, Op) else replace(s, phase="fwd") for s in steps]
+
+
+def _restore(c: Ctx, op: Op, elems: int = 0, kernels: int = 1) -> Op:
+    """CheckpointWithoutOutput's copy of a recomputed output (`elems`, default the op's) into its storage."""
+    return _kern(f"{op.op}_restore", "fwd", elems or op.shape[0], 0, 2 * c.b, kernels)
+
+
+def _named_in(*names: str) -> Callable[[object], bool]:
+    """A backward step named one of `names` (a recompute module's place, with_recompute)."""
+    return lambda s: _op_name(s) in names
+
+
+def _named_from(prefix: str) -> Callable[[object], bool]:
+    """A backward step whose name starts with `prefix` (the MoE block's, its shared experts')."""
+    return lambda s: _op_name(s).startswith(prefix)
+
+
+def recompute_module_steps(c: Ctx, fwd: list, module: str, moe_layer: bool) -> list[tuple[list, Callable]]:
+    """What recompute module `module` re-runs in a layer whose forward steps are `fwd` (a MoE layer's when
+    `moe_layer`), each as (steps, the backward step they run right before); [] where it has no part."""
+
+    def named(names: Collection[str]) -> list[Op]:
+        return [s for s in fwd if isinstance(s, Op) and s.op in names]
+
+    def with_copy(ops: list[Op]) -> list[Op]:  # CheckpointWithoutOutput: the output copied back
+        return [*ops, *(_restore(c, o) for o in ops)]
+
+    core, mla = _named_in(*ATTN_CORE_OPS), c.m.mla
+    if module == "core_attn":
+        return [(named(ATTN_CORE_OPS), core)]
+    if module == "mla_up_proj" and mla is not None:
+        qk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        qkv = c.tokens * c.sh.heads * (2 * qk + mla.v_head_dim)
+        restore = _restore(c, Op("mla_qkv", "fwd", 0, 0, (qkv,), False), qkv, 3)
+        return [([*named(MLA_UP_OPS), restore], core)]
+    if module == "layernorm":
+        moe_norm = [(with_copy(named({"mlp_norm"})), _named_from("moe_"))] if moe_layer else []
+        attn_norm = with_copy(named({"attn_norm"}))
+        return moe_norm + (
+            [(attn_norm, _named_in("attn_tp_out", "attn_out_proj"))] if mla is not None else []
+        )
+    if module == "moe" and moe_layer:
+        return [(_replayed([s for s in fwd if _op_name(s).startswith("moe_")]), _named_from("moe_"))]
+    if module == "shared_experts" and moe_layer:
+        shared = [s for s in fwd if _op_name(s).startswith("moe_shared_") and _op_name(s) != "moe_shared_add"]
+        return [(_replayed(shared), _named_from("moe_shared_"))]
+    if module == "moe_act" and moe_layer:
+        return [
+            (with_copy(named({"moe_expert_act"})), _named_in("moe_expert_down_fp8_cast", "moe_expert_down"))
+        ]
+    if module == "mlp" and not moe_layer:
+        at = [i for i, s in enumerate(fwd) if isinstance(s, Op) and s.op == "mlp_norm"]
+        ends = [i for i, s in enumerate(fwd) if _op_name(s) in ("mlp_down", "mlp_tp_out")]
+        if not at or not ends:
+            return []
+        fc2 = _named_in("mlp_tp_out", "mlp_down_amax_allreduce", "mlp_down_fp8_cast", "mlp_down")
+        return [(_replayed(fwd[at[0] : max(ends) + 1]), fc2)]
+    return []
+
+
+def with_recompute(bwd: list, fwd: list, c: Ctx, modules: Sequence[str], moe_layer: bool = False) -> list:
+    """`bwd` (a layer's backward steps) with what the selective recompute `modules` re-run of its forward
+    steps `fwd` inserted right before the backward step each feeds (RECOMPUTE_INSERT_ORDER's comment).
+
+    The default modules, ("core_attn",), are Megatron's selective recompute as Korthikanti et al. 2022 ran
+    it: the attention core alone, after the output projection's backward, before the core's backward.
     """
+    inserts: dict[int, list] = {}
+    for module in RECOMPUTE_INSERT_ORDER:
+        if module not in modules:
+            continue
+        for steps, before in recompute_module_steps(c, fwd, module, moe_layer):
+            at = next((i for i, s in enumerate(bwd) if before(s)), None)
+            if steps and at is not None:
+                inserts.setdefault(at, []).extend(steps)
+    if not inserts:
+        return list(bwd)
+    out: list = []
     for i, s in enumerate(bwd):
-        if isinstance(s, Op) and s.op in ATTN_CORE_OPS:
-            return [*bwd[:i], *recompute, *bwd[i:]]
-    return list(bwd)
+        out += inserts.get(i, [])
+        out.append(s)
+    return out
 
 
 def embedding_steps(c: Ctx, phase: str, tied_here: bool = False) -> list[Step]:

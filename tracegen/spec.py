@@ -22,6 +22,7 @@ from xsim.tracegen.choices import (
     ATTENTIONS,
     BATCH_INPUTS,
     COMPUTE_MODELS,
+    DEFAULT_RECOMPUTE_MODULES,
     FP8_AMAX_UPDATES,
     FP8_RECIPES,
     FRAMEWORKS,
@@ -32,6 +33,7 @@ from xsim.tracegen.choices import (
     LOSS_IMPLS,
     MFSDP_STRATEGIES,
     PRECISIONS,
+    RECOMPUTE_MODULES,
     RESHARD_STRATEGIES,
     RMSNORM_IMPLS,
     SHARDINGS,
@@ -127,6 +129,7 @@ TOP_KEYS = (
     "recompute_layers",
     "recompute_early_stop",
     "recompute_method",
+    "recompute_modules",
     "synchronize_each_layer",
     "virtual_stages",
     "distributed_optimizer",
@@ -885,6 +888,8 @@ class _SpecBuilder:
                     f"recompute_method applies to recompute: full only (recompute is {dep.recompute!r})"
                 )
             dep.recompute_method = "" if method == RECOMPUTE_METHODS[0] else method
+        if "recompute_modules" in self.raw:
+            self.recompute_modules(dep)
         # DeepSpeed's synchronize_checkpoint_boundary (GPT-NeoX's synchronize-each-layer): field 94.
         sync = self.raw.get("synchronize_each_layer", False)
         if not isinstance(sync, bool):
@@ -894,6 +899,56 @@ class _SpecBuilder:
                 f"synchronize_each_layer applies to recompute: full only (recompute is {dep.recompute!r})"
             )
         dep.synchronize_each_layer = sync
+
+    def recompute_modules(self, dep: dpb.Deployment) -> None:
+        """Megatron-Core's --recompute-modules (field 92; tracegen.choices.RECOMPUTE_MODULES), stored in that
+        order, nothing for the default ["core_attn"]. Refused where Megatron-Core refuses them
+        (transformer_config.py __post_init__ at core_v0.14.0: unknown names, moe_act without the grouped
+        MoE MLP, mla_up_proj without MLA, moe_act and layernorm under FP8 delayed scaling) and where xsim
+        does not model them; those of model parts the model lacks (mlp on a MoE layer, moe and
+        shared_experts on a dense one, layernorm where TE fuses the norm) Megatron-Core accepts and skips,
+        and so does xsim (tracegen.ops.with_recompute)."""
+        given = self.raw["recompute_modules"]
+        if dep.recompute != "selective":
+            raise self.fail(
+                f"recompute_modules applies to recompute: selective only (recompute is {dep.recompute!r})"
+            )
+        if not isinstance(given, list) or not all(isinstance(x, str) for x in given):
+            raise self.fail(f"recompute_modules must be a list of module names, got {given!r}")
+        unknown = [x for x in given if x not in RECOMPUTE_MODULES]
+        if unknown:
+            raise self.fail(
+                f"recompute_modules: unknown module {unknown[0]!r}{did_you_mean(unknown[0], RECOMPUTE_MODULES)} "
+                f"(Megatron-Core's: {', '.join(RECOMPUTE_MODULES)})"
+            )
+        if not given:
+            raise self.fail("recompute_modules is empty: recompute: none recomputes nothing")
+        if dep.framework != "megatron-core":
+            raise self.fail(
+                "recompute_modules is Megatron-Core's (core_r0.12 and later): it needs framework: "
+                f"megatron-core (framework is {dep.framework})"
+            )
+        mods = tuple(x for x in RECOMPUTE_MODULES if x in given)
+        if "moe_act" in mods and not dep.model.HasField("moe"):
+            raise self.fail(
+                "recompute_modules: moe_act needs a MoE model (Megatron-Core: 'moe_act in recompute_modules "
+                "is only supported with moe_grouped_gemm')"
+            )
+        if "mla_up_proj" in mods and not dep.model.HasField("mla"):
+            raise self.fail(
+                "recompute_modules: mla_up_proj needs an MLA model (Megatron-Core: 'mla_up_proj in "
+                "recompute_modules is only supported with multi_latent_attention')"
+            )
+        fp8_outputs = [x for x in ("moe_act", "layernorm") if x in mods]
+        if fp8_outputs and dep.precision == "fp8":
+            raise self.fail(
+                f"recompute_modules: {fp8_outputs[0]} with precision: fp8 is not modelled (Megatron-Core "
+                "refuses it under delayed scaling; current scaling's saved BF16 inputs, TE >= 2.6, are not read)"
+            )
+        if mods != DEFAULT_RECOMPUTE_MODULES and dep.model.parallel_residual:
+            raise self.fail("recompute_modules beyond core_attn are not modelled for model.parallel_residual")
+        if mods != DEFAULT_RECOMPUTE_MODULES:
+            dep.recompute_modules.extend(mods)
 
     def parallel_blocks(self) -> list[dict[str, int | str]]:
         """The `parallel:` blocks (a mapping or a list of them), validated, with defaults filled in."""
@@ -1508,6 +1563,14 @@ def parse_ranks(v: Any) -> list[int] | None:
     return None
 
 
+def recompute_modules(dep: dpb.Deployment) -> tuple[str, ...]:
+    """The selective recompute modules of `dep` (tracegen.choices.RECOMPUTE_MODULES order): () unless
+    `recompute: selective`, whose default is ("core_attn",)."""
+    if dep.recompute != "selective":
+        return ()
+    return tuple(dep.recompute_modules) or DEFAULT_RECOMPUTE_MODULES
+
+
 def recompute_units(method: str, k: int, start: int, end: int) -> dict[int, range]:
     """The full-recompute units of a model chunk holding layers start..end (1-based), keyed by the layer
     before whose backward the unit's forward runs again; the layers of no unit keep their activations.
@@ -1717,6 +1780,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
         **({"recompute_method": dep.recompute_method} if dep.recompute_method else {}),
+        **({"recompute_modules": list(dep.recompute_modules)} if dep.recompute_modules else {}),
         **({"synchronize_each_layer": True} if dep.synchronize_each_layer else {}),
         "virtual_stages": dep.virtual_stages or 1,
         "distributed_optimizer": dep.distributed_optimizer,

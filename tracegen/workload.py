@@ -69,7 +69,6 @@ from xsim.tracegen.ops import (
     Op,
     OptimizerStep,
     Step,
-    attn_core_recompute,
     duration_micros,
     duration_ns,
     embedding_rank_params,
@@ -85,7 +84,7 @@ from xsim.tracegen.ops import (
     rank_params,
     sp_regather,
     te_amax_update,
-    with_selective_recompute,
+    with_recompute,
 )
 from xsim.tracegen.profile import ProfileTable, build_table, make_row
 from xsim.tracegen.rank_nodes import CopiedRank, RankNodes, Records
@@ -95,6 +94,7 @@ from xsim.tracegen.spec import (
     gpu_specs,
     grad_reduce_bytes,
     model_arch,
+    recompute_modules,
     recompute_units,
     replicas,
 )
@@ -839,10 +839,13 @@ class _RankProgram:
         self.first = st.chunks[0].first
         self.last = st.chunks[-1].last
         self.layer_fwd = {p: layer_steps(self.ctx, p) for p in ("fwd", "bwd")}
+        self.plain_bwd = self.layer_fwd["bwd"]  # without recompute modules (layer_of adds them after MLA)
         self.recompute = dep.recompute or "none"
-        if self.recompute == "selective":
-            self.layer_fwd["bwd"] = with_selective_recompute(
-                self.layer_fwd["bwd"], attn_core_recompute(self.ctx)
+        # Megatron-Core's selective recompute modules (tracegen.ops.with_recompute); () unless selective
+        self.modules = recompute_modules(dep)
+        if self.modules:
+            self.layer_fwd["bwd"] = with_recompute(
+                self.layer_fwd["bwd"], self.layer_fwd["fwd"], self.ctx, self.modules
             )
         elif self.recompute == "selective-op":  # torchtitan's op-level SAC: before the layer's backward
             self.layer_fwd["bwd"] = [*op_sac_recompute(self.ctx), *self.layer_fwd["bwd"]]
@@ -969,7 +972,7 @@ class _RankProgram:
     def _tag_of(self, s: Step, phase: str) -> str:
         """The phase tag of a step: `phase` if given, recompute for a forward op inside a backward pass
         (selective recompute), else the op's own phase (collectives: the pass's)."""
-        if isinstance(s, Op) and s.phase == "fwd" and self._phase == "bwd":
+        if getattr(s, "phase", "") == "fwd" and self._phase == "bwd":  # an Op, or a replayed collective
             phase = RECOMPUTE
         return phase or (s.phase if isinstance(s, Op) else self._phase)
 
@@ -991,12 +994,13 @@ class _RankProgram:
             if is_moe:
                 assert moe is not None and self.ep is not None
                 got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local)
-                if phase == "bwd" and self.recompute == "selective":
-                    got = with_selective_recompute(got, attn_core_recompute(self.ctx))
             else:
-                got = list(self.layer_fwd[phase])
+                # the dense layer's (under recompute modules without them: inserted after MLA below)
+                got = list(self.plain_bwd if phase == "bwd" and self.modules else self.layer_fwd[phase])
             if mla is not None:
                 got = with_mla(got, self.ctx, mla, phase)
+            if phase == "bwd" and self.modules:  # re-run from the layer's own forward steps
+                got = with_recompute(got, self.layer_of(layer, "fwd"), self.ctx, self.modules, is_moe)
             if self.cp is not None:
                 got = with_cp(
                     got, self.ctx, self.cp[0], self.gen.dep.cp_comm_type or "p2p", phase, self.cp[1]
@@ -1113,8 +1117,10 @@ class _RankProgram:
                 i += 1
                 continue
             if isinstance(s, AllToAll):
-                self.moe_sync(s, pred, phase)
-                self.all_to_all(s, pred, layer, mb, phase)
+                # a forward all-to-all inside a backward pass: the `moe` recompute module's
+                ph = phase or (RECOMPUTE if s.phase == "fwd" and self._phase == "bwd" else "")
+                self.moe_sync(s, pred, ph)
+                self.all_to_all(s, pred, layer, mb, ph)
                 i += 1
                 continue
             method = self._tp_overlap_method(steps, i)
