@@ -249,6 +249,14 @@ def layer_activation_bytes(
     # (Q and the output projection's input are heads x head_dim wide: hidden unless kv_channels sets it.)
     sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
     sharded = 2 * sbq + 4 * sbq * kv + (3 if fp8 else 2) * sbq + mlp
+    if m.qk_layernorm:
+        # The q and k norms (ModelArch.qk_layernorm) save their BF16 inputs, the QKV projection's q and k
+        # (2sbq + 2sbq kv: attention keeps the normalized, rotated q and k counted above), and per head and
+        # token the FP32 rstd (and LayerNorm's mean), NORM_STAT_BYTES each; TP-split like q and k. Megatron's
+        # selective recompute repeats only the attention core, so they stay (full recompute: the layer
+        # input only, above).
+        stats = NORM_STAT_BYTES * (2 if m.norm == "layernorm" else 1)
+        sharded += 2 * sbq * (1 + kv) + stats * s * b * (a + m.kv_heads)
     if recompute != "selective":
         if flash:
             sharded += LSE_BYTES * a * s * b  # log-sum-exp per (sequence, head, query)
