@@ -71,6 +71,7 @@ MODEL_OPTIONAL = (
     "embedding_norm",
     "parallel_residual",
     "rotary_pct",
+    "qk_layernorm",
     "seq_len",
     "vocab",
 )
@@ -270,6 +271,7 @@ class Run:
     )
     parallel_residual: bool = False  # x + attn(ln1(x)) + mlp(ln2(x)) (GPT-NeoX gpt_j_residual)
     rotary_pct: float = 1.0  # fraction of each head RoPE rotates (GPT-NeoX rotary_pct)
+    qk_layernorm: bool = False  # a norm on each q and k head (Megatron-Core --qk-layernorm)
     options: tuple[tuple[str, Any], ...] = ()  # the OPTION_VALUES keys the run sets, in that order
     stage_layers: tuple[int, ...] = ()  # layers per pipeline stage when not L / pp each (uneven stages)
 
@@ -468,7 +470,7 @@ def _architecture(path: str, where: str, model: Mapping) -> dict[str, Any]:
             if model[k] not in allowed:
                 raise _fail(path, where, f"{k} must be one of {', '.join(allowed)}, got {model[k]!r}")
             out[k] = model[k]
-    for k in ("linear_bias", "tie_embeddings", "embedding_norm", "parallel_residual"):
+    for k in ("linear_bias", "tie_embeddings", "embedding_norm", "parallel_residual", "qk_layernorm"):
         if k in model:
             if not isinstance(model[k], bool):
                 raise _fail(path, where, f"{k} must be true or false, got {model[k]!r}")
@@ -684,6 +686,7 @@ def spec_for(
             **({"embedding_norm": True} if run.embedding_norm else {}),
             **({"parallel_residual": True} if run.parallel_residual else {}),
             **({"rotary_pct": run.rotary_pct} if run.rotary_pct != 1.0 else {}),
+            **({"qk_layernorm": True} if run.qk_layernorm else {}),
         },  # fmt: skip
         "seq_len": run.seq_len,
         "schedule": "1f1b",
@@ -1013,6 +1016,8 @@ def config_text(run: Run) -> str:
         parts.append("parallel residual")
     if run.rotary_pct != 1.0:
         parts.append(f"rotary {run.rotary_pct:g}")
+    if run.qk_layernorm:
+        parts.append("QK norm")
     parts += [f"{k}={_option_text(v)}" for k, v in run.options]
     return ", ".join(parts)
 

@@ -136,14 +136,18 @@ def test_moe_layer_recomputes_per_module():
     # + 2 x 4,096 = 49,152 B; SwiGLU 10,240 FLOPs, 12,288 B; grouped down 2 x 64 x 32 x 64 = 262,144 FLOPs,
     # 2 (2,048 + 4 x 2,048) + 8,192 = 28,672 B; unsort 2 x 64 x 128 = 16,384 B; unpermute 2 x 64 x 64 =
     # 8,192 FLOPs, 96 x 128 + 64 x 4 = 12,544 B; the shared experts 398,336 FLOPs, 32,768 B; their add 2,048
-    # FLOPs, 3 x 2,048 x 2 = 12,288 B: 1,222,272 FLOPs, 198,912 B (the all-to-alls have no peer at ep 1).
+    # FLOPs, 3 x 2,048 x 2 = 12,288 B; the fused permute's row-id map over the [T, E] routing mask (round
+    # moefid: 17 B an element of 32 x 4 = 128, plus 32 tokens x 5 x 4 B) 2,176 + 640 = 2,816 B: 1,222,272
+    # FLOPs, 201,728 B (the all-to-alls have no peer at ep 1).
     names, flops, byt = extra(fwd, bwd, c, ("moe",), True)
-    assert (flops, byt) == (1_222_272, 198_912)
+    assert (flops, byt) == (1_222_272, 201_728)
     assert names[0] == "moe_router" and names[-1] == "moe_shared_add" and "moe_dispatch" in names
     # Nested: under moe the shared experts' own checkpoint re-runs them once more, before their backward.
     both = [s.op for s in with_recompute(bwd, fwd, c, ("layernorm", "moe", "shared_experts"), True)]
     at = both.index("mlp_norm_restore")
-    assert both[at + 1] == "moe_router" and both[at + 16 : at + 19] == shared
+    assert (
+        both[at + 1] == "moe_router" and both[at + 18 : at + 21] == shared
+    )  # (moefid: + moe_permute_map, moe_dispatch_probs)
     assert both.count("moe_shared_act") == 3  # the backward's own, and two recomputes
     # mlp does not apply to a MoELayer (transformer_layer.py: `not isinstance(self.mlp, MoELayer)`).
     assert extra(fwd, bwd, c, ("mlp",), True) == ([], 0, 0)
@@ -241,15 +245,20 @@ def test_recomputed_tp_collectives_and_all_to_alls_are_tagged_recompute():
         n.name for n in nodes if A.get_int(n, A.LAYER) == 1 and ".moe_" in n.name and n.type != pb.COMP_NODE
     ]
     # balanced routing: one ALL_TO_ALL each; the backward runs the combine's gradient first
-    fwd_order = [f"L1.moe_{w}.{p}.mb0" for p in ("fwd", "recompute") for w in ("dispatch", "combine")]
-    assert a2a == [*fwd_order, "L1.moe_combine.bwd.mb0", "L1.moe_dispatch.bwd.mb0"]
+    # (round moefid: the routing probabilities' own all-to-all after the tokens', forward, recompute, backward)
+    fwd_order = [
+        f"L1.moe_{w}.{p}.mb0" for p in ("fwd", "recompute") for w in ("dispatch", "dispatch_probs", "combine")
+    ]
+    bwd_order = [f"L1.moe_{w}.bwd.mb0" for w in ("combine", "dispatch", "dispatch_probs")]
+    assert a2a == [*fwd_order, *bwd_order]
     # Skewed routing (EP rank 0's experts weigh 3 + 1, rank 1's 1 + 1): P2P pairs, whose tags name the
-    # recompute's own all-to-alls (moe_ops.A2A_INDEX 4 and 5): 2^30 + 8 (layer 1 x 1 micro-batch + 0) + 4, 5.
+    # recompute's own all-to-alls (moe_ops.A2A_INDEX 4 and 5): 2^30 + 16 (moe_ops.A2A_SLOTS x (layer 1 x 1
+    # micro-batch + 0)) + 4, 5.
     moe["model"]["moe"]["routing"] = {"weights": [3, 1, 1, 1]}
     nodes = generate(load_spec(moe), only=[0]).nodes[0]
     tags = {n.name.rsplit(".", 1)[0]: A.get_int(n, A.COMM_TAG) for n in nodes if n.type == pb.COMM_SEND_NODE}
-    assert tags["L1.moe_dispatch.recompute.mb0"] == EP_TAG_BASE + 8 + 4
-    assert tags["L1.moe_combine.recompute.mb0"] == EP_TAG_BASE + 8 + 5
+    assert tags["L1.moe_dispatch.recompute.mb0"] == EP_TAG_BASE + 16 + 4
+    assert tags["L1.moe_combine.recompute.mb0"] == EP_TAG_BASE + 16 + 5
 
 
 def test_moe_memory_fit_counts_dense_and_moe_layers_apart():

@@ -255,6 +255,14 @@ def layer_activation_terms(
     sbq = Fraction(s * b * a * m.head_dim) if m.mla is None else sbh
     terms["qkv"] = (2 * sbq + 4 * sbq * kv) / t
     terms["proj_in"] = (3 if fp8 else 2) * sbq / t
+    if m.qk_layernorm:
+        # The q and k norms (ModelArch.qk_layernorm) save their BF16 inputs, the QKV projection's q and k
+        # (2sbq + 2sbq kv: attention keeps the normalized, rotated q and k counted above), and per head and
+        # token the FP32 rstd (and LayerNorm's mean), NORM_STAT_BYTES each; TP-split like q and k. Megatron's
+        # selective recompute repeats only the attention core, so they stay (full recompute: the layer
+        # input only).
+        stats = NORM_STAT_BYTES * (2 if m.norm == "layernorm" else 1)
+        terms["qk_norm"] = (2 * sbq * (1 + kv) + stats * s * b * (a + m.kv_heads)) / t
     # The MLP's f-wide tensors: the activation's saved input (SwiGLU: gate and up, 4sbf; GELU 2sbf) and
     # fc2's input (2sbf, FP8 sbf). A MoE layer's stand-in (moe_ops.moe_activation_model: f = top_k x
     # expert_ffn + the shared experts' width) splits them into the routed experts' and the shared ones'.

@@ -63,6 +63,11 @@ class ModelArch:
     # Fraction of each head's dimensions RoPE rotates (GPT-NeoX's rotary_pct: the first
     # int(head_dim x rotary_pct) of each q and k head; 1.0: all of them). tracegen.ops._rope.
     rotary_pct: float = 1.0
+    # A norm of the model's `norm` type on each query and key head before RoPE, its weight head_dim wide and
+    # shared by the heads (Megatron-Core's --qk-layernorm: SelfAttention.get_query_key_value_tensors applies
+    # q_layernorm / k_layernorm, built with hidden_size = hidden_size_per_attention_head, megatron/core/
+    # transformer/attention.py of core_v0.14.0; Qwen3, OLMo 2, Gemma 3). tracegen.ops._qk_norms.
+    qk_layernorm: bool = False
 
     @property
     def rotary_dims(self) -> int:
@@ -118,6 +123,21 @@ class ModelArch:
         """Parameters of one normalization layer."""
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
+    @property
+    def qk_norm_params(self) -> int:
+        """The q and k norms' weights (and LayerNorm biases), head_dim each, of one layer; 0 without them."""
+        return 2 * self.head_dim * (2 if self.norm == "layernorm" else 1) if self.qk_layernorm else 0
+
+    @property
+    def layer_norm_params(self) -> int:
+        """Every norm parameter of one layer: the two pre-norms and the q and k norms (`qk_layernorm`)."""
+        return 2 * self.norm_params + self.qk_norm_params
+
+    @property
+    def layer_norm_tensors(self) -> int:
+        """Norm parameter tensors of one layer: a gain (and a LayerNorm bias) per norm."""
+        return (4 if self.qk_layernorm else 2) * (2 if self.norm == "layernorm" else 1)
+
     def attention_params(self) -> int:
         """Weights (and biases) of QKV and output projections of one layer."""
         if self.mla is not None:
@@ -133,15 +153,15 @@ class ModelArch:
         return w + ((up + self.hidden) if self.linear_bias else 0)
 
     def layer_params(self) -> int:
-        """All parameters of one transformer layer (two norms included)."""
-        return self.attention_params() + self.mlp_params() + 2 * self.norm_params
+        """All parameters of one transformer layer (its norms included)."""
+        return self.attention_params() + self.mlp_params() + self.layer_norm_params
 
     def layer_params_at(self, layer: int) -> int:
         """All parameters of 1-based `layer`: a dense layer, or a MoE layer's attention, norms, router and experts."""
         if self.moe is None or not self.moe.is_moe(layer):
             return self.layer_params()
         mlp = moe_mlp_params(self.moe, self.hidden, self.activation)
-        return self.attention_params() + mlp + 2 * self.norm_params
+        return self.attention_params() + mlp + self.layer_norm_params
 
     def active_params(self) -> int:
         """Parameters one token passes through (top_k routed and the shared experts of each MoE layer)."""
@@ -346,6 +366,7 @@ def model_from_message(model: Any) -> ModelArch:
         embedding_norm=bool(getattr(model, "embedding_norm", False)),
         parallel_residual=bool(getattr(model, "parallel_residual", False)),
         rotary_pct=float(getattr(model, "rotary_pct", 0.0) or 1.0),
+        qk_layernorm=bool(getattr(model, "qk_layernorm", False)),
     )
 
 
@@ -377,6 +398,14 @@ def check_model(m: ModelArch) -> ModelArch:
     if not isinstance(m.parallel_residual, bool):
         raise CatalogError(
             f"model {m.name!r}: parallel_residual must be true or false, got {m.parallel_residual!r:.60}"
+        )
+    if not isinstance(m.qk_layernorm, bool):
+        raise CatalogError(
+            f"model {m.name!r}: qk_layernorm must be true or false, got {m.qk_layernorm!r:.60}"
+        )
+    if m.qk_layernorm and m.mla is not None:
+        raise CatalogError(
+            f"model {m.name!r}: qk_layernorm does not apply to MLA attention (its latent norms are modelled)"
         )
     pct = m.rotary_pct
     if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 1:

@@ -522,11 +522,12 @@ def _fp32_input_norm(c: Ctx, op: str, phase: str, elems: int) -> Op:
     return _kern(op, phase, elems, flops, 2 * c.b + fp32, kernels)
 
 
-def _norm(c: Ctx, op: str, phase: str, elems: int) -> Op:
-    """A norm that is not a LayerNormLinear's: the final norm forward, every norm's backward."""
+def _norm(c: Ctx, op: str, phase: str, elems: int, residual: bool = True) -> Op:
+    """A norm that is not a LayerNormLinear's: the final norm forward, every norm's backward (`residual`
+    False: a norm off the residual stream, the q and k norms, which no profile feeds an FP32 copy)."""
     if _eager_norm(c):
         return _eager_rmsnorm(c, op, phase, elems)
-    if c.fw.fp32_norm_input:
+    if c.fw.fp32_norm_input and residual:
         return _fp32_input_norm(c, op, phase, elems)
     rw = (1, 1) if phase == "fwd" else (2, 1)
     return _elem(op, phase, elems, ELEM_FLOPS[c.m.norm], *rw, c.b)
@@ -671,12 +672,49 @@ def _rope(c: Ctx, phase: str) -> list[Op]:
     return [Op("rope", phase, 3 * rot, byt, (full,), False, kernels=2 * (ROPE_UNFUSED_KERNELS + kernels))]
 
 
+def _qk_norms(c: Ctx, phase: str) -> list[Op]:
+    """The q and k norms (ModelArch.qk_layernorm) on the rank's heads, after the QKV projection and before
+    RoPE, each the profile's own norm kernel (`_norm`: one fused kernel each way, read and write the
+    elements forward, read 2 write 1 backward; eager PyTorch's composite RMSNorm, EAGER_RMSNORM, under
+    torchtitan), on every token of the micro-batch (the heads are TP-split, the sequence whole after the
+    sequence-parallel AllGather): tokens x local heads x head_dim for q, x local KV heads for k (GQA).
+
+    Megatron-Core (core_v0.14.0 megatron/core/transformer/attention.py SelfAttention.
+    get_query_key_value_tensors): `query = self.q_layernorm(query)`, `key = self.k_layernorm(key)` on the
+    split views of the QKV projection's output, then apply_rotary_pos_emb in forward; q_layernorm /
+    k_layernorm are TENorm (megatron/core/models/gpt/gpt_layer_specs.py, backends `layer_norm(for_qk=True)`:
+    Transformer Engine's RMSNorm or LayerNorm by config.normalization, hidden_size = head_dim). Transformer
+    Engine from v1.9 makes a norm's input contiguous first (NVIDIA/TransformerEngine 399d8a782, "Fix wrong
+    results for noncontiguous input"; v2.9 transformer_engine/pytorch/ops/basic/rmsnorm.py op_forward
+    `input_.contiguous()`): the key, a strided view of the fused projection's output, is copied (read and
+    write its elements), and so is the query when the rank holds one query group (its reshape to
+    [s, b, np, hn] is then a strided view, not a copy); `qk_norm_copy`, forward only (the copy's backward
+    passes the gradient through). Profiles whose q and k are views of one projection: Framework.
+    qkv_split_cat. The weight gradients (dgamma, reduced over the rows inside the backward kernel) are
+    added to main_grad by the DDP hook (`_layer_hook_adds`)."""
+    if not c.m.qk_layernorm:
+        return []
+    d = c.m.head_dim
+    q, k = c.tokens * c.sh.heads * d, c.tokens * c.sh.kv_heads * d
+    norms = [_norm(c, "q_norm", phase, q, residual=False), _norm(c, "k_norm", phase, k, residual=False)]
+    if phase == "bwd":
+        return norms[::-1]
+    if not c.fw.qkv_split_cat:
+        return norms
+    copied = k + (q if c.sh.kv_heads == 1 else 0)
+    copy = Op(
+        "qk_norm_copy", "fwd", 0, 2 * c.b * copied, (copied,), False, kernels=2 if c.sh.kv_heads == 1 else 1
+    )
+    return [copy, *norms]
+
+
 def _qkv_split_cat(c: Ctx) -> list[Op]:
     """Backward of Megatron-Core's split of the QKV projection's output into q, k, v (Framework.
     qkv_split_cat), where RoPE made dq and dk tensors of their own: torch.cat of the three gradients, read
     and write q + 2 kv elements. Without RoPE whether they are adjacent depends on the attention backend
-    (cuDNN's packed sbh3d gradient is; flash-attn's three are not): not modelled."""
-    if not (c.fw.qkv_split_cat and c.m.rope):
+    (cuDNN's packed sbh3d gradient is; flash-attn's three are not): not modelled. The q and k norms'
+    backward (ModelArch.qk_layernorm) makes new dq and dk tensors too."""
+    if not (c.fw.qkv_split_cat and (c.m.rope or c.m.qk_layernorm)):
         return []
     q, kv = c.tokens * c.sh.heads * c.m.head_dim, c.tokens * c.sh.kv_heads * c.m.head_dim
     return [Op("qkv_grad_cat", "bwd", 0, 2 * c.b * (q + 2 * kv), (q + 2 * kv,), False)]
@@ -715,11 +753,11 @@ def main_grad_hook_adds(c: Ctx, op: str, tensors: int, params: int) -> list[Op]:
 
 
 def _layer_hook_adds(c: Ctx, dense_mlp: bool) -> list[Op]:
-    """The hook's adds of one layer: both norms' gains (and LayerNorm biases) and, with linear biases, those
-    of QKV, the output projection and (a dense MLP) both MLP linears; the rank's shard of each."""
+    """The hook's adds of one layer: every norm's gain (and LayerNorm bias: the two pre-norms and, with
+    `qk_layernorm`, the q and k norms) and, with linear biases, those of QKV, the output projection and (a
+    dense MLP) both MLP linears; the rank's shard of each."""
     m, sh = c.m, c.sh
-    norm_tensors = 2 if m.norm == "layernorm" else 1
-    tensors, params = 2 * norm_tensors, 2 * m.norm_params
+    tensors, params = m.layer_norm_tensors, m.layer_norm_params
     if m.linear_bias:
         up = (2 if m.activation == "swiglu" else 1) * sh.ffn
         biases = [(sh.heads + 2 * sh.kv_heads) * m.head_dim, m.hidden, *([up, m.hidden] if dense_mlp else [])]
@@ -803,6 +841,7 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
             *_tp_in(c, "attn_tp_in", True),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
+            *_qk_norms(c, "fwd"),
             *_rope(c, "fwd"),
             *attention_steps(c, "fwd"),
             *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
@@ -849,6 +888,7 @@ def _attention_bwd(c: Ctx, dense_mlp: bool) -> list[Step]:
         _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
         *attention_steps(c, "bwd"),
         *_rope(c, "bwd"),
+        *_qk_norms(c, "bwd"),
         *_qkv_split_cat(c),
         *_bias(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
@@ -882,6 +922,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             *_tp_in(c, "attn_tp_in", True),
             _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
+            *_qk_norms(c, "fwd"),
             *_rope(c, "fwd"),
             *attention_steps(c, "fwd"),
             *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
@@ -1270,7 +1311,7 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
     attn = m.hidden * qkv + sh.heads * d * m.hidden + ((qkv + m.hidden) if m.linear_bias else 0)
     mlp = m.hidden * up + sh.ffn * m.hidden + ((up + m.hidden) if m.linear_bias else 0)
-    per_layer = attn + mlp + 2 * m.norm_params  # norms are replicated across TP ranks
+    per_layer = attn + mlp + m.layer_norm_params  # norms are replicated across TP ranks (q, k norms too)
     total = layers * per_layer
     if first:
         total += embedding_rank_params(m, sh)
@@ -1400,9 +1441,9 @@ HP_GRAD_BYTES_PER_PARAM, HP_GRAD_KERNELS_PER_TENSOR = 18, 2
 
 def param_tensors(m: ModelArch, layers: int, first: bool, last: bool) -> int:
     """Parameter tensors of `layers` layers (+ embedding / head): per layer the four linear weights, their
-    biases (GPT-style models) and each norm's gain (+ bias for LayerNorm)."""
+    biases (GPT-style models) and each norm's gain (+ bias for LayerNorm; the q and k norms too)."""
     norm = 2 if m.norm == "layernorm" else 1
-    per_layer = 4 + (4 if m.linear_bias else 0) + 2 * norm
+    per_layer = 4 + (4 if m.linear_bias else 0) + m.layer_norm_tensors
     head = norm + (0 if m.tied and first else 1)  # a tied output matrix is the embedding's tensor
     # the word table, the position table and the embedding LayerNorm's gain and bias
     emb = 1 + (1 if m.positions == "learned" else 0) + (2 if m.embedding_norm else 0)

@@ -1651,6 +1651,7 @@ def _fill_model(msg: dpb.ModelSpec, m: ModelArch) -> None:
     msg.embedding_norm = m.embedding_norm  # false (not serialized): no LayerNorm after the embedding
     msg.parallel_residual = m.parallel_residual  # false (not serialized): sequential residual
     msg.rotary_pct = 0.0 if m.rotary_pct == 1.0 else m.rotary_pct  # 0 (not serialized): all dimensions
+    msg.qk_layernorm = m.qk_layernorm  # false (not serialized): no q and k norms
     if m.moe is not None:
         fill_moe(msg.moe, m.moe)
     if m.mla is not None:
@@ -1750,6 +1751,8 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         model["parallel_residual"] = True
     if m.rotary_pct:
         model["rotary_pct"] = m.rotary_pct
+    if m.qk_layernorm:
+        model["qk_layernorm"] = True
     if dep.tie_embeddings:
         model["tie_embeddings"] = dep.tie_embeddings == "on"
     if dep.position_embedding:

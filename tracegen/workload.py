@@ -2618,7 +2618,7 @@ class _RankProgram:
             deps.append(self.sync_ids[-1])
         if self.expert_sync_ids:
             deps.append(self.expert_sync_ids[-1])
-        if self.ctx.sp and dg.tp > 1:
+        if (self.ctx.sp or m.qk_layernorm) and dg.tp > 1:
             # Sequence parallelism leaves the gradients of the weights every TP rank holds whole partial
             # (each rank saw its sequence slice): Megatron all-reduces every parameter marked
             # `sequence_parallel` over TP, the norms' and the row-parallel linears' biases (RowParallelLinear
@@ -2626,10 +2626,17 @@ class _RankProgram:
             # layers.py; Transformer Engine's fc2 and projection biases likewise, LayerNormMLP.reset_parameters),
             # their `main_grad` at the gradient buffer's width (training.py train_step of d898a8991d;
             # Megatron-Core finalize_model_grads.py _allreduce_layernorm_grads).
-            norm_grads = (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
-            if m.linear_bias:  # the attention output projection's and the MLP down projection's biases
+            # The q and k norms' weights (ModelArch.qk_layernorm) are whole on every TP rank, each of which
+            # normalized its own heads: their gradients are summed over TP with or without sequence
+            # parallelism, in the same all-reduce (finalize_model_grads.py _allreduce_non_tensor_model_
+            # parallel_grads of core_v0.14.0: `config.qk_layernorm and ("q_layernorm" in name or
+            # "k_layernorm" in name)`; core_v0.7.0 _allreduce_layernorm_grads the same).
+            norm_grads = self.num_layers * m.qk_norm_params
+            if self.ctx.sp:
+                norm_grads += (2 * self.num_layers + (1 if self.last else 0)) * m.norm_params
+            if self.ctx.sp and m.linear_bias:  # the attention output and MLP down projections' biases
                 norm_grads += 2 * self.num_layers * m.hidden
-            if m.moe is not None:
+            if self.ctx.sp and m.moe is not None:
                 # so do the MoE routers' weights (megatron/core/transformer/moe/router.py marks them
                 # sequence_parallel), whole on every TP rank
                 layers = [x for ch in self.st.chunks for x in range(ch.start, ch.end + 1)]
