@@ -126,7 +126,7 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "fp8_params": (True, False),
     # Transformer Engine's FP8 scaling recipe (tracegen.choices.FP8_RECIPES) where the run's differs from
     # delayed scaling (Megatron-Bridge's fp8_cs: bf16_with_fp8_current_scaling_mixed, fp8_recipe tensorwise).
-    "fp8_recipe": ("delayed", "current"),
+    "fp8_recipe": ("delayed", "current", "mxfp8"),
     # Where delayed scaling updates amax and scales (tracegen.choices.FP8_AMAX_UPDATES), where the run's
     # Transformer Engine predates v1.6 (MLPerf v3.1's TE 09ba84278a: every FP8 module, each micro-batch).
     "fp8_amax_update": ("region", "module"),
