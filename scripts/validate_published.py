@@ -175,6 +175,9 @@ CLUSTER_NICS = {
     "dgx-a100": "200Gbps",
     "dgx-a800": "200Gbps",
     "dgx-h100": "400Gbps",
+    # DGX B200 and GB200 NVL72: one 400 Gb/s ConnectX-7 per GPU (netmodels presets dgx-b200, gb200-nvl72)
+    "dgx-b200": "400Gbps",
+    "gb200-nvl72": "400Gbps",
     "jean-zay-a100": "50Gbps",
     # Supermicro AS-4124GO-NART (HGX A100 8-GPU, NVSwitch) with four 200 Gb/s HDR ConnectX-6 HCAs, one per
     # two GPUs (Black et al. 2022, arXiv:2204.06745, section 2.3): 4 x 200 / 8 = 100 Gb/s per GPU.

@@ -78,7 +78,7 @@ NODE_SIZE = 8  # GPUs per derived node: the usual HGX/DGX baseboard
 CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table 5)
 # `cluster:` names of whole-system presets: netmodels.presets.SYSTEM_PRESETS (a test keeps them equal;
 # tracegen does not import netmodels).
-CLUSTER_SYSTEMS = ("dgx-a100", "dgx-a800", "dgx-h100")
+CLUSTER_SYSTEMS = ("dgx-a100", "dgx-a800", "dgx-h100", "dgx-b200", "gb200-nvl72")
 
 
 # Transformer Engine's userbuffers layer names whose overlap holds SMs in xsim (tracegen.contention): the
