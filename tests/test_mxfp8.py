@@ -95,7 +95,10 @@ def test_mxfp8_refusals_and_round_trip() -> None:
     cases = [
         (_spec("mxfp8", precision="bf16"), "fp8_recipe: mxfp8 needs precision: fp8"),
         (_spec("mxfp8", sequence_parallel=True, parallel={"gpu": "B200", "tp": 2}), "sequence_parallel"),
-        (_spec("mxfp8", model={**TINY, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 64}}), "dense models only"),
+        (
+            _spec("mxfp8", model={**TINY, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 64}}),
+            "dense models only",
+        ),
     ]
     for spec, words in cases:
         with pytest.raises(SpecError) as exc:
