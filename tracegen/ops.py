@@ -764,7 +764,7 @@ def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
     micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
     the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
     write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8, nor
-    under current scaling (no amax history). With `fp8_amax_update: module` (TE before v1.6) the update is
+    under current scaling or MXFP8 (no amax history). With `fp8_amax_update: module` (TE before v1.6) the update is
     each module's own: TE_MODULE_UPDATE_KERNELS kernels per FP8 module of the chunk, which also copy each
     reduced amax back into its history (read and write 4 B more a tensor)."""
     if not c.te_fp8 or c.fp8_recipe != "delayed":
