@@ -32,6 +32,7 @@ NVLINK_SIMPLE_EFFICIENCY: dict[str, float] = {
     "H100": 20.6 / 25.0,
     "H200": 20.6 / 25.0,
     "B200": 40.1 / 50.0,
+    "GB200": 40.1 / 50.0,  # the B200 GPU (sm_100) on the same NVLink 5 (GB200 NVL72 datasheet)
 }
 
 
@@ -166,6 +167,7 @@ LL_MAX_ONE_NODE: dict[str, float] = {"ampere": 87.7, "hopper": 141.0, "blackwell
 LL_MAX_INTEL: tuple[float, float] = (39.0, 20.4)  # 2 nodes, more than 2
 GPU_ARCH: dict[str, str] = {
     "A100-40GB": "ampere", "A100-80GB": "ampere", "H100": "hopper", "H200": "hopper", "B200": "blackwell",
+    "GB200": "blackwell",
 }  # fmt: skip
 
 

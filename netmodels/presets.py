@@ -145,8 +145,8 @@ def defined_interconnect(preset: str, name: str, entry: Any) -> InterconnectPres
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Whole-system presets (`cluster: dgx-a100`, `--topology dgx-h100:4`): NVIDIA DGX nodes of 8 GPUs on one
-# NVSwitch fabric, one NIC per GPU, all NICs on a non-blocking fabric (modelled as one switch: the ideal of
+# Whole-system presets (`cluster: dgx-a100`, `--topology dgx-h100:4`): NVIDIA DGX nodes of 8 GPUs (a GB200
+# NVL72 rack: 72) on one NVSwitch fabric, one NIC per GPU, all NICs on a non-blocking fabric (modelled as one switch: the ideal of
 # a full-bisection fat-tree). Hardware only: line rates per direction and the NICs by name. What NCCL gets
 # out of them (its protocols' efficiency, channels, algorithm choice) is netmodels/nccl.py's model, applied
 # to every cluster described with `collectives: nccl`, which these presets are.
@@ -212,6 +212,39 @@ SYSTEM_PRESETS: dict[str, SystemPreset] = {
         "H100",
         368.0,
         "NVIDIA H100 and DGX H100 datasheets",
+    ),
+    # DGX B200: 8 B200 on NVLink 5 through 2 NVSwitch chips, 1.8 TB/s total per GPU = 900 GB/s per direction
+    # (18 links of 50 GB/s; NVIDIA DGX B200 datasheet: "1.8TB/s" NVLink per GPU, 14.4 TB/s aggregate); "4x
+    # OSFP ports serving 8x single-port NVIDIA ConnectX-7 VPI, up to 400Gb/s InfiniBand/Ethernet" for compute
+    # (NVIDIA DGX BasePOD reference architecture, "Core Components", DGX B200 system).
+    "dgx-b200": SystemPreset(
+        "dgx-b200",
+        ("B200",),
+        8,
+        900 * GBYTE,
+        "ConnectX-7 NDR InfiniBand",
+        400 * GBIT,
+        "B200",
+        368.0,
+        "NVIDIA DGX B200 datasheet; DGX BasePOD reference architecture (DGX B200 system)",
+    ),
+    # GB200 NVL72 (DGX GB200): one rack is one NVLink domain of 72 GPUs, NVLink 5 at 1.8 TB/s per GPU = 900
+    # GB/s per direction through 9 NVLink switch trays (NVIDIA GB200 NVL72 datasheet: 130 TB/s over 72 GPUs;
+    # DGX GB200 user guide, "Networking": "1.8 TB/s bidirectional per GPU with NVLink 5.0"). A "node" here is
+    # that NVLink domain (NCCL's multi-node NVLink treats the rack as one NVLink clique); 18 compute trays of
+    # 2 Grace CPUs and 4 GPUs each, every tray with "4x NVIDIA ConnectX-7 single port 400G OSFP NIC" for the
+    # cluster network, one per GPU (DGX GB200 user guide, "Hardware", compute tray table). The Grace host
+    # (4 GPUs per tray) matters only to the host CPU model (host_dispatch's host_launch_us: docs/compute.md).
+    "gb200-nvl72": SystemPreset(
+        "gb200-nvl72",
+        ("GB200",),
+        72,
+        900 * GBYTE,
+        "ConnectX-7 NDR InfiniBand",
+        400 * GBIT,
+        "GB200",
+        368.0,
+        "NVIDIA GB200 NVL72 datasheet; DGX GB200 user guide (hardware, networking)",
     ),
 }
 # NIC delay: the paper's Table 6 ConnectX-7 row (368 ns); no published ConnectX-6 figure is recorded, so

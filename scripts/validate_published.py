@@ -127,7 +127,7 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "fp8_params": (True, False),
     # Transformer Engine's FP8 scaling recipe (tracegen.choices.FP8_RECIPES) where the run's differs from
     # delayed scaling (Megatron-Bridge's fp8_cs: bf16_with_fp8_current_scaling_mixed, fp8_recipe tensorwise).
-    "fp8_recipe": ("delayed", "current"),
+    "fp8_recipe": ("delayed", "current", "mxfp8"),
     # Where delayed scaling updates amax and scales (tracegen.choices.FP8_AMAX_UPDATES), where the run's
     # Transformer Engine predates v1.6 (MLPerf v3.1's TE 09ba84278a: every FP8 module, each micro-batch).
     "fp8_amax_update": ("region", "module"),
@@ -176,6 +176,9 @@ CLUSTER_NICS = {
     "dgx-a100": "200Gbps",
     "dgx-a800": "200Gbps",
     "dgx-h100": "400Gbps",
+    # DGX B200 and GB200 NVL72: one 400 Gb/s ConnectX-7 per GPU (netmodels presets dgx-b200, gb200-nvl72)
+    "dgx-b200": "400Gbps",
+    "gb200-nvl72": "400Gbps",
     "jean-zay-a100": "50Gbps",
     # Supermicro AS-4124GO-NART (HGX A100 8-GPU, NVSwitch) with four 200 Gb/s HDR ConnectX-6 HCAs, one per
     # two GPUs (Black et al. 2022, arXiv:2204.06745, section 2.3): 4 x 200 / 8 = 100 Gb/s per GPU.

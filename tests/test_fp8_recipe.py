@@ -71,7 +71,7 @@ def test_fp8_recipe_key_round_trips_and_refuses_bf16() -> None:
         load_spec(_spec("current", "bf16"))
     assert "fp8_recipe: current needs precision: fp8" in str(exc.value) and "\n" not in str(exc.value)
     with pytest.raises(SpecError) as exc:
-        load_spec(_spec("mxfp8"))
+        load_spec(_spec("nvfp4"))
     assert "fp8_recipe" in str(exc.value) and "\n" not in str(exc.value)
 
 

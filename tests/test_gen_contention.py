@@ -80,8 +80,9 @@ def test_system_links_agree_with_netmodels_presets():
             p.nvlink_bandwidth,
             p.nic_bandwidth,
         )
-        # NVLinks x NCCL's figure per link = the line rate x netmodels' NCCL share (25 GB/s links).
-        assert links.nvlink == pytest.approx(links.nvlinks * 25e9)
+        # NVLinks x NCCL's figure per link = the line rate x netmodels' NCCL share (25 GB/s links; NVLink 5
+        # on the Blackwell presets: 50 GB/s links).
+        assert links.nvlink == pytest.approx(links.nvlinks * (50e9 if links.sm100 else 25e9))
         eff = NVLINK_SIMPLE_EFFICIENCY[p.gpus[0]]
         assert links.nvlinks * links.nccl_link_gbps * 1e9 == pytest.approx(p.nvlink_bandwidth * eff)
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 # Transformer Engine's FP8 scaling recipe under `precision: fp8` (`fp8_recipe`); the first is the default.
-FP8_RECIPES = ("delayed", "current")
+# "mxfp8": TE's MXFP8BlockScaling (Blackwell's block-scaled FP8, 1x32 blocks with E8M0 scales; Megatron-Bridge
+# precision "fp8_mx", bf16_with_mxfp8_mixed).
+FP8_RECIPES = ("delayed", "current", "mxfp8")
 # Where Transformer Engine's delayed scaling updates amax histories and scales (`fp8_amax_update`); the first
 # is the default. "region": once per fp8_autocast region and pass (TE >= v1.6, reduce_and_update_fp8_tensors);
 # "module": every FP8 module in its own forward and backward prep, each micro-batch (TE before v1.6).

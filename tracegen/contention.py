@@ -48,6 +48,10 @@ NCCL_DP_CTAS = 16
 # no NVSwitch node here reaches).
 NCCL_SPEEDS_SM80 = (40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0)
 NCCL_SPEEDS_SM90 = (60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0)
+# Blackwell (sm_100): `sm100SpeedArrayIntra` as read in stored copies of search.cc, {90, 80, 70, 60, 50, 40,
+# 30, 24, 20, 19, 18}; a later copy inserts 45.0, which changes no result for the NVLink-5 nodes here (18 x
+# 40.1 GB/s: 8 channels at 90, as without it).
+NCCL_SPEEDS_SM100 = (90.0, 80.0, 70.0, 60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0)
 NCCL_MAXCHANNELS = 32  # src/include/device.h MAXCHANNELS; a ring graph holds at most half (init.cc)
 
 
@@ -82,6 +86,7 @@ class SystemLinks:
     nvlinks: int
     nccl_link_gbps: float
     sm90: bool
+    sm100: bool = False  # Blackwell: NCCL_SPEEDS_SM100
 
 
 # The DGX presets' line rates (netmodels/presets.py SYSTEM_PRESETS, from the DGX A100 / H100 datasheets;
@@ -95,10 +100,14 @@ SYSTEM_LINKS: dict[str, SystemLinks] = {
     "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8, 12, 20.0, False),
     "dgx-a800": SystemLinks(8, 200e9, 200e9 / 8, 8, 20.0, False),
     "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8, 18, 20.6, True),
+    # NVLink 5: 18 links of 50 GB/s per direction on the B200 (DGX B200 datasheet) and GB200 (NVL72
+    # datasheet); SM100_NVLINK_BW 40.1 (topo.h). GB200 NVL72: the 72-GPU NVLink domain is the node.
+    "dgx-b200": SystemLinks(8, 900e9, 400e9 / 8, 18, 40.1, False, True),
+    "gb200-nvl72": SystemLinks(72, 900e9, 400e9 / 8, 18, 40.1, False, True),
 }
 
 
-def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool) -> int:
+def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool, sm100: bool = False) -> int:
     """Runtime channels (CTAs) of a collective inside one NVSwitch node, as NCCL's init derives them.
 
     Our reading of NVIDIA/nccl (v2.19.3-1 and master agree): every GPU reaches the others through the
@@ -107,13 +116,14 @@ def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool) -> int:
     floor(total / s) channels fit (at most MAXCHANNELS / 2). It stops once channels x s reach the total,
     else tries slower speeds while the next is above 0.49 of the best graph's and keeps a strictly larger
     product. ncclTopoDupChannels then doubles the channels at half the speed when the speed is >= 25 (not
-    on SM90 below 50 with more than 4 channels); the second pass looks for the same channel count at a
+    on SM90 below 50 with more than 4 channels: `ccMin > 80`, so on SM100 too, which searches its own speeds,
+    NCCL_SPEEDS_SM100); the second pass looks for the same channel count at a
     faster speed, which no NVSwitch node finds. ncclTopoPostset doubles them again ("Duplication should be
     complete now", src/graph/connect.cc), capped at MAXCHANNELS; a collective of the sizes here (over
     nChannels x 512 threads x 64 B) runs on all of them (enqueue.cc).
     """
     total = nvlinks * link_gbps
-    speeds = NCCL_SPEEDS_SM90 if sm90 else NCCL_SPEEDS_SM80
+    speeds = NCCL_SPEEDS_SM100 if sm100 else NCCL_SPEEDS_SM90 if sm90 else NCCL_SPEEDS_SM80
     cap = NCCL_MAXCHANNELS // 2
 
     def fit(s: float) -> int:
@@ -129,7 +139,7 @@ def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool) -> int:
         i += 1
     if n == 0:
         return 1
-    if bw >= 25.0 and not (sm90 and bw < 50.0 and n > 4):
+    if bw >= 25.0 and not ((sm90 or sm100) and bw < 50.0 and n > 4):
         dup = min(2 * n, cap)
         n, bw = dup, bw / math.ceil(dup / n)
     for s in sorted(x for x in speeds if x > bw):
@@ -174,7 +184,7 @@ def comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
         return NCCL_TP_CTAS
     if len({r // links.gpus_per_node for r in members}) > 1:
         return NCCL_DP_CTAS
-    return nccl_node_channels(links.nvlinks, links.nccl_link_gbps, links.sm90)
+    return nccl_node_channels(links.nvlinks, links.nccl_link_gbps, links.sm90, links.sm100)
 
 
 def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow]) -> dict[int, float]:

@@ -206,6 +206,22 @@ TE_AMAX_HISTORY = 1024
 # There is no amax history: the delayed recipe's reduction and scale update (te_amax_update) do not run.
 CS_QUANTIZE_KERNELS = 3
 CS_NORM_QUANTIZE_KERNELS = 2
+# Transformer Engine's MXFP8 (`fp8_recipe: mxfp8`, TE 2.x MXFP8BlockScaling / MXFP8Quantizer; OCP Microscaling
+# Formats v1.0: blocks of 32 elements sharing one E8M0 scale byte). One quantize reads the BF16 tensor once
+# and writes, in one fused kernel (TE common/util/cast_kernels.cuh cast_mxfp8_2D_kernel, rowwise and
+# columnwise at once), the row-wise copy (1 byte an element, scales over 1x32 blocks along a row) and the
+# column-wise copy the other GEMM of the pair reads (1 byte, scales over 32x1 blocks): 2 + 2/32 bytes
+# written per element; no amax, no scale kernel, no amax history. The norm of a LayerNormLinear does not
+# write MXFP8 itself (TE pytorch/csrc/extensions/normalization.cpp: MXFP8 takes Impl::UNFUSED unless
+# NVTE_NORM_FWD_USE_CUDNN), so it writes `dtype_bytes` and the quantize follows.
+MX_BLOCK = 32
+
+
+def mx_written_bytes(elems: int) -> int:
+    """Bytes one MXFP8 quantize of `elems` elements writes: both FP8 copies and their E8M0 scales."""
+    return 2 * elems + 2 * -(-elems // MX_BLOCK)
+
+
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
 # QK^T, softmax, softmax dropout and attention over V): the fused FlashAttention op and the unfused ops'
 # names. These ops hold the s^2 activations that make recomputing them cheap relative to storing them.
@@ -314,7 +330,7 @@ class Ctx:
         "flash"  # "flash" (one fused attn_core op) | "unfused" (scores, softmax, dropout, context)
     )
     fw: Framework = FRAMEWORKS[DEFAULT_FRAMEWORK]  # which kernels the layer is made of
-    fp8_recipe: str = "delayed"  # TE's FP8 scaling: "delayed" | "current" (CS_QUANTIZE_KERNELS)
+    fp8_recipe: str = "delayed"  # TE's FP8 scaling: "delayed" | "current" (CS_QUANTIZE_KERNELS) | "mxfp8"
     grad_bytes: int = FP32  # width of the gradient buffer's main_grad (Framework.main_grad_hook's adds)
     fp8_amax_update: str = "region"  # delayed scaling's update: "region" | "module" (TE before v1.6)
 
@@ -336,6 +352,11 @@ class Ctx:
     def fp8_current(self) -> bool:
         """TE FP8 with current scaling: every quantize computes its own amax first (CS_QUANTIZE_KERNELS)."""
         return self.te_fp8 and self.fp8_recipe == "current"
+
+    @property
+    def fp8_mx(self) -> bool:
+        """TE MXFP8: one fused quantize writes both FP8 copies and their block scales (mx_written_bytes)."""
+        return self.te_fp8 and self.fp8_recipe == "mxfp8"
 
     @property
     def norm_tokens(self) -> int:
@@ -483,9 +504,16 @@ def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
     scaling its amax pass reads the input once more, in CS_QUANTIZE_KERNELS kernels in all."""
     if not c.te_fp8:
         return []
+    if c.fp8_mx:
+        return [_mx_quantize(c, f"{op}_fp8_cast", phase, elems)]
     if c.fp8_current:
         return [_kern(f"{op}_fp8_cast", phase, elems, 0, 2 * c.b + 2, CS_QUANTIZE_KERNELS)]
     return [_kern(f"{op}_fp8_cast", phase, elems, 0, c.b + 2)]
+
+
+def _mx_quantize(c: Ctx, name: str, phase: str, elems: int) -> Op:
+    """One TE MXFP8 quantize of `elems` elements: read `dtype_bytes`, write both copies and scales, 1 kernel."""
+    return Op(name, phase, 0, elems * c.b + mx_written_bytes(elems), (elems,), False)
 
 
 def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
@@ -499,7 +527,7 @@ def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
         return _eager_rmsnorm(c, op, "fwd", e)
     if c.fw.fp32_norm_input:
         return _fp32_input_norm(c, op, "fwd", e)
-    out = 1 if c.te_fp8 and fused and not c.fp8_current else b
+    out = 1 if c.te_fp8 and fused and not (c.fp8_current or c.fp8_mx) else b
     return Op(op, "fwd", ELEM_FLOPS[c.m.norm] * e, e * (b + out), (e,), False)
 
 
@@ -535,10 +563,13 @@ def _norm(c: Ctx, op: str, phase: str, elems: int, residual: bool = True) -> Op:
 
 def _norm_quantize(c: Ctx, linear: str, fused: bool = True) -> list[Op]:
     """Current scaling: the quantize of a LayerNormLinear's norm output (its amax computed by the norm):
-    the scale and cast kernels, reading `dtype_bytes` and writing the FP8 input of `linear` (1 byte)."""
+    the scale and cast kernels, reading `dtype_bytes` and writing the FP8 input of `linear` (1 byte).
+    MXFP8: the norm's unfused quantize (_mx_quantize: both copies, so no backward transpose)."""
+    e = c.norm_tokens * c.m.hidden
+    if c.fp8_mx and fused:
+        return [_mx_quantize(c, f"{linear}_fp8_cast", "fwd", e)]
     if not (c.fp8_current and fused):
         return []
-    e = c.norm_tokens * c.m.hidden
     return [_kern(f"{linear}_fp8_cast", "fwd", e, 0, c.b + 1, CS_NORM_QUANTIZE_KERNELS)]
 
 
@@ -583,8 +614,9 @@ def _row_grad_in(c: Ctx, where: str, gather: str, linear: str, fused_out_bias: b
 
 def _fp8_transpose(c: Ctx, op: str, elems: int) -> list[Op]:
     """The FP8 transpose of a LayerNormLinear's saved FP8 input for its weight-gradient GEMM (TE 1.8
-    layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte."""
-    if not c.te_fp8:
+    layernorm_linear.py backward: `tex.fp8_transpose(ln_out_total)`): read 1 byte, write 1 byte. None under
+    MXFP8: the forward quantize wrote the column-wise copy (_norm_quantize)."""
+    if not c.te_fp8 or c.fp8_mx:
         return []
     return [_kern(f"{op}_fp8_transpose", "bwd", elems, 0, 2)]
 
@@ -770,10 +802,10 @@ def te_amax_update(c: Ctx, phase: str, layers: int) -> list[Step]:
     micro-batch in `phase`: the concatenation of the amaxes (read and write 4 B each), their AllReduce over
     the TP group when it has more than one rank, and the fused update (read the reduced amax, read and
     write each tensor's TE_AMAX_HISTORY history, write scale and scale_inv). Nothing without TE FP8, nor
-    under current scaling (no amax history). With `fp8_amax_update: module` (TE before v1.6) the update is
+    under current scaling or MXFP8 (no amax history). With `fp8_amax_update: module` (TE before v1.6) the update is
     each module's own: TE_MODULE_UPDATE_KERNELS kernels per FP8 module of the chunk, which also copy each
     reduced amax back into its history (read and write 4 B more a tensor)."""
-    if not c.te_fp8 or c.fp8_current:
+    if not c.te_fp8 or c.fp8_recipe != "delayed":
         return []
     scales = TE_SCALES_PER_MODULE[phase] * TE_MODULES_PER_LAYER * layers
     cat = Op("fp8_amax_concat", phase, 0, 2 * FP32 * scales, (scales,), False)
@@ -1402,6 +1434,10 @@ def optimizer_steps(
     b), `tex.compute_amax` of it (read b: the one extra pass, one more kernel), the amaxes' all-reduce (MAX
     over DP, left out as above) and one multi_tensor_compute_scale_and_scale_inv, then the cast with that
     scale (read b, write 1): 4 + 3 b + 1 bytes per FP8 weight in 3 kernels, the scale kernel uncounted.
+    Under `fp8_recipe` mxfp8 the weights are all-gathered in the model dtype (workload.py: no `fp8_shard`)
+    and every weight of `fp8_params` is quantized once an iteration (_mx_quantize: read b, write both MXFP8
+    copies and their scales, one kernel; Megatron-Core's copy into the MXFP8 parameter after the gather, or
+    TE's cast of the BF16 weight without FP8 parameters).
     """
     g = grad_bytes
     before: list[Step] = []
@@ -1425,6 +1461,17 @@ def optimizer_steps(
         after[-1] = Op("param_copy", "opt", 0, copy, (shard,), False, kernels=kernels)
         if fp8_params:
             after.append(_kern("fp8_weight_transpose", "opt", fp8_params, 0, 2))
+    elif fp8_params and fp8_recipe == "mxfp8":
+        after.append(
+            Op(
+                "fp8_weight_cast",
+                "opt",
+                0,
+                fp8_params * b + mx_written_bytes(fp8_params),
+                (fp8_params,),
+                False,
+            )
+        )
     elif fp8_params and fp8_recipe == "current":
         after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, 2 * b + 2, CS_QUANTIZE_KERNELS))
     elif fp8_params:

@@ -78,7 +78,7 @@ NODE_SIZE = 8  # GPUs per derived node: the usual HGX/DGX baseboard
 CLUSTER_PRESET = "table5"  # the paper's real-testbed interconnect values (Table 5)
 # `cluster:` names of whole-system presets: netmodels.presets.SYSTEM_PRESETS (a test keeps them equal;
 # tracegen does not import netmodels).
-CLUSTER_SYSTEMS = ("dgx-a100", "dgx-a800", "dgx-h100")
+CLUSTER_SYSTEMS = ("dgx-a100", "dgx-a800", "dgx-h100", "dgx-b200", "gb200-nvl72")
 
 
 # Transformer Engine's userbuffers layer names whose overlap holds SMs in xsim (tracegen.contention): the
@@ -569,7 +569,11 @@ class _SpecBuilder:
         if model.moe is not None or model.mla is not None or dep.sharding not in ("", "none"):
             raise self.fail("fp8_params: true is modelled for dense models without sharding only")
         # Delayed scaling (TE 1.x Float8Tensor parameters) or current scaling (TE 2.x
-        # Float8CurrentScalingQuantizer parameters, cast by cast_master_weights_to_fp8: ops.optimizer_steps)
+        # Float8CurrentScalingQuantizer parameters, cast by cast_master_weights_to_fp8: ops.optimizer_steps);
+        # MXFP8 (Megatron-Bridge bf16_with_mxfp8_mixed: reuse_grad_buf_for_mxfp8_param_ag): the parameters are
+        # all-gathered in the model dtype through the gradient buffer and quantized to MXFP8 after the gather
+        # (Megatron-Core distributed_data_parallel.py start_param_sync / finish_param_sync, "The paramaters are
+        # cast from bf16 to MXFP8 during copy"): the gather stays in dtype_bytes (workload.py layer_fp8)
         return True
 
     def overlap(self, dep: dpb.Deployment) -> None:
@@ -728,6 +732,9 @@ class _SpecBuilder:
         if recipe != FP8_RECIPES[0] and dep.precision != "fp8":
             raise self.fail(f"fp8_recipe: {recipe} needs precision: fp8, got precision: {dep.precision}")
         dep.fp8_recipe = "" if recipe == FP8_RECIPES[0] else recipe
+        if recipe == "mxfp8" and (model.moe is not None or model.mla is not None):
+            # the grouped expert GEMMs' and MLA's MXFP8 quantizes are not modelled (dense layers only)
+            raise self.fail("fp8_recipe: mxfp8 is modelled for dense models only")
         update = self.choice("fp8_amax_update", FP8_AMAX_UPDATES, FP8_AMAX_UPDATES[0])
         if update != FP8_AMAX_UPDATES[0] and (dep.precision != "fp8" or recipe != FP8_RECIPES[0]):
             raise self.fail(
@@ -809,6 +816,12 @@ class _SpecBuilder:
                     catalog.tensor_peak(catalog.gpu(dg.gpu), "fp8")
                 except CatalogError as exc:
                     raise self.fail(f"device group {dg.id}: {exc}") from None
+                if dep.fp8_recipe == "mxfp8" and dep.sequence_parallel and dg.tp > 1:
+                    # TE's MXFP8 all-gather of sequence-parallel inputs and output gradients is not modelled
+                    raise self.fail(
+                        f"device group {dg.id}: fp8_recipe: mxfp8 with sequence_parallel and TP > 1 is not "
+                        "modelled"
+                    )
         steps = dep.micro_batches * sum(
             len(dg.ranks) * sum(e - s + 1 for s, e in chunk_ranges(dg)) for dg in dep.device_groups
         )

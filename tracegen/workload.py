@@ -2350,8 +2350,11 @@ class _RankProgram:
         # fp8_params: each layer's FP8 linear weights, all-gathered at 1 byte (Megatron-Core keeps them in a
         # uint8 buffer, distributed_data_parallel.py _allocate_buffers_for_parameters: param_dtype
         # torch.uint8 for a Float8Tensor). Dense models only (the spec refuses fp8_params with MoE / MLA).
+        # MXFP8 parameters are gathered in the model dtype and quantized after the gather (spec.fp8_params).
         self.layer_fp8 = (
-            linear_params(self.gen.model, self.ctx.sh, 1) if dep.fp8_params and self.ctx.te_fp8 else 0
+            linear_params(self.gen.model, self.ctx.sh, 1)
+            if dep.fp8_params and self.ctx.te_fp8 and not self.ctx.fp8_mx
+            else 0
         )
         self.sync_ids: list[int] = []
         self.rep_ids: list[
