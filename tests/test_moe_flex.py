@@ -115,6 +115,7 @@ def test_flex_legs_run_together_in_replay(tmp_path, capsys):
     contention-free, the rail leg takes 2,240 B / 1 GB/s = 2,240 ns and the node leg 1,280 ns (its 1,280 B
     transfers run at once), and the receiver's first op starts when the longer ends."""
     import polars as pl
+
     from xsim.cli import main
 
     bundle = generate(load_spec(_spec(16, 4, 16, 16)), rewrite=False)
