@@ -154,3 +154,22 @@ def test_alltoall_is_the_default_bit_for_bit():
     given = load_spec(spec)
     del spec["moe_token_dispatcher_type"]
     assert given.SerializeToString() == load_spec(spec).SerializeToString()
+
+
+def test_flex_needs_as_many_ep_ranks_on_every_node():
+    # EP 12 over the derived cluster's nodes of 8: 8 ranks on one node, 4 on the next
+    from xsim.tracegen.errors import GeneratorError
+
+    with pytest.raises(
+        GeneratorError, match="holds 8, 4 ranks on its nodes; DeepEP needs as many on every node"
+    ):
+        generate(load_spec(_spec(12, 2, 12, 12)), rewrite=False)
+
+
+def test_rank_nodes_from_the_cluster_description():
+    from xsim.tracegen.moe_ops import ep_nodes, rank_node
+
+    # a system preset's nodes of 8; a nodes list's counts; nothing: 8 consecutive ranks
+    assert ep_nodes((0, 1, 8, 9), rank_node('{"system": "dgx-h100"}')) == (0, 0, 1, 1)
+    assert ep_nodes((0, 1, 2, 3), rank_node('{"nodes": [{"count": 2}, {"count": 2}]}')) == (0, 0, 1, 1)
+    assert ep_nodes((7, 8), rank_node("")) == (0, 1)
