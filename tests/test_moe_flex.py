@@ -1,5 +1,6 @@
-"""Megatron-Core's flex token dispatcher with DeepEP (`moe_token_dispatcher_type: flex`): the bytes of
-DeepEP's legs and the ops around them, each against a hand count (tracegen.moe_ops.deepep_legs)."""
+"""Megatron-Core's token dispatchers besides the all-to-all one: flex with DeepEP (`moe_token_dispatcher_type:
+flex`: the bytes of DeepEP's legs and the ops around them, tracegen.moe_ops.deepep_legs) and allgather
+(tracegen.moe_ops.allgather_steps), each against a hand count."""
 
 from __future__ import annotations
 
@@ -134,7 +135,7 @@ def test_flex_legs_run_together_in_replay(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("extra", "parallel", "message"),
     [
-        ({"moe_token_dispatcher_type": "allgather"}, {}, "allgather (Megatron-Core's MoEAllGatherTokenDispatcher"),
+        ({"moe_token_dispatcher_type": "allgather"}, {"dp": 4, "ep": 1}, "allgather needs ep > 1"),
         ({"moe_token_dispatcher_type": "deepep"}, {}, "moe_token_dispatcher_type must be one of alltoall, allgather, flex"),
         ({}, {"dp": 4, "ep": 1}, "flex needs ep > 1"),
         ({"sequence_parallel": True}, {"dp": 2, "ep": 2, "tp": 2}, "flex with expert TP > 1 is not generated yet"),
@@ -173,3 +174,34 @@ def test_rank_nodes_from_the_cluster_description():
     assert ep_nodes((0, 1, 8, 9), rank_node('{"system": "dgx-h100"}')) == (0, 0, 1, 1)
     assert ep_nodes((0, 1, 2, 3), rank_node('{"nodes": [{"count": 2}, {"count": 2}]}')) == (0, 0, 1, 1)
     assert ep_nodes((7, 8), rank_node("")) == (0, 1)
+
+
+def test_allgather_dispatcher_by_hand():
+    """EP 4, top-2 of 8, 16 tokens a rank, hidden 64: everything is gathered, the rank's 2 experts' copies
+    are picked out of the 64 gathered tokens and reduce-scattered back in FP32."""
+    spec = _spec(8, 2, 16, 4)
+    spec["moe_token_dispatcher_type"] = "allgather"
+    bundle = generate(load_spec(spec), rewrite=False)
+    got = {}
+    for n in bundle.nodes[0]:
+        at = _attrs(n)
+        if n.type == pb.COMM_COLL_NODE and ".moe_" in n.name:
+            got[n.name] = (at[A.COMM_TYPE].int64_val, at[A.COMM_SIZE].int64_val)
+        elif ".moe_" in n.name:
+            got[n.name] = at[A.TENSOR_SIZE].uint64_val
+    ag, rs = pb.ALL_GATHER, pb.REDUCE_SCATTER
+    # AllGather sizes are the per-rank input: map 16 x 8 x 1 B, probabilities 16 x 8 x 4 B, tokens 16 x 64 x 2 B
+    assert got["L1.moe_dispatch_map.fwd.mb0"] == (ag, 128)
+    assert got["L1.moe_dispatch_probs.fwd.mb0"] == (ag, 512)
+    assert got["L1.moe_dispatch.fwd.mb0"] == (ag, 2048)
+    # 64 gathered tokens, 2 local experts, 4 x 8 = 32 copies: slices, transposes and masked_select
+    # 64 x 2 x (1 + 4) x 4 + 32 x (8 + 4) = 2,944 B; permute (64 + 32) x 128 = 12,288 B
+    assert got["L1.moe_local_map.fwd.mb0"] == 2944
+    assert got["L1.moe_permute.fwd.mb0"] == got["L1.moe_unpermute.fwd.mb0"] == 12288
+    # the [64, 64] output in FP32, whole buffer 64 x 64 x 4 = 16,384 B; backward: its gather of 16 x 64 x 4
+    # and the tokens' and probabilities' reduce-scatters of 64 x 64 x 2 and 64 x 8 x 4 B (the map has none)
+    assert got["L1.moe_combine.fwd.mb0"] == (rs, 16384)
+    assert got["L1.moe_combine.bwd.mb0"] == (ag, 4096)
+    assert got["L1.moe_dispatch.bwd.mb0"] == (rs, 8192)
+    assert got["L1.moe_dispatch_probs.bwd.mb0"] == (rs, 2048)
+    assert "L1.moe_dispatch_map.bwd.mb0" not in got

@@ -110,8 +110,9 @@ AUX_LOSS = {"fwd": (5, 4, 2), "bwd": (5, 7, 0)}  # kernels, dtype bytes, other b
 
 
 # Megatron-Core's --moe-token-dispatcher-type (transformer_config.py moe_token_dispatcher_type): "alltoall"
-# (MoEAlltoAllTokenDispatcher, the default here), "allgather" (MoEAllGatherTokenDispatcher: not generated
-# yet) and "flex" (MoEFlexTokenDispatcher with --moe-enable-deepep: DeepEP's fused kernels, `deepep_legs`).
+# (MoEAlltoAllTokenDispatcher, the default here), "allgather" (MoEAllGatherTokenDispatcher,
+# `allgather_steps`) and "flex" (MoEFlexTokenDispatcher with --moe-enable-deepep: DeepEP's fused kernels,
+# `deepep_legs`).
 MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
 # DeepEP's internode dispatch sends, with each token, its top-k expert indices (int32) and FP32 weights
 # (deepseek-ai/DeepEP csrc/kernels/internode.cu get_num_bytes_per_token: hidden + SourceMeta + scales +
@@ -140,6 +141,11 @@ class AllToAll:
     # EP ranks on this rank's node (NVLink), "rail" the EP ranks at this rank's place on every node (RDMA).
     # The legs of one dispatch or combine are issued together and run concurrently (DeepEP pipelines them).
     group: str = ""
+    # "all_to_all", or a plain collective over the group (the allgather dispatcher's, `allgather_steps`):
+    # "all_gather" | "reduce_scatter", of Chakra size `size` (AllGather: the per-rank input; ReduceScatter:
+    # the whole buffer).
+    kind: str = "all_to_all"
+    size: int = 0
 
 
 MoeStep = Step | AllToAll
@@ -264,6 +270,7 @@ def moe_block(
     phase: str,
     local: int = 0,
     nodes: tuple[int, ...] | None = None,
+    allgather: bool = False,
 ) -> list[MoeStep]:
     """The MoE MLP of `layer` on TP rank `local` of EP rank `me`, in execution order.
 
@@ -279,7 +286,8 @@ def moe_block(
     its T/tp sequence-parallel tokens, exchanges them with its EP peers and runs whole experts: no TP
     gather or scatter around the grouped GEMMs. `tp` below is the expert TP degree.
 
-    `nodes` (the node of each EP index) selects Megatron-Core's flex dispatcher with DeepEP (`flex_steps`).
+    `nodes` (the node of each EP index) selects Megatron-Core's flex dispatcher with DeepEP (`flex_steps`),
+    `allgather` its all-gather dispatcher (`allgather_steps`).
     """
     m, b, t = c.m, c.b, c.tokens
     tp = expert_tp(c.sh)
@@ -385,6 +393,27 @@ def moe_block(
             ]
     cap_fwd, cap_bwd = capacity_mask_ops(moe, tl)
     aux = aux_loss_ops(moe, phase, tl, b)
+
+    def gemms_of(ph: str) -> list[MoeStep]:
+        # the grouped expert MLP over the received copies (forward order; backward: the reverse)
+        if ph == "fwd":
+            return [
+                *cast("moe_expert_up_gate", received * h),
+                grouped("moe_expert_up_gate", received, h, up),
+                act("moe_expert_act", received, fl),
+                *cast("moe_expert_down", received * fl),
+                grouped("moe_expert_down", received, fl, h),
+            ]
+        return [
+            *cast("moe_expert_down", received * h),
+            grouped("moe_expert_down", received, fl, h),
+            act("moe_expert_act", received, fl),
+            *cast("moe_expert_up_gate", received * up),
+            grouped("moe_expert_up_gate", received, h, up),
+        ]
+
+    if allgather:
+        return allgather_steps(c, moe, phase, ep, received, gemms_of(phase), cap_fwd, cap_bwd, aux, shared)
     if nodes is not None:
         legs, rows = deepep_legs(loads, moe, ep, nodes, me, tl)
         per = h * b + (DEEPEP_TOPK_BYTES * moe.top_k if phase == "fwd" else 0)  # bytes of a dispatched token
@@ -398,22 +427,9 @@ def moe_block(
                 out.append(AllToAll(op, which, *pair, even * width, group=grp))
             return out
 
-        gemms = [
-            *cast("moe_expert_up_gate", received * h),
-            grouped("moe_expert_up_gate", received, h, up),
-            act("moe_expert_act", received, fl),
-            *cast("moe_expert_down", received * fl),
-            grouped("moe_expert_down", received, fl, h),
-        ]
-        if phase != "fwd":
-            gemms = [
-                *cast("moe_expert_down", received * h),
-                grouped("moe_expert_down", received, fl, h),
-                act("moe_expert_act", received, fl),
-                *cast("moe_expert_up_gate", received * up),
-                grouped("moe_expert_up_gate", received, h, up),
-            ]
-        return flex_steps(c, moe, phase, ep, rows, received, a2a, gemms, cap_fwd, cap_bwd, aux, shared, per)
+        return flex_steps(
+            c, moe, phase, ep, rows, received, a2a, gemms_of(phase), cap_fwd, cap_bwd, aux, shared, per
+        )
     if phase == "fwd":
         return [
             _gemm("moe_router", "fwd", tl, h, e, b),
@@ -460,6 +476,78 @@ def moe_block(
         _gemm("moe_router", "bwd", tl, h, e, b),
         # the router's weight is a plain parameter (router.py: RouterGatingLinearFunction returns its
         # gradient), so Megatron-Core's DDP hook adds it into main_grad: one kernel over hidden x E
+        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
+    ]  # fmt: skip
+
+
+def allgather_steps(
+    c: Ctx,
+    moe: MoeSpec,
+    phase: str,
+    ep: int,
+    received: int,
+    gemms: list[MoeStep],
+    cap_fwd: list[Op],
+    cap_bwd: list[Op],
+    aux: list[Op],
+    shared: list[MoeStep],
+) -> list[MoeStep]:
+    """The MoE MLP under Megatron-Core's MoEAllGatherTokenDispatcher (token_dispatcher.py at NVIDIA/Megatron-LM
+    0014f137), over the EP group (its tp_ep group with whole experts): the routing map (bool), the
+    probabilities (FP32) and the tokens are all-gathered (`moe_dispatch_map`, `moe_dispatch_probs`,
+    `moe_dispatch`); the rank slices its experts' columns of the map and probabilities (`moe_local_map`:
+    the slices' copies, the transposes and masked_select of the probabilities), permutes its experts'
+    `received` copies out of the ep x T gathered tokens (the fused permute), runs the grouped GEMMs, and
+    unpermute sums each token's local copies into an [ep x T, hidden] buffer, which is cast to FP32 and
+    reduce-scattered back (`moe_combine`; the probabilities' dtype, `output_total.to(local_probs.dtype)`)
+    and cast back. Backward: each gather's gradient is a reduce-scatter and the reduce-scatter's a gather
+    (the routing map has none)."""
+    m, b, tl, e = c.m, c.b, c.norm_tokens, moe.experts
+    h, n_local, gt = m.hidden, moe.experts // ep, ep * tl  # gt: the gathered tokens
+    fs = moe.shared_width // c.sh.tp
+    pb = ROUTER_PROB_BYTES
+
+    def coll(op: str, kind: str, size: int) -> AllToAll:
+        return AllToAll(op, op.removeprefix("moe_"), (), (), 0, kind=kind, size=size)
+
+    # the map and probabilities' columns of the local experts (two slice copies), their transposes, and
+    # masked_select of the probabilities at the map (nonzero, then a gather of `received` values)
+    local_b = gt * n_local * (1 + pb) * 2 * 2 + received * (8 + pb)
+    local = Op("moe_local_map", phase, 0, local_b, (gt, n_local), False, kernels=6)
+    if phase == "fwd":
+        return [
+            _gemm("moe_router", "fwd", tl, h, e, b),
+            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            *cap_fwd,
+            *aux,
+            coll("moe_dispatch_map", "all_gather", tl * e),
+            coll("moe_dispatch_probs", "all_gather", tl * e * pb),
+            coll("moe_dispatch", "all_gather", tl * h * b),
+            local,
+            permute_map_op(gt, n_local, moe.top_k),
+            Op("moe_permute", "fwd", 0, (gt + received) * h * b, (received, h), False),
+            *gemms,
+            Op("moe_unpermute", "fwd", received * h, (received + gt) * h * b, (received, h), False),
+            _kern("moe_combine_cast", "fwd", gt * h, 0, b + pb),
+            coll("moe_combine", "reduce_scatter", gt * h * pb),
+            _kern("moe_combine_cast", "fwd", tl * h, 0, pb + b),
+            *shared,
+            *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
+        ]  # fmt: skip
+    return [
+        *shared[::-1],
+        _kern("moe_combine_cast", "bwd", tl * h, 0, b + pb),
+        coll("moe_combine", "all_gather", tl * h * pb),
+        _kern("moe_combine_cast", "bwd", gt * h, 0, pb + b),
+        Op("moe_unpermute", "bwd", 0, (gt + received) * h * b, (received, h), False),
+        *gemms,
+        Op("moe_permute", "bwd", received * h, (received + gt) * h * b, (received, h), False),
+        coll("moe_dispatch", "reduce_scatter", gt * h * b),
+        coll("moe_dispatch_probs", "reduce_scatter", gt * e * pb),
+        *aux,
+        *cap_bwd,
+        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
+        _gemm("moe_router", "bwd", tl, h, e, b),
         *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
     ]  # fmt: skip
 
@@ -585,9 +673,10 @@ def moe_layer_steps(
     phase: str,
     local: int = 0,
     nodes: tuple[int, ...] | None = None,
+    allgather: bool = False,
 ) -> list[MoeStep]:
     """A whole MoE layer: the dense layer's steps with its MLP (GEMMs, activation and TP collectives)
-    replaced by `moe_block` (`nodes`: the flex dispatcher's, moe_block), placed where the MLP's first GEMM was."""
+    replaced by `moe_block` (`nodes`, `allgather`: the flex and allgather dispatchers, moe_block), placed where the MLP's first GEMM was."""
     dense = layer_steps(c, phase, dense_mlp=False)
     at = next(i for i, s in enumerate(dense) if isinstance(s, Op) and s.op in DENSE_MLP_OPS)
 
@@ -598,7 +687,7 @@ def moe_layer_steps(
 
     before = [s for s in dense[:at] if not mlp(s)]
     after = [s for s in dense[at:] if not mlp(s)]
-    return [*before, *moe_block(c, moe, layer, ep, me, phase, local, nodes), *after]
+    return [*before, *moe_block(c, moe, layer, ep, me, phase, local, nodes, allgather), *after]
 
 
 def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int:
@@ -730,22 +819,17 @@ def ep_nodes(members: tuple[int, ...], node_of: Callable[[int], int]) -> tuple[i
 
 
 def _flex_error(dep: object, model: ModelArch) -> str:
-    """What the flex (DeepEP) dispatcher cannot generate here ("" when it can)."""
+    """What the flex (DeepEP) or allgather dispatcher cannot generate here ("" when it can)."""
     moe = model.moe
     kind = getattr(dep, "moe_token_dispatcher_type", "")
-    if kind == "allgather":
-        return (
-            "moe_token_dispatcher_type allgather (Megatron-Core's MoEAllGatherTokenDispatcher: every TPxEP rank "
-            "all-gathers all tokens, keeps its experts' and reduce-scatters back) is not generated yet"
-        )
     if moe is None:
         return f"moe_token_dispatcher_type {kind} needs a mixture-of-experts model (model: moe)"
     groups = list(dep.device_groups)  # type: ignore[attr-defined]
     if max(max(1, dg.ep) for dg in groups) < 2:
-        return "moe_token_dispatcher_type flex needs ep > 1 (Megatron-Core asserts TPxEP > 1; xsim runs it over the EP group)"
+        return f"moe_token_dispatcher_type {kind} needs ep > 1 (xsim runs it over the EP group)"
     if any(dg.tp > 1 and dg.etp != 1 for dg in groups):
-        return "moe_token_dispatcher_type flex with expert TP > 1 is not generated yet: give etp: 1"
-    if moe.pad_to_capacity:
+        return f"moe_token_dispatcher_type {kind} with expert TP > 1 is not generated yet: give etp: 1"
+    if kind == "flex" and moe.pad_to_capacity:
         return "moe_token_dispatcher_type flex does not support pad_to_capacity (Megatron-Core asserts it)"
     return ""
 

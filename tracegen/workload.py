@@ -1038,8 +1038,17 @@ class _RankProgram:
             if is_moe:
                 assert moe is not None and self.ep is not None
                 flex = self.gen.flex_of.get(self.rank)
+                gather = self.gen.dep.moe_token_dispatcher_type == "allgather"
                 got = moe_layer_steps(
-                    self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local, flex[0] if flex else None
+                    self.ctx,
+                    moe,
+                    layer,
+                    self.ep[0],
+                    self.ep[1],
+                    phase,
+                    self.local,
+                    flex[0] if flex else None,
+                    gather,
                 )
             else:
                 # the dense layer's (under recompute modules without them: inserted after MLA below)
@@ -1113,11 +1122,15 @@ class _RankProgram:
         if s.group:  # one of DeepEP's legs (tracegen.moe_ops.deepep_legs): its own group's peers
             members, pg_name = g.flex_of[self.rank][1][s.group]
         tag_phase = phase or self._phase
-        tag = EP_TAG_BASE + A2A_SLOTS * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
-        if s.even:  # balanced: one ALL_TO_ALL collective over the EP group (ep x the bytes per peer)
+        if s.even or s.kind != "all_to_all":
+            # balanced: one ALL_TO_ALL collective over the group (members x the bytes per peer); or the
+            # allgather dispatcher's AllGather / ReduceScatter of Chakra size s.size
+            ctype, size = pb.ALL_TO_ALL, len(members) * s.even
+            if s.kind != "all_to_all":
+                ctype, size = COMM_KIND[s.kind], s.size
             extra = [
-                g.attr(A.COMM_TYPE, pb.ALL_TO_ALL),
-                g.attr(A.COMM_SIZE, len(members) * s.even),
+                g.attr(A.COMM_TYPE, ctype),
+                g.attr(A.COMM_SIZE, size),
                 g.attr(A.PG_NAME, pg_name),
             ]
             name = f"L{layer}.{s.op}{'.' + s.group if s.group else ''}.{tag_phase}.mb{mb}"
@@ -1126,6 +1139,7 @@ class _RankProgram:
                 self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
             )
             return
+        tag = EP_TAG_BASE + A2A_SLOTS * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
         self._a2a = "first"
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
@@ -2843,12 +2857,16 @@ class _RankProgram:
         every forward (and recomputed forward): its sizes are the routing's token counts, copied to the host
         (MoEAlltoAllTokenDispatcher.preprocess, cuda_sync_point "before_ep_alltoall"; with one local expert
         and no EP "before_finish", the end of the permutation: here the same point). Token dropping with a
-        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync."""
+        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync. The allgather
+        dispatcher's `tokens_per_expert.cpu()` (after its gathers) and DeepEP's host wait for the received
+        counts are taken at the same point, with or without a capacity factor."""
         moe = self.gen.model.moe
         if (
             self.hostline is not None
             and moe is not None
-            and not moe.capacity_factor
+            # the all-gather dispatcher copies its experts' token counts to the host (tokens_per_expert .cpu())
+            # and DeepEP's dispatch waits on the host for the received counts, capacity factor or not
+            and (not moe.capacity_factor or bool(self.gen.dep.moe_token_dispatcher_type))
             and s.op == "moe_dispatch"
             and s.group != "node"  # DeepEP's legs: one wait for the received counts, before the first
             and (phase or self._phase) != "bwd"
