@@ -155,6 +155,8 @@ def ep_alike(dep: dpb.Deployment) -> bool:
     eps = [dg for dg in dep.device_groups if dg.ep > 1]
     if not eps:
         return True
+    if dep.moe_token_dispatcher_type == "flex":  # DeepEP's node and rail groups do not map onto each other
+        return False
     model = model_arch(dep)
     moe = model.moe
     if moe is None:

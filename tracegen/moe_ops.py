@@ -19,6 +19,7 @@ send/recv pairs per peer (uneven sizes: NCCL's all-to-all-v is a set of send/rec
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from xsim.tracegen.models import ModelArch
@@ -108,6 +109,18 @@ CAPACITY_MASK_BWD_BYTES = 9
 AUX_LOSS = {"fwd": (5, 4, 2), "bwd": (5, 7, 0)}  # kernels, dtype bytes, other bytes per (token, expert)
 
 
+# Megatron-Core's --moe-token-dispatcher-type (transformer_config.py moe_token_dispatcher_type): "alltoall"
+# (MoEAlltoAllTokenDispatcher, the default here), "allgather" (MoEAllGatherTokenDispatcher,
+# `allgather_steps`) and "flex" (MoEFlexTokenDispatcher with --moe-enable-deepep: DeepEP's fused kernels,
+# `deepep_legs`).
+MOE_DISPATCHERS = ("alltoall", "allgather", "flex")
+# DeepEP's internode dispatch sends, with each token, its top-k expert indices (int32) and FP32 weights
+# (deepseek-ai/DeepEP csrc/kernels/internode.cu get_num_bytes_per_token: hidden + SourceMeta + scales +
+# num_topk_idx * sizeof(int) + num_topk_weights * sizeof(float), aligned to 16 B; the 8-byte SourceMeta and
+# the alignment are left out here). The combine and the backward passes carry the hidden states alone.
+DEEPEP_TOPK_BYTES = 4 + 4
+
+
 @dataclass(frozen=True)
 class AllToAll:
     """One all-to-all of a MoE layer as seen by one EP rank: bytes it sends to and receives from each peer
@@ -124,6 +137,15 @@ class AllToAll:
     # "" = the pass it runs in; "fwd" = a forward all-to-all replayed in a backward pass (the `moe` recompute
     # module's, tracegen.ops.with_recompute): tagged, and its P2P tags taken, as a recompute.
     phase: str = ""
+    # The group its peers index: "" the EP group; DeepEP's legs (flex dispatcher, `deepep_legs`): "node" the
+    # EP ranks on this rank's node (NVLink), "rail" the EP ranks at this rank's place on every node (RDMA).
+    # The legs of one dispatch or combine are issued together and run concurrently (DeepEP pipelines them).
+    group: str = ""
+    # "all_to_all", or a plain collective over the group (the allgather dispatcher's, `allgather_steps`):
+    # "all_gather" | "reduce_scatter", of Chakra size `size` (AllGather: the per-rank input; ReduceScatter:
+    # the whole buffer).
+    kind: str = "all_to_all"
+    size: int = 0
 
 
 MoeStep = Step | AllToAll
@@ -168,8 +190,87 @@ def moe_loads(moe: MoeSpec, tokens: int, layer: int, sources: int) -> list[tuple
     return [expert_tokens(moe, tokens, layer, src) for src in range(sources)]
 
 
+def hit_tokens(row: tuple[int, ...], experts: Iterable[int], tokens: int) -> int:
+    """Tokens of a source that pick at least one of `experts`. The routing gives copies per expert, not which
+    tokens share experts: each token is taken to pick expert e with probability load_e / T, independently
+    across experts (tokens x (1 - prod(1 - load_e / T)), rounded half up)."""
+    if tokens <= 0:
+        return 0
+    miss = 1.0
+    for e in experts:
+        miss *= 1.0 - min(1.0, row[e] / tokens)
+    return int(tokens * (1.0 - miss) + 0.5)
+
+
+def _same(values: list[int]) -> int:
+    """The common value of `values` when they are all alike (0 otherwise or when empty)."""
+    return values[0] if values and all(v == values[0] for v in values) else 0
+
+
+Leg = tuple[str, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...], int]
+
+
+def deepep_legs(
+    loads: list[tuple[int, ...]], moe: MoeSpec, ep: int, nodes: tuple[int, ...], me: int, tokens: int
+) -> tuple[list[Leg], int]:
+    """DeepEP's normal dispatch as seen by EP rank `me`, in tokens: its legs (group, sends, recvs, tokens per
+    peer when every rank's are alike) and the tokens it receives (one row per token and destination rank,
+    its own included).
+
+    deepseek-ai/DeepEP (docs/legacy.md and csrc/kernels/intranode.cu, internode.cu at 0297fc80): a token goes
+    once to every rank holding one of its experts, not once per expert as Megatron-Core's all-to-all sends
+    it. Inside one node (intranode kernels) that is one NVLink leg. Across nodes (internode kernels) a token
+    crosses RDMA once per destination node, to the rank at the sender's place on that node (the "rail"),
+    which forwards it over NVLink to the ranks of that node that need it (the sender's own node: the sender
+    itself forwards); the two legs are pipelined chunk by chunk. `nodes`: the node of each EP index."""
+    ex = [local_experts(moe, ep, q) for q in range(ep)]
+    gpu = [[hit_tokens(loads[s], ex[q], tokens) for q in range(ep)] for s in range(ep)]
+    received = sum(gpu[s][me] for s in range(ep))
+    order = sorted(set(nodes))
+    on = {n: [q for q in range(ep) if nodes[q] == n] for n in order}  # EP indices per node, in EP order
+    place = {q: on[nodes[q]].index(q) for q in range(ep)}
+    if len(order) == 1:
+        sends = tuple((q, gpu[me][q]) for q in range(ep) if q != me)
+        recvs = tuple((q, gpu[q][me]) for q in range(ep) if q != me)
+        return [
+            ("", sends, recvs, _same([gpu[x][q] for x in range(ep) for q in range(ep) if q != x]))
+        ], received
+    ntok = {
+        (x, n): hit_tokens(loads[x], [e for q in on[n] for e in ex[q]], tokens)
+        for x in range(ep)
+        for n in order
+    }
+    a, i = nodes[me], place[me]
+    rail = (
+        "rail",
+        tuple((k, ntok[me, n]) for k, n in enumerate(order) if n != a),
+        tuple((k, ntok[on[n][i], a]) for k, n in enumerate(order) if n != a),
+        _same([ntok[x, n] for x in range(ep) for n in order if n != nodes[x]]),
+    )
+
+    def fwd(f: int, q: int) -> int:  # tokens forwarder f passes to q on its node: from its rail, bound for q
+        return sum(gpu[on[n][place[f]]][q] for n in order)
+
+    mine = on[a]
+    node = (
+        "node",
+        tuple((j, fwd(me, q)) for j, q in enumerate(mine) if q != me),
+        tuple((j, fwd(q, me)) for j, q in enumerate(mine) if q != me),
+        _same([fwd(f, q) for f in range(ep) for q in on[nodes[f]] if q != f]),
+    )
+    return [rail, node], received
+
+
 def moe_block(
-    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+    c: Ctx,
+    moe: MoeSpec,
+    layer: int,
+    ep: int,
+    me: int,
+    phase: str,
+    local: int = 0,
+    nodes: tuple[int, ...] | None = None,
+    allgather: bool = False,
 ) -> list[MoeStep]:
     """The MoE MLP of `layer` on TP rank `local` of EP rank `me`, in execution order.
 
@@ -184,6 +285,9 @@ def moe_block(
     each TP rank is an EP rank of its own (the EP group spans DP x TP, tracegen.workload.ep_groups), routes
     its T/tp sequence-parallel tokens, exchanges them with its EP peers and runs whole experts: no TP
     gather or scatter around the grouped GEMMs. `tp` below is the expert TP degree.
+
+    `nodes` (the node of each EP index) selects Megatron-Core's flex dispatcher with DeepEP (`flex_steps`),
+    `allgather` its all-gather dispatcher (`allgather_steps`).
     """
     m, b, t = c.m, c.b, c.tokens
     tp = expert_tp(c.sh)
@@ -289,6 +393,43 @@ def moe_block(
             ]
     cap_fwd, cap_bwd = capacity_mask_ops(moe, tl)
     aux = aux_loss_ops(moe, phase, tl, b)
+
+    def gemms_of(ph: str) -> list[MoeStep]:
+        # the grouped expert MLP over the received copies (forward order; backward: the reverse)
+        if ph == "fwd":
+            return [
+                *cast("moe_expert_up_gate", received * h),
+                grouped("moe_expert_up_gate", received, h, up),
+                act("moe_expert_act", received, fl),
+                *cast("moe_expert_down", received * fl),
+                grouped("moe_expert_down", received, fl, h),
+            ]
+        return [
+            *cast("moe_expert_down", received * h),
+            grouped("moe_expert_down", received, fl, h),
+            act("moe_expert_act", received, fl),
+            *cast("moe_expert_up_gate", received * up),
+            grouped("moe_expert_up_gate", received, h, up),
+        ]
+
+    if allgather:
+        return allgather_steps(c, moe, phase, ep, received, gemms_of(phase), cap_fwd, cap_bwd, aux, shared)
+    if nodes is not None:
+        legs, rows = deepep_legs(loads, moe, ep, nodes, me, tl)
+        per = h * b + (DEEPEP_TOPK_BYTES * moe.top_k if phase == "fwd" else 0)  # bytes of a dispatched token
+
+        def a2a(op: str, which: str, back: bool, width: int) -> list[MoeStep]:
+            # back: the combine's direction (the recvs of the dispatch are sent)
+            out = []
+            for grp, snd, rcv, even in legs:
+                sz = lambda pairs: nz(tuple((q, n * width) for q, n in pairs))  # noqa: B023, E731
+                pair = (sz(rcv), sz(snd)) if back else (sz(snd), sz(rcv))
+                out.append(AllToAll(op, which, *pair, even * width, group=grp))
+            return out
+
+        return flex_steps(
+            c, moe, phase, ep, rows, received, a2a, gemms_of(phase), cap_fwd, cap_bwd, aux, shared, per
+        )
     if phase == "fwd":
         return [
             _gemm("moe_router", "fwd", tl, h, e, b),
@@ -339,6 +480,146 @@ def moe_block(
     ]  # fmt: skip
 
 
+def allgather_steps(
+    c: Ctx,
+    moe: MoeSpec,
+    phase: str,
+    ep: int,
+    received: int,
+    gemms: list[MoeStep],
+    cap_fwd: list[Op],
+    cap_bwd: list[Op],
+    aux: list[Op],
+    shared: list[MoeStep],
+) -> list[MoeStep]:
+    """The MoE MLP under Megatron-Core's MoEAllGatherTokenDispatcher (token_dispatcher.py at NVIDIA/Megatron-LM
+    0014f137), over the EP group (its tp_ep group with whole experts): the routing map (bool), the
+    probabilities (FP32) and the tokens are all-gathered (`moe_dispatch_map`, `moe_dispatch_probs`,
+    `moe_dispatch`); the rank slices its experts' columns of the map and probabilities (`moe_local_map`:
+    the slices' copies, the transposes and masked_select of the probabilities), permutes its experts'
+    `received` copies out of the ep x T gathered tokens (the fused permute), runs the grouped GEMMs, and
+    unpermute sums each token's local copies into an [ep x T, hidden] buffer, which is cast to FP32 and
+    reduce-scattered back (`moe_combine`; the probabilities' dtype, `output_total.to(local_probs.dtype)`)
+    and cast back. Backward: each gather's gradient is a reduce-scatter and the reduce-scatter's a gather
+    (the routing map has none)."""
+    m, b, tl, e = c.m, c.b, c.norm_tokens, moe.experts
+    h, n_local, gt = m.hidden, moe.experts // ep, ep * tl  # gt: the gathered tokens
+    fs = moe.shared_width // c.sh.tp
+    pb = ROUTER_PROB_BYTES
+
+    def coll(op: str, kind: str, size: int) -> AllToAll:
+        return AllToAll(op, op.removeprefix("moe_"), (), (), 0, kind=kind, size=size)
+
+    # the map and probabilities' columns of the local experts (two slice copies), their transposes, and
+    # masked_select of the probabilities at the map (nonzero, then a gather of `received` values)
+    local_b = gt * n_local * (1 + pb) * 2 * 2 + received * (8 + pb)
+    local = Op("moe_local_map", phase, 0, local_b, (gt, n_local), False, kernels=6)
+    if phase == "fwd":
+        return [
+            _gemm("moe_router", "fwd", tl, h, e, b),
+            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            *cap_fwd,
+            *aux,
+            coll("moe_dispatch_map", "all_gather", tl * e),
+            coll("moe_dispatch_probs", "all_gather", tl * e * pb),
+            coll("moe_dispatch", "all_gather", tl * h * b),
+            local,
+            permute_map_op(gt, n_local, moe.top_k),
+            Op("moe_permute", "fwd", 0, (gt + received) * h * b, (received, h), False),
+            *gemms,
+            Op("moe_unpermute", "fwd", received * h, (received + gt) * h * b, (received, h), False),
+            _kern("moe_combine_cast", "fwd", gt * h, 0, b + pb),
+            coll("moe_combine", "reduce_scatter", gt * h * pb),
+            _kern("moe_combine_cast", "fwd", tl * h, 0, pb + b),
+            *shared,
+            *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
+        ]  # fmt: skip
+    return [
+        *shared[::-1],
+        _kern("moe_combine_cast", "bwd", tl * h, 0, b + pb),
+        coll("moe_combine", "all_gather", tl * h * pb),
+        _kern("moe_combine_cast", "bwd", gt * h, 0, pb + b),
+        Op("moe_unpermute", "bwd", 0, (gt + received) * h * b, (received, h), False),
+        *gemms,
+        Op("moe_permute", "bwd", received * h, (received + gt) * h * b, (received, h), False),
+        coll("moe_dispatch", "reduce_scatter", gt * h * b),
+        coll("moe_dispatch_probs", "reduce_scatter", gt * e * pb),
+        *aux,
+        *cap_bwd,
+        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
+        _gemm("moe_router", "bwd", tl, h, e, b),
+        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
+    ]  # fmt: skip
+
+
+def flex_steps(
+    c: Ctx,
+    moe: MoeSpec,
+    phase: str,
+    ep: int,
+    rows: int,
+    received: int,
+    a2a: Callable[[str, str, bool, int], list[MoeStep]],
+    gemms: list[MoeStep],
+    cap_fwd: list[Op],
+    cap_bwd: list[Op],
+    aux: list[Op],
+    shared: list[MoeStep],
+    per: int,
+) -> list[MoeStep]:
+    """The MoE MLP under Megatron-Core's MoEFlexTokenDispatcher with DeepEP (token_dispatcher.py and
+    fused_a2a.py at NVIDIA/Megatron-LM 0014f137, core_r0.13/0.14): no permute before the exchange (DeepEP
+    takes the tokens as they are); setup_metadata's torch.topk turns the routing into k indices and FP32
+    weights per token (`moe_dispatch_indices`), DeepEP's get_dispatch_layout counts tokens per rank and node
+    (`moe_dispatch_layout`), fused_dispatch moves `rows` tokens (one per token and rank, `deepep_legs`; the
+    weights ride along, so no probabilities' all-to-all), the receiver turns the indices into a multihot map
+    (`moe_indices_to_multihot`, fused_indices_to_multihot) and permutes the rows into `received` copies by
+    local expert (the fused permute: `moe_permute_map`, `moe_permute`; no sort_chunks), the grouped GEMMs
+    run, unpermute sums each row's copies weighted by its probabilities (`moe_unpermute`, combine_preprocess)
+    and fused_combine sends one row per token back, DeepEP adding the ranks' rows. Backward mirrors it: the
+    combine's gradient goes out as a dispatch, the dispatch's as a combine."""
+    m, b, tl, e, k = c.m, c.b, c.norm_tokens, moe.experts, moe.top_k
+    h, n_local = m.hidden, moe.experts // ep
+    fs = moe.shared_width // c.sh.tp
+    bytes_hb = h * b
+    multihot = rows * k * (8 + ROUTER_PROB_BYTES) + rows * n_local * (1 + ROUTER_PROB_BYTES)
+    if phase == "fwd":
+        return [
+            _gemm("moe_router", "fwd", tl, h, e, b),
+            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+            *cap_fwd,
+            *aux,
+            # torch.topk over the [T, E] FP32 probabilities: k values (FP32) and indices (int64) per token
+            Op("moe_dispatch_indices", "fwd", 0, tl * e * ROUTER_PROB_BYTES + tl * k * 12, (tl, e), False),
+            # get_dispatch_layout: reads the int64 indices, writes is_token_in_rank [T, ep] (bool) and counts
+            Op("moe_dispatch_layout", "fwd", 0, tl * k * 8 + tl * ep + 4 * (e + 2 * ep), (tl, ep), False),
+            *a2a("moe_dispatch", "dispatch", False, per),
+            Op("moe_indices_to_multihot", "fwd", 0, multihot, (rows, n_local), False),
+            permute_map_op(rows, n_local, k),
+            Op("moe_permute", "fwd", 0, (rows + received) * bytes_hb + received * ROUTER_PROB_BYTES, (received, h), False),
+            *gemms,
+            Op("moe_unpermute", "fwd", 2 * received * h, (received + rows) * bytes_hb + received * ROUTER_PROB_BYTES, (received, h), False),
+            *a2a("moe_combine", "combine", True, bytes_hb),
+            *shared,
+            *([_elem("moe_shared_add", "fwd", tl * h, ELEM_FLOPS["add"], 2, 1, b)] if fs else []),
+        ]  # fmt: skip
+    return [
+        *shared[::-1],
+        Op("moe_unpermute", "bwd", received * h, (rows + received) * bytes_hb, (received, h), False),
+        *a2a("moe_combine", "combine", False, per),  # the combined rows' gradients go out as a dispatch
+        *gemms,
+        Op("moe_permute", "bwd", received * h, (received + rows) * bytes_hb, (received, h), False),
+        # IndicesToMultihot's backward: the multihot probabilities' gradient back to [rows, k]
+        Op("moe_indices_to_multihot", "bwd", 0, rows * n_local * ROUTER_PROB_BYTES + rows * k * ROUTER_PROB_BYTES, (rows, n_local), False),
+        *a2a("moe_dispatch", "dispatch", True, per),  # the rows' gradients back to their sources as a combine
+        *aux,
+        *cap_bwd,
+        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
+        _gemm("moe_router", "bwd", tl, h, e, b),
+        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
+    ]  # fmt: skip
+
+
 def grouped_quantize(c: Ctx, op: str, phase: str, elems: int, experts: int) -> list[Op]:
     """Transformer Engine GroupedLinear's FP8 quantize of `elems` elements split over `experts` local
     experts: delayed scaling one fused cast-transpose (ops._fp8_cast); current scaling per expert an amax,
@@ -384,10 +665,18 @@ DENSE_MLP_COMMS = frozenset({"mlp_tp_in", "mlp_tp_out", "mlp_down_amax_allreduce
 
 
 def moe_layer_steps(
-    c: Ctx, moe: MoeSpec, layer: int, ep: int, me: int, phase: str, local: int = 0
+    c: Ctx,
+    moe: MoeSpec,
+    layer: int,
+    ep: int,
+    me: int,
+    phase: str,
+    local: int = 0,
+    nodes: tuple[int, ...] | None = None,
+    allgather: bool = False,
 ) -> list[MoeStep]:
     """A whole MoE layer: the dense layer's steps with its MLP (GEMMs, activation and TP collectives)
-    replaced by `moe_block`, placed where the MLP's first GEMM was."""
+    replaced by `moe_block` (`nodes`, `allgather`: the flex and allgather dispatchers, moe_block), placed where the MLP's first GEMM was."""
     dense = layer_steps(c, phase, dense_mlp=False)
     at = next(i for i, s in enumerate(dense) if isinstance(s, Op) and s.op in DENSE_MLP_OPS)
 
@@ -398,7 +687,7 @@ def moe_layer_steps(
 
     before = [s for s in dense[:at] if not mlp(s)]
     after = [s for s in dense[at:] if not mlp(s)]
-    return [*before, *moe_block(c, moe, layer, ep, me, phase, local), *after]
+    return [*before, *moe_block(c, moe, layer, ep, me, phase, local, nodes, allgather), *after]
 
 
 def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int:
@@ -488,6 +777,63 @@ def _mla_error(dep: object, model: ModelArch) -> str:
     return f"model {model.name}: MLA attention with {what} is not supported yet" if what else ""
 
 
+# Ranks a node holds where the cluster does not say (tracegen.spec.derive_cluster's NODE_SIZE, a DGX).
+DEFAULT_NODE_GPUS = 8
+
+
+def rank_node(cluster_json: str) -> Callable[[int], int]:
+    """The node of each rank in a deployment's cluster description: a `system` preset's nodes
+    (tracegen.contention.SYSTEM_LINKS), a `nodes` list's (consecutive counts or rank lists), else nodes of
+    DEFAULT_NODE_GPUS consecutive ranks."""
+    import json
+
+    from xsim.tracegen.contention import SYSTEM_LINKS
+
+    try:
+        desc = json.loads(cluster_json or "{}")
+    except ValueError:
+        desc = {}
+    desc = desc if isinstance(desc, dict) else {}
+    links = SYSTEM_LINKS.get(str(desc.get("system", "")).lower())
+    if links is not None:
+        return lambda r: r // links.gpus_per_node
+    where: dict[int, int] = {}
+    nodes = desc.get("nodes") if "clusters" not in desc else None
+    if isinstance(nodes, list):
+        nxt = 0
+        for i, node in enumerate(nodes):
+            ranks = node.get("ranks") if isinstance(node, dict) else None
+            if not isinstance(ranks, list):
+                count = int(node.get("count", 0)) if isinstance(node, dict) else 0
+                ranks = list(range(nxt, nxt + count))
+            for r in ranks:
+                where[int(r)] = i
+            nxt = max(where, default=-1) + 1
+    return lambda r: where.get(r, r // DEFAULT_NODE_GPUS)
+
+
+def ep_nodes(members: tuple[int, ...], node_of: Callable[[int], int]) -> tuple[int, ...]:
+    """The node of each EP index of an EP group (its member ranks), numbered from 0 in order of first use."""
+    seen: dict[int, int] = {}
+    return tuple(seen.setdefault(node_of(r), len(seen)) for r in members)
+
+
+def _flex_error(dep: object, model: ModelArch) -> str:
+    """What the flex (DeepEP) or allgather dispatcher cannot generate here ("" when it can)."""
+    moe = model.moe
+    kind = getattr(dep, "moe_token_dispatcher_type", "")
+    if moe is None:
+        return f"moe_token_dispatcher_type {kind} needs a mixture-of-experts model (model: moe)"
+    groups = list(dep.device_groups)  # type: ignore[attr-defined]
+    if max(max(1, dg.ep) for dg in groups) < 2:
+        return f"moe_token_dispatcher_type {kind} needs ep > 1 (xsim runs it over the EP group)"
+    if any(dg.tp > 1 and dg.etp != 1 for dg in groups):
+        return f"moe_token_dispatcher_type {kind} with expert TP > 1 is not generated yet: give etp: 1"
+    if kind == "flex" and moe.pad_to_capacity:
+        return "moe_token_dispatcher_type flex does not support pad_to_capacity (Megatron-Core asserts it)"
+    return ""
+
+
 def moe_plan_error(dep: object, model: ModelArch) -> str:
     """What this generator cannot do with a deployment's experts ("" when it can), as one sentence."""
     from xsim.tracegen.moe import check_routing
@@ -495,6 +841,10 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
 
     groups = list(dep.device_groups)  # type: ignore[attr-defined]
     eps = sorted({max(1, dg.ep) for dg in groups})
+    if getattr(dep, "moe_token_dispatcher_type", ""):
+        err = _flex_error(dep, model)
+        if err:
+            return err
     if model.mla is not None:
         err = _mla_error(dep, model)
         if err:

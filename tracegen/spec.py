@@ -146,6 +146,7 @@ TOP_KEYS = (
     "data_parallel_sharding_strategy",
     "fsdp_double_buffer",
     "cp_comm_type",
+    "moe_token_dispatcher_type",
     "comm_sm_contention",
     "attention_kernel",
     "fp8_recipe",
@@ -851,9 +852,19 @@ class _SpecBuilder:
 
             dep.cp_comm_type = self.choice("cp_comm_type", CP_COMM_TYPES, CP_COMM_TYPES[0])
 
+        if "moe_token_dispatcher_type" in self.raw:
+            from xsim.tracegen.moe_ops import MOE_DISPATCHERS
+
+            kind = self.choice("moe_token_dispatcher_type", MOE_DISPATCHERS, MOE_DISPATCHERS[0])
+            dep.moe_token_dispatcher_type = "" if kind == MOE_DISPATCHERS[0] else kind  # alltoall: unset
         arch = model_arch(dep)
         err = ""
-        if arch.moe is not None or arch.mla is not None or any(dg.ep > 1 for dg in dep.device_groups):
+        if (
+            arch.moe is not None
+            or arch.mla is not None
+            or dep.moe_token_dispatcher_type
+            or any(dg.ep > 1 for dg in dep.device_groups)
+        ):
             from xsim.tracegen.moe_ops import moe_plan_error
 
             err = moe_plan_error(dep, arch)
@@ -1834,6 +1845,11 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             else {}
         ),
         **({"cp_comm_type": dep.cp_comm_type} if dep.cp_comm_type else {}),
+        **(
+            {"moe_token_dispatcher_type": dep.moe_token_dispatcher_type}
+            if dep.moe_token_dispatcher_type
+            else {}
+        ),
         **({"attention_kernel": dep.attention_kernel} if dep.attention_kernel else {}),
         **({"fp8_recipe": dep.fp8_recipe} if dep.fp8_recipe else {}),
         **({"fp8_amax_update": dep.fp8_amax_update} if dep.fp8_amax_update else {}),

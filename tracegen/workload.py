@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from operator import methodcaller
@@ -55,10 +55,12 @@ from xsim.tracegen.moe_ops import (
     EP_TAG_BASE,
     AllToAll,
     MoeStep,
+    ep_nodes,
     fp8_linear_params_ep,
     group_shard,
     layer_split,
     moe_layer_steps,
+    rank_node,
     rank_params_ep,
 )
 from xsim.tracegen.ops import (
@@ -234,6 +236,43 @@ def ep_groups(
             if len(grp) > 1 and grp not in names:
                 names[grp] = bundle.new_group(list(grp))
         out[r] = (ep, i, members, names.get(edp, ""), names.get(members, ""))
+    return out
+
+
+def flex_groups(
+    bundle: TraceBundle,
+    ep_of: dict[int, tuple[int, int, tuple[int, ...], str, str]],
+    node_of: Callable[[int], int],
+) -> dict[int, tuple[tuple[int, ...], dict[str, tuple[tuple[int, ...], str]]]]:
+    """Each EP rank's place for DeepEP's legs (tracegen.moe_ops.deepep_legs): the node of each EP index of
+    its group and, when the group spans nodes, its "node" group (the EP ranks on its node, NVLink) and its
+    "rail" group (the EP ranks at its place on every node, RDMA), each with its pg name. Every node must hold
+    as many ranks of the group (DeepEP pairs a rank with the one at its place on each node)."""
+    names: dict[tuple[int, ...], str] = {}
+
+    def pg(grp: tuple[int, ...]) -> str:
+        if len(grp) > 1 and grp not in names:
+            names[grp] = bundle.new_group(list(grp))
+        return names.get(grp, "")
+
+    out: dict[int, tuple[tuple[int, ...], dict[str, tuple[tuple[int, ...], str]]]] = {}
+    for r in sorted(ep_of):
+        _, me, members, _, ep_pg = ep_of[r]
+        nodes = ep_nodes(members, node_of)
+        on = [tuple(members[q] for q in range(len(members)) if nodes[q] == n) for n in range(max(nodes) + 1)]
+        if len({len(x) for x in on}) > 1:
+            raise GeneratorError(
+                f"moe_token_dispatcher_type flex: EP group {list(members)} holds {', '.join(str(len(x)) for x in on)} "
+                "ranks on its nodes; DeepEP needs as many on every node"
+            )
+        legs = {"": (members, ep_pg)}
+        if len(on) > 1:
+            mine = on[nodes[me]]
+            place = mine.index(r)
+            legs["node"] = (mine, pg(mine))
+            rail = tuple(x[place] for x in on)
+            legs["rail"] = (rail, pg(rail))
+        out[r] = (nodes, legs)
     return out
 
 
@@ -433,6 +472,7 @@ class _Generator:
         self.ep_of: dict[
             int, tuple[int, int, tuple[int, ...], str, str]
         ] = {}  # rank -> (ep, index, members, edp pg, ep pg)
+        self.flex_of: dict[int, tuple[tuple[int, ...], dict[str, tuple[tuple[int, ...], str]]]] = {}
         # rank -> (cp, index, members, cp pg); ring peers are not patched by _clone either
         self.cp_of: dict[int, tuple[int, int, tuple[int, ...], str]] = {}
         if any(dg.cp > 1 for dg in dep.device_groups):
@@ -559,6 +599,10 @@ class _Generator:
                                 self.rep_groups[r] = name
         if self.model.moe is not None:
             self.ep_of = ep_groups(self.bundle, reps)
+        # flex (DeepEP) dispatcher: rank -> (node of each EP index, {leg: (members, pg)}) (tracegen.moe_ops)
+        self.flex_of = {}
+        if self.model.moe is not None and self.dep.moe_token_dispatcher_type == "flex":
+            self.flex_of = flex_groups(self.bundle, self.ep_of, rank_node(self.dep.cluster_json))
         if any(dg.cp > 1 for dg in self.dep.device_groups):
             self.cp_of = cp_groups(self.bundle, reps)
         # The optimizer's gradient-norm AllReduce: over each replica's model-parallel ranks (TP x PP), or over
@@ -993,7 +1037,19 @@ class _RankProgram:
         if got is None:
             if is_moe:
                 assert moe is not None and self.ep is not None
-                got = moe_layer_steps(self.ctx, moe, layer, self.ep[0], self.ep[1], phase, self.local)
+                flex = self.gen.flex_of.get(self.rank)
+                gather = self.gen.dep.moe_token_dispatcher_type == "allgather"
+                got = moe_layer_steps(
+                    self.ctx,
+                    moe,
+                    layer,
+                    self.ep[0],
+                    self.ep[1],
+                    phase,
+                    self.local,
+                    flex[0] if flex else None,
+                    gather,
+                )
             else:
                 # the dense layer's (under recompute modules without them: inserted after MLA below)
                 got = list(self.plain_bwd if phase == "bwd" and self.modules else self.layer_fwd[phase])
@@ -1062,21 +1118,28 @@ class _RankProgram:
         next compute op waits for all of them (the all-to-all returns when its sends and receives are done)."""
         g = self.gen
         assert self.ep is not None
-        members = self.ep[2]
+        members, pg_name = self.ep[2], self.ep[4]
+        if s.group:  # one of DeepEP's legs (tracegen.moe_ops.deepep_legs): its own group's peers
+            members, pg_name = g.flex_of[self.rank][1][s.group]
         tag_phase = phase or self._phase
-        tag = EP_TAG_BASE + A2A_SLOTS * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
-        if s.even:  # balanced: one ALL_TO_ALL collective over the EP group (ep x the bytes per peer)
+        if s.even or s.kind != "all_to_all":
+            # balanced: one ALL_TO_ALL collective over the group (members x the bytes per peer); or the
+            # allgather dispatcher's AllGather / ReduceScatter of Chakra size s.size
+            ctype, size = pb.ALL_TO_ALL, len(members) * s.even
+            if s.kind != "all_to_all":
+                ctype, size = COMM_KIND[s.kind], s.size
             extra = [
-                g.attr(A.COMM_TYPE, pb.ALL_TO_ALL),
-                g.attr(A.COMM_SIZE, len(members) * s.even),
-                g.attr(A.PG_NAME, self.ep[4]),
+                g.attr(A.COMM_TYPE, ctype),
+                g.attr(A.COMM_SIZE, size),
+                g.attr(A.PG_NAME, pg_name),
             ]
-            name = f"L{layer}.{s.op}.{tag_phase}.mb{mb}"
+            name = f"L{layer}.{s.op}{'.' + s.group if s.group else ''}.{tag_phase}.mb{mb}"
             data = [] if pred is None else [pred]
             self.waits.append(
                 self._add(name, pb.COMM_COLL_NODE, data, [], 0, self._tags(layer, tag_phase, mb) + extra)
             )
             return
+        tag = EP_TAG_BASE + A2A_SLOTS * (layer * g.dep.micro_batches + mb) + A2A_INDEX[(s.which, tag_phase)]
         self._a2a = "first"
         for send, pairs in ((False, s.recvs), (True, s.sends)):
             for q, size in pairs:
@@ -2804,13 +2867,18 @@ class _RankProgram:
         every forward (and recomputed forward): its sizes are the routing's token counts, copied to the host
         (MoEAlltoAllTokenDispatcher.preprocess, cuda_sync_point "before_ep_alltoall"; with one local expert
         and no EP "before_finish", the end of the permutation: here the same point). Token dropping with a
-        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync."""
+        capacity factor is taken as Megatron's drop-and-pad, whose fixed sizes need no sync. The allgather
+        dispatcher's `tokens_per_expert.cpu()` (after its gathers) and DeepEP's host wait for the received
+        counts are taken at the same point, with or without a capacity factor."""
         moe = self.gen.model.moe
         if (
             self.hostline is not None
             and moe is not None
-            and not moe.capacity_factor
+            # the all-gather dispatcher copies its experts' token counts to the host (tokens_per_expert .cpu())
+            # and DeepEP's dispatch waits on the host for the received counts, capacity factor or not
+            and (not moe.capacity_factor or bool(self.gen.dep.moe_token_dispatcher_type))
             and s.op == "moe_dispatch"
+            and s.group != "node"  # DeepEP's legs: one wait for the received counts, before the first
             and (phase or self._phase) != "bwd"
             and pred is not None
         ):
