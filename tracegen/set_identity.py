@@ -25,6 +25,7 @@ LATER_PLAN_KEYS = (
     "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit",
     "overlap_param_gather_with_optimizer_step",
+    "dist_optimizer_impl",
 )
 
 
