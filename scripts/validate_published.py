@@ -145,6 +145,10 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # optimizer step, where the run's config sets them (NeMo 2.x MegatronCommOverlapCallback).
     "defer_embedding_wgrad_compute": (True, False),
     "overlap_param_gather_with_optimizer_step": (True, False),
+    # Who reduces the gradients under the distributed optimizer (megatron-core profiles): Apex's
+    # DistributedFusedAdam where the run's NeMo 1 config names optim distributed_fused_adam (its buckets span
+    # every model chunk), else Megatron-Core's DDP (the default; later chunks and stages one bucket each).
+    "dist_optimizer_impl": ("megatron-core", "apex"),
 }
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.

@@ -183,8 +183,8 @@ def test_first_chunk_gather_leaves_with_its_optimizer_step_by_hand(tmp_path, ns_
 
 
 def test_first_chunk_is_one_bucket_and_its_shard_is_stepped_first():
-    # 200,000-byte buckets of FP32 gradients would cut stage 1's chunk 1 (head 6,464 + layer 4 41,088 =
-    # 47,552 = 190,208 B, then + layer 2 ...) but chunk 0 stays whole. Stage 0's chunk 0 (layer 1 41,088 +
+    # 200,000-byte buckets of FP32 gradients cut no chunk here (stage 1 is never cut by Megatron-Core's DDP,
+    # tests/test_chunk_buckets.py) and chunk 0 stays whole anyway. Stage 0's chunk 0 (layer 1 41,088 +
     # embedding 6,400) is below one bucket either way; stage 1's chunk 0 is layer 2 alone (41,088 -> padded
     # 41,088 = 321 x 128): its Adam runs on 41,088 / 2 = 20,544 parameters, AdamW 15 FLOPs each.
     spec = vp2(overlap_param_gather_with_optimizer_step=True, dp_bucket_bytes=200_000)

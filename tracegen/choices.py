@@ -56,6 +56,9 @@ MFSDP_STRATEGIES = ("optim_grads_params", "optim_grads", "optim")
 # `fsdp_backward_prefetch`, PyTorch FSDP's BackwardPrefetch by its member names (torch.distributed.fsdp.api):
 # BACKWARD_PRE (PyTorch's default, the first), BACKWARD_POST (Composer's default), or None.
 FSDP_BACKWARD_PREFETCH = ("pre", "post", "none")
+# `dist_optimizer_impl`: who reduces the gradients under the distributed optimizer with a megatron-core
+# framework: Megatron-Core's DDP (the default) or Apex's DistributedFusedAdam (NeMo 1's distributed_fused_adam).
+DIST_OPTIMIZER_IMPLS = ("megatron-core", "apex")
 # The keys of tracegen.planner.reshard.STRATEGIES, in its order (a test keeps them equal).
 RESHARD_STRATEGIES = ("xsim", "hetauto", "alpacomm", "naive")
 # `batch_input`: the batch's host-to-device copy and TP broadcast each micro-batch (tracegen.batch_input).

@@ -238,6 +238,15 @@ class Framework:
     # False: megatron_gpt_model.py of NVIDIA/NeMo f2e3232).
     bucket_scale: str = ""
     check_for_nan_in_grad: bool = False
+    # Megatron-Core's DDP splits a model chunk's gradients into buckets of bucket_size (xsim's
+    # `dp_bucket_bytes`) only on the first pipeline stage and only for model chunk 0: every other chunk is
+    # one bucket (NVIDIA/Megatron-LM 5d745a79cd, 2023-09-25, "Enable grad overlap with interleaved PP
+    # schedule", through core_v0.15.0: distributed_data_parallel.py sets bucket_size = None `if
+    # pipeline_model_parallel_rank > 0` or `if disable_bucketing`, and training.py get_model passes
+    # `disable_bucketing=(model_chunk_idx > 0)`, "Turn off bucketing for model_chunk 2 onwards"; NeMo 2.x
+    # megatron_parallel.py and Megatron-Bridge wrap their chunks the same way). Not where the spec's
+    # `dist_optimizer_impl: apex` says Apex's DistributedFusedAdam reduces the gradients instead.
+    first_chunk_buckets: bool = False
     # Megatron-Core's q, k and v are split views of the QKV projection's output (get_query_key_value_tensors
     # in megatron/core/transformer/attention.py of core_v0.6.0 and core_r0.8.0: Transformer Engine's
     # SplitAlongDim); its backward (_SplitAlongDim.backward, transformer_engine/pytorch/attention.py of
@@ -330,6 +339,7 @@ _MEGATRON_CORE = Framework(
     main_grad_hook=True,
     bucket_scale="not_one",
     check_for_nan_in_grad=True,
+    first_chunk_buckets=True,
     qkv_split_cat=True,
     embedding_transpose=True,
     embedding_sp_clone=True,

@@ -27,6 +27,7 @@ LATER_PLAN_KEYS = (
     "overlap_param_gather_with_optimizer_step",
     "data_parallel_sharding_strategy",
     "fsdp_double_buffer",
+    "dist_optimizer_impl",
 )
 
 

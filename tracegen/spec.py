@@ -23,6 +23,7 @@ from xsim.tracegen.choices import (
     BATCH_INPUTS,
     COMPUTE_MODELS,
     DEFAULT_RECOMPUTE_MODULES,
+    DIST_OPTIMIZER_IMPLS,
     FP8_AMAX_UPDATES,
     FP8_RECIPES,
     FRAMEWORKS,
@@ -139,6 +140,7 @@ TOP_KEYS = (
     "defer_embedding_wgrad_compute",
     "wgrad_deferral_limit",
     "overlap_param_gather_with_optimizer_step",
+    "dist_optimizer_impl",
     "grad_reduce_dtype",
     "sharding",
     "fsdp_backward_prefetch",
@@ -682,6 +684,22 @@ class _SpecBuilder:
                 )
             dep.overlap_param_gather_with_optimizer_step = True
 
+    def dist_optimizer_impl(self, dep: dpb.Deployment) -> None:
+        """`dist_optimizer_impl` (field 101, "" for megatron-core): `apex` is Apex's DistributedFusedAdam in
+        place of Megatron-Core's DDP (NeMo 1's optim.name distributed_fused_adam, megatron_gpt_model.py of
+        NVIDIA/NeMo v1.23.0 and v2.0.0rc0: the model is wrapped in Megatron-Core's DDP only under
+        mcore_distributed_optim), so no chunk or stage is kept in one bucket (Framework.first_chunk_buckets)."""
+        if "dist_optimizer_impl" not in self.raw:
+            return
+        impl = self.choice("dist_optimizer_impl", DIST_OPTIMIZER_IMPLS, "megatron-core")
+        if not dep.distributed_optimizer:
+            raise self.fail("dist_optimizer_impl needs distributed_optimizer: true")
+        if not dep.framework.startswith("megatron-core"):
+            raise self.fail(
+                f"dist_optimizer_impl applies to the megatron-core frameworks only (framework is {dep.framework})"
+            )
+        dep.dist_optimizer_impl = "" if impl == "megatron-core" else impl
+
     def build(self) -> dpb.Deployment:
         self.defined = self.define_gpus()
         # The spec's own GPU definitions are known by name while it is built (device groups, parallel:).
@@ -811,6 +829,7 @@ class _SpecBuilder:
             dep.schedule = "1f1b"
         self.device_groups(dep, model, blocks)
         self.pipeline_flush(dep)
+        self.dist_optimizer_impl(dep)
         if dep.precision == "fp8":
             for dg in dep.device_groups:
                 try:
@@ -1824,6 +1843,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
             if dep.overlap_param_gather_with_optimizer_step
             else {}
         ),
+        **({"dist_optimizer_impl": dep.dist_optimizer_impl} if dep.dist_optimizer_impl else {}),
         "grad_reduce_dtype": dep.grad_reduce_dtype or default_grad_reduce_dtype(dep.precision),
         "sharding": dep.sharding or "none",
         **({"fsdp_backward_prefetch": dep.fsdp_backward_prefetch} if dep.fsdp_backward_prefetch else {}),

@@ -1817,12 +1817,19 @@ class _RankProgram:
         """
         self.pending += params
         self.pending_fp8 += fp8
-        full = self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
-        # disable_bucketing: Megatron-FSDP's optim / optim_grads, or chunk 0 under
-        # overlap_param_gather_with_optimizer_step
-        one_bucket = self.one_bucket or (self.opt_first and self.bwd_chunk == 0)
-        if self.overlap_grad and full and not one_bucket:
+        if self.splits(self.bwd_chunk) and self.pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
             self.bucket_flush(layer)
+
+    def splits(self, chunk: int) -> bool:
+        """Whether model chunk `chunk`'s gradients close a bucket at every `dp_bucket_bytes` (else the chunk
+        is one bucket): overlap_grad_reduce on, and not a chunk Megatron-Core's DDP builds with bucket_size
+        None (distributed_data_parallel.py: `if pp_rank > 0` or `if disable_bucketing`; training.py get_model
+        `disable_bucketing=(model_chunk_idx > 0) or overlap_param_gather_with_optimizer_step`, core_r0.9.0
+        to core_v0.15.0; 5d745a79cd to core_r0.8.0 without the second term): under
+        Framework.first_chunk_buckets only the first stage's chunk 0 is split."""
+        if not self.overlap_grad or self.one_bucket or (self.opt_first and chunk == 0):
+            return False  # (one_bucket: Megatron-FSDP's optim / optim_grads, one bucket of the rank's parameters)
+        return not (self.mcore_ddp and (chunk > 0 or self.st.index > 0))
 
     def bucket_flush(self, layer: int) -> None:
         """Close the open bucket: an AllReduce of its gradients, or (distributed optimizer) a ReduceScatter
@@ -2351,16 +2358,15 @@ class _RankProgram:
             order_units: list[int | str] = [HEAD] if ch.last and self.head is not None else []
             order_units += list(range(ch.end, ch.start - 1, -1))
             order_units += [EMB] if ch.first and self.emb is not None else []
-            one_bucket = self.opt_first and c == 0  # bucketing disabled for model chunk 0
+            split = self.splits(c)
             for u in order_units:
                 members.append(u)
                 pending += self.unit_params[u]
-                full = pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes
-                if self.overlap_grad and full and not (one_bucket or self.one_bucket):
+                if split and pending * self.grad_bytes >= self.gen.dep.dp_bucket_bytes:
                     plan.append((self._padded(pending), members))
                     pending, members = 0, []
             if pending:
-                if one_bucket:
+                if self.opt_first and c == 0:  # bucketing disabled for model chunk 0
                     self.chunk0_bucket = len(plan)
                 plan.append((self._padded(pending), members))
         self.plan_buckets = plan
@@ -2475,6 +2481,8 @@ class _RankProgram:
             dep.overlap_param_gather_with_optimizer_step and self.gather_ahead and len(self.st.chunks) > 1
         )
         self.chunk0_bucket = -1  # index of chunk 0's bucket among plan_buckets (opt_first)
+        # Megatron-Core's DDP bucketing (Framework.first_chunk_buckets; not under Apex's DistributedFusedAdam)
+        self.mcore_ddp = self.ctx.fw.first_chunk_buckets and dep.dist_optimizer_impl != "apex"
         self.bwd_chunk = 0  # model chunk of the backward being emitted
         # defer_embedding_wgrad_compute: Megatron-Core's wgrad_deferral_limit on the last pipeline stage
         # (is_pipeline_last_stage(ignore_virtual=True): the rank holding the output layer), else None
