@@ -158,6 +158,14 @@ FP8_TILE_K0 = 718
 # (float8_experimental, 2023) show none (docs/compute.md, "Per-shape check on the H100").
 BF16_TILE_K0 = 240
 TILE_K0: dict[str, int] = {"fp8": FP8_TILE_K0, "bf16": BF16_TILE_K0}
+# Blackwell has no recorded calibration K, so its GEMMs keep the K-independent rate (round b200cal checked):
+# XLA's sm_100 table (tensorflow/tensorflow commit a305421, third_party/xla/xla/backends/gpu/cost_model/
+# matmul_interpolator_data.h; tracegen/data/gemm_shapes_b200.csv) fits a BF16 K0 of 400-456 columns about its
+# sweeps' levels (scripts/gemm_shape_check.py --gpu B200 --k0-scan, calibration K 3072), but MAMF's best B200
+# BF16 and FP8 shapes have K 3072 (ml-engineering 744d01e: 1792x16128x3072, 15360x4096x3072), so the rule's
+# rescale (3072 + 400) / 3072 would run long-K GEMMs 13% above MAMF's maximum (1972 TFLOP/s, 88% of the BF16
+# peak, above every published B200/B300 BF16 measurement); and the table's FP8 column is not trusted (its
+# sm_90 FP8 entries exceed the H100's FP8 peak). docs/compute.md, "Blackwell (round b200cal)".
 CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336, ("H100", "bf16"): 17920}
 
 # Forward linears with a short reduction dimension, per GPU (BF16/FP16): (largest K of the rule, rate factor).
@@ -361,6 +369,7 @@ class ShapePoint:
 
 SHAPES_A100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_a100.csv")
 SHAPES_H100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_h100.csv")
+SHAPES_B200_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_b200.csv")
 
 
 def shape_points(path: str = SHAPES_A100_FILE) -> list[ShapePoint]:
