@@ -12,10 +12,13 @@ measured TFLOP/s range and xsim's time over the measured time (below 1: xsim fas
     python scripts/gemm_shape_check.py --tile-scan   # spread per series, smallest full-rate tile 256x128 / 128x128
     python scripts/gemm_shape_check.py --gpu H100            # the H100 table (tracegen/data/gemm_shapes_h100.csv)
     python scripts/gemm_shape_check.py --gpu H100 --k0-scan  # spread per series against the BF16 per-tile cost K0
+    python scripts/gemm_shape_check.py --gpu B200 [--k0-scan]  # the B200 table (gemm_shapes_b200.csv), its K0 fit
 
 H100: tracegen/data/gemm_shapes_h100.csv (XLA's sm_90 matmul table, row-major dots [b,n,k] @ [b,k,m], timed on
 the device; float8_experimental's nn.Linear baselines of 2023, X.W^T) on the H100, every point as one GEMM of
 its shape (the H100 has no layout rule).
+
+B200: tracegen/data/gemm_shapes_b200.csv (XLA's sm_100 table, as sm_90's; its FP8 column shown, not fitted).
 
 Calibration data only (never a training run). The tables compare; --k0-scan is the fit behind
 tracegen.gemm.BF16_TILE_K0 (tests/test_gemm_shapes_h100.py re-derives it).
@@ -32,6 +35,7 @@ from collections.abc import Callable, Iterator
 from xsim.tracegen import catalog, gemm
 from xsim.tracegen.gemm import (
     SHAPES_A100_FILE,
+    SHAPES_B200_FILE,
     SHAPES_H100_FILE,
     LinearGemm,
     ShapePoint,
@@ -44,6 +48,7 @@ GPU = "A100-80GB"
 DATA: dict[str, tuple[str, str]] = {
     "A100": (SHAPES_A100_FILE, "A100-80GB"),
     "H100": (SHAPES_H100_FILE, "H100"),
+    "B200": (SHAPES_B200_FILE, "B200"),
 }
 # (label, membership) in the order of the table; a point belongs to the first class that takes it.
 CLASSES: tuple[tuple[str, Callable[[ShapePoint], bool]], ...] = (
@@ -69,6 +74,15 @@ H100_CLASSES: tuple[tuple[str, Callable[[ShapePoint], bool]], ...] = (
     ("nn.Linear fwd FP16, same shapes", lambda p: p.dtype == "fp16"),
 )
 
+B200_CLASSES: tuple[tuple[str, Callable[[ShapePoint], bool]], ...] = (
+    ("XLA sm_100 BF16, M 4096-16384, N 2048-4096, K 4096", lambda p: p.dtype == "bf16" and p.k == 4096),
+    ("XLA sm_100 BF16, same, K 2048", lambda p: p.dtype == "bf16" and p.k == 2048),
+    ("XLA sm_100 BF16, same, K 1024", lambda p: p.dtype == "bf16" and p.k == 1024),
+    ("XLA sm_100 BF16, same, K 256-512", lambda p: p.dtype == "bf16"),
+    ("XLA sm_100 FP8 (not trusted), same, K 4096", lambda p: p.k == 4096),
+    ("XLA sm_100 FP8 (not trusted), same, K 256-2048", lambda p: True),
+)
+CLASSES_BY_GPU = {"H100": H100_CLASSES, "B200": B200_CLASSES}
 
 # The series measured with torch.mm of row-major A[m,k] and B[k,n] (NN), not F.linear's X.W^T.
 NN_SERIES = ("square", "nsweep_m2304", "nsweep_m27648")
@@ -98,7 +112,7 @@ def ratio(p: ShapePoint, rates: str, short_k: bool = True, gpu: str = GPU) -> fl
 
 def classify(points: list[ShapePoint], gpu: str = GPU) -> list[tuple[str, list[ShapePoint]]]:
     """The points grouped by the GPU's classes (CLASSES, H100_CLASSES; first match), in table order."""
-    classes = H100_CLASSES if gpu == "H100" else CLASSES
+    classes = CLASSES_BY_GPU.get(gpu, CLASSES)
     groups: dict[str, list[ShapePoint]] = {label: [] for label, _ in classes}
     for p in points:
         label = next(lbl for lbl, member in classes if member(p))
@@ -160,40 +174,56 @@ def tile_scan(points: list[ShapePoint]) -> str:
     return "\n".join(rows)
 
 
+# The calibration K a scan gives a GPU whose model has none (B200: MAMF's best BF16 shape, 1792x16128x3072,
+# ml-engineering 744d01e): the scan's K0 then keeps that shape at its measured rate, as gemm.CALIBRATION_K does.
+SCAN_CALIBRATION_K = {"B200": 3072}
+
+
 @contextlib.contextmanager
-def bf16_tile_k0(k0: int) -> Iterator[None]:
-    """Run with the BF16 per-tile cost gemm.TILE_K0["bf16"] set to `k0`, restoring it afterwards."""
-    saved = gemm.TILE_K0["bf16"]
+def bf16_tile_k0(k0: int, gpu: str = "H100") -> Iterator[None]:
+    """Run with the BF16 per-tile cost gemm.TILE_K0["bf16"] set to `k0` (and, for a GPU without one, its
+    SCAN_CALIBRATION_K as the BF16 calibration K), restoring both afterwards."""
+    saved, saved_k = gemm.TILE_K0["bf16"], dict(gemm.CALIBRATION_K)
     gemm.TILE_K0["bf16"] = k0
+    if gpu in SCAN_CALIBRATION_K:
+        gemm.CALIBRATION_K.setdefault((gpu, "bf16"), SCAN_CALIBRATION_K[gpu])
     try:
         yield
     finally:
         gemm.TILE_K0["bf16"] = saved
+        gemm.CALIBRATION_K.clear()
+        gemm.CALIBRATION_K.update(saved_k)
 
 
-def xla_spread(points: list[ShapePoint], k0: int, kmin: int = 256) -> float:
-    """Mean |log(xsim / measured)| (burst) about each XLA K sweep's median, over its points with K >= kmin, with
-    the BF16 per-tile cost set to `k0`: how well K / (K + K0) follows the sweeps, their levels dropped."""
+def xla_spread(points: list[ShapePoint], k0: int, kmin: int = 256, gpu: str = "H100") -> float:
+    """Mean |log(xsim / measured)| (burst) about each XLA BF16 K sweep's median, over its points with K >= kmin,
+    with the BF16 per-tile cost set to `k0`: how well K / (K + K0) follows the sweeps, their levels dropped."""
     logs: dict[str, list[float]] = {}
-    with bf16_tile_k0(k0):
+    with bf16_tile_k0(k0, gpu):
         for p in points:
-            if p.series.startswith("xla") and p.k >= kmin:
-                logs.setdefault(p.series, []).append(math.log(ratio(p, "burst", gpu="H100")))
+            if p.series.startswith("xla") and p.dtype == "bf16" and p.k >= kmin:
+                logs.setdefault(p.series, []).append(math.log(ratio(p, "burst", gpu=gpu)))
     devs = [abs(v - statistics.median(vals)) for vals in logs.values() for v in vals]
     return sum(devs) / len(devs)
 
 
-def k0_scan(
-    points: list[ShapePoint], k0s: tuple[int, ...] = tuple(range(0, 417, 32)) + tuple(range(200, 281, 8))
-) -> str:
-    """xla_spread over all K and over K >= 1024, and the XLA points' median xsim / measured, per BF16 K0."""
-    xla = [p for p in points if p.series.startswith("xla")]
+K0_GRID = {
+    "H100": tuple(range(0, 417, 32)) + tuple(range(200, 281, 8)),
+    "B200": tuple(range(0, 609, 32)) + tuple(range(200, 441, 8)),
+}
+
+
+def k0_scan(points: list[ShapePoint], k0s: tuple[int, ...] | None = None, gpu: str = "H100") -> str:
+    """xla_spread over all K and over K >= 1024, and the XLA BF16 points' median xsim / measured, per BF16 K0."""
+    xla = [p for p in points if p.series.startswith("xla") and p.dtype == "bf16"]
     rows = ["| BF16 K0 | mean dev., K 256-4096 | mean dev., K 1024-4096 | median xsim / measured |"]
     rows.append("| ---: | ---: | ---: | ---: |")
-    for k0 in sorted(set(k0s)):
-        with bf16_tile_k0(k0):
-            med = statistics.median(ratio(p, "burst", gpu="H100") for p in xla)
-        rows.append(f"| {k0} | {xla_spread(xla, k0):.4f} | {xla_spread(xla, k0, 1024):.4f} | {med:.3f} |")
+    for k0 in sorted(set(k0s or K0_GRID[gpu])):
+        with bf16_tile_k0(k0, gpu):
+            med = statistics.median(ratio(p, "burst", gpu=gpu) for p in xla)
+        rows.append(
+            f"| {k0} | {xla_spread(xla, k0, gpu=gpu):.4f} | {xla_spread(xla, k0, 1024, gpu):.4f} | {med:.3f} |"
+        )
     return "\n".join(rows)
 
 
@@ -207,12 +237,14 @@ def main() -> None:
     ap.add_argument(
         "--gpu", choices=sorted(DATA), default="A100", help="which per-shape data set (default A100)"
     )
-    ap.add_argument("--k0-scan", action="store_true", help="H100: spread of the XLA K sweeps per BF16 K0")
+    ap.add_argument(
+        "--k0-scan", action="store_true", help="H100, B200: spread of the XLA K sweeps per BF16 K0"
+    )
     args = ap.parse_args()
     path, gpu = DATA[args.gpu]
     points = shape_points(path)
     if args.k0_scan:
-        print(k0_scan(points))
+        print(k0_scan(points, gpu=gpu))
         return
     if args.tile_scan:
         print(tile_scan(points))

@@ -106,14 +106,23 @@ def test_kernel_by_framework_and_gpu():
     assert attention_fraction("A100-80GB", "fa3", "fwd") == 0.73
     assert attention_fraction("H200", "fa3", "bwd") == 0.5849
     assert attention_fraction("A100-40GB", "fa2", "bwd") == 0.63
-    # No published rate (B200): the previous rule, FLOPs at gemm_eff.
+    # B200 (round b200cal): causal rates by length only (cudnn-frontend's SDPA benchmark, cuDNN 9.13), no
+    # fraction-of-peak rows; FA3 does not run on Blackwell and falls back to FA2's B200 rows. Llama-2 7B, s 4096:
+    # 137,438,953,472 FLOPs at FA2's 342.990 TFLOP/s = 400.71 us, at cuDNN's 855.678 = 160.62 us (clock 1.0).
     assert attention_fraction("B200", "fa3", "fwd") is None
     b200 = catalog.gpu("B200")
     core = _core("megatron-core", "fwd")
-    assert flash_compute_seconds(core.shape, "fwd", b200, "fa3", 1.0) is None
-    assert flash_compute_seconds(core.shape, "fwd", b200, "cudnn", 1.0) is None
-    assert op_seconds(core, b200, "calibrated") == pytest.approx(
-        max(core.flops / (catalog.tensor_peak(b200, "bf16") * b200.gemm_eff), LAUNCH_FLOOR_S)
+    fa3_b200 = flash_compute_seconds(core.shape, "fwd", b200, "fa3", 1.0)
+    assert fa3_b200 == pytest.approx(137_438_953_472 / 342.990e12) == pytest.approx(400.71e-6, rel=1e-5)
+    cudnn_b200 = flash_compute_seconds(core.shape, "fwd", b200, "cudnn", 1.0)
+    assert cudnn_b200 == pytest.approx(137_438_953_472 / 855.678e12) == pytest.approx(160.62e-6, rel=1e-4)
+    # No unmasked B200 row: a call with an unmasked part (4,096 queries against 8,192 keys) keeps the previous
+    # rule, FLOPs at gemm_eff (op_seconds); so does a GPU without any row (V100).
+    assert flash_compute_seconds(core.shape, "fwd", b200, "cudnn", 1.0, kv=8192) is None
+    v100 = catalog.gpu("V100")
+    assert flash_compute_seconds(core.shape, "fwd", v100, "cudnn", 1.0) is None
+    assert op_seconds(core, v100, "calibrated") == pytest.approx(
+        max(core.flops / (catalog.tensor_peak(v100, "bf16") * v100.gemm_eff), LAUNCH_FLOOR_S)
     )
 
 
@@ -180,6 +189,48 @@ def test_length_rows_name_their_sources():
     assert {p.kernel for p in a100} == {"fa2", "fa1", "triton"}
     held = {(p.causal, p.head_dim, p.seq_len) for p in a100 if p.kernel == "fa2"}
     assert len(held) == 21 and {(False, 64, 1024), (False, 128, 512), (False, 128, 1024)}.isdisjoint(held)
+    # cudnn-frontend's B200 table (commit bb37575): cuDNN and FA2, forward and backward, causal, head dim 128,
+    # 9 lengths 512..131072.
+    b200 = [p for p in pts if p.gpu == "B200"]
+    assert len(b200) == 36 and {p.kernel for p in b200} == {"cudnn", "fa2"}
+    assert {(p.phase, p.causal, p.head_dim) for p in b200} == {("fwd", True, 128), ("bwd", True, 128)}
+    assert all("cudnn-frontend@bb37575" in p.source for p in b200)
+
+
+def test_b200_cudnn_rates_by_length_by_hand():
+    # sdpa_bf16_benchmark_results_NVIDIA_B200.csv, pyt_cudnn, causal, head dim 128 (cuDNN 9.13, the version of
+    # NeMo Framework 25.11): forward 855.678 (4k), 1171.278 (8k); backward 701.265, 942.509 (measured causal,
+    # no derived ratio). Between lengths linear in log2 s: 6000 is log2(6000 / 4096) = 0.550747 of the way 4k -> 8k.
+    assert length_rate("B200", "cudnn", "fwd", True, 128, 8192) == 1171.278
+    assert length_rate("B200", "cudnn", "bwd", True, 128, 8192) == 942.509
+    w = 0.550746785
+    assert length_rate("B200", "cudnn", "fwd", True, 128, 6000) == pytest.approx(
+        855.678 + w * 315.6, rel=1e-6
+    )
+    # The GB200 takes the B200's rows (CALIBRATED_AS); no unmasked row is published.
+    assert length_rate("GB200", "cudnn", "bwd", True, 128, 4096) == 701.265
+    assert length_rate("B200", "cudnn", "fwd", False, 128, 8192) is None
+
+
+def test_llama3_8b_layer_on_blackwell_runs_cudnn_at_its_measured_rate():
+    # The Megatron-Bridge Llama 3 8B rows' attention call: micro-batch 2, s 8192, 32 heads of 128 (8 KV heads):
+    # 4 x 2 x 32 x 8192^2 x 128 / 2 = 1,099,511,627,776 FLOPs forward, 2.5x backward. B200 at the BF16
+    # sustained ratio 1456.3 / 1770.9 = 0.822359: forward 1171.278 x 0.822359 = 963.20 TFLOP/s -> 1141.52 us,
+    # backward 942.509 x 0.822359 = 775.08 -> 3546.48 us (at gemm_eff 0.70 of 2,250 on executed tiles before).
+    # GB200: the same fractions of its 2,500 TFLOP/s peak: x 2250 / 2500, 1027.37 and 3191.83 us.
+    from xsim.tracegen.gemm import sustained_ratio
+
+    shape, flops = (2, 32, 8, 8192, 128), 1_099_511_627_776
+    assert source_flops(2, 32, 8192, 128, "fwd") == flops
+    b200, gb200 = catalog.gpu("B200"), catalog.gpu("GB200")
+    clock = 1456.3 / 1770.9
+    assert sustained_ratio(b200, "bf16") == sustained_ratio(gb200, "bf16") == pytest.approx(clock)
+    fwd = flash_compute_seconds(shape, "fwd", b200, "cudnn", clock)
+    bwd = flash_compute_seconds(shape, "bwd", b200, "cudnn", clock)
+    assert fwd == pytest.approx(flops / (1171.278e12 * clock)) == pytest.approx(1141.52e-6, rel=1e-5)
+    assert bwd == pytest.approx(2.5 * flops / (942.509e12 * clock)) == pytest.approx(3546.48e-6, rel=1e-5)
+    assert flash_compute_seconds(shape, "fwd", gb200, "cudnn", clock) == pytest.approx(fwd * 2250 / 2500)
+    assert flash_compute_seconds(shape, "bwd", gb200, "cudnn", clock) == pytest.approx(3191.83e-6, rel=1e-5)
 
 
 def _both(kernel: str, causal: bool, d: int, s: int) -> float:

@@ -327,8 +327,9 @@ def test_sustained_rates_are_the_burst_rates_at_the_power_limited_clock():
     # Hopper and Blackwell: MSMF / MAMF of one mamf-finder run (ml-engineering commit 082816f): H200 BF16
     # 708.5 / 841.9, FP8 1288.7 / 1491.9 (the H100's GH100 die at the same 700 W); B200 1456.3 / 1770.9 and
     # 2795.7 / 3435.2. Every other GPU with a burst plateau (A100) keeps the HPL clock ratio.
+    # The GB200 has burst points of its own (round b200cal) and the B200's ratios (its calibration GPU).
     ratios = {"H100": (708.5 / 841.9, 1288.7 / 1491.9), "H200": (708.5 / 841.9, 1288.7 / 1491.9),
-              "B200": (1456.3 / 1770.9, 2795.7 / 3435.2)}  # fmt: skip
+              "B200": (1456.3 / 1770.9, 2795.7 / 3435.2), "GB200": (1456.3 / 1770.9, 2795.7 / 3435.2)}  # fmt: skip
     for (gpu, dtype), burst in BURST_PLATEAUS.items():
         spec = catalog.gpu(gpu)
         assert plateau(spec, dtype, "burst") == burst

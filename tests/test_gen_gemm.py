@@ -14,6 +14,7 @@ from xsim.tracegen.gemm import (
     LinearGemm,
     calibration_points,
     gemm_compute,
+    linear_compute_seconds,
     linear_seconds,
     plateau,
 )
@@ -91,6 +92,31 @@ def test_gemm_eff_override_replaces_the_plateau():
     assert plateau(H100, "fp8") == pytest.approx(1402.6 / 1979 * 1288.7 / 1491.9)
     assert plateau(catalog.gpu("V100"), "bf16") == catalog.DEFAULT_GEMM_EFF  # no public sweep recorded
     assert set(PLATEAUS) >= {("A100-40GB", "bf16"), ("H100", "bf16"), ("B200", "fp8")}
+
+
+def test_gb200_has_its_own_mamf_points():
+    # ml-engineering commit 744d01e, compute/accelerator/README.md MAMF tables: GB200 SXM BF16 1822.0 of 2500
+    # TFLOP/s, FP8 3615.6 of 5000 (torch 2.10.0.dev20250916+cu130), where it took the B200's fractions x its
+    # datasheet peak before round b200cal (1745.0 / 2250 x 2500 = 1938.9, 3432.5 / 4500 x 5000 = 3813.9).
+    gb200, b200 = catalog.gpu("GB200"), catalog.gpu("B200")
+    assert plateau(gb200, "bf16", "burst") * 2500 == pytest.approx(1822.0)
+    assert plateau(gb200, "fp8", "burst") * 5000 == pytest.approx(3615.6)
+    assert plateau(b200, "fp8", "burst") * 4500 == pytest.approx(3432.5)
+    # Sustained: the B200's MSMF / MAMF (its calibration GPU): FP8 3615.6 x 2795.7 / 3435.2 = 2942.5 TFLOP/s.
+    assert (
+        plateau(gb200, "fp8") * 5000
+        == pytest.approx(3615.6 * 2795.7 / 3435.2)
+        == pytest.approx(2942.5, abs=0.1)
+    )
+    # Llama 3 8B's QKV forward on the rows' 16,384 tokens, FP8 (no per-tile cost on Blackwell FP8): M 16384,
+    # K 4096, N 6144 -> 64 x 48 = 3,072 tiles of 256 x 128 = 21 waves on 148 SMs (20.76 of work); each wave
+    # 2 x 256 x 128 x 4096 FLOPs per SM at 2942.5e12 / 148: 21 x 268,435,456 x 148 / 2942.5e12 = 283.53 us
+    # (B200: 3432.5 x 2795.7 / 3435.2 = 2793.5 TFLOP/s, 298.66 us).
+    t = linear_compute_seconds(LinearGemm(16384, 4096, 6144), gb200, "fp8", "sustained")
+    assert t == pytest.approx(21 * 2 * 256 * 128 * 4096 * 148 / (3615.6e12 * 2795.7 / 3435.2))
+    assert t == pytest.approx(283.53e-6, rel=1e-4)
+    tb = linear_compute_seconds(LinearGemm(16384, 4096, 6144), b200, "fp8", "sustained")
+    assert tb == pytest.approx(298.66e-6, rel=1e-4)
 
 
 # -- FP8 ------------------------------------------------------------------------------------------------------

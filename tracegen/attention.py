@@ -34,6 +34,11 @@ rate (cuDNN forward, head dim 128: 484 TFLOP/s causal at 2k, 617 without the mas
 causal backward: it is the non-causal backward times the forward's causal / non-causal ratio at the same
 length and head dimension (an assumption: the mask costs the backward what it costs the forward).
 
+On the B200 (and the GB200, calibrated as it) cuDNN's and FlashAttention-2's causal rates are measured per pass
+by length at head dimension 128 (NVIDIA/cudnn-frontend's SDPA training benchmark, cuDNN 9.13, the version
+NeMo 25.11 ships): the causal backward has rows of its own; no unmasked rows are published, so a call with an
+unmasked part (context parallelism) keeps the previous rule there.
+
 On the A100 the by-length rows are forward + backward rates (pass "fwd_bwd": FlashAttention-2 paper,
 Figure 4, FlashAttention-2, FlashAttention v1 and FlashAttention in Triton, with and without the causal
 mask, head dimension 64 and 128; FLOPs 3.5 x the forward's). A pass's rate there is the combined rate at
@@ -74,8 +79,12 @@ BLOCK = 128
 BWD_OVER_FWD = 2.5
 # GPUs whose rows are another's: the A100 40GB has the A100 80GB's GA100 SMs and clocks (A100 datasheet:
 # the same 312 TFLOPS dense BF16); the H200 has the H100 SXM5's 132 SMs and clocks (H200 datasheet: the
-# same 989 TFLOPS dense BF16), attention being compute-bound at these lengths.
-CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100"}
+# same 989 TFLOPS dense BF16), attention being compute-bound at these lengths. The GB200 has the B200's
+# 148-SM Blackwell die (catalog `calibrated_as`); its rows are the B200's, kept as fractions of the B200's peak
+# and so scaled by the GB200's (an assumption: cudnn-frontend's GB200 table, sdpa_bf16_benchmark_results_
+# NVIDIA_GB200.csv at d48a60e, ran cuDNN 9.17 where the B200's and NeMo 25.11's ran 9.13, so the two tables
+# differ in software as well as hardware and give no hardware ratio).
+CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100", "GB200": "B200"}
 KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")
 # The kernels whose rows a kernel is timed at, in order: its own, then those it falls back to on a GPU
 # without them. "triton" is FlashAttention in Triton (HazyResearch flash_attn_triton.py, what llm-foundry's
@@ -90,9 +99,10 @@ FALLBACK = {
     "triton": ("triton", "fa2"),
 }
 # Dense BF16 (= FP16) peak of the GPU the by-length rates were measured on (catalog: H100 SXM5; A100 80GB
-# SXM4, 312 TFLOPS, the peak the FlashAttention-2 paper's fractions are of): a rate is kept as a fraction of
-# it, so a `gpus:` peak_flops override scales it as it scales the GEMMs.
-SOURCE_PEAK = {"H100": 989.4e12, "A100-80GB": 312e12}
+# SXM4, 312 TFLOPS, the peak the FlashAttention-2 paper's fractions are of; B200, 2,250 TFLOPS, HGX B200
+# datasheet): a rate is kept as a fraction of it, so a `gpus:` peak_flops override scales it as it scales the
+# GEMMs.
+SOURCE_PEAK = {"H100": 989.4e12, "A100-80GB": 312e12, "B200": 2250e12}
 
 
 @dataclass(frozen=True)

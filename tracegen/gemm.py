@@ -72,6 +72,16 @@ LAUNCH_FLOOR_S = 3.8e-6
 #   the sweep, so taken as fully quantized).
 #   compute/accelerator/README.md MAMF FP8 table (commit 744d01e, 2026-08): H100 SXM FP8 (float8_e4m3fn)
 #   1402.6 of 1979 at 1024x9216x14336, torch 2.7.0+cu126 (best shape of the sweep: fully quantized).
+#   The same commit's BF16 and FP8 tables name the Blackwell points' shapes (MxNxK, K the reduction): B200 SXM
+#   BF16 1745.0 at 1792x16128x3072 and FP8 3432.5 at 15360x4096x3072 (torch 2.7.1+cu128; 6 and 13 waves of
+#   256x128 tiles on 148 SMs, 5.96 and 12.97 of work), and the GB200's own: BF16 1822.0 of 2500 at
+#   4096x9728x2048, FP8 3615.6 of 5000 at 19456x5120x1536 (torch 2.10.0.dev20250916+cu130). The GB200 (the
+#   B200's 148-SM die) has its own points, so it takes them instead of the B200's fraction x its datasheet
+#   peak: 1822.0 / 1745.0 = 1.044 and 3615.6 / 3432.5 = 1.053 (two torch/CUDA stacks), against the datasheet
+#   ratio 2500 / 2250 = 1.111 (the README's device-reported maximum SM clocks: 2062 against 1965 MHz, 1.049).
+#   The GB200's BF16 shape is 9 waves of 256x128 tiles for 8.2 of work in this model; its point is taken as
+#   the plateau like the other best shapes (a Blackwell cuBLAS kernel's 2-SM tiles and persistent schedule
+#   are not modelled).
 # (Before round kdep the H100 point was read with N 17920 as an output width, 26 waves for 25.45 of work,
 # and divided by 0.979; the A100's as K 2048.) FP16 runs at the BF16 rate on these tensor cores.
 # These are burst rates: 50 warm-up and 100 timed iterations of one shape (a few seconds), an idle GPU at
@@ -85,6 +95,8 @@ BURST_PLATEAUS: dict[tuple[str, str], float] = {
     ("H100", "fp8"): 1402.6 / 1979,
     ("H200", "fp8"): 1453.4 / 1979,
     ("B200", "fp8"): 3432.5 / 4500,
+    ("GB200", "bf16"): 1822.0 / 2500,
+    ("GB200", "fp8"): 3615.6 / 5000,
 }
 PLATEAUS = BURST_PLATEAUS  # the name tests and callers used before issue 22
 
@@ -146,6 +158,14 @@ FP8_TILE_K0 = 718
 # (float8_experimental, 2023) show none (docs/compute.md, "Per-shape check on the H100").
 BF16_TILE_K0 = 240
 TILE_K0: dict[str, int] = {"fp8": FP8_TILE_K0, "bf16": BF16_TILE_K0}
+# Blackwell has no recorded calibration K, so its GEMMs keep the K-independent rate (round b200cal checked):
+# XLA's sm_100 table (tensorflow/tensorflow commit a305421, third_party/xla/xla/backends/gpu/cost_model/
+# matmul_interpolator_data.h; tracegen/data/gemm_shapes_b200.csv) fits a BF16 K0 of 400-456 columns about its
+# sweeps' levels (scripts/gemm_shape_check.py --gpu B200 --k0-scan, calibration K 3072), but MAMF's best B200
+# BF16 and FP8 shapes have K 3072 (ml-engineering 744d01e: 1792x16128x3072, 15360x4096x3072), so the rule's
+# rescale (3072 + 400) / 3072 would run long-K GEMMs 13% above MAMF's maximum (1972 TFLOP/s, 88% of the BF16
+# peak, above every published B200/B300 BF16 measurement); and the table's FP8 column is not trusted (its
+# sm_90 FP8 entries exceed the H100's FP8 peak). docs/compute.md, "Blackwell (round b200cal)".
 CALIBRATION_K: dict[tuple[str, str], int] = {("H100", "fp8"): 14336, ("H100", "bf16"): 17920}
 
 # Forward linears with a short reduction dimension, per GPU (BF16/FP16): (largest K of the rule, rate factor).
@@ -209,9 +229,10 @@ def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     (`rates` "sustained": the burst plateau x sustained_ratio; "burst": the MAMF burst plateau)."""
     if "gemm_eff" in gpu.overridden:
         return gpu.gemm_eff
-    key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
-    # GPUs without a public GEMM sweep (V100) keep the catalog's rule-of-thumb gemm_eff.
-    burst = BURST_PLATEAUS.get(key)
+    dtype = "bf16" if precision == "fp16" else precision
+    # The GPU's own measured point (GB200), else its calibration architecture's; GPUs without a public GEMM
+    # sweep (V100) keep the catalog's rule-of-thumb gemm_eff.
+    burst = BURST_PLATEAUS.get((gpu.name, dtype), BURST_PLATEAUS.get((gpu.calibration_key, dtype)))
     if burst is None:
         return gpu.gemm_eff
     if rates not in GEMM_RATES:
@@ -348,6 +369,7 @@ class ShapePoint:
 
 SHAPES_A100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_a100.csv")
 SHAPES_H100_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_h100.csv")
+SHAPES_B200_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_shapes_b200.csv")
 
 
 def shape_points(path: str = SHAPES_A100_FILE) -> list[ShapePoint]:
