@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 5
+    assert len(specs) == 17
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -183,3 +183,50 @@ def test_yaml_alias_refusal_says_how_a_generated_spec_avoids_it(tmp_path):
         Exception, match=r"aliases \(\*id001\).*PyYAML's dump anchors an object it meets twice"
     ):
         load_spec(str(path))
+
+
+def _mlp_act(activation: str) -> dict[str, tuple[int, int]]:
+    model = {"layers": 1, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 128, "seq_len": 128}
+    raw = {"model": {**model, "activation": activation}, "parallel": {"gpu": "H100"}, "dropout": False}
+    nodes = generate(load_spec(raw), rewrite=False).nodes[0]
+    return {n.name: (A.num_ops(n), A.tensor_size(n)) for n in nodes if n.name.startswith("L1.mlp_act")}
+
+
+def test_squared_relu_activation_as_megatron_runs_it():
+    # NeMo-Framework-Launcher's nemotron_15b.yaml (`activation: squared-relu`, Megatron's --squared-relu) was
+    # refused ("activation must be one of swiglu, gelu"). Megatron-Core's jit-fused torch.pow(F.relu(x), 2)
+    # (1296a81 megatron/core/activations.py) on the un-gated up projection: GeLU's shape, 2 FLOPs an element.
+    # 128 tokens x FFN 256 = 32,768 elements: forward 2 x 32,768 = 65,536 FLOPs, reads + writes 2 x 32,768
+    # x 2 B = 131,072 B; backward twice the FLOPs, 131,072, and 3 x 32,768 x 2 = 196,608 B (input, gradient
+    # in, gradient out).
+    act = _mlp_act("squared-relu")
+    assert act == {"L1.mlp_act.fwd.mb0": (65536, 131072), "L1.mlp_act.bwd.mb0": (131072, 196608)}
+    # GeLU moves the same bytes at 8 FLOPs an element (ops.ELEM_FLOPS)
+    gelu = _mlp_act("gelu")
+    assert gelu == {"L1.mlp_act.fwd.mb0": (262144, 131072), "L1.mlp_act.bwd.mb0": (524288, 196608)}
+    # one up and one down matrix (no gate): 2 x 64 x 256 = 32,768 MLP parameters, as GeLU's
+    from xsim.tracegen.models import default_ffn_hidden
+
+    m = model_arch(
+        load_spec({"model": {"base": "llama2-7b", "activation": "squared-relu"}, "parallel": {"gpu": "H100"}})
+    )
+    assert m.activation == "squared-relu"
+    assert default_ffn_hidden(6144, "squared-relu") == 4 * 6144  # Nemotron-4 15B's 24,576
+
+
+def test_a800_names_its_catalog_gpu_and_preset():
+    from xsim.tracegen.catalog import CatalogError, canonical_gpu_name
+
+    # InternEvo's and FlagPerf's A800 runs: the A100-80GB's compute with NVLink cut to 400 GB/s, which the
+    # dgx-a800 preset holds; the name says so instead of a bare "unknown GPU"
+    with pytest.raises(CatalogError, match="A100-80GB with cluster: dgx-a800"):
+        canonical_gpu_name("A800-SXM4-80GB")
+    with pytest.raises(Exception, match="A100-80GB with cluster: dgx-a800"):
+        load_spec({"model": "llama2-7b", "parallel": {"gpu": "A800"}})
+
+
+def test_a800_defined_by_the_user_stays_theirs():
+    # a spec that describes its own A800 (gpus:) keeps it: the hint is for the catalog's look-up only
+    gpus = {"A800": {"peak_flops": 312e12, "mem_bw": 2.039e12, "memory_bytes": 85899345920}}
+    dep = load_spec({"model": "llama2-7b", "gpus": gpus, "parallel": {"gpu": "A800"}})
+    assert dep.device_groups[0].gpu == "A800"
