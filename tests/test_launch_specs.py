@@ -230,3 +230,15 @@ def test_a800_defined_by_the_user_stays_theirs():
     gpus = {"A800": {"peak_flops": 312e12, "mem_bw": 2.039e12, "memory_bytes": 85899345920}}
     dep = load_spec({"model": "llama2-7b", "gpus": gpus, "parallel": {"gpu": "A800"}})
     assert dep.device_groups[0].gpu == "A800"
+
+
+def test_replay_peak_memory_line_runs_of_equal_ranks():
+    from xsim.cmd_replay import per_rank_gib
+
+    # the Llama 3.1 405B recipe's replay printed 256 "rank: GiB" entries on one line; equal neighbours now
+    # form runs: int(17.7 x 2^30) = 19,005,230,284 B and int(19.8 x 2^30) = 21,260,088,115 B print as 17.7
+    # and 19.8 at one decimal; ranks 0-3 and 5-6 alike, rank 4 alone
+    g = 2**30
+    peaks = [int(17.7 * g)] * 4 + [int(19.8 * g)] + [int(17.7 * g)] * 2
+    assert per_rank_gib(peaks) == "0-3: 17.7, 4: 19.8, 5-6: 17.7"
+    assert per_rank_gib([g]) == "0: 1.0"
