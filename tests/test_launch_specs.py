@@ -242,3 +242,13 @@ def test_replay_peak_memory_line_runs_of_equal_ranks():
     peaks = [int(17.7 * g)] * 4 + [int(19.8 * g)] + [int(17.7 * g)] * 2
     assert per_rank_gib(peaks) == "0-3: 17.7, 4: 19.8, 5-6: 17.7"
     assert per_rank_gib([g]) == "0: 1.0"
+
+
+def test_fold_refusal_names_a_large_group_briefly():
+    from xsim.replay.fold import ranks_text
+
+    # NeMo's Mixtral 8x22B on 384 H100: the replay's "not folded" line listed the 384 members of the
+    # gradient-norm all-reduce; now 16 members at most, else the first three, the last and the count
+    assert ranks_text(range(384)) == "[0, 1, 2, ..., 383] (384 ranks)"
+    assert ranks_text([0, 8, 16, 24]) == "[0, 8, 16, 24]"
+    assert ranks_text(range(16)) == str(list(range(16)))
