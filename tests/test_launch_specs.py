@@ -252,3 +252,49 @@ def test_fold_refusal_names_a_large_group_briefly():
     assert ranks_text(range(384)) == "[0, 1, 2, ..., 383] (384 ranks)"
     assert ranks_text([0, 8, 16, 24]) == "[0, 8, 16, 24]"
     assert ranks_text(range(16)) == str(list(range(16)))
+
+
+def test_megatron_fsdp_hsdp_by_hand():
+    from xsim.tracegen.memory import deployment_memory
+    from xsim.traces import pb
+
+    from .test_megatron_fsdp import OVERLAP, spec, syncs
+
+    # ROCm Megatron-LM's train_llama3.sh (MEGATRON_FSDP=1 ENABLE_HSDP=1: --num-distributed-optimizer-
+    # instances 2) was refused: dp_shard with megatron-fsdp. Megatron-LM d98e8a64dd megatron_fsdp.py
+    # reduce_gradients(outer_fsdp_group_grad_reduce=use_hybrid_fsdp and is_last_microbatch) and
+    # param_and_grad_buffer.py (no_shard: all_reduce of the reduced bucket over the outer group after its
+    # reduce-scatter). The tiny model at DP 4, dp_shard 2 (2 instances), two micro-batches: gathers and
+    # reduce-scatters over the instance {0, 1} as at DP 2 (test_megatron_fsdp.py: 95,040 / 82,176 B gathers,
+    # 164,352 B per layer and 51,456 B bucket-0 reduce-scatters in FP32); at the last micro-batch each
+    # reduced shard all-reduced over {0, 2}: 164,352 / 2 = 82,176 B per layer, 51,456 / 2 = 25,728 B.
+    raw = {**spec(**OVERLAP), "parallel": {"gpu": "H100", "dp": 4, "global_batch": 8}, "dp_shard": 2}
+    dep = load_spec(raw)
+    bundle = generate(dep, rewrite=False)
+    nodes = bundle.nodes[0]
+    AG, RS, AR = pb.ALL_GATHER, pb.REDUCE_SCATTER, pb.ALL_REDUCE
+    assert syncs(nodes)[5:] == [
+        ("fsdp_param_allgather.1+2.mb1", AG, 82_176),
+        ("fsdp_param_allgather.1+2.mb1", AG, 82_176),
+        ("fsdp_grad_reducescatter.2.mb1", RS, 164_352),
+        ("fsdp_grad_allreduce.2.mb1", AR, 82_176),
+        ("fsdp_grad_reducescatter.1.mb1", RS, 164_352),
+        ("fsdp_grad_allreduce.1.mb1", AR, 82_176),
+        ("fsdp_grad_reducescatter.emb.mb1", RS, 51_456),
+        ("fsdp_grad_allreduce.emb.mb1", AR, 25_728),
+    ]
+    assert not any(x[1] == AR for x in syncs(nodes)[:5])  # none at micro-batch 0
+    groups = {x[1]: set() for x in syncs(nodes)}
+    for n in nodes:
+        if A.get_str(n, A.PHASE) == "sync":
+            groups[A.comm_type(n)].add(tuple(sorted(bundle.comm_groups[A.get_str(n, A.PG_NAME)])))
+    assert groups == {AG: {(0, 1)}, RS: {(0, 1)}, AR: {(0, 2)}}
+    # Adam on the instance's shard: 95,040 / 2 = 47,520 parameters x 15 FLOPs = 712,800
+    assert [A.num_ops(n) for n in nodes if n.name == "optimizer.opt"] == [712_800]
+    # memory over the instance (S = 2), against S = DP = 4: optimizer 12 x 47,520 = 570,240 (285,120);
+    # weights 47,520 x 2 + bucket 0 12,864 x 2 + two layers 2 x 41,088 x 2 = 285,120 (23,760 x 2 + 25,728 +
+    # 164,352 = 237,600); gradients 47,520 x 4 + (12,864 + 41,088) x 4 = 405,888 (95,040 + 215,808 = 310,848)
+    r = deployment_memory(dep)[0]
+    assert (r.weights, r.gradients, r.optimizer) == (285_120, 405_888, 570_240)
+    r4 = deployment_memory(load_spec({**raw, "dp_shard": 4}))[0]
+    assert (r4.weights, r4.gradients, r4.optimizer) == (237_600, 310_848, 285_120)
