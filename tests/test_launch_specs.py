@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 17
+    assert len(specs) == 18
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
