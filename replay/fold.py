@@ -87,6 +87,15 @@ _FAR = 2**62  # drains a private model copy's pending completions
 _DIGITS = re.compile(r"\d+")
 
 
+def ranks_text(ranks: Sequence[int], limit: int = 16) -> str:
+    """A group's ranks for a one-line message: the list up to `limit` members, else its first three and
+    last and the count (a 384-rank all-reduce once printed all 384)."""
+    r = list(ranks)
+    if len(r) <= limit:
+        return str(r)
+    return f"[{r[0]}, {r[1]}, {r[2]}, ..., {r[-1]}] ({len(r)} ranks)"
+
+
 @dataclass(frozen=True)
 class Fold:
     """Replicas of equal length partitioning the ranks; replica 0 is simulated, the others mirror it."""
@@ -1402,7 +1411,7 @@ class NetCheck:
                 raise FoldRefused(
                     f"cannot fold: network model {m.name!r} finishes rank {rk} at +{base[p]} ns but "
                     f"its representative rank {reps[0][i]} at +{base[pos[reps[0][i]]]} ns in {spec.kind} "
-                    f"over {list(spec.ranks)}"
+                    f"over {ranks_text(spec.ranks)}"
                 )
         inside = all(ctx.where[rk][0] == 0 for rk in spec.ranks)
         if inside or ctx.fold.positions:

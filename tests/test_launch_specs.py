@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 5
+    assert len(specs) == 18
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -183,3 +183,118 @@ def test_yaml_alias_refusal_says_how_a_generated_spec_avoids_it(tmp_path):
         Exception, match=r"aliases \(\*id001\).*PyYAML's dump anchors an object it meets twice"
     ):
         load_spec(str(path))
+
+
+def _mlp_act(activation: str) -> dict[str, tuple[int, int]]:
+    model = {"layers": 1, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 128, "seq_len": 128}
+    raw = {"model": {**model, "activation": activation}, "parallel": {"gpu": "H100"}, "dropout": False}
+    nodes = generate(load_spec(raw), rewrite=False).nodes[0]
+    return {n.name: (A.num_ops(n), A.tensor_size(n)) for n in nodes if n.name.startswith("L1.mlp_act")}
+
+
+def test_squared_relu_activation_as_megatron_runs_it():
+    # NeMo-Framework-Launcher's nemotron_15b.yaml (`activation: squared-relu`, Megatron's --squared-relu) was
+    # refused ("activation must be one of swiglu, gelu"). Megatron-Core's jit-fused torch.pow(F.relu(x), 2)
+    # (1296a81 megatron/core/activations.py) on the un-gated up projection: GeLU's shape, 2 FLOPs an element.
+    # 128 tokens x FFN 256 = 32,768 elements: forward 2 x 32,768 = 65,536 FLOPs, reads + writes 2 x 32,768
+    # x 2 B = 131,072 B; backward twice the FLOPs, 131,072, and 3 x 32,768 x 2 = 196,608 B (input, gradient
+    # in, gradient out).
+    act = _mlp_act("squared-relu")
+    assert act == {"L1.mlp_act.fwd.mb0": (65536, 131072), "L1.mlp_act.bwd.mb0": (131072, 196608)}
+    # GeLU moves the same bytes at 8 FLOPs an element (ops.ELEM_FLOPS)
+    gelu = _mlp_act("gelu")
+    assert gelu == {"L1.mlp_act.fwd.mb0": (262144, 131072), "L1.mlp_act.bwd.mb0": (524288, 196608)}
+    # one up and one down matrix (no gate): 2 x 64 x 256 = 32,768 MLP parameters, as GeLU's
+    from xsim.tracegen.models import default_ffn_hidden
+
+    m = model_arch(
+        load_spec({"model": {"base": "llama2-7b", "activation": "squared-relu"}, "parallel": {"gpu": "H100"}})
+    )
+    assert m.activation == "squared-relu"
+    assert default_ffn_hidden(6144, "squared-relu") == 4 * 6144  # Nemotron-4 15B's 24,576
+
+
+def test_a800_names_its_catalog_gpu_and_preset():
+    from xsim.tracegen.catalog import CatalogError, canonical_gpu_name
+
+    # InternEvo's and FlagPerf's A800 runs: the A100-80GB's compute with NVLink cut to 400 GB/s, which the
+    # dgx-a800 preset holds; the name says so instead of a bare "unknown GPU"
+    with pytest.raises(CatalogError, match="A100-80GB with cluster: dgx-a800"):
+        canonical_gpu_name("A800-SXM4-80GB")
+    with pytest.raises(Exception, match="A100-80GB with cluster: dgx-a800"):
+        load_spec({"model": "llama2-7b", "parallel": {"gpu": "A800"}})
+
+
+def test_a800_defined_by_the_user_stays_theirs():
+    # a spec that describes its own A800 (gpus:) keeps it: the hint is for the catalog's look-up only
+    gpus = {"A800": {"peak_flops": 312e12, "mem_bw": 2.039e12, "memory_bytes": 85899345920}}
+    dep = load_spec({"model": "llama2-7b", "gpus": gpus, "parallel": {"gpu": "A800"}})
+    assert dep.device_groups[0].gpu == "A800"
+
+
+def test_replay_peak_memory_line_runs_of_equal_ranks():
+    from xsim.cmd_replay import per_rank_gib
+
+    # the Llama 3.1 405B recipe's replay printed 256 "rank: GiB" entries on one line; equal neighbours now
+    # form runs: int(17.7 x 2^30) = 19,005,230,284 B and int(19.8 x 2^30) = 21,260,088,115 B print as 17.7
+    # and 19.8 at one decimal; ranks 0-3 and 5-6 alike, rank 4 alone
+    g = 2**30
+    peaks = [int(17.7 * g)] * 4 + [int(19.8 * g)] + [int(17.7 * g)] * 2
+    assert per_rank_gib(peaks) == "0-3: 17.7, 4: 19.8, 5-6: 17.7"
+    assert per_rank_gib([g]) == "0: 1.0"
+
+
+def test_fold_refusal_names_a_large_group_briefly():
+    from xsim.replay.fold import ranks_text
+
+    # NeMo's Mixtral 8x22B on 384 H100: the replay's "not folded" line listed the 384 members of the
+    # gradient-norm all-reduce; now 16 members at most, else the first three, the last and the count
+    assert ranks_text(range(384)) == "[0, 1, 2, ..., 383] (384 ranks)"
+    assert ranks_text([0, 8, 16, 24]) == "[0, 8, 16, 24]"
+    assert ranks_text(range(16)) == str(list(range(16)))
+
+
+def test_megatron_fsdp_hsdp_by_hand():
+    from xsim.tracegen.memory import deployment_memory
+    from xsim.traces import pb
+
+    from .test_megatron_fsdp import OVERLAP, spec, syncs
+
+    # ROCm Megatron-LM's train_llama3.sh (MEGATRON_FSDP=1 ENABLE_HSDP=1: --num-distributed-optimizer-
+    # instances 2) was refused: dp_shard with megatron-fsdp. Megatron-LM d98e8a64dd megatron_fsdp.py
+    # reduce_gradients(outer_fsdp_group_grad_reduce=use_hybrid_fsdp and is_last_microbatch) and
+    # param_and_grad_buffer.py (no_shard: all_reduce of the reduced bucket over the outer group after its
+    # reduce-scatter). The tiny model at DP 4, dp_shard 2 (2 instances), two micro-batches: gathers and
+    # reduce-scatters over the instance {0, 1} as at DP 2 (test_megatron_fsdp.py: 95,040 / 82,176 B gathers,
+    # 164,352 B per layer and 51,456 B bucket-0 reduce-scatters in FP32); at the last micro-batch each
+    # reduced shard all-reduced over {0, 2}: 164,352 / 2 = 82,176 B per layer, 51,456 / 2 = 25,728 B.
+    raw = {**spec(**OVERLAP), "parallel": {"gpu": "H100", "dp": 4, "global_batch": 8}, "dp_shard": 2}
+    dep = load_spec(raw)
+    bundle = generate(dep, rewrite=False)
+    nodes = bundle.nodes[0]
+    AG, RS, AR = pb.ALL_GATHER, pb.REDUCE_SCATTER, pb.ALL_REDUCE
+    assert syncs(nodes)[5:] == [
+        ("fsdp_param_allgather.1+2.mb1", AG, 82_176),
+        ("fsdp_param_allgather.1+2.mb1", AG, 82_176),
+        ("fsdp_grad_reducescatter.2.mb1", RS, 164_352),
+        ("fsdp_grad_allreduce.2.mb1", AR, 82_176),
+        ("fsdp_grad_reducescatter.1.mb1", RS, 164_352),
+        ("fsdp_grad_allreduce.1.mb1", AR, 82_176),
+        ("fsdp_grad_reducescatter.emb.mb1", RS, 51_456),
+        ("fsdp_grad_allreduce.emb.mb1", AR, 25_728),
+    ]
+    assert not any(x[1] == AR for x in syncs(nodes)[:5])  # none at micro-batch 0
+    groups = {x[1]: set() for x in syncs(nodes)}
+    for n in nodes:
+        if A.get_str(n, A.PHASE) == "sync":
+            groups[A.comm_type(n)].add(tuple(sorted(bundle.comm_groups[A.get_str(n, A.PG_NAME)])))
+    assert groups == {AG: {(0, 1)}, RS: {(0, 1)}, AR: {(0, 2)}}
+    # Adam on the instance's shard: 95,040 / 2 = 47,520 parameters x 15 FLOPs = 712,800
+    assert [A.num_ops(n) for n in nodes if n.name == "optimizer.opt"] == [712_800]
+    # memory over the instance (S = 2), against S = DP = 4: optimizer 12 x 47,520 = 570,240 (285,120);
+    # weights 47,520 x 2 + bucket 0 12,864 x 2 + two layers 2 x 41,088 x 2 = 285,120 (23,760 x 2 + 25,728 +
+    # 164,352 = 237,600); gradients 47,520 x 4 + (12,864 + 41,088) x 4 = 405,888 (95,040 + 215,808 = 310,848)
+    r = deployment_memory(dep)[0]
+    assert (r.weights, r.gradients, r.optimizer) == (285_120, 405_888, 570_240)
+    r4 = deployment_memory(load_spec({**raw, "dp_shard": 4}))[0]
+    assert (r4.weights, r4.gradients, r4.optimizer) == (237_600, 310_848, 285_120)

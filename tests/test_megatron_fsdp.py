@@ -236,7 +236,11 @@ def test_megatron_fsdp_memory_by_hand(strategy, double, expected):
         ({"sharding": "fsdp", "data_parallel_sharding_strategy": "optim"}, "needs sharding: megatron-fsdp"),
         ({"sharding": "none", "fsdp_double_buffer": True}, "needs sharding: megatron-fsdp"),
         ({"data_parallel_sharding_strategy": "no_shard"}, "data_parallel_sharding_strategy must be one of"),
-        ({"fsdp_backward_prefetch": "post"}, "drop fsdp_backward_prefetch and dp_shard"),
+        ({"fsdp_backward_prefetch": "post"}, "drop fsdp_backward_prefetch"),
+        (
+            {"data_parallel_sharding_strategy": "optim", "dp_shard": 2, "parallel": {"gpu": "H100", "dp": 4}},
+            "optim_grads_params only",
+        ),
         ({"distributed_optimizer": True}, "already shards"),
     ],
 )

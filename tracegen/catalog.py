@@ -176,6 +176,15 @@ HOW_TO_DEFINE = (
     "or in a file passed with --gpu-file (docs/tracegen.md, 'Hypothetical GPUs')"
 )
 
+# Export variants that keep a catalog GPU's compute and cut its NVLink: the catalog keeps one entry per die,
+# the cut link lives in a system preset, so their names point there instead of aliasing silently (an alias
+# would derive the full NVLink). A800: the A100 80GB's GA100 with 400 GB/s NVLink (netmodels/presets.py
+# "dgx-a800": NVIDIA to Reuters, heise online 2022-11-08).
+VARIANT_HINTS: dict[str, str] = {
+    "A800": "the A800 is the A100-80GB's compute with a 400 GB/s NVLink: write gpu: A100-80GB with "
+    "cluster: dgx-a800",
+}
+
 
 @contextmanager
 def defined_gpus(defs: Mapping[str, GpuSpec]) -> Iterator[None]:
@@ -199,6 +208,9 @@ def canonical_gpu_name(name: str) -> str:
         if n.upper() == key:
             return n
     names = ", ".join((*GPU_NAMES, *defined))
+    variant = next((h for v, h in VARIANT_HINTS.items() if key.startswith(v)), None)
+    if variant is not None:
+        raise CatalogError(f"unknown GPU {name!r}: {variant}; or {HOW_TO_DEFINE}")
     hint = did_you_mean(name, (*GPU_NAMES, *defined))
     raise CatalogError(
         f"unknown GPU {name!r}{hint} (known: {names}; alias A100 = A100-40GB); {HOW_TO_DEFINE}"

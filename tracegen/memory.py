@@ -541,8 +541,9 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     dense, expert = rank_params_ep(m, sh, layers, max(1, dg.ep), first, last)
                     params = dense + expert
                 gb = o.grad_bytes or o.dtype_bytes
-                if o.mfsdp_strategy:
-                    weights, grads, opt = mfsdp_bytes(m, sh, params, dp, o, first, last, n)
+                if o.mfsdp_strategy:  # HSDP (dp_shard): sharded over the instance only
+                    shard = min(dp, o.dp_shard) if o.dp_shard else dp
+                    weights, grads, opt = mfsdp_bytes(m, sh, params, shard, o, first, last, n)
                 elif o.sharding in ("zero3", "fsdp"):
                     shard = min(dp, o.dp_shard) if o.dp_shard else dp  # over the shard group only
                     weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last)

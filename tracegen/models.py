@@ -17,7 +17,9 @@ from xsim.tracegen.moe import (
     moe_mlp_params,
 )
 
-ACTIVATIONS = ("swiglu", "gelu")
+# squared-relu: Megatron's --squared-relu (NeMo's `activation: squared-relu`, Nemotron-4): relu(x)^2 on the
+# un-gated up projection, shaped as GeLU (NVIDIA/Megatron-LM 1296a81 megatron/core/activations.py).
+ACTIVATIONS = ("swiglu", "gelu", "squared-relu")
 NORMS = ("rmsnorm", "layernorm")
 # How a model encodes positions (the spec's `position_embedding`): rotary on q and k in every layer, a
 # learned s x h table added to the embedding output (GPT-2/3, Megatron's learned_absolute, MPT's wpe), ALiBi's
@@ -37,7 +39,7 @@ class ModelArch:
     kv_heads: int  # = heads without grouped-query attention
     vocab: int
     seq_len: int
-    activation: str = "swiglu"  # swiglu: gate+up (2 x ffn) then down; gelu: up then down
+    activation: str = "swiglu"  # swiglu: gate+up (2 x ffn) then down; gelu, squared-relu: up then down
     norm: str = "rmsnorm"  # rmsnorm: gain only; layernorm: gain and bias
     linear_bias: bool = False  # GPT-style biases on every linear layer
     moe: MoeSpec | None = None  # mixture of experts (tracegen/moe.py); None: a dense MLP in every layer

@@ -51,6 +51,9 @@ ELEM_FLOPS = {
     "layernorm": 7,
     "swiglu": 5,
     "gelu": 8,
+    # relu then square (max, multiply): Megatron-Core's jit-fused `torch.pow(F.relu(x), 2)`, one kernel each
+    # way like GeLU's unfused path (NVIDIA/Megatron-LM 1296a81 megatron/core/activations.py `squared_relu`)
+    "squared-relu": 2,
     "add": 1,
     "xent": 5,
     "softmax": 5,
@@ -753,7 +756,7 @@ def _qkv_split_cat(c: Ctx) -> list[Op]:
 
 
 def _activation(c: Ctx, phase: str) -> list[Op]:
-    """The MLP activation (GeLU, or SwiGLU's silu(gate) * up) with, for GPT-style biases, the bias add."""
+    """The MLP activation (GeLU or squared ReLU, or SwiGLU's silu(gate) * up) with, for GPT-style biases, the bias add."""
     m, t, f, b = c.m, c.tokens, c.sh.ffn, c.b
     up = (2 if m.activation == "swiglu" else 1) * f
     act_f = ELEM_FLOPS[m.activation]

@@ -599,10 +599,21 @@ class _SpecBuilder:
                 "data_parallel_sharding_strategy", MFSDP_STRATEGIES, "optim_grads_params"
             )
         dep.fsdp_double_buffer = self.bool_key("fsdp_double_buffer")
-        if mfsdp and ("fsdp_backward_prefetch" in self.raw or "dp_shard" in self.raw):
+        if mfsdp and "fsdp_backward_prefetch" in self.raw:
             raise self.fail(
-                "sharding: megatron-fsdp always prefetches in its pre-backward hook and shards over all of DP "
-                "(its outer_dp_sharding_strategy is not modelled): drop fsdp_backward_prefetch and dp_shard"
+                "sharding: megatron-fsdp always prefetches in its pre-backward hook: drop fsdp_backward_prefetch"
+            )
+        # Megatron-FSDP's HSDP (--num-distributed-optimizer-instances N with --use-megatron-fsdp, the default
+        # outer_dp_sharding_strategy no_shard) is dp_shard = DP / N: built for optim_grads_params, whose
+        # per-bucket reduce-scatters the outer all-reduce follows (docs/tracegen.md "Overlap and sharding").
+        if (
+            mfsdp
+            and "dp_shard" in self.raw
+            and dep.data_parallel_sharding_strategy not in ("", "optim_grads_params")
+        ):
+            raise self.fail(
+                "dp_shard with sharding: megatron-fsdp (its HSDP, outer_dp_sharding_strategy no_shard) is built "
+                "for data_parallel_sharding_strategy optim_grads_params only; its HFSDP (outer optim) is not"
             )
         # Stored as set ("" when absent: PyTorch's default, "pre"); meaningful only with per-layer gathers.
         if "fsdp_backward_prefetch" in self.raw:

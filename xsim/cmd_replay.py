@@ -313,8 +313,21 @@ def written_lines(paths: list[str]) -> list[str]:
     return [f"wrote {plural(len(names), 'file')} in {d}: {', '.join(names)}" for d, names in by_dir.items()]
 
 
+def per_rank_gib(peaks: list[int]) -> str:
+    """Each rank's peak in GiB (one decimal), consecutive ranks of the same value as one "a-b: v" run, so a
+    256-rank plan of 8 stages prints 8 entries, not 256."""
+    runs: list[tuple[int, int, str]] = []
+    for r, b in enumerate(peaks):
+        v = f"{b / 2**30:.1f}"
+        if runs and runs[-1][2] == v and runs[-1][1] == r - 1:
+            runs[-1] = (runs[-1][0], r, v)
+        else:
+            runs.append((r, r, v))
+    return ", ".join(f"{a}: {v}" if a == e else f"{a}-{e}: {v}" for a, e, v in runs)
+
+
 def _print_memory(mem: dict) -> None:
-    per = ", ".join(f"{r}: {b / 2**30:.1f}" for r, b in enumerate(mem["per_rank_peak_bytes"]))
+    per = per_rank_gib(mem["per_rank_peak_bytes"])
     fits = "fits" if mem["fits"] else "DOES NOT FIT (memory.json)"
     print(
         f"peak memory        {mem['peak_bytes'] / 2**30:.2f} GiB on rank {mem['peak_rank']}, {fits}; GiB per rank {per}"
