@@ -44,12 +44,20 @@ RUN_KEYS = ("id", "source", "where", "gpus", "measured", "spec", "cluster", "not
 DEFAULT_MAX_NODES = 4_000_000
 # Generated nodes per (rank, layer, micro-batch) used only to decide the budget (never in a result):
 # Megatron-Core's dense layer with sequence parallelism (validate_published.NODES_PER_LAYER_STEP, 32 + 6),
-# the CP exchange (all-gather form: 2 collectives; ring: 2 cp P2P + waits forward and backward, ~6 cp), and
-# per MoE layer 4 all-to-alls (one collective each under a routing that loads every EP rank alike,
+# the CP exchange (all-gather form: 2 collectives; ring: RING_NODES_PER_CP cp - RING_NODES_LESS), and per
+# MoE layer 4 all-to-alls (one collective each under a routing that loads every EP rank alike,
 # tracegen.compact.ep_alike, else (ep - 1) sends and as many receives) plus ~20 router / permute / sort /
-# grouped GEMM ops.
+# grouped GEMM ops. The ring, FP8 and userbuffers terms are counted from the generator (round cpfold:
+# node_count of the compact set of Megatron-Bridge's Llama 3.1 405B spec at 8 and 16 micro-batches, the
+# difference per layer and micro-batch, each feature switched off alone): 38 bf16 without CP or overlap;
+# ring CP 2 / 4: +10 / +26 = 8 cp - 6; FP8 (current scaling, FP8 parameters): +14; tp_comm_overlap at TP 8 / 4:
+# +62 / +30 = 8 TP - 2, as workload._Generator.overlapped cuts it (4 ring_exchange pairs of TP GEMM chunks and
+# TP - 1 exchange steps for 2 nodes: 4 (2 TP - 3); 2 pipeline pairs of 4 + 4 for 2: 12; 2 bulk pairs, one node
+# fewer each than the SP dgrad overlap: -2). The 405B form: 38 + 10 + 14 + 62 = 124 counted.
 DENSE_STEP_NODES = 38
 MOE_STEP_NODES = 20
+RING_NODES_PER_CP, RING_NODES_LESS = 8, 6
+FP8_STEP_NODES = 14
 
 
 class MoeCpDataError(Exception):
@@ -214,7 +222,11 @@ def estimate_nodes(dep: Any) -> tuple[int, int]:
         layers = sum(e - s + 1 for s, e in chunk_ranges(dg))
         per = DENSE_STEP_NODES
         if dg.cp > 1:
-            per += 2 if dep.cp_comm_type == "all_gather" else 6 * dg.cp
+            per += 2 if dep.cp_comm_type == "all_gather" else RING_NODES_PER_CP * dg.cp - RING_NODES_LESS
+        if dep.precision == "fp8":
+            per += FP8_STEP_NODES
+        if dep.tp_comm_overlap and dep.sequence_parallel and dg.tp > 1:
+            per += 8 * dg.tp - 2  # workload._Generator.overlapped's chunks (above)
         if moe is not None:
             per += MOE_STEP_NODES + (4 if balanced else 8 * (max(1, dg.ep) - 1))
         total += n * layers * dep.micro_batches * per

@@ -53,6 +53,26 @@ SPECS = {
     # (data replica, CP position, TP position): one rank per stage written
     "cpag_pp": {"name": "cpagpp", "model": CP_MODEL, "attention": "flash", "micro_batches": 2, "schedule": "1f1b",
                 "cp_comm_type": "all_gather", "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "cp": 4}},
+    # The ring form with TP (Megatron-Bridge's Llama 3.1 405B rows scaled down: FP8 current scaling, FP8
+    # parameters, sequence parallelism, userbuffers overlap, the distributed optimizer, interleaving):
+    # TP 2 x CP 2 x PP 2 (VP 2) x DP 2 = 16 ranks, order tp-dp-pp (the CP index fastest among the DP
+    # replicas), 6 + 2 layers (embedding and loss in the split) = 2 stages x 2 chunks x 2. The CP positions
+    # stay whole (ring), the TP positions fold: 2 CP blocks x 2 TP positions = 4 rank classes, entry 0 the
+    # CP block's TP-0 ranks of both stages (2 x 2 = 4 files written)
+    "cp_ring_tp": {
+        "name": "cpring", "cluster": "dgx-h100", "seq_len": 4096,
+        "model": {"name": "tiny", "layers": 6, "hidden": 256, "ffn_hidden": 512, "heads": 4, "kv_heads": 2,
+                  "vocab": 512, "seq_len": 4096, "tie_embeddings": False, "position_embedding": "rope"},
+        "precision": "fp8", "fp8_recipe": "current", "fp8_params": True, "attention": "flash",
+        "framework": "megatron-core", "sequence_parallel": True, "cp_comm_type": "p2p", "loss_impl": "te",
+        "dropout": False, "attention_dropout": 0.0, "check_for_nan_in_grad": False, "grad_reduce_dtype": "bf16",
+        "distributed_optimizer": True, "overlap_grad_reduce": True, "overlap_param_gather": True,
+        "overlap_param_gather_with_optimizer_step": True, "tp_comm_overlap": True,
+        "tp_overlap_sms": {"proj_fprop": 1, "fc2_fprop": 1, "qkv_wgrad": 24, "fc1_wgrad": 2},
+        "parallel": {"gpu": "H100", "tp": 2, "pp": 2, "dp": 2, "cp": 2, "micro_batch": 1, "global_batch": 8,
+                     "virtual_stages": 2, "order": "tp-dp-pp", "account_for_embedding_in_pipeline_split": True,
+                     "account_for_loss_in_pipeline_split": True},
+    },
     # PP 2 x DP 8, EP 4 under uniform routing (8 tokens x top-2 / 8 experts = 2 copies each): every EP rank
     # alike, rank classes of (EP block, EP position); Megatron-Bridge's order tp-dp-pp puts each stage on
     # one node, so the DP gradient AllReduce finishes its members together and the fold holds
@@ -84,6 +104,7 @@ EXPECT = {
     "cp": (8, 4, 2, "2 replicas", 4),
     "cpag": (16, 1, 2, "2 replicas", 8),
     "cpag_pp": (32, 2, 16, "16 rank classes", 2),
+    "cp_ring_tp": (16, 4, 4, "4 rank classes", 4),
     "ep_uniform": (16, 2, 8, "8 rank classes", 2),
     "ep_uniform_spread": (16, 2, 2, "2 replicas", 8),
     "ep_etp1": (16, 2, 8, "8 rank classes", 2),
@@ -155,10 +176,13 @@ def test_all_gather_cp_positions_are_rank_classes_and_the_ring_keeps_blocks(tmp_
     write_classes(str(tmp_path), c)
     assert read_classes(str(tmp_path), str(tmp_path / "cpagpp")) == c
     assert '"cp_positions":4' in (tmp_path / "classes.json").read_text()
-    # The ring form's neighbours map onto each other only under rotations: it keeps blocks of cp replicas.
+    # The ring form's neighbours map onto each other only under rotations: its CP positions stay whole,
+    # its TP positions fold (2 CP blocks of 4 replicas x 2 TP positions, 8 ranks an entry: 4 CP x 2 stages).
     ring = load_spec({**SPECS["cpag_pp"], "cp_comm_type": "p2p"})
     rc = rank_classes(ring, rewrite=True)
-    assert (rc.tp, rc.cp, len(rc.replicas)) == (1, 1, 2)
+    assert (rc.tp, rc.cp, len(rc.replicas), len(rc.replicas[0])) == (2, 1, 4, 8)
+    # Without TP the ring form keeps whole blocks of cp replicas.
+    assert rank_classes(load_spec(SPECS["cp"]), rewrite=True).tp == 1
     # pi_13 (data replica 1, CP position 2, TP position 1) swaps each coordinate with 0 on its own:
     # rank 0 (0, 0, 0, stage 0) -> (1, 2, 1) = DP replica 6: 4*6 + 1 = 25; rank 26 (1, 2, 0, stage 1) ->
     # (0, 0, 1, stage 1) = 3; rank 13 (0, 3, 1, stage 0) -> (1, 3, 0) = DP replica 7: 28.
@@ -243,3 +267,29 @@ def test_ep_positions_are_rank_classes_of_block_position_and_tp_position(tmp_pat
     )
     with pytest.raises(TraceSetError, match=r"cp_positions 2 with ep_positions 2"):
         read_classes(str(tmp_path), str(tmp_path / "epe"))
+
+
+def test_ring_cp_folds_tp_positions_keeping_every_ring_whole():
+    from xsim.replay.fold import _Ctx, make_fold
+    from xsim.traces.groups import ProcessGroups
+
+    c = rank_classes(load_spec(SPECS["cp_ring_tp"]), rewrite=True)
+    # Order tp-dp-pp: stage s of DP replica d (data replica d // 2, CP position d % 2) is TP group
+    # [2 d + 8 s, 2 d + 8 s + 1]. Entry k = 2 b + t holds TP position t of CP block b (DP replicas 2b, 2b+1)
+    # for both CP positions and both stages, in the order (replica 2b: stage 0, 1; replica 2b + 1: 0, 1):
+    # entry 0 = (0, 8, 2, 10), entry 3 (block 1, TP 1) = (2*2 + 1, 4 + 1 + 8, 6 + 1, 6 + 1 + 8).
+    assert (c.tp, c.cp, c.ep) == (2, 1, 1)
+    assert c.replicas == ((0, 8, 2, 10), (1, 9, 3, 11), (4, 12, 6, 14), (5, 13, 7, 15))
+    assert c.written == (0, 8, 2, 10)
+    # Device groups of the parallel: block (id = replica + 4 stage): entry 0's ranks sit in 0, 4, 1, 5.
+    assert c.device_groups[0] == c.device_groups[1] == (0, 4, 1, 5)
+    fold = replace(make_fold(c.replicas, 16, "test"), tp=2)
+    ring0, tp0, dp0 = (0, 2), (0, 1), (0, 2, 4, 6)  # stage 0: TP 0's CP ring, a TP group, the DP-CP group
+    ctx = _Ctx(fold, ProcessGroups(16, {"cp": ring0, "tp": tp0, "dp": dp0}))
+    # pi_1 (TP swap) sends rank 0 -> 1 and its ring peer 2 -> 3: TP position 1's ring, peers kept; pi_2
+    # (block swap) sends the ring onto block 1's (4, 6); pi_3 onto (5, 7).
+    assert [ctx.perm(k, 2) for k in (1, 2, 3)] == [3, 6, 7]
+    assert [ctx.image(k, ring0) for k in (1, 2, 3)] == [{1, 3}, {4, 6}, {5, 7}]
+    # The ring lies inside entry 0 (copied per entry); the TP group and the DP group have folded members.
+    assert ctx.group_class("cp", ring0) == "inside"
+    assert ctx.group_class("tp", tp0) == ctx.group_class("dp", dp0) == "partial"

@@ -176,3 +176,15 @@ def test_the_table_says_dropless_or_padded_capacity(data):
     text = {r.id: vm.config_text(r) for r in data.runs}
     assert "128 experts top-8 ffn768 dropless uniform" in text["mbridge2511-qwen3-30b-a3b-16xh100"]
     assert "ffn768 capacity 1.0 padded" in text["mbridge2509-qwen3-30b-a3b-tokendrop-16xh100"]
+
+
+def test_the_405b_ring_cp_rows_fold_tp_positions_and_estimate_the_counted_nodes():
+    """Megatron-Bridge's Llama 3.1 405B (TP 8, PP 8, CP 2 ring, VP 8, DP 8; 1,024 ranks): the TP positions
+    fold (tracegen.compact), so one CP block's TP-0 ranks are generated: 2 CP positions x 8 stages = 16.
+    Their layer slots: 8 chunks x 2 layers x 16 ranks = 256, less the embedding's and the loss's slots in
+    the split = 252; 512 / DP 8 = 64 micro-batches; per (rank, layer, micro-batch) 38 + ring (8 x 2 - 6 = 10)
+    + FP8 14 + userbuffers at TP 8 (8 x 8 - 2 = 62) = 124 (the generator writes 2,002,800 at 64: within 0.2%)."""
+    run = next(r for r in vm.load_dataset().runs if r.id == "mbridge2511-llama31-405b-1024xh100")
+    dep = load_spec(vm.spec_for(run))
+    assert vm.estimate_nodes(dep) == (252 * 64 * 124, 16) == (1_999_872, 16)
+    assert vm._positions(dep) == 8

@@ -20,7 +20,11 @@ one program (each the same attention op under causal load balancing, the K/V All
 over the whole CP group, which every swap of CP positions maps onto itself), so its positions are rank
 classes like TP positions (_tp_classes, classes.json cp_positions). The ring form's CP ranks are alike up
 to labels too, but only under rotations (rank c sends to c + 1 and receives from c - 1), which the fold's
-swaps are not, and a representative's ring peers would be folded ranks: it keeps blocks.
+swaps are not, and its ring steps are timed per CP rank: its CP positions stay whole. Its TP positions still
+fold: a class is TP position t of a CP block (the cp DP replicas of one ring), every stage of every CP
+position; the K/V ring pairs TP position t of CP rank c with TP position t of c +- 1, so each ring lies in
+one class and the TP swap maps TP position 0's rings onto position t's member for member (as it maps
+pipeline sends). Without TP it keeps blocks.
 
 Expert parallelism under a routing that loads every EP rank alike is the other exception (issue 28):
 when every source (EP rank x expert-TP rank) routes the same tokens to each expert and each EP rank's
@@ -186,8 +190,9 @@ def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankC
     """Rank classes (DP replica x TP position, and the CP or EP position under context or expert
     parallelism; module docstring) of a plan whose positions are alike by construction, or None: one TP
     degree T everywhere, T > 1 or CP C > 1 or EP positions E > 1, one TP group per device group, replicas
-    of one shape, context parallelism only in its all-gather form (so no resharding; interleaved plans fold
-    alike), expert parallelism only under a routing that loads its ranks alike, not both."""
+    of one shape (so no resharding; interleaved plans fold alike), context parallelism in its all-gather form
+    (CP positions folded) or its ring form with T > 1 (TP positions of whole CP blocks), expert parallelism
+    only under a routing that loads its ranks alike, not both."""
     tps = {dg.tp for dg in dep.device_groups}
     cp = max(max(1, dg.cp) for dg in dep.device_groups)
     has_ep = any(dg.ep > 1 for dg in dep.device_groups)
@@ -200,18 +205,23 @@ def _tp_classes(dep: dpb.Deployment, reps: list[list[dpb.DeviceGroup]]) -> RankC
     if (tp := tps.pop()) < 2 and cp < 2 and ep < 2:
         return None
     # The ring form's neighbours map onto each other only under rotations of the CP positions, which the
-    # fold's swaps are not (and a representative's ring peers are folded ranks): it keeps whole blocks.
-    if cp > 1 and (dep.cp_comm_type or "p2p") != "all_gather":
+    # fold's swaps are not: its CP positions stay whole, each class a TP position of a whole CP block
+    # (every ring of it, each at one TP position), and only the TP positions fold (module docstring).
+    ring = cp > 1 and (dep.cp_comm_type or "p2p") != "all_gather"
+    if ring and tp < 2:
         return None
     if not is_homogeneous(dep) or any(len(dg.ranks) != tp for dg in dep.device_groups):
         return None
     shape = [_stage_shape(dg) for dg in reps[0]]
     if any([_stage_shape(dg) for dg in rep] != shape for rep in reps[1:]):
         return None
-    ranks = tuple(tuple(dg.ranks[t] for dg in rep) for rep in reps for t in range(tp))
-    dgs = tuple(tuple(dg.id for dg in rep) for rep in reps for _t in range(tp))
+    units = (
+        [[dg for rep in reps[b : b + cp] for dg in rep] for b in range(0, len(reps), cp)] if ring else reps
+    )
+    ranks = tuple(tuple(dg.ranks[t] for dg in unit) for unit in units for t in range(tp))
+    dgs = tuple(tuple(dg.id for dg in unit) for unit in units for _t in range(tp))
     rc = _record(dep, ranks, dgs)
-    return None if rc is None else replace(rc, tp=tp, cp=cp, ep=ep)
+    return None if rc is None else replace(rc, tp=tp, cp=1 if ring else cp, ep=ep)
 
 
 def _hetero_classes(

@@ -6,7 +6,9 @@ with its device group id, its groups (replica k's copy of a group inside replica
 group) and its P2P peers renamed by pi_k, the swap of replica k with replica 0 rank by rank (the fold of
 replay/fold.py). Where a stage's TP ranks are alike too (`tp_positions` T > 1), the entries are rank
 classes: entry k holds TP position k % T of every stage of DP replica k // T, only entry 0 (one rank per
-stage) is written, and pi_k swaps DP replica k // T with 0 and TP position k % T with 0 at once. With
+stage) is written, and pi_k swaps DP replica k // T with 0 and TP position k % T with 0 at once (the ring
+form of context parallelism: a CP block of cp DP replicas in the DP replica's place, entry 0 one rank per
+stage and CP position, tracegen/compact.py). With
 `cp_positions` C > 1 (context parallelism, all-gather form) DP replica d is CP position d % C of data
 replica d // C, and pi_k swaps data replica, CP position and TP position with 0 at once. With
 `ep_positions` E > 1 (expert parallelism under a routing that loads every EP rank alike, tracegen/compact.py)

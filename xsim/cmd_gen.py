@@ -66,8 +66,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {line}")
     if gen.classes is not None:
         c = gen.classes
+        dep = gen.deployment
+        # context parallelism's ring form: TP positions of whole CP blocks (tracegen/compact.py)
+        ring = c.tp > 1 and c.cp == 1 and any(dg.cp > 1 for dg in dep.device_groups)
         what = (
-            f"TP and CP position 0 of each stage of data replica 0: {len(c.replicas)} rank classes (data "
+            f"TP position 0 of each stage and CP position of CP block 0: {len(c.replicas)} rank classes (CP "
+            f"block x TP position), the others mirror it"
+            if ring
+            else f"TP and CP position 0 of each stage of data replica 0: {len(c.replicas)} rank classes (data "
             f"replica x CP position x TP position), the others mirror it"
             if c.cp > 1
             else f"TP and EP position 0 of each stage of EP block 0: {len(c.replicas)} rank classes (EP block "
