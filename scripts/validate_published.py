@@ -141,7 +141,7 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # synchronize-each-layer): a host sync at each checkpointed unit's forward and backward start and end.
     "synchronize_each_layer": (True, False),
     # Megatron-Core's deferral of the LM head's weight-gradient GEMMs to the pipeline flush (with
-    # wgrad_deferral_limit, COUNT_OPTIONS) and the distributed optimizer's first-chunk AllGather with the
+    # wgrad_deferral_limit, INT_OPTIONS) and the distributed optimizer's first-chunk AllGather with the
     # optimizer step, where the run's config sets them (NeMo 2.x MegatronCommOverlapCallback).
     "defer_embedding_wgrad_compute": (True, False),
     "overlap_param_gather_with_optimizer_step": (True, False),
@@ -153,10 +153,10 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
 # SMs communication holds (tracegen.contention), as a run's launch script sets them: the DP communicator's
 # NCCL max_ctas and TE userbuffers' num_sm by layer name; copied into the spec as written.
 SM_OPTIONS = ("dp_comm_ctas", "tp_overlap_sms")
-# Hybrid sharding's shard group (tracegen dp_shard: DP replicas per shard group) as the run's config sets it.
-INT_OPTIONS = ("dp_shard",)
-# Megatron-Core's wgrad_deferral_limit (micro-batches whose LM-head wgrad is deferred; 0 = all) as set.
-COUNT_OPTIONS = ("wgrad_deferral_limit",)
+# Integers as the run's config sets them, each with its least value: hybrid sharding's / the distributed
+# optimizer's shard group (tracegen dp_shard: DP replicas per group) and Megatron-Core's wgrad_deferral_limit
+# (micro-batches whose LM-head wgrad is deferred; 0 = all).
+INT_OPTIONS: dict[str, int] = {"dp_shard": 2, "wgrad_deferral_limit": 0}
 # Lists of names, as the run's launch script sets them, copied into the spec as written: Megatron-Core's
 # --recompute-modules under recompute: selective (tracegen.choices.RECOMPUTE_MODULES, core_v0.14.0).
 LIST_OPTIONS: dict[str, tuple[str, ...]] = {
@@ -166,7 +166,7 @@ MEASURED_KINDS = ("iteration_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 RUN_KEYS = (
     "id", "source", "where", "config_source", "config_where", "model", "parallel", "recompute",
     "sequence_parallel", "precision", "measured", "notes", "gpu", "cluster", "attention", *OPTION_VALUES,
-    *SM_OPTIONS, *INT_OPTIONS, *COUNT_OPTIONS, *LIST_OPTIONS,
+    *SM_OPTIONS, *INT_OPTIONS, *LIST_OPTIONS,
 )  # fmt: skip
 DEFAULT_KEYS = ("seq_len", "vocab", "gpu", "cluster", "attention")
 A100_PEAK_BF16 = 312e12  # dense BF16 tensor-core FLOP/s, NVIDIA A100 datasheet
@@ -613,17 +613,11 @@ def _sm_options(path: str, where: str, raw: Mapping[str, Any]) -> list[tuple[str
         if not isinstance(v, Mapping) or not all(type(n) is int and n >= 0 for n in v.values()):
             raise _fail(path, where, f"tp_overlap_sms must map TE layer names to SM counts, got {v!r}")
         out.append(("tp_overlap_sms", tuple(sorted(v.items()))))
-    for key in INT_OPTIONS:
+    for key, least in INT_OPTIONS.items():
         if key in raw:
             v = raw[key]
-            if type(v) is not int or v < 2:
-                raise _fail(path, where, f"{key} must be an integer >= 2, got {v!r}")
-            out.append((key, v))
-    for key in COUNT_OPTIONS:
-        if key in raw:
-            v = raw[key]
-            if type(v) is not int or v < 0:
-                raise _fail(path, where, f"{key} must be an integer >= 0, got {v!r}")
+            if type(v) is not int or v < least:
+                raise _fail(path, where, f"{key} must be an integer >= {least}, got {v!r}")
             out.append((key, v))
     for key, allowed in LIST_OPTIONS.items():
         if key in raw:

@@ -432,10 +432,7 @@ def moe_block(
         )
     if phase == "fwd":
         return [
-            _gemm("moe_router", "fwd", tl, h, e, b),
-            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
-            *cap_fwd,
-            *aux,
+            *router_head(c, moe, cap_fwd, aux),
             permute_map_op(tl, e, moe.top_k),
             Op("moe_permute", "fwd", 0, (tl + kept) * h * b, (kept, h), False),
             AllToAll("moe_dispatch", "dispatch", nz(out_b), nz(in_b), even),
@@ -470,14 +467,34 @@ def moe_block(
         AllToAll("moe_dispatch", "dispatch", nz(in_b), nz(out_b), even),  # input gradients to their sources
         probs_bwd,
         Op("moe_permute", "bwd", kept * h, (kept + tl) * h * b, (kept, h), False),
+        *router_tail(c, moe, cap_bwd, aux),
+    ]  # fmt: skip
+
+
+def router_head(c: Ctx, moe: MoeSpec, cap_fwd: list[Op], aux: list[Op]) -> list[Op]:
+    """The router's forward, the same under every dispatcher: the gating GEMM, top-k over the softmax of
+    the scores, then the capacity mask and the load-balancing loss where they run."""
+    tl, h, e, b = c.norm_tokens, c.m.hidden, moe.experts, c.b
+    return [
+        _gemm("moe_router", "fwd", tl, h, e, b),
+        _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
+        *cap_fwd,
+        *aux,
+    ]
+
+
+def router_tail(c: Ctx, moe: MoeSpec, cap_bwd: list[Op], aux: list[Op]) -> list[Op]:
+    """The router's backward, the same under every dispatcher: the loss's and the capacity mask's
+    gradients, top-k's, the gating GEMM's, and the DDP hook's main_grad add of the router weight (a plain
+    parameter: router.py's RouterGatingLinearFunction returns its gradient), one kernel over hidden x E."""
+    tl, h, e, b = c.norm_tokens, c.m.hidden, moe.experts, c.b
+    return [
         *aux,
         *cap_bwd,
         _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
         _gemm("moe_router", "bwd", tl, h, e, b),
-        # the router's weight is a plain parameter (router.py: RouterGatingLinearFunction returns its
-        # gradient), so Megatron-Core's DDP hook adds it into main_grad: one kernel over hidden x E
         *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
-    ]  # fmt: skip
+    ]
 
 
 def allgather_steps(
@@ -516,10 +533,7 @@ def allgather_steps(
     local = Op("moe_local_map", phase, 0, local_b, (gt, n_local), False, kernels=6)
     if phase == "fwd":
         return [
-            _gemm("moe_router", "fwd", tl, h, e, b),
-            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
-            *cap_fwd,
-            *aux,
+            *router_head(c, moe, cap_fwd, aux),
             coll("moe_dispatch_map", "all_gather", tl * e),
             coll("moe_dispatch_probs", "all_gather", tl * e * pb),
             coll("moe_dispatch", "all_gather", tl * h * b),
@@ -544,11 +558,7 @@ def allgather_steps(
         Op("moe_permute", "bwd", received * h, (received + gt) * h * b, (received, h), False),
         coll("moe_dispatch", "reduce_scatter", gt * h * b),
         coll("moe_dispatch_probs", "reduce_scatter", gt * e * pb),
-        *aux,
-        *cap_bwd,
-        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
-        _gemm("moe_router", "bwd", tl, h, e, b),
-        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
+        *router_tail(c, moe, cap_bwd, aux),
     ]  # fmt: skip
 
 
@@ -585,10 +595,7 @@ def flex_steps(
     multihot = rows * k * (8 + ROUTER_PROB_BYTES) + rows * n_local * (1 + ROUTER_PROB_BYTES)
     if phase == "fwd":
         return [
-            _gemm("moe_router", "fwd", tl, h, e, b),
-            _kern("moe_router_topk", "fwd", tl * e, ELEM_FLOPS["softmax"], b + ROUTER_PROB_BYTES),
-            *cap_fwd,
-            *aux,
+            *router_head(c, moe, cap_fwd, aux),
             # torch.topk over the [T, E] FP32 probabilities: k values (FP32) and indices (int64) per token
             Op("moe_dispatch_indices", "fwd", 0, tl * e * ROUTER_PROB_BYTES + tl * k * 12, (tl, e), False),
             # get_dispatch_layout: reads the int64 indices, writes is_token_in_rank [T, ep] (bool) and counts
@@ -612,11 +619,7 @@ def flex_steps(
         # IndicesToMultihot's backward: the multihot probabilities' gradient back to [rows, k]
         Op("moe_indices_to_multihot", "bwd", 0, rows * n_local * ROUTER_PROB_BYTES + rows * k * ROUTER_PROB_BYTES, (rows, n_local), False),
         *a2a("moe_dispatch", "dispatch", True, per),  # the rows' gradients back to their sources as a combine
-        *aux,
-        *cap_bwd,
-        _kern("moe_router_topk", "bwd", tl * e, 2 * ELEM_FLOPS["softmax"], 2 * b + ROUTER_PROB_BYTES),
-        _gemm("moe_router", "bwd", tl, h, e, b),
-        *main_grad_hook_adds(c, "moe_router_main_grad_add", 1, h * e),
+        *router_tail(c, moe, cap_bwd, aux),
     ]  # fmt: skip
 
 
