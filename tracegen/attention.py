@@ -66,6 +66,7 @@ from functools import lru_cache
 from xsim.tracegen.calibration_csv import read_points
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
+from xsim.tracegen.gemm import BURST_PLATEAUS
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_calibration.csv")
 BY_LENGTH_FILE = os.path.join(os.path.dirname(__file__), "data", "attention_by_length.csv")
@@ -80,10 +81,12 @@ BWD_OVER_FWD = 2.5
 # GPUs whose rows are another's: the A100 40GB has the A100 80GB's GA100 SMs and clocks (A100 datasheet:
 # the same 312 TFLOPS dense BF16); the H200 has the H100 SXM5's 132 SMs and clocks (H200 datasheet: the
 # same 989 TFLOPS dense BF16), attention being compute-bound at these lengths. The GB200 has the B200's
-# 148-SM Blackwell die (catalog `calibrated_as`); its rows are the B200's, kept as fractions of the B200's peak
-# and so scaled by the GB200's (an assumption: cudnn-frontend's GB200 table, sdpa_bf16_benchmark_results_
-# NVIDIA_GB200.csv at d48a60e, ran cuDNN 9.17 where the B200's and NeMo 25.11's ran 9.13, so the two tables
-# differ in software as well as hardware and give no hardware ratio).
+# 148-SM Blackwell die (catalog `calibrated_as`); its rows are the B200's, scaled by the ratio of the two GPUs'
+# measured matmul ceilings where each has its own (`sibling_ratio`: the GB200's MAMF point over the B200's,
+# 1822.0 / 1745.0 = 1.044 in BF16, both tensor-core bound on the same die at different power and clocks),
+# not by the datasheet peaks (2500 / 2250 = 1.111, which the measured GEMMs do not reach). cudnn-frontend's
+# own GB200 table (sdpa_bf16_benchmark_results_NVIDIA_GB200.csv at d48a60e) ran cuDNN 9.17 where the B200's
+# and NeMo 25.11's ran 9.13, so the two tables differ in software as well as hardware and give no ratio.
 CALIBRATED_AS = {"A100-40GB": "A100-80GB", "H200": "H100", "GB200": "B200"}
 KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")
 # The kernels whose rows a kernel is timed at, in order: its own, then those it falls back to on a GPU
@@ -286,6 +289,14 @@ def dropout_ratio(gpu_name: str, kernel: str, phase: str, s: int, d: int) -> flo
     return 1.0
 
 
+def sibling_ratio(gpu_name: str, source: str) -> float:
+    """What a GPU timed at `source`'s attention rows runs at beyond the datasheet scaling: its measured BF16
+    matmul ceiling over the source's, each a fraction of its own peak (gemm.BURST_PLATEAUS), where both are
+    measured (the GB200 against the B200); 1 otherwise (the datasheet peaks' ratio alone)."""
+    own, src = BURST_PLATEAUS.get((gpu_name, "bf16")), BURST_PLATEAUS.get((source, "bf16"))
+    return own / src if gpu_name != source and own and src else 1.0
+
+
 def flash_compute_seconds(
     shape: tuple[int, ...],
     phase: str,
@@ -312,6 +323,7 @@ def flash_compute_seconds(
     batch, heads, _kv, s, d = shape
     kv = kv or s
     name = CALIBRATED_AS.get(gpu.name, gpu.name)
+    sibling = sibling_ratio(gpu.name, name)
     for k in FALLBACK[kernel]:
         parts = call_parts(batch, heads, s, kv, d, phase, causal)
         rates = [length_rate(gpu.name, k, phase, c, d, n) for c, n, _ in parts]
@@ -319,13 +331,13 @@ def flash_compute_seconds(
             total = 0.0
             for (_c, n, flops), tflops in zip(parts, rates, strict=True):
                 peak = float(tflops or 0.0) * 1e12 / SOURCE_PEAK[name]
-                rate = peak * tensor_peak(gpu, "bf16") * clock_ratio
+                rate = peak * tensor_peak(gpu, "bf16") * sibling * clock_ratio
                 slow = dropout_ratio(gpu.name, k, phase, n, d) if dropout else 1.0
                 total += flops / rate * slow
             return total
         frac = _table().get((name, k, phase))
         if frac is not None:
-            rate = frac * tensor_peak(gpu, "bf16") * clock_ratio
+            rate = frac * tensor_peak(gpu, "bf16") * sibling * clock_ratio
             slow = dropout_ratio(gpu.name, k, phase, kv, d) if dropout else 1.0
             return executed_flops(batch, heads, s, d, phase, causal, kv) / rate * slow
     return None
