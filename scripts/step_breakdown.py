@@ -45,8 +45,9 @@ def kind_of(op: str, phase: str) -> str:
         return "GEMM"
     if op in ATTN_CORE_OPS:
         return "attention"
-    # the FP8 ops; `_fp8_amax` and `_fp8_scale`: GroupedLinear's per-expert quantize (tracegen.moe_ops)
-    fp8 = ("_fp8_cast", "_fp8_transpose", "_fp8_amax", "_fp8_scale")
+    # the FP8 ops; `_fp8_amax` and `_fp8_scale`: GroupedLinear's per-expert quantize (tracegen.moe_ops);
+    # `_fp8_swizzle`: MXFP8's scale swizzles before each GEMM (tracegen.ops._linear)
+    fp8 = ("_fp8_cast", "_fp8_transpose", "_fp8_amax", "_fp8_scale", "_fp8_swizzle")
     if op.endswith(fp8) or op in ("fp8_scale_update", "fp8_amax_concat"):
         return "FP8 casts/scales"
     return "memory-bound"

@@ -197,11 +197,38 @@ SHORT_K_FORWARD: dict[str, tuple[int, float]] = {
 #     datasheet 1,935 GB/s) (mli/transformers-benchmarks issue 4, "Memory Bandwidth" table, 4M elements).
 #   H100: device-to-device HBM3 copy 2,903 of 3,350 GB/s on H100 80GB SXM5 (github.com/aigatech/vpbenchmarking
 #     README, "Memory Bandwidth - Single Node (8x H100)").
+#   B200: CUB DeviceTransform `add` (STREAM's add: two FP16 arrays read, one written) of 2^28 elements,
+#     3 x 2 x 2^28 = 1,610,612,736 B in 239.643 us GPU time = 6,720.9 GB/s of the datasheet's 8,000 (nvbench
+#     reports 87.60% of the 7,672 GB/s it reads from the driver's 7,680-bit bus) (NVIDIA/cccl pull 7391,
+#     "Add DeviceTransform benchmarks from pytorch", table "add", [0] NVIDIA B200). The GB200 (calibrated
+#     as the B200, the same 8 TB/s of HBM3e per GPU) borrows it.
 # GPUs without a published measurement keep the catalog's mem_eff (0.80, a rule of thumb).
 MEASURED_MEM_EFF: dict[str, float] = {
     "A100-40GB": 1355 / 1555,
     "A100-80GB": 1727.486 / 1935,
     "H100": 2903 / 3350,
+    "B200": 3 * 2 * 2**28 / 239.643e-6 / 8.0e12,
+}
+
+# Memory-bound kernels with a published per-kernel measurement on a GPU (keyed by Op.kernel and the GPU's
+# calibration key): the fraction of the datasheet bandwidth at which that kernel moves its bytes there,
+# which replaces the copy rate above as its memory roof (a GPU calibrated as it borrows it, as the GB200 the
+# B200's). "te_mxfp8_quantize" (tracegen.ops.MX_QUANTIZE_KERNEL): Transformer Engine's MXFP8 quantize writing
+# both FP8 copies and their E8M0 scales (ScalingType::BIDIMENSIONAL), BF16 input 8192 x 8192 on a B200:
+# 52.34 us (ROCm/TransformerEngine pull 598, "Mxfp8 grouped and multi quantize", 2026-05-27, table
+# "CAST_ONLY", column "B200 (us)"; upstream TE near v2.14, where the specialized cast-only kernel runs only
+# under ENABLE_CAST_ONLY (common/cast/mxfp8/specialized/quantize_mxfp8.cuh at v2.14), so the generic TMA
+# kernel, util/cast_kernels.cuh cast_mxfp8_2D_kernel at v2.9, moved by TE #2248). Bytes as tracegen.ops counts
+# them: read 2 x 67,108,864, write 2 x 67,108,864 + 2 x 2,097,152 scales = 272,629,760 B, 5,208.8 GB/s,
+# 0.6511 of the B200's 8 TB/s (its measured stream rate is 0.8401 of it, above). Checks, not inputs: the same
+# column's row-wise-only quantize, 34.84 us for 2 + 1 + 1/32 bytes an element (203,423,744 B), is 5,838.8
+# GB/s; its 8192 x 28672 entries (BF16 969.56 us both ways: 0.98 TB/s) are five times slower per byte than
+# its 8192 x 8192 ones, while its FP32 16384 x 8192 row-wise entry (114.4 us) scales with the 8192 x 8192 one
+# (60.57 us): read as a fault of that shape's measurement, not used.
+_MX_Q_ELEMS = 8192 * 8192
+_MX_Q_BYTES = 2 * _MX_Q_ELEMS + 2 * _MX_Q_ELEMS + 2 * (_MX_Q_ELEMS // 32)
+MEASURED_KERNEL_MEM_EFF: dict[tuple[str, str], float] = {
+    ("te_mxfp8_quantize", "B200"): _MX_Q_BYTES / 52.34e-6 / 8.0e12,
 }
 
 DATA_FILE = os.path.join(os.path.dirname(__file__), "data", "gemm_calibration.csv")
@@ -240,10 +267,14 @@ def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:
     return burst if rates == "burst" else burst * sustained_ratio(gpu, precision)
 
 
-def achieved_bandwidth(gpu: GpuSpec) -> float:
-    """Bytes/s memory-bound kernels reach: a `gpus:` mem_eff override, else the measured copy fraction."""
+def achieved_bandwidth(gpu: GpuSpec, kernel: str = "") -> float:
+    """Bytes/s memory-bound kernels reach: a `gpus:` mem_eff override, else `kernel`'s own measured fraction
+    on the GPU (MEASURED_KERNEL_MEM_EFF), else the measured copy fraction."""
     if "mem_eff" in gpu.overridden:
         return gpu.mem_bw * gpu.mem_eff
+    own = MEASURED_KERNEL_MEM_EFF.get((kernel, gpu.calibration_key)) if kernel else None
+    if own is not None:
+        return gpu.mem_bw * own
     return gpu.mem_bw * MEASURED_MEM_EFF.get(gpu.calibration_key, gpu.mem_eff)
 
 

@@ -220,9 +220,41 @@ CS_NORM_QUANTIZE_KERNELS = 2
 MX_BLOCK = 32
 
 
+# The quantize's kernel tag (Op.kernel): its bytes move at the kernel's own measured bandwidth where one is
+# published (tracegen.gemm.MEASURED_KERNEL_MEM_EFF: TE's MXFP8 quantize on the B200), else the copy rate.
+MX_QUANTIZE_KERNEL = "te_mxfp8_quantize"
+# Transformer Engine v2.9's MXFP8 GEMM (pytorch/csrc/extensions/gemm.cpp `gemm`: swizzle_scaling_factors of A
+# and of B before the cuBLASLt call, pytorch/csrc/util.cpp): each MXFP8 operand's E8M0 scales are rearranged
+# into the tiled layout cuBLASLt's block-scaled GEMM reads (nvte_swizzle_scaling_factors,
+# common/swizzle/swizzle.cu), one kernel per operand reading and writing that operand's scales, every GEMM
+# call. At v2.9 the quantize writes its scales unswizzled (the quantize that writes GEMM-swizzled scales came
+# with TE v2.12, #2486). Forward: the input's and the weight's row-wise scales (blocks of 32 along K);
+# backward: dgrad reads the output gradient's row-wise and the weight's column-wise scales, wgrad the input's
+# and the output gradient's column-wise scales (blocks of 32 along the tokens). TE pads each scale tensor to
+# tiles of 128 x 4 scales (not counted: nothing to pad where the rows are a multiple of 128 and the columns of
+# 128, as every linear of the validated Blackwell rows).
+MX_SWIZZLE_KERNELS = {"fwd": 2, "bwd": 4}
+
+
 def mx_written_bytes(elems: int) -> int:
     """Bytes one MXFP8 quantize of `elems` elements writes: both FP8 copies and their E8M0 scales."""
     return 2 * elems + 2 * -(-elems // MX_BLOCK)
+
+
+def mx_swizzled_scales(phase: str, mm: int, k: int, n: int) -> int:
+    """E8M0 scale bytes TE v2.9 swizzles for one linear's GEMMs in `phase` (MX_SWIZZLE_KERNELS): input
+    [mm, k], weight [n, k], output gradient [mm, n]; row-wise scales one per 32 along a row, column-wise one
+    per 32 along a column."""
+
+    def row(r: int, cols: int) -> int:
+        return r * -(-cols // MX_BLOCK)
+
+    def col(r: int, cols: int) -> int:
+        return -(-r // MX_BLOCK) * cols
+
+    if phase == "fwd":
+        return row(mm, k) + row(n, k)
+    return row(mm, n) + col(n, k) + col(mm, k) + col(mm, n)
 
 
 # The attention core that Megatron's selective recompute repeats (Korthikanti et al. 2022, section 4.2:
@@ -516,7 +548,21 @@ def _fp8_cast(c: Ctx, op: str, phase: str, elems: int) -> list[Op]:
 
 def _mx_quantize(c: Ctx, name: str, phase: str, elems: int) -> Op:
     """One TE MXFP8 quantize of `elems` elements: read `dtype_bytes`, write both copies and scales, 1 kernel."""
-    return Op(name, phase, 0, elems * c.b + mx_written_bytes(elems), (elems,), False)
+    nbytes = elems * c.b + mx_written_bytes(elems)
+    return Op(name, phase, 0, nbytes, (elems,), False, kernel=MX_QUANTIZE_KERNEL)
+
+
+def _linear(c: Ctx, op: str, phase: str, mm: int, k: int, n: int) -> list[Op]:
+    """A Transformer Engine linear's GEMMs in `phase` ([mm, k] x [k, n]), under MXFP8 after the swizzles of
+    their operands' scales (`<op>_fp8_swizzle`: MX_SWIZZLE_KERNELS kernels, read and write the scales)."""
+    gemm = _gemm(op, phase, mm, k, n, c.b, c.fp8)
+    if not c.fp8_mx:
+        return [gemm]
+    scales = mx_swizzled_scales(phase, mm, k, n)
+    swizzle = Op(
+        f"{op}_fp8_swizzle", phase, 0, 2 * scales, (scales,), False, kernels=MX_SWIZZLE_KERNELS[phase]
+    )
+    return [swizzle, gemm]
 
 
 def _norm_fwd(c: Ctx, op: str, fused: bool = True) -> Op:
@@ -864,7 +910,7 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
     region of the QKV and MLP-up linears: `attn_tp_in`, `mlp_tp_in`), and the residual's gradient
     accumulates both norms' (`mlp_residual`, `attn_residual`), as in the sequential layer."""
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
-    d, nt, fp8 = m.head_dim, c.norm_tokens, c.fp8
+    d, nt = m.head_dim, c.norm_tokens
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
     full = t * m.hidden
@@ -874,22 +920,22 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
             *_amax_reduce(c, "qkv_proj"),
             *_norm_quantize(c, "qkv_proj"),
             *_tp_in(c, "attn_tp_in", True),
-            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
+            *_linear(c, "qkv_proj", "fwd", t, m.hidden, q_kv),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
             *_qk_norms(c, "fwd"),
             *_rope(c, "fwd"),
             *attention_steps(c, "fwd"),
             *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
-            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
+            *_linear(c, "attn_out_proj", "fwd", t, sh.heads * d, m.hidden),
             *_branch_end(c, "attn", "fwd", add=False),
             _norm_fwd(c, "mlp_norm", dense_mlp),
             *(_amax_reduce(c, "mlp_up_gate") if dense_mlp else []),
             *_norm_quantize(c, "mlp_up_gate", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
-            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
+            *_linear(c, "mlp_up_gate", "fwd", t, m.hidden, up),
             *_activation(c, "fwd"),
             *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
-            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
+            *_linear(c, "mlp_down", "fwd", t, sh.ffn, m.hidden),
             *_branch_end(c, "mlp", "fwd", add=True),
             *_tp_out(c, "layer_tp_out", True),
             _elem("layer_residual", "fwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
@@ -898,11 +944,11 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
         *_tp_out(c, "layer_tp_out", False),
         *_branch_end(c, "mlp", "bwd", add=True),
         *_fp8_cast(c, "mlp_down", "bwd", full),
-        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
+        *_linear(c, "mlp_down", "bwd", t, sh.ffn, m.hidden),
         *_activation(c, "bwd"),
         *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
         *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
-        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
+        *_linear(c, "mlp_up_gate", "bwd", t, m.hidden, up),
         *_tp_in(c, "mlp_tp_in", False),
         _norm(c, "mlp_norm", "bwd", nt * m.hidden),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
@@ -915,12 +961,12 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
 def _attention_bwd(c: Ctx, dense_mlp: bool) -> list[Step]:
     """The attention block's backward from its output projection down to the layer input's residual and the
     layer's hook adds: the same in the sequential and the parallel-residual layer."""
-    m, sh, b, t, fp8 = c.m, c.sh, c.b, c.tokens, c.fp8
+    m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d = m.head_dim
     nt = c.norm_tokens
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     return [
-        _gemm("attn_out_proj", "bwd", t, sh.heads * d, m.hidden, b, fp8),
+        *_linear(c, "attn_out_proj", "bwd", t, sh.heads * d, m.hidden),
         *attention_steps(c, "bwd"),
         *_rope(c, "bwd"),
         *_qk_norms(c, "bwd"),
@@ -928,7 +974,7 @@ def _attention_bwd(c: Ctx, dense_mlp: bool) -> list[Step]:
         *_bias(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_cast(c, "qkv_proj", "bwd", t * q_kv),
         *_fp8_transpose(c, "qkv_proj", t * m.hidden),
-        _gemm("qkv_proj", "bwd", t, m.hidden, q_kv, b, fp8),
+        *_linear(c, "qkv_proj", "bwd", t, m.hidden, q_kv),
         *_tp_in(c, "attn_tp_in", False),
         _norm(c, "attn_norm", "bwd", nt * m.hidden),
         _elem("attn_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
@@ -947,7 +993,6 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     nt = c.norm_tokens
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
     up = (2 if m.activation == "swiglu" else 1) * sh.ffn
-    fp8 = c.fp8
     fused_out_bias = c.fw.fused_bias_dropout_add  # row-parallel biases ride in bias-dropout-add
     if phase == "fwd":
         return [
@@ -955,33 +1000,33 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
             *_amax_reduce(c, "qkv_proj"),
             *_norm_quantize(c, "qkv_proj"),
             *_tp_in(c, "attn_tp_in", True),
-            _gemm("qkv_proj", "fwd", t, m.hidden, q_kv, b, fp8),
+            *_linear(c, "qkv_proj", "fwd", t, m.hidden, q_kv),
             *_bias(c, "qkv_proj", "fwd", t * q_kv),
             *_qk_norms(c, "fwd"),
             *_rope(c, "fwd"),
             *attention_steps(c, "fwd"),
             *_fp8_cast(c, "attn_out_proj", "fwd", t * sh.heads * d),
-            _gemm("attn_out_proj", "fwd", t, sh.heads * d, m.hidden, b, fp8),
+            *_linear(c, "attn_out_proj", "fwd", t, sh.heads * d, m.hidden),
             *_tp_out(c, "attn_tp_out", True),
             *_dropout_add(c, "attn", "fwd", fused_out_bias),
             _norm_fwd(c, "mlp_norm", dense_mlp),
             *(_amax_reduce(c, "mlp_up_gate") if dense_mlp else []),
             *_norm_quantize(c, "mlp_up_gate", dense_mlp),
             *_tp_in(c, "mlp_tp_in", True),
-            _gemm("mlp_up_gate", "fwd", t, m.hidden, up, b, fp8),
+            *_linear(c, "mlp_up_gate", "fwd", t, m.hidden, up),
             *_activation(c, "fwd"),
             *_fp8_cast(c, "mlp_down", "fwd", t * sh.ffn),
-            _gemm("mlp_down", "fwd", t, sh.ffn, m.hidden, b, fp8),
+            *_linear(c, "mlp_down", "fwd", t, sh.ffn, m.hidden),
             *_tp_out(c, "mlp_tp_out", True),
             *_dropout_add(c, "mlp", "fwd", fused_out_bias),
         ]
     return [
         *_row_grad_in(c, "mlp", "mlp_tp_out", "mlp_down", fused_out_bias),
-        _gemm("mlp_down", "bwd", t, sh.ffn, m.hidden, b, fp8),
+        *_linear(c, "mlp_down", "bwd", t, sh.ffn, m.hidden),
         *_activation(c, "bwd"),
         *_fp8_cast(c, "mlp_up_gate", "bwd", t * up),
         *(_fp8_transpose(c, "mlp_up_gate", t * m.hidden) if dense_mlp else []),
-        _gemm("mlp_up_gate", "bwd", t, m.hidden, up, b, fp8),
+        *_linear(c, "mlp_up_gate", "bwd", t, m.hidden, up),
         *_tp_in(c, "mlp_tp_in", False),
         _norm(c, "mlp_norm", "bwd", nt * m.hidden),
         _elem("mlp_residual", "bwd", nt * m.hidden, ELEM_FLOPS["add"], 2, 1, b),
@@ -1465,16 +1510,8 @@ def optimizer_steps(
         if fp8_params:
             after.append(_kern("fp8_weight_transpose", "opt", fp8_params, 0, 2))
     elif fp8_params and fp8_recipe == "mxfp8":
-        after.append(
-            Op(
-                "fp8_weight_cast",
-                "opt",
-                0,
-                fp8_params * b + mx_written_bytes(fp8_params),
-                (fp8_params,),
-                False,
-            )
-        )
+        nbytes = fp8_params * b + mx_written_bytes(fp8_params)
+        after.append(Op("fp8_weight_cast", "opt", 0, nbytes, (fp8_params,), False, kernel=MX_QUANTIZE_KERNEL))
     elif fp8_params and fp8_recipe == "current":
         after.append(_kern("fp8_weight_cast", "opt", fp8_params, 0, 2 * b + 2, CS_QUANTIZE_KERNELS))
     elif fp8_params:
@@ -1554,7 +1591,7 @@ def op_seconds(op: Op, gpu: GpuSpec, model: str = "roofline", rates: str = "sust
                 op, gpu, sustained_ratio(gpu, "bf16") if rates == "sustained" else 1.0
             )
             compute = compute if flash is None else flash
-        return max(compute, nbytes / achieved_bandwidth(gpu), floor)
+        return max(compute, nbytes / achieved_bandwidth(gpu, op.kernel), floor)
 
     mem = op.bytes / (gpu.mem_bw * gpu.mem_eff)
     if op.gemm:
