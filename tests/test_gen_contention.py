@@ -13,6 +13,7 @@ from xsim.tracegen.contention import (
     CommWindow,
     busy_fractions,
     comm_ctas,
+    dp_comm_ctas,
     nccl_node_channels,
     wire_seconds,
     with_free_sms,
@@ -57,6 +58,43 @@ def test_busy_fractions_hand_computed():
     comp = [(0, 100), (1, 100), (3, 100), (4, 100)]
     windows = [CommWindow(2, 4, 150e-9), CommWindow(2, 10, 50e-9)]
     assert busy_fractions(comp, windows) == {3: 1.0, 4: 0.5}
+
+
+def test_busy_fractions_count_one_cta_class():
+    # The example above with A held by a 24-CTA communicator and B by a 16-CTA one (an intra-node shard
+    # group and an inter-node replicate group on one DP stream): B still starts when A is done (t = 300),
+    # but each class counts only its own windows: A covers node 3 whole, B half of node 4.
+    comp = [(0, 100), (1, 100), (3, 100), (4, 100)]
+    windows = [CommWindow(2, 4, 150e-9, 24), CommWindow(2, 10, 50e-9, 16)]
+    assert busy_fractions(comp, windows, 24) == {3: 1.0}
+    assert busy_fractions(comp, windows, 16) == {4: 0.5}
+    assert busy_fractions(comp, windows) == {3: 1.0, 4: 0.5}
+
+
+def test_a_dp_group_inside_one_node_holds_the_nodes_nccl_channels():
+    # NCCL builds a communicator's channels from its own topology: 8 GPUs of one DGX A100 get the
+    # intra-node ring search's 24 (12 NVLinks x 20 GB/s: 6 at 40 -> 12 -> 24, as for a TP group), not the
+    # inter-node ring graph's 2 x 8 NICs = 16; a group over 2 nodes keeps 16; the A800's 8 NVLinks give 16
+    # either way; without a system preset the DP default 16 stays.
+    a100, a800 = SYSTEM_LINKS["dgx-a100"], SYSTEM_LINKS["dgx-a800"]
+    assert dp_comm_ctas(range(8), a100) == 24
+    assert dp_comm_ctas(range(0, 16, 2), a100) == NCCL_DP_CTAS == 16
+    assert dp_comm_ctas(range(8), a800) == 16
+    assert dp_comm_ctas(range(8), None) == NCCL_DP_CTAS
+
+
+def test_generated_dp_collectives_hold_their_communicators_ctas():
+    # The DP AllReduces of DP 8 on one DGX A100 hold 24 SMs: the same durations as `dp_comm_ctas: 24`
+    # and longer than under 16; DP 16 over two nodes holds 16 (the same as `dp_comm_ctas: 16`).
+    def durations(dp: int, **extra) -> dict[str, int]:
+        spec = _spec(cluster="dgx-a100", **extra)
+        spec["parallel"] = {"gpu": "A100-80GB", "dp": dp, "global_batch": 2 * dp}
+        return {n.name: _ns(n) for n in generate(load_spec(spec), rewrite=False).nodes[0]}
+
+    node = durations(8)
+    assert node == durations(8, dp_comm_ctas=24)
+    assert sum(node.values()) > sum(durations(8, dp_comm_ctas=16).values())
+    assert durations(16) == durations(16, dp_comm_ctas=16)
 
 
 def test_wire_seconds_at_the_line_rate():

@@ -155,12 +155,13 @@ NCCL_TP_CTAS = nccl_node_channels(12, 20.0, False)
 
 @dataclass(frozen=True)
 class CommWindow:
-    """One DP collective on the rank's DP stream: the node it is issued after, its first consumer, and its
-    estimated seconds (inf: unknown)."""
+    """One collective on one of the rank's NCCL streams: the node it is issued after, its first consumer, its
+    estimated seconds (inf: unknown) and the SMs (NCCL CTAs) its communicator holds (0: the stream's)."""
 
     issue: int
     consumer: int
     seconds: float
+    ctas: int = 0
 
 
 def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLinks | None) -> float:
@@ -177,6 +178,14 @@ def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLink
     return sent / (links.nic if len(nodes) > 1 else links.nvlink)
 
 
+def dp_comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
+    """CTAs a collective on the DP stream holds: NCCL's runtime channels of its communicator, as for a TP
+    group (`comm_ctas`: the intra-node ring search's inside one node, NCCL_DP_CTAS across nodes), and
+    NCCL_DP_CTAS on a cluster without a system preset. An 8-GPU DP group on one DGX A100 so holds 24, not
+    the 16 of the inter-node ring graph."""
+    return NCCL_DP_CTAS if links is None else comm_ctas(members, links)
+
+
 def comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
     """CTAs a TP-group collective holds: NCCL's runtime channels inside a node (`nccl_node_channels` of the
     system, NCCL_TP_CTAS without one), NCCL_DP_CTAS across nodes."""
@@ -187,11 +196,14 @@ def comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:
     return nccl_node_channels(links.nvlinks, links.nccl_link_gbps, links.sm90, links.sm100)
 
 
-def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow]) -> dict[int, float]:
+def busy_fractions(
+    comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow], ctas: int | None = None
+) -> dict[int, float]:
     """For compute nodes `comp` ((id, ns) in stream order): the fraction of each node's time a DP collective
     is in flight. On the stream's compute-time axis (idle time not counted), a collective starts when it is
     issued and the previous one is done, and lasts its seconds, or until its first consumer, which waits
-    for it (the axis stands still meanwhile)."""
+    for it (the axis stands still meanwhile). `ctas`: count only the windows holding that many SMs (every
+    window still occupies the stream)."""
     ids = [n for n, _ in comp]
     t = [0]
     for _, ns in comp:
@@ -202,7 +214,7 @@ def busy_fractions(comp: Sequence[tuple[int, int]], windows: Sequence[CommWindow
         end = start + w.seconds * 1e9
         # A consumer that waits stops the axis until the collective is done: it ends there on the axis.
         stop = prev_end = min(end, float(t[bisect.bisect_left(ids, w.consumer)]))
-        if stop > start:
+        if stop > start and (ctas is None or w.ctas == ctas):
             spans.append((start, stop))
     spans.sort()
     out: dict[int, float] = {}

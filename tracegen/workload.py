@@ -24,12 +24,12 @@ from xsim.tracegen.bundle import RankTwins, TraceBundle
 from xsim.tracegen.catalog import GpuSpec
 from xsim.tracegen.choices import GRAD_REDUCE_BYTES
 from xsim.tracegen.contention import (
-    NCCL_DP_CTAS,
     SYSTEM_LINKS,
     TE_UB_SMS,
     CommWindow,
     busy_fractions,
     comm_ctas,
+    dp_comm_ctas,
     wire_seconds,
     with_free_sms,
 )
@@ -2621,16 +2621,20 @@ class _RankProgram:
                 ns_of[id(op)] = g.duration_ns(self.gpu, op)
         comp = [(nid, ns_of[id(op)] if k == 1 else part(ns_of[id(op)], k, i))
                 for nid, (op, i, k) in self.comp_ops.items()]  # fmt: skip
-        busy = busy_fractions(comp, self._windows(sync)) if sync else {}
+        # The DP stream: each collective holds its communicator's CTAs (`dp_comm_ctas`, a launch script's
+        # max_ctas, overrides them all), so its windows count by CTA class; they share the stream's axis.
+        dp_windows = self._windows(sync) if sync else []
+        dp_busy = [(busy_fractions(comp, dp_windows, c), c) for c in sorted({w.ctas for w in dp_windows})]
         # The overlapped TP collectives run on their own NCCL stream (the TP communicator's).
         tp_busy = (
             busy_fractions(comp, self._windows(self.tp_async, self.tp_async_of)) if self.tp_async else {}
         )
         streams = (
-            (busy, g.dep.dp_comm_ctas or NCCL_DP_CTAS),
+            *dp_busy,
             (tp_busy, comm_ctas(g.bundle.comm_groups[self.tp_pg], g.links) if tp_busy else 0),
         )
-        for nid in sorted(set(self.te_busy).union(busy, tp_busy)):  # the nodes under communication
+        under = set(self.te_busy).union(tp_busy, *(b for b, _ in dp_busy))
+        for nid in sorted(under):  # the nodes under communication
             op, i, k = self.comp_ops[nid]
             te = self.te_busy.get(nid, 0)
             fracs = [(f, ctas) for on, ctas in streams if (f := on.get(nid, 0.0))]
@@ -2669,12 +2673,13 @@ class _RankProgram:
             got = known.get(c) if known is not None else None
             if got is not None:
                 kind, size = got
-                members = g.bundle.comm_groups[self.tp_pg]
+                members, ctas = g.bundle.comm_groups[self.tp_pg], 0
             else:
                 n = pb.Node.FromString(self.payloads[c])
                 kind, size = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), ""), A.comm_size(n)
                 members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
-            out.append(CommWindow(c, end, wire_seconds(kind, size, members, g.links)))
+                ctas = g.dep.dp_comm_ctas or dp_comm_ctas(members, g.links)
+            out.append(CommWindow(c, end, wire_seconds(kind, size, members, g.links), ctas))
         return out[::-1]
 
     def _all_params(self) -> int:
