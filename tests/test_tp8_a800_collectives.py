@@ -53,3 +53,29 @@ def test_sp_collective_holds_sixteen_sms_on_dgx_a800() -> None:
     ncclTopoPostset -> 16 (tracegen/contention.py nccl_node_channels)."""
     links = SYSTEM_LINKS["dgx-a800"]
     assert nccl_node_channels(links.nvlinks, links.nccl_link_gbps, links.sm90) == 16
+
+
+# -- round a800tp: the xsim figures the A800 evidence is set against (docs/validation.md, round a800tp) ----
+
+
+@pytest.mark.parametrize(
+    ("size", "expected_ns"),
+    [
+        # The A800 AllReduce curve's 64 MiB point (8 ranks): ring/Simple, 2 x 7 = 14 steps:
+        # 8.4 + 14 x 3.4 = 56.0 us; 2 x 7/8 x 67,108,864 B / 160 GB/s = 734,003.2 ns; 14 x 61.32 ns = 858.48 ns
+        # -> 790,861.68 ns. Each step moves 67,108,864 / 8 / 16 channels = 512 KiB a channel, as the TP 8 SP
+        # AllGather's 7 steps do (8 MiB a rank / 16 channels).
+        (SP_BYTES, 790_862),
+        # Vocab-parallel cross-entropy's per-token FP32 AllReduce at s 8192 (32 KiB; core_v0.6.0 runs three,
+        # xsim one of 96 KiB): ring/LL, 6.6 + 14 x 0.6 = 15.0 us; LL's busBw 0.5 x 160 = 80 GB/s (under
+        # llMaxBw 87.7): 2 x 7/8 x 32,768 B / 80 GB/s = 716.8 ns; 14 x 61.32 = 858.48 ns -> 16,575.28 ns.
+        (32_768, 16_576),
+    ],
+)
+def test_allreduce_on_dgx_a800_by_hand(size: int, expected_ns: int) -> None:
+    """The AllReduce figures round a800tp compares with published A800 timings."""
+    topo = build_cluster(system_cluster("dgx-a800", 8, ["A100-80GB"] * 8))
+    got = simulate_collective(
+        AnalyticalModel(topo), CollectiveSpec("all_reduce", size, tuple(range(8)), None)
+    )
+    assert got.finish_ns == pytest.approx(expected_ns, abs=1)
