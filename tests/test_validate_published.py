@@ -539,7 +539,6 @@ def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
     assert run.global_batch == run.micro_batch * run.dp * 128
 
 
-
 def test_mlperf_v41_step_times_are_the_mllog_blocks_over_their_steps(data):
     """v4.1 eos_n64 / eos_n32 result_0.txt: blocks of epoch_count 50,331,648 tokens = 12 steps of 2048 x 2048;
     median blocks 114,421 ms (512 GPUs) -> 9.535 s and 220,891 ms (256 GPUs) -> 18.408 s per step;
@@ -571,6 +570,7 @@ def test_mlperf_v51_llama31_8b_step_times_are_the_mllog_blocks_over_their_steps(
         assert run.measured_value == round(block_ms / 768 / 1000, 4)
         assert run.global_batch == run.micro_batch * run.dp
         assert (run.seq_len, run.gpu, run.cluster) == (8192, "B200", "dgx-b200")
+
 
 def test_cli_only_with_out_refreshes_its_row_and_keeps_the_rest(tmp_path, capsys):
     """`--only ID --out page`: that row is replayed (on a copy of the dataset without the issue-22 keys, so
