@@ -539,6 +539,39 @@ def test_mlperf_v31_step_time_is_the_mllog_block_over_its_steps(data):
     assert run.global_batch == run.micro_batch * run.dp * 128
 
 
+def test_mlperf_v41_step_times_are_the_mllog_blocks_over_their_steps(data):
+    """v4.1 eos_n64 / eos_n32 result_0.txt: blocks of epoch_count 50,331,648 tokens = 12 steps of 2048 x 2048;
+    median blocks 114,421 ms (512 GPUs) -> 9.535 s and 220,891 ms (256 GPUs) -> 18.408 s per step;
+    gradient_accumulation_steps 64 = 2048 / (MBS 2 x DP 16) and 128 = 2048 / (MBS 2 x DP 8)."""
+    runs = {r.id: r for r in data.runs}
+    for rid, block_ms, accumulation in (
+        ("mlperf41-gpt3-175b-512xh100", 114_421, 64),
+        ("mlperf41-gpt3-175b-256xh100", 220_891, 128),
+    ):
+        run = runs[rid]
+        assert 50_331_648 == 12 * run.global_batch * run.seq_len
+        assert run.measured_value == round(block_ms / 12 / 1000, 3)
+        assert run.global_batch == run.micro_batch * run.dp * accumulation
+        assert run.gpus == run.tp * run.pp * run.dp
+
+
+def test_mlperf_v51_llama31_8b_step_times_are_the_mllog_blocks_over_their_steps(data):
+    """v5.1 University of Florida hpg.dgxb200x8.n1 / .n2 result_0.txt: each block is VAL_CHECK_INTERVAL 768
+    steps (samples_count 12,288 = 768 x GBS 16 and 24,576 = 768 x GBS 32); median blocks 418,178 ms ->
+    544.50 ms -> 0.5445 s and 439,518.5 ms -> 572.29 ms -> 0.5723 s per step; gradient_accumulation_steps 1
+    (GBS = MBS 2 x DP)."""
+    runs = {r.id: r for r in data.runs}
+    for rid, block_ms, samples in (
+        ("mlperf51-llama31-8b-8xb200", 418_178, 12_288),
+        ("mlperf51-llama31-8b-16xb200", 439_518.5, 24_576),
+    ):
+        run = runs[rid]
+        assert samples == 768 * run.global_batch
+        assert run.measured_value == round(block_ms / 768 / 1000, 4)
+        assert run.global_batch == run.micro_batch * run.dp
+        assert (run.seq_len, run.gpu, run.cluster) == (8192, "B200", "dgx-b200")
+
+
 def test_cli_only_with_out_refreshes_its_row_and_keeps_the_rest(tmp_path, capsys):
     """`--only ID --out page`: that row is replayed (on a copy of the dataset without the issue-22 keys, so
     that any checkout replays it), every other row keeps the page's previous line, the prose is untouched."""
