@@ -739,3 +739,8 @@ def test_flagperf_h100_rows_follow_from_the_published_token_rates(data):
     assert vp.measured_seconds(runs["flagperf-llama3-8b-tp2-dp4-8xh100"]) == pytest.approx(64.703, abs=5e-4)
     assert vp.measured_seconds(runs["flagperf-llama3-8b-tp2-dp8-16xh100"]) == pytest.approx(33.124, abs=5e-4)
     assert vp.measured_seconds(runs["flagperf-llama3-70b-tp8-pp4-64xh100"]) == pytest.approx(77.011, abs=5e-4)
+    # Llama 3 70B by PaLM's formula: per layer 2 h^2 + 2 h (h/8) + 3 h 28672 = 134,217,728 + 16,777,216 +
+    # 704,643,072 = 855,638,016; x 80 + 8192 x 128,256 = 68,451,041,280 + 1,050,673,152 = 69,501,714,432 = N;
+    # 6 N + 12 x 80 x 8192 x 8192 = 417,010,286,592 + 64,424,509,440 = 481,434,796,032 FLOPs per token
+    # (measured MFU 481,434,796,032 x 851 / 989e12 = 41.4%, docs/validation.md round a100rows).
+    assert vp.model_flops_per_token(runs["flagperf-llama3-70b-tp8-pp4-64xh100"]) == 481_434_796_032
