@@ -269,7 +269,7 @@ def layer_activation_terms(
     shared = min(m.moe.shared_width, f) if m.moe is not None else 0
     for part, width in (("mlp", f - shared), ("shared", shared)):
         sbf = Fraction(s * b * width)
-        terms[f"{part}_act_in"] = (4 if m.activation == "swiglu" else 2) * sbf / t
+        terms[f"{part}_act_in"] = (4 if m.gated else 2) * sbf / t
         terms[f"{part}_fc2_in"] = (1 if fp8 else 2) * sbf / t
     if flash:
         terms["attn_core"] = Fraction(LSE_BYTES * a * s * b, t)  # log-sum-exp per (sequence, head, query)
