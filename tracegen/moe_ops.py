@@ -772,8 +772,8 @@ def _mla_error(dep: object, model: ModelArch) -> str:
         what = "attention: unfused"
     elif getattr(dep, "precision", "") == "fp8":
         what = "precision fp8"
-    elif getattr(dep, "sharding", "none") not in ("", "none"):
-        what = "sharding"
+    elif getattr(dep, "sharding", "none") not in ("", "none", "fsdp", "zero3"):
+        what = f"sharding {dep.sharding}"  # type: ignore[attr-defined]
     else:
         reps = list(replicas(dep).values())  # type: ignore[arg-type]
         layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
@@ -873,8 +873,13 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     for dg in groups:
         if moe.expert_ffn % (1 if dg.etp == 1 else dg.tp) or moe.shared_width % dg.tp:
             return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
-    if getattr(dep, "sharding", "none") not in ("", "none"):
-        return "MoE layers with sharding are not supported yet"
+    sharding = getattr(dep, "sharding", "none")
+    if sharding not in ("", "none") and (sharding not in ("fsdp", "zero3") or ep > 1):
+        # torchtitan's FSDP2 with EP 1 wraps each transformer block, its experts included (one unit); with
+        # EP it shards the experts over another mesh (dp_shard_mod_ep), and Megatron-FSDP's MoE buffers
+        # differ again: neither is generated
+        what = f"sharding {sharding}" + (f" at ep {ep}" if sharding in ("fsdp", "zero3") else "")
+        return f"MoE layers with {what} are not supported yet (sharding fsdp or zero3 at ep 1 is)"
     layout = [chunk_ranges(d) for d in reps[0]]
     if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
         return (
