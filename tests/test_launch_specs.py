@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 27
+    assert len(specs) == 28
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -381,6 +381,7 @@ FUZZ3_SMALL: dict[str, dict] = {
     "mds_gpt_350m_moe128.yaml": {"model_layers": 2, "moe_layers": [2], "global_batch": 32},
     "nemo2_mixtral_8x7b.yaml": {"model_layers": 32, "global_batch": 64, "seq_len": 1024},
     "torchtitan_dsv3_16b.toml": {"model_layers": 3, "moe_layers": "2-3", "global_batch": 64, "seq_len": 1024},
+    "torchtitan_llama4_scout.toml": {"model_layers": 2, "global_batch": 64, "seq_len": 512},
 }
 
 
