@@ -379,6 +379,12 @@ FUZZ3_SMALL: dict[str, dict] = {
     "foundry_opt_2p7b_a100.yaml": {"model_layers": 2, "global_batch": 64},
     "internevo_gemma_7b.yaml": {"model_layers": 2, "global_batch": 16},
     "mds_gpt_350m_moe128.yaml": {"model_layers": 2, "moe_layers": [2], "global_batch": 32},
+    "modelzoo_qwen3_235b_h100.yaml": {
+        "model_layers": 6,  # 8 slots with the two pipeline-split flags: PP 2 x VP 2 chunks of 2
+        "parallel": {"pp": 2, "dp": 2, "ep": 4, "virtual_stages": 2},
+        "global_batch": 8,
+        "seq_len": 1024,
+    },
     "nemo2_mixtral_8x7b.yaml": {"model_layers": 32, "global_batch": 64, "seq_len": 1024},
     "torchtitan_dsv3_16b.toml": {"model_layers": 3, "moe_layers": "2-3", "global_batch": 64, "seq_len": 1024},
     "torchtitan_llama4_scout.toml": {"model_layers": 2, "global_batch": 64, "seq_len": 512},
@@ -400,7 +406,7 @@ def _small(path, keys: dict) -> dict:
     if "moe_layers" in keys:
         model["moe"] = {**model["moe"], "layers": keys["moe_layers"]}
     raw["model"] = model
-    par = dict(raw["parallel"])
+    par = {**raw["parallel"], **keys.get("parallel", {})}
     par["global_batch"] = keys.get("global_batch", par.get("global_batch"))
     raw["parallel"] = par
     if "seq_len" in keys:
