@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 28
+    assert len(specs) == 29
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -379,6 +379,7 @@ FUZZ3_SMALL: dict[str, dict] = {
     "foundry_opt_2p7b_a100.yaml": {"model_layers": 2, "global_batch": 64},
     "internevo_gemma_7b.yaml": {"model_layers": 2, "global_batch": 16},
     "mds_gpt_350m_moe128.yaml": {"model_layers": 2, "moe_layers": [2], "global_batch": 32},
+    "megatron_llama3_8b_h200_fp8cs.yaml": {"model_layers": 2, "global_batch": 16, "seq_len": 2048},
     "modelzoo_qwen3_235b_h100.yaml": {
         "model_layers": 6,  # 8 slots with the two pipeline-split flags: PP 2 x VP 2 chunks of 2
         "parallel": {"pp": 2, "dp": 2, "ep": 4, "virtual_stages": 2},
