@@ -562,7 +562,9 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
                     weights, grads, opt = mfsdp_bytes(m, sh, params, shard, o, first, last, n)
                 elif o.sharding in ("zero3", "fsdp"):
                     shard = min(dp, o.dp_shard) if o.dp_shard else dp  # over the shard group only
-                    weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last, unit)
+                    weights, grads, opt = zero3_bytes(
+                        m, sh, params, shard, o.dtype_bytes, gb, first, last, unit
+                    )
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
                     # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP

@@ -43,7 +43,8 @@ class ModelArch:
     kv_heads: int  # = heads without grouped-query attention
     vocab: int
     seq_len: int
-    activation: str = "swiglu"  # swiglu, geglu: gate+up (2 x ffn) then down; gelu, squared-relu, relu: up then down
+    # swiglu, geglu: gate+up (2 x ffn) then down; gelu, squared-relu, relu: up then down
+    activation: str = "swiglu"
     norm: str = "rmsnorm"  # rmsnorm: gain only; layernorm: gain and bias
     linear_bias: bool = False  # GPT-style biases on every linear layer
     moe: MoeSpec | None = None  # mixture of experts (tracegen/moe.py); None: a dense MLP in every layer

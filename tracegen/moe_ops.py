@@ -703,7 +703,9 @@ def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int
     else:
         attn, tp = (mla_rank_params(m, m.mla, sh) if m.mla else _attention_rank_params(m, sh)), sh.tp
     shared = (
-        expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation, m.linear_bias) if moe.shared_width else 0
+        expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation, m.linear_bias)
+        if moe.shared_width
+        else 0
     )
     return attn + m.layer_norm_params + m.hidden * moe.experts + shared
 
