@@ -324,6 +324,9 @@ def test_geglu_activation_as_gemma_runs_it():
     nodes = generate(load_spec(raw), rewrite=False).nodes[0]
     assert [A.num_ops(n) for n in nodes if n.name == "L1.mlp_up_gate.fwd.mb0"] == [8_388_608]
     assert model_arch(load_spec(raw)).mlp_params() == 49_152
+    # unset, a GeGLU model takes Gemma's RoPE and tied output layer (no learned table of 128 x 64)
+    arch = model_arch(load_spec({**raw, "model": {**model, "activation": "geglu", "norm": "rmsnorm"}}))
+    assert (arch.positions, arch.tied, arch.position_params) == ("rope", True, 0)
 
 
 def test_moe_experts_with_biases_by_hand():

@@ -104,10 +104,12 @@ class ModelArch:
         the Llama family rotates q and k (RoPE; Megatron's Llama scripts pass --position-embedding-type
         rope), GPT-style models learn an absolute table (GPT-2/3; Megatron's --position-embedding-type
         default learned_absolute, megatron/training/arguments.py of core_v0.6.0; llm-foundry's MPTConfig
-        learned_pos_emb True). tracegen.spec.model_arch resolves the framework's default first."""
+        learned_pos_emb True); Gemma's GeGLU models rotate too (HF GemmaModel: rotary_emb, no position
+        table) and tie their output layer (`tied`'s GPT-style default). tracegen.spec.model_arch resolves the
+        framework's default first."""
         if self.position_embedding is not None:
             return self.position_embedding
-        return "rope" if self.llama_family else "learned"
+        return "rope" if self.llama_family or self.activation == "geglu" else "learned"
 
     @property
     def rope(self) -> bool:
