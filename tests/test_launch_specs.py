@@ -473,3 +473,34 @@ def test_moe_and_mla_under_fsdp_at_ep1_by_hand():
     # EP > 1 under FSDP (torchtitan's dp_shard_mod_ep mesh) stays refused in one line
     with pytest.raises(Exception, match="MoE layers with sharding fsdp at ep 2 are not supported yet"):
         load_spec({**raw, "parallel": {"gpu": "H100", "dp": 2, "ep": 2, "global_batch": 2}})
+
+
+def test_published_run_rows_take_every_activation():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from xsim.tracegen.models import ACTIVATIONS
+
+    vp = sys.modules.get("validate_published")
+    if vp is None:  # as tests/test_validate_published.py loads it (dataclasses resolve their module by name)
+        path = Path(__file__).resolve().parent.parent / "scripts" / "validate_published.py"
+        spec = importlib.util.spec_from_file_location("validate_published", path)
+        vp = importlib.util.module_from_spec(spec)
+        sys.modules["validate_published"] = vp
+        spec.loader.exec_module(vp)
+
+    # a judge's row for Nemotron-4, OPT or Gemma was refused by the script ("activation must be one of gelu,
+    # swiglu") while specs took them: the row's list is tracegen's
+    assert set(vp.ACTIVATIONS) == set(ACTIVATIONS)
+    assert vp._architecture("runs.yaml", "row", {"activation": "geglu"}) == {"activation": "geglu"}
+    # PaLM's N counts three MLP matrices for a gated MLP: h 1024, FFN 4096, 8 layers, vocab 8192, s 1024:
+    # per layer 2 h^2 + 2 h^2 (MHA) = 4,194,304 + 3 x 1024 x 4096 = 12,582,912 -> 16,777,216; x 8 +
+    # 1024 x 8192 = 142,606,336 = N; 6 N + 12 x 8 x 1024 x 1024 = 855,638,016 + 100,663,296 = 956,301,312
+    run = vp.Run(
+        id="t", source="s", where="w", config_source="", config_where="", layers=8, hidden=1024, heads=16,
+        seq_len=1024, vocab=8192, gpu="A100-80GB", cluster="dgx-a100", attention="flash", tp=1, pp=1, dp=1,
+        micro_batch=1, global_batch=1, virtual_stages=1, recompute="none", sequence_parallel=False,
+        precision="bf16", measured_kind="iteration_s", measured_value=1.0, ffn_hidden=4096, activation="geglu",
+    )  # fmt: skip
+    assert vp.model_flops_per_token(run) == 956_301_312
