@@ -100,10 +100,10 @@ class MlaSpec:
 
 
 def expert_mlp_params(width: int, hidden: int, activation: str, bias: bool = False) -> int:
-    """Weights of one expert MLP of FFN `width` (gated, SwiGLU or GeGLU: gate, up and down; GELU: up and down), with `bias`
-    its linears' biases too (the up projection's `width`, twice under SwiGLU, and the down projection's
-    `hidden`: a model with `linear_bias`, as DeepSpeed-MoE's experts, copies of Megatron's ParallelMLP, and
-    GPT-OSS's have them)."""
+    """Weights of one expert MLP of FFN `width` (gated, SwiGLU or GeGLU: gate, up and down; otherwise up and
+    down), with `bias` its linears' biases too (the up projection's `width`, twice when gated, and the down
+    projection's `hidden`: a model with `linear_bias`, as DeepSpeed-MoE's experts, copies of Megatron's
+    ParallelMLP, and GPT-OSS's have them)."""
     up = (2 if activation in GATED_ACTIVATIONS else 1) * width
     return (up + width) * hidden + ((up + hidden) if bias else 0)
 

@@ -729,8 +729,9 @@ def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) ->
             if m.moe.shared_width
             else 0
         )
-        attn = _attention_rank_params(replace(m, linear_bias=False), sh)
-        total += attn + moe_expert_params(m, m.moe, ep, expert_tp(sh)) + shared
+        plain = replace(m, linear_bias=False)  # the linears' weights: their biases stay BF16
+        attn = _attention_rank_params(plain, sh)
+        total += attn + moe_expert_params(plain, m.moe, ep, expert_tp(sh)) + shared
     return total
 
 
