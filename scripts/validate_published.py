@@ -75,7 +75,7 @@ MODEL_OPTIONAL = (
     "seq_len",
     "vocab",
 )
-ACTIVATIONS = ("gelu", "swiglu")
+ACTIVATIONS = ("gelu", "swiglu", "squared-relu", "relu", "geglu")  # tracegen.models.ACTIVATIONS
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("rope", "learned", "alibi", "none")  # tracegen.models.POSITION_EMBEDDINGS
 PARALLEL_KEYS = ("tp", "pp", "dp", "micro_batch", "global_batch", "virtual_stages")
@@ -1098,12 +1098,13 @@ def model_flops_per_token(run: Run) -> float:
     """Model FLOPs per trained token by PaLM's formula (Chowdhery et al. 2022, Appendix B): 6 N + 12 L h s.
 
     N counts the weights of every matmul: attention (Q and output h x h each, K and V h x h kv/heads each),
-    MLP (2 h ffn, 3 h ffn for SwiGLU) and the LM head (h V); the embedding gather is no matmul. 12 L h s is
+    MLP (2 h ffn, 3 h ffn for SwiGLU or GeGLU) and the LM head (h V); the embedding gather is no matmul. 12 L h s is
     the attention score and context matmuls over the full s x s matrix (recomputation is not counted).
     """
     h = run.hidden
     kv_dim = h * (run.kv_heads or run.heads) // run.heads
-    per_layer = 2 * h * h + 2 * h * kv_dim + (3 if run.activation == "swiglu" else 2) * h * run.ffn
+    gated = run.activation in ("swiglu", "geglu")  # tracegen.choices.GATED_ACTIVATIONS: three MLP matrices
+    per_layer = 2 * h * h + 2 * h * kv_dim + (3 if gated else 2) * h * run.ffn
     n = run.layers * per_layer + h * run.vocab
     return 6.0 * n + 12.0 * run.layers * h * run.seq_len
 

@@ -140,7 +140,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 18
+    assert len(specs) == 29
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -298,3 +298,209 @@ def test_megatron_fsdp_hsdp_by_hand():
     assert (r.weights, r.gradients, r.optimizer) == (285_120, 405_888, 570_240)
     r4 = deployment_memory(load_spec({**raw, "dp_shard": 4}))[0]
     assert (r4.weights, r4.gradients, r4.optimizer) == (237_600, 310_848, 285_120)
+
+
+# -- round fuzz3 ---------------------------------------------------------------------------------------------
+def test_relu_activation_as_opt_runs_it():
+    # llm-foundry's opt-3b.yaml (facebook/opt-2.7b: `activation_function: relu`) was refused ("activation must
+    # be one of swiglu, gelu, squared-relu"). ReLU on the un-gated up projection, 1 FLOP an element (max):
+    # 128 tokens x FFN 256 = 32,768 elements: forward 32,768 FLOPs, 2 x 32,768 x 2 B = 131,072 B; backward
+    # 65,536 FLOPs and 3 x 32,768 x 2 = 196,608 B, GeLU's bytes (test_squared_relu_activation_as_megatron_runs_it)
+    assert _mlp_act("relu") == {"L1.mlp_act.fwd.mb0": (32768, 131072), "L1.mlp_act.bwd.mb0": (65536, 196608)}
+
+
+def test_geglu_activation_as_gemma_runs_it():
+    # InternEvo's 7B_gemma.py (use_glu with use_swiglu=False: gelu(w1 x) * w3 x, Gemma's GeGLU) had no key:
+    # `activation: geglu` is SwiGLU's shape with GeLU's gate, 8 + 1 = 9 FLOPs an element. 32,768 elements:
+    # forward 9 x 32,768 = 294,912 FLOPs reading gate and up and writing the product, 3 x 32,768 x 2 =
+    # 196,608 B; backward 589,824 FLOPs and 5 x 32,768 x 2 = 327,680 B, SwiGLU's bytes
+    act = _mlp_act("geglu")
+    assert act == {"L1.mlp_act.fwd.mb0": (294912, 196608), "L1.mlp_act.bwd.mb0": (589824, 327680)}
+    assert _mlp_act("swiglu")["L1.mlp_act.fwd.mb0"] == (163840, 196608)  # 5 FLOPs an element
+    # gate and up: one GEMM of 2 x 256 columns, 2 x 128 x 64 x 512 = 8,388,608 FLOPs; 3 x 64 x 256 = 49,152
+    # MLP parameters
+    model = {"layers": 1, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 128, "seq_len": 128}
+    raw = {"model": {**model, "activation": "geglu"}, "parallel": {"gpu": "H100"}, "dropout": False}
+    nodes = generate(load_spec(raw), rewrite=False).nodes[0]
+    assert [A.num_ops(n) for n in nodes if n.name == "L1.mlp_up_gate.fwd.mb0"] == [8_388_608]
+    assert model_arch(load_spec(raw)).mlp_params() == 49_152
+    # unset, a GeGLU model takes Gemma's RoPE and tied output layer (no learned table of 128 x 64)
+    arch = model_arch(load_spec({**raw, "model": {**model, "activation": "geglu", "norm": "rmsnorm"}}))
+    assert (arch.positions, arch.tied, arch.position_params) == ("rope", True, 0)
+
+
+def test_moe_experts_with_biases_by_hand():
+    from xsim.tracegen.memory import deployment_memory
+
+    # Megatron-DeepSpeed's ds_pretrain_gpt_350M_MoE128.sh (GPT with biases, DeepSpeed-MoE experts copies of
+    # its ParallelMLP) was refused: "moe with linear_bias is not supported (experts have no biases)". Now
+    # each expert holds its up and down biases. GPT-tiny (h 64, FFN 256, 4 heads, LayerNorm, GeLU, learned
+    # positions over 128 tokens, vocab 128, tied), layer 2 MoE with 4 experts of FFN 256:
+    #   expert: 2 x 64 x 256 + 256 + 64 = 33,088; attention 64 x 192 + 192 + 64 x 64 + 64 = 16,640;
+    #   norms 4 x 64 = 256; router 64 x 4 = 256 -> MoE layer 16,640 + 256 + 256 + 4 x 33,088 = 149,504;
+    #   dense layer 16,640 + 33,088 + 256 = 49,984.
+    m = {
+        "layers": 2,
+        "hidden": 64,
+        "ffn_hidden": 256,
+        "heads": 4,
+        "vocab": 128,
+        "seq_len": 128,
+        "activation": "gelu",
+        "norm": "layernorm",
+        "linear_bias": True,
+        "position_embedding": "learned",
+        "moe": {"experts": 4, "top_k": 1, "expert_ffn": 256, "layers": [2]},
+    }
+    raw = {
+        "model": m,
+        "parallel": {"gpu": "H100", "dp": 2, "ep": 2, "global_batch": 2},
+        "dropout": False,
+        "make_vocab_size_divisible_by": 0,
+    }
+    dep = load_spec(raw)
+    arch = model_arch(dep)
+    assert (arch.layer_params_at(1), arch.layer_params_at(2)) == (49_984, 149_504)
+    # At EP 2 a rank holds 2 experts (66,176) and the dense rest: embedding 8,192 + positions 8,192 + layer 1
+    # 49,984 + layer 2's attention, norms and router 17,152 + final LayerNorm 128 = 83,648, whose gradients
+    # the DP all-reduce carries in FP32: 334,592 B (expert DP is 1: no expert all-reduce)
+    nodes = generate(dep, rewrite=False).nodes[0]
+    syncs = [(n.name, A.comm_size(n)) for n in nodes if n.name.startswith(("dp_grad_allreduce", "expert"))]
+    assert syncs == [("dp_grad_allreduce.bucket0", 334_592)]
+    # memory: (83,648 + 66,176) = 149,824 parameters x 2 B, x 4 B gradients, x 12 B Adam
+    r = deployment_memory(dep)[0]
+    assert (r.weights, r.gradients, r.optimizer) == (299_648, 599_296, 1_797_888)
+
+
+# examples/launch/ specs of round fuzz3, each generated and replayed here at a size the test machine runs in
+# seconds: the keys below replace the spec's (fewer layers, a smaller batch); the full-size results are in
+# the headers.
+FUZZ3_SMALL: dict[str, dict] = {
+    "bigscience_tr11b_1b3.yaml": {"model_layers": 4, "global_batch": 512},
+    "bridge_llama32_1b.yaml": {"model_layers": 2, "global_batch": 16},
+    "bridge_qwen3_30b_a3b.yaml": {"model_layers": 2, "global_batch": 16},
+    "foundry_opt_2p7b_a100.yaml": {"model_layers": 2, "global_batch": 64},
+    "internevo_gemma_7b.yaml": {"model_layers": 2, "global_batch": 16},
+    "mds_gpt_350m_moe128.yaml": {"model_layers": 2, "moe_layers": [2], "global_batch": 32},
+    "megatron_llama3_8b_h200_fp8cs.yaml": {"model_layers": 2, "global_batch": 16, "seq_len": 2048},
+    "modelzoo_qwen3_235b_h100.yaml": {
+        "model_layers": 6,  # 8 slots with the two pipeline-split flags: PP 2 x VP 2 chunks of 2
+        "parallel": {"pp": 2, "dp": 2, "ep": 4, "virtual_stages": 2},
+        "global_batch": 8,
+        "seq_len": 1024,
+    },
+    "nemo2_mixtral_8x7b.yaml": {"model_layers": 32, "global_batch": 64, "seq_len": 1024},
+    "torchtitan_dsv3_16b.toml": {"model_layers": 3, "moe_layers": "2-3", "global_batch": 64, "seq_len": 1024},
+    "torchtitan_llama4_scout.toml": {"model_layers": 2, "global_batch": 64, "seq_len": 512},
+}
+
+
+def _small(path, keys: dict) -> dict:
+    """The spec at `path` as a mapping, shrunk by FUZZ3_SMALL's keys."""
+    import tomllib
+
+    import yaml
+
+    text = path.read_text()
+    raw = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    model = raw["model"]
+    model = dict(model) if isinstance(model, dict) else {"base": model}
+    if "model_layers" in keys:
+        model["layers"] = keys["model_layers"]
+    if "moe_layers" in keys:
+        model["moe"] = {**model["moe"], "layers": keys["moe_layers"]}
+    raw["model"] = model
+    par = {**raw["parallel"], **keys.get("parallel", {})}
+    par["global_batch"] = keys.get("global_batch", par.get("global_batch"))
+    raw["parallel"] = par
+    if "seq_len" in keys:
+        raw["seq_len"] = keys["seq_len"]
+    return raw
+
+
+@pytest.mark.parametrize("spec", sorted(FUZZ3_SMALL))
+def test_fuzz3_launch_specs_generate_and_replay(spec, tmp_path):
+    from pathlib import Path
+
+    from xsim import api
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "launch" / spec
+    raw = _small(path, FUZZ3_SMALL[spec])
+    api.generate(raw, api.GenerateOptions(out=str(tmp_path)))
+    summary = api.simulate(str(tmp_path)).result.summary_dict()
+    assert summary["iteration_time_ns"] > 0
+
+
+def test_moe_and_mla_under_fsdp_at_ep1_by_hand():
+    from xsim.tracegen.memory import deployment_memory
+
+    from .test_mla import MODEL
+
+    # torchtitan's deepseek_v3_16b.toml (MoE + MLA, FSDP over 8 GPUs, EP 1) was refused: "MLA attention with
+    # sharding is not supported yet", then "MoE layers with sharding". torchtitan's fully_shard of each
+    # transformer block holds its experts (EP 1): one FSDP unit per layer, experts included. Llama-tiny
+    # (h 64, FFN 256, 4 heads, vocab 128, untied), layer 2 MoE with 4 experts of FFN 64, DP 2:
+    #   layer 1: attention 64 x 192 + 64 x 64 = 16,384, SwiGLU 3 x 64 x 256 = 49,152, norms 128 = 65,664;
+    #   layer 2: 16,384 + 128 + router 64 x 4 = 256 + experts 4 x 3 x 64 x 64 = 49,152 -> 65,920;
+    #   embedding 128 x 64 = 8,192; head 64 x 128 + final norm 64 = 8,256. Each gather moves the rank's half
+    #   in BF16 (the unit's elements x 2 B / 2), each ReduceScatter the whole unit in FP32.
+    m = {"layers": 2, "hidden": 64, "ffn_hidden": 256, "heads": 4, "vocab": 128, "seq_len": 128}
+    raw = {
+        "model": {**m, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 64, "layers": [2]}},
+        "parallel": {"gpu": "H100", "dp": 2, "global_batch": 2},
+        "make_vocab_size_divisible_by": 0,
+        "sharding": "fsdp",
+        "framework": "torchtitan",
+        "grad_reduce_dtype": "fp32",
+    }
+    dep = load_spec(raw)
+    nodes = generate(dep, rewrite=False).nodes[0]
+    syncs = {n.name: A.comm_size(n) for n in nodes if A.get_str(n, A.PHASE) == "sync"}
+    assert syncs["fsdp_param_allgather.2.mb0"] == 65_920
+    assert syncs["fsdp_grad_reducescatter.2.mb0"] == 4 * 65_920 == 263_680
+    assert syncs["fsdp_param_allgather.1.mb0"] == 65_664
+    assert not any(name.startswith("expert_dp") for name in syncs)  # no expert all-reduce of their own
+    # the optimizer on the rank's half: (8,192 + 65,664 + 65,920 + 8,256) / 2 = 74,016 parameters x 15 FLOPs
+    assert [A.num_ops(n) for n in nodes if n.name == "optimizer.opt"] == [74_016 * 15]
+    # memory: shard 74,016 x 2 B + two gathered MoE layers 2 x 65,920 x 2 B = 411,712; gradients 74,016 x
+    # 4 B + one unsharded unit 65,920 x 4 B = 559,744; Adam 74,016 x 12 B = 888,192
+    r = deployment_memory(dep)[0]
+    assert (r.weights, r.gradients, r.optimizer) == (411_712, 559_744, 888_192)
+    # MLA's layer (tests/test_mla.py: 5,144 attention + 3 x 64 x 32 + 2 x 64 = 11,416) is one unit too
+    mla = {**raw, "model": {**MODEL, "layers": 2}}
+    nodes = generate(load_spec(mla), rewrite=False).nodes[0]
+    assert [A.comm_size(n) for n in nodes if n.name == "fsdp_param_allgather.2.mb0"] == [11_416]
+    # EP > 1 under FSDP (torchtitan's dp_shard_mod_ep mesh) stays refused in one line
+    with pytest.raises(Exception, match="MoE layers with sharding fsdp at ep 2 are not supported yet"):
+        load_spec({**raw, "parallel": {"gpu": "H100", "dp": 2, "ep": 2, "global_batch": 2}})
+
+
+def test_published_run_rows_take_every_activation():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from xsim.tracegen.models import ACTIVATIONS
+
+    vp = sys.modules.get("validate_published")
+    if vp is None:  # as tests/test_validate_published.py loads it (dataclasses resolve their module by name)
+        path = Path(__file__).resolve().parent.parent / "scripts" / "validate_published.py"
+        spec = importlib.util.spec_from_file_location("validate_published", path)
+        vp = importlib.util.module_from_spec(spec)
+        sys.modules["validate_published"] = vp
+        spec.loader.exec_module(vp)
+
+    # a judge's row for Nemotron-4, OPT or Gemma was refused by the script ("activation must be one of gelu,
+    # swiglu") while specs took them: the row's list is tracegen's
+    assert set(vp.ACTIVATIONS) == set(ACTIVATIONS)
+    assert vp._architecture("runs.yaml", "row", {"activation": "geglu"}) == {"activation": "geglu"}
+    # PaLM's N counts three MLP matrices for a gated MLP: h 1024, FFN 4096, 8 layers, vocab 8192, s 1024:
+    # per layer 2 h^2 + 2 h^2 (MHA) = 4,194,304 + 3 x 1024 x 4096 = 12,582,912 -> 16,777,216; x 8 +
+    # 1024 x 8192 = 142,606,336 = N; 6 N + 12 x 8 x 1024 x 1024 = 855,638,016 + 100,663,296 = 956,301,312
+    run = vp.Run(
+        id="t", source="s", where="w", config_source="", config_where="", layers=8, hidden=1024, heads=16,
+        seq_len=1024, vocab=8192, gpu="A100-80GB", cluster="dgx-a100", attention="flash", tp=1, pp=1, dp=1,
+        micro_batch=1, global_batch=1, virtual_stages=1, recompute="none", sequence_parallel=False,
+        precision="bf16", measured_kind="iteration_s", measured_value=1.0, ffn_hidden=4096, activation="geglu",
+    )  # fmt: skip
+    assert vp.model_flops_per_token(run) == 956_301_312

@@ -16,6 +16,11 @@ FP8_RECIPES = ("delayed", "current", "mxfp8")
 # "module": every FP8 module in its own forward and backward prep, each micro-batch (TE before v1.6).
 FP8_AMAX_UPDATES = ("region", "module")
 ATTENTIONS = ("flash", "unfused")
+# Gated MLP activations (a model's `activation`): the up projection is two (gate and up, 2 x ffn wide) and
+# the activation multiplies act(gate) by up. swiglu: silu; geglu: GeLU (tanh), Gemma's gelu_pytorch_tanh
+# gate (HF GemmaMLP; Megatron-Core's `gated_linear_unit` with `activation_func` gelu, fused as
+# megatron/core/fusions/fused_bias_geglu.py under bias_activation_fusion).
+GATED_ACTIVATIONS = ("swiglu", "geglu")
 COMPUTE_MODELS = ("roofline", "calibrated")
 # tracegen.frameworks.FRAMEWORK_NAMES (a test keeps them equal); the first is the default.
 FRAMEWORKS = (

@@ -47,7 +47,13 @@ from xsim.tracegen.choices import DEFAULT_RECOMPUTE_MODULES
 from xsim.tracegen.errors import XsimError
 from xsim.tracegen.memory_summary import peak_summary  # noqa: F401 - its old home
 from xsim.tracegen.models import ModelArch
-from xsim.tracegen.moe_ops import fp8_linear_params_ep, group_shard, moe_activation_model, rank_params_ep
+from xsim.tracegen.moe_ops import (
+    fp8_linear_params_ep,
+    group_shard,
+    layer_split,
+    moe_activation_model,
+    rank_params_ep,
+)
 from xsim.tracegen.ops import (
     TE_AMAX_HISTORY,
     TE_MODULES_PER_LAYER,
@@ -269,7 +275,7 @@ def layer_activation_terms(
     shared = min(m.moe.shared_width, f) if m.moe is not None else 0
     for part, width in (("mlp", f - shared), ("shared", shared)):
         sbf = Fraction(s * b * width)
-        terms[f"{part}_act_in"] = (4 if m.activation == "swiglu" else 2) * sbf / t
+        terms[f"{part}_act_in"] = (4 if m.gated else 2) * sbf / t
         terms[f"{part}_fc2_in"] = (1 if fp8 else 2) * sbf / t
     if flash:
         terms["attn_core"] = Fraction(LSE_BYTES * a * s * b, t)  # log-sum-exp per (sequence, head, query)
@@ -397,13 +403,22 @@ def optimizer_bytes(params: int, dp: int, distributed: bool) -> int:
 
 
 def zero3_bytes(
-    m: ModelArch, sh: Any, params: int, dp: int, b: int, grad_bytes: int, first: bool, last: bool
+    m: ModelArch,
+    sh: Any,
+    params: int,
+    dp: int,
+    b: int,
+    grad_bytes: int,
+    first: bool,
+    last: bool,
+    layer_unit: int = 0,
 ) -> tuple[int, int, int]:
     """(weights, gradients, optimizer state) of a ZeRO-3 / FSDP rank: each a 1/DP shard of its parameters
     (ceil, as FSDP pads), plus the gathered units in flight: the unit in use and the prefetched one in the
-    weights' dtype, and one unit's unsharded gradient before its ReduceScatter."""
+    weights' dtype, and one unit's unsharded gradient before its ReduceScatter. `layer_unit`: the largest
+    layer's parameters where layers differ (MoE layers with their experts, MLA), else one dense layer's."""
     shard = -(-params // dp)
-    units = [rank_params(m, sh, 1, False, False)]
+    units = [layer_unit or rank_params(m, sh, 1, False, False)]
     if first:
         units.append(embedding_rank_params(m, sh))
     if last:
@@ -533,20 +548,23 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             for local, r in enumerate(dg.ranks):
                 sh = group_shard(m, dg, local)
                 params = rank_params(m, sh, n, first, last)
-                expert = 0
+                expert = unit = 0
                 if (
                     m.moe is not None or m.mla is not None
                 ):  # experts over EP, MLA's weights (tracegen.moe_ops)
                     layers = [x for a, e in chunks for x in range(a, e + 1)]
                     dense, expert = rank_params_ep(m, sh, layers, max(1, dg.ep), first, last)
                     params = dense + expert
+                    unit = max(sum(layer_split(m, sh, x, max(1, dg.ep))) for x in layers)
                 gb = o.grad_bytes or o.dtype_bytes
                 if o.mfsdp_strategy:  # HSDP (dp_shard): sharded over the instance only
                     shard = min(dp, o.dp_shard) if o.dp_shard else dp
                     weights, grads, opt = mfsdp_bytes(m, sh, params, shard, o, first, last, n)
                 elif o.sharding in ("zero3", "fsdp"):
                     shard = min(dp, o.dp_shard) if o.dp_shard else dp  # over the shard group only
-                    weights, grads, opt = zero3_bytes(m, sh, params, shard, o.dtype_bytes, gb, first, last)
+                    weights, grads, opt = zero3_bytes(
+                        m, sh, params, shard, o.dtype_bytes, gb, first, last, unit
+                    )
                 else:
                     weights, grads = params * o.dtype_bytes, params * gb
                     # Routed experts' state shards over the expert-DP group (dp / ep replicas), the rest over DP

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from xsim.tracegen.choices import GATED_ACTIVATIONS
 from xsim.tracegen.errors import CatalogError
 from xsim.tracegen.moe import (
     MlaSpec,
@@ -19,7 +20,10 @@ from xsim.tracegen.moe import (
 
 # squared-relu: Megatron's --squared-relu (NeMo's `activation: squared-relu`, Nemotron-4): relu(x)^2 on the
 # un-gated up projection, shaped as GeLU (NVIDIA/Megatron-LM 1296a81 megatron/core/activations.py).
-ACTIVATIONS = ("swiglu", "gelu", "squared-relu")
+# relu: OPT's `activation_function: relu` (HF transformers OPTDecoderLayer: fc1, ReLU, fc2), Megatron-Core's
+# `activation_func=F.relu`: the same un-gated shape.
+# geglu: Gemma's gated GeLU (choices.GATED_ACTIVATIONS): SwiGLU's shape with GeLU's gate.
+ACTIVATIONS = ("swiglu", "gelu", "squared-relu", "relu", "geglu")
 NORMS = ("rmsnorm", "layernorm")
 # How a model encodes positions (the spec's `position_embedding`): rotary on q and k in every layer, a
 # learned s x h table added to the embedding output (GPT-2/3, Megatron's learned_absolute, MPT's wpe), ALiBi's
@@ -39,7 +43,8 @@ class ModelArch:
     kv_heads: int  # = heads without grouped-query attention
     vocab: int
     seq_len: int
-    activation: str = "swiglu"  # swiglu: gate+up (2 x ffn) then down; gelu, squared-relu: up then down
+    # swiglu, geglu: gate+up (2 x ffn) then down; gelu, squared-relu, relu: up then down
+    activation: str = "swiglu"
     norm: str = "rmsnorm"  # rmsnorm: gain only; layernorm: gain and bias
     linear_bias: bool = False  # GPT-style biases on every linear layer
     moe: MoeSpec | None = None  # mixture of experts (tracegen/moe.py); None: a dense MLP in every layer
@@ -83,6 +88,11 @@ class ModelArch:
         return self.kv_channels or self.hidden // self.heads
 
     @property
+    def gated(self) -> bool:
+        """Whether the MLP is gated (choices.GATED_ACTIVATIONS: gate and up projections, act(gate) x up)."""
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
     def llama_family(self) -> bool:
         """SwiGLU with RMSNorm (Llama 2/3, Mistral, DeepSeek): the family whose defaults are RoPE and an
         untied output layer; GELU / LayerNorm models are GPT-style."""
@@ -94,10 +104,12 @@ class ModelArch:
         the Llama family rotates q and k (RoPE; Megatron's Llama scripts pass --position-embedding-type
         rope), GPT-style models learn an absolute table (GPT-2/3; Megatron's --position-embedding-type
         default learned_absolute, megatron/training/arguments.py of core_v0.6.0; llm-foundry's MPTConfig
-        learned_pos_emb True). tracegen.spec.model_arch resolves the framework's default first."""
+        learned_pos_emb True); Gemma's GeGLU models rotate too (HF GemmaModel: rotary_emb, no position
+        table) and tie their output layer (`tied`'s GPT-style default). tracegen.spec.model_arch resolves the
+        framework's default first."""
         if self.position_embedding is not None:
             return self.position_embedding
-        return "rope" if self.llama_family else "learned"
+        return "rope" if self.llama_family or self.activation == "geglu" else "learned"
 
     @property
     def rope(self) -> bool:
@@ -150,7 +162,7 @@ class ModelArch:
 
     def mlp_params(self) -> int:
         """Weights (and biases) of the MLP of one layer."""
-        up = (2 if self.activation == "swiglu" else 1) * self.ffn_hidden
+        up = (2 if self.gated else 1) * self.ffn_hidden
         w = self.hidden * up + self.ffn_hidden * self.hidden
         return w + ((up + self.hidden) if self.linear_bias else 0)
 
@@ -162,7 +174,7 @@ class ModelArch:
         """All parameters of 1-based `layer`: a dense layer, or a MoE layer's attention, norms, router and experts."""
         if self.moe is None or not self.moe.is_moe(layer):
             return self.layer_params()
-        mlp = moe_mlp_params(self.moe, self.hidden, self.activation)
+        mlp = moe_mlp_params(self.moe, self.hidden, self.activation, self.linear_bias)
         return self.attention_params() + mlp + self.layer_norm_params
 
     def active_params(self) -> int:
@@ -440,10 +452,6 @@ def check_model(m: ModelArch) -> ModelArch:
         raise CatalogError(f"model {m.name!r}: norm must be one of {', '.join(NORMS)}")
     if m.moe is not None and m.moe.layers and m.moe.layers[-1] > m.layers:
         raise CatalogError(f"model {m.name!r}: moe layer {m.moe.layers[-1]} is past its {m.layers} layers")
-    if m.moe is not None and m.linear_bias:
-        raise CatalogError(
-            f"model {m.name!r}: moe with linear_bias is not supported (experts have no biases)"
-        )
     return m
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import Any
 
+from xsim.tracegen.choices import GATED_ACTIVATIONS
 from xsim.tracegen.errors import CatalogError
 
 DISTRIBUTIONS = ("uniform", "zipf", "weights", "tokens")
@@ -98,15 +99,19 @@ class MlaSpec:
         return q + kv + heads * self.v_head_dim * hidden
 
 
-def expert_mlp_params(width: int, hidden: int, activation: str) -> int:
-    """Weights of one expert MLP of FFN `width` (SwiGLU: gate, up and down; GELU: up and down), no biases."""
-    return (3 if activation == "swiglu" else 2) * hidden * width
+def expert_mlp_params(width: int, hidden: int, activation: str, bias: bool = False) -> int:
+    """Weights of one expert MLP of FFN `width` (gated, SwiGLU or GeGLU: gate, up and down; otherwise up and
+    down), with `bias` its linears' biases too (the up projection's `width`, twice when gated, and the down
+    projection's `hidden`: a model with `linear_bias`, as DeepSpeed-MoE's experts, copies of Megatron's
+    ParallelMLP, and GPT-OSS's have them)."""
+    up = (2 if activation in GATED_ACTIVATIONS else 1) * width
+    return (up + width) * hidden + ((up + hidden) if bias else 0)
 
 
-def moe_mlp_params(moe: MoeSpec, hidden: int, activation: str) -> int:
-    """Weights of one MoE layer's MLP: router, routed experts and shared experts."""
-    routed = moe.experts * expert_mlp_params(moe.expert_ffn, hidden, activation)
-    shared = expert_mlp_params(moe.shared_width, hidden, activation) if moe.shared_width else 0
+def moe_mlp_params(moe: MoeSpec, hidden: int, activation: str, bias: bool = False) -> int:
+    """Weights of one MoE layer's MLP: router (no bias), routed experts and shared experts."""
+    routed = moe.experts * expert_mlp_params(moe.expert_ffn, hidden, activation, bias)
+    shared = expert_mlp_params(moe.shared_width, hidden, activation, bias) if moe.shared_width else 0
     return hidden * moe.experts + routed + shared
 
 

@@ -304,7 +304,7 @@ def moe_block(
     n_local = e // ep
     f = moe.expert_ffn
     fl = f // tp
-    up = (2 if m.activation == "swiglu" else 1) * fl
+    up = (2 if m.gated else 1) * fl
     peers = [q for q in range(ep) if q != me]
     out_b = tuple((q, a2a_bytes(loads, moe, ep, src, q, h, b)) for q in peers)  # me -> q (dispatch)
     in_b = tuple((q, a2a_bytes(loads, moe, ep, q * tp + local, me, h, b)) for q in peers)  # q -> me
@@ -322,7 +322,7 @@ def moe_block(
     probs_bwd = replace(probs_fwd, sends=probs_fwd.recvs, recvs=probs_fwd.sends)
     act_f = ELEM_FLOPS[m.activation]
     fs = moe.shared_width // c.sh.tp  # shared experts: split over the attention's TP group
-    s_up = (2 if m.activation == "swiglu" else 1) * fs
+    s_up = (2 if m.gated else 1) * fs
     gather = [Comm("moe_tp_gather", "all_gather", max(got) * h * b)] if tp > 1 else []
     scatter = [Comm("moe_tp_scatter", "reduce_scatter", tp * max(got) * h * b)] if tp > 1 else []
     if phase == "bwd":  # the gather's gradient is a reduce-scatter and the scatter's a gather
@@ -349,7 +349,7 @@ def moe_block(
         return grouped_quantize(c, op, phase, elems, n_local)
 
     def act(op: str, rows: int, width: int) -> Op:
-        if m.activation == "swiglu":
+        if m.gated:
             return _elem(op, phase, rows * width, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
         return _elem(op, phase, rows * width, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
 
@@ -702,13 +702,17 @@ def moe_dense_params(m: ModelArch, moe: MoeSpec, sh: Shard | None = None) -> int
         attn, tp = m.attention_params(), 1
     else:
         attn, tp = (mla_rank_params(m, m.mla, sh) if m.mla else _attention_rank_params(m, sh)), sh.tp
-    shared = expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation) if moe.shared_width else 0
+    shared = (
+        expert_mlp_params(moe.shared_width // tp, m.hidden, m.activation, m.linear_bias)
+        if moe.shared_width
+        else 0
+    )
     return attn + m.layer_norm_params + m.hidden * moe.experts + shared
 
 
 def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int, tp: int = 1) -> int:
     """Parameters of the routed experts one rank holds in one MoE layer (E/ep experts, 1/tp of each FFN)."""
-    return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation)
+    return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation, m.linear_bias)
 
 
 def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) -> int:
@@ -725,8 +729,9 @@ def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) ->
             if m.moe.shared_width
             else 0
         )
-        attn = _attention_rank_params(replace(m, linear_bias=False), sh)
-        total += attn + moe_expert_params(m, m.moe, ep, expert_tp(sh)) + shared
+        plain = replace(m, linear_bias=False)  # the linears' weights: their biases stay BF16
+        attn = _attention_rank_params(plain, sh)
+        total += attn + moe_expert_params(plain, m.moe, ep, expert_tp(sh)) + shared
     return total
 
 
@@ -770,8 +775,8 @@ def _mla_error(dep: object, model: ModelArch) -> str:
         what = "attention: unfused"
     elif getattr(dep, "precision", "") == "fp8":
         what = "precision fp8"
-    elif getattr(dep, "sharding", "none") not in ("", "none"):
-        what = "sharding"
+    elif getattr(dep, "sharding", "none") not in ("", "none", "fsdp", "zero3"):
+        what = f"sharding {dep.sharding}"  # type: ignore[attr-defined]
     else:
         reps = list(replicas(dep).values())  # type: ignore[arg-type]
         layout = [(chunk_ranges(d), d.tp) for d in reps[0]]
@@ -871,8 +876,13 @@ def moe_plan_error(dep: object, model: ModelArch) -> str:
     for dg in groups:
         if moe.expert_ffn % (1 if dg.etp == 1 else dg.tp) or moe.shared_width % dg.tp:
             return f"device group {dg.id}: tp {dg.tp} does not divide the expert FFN {moe.expert_ffn} (or the shared one)"
-    if getattr(dep, "sharding", "none") not in ("", "none"):
-        return "MoE layers with sharding are not supported yet"
+    sharding = getattr(dep, "sharding", "none")
+    if sharding not in ("", "none") and (sharding not in ("fsdp", "zero3") or ep > 1):
+        # torchtitan's FSDP2 with EP 1 wraps each transformer block, its experts included (one unit); with
+        # EP it shards the experts over another mesh (dp_shard_mod_ep), and Megatron-FSDP's MoE buffers
+        # differ again: neither is generated
+        what = f"sharding {sharding}" + (f" at ep {ep}" if sharding in ("fsdp", "zero3") else "")
+        return f"MoE layers with {what} are not supported yet (sharding fsdp or zero3 at ep 1 is)"
     layout = [chunk_ranges(d) for d in reps[0]]
     if any([chunk_ranges(d) for d in r] != layout for r in reps[1:]):
         return (

@@ -51,9 +51,13 @@ ELEM_FLOPS = {
     "layernorm": 7,
     "swiglu": 5,
     "gelu": 8,
+    # GeLU of the gate (tanh form, ~8) times the up projection (1): Gemma's gelu_pytorch_tanh(gate) * up
+    "geglu": 9,
     # relu then square (max, multiply): Megatron-Core's jit-fused `torch.pow(F.relu(x), 2)`, one kernel each
     # way like GeLU's unfused path (NVIDIA/Megatron-LM 1296a81 megatron/core/activations.py `squared_relu`)
     "squared-relu": 2,
+    # max(x, 0): one compare a element (OPT's torch.nn.ReLU; its backward a masked copy of the gradient)
+    "relu": 1,
     "add": 1,
     "xent": 5,
     "softmax": 5,
@@ -123,7 +127,7 @@ EAGER_RMSNORM = {
     "torch": {"fwd": (8, 2, 32), "bwd": (17, 2, 100)},
     "torchtitan-2024": {"fwd": (8, 4, 28), "bwd": (16, 8, 76)},
 }
-# Unfused SwiGLU, F.silu(gate) * up: silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
+# Unfused SwiGLU, F.silu(gate) * up (GeGLU's F.gelu(gate) * up alike): silu (read 1, write 1) and the product (read 2, write 1) = 5 passes of
 # ffn elements in 2 kernels forward; backward: the product's two input gradients (2 x (2 + 1)), silu's
 # backward (2 + 1) and the concatenation of the two halves (2 + 2) = 13 passes in 4 kernels.
 SWIGLU_UNFUSED = {"fwd": (2, 5), "bwd": (4, 13)}
@@ -802,15 +806,16 @@ def _qkv_split_cat(c: Ctx) -> list[Op]:
 
 
 def _activation(c: Ctx, phase: str) -> list[Op]:
-    """The MLP activation (GeLU or squared ReLU, or SwiGLU's silu(gate) * up) with, for GPT-style biases, the bias add."""
+    """The MLP activation (GeLU, ReLU or squared ReLU, or a gated one: SwiGLU's silu(gate) * up, GeGLU's
+    gelu(gate) * up) with, for GPT-style biases, the bias add."""
     m, t, f, b = c.m, c.tokens, c.sh.ffn, c.b
-    up = (2 if m.activation == "swiglu" else 1) * f
+    up = (2 if m.gated else 1) * f
     act_f = ELEM_FLOPS[m.activation]
     bias = [] if c.fw.fused_bias_act else _bias(c, "mlp_up", phase, t * up)
-    if m.activation == "swiglu" and not c.fw.fused_swiglu:
+    if m.gated and not c.fw.fused_swiglu:
         kernels, passes = (SWIGLU_UNFUSED_SPLIT if c.fw.swiglu_split_gemms else SWIGLU_UNFUSED)[phase]
         act = _kern("mlp_act", phase, t * f, act_f * (2 if phase == "bwd" else 1), passes * b, kernels)
-    elif m.activation == "swiglu":
+    elif m.gated:
         act = _elem("mlp_act", phase, t * f, act_f, *((2, 1) if phase == "fwd" else (3, 2)), b)
     else:
         act = _elem("mlp_act", phase, t * f, act_f, *((1, 1) if phase == "fwd" else (2, 1)), b)
@@ -840,7 +845,7 @@ def _layer_hook_adds(c: Ctx, dense_mlp: bool) -> list[Op]:
     m, sh = c.m, c.sh
     tensors, params = m.layer_norm_tensors, m.layer_norm_params
     if m.linear_bias:
-        up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+        up = (2 if m.gated else 1) * sh.ffn
         biases = [(sh.heads + 2 * sh.kv_heads) * m.head_dim, m.hidden, *([up, m.hidden] if dense_mlp else [])]
         tensors, params = tensors + len(biases), params + sum(biases)
     return main_grad_hook_adds(c, "layer_main_grad_add", tensors, params)
@@ -912,7 +917,7 @@ def _parallel_layer_steps(c: Ctx, phase: str, dense_mlp: bool) -> list[Step]:
     m, sh, b, t = c.m, c.sh, c.b, c.tokens
     d, nt = m.head_dim, c.norm_tokens
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
-    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    up = (2 if m.gated else 1) * sh.ffn
     full = t * m.hidden
     if phase == "fwd":
         return [
@@ -992,7 +997,7 @@ def layer_steps(c: Ctx, phase: str, dense_mlp: bool = True) -> list[Step]:
     d = m.head_dim
     nt = c.norm_tokens
     q_kv = (sh.heads + 2 * sh.kv_heads) * d
-    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    up = (2 if m.gated else 1) * sh.ffn
     fused_out_bias = c.fw.fused_bias_dropout_add  # row-parallel biases ride in bias-dropout-add
     if phase == "fwd":
         return [
@@ -1064,7 +1069,7 @@ def op_sac_recompute(c: Ctx) -> list[Op]:
             break
         if s.op == "qkv_proj":
             s = _gemm("qkv_proj", "fwd", t, m.hidden, sh.kv_heads * m.head_dim, b, c.fp8)
-        elif s.op == "mlp_up_gate" and m.activation == "swiglu":
+        elif s.op == "mlp_up_gate" and m.gated:
             s = _gemm("mlp_up_gate", "fwd", t, m.hidden, sh.ffn, b, c.fp8)
         out.append(s)
     return out
@@ -1388,7 +1393,7 @@ def rank_params(m: ModelArch, sh: Shard, layers: int, first: bool, last: bool) -
     """Parameters one TP rank holds for `layers` layers (+ embedding / head shards on the end stages)."""
     d = m.head_dim
     qkv = (sh.heads + 2 * sh.kv_heads) * d
-    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    up = (2 if m.gated else 1) * sh.ffn
     attn = m.hidden * qkv + sh.heads * d * m.hidden + ((qkv + m.hidden) if m.linear_bias else 0)
     mlp = m.hidden * up + sh.ffn * m.hidden + ((up + m.hidden) if m.linear_bias else 0)
     per_layer = attn + mlp + m.layer_norm_params  # norms are replicated across TP ranks (q, k norms too)
@@ -1550,7 +1555,7 @@ def linear_params(m: ModelArch, sh: Shard, layers: int) -> int:
     """Weights of the FP8 linear layers (QKV, output, MLP up/gate and down) one TP rank holds."""
     d = m.head_dim
     qkv = (sh.heads + 2 * sh.kv_heads) * d
-    up = (2 if m.activation == "swiglu" else 1) * sh.ffn
+    up = (2 if m.gated else 1) * sh.ffn
     return layers * (m.hidden * qkv + sh.heads * d * m.hidden + m.hidden * up + sh.ffn * m.hidden)
 
 

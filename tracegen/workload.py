@@ -2293,8 +2293,11 @@ class _RankProgram:
         for ch in self.st.chunks:
             for layer in range(ch.start, ch.end + 1):
                 # MoE layers: the dense part only (the routed experts are in their own buckets); MLA layers
-                # their own attention weights: the split the backward's buckets fill with (line ~1481)
-                out[layer] = layer_split(m, sh, layer, self.ep[0] if self.ep else 1)[0]
+                # their own attention weights: the split the backward's buckets fill with (line ~1481).
+                # FSDP / ZeRO-3 (EP 1 only, tracegen.moe_ops.moe_plan_error): one unit of the whole layer,
+                # experts included, as torchtitan's fully_shard of each transformer block holds them
+                dense, expert = layer_split(m, sh, layer, self.ep[0] if self.ep else 1)
+                out[layer] = dense + expert if self.fsdp else dense
         if self.head is not None:  # tied with the embedding on this rank: the final norm only
             out[HEAD] = head_rank_params(m, sh, self.emb is not None)
         return out
@@ -2762,7 +2765,9 @@ class _RankProgram:
         # ZeRO-3/FSDP; with DP 1, or without them, everything. Routed experts: the 1/expert-DP shard of
         # their buckets (all of them when the expert-DP group is one rank).
         shard = params
-        if self.dist_opt and (self.buckets or self.expert_buckets):
+        if self.fsdp and self.buckets:  # FSDP / ZeRO-3 units hold a MoE layer's experts too (EP 1)
+            shard = sum(b // self.dp for b in self.buckets)
+        elif self.dist_opt and (self.buckets or self.expert_buckets):
             shard = sum(b // self.dp for b in self.buckets) if self.buckets else params - expert
             shard += sum(b // self.edp for b in self.expert_buckets) if self.expert_buckets else expert
         fp8 = linear_params(m, self.ctx.sh, self.num_layers) if self.ctx.te_fp8 else 0
