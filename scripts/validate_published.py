@@ -814,13 +814,18 @@ def replay_spec(
     from xsim.traces.classes import write_classes
     from xsim.traces.traceset import discover
 
+    from xsim.api.network import collective_seconds
+
     t0 = time.perf_counter()
     dep = load_spec(spec)
     # Homogeneous deployments: the generator emits the DP gradient sync itself and the planner's rewrite
     # adds nothing (docs/tracegen.md), so it is skipped. With `fold`, DP replicas that are alike by
     # construction are generated once (a compact set, tracegen/compact.py) and replayed folded.
     classes = rank_classes(dep, rewrite=False) if fold else None
-    bundle = generate(dep, rewrite=False, only=None if classes is None else classes.written)
+    # The network model the set is replayed on also times the collectives' SM-contention windows.
+    network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
+    only = None if classes is None else classes.written
+    bundle = generate(dep, rewrite=False, only=only, comm_time=collective_seconds(network))
     t_gen = time.perf_counter()
     nodes = bundle.node_count() * (1 if classes is None else len(classes.replicas))
     with tempfile.TemporaryDirectory(prefix="xsim-valid-") as tmp:
@@ -830,7 +835,6 @@ def replay_spec(
             write_classes(tmp, classes)
         del bundle
         t_write = time.perf_counter()
-        network = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
         # The generator's own op times (duration_micros), which carry the spec's compute model. Folding
         # is proven, never assumed ("auto": a fold the network model times differently for another
         # replica, e.g. a DP ring crossing nodes unevenly, is replayed unfolded).

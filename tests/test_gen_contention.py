@@ -15,7 +15,6 @@ from xsim.tracegen.contention import (
     comm_ctas,
     dp_comm_ctas,
     nccl_node_channels,
-    wire_seconds,
     with_free_sms,
 )
 from xsim.tracegen.errors import SpecError
@@ -97,14 +96,56 @@ def test_generated_dp_collectives_hold_their_communicators_ctas():
     assert durations(16) == durations(16, dp_comm_ctas=16)
 
 
-def test_wire_seconds_at_the_line_rate():
-    h100 = SYSTEM_LINKS["dgx-h100"]
-    # ReduceScatter of 1.6 GB over 16 ranks on 2 nodes: each rank sends 15/16 of it over its 400 Gb/s NIC.
-    assert wire_seconds("reduce_scatter", 1_600_000_000, range(16), h100) == pytest.approx(1.5e9 / 50e9)
-    # AllGather of 1 GB per rank inside one node: 7 GB over NVLink at 450 GB/s; AllReduce twice the RS.
-    assert wire_seconds("all_gather", 10**9, range(8), h100) == pytest.approx(7e9 / 450e9)
-    assert wire_seconds("all_reduce", 800, range(8, 16), h100) == pytest.approx(2 * 700 / 450e9)
-    assert wire_seconds("all_reduce", 800, range(8), None) == float("inf")
+def _timed(spec: dict) -> tuple[list, dict]:
+    """Rank 0's nodes generated with the collectives timed by the replay's default network model on the
+    spec's cluster (xsim.api.network.deployment_collective_seconds), and each (kind, size, ranks) it timed,
+    in ns."""
+    from xsim.api.network import deployment_collective_seconds
+
+    dep = load_spec(spec)
+    timer = deployment_collective_seconds(dep)
+    assert timer is not None
+    calls: dict = {}
+
+    def rec(kind: str, size: int, ranks: tuple[int, ...]) -> float:
+        calls[(kind, size, ranks)] = timer(kind, size, ranks) * 1e9
+        return calls[(kind, size, ranks)] / 1e9
+
+    return generate(dep, rewrite=False, comm_time=rec).nodes[0], calls
+
+
+def test_a_dp_window_across_two_nodes_is_the_nccl_models_time():
+    # TP 8 x DP 2 on two DGX H100 nodes: rank 0's DP group is (0, 8), one GPU per node. A layer's gradient
+    # bucket: 4 x 2,048^2 + 3 x 2,048 x 8,192 = 67,108,864 weights / TP 8 x 4 B = 33,554,432 B, + the two
+    # norms' 2 x 2,048 x 4 B (whole on every TP rank) = 33,570,816 B. The analytical model (NCCL mode) runs
+    # it as ring/Simple: 2 steps (reduce-scatter, all-gather), each S/2 = 16,785,408 B over the 400 Gb/s NIC
+    # (50 B/ns; PCIe 64 B/ns is faster) = 335,708.16 ns; NCCL's latencies: base 8.4 us + 2 network steps x
+    # 14.0 us (Simple, one GPU a node: the tree's network latency, netmodels/nccl.py) = 36,400 ns; the route
+    # GPU -> PCIe (287.5) -> NIC (368) -> NIC (368) -> PCIe (287.5) = 1,311 ns a step. 671,416.32 + 36,400 +
+    # 2,622 = 710,438.32 -> 710,439 ns (ceil): the window, not the line rate's 2 x 16,785,408 / 50e9 s.
+    spec = {
+        "model": MODEL, "parallel": {"gpu": "H100", "tp": 8, "dp": 2, "global_batch": 4},
+        "compute_model": "roofline", "overlap_grad_reduce": True, "dp_bucket_bytes": 1, "cluster": "dgx-h100",
+    }  # fmt: skip
+    nodes, calls = _timed(spec)
+    assert calls[("all_reduce", 33_570_816, (0, 8))] == 710_439
+    # Every collective the rank places on its DP or overlapped-TP stream was timed by the model.
+    dp = {A.comm_size(n) for n in nodes if n.name.startswith("dp_grad_allreduce")}
+    assert dp and dp <= {size for (_, size, ranks) in calls if ranks == (0, 8)}
+
+
+def test_a_tp_window_inside_one_node_is_the_nccl_models_time():
+    # TP 2 SP on one DGX H100: fc1's backward re-gathers its input (AllGather of 1,024 tokens x 2,048 x 2 B =
+    # 4,194,304 B per rank) and reduce-scatters the dgrad (2,048 x 2,048 x 2 B = 8,388,608 B). Ring/Simple
+    # over ranks (0, 1): one step of 4,194,304 B at NVLink's 450 GB/s x NCCL's 20.6/25 = 370.8 B/ns =
+    # 11,311.5 ns, + base 8.4 us + one NVLink step 3.4 us + GPU -> NVSwitch -> GPU 2 x 20.44 ns =
+    # 23,152.4 -> 23,153 ns for both.
+    spec = {
+        "model": MODEL, "parallel": {"gpu": "H100", "tp": 2}, "compute_model": "roofline",
+        "sequence_parallel": True, "cluster": "dgx-h100",
+    }  # fmt: skip
+    _, calls = _timed(spec)
+    assert calls == {("all_gather", 4_194_304, (0, 1)): 23_153, ("reduce_scatter", 8_388_608, (0, 1)): 23_153}
 
 
 def test_system_links_agree_with_netmodels_presets():
@@ -113,14 +154,10 @@ def test_system_links_agree_with_netmodels_presets():
 
     for name, links in SYSTEM_LINKS.items():
         p = system_preset(name)
-        assert (links.gpus_per_node, links.nvlink, links.nic) == (
-            p.gpus_per_node,
-            p.nvlink_bandwidth,
-            p.nic_bandwidth,
-        )
-        # NVLinks x NCCL's figure per link = the line rate x netmodels' NCCL share (25 GB/s links; NVLink 5
-        # on the Blackwell presets: 50 GB/s links).
-        assert links.nvlink == pytest.approx(links.nvlinks * (50e9 if links.sm100 else 25e9))
+        assert links.gpus_per_node == p.gpus_per_node
+        # NVLinks x the link's line rate = the preset's (25 GB/s links; NVLink 5 on the Blackwell presets:
+        # 50 GB/s links); NVLinks x NCCL's figure per link = the line rate x netmodels' NCCL share.
+        assert p.nvlink_bandwidth == pytest.approx(links.nvlinks * (50e9 if links.sm100 else 25e9))
         eff = NVLINK_SIMPLE_EFFICIENCY[p.gpus[0]]
         assert links.nvlinks * links.nccl_link_gbps * 1e9 == pytest.approx(p.nvlink_bandwidth * eff)
 
@@ -169,14 +206,15 @@ def test_compute_under_a_gradient_bucket_runs_on_the_sms_nccl_leaves():
     assert "L1.mlp_up_gate.bwd.mb0" in by and "L1.mlp_up_gate.bwd.mb0" not in changed
 
 
-def test_the_line_rate_estimate_narrows_the_window():
-    # On a DGX H100 the DP2 AllReduce of a layer's ~50 M gradients takes ~0.2 ms at NVLink's 450 GB/s,
-    # less than the layer's backward: only the compute right after each issue is charged, part of it.
+def test_the_network_models_time_narrows_the_window():
+    # On a DGX H100 the DP2 AllReduce of a layer's ~67 M gradients takes ~0.6 ms in the network model, less
+    # than the layer's backward: only the compute right after each issue is charged, part of it. Without a
+    # timer each collective is held up to its first consumer.
     plain = {
         n.name: _ns(n) for n in generate(load_spec(_spec(comm_sm_contention=False)), rewrite=False).nodes[0]
     }
     bound = generate(load_spec(_spec()), rewrite=False).nodes[0]
-    timed = generate(load_spec(_spec(cluster="dgx-h100")), rewrite=False).nodes[0]
+    timed = _timed(_spec(cluster="dgx-h100"))[0]
     changed_bound = {n.name for n in bound if _ns(n) != plain[n.name]}
     changed_timed = {n.name for n in timed if _ns(n) != plain[n.name]}
     assert changed_timed and changed_timed < changed_bound
@@ -256,20 +294,19 @@ def test_bad_sm_counts_are_one_line(extra, message):
 
 def test_overlapped_tp_collectives_of_the_backward_hold_nccl_ctas():
     # TP 2 SP on a DGX H100, Megatron-Core without userbuffers: fc1's backward re-gathers its input under
-    # the dgrad half and reduce-scatters the dgrad under the wgrad half, on NVLink (450 GB/s per direction).
-    # Re-gather: 1,024 tokens x 2,048 x 2 B per rank, sent once (p - 1 = 1); ReduceScatter: 2,048 x 2,048
-    # x 2 B, half of it sent. Both 4,194,304 B / 450e9 B/s = 9,320.7 ns. A half under it for that share of
-    # its time runs on 132 - 24 SMs (NCCL's 24 channels on a DGX H100 node, nccl_node_channels): roofline
-    # time x 132/108 for that share.
+    # the dgrad half and reduce-scatters the dgrad under the wgrad half, both 23,153 ns in the network model
+    # (test_a_tp_window_inside_one_node_is_the_nccl_models_time). A half under it for that share of its time
+    # runs on 132 - 24 SMs (NCCL's 24 channels on a DGX H100 node, nccl_node_channels): roofline time x
+    # 132/108 for that share.
     spec = {
         "model": MODEL, "parallel": {"gpu": "H100", "tp": 2}, "compute_model": "roofline",
         "sequence_parallel": True, "cluster": "dgx-h100",
     }  # fmt: skip
-    on = {n.name: n for n in generate(load_spec(spec), rewrite=False).nodes[0]}
+    on = {n.name: n for n in _timed(spec)[0]}
     off = {
         n.name: n for n in generate(load_spec({**spec, "comm_sm_contention": False}), rewrite=False).nodes[0]
     }
-    wire = 4_194_304 / 450e9 * 1e9
+    wire = 23_153
     for half in ("chunk0", "chunk1"):
         plain = _ns(off[f"L1.mlp_up_gate.bwd.mb0.{half}"])
         frac = min(1.0, wire / plain)

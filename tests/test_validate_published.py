@@ -209,10 +209,13 @@ def test_harness_replays_one_dp_replica_and_equals_the_unfolded_replay(tmp_path)
     assert rep.replayed_ranks == run.pp
     assert vp.fold_factor(run) == run.tp * run.dp
     dep = load_spec(spec)
-    generate(dep, rewrite=False).write(tmp_path, dep.name)
     import json
 
+    from xsim.api.network import collective_seconds
+
+    # The contention windows timed by the model the set is replayed on, as the harness times them.
     net = build_model("analytical", build_cluster(json.loads(dep.cluster_json)))
+    generate(dep, rewrite=False, comm_time=collective_seconds(net)).write(tmp_path, dep.name)
     full = simulate(str(tmp_path), network=net, compute=DurationModel())
     assert rep.iteration_ns == full.summary_dict()["iteration_time_ns"] > 0
 

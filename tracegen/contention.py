@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
@@ -77,34 +77,39 @@ def with_free_sms(gpu: GpuSpec, busy: int) -> GpuSpec:
 
 @dataclass(frozen=True)
 class SystemLinks:
-    """Line rates a DP collective's time is estimated from (per GPU per direction, bytes/s), and the NVLinks
-    NCCL's topology search sees on a GPU: their count and the bandwidth it assumes per link (GB/s)."""
+    """What NCCL's topology search sees on a DGX-like system: GPUs per NVLink node, the NVLinks of a GPU and
+    the bandwidth NCCL assumes per link (GB/s), and the search-speed table (SM90 / SM100)."""
 
     gpus_per_node: int
-    nvlink: float
-    nic: float
     nvlinks: int
     nccl_link_gbps: float
     sm90: bool
     sm100: bool = False  # Blackwell: NCCL_SPEEDS_SM100
 
 
-# The DGX presets' line rates (netmodels/presets.py SYSTEM_PRESETS, from the DGX A100 / H100 datasheets;
-# tracegen does not import netmodels, tests/test_gen_contention.py checks the two agree). A cluster without
-# a system preset has no estimate: its DP collectives are taken in flight up to their first consumer.
-# NVLinks per GPU: 12 on the A100 (datasheet: 12 x 25 GB/s = 300 GB/s per direction), 8 on the A800 (its
-# 200 GB/s per direction at 25 GB/s a link; `nvidia-smi topo -m` shows NV8 between A800-SXM4 pairs), 18 on
-# the H100 SXM (datasheet). NCCL's per-link figure: SM80_NVLINK_BW 20.0, SM90_NVLINK_BW 20.6 (src/graph/
-# topo.h, master; netmodels/nccl.py NVLINK_SIMPLE_EFFICIENCY holds the same figures over 25 GB/s).
+# The DGX presets (netmodels/presets.py SYSTEM_PRESETS; tracegen does not import netmodels,
+# tests/test_gen_contention.py checks the two agree). A cluster without a system preset holds NCCL_TP_CTAS /
+# NCCL_DP_CTAS. NVLinks per GPU: 12 on the A100 (datasheet: 12 x 25 GB/s = 300 GB/s per direction), 8 on the
+# A800 (its 200 GB/s per direction at 25 GB/s a link; `nvidia-smi topo -m` shows NV8 between A800-SXM4
+# pairs), 18 on the H100 SXM (datasheet). NCCL's per-link figure: SM80_NVLINK_BW 20.0, SM90_NVLINK_BW 20.6
+# (src/graph/topo.h, master; netmodels/nccl.py NVLINK_SIMPLE_EFFICIENCY holds the same figures over 25 GB/s).
 SYSTEM_LINKS: dict[str, SystemLinks] = {
-    "dgx-a100": SystemLinks(8, 300e9, 200e9 / 8, 12, 20.0, False),
-    "dgx-a800": SystemLinks(8, 200e9, 200e9 / 8, 8, 20.0, False),
-    "dgx-h100": SystemLinks(8, 450e9, 400e9 / 8, 18, 20.6, True),
+    "dgx-a100": SystemLinks(8, 12, 20.0, False),
+    "dgx-a800": SystemLinks(8, 8, 20.0, False),
+    "dgx-h100": SystemLinks(8, 18, 20.6, True),
     # NVLink 5: 18 links of 50 GB/s per direction on the B200 (DGX B200 datasheet) and GB200 (NVL72
     # datasheet); SM100_NVLINK_BW 40.1 (topo.h). GB200 NVL72: the 72-GPU NVLink domain is the node.
-    "dgx-b200": SystemLinks(8, 900e9, 400e9 / 8, 18, 40.1, False, True),
-    "gb200-nvl72": SystemLinks(72, 900e9, 400e9 / 8, 18, 40.1, False, True),
+    "dgx-b200": SystemLinks(8, 18, 40.1, False, True),
+    "gb200-nvl72": SystemLinks(72, 18, 40.1, False, True),
 }
+
+# The seconds one collective takes as the replay's network model times it: (Chakra kind name as in
+# tracegen.workload.COMM_KIND, comm_size in bytes, the group's ranks) -> seconds. The application layer
+# builds it from the deployment's cluster (xsim.api.network.collective_seconds: netmodels' analytical model,
+# the replay's default, with NCCL's algorithms, protocols and latencies on the DGX presets); tracegen does not
+# import netmodels, so it is handed in. None: no estimate, a collective is taken in flight up to its first
+# consumer.
+CommTimer = Callable[[str, int, tuple[int, ...]], float]
 
 
 def nccl_node_channels(nvlinks: int, link_gbps: float, sm90: bool, sm100: bool = False) -> int:
@@ -156,26 +161,13 @@ NCCL_TP_CTAS = nccl_node_channels(12, 20.0, False)
 @dataclass(frozen=True)
 class CommWindow:
     """One collective on one of the rank's NCCL streams: the node it is issued after, its first consumer, its
-    estimated seconds (inf: unknown) and the SMs (NCCL CTAs) its communicator holds (0: the stream's)."""
+    seconds as the replay's network model times it (CommTimer; inf: unknown) and the SMs (NCCL CTAs) its
+    communicator holds (0: the stream's)."""
 
     issue: int
     consumer: int
     seconds: float
     ctas: int = 0
-
-
-def wire_seconds(kind: str, size: int, members: Sequence[int], links: SystemLinks | None) -> float:
-    """Time of a ring collective at the line rate: the bytes each rank sends ((p-1)/p of the buffer; an
-    AllReduce twice; Chakra's AllGather size is the per-rank input) over its NIC when the group spans
-    nodes (ranks fill nodes in order), else over NVLink. inf without `links`."""
-    p = len(members)
-    if links is None:
-        return math.inf
-    if p < 2:
-        return 0.0
-    sent = {"all_gather": size * (p - 1), "all_reduce": 2 * size * (p - 1) / p}.get(kind, size * (p - 1) / p)
-    nodes = {r // links.gpus_per_node for r in members}
-    return sent / (links.nic if len(nodes) > 1 else links.nvlink)
 
 
 def dp_comm_ctas(members: Sequence[int], links: SystemLinks | None) -> int:

@@ -181,6 +181,23 @@ XENT = {
     "fused": {"fwd": (1, 2, 0), "bwd": (1, 2, 0)},
     "te": {"fwd": (2, 3, 0), "bwd": (1, 2, 0)},
 }
+# The loss's TP collectives in the forward, by Framework.loss: (kind, their names and FP32 values per token).
+# "megatron": _VocabParallelCrossEntropy.forward runs three blocking all-reduces over TP, each of s x b FP32:
+# the logits' max (ReduceOp.MAX), the target logits (SUM) and the sums of exponentials (SUM); so do
+# Megatron-LM 2021 and 2022 (megatron/mpu/cross_entropy.py of de7dc40f88 and d898a8991d) and Megatron-Core
+# (megatron/core/tensor_parallel/cross_entropy.py at core_v0.6.0, core_r0.12.0, core_v0.15.0 and master
+# d98e8a64dd). Only the fused path (cross_entropy_loss_fusion with impl "native", megatron/core/fusions/
+# fused_cross_entropy.py from core_r0.8.0) concatenates the last two into one all-reduce, which no profile
+# here runs. "eager": PyTorch's loss_parallel (torch/distributed/tensor/parallel/loss.py at 02eef6b863:
+# `_log_softmax` all-reduces the max and the sum of exponentials, `_nll_loss_forward` the target logits'
+# partial values): three as well. "te": one all-gather of each rank's (max, sum, target logit).
+# "fused" (InternLM's flash-attn loss): one all-reduce of the three, not read at its commit here.
+XENT_TP: dict[str, tuple[str, tuple[tuple[str, int], ...]]] = {
+    "megatron": ("all_reduce", (("loss_tp_max", 1), ("loss_tp_target", 1), ("loss_tp_sumexp", 1))),
+    "eager": ("all_reduce", (("loss_tp_max", 1), ("loss_tp_sumexp", 1), ("loss_tp_target", 1))),
+    "fused": ("all_reduce", (("loss_tp", 3),)),
+    "te": ("all_gather", (("loss_tp", 3),)),
+}
 # Transformer Engine 1.8's delayed scaling (transformer_engine/pytorch/fp8.py, reduce_and_update_fp8_tensors):
 # once per fp8_autocast region and micro-batch (Megatron-Core wraps each model chunk's TransformerBlock),
 # at the region's exit after forward and after the backward of its first FP8 module, the amaxes of all the
@@ -1356,11 +1373,12 @@ def head_steps(c: Ctx, phase: str) -> list[Step]:
     logits = t * sh.vocab
     # (kernels, bytes per local logit) of the loss, forward and backward
     xent = {ph: (k, passes * b + fp32) for ph, (k, passes, fp32) in XENT[c.fw.loss].items()}
-    # Megatron's vocab-parallel cross-entropy all-reduces max, sum-exp and target logit (FP32, per token):
-    # emitted as one AllReduce of their total size. TE's all-gathers each rank's three (all_gather_into_tensor
-    # of the n_rows x 3 FP32 m_d_X_y, triton/cross_entropy.py cross_entropy_forward, TE v2.9).
-    xent_kind = "all_gather" if c.fw.loss == "te" else "all_reduce"
-    xent_ar = [Comm("loss_tp", xent_kind, 3 * t * 4)] if sh.tp > 1 else []
+    # The loss's TP collectives (XENT_TP), in the order its code issues them, before the loss's kernels:
+    # Megatron's vocab-parallel cross-entropy all-reduces max, target logit and sum-exp (FP32, per token) one
+    # by one; TE all-gathers each rank's three (all_gather_into_tensor of the n_rows x 3 FP32 m_d_X_y,
+    # triton/cross_entropy.py cross_entropy_forward, TE v2.9).
+    xent_kind, xent_comms = XENT_TP[c.fw.loss]
+    xent_ar = [Comm(name, xent_kind, n * t * 4) for name, n in xent_comms] if sh.tp > 1 else []
     if phase == "fwd":
         return [
             _norm(c, "final_norm", "fwd", c.norm_tokens * m.hidden),

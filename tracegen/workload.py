@@ -26,11 +26,11 @@ from xsim.tracegen.choices import GRAD_REDUCE_BYTES
 from xsim.tracegen.contention import (
     SYSTEM_LINKS,
     TE_UB_SMS,
+    CommTimer,
     CommWindow,
     busy_fractions,
     comm_ctas,
     dp_comm_ctas,
-    wire_seconds,
     with_free_sms,
 )
 from xsim.tracegen.context_parallel import (
@@ -154,7 +154,11 @@ DIST_OPT_PAD_ELEMENTS = 128
 
 
 def generate(
-    deployment: dpb.Deployment, *, rewrite: bool = True, only: Collection[int] | None = None
+    deployment: dpb.Deployment,
+    *,
+    rewrite: bool = True,
+    only: Collection[int] | None = None,
+    comm_time: CommTimer | None = None,
 ) -> TraceBundle:
     """Per-rank graphs of one training iteration; with `rewrite`, heterogeneous sync/reshard is inserted.
 
@@ -162,6 +166,10 @@ def generate(
     groups are those of the whole plan. A homogeneous plan, which the rewrite leaves alone, builds only
     them; a heterogeneous one is built and rewritten whole (the rewriter numbers the groups it adds in
     rank order over every rank) and the others dropped before writing.
+
+    comm_time: how long a collective holds its SMs, the replay's network model's time of it
+    (tracegen.contention.CommTimer, built by xsim.api.network.collective_seconds); None: each is taken in
+    flight up to its first consumer.
     """
     # Each rank's program is millions of small objects (payload lists, deps, tags) and no reference cycles;
     # with the cyclic GC on, its full collections come at a rate that grows with the nodes made and each
@@ -170,16 +178,18 @@ def generate(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _generate(deployment, rewrite, only)
+        return _generate(deployment, rewrite, only, comm_time)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _generate(deployment: dpb.Deployment, rewrite: bool, only: Collection[int] | None) -> TraceBundle:
+def _generate(
+    deployment: dpb.Deployment, rewrite: bool, only: Collection[int] | None, comm_time: CommTimer | None
+) -> TraceBundle:
     """`generate` with the collector paused."""
     whole = rewrite and only is not None and not is_homogeneous(deployment)
-    gen = _Generator(deployment, only=None if whole else only)
+    gen = _Generator(deployment, only=None if whole else only, comm_time=comm_time)
     bundle = gen.run()
     if rewrite and (only is None or whole):
         # Imported here: the rewriter (tracegen.planner.rewrite) builds on this module, not the other way round.
@@ -455,9 +465,16 @@ def _framework_of(dep: dpb.Deployment) -> Framework:
 
 class _Generator:
     def __init__(
-        self, dep: dpb.Deployment, *, clone: bool = True, only: Collection[int] | None = None
+        self,
+        dep: dpb.Deployment,
+        *,
+        clone: bool = True,
+        only: Collection[int] | None = None,
+        comm_time: CommTimer | None = None,
     ) -> None:
         self.dep = dep
+        self.comm_time = comm_time  # the replay's network model's collective times (tracegen.contention)
+        self._comm_s: dict[tuple[str, int, tuple[int, ...]], float] = {}
         self.only = None if only is None else frozenset(only)  # the ranks to build (None: every rank)
         # At most one rank built per device group (a compact set of rank classes, tracegen/compact.py):
         # no built rank is a copy of another, so each is serialized as soon as it is built and its
@@ -493,7 +510,7 @@ class _Generator:
         self._attr_bytes: dict[int, tuple[pb.AttributeProto, bytes]] = {}
         self._dur_cache: dict[tuple[str, Op], int] = {}
         self._contended: dict[tuple[str, Op, int], int] = {}
-        # DGX line rates for the DP collectives' time estimate (tracegen.contention), None: no system preset
+        # What NCCL sees on a DGX system, for the CTAs a collective holds (tracegen.contention); None: no preset
         cluster = json.loads(dep.cluster_json or "{}")
         system = cluster.get("system", "") if isinstance(cluster, dict) else ""
         self.links = SYSTEM_LINKS.get(str(system).lower())
@@ -552,6 +569,18 @@ class _Generator:
     def duration_ns(self, gpu: str, op: Op) -> int:
         """The exact duration of `op` on `gpu` in ns (the `duration_ns` attribute's value), cached."""
         return int(self.duration(gpu, op)[1].int64_val)
+
+    def comm_seconds(self, kind: str, size: int, members: Sequence[int]) -> float:
+        """Seconds the collective holds its SMs: its whole duration as the replay's network model times it
+        (`comm_time`, cached per kind, size and group); inf without one (held up to its first consumer)."""
+        key = (kind, size, tuple(members))
+        s = self._comm_s.get(key)
+        if s is None:
+            p = len(key[2])
+            s = self._comm_s[key] = (
+                math.inf if self.comm_time is None else 0.0 if p < 2 else self.comm_time(*key)
+            )
+        return s
 
     def contended_ns(self, gpu: str, op: Op, busy: int) -> int:
         """ns of `op` on `gpu` while communication kernels hold `busy` of its SMs (tracegen.contention)."""
@@ -2682,7 +2711,7 @@ class _RankProgram:
                 kind, size = COMM_NAME.get(A.get_int(n, A.COMM_TYPE), ""), A.comm_size(n)
                 members = g.bundle.comm_groups[A.get_str(n, A.PG_NAME)]
                 ctas = g.dep.dp_comm_ctas or dp_comm_ctas(members, g.links)
-            out.append(CommWindow(c, end, wire_seconds(kind, size, members, g.links), ctas))
+            out.append(CommWindow(c, end, g.comm_seconds(kind, size, members), ctas))
         return out[::-1]
 
     def _all_params(self) -> int:

@@ -69,6 +69,7 @@ def check_cluster(dep, spec_path: str) -> None:
 def generate(spec, options: GenerateOptions) -> Generated:
     """Per-rank Chakra traces, comm_group.json, deployment.json and memory.json of a spec (a SpecSource or
     an already resolved tracegen Deployment), written to options.out."""
+    from xsim.api.network import deployment_collective_seconds
     from xsim.replay.progress import status
     from xsim.tracegen.compact import rank_classes
     from xsim.tracegen.deployment_pb2 import Deployment
@@ -107,7 +108,9 @@ def generate(spec, options: GenerateOptions) -> Generated:
     ) as stage:
         try:
             with status("generating traces"):
-                bundle = make(dep, rewrite=options.rewrite, only=only)
+                # The contention windows: each collective as the replay's default network model times it.
+                timer = deployment_collective_seconds(dep)
+                bundle = make(dep, rewrite=options.rewrite, only=only, comm_time=timer)
         except GeneratorError as exc:
             raise GeneratorError(f"{os.fspath(where)}: {exc}") from None
         try:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from xsim.api.options import NetworkOptions
 from xsim.netmodels.errors import NetworkModelError
 from xsim.netmodels.models import ASTRA_FAMILY, build_astra_model, build_model, model_info, model_names
 from xsim.replay.errors import ReplayError
 from xsim.traces.io import DEPLOYMENT_FILE
+
+if TYPE_CHECKING:
+    from xsim.tracegen.contention import CommTimer
 
 
 def resolve_model(options: NetworkOptions) -> str:
@@ -86,3 +90,29 @@ def build_network(
         "no network: pass --topology SPEC (e.g. switch:8:50GBps:500ns), --astra-network NET.yml, "
         f"--comm measured, or replay a folder holding {DEPLOYMENT_FILE}"
     )
+
+
+def collective_seconds(network) -> CommTimer:
+    """A topology model's time of one collective alone (its `fixed_collective_ns`), in seconds: the window a
+    collective holds its SMs in the generator's contention model (tracegen.contention.CommTimer)."""
+    from xsim.netmodels.api import CollectiveSpec
+
+    def seconds(kind: str, size: int, ranks: tuple[int, ...]) -> float:
+        return network.fixed_collective_ns(CollectiveSpec(kind, size, ranks)) / 1e9
+
+    return seconds
+
+
+def deployment_collective_seconds(deployment) -> CommTimer | None:
+    """`collective_seconds` of the replay's default model (analytical) on a deployment's cluster, as
+    `build_network` builds it for a set replayed without --topology; None where no cluster can be built."""
+    from xsim.netmodels.cluster import build_cluster
+    from xsim.tracegen.spec import num_ranks
+
+    if not deployment.cluster_json:
+        return None
+    try:
+        topo = build_cluster(json.loads(deployment.cluster_json), need=num_ranks(deployment))
+    except NetworkModelError:
+        return None
+    return collective_seconds(build_model("analytical", topo))
