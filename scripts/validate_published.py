@@ -140,6 +140,9 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # DeepSpeed's synchronize_checkpoint_boundary where the run's config sets it (GPT-NeoX's
     # synchronize-each-layer): a host sync at each checkpointed unit's forward and backward start and end.
     "synchronize_each_layer": (True, False),
+    # CUDA_LAUNCH_BLOCKING=1 in the run's environment (BigScience tr11-176B-ml.slurm): every launch waits for
+    # its kernel to end.
+    "cuda_launch_blocking": (True, False),
     # Megatron-Core's deferral of the LM head's weight-gradient GEMMs to the pipeline flush (with
     # wgrad_deferral_limit, INT_OPTIONS) and the distributed optimizer's first-chunk AllGather with the
     # optimizer step, where the run's config sets them (NeMo 2.x MegatronCommOverlapCallback).

@@ -458,3 +458,19 @@ def test_deepspeed_bf16_gradient_copy_per_micro_batch_by_hand():
     for other in ({**spec, "framework": "megatron-core"}, {**spec, "precision": "fp16"}):
         b = generate(load_spec(other), rewrite=False)
         assert not [n for r in b.nodes.values() for n in r if n.name.startswith("grad_accum_fp32")]
+
+
+def test_megatron_deepspeed_unfused_attention_by_hand():
+    # Both Megatron-DeepSpeed forks (bigscience affff3d2, microsoft f4157bea69) run Megatron-LM 2021's unfused
+    # attention: GPTModelPipe's causal mask type takes ScaledUpperTriangMaskedSoftmax (s <= 4096), so as in the
+    # test above forward 2 x (544 + 1,024) = 3,136 B and backward 2 x (2 x 544 + 1,024) = 4,224 B (whole rows
+    # before: 4,096 and 6,144); the context's permute(2, 0, 1, 3).contiguous() copies q = 16 x 4 x 16 = 1,024
+    # elements (read, write: 2 x 2 x 1,024 = 4,096 B) and the Q/K/V split's backward cats q + 2 kv = 3,072
+    # elements (2 x 2 x 3,072 = 12,288 B). The flash path (the profile's default) has none of them.
+    fwd = table(GPT, "megatron-deepspeed", "fwd", attention="unfused")
+    bwd = table(GPT, "megatron-deepspeed", "bwd", attention="unfused")
+    assert fwd["attn_softmax"][0] == 3_136 and bwd["attn_softmax"][0] == 4_224
+    assert fwd["attn_context_permute"] == (4_096, 0, 1)
+    assert bwd["qkv_grad_cat"] == (12_288, 0, 1)
+    flash = table(GPT, "megatron-deepspeed", "fwd")
+    assert "attn_context_permute" not in flash and "attn_softmax" not in flash

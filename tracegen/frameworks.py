@@ -410,10 +410,20 @@ FRAMEWORKS: dict[str, Framework] = {
     # Megatron's, but arguments.py turns async_tensor_model_parallel_allreduce off under --deepspeed ("DeepSpeed
     # seems to be incompatible with async_tensor_model_parallel_allreduce"): without SP the input gradient is
     # all-reduced by copy_to_tensor_model_parallel_region after the whole backward.
+    # Its unfused attention (BLOOM's path: no --use-flash-attn) is Megatron-LM's of 2021 in both forks
+    # (megatron/model/transformer.py of bigscience-workshop/Megatron-DeepSpeed affff3d2, 2022-03-17, the day
+    # before BLOOM's iteration 12695, and microsoft/Megatron-DeepSpeed f4157bea69): the Q/K/V split of the
+    # fused projection (split_tensor_along_last_dim / torch.split: a cat backward), the context's
+    # permute(2, 0, 1, 3).contiguous() (attn_layout_copies), and GPTModelPipe's causal self-attention mask
+    # type, for which FusedScaleMaskSoftmax runs ScaledUpperTriangMaskedSoftmax when 16 < sk <= 4096
+    # (megatron/model/fused_softmax.py is_kernel_available, both forks; BLOOM's slurm script sets
+    # --abort-on-unmet-fused-kernel-constraints).
     "megatron-deepspeed": _unfused_layer(
         "megatron-deepspeed",
         bias_in_gemm=False,
         fp32_grad_copy_per_micro_batch=True,
+        causal_softmax_max_seq=4096,
+        attn_layout_copies=True,
         sp_dgrad_overlap=True,
         vocab_divisible_by=128,
         pp_scatter_gather=True,

@@ -93,7 +93,8 @@ class HostTimeline:
         new epoch. (host ns, sync kernels, previous host node) of the host node that carries the launches up
         to the wait (the host reaches it at its end), or None before the first sync (the host is ahead).
         `syncs` > 1: that many synchronizations back to back with nothing launched between them (each
-        costs the sync's host time; the GPU has nothing queued meanwhile)."""
+        costs the sync's host time; the GPU has nothing queued meanwhile); 0: a wait with no read of its own
+        (CUDA_LAUNCH_BLOCKING's launch that returns when its kernel ends)."""
         out = None if self.epoch < 0 else (self.acc, self.wait, self.prev)
         self.epoch = kernels[0]
         # The epoch starts at the last of them to end. Only a lone kernel is known to end there: with several,

@@ -163,6 +163,7 @@ TOP_KEYS = (
     "tp_overlap_sms",
     "host_dispatch",
     "host_launch_us",
+    "cuda_launch_blocking",
     "make_vocab_size_divisible_by",
     "parallel",
     "device_groups",
@@ -556,6 +557,11 @@ class _SpecBuilder:
             if isinstance(us, bool) or not isinstance(us, int | float) or not 0 < us <= 1e6:
                 raise self.fail(f"host_launch_us must be a number of microseconds > 0, got {us!r}")
             dep.host_launch_us = float(us)
+        # CUDA_LAUNCH_BLOCKING=1 in the run's environment (field 121): every launch waits for its kernel.
+        if self.bool_key("cuda_launch_blocking"):
+            if dep.host_dispatch == "off":
+                raise self.fail("cuda_launch_blocking: true needs the host thread (host_dispatch is off)")
+            dep.cuda_launch_blocking = True
 
     def fp8_params(self, dep: dpb.Deployment, model: ModelArch) -> bool:
         """`fp8_params` (field 75): the FP8 linears' weights held in FP8 only (TE fp8_model_init)."""
@@ -1870,6 +1876,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"tp_overlap_sms": dict(sorted(dep.tp_overlap_sms.items()))} if dep.tp_overlap_sms else {}),
         **({"host_dispatch": dep.host_dispatch} if dep.host_dispatch else {}),
         **({"host_launch_us": dep.host_launch_us} if dep.host_launch_us else {}),
+        **({"cuda_launch_blocking": True} if dep.cuda_launch_blocking else {}),
         **(
             {"make_vocab_size_divisible_by": dep.make_vocab_size_divisible_by}
             if dep.HasField("make_vocab_size_divisible_by")

@@ -886,6 +886,7 @@ class _RankProgram:
         self.payloads: list[bytes] = []
         self.deps: list[tuple[Sequence[int], Sequence[int]]] = []
         self.hostline: HostTimeline | None = None  # the host thread (tracegen.host), set up by `setup`
+        self.launch_blocking = False  # CUDA_LAUNCH_BLOCKING=1 (cuda_launch_blocking), set by `setup`
         # the pipeline exchange being emitted (its P2P nodes), when the framework syncs the host at each one
         self.exchange: list[int] | None = None
         self.exchange_side, self.in_p2p = "", False
@@ -989,6 +990,13 @@ class _RankProgram:
             data = [*data, hid]
         nid = self._append(name, ntype, data, ctrl, dur, attrs)
         line.placed(nid, lb, hid)
+        if self.launch_blocking:
+            # CUDA_LAUNCH_BLOCKING=1: the launch (a kernel, an NCCL call, a send or receive) returns when the
+            # kernel has ended; the host then dispatches the next one (its launch cost), no read of its own.
+            gate = line.sync([nid], 0)
+            # launches no host node carried yet (none in practice: every launch after a sync is gated)
+            if gate is not None and gate[0]:
+                line.prev = self._host_node("read", gate)
         return nid
 
     def _append(
@@ -2561,9 +2569,12 @@ class _RankProgram:
             dep.host_dispatch,
             dep.host_launch_us,
             dep.compute_model or "roofline",
-            self.ctx.fw.host_dispatch or dep.synchronize_each_layer,  # its syncs need the host thread
+            # their syncs need the host thread
+            self.ctx.fw.host_dispatch or dep.synchronize_each_layer or dep.cuda_launch_blocking,
         )
         self.hostline = HostTimeline(costs) if costs is not None else None
+        # CUDA_LAUNCH_BLOCKING=1: each launch returns once its kernel has ended (a sync after every GPU node)
+        self.launch_blocking = self.hostline is not None and dep.cuda_launch_blocking
         self.exchange = [] if self.hostline is not None and self.ctx.fw.p2p_sync else None
         self.te_busy: dict[int, int] = {}  # compute node -> SMs TE's userbuffers hold meanwhile
 
@@ -2904,9 +2915,11 @@ class _RankProgram:
         """The host waits for `kernel` (or all of several) here, `syncs` times back to back: the launches
         up to the wait go into a host node of their own."""
         assert self.hostline is not None
-        gate = self.hostline.sync([kernel] if isinstance(kernel, int) else kernel, syncs)
-        # none when the last host node already ends where the host reaches the read
-        if gate is not None and (gate[0] or gate[1]):
+        kernels = [kernel] if isinstance(kernel, int) else list(kernel)
+        gate = self.hostline.sync(kernels, syncs)
+        # none when the last host node already ends where the host reaches the read, or when the node would
+        # carry no host time and wait only for kernels the next host node waits for (cuda_launch_blocking)
+        if gate is not None and (gate[0] or (gate[1] and not set(gate[1]) <= set(kernels))):
             self.hostline.prev = self._host_node("read", gate)
 
     def moe_sync(self, s: AllToAll, pred: int | None, phase: str) -> None:
