@@ -85,15 +85,16 @@ def test_small_spec_counts_by_hand(schedule):
         }
         assert len(b.nodes[r]) == 89
     # Stage 1 (layer 2, head). Forward: recv, 11 layer ops + final norm, LM head, loss = 14 COMP, AllReduce
-    # x2 in the layer + the cross-entropy AllReduce = 3. Backward: loss, LM head, final norm + 13 = 16 COMP,
-    # AllReduce of the LM-head input gradient + 2 in the layer = 3, one gradient send.
-    # COMP 2*(14+16)+5 = 65, ALL_REDUCE 12+1 = 13, SEND 2, RECV 2; the QKV, MLP up/gate and LM-head backward
+    # x2 in the layer + the vocab-parallel cross-entropy's three (max, target logit, sum of exp:
+    # _VocabParallelCrossEntropy) = 5. Backward: loss, LM head, final norm + 13 = 16 COMP, AllReduce of the
+    # LM-head input gradient + 2 in the layer = 3, one gradient send.
+    # COMP 2*(14+16)+5 = 65, ALL_REDUCE 2*(5+3)+1 = 17, SEND 2, RECV 2; the QKV, MLP up/gate and LM-head backward
     # GEMMs as dgrad and wgrad nodes: COMP 65 + 2*3 = 71; the q/k/v gradient cat (2) and the bucket's NaN
     # check: 74; the hook's adds of the layer's norm gains and of the final norm's (2 per micro-batch): 78.
     for r in (2, 3):
         assert kinds(b.nodes[r]) == {
             "COMP_NODE": 78,
-            "ALL_REDUCE": 13,
+            "ALL_REDUCE": 17,
             "COMM_SEND_NODE": 2,
             "COMM_RECV_NODE": 2,
         }
