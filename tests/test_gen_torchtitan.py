@@ -280,3 +280,82 @@ def test_the_8b_h100_example_is_torchtitans_run():
         "torchtitan", "torchtitan-2024", "selective-op", "fsdp",
     )  # fmt: skip
     assert [(g.name, g.mem_bw, g.memory_bytes) for g in dep.gpus] == [("H100", 2.4e12, 96 * 2**30)]
+
+
+def test_fsdp2_copy_out_and_reduce_scatter_copy_in_by_hand():
+    # FSDP2's copies (Framework.fsdp2_copies; _fsdp_collectives.py foreach_all_gather_copy_out and
+    # foreach_reduce_scatter_copy_in). LLAMA at DP 2 (units as in the test above, none padded: 41,088 / 2,
+    # 6,400 / 2 and 6,464 / 2 are whole). Copy-out on the compute stream after each gather: read + write
+    # 2 B a gathered element, 4 x 41,088 = 164,352 B a layer, 4 x 6,400 = 25,600 (embedding), 4 x 6,464 =
+    # 25,856 (final norm + head). Copy-in of the BF16 gradients into the FP32 reduce-scatter input (read 2 B,
+    # write 4 B): 6 x 41,088 = 246,528, 6 x 6,464 = 38,784, 6 x 6,400 = 38,400 B. The root (embedding, head)
+    # and torchtitan's last block stay gathered into backward: no copy-out there; layer 1's backward gathers.
+    spec = {
+        "model": LLAMA,
+        "parallel": {"gpu": "H100", "dp": 2},
+        "sharding": "fsdp",
+        "framework": "torchtitan",
+        "schedule": "1f1b",
+        "make_vocab_size_divisible_by": 0,
+    }  # fmt: skip
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    byid = {n.id: n for n in nodes}
+    copies = [(n.name, A.get_int(n, A.TENSOR_SIZE)) for n in nodes if n.name.startswith("fsdp_") and ".mb0" in n.name
+              and n.type == pb.COMP_NODE]  # fmt: skip
+    assert copies == [
+        ("fsdp_allgather_copy_out.emb.fwd.mb0", 25_600), ("fsdp_allgather_copy_out.1.fwd.mb0", 164_352),
+        ("fsdp_allgather_copy_out.2.fwd.mb0", 164_352), ("fsdp_allgather_copy_out.head.fwd.mb0", 25_856),
+        ("fsdp_reducescatter_copy_in.head.bwd.mb0", 38_784), ("fsdp_reducescatter_copy_in.2.bwd.mb0", 246_528),
+        ("fsdp_allgather_copy_out.1.bwd.mb0", 164_352), ("fsdp_reducescatter_copy_in.1.bwd.mb0", 246_528),
+        ("fsdp_reducescatter_copy_in.emb.bwd.mb0", 38_400),
+    ]  # fmt: skip
+    named = {n.name: n for n in nodes}
+
+    def deps(name: str) -> set[str]:
+        n = named[name]
+        return {byid[d].name for d in [*n.data_deps, *n.ctrl_deps]}
+
+    # the copy-out waits for its gather; the layer's first op waits for the copy-out, not the gather
+    assert "fsdp_param_allgather.1.mb0" in deps("fsdp_allgather_copy_out.1.bwd.mb0")
+    assert deps("L1.mlp_down.bwd.mb0") == {"L2.attn_residual.bwd.mb0", "fsdp_allgather_copy_out.1.bwd.mb0"}
+    # the copy-in follows the unit's backward and the previous ReduceScatter (one stream); the ReduceScatter
+    # follows the copy-in, and the next compute op waits for the copy-in
+    assert deps("fsdp_reducescatter_copy_in.1.bwd.mb0") == {
+        "L1.attn_residual.bwd.mb0",
+        "fsdp_grad_reducescatter.2.mb0",
+    }
+    assert "fsdp_reducescatter_copy_in.1.bwd.mb0" in deps("fsdp_grad_reducescatter.1.mb0")
+    assert "fsdp_reducescatter_copy_in.1.bwd.mb0" in deps("embedding.bwd.mb0")
+    # megatron-core's FSDP path (its default layer profile) has none of them
+    other = generate(load_spec({**spec, "framework": "megatron-core"}), rewrite=False).nodes[0]
+    assert not [n.name for n in other if "copy_out" in n.name or "copy_in" in n.name]
+
+
+def test_torchtitans_foreach_adamw_on_the_fp32_shard_by_hand():
+    # torchtitan 157a12c56 build_optimizer: torch.optim.AdamW(foreach=True) on FSDP2's FP32 shards
+    # (Framework.torch_adamw). LLAMA at DP 2: the rank's shard (6,400 + 2 x 41,088 + 6,464) / 2 = 47,520
+    # parameters; the foreach update moves 80 B each = 3,801,600 B (megatron-core's fused Adam: 4 + 24 B =
+    # 1,330,560 B, then its parameter copy 6 B = 285,120 B and the zeroing of the whole 95,040-parameter
+    # gradient buffer 4 B = 380,160 B, neither of which torchtitan runs: no master copy, grads set to None).
+    def opt(fw: str) -> list[tuple[str, int]]:
+        spec = {
+            "model": LLAMA,
+            "parallel": {"gpu": "H100", "dp": 2},
+            "sharding": "fsdp",
+            "framework": fw,
+            "schedule": "1f1b",
+            "make_vocab_size_divisible_by": 0,
+        }
+        nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+        return [(n.name, A.get_int(n, A.TENSOR_SIZE)) for n in nodes if n.name.endswith(".opt")]
+
+    assert opt("torchtitan") == [
+        ("grad_norm.opt", 190_080),
+        ("grad_clip.opt", 380_160),
+        ("optimizer.opt", 3_801_600),
+    ]
+    assert opt("megatron-core")[2:] == [
+        ("optimizer.opt", 1_330_560),
+        ("param_copy.opt", 285_120),
+        ("zero_grad.opt", 380_160),
+    ]

@@ -68,6 +68,13 @@ ADAM_FLOPS_PER_PARAM = 15
 # Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
 # and second moment, read and written (Megatron's mixed-precision optimizer).
 ADAM_STATE_BYTES = 24
+# torch.optim.AdamW(foreach=True) on FP32 parameters and gradients, non-capturable, no amsgrad (torch/optim/
+# adamw.py _multi_tensor_adamw of pytorch/pytorch 002d2f0bb4, the torch 2.3-2.4 code; the CPU step counters
+# launch nothing): _foreach_mul_(params) for the weight decay (read 4, write 4), _foreach_lerp_(exp_avgs,
+# grads) (8, 4), _foreach_mul_(exp_avg_sqs) (4, 4), _foreach_addcmul_(exp_avg_sqs, grads, grads) (8: the
+# gradient read once, 4), _foreach_sqrt(exp_avg_sqs) into a new list (4, 4), _foreach_div_ and _foreach_add_
+# on it (4, 4 each), _foreach_addcdiv_(params, exp_avgs, sqrt) (12, 4): 80 bytes per parameter in 8 calls.
+ADAMW_FOREACH_BYTES, ADAMW_FOREACH_KERNELS = 80, 8
 FP32 = 4  # bytes of the FP32 master weights, main gradients and cross-entropy logits
 MASK_BYTES = 1  # dropout keeps a 1-byte (bool) mask per element for backward (torch native_dropout)
 # Unfused RoPE (apply_rotary_pos_emb: rotate_half's negate-and-concatenate, t*cos, rotate_half(t)*sin, the
