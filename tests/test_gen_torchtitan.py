@@ -18,6 +18,7 @@ from xsim.tracegen.models import model_from_mapping
 from xsim.tracegen.ops import (
     Ctx,
     Op,
+    attention_steps,
     embedding_steps,
     head_steps,
     layer_steps,
@@ -108,8 +109,10 @@ def test_llama3_8b_layer_is_slower_by_the_extra_bytes_at_the_copy_bandwidth():
     #   (6) vs bias-dropout-add (7), x 2 = -67,108,864; SwiGLU (10 - 6) = 469,762,048 -> 3,221,225,472;
     #   backward: norms (104 - 6) x 2 = 6,576,668,672; RoPE 671,088,640; no dropout backward (0 - 5) x 2 =
     #   -335,544,320; SwiGLU (26 - 10) = 1,879,048,192; megatron-core's q/k/v split cat under RoPE (0 - 4)
-    #   x T x (32 + 2 x 8) x 128 = -201,326,592 -> 8,589,934,592.
-    extra = 3_221_225_472 + 8_589_934_592
+    #   x T x (32 + 2 x 8) x 128 = -201,326,592 -> 8,589,934,592. torchtitan's repeat_kv (8 KV heads to 32:
+    #   q = T x 32 x 128 = 33,554,432, kv = 8,388,608 elements) copies k and v forward, 2 x 2 x (q + kv) =
+    #   167,772,160 B, and sums their repeats backward, the same bytes.
+    extra = 3_221_225_472 + 8_589_934_592 + 2 * 167_772_160
     # megatron-core's DDP hook adds the two RMSNorm gains into the FP32 main_grad (layer_main_grad_add: read
     # 4, read 2, write 4 = 10 B x 2 x 4,096 = 81,920 B in 2 kernels, at the launch floor: 2 x 3.8 us).
     hook, hook_s = 81_920, 2 * LAUNCH_FLOOR_S
@@ -122,12 +125,12 @@ def test_llama3_8b_layer_is_slower_by_the_extra_bytes_at_the_copy_bandwidth():
     diff = layer_seconds("torchtitan", "A100-80GB") - layer_seconds("megatron-core", "A100-80GB")
     assert diff == pytest.approx(extra / a100 - hook_s, rel=1e-9)
     # On the H100 the attention kernels differ (FA2 under SDPA, cuDNN under Transformer Engine); the rest
-    # of the layer is slower by extra / 2,903 GB/s - 7.6 us = 4.061 ms.
+    # of the layer is slower by extra / 2,903 GB/s - 7.6 us = 4.177 ms.
     h100 = achieved_bandwidth(catalog.gpu("H100"))
     core = frozenset({"attn_core"})
     diff = layer_seconds("torchtitan", "H100", core) - layer_seconds("megatron-core", "H100", core)
     assert diff == pytest.approx(extra / h100 - hook_s, rel=1e-9) and diff == pytest.approx(
-        4.0610e-3, rel=1e-4
+        4.1766e-3, rel=1e-4
     )
 
 
@@ -359,3 +362,21 @@ def test_torchtitans_foreach_adamw_on_the_fp32_shard_by_hand():
         ("param_copy.opt", 285_120),
         ("zero_grad.opt", 380_160),
     ]
+
+
+def test_torchtitans_repeat_kv_copies_by_hand():
+    # torchtitan's repeat_kv (model.py at 157a12c56) at GQA: LLAMA with 1 KV head for 4 query heads, head_dim
+    # 16, 16 tokens: q = 16 x 4 x 16 = 1,024 and kv = 256 elements. Forward, k and v each copied to the query
+    # heads (read 256, write 1,024 x 2 B): 2 x 2 x (1,024 + 256) = 5,120 B in 2 kernels before the attention;
+    # backward, expand's gradient summed over the repeats (read 1,024, write 256) for each, the same bytes,
+    # after the attention's backward. MHA (LLAMA's 4 KV heads) and megatron-core's profile: none.
+    gqa = {**LLAMA, "kv_heads": 1}
+    for phase, order in (("fwd", ["attn_kv_repeat", "attn_core"]), ("bwd", ["attn_core", "attn_kv_repeat"])):
+        steps = attention_steps(ctx(gqa, "torchtitan", 16), phase)
+        assert [o.op for o in steps] == order
+        rep = next(o for o in steps if o.op == "attn_kv_repeat")
+        assert (rep.bytes, rep.kernels, rep.phase) == (5_120, 2, phase)
+    assert [o.op for o in attention_steps(ctx(LLAMA, "torchtitan", 16), "fwd")] == ["attn_core"]
+    assert [o.op for o in attention_steps(ctx(gqa, "megatron-core", 16), "fwd")] == ["attn_core"]
+    # op SAC saves SDPA's output, not its k and v inputs: the recompute copies them again
+    assert "attn_kv_repeat" in [o.op for o in op_sac_recompute(ctx(gqa, "torchtitan", 16))]

@@ -174,6 +174,12 @@ class Framework:
     # Megatron's fused Adam, no master-weight copy, and `optimizer.zero_grad()` sets the gradients to None
     # (torch.optim.Optimizer.zero_grad's set_to_none=True, torch 2.x): no zeroing kernel.
     torch_adamw: bool = False
+    # GQA's keys and values expanded to the query heads by a copy before flash attention (torchtitan
+    # 157a12c56 torchtitan/models/llama/model.py `repeat_kv`: `x[:, :, :, None, :].expand(bs, slen,
+    # n_kv_heads, n_rep, head_dim).reshape(...)`, which materializes; SDPA then gets them contiguous in
+    # [b, s, heads, d], as it returns its output, so `output.transpose(1, 2).contiguous()` copies nothing):
+    # tracegen.ops attention_steps `attn_kv_repeat`, only where heads > kv_heads.
+    repeat_kv: bool = False
     # SwiGLU's gate and up projections as two GEMMs (InternLM's FeedForward w1, w2: `w3(F.silu(w1(x)) *
     # w2(x))`) rather than one [h, 2f] GEMM split by torch.chunk: the unfused SwiGLU's backward then has no
     # concatenation of the two halves' gradients (SWIGLU_UNFUSED_SPLIT).
@@ -483,6 +489,7 @@ FRAMEWORKS: dict[str, Framework] = {
         fsdp_keep_last_block=True,
         fsdp2_copies=True,
         torch_adamw=True,
+        repeat_kv=True,
     ),
     # FlagScale ed55532 (FlagOpen/FlagScale, 2023-10-23: Megatron-LM's legacy GPT model of 2023,
     # megatron/model/transformer.py, what BAAI FlagPerf's Aquila2-7B case runs): ParallelMLP's SwiGLU is

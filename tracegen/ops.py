@@ -495,6 +495,13 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         fwd = phase == "fwd"
         core = Op("attn_core", phase, causal * (1 if fwd else 2), attn_bytes * (1 if fwd else 2), shape, True,
                   kernel=kernel, dropout=c.fw.attention_dropout > 0)  # fmt: skip
+        if c.fw.repeat_kv and sh.heads > sh.kv_heads:
+            # torchtitan's repeat_kv (Framework.repeat_kv): `x[:, :, :, None, :].expand(...).reshape(...)` of
+            # k and v, a copy each (read kv, write q elements); backward expand's gradient sums the repeats
+            # (read q, write kv) for each: 2 (q + kv) element passes in 2 kernels either way.
+            q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
+            rep = Op("attn_kv_repeat", phase, 0, 2 * b * (q + kv), (q,), False, kernels=2)
+            return [rep, core] if fwd else [core, rep]
         if not c.fw.flash_layout_copies:
             return [core]
         q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
