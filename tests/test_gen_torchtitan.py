@@ -18,6 +18,7 @@ from xsim.tracegen.models import model_from_mapping
 from xsim.tracegen.ops import (
     Ctx,
     Op,
+    attention_steps,
     embedding_steps,
     head_steps,
     layer_steps,
@@ -108,8 +109,10 @@ def test_llama3_8b_layer_is_slower_by_the_extra_bytes_at_the_copy_bandwidth():
     #   (6) vs bias-dropout-add (7), x 2 = -67,108,864; SwiGLU (10 - 6) = 469,762,048 -> 3,221,225,472;
     #   backward: norms (104 - 6) x 2 = 6,576,668,672; RoPE 671,088,640; no dropout backward (0 - 5) x 2 =
     #   -335,544,320; SwiGLU (26 - 10) = 1,879,048,192; megatron-core's q/k/v split cat under RoPE (0 - 4)
-    #   x T x (32 + 2 x 8) x 128 = -201,326,592 -> 8,589,934,592.
-    extra = 3_221_225_472 + 8_589_934_592
+    #   x T x (32 + 2 x 8) x 128 = -201,326,592 -> 8,589,934,592. torchtitan's repeat_kv (8 KV heads to 32:
+    #   q = T x 32 x 128 = 33,554,432, kv = 8,388,608 elements) copies k and v forward, 2 x 2 x (q + kv) =
+    #   167,772,160 B, and sums their repeats backward, the same bytes.
+    extra = 3_221_225_472 + 8_589_934_592 + 2 * 167_772_160
     # megatron-core's DDP hook adds the two RMSNorm gains into the FP32 main_grad (layer_main_grad_add: read
     # 4, read 2, write 4 = 10 B x 2 x 4,096 = 81,920 B in 2 kernels, at the launch floor: 2 x 3.8 us).
     hook, hook_s = 81_920, 2 * LAUNCH_FLOOR_S
@@ -122,12 +125,12 @@ def test_llama3_8b_layer_is_slower_by_the_extra_bytes_at_the_copy_bandwidth():
     diff = layer_seconds("torchtitan", "A100-80GB") - layer_seconds("megatron-core", "A100-80GB")
     assert diff == pytest.approx(extra / a100 - hook_s, rel=1e-9)
     # On the H100 the attention kernels differ (FA2 under SDPA, cuDNN under Transformer Engine); the rest
-    # of the layer is slower by extra / 2,903 GB/s - 7.6 us = 4.061 ms.
+    # of the layer is slower by extra / 2,903 GB/s - 7.6 us = 4.177 ms.
     h100 = achieved_bandwidth(catalog.gpu("H100"))
     core = frozenset({"attn_core"})
     diff = layer_seconds("torchtitan", "H100", core) - layer_seconds("megatron-core", "H100", core)
     assert diff == pytest.approx(extra / h100 - hook_s, rel=1e-9) and diff == pytest.approx(
-        4.0610e-3, rel=1e-4
+        4.1766e-3, rel=1e-4
     )
 
 
@@ -280,3 +283,100 @@ def test_the_8b_h100_example_is_torchtitans_run():
         "torchtitan", "torchtitan-2024", "selective-op", "fsdp",
     )  # fmt: skip
     assert [(g.name, g.mem_bw, g.memory_bytes) for g in dep.gpus] == [("H100", 2.4e12, 96 * 2**30)]
+
+
+def test_fsdp2_copy_out_and_reduce_scatter_copy_in_by_hand():
+    # FSDP2's copies (Framework.fsdp2_copies; _fsdp_collectives.py foreach_all_gather_copy_out and
+    # foreach_reduce_scatter_copy_in). LLAMA at DP 2 (units as in the test above, none padded: 41,088 / 2,
+    # 6,400 / 2 and 6,464 / 2 are whole). Copy-out on the compute stream after each gather: read + write
+    # 2 B a gathered element, 4 x 41,088 = 164,352 B a layer, 4 x 6,400 = 25,600 (embedding), 4 x 6,464 =
+    # 25,856 (final norm + head). Copy-in of the BF16 gradients into the FP32 reduce-scatter input (read 2 B,
+    # write 4 B): 6 x 41,088 = 246,528, 6 x 6,464 = 38,784, 6 x 6,400 = 38,400 B. The root (embedding, head)
+    # and torchtitan's last block stay gathered into backward: no copy-out there; layer 1's backward gathers.
+    spec = {
+        "model": LLAMA,
+        "parallel": {"gpu": "H100", "dp": 2},
+        "sharding": "fsdp",
+        "framework": "torchtitan",
+        "schedule": "1f1b",
+        "make_vocab_size_divisible_by": 0,
+    }  # fmt: skip
+    nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+    byid = {n.id: n for n in nodes}
+    copies = [(n.name, A.get_int(n, A.TENSOR_SIZE)) for n in nodes if n.name.startswith("fsdp_") and ".mb0" in n.name
+              and n.type == pb.COMP_NODE]  # fmt: skip
+    assert copies == [
+        ("fsdp_allgather_copy_out.emb.fwd.mb0", 25_600), ("fsdp_allgather_copy_out.1.fwd.mb0", 164_352),
+        ("fsdp_allgather_copy_out.2.fwd.mb0", 164_352), ("fsdp_allgather_copy_out.head.fwd.mb0", 25_856),
+        ("fsdp_reducescatter_copy_in.head.bwd.mb0", 38_784), ("fsdp_reducescatter_copy_in.2.bwd.mb0", 246_528),
+        ("fsdp_allgather_copy_out.1.bwd.mb0", 164_352), ("fsdp_reducescatter_copy_in.1.bwd.mb0", 246_528),
+        ("fsdp_reducescatter_copy_in.emb.bwd.mb0", 38_400),
+    ]  # fmt: skip
+    named = {n.name: n for n in nodes}
+
+    def deps(name: str) -> set[str]:
+        n = named[name]
+        return {byid[d].name for d in [*n.data_deps, *n.ctrl_deps]}
+
+    # the copy-out waits for its gather; the layer's first op waits for the copy-out, not the gather
+    assert "fsdp_param_allgather.1.mb0" in deps("fsdp_allgather_copy_out.1.bwd.mb0")
+    assert deps("L1.mlp_down.bwd.mb0") == {"L2.attn_residual.bwd.mb0", "fsdp_allgather_copy_out.1.bwd.mb0"}
+    # the copy-in follows the unit's backward and the previous ReduceScatter (one stream); the ReduceScatter
+    # follows the copy-in, and the next compute op waits for the copy-in
+    assert deps("fsdp_reducescatter_copy_in.1.bwd.mb0") == {
+        "L1.attn_residual.bwd.mb0",
+        "fsdp_grad_reducescatter.2.mb0",
+    }
+    assert "fsdp_reducescatter_copy_in.1.bwd.mb0" in deps("fsdp_grad_reducescatter.1.mb0")
+    assert "fsdp_reducescatter_copy_in.1.bwd.mb0" in deps("embedding.bwd.mb0")
+    # megatron-core's FSDP path (its default layer profile) has none of them
+    other = generate(load_spec({**spec, "framework": "megatron-core"}), rewrite=False).nodes[0]
+    assert not [n.name for n in other if "copy_out" in n.name or "copy_in" in n.name]
+
+
+def test_torchtitans_foreach_adamw_on_the_fp32_shard_by_hand():
+    # torchtitan 157a12c56 build_optimizer: torch.optim.AdamW(foreach=True) on FSDP2's FP32 shards
+    # (Framework.torch_adamw). LLAMA at DP 2: the rank's shard (6,400 + 2 x 41,088 + 6,464) / 2 = 47,520
+    # parameters; the foreach update moves 80 B each = 3,801,600 B (megatron-core's fused Adam: 4 + 24 B =
+    # 1,330,560 B, then its parameter copy 6 B = 285,120 B and the zeroing of the whole 95,040-parameter
+    # gradient buffer 4 B = 380,160 B, neither of which torchtitan runs: no master copy, grads set to None).
+    def opt(fw: str) -> list[tuple[str, int]]:
+        spec = {
+            "model": LLAMA,
+            "parallel": {"gpu": "H100", "dp": 2},
+            "sharding": "fsdp",
+            "framework": fw,
+            "schedule": "1f1b",
+            "make_vocab_size_divisible_by": 0,
+        }
+        nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+        return [(n.name, A.get_int(n, A.TENSOR_SIZE)) for n in nodes if n.name.endswith(".opt")]
+
+    assert opt("torchtitan") == [
+        ("grad_norm.opt", 190_080),
+        ("grad_clip.opt", 380_160),
+        ("optimizer.opt", 3_801_600),
+    ]
+    assert opt("megatron-core")[2:] == [
+        ("optimizer.opt", 1_330_560),
+        ("param_copy.opt", 285_120),
+        ("zero_grad.opt", 380_160),
+    ]
+
+
+def test_torchtitans_repeat_kv_copies_by_hand():
+    # torchtitan's repeat_kv (model.py at 157a12c56) at GQA: LLAMA with 1 KV head for 4 query heads, head_dim
+    # 16, 16 tokens: q = 16 x 4 x 16 = 1,024 and kv = 256 elements. Forward, k and v each copied to the query
+    # heads (read 256, write 1,024 x 2 B): 2 x 2 x (1,024 + 256) = 5,120 B in 2 kernels before the attention;
+    # backward, expand's gradient summed over the repeats (read 1,024, write 256) for each, the same bytes,
+    # after the attention's backward. MHA (LLAMA's 4 KV heads) and megatron-core's profile: none.
+    gqa = {**LLAMA, "kv_heads": 1}
+    for phase, order in (("fwd", ["attn_kv_repeat", "attn_core"]), ("bwd", ["attn_core", "attn_kv_repeat"])):
+        steps = attention_steps(ctx(gqa, "torchtitan", 16), phase)
+        assert [o.op for o in steps] == order
+        rep = next(o for o in steps if o.op == "attn_kv_repeat")
+        assert (rep.bytes, rep.kernels, rep.phase) == (5_120, 2, phase)
+    assert [o.op for o in attention_steps(ctx(LLAMA, "torchtitan", 16), "fwd")] == ["attn_core"]
+    assert [o.op for o in attention_steps(ctx(gqa, "megatron-core", 16), "fwd")] == ["attn_core"]
+    # op SAC saves SDPA's output, not its k and v inputs: the recompute copies them again
+    assert "attn_kv_repeat" in [o.op for o in op_sac_recompute(ctx(gqa, "torchtitan", 16))]

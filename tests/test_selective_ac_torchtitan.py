@@ -49,6 +49,7 @@ def test_op_policy_recomputes_the_unsaved_ops_by_hand():
     #   2 x (16 x 64 + 64 x 32) + 2 x 16 x 32 = 7,168 B (its share of the fused qkv_proj).
     # rope on q and k (the SDPA inputs autograd saved are rebuilt): 16 x (4 + 2) x 16 = 1,536 elements x 20 B
     #   (complex RoPE: .float() 6, complex multiply 8, type_as 6) = 30,720 B.
+    # repeat_kv (torchtitan model.py): k and v copied to the 4 query heads, 2 x 2 B x (1,024 + 512) = 6,144 B.
     # wo: 2 x 16 x 64 x 64 = 131,072 FLOPs, 2 x (1,024 + 4,096) + 2 x 1,024 = 12,288 B.
     # residual add: read 2, write 1 = 6 B x 1,024 = 6,144 B; mlp_norm 4,096 B.
     # w3 (the up half of mlp_up_gate): 2 x 16 x 64 x 128 = 262,144 FLOPs, 2 x (1,024 + 8,192) + 2 x 2,048
@@ -59,7 +60,8 @@ def test_op_policy_recomputes_the_unsaved_ops_by_hand():
     c = Ctx(m, shard_of(m, 1, 0), 1, 16, 2, False, "bf16", f.attention, f)
     got = [(o.op, o.flops, o.bytes) if o.gemm else (o.op, o.bytes) for o in op_sac_recompute(c)]
     assert got == [
-        ("attn_norm", 4_096), ("qkv_proj", 65_536, 7_168), ("rope", 30_720), ("attn_out_proj", 131_072, 12_288),
+        ("attn_norm", 4_096), ("qkv_proj", 65_536, 7_168), ("rope", 30_720), ("attn_kv_repeat", 6_144),
+        ("attn_out_proj", 131_072, 12_288),
         ("attn_residual", 6_144), ("mlp_norm", 4_096), ("mlp_up_gate", 262_144, 22_528), ("mlp_act", 20_480),
     ]  # fmt: skip
     # Not recomputed: wq and wv (the rest of qkv_proj's 2 x 16 x 64 x 128 = 262,144 FLOPs), the attention,
@@ -72,16 +74,17 @@ def test_op_policy_recomputes_the_unsaved_ops_by_hand():
 def test_op_policy_nodes_open_each_layers_backward():
     nodes = generate(load_spec({**BASE, "recompute": "selective-op"}), rewrite=False).nodes[0]
     names = [n.name for n in nodes if n.name.startswith("L3.") and ".fwd." not in n.name]
-    assert names[:9] == [
+    assert names[:10] == [
         "L3.attn_norm.recompute.mb0", "L3.qkv_proj.recompute.mb0", "L3.rope.recompute.mb0",
+        "L3.attn_kv_repeat.recompute.mb0",
         "L3.attn_out_proj.recompute.mb0", "L3.attn_residual.recompute.mb0", "L3.mlp_norm.recompute.mb0",
         "L3.mlp_up_gate.recompute.mb0", "L3.mlp_act.recompute.mb0", "L3.mlp_down.bwd.mb0",
     ]  # fmt: skip
     by_name = {n.name: n for n in nodes}
     assert A.get_int(by_name["L3.qkv_proj.recompute.mb0"], A.NUM_OPS) == 65_536
     assert A.get_str(by_name["L3.qkv_proj.recompute.mb0"], A.PHASE) == "recompute"
-    # 8 recomputed nodes in each of the 4 layers.
-    assert sum(n.name.endswith(".recompute.mb0") for n in nodes) == 32
+    # 9 recomputed nodes in each of the 4 layers.
+    assert sum(n.name.endswith(".recompute.mb0") for n in nodes) == 36
 
 
 def test_op_policy_memory_per_layer_by_hand():
@@ -110,12 +113,12 @@ def test_layer_frequency_units():
 
 def test_layer_frequency_recomputes_every_kth_block_alone():
     # selective_ac_option = 2 on 4 blocks: blocks 2 and 4 are full non-reentrant checkpoints (early stop:
-    # their recompute ends before w2, i.e. 9 of the 11 forward ops), blocks 1 and 3 recompute nothing.
+    # their recompute ends before w2, i.e. 10 of the 12 forward ops, repeat_kv's copy included), blocks 1 and 3 recompute nothing.
     spec = {**BASE, "recompute": "full", "recompute_method": "every", "recompute_layers": 2,
             "recompute_early_stop": True}  # fmt: skip
     nodes = generate(load_spec(spec), rewrite=False).nodes[0]
     rec = [n.name for n in nodes if n.name.endswith(".recompute.mb0")]
-    layer_ops = ["attn_norm", "qkv_proj", "rope", "attn_core", "attn_out_proj", "attn_residual", "mlp_norm",
+    layer_ops = ["attn_norm", "qkv_proj", "rope", "attn_kv_repeat", "attn_core", "attn_out_proj", "attn_residual", "mlp_norm",
                  "mlp_up_gate", "mlp_act"]  # fmt: skip
     assert rec == [f"L{n}.{op}.recompute.mb0" for n in (4, 2) for op in layer_ops]
     # The recomputed GEMMs are the whole forward's: qkv 2 x 16 x 64 x (64 + 32 + 32) = 262,144, wo 131,072,

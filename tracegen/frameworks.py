@@ -152,6 +152,34 @@ class Framework:
     # FSDP2 keeps the model's last transformer block gathered from its forward to its backward
     # (fully_shard(..., reshard_after_forward=False) on it; tracegen.workload _root_kept).
     fsdp_keep_last_block: bool = False
+    # FSDP2's per-parameter sharding copies (fully_shard; torch/distributed/_composable/fsdp/_fsdp_collectives.py
+    # and _fsdp_param_group.py of pytorch/pytorch 01d66d21f3 and 012c62d620, the torch-2.4 dev builds'):
+    # - the all-gather's copy-out: wait_for_unshard runs foreach_all_gather_copy_out on the current (compute)
+    #   stream after waiting for the all-gather's event, `torch.split_with_sizes_copy(all_gather_output, ...,
+    #   dim=1, out=...)` from the gathered flat buffer into each unsharded parameter: read and write the
+    #   gathered unit once in the parameter dtype, before the unit's first op (every visit that gathers);
+    # - the reduce-scatter's copy-in: foreach_reduce_scatter makes the reduce-scatter stream wait for the
+    #   compute stream, copies the unsharded gradients into the flat reduce-scatter input in the reduce dtype
+    #   (`torch.cat(grad_views, dim=-1, out=reduce_scatter_input.view(world_size, -1))`: read the model dtype,
+    #   write the reduce dtype per element) and the compute stream then waits for that copy
+    #   (`current_stream.wait_event(copy_in_event)`, "Only after the copy-in finishes can we free the
+    #   gradients"); on that stream the copy follows the previous unit's ReduceScatter, whose synchronous call
+    #   makes the stream wait for it. An FP32 reduce averages in NCCL (ReduceOp.AVG, no divide kernels:
+    #   pytorch/pytorch PR 120919, 2024-03); pre/post-divide kernels (16-bit reduce before PR 123362,
+    #   2024-04) are not modelled. tracegen.workload _fsdp_copy_out and fsdp_reduce.
+    fsdp2_copies: bool = False
+    # The optimizer is torch.optim.AdamW(foreach=True) stepping the FP32 parameters themselves (torchtitan
+    # 157a12c56 train.py build_optimizer; FSDP2's sharded parameters stay FP32, its MixedPrecisionPolicy
+    # casting them at each gather): its eight foreach calls (tracegen.ops ADAMW_FOREACH_BYTES) in place of
+    # Megatron's fused Adam, no master-weight copy, and `optimizer.zero_grad()` sets the gradients to None
+    # (torch.optim.Optimizer.zero_grad's set_to_none=True, torch 2.x): no zeroing kernel.
+    torch_adamw: bool = False
+    # GQA's keys and values expanded to the query heads by a copy before flash attention (torchtitan
+    # 157a12c56 torchtitan/models/llama/model.py `repeat_kv`: `x[:, :, :, None, :].expand(bs, slen,
+    # n_kv_heads, n_rep, head_dim).reshape(...)`, which materializes; SDPA then gets them contiguous in
+    # [b, s, heads, d], as it returns its output, so `output.transpose(1, 2).contiguous()` copies nothing):
+    # tracegen.ops attention_steps `attn_kv_repeat`, only where heads > kv_heads.
+    repeat_kv: bool = False
     # SwiGLU's gate and up projections as two GEMMs (InternLM's FeedForward w1, w2: `w3(F.silu(w1(x)) *
     # w2(x))`) rather than one [h, 2f] GEMM split by torch.chunk: the unfused SwiGLU's backward then has no
     # concatenation of the two halves' gradients (SWIGLU_UNFUSED_SPLIT).
@@ -459,6 +487,9 @@ FRAMEWORKS: dict[str, Framework] = {
         attention_dropout=0.0,
         loss="eager",
         fsdp_keep_last_block=True,
+        fsdp2_copies=True,
+        torch_adamw=True,
+        repeat_kv=True,
     ),
     # FlagScale ed55532 (FlagOpen/FlagScale, 2023-10-23: Megatron-LM's legacy GPT model of 2023,
     # megatron/model/transformer.py, what BAAI FlagPerf's Aquila2-7B case runs): ParallelMLP's SwiGLU is

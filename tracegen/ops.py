@@ -68,6 +68,13 @@ ADAM_FLOPS_PER_PARAM = 15
 # Bytes AdamW touches per parameter besides the gradient and weight in dtype: FP32 master weight, first
 # and second moment, read and written (Megatron's mixed-precision optimizer).
 ADAM_STATE_BYTES = 24
+# torch.optim.AdamW(foreach=True) on FP32 parameters and gradients, non-capturable, no amsgrad (torch/optim/
+# adamw.py _multi_tensor_adamw of pytorch/pytorch 002d2f0bb4, the torch 2.3-2.4 code; the CPU step counters
+# launch nothing): _foreach_mul_(params) for the weight decay (read 4, write 4), _foreach_lerp_(exp_avgs,
+# grads) (8, 4), _foreach_mul_(exp_avg_sqs) (4, 4), _foreach_addcmul_(exp_avg_sqs, grads, grads) (8: the
+# gradient read once, 4), _foreach_sqrt(exp_avg_sqs) into a new list (4, 4), _foreach_div_ and _foreach_add_
+# on it (4, 4 each), _foreach_addcdiv_(params, exp_avgs, sqrt) (12, 4): 80 bytes per parameter in 8 calls.
+ADAMW_FOREACH_BYTES, ADAMW_FOREACH_KERNELS = 80, 8
 FP32 = 4  # bytes of the FP32 master weights, main gradients and cross-entropy logits
 MASK_BYTES = 1  # dropout keeps a 1-byte (bool) mask per element for backward (torch native_dropout)
 # Unfused RoPE (apply_rotary_pos_emb: rotate_half's negate-and-concatenate, t*cos, rotate_half(t)*sin, the
@@ -488,6 +495,13 @@ def attention_steps(c: Ctx, phase: str) -> list[Op]:
         fwd = phase == "fwd"
         core = Op("attn_core", phase, causal * (1 if fwd else 2), attn_bytes * (1 if fwd else 2), shape, True,
                   kernel=kernel, dropout=c.fw.attention_dropout > 0)  # fmt: skip
+        if c.fw.repeat_kv and sh.heads > sh.kv_heads:
+            # torchtitan's repeat_kv (Framework.repeat_kv): `x[:, :, :, None, :].expand(...).reshape(...)` of
+            # k and v, a copy each (read kv, write q elements); backward expand's gradient sums the repeats
+            # (read q, write kv) for each: 2 (q + kv) element passes in 2 kernels either way.
+            q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d
+            rep = Op("attn_kv_repeat", phase, 0, 2 * b * (q + kv), (q,), False, kernels=2)
+            return [rep, core] if fwd else [core, rep]
         if not c.fw.flash_layout_copies:
             return [core]
         q, kv = mb * s * sh.heads * d, mb * s * sh.kv_heads * d

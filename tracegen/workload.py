@@ -64,6 +64,9 @@ from xsim.tracegen.moe_ops import (
     rank_params_ep,
 )
 from xsim.tracegen.ops import (
+    ADAM_FLOPS_PER_PARAM,
+    ADAMW_FOREACH_BYTES,
+    ADAMW_FOREACH_KERNELS,
     COLUMN_TP_IN,
     LINEAR_OPS,
     Comm,
@@ -2137,13 +2140,49 @@ class _RankProgram:
         if self.visit_gathers[i]:
             if self.visit_ag[i] < 0:  # the first visit, or a backward visit no prefetch issued
                 self.visit_ag[i] = self._fsdp_gather(i, after)
-            self.waits.append(self.visit_ag[i])
+            if self.ctx.fw.fsdp2_copies:
+                self._fsdp_copy_out(i)
+                if self.visit_bwd[i]:
+                    # FSDP2's pre_backward prefetches after wait_for_unshard, whose all-gather streams wait
+                    # for the copy-out's event (_wait_all_gather_streams_on_event): the next gather follows it
+                    after = [self.frontier] if self.frontier is not None else after
+            else:
+                self.waits.append(self.visit_ag[i])
         nxt = i + 1
         if nxt < len(self.visits) and self.visit_gathers[nxt]:
             if not (self.no_bwd_prefetch and self.visit_bwd[nxt]):
                 self.visit_ag[nxt] = self._fsdp_gather(nxt, after)
         self.cur_unit = unit
         self.visit_i = i + 1
+
+    def _fsdp_op(self, op: Op, unit: int | str, mb: int, data: list[int], ctrl: list[int]) -> int:
+        """One of FSDP2's copy kernels (Framework.fsdp2_copies) as a compute node of `unit`; it becomes the
+        chain's frontier."""
+        g = self.gen
+        micros, exact = g.duration(self.gpu, op)
+        if self.hostline is not None:
+            self._cost = (op.kernels, int(exact.int64_val))
+        layer = unit if isinstance(unit, int) else 0
+        extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes), exact]
+        nid = self._add(
+            f"{op.op}.{unit}.{op.phase}.mb{mb}", pb.COMP_NODE, data, ctrl, micros,
+            self._tags(layer, op.phase, mb) + extra,
+        )  # fmt: skip
+        self.comp_ops[nid] = (op, 0, 1)
+        self.frontier = nid
+        return nid
+
+    def _fsdp_copy_out(self, i: int) -> None:
+        """FSDP2's all-gather copy-out (Framework.fsdp2_copies): `split_with_sizes_copy` of visit i's gathered
+        flat buffer into the unit's unsharded parameters on the compute stream, after its AllGather and the
+        work before it: read and write `dtype_bytes` per gathered element (the unit padded to a multiple of
+        DP, as gathered). The unit's first op waits for it (the frontier) rather than for the gather."""
+        unit, mb = self.visits[i]
+        elems = fsdp_shard(self.unit_params[unit], self.dp) * self.dp
+        phase = "bwd" if self.visit_bwd[i] else "fwd"
+        op = Op("fsdp_allgather_copy_out", phase, 0, 2 * self.ctx.b * elems, (elems,), False)
+        ctrl = [self.frontier] if self.frontier is not None else []
+        self._fsdp_op(op, unit, mb, [self.visit_ag[i]], ctrl)
 
     def _mfsdp_enter(self, i: int, after: list[int]) -> None:
         """Megatron-FSDP (optim_grads_params): the visit's all_gather_params call as _plan_mfsdp replayed it:
@@ -2258,9 +2297,21 @@ class _RankProgram:
                 return
             shard = self.bucket_sizes[self.unit_bucket[unit]] // self.dp
         name = f"fsdp_grad_reducescatter.{unit}.mb{mb}"
+        before = self.frontier
+        if self.ctx.fw.fsdp2_copies and not self.mfsdp:
+            # FSDP2's reduce-scatter copy-in (Framework.fsdp2_copies): the unit's gradients copied into the
+            # flat input in the reduce dtype (read dtype_bytes, write grad_bytes per element of the padded
+            # unit) on the reduce-scatter stream, after the compute so far and the previous ReduceScatter of
+            # that stream; the compute stream waits for it (it becomes the frontier).
+            elems = shard * self.dp
+            nbytes = (self.ctx.b + self.grad_bytes) * elems
+            op = Op("fsdp_reducescatter_copy_in", "bwd", 0, nbytes, (elems,), False)
+            prev = [self.fsdp_rs_last] if self.fsdp_rs_last >= 0 else []
+            before = self._fsdp_op(op, unit, mb, [before], prev)
         nid = self._dp_comm(
-            name, pb.REDUCE_SCATTER, shard * self.dp * self.grad_bytes, [self.frontier], [], layer, mb
+            name, pb.REDUCE_SCATTER, shard * self.dp * self.grad_bytes, [before], [], layer, mb
         )
+        self.fsdp_rs_last = nid
         # DeepSpeed's MiCS (zero3) all-reduces at the accumulation boundary only, i.e. after the last
         # micro-batch's ReduceScatter (microsoft/DeepSpeed c4abb4056d deepspeed/runtime/zero/mics.py
         # MiCS_Optimizer.allreduce_mics_shard_grads: returns unless is_gradient_accumulation_boundary).
@@ -2563,6 +2614,7 @@ class _RankProgram:
         self.ewaited: set[int] = set()
         self.waited: set[int] = set()  # buckets whose gather a forward op already waits for
         self.cur_unit: int | str | None = None  # FSDP: the unit whose gathered parameters are in use
+        self.fsdp_rs_last = -1  # FSDP: the last ReduceScatter node (Framework.fsdp2_copies' stream order)
         self.visit_i = 0
         self.comp_ops: dict[int, tuple[Op, int, int]] = {}  # compute node -> (op, chunk, chunks)
         costs = host_costs(
@@ -2834,6 +2886,15 @@ class _RankProgram:
             # Gradients in the parameters' .grad are set to None, not zeroed (InternLM 4a3d156
             # hybrid_zero_optim.py zero_grad(set_to_none=True)): no zeroing kernel.
             plan = replace(plan, after=tuple(s for s in plan.after if s.op != "zero_grad"))
+        if self.ctx.fw.torch_adamw:
+            # torch.optim.AdamW(foreach=True) on the FP32 parameters (Framework.torch_adamw): its foreach
+            # calls on the rank's shard, no parameter copy, gradients set to None
+            adam = Op(
+                "optimizer", "opt", ADAM_FLOPS_PER_PARAM * shard, ADAMW_FOREACH_BYTES * shard, (shard,), False,
+                kernels=ADAMW_FOREACH_KERNELS,
+            )  # fmt: skip
+            after = (adam if s.op == "optimizer" else s for s in plan.after)
+            plan = replace(plan, after=tuple(s for s in after if s.op not in ("zero_grad", "param_copy")))
         # Megatron's pipeline schedule waits for its outstanding sends before it returns, so the step
         # starts after the last send to each peer (the rewriter moves these edges onto its reshard sends).
         # Without the edge, a one-op-at-a-time communication slot (ASTRA-sim's rule) could take the
