@@ -2158,16 +2158,11 @@ class _RankProgram:
     def _fsdp_op(self, op: Op, unit: int | str, mb: int, data: list[int], ctrl: list[int]) -> int:
         """One of FSDP2's copy kernels (Framework.fsdp2_copies) as a compute node of `unit`; it becomes the
         chain's frontier."""
-        g = self.gen
-        micros, exact = g.duration(self.gpu, op)
+        micros, extra, ns = self._tail(op)  # the attributes every compute step's node carries (`step`)
         if self.hostline is not None:
-            self._cost = (op.kernels, int(exact.int64_val))
-        layer = unit if isinstance(unit, int) else 0
-        extra = [g.attr(A.NUM_OPS, op.flops), g.attr(A.TENSOR_SIZE, op.bytes), exact]
-        nid = self._add(
-            f"{op.op}.{unit}.{op.phase}.mb{mb}", pb.COMP_NODE, data, ctrl, micros,
-            self._tags(layer, op.phase, mb) + extra,
-        )  # fmt: skip
+            self._cost = (op.kernels, ns)
+        head = self._head(unit if isinstance(unit, int) else 0, op.phase, mb)
+        nid = self._add(f"{op.op}.{unit}.{op.phase}.mb{mb}", pb.COMP_NODE, data, ctrl, micros, head + extra)
         self.comp_ops[nid] = (op, 0, 1)
         self.frontier = nid
         return nid
