@@ -99,6 +99,8 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     # Megatron-Bridge's cross_entropy_fusion_impl "te").
     "loss_impl": ("megatron", "te"),
     "gemm_rates": ("sustained", "burst"),
+    # How loaded the GPUs' boards are (tracegen.choices.BOARD_LOADS; round board).
+    "board_load": ("full", "alone"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
     "tp_comm_overlap": (True, False),

@@ -128,6 +128,29 @@ SUSTAINED_RATIOS: dict[tuple[str, str], float] = {
     ("B200", "fp8"): 2795.7 / 3435.2,
 }
 GEMM_RATES = ("sustained", "burst")
+# A board of busy GPUs (`board_load: full`). The MSMF above is one GPU with its siblings idle. The same
+# protocol run on all 8 GPUs of a board at once (github.com/stas00/ml-engineering, branch fast-mamf,
+# compute/accelerator/benchmarks/README.md, "What we measured: alone vs all-8 concurrent": five `--search
+# auto` rounds on each GPU, n = 40, BF16) gave a lower mean and a spread across the GPUs:
+#   H200 SXM (700 W): GPU0 alone 702.9 TFLOP/s, all 8 busy: mean 698.6, range 4.5% (1,405-1,527 MHz);
+#   B200 SXM (1000 W): GPU0 alone 1,455.7, all 8 busy: mean 1,426.4, range 10.4% (1,228-1,410 MHz).
+# A synchronous step (every TP, PP and DP collective) waits for its slowest GPU, so the whole run goes at
+# the rate of the slowest GPU of its boards: mean x (1 - range / 2), the range taken as symmetric about the
+# mean (the source prints the range, not the minimum). MAMF (the burst) did not move under sibling load
+# (the same table: 828.0 -> 823.9, 1,732.6 -> 1,751.2), so `gemm_rates: burst` is left alone. FP8 takes
+# the BF16 figures (the source measured BF16 only). GPUs without a board measurement (the A100, V100, ...)
+# take only the spread, and the mildest one measured (the H200's): their sustained clock (SUSTAINED_CLOCK_RATIO,
+# NVIDIA's HPL clock) is already that of whole systems with every GPU busy, so the mean's drop is in it, but
+# not the slowest GPU. That power management spreads equal GPUs under load on those generations too is
+# measured (Sinha et al., "Not All GPUs Are Created Equal", SC22: 8% average performance variation across the
+# V100 GPUs of the clusters studied, max 22%); its size on an A100 board is not, so this is an assumption.
+BOARD_CLOCKS: dict[str, float] = {
+    "H100": 698.6 / 702.9 * (1 - 0.045 / 2),  # the H200's GH100 board (same die, clocks and 700 W TDP)
+    "H200": 698.6 / 702.9 * (1 - 0.045 / 2),
+    "B200": 1426.4 / 1455.7 * (1 - 0.104 / 2),
+}
+BORROWED_BOARD_CLOCK = 1 - 0.045 / 2
+BOARD_LOADS = ("full", "alone")
 
 # The per-tile cost K0, one rule for every GEMM the calibrated model times (dense linears and grouped expert
 # GEMMs alike): a fixed cost per output tile outside the K loop (prologue, scaling and storing the tile),
@@ -246,9 +269,18 @@ class GemmTiming:
 
 def sustained_ratio(gpu: GpuSpec, precision: str) -> float:
     """Sustained over burst tensor-core rate of `gpu` in `precision`: the measured MSMF / MAMF ratio of its
-    architecture (SUSTAINED_RATIOS), else the A100's power-limited clock ratio SUSTAINED_CLOCK_RATIO."""
+    architecture (SUSTAINED_RATIOS), else the A100's power-limited clock ratio SUSTAINED_CLOCK_RATIO, times
+    the GPU's board_clock (the slowest GPU of a loaded board)."""
     key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
-    return SUSTAINED_RATIOS.get(key, SUSTAINED_CLOCK_RATIO)
+    return SUSTAINED_RATIOS.get(key, SUSTAINED_CLOCK_RATIO) * gpu.board_clock
+
+
+def board_clock(gpu: GpuSpec, board_load: str = "full") -> float:
+    """The slowest GPU's power-limited clock on a fully loaded board of `gpu`s over one GPU's alone
+    (BOARD_CLOCKS, else the H200's spread BORROWED_BOARD_CLOCK; 1.0 for `board_load` "alone")."""
+    if board_load not in BOARD_LOADS:
+        raise CatalogError(f"board_load must be one of {', '.join(BOARD_LOADS)}, got {board_load!r}")
+    return BOARD_CLOCKS.get(gpu.calibration_key, BORROWED_BOARD_CLOCK) if board_load == "full" else 1.0
 
 
 def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:

@@ -21,6 +21,7 @@ from xsim.tracegen.choices import (
     ATTENTION_KERNELS,
     ATTENTIONS,
     BATCH_INPUTS,
+    BOARD_LOADS,
     COMPUTE_MODELS,
     DEFAULT_RECOMPUTE_MODULES,
     DIST_OPTIMIZER_IMPLS,
@@ -40,6 +41,7 @@ from xsim.tracegen.choices import (
     SHARDINGS,
 )
 from xsim.tracegen.errors import CatalogError, ProfileError, SpecError
+from xsim.tracegen.gemm import board_clock
 from xsim.tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
 from xsim.tracegen.moe import (
     fill_mla,
@@ -124,6 +126,7 @@ TOP_KEYS = (
     "rmsnorm_impl",
     "loss_impl",
     "gemm_rates",
+    "board_load",
     "gpus",
     "profile",
     "recompute",
@@ -803,6 +806,9 @@ class _SpecBuilder:
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
+        # field 122; "" = the default ("full"), so specs that do not name it keep their bytes.
+        load = self.choice("board_load", BOARD_LOADS, BOARD_LOADS[0])
+        dep.board_load = "" if load == BOARD_LOADS[0] else load
         # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
         kernel = self.attention_kernel()
         dep.attention_kernel = "" if kernel == "auto" else kernel
@@ -1766,12 +1772,17 @@ def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
     """Catalog entries of the GPUs used, with the spec's overrides applied, and its user-defined GPUs."""
     over = {g.name: {f.name: v for f, v in g.ListFields() if f.name != "name"} for g in dep.gpus}
     names = sorted({dg.gpu for dg in dep.device_groups} | set(over))
-    return {
+    specs = {
         n: catalog.with_overrides(catalog.gpu(n), over.get(n, {}))
         if catalog.is_catalog_gpu(n)
         else catalog.define_gpu(n, over.get(n, {}))
         for n in names
     }
+    # A run of one GPU has no siblings to wait for: its GPU keeps the rate it holds alone.
+    if num_ranks(dep) < 2:
+        return specs
+    load = dep.board_load or BOARD_LOADS[0]
+    return {n: replace(g, board_clock=board_clock(g, load)) for n, g in specs.items()}
 
 
 def gpu_notes(dep: dpb.Deployment) -> list[str]:
@@ -1839,6 +1850,7 @@ def spec_to_mapping(dep: dpb.Deployment) -> dict[str, Any]:
         **({"rmsnorm_impl": dep.rmsnorm_impl} if dep.rmsnorm_impl else {}),
         **({"loss_impl": dep.loss_impl} if dep.loss_impl else {}),
         "gemm_rates": dep.gemm_rates or GEMM_RATES[0],
+        "board_load": dep.board_load or BOARD_LOADS[0],
         "recompute": dep.recompute or "none",
         **({"recompute_layers": dep.recompute_layers} if dep.recompute == "full" else {}),
         **({"recompute_early_stop": True} if dep.recompute_early_stop else {}),
