@@ -82,7 +82,7 @@ def test_call_times_by_length_and_mask_by_hand():
 def _layer_ops(cp, comm, rank):
     spec = {
         "model": MODEL, "seq_len": 8192, "cp_comm_type": comm, "attention_kernel": "cudnn",
-        "attention_dropout": 0.0, "parallel": {"gpu": "H100", "cp": cp},
+        "attention_dropout": 0.0, "parallel": {"gpu": "H100", "cp": cp}, "board_load": "alone",
     }  # fmt: skip
     bundle = generate(load_spec(spec), rewrite=False)
     out = {}

@@ -24,6 +24,7 @@ SPEC = """name: {name}
 model: llama2-7b
 seq_len: 2048
 micro_batches: 2
+board_load: alone
 {gpus}parallel: {{gpu: {gpu}, tp: 2, pp: 1, dp: 1, micro_batch: 1}}
 """
 # Twice H100's dense BF16/FP8 peaks, H100's HBM, SMs and calibration ceilings.

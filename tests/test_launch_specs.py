@@ -106,6 +106,8 @@ def _attn_micros(seq: int, cp: int, comm: str = "all_gather", kernel: str = "fa2
         "parallel": {"gpu": "H100", "cp": cp},
         "attention_kernel": kernel,
         "cp_comm_type": comm,
+        # The kernel's rate alone: CP 1 is one GPU, CP 2 two (round board's slowest-GPU factor).
+        "board_load": "alone",
     }
     nodes = generate(load_spec(raw), rewrite=False).nodes[0]
     return {n.name: n.duration_micros for n in nodes if n.name.startswith("L1.attn_core")}
