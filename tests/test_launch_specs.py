@@ -142,7 +142,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 37  # 29 through round fuzz3, 8 of round fuzz4
+    assert len(specs) == 38  # 29 through round fuzz3, 9 of round fuzz4
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -563,6 +563,7 @@ def test_fuzz4_vocab_padding_by_hand():
 # examples/launch/ specs of round fuzz4 at a size the test machine runs in seconds (FUZZ3_SMALL's keys)
 FUZZ4_SMALL: dict[str, dict] = {
     "bridge_llama3_8b_128k_cp8.yaml": {"model_layers": 2, "global_batch": 2, "seq_len": 16384},
+    "bridge_qwen3_30b_a3b_gb200_mxfp8.yaml": {"model_layers": 2, "global_batch": 32, "seq_len": 1024},
     "flagscale_aquila_hetero_tp242.yaml": {"micro_batches": 4},  # hand-written groups: 12 layers kept
     "flagscale_llama3_70b_tp8pp4.yaml": {"model_layers": 4, "global_batch": 4, "seq_len": 2048},
     "mds_llama2_gqa_tp2pp2.yaml": {"model_layers": 2, "global_batch": 16},
