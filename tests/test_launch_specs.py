@@ -142,7 +142,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 38  # 29 through round fuzz3, 9 of round fuzz4
+    assert len(specs) == 39  # 29 through round fuzz3, 10 of round fuzz4
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -575,6 +575,7 @@ FUZZ4_SMALL: dict[str, dict] = {
     },
     "megatron_llama3_8b_mfsdp_fp8.yaml": {"model_layers": 2, "global_batch": 16, "seq_len": 2048},
     "megatron_mixtral_8x7b_pp4ep8.yaml": {"model_layers": 4, "global_batch": 32, "seq_len": 1024},
+    "nemo_mistral_large_123b_tp8.yaml": {"model_layers": 2, "parallel": {"dp": 2}, "global_batch": 4},
     "torchtitan_llama3_405b_fp8.toml": {"model_layers": 2, "global_batch": 32, "seq_len": 2048},
 }
 
