@@ -142,7 +142,7 @@ def test_launch_examples_load():
 
     folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
     specs = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".toml"))
-    assert len(specs) == 29
+    assert len(specs) == 39  # 29 through round fuzz3, 10 of round fuzz4
     for p in specs:
         assert load_spec(str(p)).name == p.stem
 
@@ -506,3 +506,94 @@ def test_published_run_rows_take_every_activation():
         precision="bf16", measured_kind="iteration_s", measured_value=1.0, ffn_hidden=4096, activation="geglu",
     )  # fmt: skip
     assert vp.model_flops_per_token(run) == 956_301_312
+
+
+# -- round fuzz4 ---------------------------------------------------------------------------------------------
+def test_megatron_fsdp_takes_its_distributed_optimizer_flag():
+    from xsim.tracegen.memory import deployment_memory
+
+    from .test_megatron_fsdp import OVERLAP, spec, syncs
+
+    # Megatron-LM's examples/megatron_fsdp/train_llama3_8b_fsdp_h100_fp8.sh passes --use-distributed-optimizer
+    # beside --use-megatron-fsdp (Megatron-FSDP v1 needs it; arguments.py sets it when absent) and was refused:
+    # "sharding: megatron-fsdp already shards the optimizer state: drop distributed_optimizer". Now the key is
+    # taken as the sharding's own optimizer shard: the same deployment and traces as without it.
+    plain = load_spec(spec(**OVERLAP))
+    both = load_spec({**spec(**OVERLAP), "distributed_optimizer": True})
+    assert both.SerializeToString() == plain.SerializeToString()
+    assert syncs(generate(both, rewrite=False).nodes[0]) == syncs(generate(plain, rewrite=False).nodes[0])
+    # test_megatron_fsdp.py's tiny model at DP 2: Adam on the shard, 12 B x 95,040 / 2 = 570,240 (not ZeRO-1
+    # on top of the sharding, which would halve nothing more but is what the old refusal guarded)
+    assert {r.optimizer for r in deployment_memory(both)} == {570_240}
+    # PyTorch FSDP / ZeRO-3 with the distributed optimizer stays one error line
+    with pytest.raises(Exception, match="already shards the optimizer state"):
+        load_spec({**spec(), "sharding": "fsdp", "distributed_optimizer": True})
+
+
+def test_tp_comm_overlap_refused_outside_transformer_engine():
+    # torchtitan's llama3_405b.toml sets enable_async_tensor_parallel; written as tp_comm_overlap: true it
+    # was accepted and timed as Transformer Engine's userbuffers (chunked GEMMs on TE's num_sm SMs, 342 nodes a
+    # 2-layer rank against 134), a mechanism torchtitan does not run. Now one line says so.
+    raw = {
+        "model": {"base": "llama3-8b", "layers": 2},
+        "parallel": {"gpu": "H100", "tp": 2},
+        "sequence_parallel": True,
+        "tp_comm_overlap": True,
+    }
+    with pytest.raises(Exception, match="framework torchtitan has none.*enable_async_tensor_parallel"):
+        load_spec({**raw, "framework": "torchtitan"})
+    with pytest.raises(Exception, match="framework megatron-deepspeed has none"):
+        load_spec({**raw, "framework": "megatron-deepspeed"})
+    assert load_spec(raw).tp_comm_overlap  # megatron-core (Transformer Engine) keeps it
+
+
+def test_fuzz4_vocab_padding_by_hand():
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "examples" / "launch"
+    # FlagScale's make_vocab_size_divisible_by 64 on a heterogeneous pipeline of TP 2, 4, 2: the multiple is
+    # 64 x lcm(2, 4, 2) = 256; Aquila2's 100,008 / 256 = 390.7 -> 391 x 256 = 100,096
+    assert model_arch(load_spec(str(folder / "flagscale_aquila_hetero_tp242.yaml"))).vocab == 100_096
+    # Llama 3's 128,256 at TP 8: 64 x 8 = 512; 128,256 / 512 = 250.5 -> 251 x 512 = 128,512
+    assert model_arch(load_spec(str(folder / "flagscale_llama3_70b_tp8pp4.yaml"))).vocab == 128_512
+    # GPT-2's 50,257 at TP 8 under Megatron's 128: 1,024 x 50 = 51,200 (docs/tracegen.md's example)
+    assert model_arch(load_spec(str(folder / "megatron_gpt3_175b_fp16.yaml"))).vocab == 51_200
+
+
+# examples/launch/ specs of round fuzz4 at a size the test machine runs in seconds (FUZZ3_SMALL's keys)
+FUZZ4_SMALL: dict[str, dict] = {
+    "bridge_llama3_8b_128k_cp8.yaml": {"model_layers": 2, "global_batch": 2, "seq_len": 16384},
+    "bridge_qwen3_30b_a3b_gb200_mxfp8.yaml": {"model_layers": 2, "global_batch": 32, "seq_len": 1024},
+    "flagscale_aquila_hetero_tp242.yaml": {"micro_batches": 4},  # hand-written groups: 12 layers kept
+    "flagscale_llama3_70b_tp8pp4.yaml": {"model_layers": 4, "global_batch": 4, "seq_len": 2048},
+    "mds_llama2_gqa_tp2pp2.yaml": {"model_layers": 2, "global_batch": 16},
+    "megatron_gpt3_175b_fp16.yaml": {
+        "model_layers": 4,
+        "parallel": {"pp": 2, "dp": 2},
+        "global_batch": 8,
+        "seq_len": 1024,
+    },
+    "megatron_llama3_8b_mfsdp_fp8.yaml": {"model_layers": 2, "global_batch": 16, "seq_len": 2048},
+    "megatron_mixtral_8x7b_pp4ep8.yaml": {"model_layers": 4, "global_batch": 32, "seq_len": 1024},
+    "nemo_mistral_large_123b_tp8.yaml": {"model_layers": 2, "parallel": {"dp": 2}, "global_batch": 4},
+    "torchtitan_llama3_405b_fp8.toml": {"model_layers": 2, "global_batch": 32, "seq_len": 2048},
+}
+
+
+@pytest.mark.parametrize("spec", sorted(FUZZ4_SMALL))
+def test_fuzz4_launch_specs_generate_and_replay(spec, tmp_path):
+    from pathlib import Path
+
+    from xsim import api
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "launch" / spec
+    keys = FUZZ4_SMALL[spec]
+    if "micro_batches" in keys:  # hand-written device groups: fewer micro-batches only
+        import yaml
+
+        raw = {**yaml.safe_load(path.read_text()), "micro_batches": keys["micro_batches"]}
+    else:
+        raw = _small(path, keys)
+    api.generate(raw, api.GenerateOptions(out=str(tmp_path)))
+    summary = api.simulate(str(tmp_path)).result.summary_dict()
+    assert summary["iteration_time_ns"] > 0

@@ -598,6 +598,12 @@ class _SpecBuilder:
         )
         dep.sharding = self.choice("sharding", SHARDINGS, "none")
         mfsdp = dep.sharding == "megatron-fsdp"
+        # Megatron-FSDP v1 runs on the distributed optimizer: Megatron-LM's launch scripts pass
+        # --use-distributed-optimizer beside --use-megatron-fsdp, and arguments.py sets it when absent
+        # (d98e8a64dd validate_args: "Megatron-FSDP v1 is only compatible with --use-distributed-optimizer").
+        # Its optimizer shard is the sharding's own: the key is taken as that, not as ZeRO-1 on top.
+        if mfsdp and dep.distributed_optimizer:
+            dep.distributed_optimizer = False
         # Megatron-FSDP's keys (stored as set: "" / false when absent, the strategy's default
         # optim_grads_params being Megatron-Bridge's set_megatron_fsdp_overrides).
         for key in ("data_parallel_sharding_strategy", "fsdp_double_buffer"):
@@ -660,6 +666,19 @@ class _SpecBuilder:
                 "tp_comm_overlap needs sequence_parallel: true (Megatron-LM: TP communication/GEMM overlap "
                 "happens only with sequence parallelism)"
             )
+        if dep.tp_comm_overlap:
+            from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
+
+            name = dep.framework or DEFAULT_FRAMEWORK
+            if not framework(name).transformer_engine:
+                # What tp_comm_overlap builds is Transformer Engine's userbuffers (chunked GEMMs on TE's
+                # num_sm SMs); torchtitan's async TP (enable_async_tensor_parallel: PyTorch's symmetric-memory
+                # micro-pipelined collective matmul) and the pre-TE Megatron trees run no such thing.
+                raise self.fail(
+                    f"tp_comm_overlap is Transformer Engine's userbuffers overlap (megatron-core frameworks); "
+                    f"framework {name} has none (torchtitan's enable_async_tensor_parallel is not built): "
+                    "drop it, which leaves the TP collectives exposed"
+                )
         if dep.sharding != "none" and dep.distributed_optimizer:
             raise self.fail(
                 f"sharding: {dep.sharding} already shards the optimizer state: drop distributed_optimizer "
