@@ -128,6 +128,24 @@ def test_interleaved_schedule_of_the_76b_shape_matches_megatron_by_hand():
         assert interleaved(8, 4, rank, 3) == want
 
 
+def test_interleaved_with_as_many_micro_batches_as_stages_warms_up_every_pass_in_2021_code():
+    # P = 2, V = 2, M = 2: forwards F0.0 F0.1 F1.0 F1.1, backwards B1.0 B1.1 B0.0 B0.1. Megatron-LM
+    # de7dc40f88 (get_num_microbatches() == pipeline_parallel_size): every stage warms up with all 4
+    # forwards, then 4 backwards. The rule of 2024-11 on (and xsim's default): stage 1 warms up with
+    # min((2-1-1)*2 + (2-1)*2, 4) = 2 forwards, then F1.0 B1.0 F1.1 B1.1, then B0.0 B0.1; stage 0's
+    # min(2 + 2, 4) = 4 is all of them either way.
+    def seq(text: str) -> list[tuple[str, int, int]]:
+        return [(t[0], int(t[1]), int(t[3])) for t in text.split()]
+
+    every = seq("F0.0 F0.1 F1.0 F1.1 B1.0 B1.1 B0.0 B0.1")
+    assert interleaved(2, 2, 1, 2, all_warmup_at_m_eq_p=True) == every
+    assert interleaved(2, 2, 0, 2, all_warmup_at_m_eq_p=True) == every
+    assert interleaved(2, 2, 0, 2) == every
+    assert interleaved(2, 2, 1, 2) == seq("F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 B0.0 B0.1")
+    # M = 2P: the rule does not apply (stage 1 warms up with 2 of 8, as INTERLEAVED_P2_V2_M4)
+    assert interleaved(4, 2, 1, 2, all_warmup_at_m_eq_p=True) == INTERLEAVED_P2_V2_M4[1]
+
+
 def test_interleaved_graph_order_chunks_and_node_counts_by_hand():
     dep = load_spec(pp2())
     # Megatron's assignment: 4 layers in P*V = 4 chunks, chunk j on stage j mod 2.
