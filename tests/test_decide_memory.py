@@ -66,6 +66,10 @@ def test_pipeline_in_flight_micro_batches():
     # Interleaved (v = 2, p = 4): the first stage holds L(1 + (p-1)/(pv)) layers' worth = 1.375 L, i.e.
     # 5.5 micro-batches of its L/p layers (Korthikanti section 4.2.3).
     assert in_flight("1f1b", 8, 4, 0, virtual=2) * Fraction(1, 4) == 1 + Fraction(3, 8)
+    # M = P = 4, v = 2: the last stage holds (4-3-1)*2 + (2-1)*4 + 1 = 5 chunks = 5/2 micro-batches; under
+    # Megatron-LM's rule before 2024-11 (every pass warm-up at M = P) all 8 chunks = 4 micro-batches.
+    assert in_flight("1f1b", 4, 4, 3, virtual=2) == Fraction(5, 2)
+    assert in_flight("1f1b", 4, 4, 3, virtual=2, all_warmup_at_m_eq_p=True) == 4
 
 
 def test_zero_sixteen_bytes_per_parameter():

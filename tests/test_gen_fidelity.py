@@ -104,6 +104,48 @@ def test_interleaved_schedule_matches_megatron_by_hand():
         assert interleaved(4, 2, rank, 2) == want
 
 
+# The 76B row's shape (narayanan21-t1-76b: P = 4, V = 3), at M = 8 micro-batches, written out by hand from
+# Megatron-LM de7dc40f88 megatron/schedules.py forward_backward_pipelining_with_interleaving ("F2.5":
+# forward of chunk 2 on micro-batch 5). Forward k (k = 0..23) runs chunk (k mod 12) // 4 on micro-batch
+# (k // 12) * 4 + k mod 4: F0.0-F0.3 F1.0-F1.3 F2.0-F2.3 F0.4-F0.7 F1.4-F1.7 F2.4-F2.7; backward k the mirror
+# chunk 2 - (k mod 12) // 4: B2.0-B2.3 B1.0-B1.3 B0.0-B0.3 B2.4-B2.7 B1.4-B1.7 B0.4-B0.7. Warm-up: stage 0
+# (4-0-1)*2 + (3-1)*4 = 14 forwards, stage 3 (4-3-1)*2 + 8 = 8; then forward 14 (8) pairs with backward 0,
+# one of each per step; the last 14 (8) backwards cool down. 14 + 2*10 + 14 = 8 + 2*16 + 8 = 48 = 2*M*V.
+INTERLEAVED_P4_V3_M8 = {
+    0: "F0.0 F0.1 F0.2 F0.3 F1.0 F1.1 F1.2 F1.3 F2.0 F2.1 F2.2 F2.3 F0.4 F0.5 "
+    "F0.6 B2.0 F0.7 B2.1 F1.4 B2.2 F1.5 B2.3 F1.6 B1.0 F1.7 B1.1 F2.4 B1.2 F2.5 B1.3 F2.6 B0.0 F2.7 B0.1 "
+    "B0.2 B0.3 B2.4 B2.5 B2.6 B2.7 B1.4 B1.5 B1.6 B1.7 B0.4 B0.5 B0.6 B0.7",
+    3: "F0.0 F0.1 F0.2 F0.3 F1.0 F1.1 F1.2 F1.3 "
+    "F2.0 B2.0 F2.1 B2.1 F2.2 B2.2 F2.3 B2.3 F0.4 B1.0 F0.5 B1.1 F0.6 B1.2 F0.7 B1.3 "
+    "F1.4 B0.0 F1.5 B0.1 F1.6 B0.2 F1.7 B0.3 F2.4 B2.4 F2.5 B2.5 F2.6 B2.6 F2.7 B2.7 "
+    "B1.4 B1.5 B1.6 B1.7 B0.4 B0.5 B0.6 B0.7",
+}
+
+
+def test_interleaved_schedule_of_the_76b_shape_matches_megatron_by_hand():
+    for rank, text in INTERLEAVED_P4_V3_M8.items():
+        want = [(t[0], int(t[1]), int(t[3])) for t in text.split()]
+        assert interleaved(8, 4, rank, 3) == want
+
+
+def test_interleaved_with_as_many_micro_batches_as_stages_warms_up_every_pass_in_2021_code():
+    # P = 2, V = 2, M = 2: forwards F0.0 F0.1 F1.0 F1.1, backwards B1.0 B1.1 B0.0 B0.1. Megatron-LM
+    # de7dc40f88 (get_num_microbatches() == pipeline_parallel_size): every stage warms up with all 4
+    # forwards, then 4 backwards. The rule of 2024-11 on (and xsim's default): stage 1 warms up with
+    # min((2-1-1)*2 + (2-1)*2, 4) = 2 forwards, then F1.0 B1.0 F1.1 B1.1, then B0.0 B0.1; stage 0's
+    # min(2 + 2, 4) = 4 is all of them either way.
+    def seq(text: str) -> list[tuple[str, int, int]]:
+        return [(t[0], int(t[1]), int(t[3])) for t in text.split()]
+
+    every = seq("F0.0 F0.1 F1.0 F1.1 B1.0 B1.1 B0.0 B0.1")
+    assert interleaved(2, 2, 1, 2, all_warmup_at_m_eq_p=True) == every
+    assert interleaved(2, 2, 0, 2, all_warmup_at_m_eq_p=True) == every
+    assert interleaved(2, 2, 0, 2) == every
+    assert interleaved(2, 2, 1, 2) == seq("F0.0 F0.1 F1.0 B1.0 F1.1 B1.1 B0.0 B0.1")
+    # M = 2P: the rule does not apply (stage 1 warms up with 2 of 8, as INTERLEAVED_P2_V2_M4)
+    assert interleaved(4, 2, 1, 2, all_warmup_at_m_eq_p=True) == INTERLEAVED_P2_V2_M4[1]
+
+
 def test_interleaved_graph_order_chunks_and_node_counts_by_hand():
     dep = load_spec(pp2())
     # Megatron's assignment: 4 layers in P*V = 4 chunks, chunk j on stage j mod 2.

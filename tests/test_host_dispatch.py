@@ -357,6 +357,45 @@ def test_interleaved_exchanges_follow_megatrons_schedule_steps() -> None:
     assert [A.get_str(nodes[d], A.PHASE) for d in sends[0].data_deps] == ["fwd", "bwd"]
 
 
+def test_interleaved_exchanges_when_every_pass_is_warm_up() -> None:
+    # P = 2, V = 2, M = 2 under megatron-2021 (de7dc40f88, all_warmup_microbatches): both stages run
+    # F0.0 F0.1 F1.0 F1.1 then B1.0 B1.1 B0.0 B0.1. The warm-up calls send_forward_recv_forward (the last
+    # receives nothing); then recv_backward is a call of its own (on the last stage, whose chunk 1 has no
+    # next stage, it returns without one); then send_backward_recv_backward per backward. By hand:
+    spec = {**INTERLEAVED, "micro_batches": 2}
+    nodes = generate(load_spec(spec)).nodes
+    want = {}
+    for rank, peer in ((0, 1), (1, 0)):
+        S, R = f"send_act.fwd.mb{{}}.to{peer}", f"recv_act.fwd.mb{{}}.from{peer}"
+        G, Q = f"send_grad.bwd.mb{{}}.to{peer}", f"recv_grad.bwd.mb{{}}.from{peer}"
+        want[rank] = (
+            [
+                [S.format(0)],  # F c0 mb0 (the next forward, c0 mb1, reads the data on the first stage)
+                [S.format(1), R.format(0)],  # F c0 mb1; receive c1 mb0's input from the last stage
+                [S.format(0), R.format(1)],  # F c1 mb0
+                [S.format(1)],  # F c1 mb1, the last: nothing more to receive
+                [Q.format(0)],  # recv_backward: B c1 mb0's gradient
+                [G.format(0), Q.format(1)],  # B c1 mb0
+                [G.format(1), Q.format(0)],  # B c1 mb1; B c0 mb0's gradient
+                [Q.format(1)],  # B c0 mb0 (no gradient out of chunk 0); B c0 mb1 ends the schedule
+            ]
+            if rank == 0
+            else [
+                [R.format(0)],  # recv_forward before the first forward
+                [S.format(0), R.format(1)],  # F c0 mb0 -> stage 0's chunk 1
+                [S.format(1), R.format(0)],  # F c0 mb1; receive c1 mb0's input
+                [R.format(1)],  # F c1 mb0 (the model's last chunk: no send)
+                [G.format(0)],  # F c1 mb1 (no call); B c1 mb0
+                [G.format(1), Q.format(0)],  # B c1 mb1; B c0 mb0's gradient from stage 0
+                [G.format(0), Q.format(1)],  # B c0 mb0
+                [G.format(1)],  # B c0 mb1
+            ]
+        )
+    for rank in (0, 1):
+        got = [[nodes[rank][d].name for d in n.data_deps] for n in nodes[rank] if n.name.startswith("host:")]
+        assert [w for w in got if w and w[0].split("_")[0] in ("send", "recv")] == want[rank]
+
+
 # PP2 at TP 2: stage 0 on ranks 0-1, stage 1 on ranks 2-3.
 PP2_TP2 = {
     **PP2,

@@ -61,6 +61,13 @@ class Framework:
     # d898a8991d skips it under sequence parallelism (the tensor is already the rank's sequence slice) and
     # when TP does not divide the tensor's elements.
     pp_scatter_gather: bool = False
+    # Megatron-LM's interleaved schedule with as many micro-batches as pipeline stages runs every pass of
+    # every stage as warm-up, all forwards then all backwards (forward_backward_pipelining_with_interleaving:
+    # `if get_num_microbatches() == pipeline_parallel_size: num_warmup_microbatches = num_microbatches;
+    # all_warmup_microbatches = True`, megatron/schedules.py of de7dc40f88 and d898a8991d; the rule held from
+    # dd88906264, 2020-12, until NVIDIA/Megatron-LM 4295be1a6c, 2024-11-01, which keeps only "warm-up >=
+    # M*V"). Off: the per-stage min((P-k-1)*2 + (V-1)*P, M*V) alone (tracegen.schedule.interleaved).
+    pp_all_warmup_at_m_eq_p: bool = False
     # DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/, read at microsoft/DeepSpeed v0.6.0 a32e9b3376 and
     # v0.7.0 5fe9d61065, and at olruwase/elastic-ckpt-refresh e4a5a46489, the branch BLOOM-176B ran
     # (bigscience tr11-176B-ml README; the same at v0.5.4 bc7778ea5b; v0.9.0 and later issue SendGrad before
@@ -339,6 +346,7 @@ _MEGATRON_2021 = Framework(
     host_dispatch=True,
     p2p_sync=True,
     pp_scatter_gather=True,
+    pp_all_warmup_at_m_eq_p=True,
     step_timers=True,
     always_tied=True,
     vocab_divisible_by=128,

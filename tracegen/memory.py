@@ -136,6 +136,8 @@ class MemoryOptions:
     schedule: str = "gpipe"  # "gpipe" | "1f1b" (virtual_stages > 1 means Megatron's interleaved 1F1B)
     micro_batches: int = 1
     virtual_stages: int = 1
+    # interleaved with M = P: every pass of every stage warm-up (Framework.pp_all_warmup_at_m_eq_p)
+    all_warmup_at_m_eq_p: bool = False
     sequence_parallel: bool = False
     recompute: str = "none"  # "none" | "selective" | "full"
     recompute_layers: int = 1  # with "full": layers per recompute unit (Megatron's uniform method); 0 = 1
@@ -384,8 +386,18 @@ def rematerialized_bytes(
     return max(attn, sum((terms[k] for k in freed - ATTENTION_SIDE), Fraction(0)))
 
 
-def in_flight(schedule: str, micro_batches: int, stages: int, stage: int, virtual: int = 1) -> Fraction:
-    """Micro-batches (of the stage's whole layer range) whose activations stage `stage` holds at its peak."""
+def in_flight(
+    schedule: str,
+    micro_batches: int,
+    stages: int,
+    stage: int,
+    virtual: int = 1,
+    all_warmup_at_m_eq_p: bool = False,
+) -> Fraction:
+    """Micro-batches (of the stage's whole layer range) whose activations stage `stage` holds at its peak
+    (`all_warmup_at_m_eq_p`: Framework.pp_all_warmup_at_m_eq_p, every stage holds all M at M = P)."""
+    if virtual > 1 and all_warmup_at_m_eq_p and micro_batches == stages:
+        return Fraction(micro_batches)
     if virtual > 1:
         # Megatron interleaved 1F1B: warm-up (p - k - 1)*2 + (v - 1)*p chunks, +1 in steady state, each
         # chunk holding 1/v of the stage's layers.
@@ -468,6 +480,7 @@ def _options_of(dep: dpb.Deployment) -> MemoryOptions:
         schedule=dep.schedule or "gpipe",
         micro_batches=dep.micro_batches or 1,
         virtual_stages=max(1, dep.virtual_stages),
+        all_warmup_at_m_eq_p=fw.pp_all_warmup_at_m_eq_p,
         sequence_parallel=dep.sequence_parallel,
         recompute=dep.recompute or "none",
         recompute_layers=dep.recompute_layers or 1,
@@ -529,7 +542,7 @@ def deployment_memory(dep: dpb.Deployment, options: MemoryOptions | None = None)
             n = sum(b - a + 1 for a, b in chunks)
             first, last = k == 0, k == p - 1
             sp = o.sequence_parallel and t > 1
-            flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages)
+            flight = in_flight(o.schedule, o.micro_batches, p, k, o.virtual_stages, o.all_warmup_at_m_eq_p)
             s = m.seq_len // max(
                 1, dg.cp
             )  # context parallelism: each rank holds seq / cp tokens of a sequence

@@ -33,7 +33,7 @@ def one_f_one_b(num_micro_batches: int, num_stages: int, stage: int) -> list[tup
 
 
 def interleaved(
-    num_micro_batches: int, num_stages: int, stage: int, chunks: int
+    num_micro_batches: int, num_stages: int, stage: int, chunks: int, all_warmup_at_m_eq_p: bool = False
 ) -> list[tuple[str, int, int]]:
     """Interleaved 1F1B (Narayanan et al. 2021 section 2.2) as (kind, model chunk, micro-batch) triples.
 
@@ -41,7 +41,8 @@ def interleaved(
     groups of P micro-batches per model chunk (forward k runs chunk (k mod PV) // P, backward k the mirror
     chunk V-1-that), micro-batch (k // PV)*P + k mod P of that chunk; stage k warms up with
     min((P-k-1)*2 + (V-1)*P, M*V) forwards, then alternates one forward and one backward, then cools down.
-    M must be a multiple of P (the caller checks), as Megatron requires.
+    M must be a multiple of P (the caller checks), as Megatron requires. `all_warmup_at_m_eq_p`: Megatron-LM
+    before 2024-11 (Framework.pp_all_warmup_at_m_eq_p): with M = P every stage warms up with all M*V forwards.
     """
     p, v = num_stages, chunks
     total = num_micro_batches * v
@@ -54,6 +55,8 @@ def interleaved(
         return (k // (p * v)) * p + k % p
 
     warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+    if all_warmup_at_m_eq_p and num_micro_batches == p:
+        warmup = total
     order = [(FWD, chunk_of(k, True), mb_of(k)) for k in range(warmup)]
     for k in range(total - warmup):
         f = k + warmup

@@ -2636,7 +2636,9 @@ class _RankProgram:
         self.setup()
         v = len(self.st.chunks)
         if v > 1:
-            order = interleaved(dep.micro_batches, self.st.count, self.st.index, v)
+            order = interleaved(
+                dep.micro_batches, self.st.count, self.st.index, v, self.ctx.fw.pp_all_warmup_at_m_eq_p
+            )
         else:
             order = [
                 (kind, 0, mb)
@@ -2695,6 +2697,10 @@ class _RankProgram:
                 tail = [] if self.frontier in (None, after) else [self.frontier]
                 self.send_to(ch, side, layer, mb, direction, [after, *tail], boundary)
             if j + 1 < len(steps):
+                if j + 1 == warm == total and self.exchange:
+                    # every pass warm-up: the last forward's send_forward_recv_forward ends, then
+                    # recv_backward is a call of its own (all_warmup_microbatches, de7dc40f88)
+                    self.end_exchange()
                 self.post_recvs(steps[j + 1])
         assert not self.posted, "every receive posted ahead was waited for by its pass"
 
