@@ -41,6 +41,7 @@ from xsim.tracegen.choices import (
     SHARDINGS,
 )
 from xsim.tracegen.errors import CatalogError, ProfileError, SpecError
+from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
 from xsim.tracegen.gemm import board_clock
 from xsim.tracegen.models import ModelArch, model_from_mapping, model_from_message, preset
 from xsim.tracegen.moe import (
@@ -534,8 +535,6 @@ class _SpecBuilder:
     def tie_embeddings(self, model: ModelArch, framework_name: str) -> str:
         """The model's `tie_embeddings` as stored (field 68): "on" | "off" when given, "" for the default
         (model_arch). Megatron-LM 2021/2022's GPTModel has no switch to untie (Framework.always_tied)."""
-        from xsim.tracegen.frameworks import framework
-
         if model.tie_embeddings is None:
             return ""
         if not model.tie_embeddings and framework(framework_name).always_tied:
@@ -568,8 +567,6 @@ class _SpecBuilder:
 
     def fp8_params(self, dep: dpb.Deployment, model: ModelArch) -> bool:
         """`fp8_params` (field 75): the FP8 linears' weights held in FP8 only (TE fp8_model_init)."""
-        from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-
         if not self.bool_key("fp8_params"):
             return False
         name = dep.framework or DEFAULT_FRAMEWORK
@@ -667,8 +664,6 @@ class _SpecBuilder:
                 "happens only with sequence parallelism)"
             )
         if dep.tp_comm_overlap:
-            from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-
             name = dep.framework or DEFAULT_FRAMEWORK
             if not framework(name).transformer_engine:
                 # What tp_comm_overlap builds is Transformer Engine's userbuffers (chunked GEMMs on TE's
@@ -1723,8 +1718,6 @@ def derive_cluster(dep: dpb.Deployment) -> dict[str, Any]:
 
 def _framework_attention(name: str) -> str:
     """The attention kernel framework `name` runs by default (tracegen.frameworks)."""
-    from xsim.tracegen.frameworks import framework
-
     return framework(name).attention
 
 
@@ -1749,8 +1742,6 @@ def model_arch(dep: dpb.Deployment) -> ModelArch:
     (Framework.always_tied), else the family's default (ModelArch.tied); its position encoding likewise:
     the spec's `position_embedding` (field 69), else the framework's (Framework.position_embedding), else
     the family's (ModelArch.positions); its vocabulary padded as the framework pads it (vocab_padding)."""
-    from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-
     fw = framework(dep.framework or DEFAULT_FRAMEWORK)
     tie = {"on": True, "off": False}.get(dep.tie_embeddings)
     if tie is None and fw.always_tied:
@@ -1771,8 +1762,6 @@ def vocab_padding(dep: dpb.Deployment) -> int:
     make_vocab_size_divisible_by x TP (`_vocab_size_with_padding`), the spec's value (field 74) or else the
     framework's (Framework.vocab_divisible_by); 0 pads nothing. TP is the device groups' (Megatron has one;
     groups of different TP: their least common multiple, so every group splits the padded rows evenly)."""
-    from xsim.tracegen.frameworks import DEFAULT_FRAMEWORK, framework
-
     if dep.HasField("make_vocab_size_divisible_by"):
         unit = dep.make_vocab_size_divisible_by
     else:
