@@ -100,7 +100,7 @@ OPTION_VALUES: dict[str, tuple[Any, ...]] = {
     "loss_impl": ("megatron", "te"),
     "gemm_rates": ("sustained", "burst"),
     # How loaded the GPUs' boards are (tracegen.choices.BOARD_LOADS; round board).
-    "board_load": ("full", "alone"),
+    "board_load": ("job", "full", "alone"),
     "overlap_grad_reduce": (True, False),
     "overlap_param_gather": (True, False),
     "tp_comm_overlap": (True, False),

@@ -55,8 +55,8 @@ class GpuSpec:
     nic_bandwidth: float | None = None  # one NIC's line rate
     nics: int = 1  # NICs per GPU (modelled as one link of nics x nic_bandwidth)
     defaulted: tuple[str, ...] = ()  # fields of a user definition filled from calibrated_as
-    # The power-limited tensor-core clock of the slowest GPU of a fully loaded board over the clock one GPU
-    # holds alone (tracegen.gemm.BOARD_CLOCKS); 1.0 outside a multi-GPU run (tracegen.spec.gpu_specs).
+    # The power-limited tensor-core clock of the job's slowest GPU on fully loaded boards over the clock one
+    # GPU holds alone (tracegen.gemm.board_clock); 1.0 outside a multi-GPU run (tracegen.spec.gpu_specs).
     board_clock: float = 1.0
 
     @property

@@ -45,7 +45,7 @@ LOSS_IMPLS = ("megatron", "te")
 # tracegen.gemm.GEMM_RATES; the first is the default.
 GEMM_RATES = ("sustained", "burst")
 # tracegen.gemm.BOARD_LOADS; the first is the default: `board_load`, how loaded the GPUs' boards are.
-BOARD_LOADS = ("full", "alone")
+BOARD_LOADS = ("job", "full", "alone")
 # tracegen.attention.KERNELS (a test keeps them equal): `attention_kernel`, the fused attention kernel (on
 # Hopper; on Ampere "fa1" and "triton" differ from FlashAttention-2).
 ATTENTION_KERNELS = ("fa2", "fa1", "fa3", "cudnn", "triton")

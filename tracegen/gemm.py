@@ -29,10 +29,12 @@ it (docs/validation.md, helper `valid`).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
 from xsim.tracegen.calibration_csv import read_points
 from xsim.tracegen.catalog import GpuSpec, tensor_peak
 from xsim.tracegen.errors import CatalogError
@@ -144,13 +146,34 @@ GEMM_RATES = ("sustained", "burst")
 # not the slowest GPU. That power management spreads equal GPUs under load on those generations too is
 # measured (Sinha et al., "Not All GPUs Are Created Equal", SC22: 8% average performance variation across the
 # V100 GPUs of the clusters studied, max 22%); its size on an A100 board is not, so this is an assumption.
-BOARD_CLOCKS: dict[str, float] = {
-    "H100": 698.6 / 702.9 * (1 - 0.045 / 2),  # the H200's GH100 board (same die, clocks and 700 W TDP)
-    "H200": 698.6 / 702.9 * (1 - 0.045 / 2),
-    "B200": 1426.4 / 1455.7 * (1 - 0.104 / 2),
+BOARD_MEANS: dict[str, float] = {  # all 8 busy, mean over alone
+    "H100": 698.6 / 702.9,  # the H200's GH100 board (same die, clocks and 700 W TDP)
+    "H200": 698.6 / 702.9,
+    "B200": 1426.4 / 1455.7,
 }
-BORROWED_BOARD_CLOCK = 1 - 0.045 / 2
-BOARD_LOADS = ("full", "alone")
+BOARD_RANGES: dict[str, float] = {
+    "H100": 0.045,
+    "H200": 0.045,
+    "B200": 0.104,
+}  # (max - min) / mean, all 8 busy
+BORROWED_BOARD_RANGE = 0.045
+BOARD_CLOCKS: dict[str, float] = {k: BOARD_MEANS[k] * (1 - BOARD_RANGES[k] / 2) for k in BOARD_MEANS}
+BORROWED_BOARD_CLOCK = 1 - BORROWED_BOARD_RANGE / 2
+# A job of more GPUs than a board (`board_load: job`, the default) waits for the slowest of all its GPUs,
+# and the slowest of n draws lies further below the mean as n grows. Each GPU's loaded rate is taken as an
+# independent draw from a normal distribution whose spread is the board's: the expected range of 8 normal
+# draws is 2 E[max of 8] = 2 x 1.4236 standard deviations (the d2 constant of quality-control tables,
+# 2.847), so sigma = range / (2 x 1.4236), and the expected slowest of n GPUs sits E[max of n] sigmas below
+# the mean: mean x (1 - range / 2 x E[max of n] / E[max of 8]). At n = 8 that is the board's rule above
+# exactly, so a job of one board is unchanged; at 1,024 H100s the slowest GPU is 2.9% slower than a board's.
+# Assumptions (docs/compute.md, "The loaded board and the slowest GPU"): GPUs on different boards spread as
+# much as the 8 measured on one board, independently and normally. Sinha et al. ("Not All GPUs Are Created
+# Equal", SC22) measured the spread over whole clusters (over 90% of the V100s of Summit, Vortex, Longhorn,
+# Frontera): 8% average performance variation, max 22%, outliers up to 1.5x slower than the median GPU; the
+# normal model's expected range over 1,000-4,000 GPUs, 2 x 3.2-3.6 sigmas = 10-11% at the H200's spread, lies
+# inside those. Jobs of 2-8 GPUs keep the board's rule (the board loaded as a whole, the measured case).
+BOARD_LOADS = ("job", "full", "alone")
+BOARD_GPUS = 8  # GPUs of the measured board (HGX H200 / B200)
 
 # The per-tile cost K0, one rule for every GEMM the calibrated model times (dense linears and grouped expert
 # GEMMs alike): a fixed cost per output tile outside the K loop (prologue, scaling and storing the tile),
@@ -270,17 +293,41 @@ class GemmTiming:
 def sustained_ratio(gpu: GpuSpec, precision: str) -> float:
     """Sustained over burst tensor-core rate of `gpu` in `precision`: the measured MSMF / MAMF ratio of its
     architecture (SUSTAINED_RATIOS), else the A100's power-limited clock ratio SUSTAINED_CLOCK_RATIO, times
-    the GPU's board_clock (the slowest GPU of a loaded board)."""
+    the GPU's board_clock (the job's slowest GPU on loaded boards)."""
     key = (gpu.calibration_key, "bf16" if precision == "fp16" else precision)
     return SUSTAINED_RATIOS.get(key, SUSTAINED_CLOCK_RATIO) * gpu.board_clock
 
 
-def board_clock(gpu: GpuSpec, board_load: str = "full") -> float:
-    """The slowest GPU's power-limited clock on a fully loaded board of `gpu`s over one GPU's alone
-    (BOARD_CLOCKS, else the H200's spread BORROWED_BOARD_CLOCK; 1.0 for `board_load` "alone")."""
+def expected_slowest(n: int) -> float:
+    """E[max of n independent standard normal draws] (the expected slowest of n, in standard deviations)."""
+    return _expected_max_normal(max(int(n), 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _expected_max_normal(n: int) -> float:
+    # E[max] = integral of x n phi(x) Phi(x)^(n-1) dx, by the trapezoid rule on [-12, 12] (step 1e-3): the
+    # integrand is smooth and below 1e-30 outside for any n up to 10^8; 1/sqrt(pi) at n = 2 to 1e-12.
+    if n == 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 24001)
+    cdf = 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in x]))
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+    f = x * n * pdf * cdf ** (n - 1)
+    return float(np.sum((f[1:] + f[:-1]) * 0.5 * np.diff(x)))
+
+
+def board_clock(gpu: GpuSpec, board_load: str = "job", gpus: int = BOARD_GPUS) -> float:
+    """The slowest GPU's power-limited clock over one GPU's alone: of a job of `gpus` GPUs on fully loaded
+    boards ("job"), of one fully loaded board ("full"; BOARD_CLOCKS, else the H200's spread), 1.0 "alone"."""
     if board_load not in BOARD_LOADS:
         raise CatalogError(f"board_load must be one of {', '.join(BOARD_LOADS)}, got {board_load!r}")
-    return BOARD_CLOCKS.get(gpu.calibration_key, BORROWED_BOARD_CLOCK) if board_load == "full" else 1.0
+    if board_load == "alone":
+        return 1.0
+    key = gpu.calibration_key
+    mean = BOARD_MEANS.get(key, 1.0)  # elsewhere the mean's drop is in the HPL clock (above)
+    spread = BOARD_RANGES.get(key, BORROWED_BOARD_RANGE)
+    n = max(gpus, BOARD_GPUS) if board_load == "job" else BOARD_GPUS
+    return mean * (1 - spread / 2 * expected_slowest(n) / expected_slowest(BOARD_GPUS))
 
 
 def plateau(gpu: GpuSpec, precision: str, rates: str = "sustained") -> float:

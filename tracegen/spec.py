@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -820,7 +821,7 @@ class _SpecBuilder:
         dep.attention = self.choice("attention", ATTENTIONS, _framework_attention(dep.framework))
         dep.compute_model = self.choice("compute_model", COMPUTE_MODELS, "calibrated")
         dep.gemm_rates = self.choice("gemm_rates", GEMM_RATES, GEMM_RATES[0])
-        # field 122; "" = the default ("full"), so specs that do not name it keep their bytes.
+        # field 122; "" = the default ("job"), so specs that do not name it keep their bytes.
         load = self.choice("board_load", BOARD_LOADS, BOARD_LOADS[0])
         dep.board_load = "" if load == BOARD_LOADS[0] else load
         # The fused attention kernel on Hopper (tracegen.attention): the framework's unless named.
@@ -1786,11 +1787,13 @@ def gpu_specs(dep: dpb.Deployment) -> dict[str, catalog.GpuSpec]:
         else catalog.define_gpu(n, over.get(n, {}))
         for n in names
     }
-    # A run of one GPU has no siblings to wait for: its GPU keeps the rate it holds alone.
+    # A run of one GPU has no siblings to wait for: its GPU keeps the rate it holds alone. Otherwise each GPU
+    # model runs at the expected slowest of its own count (`board_load: job`).
     if num_ranks(dep) < 2:
         return specs
     load = dep.board_load or BOARD_LOADS[0]
-    return {n: replace(g, board_clock=board_clock(g, load)) for n, g in specs.items()}
+    count = Counter(dg.gpu for dg in dep.device_groups for _ in dg.ranks)
+    return {n: replace(g, board_clock=board_clock(g, load, count.get(n, 0))) for n, g in specs.items()}
 
 
 def gpu_notes(dep: dpb.Deployment) -> list[str]:
