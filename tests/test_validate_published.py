@@ -781,3 +781,55 @@ def test_flagperf_h100_rows_follow_from_the_published_token_rates(data):
     # 6 N + 12 x 80 x 8192 x 8192 = 417,010,286,592 + 64,424,509,440 = 481,434,796,032 FLOPs per token
     # (measured MFU 481,434,796,032 x 851 / 989e12 = 41.4%, docs/validation.md round a100rows).
     assert vp.model_flops_per_token(runs["flagperf-llama3-70b-tp8-pp4-64xh100"]) == 481_434_796_032
+
+
+def test_dgxc_rows_follow_from_the_readmes_other_columns(data):
+    """The DGX Cloud recipe rows (round dgxc): each README prints, beside the step time t we take, the
+    throughput s x GBS / t and the MFU GBS x F / t / n / peak (989 TFLOP/s BF16, 1979 FP8), with its own
+    model FLOPs per sequence F = s (24 L h^2 + 12 L h s + 48 L h^2 + 6 V h), printed rounded: 434.5e12
+    (15B), 1.01e16 (340B), 2.20E+15 (175B). Our rows' sizes give F = 434,478,891,663,360 (4096 x (28,991,029,248
+    + 9,663,676,416 + 57,982,058,496 + 9,437,184,000); the README's own sum is 434,526,299,070,464, an
+    arithmetic slip in its attention line), 10,090,733,604,175,872 and 2,204,412,785,197,056 (V 50,257; the
+    README takes 51,200: 2,204,555,173,429,248), each the printed figure when rounded. By hand:
+    4096 x 64 / 2.812 = 93,223.3 (printed 93223), 64 x 434.5e12 / 2.812 / 16 / 989e12 = 62.49%; 4096 x 32 /
+    3.16 = 41,478.5 (41478), 32 x 1.01e16 / 3.16 / 128 / 1979e12 = 40.38%; 2048 x 2048 / 5.82 = 720,670.8
+    (720671), 2048 x 2.20e15 / 5.82 / 1024 / 1979e12 = 38.20%."""
+    runs = {r.id: r for r in data.runs}
+    rows = {  # id: (GPUs, GBS, step s, printed tokens/s, printed MFU %)
+        "dgxc-nemotron4-15b-bf16-16xh100": (16, 64, 2.812, 93223, 62.49),
+        "dgxc-nemotron4-15b-bf16-1024xh100": (1024, 4096, 2.895, 5795239, 60.70),
+        "dgxc-nemotron4-15b-fp8-16xh100": (16, 64, 2.039, 128565, 43.07),
+        "dgxc-nemotron4-15b-fp8-1024xh100": (1024, 4096, 2.094, 8012042, 41.94),
+        "dgxc-nemotron4-340b-bf16-128xh100": (128, 32, 4.61, 28432, 55.38),
+        "dgxc-nemotron4-340b-bf16-1024xh100": (1024, 256, 4.73, 221686, 53.98),
+        "dgxc-nemotron4-340b-fp8-128xh100": (128, 32, 3.16, 41478, 40.38),
+        "dgxc-nemotron4-340b-fp8-1024xh100": (1024, 256, 3.34, 313945, 38.20),
+        "dgxc-gpt3-175b-bf16-128xh100": (128, 256, 8.309, 63099, 53.54),
+        "dgxc-gpt3-175b-bf16-1024xh100": (1024, 2048, 8.453, 496191, 52.63),
+        "dgxc-gpt3-175b-fp8-128xh100": (128, 256, 5.626, 93190, 39.52),
+        "dgxc-gpt3-175b-fp8-1024xh100": (1024, 2048, 5.82, 720671, 38.20),
+    }
+    assert {rid for rid in runs if rid.startswith("dgxc-")} == set(rows)
+    printed_flops = {"15b": 434.5e12, "340b": 1.01e16, "175b": 2.20e15}
+    half_digit = {"15b": 0.05e12, "340b": 0.005e16, "175b": 0.005e15}  # half the last printed digit
+    for rid, (gpus, gbs, step, tokens, mfu) in rows.items():
+        r = runs[rid]
+        s, size = r.seq_len, rid.split("-")[2]
+        flops = s * (24 * r.layers * r.hidden**2 + 12 * r.layers * r.hidden * s + 48 * r.layers * r.hidden**2)
+        flops += s * 6 * r.vocab * r.hidden
+        assert abs(flops - printed_flops[size]) <= half_digit[size], rid
+        assert (r.gpus, r.global_batch, vp.measured_seconds(r)) == (gpus, gbs, step), rid
+        assert s * gbs / step == pytest.approx(tokens, abs=1.0), rid
+        peak = 1979e12 if r.precision == "fp8" else 989e12
+        assert 100 * gbs * printed_flops[size] / step / gpus / peak == pytest.approx(mfu, abs=0.005), rid
+        assert (r.gpu, r.cluster, r.sequence_parallel) == ("H100", "dgx-h100", True), rid
+        # GA of the README headers: 15B 4 micro-batches of 4, 340B 16 of 1, 175B 64 of 1, at every scale
+        assert r.micro_batches == {"15b": 4, "340b": 16, "175b": 64}[size], rid
+    f15 = runs["dgxc-nemotron4-15b-bf16-16xh100"]
+    assert 4096 * (24 * 32 * 6144**2 + 12 * 32 * 6144 * 4096 + 48 * 32 * 6144**2 + 6 * 256000 * 6144) == (
+        434_478_891_663_360
+    )
+    assert (f15.layers, f15.hidden, f15.vocab, f15.seq_len) == (32, 6144, 256000, 4096)
+    assert 2048 * (24 * 96 * 12288**2 + 12 * 96 * 12288 * 2048 + 48 * 96 * 12288**2 + 6 * 50257 * 12288) == (
+        2_204_412_785_197_056
+    )
