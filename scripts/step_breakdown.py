@@ -43,7 +43,9 @@ def kind_of(op: str, phase: str) -> str:
         return "optimizer"
     if op in GEMM_OPS:
         return "GEMM"
-    if op in ATTN_CORE_OPS:
+    # context parallelism's ring steps are attention calls too (`attn_core_cp<i>`,
+    # tracegen.context_parallel.ring_step_op; the all-gather form keeps `attn_core`)
+    if op in ATTN_CORE_OPS or op.startswith("attn_core_cp"):
         return "attention"
     # the FP8 ops; `_fp8_amax` and `_fp8_scale`: GroupedLinear's per-expert quantize (tracegen.moe_ops);
     # `_fp8_swizzle`: MXFP8's scale swizzles before each GEMM (tracegen.ops._linear)

@@ -37,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "published_moe_cp_runs.yaml"
 BLOCK = "moe_cp"
 SCRIPT = "validate_moe_cp.py"  # the name in its block markers
-MEASURED_KINDS = ("tokens_per_s_per_gpu", "tflops_per_gpu_palm")
+# iteration_s: seconds per step as the source prints it (no conversion), the name validate_published uses.
+MEASURED_KINDS = ("tokens_per_s_per_gpu", "tflops_per_gpu_palm", "iteration_s")
 RUN_KEYS = ("id", "source", "where", "gpus", "measured", "spec", "cluster", "notes")
 # Nodes of one replayed block per invocation: the budget of scripts/validate_published.py (~2 minutes of
 # generation on the 2-core development machine).
@@ -183,6 +184,8 @@ def palm_flops_per_token(model: Mapping[str, Any], seq: int) -> float:
 
 def measured_seconds(run: MoeCpRun) -> float:
     """Seconds per iteration from the published throughput (the source's conversion)."""
+    if run.measured_kind == "iteration_s":
+        return run.measured_value
     tokens = int(run.parallel["global_batch"]) * run.seq_len
     if run.measured_kind == "tokens_per_s_per_gpu":
         return tokens / (run.gpus * run.measured_value)
@@ -274,6 +277,7 @@ def _validate_published() -> Any:
 
 def predict(run: MoeCpRun, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
     """Generate (compact) and replay a run within the node budget, or say why not in one line."""
+    from xsim.replay.errors import FoldRefused
     from xsim.tracegen import load_spec
     from xsim.traces.errors import XsimError
 
@@ -289,11 +293,26 @@ def predict(run: MoeCpRun, max_nodes: int = DEFAULT_MAX_NODES) -> Prediction:
             None,
             f"not replayed: ~{nodes:,} nodes for the {ranks:,} ranks generated (budget {max_nodes:,})",
         )
-    # A rank-class fold (one rank per stage) the network check refuses falls back to one data replica
-    # (tp x cp entries): where that is over the budget, the refusal is reported instead of run.
-    strict = nodes * _positions(dep) > max_nodes
+    # A fold the network check refuses falls back (replay.simulation.simulate, fold "auto") to the set's
+    # data replicas (one replica's rank-class positions: `_positions` x nodes) and then to every rank
+    # unfolded (nodes / ranks x gpus). Each fallback runs only where it fits the budget; a refusal with no
+    # fallback that fits is the row's one line (the first fold's reason).
+    vp = _validate_published()
+    positions = _positions(dep)
     try:
-        rep = _validate_published().replay_spec(spec, fold=True, strict=strict)
+        if nodes // max(1, ranks) * run.gpus <= max_nodes:
+            rep = vp.replay_spec(spec, fold=True)
+        else:
+            try:
+                rep = vp.replay_spec(spec, fold=True, strict=True)
+            except FoldRefused as exc:
+                if positions == 1 or nodes * positions > max_nodes:
+                    raise
+                first = exc
+                try:
+                    rep = vp.replay_spec(spec, fold=True, strict="dp")
+                except FoldRefused:
+                    raise first from None
     except XsimError as exc:
         return Prediction(run, None, f"refused by xsim: {str(exc).splitlines()[0]}")
     folded = (
@@ -336,7 +355,11 @@ def config_text(run: MoeCpRun) -> str:
     )
 
 
-CONVERSION = {"tokens_per_s_per_gpu": "from tokens/s/GPU", "tflops_per_gpu_palm": "from TFLOP/s, PaLM FLOPs"}
+CONVERSION = {
+    "tokens_per_s_per_gpu": "from tokens/s/GPU",
+    "tflops_per_gpu_palm": "from TFLOP/s, PaLM FLOPs",
+    "iteration_s": "step time",
+}
 
 
 def runs_table(preds: Sequence[Prediction]) -> str:

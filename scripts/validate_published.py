@@ -806,10 +806,11 @@ class Replay:
 
 
 def replay_spec(
-    spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True, strict: bool = False
+    spec: Mapping[str, Any], *, keep_ops: bool = False, fold: bool = True, strict: bool | str = False
 ) -> Replay:
     """Generate a spec's traces and replay them on the analytical network model (folding DP replicas
-    when `fold`; `strict`: a fold the network check refuses is an error, not a larger replay)."""
+    when `fold`; `strict`: a fold the network check refuses is an error, not a larger replay; `"dp"`: a
+    compact set of rank classes folded by its data replicas instead, replay.fold.resolve_fold)."""
     from xsim.netmodels.cluster import build_cluster
     from xsim.netmodels.models import build_model
     from xsim.replay import DurationModel, simulate
@@ -845,7 +846,10 @@ def replay_spec(
         # replica, e.g. a DP ring crossing nodes unevenly, is replayed unfolded).
         ts = discover(tmp, compact=True)
         result = simulate(
-            ts, network=network, compute=DurationModel(), fold=(True if strict else "auto") if fold else None
+            ts,
+            network=network,
+            compute=DurationModel(),
+            fold=("dp" if strict == "dp" else True if strict else "auto") if fold else None,
         )
     summary = result.summary_dict()
     t_end = time.perf_counter()

@@ -21,6 +21,8 @@ import step_breakdown as sb  # noqa: E402
         ("attn_scores", "fwd", "GEMM"),  # unfused QK^T is a batched GEMM
         ("attn_core", "bwd", "attention"),
         ("attn_softmax", "fwd", "attention"),
+        ("attn_core_cp0", "fwd", "attention"),  # context parallelism's ring steps
+        ("attn_core_cp1", "bwd", "attention"),
         ("mlp_up_gate_fp8_cast", "bwd", "FP8 casts/scales"),
         ("qkv_proj_fp8_transpose", "bwd", "FP8 casts/scales"),
         ("fp8_scale_update", "fwd", "FP8 casts/scales"),

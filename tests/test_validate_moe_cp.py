@@ -123,6 +123,32 @@ def test_a_refused_rank_class_fold_over_the_budget_is_reported_not_run_unfolded(
     assert vm.predict(run, max_nodes=10_000).seconds is not None
 
 
+def test_a_fold_fallback_runs_only_within_the_budget():
+    """The replay's fallbacks after a refused rank-class fold are the set's data replicas, then every rank
+    unfolded (replay.simulation.simulate, fold "auto"); each runs only where it fits the budget (round
+    dgxccp: at --max-nodes 8,000,000 the 192-GPU Llama 3.1 405B row's estimate, 582,120 nodes x 8 TP
+    positions = 4.66 M, let the fold fall through to all 192 ranks, ~19 M nodes, past 13 GB resident). The
+    tiny all-gather CP plan above: 160 nodes for its one written rank, 4 rank-class positions (a data
+    replica: 4 x 160 = 640), 12 ranks unfolded (12 x 160 = 1,920). Its data replicas are refused too
+    (rank 4's AllReduce ends apart from rank 0's), so below 1,920 the row is the first refusal's line, and
+    at 1,920 it replays unfolded (every rank simulated)."""
+    spec = {
+        "model": {"name": "tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
+                  "seq_len": 32},
+        "seq_len": 32, "attention": "flash", "cp_comm_type": "all_gather",
+        "parallel": {"gpu": "H100", "tp": 1, "dp": 3, "cp": 4, "micro_batch": 1, "global_batch": 6},
+    }  # fmt: skip
+    run = vm.MoeCpRun("tiny", "llama3-paper", "w", 12, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+    dep = load_spec(vm.spec_for(run))
+    assert vm.estimate_nodes(dep) == (160, 1) and vm._positions(dep) == 4
+    for budget in (640, 1_919):  # the data replica fits, the unfolded set does not
+        p = vm.predict(run, max_nodes=budget)
+        assert p.seconds is None and p.method.startswith("refused by xsim: cannot fold: network model")
+        assert "finishes rank 1 " in p.method, p.method  # the rank-class fold's reason, the first
+    p = vm.predict(run, max_nodes=1_920)
+    assert p.seconds is not None and p.method == "replayed", p.method
+
+
 def test_qwen3_30b_ep_groups_fill_one_dgx_and_the_dispatch_runs_at_nvlink_rate(data):
     """Megatron-Bridge initializes Megatron-Core with order tp-cp-ep-dp-pp (xsim's `order: tp-dp-pp`), so
     at TP 1, PP 2, DP 8, EP 8 stage 0's EP group is GPUs 0-7 (node 0) and stage 1's GPUs 8-15. One
@@ -188,3 +214,49 @@ def test_the_405b_ring_cp_rows_fold_tp_positions_and_estimate_the_counted_nodes(
     dep = load_spec(vm.spec_for(run))
     assert vm.estimate_nodes(dep) == (252 * 64 * 124, 16) == (1_999_872, 16)
     assert vm._positions(dep) == 8
+
+
+def test_dgxc_llama31_cp_rows_as_the_recipe_prints_them_by_hand(data):
+    """NVIDIA/dgxc-benchmarking v25.03 llama3.1 (round dgxccp): the README tables print seconds per step,
+    taken as printed (`iteration_s`, no conversion); each row's layout gives the table's GA and GPU count,
+    and its model the yaml's sizes. By hand: 8B GBS 128 / (MBS 1 x DP 8/(1 x 1 x 2) = 4) = GA 32, and
+    2,048 / 64 = 32 on 128 GPUs; 70B 128 / (64/(4 x 4 x 2) = 2) = 64, 2,048 / 32 = 64; 405B 252 /
+    (576/(8 x 9 x 2) = 4) = 63. Vocabularies as the profile pads them (make_vocab_size_divisible_by 128 x TP):
+    128,256 at TP 1 stays (1,002 x 128); at TP 4 ceil(128,256 / 512) x 512 = 251 x 512 = 128,512; the 405B
+    run's GPT-2 tokenizer, 50,257 at TP 8: ceil(50,257 / 1,024) x 1,024 = 50 x 1,024 = 51,200."""
+    from xsim.tracegen.spec import model_arch
+
+    rows = {r.id: r for r in data.runs if r.source == "dgxc-llama31-2502"}
+    expect = {  # id tail: (seconds per step printed, GA printed, padded vocabulary, layers per model chunk)
+        "8b-bf16-8xh100": (12.78, 32, 128_256, 32),
+        "8b-fp8-8xh100": (9.44, 32, 128_256, 32),
+        "8b-bf16-128xh100": (13.16, 32, 128_256, 32),
+        "8b-fp8-128xh100": (9.73, 32, 128_256, 32),
+        "70b-bf16-64xh100": (14.61, 64, 128_512, 80 // (4 * 5)),
+        "70b-fp8-64xh100": (10.46, 64, 128_512, 4),
+        "70b-bf16-1024xh100": (14.86, 64, 128_512, 4),
+        "70b-fp8-1024xh100": (10.83, 64, 128_512, 4),
+        "405b-bf16-576xh100": (17.50, 63, 51_200, 126 // (9 * 7)),
+        "405b-fp8-576xh100": (11.00, 63, 51_200, 2),
+        # reduced depth (configure.sh): 42 layers on PP 3 x VP 7, 21 on PP 3 x VP 7, 7 on one stage;
+        # GA 252 / (192/(8 x 3 x 2) = 4) = 63, 126 / (96/48 = 2) = 63, 126 / (32/16 = 2) = 63
+        "405b-bf16-192xh100": (17.30, 63, 51_200, 42 // (3 * 7)),
+        "405b-fp8-192xh100": (10.8, 63, 51_200, 2),
+        "405b-bf16-96xh100": (8.87, 63, 51_200, 21 // (3 * 7)),
+        "405b-fp8-96xh100": (5.63, 63, 51_200, 1),
+        "405b-bf16-32xh100": (9.00, 63, 51_200, 7),
+        "405b-fp8-32xh100": (5.75, 63, 51_200, 7),
+    }
+    assert set(rows) == {f"dgxc2502-llama31-{k}" for k in expect}
+    for tail, (seconds, ga, vocab, per_chunk) in expect.items():
+        run = rows[f"dgxc2502-llama31-{tail}"]
+        p = run.parallel
+        assert vm.measured_seconds(run) == seconds
+        assert p["global_batch"] // (p["micro_batch"] * p["dp"]) == ga
+        assert run.gpus == p["tp"] * p["pp"] * p["dp"] * p["cp"] == int(tail.split("-")[-1][: -len("xh100")])
+        assert p["cp"] == 2 and run.spec["cp_comm_type"] == "p2p"
+        dep = load_spec(vm.spec_for(run))
+        assert model_arch(dep).vocab == vocab
+        assert run.spec["model"]["layers"] // (p["pp"] * p.get("virtual_stages", 1)) == per_chunk
+        assert ("fp8" in tail) == (run.spec["precision"] == "fp8") == bool(run.spec.get("fp8_params"))
+    assert "(step time)" in vm.runs_table([vm.Prediction(rows["dgxc2502-llama31-8b-bf16-8xh100"], 1.0, "x")])
