@@ -37,7 +37,8 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data" / "published_moe_cp_runs.yaml"
 BLOCK = "moe_cp"
 SCRIPT = "validate_moe_cp.py"  # the name in its block markers
-MEASURED_KINDS = ("tokens_per_s_per_gpu", "tflops_per_gpu_palm")
+# iteration_s: a printed step time (seconds per iteration), taken as it is (NVIDIA dgxc-benchmarking READMEs).
+MEASURED_KINDS = ("tokens_per_s_per_gpu", "tflops_per_gpu_palm", "iteration_s")
 RUN_KEYS = ("id", "source", "where", "gpus", "measured", "spec", "cluster", "notes")
 # Nodes of one replayed block per invocation: the budget of scripts/validate_published.py (~2 minutes of
 # generation on the 2-core development machine).
@@ -182,7 +183,9 @@ def palm_flops_per_token(model: Mapping[str, Any], seq: int) -> float:
 
 
 def measured_seconds(run: MoeCpRun) -> float:
-    """Seconds per iteration from the published throughput (the source's conversion)."""
+    """Seconds per iteration from the published throughput (the source's conversion), or the printed time."""
+    if run.measured_kind == "iteration_s":
+        return run.measured_value
     tokens = int(run.parallel["global_batch"]) * run.seq_len
     if run.measured_kind == "tokens_per_s_per_gpu":
         return tokens / (run.gpus * run.measured_value)
@@ -336,7 +339,11 @@ def config_text(run: MoeCpRun) -> str:
     )
 
 
-CONVERSION = {"tokens_per_s_per_gpu": "from tokens/s/GPU", "tflops_per_gpu_palm": "from TFLOP/s, PaLM FLOPs"}
+CONVERSION = {
+    "tokens_per_s_per_gpu": "from tokens/s/GPU",
+    "tflops_per_gpu_palm": "from TFLOP/s, PaLM FLOPs",
+    "iteration_s": "step time",
+}
 
 
 def runs_table(preds: Sequence[Prediction]) -> str:
