@@ -104,3 +104,47 @@ def test_fp8_params_under_current_scaling_by_hand():
     assert "fp8_weight_cast.opt" not in ops[True]
     assert A.tensor_size(ops[True]["fp8_weight_transpose.opt"]) == 163_840
     assert spec_to_mapping(load_spec(_spec(fp8_params=True, fp8_recipe="current")))["fp8_params"] is True
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_fp8_params_of_a_moe_model_split_over_the_dense_and_expert_buckets_by_hand(ahead):
+    # TINY with 4 experts of FFN 32 (SwiGLU), top-2, DP 4, EP 2 (expert-DP 2), one dense bucket (10^9 B).
+    # A layer on a rank: attention QKV 12,288 + projection 4,096 = 16,384 FP8 weights, 2 norms 128, router
+    # 64 x 4 = 256 (BF16) in the dense bucket; 2 local experts x 3 x 64 x 32 = 12,288 FP8 weights in the
+    # expert bucket. Dense bucket: head 6,464 + 2 x 16,768 + embedding 6,400 = 46,400 padded to lcm(4, 128)
+    # -> 46,464; a rank's shard 11,616 of which 2 x 16,384 / 4 = 8,192 FP8: 8,192 x 1 + 3,424 x 2 = 15,040 B
+    # (23,232 B without). Expert bucket 24,576 (a multiple of lcm(2, 128)), shard 12,288, all FP8: 12,288 B
+    # (24,576 without). Parameter copy over 11,616 + 12,288 = 23,904 parameters x 6 B = 143,424 B, + 3 B for
+    # each of the 8,192 + 12,288 = 20,480 FP8 ones = 204,864 B; TE's per-iteration transpose of all
+    # 2 x (16,384 + 12,288) = 57,344 FP8 weights, 1 + 1 B: 114,688 B.
+    model = {**TINY, "moe": {"experts": 4, "top_k": 2, "expert_ffn": 32}}
+    extra = {"distributed_optimizer": True, "overlap_grad_reduce": True, "dp_bucket_bytes": 10**9}
+    if ahead:
+        extra["overlap_param_gather"] = True
+    sizes, ops = {}, {}
+    for on in (False, True):
+        spec = {
+            **_spec(fp8_params=on, **extra),
+            "model": model,
+            "parallel": {"gpu": "H100", "dp": 4, "ep": 2},
+        }
+        nodes = generate(load_spec(spec), rewrite=False).nodes[0]
+        sizes[on] = sorted((n.name, A.comm_size(n)) for n in nodes if "param_allgather" in n.name)
+        ops[on] = {n.name: A.tensor_size(n) for n in nodes if A.get_str(n, A.PHASE) == "opt"}
+    assert sizes[False] == [
+        ("dp_param_allgather.bucket0", 23_232),
+        ("expert_dp_param_allgather.bucket0", 24_576),
+    ]
+    assert sizes[True] == [
+        ("dp_param_allgather.bucket0", 15_040),
+        ("expert_dp_param_allgather.bucket0", 12_288),
+    ]
+    assert (ops[False]["param_copy.opt"], ops[True]["param_copy.opt"]) == (143_424, 204_864)
+    assert ops[True]["fp8_weight_transpose.opt"] == 2 * (16_384 + 12_288) * 2 == 114_688
+    # Not built: the first chunk's count of Megatron-Core's chained optimizer (one error line)
+    bad = {**_spec(fp8_params=True), "model": {**model, "layers": 4}, "distributed_optimizer": True,
+           "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_param_gather_with_optimizer_step": True,
+           "parallel": {"gpu": "H100", "pp": 2, "dp": 2, "ep": 2, "virtual_stages": 2, "micro_batch": 1,
+                        "global_batch": 4}}  # fmt: skip
+    with pytest.raises(SpecError, match="overlap_param_gather_with_optimizer_step"):
+        load_spec(bad)

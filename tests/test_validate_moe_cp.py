@@ -260,3 +260,32 @@ def test_dgxc_llama31_cp_rows_as_the_recipe_prints_them_by_hand(data):
         assert run.spec["model"]["layers"] // (p["pp"] * p.get("virtual_stages", 1)) == per_chunk
         assert ("fp8" in tail) == (run.spec["precision"] == "fp8") == bool(run.spec.get("fp8_params"))
     assert "(step time)" in vm.runs_table([vm.Prediction(rows["dgxc2502-llama31-8b-bf16-8xh100"], 1.0, "x")])
+
+
+def test_a_printed_step_time_is_taken_as_it_is_and_grok1s_padded_capacity_by_hand(data):
+    """NVIDIA dgxc-benchmarking's READMEs print seconds per step (`measured: {iteration_s: ...}`): Grok-1's
+    8-GPU BF16 proxy 24.00 s, the README's 174,762 tokens/s = 1,024 x 4,096 / 24.00 (174,762.7, cut).
+    Its routing (capacity factor 1.0, padded to capacity): each TP rank routes its 4,096 / 4 = 1,024
+    sequence-parallel tokens, top-2 of 8 experts: capacity ceil(1,024 x 2 / 8) = 256 copies an expert and
+    source. Rank 0 (EP 0 of 2, TP 0 of 4) sends its EP peer 4 experts x 256 copies x 6,144 x 2 B =
+    12,582,912 B: one ALL_TO_ALL of 2 x that = 25,165,824 B; it receives 2 sources x 4 x 256 = 2,048 copies
+    (25,165,824 B, the TP all-gather's share), and the 4 x 2,048 = 8,192 gathered copies run through a
+    quarter of each expert's GeGLU up/gate (2 x 32,768 / 4 = 16,384 wide): 2 x 8,192 x 6,144 x 16,384 =
+    1,649,267,441,664 FLOPs forward."""
+    from xsim.tracegen import generate
+    from xsim.traces import attrs as A
+
+    run = next(r for r in data.runs if r.id == "dgxc2502-grok1-314b-proxy2l-8xh100-bf16")
+    assert vm.measured_seconds(run) == 24.00
+    assert int(1024 * 4096 / 24.00) == 174_762
+    spec = vm.spec_for(run)
+    spec["parallel"] = {**spec["parallel"], "global_batch": 2}  # one micro-batch a replica
+    nodes = {n.name: n for n in generate(load_spec(spec), rewrite=False, only=[0]).nodes[0]}
+
+    def attr(name, key):
+        a = {x.name: x for x in nodes[name].attr}[key]
+        return getattr(a, a.WhichOneof("value"))
+
+    assert attr("L1.moe_dispatch.fwd.mb0", A.COMM_SIZE) == 2 * 4 * 256 * 6144 * 2 == 25_165_824
+    assert attr("L1.moe_tp_gather.fwd.mb0", A.COMM_SIZE) == 2 * 4 * 256 * 6144 * 2
+    assert attr("L1.moe_expert_up_gate.fwd.mb0", A.NUM_OPS) == 2 * 8192 * 6144 * 16384 == 1_649_267_441_664

@@ -715,24 +715,24 @@ def moe_expert_params(m: ModelArch, moe: MoeSpec, ep: int, tp: int = 1) -> int:
     return moe.experts // ep * expert_mlp_params(moe.expert_ffn // tp, m.hidden, m.activation, m.linear_bias)
 
 
+def fp8_layer_split(m: ModelArch, sh: Shard, layer: int, ep: int) -> tuple[int, int]:
+    """(dense, expert) weights of the FP8 linear modules one rank holds of `layer`, split as layer_split
+    splits the parameters: a dense layer's four linears (ops.linear_params); a MoE layer's attention and
+    shared-expert linears, and its routed experts' GroupedLinear weights (the router stays a BF16/FP32
+    GEMM; the linears' biases stay BF16)."""
+    if m.moe is None or not m.moe.is_moe(layer):
+        return linear_params(m, sh, 1), 0
+    shared = (
+        expert_mlp_params(m.moe.shared_width // sh.tp, m.hidden, m.activation) if m.moe.shared_width else 0
+    )
+    plain = replace(m, linear_bias=False)
+    return _attention_rank_params(plain, sh) + shared, moe_expert_params(plain, m.moe, ep, expert_tp(sh))
+
+
 def fp8_linear_params_ep(m: ModelArch, sh: Shard, layers: list[int], ep: int) -> int:
     """Weights of the FP8 linear modules one rank holds for `layers` (Transformer Engine re-casts them once
-    per iteration): a dense layer's four linears (ops.linear_params); a MoE layer's attention linears, its
-    routed experts' GroupedLinear weights and its shared experts' (the router stays a BF16/FP32 GEMM)."""
-    total = 0
-    for x in layers:
-        if m.moe is None or not m.moe.is_moe(x):
-            total += linear_params(m, sh, 1)
-            continue
-        shared = (
-            expert_mlp_params(m.moe.shared_width // sh.tp, m.hidden, m.activation)
-            if m.moe.shared_width
-            else 0
-        )
-        plain = replace(m, linear_bias=False)  # the linears' weights: their biases stay BF16
-        attn = _attention_rank_params(plain, sh)
-        total += attn + moe_expert_params(plain, m.moe, ep, expert_tp(sh)) + shared
-    return total
+    per iteration): both parts of fp8_layer_split."""
+    return sum(sum(fp8_layer_split(m, sh, x, ep)) for x in layers)
 
 
 def _attention_rank_params(m: ModelArch, sh: Shard) -> int:

@@ -576,8 +576,13 @@ class _SpecBuilder:
                 "fp8_params: true needs precision: fp8 under a Transformer Engine framework profile "
                 f"(got precision: {dep.precision}, framework: {name})"
             )
-        if model.moe is not None or model.mla is not None or dep.sharding not in ("", "none"):
-            raise self.fail("fp8_params: true is modelled for dense models without sharding only")
+        if model.mla is not None or dep.sharding not in ("", "none"):
+            raise self.fail("fp8_params: true is modelled without MLA and without sharding only")
+        if model.moe is not None and self.bool_key("overlap_param_gather_with_optimizer_step"):
+            # its chained optimizer's first chunk (workload._chained_steps) counts a dense chunk's FP8 weights
+            raise self.fail(
+                "fp8_params: true with a MoE model is not modelled under overlap_param_gather_with_optimizer_step"
+            )
         # Delayed scaling (TE 1.x Float8Tensor parameters) or current scaling (TE 2.x
         # Float8CurrentScalingQuantizer parameters, cast by cast_master_weights_to_fp8: ops.optimizer_steps);
         # MXFP8 (Megatron-Bridge bf16_with_mxfp8_mixed: reuse_grad_buf_for_mxfp8_param_ag): the parameters are

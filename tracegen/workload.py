@@ -56,6 +56,7 @@ from xsim.tracegen.moe_ops import (
     AllToAll,
     MoeStep,
     ep_nodes,
+    fp8_layer_split,
     fp8_linear_params_ep,
     group_shard,
     layer_split,
@@ -1800,7 +1801,9 @@ class _RankProgram:
                 else:
                     dense, expert = layer_grad, 0
                 self.expert_pending += expert
-                self.bucket_add(dense, layer, self.layer_fp8)
+                dense_fp8, expert_fp8 = self.fp8_split(layer)
+                self.expert_pending_fp8 += expert_fp8
+                self.bucket_add(dense, layer, dense_fp8)
         if self.amax[(ch.index, "bwd")]:  # after the backward of the chunk's first FP8 module
             pred = self.steps(self.amax[(ch.index, "bwd")], pred, ch.start, mb)
         if ch.first and self.emb is not None:
@@ -1912,10 +1915,12 @@ class _RankProgram:
         parameters in their own buffer, reduced over the expert-data-parallel group); under the
         distributed optimizer a ReduceScatter of the padded bucket, its shard updated and all-gathered."""
         params, self.expert_pending = self.expert_pending, 0
+        fp8, self.expert_pending_fp8 = self.expert_pending_fp8, 0
         if params <= 0 or self.ep is None or not self.ep[3]:
             return
         if self.dist_opt:
             self.expert_buckets.append(dist_opt_bucket(params, self.edp))
+            self.expert_bucket_fp8.append(fp8)
         if self.overlap_grad:
             self._expert_node(params)
         else:
@@ -2101,7 +2106,8 @@ class _RankProgram:
         collective (one communicator, issue order)."""
         g = self.gen
         assert self.ep is not None
-        size = self.plan_ebuckets[j][0] // self.edp * self.ctx.b
+        padded, members = self.plan_ebuckets[j]
+        size = self.gather_bytes(padded, sum(self.fp8_split(u)[1] for u in members), self.edp)
         extra = [g.attr(A.COMM_TYPE, pb.ALL_GATHER), g.attr(A.COMM_SIZE, size), g.attr(A.PG_NAME, self.ep[3])]
         chain = [self.expert_sync_ids[-1]] if self.expert_sync_ids else []
         ctrl = [c for c in ctrl if c not in chain] + chain
@@ -2114,7 +2120,7 @@ class _RankProgram:
 
     def _bucket_gather(self, j: int, ctrl: list[int]) -> int:
         padded, members = self.plan_buckets[j]
-        fp8 = self.layer_fp8 * sum(1 for u in members if isinstance(u, int))
+        fp8 = sum(self.fp8_split(u)[0] for u in members if isinstance(u, int))
         size = self.gather_bytes(padded, fp8, self.dp)
         return self._dp_comm(
             f"dp_param_allgather.bucket{j}", pb.ALL_GATHER, size, [], ctrl, 0, NO_MICRO_BATCH
@@ -2504,7 +2510,7 @@ class _RankProgram:
         self.pending_fp8 = 0  # FP8 linear weights among `pending` (fp8_params)
         # fp8_params: each layer's FP8 linear weights, all-gathered at 1 byte (Megatron-Core keeps them in a
         # uint8 buffer, distributed_data_parallel.py _allocate_buffers_for_parameters: param_dtype
-        # torch.uint8 for a Float8Tensor). Dense models only (the spec refuses fp8_params with MoE / MLA).
+        # torch.uint8 for a Float8Tensor). A MoE layer's per rank: fp8_split (the spec refuses MLA).
         # MXFP8 parameters are gathered in the model dtype and quantized after the gather (spec.fp8_params).
         self.layer_fp8 = (
             linear_params(self.gen.model, self.ctx.sh, 1)
@@ -2591,10 +2597,12 @@ class _RankProgram:
         self.sync_final = True  # the backward filling the buckets is the chunk's last (optim_grads: any)
         self.deferred: list[tuple[int, int]] = []  # buckets held for the end of backward
         self.expert_pending = 0  # routed-expert gradients not yet in an expert-DP AllReduce
+        self.expert_pending_fp8 = 0  # FP8 linear weights among `expert_pending` (fp8_params)
         self.expert_deferred: list[int] = []
         self.expert_sync_ids: list[int] = []
         self.expert_rs = 0  # expert gradient buckets synced so far (their names' index)
         self.expert_buckets: list[int] = []  # padded elements of each expert bucket (distributed optimizer)
+        self.expert_bucket_fp8: list[int] = []  # FP8 linear weights in each expert bucket (fp8_params)
         self.edp = len(self.gen.bundle.comm_groups[self.ep[3]]) if self.ep and self.ep[3] else 1
         self.waits: list[int] = []  # parameter gathers the next compute node waits for
         self.gathered: dict[int, int] = {}  # bucket -> its AllGather node (overlap_param_gather)
@@ -2868,7 +2876,19 @@ class _RankProgram:
             fp8 = fp8_linear_params_ep(m, self.ctx.sh, layers, self.ep[0])
         fp8_shard = None  # fp8_params: the FP8 linear weights among the `shard` this rank updates
         if self.layer_fp8:
-            fp8_shard = sum(f // self.dp for f in self.bucket_fp8) if self.dist_opt and self.buckets else fp8
+            expert_fp8 = sum(
+                self.fp8_split(x)[1] for ch in self.st.chunks for x in range(ch.start, ch.end + 1)
+            )
+            fp8_shard = (
+                sum(f // self.dp for f in self.bucket_fp8)
+                if self.dist_opt and self.buckets
+                else fp8 - expert_fp8
+            )
+            fp8_shard += (
+                sum(f // self.edp for f in self.expert_bucket_fp8)
+                if self.dist_opt and self.expert_buckets
+                else expert_fp8
+            )
         if self.gpath is None:
             plan = optimizer_steps(
                 params, shard, self.ctx.b, self.grad_bytes, self.ctx.precision, fp8, self.ctx.fp8_recipe,
@@ -3045,9 +3065,21 @@ class _RankProgram:
             # after the dense gathers: the step's next ops then wait for the last gather of either kind
             prev = self._gathers(
                 "expert_dp_param_allgather", self.expert_buckets, self.edp, self.ep[3], after, prev,
-                self.expert_sync_ids,
+                self.expert_sync_ids, self.expert_bucket_fp8,
             )  # fmt: skip
         return prev[-1] if prev else None
+
+    def fp8_split(self, layer: int) -> tuple[int, int]:
+        """(dense, expert) FP8 linear weights of `layer` on this rank under fp8_params ((0, 0) otherwise):
+        the expert part goes with the expert-DP buckets, the rest with the dense ones (all of it without EP
+        groups, where the experts sit in the dense buckets)."""
+        if not self.layer_fp8:
+            return 0, 0
+        m = self.gen.model
+        if m.moe is None:
+            return self.layer_fp8, 0
+        dense, expert = fp8_layer_split(m, self.ctx.sh, layer, self.ep[0] if self.ep else 1)
+        return (dense, expert) if self.ep is not None else (dense + expert, 0)
 
     def gather_bytes(self, padded: int, fp8: int, group: int) -> int:
         """Bytes of one rank's shard of a padded bucket in the AllGather over `group` ranks: the parameters'
