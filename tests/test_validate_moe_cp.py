@@ -103,19 +103,24 @@ def test_the_harness_replays_a_small_moe_plan_compact_as_the_full_set():
     assert p.seconds == full.iteration_ns / 1e9
 
 
-def test_a_refused_rank_class_fold_over_the_budget_is_reported_not_run_unfolded():
-    """A tiny all-gather CP plan (not a published run): DP 3 x CP 4 = 12 ranks on DGX H100 nodes of 8, so
-    the DP gradient AllReduce over all 12 finishes rank 1 (CP position 1) apart from rank 0 and the
-    network check refuses the rank classes. Within a budget that holds the one written rank but not the
-    fallback's data replica (4 CP positions), the refusal is the row's one line; with room, the fallback
-    replays."""
+def _tiny_all_gather_cp_run() -> vm.MoeCpRun:
+    """A tiny all-gather CP plan (not a published run): DP 3 x CP 4 = 12 ranks on DGX H100 nodes of 8."""
     spec = {
         "model": {"name": "tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
                   "seq_len": 32},
         "seq_len": 32, "attention": "flash", "cp_comm_type": "all_gather",
         "parallel": {"gpu": "H100", "tp": 1, "dp": 3, "cp": 4, "micro_batch": 1, "global_batch": 6},
     }  # fmt: skip
-    run = vm.MoeCpRun("tiny", "llama3-paper", "w", 12, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+    return vm.MoeCpRun("tiny", "llama3-paper", "w", 12, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+
+
+def test_a_refused_rank_class_fold_over_the_budget_is_reported_not_run_unfolded():
+    """A tiny all-gather CP plan (not a published run): DP 3 x CP 4 = 12 ranks on DGX H100 nodes of 8, so
+    the DP gradient AllReduce over all 12 finishes rank 1 (CP position 1) apart from rank 0 and the
+    network check refuses the rank classes. Within a budget that holds the one written rank but not the
+    fallback's data replica (4 CP positions), the refusal is the row's one line; with room, the fallback
+    replays."""
+    run = _tiny_all_gather_cp_run()
     # one rank written: 2 layers x 2 micro-batches (6 / DP 3) x (38 + 2) nodes
     assert vm.estimate_nodes(load_spec(vm.spec_for(run))) == (160, 1)
     p = vm.predict(run, max_nodes=160)
@@ -132,13 +137,7 @@ def test_a_fold_fallback_runs_only_within_the_budget():
     replica: 4 x 160 = 640), 12 ranks unfolded (12 x 160 = 1,920). Its data replicas are refused too
     (rank 4's AllReduce ends apart from rank 0's), so below 1,920 the row is the first refusal's line, and
     at 1,920 it replays unfolded (every rank simulated)."""
-    spec = {
-        "model": {"name": "tiny", "layers": 2, "hidden": 64, "ffn_hidden": 128, "heads": 4, "vocab": 256,
-                  "seq_len": 32},
-        "seq_len": 32, "attention": "flash", "cp_comm_type": "all_gather",
-        "parallel": {"gpu": "H100", "tp": 1, "dp": 3, "cp": 4, "micro_batch": 1, "global_batch": 6},
-    }  # fmt: skip
-    run = vm.MoeCpRun("tiny", "llama3-paper", "w", 12, "tokens_per_s_per_gpu", 1.0, spec, "dgx-h100")
+    run = _tiny_all_gather_cp_run()
     dep = load_spec(vm.spec_for(run))
     assert vm.estimate_nodes(dep) == (160, 1) and vm._positions(dep) == 4
     for budget in (640, 1_919):  # the data replica fits, the unfolded set does not
